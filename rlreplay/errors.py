@@ -1,0 +1,51 @@
+"""Typed errors raised by rlreplay.
+
+Every error raised on bad input derives from :class:`InvalidArgumentError` (also a
+``ValueError``), so callers can catch one class; waits that expire raise
+:class:`TimeoutError` subclasses. Decide what happened by the error's type, never by
+its message text.
+"""
+
+from __future__ import annotations
+
+
+class ReplayError(Exception):
+    """Base class of every error rlreplay raises on purpose."""
+
+
+class InvalidArgumentError(ReplayError, ValueError):
+    """An argument has a wrong name, type, shape, dtype or value.
+
+    The message names the argument, the value received and what to do instead.
+    Nothing stored is changed by the call that raised it.
+    """
+
+
+class SignatureError(InvalidArgumentError):
+    """Step or row data does not match the table's signature (names, shapes, dtypes)."""
+
+
+class DeadlockError(InvalidArgumentError):
+    """A configuration or request that could never make progress (it would wait forever)."""
+
+
+class ReplayTimeoutError(ReplayError, TimeoutError):
+    """A blocking call waited for its whole ``timeout`` without being allowed to proceed."""
+
+
+class RateLimiterTimeoutError(ReplayTimeoutError):
+    """The rate limiter kept an insert or a sample blocked until ``timeout`` expired."""
+
+
+class EmptyTableError(ReplayError):
+    """A call needs items but the table holds none that it may use."""
+
+
+class ClosedError(ReplayError):
+    """The object was closed (a writer, a table after ``close()``, a client or server)."""
+
+
+def describe(value: object, limit: int = 60) -> str:
+    """Short printable form of ``value`` for error messages."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

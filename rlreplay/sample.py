@@ -1,0 +1,85 @@
+"""What a sample returns: the items' data and the metadata a learner needs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.specs import unflatten
+
+NORMALIZATIONS = ("batch", "table", "none")
+
+
+@dataclass
+class SampleInfo:
+    """Metadata of a sampled batch, one entry per sampled item.
+
+    Attributes:
+        keys: int64 item keys, for :meth:`Table.update_priorities` and :meth:`Table.delete`.
+        probabilities: probability with which each item was selected in this draw.
+        priorities: the items' priorities when sampled.
+        times_sampled: how often each item has been sampled, this sample included.
+        table_size: items in the table when the batch was drawn.
+        min_probability: smallest selection probability of any item then in the table.
+    """
+
+    keys: np.ndarray
+    probabilities: np.ndarray
+    priorities: np.ndarray
+    times_sampled: np.ndarray
+    table_size: int
+    min_probability: float
+
+
+@dataclass
+class Sample:
+    """A batch of items: ``data`` maps each layout field to ``[B, ...]`` or ``[B, T, ...]``.
+
+    Example:
+        >>> batch = table.sample(256)                                # doctest: +SKIP
+        >>> w = batch.importance_weights(beta=0.4)                   # doctest: +SKIP
+        >>> table.update_priorities(batch.info.keys, new_priorities) # doctest: +SKIP
+    """
+
+    data: dict[str, np.ndarray]
+    info: SampleInfo
+
+    def __len__(self) -> int:
+        return len(self.info.keys)
+
+    @property
+    def keys(self) -> np.ndarray:
+        return self.info.keys
+
+    def tree(self) -> dict:
+        """``data`` as nested dicts (``"obs/image"`` becomes ``["obs"]["image"]``)."""
+        return unflatten(self.data)
+
+    def importance_weights(self, beta: float, normalize: str = "batch") -> np.ndarray:
+        """PER importance-sampling weights ``(N * P(i)) ** -beta``.
+
+        Args:
+            beta: exponent in ``[0, 1]``; 0 gives all ones, 1 fully corrects the bias.
+            normalize: ``"batch"`` divides by the largest weight in this batch (so the
+                largest is 1, as in the PER paper's implementations); ``"table"`` divides by
+                the largest weight any item in the table could get, ``(N * P_min) ** -beta``
+                (weights then compare across batches); ``"none"`` returns them raw.
+
+        Raises:
+            InvalidArgumentError: for ``beta`` outside ``[0, 1]`` or an unknown ``normalize``.
+        """
+        if not (isinstance(beta, (int, float)) and 0.0 <= beta <= 1.0):
+            raise InvalidArgumentError(f"beta={describe(beta)} must be a number in [0, 1]")
+        if normalize not in NORMALIZATIONS:
+            raise InvalidArgumentError(
+                f"normalize={normalize!r} is unknown; choose one of {NORMALIZATIONS}"
+            )
+        n = self.info.table_size
+        weights = np.power(n * self.info.probabilities, -beta)
+        if normalize == "batch":
+            return weights / weights.max()
+        if normalize == "table":
+            return weights / np.power(n * self.info.min_probability, -beta)
+        return weights

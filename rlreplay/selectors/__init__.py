@@ -1,0 +1,39 @@
+"""Selectors: strategies that pick items, used as a table's sampler or remover."""
+
+from rlreplay.selectors.base import Selector
+from rlreplay.selectors.fifo import Fifo, Lifo
+from rlreplay.selectors.heap import MaxHeap, MinHeap
+from rlreplay.selectors.prioritized import Prioritized
+from rlreplay.selectors.uniform import Uniform
+
+SELECTORS = {cls.__name__: cls for cls in (Uniform, Prioritized, Fifo, Lifo, MinHeap, MaxHeap)}
+
+
+def selector_from_config(config: dict) -> Selector:
+    """Rebuild a selector from :meth:`Selector.config` output (checkpoints, server configs).
+
+    Raises:
+        InvalidArgumentError: for an unknown selector type.
+    """
+    from rlreplay.errors import InvalidArgumentError
+
+    kind = config.get("type")
+    if kind not in SELECTORS:
+        raise InvalidArgumentError(
+            f"selector type {kind!r} is unknown; choose one of {sorted(SELECTORS)}"
+        )
+    args = {k: v for k, v in config.items() if k != "type"}
+    return SELECTORS[kind](**args)
+
+
+__all__ = [
+    "SELECTORS",
+    "Fifo",
+    "Lifo",
+    "MaxHeap",
+    "MinHeap",
+    "Prioritized",
+    "Selector",
+    "Uniform",
+    "selector_from_config",
+]

@@ -1,0 +1,82 @@
+"""The selector interface shared by samplers and removers.
+
+A table holds its items in fixed slots ``0..capacity-1``. A selector keeps its own index
+over the live slots and answers two questions: which slots to *sample* (sampler role)
+and which slots to *evict* when the table is full (remover role). Every method is
+batch-first and takes numpy arrays of slots; none holds a lock (the table does).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+class Selector:
+    """Base class. Subclasses state the cost of each operation in their docstring.
+
+    ``deterministic`` selectors (Fifo, Lifo, heaps) always pick the same slots for the
+    same contents; random ones (Uniform, Prioritized) draw from ``rng``.
+    """
+
+    deterministic: bool = False
+    name: str = "selector"
+
+    def bind(self, capacity: int) -> None:
+        """Allocate the index for ``capacity`` slots (called once by the table)."""
+        raise NotImplementedError
+
+    def insert(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        """Add items (slots not currently held) with their priorities."""
+        raise NotImplementedError
+
+    def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        """Change the priorities of held slots (no duplicates)."""
+        raise NotImplementedError
+
+    def delete(self, slots: np.ndarray) -> None:
+        """Remove held slots (no duplicates)."""
+        raise NotImplementedError
+
+    def clear(self) -> None:
+        """Remove every slot."""
+        raise NotImplementedError
+
+    def sample(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """``n`` slots drawn with replacement and their selection probabilities.
+
+        Deterministic selectors return their first slot ``n`` times with probability 1.
+        """
+        raise NotImplementedError
+
+    def first(self, k: int) -> np.ndarray:
+        """Deterministic selectors: the ``k`` first distinct slots, in selection order."""
+        raise NotImplementedError
+
+    def choose_victims(self, k: int, rng: np.random.Generator) -> np.ndarray:
+        """``k`` distinct held slots to evict (remover role)."""
+        raise NotImplementedError
+
+    def min_probability(self) -> float:
+        """Smallest selection probability of any held slot (for importance weights)."""
+        raise NotImplementedError
+
+    def state(self) -> dict[str, Any]:
+        """Arrays and scalars that describe the index, for checkpoints."""
+        raise NotImplementedError
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def config(self) -> dict[str, Any]:
+        """Constructor arguments, to rebuild an equal selector."""
+        return {"type": type(self).__name__}
+
+    def nbytes(self) -> int:
+        """Index memory in bytes."""
+        return sum(v.nbytes for v in self.state().values() if isinstance(v, np.ndarray))
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v}" for k, v in self.config().items() if k != "type")
+        return f"{type(self).__name__}({args})"

@@ -1,0 +1,88 @@
+"""Uniform selection over the held slots."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rlreplay.selectors.base import Selector
+
+
+class Uniform(Selector):
+    """Every held item is equally likely.
+
+    Index: a sparse set (``dense`` lists the held slots, ``where`` maps a slot to its
+    position), 8 bytes per slot. Costs: insert, delete and update O(1) per slot (update
+    does nothing), sample O(1) per draw, victims O(k).
+    """
+
+    name = "uniform"
+
+    def bind(self, capacity: int) -> None:
+        self.dense = np.zeros(capacity, dtype=np.int32)
+        self.where = np.zeros(capacity, dtype=np.int32)
+        self.size = 0
+
+    def insert(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        n = len(slots)
+        if n == 1:
+            s = int(slots[0])
+            self.dense[self.size] = s
+            self.where[s] = self.size
+        else:
+            self.dense[self.size : self.size + n] = slots
+            self.where[slots] = np.arange(self.size, self.size + n, dtype=np.int32)
+        self.size += n
+
+    def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        pass
+
+    def delete(self, slots: np.ndarray) -> None:
+        k = len(slots)
+        if k == 1:
+            s = int(slots[0])
+            i = int(self.where[s])
+            last = int(self.dense[self.size - 1])
+            self.dense[i] = last
+            self.where[last] = i
+            self.size -= 1
+            return
+        new_size = self.size - k
+        positions = self.where[slots]
+        holes = positions[positions < new_size]
+        tail = self.dense[new_size : self.size]
+        keepers = tail[~np.isin(tail, slots, assume_unique=True)]
+        self.dense[holes] = keepers
+        self.where[keepers] = holes
+        self.size = new_size
+
+    def clear(self) -> None:
+        self.size = 0
+
+    def sample(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        picks = self.dense[rng.integers(0, self.size, size=n)]
+        return picks, np.full(n, 1.0 / self.size)
+
+    def choose_victims(self, k: int, rng: np.random.Generator) -> np.ndarray:
+        if k == 1:
+            return self.dense[rng.integers(0, self.size, size=1)]
+        return self.dense[rng.choice(self.size, size=k, replace=False)]
+
+    def min_probability(self) -> float:
+        return 1.0 / self.size if self.size else 0.0
+
+    def held(self) -> np.ndarray:
+        return self.dense[: self.size].copy()
+
+    def state(self) -> dict[str, Any]:
+        return {"dense": self.dense[: self.size].copy(), "where": self.where}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        dense = np.asarray(state["dense"], dtype=np.int32)
+        self.size = len(dense)
+        self.dense[: self.size] = dense
+        self.where[dense] = np.arange(self.size, dtype=np.int32)
+
+    def nbytes(self) -> int:
+        return self.dense.nbytes + self.where.nbytes

@@ -1,0 +1,246 @@
+"""Signatures: the named fields of a step, each with a fixed shape and dtype.
+
+A signature is given as a (possibly nested) dict whose leaves are :class:`FieldSpec`,
+``(shape, dtype)`` tuples or ``numpy.dtype``-likes (a scalar). Nested dicts are flattened
+to paths such as ``"obs/image"``; every other part of the library speaks in paths.
+
+Example:
+    >>> sig = Signature({"obs": {"image": ((84, 84), "uint8")}, "reward": "float32"})
+    >>> sig.paths
+    ('obs/image', 'reward')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rlreplay.errors import InvalidArgumentError, SignatureError, describe
+
+SEPARATOR = "/"
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """Shape (without the leading step axis) and dtype of one stored field."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    def __init__(self, shape: int | tuple[int, ...] = (), dtype: Any = np.float32):
+        if isinstance(shape, (int, np.integer)):
+            shape = (int(shape),)
+        try:
+            shape = tuple(int(d) for d in shape)
+        except TypeError as exc:
+            raise InvalidArgumentError(
+                f"shape={describe(shape)} is not a tuple of ints; give e.g. (17,) or ()"
+            ) from exc
+        if any(d < 0 for d in shape):
+            raise InvalidArgumentError(f"shape={shape} has a negative dimension")
+        try:
+            dt = np.dtype(dtype)
+        except TypeError as exc:
+            raise InvalidArgumentError(
+                f"dtype={describe(dtype)} is not a numpy dtype; give e.g. 'float32'"
+            ) from exc
+        if dt.hasobject:
+            raise InvalidArgumentError(
+                f"dtype={dt} holds Python objects; store numeric arrays instead"
+            )
+        object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "dtype", dt)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes one step of this field occupies."""
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    def to_json(self) -> dict:
+        return {"shape": list(self.shape), "dtype": self.dtype.str}
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> FieldSpec:
+        return cls(tuple(data["shape"]), np.dtype(data["dtype"]))
+
+
+def _as_spec(path: str, leaf: Any) -> FieldSpec:
+    if isinstance(leaf, FieldSpec):
+        return leaf
+    if isinstance(leaf, tuple) and len(leaf) == 2 and not isinstance(leaf[0], str):
+        return FieldSpec(leaf[0], leaf[1])
+    if isinstance(leaf, np.ndarray):
+        return FieldSpec(leaf.shape, leaf.dtype)
+    try:
+        return FieldSpec((), np.dtype(leaf))
+    except (TypeError, InvalidArgumentError) as exc:
+        raise InvalidArgumentError(
+            f"signature field {path!r} is {describe(leaf)}; give a FieldSpec, a "
+            "(shape, dtype) tuple or a dtype"
+        ) from exc
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Flatten nested dicts to ``{"a/b": leaf}``; keys must be non-empty strings."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if not isinstance(key, str) or not key or SEPARATOR in key:
+            raise InvalidArgumentError(
+                f"field name {describe(key)} must be a non-empty string without "
+                f"{SEPARATOR!r}; nest dicts instead"
+            )
+        path = prefix + key
+        if isinstance(value, Mapping):
+            out.update(flatten(value, path + SEPARATOR))
+        else:
+            out[path] = value
+    return out
+
+
+def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """Inverse of :func:`flatten`."""
+    out: dict[str, Any] = {}
+    for path, value in flat.items():
+        node = out
+        *parents, leaf = path.split(SEPARATOR)
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
+
+
+class Signature:
+    """Ordered mapping of field path to :class:`FieldSpec`.
+
+    Raises:
+        InvalidArgumentError: on an empty signature or a malformed field.
+    """
+
+    def __init__(self, fields: Mapping[str, Any] | Signature):
+        if isinstance(fields, Signature):
+            self.fields: dict[str, FieldSpec] = dict(fields.fields)
+            return
+        if not isinstance(fields, Mapping) or not fields:
+            raise InvalidArgumentError(
+                f"signature={describe(fields)} must be a non-empty dict of field specs"
+            )
+        self.fields = {p: _as_spec(p, leaf) for p, leaf in flatten(fields).items()}
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return tuple(self.fields)
+
+    @property
+    def step_nbytes(self) -> int:
+        return sum(spec.nbytes for spec in self.fields.values())
+
+    def __getitem__(self, path: str) -> FieldSpec:
+        try:
+            return self.fields[path]
+        except KeyError:
+            raise SignatureError(
+                f"unknown field {path!r}; the signature has {list(self.fields)}"
+            ) from None
+
+    def __contains__(self, path: object) -> bool:
+        return path in self.fields
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Signature) and self.fields == other.fields
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{p}: {spec.dtype}{list(spec.shape)}" for p, spec in self.fields.items())
+        return f"Signature({inner})"
+
+    def to_json(self) -> dict:
+        return {p: spec.to_json() for p, spec in self.fields.items()}
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> Signature:
+        return cls({p: FieldSpec.from_json(v) for p, v in data.items()})
+
+    def check_batch(self, data: Mapping[str, Any], argument: str = "data") -> tuple[dict, int]:
+        """Validate a batch of steps (every field has a leading batch axis).
+
+        Args:
+            data: nested or flat dict with one array per field, each ``[n, *shape]``.
+            argument: the argument's name, for error messages.
+
+        Returns:
+            ``(flat dict of numpy arrays, n)``.
+
+        Raises:
+            SignatureError: on missing or unknown fields, wrong shapes, unsafe dtype casts,
+                or fields whose batch sizes differ.
+        """
+        flat = flatten(data) if isinstance(data, Mapping) else None
+        if flat is None:
+            raise SignatureError(f"{argument} must be a dict of arrays, got {describe(data)}")
+        if flat.keys() != self.fields.keys():
+            missing = [p for p in self.fields if p not in flat]
+            extra = [p for p in flat if p not in self.fields]
+            raise SignatureError(
+                f"{argument} fields do not match the signature: missing {missing}, "
+                f"unknown {extra}; expected exactly {list(self.fields)}"
+            )
+        out: dict[str, np.ndarray] = {}
+        n = -1
+        for path, spec in self.fields.items():
+            arr = np.asarray(flat[path])
+            if arr.ndim != len(spec.shape) + 1 or arr.shape[1:] != spec.shape:
+                raise SignatureError(
+                    f"{argument}[{path!r}] has shape {arr.shape}; expected "
+                    f"(batch, {', '.join(map(str, spec.shape))}) with "
+                    f"trailing shape {spec.shape}"
+                )
+            if not np.can_cast(arr.dtype, spec.dtype, casting="same_kind"):
+                raise SignatureError(
+                    f"{argument}[{path!r}] has dtype {arr.dtype}, which cannot be stored "
+                    f"as {spec.dtype} without changing its kind; convert it first"
+                )
+            if n == -1:
+                n = arr.shape[0]
+            elif arr.shape[0] != n:
+                raise SignatureError(
+                    f"{argument} fields have different batch sizes: {path!r} has "
+                    f"{arr.shape[0]}, an earlier field has {n}"
+                )
+            out[path] = arr
+        return out, n
+
+    def check_step(self, data: Mapping[str, Any], argument: str = "step") -> dict:
+        """Validate one step (no batch axis). Returns a flat dict of numpy arrays.
+
+        Raises:
+            SignatureError: as :meth:`check_batch`.
+        """
+        flat = flatten(data) if isinstance(data, Mapping) else None
+        if flat is None:
+            raise SignatureError(f"{argument} must be a dict of arrays, got {describe(data)}")
+        if flat.keys() != self.fields.keys():
+            missing = [p for p in self.fields if p not in flat]
+            extra = [p for p in flat if p not in self.fields]
+            raise SignatureError(
+                f"{argument} fields do not match the signature: missing {missing}, "
+                f"unknown {extra}; expected exactly {list(self.fields)}"
+            )
+        out = {}
+        for path, spec in self.fields.items():
+            value = flat[path]
+            arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+            if arr.shape != spec.shape:
+                raise SignatureError(
+                    f"{argument}[{path!r}] has shape {arr.shape}; expected {spec.shape}"
+                )
+            if arr.dtype != spec.dtype and not np.can_cast(
+                arr.dtype, spec.dtype, casting="same_kind"
+            ):
+                raise SignatureError(
+                    f"{argument}[{path!r}] has dtype {arr.dtype}, which cannot be stored "
+                    f"as {spec.dtype} without changing its kind; convert it first"
+                )
+            out[path] = arr
+        return out

@@ -1,0 +1,209 @@
+"""The step store: columnar ring storage shared by one or more tables.
+
+Each field of the signature is one preallocated numpy array of ``capacity`` rows. Every
+appended step gets a monotonically increasing step id; it lives in row ``id % capacity``
+until ``capacity`` newer steps overwrite it. Tables never copy step data: their items
+are windows (anchor row plus per-field offsets) over these arrays.
+
+With ``lanes > 1`` the store holds ``lanes`` interleaved streams advancing in lockstep
+(one step per lane per append), as a vector environment produces them: step ``k`` of lane
+``i`` has id ``k * lanes + i``, so consecutive steps of one lane are ``lanes`` ids apart and
+an item's window uses that stride.
+
+Before rows are overwritten, every attached table is told (:meth:`StepStore.append`
+calls ``table._on_overwrite(rows)``) so it removes the items anchored there first: no
+item is ever served with overwritten data. All mutation happens under ``store.lock``,
+which every table over the store shares.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rlreplay.errors import InvalidArgumentError, ReplayTimeoutError, describe
+from rlreplay.specs import Signature
+
+if TYPE_CHECKING:
+    from rlreplay.table import Table
+
+
+class StepStore:
+    """Columnar ring of steps.
+
+    Args:
+        signature: field specs of one step (nested dicts allowed).
+        capacity: number of steps kept; older steps are overwritten.
+        lanes: number of lockstep streams (1 for a plain stream).
+
+    Raises:
+        InvalidArgumentError: if ``capacity`` is not a positive multiple of ``lanes``.
+
+    Example:
+        >>> store = StepStore({"obs": ((4,), "float32")}, capacity=8)
+        >>> store.append({"obs": np.ones((3, 4))})
+        0
+        >>> store.num_steps
+        3
+    """
+
+    def __init__(self, signature: Mapping[str, Any] | Signature, capacity: int, lanes: int = 1):
+        self.signature = Signature(signature)
+        if not isinstance(lanes, (int, np.integer)) or lanes < 1 or lanes > 65535:
+            raise InvalidArgumentError(f"lanes={describe(lanes)} must be an int in [1, 65535]")
+        if (
+            not isinstance(capacity, (int, np.integer))
+            or capacity < 1
+            or capacity % lanes
+            or capacity >= 2**31
+        ):
+            raise InvalidArgumentError(
+                f"capacity={describe(capacity)} must be a positive int below 2**31 and a "
+                f"multiple of lanes={lanes}"
+            )
+        self.capacity = int(capacity)
+        self.lanes = int(lanes)
+        self.columns: dict[str, np.ndarray] = {
+            path: np.zeros((self.capacity, *spec.shape), dtype=spec.dtype)
+            for path, spec in self.signature.fields.items()
+        }
+        self.next_id = 0
+        self.lock = threading.Condition(threading.RLock())
+        self._tables: list[Table] = []
+
+    # ----------------------------------------------------------------- queries
+    @property
+    def num_steps(self) -> int:
+        """Steps currently held (at most ``capacity``)."""
+        return min(self.next_id, self.capacity)
+
+    @property
+    def oldest_id(self) -> int:
+        """Id of the oldest step still stored."""
+        return max(0, self.next_id - self.capacity)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(col.nbytes for col in self.columns.values())
+
+    def is_stored(self, step_id: int) -> bool:
+        return self.oldest_id <= step_id < self.next_id
+
+    def read(self, step_ids: np.ndarray | int) -> dict[str, np.ndarray]:
+        """Copy of the steps with the given ids (which must still be stored)."""
+        ids = np.asarray(step_ids, dtype=np.int64)
+        if ids.size and (ids.min() < self.oldest_id or ids.max() >= self.next_id):
+            raise InvalidArgumentError(
+                f"step ids {describe(ids.tolist())} are not all stored; the store holds ids "
+                f"[{self.oldest_id}, {self.next_id})"
+            )
+        rows = ids % self.capacity
+        return {p: col[rows] for p, col in self.columns.items()}
+
+    # ---------------------------------------------------------------- mutation
+    def attach(self, table: Table) -> None:
+        with self.lock:
+            self._tables.append(table)
+
+    def detach(self, table: Table) -> None:
+        with self.lock:
+            if table in self._tables:
+                self._tables.remove(table)
+
+    def append(
+        self, steps: Mapping[str, Any], *, timeout: float | None = None, validated: bool = False
+    ) -> int:
+        """Append a batch of steps (every field ``[n, ...]``); returns the first new id.
+
+        With ``lanes > 1``, ``n`` must be a multiple of ``lanes`` (row ``j`` goes to lane
+        ``j % lanes``). Items anchored on rows about to be overwritten are removed from
+        every attached table first; a table created with ``on_overwrite="block"`` (queues)
+        instead makes the append wait, up to ``timeout`` seconds (``None``: forever),
+        until those items have been consumed.
+
+        Raises:
+            ReplayTimeoutError: if a blocking table kept the append waiting past ``timeout``.
+            SignatureError: if ``steps`` does not match the signature.
+            InvalidArgumentError: if ``n`` is 0, over ``capacity`` or not a multiple of lanes.
+        """
+        if validated:
+            arrays, n = steps, len(next(iter(steps.values())))
+        else:
+            arrays, n = self.signature.check_batch(steps, "steps")
+        if n < 1 or n > self.capacity or n % self.lanes:
+            raise InvalidArgumentError(
+                f"a batch of {n} steps cannot be appended: give between 1 and "
+                f"capacity={self.capacity} steps, a multiple of lanes={self.lanes}"
+            )
+        with self.lock:
+            return self._append_locked(arrays, n, timeout)
+
+    def _make_room(self, n: int, timeout: float | None) -> int:
+        """Wait until no blocking table has items on the next ``n`` rows, evict the items
+        of the others there, and return the first row to write. Called with the lock."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.next_id + n > self.capacity:
+            start = self.next_id % self.capacity
+            if not any(t._blocks_overwrite(start, n) for t in self._tables):
+                for table in self._tables:
+                    table._on_overwrite(start, n)
+                break
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise ReplayTimeoutError(
+                    f"appending {n} steps waited {timeout}s for queue items on the rows to be "
+                    "overwritten to be consumed; sample them, enlarge the store's capacity "
+                    "or raise the timeout"
+                )
+            self.lock.wait(remaining)
+        return self.next_id % self.capacity
+
+    def _append_locked(
+        self, arrays: Mapping[str, np.ndarray], n: int, timeout: float | None = None
+    ) -> int:
+        start = self._make_room(n, timeout)
+        first = self.next_id
+        end = start + n
+        if end <= self.capacity:
+            for path, col in self.columns.items():
+                col[start:end] = arrays[path]
+        else:
+            split = self.capacity - start
+            for path, col in self.columns.items():
+                src = arrays[path]
+                col[start:] = src[:split]
+                col[: end - self.capacity] = src[split:]
+        self.next_id = first + n
+        return first
+
+    def append_one(self, step: Mapping[str, np.ndarray], timeout: float | None = None) -> int:
+        """Append one already validated flat step (no batch axis); returns its id."""
+        if self.lanes != 1:
+            raise InvalidArgumentError(
+                f"append_one needs a single-lane store; this one has lanes={self.lanes}"
+            )
+        with self.lock:
+            row = self._make_room(1, timeout) if self.next_id >= self.capacity else self.next_id
+            first = self.next_id
+            for path, col in self.columns.items():
+                col[row] = step[path]
+            self.next_id = first + 1
+            return first
+
+    def reset(self) -> None:
+        """Forget every step (the arrays keep their memory); attached tables are reset."""
+        with self.lock:
+            for table in self._tables:
+                table._reset_locked()
+            self.next_id = 0
+            self.lock.notify_all()
+
+    def __repr__(self) -> str:
+        return (
+            f"StepStore(capacity={self.capacity}, lanes={self.lanes}, steps={self.num_steps}, "
+            f"{self.signature!r})"
+        )

@@ -1,0 +1,680 @@
+"""The replay table: items over a step store, a sampler, a remover and a rate limiter."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from rlreplay.errors import (
+    ClosedError,
+    InvalidArgumentError,
+    RateLimiterTimeoutError,
+    describe,
+)
+from rlreplay.keys import check_priorities, make_keys, split_keys
+from rlreplay.layout import ItemLayout
+from rlreplay.rate_limiters import MinSize, Queue, RateLimiter
+from rlreplay.sample import Sample, SampleInfo
+from rlreplay.selectors import Fifo, Lifo, Selector, Uniform
+from rlreplay.specs import Signature
+from rlreplay.storage import StepStore
+
+OVERWRITE_POLICIES = ("evict", "block")
+
+
+@dataclass
+class TableInfo:
+    """Counters and configuration of a table at one moment (all counts since creation)."""
+
+    name: str
+    size: int
+    max_size: int
+    store_capacity: int
+    stored_steps: int
+    sampler: str
+    remover: str
+    rate_limiter: dict
+    max_times_sampled: int
+    inserts: int
+    samples: int
+    deletes: int
+    evictions: int
+    overwrite_evictions: int
+    stale_updates: int
+    stale_deletes: int
+    insert_blocked_s: float
+    sample_blocked_s: float
+    index_bytes: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _check_timeout(timeout: float | None) -> float | None:
+    if timeout is None:
+        return None
+    if not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise InvalidArgumentError(
+            f"timeout={describe(timeout)} must be a number of seconds > 0, or None to wait "
+            "without limit; use can_insert()/can_sample() to check without waiting"
+        )
+    return float(timeout)
+
+
+class Table:
+    """A replay table: the central noun of rlreplay.
+
+    An *item* is what a sampler picks: an anchor step in the table's :class:`StepStore`
+    plus a priority, a 64-bit key and a ``times_sampled`` count. Its data is a window over
+    the stored steps described by the table's :class:`ItemLayout` (rows, transitions,
+    sequences), so steps are stored once however many items and tables read them. A table
+    holds at most one item per anchor step.
+
+    The *sampler* chooses which items :meth:`sample` returns; the *remover* chooses which
+    item to evict when an insert would exceed ``max_size``. Items are also removed when
+    they have been sampled ``max_times_sampled`` times, when deleted, and before the store
+    overwrites their oldest step (or, with ``on_overwrite="block"``, the store waits).
+
+    The *rate limiter* blocks inserts that run too far ahead of samples and samples that
+    run too far ahead of inserts; every blocking call takes a ``timeout`` in seconds.
+    All methods are thread-safe; tables over one store share its lock.
+
+    Args:
+        name: table name (used by servers, checkpoints and error messages).
+        signature: step fields, when the table should create its own store.
+        capacity: steps the table's own store keeps (default ``max_size``).
+        store: an existing :class:`StepStore` to share with other tables.
+        layout: item layout (default: one stored step per item, field by field).
+        sampler: selector that samples (default :class:`Uniform`).
+        remover: selector that evicts (default :class:`Fifo`).
+        max_size: most items held (default: the store's capacity).
+        rate_limiter: default ``MinSize(1)``.
+        max_times_sampled: remove an item after this many samples (0: never).
+        default_priority: priority of items inserted without one; ``None`` uses the largest
+            priority inserted or updated so far (1.0 at first), the PER convention.
+        on_overwrite: ``"evict"`` removes items whose steps the store overwrites;
+            ``"block"`` makes the store wait until they are consumed (queues).
+        seed: seed of the table's random generator.
+
+    Raises:
+        InvalidArgumentError: for inconsistent arguments (each message says which).
+
+    Example:
+        >>> table = Table("replay", signature={"obs": ((4,), "float32"), "reward": "float32"},
+        ...               max_size=1000)
+        >>> keys = table.insert({"obs": np.zeros((8, 4)), "reward": np.ones(8)})
+        >>> batch = table.sample(4)
+        >>> batch.data["obs"].shape
+        (4, 4)
+    """
+
+    def __init__(
+        self,
+        name: str = "table",
+        *,
+        signature: Mapping[str, Any] | Signature | None = None,
+        capacity: int | None = None,
+        store: StepStore | None = None,
+        layout: ItemLayout | None = None,
+        sampler: Selector | None = None,
+        remover: Selector | None = None,
+        max_size: int | None = None,
+        rate_limiter: RateLimiter | None = None,
+        max_times_sampled: int = 0,
+        default_priority: float | None = None,
+        on_overwrite: str = "evict",
+        seed: int | None = None,
+    ):
+        if not isinstance(name, str) or not name:
+            raise InvalidArgumentError(f"name={describe(name)} must be a non-empty string")
+        if store is None:
+            if signature is None:
+                raise InvalidArgumentError(
+                    "give either store= (to share steps) or signature= (to own a store)"
+                )
+            size = capacity if capacity is not None else max_size
+            if size is None:
+                raise InvalidArgumentError("give capacity= or max_size= with signature=")
+            store = StepStore(signature, size)
+        elif signature is not None and Signature(signature) != store.signature:
+            raise InvalidArgumentError("signature= differs from store.signature; pass one")
+        self.name = name
+        self.store = store
+        self.layout = layout if layout is not None else ItemLayout.rows(store.signature)
+        if self.layout.signature != store.signature:
+            raise InvalidArgumentError("layout was built for another signature than the store's")
+        if self.layout.span * store.lanes > store.capacity:
+            raise InvalidArgumentError(
+                f"items span {self.layout.span} steps, more than the store's "
+                f"{store.capacity // store.lanes} steps per lane; enlarge the store"
+            )
+        cap = store.capacity
+        self.max_size = cap if max_size is None else max_size
+        if not isinstance(self.max_size, (int, np.integer)) or not 1 <= self.max_size <= cap:
+            raise InvalidArgumentError(
+                f"max_size={describe(max_size)} must be an int in [1, {cap}]: a table holds "
+                "at most one item per stored step"
+            )
+        if not isinstance(max_times_sampled, int) or max_times_sampled < 0:
+            raise InvalidArgumentError(
+                f"max_times_sampled={describe(max_times_sampled)} must be an int >= 0 (0: no limit)"
+            )
+        if on_overwrite not in OVERWRITE_POLICIES:
+            raise InvalidArgumentError(
+                f"on_overwrite={on_overwrite!r} is unknown; choose one of {OVERWRITE_POLICIES}"
+            )
+        if default_priority is not None:
+            check_priorities(default_priority, 1, "default_priority")
+        self.sampler = sampler if sampler is not None else Uniform()
+        self.remover = remover if remover is not None else Fifo()
+        if self.sampler is self.remover:
+            raise InvalidArgumentError(
+                "sampler and remover are the same object; give each its own instance"
+            )
+        self.rate_limiter = rate_limiter if rate_limiter is not None else MinSize(1)
+        self.max_times_sampled = max_times_sampled
+        self.default_priority = default_priority
+        self.on_overwrite = on_overwrite
+        self.rng = np.random.default_rng(seed)
+
+        # Per-slot item state; slot == the anchor step's row in the store.
+        self._priority = np.zeros(cap, dtype=np.float64)
+        self._times_sampled = np.zeros(cap, dtype=np.uint32)
+        self._generation = np.zeros(cap, dtype=np.uint32)
+        self._live = np.zeros(cap, dtype=bool)
+        self.sampler.bind(cap)
+        self.remover.bind(cap)
+        self.size = 0
+        self._max_priority = 1.0
+        self._counts = dict.fromkeys(
+            ("deletes", "evictions", "overwrite_evictions", "stale_updates", "stale_deletes"), 0
+        )
+        self._closed = False
+        self.lock = store.lock
+        store.attach(self)
+
+    # ------------------------------------------------------------ constructors
+    @classmethod
+    def queue(cls, name: str, size: int, **kwargs: Any) -> Table:
+        """A FIFO queue: each item sampled once, inserts block when ``size`` items wait.
+
+        Takes the same keyword arguments as :class:`Table` (``signature``/``store``, ...).
+        """
+        return cls._ordered(name, size, Fifo, **kwargs)
+
+    @classmethod
+    def stack(cls, name: str, size: int, **kwargs: Any) -> Table:
+        """A LIFO stack: like :meth:`queue` but the newest item is sampled first."""
+        return cls._ordered(name, size, Lifo, **kwargs)
+
+    @classmethod
+    def _ordered(cls, name: str, size: int, selector: type, **kwargs: Any) -> Table:
+        if "signature" in kwargs and "store" not in kwargs:
+            kwargs.setdefault("capacity", size * 2)
+        return cls(
+            name,
+            sampler=selector(),
+            remover=selector(),
+            max_size=size,
+            max_times_sampled=1,
+            rate_limiter=Queue(size),
+            on_overwrite="block",
+            **kwargs,
+        )
+
+    # ---------------------------------------------------------------- waiting
+    def _wait_for(self, allowed, timeout: float | None, what: str, counter: str) -> None:
+        """Wait on the store's condition until ``allowed()``; called with the lock held."""
+        if self._closed:
+            raise ClosedError(f"table {self.name!r} is closed")
+        if allowed():
+            return
+        start = time.monotonic()
+        deadline = None if timeout is None else start + timeout
+        try:
+            while not allowed():
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise RateLimiterTimeoutError(
+                        f"{what} on table {self.name!r} was blocked by its rate limiter for "
+                        f"{timeout}s (size={self.size}, inserts={self.rate_limiter.inserts}, "
+                        f"samples={self.rate_limiter.samples}, {self.rate_limiter!r})"
+                    )
+                self.lock.wait(remaining)
+                if self._closed:
+                    raise ClosedError(f"table {self.name!r} was closed while {what} waited")
+        finally:
+            limiter = self.rate_limiter
+            setattr(limiter, counter, getattr(limiter, counter) + time.monotonic() - start)
+
+    def can_insert(self, num_inserts: int = 1) -> bool:
+        """Whether inserting ``num_inserts`` items would proceed now without blocking."""
+        with self.lock:
+            return self.rate_limiter.can_insert(num_inserts, self.size)
+
+    def can_sample(self, num_samples: int = 1) -> bool:
+        """Whether sampling ``num_samples`` items would proceed now without blocking."""
+        with self.lock:
+            return self.size > 0 and self.rate_limiter.can_sample(num_samples, self.size)
+
+    # --------------------------------------------------------------- inserting
+    def insert(
+        self,
+        rows: Mapping[str, Any],
+        priorities: Any = None,
+        *,
+        timeout: float | None = None,
+    ) -> np.ndarray:
+        """Append rows to the store, each becoming its own item (the cpprb-style fast path).
+
+        Args:
+            rows: dict of arrays, each ``[n, *shape]`` (or one row without the batch axis).
+            priorities: ``n`` priorities, one for all, or ``None`` for the default priority.
+            timeout: seconds to wait for the rate limiter; ``None`` waits without limit.
+
+        Returns:
+            int64 keys of the new items.
+
+        Raises:
+            InvalidArgumentError: if the table's layout is not rows (use a writer), or on
+                bad rows or priorities; nothing is stored then.
+            RateLimiterTimeoutError: if the limiter blocked the insert for ``timeout``.
+        """
+        if not self.layout.is_rows:
+            raise InvalidArgumentError(
+                f"table {self.name!r} has items spanning {self.layout.span} steps; insert() "
+                "stores one row per item, so append steps with a TrajectoryWriter instead"
+            )
+        store = self.store
+        arrays, n = self._as_row_batch(rows)
+        if n < 1 or n > self.max_size or n % store.lanes:
+            raise InvalidArgumentError(
+                f"rows hold {n} rows; insert between 1 and max_size={self.max_size} at once"
+                + (f", a multiple of lanes={store.lanes}" if store.lanes > 1 else "")
+            )
+        prios = self._priorities_or_default(priorities, n)
+        timeout = _check_timeout(timeout)
+        self.rate_limiter.check_insert_batch(n)
+        with self.lock:
+            self._wait_for(
+                lambda: self.rate_limiter.can_insert(n, self.size),
+                timeout,
+                "insert",
+                "insert_blocked_s",
+            )
+            first = store._append_locked(arrays, n, timeout)
+            start = first % store.capacity
+            if start + n <= store.capacity:
+                slots = np.arange(start, start + n)
+            else:
+                slots = (np.arange(first, first + n)) % store.capacity
+            return self._insert_items_locked(slots, prios)
+
+    def _as_row_batch(self, rows: Mapping[str, Any]) -> tuple[dict, int]:
+        sig = self.store.signature
+        if isinstance(rows, Mapping) and rows:
+            first_path, first_spec = next(iter(sig.fields.items()))
+            probe = rows.get(first_path.split("/")[0])
+            if "/" in first_path:
+                probe = None
+            if probe is not None and np.ndim(probe) == len(first_spec.shape):
+                one = sig.check_step(rows, "rows")
+                return {p: a[None] for p, a in one.items()}, 1
+        return sig.check_batch(rows, "rows")
+
+    def _priorities_or_default(self, priorities: Any, n: int) -> np.ndarray | None:
+        if priorities is None:
+            return None
+        return check_priorities(priorities, n)
+
+    def create_item(
+        self, anchor_id: int, priority: float | None = None, *, timeout: float | None = None
+    ) -> int:
+        """Create one item anchored at stored step ``anchor_id``; returns its key.
+
+        Writers call this; the item reads ``layout.span`` steps from the anchor (every
+        ``store.lanes`` ids), all of which must be stored.
+
+        Raises:
+            InvalidArgumentError: if the window is not fully stored, the table already holds
+                an item at that anchor, or the priority is invalid.
+            RateLimiterTimeoutError: if the limiter blocked the insert for ``timeout``.
+        """
+        return int(self.create_items(np.array([anchor_id]), priority, timeout=timeout)[0])
+
+    def create_items(
+        self,
+        anchor_ids: np.ndarray,
+        priorities: Any = None,
+        *,
+        timeout: float | None = None,
+    ) -> np.ndarray:
+        """Batch form of :meth:`create_item`; returns the new keys."""
+        ids = np.asarray(anchor_ids, dtype=np.int64).reshape(-1)
+        n = len(ids)
+        prios = self._priorities_or_default(priorities, n)
+        timeout = _check_timeout(timeout)
+        store = self.store
+        last_offset = (self.layout.span - 1) * store.lanes
+        with self.lock:
+            self._wait_for(
+                lambda: self.rate_limiter.can_insert(n, self.size),
+                timeout,
+                "insert",
+                "insert_blocked_s",
+            )
+            if n == 0:
+                return np.zeros(0, dtype=np.int64)
+            if ids.min() < store.oldest_id or ids.max() + last_offset >= store.next_id:
+                raise InvalidArgumentError(
+                    f"anchor ids {describe(ids.tolist())} with span {self.layout.span} reach "
+                    f"outside the stored steps [{store.oldest_id}, {store.next_id}); create "
+                    "items only over steps already appended and not yet overwritten"
+                )
+            slots = ids % store.capacity
+            if self._live[slots].any() or len(np.unique(slots)) != n:
+                raise InvalidArgumentError(
+                    f"table {self.name!r} already holds an item anchored at one of steps "
+                    f"{describe(ids.tolist())}; a table holds at most one item per anchor step"
+                )
+            return self._insert_items_locked(slots, prios)
+
+    def _insert_items_locked(self, slots: np.ndarray, prios: np.ndarray | None) -> np.ndarray:
+        n = len(slots)
+        if prios is None:
+            fill = self.default_priority
+            prios = np.full(n, self._max_priority if fill is None else fill)
+        else:
+            self._max_priority = max(self._max_priority, float(prios.max()))
+        excess = self.size + n - self.max_size
+        if excess > 0:
+            victims = self.remover.choose_victims(excess, self.rng)
+            self._remove_locked(victims)
+            self._counts["evictions"] += len(victims)
+        self._generation[slots] += 1
+        self._priority[slots] = prios
+        self._times_sampled[slots] = 0
+        self._live[slots] = True
+        self.sampler.insert(slots, prios)
+        self.remover.insert(slots, prios)
+        self.size += n
+        self.rate_limiter.inserts += n
+        self.lock.notify_all()
+        return make_keys(slots, self._generation[slots])
+
+    # ----------------------------------------------------------------- removal
+    def _remove_locked(self, slots: np.ndarray) -> None:
+        self._live[slots] = False
+        self.sampler.delete(slots)
+        self.remover.delete(slots)
+        self.size -= len(slots)
+
+    def _on_overwrite(self, start: int, n: int) -> None:
+        """Store hook: rows ``[start, start + n)`` (wrapping) are about to be overwritten."""
+        cap = self.store.capacity
+        if n == 1:
+            if not self._live[start]:
+                return
+            doomed = np.array([start])
+        else:
+            end = start + n
+            if end <= cap:
+                doomed = np.flatnonzero(self._live[start:end]) + start
+            else:
+                doomed = np.concatenate(
+                    [
+                        np.flatnonzero(self._live[start:]) + start,
+                        np.flatnonzero(self._live[: end - cap]),
+                    ]
+                )
+            if len(doomed) == 0:
+                return
+        self._remove_locked(doomed)
+        self._counts["overwrite_evictions"] += len(doomed)
+        self.lock.notify_all()
+
+    def _blocks_overwrite(self, start: int, n: int) -> bool:
+        if self.on_overwrite != "block" or self.size == 0:
+            return False
+        cap = self.store.capacity
+        end = start + n
+        if end <= cap:
+            return bool(self._live[start:end].any())
+        return bool(self._live[start:].any() or self._live[: end - cap].any())
+
+    # ----------------------------------------------------------------- sampling
+    def sample(self, batch_size: int, *, timeout: float | None = None) -> Sample:
+        """Draw ``batch_size`` items (with replacement for random samplers).
+
+        A batch behaves as ``batch_size`` consecutive single samples: an item that reaches
+        ``max_times_sampled`` is removed and not returned again.
+
+        Args:
+            batch_size: items to draw, ``1 <= batch_size <= max_size``.
+            timeout: seconds to wait for the rate limiter (``None``: without limit).
+
+        Returns:
+            :class:`Sample` with ``data`` (``[B, ...]`` per layout field) and ``info``.
+
+        Raises:
+            InvalidArgumentError: for a bad ``batch_size`` or ``timeout``.
+            DeadlockError: if the rate limiter could never admit ``batch_size`` samples.
+            RateLimiterTimeoutError: if the limiter blocked the sample for ``timeout``.
+            ClosedError: if the table was closed while waiting.
+        """
+        if not isinstance(batch_size, (int, np.integer)) or not 1 <= batch_size <= self.max_size:
+            raise InvalidArgumentError(
+                f"batch_size={describe(batch_size)} must be an int in [1, max_size={self.max_size}]"
+            )
+        n = int(batch_size)
+        timeout = _check_timeout(timeout)
+        self.rate_limiter.check_sample_batch(n)
+        with self.lock:
+            self._wait_for(
+                lambda: self.size > 0 and self.rate_limiter.can_sample(n, self.size),
+                timeout,
+                "sample",
+                "sample_blocked_s",
+            )
+            return self._sample_locked(n)
+
+    def _sample_locked(self, n: int) -> Sample:
+        size = self.size
+        min_probability = self.sampler.min_probability()
+        if self.sampler.deterministic:
+            slots = self._deterministic_picks(n)
+            probabilities = np.ones(len(slots))
+        else:
+            slots, probabilities = self.sampler.sample(n, self.rng)
+            if self.max_times_sampled:
+                uniq, counts = np.unique(slots, return_counts=True)
+                left = self.max_times_sampled - self._times_sampled[uniq].astype(np.int64)
+                if (counts > left).any():
+                    slots, probabilities = self._sequential_picks(n)
+        priorities = self._priority[slots]
+        if self.max_times_sampled == 0 and len(np.unique(slots)) == len(slots):
+            self._times_sampled[slots] += 1
+            times = self._times_sampled[slots].copy()
+        else:
+            times = self._count_samples(slots)
+        keys = make_keys(slots, self._generation[slots])
+        data = self._gather(slots)
+        if self.max_times_sampled:
+            done = np.unique(slots[times >= self.max_times_sampled])
+            if len(done):
+                self._remove_locked(done)
+        self.rate_limiter.samples += len(slots)
+        self.lock.notify_all()
+        info = SampleInfo(keys, probabilities, priorities, times, size, min_probability)
+        return Sample(data, info)
+
+    def _count_samples(self, slots: np.ndarray) -> np.ndarray:
+        """Increment times_sampled; each entry sees the count as of its own draw."""
+        order = np.argsort(slots, kind="stable")
+        sorted_slots = slots[order]
+        starts = np.r_[0, np.flatnonzero(np.diff(sorted_slots)) + 1]
+        rank = np.arange(len(slots)) - np.repeat(starts, np.diff(np.r_[starts, len(slots)]))
+        times = np.empty(len(slots), dtype=np.int64)
+        times[order] = self._times_sampled[sorted_slots].astype(np.int64) + rank + 1
+        np.add.at(self._times_sampled, slots, 1)
+        return times
+
+    def _deterministic_picks(self, n: int) -> np.ndarray:
+        if self.max_times_sampled == 0:
+            return self.sampler.sample(n, self.rng)[0]
+        order = self.sampler.first(n)
+        left = self.max_times_sampled - self._times_sampled[order].astype(np.int64)
+        return np.repeat(order, left)[:n]
+
+    def _sequential_picks(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Draw one at a time, hiding exhausted items until the batch is complete."""
+        slots = np.empty(n, dtype=np.int64)
+        probs = np.empty(n)
+        hidden: list[int] = []
+        extra: dict[int, int] = {}
+        for i in range(n):
+            if self.sampler.size == 0:
+                slots, probs = slots[:i], probs[:i]
+                break
+            s, p = self.sampler.sample(1, self.rng)
+            s0 = int(s[0])
+            slots[i], probs[i] = s0, p[0]
+            extra[s0] = extra.get(s0, 0) + 1
+            if self._times_sampled[s0] + extra[s0] >= self.max_times_sampled:
+                self.sampler.delete(np.array([s0]))
+                hidden.append(s0)
+        if hidden:
+            arr = np.array(hidden)
+            self.sampler.insert(arr, self._priority[arr])
+        return slots, probs
+
+    def _gather(self, slots: np.ndarray) -> dict[str, np.ndarray]:
+        store = self.store
+        cols = store.columns
+        out = {}
+        cap = store.capacity
+        for name, win in self.layout.windows.items():
+            col = cols[win.column]
+            if win.length is None:
+                rows = slots if win.offset == 0 else (slots + win.offset * store.lanes) % cap
+            else:
+                steps = (np.arange(win.length) + win.offset) * store.lanes
+                rows = (slots[:, None] + steps) % cap
+            out[name] = col[rows]
+        return out
+
+    # ------------------------------------------------------ priorities, deletes
+    def update_priorities(self, keys: Any, priorities: Any) -> int:
+        """Set new priorities; keys of items no longer held are skipped and counted.
+
+        Duplicate keys: the last priority given wins.
+
+        Returns:
+            How many items were updated.
+
+        Raises:
+            InvalidArgumentError: for keys not made by this table or invalid priorities.
+        """
+        keys, slots, gens = split_keys(keys, self.store.capacity)
+        prios = check_priorities(priorities, len(keys))
+        with self.lock:
+            slots, prios = self._current(slots, gens, prios, "stale_updates")
+            if len(slots):
+                self._priority[slots] = prios
+                self._max_priority = max(self._max_priority, float(prios.max()))
+                self.sampler.update(slots, prios)
+                self.remover.update(slots, prios)
+            return len(slots)
+
+    def delete(self, keys: Any) -> int:
+        """Remove items; keys of items no longer held are skipped and counted.
+
+        Returns:
+            How many items were removed.
+
+        Raises:
+            InvalidArgumentError: for keys not made by this table.
+        """
+        keys, slots, gens = split_keys(keys, self.store.capacity)
+        with self.lock:
+            slots, _ = self._current(slots, gens, None, "stale_deletes")
+            if len(slots):
+                self._remove_locked(slots)
+                self._counts["deletes"] += len(slots)
+                self.lock.notify_all()
+            return len(slots)
+
+    def _current(self, slots, gens, values, stale_counter):
+        """Keep the last occurrence of each held key; count the stale ones."""
+        held = self._live[slots] & (self._generation[slots] == gens)
+        self._counts[stale_counter] += int((~held).sum())
+        slots = slots[held]
+        values = None if values is None else values[held]
+        if len(slots) > 1:
+            rev_unique, rev_index = np.unique(slots[::-1], return_index=True)
+            if len(rev_unique) != len(slots):
+                keep = len(slots) - 1 - rev_index
+                slots = slots[keep]
+                values = None if values is None else values[keep]
+        return slots, values
+
+    # ----------------------------------------------------------- housekeeping
+    def reset(self) -> None:
+        """Remove every item and zero the rate limiter's counts (stored steps stay)."""
+        with self.lock:
+            self._reset_locked()
+            self.lock.notify_all()
+
+    def _reset_locked(self) -> None:
+        self._live.fill(False)
+        self.sampler.clear()
+        self.remover.clear()
+        self.size = 0
+        self._max_priority = 1.0
+        self.rate_limiter.reset()
+
+    def close(self) -> None:
+        """Wake every blocked call with :class:`ClosedError` and refuse new blocking calls."""
+        with self.lock:
+            self._closed = True
+            self.lock.notify_all()
+
+    def index_nbytes(self) -> int:
+        """Bytes of item bookkeeping (per-slot state, sampler and remover indexes)."""
+        own = (self._priority, self._times_sampled, self._generation, self._live)
+        return sum(a.nbytes for a in own) + self.sampler.nbytes() + self.remover.nbytes()
+
+    def info(self) -> TableInfo:
+        """A snapshot of the table's counters and configuration."""
+        with self.lock:
+            lim = self.rate_limiter
+            return TableInfo(
+                name=self.name,
+                size=self.size,
+                max_size=self.max_size,
+                store_capacity=self.store.capacity,
+                stored_steps=self.store.num_steps,
+                sampler=repr(self.sampler),
+                remover=repr(self.remover),
+                rate_limiter=lim.config(),
+                max_times_sampled=self.max_times_sampled,
+                inserts=lim.inserts,
+                samples=lim.samples,
+                insert_blocked_s=lim.insert_blocked_s,
+                sample_blocked_s=lim.sample_blocked_s,
+                index_bytes=self.index_nbytes(),
+                **self._counts,
+            )
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __repr__(self) -> str:
+        return (
+            f"Table({self.name!r}, size={self.size}/{self.max_size}, sampler={self.sampler!r}, "
+            f"remover={self.remover!r}, {self.rate_limiter!r})"
+        )
