@@ -160,7 +160,7 @@ def MinSize(min_size_to_sample: int = 1) -> RateLimiter:
 def SampleToInsertRatio(
     samples_per_insert: float, min_size_to_sample: int, error_buffer: float
 ) -> RateLimiter:
-    """Hold ``samples / inserts`` near ``samples_per_insert`` once ``min_size_to_sample`` is reached.
+    """Hold ``samples / inserts`` near ``samples_per_insert`` once the table is big enough.
 
     ``diff`` may wander ``error_buffer`` either side of ``min_size_to_sample *
     samples_per_insert``; the side that gets ahead blocks.

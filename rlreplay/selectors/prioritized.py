@@ -15,9 +15,10 @@ class Prioritized(Selector):
     """Samples in proportion to ``priority ** priority_exponent`` (PER's alpha).
 
     Index: a 16-ary float64 sum tree over ``priority ** priority_exponent`` (about 8.6 bytes
-    per slot), a held flag (1 byte) and a min tree of the same size for :meth:`min_probability` (importance
-    weights normalised by the table-wide maximum). Costs, batch of ``b``: sample, insert,
-    update and delete ``O(b * 16 * log16 n)``, vectorised per tree level.
+    per slot), a held flag (1 byte) and a min tree of the same size for
+    :meth:`min_probability` (importance weights normalised by the table-wide maximum).
+    Costs, batch of ``b``: sample, insert, update and delete ``O(b * 16 * log16 n)``,
+    vectorised per tree level.
 
     Args:
         priority_exponent: alpha >= 0; 0 is uniform, 1 fully proportional.
