@@ -122,7 +122,7 @@ class TrajectoryWriter:
 
     def create_item(
         self,
-        table: Table,
+        table: Table | str,
         priority: float | None = None,
         *,
         start: int | None = None,
@@ -131,7 +131,7 @@ class TrajectoryWriter:
         """Create an item in ``table`` over this stream's recent steps; returns its key.
 
         Args:
-            table: one of the writer's tables.
+            table: one of the writer's tables, or its name.
             priority: the item's priority (``None``: the table's default).
             start: the item's first step as a negative index into this episode's steps
                 (``-1`` is the latest); default ``-table.layout.span``, so the item ends at
@@ -145,11 +145,7 @@ class TrajectoryWriter:
         """
         if self._closed:
             raise ClosedError("the writer is closed")
-        if not any(t is table for t in self.tables):
-            raise InvalidArgumentError(
-                f"table {getattr(table, 'name', table)!r} is not one of this writer's tables "
-                f"{[t.name for t in self.tables]}"
-            )
+        table = self._table(table)
         span = table.layout.span
         start = -span if start is None else start
         if not isinstance(start, int) or start >= 0 or -start > len(self._ids):
@@ -164,6 +160,15 @@ class TrajectoryWriter:
             )
         anchor = self._ids[len(self._ids) + start]
         return table.create_item(anchor, priority, timeout=timeout)
+
+    def _table(self, table: Table | str) -> Table:
+        for t in self.tables:
+            if t is table or t.name == table:
+                return t
+        raise InvalidArgumentError(
+            f"table {getattr(table, 'name', table)!r} is not one of this writer's tables "
+            f"{[t.name for t in self.tables]}"
+        )
 
     def end_episode(self) -> None:
         """End the current episode: later items cannot reach the steps before this call."""
