@@ -197,4 +197,9 @@ def Queue(size: int) -> RateLimiter:
     return RateLimiter(1.0, 1, 0.0, float(size))
 
 
-Stack = Queue  # the same limiter; a stack differs from a queue only in its selectors
+def Stack(size: int) -> RateLimiter:
+    """The :func:`Queue` rule for a stack: at most ``size`` items wait, each sampled once.
+
+    A stack differs from a queue only in its selectors (:class:`Lifo`), not in its limits.
+    """
+    return Queue(size)
