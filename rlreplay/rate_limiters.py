@@ -91,33 +91,45 @@ class RateLimiter:
             return False
         return self.inserts * self.samples_per_insert - (self.samples + n) >= self.min_diff
 
-    def check_sample_batch(self, n: int) -> None:
-        """Reject a batch that this limiter could never let through.
+    def check_sample_batch(self, n: int, size: int = 0) -> None:
+        """Reject a batch that this limiter could never let through from its current state.
+
+        ``diff`` never rises above ``max_diff`` through inserts, except that the inserts
+        that fill a table of ``size`` items up to ``min_size_to_sample`` are always allowed;
+        a batch that would take ``diff`` below ``min_diff`` even from that highest reachable
+        ``diff`` can never proceed.
 
         Raises:
-            DeadlockError: if ``n`` exceeds the largest batch the limiter can admit.
+            DeadlockError: if ``n`` exceeds the largest batch the limiter can ever admit.
         """
-        largest = self.max_diff - self.min_diff
-        if n > largest and math.isfinite(largest):
+        spi = self.samples_per_insert
+        diff = self.inserts * spi - self.samples
+        ceiling = max(self.max_diff, diff + max(0, self.min_size_to_sample - size) * spi)
+        if ceiling - n < self.min_diff and math.isfinite(ceiling - self.min_diff):
             raise DeadlockError(
                 f"batch_size={n} can never be sampled: this rate limiter admits at most "
-                f"{largest:g} samples between inserts (max_diff - min_diff); sample smaller "
-                "batches or widen the limiter's error buffer"
+                f"{ceiling - self.min_diff:g} samples between inserts (max_diff - min_diff); "
+                "sample smaller batches or widen the limiter's error buffer"
             )
 
     def check_insert_batch(self, n: int) -> None:
-        """Reject an insert batch this limiter could never let through.
+        """Reject an insert batch this limiter could never let through from its current state.
+
+        Samples never take ``diff`` below ``min_diff``, so a batch larger than
+        ``min_size_to_sample`` that would exceed ``max_diff`` even from the lowest reachable
+        ``diff`` can never proceed.
 
         Raises:
             DeadlockError: if ``n`` items would overshoot ``max_diff`` even after every
-                pending sample.
+                possible sample.
         """
-        largest = (self.max_diff - self.min_diff) / self.samples_per_insert
-        if n > max(largest, self.min_size_to_sample) and math.isfinite(largest):
+        spi = self.samples_per_insert
+        floor = min(self.min_diff, self.inserts * spi - self.samples)
+        if n > self.min_size_to_sample and floor + n * spi > self.max_diff:
             raise DeadlockError(
                 f"inserting {n} items at once can never be admitted: this rate limiter "
-                f"allows at most {largest:g} inserts ahead of the samples; insert smaller "
-                "batches or widen the limiter's error buffer"
+                f"allows at most {(self.max_diff - floor) / spi:g} inserts ahead of the "
+                "samples; insert smaller batches or widen the limiter's error buffer"
             )
 
     # Bookkeeping ---------------------------------------------------------------

@@ -472,7 +472,7 @@ class Table:
             )
         n = int(batch_size)
         timeout = _check_timeout(timeout)
-        self.rate_limiter.check_sample_batch(n)
+        self.rate_limiter.check_sample_batch(n, self.size)
         with self.lock:
             self._wait_for(
                 lambda: self.size > 0 and self.rate_limiter.can_sample(n, self.size),
