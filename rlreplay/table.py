@@ -11,6 +11,7 @@ import numpy as np
 
 from rlreplay.errors import (
     ClosedError,
+    DeadlockError,
     InvalidArgumentError,
     RateLimiterTimeoutError,
     describe,
@@ -102,6 +103,7 @@ class Table:
 
     Raises:
         InvalidArgumentError: for inconsistent arguments (each message says which).
+        DeadlockError: if the rate limiter's ``min_size_to_sample`` exceeds ``max_size``.
 
     Example:
         >>> table = Table("replay", signature={"obs": ((4,), "float32"), "reward": "float32"},
@@ -176,6 +178,13 @@ class Table:
                 "sampler and remover are the same object; give each its own instance"
             )
         self.rate_limiter = rate_limiter if rate_limiter is not None else MinSize(1)
+        if self.rate_limiter.min_size_to_sample > self.max_size:
+            raise DeadlockError(
+                f"rate_limiter needs min_size_to_sample={self.rate_limiter.min_size_to_sample} "
+                f"items before any sample, but max_size={self.max_size} caps the table below "
+                "that, so every sample would wait forever; raise max_size or lower "
+                "min_size_to_sample"
+            )
         self.max_times_sampled = max_times_sampled
         self.default_priority = default_priority
         self.on_overwrite = on_overwrite

@@ -1,0 +1,67 @@
+"""Shared helpers for the core tests: small tables whose rows carry their own step id."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from rlreplay import Table
+
+ROW_SIGNATURE = {"step": "int64", "obs": ((3,), "float32")}
+
+
+def rows(first: int, n: int) -> dict[str, np.ndarray]:
+    """``n`` rows whose ``step`` field is its id and ``obs`` repeats it (data to check)."""
+    ids = np.arange(first, first + n, dtype=np.int64)
+    return {"step": ids, "obs": np.repeat(ids[:, None], 3, axis=1).astype(np.float32)}
+
+
+def assert_rows_consistent(data: dict[str, np.ndarray]) -> None:
+    """Every returned row's fields agree with each other (no torn or mixed rows)."""
+    np.testing.assert_array_equal(data["obs"], np.repeat(data["step"][:, None], 3, axis=1))
+
+
+@pytest.fixture
+def make_table() -> Callable[..., Table]:
+    """Factory of row tables over ``ROW_SIGNATURE`` (keyword arguments go to Table)."""
+    tables: list[Table] = []
+
+    def make(**kwargs) -> Table:
+        kwargs.setdefault("signature", ROW_SIGNATURE)
+        kwargs.setdefault("seed", 0)
+        table = Table("t", **kwargs)
+        tables.append(table)
+        return table
+
+    yield make
+    for table in tables:
+        table.close()
+
+
+class Worker(threading.Thread):
+    """A thread that runs ``fn`` once and keeps its result or exception for the test."""
+
+    def __init__(self, fn: Callable[[], object]):
+        super().__init__(daemon=True)
+        self.fn = fn
+        self.result: object = None
+        self.error: BaseException | None = None
+        self.started_waiting = threading.Event()
+
+    def run(self) -> None:
+        self.started_waiting.set()
+        try:
+            self.result = self.fn()
+        except BaseException as exc:  # reported by the test that joins it
+            self.error = exc
+
+    def finish(self, timeout: float = 5.0) -> object:
+        """Join within ``timeout`` seconds; re-raise the thread's error; return its result."""
+        self.join(timeout)
+        assert not self.is_alive(), "worker thread did not finish in time"
+        if self.error is not None:
+            raise self.error
+        return self.result
