@@ -173,11 +173,23 @@ class Table:
             check_priorities(default_priority, 1, "default_priority")
         self.sampler = sampler if sampler is not None else Uniform()
         self.remover = remover if remover is not None else Fifo()
+        for role, selector in (("sampler", self.sampler), ("remover", self.remover)):
+            if not isinstance(selector, Selector):
+                raise InvalidArgumentError(
+                    f"{role}={describe(selector)} is not a selector instance; give e.g. "
+                    f"{role}=Uniform() or {role}=Prioritized(0.6)"
+                )
         if self.sampler is self.remover:
             raise InvalidArgumentError(
                 "sampler and remover are the same object; give each its own instance"
             )
         self.rate_limiter = rate_limiter if rate_limiter is not None else MinSize(1)
+        if not isinstance(self.rate_limiter, RateLimiter):
+            raise InvalidArgumentError(
+                f"rate_limiter={describe(rate_limiter)} is not a RateLimiter; give e.g. "
+                "MinSize(1) or SampleToInsertRatio(samples_per_insert, min_size_to_sample, "
+                "error_buffer)"
+            )
         if self.rate_limiter.min_size_to_sample > self.max_size:
             raise DeadlockError(
                 f"rate_limiter needs min_size_to_sample={self.rate_limiter.min_size_to_sample} "
