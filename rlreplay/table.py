@@ -630,8 +630,21 @@ class Table:
             return len(slots)
 
     def _current(self, slots, gens, values, stale_counter):
-        """Keep the last occurrence of each held key; count the stale ones."""
-        held = self._live[slots] & (self._generation[slots] == gens)
+        """Keep the last occurrence of each held key; count the stale ones.
+
+        Raises:
+            InvalidArgumentError: for a key this table never issued (generation 0 or newer
+                than its slot's); nothing is counted or changed then.
+        """
+        current = self._generation[slots]
+        unissued = (gens < 1) | (gens > current)
+        if unissued.any():
+            bad = make_keys(slots[unissued], gens[unissued])
+            raise InvalidArgumentError(
+                f"keys contains {describe(bad[:4].tolist())}, which this table never issued; "
+                "pass keys taken from this table's samples or inserts"
+            )
+        held = self._live[slots] & (current == gens)
         self._counts[stale_counter] += int((~held).sum())
         slots = slots[held]
         values = None if values is None else values[held]
