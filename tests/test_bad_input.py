@@ -1,0 +1,568 @@
+"""Bad input: each case gets a typed error naming the argument and changes nothing stored."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from conftest import ROW_SIGNATURE, rows
+
+from rlreplay import (
+    DeadlockError,
+    Fifo,
+    InvalidArgumentError,
+    ItemLayout,
+    MinSize,
+    Prioritized,
+    SignatureError,
+    StepStore,
+    Table,
+    TrajectoryWriter,
+    Uniform,
+    Window,
+)
+
+MAX_SIZE = 8
+
+
+def filled_table():
+    table = Table(
+        "t",
+        signature=ROW_SIGNATURE,
+        max_size=MAX_SIZE,
+        capacity=MAX_SIZE,
+        sampler=Prioritized(0.7),
+        seed=0,
+    )
+    keys = table.insert(rows(0, 5), priorities=[1.0, 2.0, 3.0, 4.0, 5.0])
+    table.sample(3)
+    return table, keys
+
+
+def snapshot(table):
+    """Everything a rejected call must leave unchanged: data, items, indexes, counters."""
+    info = table.info().to_dict()
+    state = {
+        "info": info,
+        "next_id": table.store.next_id,
+        "columns": {p: c.copy() for p, c in table.store.columns.items()},
+        "priority": table._priority.copy(),
+        "live": table._live.copy(),
+        "generation": table._generation.copy(),
+        "times_sampled": table._times_sampled.copy(),
+        "sampler": {k: np.copy(v) for k, v in table.sampler.state().items()},
+        "rng": table.rng.bit_generator.state,
+    }
+    return state
+
+
+def assert_same(a, b):
+    assert a["info"] == b["info"]
+    assert a["next_id"] == b["next_id"]
+    for p in a["columns"]:
+        np.testing.assert_array_equal(a["columns"][p], b["columns"][p])
+    for k in ("priority", "live", "generation", "times_sampled"):
+        np.testing.assert_array_equal(a[k], b[k])
+    for k in a["sampler"]:
+        np.testing.assert_array_equal(a["sampler"][k], b["sampler"][k])
+    assert a["rng"] == b["rng"]
+
+
+def stale_and_unissued_key(keys):
+    slot = int(keys[0]) & 0xFFFFFFFF
+    return np.array([(7 << 32) | slot], dtype=np.int64)
+
+
+@dataclass
+class Bad:
+    name: str
+    call: object  # (table, keys) -> None
+    error: type
+    words: tuple
+
+
+def bad_rows(**changes):
+    data = rows(10, 2)
+    for k, v in changes.items():
+        if v is None:
+            del data[k]
+        else:
+            data[k] = v
+    return data
+
+
+CASES = [
+    # --- rows
+    Bad(
+        "insert unknown field",
+        lambda t, k: t.insert({**rows(10, 2), "stp": np.zeros(2)}),
+        SignatureError,
+        ("stp",),
+    ),
+    Bad(
+        "insert missing field", lambda t, k: t.insert(bad_rows(obs=None)), SignatureError, ("obs",)
+    ),
+    Bad(
+        "insert wrong trailing shape",
+        lambda t, k: t.insert(bad_rows(obs=np.zeros((2, 4)))),
+        SignatureError,
+        ("obs", "(3,)"),
+    ),
+    Bad(
+        "insert float into int field",
+        lambda t, k: t.insert(bad_rows(step=np.zeros(2))),
+        SignatureError,
+        ("step", "float64"),
+    ),
+    Bad(
+        "insert batch sizes differ",
+        lambda t, k: t.insert(bad_rows(step=np.zeros(3, np.int64))),
+        SignatureError,
+        ("batch",),
+    ),
+    Bad("insert not a dict", lambda t, k: t.insert([1, 2, 3]), SignatureError, ("rows",)),
+    Bad(
+        "insert more rows than max_size",
+        lambda t, k: t.insert(rows(10, MAX_SIZE + 1)),
+        InvalidArgumentError,
+        ("max_size",),
+    ),
+    Bad("insert zero rows", lambda t, k: t.insert(rows(10, 0)), InvalidArgumentError, ("rows",)),
+    # --- priorities
+    Bad(
+        "insert NaN priority",
+        lambda t, k: t.insert(rows(10, 2), priorities=[1.0, np.nan]),
+        InvalidArgumentError,
+        ("priorities", "nan"),
+    ),
+    Bad(
+        "insert negative priority",
+        lambda t, k: t.insert(rows(10, 2), priorities=[-1.0, 1.0]),
+        InvalidArgumentError,
+        ("priorities", "-1.0"),
+    ),
+    Bad(
+        "insert infinite priority",
+        lambda t, k: t.insert(rows(10, 2), priorities=np.inf),
+        InvalidArgumentError,
+        ("priorities", "inf"),
+    ),
+    Bad(
+        "insert priorities wrong length",
+        lambda t, k: t.insert(rows(10, 2), priorities=[1.0]),
+        InvalidArgumentError,
+        ("priorities", "2"),
+    ),
+    Bad(
+        "insert priorities 2-d",
+        lambda t, k: t.insert(rows(10, 2), priorities=np.ones((2, 1))),
+        InvalidArgumentError,
+        ("priorities",),
+    ),
+    Bad(
+        "update NaN priority",
+        lambda t, k: t.update_priorities(k[:2], [np.nan, 1.0]),
+        InvalidArgumentError,
+        ("priorities", "nan"),
+    ),
+    Bad(
+        "update negative priority",
+        lambda t, k: t.update_priorities(k[:1], [-0.5]),
+        InvalidArgumentError,
+        ("priorities",),
+    ),
+    Bad(
+        "update infinite priority",
+        lambda t, k: t.update_priorities(k[:1], [np.inf]),
+        InvalidArgumentError,
+        ("priorities", "inf"),
+    ),
+    Bad(
+        "update priorities wrong length",
+        lambda t, k: t.update_priorities(k[:3], [1.0, 2.0]),
+        InvalidArgumentError,
+        ("priorities", "3"),
+    ),
+    # --- keys
+    Bad(
+        "update float keys",
+        lambda t, k: t.update_priorities(k.astype(float), np.ones(5)),
+        InvalidArgumentError,
+        ("keys",),
+    ),
+    Bad(
+        "update negative key",
+        lambda t, k: t.update_priorities([-3], [1.0]),
+        InvalidArgumentError,
+        ("keys", "-3"),
+    ),
+    Bad(
+        "update key of a slot the table lacks",
+        lambda t, k: t.update_priorities([MAX_SIZE], [1.0]),
+        InvalidArgumentError,
+        ("keys",),
+    ),
+    Bad(
+        "update key never issued",
+        lambda t, k: t.update_priorities(stale_and_unissued_key(k), [1.0]),
+        InvalidArgumentError,
+        ("keys",),
+    ),
+    Bad(
+        "update mixed good and unknown keys",
+        lambda t, k: t.update_priorities(np.r_[k[:2], stale_and_unissued_key(k)], np.ones(3)),
+        InvalidArgumentError,
+        ("keys",),
+    ),
+    Bad(
+        "delete 2-d keys", lambda t, k: t.delete(k.reshape(1, -1)), InvalidArgumentError, ("keys",)
+    ),
+    Bad(
+        "delete key never issued",
+        lambda t, k: t.delete(stale_and_unissued_key(k)),
+        InvalidArgumentError,
+        ("keys",),
+    ),
+    Bad("delete string keys", lambda t, k: t.delete(["a"]), InvalidArgumentError, ("keys",)),
+    # --- timeouts
+    Bad(
+        "insert timeout zero",
+        lambda t, k: t.insert(rows(10, 1), timeout=0),
+        InvalidArgumentError,
+        ("timeout",),
+    ),
+    Bad(
+        "insert timeout negative",
+        lambda t, k: t.insert(rows(10, 1), timeout=-1.0),
+        InvalidArgumentError,
+        ("timeout",),
+    ),
+    Bad(
+        "sample timeout zero",
+        lambda t, k: t.sample(1, timeout=0.0),
+        InvalidArgumentError,
+        ("timeout",),
+    ),
+    Bad(
+        "sample timeout string",
+        lambda t, k: t.sample(1, timeout="1"),
+        InvalidArgumentError,
+        ("timeout",),
+    ),
+    Bad(
+        "sample timeout NaN",
+        lambda t, k: t.sample(1, timeout=float("nan")),
+        InvalidArgumentError,
+        ("timeout",),
+    ),
+    # --- batch sizes
+    Bad("sample zero", lambda t, k: t.sample(0), InvalidArgumentError, ("batch_size",)),
+    Bad("sample negative", lambda t, k: t.sample(-2), InvalidArgumentError, ("batch_size",)),
+    Bad("sample float", lambda t, k: t.sample(2.0), InvalidArgumentError, ("batch_size",)),
+    Bad(
+        "sample more than max_size",
+        lambda t, k: t.sample(MAX_SIZE + 1),
+        InvalidArgumentError,
+        ("batch_size", "max_size"),
+    ),
+    # --- importance weights (the table is untouched: the batch is drawn before the case)
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_bad_input_is_rejected_and_changes_nothing(case):
+    table, keys = filled_table()
+    before = snapshot(table)
+    with pytest.raises(case.error) as err:
+        case.call(table, keys)
+    message = str(err.value)
+    for word in case.words:
+        assert word in message, f"{word!r} not in {message!r}"
+    assert_same(before, snapshot(table))
+    # The table still works after the rejected call.
+    table.insert(rows(20, 1), priorities=[1.0])
+    assert len(table.sample(2)) == 2
+
+
+WEIGHTS = [
+    ("beta above one", dict(beta=1.5), "beta"),
+    ("beta negative", dict(beta=-0.1), "beta"),
+    ("beta NaN", dict(beta=float("nan")), "beta"),
+    ("unknown normalisation", dict(beta=0.5, normalize="max"), "normalize"),
+]
+
+
+@pytest.mark.parametrize("kwargs,word", [c[1:] for c in WEIGHTS], ids=[c[0] for c in WEIGHTS])
+def test_bad_importance_weight_arguments(kwargs, word):
+    table, _ = filled_table()
+    batch = table.sample(4)
+    with pytest.raises(InvalidArgumentError, match=word):
+        batch.importance_weights(**kwargs)
+
+
+def make(**kwargs):
+    kwargs.setdefault("signature", ROW_SIGNATURE)
+    return Table("t", **kwargs)
+
+
+CONSTRUCTOR = [
+    (
+        "empty name",
+        lambda: Table("", signature=ROW_SIGNATURE, max_size=4),
+        InvalidArgumentError,
+        "name",
+    ),
+    (
+        "neither signature nor store",
+        lambda: Table("t", max_size=4),
+        InvalidArgumentError,
+        "signature",
+    ),
+    (
+        "signature without size",
+        lambda: Table("t", signature=ROW_SIGNATURE),
+        InvalidArgumentError,
+        "max_size",
+    ),
+    ("max_size zero", lambda: make(max_size=0, capacity=4), InvalidArgumentError, "max_size"),
+    (
+        "max_size above capacity",
+        lambda: make(max_size=9, capacity=8),
+        InvalidArgumentError,
+        "max_size",
+    ),
+    (
+        "max_times_sampled negative",
+        lambda: make(max_size=4, max_times_sampled=-1),
+        InvalidArgumentError,
+        "max_times_sampled",
+    ),
+    (
+        "unknown on_overwrite",
+        lambda: make(max_size=4, on_overwrite="drop"),
+        InvalidArgumentError,
+        "on_overwrite",
+    ),
+    (
+        "default_priority NaN",
+        lambda: make(max_size=4, default_priority=float("nan")),
+        InvalidArgumentError,
+        "default_priority",
+    ),
+    (
+        "default_priority negative",
+        lambda: make(max_size=4, default_priority=-1.0),
+        InvalidArgumentError,
+        "default_priority",
+    ),
+    (
+        "sampler is the remover",
+        lambda: make(max_size=4, sampler=(s := Fifo()), remover=s),
+        InvalidArgumentError,
+        "sampler",
+    ),
+    (
+        "sampler not a selector",
+        lambda: make(max_size=4, sampler="uniform"),
+        InvalidArgumentError,
+        "sampler",
+    ),
+    (
+        "remover not a selector",
+        lambda: make(max_size=4, remover=Fifo),
+        InvalidArgumentError,
+        "remover",
+    ),
+    (
+        "rate_limiter not a limiter",
+        lambda: make(max_size=4, rate_limiter=1.0),
+        InvalidArgumentError,
+        "rate_limiter",
+    ),
+    (
+        "min size above max_size",
+        lambda: make(max_size=4, rate_limiter=MinSize(5)),
+        DeadlockError,
+        "min_size_to_sample",
+    ),
+    (
+        "signature differs from store",
+        lambda: Table("t", signature={"a": "float32"}, store=StepStore(ROW_SIGNATURE, 4)),
+        InvalidArgumentError,
+        "signature",
+    ),
+    (
+        "layout for another signature",
+        lambda: Table(
+            "t",
+            store=StepStore(ROW_SIGNATURE, 4),
+            layout=ItemLayout.rows(StepStore({"a": "float32"}, 4).signature),
+        ),
+        InvalidArgumentError,
+        "layout",
+    ),
+    (
+        "item longer than the store",
+        lambda: Table(
+            "t",
+            store=(st := StepStore(ROW_SIGNATURE, 4)),
+            layout=ItemLayout.sequence(st.signature, 5),
+        ),
+        InvalidArgumentError,
+        "span",
+    ),
+    (
+        "layout window on unknown column",
+        lambda: ItemLayout({"x": Window("nope")}, StepStore(ROW_SIGNATURE, 4).signature),
+        InvalidArgumentError,
+        "nope",
+    ),
+    (
+        "layout negative offset",
+        lambda: ItemLayout({"x": Window("obs", -1)}, StepStore(ROW_SIGNATURE, 4).signature),
+        InvalidArgumentError,
+        "offset",
+    ),
+    (
+        "priority_exponent negative",
+        lambda: Prioritized(-0.5),
+        InvalidArgumentError,
+        "priority_exponent",
+    ),
+    (
+        "priority_exponent NaN",
+        lambda: Prioritized(float("nan")),
+        InvalidArgumentError,
+        "priority_exponent",
+    ),
+    ("store capacity zero", lambda: StepStore(ROW_SIGNATURE, 0), InvalidArgumentError, "capacity"),
+    (
+        "store capacity not a multiple of lanes",
+        lambda: StepStore(ROW_SIGNATURE, 5, lanes=2),
+        InvalidArgumentError,
+        "capacity",
+    ),
+    ("signature empty", lambda: StepStore({}, 4), InvalidArgumentError, "signature"),
+    (
+        "signature bad dtype",
+        lambda: StepStore({"a": ((2,), "no-such-dtype")}, 4),
+        InvalidArgumentError,
+        "dtype",
+    ),
+    (
+        "signature object dtype",
+        lambda: StepStore({"a": ((2,), object)}, 4),
+        InvalidArgumentError,
+        "dtype",
+    ),
+    ("writer with no tables", lambda: TrajectoryWriter([]), InvalidArgumentError, "tables"),
+    (
+        "writer history below span",
+        lambda: TrajectoryWriter(
+            Table(
+                "t",
+                store=(st := StepStore(ROW_SIGNATURE, 8)),
+                layout=ItemLayout.sequence(st.signature, 3),
+            ),
+            history=2,
+        ),
+        InvalidArgumentError,
+        "history",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "factory,error,word", [c[1:] for c in CONSTRUCTOR], ids=[c[0] for c in CONSTRUCTOR]
+)
+def test_bad_constructor_arguments_are_rejected_naming_the_argument(factory, error, word):
+    with pytest.raises(error) as err:
+        factory()
+    assert word in str(err.value)
+
+
+def writer_setup():
+    store = StepStore({"obs": ((2,), "float32"), "step": "int64"}, capacity=8)
+    table = Table("seq", store=store, layout=ItemLayout.sequence(store.signature, 2), seed=0)
+    writer = TrajectoryWriter(table)
+    for k in range(3):
+        writer.append({"obs": np.full(2, k, np.float32), "step": k})
+    writer.create_item(table, priority=1.0)
+    return store, table, writer
+
+
+WRITER_CASES = [
+    (
+        "append unknown field",
+        lambda w, t: w.append({"obs": np.zeros(2), "step": 1, "x": 1}),
+        SignatureError,
+        "x",
+    ),
+    (
+        "append wrong shape",
+        lambda w, t: w.append({"obs": np.zeros(3), "step": 1}),
+        SignatureError,
+        "obs",
+    ),
+    (
+        "append batch wrong dtype",
+        lambda w, t: w.append_batch({"obs": np.zeros((2, 2)), "step": np.zeros(2)}),
+        SignatureError,
+        "step",
+    ),
+    (
+        "item priority NaN",
+        lambda w, t: w.create_item(t, priority=float("nan")),
+        InvalidArgumentError,
+        "priorit",
+    ),
+    (
+        "item priority negative",
+        lambda w, t: w.create_item(t, priority=-1.0),
+        InvalidArgumentError,
+        "priorit",
+    ),
+    ("item start positive", lambda w, t: w.create_item(t, start=1), InvalidArgumentError, "start"),
+    (
+        "item start before the episode",
+        lambda w, t: w.create_item(t, start=-4),
+        InvalidArgumentError,
+        "start",
+    ),
+    (
+        "item in an unknown table",
+        lambda w, t: w.create_item("other"),
+        InvalidArgumentError,
+        "other",
+    ),
+    (
+        "item timeout zero",
+        lambda w, t: w.create_item(t, start=-2, timeout=0),
+        InvalidArgumentError,
+        "timeout",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "call,error,word", [c[1:] for c in WRITER_CASES], ids=[c[0] for c in WRITER_CASES]
+)
+def test_bad_writer_input_is_rejected_and_changes_nothing(call, error, word):
+    _, table, writer = writer_setup()
+    before = snapshot(table)
+    ids_before = writer.episode_step_ids
+    with pytest.raises(error) as err:
+        call(writer, table)
+    assert word in str(err.value)
+    assert_same(before, snapshot(table))
+    assert writer.episode_step_ids == ids_before
+
+
+def test_uniform_sampler_rejects_nothing_it_is_given_by_the_table():
+    # A control for the cases above: the same calls with good input succeed.
+    table = Table("t", signature=ROW_SIGNATURE, max_size=MAX_SIZE, sampler=Uniform(), seed=0)
+    keys = table.insert(rows(0, 2), priorities=[1.0, 0.0], timeout=1.0)
+    assert table.update_priorities(keys, [0.5, 2.0]) == 2
+    assert len(table.sample(MAX_SIZE, timeout=1.0)) == MAX_SIZE
+    assert table.delete(keys) == 2
