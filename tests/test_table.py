@@ -406,3 +406,25 @@ def test_sample_waits_for_an_item_created_by_a_writer_thread():
         writer.append(step(3))
         writer.create_item(table)
     assert worker.finish().data["step"].tolist() == [3]
+
+
+@pytest.mark.parametrize("cls", [Fifo, Lifo])
+@pytest.mark.parametrize("n_deleted", [3, 40])  # one by one, and the vectorised unlink
+def test_insertion_order_survives_large_deletes(cls, n_deleted, make_table):
+    table = make_table(max_size=100, sampler=cls(), remover=cls(), max_times_sampled=1)
+    keys = table.insert(rows(0, 100))
+    doomed = np.random.default_rng(n_deleted).choice(100, n_deleted, replace=False)
+    assert table.delete(keys[doomed]) == n_deleted
+    kept = sorted(set(range(100)) - set(doomed.tolist()))
+    expected = kept if cls is Fifo else kept[::-1]
+    assert table.sample(len(kept)).data["step"].tolist() == expected
+
+
+@pytest.mark.parametrize("cls", [Fifo, Lifo, Uniform, Prioritized])
+def test_a_batch_overwriting_many_items_leaves_the_indexes_consistent(cls, make_table):
+    table = make_table(max_size=64, capacity=64, sampler=cls(), max_times_sampled=1)
+    table.insert(rows(0, 64))
+    table.insert(rows(64, 40))  # overwrites steps 0..39 in one go
+    assert table.info().overwrite_evictions == 40 and table.size == 64
+    steps = sorted(table.sample(64).data["step"].tolist())
+    assert steps == list(range(40, 104)) and table.size == 0
