@@ -428,3 +428,18 @@ def test_a_batch_overwriting_many_items_leaves_the_indexes_consistent(cls, make_
     assert table.info().overwrite_evictions == 40 and table.size == 64
     steps = sorted(table.sample(64).data["step"].tolist())
     assert steps == list(range(40, 104)) and table.size == 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=ReplayTimeoutError,
+    reason="known bug: a stack's oldest waiting items pin their rows of the step ring, so a "
+    "steady push/pop loop blocks once the ring (2 * size steps) wraps onto them",
+)
+def test_stack_supports_a_steady_push_pop_loop_past_the_ring_capacity():
+    table = Table.stack("s", 4, signature={"step": "int64", "obs": ((3,), "float32")})
+    table.insert(rows(0, 4))
+    for i in range(4, 4 + 3 * table.store.capacity):
+        assert table.sample(1, timeout=1.0).data["step"].tolist() == [i - 1]
+        table.insert(rows(i, 1), timeout=0.2)
+    assert table.size == 4
