@@ -472,7 +472,9 @@ class Table:
         """Draw ``batch_size`` items (with replacement for random samplers).
 
         A batch behaves as ``batch_size`` consecutive single samples: an item that reaches
-        ``max_times_sampled`` is removed and not returned again.
+        ``max_times_sampled`` is removed and not returned again. If every item is used up
+        before the batch is full, the batch is shorter (it holds at least one item); the
+        rate limiter counts only the items returned.
 
         Args:
             batch_size: items to draw, ``1 <= batch_size <= max_size``.
