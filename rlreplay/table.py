@@ -103,7 +103,8 @@ class Table:
 
     Raises:
         InvalidArgumentError: for inconsistent arguments (each message says which).
-        DeadlockError: if the rate limiter's ``min_size_to_sample`` exceeds ``max_size``.
+        DeadlockError: if the rate limiter's ``min_size_to_sample`` exceeds ``max_size``, or
+            it wants more samples per insert than ``max_times_sampled`` allows.
 
     Example:
         >>> table = Table("replay", signature={"obs": ((4,), "float32"), "reward": "float32"},
@@ -196,6 +197,14 @@ class Table:
                 f"items before any sample, but max_size={self.max_size} caps the table below "
                 "that, so every sample would wait forever; raise max_size or lower "
                 "min_size_to_sample"
+            )
+        limiter = self.rate_limiter
+        if 0 < max_times_sampled < limiter.samples_per_insert and limiter.max_diff < float("inf"):
+            raise DeadlockError(
+                f"rate_limiter wants samples_per_insert={limiter.samples_per_insert:g} samples "
+                f"per item, but max_times_sampled={max_times_sampled} removes each item sooner, "
+                "so inserts would stop at max_diff while samples wait on an empty table; "
+                "raise max_times_sampled or lower samples_per_insert"
             )
         self.max_times_sampled = max_times_sampled
         self.default_priority = default_priority
