@@ -15,6 +15,7 @@ from rlreplay import (
     ItemLayout,
     MinSize,
     Prioritized,
+    SampleToInsertRatio,
     SignatureError,
     StepStore,
     Table,
@@ -385,6 +386,14 @@ CONSTRUCTOR = [
         lambda: make(max_size=4, rate_limiter=MinSize(5)),
         DeadlockError,
         "min_size_to_sample",
+    ),
+    (
+        "ratio needs more samples than max_times_sampled allows",
+        lambda: make(
+            max_size=8, max_times_sampled=1, rate_limiter=SampleToInsertRatio(2.0, 1, 4.0)
+        ),
+        DeadlockError,
+        "max_times_sampled",
     ),
     (
         "signature differs from store",
