@@ -330,27 +330,41 @@ def test_interleaved_writers_produce_contiguous_items_of_their_own_stream():
     assert sorted(got) == sorted(expected) and table.size == 0
 
 
-def test_interleaved_writers_in_threads_never_mix_streams():
+@pytest.mark.parametrize("chunk", [1, 7], ids=["append", "append_batch"])
+def test_interleaved_writers_in_threads_never_mix_streams(chunk):
     store = StepStore(STEP_SIGNATURE, capacity=4096)
-    table = Table("seq", store=store, layout=ItemLayout.sequence(store.signature, 4), seed=0)
+    span, steps_each = 4, 301
+    layout = ItemLayout.sequence(store.signature, span)
+    table = Table("seq", store=store, layout=layout, sampler=Fifo(), max_times_sampled=1)
 
     def write(w):
-        with TrajectoryWriter(table) as writer:
-            for k in range(300):
-                writer.append(step(k, writer=w))
-                if k >= 3:
-                    writer.create_item(table, timeout=5.0)
+        with TrajectoryWriter(table, history=span + chunk - 1) as writer:
+            done = 0
+            while done < steps_each:
+                n = min(chunk, steps_each - done)
+                batch = [step(done + j, writer=w) for j in range(n)]
+                if n == 1:
+                    writer.append(batch[0])
+                else:
+                    writer.append_batch({f: np.stack([b[f] for b in batch]) for f in batch[0]})
+                for j in range(n):  # one item ending at each new step
+                    if done + j >= span - 1:
+                        writer.create_item(table, start=-(span + n - 1 - j), timeout=5.0)
+                done += n
 
     workers = [Worker(lambda w=w: write(w)) for w in range(3)]
     for worker in workers:
         worker.start()
     for worker in workers:
         worker.finish(timeout=20.0)
-    assert table.size == 3 * 297
-    batch = table.sample(512)
+    per_writer = steps_each - span + 1
+    assert table.size == 3 * per_writer
+    batch = table.sample(table.size)
     s, who = batch.data["step"], batch.data["writer"]
-    assert (who == who[:, :1]).all()
-    np.testing.assert_array_equal(s - s[:, :1], np.broadcast_to(np.arange(4), s.shape))
+    assert (who == who[:, :1]).all(), "an item mixes two streams"
+    np.testing.assert_array_equal(s - s[:, :1], np.broadcast_to(np.arange(span), s.shape))
+    got = sorted(zip(who[:, 0].tolist(), s[:, 0].tolist()))
+    assert got == [(w, k) for w in range(3) for k in range(per_writer)]
 
 
 def test_items_never_cross_an_episode_boundary():
