@@ -89,15 +89,18 @@ class Prioritized(Selector):
         chosen = []
         saved = []
         for _ in range(k):  # without replacement: zero each pick before the next draw
-            s = int(self.sample(1, rng)[0][0]) if self.sums.root > 0 else self._any_zero()
+            s = int(self.sample(1, rng)[0][0]) if self.sums.root > 0 else self._any_zero(chosen)
             chosen.append(s)
             saved.append(self.sums.levels[0][s])
             self.sums.set(np.array([s]), np.zeros(1))
         self.sums.set(np.array(chosen), np.array(saved))
         return np.array(chosen, dtype=np.int64)
 
-    def _any_zero(self) -> int:
-        return int(np.flatnonzero(self.held & (self.sums.leaves == 0.0))[0])
+    def _any_zero(self, chosen: list[int]) -> int:
+        """The first held slot of weight 0 not already chosen (picks are zeroed meanwhile)."""
+        candidates = self.held & (self.sums.leaves == 0.0)
+        candidates[chosen] = False
+        return int(np.flatnonzero(candidates)[0])
 
     def min_probability(self) -> float:
         total = self.sums.root
