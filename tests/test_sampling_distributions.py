@@ -270,3 +270,15 @@ def test_prioritized_remover_never_evicts_a_zero_weight_item_before_positive_one
     keys = list(table.insert(rows(0, 4), priorities=[0.0, 1.0, 0.0, 2.0]))
     keys += list(table.insert(rows(4, 2), priorities=[1.0, 1.0]))
     assert held_steps(table, keys) == [0, 2, 4, 5]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_prioritized_remover_evicts_distinct_items_when_positive_weights_run_out(seed, make_table):
+    # Two victims are needed but only one item has positive weight: the second victim
+    # must be a different, zero-weight item (never the first one again).
+    table = make_table(max_size=3, capacity=16, remover=Prioritized(1.0), seed=seed)
+    keys = list(table.insert(rows(0, 3), priorities=[1.0, 0.0, 0.0]))
+    keys += list(table.insert(rows(3, 2), priorities=[1.0, 1.0]))
+    assert table.size == 3 and table.info().evictions == 2
+    kept = held_steps(table, keys)
+    assert len(kept) == 3 and {3, 4} <= set(kept) and 0 not in kept
