@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from rlreplay import Fifo, Prioritized, Table
+from rlreplay import Fifo, Lifo, MaxHeap, MinHeap, Prioritized, Table, Uniform
 from rlreplay.selectors.sum_tree import FANOUT, KaryTree
 
 PRIORITY = st.one_of(st.just(0.0), st.floats(min_value=1e-3, max_value=100.0))
@@ -247,3 +247,70 @@ def test_kary_tree_find_prefix_never_returns_a_zero_leaf_under_rounding():
     targets = np.r_[np.nextafter(total, 0.0), total * (1 - 1e-16), rng.random(2000) * total]
     got = tree.find_prefix(targets)
     assert (leaves[got] > 0).all() and (got < size - 200).all()
+
+
+# ------------------------------------------------------------------ selectors
+
+SELECTOR_CLASSES = {
+    "Fifo": Fifo,
+    "Lifo": Lifo,
+    "MinHeap": MinHeap,
+    "MaxHeap": MaxHeap,
+    "Uniform": Uniform,
+}
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    name=st.sampled_from(sorted(SELECTOR_CLASSES)),
+    capacity=st.sampled_from([1, 5, 17, 40, 300]),
+    seed=st.integers(0, 2**16),
+    n_ops=st.integers(1, 25),
+)
+def test_selectors_agree_with_a_model_after_random_batches(name, capacity, seed, n_ops):
+    rng = np.random.default_rng(seed)
+    sel = SELECTOR_CLASSES[name]()
+    sel.bind(capacity)
+    model: dict[int, tuple[float, int]] = {}  # slot -> (priority, insertion/update stamp)
+    inserted: dict[int, int] = {}  # slot -> insertion stamp (Fifo/Lifo ignore updates)
+    stamp = 0
+    for _ in range(n_ops):
+        free = np.array(sorted(set(range(capacity)) - set(model)), dtype=np.int64)
+        held = np.array(sorted(model), dtype=np.int64)
+        op = rng.integers(0, 3)
+        if op == 0 and len(free):
+            slots = rng.permutation(free)[: rng.integers(1, len(free) + 1)]
+            prios = rng.integers(0, 4, len(slots)).astype(np.float64)
+            sel.insert(slots, prios)
+            for s, p in zip(slots.tolist(), prios.tolist()):
+                model[s] = (p, stamp)
+                inserted[s] = stamp
+                stamp += 1
+        elif op == 1 and len(held):
+            slots = rng.permutation(held)[: rng.integers(1, len(held) + 1)]
+            prios = rng.integers(0, 4, len(slots)).astype(np.float64)
+            sel.update(slots, prios)
+            for s, p in zip(slots.tolist(), prios.tolist()):
+                model[s] = (p, stamp)
+                stamp += 1
+        elif len(held):
+            slots = rng.permutation(held)[: rng.integers(1, len(held) + 1)]
+            sel.delete(slots)
+            for s in slots.tolist():
+                del model[s]
+                del inserted[s]
+        assert sel.size == len(model)
+        if not model:
+            continue
+        if name == "Uniform":
+            assert sorted(sel.held().tolist()) == sorted(model)
+            assert set(sel.sample(20, rng)[0].tolist()) <= set(model)
+            continue
+        if name in ("Fifo", "Lifo"):
+            order = sorted(inserted, key=inserted.get, reverse=name == "Lifo")
+        else:
+            sign = 1.0 if name == "MinHeap" else -1.0
+            order = sorted(model, key=lambda s: (sign * model[s][0], model[s][1]))
+        assert sel.first(len(model)).tolist() == order
+        assert sel.first(1).tolist() == order[:1]
+        assert sel.sample(3, rng)[0].tolist() == order[:1] * 3
