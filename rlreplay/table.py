@@ -12,6 +12,7 @@ import numpy as np
 from rlreplay.errors import (
     ClosedError,
     DeadlockError,
+    EmptyTableError,
     InvalidArgumentError,
     RateLimiterTimeoutError,
     describe,
@@ -563,7 +564,11 @@ class Table:
         return np.repeat(order, left)[:n]
 
     def _sequential_picks(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Draw one at a time, hiding exhausted items until the batch is complete."""
+        """Draw one at a time, hiding exhausted items until the batch is complete.
+
+        The batch ends early when nothing drawable is left (every item hidden, or only
+        items of priority 0); hidden items always return to the sampler.
+        """
         slots = np.empty(n, dtype=np.int64)
         probs = np.empty(n)
         hidden: list[int] = []
@@ -572,7 +577,11 @@ class Table:
             if self.sampler.size == 0:
                 slots, probs = slots[:i], probs[:i]
                 break
-            s, p = self.sampler.sample(1, self.rng)
+            try:
+                s, p = self.sampler.sample(1, self.rng)
+            except EmptyTableError:
+                slots, probs = slots[:i], probs[:i]
+                break
             s0 = int(s[0])
             slots[i], probs[i] = s0, p[0]
             extra[s0] = extra.get(s0, 0) + 1
