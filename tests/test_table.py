@@ -457,3 +457,20 @@ def test_stack_supports_a_steady_push_pop_loop_past_the_ring_capacity():
         assert table.sample(1, timeout=1.0).data["step"].tolist() == [i - 1]
         table.insert(rows(i, 1), timeout=0.2)
     assert table.size == 4
+
+
+def test_a_batch_that_runs_out_of_positive_priorities_is_cut_short_and_keeps_indexes():
+    table = Table(
+        "t",
+        signature={"step": "int64", "obs": ((3,), "float32")},
+        max_size=4,
+        sampler=Prioritized(1.0),
+        max_times_sampled=1,
+        seed=0,
+    )
+    keys = table.insert(rows(0, 3), priorities=[1.0, 0.0, 2.0])
+    batch = table.sample(3)
+    assert sorted(batch.data["step"].tolist()) == [0, 2]
+    assert table.size == table.sampler.size == 1 and table.info().samples == 2
+    assert table.delete(keys) == 1
+    assert table.size == table.sampler.size == table.remover.size == 0
