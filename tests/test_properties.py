@@ -26,10 +26,12 @@ class PrioritizedTableModel(RuleBasedStateMachine):
         capacity=st.integers(2, 7),
         spare=st.integers(0, 3),
         alpha=st.sampled_from([0.0, 0.5, 1.0, 1.5]),
+        max_times_sampled=st.sampled_from([0, 0, 1, 2]),
         seed=st.integers(0, 2**16),
     )
-    def setup(self, capacity, spare, alpha, seed):
+    def setup(self, capacity, spare, alpha, max_times_sampled, seed):
         self.capacity = capacity
+        self.max_times_sampled = max_times_sampled
         self.max_size = max(1, capacity - spare)
         self.alpha = alpha
         self.table = Table(
@@ -39,8 +41,10 @@ class PrioritizedTableModel(RuleBasedStateMachine):
             max_size=self.max_size,
             sampler=Prioritized(alpha),
             remover=Fifo(),
+            max_times_sampled=max_times_sampled,
             seed=seed,
         )
+        self.times: dict[int, int] = {}  # key -> times sampled
         self.items: dict[int, tuple[int, float]] = {}  # key -> (step id, priority)
         self.issued: list[int] = []
         self.next_step = 0
@@ -71,6 +75,7 @@ class PrioritizedTableModel(RuleBasedStateMachine):
         for j, key in enumerate(keys.tolist()):
             assert key not in self.items
             self.items[key] = (first + j, float(prios[j]))
+            self.times[key] = 0
         self.issued.extend(keys.tolist())
         self.next_step += n
 
@@ -82,8 +87,13 @@ class PrioritizedTableModel(RuleBasedStateMachine):
         if total == 0:
             return
         n = data.draw(st.integers(1, self.max_size))
+        mts = self.max_times_sampled
         batch = self.table.sample(n, timeout=1.0)
-        assert len(batch) == n
+        if mts:  # a batch ends early only when nothing drawable is left
+            budget = sum(mts - self.times[k] for k in self.items if weights[k] > 0)
+            assert len(batch) == min(n, budget)
+        else:
+            assert len(batch) == n
         for key, step, prob, prio in zip(
             batch.info.keys.tolist(),
             batch.data["step"].tolist(),
@@ -95,8 +105,16 @@ class PrioritizedTableModel(RuleBasedStateMachine):
             assert step == model_step, f"served step {step} for key of step {model_step}"
             assert step >= self.next_step - self.capacity, "served an overwritten step"
             assert weights[key] > 0
-            assert prob == pytest.approx(weights[key] / total, rel=1e-9)
+            if not mts:  # with max_times_sampled, exhausted items leave the distribution
+                assert prob == pytest.approx(weights[key] / total, rel=1e-9)
             assert prio == model_prio
+        for key, t in zip(batch.info.keys.tolist(), batch.info.times_sampled.tolist()):
+            self.times[key] += 1
+            assert t == self.times[key], "times_sampled skipped or repeated a count"
+            assert not mts or t <= mts
+        for key in set(batch.info.keys.tolist()):
+            if mts and self.times[key] >= mts:
+                del self.items[key]
         np.testing.assert_array_equal(
             batch.data["obs"], np.repeat(batch.data["step"][:, None], 3, 1)
         )
