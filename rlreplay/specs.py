@@ -122,12 +122,17 @@ class Signature:
     def __init__(self, fields: Mapping[str, Any] | Signature):
         if isinstance(fields, Signature):
             self.fields: dict[str, FieldSpec] = dict(fields.fields)
-            return
-        if not isinstance(fields, Mapping) or not fields:
+        elif not isinstance(fields, Mapping) or not fields:
             raise InvalidArgumentError(
                 f"signature={describe(fields)} must be a non-empty dict of field specs"
             )
-        self.fields = {p: _as_spec(p, leaf) for p, leaf in flatten(fields).items()}
+        else:
+            self.fields = {p: _as_spec(p, leaf) for p, leaf in flatten(fields).items()}
+        # Per-field (path, shape, ndim, dtype), read by the validation fast paths.
+        self._checks = tuple(
+            (p, spec.shape, len(spec.shape), spec.dtype) for p, spec in self.fields.items()
+        )
+        self._flat_keys = None if any(SEPARATOR in p for p in self.fields) else self.fields.keys()
 
     @property
     def paths(self) -> tuple[str, ...]:
@@ -176,30 +181,23 @@ class Signature:
             SignatureError: on missing or unknown fields, wrong shapes, unsafe dtype casts,
                 or fields whose batch sizes differ.
         """
-        flat = flatten(data) if isinstance(data, Mapping) else None
-        if flat is None:
-            raise SignatureError(f"{argument} must be a dict of arrays, got {describe(data)}")
-        if flat.keys() != self.fields.keys():
-            missing = [p for p in self.fields if p not in flat]
-            extra = [p for p in flat if p not in self.fields]
-            raise SignatureError(
-                f"{argument} fields do not match the signature: missing {missing}, "
-                f"unknown {extra}; expected exactly {list(self.fields)}"
-            )
+        flat = self._flat_fields(data, argument)
         out: dict[str, np.ndarray] = {}
         n = -1
-        for path, spec in self.fields.items():
-            arr = np.asarray(flat[path])
-            if arr.ndim != len(spec.shape) + 1 or arr.shape[1:] != spec.shape:
+        for path, shape, ndim, dtype in self._checks:
+            arr = flat[path]
+            if type(arr) is not np.ndarray:
+                arr = np.asarray(self._leaf(arr, data, argument))
+            if arr.ndim != ndim + 1 or arr.shape[1:] != shape:
                 raise SignatureError(
                     f"{argument}[{path!r}] has shape {arr.shape}; expected "
-                    f"(batch, {', '.join(map(str, spec.shape))}) with "
-                    f"trailing shape {spec.shape}"
+                    f"(batch, {', '.join(map(str, shape))}) with "
+                    f"trailing shape {shape}"
                 )
-            if not np.can_cast(arr.dtype, spec.dtype, casting="same_kind"):
+            if arr.dtype != dtype and not np.can_cast(arr.dtype, dtype, casting="same_kind"):
                 raise SignatureError(
                     f"{argument}[{path!r}] has dtype {arr.dtype}, which cannot be stored "
-                    f"as {spec.dtype} without changing its kind; convert it first"
+                    f"as {dtype} without changing its kind; convert it first"
                 )
             if n == -1:
                 n = arr.shape[0]
@@ -217,6 +215,59 @@ class Signature:
         Raises:
             SignatureError: as :meth:`check_batch`.
         """
+        return self.check_row(data, argument, keep_floats=False)
+
+    def check_row(self, data: Mapping[str, Any], argument: str, keep_floats: bool = True) -> dict:
+        """Validate one step like :meth:`check_step`, for storing it into one row.
+
+        With ``keep_floats``, a Python ``float`` given for a scalar float field is returned
+        as is (assigning it to a row needs no array), which saves an array per field.
+
+        Raises:
+            SignatureError: as :meth:`check_batch`.
+        """
+        flat = self._flat_fields(data, argument)
+        out = {}
+        for path, shape, _, dtype in self._checks:
+            value = flat[path]
+            if type(value) is np.ndarray:
+                arr = value
+            elif keep_floats and type(value) is float and not shape and dtype.kind in "fc":
+                out[path] = value
+                continue
+            else:
+                arr = np.asarray(self._leaf(value, data, argument))
+            if arr.shape != shape:
+                raise SignatureError(
+                    f"{argument}[{path!r}] has shape {arr.shape}; expected {shape}"
+                )
+            if arr.dtype != dtype and not np.can_cast(arr.dtype, dtype, casting="same_kind"):
+                raise SignatureError(
+                    f"{argument}[{path!r}] has dtype {arr.dtype}, which cannot be stored "
+                    f"as {dtype} without changing its kind; convert it first"
+                )
+            out[path] = arr
+        return out
+
+    def _flat_fields(self, data: Any, argument: str) -> Mapping[str, Any]:
+        """``data`` flattened to paths, with exactly the signature's fields.
+
+        A flat dict whose keys are already the paths (the common case) is returned as is.
+
+        Raises:
+            SignatureError: if ``data`` is not a dict or its fields differ from the signature.
+        """
+        if type(data) is dict and data.keys() == self._flat_keys:
+            return data  # values that are dicts are caught by _leaf
+        return self._flatten(data, argument)
+
+    def _leaf(self, value: Any, data: Any, argument: str) -> Any:
+        """``value`` if it is not a dict; for a dict, raise the error the slow path gives."""
+        if isinstance(value, Mapping):
+            self._flatten(data, argument)
+        return value
+
+    def _flatten(self, data: Any, argument: str) -> Mapping[str, Any]:
         flat = flatten(data) if isinstance(data, Mapping) else None
         if flat is None:
             raise SignatureError(f"{argument} must be a dict of arrays, got {describe(data)}")
@@ -227,20 +278,4 @@ class Signature:
                 f"{argument} fields do not match the signature: missing {missing}, "
                 f"unknown {extra}; expected exactly {list(self.fields)}"
             )
-        out = {}
-        for path, spec in self.fields.items():
-            value = flat[path]
-            arr = value if isinstance(value, np.ndarray) else np.asarray(value)
-            if arr.shape != spec.shape:
-                raise SignatureError(
-                    f"{argument}[{path!r}] has shape {arr.shape}; expected {spec.shape}"
-                )
-            if arr.dtype != spec.dtype and not np.can_cast(
-                arr.dtype, spec.dtype, casting="same_kind"
-            ):
-                raise SignatureError(
-                    f"{argument}[{path!r}] has dtype {arr.dtype}, which cannot be stored "
-                    f"as {spec.dtype} without changing its kind; convert it first"
-                )
-            out[path] = arr
-        return out
+        return flat

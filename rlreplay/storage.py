@@ -187,12 +187,16 @@ class StepStore:
                 f"append_one needs a single-lane store; this one has lanes={self.lanes}"
             )
         with self.lock:
-            row = self._make_room(1, timeout) if self.next_id >= self.capacity else self.next_id
-            first = self.next_id
-            for path, col in self.columns.items():
-                col[row] = step[path]
-            self.next_id = first + 1
-            return first
+            return self._append_one_locked(step, timeout)
+
+    def _append_one_locked(self, step: Mapping[str, Any], timeout: float | None = None) -> int:
+        """:meth:`append_one` with the lock held (values may be Python scalars)."""
+        first = self.next_id
+        row = self._make_room(1, timeout) if first >= self.capacity else first
+        for path, col in self.columns.items():
+            col[row] = step[path]
+        self.next_id = first + 1
+        return first
 
     def reset(self) -> None:
         """Forget every step (the arrays keep their memory); attached tables are reset."""

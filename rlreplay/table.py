@@ -17,7 +17,7 @@ from rlreplay.errors import (
     RateLimiterTimeoutError,
     describe,
 )
-from rlreplay.keys import check_priorities, make_keys, split_keys
+from rlreplay.keys import SLOT_BITS, SLOT_MASK, check_priorities, make_keys, split_keys
 from rlreplay.layout import ItemLayout
 from rlreplay.rate_limiters import MinSize, Queue, RateLimiter
 from rlreplay.sample import Sample, SampleInfo
@@ -26,6 +26,14 @@ from rlreplay.specs import Signature
 from rlreplay.storage import StepStore
 
 OVERWRITE_POLICIES = ("evict", "block")
+
+
+def _has_duplicates(slots: np.ndarray) -> bool:
+    """Whether any slot occurs twice (sorting is far cheaper than np.unique here)."""
+    if len(slots) < 2:
+        return False
+    ordered = np.sort(slots)
+    return bool((ordered[1:] == ordered[:-1]).any())
 
 
 @dataclass
@@ -226,6 +234,11 @@ class Table:
         )
         self._closed = False
         self.lock = store.lock
+        self._is_rows = self.layout.is_rows
+        self._gather_plan = self._plan_gather()
+        first_path, first_spec = next(iter(store.signature.fields.items()))
+        # insert() tells one row from a batch by the first field's number of dimensions.
+        self._row_probe = None if "/" in first_path else (first_path, len(first_spec.shape))
         store.attach(self)
 
     # ------------------------------------------------------------ constructors
@@ -315,13 +328,20 @@ class Table:
                 bad rows or priorities; nothing is stored then.
             RateLimiterTimeoutError: if the limiter blocked the insert for ``timeout``.
         """
-        if not self.layout.is_rows:
+        if not self._is_rows:
             raise InvalidArgumentError(
                 f"table {self.name!r} has items spanning {self.layout.span} steps; insert() "
                 "stores one row per item, so append steps with a TrajectoryWriter instead"
             )
         store = self.store
-        arrays, n = self._as_row_batch(rows)
+        if self._is_one_row(rows):
+            if store.lanes == 1:
+                row = store.signature.check_row(rows, "rows")
+                return self._insert_one(row, priorities, timeout)
+            one = store.signature.check_step(rows, "rows")
+            arrays, n = {p: a[None] for p, a in one.items()}, 1
+        else:
+            arrays, n = store.signature.check_batch(rows, "rows")
         if n < 1 or n > self.max_size or n % store.lanes:
             raise InvalidArgumentError(
                 f"rows hold {n} rows; insert between 1 and max_size={self.max_size} at once"
@@ -329,33 +349,46 @@ class Table:
             )
         prios = self._priorities_or_default(priorities, n)
         timeout = _check_timeout(timeout)
-        self.rate_limiter.check_insert_batch(n)
+        limiter = self.rate_limiter
+        limiter.check_insert_batch(n)
         with self.lock:
-            self._wait_for(
-                lambda: self.rate_limiter.can_insert(n, self.size),
-                timeout,
-                "insert",
-                "insert_blocked_s",
-            )
+            if self._closed or not limiter.can_insert(n, self.size):
+                self._wait_for(
+                    lambda: limiter.can_insert(n, self.size), timeout, "insert", "insert_blocked_s"
+                )
             first = store._append_locked(arrays, n, timeout)
             start = first % store.capacity
             if start + n <= store.capacity:
-                slots = np.arange(start, start + n)
-            else:
-                slots = (np.arange(first, first + n)) % store.capacity
+                return self._insert_items_locked(np.arange(start, start + n), prios, start)
+            slots = (np.arange(first, first + n)) % store.capacity
             return self._insert_items_locked(slots, prios)
 
-    def _as_row_batch(self, rows: Mapping[str, Any]) -> tuple[dict, int]:
-        sig = self.store.signature
-        if isinstance(rows, Mapping) and rows:
-            first_path, first_spec = next(iter(sig.fields.items()))
-            probe = rows.get(first_path.split("/")[0])
-            if "/" in first_path:
-                probe = None
-            if probe is not None and np.ndim(probe) == len(first_spec.shape):
-                one = sig.check_step(rows, "rows")
-                return {p: a[None] for p, a in one.items()}, 1
-        return sig.check_batch(rows, "rows")
+    def _is_one_row(self, rows: Any) -> bool:
+        """Whether ``rows`` is one row without the batch axis (judged by its first field)."""
+        probe_field = self._row_probe
+        if probe_field is None or (type(rows) is not dict and not isinstance(rows, Mapping)):
+            return False
+        probe = rows.get(probe_field[0])
+        if probe is None:
+            return False
+        ndim = probe.ndim if type(probe) is np.ndarray else np.ndim(probe)
+        return ndim == probe_field[1]
+
+    def _insert_one(self, row: dict, priorities: Any, timeout: float | None) -> np.ndarray:
+        """:meth:`insert` of one validated row into a single-lane store, without arrays."""
+        prio = None if priorities is None else float(check_priorities(priorities, 1)[0])
+        timeout = _check_timeout(timeout)
+        limiter = self.rate_limiter
+        limiter.check_insert_batch(1)
+        store = self.store
+        with self.lock:
+            if self._closed or not limiter.can_insert(1, self.size):
+                self._wait_for(
+                    lambda: limiter.can_insert(1, self.size), timeout, "insert", "insert_blocked_s"
+                )
+            slot = store._append_one_locked(row, timeout) % store.capacity
+            key = self._insert_one_locked(slot, prio)
+        return np.array([key], dtype=np.int64)
 
     def _priorities_or_default(self, priorities: Any, n: int) -> np.ndarray | None:
         if priorities is None:
@@ -384,9 +417,19 @@ class Table:
         *,
         timeout: float | None = None,
     ) -> np.ndarray:
-        """Batch form of :meth:`create_item`; returns the new keys."""
+        """Batch form of :meth:`create_item`; returns the new keys.
+
+        Raises:
+            InvalidArgumentError: as :meth:`create_item`, and for more than ``max_size``
+                anchors at once (the remover could not make room for them).
+        """
         ids = np.asarray(anchor_ids, dtype=np.int64).reshape(-1)
         n = len(ids)
+        if n > self.max_size:
+            raise InvalidArgumentError(
+                f"anchor_ids holds {n} anchors, more than max_size={self.max_size} of table "
+                f"{self.name!r}; create at most max_size items at once"
+            )
         prios = self._priorities_or_default(priorities, n)
         timeout = _check_timeout(timeout)
         store = self.store
@@ -414,11 +457,16 @@ class Table:
                 )
             return self._insert_items_locked(slots, prios)
 
-    def _insert_items_locked(self, slots: np.ndarray, prios: np.ndarray | None) -> np.ndarray:
+    def _insert_items_locked(
+        self, slots: np.ndarray, prios: np.ndarray | None, start: int | None = None
+    ) -> np.ndarray:
+        """Make items at ``slots`` (``slots == arange(start, start + n)`` when ``start``
+        is given, which lets per-slot state be written through slices)."""
         n = len(slots)
         if prios is None:
             fill = self.default_priority
-            prios = np.full(n, self._max_priority if fill is None else fill)
+            prios = np.empty(n)
+            prios.fill(self._max_priority if fill is None else fill)
         else:
             self._max_priority = max(self._max_priority, float(prios.max()))
         excess = self.size + n - self.max_size
@@ -426,16 +474,41 @@ class Table:
             victims = self.remover.choose_victims(excess, self.rng)
             self._remove_locked(victims)
             self._counts["evictions"] += len(victims)
-        self._generation[slots] += 1
-        self._priority[slots] = prios
-        self._times_sampled[slots] = 0
-        self._live[slots] = True
+        at = slots if start is None else slice(start, start + n)
+        generations = self._generation[at] + np.uint32(1)
+        self._generation[at] = generations
+        self._priority[at] = prios
+        self._times_sampled[at] = 0
+        self._live[at] = True
         self.sampler.insert(slots, prios)
         self.remover.insert(slots, prios)
         self.size += n
         self.rate_limiter.inserts += n
         self.lock.notify_all()
-        return make_keys(slots, self._generation[slots])
+        return make_keys(slots, generations)
+
+    def _insert_one_locked(self, slot: int, prio: float | None) -> int:
+        """:meth:`_insert_items_locked` for one slot, in Python scalars; returns the key."""
+        if prio is None:
+            fill = self.default_priority
+            prio = self._max_priority if fill is None else float(fill)
+        elif prio > self._max_priority:
+            self._max_priority = prio
+        if self.size >= self.max_size:
+            victims = self.remover.choose_victims(1, self.rng)
+            self._remove_locked(victims)
+            self._counts["evictions"] += len(victims)
+        generation = (int(self._generation[slot]) + 1) & SLOT_MASK
+        self._generation[slot] = generation
+        self._priority[slot] = prio
+        self._times_sampled[slot] = 0
+        self._live[slot] = True
+        self.sampler.insert_one(slot, prio)
+        self.remover.insert_one(slot, prio)
+        self.size += 1
+        self.rate_limiter.inserts += 1
+        self.lock.notify_all()
+        return generation << SLOT_BITS | slot
 
     # ----------------------------------------------------------------- removal
     def _remove_locked(self, slots: np.ndarray) -> None:
@@ -450,20 +523,25 @@ class Table:
         if n == 1:
             if not self._live[start]:
                 return
-            doomed = np.array([start])
+            self._live[start] = False
+            self.sampler.delete_one(start)
+            self.remover.delete_one(start)
+            self.size -= 1
+            self._counts["overwrite_evictions"] += 1
+            self.lock.notify_all()
+            return
+        end = start + n
+        if end <= cap:
+            doomed = np.flatnonzero(self._live[start:end]) + start
         else:
-            end = start + n
-            if end <= cap:
-                doomed = np.flatnonzero(self._live[start:end]) + start
-            else:
-                doomed = np.concatenate(
-                    [
-                        np.flatnonzero(self._live[start:]) + start,
-                        np.flatnonzero(self._live[: end - cap]),
-                    ]
-                )
-            if len(doomed) == 0:
-                return
+            doomed = np.concatenate(
+                [
+                    np.flatnonzero(self._live[start:]) + start,
+                    np.flatnonzero(self._live[: end - cap]),
+                ]
+            )
+        if len(doomed) == 0:
+            return
         self._remove_locked(doomed)
         self._counts["overwrite_evictions"] += len(doomed)
         self.lock.notify_all()
@@ -506,13 +584,15 @@ class Table:
         n = int(batch_size)
         timeout = _check_timeout(timeout)
         self.rate_limiter.check_sample_batch(n, self.size)
+        limiter = self.rate_limiter
         with self.lock:
-            self._wait_for(
-                lambda: self.size > 0 and self.rate_limiter.can_sample(n, self.size),
-                timeout,
-                "sample",
-                "sample_blocked_s",
-            )
+            if self._closed or not (self.size > 0 and limiter.can_sample(n, self.size)):
+                self._wait_for(
+                    lambda: self.size > 0 and limiter.can_sample(n, self.size),
+                    timeout,
+                    "sample",
+                    "sample_blocked_s",
+                )
             return self._sample_locked(n)
 
     def _sample_locked(self, n: int) -> Sample:
@@ -529,9 +609,9 @@ class Table:
                 if (counts > left).any():
                     slots, probabilities = self._sequential_picks(n)
         priorities = self._priority[slots]
-        if self.max_times_sampled == 0 and len(np.unique(slots)) == len(slots):
-            self._times_sampled[slots] += 1
-            times = self._times_sampled[slots].copy()
+        if self.max_times_sampled == 0 and not _has_duplicates(slots):
+            times = self._times_sampled[slots] + np.uint32(1)
+            self._times_sampled[slots] = times
         else:
             times = self._count_samples(slots)
         keys = make_keys(slots, self._generation[slots])
@@ -593,19 +673,31 @@ class Table:
             self.sampler.insert(arr, self._priority[arr])
         return slots, probs
 
-    def _gather(self, slots: np.ndarray) -> dict[str, np.ndarray]:
-        store = self.store
-        cols = store.columns
-        out = {}
-        cap = store.capacity
+    def _plan_gather(self) -> list[tuple[str, str, int, np.ndarray | None]]:
+        """Per output field: (name, column, row offset of a one-step window, or None, and
+        the step offsets of a sequence window, or None)."""
+        lanes = self.store.lanes
+        plan = []
         for name, win in self.layout.windows.items():
-            col = cols[win.column]
             if win.length is None:
-                rows = slots if win.offset == 0 else (slots + win.offset * store.lanes) % cap
+                plan.append((name, win.column, win.offset * lanes, None))
             else:
-                steps = (np.arange(win.length) + win.offset) * store.lanes
+                steps = (np.arange(win.length, dtype=np.int64) + win.offset) * lanes
+                plan.append((name, win.column, 0, steps))
+        return plan
+
+    def _gather(self, slots: np.ndarray) -> dict[str, np.ndarray]:
+        cols = self.store.columns
+        cap = self.store.capacity
+        out = {}
+        for name, column, offset, steps in self._gather_plan:
+            col = cols[column]
+            if steps is None:
+                rows = slots if offset == 0 else (slots + offset) % cap
+            else:
                 rows = (slots[:, None] + steps) % cap
-            out[name] = col[rows]
+            # take() is faster than fancy indexing for rows of more than one value.
+            out[name] = col[rows] if col.ndim == 1 else np.take(col, rows, axis=0)
         return out
 
     # ------------------------------------------------------ priorities, deletes
@@ -665,15 +757,20 @@ class Table:
                 "pass keys taken from this table's samples or inserts"
             )
         held = self._live[slots] & (current == gens)
-        self._counts[stale_counter] += int((~held).sum())
-        slots = slots[held]
-        values = None if values is None else values[held]
-        if len(slots) > 1:
-            rev_unique, rev_index = np.unique(slots[::-1], return_index=True)
-            if len(rev_unique) != len(slots):
-                keep = len(slots) - 1 - rev_index
-                slots = slots[keep]
-                values = None if values is None else values[keep]
+        n_held = int(np.count_nonzero(held))
+        if n_held != len(slots):
+            self._counts[stale_counter] += len(slots) - n_held
+            slots = slots[held]
+            values = None if values is None else values[held]
+        if len(slots) > 1 and _has_duplicates(slots):
+            order = np.argsort(slots, kind="stable")
+            ordered = slots[order]
+            last = np.empty(len(slots), dtype=bool)
+            last[-1] = True
+            np.not_equal(ordered[1:], ordered[:-1], out=last[:-1])
+            keep = order[last]  # the last occurrence of each slot, in slot order
+            slots = slots[keep]
+            values = None if values is None else values[keep]
         return slots, values
 
     # ----------------------------------------------------------- housekeeping

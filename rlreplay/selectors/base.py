@@ -35,6 +35,14 @@ class Selector:
         """Change the priorities of held slots (no duplicates)."""
         raise NotImplementedError
 
+    def insert_one(self, slot: int, priority: float) -> None:
+        """:meth:`insert` for one slot given as Python numbers (the one-row fast path)."""
+        self.insert(np.array([slot], dtype=np.int64), np.array([priority], dtype=np.float64))
+
+    def delete_one(self, slot: int) -> None:
+        """:meth:`delete` for one slot given as a Python int."""
+        self.delete(np.array([slot], dtype=np.int64))
+
     def delete(self, slots: np.ndarray) -> None:
         """Remove held slots (no duplicates)."""
         raise NotImplementedError

@@ -47,6 +47,21 @@ class _InsertionOrder(Selector):
         self.tail = last
         self.size += n
 
+    def insert_one(self, slot: int, priority: float) -> None:
+        tail = self.tail
+        self.prev[slot] = tail
+        self.next[slot] = NIL
+        if tail == NIL:
+            self.head = slot
+        else:
+            self.next[tail] = slot
+        self.tail = slot
+        self.size += 1
+
+    def delete_one(self, slot: int) -> None:
+        self._unlink_one(slot)
+        self.size -= 1
+
     def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         pass
 
@@ -71,28 +86,65 @@ class _InsertionOrder(Selector):
         self.size -= k
 
     def _unlink_many(self, slots: np.ndarray) -> None:
-        doomed = np.zeros(len(self.prev), dtype=bool)
-        doomed[slots] = True
-        p = self.prev[slots].astype(np.int64)
-        q = self.next[slots].astype(np.int64)
-        # Pointer jumping: follow prev/next through deleted neighbours until a survivor.
-        while True:
-            jump = (p != NIL) & doomed[np.maximum(p, 0)]
-            if not jump.any():
-                break
-            p[jump] = self.prev[p[jump]]
-        while True:
-            jump = (q != NIL) & doomed[np.maximum(q, 0)]
-            if not jump.any():
-                break
-            q[jump] = self.next[q[jump]]
-        has_p, has_q = p != NIL, q != NIL
-        self.next[p[has_p]] = q[has_p]
-        self.prev[q[has_q]] = p[has_q]
-        if (~has_p).any():
-            self.head = int(q[~has_p][0])
-        if (~has_q).any():
-            self.tail = int(p[~has_q][0])
+        """Unlink ``k`` distinct held slots with O(log k) vectorised passes.
+
+        The deleted slots form chains of list neighbours; each chain is replaced by a link
+        between the survivors around it. The usual case (evicting the oldest items, or
+        a contiguous range of rows) is one chain and needs no jumping at all.
+        """
+        k = len(slots)
+        lo, hi = int(slots.min()), int(slots.max())
+        if hi - lo + 1 == k:  # distinct slots spanning k values: the range [lo, hi]
+            order = None
+
+            def member(x: np.ndarray) -> np.ndarray:
+                return (x >= lo) & (x <= hi)
+
+            def index_of(x: np.ndarray) -> np.ndarray:
+                return x - lo
+
+            sorted_slots = np.arange(lo, hi + 1, dtype=np.int64)
+        else:
+            sorted_slots = np.sort(slots)
+            order = sorted_slots
+
+            def member(x: np.ndarray) -> np.ndarray:
+                pos = np.minimum(np.searchsorted(order, x), k - 1)
+                return order[pos] == x
+
+            def index_of(x: np.ndarray) -> np.ndarray:
+                return np.searchsorted(order, x)
+
+        p = self.prev[sorted_slots].astype(np.int64)
+        q = self.next[sorted_slots].astype(np.int64)
+        p_in, q_in = member(p), member(q)
+        if k - int(p_in.sum()) == 1:  # one chain: link its two outside neighbours
+            before = int(p[~p_in][0])
+            after = int(q[~q_in][0])
+        else:
+            # Pointer doubling: each pass halves the distance to the chain's survivors.
+            while p_in.any():
+                p = np.where(p_in, p[index_of(np.where(p_in, p, lo))], p)
+                p_in = member(p)
+            while q_in.any():
+                q = np.where(q_in, q[index_of(np.where(q_in, q, lo))], q)
+                q_in = member(q)
+            has_p, has_q = p != NIL, q != NIL
+            self.next[p[has_p]] = q[has_p]
+            self.prev[q[has_q]] = p[has_q]
+            if (~has_p).any():
+                self.head = int(q[~has_p][0])
+            if (~has_q).any():
+                self.tail = int(p[~has_q][0])
+            return
+        if before == NIL:
+            self.head = after
+        else:
+            self.next[before] = after
+        if after == NIL:
+            self.tail = before
+        else:
+            self.prev[after] = before
 
     def clear(self) -> None:
         self.head = self.tail = NIL

@@ -63,11 +63,24 @@ class Prioritized(Selector):
         # Items of weight 0 are never sampled, so they do not bound the probabilities.
         self.mins.set(slots, np.where(w > 0, w, np.inf))
 
+    def insert_one(self, slot: int, priority: float) -> None:
+        w = priority if self.priority_exponent == 1.0 else priority**self.priority_exponent
+        self.sums.set_one(slot, w)
+        self.mins.set_one(slot, w if w > 0 else np.inf)
+        self.held[slot] = True
+        self.size += 1
+
     def delete(self, slots: np.ndarray) -> None:
         self.sums.set(slots, np.zeros(len(slots)))
         self.mins.set(slots, np.full(len(slots), np.inf))
         self.held[slots] = False
         self.size -= len(slots)
+
+    def delete_one(self, slot: int) -> None:
+        self.sums.set_one(slot, 0.0)
+        self.mins.set_one(slot, np.inf)
+        self.held[slot] = False
+        self.size -= 1
 
     def clear(self) -> None:
         self.sums.clear()

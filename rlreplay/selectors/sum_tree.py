@@ -13,9 +13,12 @@ Costs, for a batch of ``b`` leaves and ``n`` leaves in all: ``set`` and ``sample
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 
 FANOUT = 16
+FLAT_LEVEL = 8192  # levels up to this many nodes are searched in one step
 
 
 class KaryTree:
@@ -54,20 +57,42 @@ class KaryTree:
 
     def set(self, idx: np.ndarray, values: np.ndarray) -> None:
         """Set leaves ``idx`` (duplicates: last wins) and recompute their ancestors."""
-        if len(idx) == 0:
+        n = len(idx)
+        if n == 0:
             return
-        self.levels[0][idx] = values
-        if len(idx) == 1:
-            i = int(idx[0])
-            for lower, upper in zip(self.levels, self.levels[1:]):
+        levels = self.levels
+        levels[0][idx] = values
+        if n == 1:
+            self.set_one(int(idx[0]), None)
+            return
+        # Sorted parents stay sorted level after level, so dropping repeats needs only a
+        # comparison with the neighbour (no further sorting).
+        parents = np.sort(idx // FANOUT)
+        keep = np.empty(n, dtype=bool)
+        keep[0] = True
+        reduce = self._reduce
+        for lower, upper in pairwise(levels):
+            m = len(parents)
+            np.not_equal(parents[1:], parents[:-1], out=keep[1:m])
+            parents = parents[keep[:m]]
+            upper[parents] = reduce(lower.reshape(-1, FANOUT)[parents], axis=1)
+            parents //= FANOUT
+
+    def set_one(self, i: int, value: float | None) -> None:
+        """Set leaf ``i`` to ``value`` (``None``: it is already set) and fix its ancestors."""
+        levels = self.levels
+        if value is not None:
+            levels[0][i] = value
+        if self.op == "sum":
+            for lower, upper in pairwise(levels):
                 i //= FANOUT
                 base = i * FANOUT
-                upper[i] = self._reduce(lower[base : base + FANOUT])
-            return
-        parents = np.unique(idx // FANOUT)
-        for lower, upper in zip(self.levels, self.levels[1:]):
-            upper[parents] = self._reduce(lower.reshape(-1, FANOUT)[parents], axis=1)
-            parents = np.unique(parents // FANOUT)
+                upper[i] = lower[base : base + FANOUT].sum()
+        else:
+            for lower, upper in pairwise(levels):
+                i //= FANOUT
+                base = i * FANOUT
+                upper[i] = lower[base : base + FANOUT].min()
 
     def rebuild(self) -> None:
         """Recompute every internal node from the leaves."""
@@ -78,18 +103,34 @@ class KaryTree:
         """For a sum tree: the leaf whose cumulative range holds each target.
 
         ``targets`` must lie in ``[0, root)``. A leaf of zero weight is never returned.
+        The small upper levels (up to ``FLAT_LEVEL`` nodes) are searched in one step with a
+        cumulative sum and ``searchsorted``; below that each level picks one of 16 children.
         """
-        idx = np.zeros(len(targets), dtype=np.int64)
+        n = len(targets)
+        levels = self.levels
+        # The deepest level small enough to scan whole (the root level always is).
+        top = len(levels) - 1
+        while top > 0 and len(levels[top - 1]) <= FLAT_LEVEL:
+            top -= 1
         u = targets.astype(np.float64, copy=True)
-        rows = np.arange(len(targets))
-        for level in reversed(self.levels[:-1]):
-            children = level.reshape(-1, FANOUT)[idx]
-            csum = np.cumsum(children, axis=1)
-            j = (csum <= u[:, None]).sum(axis=1)
-            # Rounding can push u past the last positive child: clamp to that child.
-            last_positive = FANOUT - 1 - np.argmax(children[:, ::-1] > 0, axis=1)
-            j = np.minimum(j, last_positive)
-            u -= np.where(j > 0, csum[rows, np.maximum(j - 1, 0)], 0.0)
+        if top == len(levels) - 1:
+            idx = np.zeros(n, dtype=np.int64)
+        else:
+            cum = np.cumsum(levels[top])
+            # Keep every target strictly below the total so it lands on a positive node.
+            np.minimum(u, np.nextafter(cum[-1], 0.0), out=u)
+            idx = np.searchsorted(cum, u, side="right")
+            u -= np.where(idx > 0, cum[idx - 1], 0.0)
             np.maximum(u, 0.0, out=u)
-            idx = idx * FANOUT + j
+        base = np.arange(n, dtype=np.int64) * FANOUT - 1
+        for level in reversed(levels[:top]):
+            csum = np.cumsum(level.reshape(-1, FANOUT)[idx], axis=1)
+            # Rounding can leave u at or past the children's total: clamp it below the
+            # total, so the pick is the last positive child, never a zero-weight one.
+            np.minimum(u, np.nextafter(csum[:, -1], 0.0), out=u)
+            j = np.count_nonzero(csum <= u[:, None], axis=1)
+            u -= np.where(j > 0, csum.ravel()[base + j], 0.0)
+            np.maximum(u, 0.0, out=u)
+            idx *= FANOUT
+            idx += j
         return idx

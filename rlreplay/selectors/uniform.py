@@ -27,13 +27,17 @@ class Uniform(Selector):
     def insert(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         n = len(slots)
         if n == 1:
-            s = int(slots[0])
-            self.dense[self.size] = s
-            self.where[s] = self.size
-        else:
-            self.dense[self.size : self.size + n] = slots
-            self.where[slots] = np.arange(self.size, self.size + n, dtype=np.int32)
+            self.insert_one(int(slots[0]), 0.0)
+            return
+        self.dense[self.size : self.size + n] = slots
+        self.where[slots] = np.arange(self.size, self.size + n, dtype=np.int32)
         self.size += n
+
+    def insert_one(self, slot: int, priority: float) -> None:
+        size = self.size
+        self.dense[size] = slot
+        self.where[slot] = size
+        self.size = size + 1
 
     def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         pass
@@ -41,28 +45,38 @@ class Uniform(Selector):
     def delete(self, slots: np.ndarray) -> None:
         k = len(slots)
         if k == 1:
-            s = int(slots[0])
-            i = int(self.where[s])
-            last = int(self.dense[self.size - 1])
-            self.dense[i] = last
-            self.where[last] = i
-            self.size -= 1
+            self.delete_one(int(slots[0]))
             return
         new_size = self.size - k
         positions = self.where[slots]
-        holes = positions[positions < new_size]
-        tail = self.dense[new_size : self.size]
-        keepers = tail[~np.isin(tail, slots, assume_unique=True)]
+        in_tail = positions >= new_size
+        holes = positions[~in_tail]
+        # Tail entries that are not deleted move into the holes left by deleted ones.
+        keep = np.ones(k, dtype=bool)
+        keep[positions[in_tail] - new_size] = False
+        keepers = self.dense[new_size : self.size][keep]
         self.dense[holes] = keepers
         self.where[keepers] = holes
         self.size = new_size
+
+    def delete_one(self, slot: int) -> None:
+        i = int(self.where[slot])
+        self.size = size = self.size - 1
+        last = int(self.dense[size])
+        self.dense[i] = last
+        self.where[last] = i
 
     def clear(self) -> None:
         self.size = 0
 
     def sample(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        picks = self.dense[rng.integers(0, self.size, size=n)]
-        return picks, np.full(n, 1.0 / self.size)
+        size = self.size
+        # floor(u * size) with u in [0, 1) is uniform on [0, size) and always < size for
+        # size < 2**53; it costs far less than Generator.integers for small batches.
+        picks = self.dense[(rng.random(n) * size).astype(np.intp)]
+        probabilities = np.empty(n)
+        probabilities.fill(1.0 / size)
+        return picks, probabilities
 
     def choose_victims(self, k: int, rng: np.random.Generator) -> np.ndarray:
         if k == 1:

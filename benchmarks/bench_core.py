@@ -1,0 +1,430 @@
+"""Core replay operations, rlreplay side by side with cpprb in the same run.
+
+Run: python -m benchmarks.bench_core [--quick] [--repeat N] [--only NAMES]
+
+Cases (capacity 1e6, fields obs float32[17], action float32[6], reward, next_obs
+float32[17], done; rlreplay uses a rows Table and ``table.insert``, cpprb a ReplayBuffer):
+
+* ``add1``: add one row to a full buffer (the ring overwrites the oldest row);
+* ``add256``: add a batch of 256 rows;
+* ``sample256``: uniform sample of 256 rows;
+* ``per256``: prioritized (alpha 0.6) sample of 256 with importance weights (beta 0.4),
+  then 256 priority updates;
+* ``img_add256`` / ``img_sample256``: rows with obs and next_obs uint8[84, 84, 4] and scalar
+  action/reward/done at capacity 1e5.
+
+Buffers are filled before timing (construction plus the first fill is reported on its
+own: first writes to fresh memory are slow). Each op runs after warm-up calls, in
+``--repeat`` rounds of ``number`` calls timed with ``time.perf_counter``; the median round
+gives microseconds per op. ``ratio`` is rlreplay's ops/s over cpprb's (higher is better
+for rlreplay). Prints a table and writes ``benchmarks/results/bench_core.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+if __package__ in (None, ""):  # run as a script from a checkout: find the package beside it
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import rlreplay
+from rlreplay import Fifo, Prioritized, Table
+
+VEC_CAPACITY = 1_000_000
+IMG_CAPACITY = 100_000
+BATCH = 256
+ALPHA, BETA = 0.6, 0.4
+TARGETS = {
+    "add1": 5.0,
+    "add256": 1.5,
+    "sample256": 1.5,
+    "per256": 3.0,
+    "img_add256": 1.0,
+    "img_sample256": 1.0,
+}
+INDEX_TARGET_BYTES = 48
+CASES = tuple(TARGETS)
+
+VEC_SIG = {
+    "obs": ((17,), np.float32),
+    "action": ((6,), np.float32),
+    "reward": ((), np.float32),
+    "next_obs": ((17,), np.float32),
+    "done": ((), np.float32),
+}
+IMG_SIG = {
+    "obs": ((84, 84, 4), np.uint8),
+    "action": ((), np.float32),
+    "reward": ((), np.float32),
+    "next_obs": ((84, 84, 4), np.uint8),
+    "done": ((), np.float32),
+}
+
+
+def cpprb_env(sig: dict) -> dict:
+    """cpprb's env_dict for a signature (cpprb stores a scalar as shape 1)."""
+    return {k: {"shape": shape or 1, "dtype": dtype} for k, (shape, dtype) in sig.items()}
+
+
+def random_rows(sig: dict, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    out = {}
+    for k, (shape, dtype) in sig.items():
+        if np.dtype(dtype) == np.uint8:
+            out[k] = rng.integers(0, 256, size=(n, *shape), dtype=np.uint8)
+        else:
+            out[k] = rng.standard_normal((n, *shape)).astype(dtype)
+    return out
+
+
+def one_rows(sig: dict, count: int, rng: np.random.Generator) -> list[dict]:
+    """Single rows as an environment loop gives them: arrays plus Python floats."""
+    batch = random_rows(sig, count, rng)
+    rows = []
+    for i in range(count):
+        row = {}
+        for k, (shape, _) in sig.items():
+            row[k] = batch[k][i] if shape else float(batch[k][i])
+        rows.append(row)
+    return rows
+
+
+def time_op(op: Callable[[], object], number: int, repeat: int, warmup: int) -> dict:
+    """Median microseconds per call over ``repeat`` rounds of ``number`` calls."""
+    for _ in range(warmup):
+        op()
+    rounds = []
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            for _ in range(number):
+                op()
+            rounds.append((time.perf_counter() - t0) / number * 1e6)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return {"us": statistics.median(rounds), "min_us": min(rounds), "rounds_us": rounds}
+
+
+class Bench:
+    """Holds the options and collects results."""
+
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.rng = np.random.default_rng(0)
+        self.results: dict[str, dict] = {}
+        self.setup: list[dict] = []
+        self.memory: list[dict] = []
+
+    def record(self, case: str, lib: str, timing: dict) -> None:
+        self.results.setdefault(case, {})[lib] = timing
+        print(f"  {case:<14} {lib:<8} {timing['us']:10.1f} us", flush=True)
+
+    def run_op(self, case: str, lib: str, op: Callable[[], object], number: int) -> None:
+        a = self.args
+        self.record(case, lib, time_op(op, number, a.repeat, a.warmup))
+
+    def fill(self, lib: str, what: str, make: Callable, add: Callable, rows: int, chunk: dict):
+        """Construct a buffer and add ``rows`` rows in chunks; returns the buffer."""
+        n_chunk = len(next(iter(chunk.values())))
+        t0 = time.perf_counter()
+        buf = make()
+        t1 = time.perf_counter()
+        for _ in range(rows // n_chunk):
+            add(buf, chunk)
+        t2 = time.perf_counter()
+        self.setup.append(
+            {
+                "buffer": what,
+                "lib": lib,
+                "rows": rows,
+                "construct_s": t1 - t0,
+                "fill_s": t2 - t1,
+                "total_s": t2 - t0,
+            }
+        )
+        print(f"  setup {what:<18} {lib:<8} construct {t1 - t0:6.3f}s fill {t2 - t1:6.2f}s")
+        return buf
+
+    # ------------------------------------------------------------------ vectors
+    def vector_cases(self) -> None:
+        a = self.args
+        wanted = [c for c in ("add1", "add256", "sample256") if c in a.only]
+        per_wanted = "per256" in a.only
+        if not wanted and not per_wanted:
+            return
+        import cpprb
+
+        fill_rows = a.fill
+        chunk = random_rows(VEC_SIG, 10_000, self.rng)
+        batch = random_rows(VEC_SIG, BATCH, self.rng)
+        singles = one_rows(VEC_SIG, 1024, self.rng)
+        new_prios = [self.rng.uniform(0.01, 2.0, BATCH) for _ in range(64)]
+
+        def rl_insert(t, rows):
+            t.insert(rows)
+
+        def cp_add(b, rows):
+            b.add(**rows)
+
+        if wanted:
+            table = self.fill(
+                "rlreplay",
+                "uniform 1e6",
+                lambda: Table("uniform", signature=VEC_SIG, max_size=VEC_CAPACITY),
+                rl_insert,
+                fill_rows,
+                chunk,
+            )
+            self.memory.append(self.index_memory("uniform", table))
+            rb = self.fill(
+                "cpprb",
+                "uniform 1e6",
+                lambda: cpprb.ReplayBuffer(VEC_CAPACITY, cpprb_env(VEC_SIG)),
+                cp_add,
+                fill_rows,
+                chunk,
+            )
+            self.vector_ops(wanted, table, rb, batch, singles)
+            del table, rb
+            gc.collect()
+        if per_wanted:
+            table = self.fill(
+                "rlreplay",
+                "prioritized 1e6",
+                lambda: Table(
+                    "per",
+                    signature=VEC_SIG,
+                    max_size=VEC_CAPACITY,
+                    sampler=Prioritized(ALPHA),
+                    remover=Fifo(),
+                ),
+                rl_insert,
+                fill_rows,
+                chunk,
+            )
+            # Spread the priorities so the tree is not flat.
+            size = len(table)
+            slots = np.arange(size, dtype=np.int64)
+            keys = (table._generation[:size].astype(np.int64) << 32) | slots
+            table.update_priorities(keys, self.rng.uniform(0.01, 2.0, size))
+            self.memory.append(self.index_memory("prioritized", table))
+            rb = self.fill(
+                "cpprb",
+                "prioritized 1e6",
+                lambda: cpprb.PrioritizedReplayBuffer(
+                    VEC_CAPACITY, cpprb_env(VEC_SIG), alpha=ALPHA
+                ),
+                cp_add,
+                fill_rows,
+                chunk,
+            )
+            rb.update_priorities(np.arange(size), self.rng.uniform(0.01, 2.0, size))
+            cycle = iter(range(1 << 62))
+
+            def rl_per():
+                s = table.sample(BATCH)
+                s.importance_weights(BETA)
+                table.update_priorities(s.info.keys, new_prios[next(cycle) & 63])
+
+            def cp_per():
+                s = rb.sample(BATCH, beta=BETA)
+                rb.update_priorities(s["indexes"], new_prios[next(cycle) & 63])
+
+            self.run_op("per256", "rlreplay", rl_per, a.number_sample)
+            self.run_op("per256", "cpprb", cp_per, a.number_sample)
+            del table, rb
+            gc.collect()
+
+    def vector_ops(self, wanted, table, rb, batch, singles) -> None:
+        a = self.args
+        if "add1" in wanted:
+            it = iter(range(1 << 62))
+            self.run_op(
+                "add1", "rlreplay", lambda: table.insert(singles[next(it) & 1023]), a.number_add1
+            )
+            self.run_op("add1", "cpprb", lambda: rb.add(**singles[next(it) & 1023]), a.number_add1)
+        if "add256" in wanted:
+            self.run_op("add256", "rlreplay", lambda: table.insert(batch), a.number_batch)
+            self.run_op("add256", "cpprb", lambda: rb.add(**batch), a.number_batch)
+        if "sample256" in wanted:
+            self.run_op("sample256", "rlreplay", lambda: table.sample(BATCH), a.number_sample)
+            self.run_op("sample256", "cpprb", lambda: rb.sample(BATCH), a.number_sample)
+
+    # ------------------------------------------------------------------- images
+    def image_cases(self) -> None:
+        a = self.args
+        wanted = [c for c in ("img_add256", "img_sample256") if c in a.only]
+        if not wanted:
+            return
+        import cpprb
+
+        chunk = random_rows(IMG_SIG, BATCH, self.rng)
+        # One library at a time: each buffer holds about 5.6 GB at capacity 1e5.
+        table = self.fill(
+            "rlreplay",
+            "image 1e5",
+            lambda: Table("images", signature=IMG_SIG, max_size=IMG_CAPACITY),
+            lambda t, rows: t.insert(rows),
+            a.img_fill,
+            chunk,
+        )
+        self.image_ops(wanted, "rlreplay", table.insert, table.sample, chunk)
+        del table
+        gc.collect()
+        rb = self.fill(
+            "cpprb",
+            "image 1e5",
+            lambda: cpprb.ReplayBuffer(IMG_CAPACITY, cpprb_env(IMG_SIG)),
+            lambda b, rows: b.add(**rows),
+            a.img_fill,
+            chunk,
+        )
+        self.image_ops(wanted, "cpprb", rb.add, rb.sample, chunk)
+        del rb
+        gc.collect()
+
+    def image_ops(self, wanted, lib: str, add: Callable, sample: Callable, chunk: dict) -> None:
+        op = (lambda: add(chunk)) if lib == "rlreplay" else (lambda: add(**chunk))
+        if "img_add256" in wanted:
+            self.run_op("img_add256", lib, op, self.args.number_img)
+        if "img_sample256" in wanted:
+            self.run_op("img_sample256", lib, lambda: sample(BATCH), self.args.number_img)
+
+    # ------------------------------------------------------------------- memory
+    @staticmethod
+    def index_memory(kind: str, table: Table) -> dict:
+        per_item = table.index_nbytes() / table.max_size
+        row = {
+            "table": kind,
+            "index_bytes": table.index_nbytes(),
+            "max_size": table.max_size,
+            "index_bytes_per_item": per_item,
+            "stored_bytes_per_step": table.store.signature.step_nbytes,
+            "target_bytes_per_item": INDEX_TARGET_BYTES,
+            "pass": per_item <= INDEX_TARGET_BYTES,
+        }
+        print(f"  index memory {kind:<12} {per_item:6.1f} bytes/item")
+        return row
+
+    # ------------------------------------------------------------------- report
+    def report(self) -> dict:
+        rows = []
+        for case in CASES:
+            res = self.results.get(case)
+            if not res or "rlreplay" not in res or "cpprb" not in res:
+                continue
+            rl, cp = res["rlreplay"]["us"], res["cpprb"]["us"]
+            ratio = cp / rl
+            rows.append(
+                {
+                    "case": case,
+                    "rlreplay_us": rl,
+                    "cpprb_us": cp,
+                    "rlreplay_ops_s": 1e6 / rl,
+                    "cpprb_ops_s": 1e6 / cp,
+                    "ratio": ratio,
+                    "target": TARGETS[case],
+                    "pass": ratio >= TARGETS[case],
+                }
+            )
+        print()
+        head = (
+            f"{'case':<14} {'rlreplay us':>12} {'cpprb us':>10} {'rlreplay ops/s':>15} "
+            f"{'cpprb ops/s':>12} {'ratio':>7} {'target':>7}  result"
+        )
+        print(head)
+        print("-" * len(head))
+        for r in rows:
+            print(
+                f"{r['case']:<14} {r['rlreplay_us']:12.1f} {r['cpprb_us']:10.1f} "
+                f"{r['rlreplay_ops_s']:15,.0f} {r['cpprb_ops_s']:12,.0f} {r['ratio']:6.2f}x "
+                f"{r['target']:6.1f}x  {'PASS' if r['pass'] else 'FAIL'}"
+            )
+        print("(ratio = rlreplay ops/s / cpprb ops/s, same run)")
+        for m in self.memory:
+            print(
+                f"index memory {m['table']:<12} {m['index_bytes_per_item']:5.1f} bytes/item "
+                f"(target <= {INDEX_TARGET_BYTES}; stored fields {m['stored_bytes_per_step']} "
+                f"bytes/step)  {'PASS' if m['pass'] else 'FAIL'}"
+            )
+        for s in self.setup:
+            print(
+                f"setup {s['buffer']:<16} {s['lib']:<8} rows {s['rows']:>9,} construct "
+                f"{s['construct_s']:6.3f}s first fill {s['fill_s']:6.2f}s"
+            )
+        import cpprb
+
+        return {
+            "machine": {
+                "python": platform.python_version(),
+                "numpy": np.__version__,
+                "rlreplay": rlreplay.__version__,
+                "cpprb": getattr(cpprb, "__version__", "unknown"),
+                "platform": platform.platform(),
+                "processor": platform.processor(),
+                "cpus": os.cpu_count(),
+            },
+            "options": vars(self.args) | {"only": sorted(self.args.only)},
+            "rows": rows,
+            "index_memory": self.memory,
+            "setup": self.setup,
+            "raw": self.results,
+            "all_pass": all(r["pass"] for r in rows) and all(m["pass"] for m in self.memory),
+        }
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="fewer timed calls and rounds")
+    p.add_argument("--repeat", type=int, default=None, help="timed rounds (default 7, quick 3)")
+    p.add_argument("--warmup", type=int, default=None, help="untimed calls before timing")
+    p.add_argument("--only", default=",".join(CASES), help=f"comma list of {', '.join(CASES)}")
+    p.add_argument("--fill", type=int, default=None, help="rows before timing (default 1e6)")
+    p.add_argument("--img-fill", type=int, default=None, help="image rows (default 1e5)")
+    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "bench_core.json"))
+    args = p.parse_args(argv)
+    quick = args.quick
+    args.repeat = args.repeat or (3 if quick else 7)
+    args.warmup = args.warmup if args.warmup is not None else (20 if quick else 100)
+    # Fill completely even when quick: adds into never-touched memory pay page faults.
+    args.fill = args.fill or VEC_CAPACITY
+    args.img_fill = args.img_fill or IMG_CAPACITY
+    args.number_add1 = 2000 if quick else 10_000
+    args.number_batch = 200 if quick else 1000
+    args.number_sample = 100 if quick else 500
+    args.number_img = 10 if quick else 40
+    args.only = set(args.only.split(","))
+    unknown = args.only - set(CASES)
+    if unknown:
+        p.error(f"unknown cases {sorted(unknown)}; choose from {CASES}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    bench = Bench(args)
+    bench.vector_cases()
+    bench.image_cases()
+    result = bench.report()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2, default=str))
+    print(f"wrote {out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
