@@ -575,3 +575,14 @@ def test_uniform_sampler_rejects_nothing_it_is_given_by_the_table():
     assert table.update_priorities(keys, [0.5, 2.0]) == 2
     assert len(table.sample(MAX_SIZE, timeout=1.0)) == MAX_SIZE
     assert table.delete(keys) == 2
+
+
+def test_creating_more_items_than_max_size_at_once_is_rejected():
+    store = StepStore(ROW_SIGNATURE, capacity=16)
+    table = Table("t", store=store, max_size=3)
+    store.append(rows(0, 6))
+    before = snapshot(table)
+    with pytest.raises(InvalidArgumentError, match="max_size"):
+        table.create_items(np.arange(6))
+    assert_same(before, snapshot(table))
+    assert len(table.create_items(np.arange(3))) == 3 and table.size == 3
