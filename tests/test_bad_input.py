@@ -586,3 +586,26 @@ def test_creating_more_items_than_max_size_at_once_is_rejected():
         table.create_items(np.arange(6))
     assert_same(before, snapshot(table))
     assert len(table.create_items(np.arange(3))) == 3 and table.size == 3
+
+
+def test_row_insert_into_a_table_of_multi_step_items_is_rejected():
+    store = StepStore(ROW_SIGNATURE, capacity=16)
+    table = Table("t", store=store, layout=ItemLayout.sequence(store.signature, 2))
+    with pytest.raises(InvalidArgumentError, match="TrajectoryWriter"):
+        table.insert(rows(0, 2))
+    assert store.next_id == 0 and table.size == 0
+
+
+@pytest.mark.parametrize("call", ["insert", "sample"])
+def test_blocking_calls_on_a_closed_table_raise_closed_error(call):
+    from rlreplay import ClosedError
+
+    table, _ = filled_table()
+    table.close()
+    before = snapshot(table)
+    with pytest.raises(ClosedError):
+        if call == "insert":
+            table.insert(rows(10, 1), timeout=1.0)
+        else:
+            table.sample(1, timeout=1.0)
+    assert_same(before, snapshot(table))
