@@ -38,7 +38,12 @@ def _has_duplicates(slots: np.ndarray) -> bool:
 
 @dataclass
 class TableInfo:
-    """Counters and configuration of a table at one moment (all counts since creation)."""
+    """Counters and configuration of a table at one moment.
+
+    ``inserts`` and ``samples`` are the rate limiter's counts, since creation or the last
+    :meth:`Table.reset`; every other counter (deletes, evictions, stale keys, time blocked)
+    counts since the table was created.
+    """
 
     name: str
     size: int
