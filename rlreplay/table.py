@@ -240,6 +240,10 @@ class Table:
         self._closed = False
         self.lock = store.lock
         self._is_rows = self.layout.is_rows
+        # While insert() appends, the items it overwrites keep their selector entries
+        # (``_deferred`` = (first slot, count)) so the new items can take them over.
+        self._inserting = False
+        self._deferred: tuple[int, int] | None = None
         self._gather_plan = self._plan_gather()
         first_path, first_spec = next(iter(store.signature.fields.items()))
         # insert() tells one row from a batch by the first field's number of dimensions.
@@ -361,7 +365,7 @@ class Table:
                 self._wait_for(
                     lambda: limiter.can_insert(n, self.size), timeout, "insert", "insert_blocked_s"
                 )
-            first = store._append_locked(arrays, n, timeout)
+            first = self._append_rows_locked(arrays, n, timeout)
             start = first % store.capacity
             if start + n <= store.capacity:
                 return self._insert_items_locked(np.arange(start, start + n), prios, start)
@@ -391,7 +395,7 @@ class Table:
                 self._wait_for(
                     lambda: limiter.can_insert(1, self.size), timeout, "insert", "insert_blocked_s"
                 )
-            slot = store._append_one_locked(row, timeout) % store.capacity
+            slot = self._append_rows_locked(row, 1, timeout, one_row=True) % store.capacity
             key = self._insert_one_locked(slot, prio)
         return np.array([key], dtype=np.int64)
 
@@ -462,6 +466,37 @@ class Table:
                 )
             return self._insert_items_locked(slots, prios)
 
+    def _append_rows_locked(
+        self, rows: dict, n: int, timeout: float | None, one_row: bool = False
+    ) -> int:
+        """Append rows to the store for :meth:`insert` (``one_row``: ``rows`` has no batch
+        axis), letting :meth:`_on_overwrite` defer the removal of the items whose slots
+        the new rows take."""
+        self._inserting = True
+        try:
+            if one_row:
+                return self.store._append_one_locked(rows, timeout)
+            return self.store._append_locked(rows, n, timeout)
+        except BaseException:
+            self._settle_deferred()
+            raise
+        finally:
+            self._inserting = False
+
+    def _settle_deferred(self) -> None:
+        """Remove the deferred items from the selectors (their slots are not reused)."""
+        deferred = self._deferred
+        if deferred is not None:
+            self._deferred = None
+            start, n = deferred
+            if n == 1:
+                self.sampler.delete_one(start)
+                self.remover.delete_one(start)
+            else:
+                slots = np.arange(start, start + n)
+                self.sampler.delete(slots)
+                self.remover.delete(slots)
+
     def _insert_items_locked(
         self, slots: np.ndarray, prios: np.ndarray | None, start: int | None = None
     ) -> np.ndarray:
@@ -475,6 +510,9 @@ class Table:
         else:
             self._max_priority = max(self._max_priority, float(prios.max()))
         excess = self.size + n - self.max_size
+        replacing = excess <= 0 and self._deferred is not None and self._deferred == (start, n)
+        if not replacing:
+            self._settle_deferred()
         if excess > 0:
             victims = self.remover.choose_victims(excess, self.rng)
             self._remove_locked(victims)
@@ -485,8 +523,13 @@ class Table:
         self._priority[at] = prios
         self._times_sampled[at] = 0
         self._live[at] = True
-        self.sampler.insert(slots, prios)
-        self.remover.insert(slots, prios)
+        if replacing:
+            self._deferred = None
+            self.sampler.replace(slots, prios)
+            self.remover.replace(slots, prios)
+        else:
+            self.sampler.insert(slots, prios)
+            self.remover.insert(slots, prios)
         self.size += n
         self.rate_limiter.inserts += n
         self.lock.notify_all()
@@ -499,6 +542,9 @@ class Table:
             prio = self._max_priority if fill is None else float(fill)
         elif prio > self._max_priority:
             self._max_priority = prio
+        replacing = self.size < self.max_size and self._deferred == (slot, 1)
+        if not replacing:
+            self._settle_deferred()
         if self.size >= self.max_size:
             victims = self.remover.choose_victims(1, self.rng)
             self._remove_locked(victims)
@@ -508,8 +554,13 @@ class Table:
         self._priority[slot] = prio
         self._times_sampled[slot] = 0
         self._live[slot] = True
-        self.sampler.insert_one(slot, prio)
-        self.remover.insert_one(slot, prio)
+        if replacing:
+            self._deferred = None
+            self.sampler.replace_one(slot, prio)
+            self.remover.replace_one(slot, prio)
+        else:
+            self.sampler.insert_one(slot, prio)
+            self.remover.insert_one(slot, prio)
         self.size += 1
         self.rate_limiter.inserts += 1
         self.lock.notify_all()
@@ -525,6 +576,16 @@ class Table:
     def _on_overwrite(self, start: int, n: int) -> None:
         """Store hook: rows ``[start, start + n)`` (wrapping) are about to be overwritten."""
         cap = self.store.capacity
+        if self._inserting and self._deferred is None and start + n <= cap:
+            # insert() is writing these rows: if every one holds an item, the new items
+            # take over their slots, so the selectors may keep the entries for them.
+            live = self._live[start : start + n]
+            if live[0] if n == 1 else live.all():
+                live[:] = False
+                self.size -= n
+                self._counts["overwrite_evictions"] += n
+                self._deferred = (start, n)
+                return
         if n == 1:
             if not self._live[start]:
                 return
@@ -786,6 +847,7 @@ class Table:
             self.lock.notify_all()
 
     def _reset_locked(self) -> None:
+        self._deferred = None
         self._live.fill(False)
         self.sampler.clear()
         self.remover.clear()

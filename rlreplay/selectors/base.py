@@ -43,6 +43,20 @@ class Selector:
         """:meth:`delete` for one slot given as a Python int."""
         self.delete(np.array([slot], dtype=np.int64))
 
+    def replace(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        """Delete held ``slots`` and insert them again as new items, in that order.
+
+        A table calls this when new rows take over the slots of the items they overwrite;
+        selectors whose index does not change in that case skip the work.
+        """
+        self.delete(slots)
+        self.insert(slots, priorities)
+
+    def replace_one(self, slot: int, priority: float) -> None:
+        """:meth:`replace` for one slot given as Python numbers."""
+        self.delete_one(slot)
+        self.insert_one(slot, priority)
+
     def delete(self, slots: np.ndarray) -> None:
         """Remove held slots (no duplicates)."""
         raise NotImplementedError

@@ -62,6 +62,35 @@ class _InsertionOrder(Selector):
         self._unlink_one(slot)
         self.size -= 1
 
+    def replace(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        n = len(slots)
+        first, last = int(slots[0]), int(slots[-1])
+        if first == self.head and (n == 1 or (self.next[slots[:-1]] == slots[1:]).all()):
+            # The slots are the oldest items, linked in this order: move the chain whole.
+            self._move_head_chain_to_tail(first, last, n)
+        else:
+            self.delete(slots)
+            self.insert(slots, priorities)
+
+    def replace_one(self, slot: int, priority: float) -> None:
+        if slot == self.head:
+            self._move_head_chain_to_tail(slot, slot, 1)
+        else:
+            self.delete_one(slot)
+            self.insert_one(slot, priority)
+
+    def _move_head_chain_to_tail(self, first: int, last: int, n: int) -> None:
+        """Move the chain ``first .. last`` (the ``n`` oldest items) behind the newest."""
+        if n == self.size:
+            return  # the chain is the whole list: its order does not change
+        new_head = int(self.next[last])
+        self.prev[new_head] = NIL
+        self.head = new_head
+        self.next[self.tail] = first
+        self.prev[first] = self.tail
+        self.next[last] = NIL
+        self.tail = last
+
     def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         pass
 

@@ -70,6 +70,14 @@ class Prioritized(Selector):
         self.held[slot] = True
         self.size += 1
 
+    def replace(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        self.update(slots, priorities)  # held stays set and the size unchanged
+
+    def replace_one(self, slot: int, priority: float) -> None:
+        w = priority if self.priority_exponent == 1.0 else priority**self.priority_exponent
+        self.sums.set_one(slot, w)
+        self.mins.set_one(slot, w if w > 0 else np.inf)
+
     def delete(self, slots: np.ndarray) -> None:
         self.sums.set(slots, np.zeros(len(slots)))
         self.mins.set(slots, np.full(len(slots), np.inf))

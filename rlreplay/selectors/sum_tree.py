@@ -19,6 +19,7 @@ import numpy as np
 
 FANOUT = 16
 FLAT_LEVEL = 8192  # levels up to this many nodes are searched in one step
+WHOLE_LEVEL = 1024  # levels up to this many nodes are reduced whole on every set
 
 
 class KaryTree:
@@ -65,17 +66,16 @@ class KaryTree:
         if n == 1:
             self.set_one(int(idx[0]), None)
             return
-        # Sorted parents stay sorted level after level, so dropping repeats needs only a
-        # comparison with the neighbour (no further sorting).
-        parents = np.sort(idx // FANOUT)
-        keep = np.empty(n, dtype=bool)
-        keep[0] = True
-        reduce = self._reduce
+        # Parents are not deduplicated: a repeated parent gets the same value twice,
+        # which costs less than finding the repeats. Small levels are recomputed whole.
+        parents = idx // FANOUT
+        is_sum = self.op == "sum"
         for lower, upper in pairwise(levels):
-            m = len(parents)
-            np.not_equal(parents[1:], parents[:-1], out=keep[1:m])
-            parents = parents[keep[:m]]
-            upper[parents] = reduce(lower.reshape(-1, FANOUT)[parents], axis=1)
+            if len(lower) <= WHOLE_LEVEL:
+                self._reduce(lower.reshape(-1, FANOUT), axis=1, out=upper[: len(lower) // FANOUT])
+                continue
+            children = np.take(lower.reshape(-1, FANOUT), parents, axis=0)
+            upper[parents] = np.einsum("ij->i", children) if is_sum else children.min(axis=1)
             parents //= FANOUT
 
     def set_one(self, i: int, value: float | None) -> None:

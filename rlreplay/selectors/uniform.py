@@ -66,6 +66,12 @@ class Uniform(Selector):
         self.dense[i] = last
         self.where[last] = i
 
+    def replace(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        pass  # the same slots stay held, and priorities do not matter
+
+    def replace_one(self, slot: int, priority: float) -> None:
+        pass
+
     def clear(self) -> None:
         self.size = 0
 
