@@ -83,11 +83,14 @@ def test_reset_removes_items_and_makes_old_keys_stale(make_table):
     table = make_table(max_size=10)
     keys = table.insert(rows(0, 5))
     table.sample(2)
+    table.delete(keys[:1])
     table.reset()
     assert table.size == 0 and not table.can_sample(1)
     info = table.info()
-    assert (info.inserts, info.samples) == (0, 0)
-    assert table.update_priorities(keys, np.ones(5)) == 0
+    assert (info.inserts, info.samples) == (0, 0)  # the limiter's counts restart
+    assert info.deletes == 1  # the other counters count since creation
+    keys = keys[1:]
+    assert table.update_priorities(keys, np.ones(len(keys))) == 0
     assert table.delete(keys) == 0
     with pytest.raises(RateLimiterTimeoutError):
         table.sample(1, timeout=0.05)
