@@ -332,3 +332,69 @@ def test_selectors_agree_with_a_model_after_random_batches(name, capacity, seed,
         assert sel.first(len(model)).tolist() == order
         assert sel.first(1).tolist() == order[:1]
         assert sel.sample(3, rng)[0].tolist() == order[:1] * 3
+
+
+# ------------------------------------------------------ shared store, writers
+
+EPISODE_SIGNATURE = {"step": "int64", "episode": "int64", "obs": ((2,), "float32")}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    capacity=st.integers(3, 12),
+    seed=st.integers(0, 2**16),
+    ops=st.lists(st.sampled_from(["step", "step", "step", "end", "sample", "update"]), max_size=60),
+)
+def test_tables_sharing_a_wrapping_store_never_serve_overwritten_or_cross_episode_data(
+    capacity, seed, ops
+):
+    from rlreplay import ItemLayout, StepStore, TrajectoryWriter
+
+    store = StepStore(EPISODE_SIGNATURE, capacity=capacity)
+    sig = store.signature
+    transitions = Table(
+        "tr",
+        store=store,
+        layout=ItemLayout.transition(sig, next_fields=("obs", "step", "episode")),
+        sampler=Prioritized(0.6),
+        seed=seed,
+    )
+    sequences = Table("seq", store=store, layout=ItemLayout.sequence(sig, 3), seed=seed + 1)
+    writer = TrajectoryWriter([transitions, sequences])
+    rng = np.random.default_rng(seed)
+    step_id, episode, in_episode = 0, 0, 0
+    keys: list[int] = []
+    for op in ops:
+        if op == "step":
+            writer.append({"step": step_id, "episode": episode, "obs": [step_id, episode]})
+            step_id += 1
+            in_episode += 1
+            if in_episode >= 2:
+                keys.append(writer.create_item(transitions, priority=float(rng.uniform(0, 2))))
+            if in_episode >= 3:
+                writer.create_item(sequences)
+        elif op == "end":
+            writer.end_episode()
+            episode += 1
+            in_episode = 0
+        elif op == "update" and keys:
+            chosen = rng.choice(keys, size=min(3, len(keys)))
+            transitions.update_priorities(chosen, rng.uniform(0, 2, len(chosen)))
+        elif op == "sample":
+            oldest = store.oldest_id
+            if transitions.size and transitions.sampler.sums.root > 0:
+                b = transitions.sample(min(4, transitions.max_size), timeout=1.0).data
+                assert (b["step"] >= oldest).all()
+                np.testing.assert_array_equal(b["next_step"], b["step"] + 1)
+                np.testing.assert_array_equal(b["next_episode"], b["episode"])
+                np.testing.assert_array_equal(b["obs"][:, 0], b["step"])
+            if sequences.size:
+                b = sequences.sample(min(4, sequences.max_size), timeout=1.0).data
+                s, e = b["step"], b["episode"]
+                assert (s >= oldest).all()
+                np.testing.assert_array_equal(s - s[:, :1], np.broadcast_to(np.arange(3), s.shape))
+                assert (e == e[:, :1]).all()
+                np.testing.assert_array_equal(b["obs"][..., 1], e)
+        # Every held item's steps are all stored: sizes never exceed what the ring holds.
+        assert transitions.size <= max(0, store.num_steps - 1)
+        assert sequences.size <= max(0, store.num_steps - 2)
