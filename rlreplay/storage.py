@@ -146,9 +146,14 @@ class StepStore:
         """Wait until no blocking table has items on the next ``n`` rows, evict the items
         of the others there, and return the first row to write. Called with the lock."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        tables = self._tables
         while self.next_id + n > self.capacity:
             start = self.next_id % self.capacity
-            if not any(t._blocks_overwrite(start, n) for t in self._tables):
+            if len(tables) == 1:
+                blocked = tables[0]._blocks_overwrite(start, n)
+            else:
+                blocked = any(t._blocks_overwrite(start, n) for t in tables)
+            if not blocked:
                 for table in self._tables:
                     table._on_overwrite(start, n)
                 break

@@ -532,7 +532,8 @@ class Table:
             self.remover.insert(slots, prios)
         self.size += n
         self.rate_limiter.inserts += n
-        self.lock.notify_all()
+        if self.lock._waiters:  # notify_all() costs microseconds even with nobody waiting
+            self.lock.notify_all()
         return make_keys(slots, generations)
 
     def _insert_one_locked(self, slot: int, prio: float | None) -> int:
@@ -563,7 +564,8 @@ class Table:
             self.remover.insert_one(slot, prio)
         self.size += 1
         self.rate_limiter.inserts += 1
-        self.lock.notify_all()
+        if self.lock._waiters:  # notify_all() costs microseconds even with nobody waiting
+            self.lock.notify_all()
         return generation << SLOT_BITS | slot
 
     # ----------------------------------------------------------------- removal
@@ -579,9 +581,16 @@ class Table:
         if self._inserting and self._deferred is None and start + n <= cap:
             # insert() is writing these rows: if every one holds an item, the new items
             # take over their slots, so the selectors may keep the entries for them.
-            live = self._live[start : start + n]
-            if live[0] if n == 1 else live.all():
-                live[:] = False
+            if n == 1:
+                held = self._live[start]
+                if held:
+                    self._live[start] = False
+            else:
+                live = self._live[start : start + n]
+                held = live.all()
+                if held:
+                    live[:] = False
+            if held:
                 self.size -= n
                 self._counts["overwrite_evictions"] += n
                 self._deferred = (start, n)
