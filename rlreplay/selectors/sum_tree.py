@@ -20,6 +20,9 @@ import numpy as np
 FANOUT = 16
 FLAT_LEVEL = 8192  # levels up to this many nodes are searched in one step
 WHOLE_LEVEL = 1024  # levels up to this many nodes are reduced whole on every set
+# _PREFIX[i, k] = 1 where child i counts toward the sum of the first k children.
+_PREFIX = np.triu(np.ones((FANOUT, FANOUT + 1)), k=1)
+_ONES = np.ones(FANOUT)
 
 
 class KaryTree:
@@ -94,6 +97,18 @@ class KaryTree:
                 base = i * FANOUT
                 upper[i] = lower[base : base + FANOUT].min()
 
+    @staticmethod
+    def _exact_children(children: np.ndarray, u: np.ndarray, j: np.ndarray) -> np.ndarray:
+        """Redo the child choice with sequential sums where the matrix product picked a
+        zero-weight child (its sums may round differently at a boundary)."""
+        bad = np.flatnonzero(children.ravel()[np.arange(len(j)) * FANOUT + j] == 0)
+        csum = np.cumsum(children[bad], axis=1)
+        u_bad = np.minimum(u[bad], np.nextafter(csum[:, -1], 0.0))
+        last_positive = FANOUT - 1 - np.argmax(children[bad][:, ::-1] > 0, axis=1)
+        j = j.copy()
+        j[bad] = np.minimum((csum <= u_bad[:, None]).sum(axis=1), last_positive)
+        return j
+
     def rebuild(self) -> None:
         """Recompute every internal node from the leaves."""
         for lower, upper in zip(self.levels, self.levels[1:]):
@@ -122,14 +137,20 @@ class KaryTree:
             idx = np.searchsorted(cum, u, side="right")
             u -= np.where(idx > 0, cum[idx - 1], 0.0)
             np.maximum(u, 0.0, out=u)
-        base = np.arange(n, dtype=np.int64) * FANOUT - 1
+        rows16 = np.arange(n, dtype=np.int64) * FANOUT
+        rows17 = rows16 + np.arange(n, dtype=np.int64)
         for level in reversed(levels[:top]):
-            csum = np.cumsum(level.reshape(-1, FANOUT)[idx], axis=1)
+            children = np.take(level.reshape(-1, FANOUT), idx, axis=0)
+            # prefix[:, k] = sum of the first k children (k = 0..16), in one matrix product:
+            # numpy's cumsum and counts along a 16-wide axis cost several times more.
+            prefix = children @ _PREFIX
             # Rounding can leave u at or past the children's total: clamp it below the
             # total, so the pick is the last positive child, never a zero-weight one.
-            np.minimum(u, np.nextafter(csum[:, -1], 0.0), out=u)
-            j = np.count_nonzero(csum <= u[:, None], axis=1)
-            u -= np.where(j > 0, csum.ravel()[base + j], 0.0)
+            np.minimum(u, np.nextafter(prefix[:, FANOUT], 0.0), out=u)
+            j = ((prefix[:, 1:] <= u[:, None]) @ _ONES).astype(np.int64)
+            if not children.ravel()[rows16 + j].all():
+                j = self._exact_children(children, u, j)
+            u -= prefix.ravel()[rows17 + j]
             np.maximum(u, 0.0, out=u)
             idx *= FANOUT
             idx += j
