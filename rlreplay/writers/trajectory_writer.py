@@ -126,6 +126,7 @@ class TrajectoryWriter:
         priority: float | None = None,
         *,
         start: int | None = None,
+        length: int | None = None,
         timeout: float | None = None,
     ) -> int:
         """Create an item in ``table`` over this stream's recent steps; returns its key.
@@ -134,8 +135,10 @@ class TrajectoryWriter:
             table: one of the writer's tables, or its name.
             priority: the item's priority (``None``: the table's default).
             start: the item's first step as a negative index into this episode's steps
-                (``-1`` is the latest); default ``-table.layout.span``, so the item ends at
-                the latest step.
+                (``-1`` is the latest); default ``-length``, so the item ends at the
+                latest step.
+            length: steps the item covers, for tables whose layout has per-item extents
+                (``from_end``/``pad`` windows); default ``table.layout.span``.
             timeout: seconds to wait for the table's rate limiter.
 
         Raises:
@@ -146,7 +149,7 @@ class TrajectoryWriter:
         if self._closed:
             raise ClosedError("the writer is closed")
         table = self._table(table)
-        span = table.layout.span
+        span = table.layout.span if length is None else length
         start = -span if start is None else start
         if not isinstance(start, int) or start >= 0 or -start > len(self._ids):
             raise InvalidArgumentError(
@@ -159,7 +162,7 @@ class TrajectoryWriter:
                 f"{start + span} step(s) not appended yet"
             )
         anchor = self._ids[len(self._ids) + start]
-        return table.create_item(anchor, priority, timeout=timeout)
+        return table.create_item(anchor, priority, length=length, timeout=timeout)
 
     def _table(self, table: Table | str) -> Table:
         for t in self.tables:
