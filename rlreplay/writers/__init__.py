@@ -1,5 +1,14 @@
 """Writers and adders: turn environment steps into items."""
 
+from rlreplay.writers.nstep import NStepTransitionAdder
+from rlreplay.writers.sequence import EpisodeAdder, SequenceAdder
+from rlreplay.writers.stream import StreamAdder
 from rlreplay.writers.trajectory_writer import TrajectoryWriter
 
-__all__ = ["TrajectoryWriter"]
+__all__ = [
+    "EpisodeAdder",
+    "NStepTransitionAdder",
+    "SequenceAdder",
+    "StreamAdder",
+    "TrajectoryWriter",
+]
