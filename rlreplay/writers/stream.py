@@ -78,7 +78,9 @@ class StreamAdder:
             batch axis).
         autoreset_mode: ``"next_step"`` or ``"same_step"`` (or gymnasium's enum).
         priority: priority of new items (``None``: each table's default).
-        chunk_length: rows buffered per environment before they are appended.
+        chunk_length: rows buffered per environment before they are appended (default
+            64, less when the store is small). Larger chunks mean fewer re-appended
+            context rows with several environments, and items that appear later.
         timeout: seconds each writer call may wait for rate limiters and queues.
 
     Raises:
@@ -97,9 +99,19 @@ class StreamAdder:
         num_envs: int | None = None,
         autoreset_mode: Any = "next_step",
         priority: float | None = None,
-        chunk_length: int = 64,
+        chunk_length: int | None = None,
         timeout: float | None = None,
     ):
+        if isinstance(writer, Table) or (
+            isinstance(writer, (list, tuple)) and writer and isinstance(writer[0], Table)
+        ):
+            store = writer.store if isinstance(writer, Table) else writer[0].store
+        else:
+            store = getattr(writer, "store", None)
+        fixed = self.span - 1 + self.lag + self.pad + 2
+        if chunk_length is None:
+            room = 64 if store is None else store.capacity - fixed
+            chunk_length = max(1, min(64, room))
         if not isinstance(chunk_length, int) or chunk_length < 1:
             raise InvalidArgumentError(f"chunk_length={describe(chunk_length)} must be an int >= 1")
         if num_envs is not None and (not isinstance(num_envs, int) or num_envs < 1):
@@ -113,10 +125,16 @@ class StreamAdder:
         self.chunk_length = chunk_length
         self.priority = priority
         self.timeout = timeout
-        self.capacity = self.span - 1 + chunk_length + self.lag + self.pad + 2
+        self.capacity = fixed + chunk_length
         if isinstance(writer, Table) or (
             isinstance(writer, (list, tuple)) and writer and isinstance(writer[0], Table)
         ):
+            if store.capacity < self.capacity:
+                raise InvalidArgumentError(
+                    f"the store keeps {store.capacity} steps but this adder appends chunks "
+                    f"that need {self.capacity} (span - 1 + chunk_length + lag + pad + 2); "
+                    "lower chunk_length or enlarge the store"
+                )
             writer = TrajectoryWriter(writer, history=self.capacity)
         history = getattr(writer, "history", None)
         if history is not None and history < self.capacity:

@@ -1,0 +1,168 @@
+"""N-step transitions equal a straightforward reference on random episodes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from counting_env import episodes, make_vec
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlreplay import Fifo, InvalidArgumentError, NStepTransitionAdder, Table
+
+
+def reference(ep: dict, t: int, n: int, gamma: float, stack: int) -> dict:
+    """The n-step item for step ``t`` of a logged episode, computed the obvious way."""
+    total = len(ep["rewards"])
+    m = min(n, total - t)
+    ret = sum(gamma**j * ep["rewards"][t + j] for j in range(m))
+    disc = 0.0 if (ep["terminated"] and t + m == total) else gamma**m
+
+    def frames(s: int) -> np.ndarray:
+        return np.stack([ep["obs"][max(0, s - stack + 1 + j)] for j in range(stack)])
+
+    return {
+        "action": ep["actions"][t],
+        "reward": ret,
+        "discount": disc,
+        "obs": frames(t) if stack > 1 else ep["obs"][t],
+        "next_obs": frames(t + m) if stack > 1 else ep["obs"][t + m],
+    }
+
+
+def all_items(table: Table) -> dict:
+    """Every item of a Fifo table sampled once (max_times_sampled=1)."""
+    return table.sample(table.size).data if table.size else {}
+
+
+def run_adder(num_envs, mode, seed, n, gamma, stack, chunk, steps, capacity):
+    envs, obs = make_vec(num_envs, mode, seed)
+    sig = NStepTransitionAdder.signature(obs=((3,), "float32"), action="int64")
+    table = Table(
+        "nstep",
+        signature=sig,
+        capacity=capacity,
+        layout=NStepTransitionAdder.layout(sig, n=n, stack=stack),
+        sampler=Fifo(),
+        max_times_sampled=1,
+    )
+    adder = NStepTransitionAdder(
+        table,
+        n=n,
+        discount=gamma,
+        stack=stack,
+        num_envs=num_envs,
+        autoreset_mode=mode,
+        chunk_length=chunk,
+    )
+    adder.reset(obs)
+    rng = np.random.default_rng(seed)
+    for _ in range(steps):
+        action = rng.integers(5, size=num_envs)
+        obs, reward, term, trunc, info = envs.step(action)
+        adder.add(action, reward, obs, term, trunc, info)
+    adder.end_episode(terminated=False)
+    logs = episodes(envs)
+    # Episodes still open at the end were ended by the adder as truncated.
+    for ep in logs.values():
+        ep["terminated"] = ep["terminated"] and len(ep["rewards"]) > 0
+    return table, adder, logs
+
+
+def check_items(data: dict, logs: dict, n: int, gamma: float, stack: int) -> int:
+    last = data["obs"][:, -1] if stack > 1 else data["obs"]
+    for k in range(len(last)):
+        tag, epi, t = (int(v) for v in last[k])
+        ref = reference(logs[(tag, epi)], t, n, gamma, stack)
+        assert data["action"][k] == ref["action"]
+        np.testing.assert_allclose(data["reward"][k], ref["reward"], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(data["discount"][k], ref["discount"], rtol=1e-6)
+        np.testing.assert_array_equal(data["obs"][k], ref["obs"])
+        np.testing.assert_array_equal(data["next_obs"][k], ref["next_obs"])
+    return len(last)
+
+
+def expected_items(logs: dict) -> int:
+    """One item per step whose episode ended (terminated, truncated or closed)."""
+    return sum(len(ep["rewards"]) for ep in logs.values())
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    num_envs=st.integers(1, 4),
+    mode=st.sampled_from(["next_step", "same_step"]),
+    seed=st.integers(0, 10_000),
+    n=st.integers(1, 5),
+    gamma=st.sampled_from([0.0, 0.5, 0.9, 1.0]),
+    stack=st.integers(1, 3),
+    chunk=st.integers(1, 8),
+    steps=st.integers(1, 60),
+)
+def test_nstep_items_match_reference(num_envs, mode, seed, n, gamma, stack, chunk, steps):
+    table, _, logs = run_adder(num_envs, mode, seed, n, gamma, stack, chunk, steps, 4096)
+    size = table.size
+    assert size == expected_items(logs)
+    assert check_items(all_items(table), logs, n, gamma, stack) == size
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    num_envs=st.integers(1, 3),
+    mode=st.sampled_from(["next_step", "same_step"]),
+    seed=st.integers(0, 10_000),
+    n=st.integers(1, 4),
+    stack=st.integers(1, 4),
+    capacity=st.integers(20, 48),
+)
+def test_nstep_items_stay_correct_when_a_small_ring_wraps(num_envs, mode, seed, n, stack, capacity):
+    table, adder, logs = run_adder(num_envs, mode, seed, n, 0.9, stack, 3, 80, capacity)
+    assert adder.appended_rows > capacity  # the ring wrapped
+    check_items(all_items(table), logs, n, 0.9, stack)
+
+
+def test_single_env_without_batch_axis_and_termination_zeroes_discount():
+    sig = NStepTransitionAdder.signature(obs="float32", action="int64")
+    table = Table("t", signature=sig, max_size=64, layout=NStepTransitionAdder.layout(sig, 2),
+                  sampler=Fifo(), max_times_sampled=1)
+    adder = NStepTransitionAdder(table, n=2, discount=0.5)
+    adder.reset(0.0)
+    for t in range(1, 4):
+        adder.add(t, 1.0, float(t), t == 3, False)
+    data = all_items(table)
+    np.testing.assert_allclose(data["reward"], [1.5, 1.5, 1.0])
+    np.testing.assert_allclose(data["discount"], [0.25, 0.0, 0.0])
+    np.testing.assert_allclose(data["next_obs"], [2.0, 3.0, 3.0])
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        pytest.param({"n": 0, "discount": 0.9}, id="n_zero"),
+        pytest.param({"n": 2, "discount": 1.5}, id="discount_above_one"),
+        pytest.param({"n": 2, "discount": 0.9, "stack": 0}, id="stack_zero"),
+        pytest.param({"n": 2, "discount": 0.9, "chunk_length": 0}, id="chunk_zero"),
+        pytest.param({"n": 2, "discount": 0.9, "autoreset_mode": "sometimes"}, id="bad_mode"),
+    ],
+)
+def test_bad_adder_arguments_raise_typed_errors(kwargs):
+    sig = NStepTransitionAdder.signature(obs="float32", action="int64")
+    table = Table("t", signature=sig, max_size=64, layout=NStepTransitionAdder.layout(sig, 2))
+    with pytest.raises(InvalidArgumentError):
+        NStepTransitionAdder(table, **kwargs)
+
+
+def test_writer_with_too_short_history_is_rejected():
+    from rlreplay import TrajectoryWriter
+
+    sig = NStepTransitionAdder.signature(obs="float32", action="int64")
+    table = Table("t", signature=sig, max_size=64, layout=NStepTransitionAdder.layout(sig, 2))
+    with pytest.raises(InvalidArgumentError, match="history"):
+        NStepTransitionAdder(TrajectoryWriter(table), n=2, discount=0.9)
+
+
+def test_add_before_reset_is_rejected():
+    sig = NStepTransitionAdder.signature(obs="float32", action="int64")
+    table = Table("t", signature=sig, max_size=64, layout=NStepTransitionAdder.layout(sig, 2))
+    adder = NStepTransitionAdder(table, n=2, discount=0.9)
+    with pytest.raises(InvalidArgumentError, match="reset"):
+        adder.add(0, 1.0, 1.0, False, False)
