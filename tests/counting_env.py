@@ -7,12 +7,14 @@ the adder tests compare against, independent of how a vector env autoresets.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import gymnasium as gym
 import numpy as np
 
 
 class CountingEnv(gym.Env):
-    metadata: dict = {"render_modes": []}
+    metadata: ClassVar[dict] = {"render_modes": []}
 
     def __init__(self, tag: int = 0, max_len: int = 10, p_terminal: float = 0.5):
         self.tag = tag
