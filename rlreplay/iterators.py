@@ -199,7 +199,9 @@ class ReplayIterator:
         self.close()
 
     def __del__(self) -> None:
-        self._stop.set()
+        stop = getattr(self, "_stop", None)
+        if stop is not None:
+            stop.set()
 
 
 def learn_while_can_sample(

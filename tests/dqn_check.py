@@ -70,8 +70,9 @@ def train_dqn(cfg: DqnConfig) -> dict:
     )
 
     def mlp() -> nn.Module:
-        return nn.Sequential(nn.Linear(4, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(),
-                             nn.Linear(128, 2))
+        return nn.Sequential(
+            nn.Linear(4, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 2)
+        )
 
     q, target = mlp(), mlp()
     target.load_state_dict(q.state_dict())
@@ -126,5 +127,10 @@ def train_dqn(cfg: DqnConfig) -> dict:
             done = term or trunc
         returns.append(total)
     env.close()
-    return {"eval_return": float(np.mean(returns)), "updates": updates, "items": table.size,
-            "copied_rows": adder.copied_rows, "appended_rows": adder.appended_rows}
+    return {
+        "eval_return": float(np.mean(returns)),
+        "updates": updates,
+        "items": table.size,
+        "copied_rows": adder.copied_rows,
+        "appended_rows": adder.appended_rows,
+    }
