@@ -15,6 +15,7 @@ from rlreplay.errors import (
     RateLimiterTimeoutError,
     describe,
 )
+from rlreplay.gather import gather_variable
 from rlreplay.keys import check_priorities, make_keys, split_keys
 from rlreplay.layout import ItemLayout
 from rlreplay.rate_limiters import MinSize, Queue, RateLimiter
@@ -597,7 +598,7 @@ class Table:
         out = {}
         cap = store.capacity
         if self._extent is not None:
-            return self._gather_variable(slots)
+            return gather_variable(store, self.layout, slots, self._extent[slots])
         for name, win in self.layout.windows.items():
             col = cols[win.column]
             if win.length is None:
@@ -606,31 +607,6 @@ class Table:
                 steps = (np.arange(win.length) + win.offset) * store.lanes
                 rows = (slots[:, None] + steps) % cap
             out[name] = col[rows]
-        return out
-
-    def _gather_variable(self, slots: np.ndarray) -> dict[str, np.ndarray]:
-        """Gather for layouts whose windows depend on each item's extent."""
-        store = self.store
-        lanes, cap = store.lanes, store.capacity
-        extent = self._extent[slots].astype(np.int64)
-        out = {}
-        mask = None
-        for name, win in self.layout.windows.items():
-            col = store.columns[win.column]
-            size = 1 if win.length is None else win.length
-            first = extent - size - win.offset if win.from_end else np.full(len(slots), win.offset)
-            steps = first[:, None] + np.arange(size)
-            if win.pad:
-                valid = steps < extent[:, None]
-                steps = np.minimum(steps, extent[:, None] - 1)
-            rows = (slots[:, None] + steps * lanes) % cap
-            data = col[rows[:, 0]] if win.length is None else col[rows]
-            if win.pad:
-                data[~valid] = 0
-                mask = valid
-            out[name] = data
-        if self.layout.mask_field is not None:
-            out[self.layout.mask_field] = mask
         return out
 
     # ------------------------------------------------------ priorities, deletes

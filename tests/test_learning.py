@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("gymnasium")
 
-from dqn_check import DqnConfig, random_policy_return, train_dqn  # noqa: E402
+from dqn_check import DqnConfig, random_policy_return, train_dqn
 
 
 def test_random_policy_baseline_is_about_22():
