@@ -49,7 +49,10 @@ def _converter(output: str, device: Any, pin_memory: bool) -> Callable[[np.ndarr
         dev = torch.device(device) if device is not None else None
 
         def to_torch(a: np.ndarray) -> Any:
-            t = torch.from_numpy(np.ascontiguousarray(a))
+            try:
+                t = torch.from_numpy(a)  # shares memory, strided views included
+            except ValueError:  # negative strides: torch needs a copy
+                t = torch.from_numpy(np.ascontiguousarray(a))
             if pin_memory:
                 t = t.pin_memory()
             if dev is not None and dev != t.device:
