@@ -122,8 +122,14 @@ def test_nstep_items_stay_correct_when_a_small_ring_wraps(num_envs, mode, seed, 
 
 def test_single_env_without_batch_axis_and_termination_zeroes_discount():
     sig = NStepTransitionAdder.signature(obs="float32", action="int64")
-    table = Table("t", signature=sig, max_size=64, layout=NStepTransitionAdder.layout(sig, 2),
-                  sampler=Fifo(), max_times_sampled=1)
+    table = Table(
+        "t",
+        signature=sig,
+        max_size=64,
+        layout=NStepTransitionAdder.layout(sig, 2),
+        sampler=Fifo(),
+        max_times_sampled=1,
+    )
     adder = NStepTransitionAdder(table, n=2, discount=0.5)
     adder.reset(0.0)
     for t in range(1, 4):
@@ -166,3 +172,27 @@ def test_add_before_reset_is_rejected():
     adder = NStepTransitionAdder(table, n=2, discount=0.9)
     with pytest.raises(InvalidArgumentError, match="reset"):
         adder.add(0, 1.0, 1.0, False, False)
+
+
+def test_reset_of_some_envs_ends_their_episodes_as_truncated():
+    sig = NStepTransitionAdder.signature(obs="float32", action="int64")
+    table = Table(
+        "t",
+        signature=sig,
+        max_size=256,
+        layout=NStepTransitionAdder.layout(sig, 2),
+        sampler=Fifo(),
+        max_times_sampled=1,
+    )
+    adder = NStepTransitionAdder(table, n=2, discount=0.5, num_envs=2)
+    adder.reset(np.array([0.0, 100.0]))
+    adder.add([1, 1], [1.0, 1.0], np.array([1.0, 101.0]), [False, False], [False, False])
+    adder.reset(np.array([50.0]), env_ids=[1])  # env 1 cut after one step
+    adder.add([2, 2], [1.0, 1.0], np.array([2.0, 51.0]), [False, False], [False, False])
+    adder.close()
+    data = all_items(table)
+    order = np.argsort(data["obs"])
+    np.testing.assert_array_equal(data["obs"][order], [0.0, 1.0, 50.0, 100.0])
+    np.testing.assert_array_equal(data["next_obs"][order], [2.0, 2.0, 51.0, 101.0])
+    np.testing.assert_allclose(data["discount"][order], [0.25, 0.5, 0.5, 0.5])
+    np.testing.assert_allclose(data["reward"][order], [1.5, 1.0, 1.0, 1.0])
