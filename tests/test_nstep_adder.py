@@ -196,3 +196,52 @@ def test_reset_of_some_envs_ends_their_episodes_as_truncated():
     np.testing.assert_array_equal(data["next_obs"][order], [2.0, 2.0, 51.0, 101.0])
     np.testing.assert_allclose(data["discount"][order], [0.25, 0.5, 0.5, 0.5])
     np.testing.assert_allclose(data["reward"][order], [1.5, 1.0, 1.0, 1.0])
+
+
+class ItemByItemWriter:
+    """The plain writer interface (no ``create_items``), as a remote writer may offer."""
+
+    def __init__(self, tables, history):
+        from rlreplay import TrajectoryWriter
+
+        self._inner = TrajectoryWriter(tables, history=history)
+        self.tables, self.history = self._inner.tables, history
+        self.append_batch = self._inner.append_batch
+        self.create_item = self._inner.create_item
+        self.end_episode = self._inner.end_episode
+        self.flush = self._inner.flush
+        self.close = self._inner.close
+
+
+@pytest.mark.parametrize("mode", ["next_step", "same_step"])
+def test_item_by_item_writers_get_the_same_items(mode):
+    results = []
+    for item_by_item in (False, True):
+        envs, obs = make_vec(3, mode, seed=11)
+        sig = NStepTransitionAdder.signature(obs=((3,), "float32"), action="int64")
+        table = Table(
+            "t",
+            signature=sig,
+            capacity=4096,
+            sampler=Fifo(),
+            max_times_sampled=1,
+            layout=NStepTransitionAdder.layout(sig, n=3, stack=2),
+        )
+        writer = ItemByItemWriter(table, history=200) if item_by_item else table
+        adder = NStepTransitionAdder(
+            writer, n=3, discount=0.9, stack=2, num_envs=3, autoreset_mode=mode, chunk_length=5
+        )
+        adder.reset(obs)
+        rng = np.random.default_rng(0)
+        for _ in range(60):
+            action = rng.integers(5, size=3)
+            obs, reward, term, trunc, info = envs.step(action)
+            adder.add(action, reward, obs, term, trunc, info)
+        adder.close()
+        logs = episodes(envs)
+        size = table.size
+        data = all_items(table)
+        assert check_items(data, logs, 3, 0.9, 2) == size
+        results.append(data)
+    for key in results[0]:
+        np.testing.assert_array_equal(results[0][key], results[1][key])

@@ -156,11 +156,13 @@ class NStepTransitionAdder(StreamAdder):
             "discount": disc.astype(np.float32),
         }
 
-    def _items(self, i: int, appended: int, ended: bool, terminated: bool) -> list[tuple[int, int]]:
+    def _items(
+        self, i: int, appended: int, ended: bool, terminated: bool
+    ) -> tuple[np.ndarray, np.ndarray]:
         first = int(self._next_item[i])
         total = int(self._steps[i])
         stop = total if ended else max(first, appended - self.n - self.stack + 1)
         t = np.arange(first, stop)
         extent = self.stack + (np.minimum(self.n, total - t) if ended else self.n)
         self._next_item[i] = 0 if ended else stop
-        return list(zip(t.tolist(), np.broadcast_to(extent, t.shape).tolist()))
+        return t, np.broadcast_to(extent, t.shape).astype(np.int64)

@@ -105,7 +105,9 @@ class SequenceAdder(StreamAdder):
                 disc[t == total - 1] = 0.0
         return {"discount": disc}
 
-    def _items(self, i: int, appended: int, ended: bool, terminated: bool) -> list[tuple[int, int]]:
+    def _items(
+        self, i: int, appended: int, ended: bool, terminated: bool
+    ) -> tuple[np.ndarray, np.ndarray]:
         first = int(self._next_start[i])
         size = self.span
         if ended:
@@ -113,13 +115,13 @@ class SequenceAdder(StreamAdder):
             last = rows - 2 if self.pad_end else rows - size
         else:
             last = appended - size
-        starts = np.arange(first, last + 1, self.period) if last >= first else np.zeros(0, int)
+        starts = np.arange(first, last + 1, self.period) if last >= first else np.zeros(0, np.int64)
         extent = np.minimum(size, appended - starts)
         if ended:
             self._next_start[i] = 0
         elif len(starts):
             self._next_start[i] = starts[-1] + self.period
-        return list(zip(starts.tolist(), extent.tolist()))
+        return starts.astype(np.int64), extent.astype(np.int64)
 
 
 class EpisodeAdder(SequenceAdder):

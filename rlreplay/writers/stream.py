@@ -374,18 +374,29 @@ class StreamAdder:
             self._last_stream = stream
             self.appended_rows += hi - first
             self._appended[i] = hi
-        items = self._items(i, hi, ended, terminated)
-        for t, table in enumerate(self.tables):
-            for anchor, extent in items:
-                length = None if extent == self._spans[t] else int(extent)
-                self.writer.create_item(
-                    table,
-                    self.priority,
-                    start=int(anchor) - hi,
-                    length=length,
-                    timeout=self.timeout,
-                )
-                self.items_created += 1
+        anchors, extents = self._items(i, hi, ended, terminated)
+        if len(anchors):
+            batch = getattr(self.writer, "create_items", None)
+            for t, table in enumerate(self.tables):
+                full = bool((extents == self._spans[t]).all())
+                if batch is not None:
+                    batch(
+                        table,
+                        self.priority,
+                        starts=anchors - hi,
+                        lengths=None if full else extents,
+                        timeout=self.timeout,
+                    )
+                    continue
+                for anchor, extent in zip(anchors.tolist(), extents.tolist()):
+                    self.writer.create_item(
+                        table,
+                        self.priority,
+                        start=anchor - hi,
+                        length=None if extent == self._spans[t] else extent,
+                        timeout=self.timeout,
+                    )
+            self.items_created += len(anchors) * len(self.tables)
         self._advance(i, hi, ended)
         if not ended:
             self._compact(i, max(0, hi - (self.span - 1)))
@@ -426,8 +437,10 @@ class StreamAdder:
         """Stored columns computed by the adder for episode rows ``[lo, hi)``."""
         return {}
 
-    def _items(self, i: int, appended: int, ended: bool, terminated: bool) -> list[tuple[int, int]]:
-        """``(anchor row, extent)`` of the items now creatable for environment ``i``."""
+    def _items(
+        self, i: int, appended: int, ended: bool, terminated: bool
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Anchor rows and extents (int64 arrays) of the items now creatable for env ``i``."""
         raise NotImplementedError
 
     def _advance(self, i: int, appended: int, ended: bool) -> None:

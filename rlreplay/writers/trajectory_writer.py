@@ -164,6 +164,48 @@ class TrajectoryWriter:
         anchor = self._ids[len(self._ids) + start]
         return table.create_item(anchor, priority, length=length, timeout=timeout)
 
+    def create_items(
+        self,
+        table: Table | str,
+        priorities: Any = None,
+        *,
+        starts: Any,
+        lengths: Any = None,
+        timeout: float | None = None,
+    ) -> np.ndarray:
+        """Batch form of :meth:`create_item`: one item per entry of ``starts``.
+
+        Args:
+            table: one of the writer's tables, or its name.
+            priorities: one priority per item, one for all, or ``None`` (default).
+            starts: negative indexes into this episode's retained steps, as ``start``.
+            lengths: per-item lengths (``None``: the layout's span for every item).
+            timeout: seconds to wait for the table's rate limiter.
+
+        Returns:
+            int64 keys of the new items.
+
+        Raises:
+            InvalidArgumentError: as :meth:`create_item`; no item is created then.
+            RateLimiterTimeoutError: if the limiter blocked the insert for ``timeout``.
+        """
+        if self._closed:
+            raise ClosedError("the writer is closed")
+        table = self._table(table)
+        starts = np.asarray(starts, dtype=np.int64).reshape(-1)
+        span = table.layout.span if lengths is None else np.asarray(lengths, dtype=np.int64)
+        held = len(self._ids)
+        if len(starts) and (starts.max() >= 0 or -starts.min() > held or (starts + span).max() > 0):
+            raise InvalidArgumentError(
+                f"starts={describe(starts.tolist())} must be negative, reach back at most "
+                f"{held} retained steps, and cover only steps already appended"
+            )
+        if len(starts) == 0:
+            return np.zeros(0, dtype=np.int64)
+        first = self._ids[0]
+        anchors = first + held + starts  # retained ids are consecutive
+        return table.create_items(anchors, priorities, lengths=lengths, timeout=timeout)
+
     def _table(self, table: Table | str) -> Table:
         for t in self.tables:
             if t is table or t.name == table:
