@@ -87,7 +87,7 @@ def expected_items(logs: dict) -> int:
     return sum(len(ep["rewards"]) for ep in logs.values())
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     num_envs=st.integers(1, 4),
     mode=st.sampled_from(["next_step", "same_step"]),
@@ -105,7 +105,7 @@ def test_nstep_items_match_reference(num_envs, mode, seed, n, gamma, stack, chun
     assert check_items(all_items(table), logs, n, gamma, stack) == size
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
     num_envs=st.integers(1, 3),
     mode=st.sampled_from(["next_step", "same_step"]),

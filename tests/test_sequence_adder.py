@@ -53,7 +53,7 @@ def check_sequences(data: dict, logs: dict, size: int, pad_end: bool) -> list[tu
     return starts
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     num_envs=st.integers(1, 3),
     mode=st.sampled_from(["next_step", "same_step"]),
