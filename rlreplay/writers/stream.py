@@ -44,23 +44,8 @@ import numpy as np
 from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.specs import flatten
 from rlreplay.table import Table
+from rlreplay.writers.autoreset import final_observations, mode_name
 from rlreplay.writers.trajectory_writer import TrajectoryWriter
-
-AUTORESET_MODES = ("next_step", "same_step")
-
-
-def _mode_name(mode: Any) -> str:
-    """Accept our names, gymnasium's ``AutoresetMode`` members or their values."""
-    value = getattr(mode, "value", mode)
-    names = {"next_step": "next_step", "nextstep": "next_step", "same_step": "same_step"}
-    key = str(value).lower().replace("-", "_")
-    key = {"nextstep": "next_step", "samestep": "same_step"}.get(key, key)
-    if key not in names:
-        raise InvalidArgumentError(
-            f"autoreset_mode={describe(mode)} is not supported; choose one of {AUTORESET_MODES}"
-            " (gymnasium's AutoresetMode.NEXT_STEP or SAME_STEP)"
-        )
-    return names[key]
 
 
 class StreamAdder:
@@ -121,7 +106,7 @@ class StreamAdder:
             )
         self.batched = num_envs is not None
         self.num_envs = num_envs or 1
-        self.mode = _mode_name(autoreset_mode)
+        self.mode = mode_name(autoreset_mode)
         self.chunk_length = chunk_length
         self.priority = priority
         self.timeout = timeout
@@ -294,7 +279,7 @@ class StreamAdder:
             done = (term | trunc)[idx]
             final = obs
             if self.mode == "same_step" and done.any():
-                final = self._final_obs(obs, info, idx[done])
+                final = final_observations(obs, info, idx[done])
             self._write_obs(idx, self.pad + self._steps[idx], {p: a[idx] for p, a in final.items()})
             ended = idx[done]
             if len(ended):
@@ -308,24 +293,6 @@ class StreamAdder:
         ready = self._ready_rows(np.arange(self.num_envs), None)
         for i in np.flatnonzero(self._active & (ready - self._appended >= self.chunk_length)):
             self._flush_env(int(i), ended=False, terminated=False)
-
-    def _final_obs(self, obs: dict, info: Mapping | None, ended: np.ndarray) -> dict:
-        if info is None or "final_obs" not in info:
-            raise InvalidArgumentError(
-                "autoreset_mode='same_step' needs the step's info with 'final_obs' for "
-                "environments whose episode ended; pass info= from env.step"
-            )
-        final = {p: a.copy() for p, a in obs.items()}
-        for i in ended:
-            value = info["final_obs"][i]
-            for p, a in self._flat_one(value).items():
-                final[p][i] = a
-        return final
-
-    def _flat_one(self, value: Any) -> dict[str, np.ndarray]:
-        if isinstance(value, Mapping):
-            return {f"obs/{p}": np.asarray(v) for p, v in flatten(value).items()}
-        return {"obs": np.asarray(value)}
 
     def end_episode(self, terminated: bool = False, env_ids: Any = None) -> None:
         """End open episodes now (e.g. a time limit the environment does not report).
@@ -397,7 +364,6 @@ class StreamAdder:
                         timeout=self.timeout,
                     )
             self.items_created += len(anchors) * len(self.tables)
-        self._advance(i, hi, ended)
         if not ended:
             self._compact(i, max(0, hi - (self.span - 1)))
 
@@ -440,8 +406,6 @@ class StreamAdder:
     def _items(
         self, i: int, appended: int, ended: bool, terminated: bool
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Anchor rows and extents (int64 arrays) of the items now creatable for env ``i``."""
+        """Anchor rows and extents (int64 arrays) of the items now creatable for env ``i``;
+        the subclass records them as created."""
         raise NotImplementedError
-
-    def _advance(self, i: int, appended: int, ended: bool) -> None:
-        """Record that the items returned by :meth:`_items` were created."""
