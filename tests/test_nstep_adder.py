@@ -245,3 +245,27 @@ def test_item_by_item_writers_get_the_same_items(mode):
         results.append(data)
     for key in results[0]:
         np.testing.assert_array_equal(results[0][key], results[1][key])
+
+
+def test_dict_observations_are_stored_per_key_and_served_as_next_obs_paths():
+    sig = NStepTransitionAdder.signature(
+        obs={"pos": ((2,), "float32"), "frame": ((3, 3), "uint8")}, action="int64"
+    )
+    layout = NStepTransitionAdder.layout(sig, n=1)
+    table = Table(
+        "t", signature=sig, max_size=64, layout=layout, sampler=Fifo(), max_times_sampled=1
+    )
+    adder = NStepTransitionAdder(table, n=1, discount=0.9, num_envs=2)
+
+    def obs(t):
+        return {"pos": np.full((2, 2), t, np.float32), "frame": np.full((2, 3, 3), t, np.uint8)}
+
+    adder.reset(obs(0))
+    for t in range(1, 4):
+        adder.add([t, t], [1.0, 1.0], obs(t), [t == 3] * 2, [False, False])
+    data = table.sample(table.size).tree()
+    np.testing.assert_array_equal(data["next_obs"]["pos"][:, 0], data["obs"]["pos"][:, 0] + 1)
+    np.testing.assert_array_equal(
+        data["next_obs"]["frame"][:, 0, 0], data["obs"]["frame"][:, 0, 0] + 1
+    )
+    assert sorted(data["action"].tolist()) == [1, 1, 2, 2, 3, 3]

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from rlreplay.errors import InvalidArgumentError, describe
-from rlreplay.specs import flatten
+from rlreplay.specs import flatten, unflatten
 from rlreplay.table import Table
 from rlreplay.writers.autoreset import final_observations, mode_name
 from rlreplay.writers.trajectory_writer import TrajectoryWriter
@@ -337,7 +337,7 @@ class StreamAdder:
             b = int(self._base[i])
             rows = {p: a[i, first - b : hi - b] for p, a in self._buf.items()}
             rows.update(self._computed(i, first, hi, ended, terminated))
-            self.writer.append_batch(rows, timeout=self.timeout)
+            self.writer.append_batch(unflatten(rows), timeout=self.timeout)
             self._last_stream = stream
             self.appended_rows += hi - first
             self._appended[i] = hi
