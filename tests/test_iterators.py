@@ -122,3 +122,28 @@ def test_learn_helper_is_bounded_by_max_batches_under_min_size():
     assert learn_while_can_sample(table, 4, lambda b: None, max_batches=7) == 7
     with pytest.raises(InvalidArgumentError):
         learn_while_can_sample(table, 4, lambda b: None, max_batches=-1)
+
+
+def test_prefetch_keeps_that_many_batches_ready_and_no_more():
+    table = filled_table()
+    with ReplayIterator(table, 8, prefetch=3, timeout=5.0) as it:
+        deadline = time.monotonic() + 5.0
+        while it._queue.qsize() < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.1)
+        assert it._queue.qsize() == 3
+        # three queued plus at most one sampled and waiting to be queued
+        assert 3 * 8 <= table.rate_limiter.samples <= 4 * 8
+        next(it)
+
+
+def test_torch_output_on_a_cuda_device_with_pinned_memory():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    table = filled_table()
+    with ReplayIterator(
+        table, 8, output="torch", device="cuda", pin_memory=True, timeout=10.0, max_batches=1
+    ) as it:
+        batch = next(it)
+    assert batch.data["obs"].device.type == "cuda"
