@@ -25,6 +25,7 @@ from rlreplay.writers import (
     EpisodeAdder,
     NStepTransitionAdder,
     SequenceAdder,
+    SequenceItems,
     StreamAdder,
     TrajectoryWriter,
 )
@@ -56,6 +57,7 @@ __all__ = [
     "SampleInfo",
     "SampleToInsertRatio",
     "SequenceAdder",
+    "SequenceItems",
     "Selector",
     "Signature",
     "SignatureError",

@@ -103,3 +103,55 @@ def test_padded_windows_zero_fill_and_mask_past_the_item_end():
     np.testing.assert_array_equal(data["x"], [[1, 2, 3, 4], [6, 7, 0, 0]])
     np.testing.assert_array_equal(data["mask"], [[1, 1, 1, 1], [1, 1, 0, 0]])
     assert ItemLayout.from_json(layout.to_json(), sig).windows == layout.windows
+
+
+@pytest.mark.parametrize("stack", [1, 3])
+def test_transition_table_and_sequence_queue_fill_from_one_stream(stack):
+    from rlreplay import SequenceAdder, SequenceItems
+
+    sig = SIG
+    prio = Table(
+        "prio",
+        signature=sig,
+        capacity=8192,
+        sampler=Prioritized(0.6),
+        layout=NStepTransitionAdder.layout(sig, n=2, stack=stack),
+    )
+    queue = Table.queue(
+        "seq", 4096, store=prio.store, layout=SequenceAdder.layout(sig, 4, 0, pad_end=False)
+    )
+    envs, obs = make_vec(2, "same_step", seed=4)
+    adder = NStepTransitionAdder(
+        [prio, queue],
+        n=2,
+        discount=0.5,
+        stack=stack,
+        num_envs=2,
+        autoreset_mode="same_step",
+        chunk_length=6,
+        sequence_tables={queue: SequenceItems(4, 2, pad_end=False)},
+    )
+    adder.reset(obs)
+    rng = np.random.default_rng(4)
+    for _ in range(80):
+        action = rng.integers(5, size=2)
+        obs, reward, term, trunc, info = envs.step(action)
+        adder.add(action, reward, obs, term, trunc, info)
+    adder.end_episode()
+    logs = episodes(envs)
+    steps = sum(len(ep["rewards"]) for ep in logs.values())
+    assert prio.size == steps
+    assert adder.appended_rows - adder.copied_rows == steps + stack * len(logs)
+    from test_nstep_adder import check_items
+
+    check_items(prio.sample(128).data, logs, 2, 0.5, stack)
+    expected = sum(max(0, (len(ep["rewards"]) + 1 - 4) // 2 + 1) for ep in logs.values())
+    assert queue.size == expected
+    seqs = queue.sample(queue.size, timeout=1.0).data
+    for k in range(len(seqs["obs"])):
+        tag, epi, t0 = (int(v) for v in seqs["obs"][k, 0])
+        ep = logs[(tag, epi)]
+        assert t0 % 2 == 0 and t0 + 4 <= len(ep["rewards"]) + 1
+        np.testing.assert_array_equal(seqs["obs"][k], ep["obs"][t0 : t0 + 4])
+        acts = (ep["actions"] + [0])[t0 : t0 + 4]
+        np.testing.assert_array_equal(seqs["action"][k], acts)

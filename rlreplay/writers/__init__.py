@@ -2,6 +2,7 @@
 
 from rlreplay.writers.nstep import NStepTransitionAdder
 from rlreplay.writers.sequence import EpisodeAdder, SequenceAdder
+from rlreplay.writers.sequence_items import SequenceItems
 from rlreplay.writers.stream import StreamAdder
 from rlreplay.writers.trajectory_writer import TrajectoryWriter
 
@@ -9,6 +10,7 @@ __all__ = [
     "EpisodeAdder",
     "NStepTransitionAdder",
     "SequenceAdder",
+    "SequenceItems",
     "StreamAdder",
     "TrajectoryWriter",
 ]

@@ -7,9 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.errors import InvalidArgumentError
 from rlreplay.layout import ItemLayout, Window
 from rlreplay.specs import Signature
+from rlreplay.writers.sequence_items import SequenceItems
 from rlreplay.writers.stream import StreamAdder
 
 
@@ -53,13 +54,7 @@ class SequenceAdder(StreamAdder):
         discount: float = 1.0,
         **kwargs: Any,
     ):
-        for name, value, low in (
-            ("length", length, 1),
-            ("period", period, 1),
-            ("burn_in", burn_in, 0),
-        ):
-            if not isinstance(value, int) or value < low:
-                raise InvalidArgumentError(f"{name}={describe(value)} must be an int >= {low}")
+        self.rule = SequenceItems(length, period, burn_in, pad_end)
         self.length, self.period, self.burn_in = length, period, burn_in
         self.pad_end = bool(pad_end)
         self.discount = float(discount)
@@ -67,7 +62,7 @@ class SequenceAdder(StreamAdder):
         self.lag = 1
         self.pad = 0
         super().__init__(writer, **kwargs)
-        self._next_start = np.zeros(self.num_envs, dtype=np.int64)
+        self.rule.bind(self.num_envs)
 
     @staticmethod
     def signature(
@@ -108,20 +103,7 @@ class SequenceAdder(StreamAdder):
     def _items(
         self, i: int, appended: int, ended: bool, terminated: bool
     ) -> tuple[np.ndarray, np.ndarray]:
-        first = int(self._next_start[i])
-        size = self.span
-        if ended:
-            rows = int(self._steps[i]) + 1
-            last = rows - 2 if self.pad_end else rows - size
-        else:
-            last = appended - size
-        starts = np.arange(first, last + 1, self.period) if last >= first else np.zeros(0, np.int64)
-        extent = np.minimum(size, appended - starts)
-        if ended:
-            self._next_start[i] = 0
-        elif len(starts):
-            self._next_start[i] = starts[-1] + self.period
-        return starts.astype(np.int64), extent.astype(np.int64)
+        return self.rule.items(i, appended, 0, int(self._steps[i]), ended)
 
 
 class EpisodeAdder(SequenceAdder):

@@ -45,6 +45,7 @@ from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.specs import flatten, unflatten
 from rlreplay.table import Table
 from rlreplay.writers.autoreset import final_observations, mode_name
+from rlreplay.writers.sequence_items import SequenceItems
 from rlreplay.writers.trajectory_writer import TrajectoryWriter
 
 
@@ -67,6 +68,9 @@ class StreamAdder:
             64, less when the store is small). Larger chunks mean fewer re-appended
             context rows with several environments, and items that appear later.
         timeout: seconds each writer call may wait for rate limiters and queues.
+        sequence_tables: more tables (or names) to fill with sequence items over the same
+            rows, each with its :class:`SequenceItems` rule (e.g. a FIFO queue of
+            sequences next to a prioritized table of n-step transitions).
 
     Raises:
         InvalidArgumentError: for bad arguments or a writer whose ``history`` is too short.
@@ -86,7 +90,16 @@ class StreamAdder:
         priority: float | None = None,
         chunk_length: int | None = None,
         timeout: float | None = None,
+        sequence_tables: Mapping[Table | str, SequenceItems] | None = None,
     ):
+        self._sequences = list((sequence_tables or {}).items())
+        for _, rule in self._sequences:
+            if not isinstance(rule, SequenceItems):
+                raise InvalidArgumentError(
+                    f"sequence_tables values must be SequenceItems(length, period, ...), got "
+                    f"{describe(rule)}"
+                )
+            self.span = max(self.span, self.pad + rule.span)
         if isinstance(writer, Table) or (
             isinstance(writer, (list, tuple)) and writer and isinstance(writer[0], Table)
         ):
@@ -129,10 +142,17 @@ class StreamAdder:
                 f"TrajectoryWriter(tables, history={self.capacity}) or pass the tables"
             )
         self.writer = writer
-        self.tables = list(tables) if tables is not None else list(writer.tables)
+        if tables is None:
+            seq = [t for t, _ in self._sequences]
+            names = {getattr(t, "name", t) for t in seq}
+            tables = [t for t in writer.tables if t not in seq and t.name not in names]
+        self.tables = list(tables)
         if not self.tables:
             raise InvalidArgumentError("tables is empty; give at least one table to fill")
         self._spans = [self._span_of(t) for t in self.tables]
+        self._sequence_spans = [self._span_of(t) for t, _ in self._sequences]
+        for _, rule in self._sequences:
+            rule.bind(self.num_envs)
         n = self.num_envs
         self._active = np.zeros(n, dtype=bool)
         self._awaiting_reset = np.zeros(n, dtype=bool)
@@ -342,30 +362,41 @@ class StreamAdder:
             self.appended_rows += hi - first
             self._appended[i] = hi
         anchors, extents = self._items(i, hi, ended, terminated)
-        if len(anchors):
-            batch = getattr(self.writer, "create_items", None)
-            for t, table in enumerate(self.tables):
-                full = bool((extents == self._spans[t]).all())
-                if batch is not None:
-                    batch(
-                        table,
-                        self.priority,
-                        starts=anchors - hi,
-                        lengths=None if full else extents,
-                        timeout=self.timeout,
-                    )
-                    continue
-                for anchor, extent in zip(anchors.tolist(), extents.tolist()):
-                    self.writer.create_item(
-                        table,
-                        self.priority,
-                        start=anchor - hi,
-                        length=None if extent == self._spans[t] else extent,
-                        timeout=self.timeout,
-                    )
-            self.items_created += len(anchors) * len(self.tables)
+        for table, span in zip(self.tables, self._spans):
+            self._create(table, span, anchors, extents, hi)
+        steps = int(self._steps[i])
+        for (table, rule), span in zip(self._sequences, self._sequence_spans):
+            starts, lengths = rule.items(i, hi, self.pad, steps, ended)
+            self._create(table, span, starts, lengths, hi)
         if not ended:
             self._compact(i, max(0, hi - (self.span - 1)))
+
+    def _create(
+        self, table: Any, span: int, anchors: np.ndarray, extents: np.ndarray, appended: int
+    ) -> None:
+        """Create items at episode rows ``anchors`` (``appended`` rows are stored)."""
+        if not len(anchors):
+            return
+        full = bool((extents == span).all())
+        batch = getattr(self.writer, "create_items", None)
+        if batch is not None:
+            batch(
+                table,
+                self.priority,
+                starts=anchors - appended,
+                lengths=None if full else extents,
+                timeout=self.timeout,
+            )
+        else:
+            for anchor, extent in zip(anchors.tolist(), extents.tolist()):
+                self.writer.create_item(
+                    table,
+                    self.priority,
+                    start=anchor - appended,
+                    length=None if extent == span else extent,
+                    timeout=self.timeout,
+                )
+        self.items_created += len(anchors)
 
     def _compact(self, i: int, keep_from: int) -> None:
         shift = keep_from - int(self._base[i])
