@@ -75,6 +75,8 @@ class ReplayIterator:
 
     Each item is a :class:`~rlreplay.sample.Sample` whose ``data`` arrays are converted
     to the requested framework; ``info`` stays numpy (keys for priority updates).
+    Close the iterator (or use it in a ``with`` block): until then its thread keeps
+    ``prefetch`` batches sampled, which counts against the table's rate limiter.
 
     Args:
         table: a :class:`Table` (or anything with ``sample(batch_size, timeout=)``).
