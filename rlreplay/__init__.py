@@ -13,6 +13,7 @@ from rlreplay.errors import (
     ReplayTimeoutError,
     SignatureError,
 )
+from rlreplay.iterators import ReplayIterator, learn_while_can_sample
 from rlreplay.layout import ItemLayout, Window
 from rlreplay.rate_limiters import MinSize, Queue, RateLimiter, SampleToInsertRatio, Stack
 from rlreplay.sample import Sample, SampleInfo
@@ -20,7 +21,14 @@ from rlreplay.selectors import Fifo, Lifo, MaxHeap, MinHeap, Prioritized, Select
 from rlreplay.specs import FieldSpec, Signature
 from rlreplay.storage import StepStore
 from rlreplay.table import Table, TableInfo
-from rlreplay.writers import TrajectoryWriter
+from rlreplay.writers import (
+    EpisodeAdder,
+    NStepTransitionAdder,
+    SequenceAdder,
+    SequenceItems,
+    StreamAdder,
+    TrajectoryWriter,
+)
 
 __version__ = "0.1.0"
 
@@ -28,6 +36,7 @@ __all__ = [
     "ClosedError",
     "DeadlockError",
     "EmptyTableError",
+    "EpisodeAdder",
     "FieldSpec",
     "Fifo",
     "InvalidArgumentError",
@@ -36,24 +45,30 @@ __all__ = [
     "MaxHeap",
     "MinHeap",
     "MinSize",
+    "NStepTransitionAdder",
     "Prioritized",
     "Queue",
     "RateLimiter",
     "RateLimiterTimeoutError",
     "ReplayError",
+    "ReplayIterator",
     "ReplayTimeoutError",
     "Sample",
     "SampleInfo",
     "SampleToInsertRatio",
+    "SequenceAdder",
+    "SequenceItems",
     "Selector",
     "Signature",
     "SignatureError",
     "Stack",
     "StepStore",
+    "StreamAdder",
     "Table",
     "TableInfo",
     "TrajectoryWriter",
     "Uniform",
     "Window",
     "__version__",
+    "learn_while_can_sample",
 ]

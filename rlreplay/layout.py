@@ -6,6 +6,16 @@ the layout names a source column, an offset from the anchor and a length:
 * ``length=None``: one step, returned as ``[B, *shape]``;
 * ``length=T``: ``T`` consecutive steps, returned as ``[B, T, *shape]``.
 
+Items may also have a per-item *extent* (how many stored steps the item covers, at most
+the layout's ``span``), given when the item is created. Two window options use it:
+
+* ``from_end=True``: ``offset`` counts back from the item's last step, so an n-step
+  transition that ends early (episode end) still reads ``next_obs`` from its own last
+  step;
+* ``pad=True`` (with ``length=T``): the window reads the item's own steps from
+  ``offset`` on, at most ``T`` of them; positions past the item's end come back as
+  zeros, and the layout's ``mask_field`` (if set) returns a ``[B, T]`` bool mask.
+
 A transition ``(obs, action, reward, next_obs)`` reads ``obs``/``action``/``reward`` at
 offset 0 and ``next_obs`` from the *same* ``obs`` column at offset 1, so each
 observation is stored once. The anchor is always the item's oldest step (every offset
@@ -29,21 +39,43 @@ class Window:
     column: str
     offset: int = 0
     length: int | None = None
+    from_end: bool = False
+    pad: bool = False
 
     @property
     def end(self) -> int:
-        """One past the last step offset this window reads."""
+        """One past the last step offset this window reads (for a full-extent item)."""
         return self.offset + (1 if self.length is None else self.length)
+
+    @property
+    def variable(self) -> bool:
+        """Whether the window depends on the item's own extent."""
+        return self.from_end or self.pad
 
 
 class ItemLayout:
     """Mapping of output field name to :class:`Window` over a signature's columns.
 
+    Args:
+        windows: output field name to :class:`Window`.
+        signature: the store's signature.
+        mask_field: for layouts with ``pad`` windows, the output name of the ``[B, T]``
+            bool mask (True where a padded window holds real steps).
+        span: most steps one item may cover, when ``from_end`` windows make items longer
+            than their windows (an n-step transition spans ``n + 1`` steps); default: the
+            furthest step any window reads.
+
     Raises:
         InvalidArgumentError: for unknown columns, negative offsets or lengths < 1.
     """
 
-    def __init__(self, windows: Mapping[str, Window], signature: Signature):
+    def __init__(
+        self,
+        windows: Mapping[str, Window],
+        signature: Signature,
+        mask_field: str | None = None,
+        span: int | None = None,
+    ):
         if not windows:
             raise InvalidArgumentError("an item layout needs at least one output field")
         for name, win in windows.items():
@@ -62,9 +94,28 @@ class ItemLayout:
                     f"layout field {name!r} has offset={win.offset}, length={win.length}; "
                     "offsets must be >= 0 and lengths >= 1 (the anchor is the oldest step)"
                 )
+            if win.pad and (win.length is None or win.from_end):
+                raise InvalidArgumentError(
+                    f"layout field {name!r} has pad=True; a padded window needs a length and "
+                    "counts from the item's start (from_end=False)"
+                )
+        pads = {w.length for w in windows.values() if w.pad}
+        if mask_field is not None and (len(pads) != 1 or mask_field in windows):
+            raise InvalidArgumentError(
+                f"mask_field={mask_field!r} needs padded windows of one length and a name "
+                f"not used by another output field; padded lengths are {sorted(pads)}"
+            )
         self.windows: dict[str, Window] = dict(windows)
         self.signature = signature
-        self.span = max(w.end for w in self.windows.values())
+        self.mask_field = mask_field
+        reach = max(w.end for w in self.windows.values())
+        if span is not None and (not isinstance(span, int) or span < reach):
+            raise InvalidArgumentError(
+                f"span={describe(span)} must be an int >= {reach}, the furthest step a window "
+                "reads"
+            )
+        self.span = reach if span is None else span
+        self.variable = any(w.variable for w in self.windows.values())
 
     @property
     def is_rows(self) -> bool:
@@ -118,8 +169,16 @@ class ItemLayout:
         return f"ItemLayout(span={self.span}, {self.windows})"
 
     def to_json(self) -> dict:
-        return {n: [w.column, w.offset, w.length] for n, w in self.windows.items()}
+        out: dict = {
+            n: [w.column, w.offset, w.length, w.from_end, w.pad] for n, w in self.windows.items()
+        }
+        if self.mask_field is not None or self.variable:
+            out = {"windows": out, "mask_field": self.mask_field, "span": self.span}
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping, signature: Signature) -> ItemLayout:
-        return cls({n: Window(c, o, ln) for n, (c, o, ln) in data.items()}, signature)
+        mask_field = span = None
+        if "windows" in data and "span" in data:
+            data, mask_field, span = data["windows"], data["mask_field"], data["span"]
+        return cls({n: Window(*w) for n, w in data.items()}, signature, mask_field, span)

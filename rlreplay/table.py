@@ -17,6 +17,7 @@ from rlreplay.errors import (
     RateLimiterTimeoutError,
     describe,
 )
+from rlreplay.gather import gather_variable
 from rlreplay.keys import SLOT_BITS, SLOT_MASK, check_priorities, make_keys, split_keys
 from rlreplay.layout import ItemLayout
 from rlreplay.rate_limiters import MinSize, Queue, RateLimiter
@@ -230,6 +231,8 @@ class Table:
         self._times_sampled = np.zeros(cap, dtype=np.uint32)
         self._generation = np.zeros(cap, dtype=np.uint32)
         self._live = np.zeros(cap, dtype=bool)
+        # Per-item extent (stored steps covered), only for layouts whose windows use it.
+        self._extent = np.zeros(cap, dtype=np.int32) if self.layout.variable else None
         self.sampler.bind(cap)
         self.remover.bind(cap)
         self.size = 0
@@ -405,25 +408,36 @@ class Table:
         return check_priorities(priorities, n)
 
     def create_item(
-        self, anchor_id: int, priority: float | None = None, *, timeout: float | None = None
+        self,
+        anchor_id: int,
+        priority: float | None = None,
+        *,
+        length: int | None = None,
+        timeout: float | None = None,
     ) -> int:
         """Create one item anchored at stored step ``anchor_id``; returns its key.
 
         Writers call this; the item reads ``layout.span`` steps from the anchor (every
-        ``store.lanes`` ids), all of which must be stored.
+        ``store.lanes`` ids), all of which must be stored. ``length`` (the item's extent,
+        ``1 <= length <= layout.span``) is for layouts with ``from_end``/``pad`` windows;
+        it defaults to ``layout.span``.
 
         Raises:
             InvalidArgumentError: if the window is not fully stored, the table already holds
-                an item at that anchor, or the priority is invalid.
+                an item at that anchor, the length or the priority is invalid.
             RateLimiterTimeoutError: if the limiter blocked the insert for ``timeout``.
         """
-        return int(self.create_items(np.array([anchor_id]), priority, timeout=timeout)[0])
+        lengths = None if length is None else np.array([length])
+        return int(
+            self.create_items(np.array([anchor_id]), priority, lengths=lengths, timeout=timeout)[0]
+        )
 
     def create_items(
         self,
         anchor_ids: np.ndarray,
         priorities: Any = None,
         *,
+        lengths: Any = None,
         timeout: float | None = None,
     ) -> np.ndarray:
         """Batch form of :meth:`create_item`; returns the new keys.
@@ -442,7 +456,8 @@ class Table:
         prios = self._priorities_or_default(priorities, n)
         timeout = _check_timeout(timeout)
         store = self.store
-        last_offset = (self.layout.span - 1) * store.lanes
+        extents = self._check_lengths(lengths, n)
+        last_offset = (extents - 1) * store.lanes
         with self.lock:
             self._wait_for(
                 lambda: self.rate_limiter.can_insert(n, self.size),
@@ -452,7 +467,7 @@ class Table:
             )
             if n == 0:
                 return np.zeros(0, dtype=np.int64)
-            if ids.min() < store.oldest_id or ids.max() + last_offset >= store.next_id:
+            if ids.min() < store.oldest_id or (ids + last_offset).max() >= store.next_id:
                 raise InvalidArgumentError(
                     f"anchor ids {describe(ids.tolist())} with span {self.layout.span} reach "
                     f"outside the stored steps [{store.oldest_id}, {store.next_id}); create "
@@ -464,7 +479,32 @@ class Table:
                     f"table {self.name!r} already holds an item anchored at one of steps "
                     f"{describe(ids.tolist())}; a table holds at most one item per anchor step"
                 )
-            return self._insert_items_locked(slots, prios)
+            keys = self._insert_items_locked(slots, prios)
+            if self._extent is not None:
+                self._extent[slots] = extents
+            return keys
+
+    def _check_lengths(self, lengths: Any, n: int) -> np.ndarray:
+        """Per-item extents as int64 (``span`` when not given)."""
+        span = self.layout.span
+        if lengths is None:
+            return np.full(n, span, dtype=np.int64)
+        if self._extent is None:
+            raise InvalidArgumentError(
+                f"lengths were given but table {self.name!r} has a fixed-span layout; per-item "
+                "lengths need from_end or pad windows"
+            )
+        arr = np.asarray(lengths)
+        if arr.dtype.kind not in "iu" or arr.shape not in ((), (n,)):
+            raise InvalidArgumentError(
+                f"lengths={describe(lengths)} must be {n} ints (one per item) or one int"
+            )
+        arr = np.broadcast_to(arr.astype(np.int64), (n,))
+        if n and (arr.min() < 1 or arr.max() > span):
+            raise InvalidArgumentError(
+                f"lengths={describe(arr.tolist())} must lie in [1, {span}] (the layout's span)"
+            )
+        return arr
 
     def _append_rows_locked(
         self, rows: dict, n: int, timeout: float | None, one_row: bool = False
@@ -762,6 +802,8 @@ class Table:
         return plan
 
     def _gather(self, slots: np.ndarray) -> dict[str, np.ndarray]:
+        if self._extent is not None:
+            return gather_variable(self.store, self.layout, slots, self._extent[slots])
         cols = self.store.columns
         cap = self.store.capacity
         out = {}

@@ -126,6 +126,7 @@ class TrajectoryWriter:
         priority: float | None = None,
         *,
         start: int | None = None,
+        length: int | None = None,
         timeout: float | None = None,
     ) -> int:
         """Create an item in ``table`` over this stream's recent steps; returns its key.
@@ -134,8 +135,10 @@ class TrajectoryWriter:
             table: one of the writer's tables, or its name.
             priority: the item's priority (``None``: the table's default).
             start: the item's first step as a negative index into this episode's steps
-                (``-1`` is the latest); default ``-table.layout.span``, so the item ends at
-                the latest step.
+                (``-1`` is the latest); default ``-length``, so the item ends at the
+                latest step.
+            length: steps the item covers, for tables whose layout has per-item extents
+                (``from_end``/``pad`` windows); default ``table.layout.span``.
             timeout: seconds to wait for the table's rate limiter.
 
         Raises:
@@ -146,7 +149,7 @@ class TrajectoryWriter:
         if self._closed:
             raise ClosedError("the writer is closed")
         table = self._table(table)
-        span = table.layout.span
+        span = table.layout.span if length is None else length
         start = -span if start is None else start
         if not isinstance(start, int) or start >= 0 or -start > len(self._ids):
             raise InvalidArgumentError(
@@ -159,7 +162,49 @@ class TrajectoryWriter:
                 f"{start + span} step(s) not appended yet"
             )
         anchor = self._ids[len(self._ids) + start]
-        return table.create_item(anchor, priority, timeout=timeout)
+        return table.create_item(anchor, priority, length=length, timeout=timeout)
+
+    def create_items(
+        self,
+        table: Table | str,
+        priorities: Any = None,
+        *,
+        starts: Any,
+        lengths: Any = None,
+        timeout: float | None = None,
+    ) -> np.ndarray:
+        """Batch form of :meth:`create_item`: one item per entry of ``starts``.
+
+        Args:
+            table: one of the writer's tables, or its name.
+            priorities: one priority per item, one for all, or ``None`` (default).
+            starts: negative indexes into this episode's retained steps, as ``start``.
+            lengths: per-item lengths (``None``: the layout's span for every item).
+            timeout: seconds to wait for the table's rate limiter.
+
+        Returns:
+            int64 keys of the new items.
+
+        Raises:
+            InvalidArgumentError: as :meth:`create_item`; no item is created then.
+            RateLimiterTimeoutError: if the limiter blocked the insert for ``timeout``.
+        """
+        if self._closed:
+            raise ClosedError("the writer is closed")
+        table = self._table(table)
+        starts = np.asarray(starts, dtype=np.int64).reshape(-1)
+        span = table.layout.span if lengths is None else np.asarray(lengths, dtype=np.int64)
+        held = len(self._ids)
+        if len(starts) and (starts.max() >= 0 or -starts.min() > held or (starts + span).max() > 0):
+            raise InvalidArgumentError(
+                f"starts={describe(starts.tolist())} must be negative, reach back at most "
+                f"{held} retained steps, and cover only steps already appended"
+            )
+        if len(starts) == 0:
+            return np.zeros(0, dtype=np.int64)
+        first = self._ids[0]
+        anchors = first + held + starts  # retained ids are consecutive
+        return table.create_items(anchors, priorities, lengths=lengths, timeout=timeout)
 
     def _table(self, table: Table | str) -> Table:
         for t in self.tables:

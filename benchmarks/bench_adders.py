@@ -1,0 +1,68 @@
+"""Adder throughput and context-copy overhead by number of environments and chunk length.
+
+Feeds synthetic vector-env steps (obs float32[8], episodes of 50-150 steps, next-step
+autoreset) to an NStepTransitionAdder(n=3) over one table and reports environment
+steps per second and the share of stored rows that are re-appended context.
+
+Run: ``python benchmarks/bench_adders.py``. Prints a table and writes JSON to
+benchmarks/results/bench_adders.json.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from rlreplay import NStepTransitionAdder, Table
+
+
+def run(num_envs: int, chunk: int, env_steps: int = 60_000) -> dict:
+    sig = NStepTransitionAdder.signature(obs=((8,), "float32"), action="int64")
+    table = Table(
+        "t", signature=sig, capacity=2 * env_steps, layout=NStepTransitionAdder.layout(sig, n=3)
+    )
+    adder = NStepTransitionAdder(table, n=3, discount=0.99, num_envs=num_envs, chunk_length=chunk)
+    rng = np.random.default_rng(0)
+    obs = rng.normal(size=(num_envs, 8)).astype(np.float32)
+    left = rng.integers(50, 150, size=num_envs)
+    adder.reset(obs)
+    calls = env_steps // num_envs
+    action = np.zeros(num_envs, dtype=np.int64)
+    reward = np.ones(num_envs, dtype=np.float32)
+    trunc = np.zeros(num_envs, dtype=bool)
+    start = time.perf_counter()
+    for _ in range(calls):
+        left -= 1
+        term = left <= 0
+        adder.add(action, reward, obs, term, trunc)
+        left[term] = 100
+    elapsed = time.perf_counter() - start
+    return {
+        "num_envs": num_envs,
+        "chunk_length": chunk,
+        "env_steps_per_s": calls * num_envs / elapsed,
+        "copied_share": adder.copied_rows / max(1, adder.appended_rows),
+        "items": table.size,
+    }
+
+
+def main() -> None:
+    rows = [run(n, c) for n in (1, 8, 64) for c in (16, 64)]
+    print(f"{'envs':>5s} {'chunk':>6s} {'steps/s':>10s} {'copied':>7s}")
+    for r in rows:
+        print(
+            f"{r['num_envs']:5d} {r['chunk_length']:6d} {r['env_steps_per_s']:10.0f} "
+            f"{r['copied_share']:7.1%}"
+        )
+    out = Path(__file__).parent / "results"
+    out.mkdir(exist_ok=True)
+    (out / "bench_adders.json").write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()

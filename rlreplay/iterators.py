@@ -1,0 +1,249 @@
+"""Learner-side batch iteration: background prefetching and a single-thread loop helper.
+
+:class:`ReplayIterator` samples a table in a background thread and keeps up to
+``prefetch`` batches ready, converted to numpy (default), torch or jax. torch and jax are
+imported only when asked for. Conversion is zero-copy where the framework allows it
+(``torch.from_numpy`` on CPU); ``pin_memory=True`` pins host batches for fast,
+asynchronous copies to a CUDA ``device``.
+
+:func:`learn_while_can_sample` is the single-threaded act-then-learn helper: it learns
+only while the table's rate limiter would let a sample proceed now, so it never blocks.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from rlreplay.errors import (
+    ClosedError,
+    InvalidArgumentError,
+    RateLimiterTimeoutError,
+    ReplayTimeoutError,
+    describe,
+)
+from rlreplay.sample import Sample
+
+OUTPUTS = ("numpy", "torch", "jax")
+_POLL_S = 0.05
+
+
+class _Failure:
+    """An exception raised in the background thread, handed to the consumer."""
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
+def _converter(output: str, device: Any, pin_memory: bool) -> Callable[[np.ndarray], Any]:
+    if output == "numpy":
+        return lambda a: a
+    if output == "torch":
+        import torch
+
+        dev = torch.device(device) if device is not None else None
+
+        def to_torch(a: np.ndarray) -> Any:
+            try:
+                t = torch.from_numpy(a)  # shares memory, strided views included
+            except ValueError:  # negative strides: torch needs a copy
+                t = torch.from_numpy(np.ascontiguousarray(a))
+            if pin_memory:
+                t = t.pin_memory()
+            if dev is not None and dev != t.device:
+                t = t.to(dev, non_blocking=pin_memory)
+            return t
+
+        return to_torch
+    import jax
+
+    dev = device
+
+    def to_jax(a: np.ndarray) -> Any:
+        return jax.device_put(a, dev) if dev is not None else jax.numpy.asarray(a)
+
+    return to_jax
+
+
+class ReplayIterator:
+    """Iterates over batches sampled from a table, ``prefetch`` of them kept ready.
+
+    Each item is a :class:`~rlreplay.sample.Sample` whose ``data`` arrays are converted
+    to the requested framework; ``info`` stays numpy (keys for priority updates).
+    Close the iterator (or use it in a ``with`` block): until then its thread keeps
+    ``prefetch`` batches sampled, which counts against the table's rate limiter.
+
+    Args:
+        table: a :class:`Table` (or anything with ``sample(batch_size, timeout=)``).
+        batch_size: items per batch.
+        prefetch: batches kept ready ahead of the learner (``>= 1``).
+        timeout: seconds :meth:`__next__` waits for a batch before raising
+            :class:`ReplayTimeoutError` (``None``: without limit).
+        output: ``"numpy"``, ``"torch"`` or ``"jax"``.
+        device: torch device or jax device for the arrays (default: CPU / jax default).
+        pin_memory: pin torch host memory before moving to ``device``.
+        max_batches: stop after this many batches (``None``: until closed).
+
+    Raises:
+        InvalidArgumentError: for a bad argument.
+        ReplayTimeoutError: from ``next()`` when no batch arrived within ``timeout``.
+        ReplayError: any error the sampling thread hit is re-raised by ``next()``.
+
+    Example:
+        >>> with ReplayIterator(table, 256, prefetch=2, output="torch") as it:  # doctest: +SKIP
+        ...     for batch in it:
+        ...         loss = learn(batch.data["obs"], batch.data["reward"])
+    """
+
+    def __init__(
+        self,
+        table: Any,
+        batch_size: int,
+        *,
+        prefetch: int = 2,
+        timeout: float | None = None,
+        output: str = "numpy",
+        device: Any = None,
+        pin_memory: bool = False,
+        max_batches: int | None = None,
+    ):
+        if output not in OUTPUTS:
+            raise InvalidArgumentError(f"output={output!r} is unknown; choose one of {OUTPUTS}")
+        if not isinstance(prefetch, int) or prefetch < 1:
+            raise InvalidArgumentError(f"prefetch={describe(prefetch)} must be an int >= 1")
+        if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
+            raise InvalidArgumentError(f"timeout={describe(timeout)} must be seconds > 0 or None")
+        if max_batches is not None and (not isinstance(max_batches, int) or max_batches < 0):
+            raise InvalidArgumentError(f"max_batches={describe(max_batches)} must be an int >= 0")
+        if pin_memory and output != "torch":
+            raise InvalidArgumentError("pin_memory=True needs output='torch'")
+        self.table = table
+        self.batch_size = batch_size
+        self.timeout = timeout
+        self.max_batches = max_batches
+        self._convert = _converter(output, device, pin_memory)
+        self._queue: queue.Queue = queue.Queue(maxsize=prefetch)
+        self._stop = threading.Event()
+        self._done = object()
+        self.wait_s = 0.0  # time the learner spent waiting in next()
+        self.batches = 0
+        self._finished = False
+        self._thread = threading.Thread(target=self._run, name="rlreplay-prefetch", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------ background
+    def _run(self) -> None:
+        produced = 0
+        try:
+            while not self._stop.is_set():
+                if self.max_batches is not None and produced >= self.max_batches:
+                    break
+                try:
+                    batch = self.table.sample(self.batch_size, timeout=_POLL_S)
+                except RateLimiterTimeoutError:
+                    continue  # poll again so close() is noticed
+                data = {k: self._convert(v) for k, v in batch.data.items()}
+                self._put(Sample(data, batch.info))
+                produced += 1
+        except ClosedError:
+            pass
+        except BaseException as error:  # handed to the learner thread
+            self._put(_Failure(error))
+            return
+        self._put(self._done)
+
+    def _put(self, item: Any) -> None:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=_POLL_S)
+                return
+            except queue.Full:
+                continue
+
+    # -------------------------------------------------------------- consumer
+    def __iter__(self) -> ReplayIterator:
+        return self
+
+    def __next__(self) -> Sample:
+        if self._finished:
+            raise StopIteration
+        start = time.monotonic()
+        try:
+            item = self._queue.get(timeout=self.timeout)
+        except queue.Empty:
+            raise ReplayTimeoutError(
+                f"no batch of {self.batch_size} arrived within timeout={self.timeout}s; the "
+                "table may be empty or its rate limiter blocks sampling (insert more data)"
+            ) from None
+        finally:
+            self.wait_s += time.monotonic() - start
+        if item is self._done:
+            self._finished = True
+            raise StopIteration
+        if isinstance(item, _Failure):
+            self._finished = True
+            raise item.error
+        self.batches += 1
+        return item
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the background thread (waits up to ``timeout`` seconds for it)."""
+        self._stop.set()
+        self._finished = True
+        self._thread.join(timeout)
+
+    def __enter__(self) -> ReplayIterator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        stop = getattr(self, "_stop", None)
+        if stop is not None:
+            stop.set()
+
+
+def learn_while_can_sample(
+    table: Any,
+    batch_size: int,
+    learn: Callable[[Sample], Any],
+    max_batches: int,
+) -> int:
+    """Sample and learn while the table allows a sample now; never blocks.
+
+    For the single-threaded loop ``act -> add -> learn_while_can_sample``: the rate
+    limiter decides how many batches each insert pays for (``SampleToInsertRatio``), and
+    ``max_batches`` bounds the call when the limiter never says stop (``MinSize``).
+
+    Args:
+        table: the table to sample.
+        batch_size: items per batch.
+        learn: called with each :class:`Sample`.
+        max_batches: most batches this call takes (``>= 0``).
+
+    Returns:
+        The number of batches learned from.
+
+    Raises:
+        InvalidArgumentError: for a bad ``max_batches``.
+    """
+    if not isinstance(max_batches, int) or max_batches < 0:
+        raise InvalidArgumentError(
+            f"max_batches={describe(max_batches)} must be an int >= 0; it bounds the loop when "
+            "the rate limiter always allows sampling"
+        )
+    done = 0
+    while done < max_batches and table.can_sample(batch_size):
+        try:
+            batch = table.sample(batch_size, timeout=_POLL_S)
+        except RateLimiterTimeoutError:
+            break  # another thread consumed the allowance between the check and the sample
+        learn(batch)
+        done += 1
+    return done

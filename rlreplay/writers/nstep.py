@@ -1,0 +1,168 @@
+"""N-step transitions (optionally over stacked frames) from one or many environments."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.layout import ItemLayout, Window
+from rlreplay.specs import Signature
+from rlreplay.writers.stream import StreamAdder
+
+COMPUTED = ("n_step_return", "discount")
+
+
+class NStepTransitionAdder(StreamAdder):
+    """Adds ``(obs, action, reward, discount, next_obs)`` items, ``reward`` an n-step return.
+
+    For the step taken at ``t`` with ``m = min(n, steps left in the episode)``:
+
+    * ``reward = sum_{j<m} discount**j * r_{t+j}``;
+    * ``discount = discount**m``, or ``0`` when the episode terminated within those ``m``
+      steps (truncation keeps ``discount**m`` and bootstraps);
+    * ``next_obs = obs_{t+m}``: after a truncation the true final observation.
+
+    The target is ``reward + discount * max_a Q(next_obs, a)``. As in Acme and TorchRL,
+    the last ``n - 1`` steps of an episode get shorter returns (``m < n``) rather than
+    being dropped.
+
+    Storage: every observation is stored once. Each step's row holds ``obs``, ``action``,
+    the one-step ``reward``, extras, and the two computed columns ``n_step_return`` and
+    ``discount`` of the item anchored there: a step is appended only once its ``n``
+    rewards are known, so items are plain windows and the store is written once. The
+    item's ``next_obs`` is read from the *same* ``obs`` column at the item's last row
+    (a ``from_end`` window), so short items at episode end need no copies.
+
+    Frame stacks (``stack=k``): the ``obs`` column holds one frame per step; ``obs`` and
+    ``next_obs`` are served as ``[k, *frame]`` views over the ``k`` most recent frames.
+    Each episode starts with ``k - 1`` padding rows that repeat its first frame (as
+    gymnasium's ``FrameStackObservation`` does), so stacks never mix two episodes.
+
+    Args:
+        writer: writer, table or tables (see :class:`StreamAdder`).
+        n: steps per return, ``>= 1``.
+        discount: per-step discount in ``[0, 1]``.
+        stack: frames per observation (1: no stacking).
+        stacked_obs: observations arrive already stacked ``[..., k, *frame]``; only the
+            newest frame is stored.
+        **kwargs: ``tables``, ``num_envs``, ``autoreset_mode``, ``priority``,
+            ``chunk_length``, ``timeout`` as for :class:`StreamAdder`.
+
+    Raises:
+        InvalidArgumentError: for bad ``n``, ``discount`` or ``stack``.
+
+    Example:
+        >>> sig = NStepTransitionAdder.signature(obs=((4,), "float32"), action="int64")
+        >>> table = Table("replay", signature=sig, max_size=10_000,        # doctest: +SKIP
+        ...               layout=NStepTransitionAdder.layout(sig, n=3))
+        >>> adder = NStepTransitionAdder(table, n=3, discount=0.99, num_envs=8)  # doctest: +SKIP
+        >>> adder.reset(obs)                                               # doctest: +SKIP
+        >>> adder.add(action, reward, next_obs, term, trunc, info)         # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        writer: Any,
+        n: int,
+        discount: float,
+        *,
+        stack: int = 1,
+        stacked_obs: bool = False,
+        **kwargs: Any,
+    ):
+        if not isinstance(n, int) or n < 1:
+            raise InvalidArgumentError(f"n={describe(n)} must be an int >= 1")
+        if not isinstance(discount, (int, float)) or not 0.0 <= discount <= 1.0:
+            raise InvalidArgumentError(f"discount={describe(discount)} must be in [0, 1]")
+        if not isinstance(stack, int) or stack < 1:
+            raise InvalidArgumentError(f"stack={describe(stack)} must be an int >= 1")
+        self.n = n
+        self.discount = float(discount)
+        self.stack = stack
+        self.stacked_obs = stacked_obs
+        self.span = n + stack
+        self.lag = n
+        self.pad = stack - 1
+        super().__init__(writer, **kwargs)
+        self._next_item = np.zeros(self.num_envs, dtype=np.int64)
+        self._powers = self.discount ** np.arange(n + 1)
+
+    # ---------------------------------------------------------- construction
+    @staticmethod
+    def signature(
+        obs: Any,
+        action: Any,
+        extras: Mapping[str, Any] | None = None,
+        reward: Any = "float32",
+    ) -> Signature:
+        """Stored step signature: ``obs`` (one frame when stacking), ``action``,
+        ``reward``, extras and the computed ``n_step_return`` and ``discount``."""
+        fields = {"obs": obs, "action": action, "reward": reward, **(extras or {})}
+        clash = [c for c in COMPUTED if c in fields]
+        if clash:
+            raise InvalidArgumentError(f"extras use the reserved names {clash}; rename them")
+        fields.update({c: "float32" for c in COMPUTED})
+        return Signature(fields)
+
+    @staticmethod
+    def layout(signature: Signature | Mapping, n: int, stack: int = 1) -> ItemLayout:
+        """Item layout of the adder's tables: ``obs``, ``action``, ``reward`` (the n-step
+        return), ``discount``, ``next_obs`` and extras; ``obs`` is ``[k, *frame]`` with
+        ``stack=k > 1``."""
+        sig = Signature(signature)
+        last = stack - 1
+        length = None if stack == 1 else stack
+        windows = {}
+        for p in sig.paths:
+            if p == "obs" or p.startswith("obs/"):
+                windows[p] = Window(p, 0, length)
+                windows["next_" + p] = Window(p, 0, length, from_end=True)
+            elif p == "n_step_return":
+                windows["reward"] = Window(p, last)
+            elif p != "reward":
+                windows[p] = Window(p, last)
+        return ItemLayout(windows, sig, span=n + stack)
+
+    def _row_shape(self, path: str, arr: np.ndarray) -> tuple[int, ...]:
+        if self.stacked_obs and (path == "obs" or path.startswith("obs/")):
+            return arr.shape[2:]
+        return arr.shape[1:]
+
+    def _obs_value(self, path: str, arr: np.ndarray) -> np.ndarray:
+        return arr[:, -1] if self.stacked_obs else arr
+
+    # ------------------------------------------------------------ computing
+    def _computed(
+        self, i: int, lo: int, hi: int, ended: bool, terminated: bool
+    ) -> dict[str, np.ndarray]:
+        n, total = self.n, int(self._steps[i])
+        t = np.arange(lo, hi) - self.pad
+        src = t[:, None] + np.arange(n)
+        valid = (t[:, None] >= 0) & (src < total)
+        pos = np.clip(src + self.pad - int(self._base[i]), 0, self.capacity - 1)
+        rewards = self._buf["reward"][i][pos].astype(np.float64)
+        ret = np.where(valid, rewards, 0.0) @ self._powers[:n]
+        m = np.clip(total - t, 0, n) if ended else np.full(len(t), n)
+        disc = self._powers[m]
+        real = (t >= 0) & (t < total)
+        if ended and terminated:
+            disc = np.where(t + n >= total, 0.0, disc)
+        disc = np.where(real, disc, 0.0)
+        return {
+            "n_step_return": ret.astype(np.float32),
+            "discount": disc.astype(np.float32),
+        }
+
+    def _items(
+        self, i: int, appended: int, ended: bool, terminated: bool
+    ) -> tuple[np.ndarray, np.ndarray]:
+        first = int(self._next_item[i])
+        total = int(self._steps[i])
+        stop = total if ended else max(first, appended - self.n - self.stack + 1)
+        t = np.arange(first, stop)
+        extent = self.stack + (np.minimum(self.n, total - t) if ended else self.n)
+        self._next_item[i] = 0 if ended else stop
+        return t, np.broadcast_to(extent, t.shape).astype(np.int64)

@@ -1,0 +1,134 @@
+"""Fixed-length sequences and whole episodes from one or many environments."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from rlreplay.errors import InvalidArgumentError
+from rlreplay.layout import ItemLayout, Window
+from rlreplay.specs import Signature
+from rlreplay.writers.sequence_items import SequenceItems
+from rlreplay.writers.stream import StreamAdder
+
+
+class SequenceAdder(StreamAdder):
+    """Adds windows of ``burn_in + length`` consecutive episode rows every ``period`` rows.
+
+    Rows of an episode of ``T`` steps are ``obs_t, action_t, reward_t, discount_t,
+    extras_t`` for ``t < T`` and a final row with ``obs_T`` (zero action, reward and
+    discount). ``discount_t`` is ``discount`` (default 1) for a step that did not end
+    the episode in a terminal state and 0 for the terminal step and the final row.
+
+    Windows start at rows ``0, period, 2 * period, ...`` of each episode and never cross
+    an episode boundary. With ``pad_end=True`` the windows that would run past the final
+    row are still added, zero-padded to full length, and the ``mask`` output
+    (``[B, burn_in + length]`` bool) marks the real rows; a window must hold at least
+    one step besides the final row. With ``pad_end=False`` those windows are dropped, so
+    episodes shorter than a window produce no item. The first ``burn_in`` rows of a
+    window are meant for recurrent-state warm-up (R2D2) and are returned like the rest.
+
+    Args:
+        writer: writer, table or tables (see :class:`StreamAdder`).
+        length: rows a learner trains on per item.
+        period: rows between window starts (``period < length`` overlaps windows).
+        burn_in: extra rows before the ``length`` training rows.
+        pad_end: pad the last windows of an episode (see above) or drop them.
+        discount: value of ``discount_t`` for non-terminal steps.
+        **kwargs: as for :class:`StreamAdder`.
+
+    Raises:
+        InvalidArgumentError: for bad ``length``, ``period`` or ``burn_in``.
+    """
+
+    def __init__(
+        self,
+        writer: Any,
+        length: int,
+        period: int,
+        *,
+        burn_in: int = 0,
+        pad_end: bool = True,
+        discount: float = 1.0,
+        **kwargs: Any,
+    ):
+        self.rule = SequenceItems(length, period, burn_in, pad_end)
+        self.length, self.period, self.burn_in = length, period, burn_in
+        self.pad_end = bool(pad_end)
+        self.discount = float(discount)
+        self.span = burn_in + length
+        self.lag = 1
+        self.pad = 0
+        super().__init__(writer, **kwargs)
+        self.rule.bind(self.num_envs)
+
+    @staticmethod
+    def signature(
+        obs: Any,
+        action: Any,
+        extras: Mapping[str, Any] | None = None,
+        reward: Any = "float32",
+    ) -> Signature:
+        """Stored step signature: ``obs``, ``action``, ``reward``, extras, ``discount``."""
+        fields = {"obs": obs, "action": action, "reward": reward, **(extras or {})}
+        if "discount" in fields:
+            raise InvalidArgumentError("extras use the reserved name 'discount'; rename it")
+        fields["discount"] = "float32"
+        return Signature(fields)
+
+    @staticmethod
+    def layout(
+        signature: Signature | Mapping, length: int, burn_in: int = 0, pad_end: bool = True
+    ) -> ItemLayout:
+        """Every column as ``[B, burn_in + length, ...]``, plus ``mask`` when padding."""
+        sig = Signature(signature)
+        size = burn_in + length
+        windows = {p: Window(p, 0, size, pad=pad_end) for p in sig.paths}
+        return ItemLayout(windows, sig, mask_field="mask" if pad_end else None)
+
+    def _computed(
+        self, i: int, lo: int, hi: int, ended: bool, terminated: bool
+    ) -> dict[str, np.ndarray]:
+        t = np.arange(lo, hi)
+        total = int(self._steps[i])
+        disc = np.full(len(t), self.discount, dtype=np.float32)
+        if ended:
+            disc[t >= total] = 0.0
+            if terminated:
+                disc[t == total - 1] = 0.0
+        return {"discount": disc}
+
+    def _items(
+        self, i: int, appended: int, ended: bool, terminated: bool
+    ) -> tuple[np.ndarray, np.ndarray]:
+        return self.rule.items(i, appended, 0, int(self._steps[i]), ended)
+
+
+class EpisodeAdder(SequenceAdder):
+    """Adds each whole episode as one item, zero-padded to ``max_length`` rows with a mask.
+
+    An episode of ``T`` steps has ``T + 1`` rows (the last holds the final observation).
+    Items are ``[B, max_length, ...]`` per column plus ``mask`` (``[B, max_length]``
+    bool); the padded layout keeps batches dense for a learner at the cost of reading
+    ``max_length`` rows per item. An episode longer than ``max_length`` rows is added as
+    consecutive items of ``max_length`` rows (the last one padded).
+
+    Use :meth:`layout` (``SequenceAdder.layout(sig, max_length)``) for its tables.
+
+    Args:
+        writer: writer, table or tables (see :class:`StreamAdder`).
+        max_length: most rows of one item.
+        **kwargs: ``discount`` and the :class:`StreamAdder` options.
+    """
+
+    def __init__(self, writer: Any, max_length: int, **kwargs: Any):
+        super().__init__(writer, max_length, max_length, pad_end=True, **kwargs)
+
+    @staticmethod
+    def layout(  # type: ignore[override]
+        signature: Signature | Mapping, max_length: int
+    ) -> ItemLayout:
+        """Every column as ``[B, max_length, ...]`` zero-padded, plus ``mask``."""
+        return SequenceAdder.layout(signature, max_length, 0, True)

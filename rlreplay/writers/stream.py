@@ -1,0 +1,442 @@
+"""Shared machinery of the adders: one episode stream per environment over one writer.
+
+An adder receives environment steps, one environment or a batch of ``num_envs`` of them
+(gymnasium ``VectorEnv`` shapes), and turns each environment's episodes into *episode
+rows* that it appends through a writer with the :class:`TrajectoryWriter` interface
+(``append_batch``, ``create_item(table, priority, start=, length=)``, ``end_episode``,
+``flush``). Episode rows of one episode are, in order:
+
+* ``stack - 1`` padding rows whose observation repeats the episode's first observation
+  (only with frame stacking, see :class:`NStepTransitionAdder`);
+* one row per step ``t``: ``obs_t``, the action taken, the reward received and extras;
+* one final row holding the last observation (the true final observation, also after a
+  truncation) with zero action, reward and extras.
+
+Rows are buffered per environment in numpy arrays ``[num_envs, rows, ...]`` (one write
+per field per call, vectorised over environments) and appended in chunks of about
+``chunk_length`` rows: a row is appended once every stored field of it is known (an
+n-step return needs ``n`` rewards). Items never span two episodes: every item is created
+over rows of one episode.
+
+Chunks of different environments interleave in the store, and an item must be
+contiguous there, so when an environment's chunk does not continue its previous one in
+the store, the adder re-appends the last ``span - 1`` rows of that episode before it
+(``copied_rows`` counts them). The overhead is ``(span - 1) / chunk_length`` of the
+stored rows with several environments and zero with one. This keeps the writer interface
+unchanged (a network writer works the same way) at a small, bounded memory cost; a
+lockstep ``lanes`` store would avoid the copies but would store every autoreset step
+and could not give each environment its own episode boundaries.
+
+Autoreset (gymnasium 1.x): with ``"next_step"`` (the default), the call after an
+episode ended carries the reset observation for that environment; it starts the next
+episode and is not a transition. With ``"same_step"``, the observation returned with
+``terminated``/``truncated`` is already the reset observation and the true final one is
+read from ``info["final_obs"]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.specs import flatten, unflatten
+from rlreplay.table import Table
+from rlreplay.writers.autoreset import final_observations, mode_name
+from rlreplay.writers.sequence_items import SequenceItems
+from rlreplay.writers.trajectory_writer import TrajectoryWriter
+
+
+class StreamAdder:
+    """Base class of the adders: per-environment episode rows appended through a writer.
+
+    Subclasses set ``span`` (longest item in rows), ``lag`` (a step's row is complete
+    ``lag - 1`` steps after it was taken), ``pad`` (padding rows at episode start) and
+    implement :meth:`_computed` and :meth:`_items`.
+
+    Args:
+        writer: a writer with the :class:`TrajectoryWriter` interface, a :class:`Table`,
+            or a list of tables (a ``TrajectoryWriter`` is then created over them).
+        tables: tables (or names) to create items in; default every table of the writer.
+        num_envs: environments per call (``None``: one environment, inputs without a
+            batch axis).
+        autoreset_mode: ``"next_step"`` or ``"same_step"`` (or gymnasium's enum).
+        priority: priority of new items (``None``: each table's default).
+        chunk_length: rows buffered per environment before they are appended (default
+            64, less when the store is small). Larger chunks mean fewer re-appended
+            context rows with several environments, and items that appear later.
+        timeout: seconds each writer call may wait for rate limiters and queues.
+        sequence_tables: more tables (or names) to fill with sequence items over the same
+            rows, each with its :class:`SequenceItems` rule (e.g. a FIFO queue of
+            sequences next to a prioritized table of n-step transitions).
+
+    Raises:
+        InvalidArgumentError: for bad arguments or a writer whose ``history`` is too short.
+    """
+
+    span: int = 1
+    lag: int = 1
+    pad: int = 0
+
+    def __init__(
+        self,
+        writer: Any,
+        *,
+        tables: Sequence[Table | str] | None = None,
+        num_envs: int | None = None,
+        autoreset_mode: Any = "next_step",
+        priority: float | None = None,
+        chunk_length: int | None = None,
+        timeout: float | None = None,
+        sequence_tables: Mapping[Table | str, SequenceItems] | None = None,
+    ):
+        self._sequences = list((sequence_tables or {}).items())
+        for _, rule in self._sequences:
+            if not isinstance(rule, SequenceItems):
+                raise InvalidArgumentError(
+                    f"sequence_tables values must be SequenceItems(length, period, ...), got "
+                    f"{describe(rule)}"
+                )
+            self.span = max(self.span, self.pad + rule.span)
+        if isinstance(writer, Table) or (
+            isinstance(writer, (list, tuple)) and writer and isinstance(writer[0], Table)
+        ):
+            store = writer.store if isinstance(writer, Table) else writer[0].store
+        else:
+            store = getattr(writer, "store", None)
+        fixed = self.span - 1 + self.lag + self.pad + 2
+        if chunk_length is None:
+            room = 64 if store is None else store.capacity - fixed
+            chunk_length = max(1, min(64, room))
+        if not isinstance(chunk_length, int) or chunk_length < 1:
+            raise InvalidArgumentError(f"chunk_length={describe(chunk_length)} must be an int >= 1")
+        if num_envs is not None and (not isinstance(num_envs, int) or num_envs < 1):
+            raise InvalidArgumentError(
+                f"num_envs={describe(num_envs)} must be an int >= 1, or None for one env "
+                "without a batch axis"
+            )
+        self.batched = num_envs is not None
+        self.num_envs = num_envs or 1
+        self.mode = mode_name(autoreset_mode)
+        self.chunk_length = chunk_length
+        self.priority = priority
+        self.timeout = timeout
+        self.capacity = fixed + chunk_length
+        if isinstance(writer, Table) or (
+            isinstance(writer, (list, tuple)) and writer and isinstance(writer[0], Table)
+        ):
+            if store.capacity < self.capacity:
+                raise InvalidArgumentError(
+                    f"the store keeps {store.capacity} steps but this adder appends chunks "
+                    f"that need {self.capacity} (span - 1 + chunk_length + lag + pad + 2); "
+                    "lower chunk_length or enlarge the store"
+                )
+            writer = TrajectoryWriter(writer, history=self.capacity)
+        history = getattr(writer, "history", None)
+        if history is not None and history < self.capacity:
+            raise InvalidArgumentError(
+                f"the writer keeps history={history} steps; this adder needs at least "
+                f"{self.capacity} (span - 1 + chunk_length + lag + pad + 2); create it with "
+                f"TrajectoryWriter(tables, history={self.capacity}) or pass the tables"
+            )
+        self.writer = writer
+        if tables is None:
+            seq = [t for t, _ in self._sequences]
+            names = {getattr(t, "name", t) for t in seq}
+            tables = [t for t in writer.tables if t not in seq and t.name not in names]
+        self.tables = list(tables)
+        if not self.tables:
+            raise InvalidArgumentError("tables is empty; give at least one table to fill")
+        self._spans = [self._span_of(t) for t in self.tables]
+        self._sequence_spans = [self._span_of(t) for t, _ in self._sequences]
+        for _, rule in self._sequences:
+            rule.bind(self.num_envs)
+        n = self.num_envs
+        self._active = np.zeros(n, dtype=bool)
+        self._awaiting_reset = np.zeros(n, dtype=bool)
+        self._steps = np.zeros(n, dtype=np.int64)  # transitions in the current episode
+        self._base = np.zeros(n, dtype=np.int64)  # episode row held in buffer slot 0
+        self._appended = np.zeros(n, dtype=np.int64)  # episode rows appended so far
+        self._serial = np.zeros(n, dtype=np.int64)  # episodes started per environment
+        self._buf: dict[str, np.ndarray] | None = None
+        self._last_stream: tuple[int, int] | None = None
+        self.copied_rows = 0
+        self.appended_rows = 0
+        self.items_created = 0
+        self.episodes = 0
+
+    # ------------------------------------------------------------------ helpers
+    def _span_of(self, table: Table | str) -> int:
+        if isinstance(table, Table):
+            return table.layout.span
+        for t in getattr(self.writer, "tables", ()):
+            if getattr(t, "name", None) == table:
+                return t.layout.span
+        return self.span
+
+    def _batch(self, value: Any, name: str) -> np.ndarray:
+        arr = np.asarray(value)
+        if not self.batched:
+            arr = arr[None]
+        if arr.ndim == 0 or arr.shape[0] != self.num_envs:
+            raise InvalidArgumentError(
+                f"{name} has shape {arr.shape}; expected a leading axis of num_envs="
+                f"{self.num_envs}" + ("" if self.batched else " (added for num_envs=None)")
+            )
+        return arr
+
+    def _flat(self, prefix: str, value: Any) -> dict[str, np.ndarray]:
+        if isinstance(value, Mapping):
+            return {f"{prefix}/{p}": self._batch(v, p) for p, v in flatten(value).items()}
+        return {prefix: self._batch(value, prefix)}
+
+    def _obs_paths(self) -> list[str]:
+        return [p for p in self._buf if p == "obs" or p.startswith("obs/")]
+
+    def _allocate(self, fields: dict[str, np.ndarray]) -> None:
+        """Create the row buffers from the first step's arrays (and computed columns)."""
+        buf = self._buf if self._buf is not None else {}
+        for path, arr in fields.items():
+            if path not in buf:
+                shape = self._row_shape(path, arr)
+                buf[path] = np.zeros((self.num_envs, self.capacity, *shape), dtype=arr.dtype)
+        self._buf = buf
+
+    def _row_shape(self, path: str, arr: np.ndarray) -> tuple[int, ...]:
+        return arr.shape[1:]
+
+    def _obs_value(self, path: str, arr: np.ndarray) -> np.ndarray:
+        """The part of an observation that is stored per step (subclasses: one frame)."""
+        return arr
+
+    def _write_obs(self, idx: np.ndarray, rows: np.ndarray, obs: dict[str, np.ndarray]) -> None:
+        for path, arr in obs.items():
+            self._buf[path][idx, rows - self._base[idx]] = self._obs_value(path, arr)
+
+    # --------------------------------------------------------------- episodes
+    def reset(self, obs: Any, env_ids: Any = None) -> None:
+        """Start new episodes with their first observations (what ``env.reset`` returned).
+
+        An environment whose episode is still open has it ended first as truncated,
+        bootstrapping from its last observation.
+
+        Args:
+            obs: first observations, ``[num_envs, ...]`` (or ``[len(env_ids), ...]``).
+            env_ids: which environments reset (default: all).
+        """
+        idx = np.arange(self.num_envs) if env_ids is None else np.asarray(env_ids).reshape(-1)
+        fields = self._flat("obs", obs) if env_ids is None else None
+        if fields is None:
+            fields = {}
+            for p, v in (flatten(obs) if isinstance(obs, Mapping) else {"": obs}).items():
+                arr = np.asarray(v)
+                full = np.zeros((self.num_envs, *arr.shape[1:]), dtype=arr.dtype)
+                full[idx] = arr
+                fields["obs" + (f"/{p}" if p else "")] = full
+        open_ = idx[self._active[idx]]
+        if len(open_):
+            self._finish(open_, np.zeros(len(open_), dtype=bool))
+        self._start(idx, fields)
+
+    def _start(self, idx: np.ndarray, obs: dict[str, np.ndarray]) -> None:
+        if len(idx) == 0:
+            return
+        self._allocate(obs)
+        self._active[idx] = True
+        self._awaiting_reset[idx] = False
+        self._steps[idx] = 0
+        self._base[idx] = 0
+        self._appended[idx] = 0
+        self._serial[idx] += 1
+        sel = {p: a[idx] for p, a in obs.items()}
+        for r in range(self.pad + 1):
+            self._write_obs(idx, np.full(len(idx), r), sel)
+
+    def add(
+        self,
+        action: Any,
+        reward: Any,
+        next_obs: Any,
+        terminated: Any,
+        truncated: Any,
+        info: Mapping[str, Any] | None = None,
+        extras: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Record one environment step (of every environment), as ``env.step`` returned it.
+
+        Args:
+            action: the actions taken, ``[num_envs, ...]``.
+            reward: rewards received, ``[num_envs]``.
+            next_obs: observations returned by the step.
+            terminated: episode ended in a terminal state (no bootstrapping).
+            truncated: episode cut by a time limit (bootstrap from the final observation).
+            info: the step's info dict; ``"same_step"`` mode reads ``final_obs`` from it.
+            extras: more per-step fields to store (e.g. policy logits), each
+                ``[num_envs, ...]``.
+
+        Raises:
+            InvalidArgumentError: on wrong shapes, or a step before :meth:`reset`.
+        """
+        fields = {"action": self._batch(action, "action"), "reward": self._batch(reward, "reward")}
+        for p, v in flatten(extras or {}).items():
+            fields[p] = self._batch(v, f"extras[{p!r}]")
+        obs = self._flat("obs", next_obs)
+        term = self._batch(terminated, "terminated").astype(bool)
+        trunc = self._batch(truncated, "truncated").astype(bool)
+        resetting = self._awaiting_reset.copy() if self.mode == "next_step" else None
+        valid = self._active & ~resetting if resetting is not None else self._active.copy()
+        if not valid.any() and (resetting is None or not resetting.any()):
+            raise InvalidArgumentError("add() was called before reset(); call reset(obs) first")
+        idx = np.flatnonzero(valid)
+        if len(idx):
+            self._allocate(fields)
+            rows = self.pad + self._steps[idx] - self._base[idx]
+            for path, arr in fields.items():
+                self._buf[path][idx, rows] = arr[idx]
+            self._steps[idx] += 1
+            done = (term | trunc)[idx]
+            final = obs
+            if self.mode == "same_step" and done.any():
+                final = final_observations(obs, info, idx[done])
+            self._write_obs(idx, self.pad + self._steps[idx], {p: a[idx] for p, a in final.items()})
+            ended = idx[done]
+            if len(ended):
+                self._finish(ended, term[ended])
+                if self.mode == "next_step":
+                    self._awaiting_reset[ended] = True
+                else:
+                    self._start(ended, obs)
+        if resetting is not None and resetting.any():
+            self._start(np.flatnonzero(resetting), obs)
+        ready = self._ready_rows(np.arange(self.num_envs), None)
+        for i in np.flatnonzero(self._active & (ready - self._appended >= self.chunk_length)):
+            self._flush_env(int(i), ended=False, terminated=False)
+
+    def end_episode(self, terminated: bool = False, env_ids: Any = None) -> None:
+        """End open episodes now (e.g. a time limit the environment does not report).
+
+        The last observation given becomes the final one; with ``terminated=False`` items
+        bootstrap from it.
+        """
+        idx = np.arange(self.num_envs) if env_ids is None else np.asarray(env_ids).reshape(-1)
+        idx = idx[self._active[idx]]
+        if len(idx):
+            self._finish(idx, np.full(len(idx), bool(terminated)))
+
+    def _finish(self, idx: np.ndarray, terminated: np.ndarray) -> None:
+        for i, term in zip(idx.tolist(), terminated.tolist()):
+            self._flush_env(i, ended=True, terminated=bool(term))
+            self._active[i] = False
+            self._buf_clear(i)
+            self.episodes += 1
+
+    def _buf_clear(self, i: int) -> None:
+        for arr in self._buf.values():
+            arr[i] = 0
+        self._base[i] = 0
+
+    # -------------------------------------------------------------- appending
+    def _ready_rows(self, idx: np.ndarray, ended: bool | None) -> np.ndarray:
+        """Episode rows whose every field is known (all rows once the episode ended)."""
+        if ended:
+            return self.pad + self._steps[idx] + 1
+        return self.pad + np.maximum(0, self._steps[idx] - self.lag + 1)
+
+    def _flush_env(self, i: int, ended: bool, terminated: bool) -> None:
+        lo = int(self._appended[i])
+        hi = int(self._ready_rows(np.array([i]), ended)[0])
+        stream = (i, int(self._serial[i]))
+        if hi > lo:
+            first = lo
+            if self._last_stream != stream:
+                first = max(0, lo - (self.span - 1))
+                self.writer.end_episode()
+                self.copied_rows += lo - first
+            b = int(self._base[i])
+            rows = {p: a[i, first - b : hi - b] for p, a in self._buf.items()}
+            rows.update(self._computed(i, first, hi, ended, terminated))
+            self.writer.append_batch(unflatten(rows), timeout=self.timeout)
+            self._last_stream = stream
+            self.appended_rows += hi - first
+            self._appended[i] = hi
+        anchors, extents = self._items(i, hi, ended, terminated)
+        for table, span in zip(self.tables, self._spans):
+            self._create(table, span, anchors, extents, hi)
+        steps = int(self._steps[i])
+        for (table, rule), span in zip(self._sequences, self._sequence_spans):
+            starts, lengths = rule.items(i, hi, self.pad, steps, ended)
+            self._create(table, span, starts, lengths, hi)
+        if not ended:
+            self._compact(i, max(0, hi - (self.span - 1)))
+
+    def _create(
+        self, table: Any, span: int, anchors: np.ndarray, extents: np.ndarray, appended: int
+    ) -> None:
+        """Create items at episode rows ``anchors`` (``appended`` rows are stored)."""
+        if not len(anchors):
+            return
+        full = bool((extents == span).all())
+        batch = getattr(self.writer, "create_items", None)
+        if batch is not None:
+            batch(
+                table,
+                self.priority,
+                starts=anchors - appended,
+                lengths=None if full else extents,
+                timeout=self.timeout,
+            )
+        else:
+            for anchor, extent in zip(anchors.tolist(), extents.tolist()):
+                self.writer.create_item(
+                    table,
+                    self.priority,
+                    start=anchor - appended,
+                    length=None if extent == span else extent,
+                    timeout=self.timeout,
+                )
+        self.items_created += len(anchors)
+
+    def _compact(self, i: int, keep_from: int) -> None:
+        shift = keep_from - int(self._base[i])
+        if shift <= 0:
+            return
+        for arr in self._buf.values():
+            row = arr[i]
+            row[: self.capacity - shift] = row[shift:]
+            row[self.capacity - shift :] = 0
+        self._base[i] = keep_from
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Append every complete buffered row and create the items it allows, then flush
+        the writer. Steps whose fields are not known yet (an n-step return) stay buffered."""
+        for i in np.flatnonzero(self._active):
+            self._flush_env(int(i), ended=False, terminated=False)
+        self.writer.flush(timeout)
+
+    def close(self) -> None:
+        """End every open episode as truncated, flush and close the writer."""
+        self.end_episode(terminated=False)
+        self.writer.flush(self.timeout)
+        self.writer.close()
+
+    def __enter__(self) -> StreamAdder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ subclasses
+    def _computed(
+        self, i: int, lo: int, hi: int, ended: bool, terminated: bool
+    ) -> dict[str, np.ndarray]:
+        """Stored columns computed by the adder for episode rows ``[lo, hi)``."""
+        return {}
+
+    def _items(
+        self, i: int, appended: int, ended: bool, terminated: bool
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Anchor rows and extents (int64 arrays) of the items now creatable for env ``i``;
+        the subclass records them as created."""
+        raise NotImplementedError
