@@ -16,14 +16,17 @@ float32[17], done; rlreplay uses a rows Table and ``table.insert``, cpprb a Repl
 Buffers are filled before timing (construction plus the first fill is reported on its
 own: first writes to fresh memory are slow). Each op runs after warm-up calls, in
 ``--repeat`` rounds of ``number`` calls timed with ``time.perf_counter``; the median round
-gives microseconds per op. ``ratio`` is rlreplay's ops/s over cpprb's (higher is better
-for rlreplay). Prints a table and writes ``benchmarks/results/bench_core.json``.
+gives microseconds per op (the two libraries' rounds alternate on the vector cases;
+the image buffers are too large to hold both at once). ``ratio`` is rlreplay's ops/s
+over cpprb's (higher is better for rlreplay). Prints a table and writes
+``benchmarks/results/bench_core.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import importlib.metadata
 import json
 import os
 import platform
@@ -99,23 +102,31 @@ def one_rows(sig: dict, count: int, rng: np.random.Generator) -> list[dict]:
     return rows
 
 
-def time_op(op: Callable[[], object], number: int, repeat: int, warmup: int) -> dict:
-    """Median microseconds per call over ``repeat`` rounds of ``number`` calls."""
-    for _ in range(warmup):
-        op()
-    rounds = []
+def time_ops(ops: dict[str, Callable[[], object]], number: int, repeat: int, warmup: int):
+    """Median microseconds per call of each op over ``repeat`` rounds of ``number`` calls.
+
+    The ops' rounds alternate, so load from other processes weighs on each alike.
+    """
+    for op in ops.values():
+        for _ in range(warmup):
+            op()
+    rounds: dict[str, list[float]] = {name: [] for name in ops}
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
         for _ in range(repeat):
-            t0 = time.perf_counter()
-            for _ in range(number):
-                op()
-            rounds.append((time.perf_counter() - t0) / number * 1e6)
+            for name, op in ops.items():
+                t0 = time.perf_counter()
+                for _ in range(number):
+                    op()
+                rounds[name].append((time.perf_counter() - t0) / number * 1e6)
     finally:
         if gc_was_enabled:
             gc.enable()
-    return {"us": statistics.median(rounds), "min_us": min(rounds), "rounds_us": rounds}
+    return {
+        name: {"us": statistics.median(r), "min_us": min(r), "rounds_us": r}
+        for name, r in rounds.items()
+    }
 
 
 class Bench:
@@ -134,7 +145,13 @@ class Bench:
 
     def run_op(self, case: str, lib: str, op: Callable[[], object], number: int) -> None:
         a = self.args
-        self.record(case, lib, time_op(op, number, a.repeat, a.warmup))
+        self.record(case, lib, time_ops({lib: op}, number, a.repeat, a.warmup)[lib])
+
+    def run_pair(self, case: str, rl_op: Callable, cp_op: Callable, number: int) -> None:
+        a = self.args
+        timings = time_ops({"rlreplay": rl_op, "cpprb": cp_op}, number, a.repeat, a.warmup)
+        for lib, timing in timings.items():
+            self.record(case, lib, timing)
 
     def fill(self, lib: str, what: str, make: Callable, add: Callable, rows: int, chunk: dict):
         """Construct a buffer and add ``rows`` rows in chunks; returns the buffer."""
@@ -243,8 +260,7 @@ class Bench:
                 s = rb.sample(BATCH, beta=BETA)
                 rb.update_priorities(s["indexes"], new_prios[next(cycle) & 63])
 
-            self.run_op("per256", "rlreplay", rl_per, a.number_sample)
-            self.run_op("per256", "cpprb", cp_per, a.number_sample)
+            self.run_pair("per256", rl_per, cp_per, a.number_sample)
             del table, rb
             gc.collect()
 
@@ -252,16 +268,20 @@ class Bench:
         a = self.args
         if "add1" in wanted:
             it = iter(range(1 << 62))
-            self.run_op(
-                "add1", "rlreplay", lambda: table.insert(singles[next(it) & 1023]), a.number_add1
+            self.run_pair(
+                "add1",
+                lambda: table.insert(singles[next(it) & 1023]),
+                lambda: rb.add(**singles[next(it) & 1023]),
+                a.number_add1,
             )
-            self.run_op("add1", "cpprb", lambda: rb.add(**singles[next(it) & 1023]), a.number_add1)
         if "add256" in wanted:
-            self.run_op("add256", "rlreplay", lambda: table.insert(batch), a.number_batch)
-            self.run_op("add256", "cpprb", lambda: rb.add(**batch), a.number_batch)
+            self.run_pair(
+                "add256", lambda: table.insert(batch), lambda: rb.add(**batch), a.number_batch
+            )
         if "sample256" in wanted:
-            self.run_op("sample256", "rlreplay", lambda: table.sample(BATCH), a.number_sample)
-            self.run_op("sample256", "cpprb", lambda: rb.sample(BATCH), a.number_sample)
+            self.run_pair(
+                "sample256", lambda: table.sample(BATCH), lambda: rb.sample(BATCH), a.number_sample
+            )
 
     # ------------------------------------------------------------------- images
     def image_cases(self) -> None:
@@ -373,14 +393,12 @@ class Bench:
                 f"setup {s['buffer']:<16} {s['lib']:<8} rows {s['rows']:>9,} construct "
                 f"{s['construct_s']:6.3f}s first fill {s['fill_s']:6.2f}s"
             )
-        import cpprb
-
         return {
             "machine": {
                 "python": platform.python_version(),
                 "numpy": np.__version__,
                 "rlreplay": rlreplay.__version__,
-                "cpprb": getattr(cpprb, "__version__", "unknown"),
+                "cpprb": importlib.metadata.version("cpprb"),
                 "platform": platform.platform(),
                 "processor": platform.processor(),
                 "cpus": os.cpu_count(),
