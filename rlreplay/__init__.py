@@ -8,9 +8,11 @@ from rlreplay.errors import (
     DeadlockError,
     EmptyTableError,
     InvalidArgumentError,
+    ProtocolError,
     RateLimiterTimeoutError,
     ReplayError,
     ReplayTimeoutError,
+    ServerUnavailableError,
     SignatureError,
 )
 from rlreplay.layout import ItemLayout, Window
@@ -24,7 +26,20 @@ from rlreplay.writers import TrajectoryWriter
 
 __version__ = "0.1.0"
 
+# The network layer needs pyzmq and msgpack; it is imported on first use of these names.
+_NET_NAMES = ("Client", "RemoteTrajectoryWriter", "SampleIterator", "Server")
+
+
+def __getattr__(name: str):
+    if name in _NET_NAMES:
+        import rlreplay.net
+
+        return getattr(rlreplay.net, name)
+    raise AttributeError(f"module 'rlreplay' has no attribute {name!r}")
+
+
 __all__ = [
+    "Client",
     "ClosedError",
     "DeadlockError",
     "EmptyTableError",
@@ -37,6 +52,7 @@ __all__ = [
     "MinHeap",
     "MinSize",
     "Prioritized",
+    "ProtocolError",
     "Queue",
     "RateLimiter",
     "RateLimiterTimeoutError",
@@ -45,7 +61,11 @@ __all__ = [
     "Sample",
     "SampleInfo",
     "SampleToInsertRatio",
+    "RemoteTrajectoryWriter",
+    "SampleIterator",
     "Selector",
+    "Server",
+    "ServerUnavailableError",
     "Signature",
     "SignatureError",
     "Stack",

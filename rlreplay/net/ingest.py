@@ -1,0 +1,217 @@
+"""Server side of remote writers: apply a chunk of steps and item creations in order.
+
+A remote writer sends its steps in chunks together with the items it created over them.
+Each item names its anchor by *stream index* (the position of the step in everything this
+writer appended, counted from 0). A :class:`WriterSession` maps stream indices to store
+step ids and keeps each episode contiguous in the store: when other writers appended in
+between, the retained steps of the current episode (at most ``history - 1``) are copied
+to the end of the store first, exactly as :class:`rlreplay.TrajectoryWriter` does.
+
+A chunk never waits inside a lock. :meth:`WriterSession.advance` does as much as the rate
+limiters and the store allow *now* and reports whether the chunk is finished; the server
+parks unfinished chunks and calls ``advance`` again when a table changes. Steps are
+appended only when the next items need them, so a parked chunk holds no appended steps
+without their items (except the context every later item needs anyway).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from rlreplay.errors import InvalidArgumentError, ProtocolError
+from rlreplay.storage import StepStore
+from rlreplay.table import Table
+
+
+def insertable(table: Table, want: int) -> int:
+    """Largest ``n <= want`` the table's limiter admits now (lock held by the caller)."""
+    limiter, size = table.rate_limiter, table.size
+    if limiter.can_insert(want, size):
+        return want
+    lo, hi = 0, want  # can_insert(lo) assumed true for lo == 0, false for hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if limiter.can_insert(mid, size):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def store_has_room(store: StepStore, n: int) -> bool:
+    """Whether ``n`` steps can be appended without waiting for a queue table (lock held)."""
+    if store.next_id + n <= store.capacity:
+        return True
+    start = store.next_id % store.capacity
+    return not any(t._blocks_overwrite(start, min(n, store.capacity)) for t in store._tables)
+
+
+class WriterSession:
+    """One remote writer's stream state on the server.
+
+    Args:
+        tables: the writer's tables (sharing one store), in the order its chunks index them.
+        history: steps an item may reach back.
+    """
+
+    def __init__(self, tables: list[Table], history: int):
+        self.tables = tables
+        self.store = tables[0].store
+        self.history = history
+        self.spans = np.array([t.layout.span for t in tables], dtype=np.int64)
+        self.next_stream = 0  # stream index of the next step to arrive
+        self.appended = 0  # stream steps appended to the store so far
+        self.episode_start = 0  # stream index where the current episode began
+        self.base_stream = 0  # store id of stream step s: base_store + (s - base_stream)
+        self.base_store = 0
+        self.chunk: dict | None = None
+        self.pending: deque = deque()  # WriteJobs of this writer, oldest first
+
+    # ---------------------------------------------------------------- chunks
+    def begin(self, header: dict, arrays: dict[str, np.ndarray]) -> None:
+        """Take a new chunk (validated here; raises ProtocolError/InvalidArgumentError)."""
+        first = header.get("first")
+        if not isinstance(first, int):
+            raise ProtocolError(f"writer chunk has first={first!r}, not a stream index")
+        if first != self.next_stream:
+            # An earlier chunk was dropped (its flush failed): start a fresh episode here.
+            self.appended = self.episode_start = self.base_stream = first
+            self.base_store = -(2**62)
+        sig = self.store.signature
+        steps = {p: arrays.get("data/" + p) for p in sig.paths}
+        n = int(header.get("n", 0))
+        for path, arr in steps.items():
+            spec = sig.fields[path]
+            if arr is None or arr.shape != (n, *spec.shape) or arr.dtype != spec.dtype:
+                raise ProtocolError(f"writer chunk field {path!r} does not match the signature")
+        if n > self.store.capacity - self.history:
+            raise InvalidArgumentError(
+                f"a chunk of {n} steps does not fit a store of {self.store.capacity} steps "
+                f"with history {self.history}; send smaller chunks"
+            )
+        table_idx = arrays.get("item_table", np.zeros(0, np.int32)).astype(np.int64)
+        anchors = arrays.get("item_anchor", np.zeros(0, np.int64)).astype(np.int64)
+        prios = arrays.get("item_priority", np.zeros(0)).astype(np.float64)
+        if not (len(table_idx) == len(anchors) == len(prios)):
+            raise ProtocolError("writer chunk item arrays differ in length")
+        if len(table_idx) and (table_idx.min() < 0 or table_idx.max() >= len(self.tables)):
+            raise ProtocolError("writer chunk names a table index it does not have")
+        ends = [int(e) for e in header.get("episode_starts", [])]
+        self.chunk = {
+            "first": first,
+            "n": n,
+            "steps": steps,
+            "table": table_idx,
+            "anchor": anchors,
+            "prio": prios,
+            "need": anchors + self.spans[table_idx] if len(anchors) else anchors,
+            "episode_starts": ends,
+            "items_done": 0,
+            "keys": [],
+        }
+        self.next_stream = first + n
+
+    def advance(self) -> bool:
+        """Apply as much of the current chunk as possible now; True when it is finished.
+
+        Raises:
+            InvalidArgumentError: if an item reaches steps no longer stored (the store is
+                too small for the traffic) or duplicates an anchor; the chunk is dropped.
+        """
+        c = self.chunk
+        assert c is not None
+        total = len(c["anchor"])
+        with self.store.lock:
+            while c["items_done"] < total:
+                i = c["items_done"]
+                t = int(c["table"][i])
+                run_end = i + 1
+                while run_end < total and c["table"][run_end] == t:
+                    run_end += 1
+                table = self.tables[t]
+                m = insertable(table, run_end - i)
+                if m == 0:
+                    return False
+                need = int(c["need"][i : i + m].max())
+                if not self._append_until(need):
+                    return False
+                anchors = self._store_ids(c["anchor"][i : i + m])
+                prios = c["prio"][i : i + m]
+                c["items_done"] = i + m  # advance first: a failing create drops the chunk
+                c["keys"].append(table.create_items(anchors, _priorities(table, prios)))
+            return self._append_until(c["first"] + c["n"])
+
+    def finish(self) -> np.ndarray:
+        """Keys of the finished chunk's items, in creation order; forgets the chunk."""
+        c, self.chunk = self.chunk, None
+        return np.concatenate(c["keys"]) if c and c["keys"] else np.zeros(0, np.int64)
+
+    @property
+    def items_done(self) -> int:
+        return 0 if self.chunk is None else self.chunk["items_done"]
+
+    # --------------------------------------------------------------- appending
+    def _append_until(self, end: int) -> bool:
+        """Append stream steps up to ``end`` (exclusive), split at episode starts."""
+        c = self.chunk
+        while self.appended < end:
+            seg_end = end
+            for s in c["episode_starts"]:
+                if self.appended < s < seg_end:
+                    seg_end = s
+            if self.appended in c["episode_starts"]:
+                self.episode_start = self.appended
+            if not self._append_segment(self.appended, seg_end):
+                return False
+        return True
+
+    def _append_segment(self, a: int, b: int) -> bool:
+        store = self.store
+        n = b - a
+        context = 0
+        contiguous = self.base_store + (a - self.base_stream) == store.next_id
+        if a > self.episode_start and not contiguous:
+            lo = max(self.episode_start, a - (self.history - 1), self.base_stream)
+            context = a - lo
+        if not store_has_room(store, n + context):
+            return False
+        if a == self.episode_start or contiguous:
+            pass
+        elif context:
+            ids = self.base_store + np.arange(lo - self.base_stream, a - self.base_stream)
+            if ids.min() >= store.oldest_id:
+                data = store.read(ids)
+                first = store._append_locked(data, context)
+                self.base_stream, self.base_store = lo, first
+        rel = a - self.c_first
+        data = {p: arr[rel : rel + n] for p, arr in self.chunk["steps"].items()}
+        first = store._append_locked(data, n)
+        if not (self.base_store + (a - self.base_stream) == first):
+            self.base_stream, self.base_store = a, first
+        self.appended = b
+        return True
+
+    @property
+    def c_first(self) -> int:
+        return self.chunk["first"]
+
+    def _store_ids(self, stream_ids: np.ndarray) -> np.ndarray:
+        if len(stream_ids) and stream_ids.min() < self.base_stream:
+            raise InvalidArgumentError(
+                f"items anchored at stream steps {stream_ids.min()} reach before the retained "
+                "steps of their episode; create items over at most `history` recent steps"
+            )
+        return self.base_store + (stream_ids - self.base_stream)
+
+
+def _priorities(table: Table, prios: np.ndarray) -> np.ndarray | None:
+    missing = np.isnan(prios)
+    if missing.all():
+        return None
+    if missing.any():
+        prios = prios.copy()
+        fill = table.default_priority
+        prios[missing] = table._max_priority if fill is None else fill
+    return prios

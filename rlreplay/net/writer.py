@@ -1,0 +1,333 @@
+"""The remote writer: the TrajectoryWriter interface over the network, in chunks.
+
+Steps are buffered in preallocated per-field arrays; the items created over them are
+buffered beside them. A chunk (steps plus items, in order) goes to the server in one
+message when ``chunk_steps`` steps are buffered, on :meth:`flush` and on :meth:`close`;
+never one message per step. Up to ``max_in_flight`` chunks may await acknowledgement;
+the writer then waits for the oldest (backpressure from the server's rate limiters).
+
+Items are created on the server when their chunk arrives, so :meth:`create_item` returns
+``None`` (not a key) and a rate-limiter timeout or a bad item surfaces as a typed error
+from the call that waits for the chunk's acknowledgement (a later append, ``flush`` or
+``close``). If the caller never flushes, at most ``chunk_steps - 1`` steps and their items
+stay buffered in this process until ``close()``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from rlreplay.errors import ClosedError, InvalidArgumentError, ReplayTimeoutError, describe
+from rlreplay.net.client import REPLY_GRACE_S, Client
+from rlreplay.table import _check_timeout
+
+
+class RemoteTrajectoryWriter:
+    """Writes one stream of steps to served tables that share a step store.
+
+    Args:
+        client: the :class:`~rlreplay.Client`.
+        tables: table name(s) items will be created in.
+        history: steps an item may reach back (default: the longest item span).
+        chunk_steps: steps per message (the writer's buffer size).
+        max_in_flight: unacknowledged chunks allowed before the writer waits.
+        timeout: seconds a chunk may wait for the rate limiters on the server (``None``:
+            no limit); ``flush(timeout)`` overrides it for the chunk it sends.
+        keep_keys: collect the keys of acknowledged items in :attr:`keys`.
+
+    Raises:
+        InvalidArgumentError: for unknown tables, tables on different stores, or bad sizes.
+
+    Example:
+        >>> with client.trajectory_writer("replay") as writer:          # doctest: +SKIP
+        ...     writer.append({"obs": obs, "action": a, "reward": r})
+        ...     writer.create_item("replay", priority=1.0)
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        tables: str | Sequence[str],
+        *,
+        history: int | None = None,
+        chunk_steps: int = 1024,
+        max_in_flight: int = 4,
+        timeout: float | None = None,
+        keep_keys: bool = False,
+    ):
+        names = [tables] if isinstance(tables, str) else [getattr(t, "name", t) for t in tables]
+        if not names:
+            raise InvalidArgumentError("tables is empty; give at least one table name")
+        descs = [client.describe(n) for n in names]
+        if any(d["store"] != descs[0]["store"] for d in descs):
+            raise InvalidArgumentError(
+                f"tables {names} do not share one step store; a writer appends to one store"
+            )
+        if descs[0]["lanes"] != 1:
+            raise InvalidArgumentError("the tables' store has lanes > 1; use a vector adder")
+        capacity = descs[0]["store_capacity"]
+        self.spans = [int(d["span"]) for d in descs]
+        longest = max(self.spans)
+        history = longest if history is None else history
+        if not isinstance(history, int) or not longest <= history <= capacity:
+            raise InvalidArgumentError(
+                f"history={describe(history)} must be an int in [{longest} (the longest item "
+                f"span), {capacity} (the store capacity)]"
+            )
+        if not isinstance(chunk_steps, int) or not 1 <= chunk_steps <= capacity - history:
+            raise InvalidArgumentError(
+                f"chunk_steps={describe(chunk_steps)} must be an int in [1, "
+                f"{capacity - history}] (store capacity minus history)"
+            )
+        if not isinstance(max_in_flight, int) or max_in_flight < 1:
+            raise InvalidArgumentError(f"max_in_flight={describe(max_in_flight)} must be >= 1")
+        self.client = client
+        self.table_names = names
+        self._index = {n: i for i, n in enumerate(names)}
+        self.signature = client.signature(names[0])
+        self.history = history
+        self.chunk_steps = chunk_steps
+        self.max_in_flight = max_in_flight
+        self.timeout = _check_timeout(timeout)
+        self.keys: list[np.ndarray] | None = [] if keep_keys else None
+        self.items_acknowledged = 0
+        self._id = random.getrandbits(62)
+        self._fields = [(p, s.shape, s.dtype) for p, s in self.signature.fields.items()]
+        self._paths = set(self.signature.paths)
+        self._stream = 0  # stream index of the next step
+        self._chunk_first = 0
+        self._episode_start = 0
+        self._episode_starts: list[int] = []
+        self._items: list[tuple[int, int, float]] = []
+        self._anchors: list[set[int]] = [set() for _ in names]
+        self._in_flight: deque[int] = deque()
+        self._closed = False
+        self._new_buffers()
+
+    def _new_buffers(self) -> None:
+        self._buf = {
+            p: np.empty((self.chunk_steps, *shape), dtype) for p, shape, dtype in self._fields
+        }
+        self._n = 0
+
+    @property
+    def episode_steps(self) -> int:
+        """Retained steps of the current episode an item may start at."""
+        return min(self.history, self._stream - self._episode_start)
+
+    # -------------------------------------------------------------- appending
+    def append(self, step: Mapping[str, Any], *, timeout: float | None = None) -> int:
+        """Buffer one step; returns its stream index (its position in this writer's stream).
+
+        Raises:
+            SignatureError: if the step does not match the signature.
+            ClosedError: if the writer is closed.
+        """
+        if self._closed:
+            raise ClosedError("the writer is closed")
+        i = self._n
+        buf = self._buf
+        if step.keys() == self._paths:
+            for path, shape, dtype in self._fields:
+                value = step[path]
+                if (
+                    value.__class__ is not np.ndarray
+                    or value.shape != shape
+                    or value.dtype != dtype
+                ):
+                    return self._append_checked(step)
+                buf[path][i] = value
+        else:
+            return self._append_checked(step)
+        return self._advance(1)
+
+    def _append_checked(self, step: Mapping[str, Any]) -> int:
+        flat = self.signature.check_step(step, "step")
+        i = self._n
+        for path, arr in flat.items():
+            self._buf[path][i] = arr
+        return self._advance(1)
+
+    def append_batch(self, steps: Mapping[str, Any], *, timeout: float | None = None) -> int:
+        """Buffer consecutive steps (each field ``[n, ...]``); returns the first's index."""
+        if self._closed:
+            raise ClosedError("the writer is closed")
+        arrays, n = self.signature.check_batch(steps, "steps")
+        if n < 1:
+            raise InvalidArgumentError(f"steps hold {n} steps; append at least one")
+        first = self._stream
+        done = 0
+        while done < n:
+            take = min(n - done, self.chunk_steps - self._n)
+            for path, arr in arrays.items():
+                self._buf[path][self._n : self._n + take] = arr[done : done + take]
+            self._advance(take)
+            done += take
+        return first
+
+    def _advance(self, k: int) -> int:
+        self._n += k
+        self._stream += k
+        if self._n == self.chunk_steps:
+            self._send_chunk(self.timeout)
+        return self._stream - 1
+
+    # ----------------------------------------------------------------- items
+    def create_item(
+        self,
+        table: str,
+        priority: float | None = None,
+        *,
+        start: int | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Create an item over this stream's recent steps when the chunk reaches the server.
+
+        Args as :meth:`rlreplay.TrajectoryWriter.create_item`; ``timeout`` is accepted for
+        interface compatibility (the chunk's timeout is the writer's ``timeout``).
+
+        Raises:
+            InvalidArgumentError: for an unknown table, a ``start`` outside the retained
+                steps of this episode, an item needing steps not appended yet, or a second
+                item at the same anchor in one table.
+        """
+        if self._closed:
+            raise ClosedError("the writer is closed")
+        t = self._index.get(getattr(table, "name", table))
+        if t is None:
+            raise InvalidArgumentError(
+                f"table {getattr(table, 'name', table)!r} is not one of this writer's tables "
+                f"{self.table_names}"
+            )
+        span = self.spans[t]
+        start = -span if start is None else start
+        retained = self.episode_steps
+        if not isinstance(start, int) or start >= 0 or -start > retained:
+            raise InvalidArgumentError(
+                f"start={describe(start)} must be a negative int with |start| <= "
+                f"{retained} (the retained steps of this episode)"
+            )
+        if start + span > 0:
+            raise InvalidArgumentError(
+                f"an item starting at start={start} spans {span} steps and would need "
+                f"{start + span} step(s) not appended yet"
+            )
+        anchor = self._stream + start
+        seen = self._anchors[t]
+        if anchor in seen:
+            raise InvalidArgumentError(
+                f"table {self.table_names[t]!r} already gets an item anchored at that step; "
+                "a table holds at most one item per anchor step"
+            )
+        if len(seen) > 4 * self.history:
+            low = self._stream - self.history
+            self._anchors[t] = seen = {a for a in seen if a >= low}
+        seen.add(anchor)
+        if priority is not None:
+            priority = float(priority)
+            if not np.isfinite(priority) or priority < 0:
+                raise InvalidArgumentError(
+                    f"priority={priority} must be finite and >= 0 (e.g. abs(td_error) + 1e-6)"
+                )
+        self._items.append((t, anchor, np.nan if priority is None else priority))
+
+    def end_episode(self) -> None:
+        """End the current episode: later items cannot reach the steps before this call."""
+        if self._stream != self._episode_start:
+            self._episode_start = self._stream
+            self._episode_starts.append(self._stream)
+            for seen in self._anchors:
+                seen.clear()
+
+    # --------------------------------------------------------------- sending
+    def _send_chunk(self, timeout: float | None) -> None:
+        n = self._n
+        if n == 0 and not self._items:
+            return
+        while len(self._in_flight) >= self.max_in_flight:
+            self._wait_oldest(None if self.timeout is None else self.timeout + REPLY_GRACE_S)
+        first = self._chunk_first
+        arrays = {"data/" + p: buf[:n] for p, buf in self._buf.items()}
+        if self._items:
+            items = np.array(self._items, dtype=np.float64)
+            arrays["item_table"] = items[:, 0].astype(np.int32)
+            arrays["item_anchor"] = items[:, 1].astype(np.int64)
+            arrays["item_priority"] = items[:, 2]
+        starts = [s for s in self._episode_starts if first <= s < first + n]
+        header = {
+            "op": "write",
+            "writer": self._id,
+            "tables": self.table_names,
+            "history": self.history,
+            "first": first,
+            "n": n,
+            "episode_starts": starts,
+            "timeout": timeout,
+        }
+        self._in_flight.append(self.client._send(header, arrays))
+        self._episode_starts = [s for s in self._episode_starts if s >= first + n]
+        self._items = []
+        self._chunk_first = first + n
+        self._new_buffers()
+
+    def _wait_oldest(self, wait: float | None) -> None:
+        rid = self._in_flight.popleft()
+        _, arrays = self.client._wait(rid, wait)
+        keys = arrays["keys"]
+        self.items_acknowledged += len(keys)
+        if self.keys is not None:
+            self.keys.append(np.array(keys))
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything buffered and wait until the server has stored it.
+
+        Args:
+            timeout: seconds to wait (rate limiters included); ``None``: no limit.
+
+        Raises:
+            RateLimiterTimeoutError: if the server's limiter kept the chunk blocked.
+            ReplayTimeoutError: if acknowledgements did not arrive within ``timeout``.
+            ServerUnavailableError: if the server stopped answering.
+        """
+        if self._closed:
+            raise ClosedError("the writer is closed")
+        timeout = _check_timeout(timeout)
+        self._send_chunk(timeout if timeout is not None else self.timeout)
+        if timeout is None:
+            while self._in_flight:
+                self._wait_oldest(None)
+            return
+        import time
+
+        end = time.monotonic() + timeout + REPLY_GRACE_S
+        while self._in_flight:
+            left = end - time.monotonic()
+            if left <= 0:
+                raise ReplayTimeoutError(
+                    f"flush waited {timeout}s; {len(self._in_flight)} chunk(s) not yet stored"
+                )
+            self._wait_oldest(left)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush (waiting up to ``timeout``) and release the server-side stream state."""
+        if self._closed:
+            return
+        try:
+            self.flush(timeout)
+        finally:
+            self._closed = True
+            self.client._send({"op": "close_writer", "writer": self._id, "noreply": True})
+
+    def __enter__(self) -> RemoteTrajectoryWriter:
+        return self
+
+    def __exit__(self, exc_type, *exc: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self._closed = True
