@@ -93,7 +93,8 @@ def _limiter(spec: Any, where: str) -> RateLimiter | None:
     kind = spec.get("type") if isinstance(spec, Mapping) else None
     if kind not in LIMITERS:
         raise InvalidArgumentError(
-            f"{where}.rate_limiter={describe(spec)} is unknown; give type= one of {sorted(LIMITERS)}"
+            f"{where}.rate_limiter={describe(spec)} is unknown; give type= one of "
+            f"{sorted(LIMITERS)}"
         )
     return LIMITERS[kind](**{k: v for k, v in spec.items() if k != "type"})
 

@@ -188,7 +188,7 @@ class WriterSession:
         rel = a - self.c_first
         data = {p: arr[rel : rel + n] for p, arr in self.chunk["steps"].items()}
         first = store._append_locked(data, n)
-        if not (self.base_store + (a - self.base_stream) == first):
+        if self.base_store + (a - self.base_stream) != first:
             self.base_stream, self.base_store = a, first
         self.appended = b
         return True
