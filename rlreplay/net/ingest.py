@@ -20,7 +20,7 @@ from collections import deque
 
 import numpy as np
 
-from rlreplay.errors import InvalidArgumentError, ProtocolError
+from rlreplay.errors import InvalidArgumentError, ProtocolError, describe
 from rlreplay.storage import StepStore
 from rlreplay.table import Table
 
@@ -64,8 +64,10 @@ class WriterSession:
         self.next_stream = 0  # stream index of the next step to arrive
         self.appended = 0  # stream steps appended to the store so far
         self.episode_start = 0  # stream index where the current episode began
-        self.base_stream = 0  # store id of stream step s: base_store + (s - base_stream)
-        self.base_store = 0
+        # Contiguous runs of this episode in the store: (stream start, stream end, store id
+        # of the start). A step copied as context lives in two runs; an item uses the newest
+        # run that holds its whole window.
+        self.runs: list[tuple[int, int, int]] = []
         self.chunk: dict | None = None
         self.pending: deque = deque()  # WriteJobs of this writer, oldest first
 
@@ -77,8 +79,8 @@ class WriterSession:
             raise ProtocolError(f"writer chunk has first={first!r}, not a stream index")
         if first != self.next_stream:
             # An earlier chunk was dropped (its flush failed): start a fresh episode here.
-            self.appended = self.episode_start = self.base_stream = first
-            self.base_store = -(2**62)
+            self.appended = self.episode_start = first
+            self.runs = []
         sig = self.store.signature
         steps = {p: arrays.get("data/" + p) for p in sig.paths}
         n = int(header.get("n", 0))
@@ -112,6 +114,8 @@ class WriterSession:
             "keys": [],
         }
         self.next_stream = first + n
+        # Items of this chunk reach back at most `history` steps before its first step.
+        self.runs = [r for r in self.runs if r[1] > first - self.history]
 
     def advance(self) -> bool:
         """Apply as much of the current chunk as possible now; True when it is finished.
@@ -137,7 +141,7 @@ class WriterSession:
                 need = int(c["need"][i : i + m].max())
                 if not self._append_until(need):
                     return False
-                anchors = self._store_ids(c["anchor"][i : i + m])
+                anchors = self._store_ids(c["anchor"][i : i + m], c["need"][i : i + m])
                 prios = c["prio"][i : i + m]
                 c["items_done"] = i + m  # advance first: a failing create drops the chunk
                 c["keys"].append(table.create_items(anchors, _priorities(table, prios)))
@@ -168,42 +172,53 @@ class WriterSession:
         return True
 
     def _append_segment(self, a: int, b: int) -> bool:
+        """Append stream steps ``[a, b)`` of one episode, keeping the episode contiguous."""
         store = self.store
         n = b - a
-        context = 0
-        contiguous = self.base_store + (a - self.base_stream) == store.next_id
-        if a > self.episode_start and not contiguous:
-            lo = max(self.episode_start, a - (self.history - 1), self.base_stream)
-            context = a - lo
-        if not store_has_room(store, n + context):
+        last = self.runs[-1] if self.runs else None
+        extends = last is not None and last[1] == a and last[2] + (a - last[0]) == store.next_id
+        lo = a
+        if last is not None and not extends and last[1] == a:
+            lo = max(self.episode_start, a - (self.history - 1), last[0])
+        if not store_has_room(store, n + (a - lo)):
             return False
-        if a == self.episode_start or contiguous:
-            pass
-        elif context:
-            ids = self.base_store + np.arange(lo - self.base_stream, a - self.base_stream)
+        if lo < a:
+            ids = last[2] + np.arange(lo - last[0], a - last[0])
             if ids.min() >= store.oldest_id:
-                data = store.read(ids)
-                first = store._append_locked(data, context)
-                self.base_stream, self.base_store = lo, first
-        rel = a - self.c_first
+                store._append_locked(store.read(ids), a - lo)
+            else:
+                lo = a  # the context was overwritten: later items cannot reach it
+        rel = a - self.chunk["first"]
         data = {p: arr[rel : rel + n] for p, arr in self.chunk["steps"].items()}
-        first = store._append_locked(data, n)
-        if self.base_store + (a - self.base_stream) != first:
-            self.base_stream, self.base_store = a, first
+        first_new = store._append_locked(data, n)
+        if extends:
+            self.runs[-1] = (last[0], b, last[2])
+        else:
+            self.runs.append((lo, b, first_new - (a - lo)))
         self.appended = b
         return True
 
-    @property
-    def c_first(self) -> int:
-        return self.chunk["first"]
+    def _store_ids(self, anchors: np.ndarray, needs: np.ndarray) -> np.ndarray:
+        """Store ids of item anchors: each from the newest run holding its whole window.
 
-    def _store_ids(self, stream_ids: np.ndarray) -> np.ndarray:
-        if len(stream_ids) and stream_ids.min() < self.base_stream:
+        Raises:
+            InvalidArgumentError: if no run holds an item's window.
+        """
+        ids = np.empty(len(anchors), dtype=np.int64)
+        todo = np.ones(len(anchors), dtype=bool)
+        for s0, s1, d0 in reversed(self.runs):
+            hit = todo & (anchors >= s0) & (needs <= s1)
+            ids[hit] = d0 + (anchors[hit] - s0)
+            todo &= ~hit
+            if not todo.any():
+                return ids
+        if todo.any():
             raise InvalidArgumentError(
-                f"items anchored at stream steps {stream_ids.min()} reach before the retained "
-                "steps of their episode; create items over at most `history` recent steps"
+                f"items anchored at stream steps {describe(anchors[todo][:4].tolist())} reach "
+                "steps no longer retained for their episode; create items over at most "
+                "`history` recent steps (and keep the store larger than the traffic in flight)"
             )
-        return self.base_store + (stream_ids - self.base_stream)
+        return ids
 
 
 def _priorities(table: Table, prios: np.ndarray) -> np.ndarray | None:
