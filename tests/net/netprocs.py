@@ -34,7 +34,10 @@ def serve(cfg: dict, out: Any, stop: Any, kwargs: dict) -> None:
         return
     signal.signal(signal.SIGTERM, lambda *a: stop.set())
     out.put(("ok", server.address))
-    stop.wait(120.0)
+    # Poll instead of stop.wait(): a killed waiter would leave the Event unusable.
+    deadline = time.monotonic() + 300.0
+    while not stop.is_set() and time.monotonic() < deadline:
+        time.sleep(0.05)
     server.stop()
 
 

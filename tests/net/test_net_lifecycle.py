@@ -1,0 +1,132 @@
+"""Dead or missing servers give typed errors in bounded time; clients pickle and reconnect;
+servers stop cleanly."""
+
+from __future__ import annotations
+
+import pickle
+import socket
+import time
+
+import numpy as np
+import pytest
+from netprocs import CTX, STEP_SIGNATURE, config, pickled_client_inserts, served
+
+import rlreplay
+from rlreplay.errors import ClosedError, InvalidArgumentError, ServerUnavailableError
+
+CONFIG = config({"name": "t", "signature": STEP_SIGNATURE, "max_size": 100})
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rows(n: int) -> dict:
+    return {"obs": np.zeros((n, 3), np.float32), "step": np.arange(n)}
+
+
+@pytest.mark.parametrize("timeout", [0.5, None])
+def test_killed_server_gives_a_typed_error_within_the_timeout(timeout):
+    with served(CONFIG) as (address, proc):
+        client = rlreplay.Client(address, liveness_s=0.5)
+        client.insert("t", rows(2))
+        proc.kill()
+        proc.join(10.0)
+        start = time.monotonic()
+        with pytest.raises(ServerUnavailableError):
+            client.sample("t", 1, timeout=timeout)
+        limit = (timeout or 2 * 0.5) + 1.0
+        assert time.monotonic() - start < limit
+
+
+CALLS_WITHOUT_SERVER = {
+    "ping": lambda c: c.ping(timeout=0.3),
+    "info": lambda c: c.info("t"),
+    "sample": lambda c: c.sample("t", 1, timeout=0.3),
+    "update_priorities": lambda c: c.update_priorities("t", [0], [1.0]),
+}
+
+
+@pytest.mark.parametrize("call", sorted(CALLS_WITHOUT_SERVER))
+def test_no_server_listening_gives_server_unavailable(call):
+    client = rlreplay.Client(f"tcp://127.0.0.1:{free_port()}", call_timeout=0.3)
+    start = time.monotonic()
+    with pytest.raises(ServerUnavailableError):
+        CALLS_WITHOUT_SERVER[call](client)
+    assert time.monotonic() - start < 2.0
+    client.close()
+
+
+def test_pickled_client_reconnects_in_a_spawned_process():
+    with served(CONFIG) as (address, _):
+        client = rlreplay.Client(address)
+        client.ping()
+        copy = pickle.loads(pickle.dumps(client))
+        assert copy.address == client.address
+        out = CTX.Queue()
+        child = CTX.Process(target=pickled_client_inserts, args=(client, "t", 5, out))
+        child.start()
+        try:
+            status, keys = out.get(timeout=30.0)
+        finally:
+            child.join(10.0)
+            if child.is_alive():
+                child.kill()
+        assert status == "ok", keys
+        assert client.info("t").size == 5
+        assert client.delete("t", keys) == 5
+
+
+def test_stopping_the_server_answers_parked_calls_with_closed_error():
+    table = rlreplay.Table(
+        "t", signature={"x": "float32"}, max_size=10, rate_limiter=rlreplay.MinSize(5)
+    )
+    server = rlreplay.Server([table]).start()
+    client = rlreplay.Client(server.address)
+    rid = client.sample_async("t", 1, timeout=30.0)
+    time.sleep(0.2)
+    server.stop()
+    assert server.wait(1.0)
+    with pytest.raises(ClosedError):
+        client.sample_result(rid, timeout=5.0)
+    client.close()
+
+
+def test_server_picks_a_free_port_and_serves_ipc(tmp_path):
+    table = rlreplay.Table("t", signature={"x": "float32"}, max_size=10)
+    with (
+        rlreplay.Server([table]) as tcp,
+        rlreplay.Server([table], bind=f"ipc://{tmp_path}/replay.sock") as ipc,
+    ):
+        assert tcp.address.startswith("tcp://127.0.0.1:") and not tcp.address.endswith(":0")
+        for address in (tcp.address, ipc.address):
+            client = rlreplay.Client(address)
+            client.insert("t", {"x": np.ones(3)})
+            client.close()
+        assert table.size == 6
+
+
+BAD_SERVERS = {
+    "public_without_curve": dict(bind="0.0.0.0"),
+    "duplicate_names": dict(duplicate=True),
+    "bad_port": dict(port=70000),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SERVERS))
+def test_server_rejects_unsafe_or_inconsistent_configuration(case):
+    kwargs = dict(BAD_SERVERS[case])
+    table = rlreplay.Table("t", signature={"x": "float32"}, max_size=10)
+    tables = [table, table] if kwargs.pop("duplicate", False) else [table]
+    with pytest.raises(InvalidArgumentError):
+        rlreplay.Server(tables, **kwargs)
+
+
+def test_import_rlreplay_does_not_import_zmq():
+    import subprocess
+    import sys
+
+    code = "import sys, rlreplay; assert 'zmq' not in sys.modules and 'msgpack' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
