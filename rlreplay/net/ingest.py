@@ -131,9 +131,8 @@ class WriterSession:
             while c["items_done"] < total:
                 i = c["items_done"]
                 t = int(c["table"][i])
-                run_end = i + 1
-                while run_end < total and c["table"][run_end] == t:
-                    run_end += 1
+                other = np.flatnonzero(c["table"][i:] != t)
+                run_end = total if len(other) == 0 else i + int(other[0])
                 table = self.tables[t]
                 m = insertable(table, run_end - i)
                 if m == 0:

@@ -15,6 +15,7 @@ stay buffered in this process until ``close()``.
 
 from __future__ import annotations
 
+import math
 import random
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -25,6 +26,8 @@ import numpy as np
 from rlreplay.errors import ClosedError, InvalidArgumentError, ReplayTimeoutError, describe
 from rlreplay.net.client import REPLY_GRACE_S, Client
 from rlreplay.table import _check_timeout
+
+_INF = float("inf")
 
 
 class RemoteTrajectoryWriter:
@@ -105,14 +108,16 @@ class RemoteTrajectoryWriter:
         self._episode_starts: list[int] = []
         self._items: list[tuple[int, int, float]] = []
         self._anchors: list[set[int]] = [set() for _ in names]
+        self._top_anchor = [-1] * len(names)
+        self._prune_at = max(1024, 4 * history)
         self._in_flight: deque[int] = deque()
         self._closed = False
         self._new_buffers()
 
     def _new_buffers(self) -> None:
-        self._buf = {
-            p: np.empty((self.chunk_steps, *shape), dtype) for p, shape, dtype in self._fields
-        }
+        # Per field: the bytes of each step (fields with a shape) or Python scalars (scalar
+        # fields). Copies are taken at append time, so callers may reuse their arrays.
+        self._parts: list[list] = [[] for _ in self._fields]
         self._n = 0
 
     @property
@@ -124,33 +129,40 @@ class RemoteTrajectoryWriter:
     def append(self, step: Mapping[str, Any], *, timeout: float | None = None) -> int:
         """Buffer one step; returns its stream index (its position in this writer's stream).
 
+        ``timeout`` is accepted for interface compatibility; appends never wait here.
+
         Raises:
             SignatureError: if the step does not match the signature.
             ClosedError: if the writer is closed.
         """
         if self._closed:
             raise ClosedError("the writer is closed")
-        i = self._n
-        buf = self._buf
-        if step.keys() == self._paths:
-            for path, shape, dtype in self._fields:
-                value = step[path]
-                if (
-                    value.__class__ is not np.ndarray
-                    or value.shape != shape
-                    or value.dtype != dtype
-                ):
-                    return self._append_checked(step)
-                buf[path][i] = value
-        else:
+        if step.keys() != self._paths:
             return self._append_checked(step)
-        return self._advance(1)
+        values = []
+        for path, shape, dtype in self._fields:
+            value = step[path]
+            # Fast path: arrays and numpy scalars of exactly the stored shape and dtype.
+            vtype = getattr(value, "dtype", None)
+            if (vtype is not dtype and vtype != dtype) or value.shape != shape:
+                return self._append_checked(step)
+            values.append(value)
+        for parts, value, (_, shape, _) in zip(self._parts, values, self._fields):
+            if shape:
+                parts.append(value.tobytes())
+            else:  # numpy scalars are immutable; 0-d arrays are not
+                parts.append(value[()] if value.__class__ is np.ndarray else value)
+        self._n += 1
+        self._stream += 1
+        if self._n == self.chunk_steps:
+            self._send_chunk(self.timeout)
+        return self._stream - 1
 
     def _append_checked(self, step: Mapping[str, Any]) -> int:
         flat = self.signature.check_step(step, "step")
-        i = self._n
-        for path, arr in flat.items():
-            self._buf[path][i] = arr
+        for parts, (path, shape, dtype) in zip(self._parts, self._fields):
+            value = np.asarray(flat[path], dtype=dtype)
+            parts.append(value.tobytes() if shape else value[()])
         return self._advance(1)
 
     def append_batch(self, steps: Mapping[str, Any], *, timeout: float | None = None) -> int:
@@ -160,12 +172,17 @@ class RemoteTrajectoryWriter:
         arrays, n = self.signature.check_batch(steps, "steps")
         if n < 1:
             raise InvalidArgumentError(f"steps hold {n} steps; append at least one")
+        arrays = {p: np.asarray(a, dtype=d) for (p, _, d), a in zip(self._fields, arrays.values())}
         first = self._stream
         done = 0
         while done < n:
             take = min(n - done, self.chunk_steps - self._n)
-            for path, arr in arrays.items():
-                self._buf[path][self._n : self._n + take] = arr[done : done + take]
+            for parts, (path, shape, _) in zip(self._parts, self._fields):
+                part = arrays[path][done : done + take]
+                if shape:
+                    parts.append(part.tobytes())
+                else:
+                    parts.extend(part)
             self._advance(take)
             done += take
         return first
@@ -196,45 +213,70 @@ class RemoteTrajectoryWriter:
                 steps of this episode, an item needing steps not appended yet, or a second
                 item at the same anchor in one table.
         """
+        t = self._index.get(table)
+        if start is None and t is not None and not self._closed:
+            # Fast path: an item ending at the latest step, anchors growing, float priority.
+            anchor = self._stream - self.spans[t]
+            if (
+                anchor >= self._episode_start
+                and anchor > self._top_anchor[t]
+                and (priority is None or (priority.__class__ is float and 0 <= priority < _INF))
+            ):
+                self._top_anchor[t] = anchor
+                seen = self._anchors[t]
+                seen.add(anchor)
+                if len(seen) > self._prune_at:
+                    self._anchors[t] = {a for a in seen if a >= self._stream - self.history}
+                self._items.append((t, anchor, math.nan if priority is None else priority))
+                return
         if self._closed:
             raise ClosedError("the writer is closed")
-        t = self._index.get(getattr(table, "name", table))
         if t is None:
-            raise InvalidArgumentError(
-                f"table {getattr(table, 'name', table)!r} is not one of this writer's tables "
-                f"{self.table_names}"
-            )
+            t = self._index.get(getattr(table, "name", None))
+            if t is None:
+                raise InvalidArgumentError(
+                    f"table {getattr(table, 'name', table)!r} is not one of this writer's "
+                    f"tables {self.table_names}"
+                )
         span = self.spans[t]
-        start = -span if start is None else start
-        retained = self.episode_steps
-        if not isinstance(start, int) or start >= 0 or -start > retained:
+        stream = self._stream
+        if start is None:
+            start = -span
+        elif not isinstance(start, int) or start >= 0:
+            raise InvalidArgumentError(f"start={describe(start)} must be a negative int")
+        retained = min(self.history, stream - self._episode_start)
+        if -start > retained:
             raise InvalidArgumentError(
-                f"start={describe(start)} must be a negative int with |start| <= "
-                f"{retained} (the retained steps of this episode)"
+                f"start={start} must satisfy |start| <= {retained} (the retained steps of "
+                "this episode)"
             )
         if start + span > 0:
             raise InvalidArgumentError(
                 f"an item starting at start={start} spans {span} steps and would need "
                 f"{start + span} step(s) not appended yet"
             )
-        anchor = self._stream + start
-        seen = self._anchors[t]
-        if anchor in seen:
+        anchor = stream + start
+        if anchor > self._top_anchor[t]:  # the common case: anchors only grow
+            self._top_anchor[t] = anchor
+        elif anchor in self._anchors[t]:
             raise InvalidArgumentError(
                 f"table {self.table_names[t]!r} already gets an item anchored at that step; "
                 "a table holds at most one item per anchor step"
             )
-        if len(seen) > 4 * self.history:
-            low = self._stream - self.history
-            self._anchors[t] = seen = {a for a in seen if a >= low}
+        seen = self._anchors[t]
         seen.add(anchor)
-        if priority is not None:
+        if len(seen) > self._prune_at:
+            low = stream - self.history
+            self._anchors[t] = {a for a in seen if a >= low}
+        if priority is None:
+            priority = math.nan
+        else:
             priority = float(priority)
-            if not np.isfinite(priority) or priority < 0:
+            if not (math.isfinite(priority) and priority >= 0):
                 raise InvalidArgumentError(
                     f"priority={priority} must be finite and >= 0 (e.g. abs(td_error) + 1e-6)"
                 )
-        self._items.append((t, anchor, np.nan if priority is None else priority))
+        self._items.append((t, anchor, priority))
 
     def end_episode(self) -> None:
         """End the current episode: later items cannot reach the steps before this call."""
@@ -243,6 +285,7 @@ class RemoteTrajectoryWriter:
             self._episode_starts.append(self._stream)
             for seen in self._anchors:
                 seen.clear()
+            self._top_anchor = [self._stream - 1] * len(self._anchors)
 
     # --------------------------------------------------------------- sending
     def _send_chunk(self, timeout: float | None) -> None:
@@ -252,7 +295,13 @@ class RemoteTrajectoryWriter:
         while len(self._in_flight) >= self.max_in_flight:
             self._wait_oldest(None if self.timeout is None else self.timeout + REPLY_GRACE_S)
         first = self._chunk_first
-        arrays = {"data/" + p: buf[:n] for p, buf in self._buf.items()}
+        arrays = {}
+        for parts, (path, shape, dtype) in zip(self._parts, self._fields):
+            if shape:
+                data = np.frombuffer(b"".join(parts), dtype=dtype).reshape(n, *shape)
+            else:
+                data = np.array(parts, dtype=dtype)
+            arrays["data/" + path] = data
         if self._items:
             items = np.array(self._items, dtype=np.float64)
             arrays["item_table"] = items[:, 0].astype(np.int32)
