@@ -125,13 +125,14 @@ def work(kind: str, target, size: str, duration: float) -> int:
 def remote_target(client: rlreplay.Client, kind: str, size: str):
     if kind in ("write", "write_batch"):
         history = BATCH if kind == "write_batch" else None
+        chunk = min(1024, max(BATCH, (8 << 20) // item_bytes(size)))
         return lambda: client.trajectory_writer(
-            size, chunk_steps=1024, max_in_flight=4, history=history
+            size, chunk_steps=chunk, max_in_flight=4, history=history
         )
     if kind == "sample":
         it = client.sample_iterator(size, BATCH, in_flight=4)
         return lambda: it
-    return (
+    return lambda: (
         lambda: client.sample("prio", BATCH),
         lambda k, p: client.update_priorities("prio", k, p),
     )
@@ -144,7 +145,11 @@ def client_proc(address, kind, size, duration, go, out) -> None:
     out.put(("ready", 0, 0.0))
     go.wait()
     start = time.perf_counter()
-    done = work(kind, target, size, duration)
+    try:
+        done = work(kind, target, size, duration)
+    except Exception as exc:  # reported, so the benchmark fails instead of hanging
+        out.put(("error", f"{type(exc).__name__}: {exc}", 0.0))
+        return
     out.put(("done", done, time.perf_counter() - start))
 
 
@@ -162,6 +167,9 @@ def remote(address: str, kind: str, size: str, clients: int, duration: float) ->
     results = [out.get(timeout=duration + 120) for _ in procs]
     for p in procs:
         p.join(30)
+    failed = [r[1] for r in results if r[0] != "done"]
+    if failed:
+        raise RuntimeError(f"{kind} {size} x{clients} failed: {failed[0]}")
     return sum(r[1] for r in results) / max(r[2] for r in results)
 
 
@@ -178,7 +186,7 @@ def local(tables: dict, kind: str, size: str, duration: float) -> float:
 
         target = batches
     else:
-        target = (lambda: table.sample(BATCH), table.update_priorities)
+        target = lambda: (lambda: table.sample(BATCH), table.update_priorities)  # noqa: E731
     start = time.perf_counter()
     done = work(kind, target, size, duration)
     return done / (time.perf_counter() - start)

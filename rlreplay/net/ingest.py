@@ -77,8 +77,8 @@ class WriterSession:
         first = header.get("first")
         if not isinstance(first, int):
             raise ProtocolError(f"writer chunk has first={first!r}, not a stream index")
-        if first != self.next_stream:
-            # An earlier chunk was dropped (its flush failed): start a fresh episode here.
+        if first != self.next_stream or self.appended != first:
+            # An earlier chunk was dropped or failed part-way: start a fresh episode here.
             self.appended = self.episode_start = first
             self.runs = []
         sig = self.store.signature

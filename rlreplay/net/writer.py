@@ -1,16 +1,17 @@
 """The remote writer: the TrajectoryWriter interface over the network, in chunks.
 
-Steps are buffered in preallocated per-field arrays; the items created over them are
-buffered beside them. A chunk (steps plus items, in order) goes to the server in one
-message when ``chunk_steps`` steps are buffered, on :meth:`flush` and on :meth:`close`;
-never one message per step. Up to ``max_in_flight`` chunks may await acknowledgement;
-the writer then waits for the oldest (backpressure from the server's rate limiters).
+Steps are copied into per-field buffers as they are appended; the items created over them
+are buffered beside them. A chunk (steps plus items, in order) goes to the server in one
+message when a step arrives after ``chunk_steps`` steps are buffered (so the items over a
+chunk's last steps travel with it), on :meth:`flush` and on :meth:`close`; never one
+message per step. Up to ``max_in_flight`` chunks may await acknowledgement; the writer then
+waits for the oldest (backpressure from the server's rate limiters).
 
 Items are created on the server when their chunk arrives, so :meth:`create_item` returns
 ``None`` (not a key) and a rate-limiter timeout or a bad item surfaces as a typed error
 from the call that waits for the chunk's acknowledgement (a later append, ``flush`` or
-``close``). If the caller never flushes, at most ``chunk_steps - 1`` steps and their items
-stay buffered in this process until ``close()``.
+``close``). If the caller never flushes, at most ``chunk_steps`` steps and their items stay
+buffered in this process until ``close()``.
 """
 
 from __future__ import annotations
@@ -137,6 +138,10 @@ class RemoteTrajectoryWriter:
         """
         if self._closed:
             raise ClosedError("the writer is closed")
+        if self._n >= self.chunk_steps:
+            # A full chunk goes out when the next step arrives, so items created over its
+            # last steps travel with it.
+            self._send_chunk(self.timeout)
         if step.keys() != self._paths:
             return self._append_checked(step)
         values = []
@@ -154,8 +159,6 @@ class RemoteTrajectoryWriter:
                 parts.append(value[()] if value.__class__ is np.ndarray else value)
         self._n += 1
         self._stream += 1
-        if self._n == self.chunk_steps:
-            self._send_chunk(self.timeout)
         return self._stream - 1
 
     def _append_checked(self, step: Mapping[str, Any]) -> int:
@@ -176,6 +179,8 @@ class RemoteTrajectoryWriter:
         first = self._stream
         done = 0
         while done < n:
+            if self._n >= self.chunk_steps:
+                self._send_chunk(self.timeout)
             take = min(n - done, self.chunk_steps - self._n)
             for parts, (path, shape, _) in zip(self._parts, self._fields):
                 part = arrays[path][done : done + take]
@@ -190,8 +195,6 @@ class RemoteTrajectoryWriter:
     def _advance(self, k: int) -> int:
         self._n += k
         self._stream += k
-        if self._n == self.chunk_steps:
-            self._send_chunk(self.timeout)
         return self._stream - 1
 
     # ----------------------------------------------------------------- items
