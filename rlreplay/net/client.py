@@ -35,6 +35,9 @@ REPLY_GRACE_S = 0.5
 class Client:
     """Connection to a replay :class:`~rlreplay.Server`.
 
+    Each thread (and each process) gets its own socket, so a call blocked in one thread
+    never holds up another; a request's reply is awaited by the thread that sent it.
+
     Every table call names its table first (``client.sample("replay", 256)``);
     :meth:`table` returns a handle whose methods match a local :class:`~rlreplay.Table`
     exactly, so code written against a table runs against a server unchanged.
@@ -73,14 +76,11 @@ class Client:
         self._client_keys = _client_keys(client_secret_key) if self._server_key else None
         self.call_timeout = _check_timeout(call_timeout)
         self.liveness_s = float(liveness_s)
-        self._lock = threading.RLock()
-        self._pid = -1
-        self._sock: zmq.Socket | None = None
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._channels: list[_Channel] = []
         self._ids = itertools.count(1)
-        self._replies: dict[int, tuple[dict, dict]] = {}
-        self._abandoned: set[int] = set()
         self._descriptions: dict[str, dict] | None = None
-        self._last_heard = time.monotonic()
 
     # ------------------------------------------------------------ pickling
     def __getstate__(self) -> dict:
@@ -96,10 +96,11 @@ class Client:
         self.__init__(**state)
 
     # -------------------------------------------------------------- socket
-    def _socket(self) -> zmq.Socket:
-        if self._sock is None or self._pid != os.getpid():
-            ctx = zmq.Context.instance()
-            sock = ctx.socket(zmq.DEALER)
+    def _channel(self) -> _Channel:
+        """This thread's socket and reply bookkeeping (opened on first use per process)."""
+        ch = getattr(self._local, "channel", None)
+        if ch is None or ch.pid != os.getpid():
+            sock = zmq.Context.instance().socket(zmq.DEALER)
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.SNDHWM, 1000)
             sock.setsockopt(zmq.RCVHWM, 1000)
@@ -107,17 +108,19 @@ class Client:
                 sock.curve_serverkey = self._server_key
                 sock.curve_publickey, sock.curve_secretkey = self._client_keys
             sock.connect(self.address)
-            self._sock, self._pid = sock, os.getpid()
-            self._replies.clear()
-            self._abandoned.clear()
-        return self._sock
+            ch = self._local.channel = _Channel(sock)
+            with self._lock:
+                self._channels = [c for c in self._channels if c.pid == ch.pid] + [ch]
+        return ch
 
     def close(self) -> None:
-        """Close the socket (a later call opens a new one)."""
+        """Close this process's sockets (a later call opens new ones)."""
         with self._lock:
-            if self._sock is not None and self._pid == os.getpid():
-                self._sock.close(linger=0)
-            self._sock = None
+            for ch in self._channels:
+                if ch.pid == os.getpid():
+                    ch.sock.close(linger=0)
+            self._channels = []
+        self._local = threading.local()
 
     def __enter__(self) -> Client:
         return self
@@ -131,16 +134,15 @@ class Client:
         rid = next(self._ids)
         header["id"] = rid
         frames = wire.encode(header, arrays)
-        with self._lock:
-            sock = self._socket()
-            try:
-                sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                if not sock.poll(int(self.call_timeout * 1000), zmq.POLLOUT):
-                    raise ServerUnavailableError(
-                        f"could not send to {self.address} for {self.call_timeout}s"
-                    ) from None
-                sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
+        sock = self._channel().sock
+        try:
+            sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            if not sock.poll(int(self.call_timeout * 1000), zmq.POLLOUT):
+                raise ServerUnavailableError(
+                    f"could not send to {self.address} for {self.call_timeout}s"
+                ) from None
+            sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
         return rid
 
     def _wait(self, rid: int, timeout: float | None) -> tuple[dict, dict]:
@@ -158,61 +160,46 @@ class Client:
         start = time.monotonic()
         deadline = None if timeout is None else start + timeout
         last_ping = ping_sent = -float("inf")
-        with self._lock:
-            sock = self._socket()
-            while rid not in self._replies:
-                now = time.monotonic()
-                if deadline is not None:
-                    if now >= deadline:
-                        self._abandoned.add(rid)
-                        if self._last_heard > ping_sent:
-                            raise ReplayTimeoutError(
-                                f"the replay server at {self.address} answers, but this call "
-                                f"did not complete within {timeout:.3g}s"
-                            )
-                        raise ServerUnavailableError(
-                            f"no reply from the replay server at {self.address} within "
-                            f"{timeout:.3g}s (server down, unreachable, or rejecting this "
-                            "client's credentials)"
+        ch = self._channel()
+        while rid not in ch.replies:
+            now = time.monotonic()
+            if deadline is not None:
+                if now >= deadline:
+                    ch.abandoned.add(rid)
+                    if ch.last_heard > ping_sent:
+                        raise ReplayTimeoutError(
+                            f"the replay server at {self.address} answers, but this call "
+                            f"did not complete within {timeout:.3g}s"
                         )
-                    if deadline - now <= REPLY_GRACE_S and ping_sent < start:
-                        ping_sent = now
-                        self._abandoned.add(self._send({"op": "ping"}))
-                    wait = deadline - now
-                    if ping_sent < start:
-                        wait -= REPLY_GRACE_S
-                else:
-                    silent = now - max(self._last_heard, start)
-                    if silent >= 2 * self.liveness_s:
-                        self._abandoned.add(rid)
-                        raise ServerUnavailableError(
-                            f"the replay server at {self.address} stopped answering "
-                            f"({silent:.3g}s without a reply to a ping)"
-                        )
-                    if silent >= self.liveness_s and now - last_ping >= self.liveness_s:
-                        self._abandoned.add(self._send({"op": "ping"}))
-                        last_ping = now
-                    wait = self.liveness_s
-                if sock.poll(max(1, int(wait * 1000))):
-                    self._receive(sock)
-        header, arrays = self._replies.pop(rid)
+                    raise ServerUnavailableError(
+                        f"no reply from the replay server at {self.address} within "
+                        f"{timeout:.3g}s (server down, unreachable, or rejecting this "
+                        "client's credentials)"
+                    )
+                if deadline - now <= REPLY_GRACE_S and ping_sent < start:
+                    ping_sent = now
+                    ch.abandoned.add(self._send({"op": "ping"}))
+                wait = deadline - now
+                if ping_sent < start:
+                    wait -= REPLY_GRACE_S
+            else:
+                silent = now - max(ch.last_heard, start)
+                if silent >= 2 * self.liveness_s:
+                    ch.abandoned.add(rid)
+                    raise ServerUnavailableError(
+                        f"the replay server at {self.address} stopped answering "
+                        f"({silent:.3g}s without a reply to a ping)"
+                    )
+                if silent >= self.liveness_s and now - last_ping >= self.liveness_s:
+                    ch.abandoned.add(self._send({"op": "ping"}))
+                    last_ping = now
+                wait = self.liveness_s
+            if ch.sock.poll(max(1, int(wait * 1000))):
+                ch.receive()
+        header, arrays = ch.replies.pop(rid)
         if not header.get("ok"):
             raise wire.error_from_code(header.get("code"), str(header.get("message", "")))
         return header, arrays
-
-    def _receive(self, sock: zmq.Socket) -> None:
-        while True:
-            try:
-                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                return
-            self._last_heard = time.monotonic()
-            header, arrays = wire.decode(frames)
-            rid = header.get("id")
-            if rid in self._abandoned:
-                self._abandoned.discard(rid)
-            else:
-                self._replies[rid] = (header, arrays)
 
     def _call(
         self, header: dict, arrays: Mapping[str, np.ndarray] | None = None, timeout: Any = "call"
@@ -335,6 +322,38 @@ class Client:
 
     def __repr__(self) -> str:
         return f"Client({self.address!r})"
+
+
+class _Channel:
+    """One thread's DEALER socket; replies arrive on the socket that sent the request."""
+
+    def __init__(self, sock: zmq.Socket):
+        self.sock = sock
+        self.pid = os.getpid()
+        self.replies: dict[int, tuple[dict, dict]] = {}
+        self.abandoned: set[int] = set()
+        self.last_heard = time.monotonic()
+
+    def receive(self) -> None:
+        """Move every waiting reply into ``replies`` (dropping abandoned ones)."""
+        while True:
+            try:
+                frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            self.last_heard = time.monotonic()
+            header, arrays = wire.decode(frames)
+            rid = header.get("id")
+            if rid in self.abandoned:
+                self.abandoned.discard(rid)
+            else:
+                self.replies[rid] = (header, arrays)
+
+    def forget(self, rids) -> None:
+        """Drop replies to ``rids`` now or when they arrive."""
+        for rid in rids:
+            if self.replies.pop(rid, None) is None:
+                self.abandoned.add(rid)
 
 
 class RemoteTable:

@@ -56,10 +56,7 @@ class SampleIterator:
 
     def close(self) -> None:
         """Forget the outstanding requests (their replies are dropped when they arrive)."""
-        with self.client._lock:
-            self.client._abandoned.update(self._pending)
-            for rid in self._pending:
-                self.client._replies.pop(rid, None)
+        self.client._channel().forget(self._pending)
         self._pending.clear()
 
     def __enter__(self) -> SampleIterator:

@@ -255,3 +255,27 @@ def test_sample_iterator_keeps_requests_in_flight(client):
         batches = [next(it) for _ in range(10)]
     assert all(b.data["obs"].shape == (8, 3) for b in batches)
     assert client.info("uniform").samples >= 80
+
+
+def test_a_call_blocked_in_one_thread_does_not_hold_up_other_threads(client):
+    import threading
+
+    result = {}
+
+    def blocked():
+        try:
+            result["n"] = len(client.sample("gated", 1, timeout=20.0))
+        except Exception as exc:  # reported through the assertion below
+            result["error"] = exc
+
+    thread = threading.Thread(target=blocked)
+    thread.start()
+    try:
+        start = time.monotonic()
+        for i in range(5):  # served at once although the other thread waits
+            client.insert("gated", rows(1, i))
+            assert client.info("gated").size == i + 1
+        assert time.monotonic() - start < 10.0
+    finally:
+        thread.join(30.0)
+    assert result == {"n": 1}
