@@ -2,18 +2,22 @@
 
 Run from the repository root::
 
-    python benchmarks/bench_net.py [--duration 1.5] [--quick]
+    python benchmarks/bench_net.py [--duration 1.5] [--quick] [--ipc]
 
-Prints a table and writes JSON to ``benchmarks/results/bench_net.json``. The server runs in
-its own process; each client count uses that many client processes. Workloads:
+Prints a table and writes JSON to ``benchmarks/results/bench_net_{tcp,ipc}.json``. The
+server runs in its own process; each client count uses that many client processes. Tables
+are full before measuring (writers evict the oldest items). Workloads:
 
 * ``write``: a remote trajectory writer appends one step at a time and creates one item
-  per step (chunks of 1024 steps per message); in process: ``TrajectoryWriter``.
+  per step (chunks of up to 1024 steps / 8 MB per message); in process:
+  ``TrajectoryWriter``.
 * ``write_batch``: ``append_batch`` of 256 steps, then one ``create_item`` per step.
 * ``sample``: batches of 256 from a full uniform table, 4 requests in flight per client;
   in process: ``Table.sample(256)``.
 * ``sample+update``: prioritized table of 2**20 items (100 B), sample 256 then update the
   256 priorities and wait for the answer, one cycle at a time.
+* ``sample+update pipelined``: the same with 2 sample requests in flight and priority
+  updates sent without waiting for their answer.
 """
 
 from __future__ import annotations
@@ -66,11 +70,11 @@ def prefill(table: Table) -> None:
         table.insert(block, priorities=rng.random(chunk) + 0.01)
 
 
-def serve(out, stop) -> None:
+def serve(out, stop, bind) -> None:
     tables = make_tables()
     for t in tables:
         prefill(t)
-    server = rlreplay.Server(tables).start()
+    server = rlreplay.Server(tables, bind=bind).start()
     out.put(server.address)
     while not stop.is_set():
         time.sleep(0.05)
@@ -119,6 +123,14 @@ def work(kind: str, target, size: str, duration: float) -> int:
             s = sample()
             update(s.info.keys, rng.random(len(s)) + 0.01)
             done += 1
+    elif kind == "sample+update pipelined":
+        batches, update = target()
+        rng = np.random.default_rng(2)
+        for s in batches:
+            update(s.info.keys, rng.random(len(s)) + 0.01)
+            done += 1
+            if time.perf_counter() >= end:
+                break
     return done
 
 
@@ -132,6 +144,9 @@ def remote_target(client: rlreplay.Client, kind: str, size: str):
     if kind == "sample":
         it = client.sample_iterator(size, BATCH, in_flight=4)
         return lambda: it
+    if kind == "sample+update pipelined":
+        it = client.sample_iterator("prio", BATCH, in_flight=2)
+        return lambda: (it, lambda k, p: client.update_priorities("prio", k, p, wait=False))
     return lambda: (
         lambda: client.sample("prio", BATCH),
         lambda k, p: client.update_priorities("prio", k, p),
@@ -174,7 +189,7 @@ def remote(address: str, kind: str, size: str, clients: int, duration: float) ->
 
 
 def local(tables: dict, kind: str, size: str, duration: float) -> float:
-    table = tables["prio" if kind == "sample+update" else size]
+    table = tables["prio" if kind.startswith("sample+update") else size]
     if kind in ("write", "write_batch"):
         history = BATCH if kind == "write_batch" else 1
         target = lambda: TrajectoryWriter(table, history=history)  # noqa: E731
@@ -185,8 +200,18 @@ def local(tables: dict, kind: str, size: str, duration: float) -> float:
                 yield table.sample(BATCH)
 
         target = batches
-    else:
+    elif kind == "sample+update":
         target = lambda: (lambda: table.sample(BATCH), table.update_priorities)  # noqa: E731
+    else:
+
+        def pipelined():
+            def batches():
+                while True:
+                    yield table.sample(BATCH)
+
+            return batches(), table.update_priorities
+
+        target = pipelined
     start = time.perf_counter()
     done = work(kind, target, size, duration)
     return done / (time.perf_counter() - start)
@@ -205,13 +230,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--duration", type=float, default=1.5, help="seconds per measurement")
     parser.add_argument("--quick", action="store_true", help="one client count, 0.3 s each")
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "bench_net.json"))
+    parser.add_argument("--only", default=None, help="run workloads whose name contains this")
+    parser.add_argument("--ipc", action="store_true", help="Unix socket instead of TCP loopback")
+    parser.add_argument("--out", default=None, help="JSON path (default benchmarks/results/)")
     args = parser.parse_args()
     duration = 0.3 if args.quick else args.duration
     client_counts = (1,) if args.quick else (1, 2, 4)
 
     out, stop = CTX.Queue(), CTX.Event()
-    server = CTX.Process(target=serve, args=(out, stop), daemon=True)
+    transport = "ipc" if args.ipc else "tcp"
+    bind = f"ipc:///tmp/rlreplay-bench-{os.getpid()}.sock" if args.ipc else "127.0.0.1"
+    out_path = args.out or str(Path(__file__).parent / "results" / f"bench_net_{transport}.json")
+    server = CTX.Process(target=serve, args=(out, stop, bind), daemon=True)
     server.start()
     tables = {t.name: t for t in make_tables()}
     for t in tables.values():
@@ -219,7 +249,9 @@ def main() -> None:
     address = out.get(timeout=300)
 
     plan = [(k, s) for k in ("write", "write_batch", "sample") for s in SIZES]
-    plan.append(("sample+update", "100B"))
+    plan += [("sample+update", "100B"), ("sample+update pipelined", "100B")]
+    if args.only:
+        plan = [(k, s) for k, s in plan if args.only in f"{k} {s}"]
     rows = []
     try:
         for kind, size in plan:
@@ -240,14 +272,16 @@ def main() -> None:
             "python": platform.python_version(),
             "platform": platform.platform(),
         },
+        "transport": transport,
+        "load_average_at_end": os.getloadavg(),
         "duration_s": duration,
         "batch": BATCH,
         "rows": rows,
         "targets": check_targets(rows),
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2))
-    print(f"\nwrote {args.out}")
+    Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(out_path).write_text(json.dumps(report, indent=2))
+    print(f"\nwrote {out_path} (transport {transport}, load average {os.getloadavg()})")
     for line in report["targets"]:
         print(line)
 
@@ -256,22 +290,24 @@ HEADER_PRINTED = []
 
 
 def print_row(row: dict, counts) -> None:
-    unit = "cycles/s" if row["workload"] == "sample+update" else "items/s"
+    unit = "cycles/s" if row["workload"].startswith("sample+update") else "items/s"
     if not HEADER_PRINTED:
         cols = ["workload", "item", "unit", "in-process"] + [f"{n} client(s)" for n in counts]
         cols.append("MB/s (1 client)")
-        print("  ".join(f"{c:>15}" for c in cols))
+        print(f"{cols[0]:<24}" + "  ".join(f"{c:>15}" for c in cols[1:]))
         HEADER_PRINTED.append(True)
     mb = row["remote"][counts[0]] * (item_bytes(row["item"]) / 1e6 if unit == "items/s" else 0)
     cells = [row["workload"], row["item"], unit, f"{row['in_process']:,.0f}"]
     cells += [f"{row['remote'][n]:,.0f}" for n in counts] + [f"{mb:,.0f}"]
-    print("  ".join(f"{c:>15}" for c in cells), flush=True)
+    print(f"{cells[0]:<24}" + "  ".join(f"{c:>15}" for c in cells[1:]), flush=True)
 
 
 def check_targets(rows: list[dict]) -> list[str]:
     lines = []
     for (kind, size, n), (target, unit) in TARGETS.items():
-        row = next(r for r in rows if r["workload"] == kind and r["item"] == size)
+        row = next((r for r in rows if r["workload"] == kind and r["item"] == size), None)
+        if row is None:
+            continue
         value = row["remote"][n] * (item_bytes(size) if unit == "B/s" else 1)
         verdict = "PASS" if value >= target else "MISS"
         lines.append(f"{verdict} {kind} {size} x{n}: {value:,.0f} {unit} (target {target:,.0f})")
