@@ -306,7 +306,10 @@ class Server:
             for job in list(self._parked):
                 try:
                     reply = job.attempt()
-                except ReplayError as exc:
+                except Exception as exc:
+                    if not isinstance(exc, ReplayError):
+                        log.exception("internal error resuming a parked request")
+                        exc = ReplayError(f"internal server error: {exc!r}")
                     self._finish(job)
                     self._abort_write(job)
                     self._reply_error(job.identity, job.rid, exc)
