@@ -71,19 +71,21 @@ class _InsertionOrder(Selector):
         self.size -= k
 
     def _unlink_many(self, slots: np.ndarray) -> None:
-        slots = np.sort(slots)
-        last = len(slots) - 1
+        doomed = np.zeros(len(self.prev), dtype=bool)
+        doomed[slots] = True
         p = self.prev[slots].astype(np.int64)
         q = self.next[slots].astype(np.int64)
-        # Pointer jumping: a deleted neighbour is replaced by *its* current neighbour, so
-        # the distance covered doubles each round (O(log k) rounds for a run of k).
-        for ptr in (p, q):
-            while True:
-                j = np.minimum(np.searchsorted(slots, ptr), last)
-                jump = (ptr != NIL) & (slots[j] == ptr)
-                if not jump.any():
-                    break
-                ptr[jump] = ptr[j[jump]]
+        # Pointer jumping: follow prev/next through deleted neighbours until a survivor.
+        while True:
+            jump = (p != NIL) & doomed[np.maximum(p, 0)]
+            if not jump.any():
+                break
+            p[jump] = self.prev[p[jump]]
+        while True:
+            jump = (q != NIL) & doomed[np.maximum(q, 0)]
+            if not jump.any():
+                break
+            q[jump] = self.next[q[jump]]
         has_p, has_q = p != NIL, q != NIL
         self.next[p[has_p]] = q[has_p]
         self.prev[q[has_q]] = p[has_q]
