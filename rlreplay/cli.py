@@ -1,12 +1,13 @@
 """The ``rlreplay`` command line: one function per subcommand.
 
+    rlreplay demo [--seconds S] [--samples-per-insert R] [--batch-size B]
     rlreplay serve --config tables.toml [--bind ADDR] [--port N] [--insecure]
                    [--curve-secret FILE] [--authorized-keys DIR] [--metrics-port N]
     rlreplay info ADDRESS [--server-key FILE] [--client-key FILE]
     rlreplay keygen DIR [--name NAME]
 
-To add a subcommand, write ``add_<name>_parser(subparsers)`` and ``cmd_<name>(args)`` and
-list the parser function in ``SUBCOMMANDS``.
+To add a subcommand, write a parser function (``add_<name>...(subparsers)``) and
+``cmd_<name>(args)`` and list the parser function in ``SUBCOMMANDS``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,26 @@ import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
+
+
+# ------------------------------------------------------------------- demo
+def cmd_demo(args: argparse.Namespace) -> int:
+    from rlreplay.demo import run_demo
+
+    run_demo(
+        seconds=args.seconds,
+        samples_per_insert=args.samples_per_insert,
+        batch_size=args.batch_size,
+    )
+    return 0
+
+
+def add_demo(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("demo", help="actor and learner threads sharing one rate-limited table")
+    p.add_argument("--seconds", type=float, default=10.0, help="how long to run")
+    p.add_argument("--samples-per-insert", type=float, default=8.0, help="ratio to hold")
+    p.add_argument("--batch-size", type=int, default=64, help="learner batch size")
+    p.set_defaults(func=cmd_demo)
 
 
 # ------------------------------------------------------------------ serve
@@ -143,7 +164,7 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------- main
-SUBCOMMANDS = (add_serve_parser, add_info_parser, add_keygen_parser)
+SUBCOMMANDS = (add_demo, add_serve_parser, add_info_parser, add_keygen_parser)
 
 
 def build_parser() -> argparse.ArgumentParser:
