@@ -4,9 +4,10 @@ Importing this package imports pyzmq and msgpack (the ``net`` extra); ``import r
 does not, and resolves ``rlreplay.Server`` / ``rlreplay.Client`` lazily.
 """
 
-from rlreplay.net.client import Client, RemoteTable
+from rlreplay.net.client import Client
 from rlreplay.net.config import tables_from_config
 from rlreplay.net.iterator import SampleIterator
+from rlreplay.net.remote_table import RemoteTable
 from rlreplay.net.server import Server
 from rlreplay.net.writer import RemoteTrajectoryWriter
 

@@ -303,8 +303,10 @@ class Client:
         return self._call(header)[0]["tables"]
 
     # -------------------------------------------------------------- helpers
-    def table(self, name: str) -> RemoteTable:
-        """A handle with the exact method signatures of a local :class:`Table`."""
+    def table(self, name: str):
+        """A :class:`RemoteTable`: the exact method signatures of a local :class:`Table`."""
+        from rlreplay.net.remote_table import RemoteTable
+
         self.describe(name)
         return RemoteTable(self, name)
 
@@ -354,43 +356,6 @@ class _Channel:
         for rid in rids:
             if self.replies.pop(rid, None) is None:
                 self.abandoned.add(rid)
-
-
-class RemoteTable:
-    """A served table with the same calls as a local :class:`~rlreplay.Table`."""
-
-    def __init__(self, client: Client, name: str):
-        self.client, self.name = client, name
-
-    def insert(self, rows, priorities=None, *, timeout=None) -> np.ndarray:
-        return self.client.insert(self.name, rows, priorities, timeout=timeout)
-
-    def sample(self, batch_size: int, *, timeout: float | None = None) -> Sample:
-        return self.client.sample(self.name, batch_size, timeout=timeout)
-
-    def update_priorities(self, keys, priorities) -> int:
-        return self.client.update_priorities(self.name, keys, priorities)
-
-    def delete(self, keys) -> int:
-        return self.client.delete(self.name, keys)
-
-    def reset(self) -> None:
-        self.client.reset(self.name)
-
-    def info(self) -> TableInfo:
-        return self.client.info(self.name)
-
-    def can_insert(self, num_inserts: int = 1) -> bool:
-        return self.client.can_insert(self.name, num_inserts)
-
-    def can_sample(self, num_samples: int = 1) -> bool:
-        return self.client.can_sample(self.name, num_samples)
-
-    def __len__(self) -> int:
-        return self.info().size
-
-    def __repr__(self) -> str:
-        return f"RemoteTable({self.name!r} at {self.client.address!r})"
 
 
 def _as_sample(header: dict, arrays: dict) -> Sample:
