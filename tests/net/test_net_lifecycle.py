@@ -130,3 +130,28 @@ def test_import_rlreplay_does_not_import_zmq():
 
     code = "import sys, rlreplay; assert 'zmq' not in sys.modules and 'msgpack' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_metrics_endpoint_reports_each_table():
+    pytest.importorskip("prometheus_client")
+    import urllib.request
+
+    table = rlreplay.Table("t", signature={"x": "float32"}, max_size=10)
+    table.insert({"x": np.ones(3)})
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/metrics"
+    with rlreplay.Server([table], metrics_port=port), urllib.request.urlopen(url, timeout=10) as r:
+        text = r.read().decode()
+    assert 'rlreplay_table_size{table="t"} 3.0' in text
+    assert "rlreplay_table_samples_per_s" in text
+
+
+def test_metrics_port_without_prometheus_client_is_skipped_with_a_warning(caplog):
+    import importlib.util
+
+    if importlib.util.find_spec("prometheus_client") is not None:
+        pytest.skip("prometheus-client is installed; the fallback cannot be exercised")
+    table = rlreplay.Table("t", signature={"x": "float32"}, max_size=10)
+    with rlreplay.Server([table], metrics_port=free_port()) as server:
+        assert rlreplay.Client(server.address).ping() == ["t"]
+    assert "prometheus-client is not installed" in caplog.text
