@@ -100,6 +100,17 @@ class WriterSession:
             raise ProtocolError("writer chunk item arrays differ in length")
         if len(table_idx) and (table_idx.min() < 0 or table_idx.max() >= len(self.tables)):
             raise ProtocolError("writer chunk names a table index it does not have")
+        lengths = arrays.get("item_length")
+        spans = self.spans[table_idx]
+        if lengths is not None:
+            lengths = lengths.astype(np.int64)
+            if (
+                len(lengths) != len(anchors)
+                or (lengths == 0).any()
+                or (lengths > self.history).any()
+            ):
+                raise ProtocolError("writer chunk item lengths are malformed")
+            spans = np.where(lengths > 0, lengths, spans)
         ends = [int(e) for e in header.get("episode_starts", [])]
         self.chunk = {
             "first": first,
@@ -108,7 +119,8 @@ class WriterSession:
             "table": table_idx,
             "anchor": anchors,
             "prio": prios,
-            "need": anchors + self.spans[table_idx] if len(anchors) else anchors,
+            "need": anchors + spans if len(anchors) else anchors,
+            "length": lengths,
             "episode_starts": ends,
             "items_done": 0,
             "keys": [],
@@ -143,7 +155,14 @@ class WriterSession:
                 anchors = self._store_ids(c["anchor"][i : i + m], c["need"][i : i + m])
                 prios = c["prio"][i : i + m]
                 c["items_done"] = i + m  # advance first: a failing create drops the chunk
-                c["keys"].append(table.create_items(anchors, _priorities(table, prios)))
+                lengths = c["length"]
+                if lengths is not None and (lengths[i : i + m] > 0).any():
+                    span = table.layout.span
+                    run = np.where(lengths[i : i + m] > 0, lengths[i : i + m], span)
+                    keys = table.create_items(anchors, _priorities(table, prios), lengths=run)
+                else:
+                    keys = table.create_items(anchors, _priorities(table, prios))
+                c["keys"].append(keys)
             return self._append_until(c["first"] + c["n"])
 
     def finish(self) -> np.ndarray:

@@ -25,6 +25,19 @@ class RemoteTable:
     def __init__(self, client: Client, name: str):
         self.client, self.name = client, name
 
+    @property
+    def layout(self):
+        """The table's :class:`~rlreplay.ItemLayout` (``layout.span`` and its windows)."""
+        from types import SimpleNamespace
+
+        from rlreplay.layout import ItemLayout
+
+        desc = self.client.describe(self.name)
+        try:
+            return ItemLayout.from_json(desc["layout"], self.client.signature(self.name))
+        except Exception:  # a layout kind this client does not know: its span still holds
+            return SimpleNamespace(span=desc["span"])
+
     def insert(self, rows, priorities=None, *, timeout=None) -> np.ndarray:
         return self.client.insert(self.name, rows, priorities, timeout=timeout)
 

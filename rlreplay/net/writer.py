@@ -107,13 +107,18 @@ class RemoteTrajectoryWriter:
         self._chunk_first = 0
         self._episode_start = 0
         self._episode_starts: list[int] = []
-        self._items: list[tuple[int, int, float]] = []
+        self._items: list[tuple[int, int, float, int]] = []  # table, anchor, priority, length
         self._anchors: list[set[int]] = [set() for _ in names]
         self._top_anchor = [-1] * len(names)
         self._prune_at = max(1024, 4 * history)
         self._in_flight: deque[int] = deque()
         self._closed = False
         self._new_buffers()
+
+    @property
+    def tables(self) -> list:
+        """Handles of the writer's tables (``name`` and ``layout`` like local tables)."""
+        return [self.client.table(n) for n in self.table_names]
 
     def _new_buffers(self) -> None:
         # Per field: the bytes of each step (fields with a shape) or Python scalars (scalar
@@ -204,6 +209,7 @@ class RemoteTrajectoryWriter:
         priority: float | None = None,
         *,
         start: int | None = None,
+        length: int | None = None,
         timeout: float | None = None,
     ) -> None:
         """Create an item over this stream's recent steps when the chunk reaches the server.
@@ -217,7 +223,7 @@ class RemoteTrajectoryWriter:
                 item at the same anchor in one table.
         """
         t = self._index.get(table)
-        if start is None and t is not None and not self._closed:
+        if start is None and length is None and t is not None and not self._closed:
             # Fast path: an item ending at the latest step, anchors growing, float priority.
             anchor = self._stream - self.spans[t]
             if (
@@ -230,7 +236,7 @@ class RemoteTrajectoryWriter:
                 seen.add(anchor)
                 if len(seen) > self._prune_at:
                     self._anchors[t] = {a for a in seen if a >= self._stream - self.history}
-                self._items.append((t, anchor, math.nan if priority is None else priority))
+                self._items.append((t, anchor, math.nan if priority is None else priority, -1))
                 return
         if self._closed:
             raise ClosedError("the writer is closed")
@@ -242,6 +248,12 @@ class RemoteTrajectoryWriter:
                     f"tables {self.table_names}"
                 )
         span = self.spans[t]
+        if length is not None:
+            if not isinstance(length, int) or not 1 <= length <= self.history:
+                raise InvalidArgumentError(
+                    f"length={describe(length)} must be an int in [1, history={self.history}]"
+                )
+            span = length
         stream = self._stream
         if start is None:
             start = -span
@@ -279,7 +291,35 @@ class RemoteTrajectoryWriter:
                 raise InvalidArgumentError(
                     f"priority={priority} must be finite and >= 0 (e.g. abs(td_error) + 1e-6)"
                 )
-        self._items.append((t, anchor, priority))
+        self._items.append((t, anchor, priority, -1 if length is None else length))
+
+    def create_items(
+        self,
+        table: str,
+        priorities: Any = None,
+        *,
+        starts: Any,
+        lengths: Any = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Batch form of :meth:`create_item`: one item per entry of ``starts``.
+
+        Args:
+            table: one of the writer's tables (name or handle).
+            priorities: one priority per item, one for all, or ``None`` (default).
+            starts: negative indexes into this episode's retained steps, as ``start``.
+            lengths: per-item lengths (``None``: the layout's span for every item).
+            timeout: accepted for interface compatibility, as in :meth:`create_item`.
+
+        Raises:
+            InvalidArgumentError: as :meth:`create_item`; items before the bad one are kept.
+        """
+        starts = np.asarray(starts, dtype=np.int64).reshape(-1)
+        n = len(starts)
+        prios = [None] * n if priorities is None else np.broadcast_to(priorities, (n,)).tolist()
+        lens = [None] * n if lengths is None else np.broadcast_to(lengths, (n,)).tolist()
+        for start, priority, length in zip(starts.tolist(), prios, lens):
+            self.create_item(table, priority, start=start, length=length)
 
     def end_episode(self) -> None:
         """End the current episode: later items cannot reach the steps before this call."""
@@ -310,6 +350,8 @@ class RemoteTrajectoryWriter:
             arrays["item_table"] = items[:, 0].astype(np.int32)
             arrays["item_anchor"] = items[:, 1].astype(np.int64)
             arrays["item_priority"] = items[:, 2]
+            if (items[:, 3] >= 0).any():  # only layouts with per-item extents use lengths
+                arrays["item_length"] = items[:, 3].astype(np.int64)
         starts = [s for s in self._episode_starts if first <= s < first + n]
         header = {
             "op": "write",

@@ -158,3 +158,21 @@ def test_writer_flush_raises_the_rate_limiters_timeout(address):
     info = client.info("limited")
     assert info.size == 4  # diff may reach max_diff = 1 + 3 before inserts block
     assert info.insert_blocked_s >= 0.25
+
+
+def test_writer_exposes_tables_and_batch_item_creation_for_adders(address):
+    client = rlreplay.Client(address)
+    client.reset("nstep3")
+    with client.trajectory_writer("nstep3", history=8, chunk_steps=4) as w:
+        assert [t.name for t in w.tables] == ["nstep3"]
+        assert w.tables[0].layout.span == 4
+        for k in range(10):
+            w.append({"obs": np.array([k, -k], np.float32), "reward": np.float32(k)})
+        w.create_items("nstep3", [1.0, 2.0], starts=[-8, -4])
+        with pytest.raises(InvalidArgumentError):
+            w.create_items("nstep3", None, starts=[-2])  # would need steps not appended
+        w.flush(timeout=5.0)
+    assert client.info("nstep3").size == 2
+    oldest = client.sample("nstep3", 1, timeout=5.0)  # Fifo sampler: the oldest item
+    assert (oldest.data["obs"][0, 0], oldest.data["next_obs"][0, 0]) == (2.0, 5.0)
+    assert oldest.info.priorities[0] == 1.0
