@@ -9,6 +9,7 @@ without copying (the array is a view over the received frame). See ``docs/protoc
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -110,21 +111,35 @@ def decode(frames: Sequence[Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]
     for entry, frame in zip(meta, frames[1:]):
         try:
             name, dtype_str, shape = entry
-            dtype = np.dtype(dtype_str)
+            dtype = _DTYPES.get(dtype_str) or _dtype(dtype_str)
             shape = tuple(int(d) for d in shape)
         except Exception:
             raise errors.ProtocolError(f"malformed array entry {entry!r}") from None
-        if dtype.kind not in _ALLOWED_KINDS or dtype.hasobject or not isinstance(name, str):
-            raise errors.ProtocolError(f"array {name!r} has dtype {dtype}, not allowed")
+        if dtype is None or not isinstance(name, str):
+            raise errors.ProtocolError(f"array {name!r} has dtype {dtype_str!r}, not allowed")
         buf = frame.buffer if hasattr(frame, "buffer") else frame
-        count = int(np.prod(shape, dtype=np.int64))
-        if count * dtype.itemsize != len(memoryview(buf).cast("B")) or min(shape, default=0) < 0:
+        nbytes = buf.nbytes if isinstance(buf, memoryview) else len(buf)
+        count = math.prod(shape)
+        if count * dtype.itemsize != nbytes or min(shape, default=0) < 0:
             raise errors.ProtocolError(
                 f"array {name!r} declares shape {shape} of {dtype} but its frame holds "
-                f"{len(memoryview(buf).cast('B'))} bytes"
+                f"{nbytes} bytes"
             )
         arrays[name] = np.frombuffer(buf, dtype=dtype, count=count).reshape(shape)
     return header, arrays
+
+
+_DTYPES: dict[str, np.dtype] = {}
+
+
+def _dtype(text: Any) -> np.dtype | None:
+    """The numpy dtype named by ``text`` if it may cross the wire (cached), else None."""
+    dtype = np.dtype(text)
+    if dtype.kind not in _ALLOWED_KINDS or dtype.hasobject or dtype.fields is not None:
+        return None
+    if len(_DTYPES) < 256:
+        _DTYPES[text] = dtype
+    return dtype
 
 
 def _bytes(frame: Any) -> bytes | memoryview:
