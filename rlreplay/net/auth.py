@@ -63,10 +63,17 @@ def is_loopback(address: str) -> bool:
         return False
 
 
+def is_ipv6(address: str) -> bool:
+    """Whether a ``tcp://`` address names an IPv6 host (``tcp://[::1]:5000``)."""
+    return address.startswith("tcp://[")
+
+
 def bind(sock: zmq.Socket, address: str) -> str:
     """Bind ``sock`` and return the address clients connect to (the real port)."""
     if address.startswith("tcp://") and address.endswith(":0"):
         address = address[:-2] + ":*"
+    if is_ipv6(address):
+        sock.setsockopt(zmq.IPV6, 1)
     sock.bind(address)
     return sock.getsockopt_string(zmq.LAST_ENDPOINT)
 

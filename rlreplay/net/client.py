@@ -107,6 +107,8 @@ class Client:
             if self._server_key is not None:
                 sock.curve_serverkey = self._server_key
                 sock.curve_publickey, sock.curve_secretkey = self._client_keys
+            if auth.is_ipv6(self.address):
+                sock.setsockopt(zmq.IPV6, 1)
             sock.connect(self.address)
             ch = self._local.channel = _Channel(sock)
             with self._lock:
