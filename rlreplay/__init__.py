@@ -8,9 +8,11 @@ from rlreplay.errors import (
     DeadlockError,
     EmptyTableError,
     InvalidArgumentError,
+    ProtocolError,
     RateLimiterTimeoutError,
     ReplayError,
     ReplayTimeoutError,
+    ServerUnavailableError,
     SignatureError,
 )
 from rlreplay.iterators import ReplayIterator, learn_while_can_sample
@@ -32,7 +34,20 @@ from rlreplay.writers import (
 
 __version__ = "0.1.0"
 
+# The network layer needs pyzmq and msgpack; it is imported on first use of these names.
+_NET_NAMES = ("Client", "RemoteTrajectoryWriter", "SampleIterator", "Server")
+
+
+def __getattr__(name: str):
+    if name in _NET_NAMES:
+        import rlreplay.net
+
+        return getattr(rlreplay.net, name)
+    raise AttributeError(f"module 'rlreplay' has no attribute {name!r}")
+
+
 __all__ = [
+    "Client",
     "ClosedError",
     "DeadlockError",
     "EmptyTableError",
@@ -47,6 +62,7 @@ __all__ = [
     "MinSize",
     "NStepTransitionAdder",
     "Prioritized",
+    "ProtocolError",
     "Queue",
     "RateLimiter",
     "RateLimiterTimeoutError",
@@ -56,9 +72,13 @@ __all__ = [
     "Sample",
     "SampleInfo",
     "SampleToInsertRatio",
+    "RemoteTrajectoryWriter",
+    "SampleIterator",
     "SequenceAdder",
     "SequenceItems",
     "Selector",
+    "Server",
+    "ServerUnavailableError",
     "Signature",
     "SignatureError",
     "Stack",

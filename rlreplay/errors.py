@@ -49,3 +49,12 @@ def describe(value: object, limit: int = 60) -> str:
     """Short printable form of ``value`` for error messages."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class ProtocolError(ReplayError):
+    """A network message was malformed or spoke another protocol version."""
+
+
+class ServerUnavailableError(ReplayTimeoutError, ConnectionError):
+    """The replay server did not answer within the timeout (down, unreachable, or it
+    rejected the client's credentials)."""

@@ -1,0 +1,318 @@
+"""Replay server benchmark: throughput through the network against the in-process table.
+
+Run from the repository root::
+
+    python benchmarks/bench_net.py [--duration 1.5] [--quick] [--ipc]
+
+Prints a table and writes JSON to ``benchmarks/results/bench_net_{tcp,ipc}.json``. The
+server runs in its own process; each client count uses that many client processes. Tables
+are full before measuring (writers evict the oldest items). Workloads:
+
+* ``write``: a remote trajectory writer appends one step at a time and creates one item
+  per step (chunks of up to 1024 steps / 8 MB per message); in process:
+  ``TrajectoryWriter``.
+* ``write_batch``: ``append_batch`` of 256 steps, then one ``create_item`` per step.
+* ``sample``: batches of 256 from a full uniform table, 4 requests in flight per client;
+  in process: ``Table.sample(256)``.
+* ``sample+update``: prioritized table of 2**20 items (100 B), sample 256 then update the
+  256 priorities and wait for the answer, one cycle at a time.
+* ``sample+update pipelined``: the same with 2 sample requests in flight and priority
+  updates sent without waiting for their answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import rlreplay
+from rlreplay import Prioritized, Table, TrajectoryWriter
+
+CTX = mp.get_context("spawn")
+SIZES = {"100B": 24, "4KB": 1023, "40KB": 10239}  # float32 obs length; + 4 B reward
+CAPACITY = {"100B": 1 << 20, "4KB": 1 << 15, "40KB": 1 << 12}
+BATCH = 256
+PRIO_SIZE = 1 << 20
+
+
+def signature(size: str) -> dict:
+    return {"obs": ((SIZES[size],), "float32"), "reward": "float32"}
+
+
+def item_bytes(size: str) -> int:
+    return SIZES[size] * 4 + 4
+
+
+def make_tables() -> list[Table]:
+    tables = [Table(s, signature=signature(s), max_size=CAPACITY[s], seed=0) for s in SIZES]
+    tables.append(
+        Table("prio", signature=signature("100B"), max_size=PRIO_SIZE, sampler=Prioritized(0.6))
+    )
+    return tables
+
+
+def prefill(table: Table) -> None:
+    n, chunk = table.max_size, min(table.max_size, 4096)
+    dim = table.store.signature["obs"].shape[0]
+    rng = np.random.default_rng(0)
+    block = {"obs": rng.random((chunk, dim), dtype=np.float32), "reward": np.ones(chunk, "f4")}
+    for _ in range(n // chunk):
+        table.insert(block, priorities=rng.random(chunk) + 0.01)
+
+
+def serve(out, stop, bind) -> None:
+    tables = make_tables()
+    for t in tables:
+        prefill(t)
+    server = rlreplay.Server(tables, bind=bind).start()
+    out.put(server.address)
+    while not stop.is_set():
+        time.sleep(0.05)
+    server.stop()
+
+
+def steps_block(size: str, n: int) -> dict:
+    rng = np.random.default_rng(1)
+    return {"obs": rng.random((n, SIZES[size]), dtype=np.float32), "reward": np.ones(n, "f4")}
+
+
+# ------------------------------------------------------------ client workloads
+def work(kind: str, target, size: str, duration: float) -> int:
+    """Run one workload for ``duration`` seconds; returns items (or cycles) done."""
+    block = steps_block(size, BATCH)
+    steps = [{"obs": block["obs"][i], "reward": block["reward"][i]} for i in range(BATCH)]
+    done = 0
+    end = time.perf_counter() + duration
+    if kind == "write":
+        writer = target()
+        while time.perf_counter() < end:
+            for st in steps:
+                writer.append(st)
+                writer.create_item(size)
+            done += BATCH
+        writer.flush()
+        writer.close()
+    elif kind == "write_batch":
+        writer = target()
+        while time.perf_counter() < end:
+            writer.append_batch(block)
+            for i in range(BATCH):
+                writer.create_item(size, start=i - BATCH)
+            done += BATCH
+        writer.flush()
+        writer.close()
+    elif kind == "sample":
+        for batch in target():
+            done += len(batch)
+            if time.perf_counter() >= end:
+                break
+    elif kind == "sample+update":
+        sample, update = target()
+        rng = np.random.default_rng(2)
+        while time.perf_counter() < end:
+            s = sample()
+            update(s.info.keys, rng.random(len(s)) + 0.01)
+            done += 1
+    elif kind == "sample+update pipelined":
+        batches, update = target()
+        rng = np.random.default_rng(2)
+        for s in batches:
+            update(s.info.keys, rng.random(len(s)) + 0.01)
+            done += 1
+            if time.perf_counter() >= end:
+                break
+    return done
+
+
+def remote_target(client: rlreplay.Client, kind: str, size: str):
+    if kind in ("write", "write_batch"):
+        history = BATCH if kind == "write_batch" else None
+        chunk = min(1024, max(BATCH, (8 << 20) // item_bytes(size)))
+        return lambda: client.trajectory_writer(
+            size, chunk_steps=chunk, max_in_flight=4, history=history
+        )
+    if kind == "sample":
+        it = client.sample_iterator(size, BATCH, in_flight=4)
+        return lambda: it
+    if kind == "sample+update pipelined":
+        it = client.sample_iterator("prio", BATCH, in_flight=2)
+        return lambda: (it, lambda k, p: client.update_priorities("prio", k, p, wait=False))
+    return lambda: (
+        lambda: client.sample("prio", BATCH),
+        lambda k, p: client.update_priorities("prio", k, p),
+    )
+
+
+def client_proc(address, kind, size, duration, go, out) -> None:
+    client = rlreplay.Client(address)
+    client.ping()
+    target = remote_target(client, kind, size)
+    out.put(("ready", 0, 0.0))
+    go.wait()
+    start = time.perf_counter()
+    try:
+        done = work(kind, target, size, duration)
+    except Exception as exc:  # reported, so the benchmark fails instead of hanging
+        out.put(("error", f"{type(exc).__name__}: {exc}", 0.0))
+        return
+    out.put(("done", done, time.perf_counter() - start))
+
+
+def remote(address: str, kind: str, size: str, clients: int, duration: float) -> float:
+    out, go = CTX.Queue(), CTX.Event()
+    procs = [
+        CTX.Process(target=client_proc, args=(address, kind, size, duration, go, out))
+        for _ in range(clients)
+    ]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        assert out.get(timeout=60)[0] == "ready"
+    go.set()
+    results = [out.get(timeout=duration + 120) for _ in procs]
+    for p in procs:
+        p.join(30)
+    failed = [r[1] for r in results if r[0] != "done"]
+    if failed:
+        raise RuntimeError(f"{kind} {size} x{clients} failed: {failed[0]}")
+    return sum(r[1] for r in results) / max(r[2] for r in results)
+
+
+def local(tables: dict, kind: str, size: str, duration: float) -> float:
+    table = tables["prio" if kind.startswith("sample+update") else size]
+    if kind in ("write", "write_batch"):
+        history = BATCH if kind == "write_batch" else 1
+        target = lambda: TrajectoryWriter(table, history=history)  # noqa: E731
+    elif kind == "sample":
+
+        def batches():
+            while True:
+                yield table.sample(BATCH)
+
+        target = batches
+    elif kind == "sample+update":
+        target = lambda: (lambda: table.sample(BATCH), table.update_priorities)  # noqa: E731
+    else:
+
+        def pipelined():
+            def batches():
+                while True:
+                    yield table.sample(BATCH)
+
+            return batches(), table.update_priorities
+
+        target = pipelined
+    start = time.perf_counter()
+    done = work(kind, target, size, duration)
+    return done / (time.perf_counter() - start)
+
+
+# ------------------------------------------------------------------------ main
+TARGETS = {  # (kind, size, clients) -> (target, unit)
+    ("write", "100B", 1): (175_000, "steps/s"),
+    ("sample", "100B", 1): (175_000, "items/s"),
+    ("sample", "40KB", 1): (1e9, "B/s"),
+    ("sample+update", "100B", 1): (1_900, "cycles/s"),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--duration", type=float, default=1.5, help="seconds per measurement")
+    parser.add_argument("--quick", action="store_true", help="one client count, 0.3 s each")
+    parser.add_argument("--only", default=None, help="run workloads whose name contains this")
+    parser.add_argument("--ipc", action="store_true", help="Unix socket instead of TCP loopback")
+    parser.add_argument("--out", default=None, help="JSON path (default benchmarks/results/)")
+    args = parser.parse_args()
+    duration = 0.3 if args.quick else args.duration
+    client_counts = (1,) if args.quick else (1, 2, 4)
+
+    out, stop = CTX.Queue(), CTX.Event()
+    transport = "ipc" if args.ipc else "tcp"
+    bind = f"ipc:///tmp/rlreplay-bench-{os.getpid()}.sock" if args.ipc else "127.0.0.1"
+    out_path = args.out or str(Path(__file__).parent / "results" / f"bench_net_{transport}.json")
+    server = CTX.Process(target=serve, args=(out, stop, bind), daemon=True)
+    server.start()
+    tables = {t.name: t for t in make_tables()}
+    for t in tables.values():
+        prefill(t)
+    address = out.get(timeout=300)
+
+    plan = [(k, s) for k in ("write", "write_batch", "sample") for s in SIZES]
+    plan += [("sample+update", "100B"), ("sample+update pipelined", "100B")]
+    if args.only:
+        plan = [(k, s) for k, s in plan if args.only in f"{k} {s}"]
+    rows = []
+    try:
+        for kind, size in plan:
+            loc = local(tables, kind, size, duration)
+            row = {"workload": kind, "item": size, "in_process": loc, "remote": {}}
+            for n in client_counts:
+                row["remote"][n] = remote(address, kind, size, n, duration)
+            rows.append(row)
+            print_row(row, client_counts)
+    finally:
+        stop.set()
+        server.join(30)
+        if server.is_alive():
+            server.kill()
+    report = {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "transport": transport,
+        "load_average_at_end": os.getloadavg(),
+        "duration_s": duration,
+        "batch": BATCH,
+        "rows": rows,
+        "targets": check_targets(rows),
+    }
+    Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(out_path).write_text(json.dumps(report, indent=2))
+    print(f"\nwrote {out_path} (transport {transport}, load average {os.getloadavg()})")
+    for line in report["targets"]:
+        print(line)
+
+
+HEADER_PRINTED = []
+
+
+def print_row(row: dict, counts) -> None:
+    unit = "cycles/s" if row["workload"].startswith("sample+update") else "items/s"
+    if not HEADER_PRINTED:
+        cols = ["workload", "item", "unit", "in-process"] + [f"{n} client(s)" for n in counts]
+        cols.append("MB/s (1 client)")
+        print(f"{cols[0]:<24}" + "  ".join(f"{c:>15}" for c in cols[1:]))
+        HEADER_PRINTED.append(True)
+    mb = row["remote"][counts[0]] * (item_bytes(row["item"]) / 1e6 if unit == "items/s" else 0)
+    cells = [row["workload"], row["item"], unit, f"{row['in_process']:,.0f}"]
+    cells += [f"{row['remote'][n]:,.0f}" for n in counts] + [f"{mb:,.0f}"]
+    print(f"{cells[0]:<24}" + "  ".join(f"{c:>15}" for c in cells[1:]), flush=True)
+
+
+def check_targets(rows: list[dict]) -> list[str]:
+    lines = []
+    for (kind, size, n), (target, unit) in TARGETS.items():
+        row = next((r for r in rows if r["workload"] == kind and r["item"] == size), None)
+        if row is None:
+            continue
+        value = row["remote"][n] * (item_bytes(size) if unit == "B/s" else 1)
+        verdict = "PASS" if value >= target else "MISS"
+        lines.append(f"{verdict} {kind} {size} x{n}: {value:,.0f} {unit} (target {target:,.0f})")
+    return lines
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,200 @@
+"""Server-side table operations: decoded request in, reply (header, arrays) out.
+
+Operations that may be blocked by a rate limiter (``insert``, ``sample``, writer chunks)
+are *jobs*: :meth:`Job.attempt` runs the operation if the table admits it now and returns
+``None`` otherwise, without ever waiting on a lock's condition. The server parks jobs that
+return ``None`` and attempts them again whenever a table changes, until their deadline.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from rlreplay.errors import InvalidArgumentError, ProtocolError, describe
+from rlreplay.net.ingest import WriterSession, store_has_room
+from rlreplay.table import Table
+
+Reply = tuple[dict[str, Any], dict[str, np.ndarray] | None]
+
+
+def table_description(table: Table, store_index: int) -> dict[str, Any]:
+    """What a client needs to validate data and build writers for ``table``."""
+    return {
+        "signature": table.store.signature.to_json(),
+        "layout": table.layout.to_json(),
+        "span": table.layout.span,
+        "is_rows": table.layout.is_rows,
+        "store": store_index,
+        "store_capacity": table.store.capacity,
+        "lanes": table.store.lanes,
+        "max_size": table.max_size,
+    }
+
+
+def sample_reply(table: Table, n: int) -> Reply:
+    """Sample ``n`` items now (the caller checked the limiter under the lock)."""
+    s = table.sample(n)
+    arrays = {"data/" + k: v for k, v in s.data.items()}
+    info = s.info
+    arrays.update(
+        keys=info.keys,
+        probabilities=info.probabilities,
+        priorities=info.priorities,
+        times_sampled=np.asarray(info.times_sampled, dtype=np.int64),
+    )
+    header = {"table_size": int(info.table_size), "min_probability": float(info.min_probability)}
+    return header, arrays
+
+
+class Job:
+    """A request that a rate limiter (or a full queue store) may block.
+
+    Attributes:
+        table: the table whose limiter may block it (for blocked-time accounting).
+        counter: ``"insert_blocked_s"`` or ``"sample_blocked_s"``.
+        deadline: ``time.monotonic()`` value after which it gets a timeout reply (or None).
+    """
+
+    counter = "insert_blocked_s"
+
+    def __init__(self, table: Table, deadline: float | None):
+        self.table = table
+        self.deadline = deadline
+        self.parked_at: float | None = None
+
+    def attempt(self) -> Reply | None:
+        raise NotImplementedError
+
+    def timeout_message(self, waited: float) -> str:
+        t = self.table
+        lim = t.rate_limiter
+        return (
+            f"{self.what} on table {t.name!r} was blocked by its rate limiter for {waited:.3g}s "
+            f"(size={t.size}, inserts={lim.inserts}, samples={lim.samples}, {lim!r})"
+        )
+
+    what = "insert"
+
+
+class SampleJob(Job):
+    counter = "sample_blocked_s"
+    what = "sample"
+
+    def __init__(self, table: Table, n: int, deadline: float | None):
+        super().__init__(table, deadline)
+        self.n = n
+
+    def attempt(self) -> Reply | None:
+        t = self.table
+        with t.lock:
+            if t.size > 0 and t.rate_limiter.can_sample(self.n, t.size):
+                return sample_reply(t, self.n)
+        return None
+
+
+class InsertJob(Job):
+    def __init__(self, table: Table, rows: dict, n: int, prios: Any, deadline: float | None):
+        super().__init__(table, deadline)
+        self.rows, self.n, self.prios = rows, n, prios
+
+    def attempt(self) -> Reply | None:
+        t = self.table
+        with t.lock:
+            if t.rate_limiter.can_insert(self.n, t.size) and store_has_room(t.store, self.n):
+                keys = t.insert(self.rows, self.prios)
+                return {}, {"keys": keys}
+        return None
+
+
+class WriteJob(Job):
+    """One writer chunk; may finish in several attempts (partial progress is kept).
+
+    Chunks of one writer run strictly in arrival order: a chunk waits while an earlier
+    chunk of the same writer is unfinished.
+    """
+
+    def __init__(self, session: WriterSession, header: dict, arrays: dict, deadline: float | None):
+        super().__init__(session.tables[0], deadline)
+        self.session, self.header, self.arrays = session, header, arrays
+        self.begun = False
+        session.pending.append(self)
+
+    def attempt(self) -> Reply | None:
+        s = self.session
+        if s.pending[0] is not self:
+            return None
+        try:
+            if not self.begun:
+                s.begin(self.header, self.arrays)
+                self.begun = True
+            done = s.advance()
+        except Exception:
+            self.abort()
+            raise
+        if not done:
+            c = s.chunk
+            i = c["items_done"]
+            if i < len(c["table"]):
+                self.table = s.tables[int(c["table"][i])]
+            return None
+        s.pending.popleft()
+        return {}, {"keys": s.finish()}
+
+    def abort(self) -> None:
+        """Drop this chunk (its remaining steps and items are not stored)."""
+        s = self.session
+        if self in s.pending:
+            s.pending.remove(self)
+        if self.begun and s.chunk is not None:
+            s.chunk = None
+
+
+def check_batch_size(value: Any, table: Table) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= table.max_size:
+        raise InvalidArgumentError(
+            f"batch_size={describe(value)} must be an int in [1, max_size={table.max_size}]"
+        )
+    table.rate_limiter.check_sample_batch(value)
+    return value
+
+
+def rows_from(arrays: dict[str, np.ndarray], table: Table) -> tuple[dict, int]:
+    rows = {k[5:]: v for k, v in arrays.items() if k.startswith("data/")}
+    if not table.layout.is_rows:
+        raise InvalidArgumentError(
+            f"table {table.name!r} has items spanning {table.layout.span} steps; insert() "
+            "stores one row per item, so append steps with a TrajectoryWriter instead"
+        )
+    data, n = table.store.signature.check_batch(rows, "rows")
+    if n < 1 or n > table.max_size or n % table.store.lanes:
+        raise InvalidArgumentError(
+            f"rows hold {n} rows; insert between 1 and max_size={table.max_size} at once"
+        )
+    table.rate_limiter.check_insert_batch(n)
+    return data, n
+
+
+def deadline_of(header: dict, now: float) -> float | None:
+    timeout = header.get("timeout")
+    if timeout is None:
+        return None
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
+        raise InvalidArgumentError(
+            f"timeout={describe(timeout)} must be a number of seconds > 0, or None to wait "
+            "without limit; use can_insert()/can_sample() to check without waiting"
+        )
+    return now + float(timeout)
+
+
+def require(header: dict, key: str, kind: type | tuple) -> Any:
+    value = header.get(key)
+    if not isinstance(value, kind):
+        raise ProtocolError(f"request field {key!r} is {describe(value)}")
+    return value
+
+
+def now() -> float:
+    return time.monotonic()

@@ -1,0 +1,123 @@
+"""The operations a :class:`~rlreplay.Server` serves, one ``_op_<name>`` method each.
+
+Each takes the decoded request header and arrays and returns ``(reply header, reply
+arrays)``, or a :class:`~rlreplay.net.handlers.Job` when a rate limiter may block it (the
+server attempts and parks jobs). Wire formats are listed in ``docs/protocol.md``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.keys import check_priorities
+from rlreplay.net import handlers
+from rlreplay.net.ingest import WriterSession
+from rlreplay.table import Table
+
+
+class TableOperations:
+    """Mixin of :class:`Server`: expects ``tables``, ``_descriptions``, ``_rates`` and
+    ``_sessions`` attributes."""
+
+    tables: dict[str, Table]
+
+    def _table(self, header: dict) -> Table:
+        name = header.get("table")
+        if name not in self.tables:
+            raise InvalidArgumentError(
+                f"table {describe(name)} is not served here; tables: {sorted(self.tables)}"
+            )
+        return self.tables[name]
+
+    def _op_ping(self, header, arrays):
+        return {"tables": sorted(self.tables)}, None
+
+    def _op_describe(self, header, arrays):
+        return {"tables": self._descriptions}, None
+
+    def _op_info(self, header, arrays):
+        names = [self._table(header).name] if header.get("table") else list(self.tables)
+        return {"tables": {n: self.table_stats(n) for n in names}}, None
+
+    def table_stats(self, name: str) -> dict[str, Any]:
+        """``TableInfo`` of ``name`` as a dict plus rates over the last ~10 seconds."""
+        info = self.tables[name].info().to_dict()
+        snaps = self._rates[name]
+        ins_rate = smp_rate = 0.0
+        if len(snaps) >= 2 and snaps[-1][0] > snaps[0][0]:
+            dt = snaps[-1][0] - snaps[0][0]
+            ins_rate = (snaps[-1][1] - snaps[0][1]) / dt
+            smp_rate = (snaps[-1][2] - snaps[0][2]) / dt
+        info["inserts_per_s"] = ins_rate
+        info["samples_per_s"] = smp_rate
+        info["samples_per_insert"] = info["samples"] / info["inserts"] if info["inserts"] else 0.0
+        return info
+
+    def _op_can_insert(self, header, arrays):
+        n = header.get("n", 1)
+        return {"result": bool(self._table(header).can_insert(n))}, None
+
+    def _op_can_sample(self, header, arrays):
+        n = header.get("n", 1)
+        return {"result": bool(self._table(header).can_sample(n))}, None
+
+    def _op_sample(self, header, arrays):
+        table = self._table(header)
+        n = handlers.check_batch_size(header.get("batch_size"), table)
+        return handlers.SampleJob(table, n, handlers.deadline_of(header, time.monotonic()))
+
+    def _op_insert(self, header, arrays):
+        table = self._table(header)
+        rows, n = handlers.rows_from(arrays, table)
+        prios = arrays.get("priorities")
+        if prios is None and header.get("priority") is not None:
+            prios = header["priority"]
+        if prios is not None:
+            prios = check_priorities(prios, n)
+        deadline = handlers.deadline_of(header, time.monotonic())
+        return handlers.InsertJob(table, rows, n, prios, deadline)
+
+    def _op_update_priorities(self, header, arrays):
+        table = self._table(header)
+        keys = arrays.get("keys", np.zeros(0, np.int64))
+        prios = arrays.get("priorities", np.zeros(0))
+        return {"count": int(table.update_priorities(keys, prios))}, None
+
+    def _op_delete(self, header, arrays):
+        table = self._table(header)
+        return {"count": int(table.delete(arrays.get("keys", np.zeros(0, np.int64))))}, None
+
+    def _op_reset(self, header, arrays):
+        self._table(header).reset()
+        return {}, None
+
+    def _op_write(self, header, arrays):
+        wid = handlers.require(header, "writer", int)
+        entry = self._sessions.get(wid)
+        if entry is None:
+            names = handlers.require(header, "tables", list)
+            tables = [self._table({"table": n}) for n in names]
+            if any(t.store is not tables[0].store for t in tables):
+                raise InvalidArgumentError(f"tables {names} do not share one step store")
+            history = handlers.require(header, "history", int)
+            spans = max(t.layout.span for t in tables)
+            if not spans <= history <= tables[0].store.capacity:
+                raise InvalidArgumentError(
+                    f"history={history} must be in [{spans}, {tables[0].store.capacity}]"
+                )
+            session = WriterSession(tables, history)
+        else:
+            session = entry[0]
+        self._sessions[wid] = (session, time.monotonic())
+        job = handlers.WriteJob(
+            session, header, arrays, handlers.deadline_of(header, time.monotonic())
+        )
+        return job
+
+    def _op_close_writer(self, header, arrays):
+        self._sessions.pop(header.get("writer"), None)
+        return {}, None

@@ -1,0 +1,350 @@
+"""The replay server: hosts in-process tables behind one ZeroMQ ROUTER socket.
+
+Concurrency model. One dispatcher thread owns the socket and runs every table call. Calls
+that cannot block (``sample`` when the limiter admits it, ``update_priorities``, ``info``,
+...) run at once. A call the rate limiter blocks is *parked*: it is kept in a list with its
+deadline and attempted again after every request that changes a table, and at least every
+``recheck_s`` seconds (for changes made by in-process users of the same tables). No thread
+ever waits on a table's condition, so a parked call costs nothing while it waits, and
+thousands of blocked clients need no threads. The choice over a pool of worker threads
+waiting on the table's condition: with the interpreter lock, extra threads do not run
+table code in parallel anyway, and a pool would bound how many calls can wait at once.
+
+Replies go out with ``NOBLOCK``: a client that stops reading only loses its own replies once
+its queue is full (ROUTER drops them), so one slow or dead client never stalls the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+import zmq
+
+from rlreplay.errors import (
+    ClosedError,
+    InvalidArgumentError,
+    ProtocolError,
+    RateLimiterTimeoutError,
+    ReplayError,
+    describe,
+)
+from rlreplay.net import auth, handlers, wire
+from rlreplay.net.ingest import WriterSession
+from rlreplay.net.operations import TableOperations
+from rlreplay.table import Table
+
+log = logging.getLogger("rlreplay.net")
+
+MUTATING = {"insert", "sample", "delete", "reset", "write", "update_priorities"}
+
+
+class Server(TableOperations):
+    """Serve ``tables`` to :class:`rlreplay.Client` processes.
+
+    Args:
+        tables: the tables to host (names must be unique; they may share step stores).
+        port: TCP port; ``None`` picks a free one (see :attr:`address` after ``start()``).
+        bind: host to bind (default loopback ``"127.0.0.1"``), or an ``ipc://`` path.
+        curve_secret_key: server key file written by ``rlreplay keygen`` (the secret
+            ``.key_secret`` file). Enables CURVE encryption and authentication.
+        authorized_keys: folder of client public ``.key`` files allowed to connect; with
+            CURVE and no folder, any client that knows the server's public key may connect.
+        insecure: allow binding a non-loopback address without CURVE (logged loudly).
+        metrics_port: serve Prometheus metrics on this port (needs ``prometheus-client``).
+        recheck_s: longest interval between re-checks of parked calls.
+
+    Raises:
+        InvalidArgumentError: for duplicate table names, or a non-loopback ``bind`` without
+            ``curve_secret_key`` and without ``insecure=True``.
+
+    Example:
+        >>> with Server([table]) as server:                       # doctest: +SKIP
+        ...     client = Client(server.address)
+        ...     client.sample("replay", 32)
+    """
+
+    def __init__(
+        self,
+        tables: Iterable[Table],
+        port: int | None = None,
+        bind: str = "127.0.0.1",
+        *,
+        curve_secret_key: str | None = None,
+        authorized_keys: str | None = None,
+        insecure: bool = False,
+        metrics_port: int | None = None,
+        recheck_s: float = 0.05,
+    ):
+        tables = list(tables)
+        names = [t.name for t in tables]
+        if not tables or len(set(names)) != len(names):
+            raise InvalidArgumentError(f"tables {names} must be a non-empty list with unique names")
+        self.tables = {t.name: t for t in tables}
+        stores: list = []
+        for t in tables:
+            if not any(t.store is s for s in stores):
+                stores.append(t.store)
+        self._descriptions = {
+            t.name: handlers.table_description(
+                t, next(i for i, s in enumerate(stores) if s is t.store)
+            )
+            for t in tables
+        }
+        self.endpoint = auth.endpoint(bind, port)
+        self._loopback = auth.is_loopback(self.endpoint)
+        if not self._loopback and curve_secret_key is None and not insecure:
+            raise InvalidArgumentError(
+                f"bind={bind!r} is not a loopback address: give curve_secret_key= (keys from "
+                "`rlreplay keygen`) so clients must authenticate, or insecure=True to serve "
+                "without authentication on purpose"
+            )
+        self.curve_secret_key = curve_secret_key
+        self.authorized_keys = authorized_keys
+        self.insecure = insecure
+        self.metrics_port = metrics_port
+        self.recheck_s = recheck_s
+        self.address: str | None = None
+        self._ctx: zmq.Context | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+        self._parked: list[handlers.Job] = []
+        self._sessions: dict[int, tuple[WriterSession, float]] = {}
+        self._rates = {n: deque(maxlen=12) for n in self.tables}
+        self._metrics_server = None
+
+    # ----------------------------------------------------------- lifecycle
+    def start(self) -> Server:
+        """Bind the socket and start serving in a background thread; returns ``self``.
+
+        Raises:
+            ClosedError: if the server was already started.
+            zmq.ZMQError: if the address cannot be bound.
+        """
+        if self._thread is not None:
+            raise ClosedError("the server was already started; create a new Server")
+        self._ctx = zmq.Context()
+        self._auth = None
+        sock = self._ctx.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, 1000)
+        sock.setsockopt(zmq.RCVHWM, 1000)
+        if self.curve_secret_key is not None:
+            self._auth = auth.start_curve(
+                self._ctx, sock, self.curve_secret_key, self.authorized_keys
+            )
+        elif not self._loopback:
+            log.warning(
+                "serving %s WITHOUT authentication or encryption (insecure=True): anyone who "
+                "can reach this address can read and change the tables",
+                self.endpoint,
+            )
+        try:
+            self.address = auth.bind(sock, self.endpoint)
+        except Exception:
+            sock.close()
+            self._shutdown_context()
+            raise
+        self._wake = self._ctx.socket(zmq.PAIR)
+        self._wake.bind(f"inproc://rlreplay-wake-{id(self)}")
+        self._sock = sock
+        self._thread = threading.Thread(target=self._run, name="rlreplay-server", daemon=True)
+        self._thread.start()
+        self._started.wait()
+        if self.metrics_port is not None:
+            from rlreplay.net import metrics
+
+            self._metrics_server = metrics.serve(self, self.metrics_port)
+        log.info("rlreplay server on %s serving %s", self.address, list(self.tables))
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop serving: parked calls get ClosedError replies, sockets close. Idempotent."""
+        if self._thread is None or self._stopping.is_set():
+            if self._thread is not None:
+                self._thread.join(timeout)
+            return
+        self._stopping.set()
+        try:
+            waker = self._ctx.socket(zmq.PAIR)
+            waker.connect(f"inproc://rlreplay-wake-{id(self)}")
+            waker.send(b"")
+            waker.close()
+        except zmq.ZMQError:
+            pass
+        self._thread.join(timeout)
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+        self._shutdown_context()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the server stops (or ``timeout`` seconds); True if it stopped."""
+        if self._thread is None:
+            return True
+        end = None if timeout is None else time.monotonic() + timeout
+        while self._thread.is_alive():
+            left = 0.2 if end is None else min(0.2, end - time.monotonic())
+            if left <= 0:
+                return False
+            self._thread.join(left)
+        return True
+
+    def _shutdown_context(self) -> None:
+        if self._auth is not None:
+            self._auth.stop()
+            self._auth = None
+        if self._ctx is not None:
+            self._ctx.destroy(linger=0)
+            self._ctx = None
+
+    def __enter__(self) -> Server:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------ dispatcher
+    def _run(self) -> None:
+        sock, wake = self._sock, self._wake
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(wake, zmq.POLLIN)
+        self._started.set()
+        next_snapshot = 0.0
+        try:
+            while not self._stopping.is_set():
+                now = time.monotonic()
+                if now >= next_snapshot:
+                    self._snapshot(now)
+                    next_snapshot = now + 1.0
+                wait = next_snapshot - now
+                if self._parked:
+                    wait = min(wait, self.recheck_s)
+                    deadlines = [j.deadline for j in self._parked if j.deadline is not None]
+                    if deadlines:
+                        wait = min(wait, max(0.0, min(deadlines) - now))
+                events = dict(poller.poll(int(wait * 1000) + 1))
+                if sock in events:
+                    for _ in range(256):
+                        try:
+                            frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                        except zmq.Again:
+                            break
+                        self._handle(frames)
+                if self._parked:
+                    self._retry_parked()
+                    self._expire_parked()
+        except zmq.ContextTerminated:
+            pass
+        except BaseException as exc:  # keep the reason for the log
+            self._error = exc
+            log.exception("rlreplay server dispatcher failed")
+        finally:
+            for job in self._parked:
+                self._reply_error(job.identity, job.rid, ClosedError("the server is stopping"))
+            self._parked.clear()
+            sock.close(linger=0)
+            wake.close(linger=0)
+
+    def _send(self, identity: Any, frames: list) -> None:
+        try:
+            self._sock.send_multipart([identity, *frames], zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            log.warning("dropped a reply to a client that is not reading (queue full)")
+        except zmq.ZMQError as exc:
+            log.warning("could not reply to a client: %s", exc)
+
+    def _reply(self, identity: Any, rid: Any, header: dict, arrays: dict | None) -> None:
+        header["id"] = rid
+        header["ok"] = True
+        self._send(identity, wire.encode(header, arrays))
+
+    def _reply_error(self, identity: Any, rid: Any, exc: BaseException) -> None:
+        header = {"id": rid, "ok": False, "code": wire.error_code(exc), "message": str(exc)}
+        self._send(identity, wire.encode(header))
+
+    def _handle(self, frames: list) -> bool:
+        """Serve one request; returns True if it may have changed a table."""
+        identity, body = frames[0], frames[1:]
+        rid = None
+        try:
+            header, arrays = wire.decode(body)
+            rid = header.get("id")
+            op = header.get("op")
+            method = getattr(self, f"_op_{op}", None) if isinstance(op, str) else None
+            if method is None:
+                raise ProtocolError(f"unknown operation {describe(op)}")
+            result = method(header, arrays)
+            if isinstance(result, handlers.Job):
+                result.identity, result.rid = identity, rid
+                reply = result.attempt()
+                if reply is None:
+                    result.parked_at = time.monotonic()
+                    self._parked.append(result)
+                else:
+                    self._reply(identity, rid, *reply)
+            elif not header.get("noreply"):
+                self._reply(identity, rid, *result)
+            return op in MUTATING
+        except ReplayError as exc:
+            self._reply_error(identity, rid, exc)
+        except Exception as exc:
+            log.exception("internal error serving a request")
+            self._reply_error(identity, rid, ReplayError(f"internal server error: {exc!r}"))
+        return True
+
+    def _retry_parked(self) -> None:
+        progress = True
+        while progress and self._parked:
+            progress = False
+            for job in list(self._parked):
+                try:
+                    reply = job.attempt()
+                except Exception as exc:
+                    if not isinstance(exc, ReplayError):
+                        log.exception("internal error resuming a parked request")
+                        exc = ReplayError(f"internal server error: {exc!r}")
+                    self._finish(job)
+                    self._abort_write(job)
+                    self._reply_error(job.identity, job.rid, exc)
+                    progress = True
+                    continue
+                if reply is not None:
+                    self._finish(job)
+                    self._reply(job.identity, job.rid, *reply)
+                    progress = True
+
+    def _expire_parked(self) -> None:
+        now = time.monotonic()
+        for job in list(self._parked):
+            if job.deadline is not None and now >= job.deadline:
+                waited = self._finish(job)
+                self._abort_write(job)
+                exc = RateLimiterTimeoutError(job.timeout_message(waited))
+                self._reply_error(job.identity, job.rid, exc)
+
+    def _finish(self, job: handlers.Job) -> float:
+        self._parked.remove(job)
+        waited = time.monotonic() - job.parked_at
+        with job.table.lock:
+            lim = job.table.rate_limiter
+            setattr(lim, job.counter, getattr(lim, job.counter) + waited)
+        return waited
+
+    def _abort_write(self, job: handlers.Job) -> None:
+        if isinstance(job, handlers.WriteJob):
+            job.abort()
+
+    def _snapshot(self, now: float) -> None:
+        for name, t in self.tables.items():
+            lim = t.rate_limiter
+            self._rates[name].append((now, lim.inserts, lim.samples))
+        idle = [w for w, (_, used) in self._sessions.items() if now - used > 3600]
+        for w in idle:
+            del self._sessions[w]

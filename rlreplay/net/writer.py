@@ -1,0 +1,427 @@
+"""The remote writer: the TrajectoryWriter interface over the network, in chunks.
+
+Steps are copied into per-field buffers as they are appended; the items created over them
+are buffered beside them. A chunk (steps plus items, in order) goes to the server in one
+message when a step arrives after ``chunk_steps`` steps are buffered (so the items over a
+chunk's last steps travel with it), on :meth:`flush` and on :meth:`close`; never one
+message per step. Up to ``max_in_flight`` chunks may await acknowledgement; the writer then
+waits for the oldest (backpressure from the server's rate limiters).
+
+Items are created on the server when their chunk arrives, so :meth:`create_item` returns
+``None`` (not a key) and a rate-limiter timeout or a bad item surfaces as a typed error
+from the call that waits for the chunk's acknowledgement (a later append, ``flush`` or
+``close``). If the caller never flushes, at most ``chunk_steps`` steps and their items stay
+buffered in this process until ``close()``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from rlreplay.errors import ClosedError, InvalidArgumentError, ReplayTimeoutError, describe
+from rlreplay.net.client import REPLY_GRACE_S, Client
+from rlreplay.table import _check_timeout
+
+_INF = float("inf")
+
+
+class RemoteTrajectoryWriter:
+    """Writes one stream of steps to served tables that share a step store.
+
+    Args:
+        client: the :class:`~rlreplay.Client`.
+        tables: table name(s) items will be created in.
+        history: steps an item may reach back (default: the longest item span).
+        chunk_steps: steps per message (the writer's buffer size).
+        max_in_flight: unacknowledged chunks allowed before the writer waits.
+        timeout: seconds a chunk may wait for the rate limiters on the server (``None``:
+            no limit); ``flush(timeout)`` overrides it for the chunk it sends.
+        keep_keys: collect the keys of acknowledged items in :attr:`keys`.
+
+    Raises:
+        InvalidArgumentError: for unknown tables, tables on different stores, or bad sizes.
+
+    Example:
+        >>> with client.trajectory_writer("replay") as writer:          # doctest: +SKIP
+        ...     writer.append({"obs": obs, "action": a, "reward": r})
+        ...     writer.create_item("replay", priority=1.0)
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        tables: str | Sequence[str],
+        *,
+        history: int | None = None,
+        chunk_steps: int = 1024,
+        max_in_flight: int = 4,
+        timeout: float | None = None,
+        keep_keys: bool = False,
+    ):
+        names = [tables] if isinstance(tables, str) else [getattr(t, "name", t) for t in tables]
+        if not names:
+            raise InvalidArgumentError("tables is empty; give at least one table name")
+        descs = [client.describe(n) for n in names]
+        if any(d["store"] != descs[0]["store"] for d in descs):
+            raise InvalidArgumentError(
+                f"tables {names} do not share one step store; a writer appends to one store"
+            )
+        if descs[0]["lanes"] != 1:
+            raise InvalidArgumentError("the tables' store has lanes > 1; use a vector adder")
+        capacity = descs[0]["store_capacity"]
+        self.spans = [int(d["span"]) for d in descs]
+        longest = max(self.spans)
+        history = longest if history is None else history
+        if not isinstance(history, int) or not longest <= history <= capacity:
+            raise InvalidArgumentError(
+                f"history={describe(history)} must be an int in [{longest} (the longest item "
+                f"span), {capacity} (the store capacity)]"
+            )
+        if not isinstance(chunk_steps, int) or not 1 <= chunk_steps <= capacity - history:
+            raise InvalidArgumentError(
+                f"chunk_steps={describe(chunk_steps)} must be an int in [1, "
+                f"{capacity - history}] (store capacity minus history)"
+            )
+        if not isinstance(max_in_flight, int) or max_in_flight < 1:
+            raise InvalidArgumentError(f"max_in_flight={describe(max_in_flight)} must be >= 1")
+        self.client = client
+        self.table_names = names
+        self._index = {n: i for i, n in enumerate(names)}
+        self.signature = client.signature(names[0])
+        self.history = history
+        self.chunk_steps = chunk_steps
+        self.max_in_flight = max_in_flight
+        self.timeout = _check_timeout(timeout)
+        self.keys: list[np.ndarray] | None = [] if keep_keys else None
+        self.items_acknowledged = 0
+        self._id = random.getrandbits(62)
+        self._fields = [(p, s.shape, s.dtype) for p, s in self.signature.fields.items()]
+        self._paths = set(self.signature.paths)
+        self._stream = 0  # stream index of the next step
+        self._chunk_first = 0
+        self._episode_start = 0
+        self._episode_starts: list[int] = []
+        self._items: list[tuple[int, int, float, int]] = []  # table, anchor, priority, length
+        self._anchors: list[set[int]] = [set() for _ in names]
+        self._top_anchor = [-1] * len(names)
+        self._prune_at = max(1024, 4 * history)
+        self._in_flight: deque[int] = deque()
+        self._closed = False
+        self._new_buffers()
+
+    @property
+    def tables(self) -> list:
+        """Handles of the writer's tables (``name`` and ``layout`` like local tables)."""
+        return [self.client.table(n) for n in self.table_names]
+
+    def _new_buffers(self) -> None:
+        # Per field: the bytes of each step (fields with a shape) or Python scalars (scalar
+        # fields). Copies are taken at append time, so callers may reuse their arrays.
+        self._parts: list[list] = [[] for _ in self._fields]
+        self._n = 0
+
+    @property
+    def episode_steps(self) -> int:
+        """Retained steps of the current episode an item may start at."""
+        return min(self.history, self._stream - self._episode_start)
+
+    # -------------------------------------------------------------- appending
+    def append(self, step: Mapping[str, Any], *, timeout: float | None = None) -> int:
+        """Buffer one step; returns its stream index (its position in this writer's stream).
+
+        ``timeout`` is accepted for interface compatibility; appends never wait here.
+
+        Raises:
+            SignatureError: if the step does not match the signature.
+            ClosedError: if the writer is closed.
+        """
+        if self._closed:
+            raise ClosedError("the writer is closed")
+        if self._n >= self.chunk_steps:
+            # A full chunk goes out when the next step arrives, so items created over its
+            # last steps travel with it.
+            self._send_chunk(self.timeout)
+        if step.keys() != self._paths:
+            return self._append_checked(step)
+        values = []
+        for path, shape, dtype in self._fields:
+            value = step[path]
+            # Fast path: arrays and numpy scalars of exactly the stored shape and dtype.
+            vtype = getattr(value, "dtype", None)
+            if (vtype is not dtype and vtype != dtype) or value.shape != shape:
+                return self._append_checked(step)
+            values.append(value)
+        for parts, value, (_, shape, _) in zip(self._parts, values, self._fields):
+            if shape:
+                parts.append(value.tobytes())
+            else:  # numpy scalars are immutable; 0-d arrays are not
+                parts.append(value[()] if value.__class__ is np.ndarray else value)
+        self._n += 1
+        self._stream += 1
+        return self._stream - 1
+
+    def _append_checked(self, step: Mapping[str, Any]) -> int:
+        flat = self.signature.check_step(step, "step")
+        for parts, (path, shape, dtype) in zip(self._parts, self._fields):
+            value = np.asarray(flat[path], dtype=dtype)
+            parts.append(value.tobytes() if shape else value[()])
+        return self._advance(1)
+
+    def append_batch(self, steps: Mapping[str, Any], *, timeout: float | None = None) -> int:
+        """Buffer consecutive steps (each field ``[n, ...]``); returns the first's index."""
+        if self._closed:
+            raise ClosedError("the writer is closed")
+        arrays, n = self.signature.check_batch(steps, "steps")
+        if n < 1:
+            raise InvalidArgumentError(f"steps hold {n} steps; append at least one")
+        arrays = {p: np.asarray(a, dtype=d) for (p, _, d), a in zip(self._fields, arrays.values())}
+        first = self._stream
+        done = 0
+        while done < n:
+            if self._n >= self.chunk_steps:
+                self._send_chunk(self.timeout)
+            take = min(n - done, self.chunk_steps - self._n)
+            for parts, (path, shape, _) in zip(self._parts, self._fields):
+                part = arrays[path][done : done + take]
+                if shape:
+                    parts.append(part.tobytes())
+                else:
+                    parts.extend(part)
+            self._advance(take)
+            done += take
+        return first
+
+    def _advance(self, k: int) -> int:
+        self._n += k
+        self._stream += k
+        return self._stream - 1
+
+    # ----------------------------------------------------------------- items
+    def create_item(
+        self,
+        table: str,
+        priority: float | None = None,
+        *,
+        start: int | None = None,
+        length: int | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Create an item over this stream's recent steps when the chunk reaches the server.
+
+        Args as :meth:`rlreplay.TrajectoryWriter.create_item`; ``timeout`` is accepted for
+        interface compatibility (the chunk's timeout is the writer's ``timeout``).
+
+        Raises:
+            InvalidArgumentError: for an unknown table, a ``start`` outside the retained
+                steps of this episode, an item needing steps not appended yet, or a second
+                item at the same anchor in one table.
+        """
+        t = self._index.get(table)
+        if start is None and length is None and t is not None and not self._closed:
+            # Fast path: an item ending at the latest step, anchors growing, float priority.
+            anchor = self._stream - self.spans[t]
+            if (
+                anchor >= self._episode_start
+                and anchor > self._top_anchor[t]
+                and (priority is None or (priority.__class__ is float and 0 <= priority < _INF))
+            ):
+                self._top_anchor[t] = anchor
+                seen = self._anchors[t]
+                seen.add(anchor)
+                if len(seen) > self._prune_at:
+                    self._anchors[t] = {a for a in seen if a >= self._stream - self.history}
+                self._items.append((t, anchor, math.nan if priority is None else priority, -1))
+                return
+        if self._closed:
+            raise ClosedError("the writer is closed")
+        if t is None:
+            t = self._index.get(getattr(table, "name", None))
+            if t is None:
+                raise InvalidArgumentError(
+                    f"table {getattr(table, 'name', table)!r} is not one of this writer's "
+                    f"tables {self.table_names}"
+                )
+        span = self.spans[t]
+        if length is not None:
+            if not isinstance(length, int) or not 1 <= length <= self.history:
+                raise InvalidArgumentError(
+                    f"length={describe(length)} must be an int in [1, history={self.history}]"
+                )
+            span = length
+        stream = self._stream
+        if start is None:
+            start = -span
+        elif not isinstance(start, int) or start >= 0:
+            raise InvalidArgumentError(f"start={describe(start)} must be a negative int")
+        retained = min(self.history, stream - self._episode_start)
+        if -start > retained:
+            raise InvalidArgumentError(
+                f"start={start} must satisfy |start| <= {retained} (the retained steps of "
+                "this episode)"
+            )
+        if start + span > 0:
+            raise InvalidArgumentError(
+                f"an item starting at start={start} spans {span} steps and would need "
+                f"{start + span} step(s) not appended yet"
+            )
+        anchor = stream + start
+        if anchor > self._top_anchor[t]:  # the common case: anchors only grow
+            self._top_anchor[t] = anchor
+        elif anchor in self._anchors[t]:
+            raise InvalidArgumentError(
+                f"table {self.table_names[t]!r} already gets an item anchored at that step; "
+                "a table holds at most one item per anchor step"
+            )
+        seen = self._anchors[t]
+        seen.add(anchor)
+        if len(seen) > self._prune_at:
+            low = stream - self.history
+            self._anchors[t] = {a for a in seen if a >= low}
+        if priority is None:
+            priority = math.nan
+        else:
+            priority = float(priority)
+            if not (math.isfinite(priority) and priority >= 0):
+                raise InvalidArgumentError(
+                    f"priority={priority} must be finite and >= 0 (e.g. abs(td_error) + 1e-6)"
+                )
+        self._items.append((t, anchor, priority, -1 if length is None else length))
+
+    def create_items(
+        self,
+        table: str,
+        priorities: Any = None,
+        *,
+        starts: Any,
+        lengths: Any = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Batch form of :meth:`create_item`: one item per entry of ``starts``.
+
+        Args:
+            table: one of the writer's tables (name or handle).
+            priorities: one priority per item, one for all, or ``None`` (default).
+            starts: negative indexes into this episode's retained steps, as ``start``.
+            lengths: per-item lengths (``None``: the layout's span for every item).
+            timeout: accepted for interface compatibility, as in :meth:`create_item`.
+
+        Raises:
+            InvalidArgumentError: as :meth:`create_item`; items before the bad one are kept.
+        """
+        starts = np.asarray(starts, dtype=np.int64).reshape(-1)
+        n = len(starts)
+        prios = [None] * n if priorities is None else np.broadcast_to(priorities, (n,)).tolist()
+        lens = [None] * n if lengths is None else np.broadcast_to(lengths, (n,)).tolist()
+        for start, priority, length in zip(starts.tolist(), prios, lens):
+            self.create_item(table, priority, start=start, length=length)
+
+    def end_episode(self) -> None:
+        """End the current episode: later items cannot reach the steps before this call."""
+        if self._stream != self._episode_start:
+            self._episode_start = self._stream
+            self._episode_starts.append(self._stream)
+            for seen in self._anchors:
+                seen.clear()
+            self._top_anchor = [self._stream - 1] * len(self._anchors)
+
+    # --------------------------------------------------------------- sending
+    def _send_chunk(self, timeout: float | None) -> None:
+        n = self._n
+        if n == 0 and not self._items:
+            return
+        while len(self._in_flight) >= self.max_in_flight:
+            self._wait_oldest(None if self.timeout is None else self.timeout + REPLY_GRACE_S)
+        first = self._chunk_first
+        arrays = {}
+        for parts, (path, shape, dtype) in zip(self._parts, self._fields):
+            if shape:
+                data = np.frombuffer(b"".join(parts), dtype=dtype).reshape(n, *shape)
+            else:
+                data = np.array(parts, dtype=dtype)
+            arrays["data/" + path] = data
+        if self._items:
+            items = np.array(self._items, dtype=np.float64)
+            arrays["item_table"] = items[:, 0].astype(np.int32)
+            arrays["item_anchor"] = items[:, 1].astype(np.int64)
+            arrays["item_priority"] = items[:, 2]
+            if (items[:, 3] >= 0).any():  # only layouts with per-item extents use lengths
+                arrays["item_length"] = items[:, 3].astype(np.int64)
+        starts = [s for s in self._episode_starts if first <= s < first + n]
+        header = {
+            "op": "write",
+            "writer": self._id,
+            "tables": self.table_names,
+            "history": self.history,
+            "first": first,
+            "n": n,
+            "episode_starts": starts,
+            "timeout": timeout,
+        }
+        self._in_flight.append(self.client._send(header, arrays))
+        self._episode_starts = [s for s in self._episode_starts if s >= first + n]
+        self._items = []
+        self._chunk_first = first + n
+        self._new_buffers()
+
+    def _wait_oldest(self, wait: float | None) -> None:
+        rid = self._in_flight.popleft()
+        _, arrays = self.client._wait(rid, wait)
+        keys = arrays["keys"]
+        self.items_acknowledged += len(keys)
+        if self.keys is not None:
+            self.keys.append(np.array(keys))
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything buffered and wait until the server has stored it.
+
+        Args:
+            timeout: seconds to wait (rate limiters included); ``None``: no limit.
+
+        Raises:
+            RateLimiterTimeoutError: if the server's limiter kept the chunk blocked.
+            ReplayTimeoutError: if acknowledgements did not arrive within ``timeout``.
+            ServerUnavailableError: if the server stopped answering.
+        """
+        if self._closed:
+            raise ClosedError("the writer is closed")
+        timeout = _check_timeout(timeout)
+        self._send_chunk(timeout if timeout is not None else self.timeout)
+        if timeout is None:
+            while self._in_flight:
+                self._wait_oldest(None)
+            return
+        import time
+
+        end = time.monotonic() + timeout + REPLY_GRACE_S
+        while self._in_flight:
+            left = end - time.monotonic()
+            if left <= 0:
+                raise ReplayTimeoutError(
+                    f"flush waited {timeout}s; {len(self._in_flight)} chunk(s) not yet stored"
+                )
+            self._wait_oldest(left)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush (waiting up to ``timeout``) and release the server-side stream state."""
+        if self._closed:
+            return
+        try:
+            self.flush(timeout)
+        finally:
+            self._closed = True
+            self.client._send({"op": "close_writer", "writer": self._id, "noreply": True})
+
+    def __enter__(self) -> RemoteTrajectoryWriter:
+        return self
+
+    def __exit__(self, exc_type, *exc: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self._closed = True
