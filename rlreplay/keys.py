@@ -68,3 +68,11 @@ def check_priorities(priorities: object, n: int, argument: str = "priorities") -
             "and >= 0 (e.g. abs(td_error) + 1e-6)"
         )
     return p
+
+
+def has_duplicates(slots: np.ndarray) -> bool:
+    """Whether any slot occurs twice (sorting is far cheaper than np.unique here)."""
+    if len(slots) < 2:
+        return False
+    ordered = np.sort(slots)
+    return bool((ordered[1:] == ordered[:-1]).any())

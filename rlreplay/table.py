@@ -4,70 +4,29 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from rlreplay.errors import (
     ClosedError,
-    DeadlockError,
-    EmptyTableError,
     InvalidArgumentError,
     RateLimiterTimeoutError,
     describe,
 )
-from rlreplay.gather import gather_variable
-from rlreplay.keys import SLOT_BITS, SLOT_MASK, check_priorities, make_keys, split_keys
+from rlreplay.item_draws import ItemDraws
+from rlreplay.item_slots import ItemSlots
+from rlreplay.keys import check_priorities, split_keys
 from rlreplay.layout import ItemLayout
 from rlreplay.rate_limiters import MinSize, Queue, RateLimiter
-from rlreplay.sample import Sample, SampleInfo
+from rlreplay.sample import Sample
 from rlreplay.selectors import Fifo, Lifo, Selector, Uniform
 from rlreplay.specs import Signature
 from rlreplay.storage import StepStore
+from rlreplay.table_checks import check_components
+from rlreplay.table_info import TableInfo
 
 OVERWRITE_POLICIES = ("evict", "block")
-
-
-def _has_duplicates(slots: np.ndarray) -> bool:
-    """Whether any slot occurs twice (sorting is far cheaper than np.unique here)."""
-    if len(slots) < 2:
-        return False
-    ordered = np.sort(slots)
-    return bool((ordered[1:] == ordered[:-1]).any())
-
-
-@dataclass
-class TableInfo:
-    """Counters and configuration of a table at one moment.
-
-    ``inserts`` and ``samples`` are the rate limiter's counts, since creation or the last
-    :meth:`Table.reset`; every other counter (deletes, evictions, stale keys, time blocked)
-    counts since the table was created.
-    """
-
-    name: str
-    size: int
-    max_size: int
-    store_capacity: int
-    stored_steps: int
-    sampler: str
-    remover: str
-    rate_limiter: dict
-    max_times_sampled: int
-    inserts: int
-    samples: int
-    deletes: int
-    evictions: int
-    overwrite_evictions: int
-    stale_updates: int
-    stale_deletes: int
-    insert_blocked_s: float
-    sample_blocked_s: float
-    index_bytes: int
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def _check_timeout(timeout: float | None) -> float | None:
@@ -81,7 +40,7 @@ def _check_timeout(timeout: float | None) -> float | None:
     return float(timeout)
 
 
-class Table:
+class Table(ItemSlots, ItemDraws):
     """A replay table: the central noun of rlreplay.
 
     An *item* is what a sampler picks: an anchor step in the table's :class:`StepStore`
@@ -189,38 +148,10 @@ class Table:
             check_priorities(default_priority, 1, "default_priority")
         self.sampler = sampler if sampler is not None else Uniform()
         self.remover = remover if remover is not None else Fifo()
-        for role, selector in (("sampler", self.sampler), ("remover", self.remover)):
-            if not isinstance(selector, Selector):
-                raise InvalidArgumentError(
-                    f"{role}={describe(selector)} is not a selector instance; give e.g. "
-                    f"{role}=Uniform() or {role}=Prioritized(0.6)"
-                )
-        if self.sampler is self.remover:
-            raise InvalidArgumentError(
-                "sampler and remover are the same object; give each its own instance"
-            )
         self.rate_limiter = rate_limiter if rate_limiter is not None else MinSize(1)
-        if not isinstance(self.rate_limiter, RateLimiter):
-            raise InvalidArgumentError(
-                f"rate_limiter={describe(rate_limiter)} is not a RateLimiter; give e.g. "
-                "MinSize(1) or SampleToInsertRatio(samples_per_insert, min_size_to_sample, "
-                "error_buffer)"
-            )
-        if self.rate_limiter.min_size_to_sample > self.max_size:
-            raise DeadlockError(
-                f"rate_limiter needs min_size_to_sample={self.rate_limiter.min_size_to_sample} "
-                f"items before any sample, but max_size={self.max_size} caps the table below "
-                "that, so every sample would wait forever; raise max_size or lower "
-                "min_size_to_sample"
-            )
-        limiter = self.rate_limiter
-        if 0 < max_times_sampled < limiter.samples_per_insert and limiter.max_diff < float("inf"):
-            raise DeadlockError(
-                f"rate_limiter wants samples_per_insert={limiter.samples_per_insert:g} samples "
-                f"per item, but max_times_sampled={max_times_sampled} removes each item sooner, "
-                "so inserts would stop at max_diff while samples wait on an empty table; "
-                "raise max_times_sampled or lower samples_per_insert"
-            )
+        check_components(
+            self.sampler, self.remover, self.rate_limiter, self.max_size, max_times_sampled
+        )
         self.max_times_sampled = max_times_sampled
         self.default_priority = default_priority
         self.on_overwrite = on_overwrite
@@ -484,192 +415,6 @@ class Table:
                 self._extent[slots] = extents
             return keys
 
-    def _check_lengths(self, lengths: Any, n: int) -> np.ndarray:
-        """Per-item extents as int64 (``span`` when not given)."""
-        span = self.layout.span
-        if lengths is None:
-            return np.full(n, span, dtype=np.int64)
-        if self._extent is None:
-            raise InvalidArgumentError(
-                f"lengths were given but table {self.name!r} has a fixed-span layout; per-item "
-                "lengths need from_end or pad windows"
-            )
-        arr = np.asarray(lengths)
-        if arr.dtype.kind not in "iu" or arr.shape not in ((), (n,)):
-            raise InvalidArgumentError(
-                f"lengths={describe(lengths)} must be {n} ints (one per item) or one int"
-            )
-        arr = np.broadcast_to(arr.astype(np.int64), (n,))
-        if n and (arr.min() < 1 or arr.max() > span):
-            raise InvalidArgumentError(
-                f"lengths={describe(arr.tolist())} must lie in [1, {span}] (the layout's span)"
-            )
-        return arr
-
-    def _append_rows_locked(
-        self, rows: dict, n: int, timeout: float | None, one_row: bool = False
-    ) -> int:
-        """Append rows to the store for :meth:`insert` (``one_row``: ``rows`` has no batch
-        axis), letting :meth:`_on_overwrite` defer the removal of the items whose slots
-        the new rows take."""
-        self._inserting = True
-        try:
-            if one_row:
-                return self.store._append_one_locked(rows, timeout)
-            return self.store._append_locked(rows, n, timeout)
-        except BaseException:
-            self._settle_deferred()
-            raise
-        finally:
-            self._inserting = False
-
-    def _settle_deferred(self) -> None:
-        """Remove the deferred items from the selectors (their slots are not reused)."""
-        deferred = self._deferred
-        if deferred is not None:
-            self._deferred = None
-            start, n = deferred
-            if n == 1:
-                self.sampler.delete_one(start)
-                self.remover.delete_one(start)
-            else:
-                slots = np.arange(start, start + n)
-                self.sampler.delete(slots)
-                self.remover.delete(slots)
-
-    def _insert_items_locked(
-        self, slots: np.ndarray, prios: np.ndarray | None, start: int | None = None
-    ) -> np.ndarray:
-        """Make items at ``slots`` (``slots == arange(start, start + n)`` when ``start``
-        is given, which lets per-slot state be written through slices)."""
-        n = len(slots)
-        if prios is None:
-            fill = self.default_priority
-            prios = np.empty(n)
-            prios.fill(self._max_priority if fill is None else fill)
-        else:
-            self._max_priority = max(self._max_priority, float(prios.max()))
-        excess = self.size + n - self.max_size
-        replacing = excess <= 0 and self._deferred is not None and self._deferred == (start, n)
-        if not replacing:
-            self._settle_deferred()
-        if excess > 0:
-            victims = self.remover.choose_victims(excess, self.rng)
-            self._remove_locked(victims)
-            self._counts["evictions"] += len(victims)
-        at = slots if start is None else slice(start, start + n)
-        generations = self._generation[at] + np.uint32(1)
-        self._generation[at] = generations
-        self._priority[at] = prios
-        self._times_sampled[at] = 0
-        self._live[at] = True
-        if replacing:
-            self._deferred = None
-            self.sampler.replace(slots, prios)
-            self.remover.replace(slots, prios)
-        else:
-            self.sampler.insert(slots, prios)
-            self.remover.insert(slots, prios)
-        self.size += n
-        self.rate_limiter.inserts += n
-        if self.lock._waiters:  # notify_all() costs microseconds even with nobody waiting
-            self.lock.notify_all()
-        return make_keys(slots, generations)
-
-    def _insert_one_locked(self, slot: int, prio: float | None) -> int:
-        """:meth:`_insert_items_locked` for one slot, in Python scalars; returns the key."""
-        if prio is None:
-            fill = self.default_priority
-            prio = self._max_priority if fill is None else float(fill)
-        elif prio > self._max_priority:
-            self._max_priority = prio
-        replacing = self.size < self.max_size and self._deferred == (slot, 1)
-        if not replacing:
-            self._settle_deferred()
-        if self.size >= self.max_size:
-            victims = self.remover.choose_victims(1, self.rng)
-            self._remove_locked(victims)
-            self._counts["evictions"] += len(victims)
-        generation = (int(self._generation[slot]) + 1) & SLOT_MASK
-        self._generation[slot] = generation
-        self._priority[slot] = prio
-        self._times_sampled[slot] = 0
-        self._live[slot] = True
-        if replacing:
-            self._deferred = None
-            self.sampler.replace_one(slot, prio)
-            self.remover.replace_one(slot, prio)
-        else:
-            self.sampler.insert_one(slot, prio)
-            self.remover.insert_one(slot, prio)
-        self.size += 1
-        self.rate_limiter.inserts += 1
-        if self.lock._waiters:  # notify_all() costs microseconds even with nobody waiting
-            self.lock.notify_all()
-        return generation << SLOT_BITS | slot
-
-    # ----------------------------------------------------------------- removal
-    def _remove_locked(self, slots: np.ndarray) -> None:
-        self._live[slots] = False
-        self.sampler.delete(slots)
-        self.remover.delete(slots)
-        self.size -= len(slots)
-
-    def _on_overwrite(self, start: int, n: int) -> None:
-        """Store hook: rows ``[start, start + n)`` (wrapping) are about to be overwritten."""
-        cap = self.store.capacity
-        if self._inserting and self._deferred is None and start + n <= cap:
-            # insert() is writing these rows: if every one holds an item, the new items
-            # take over their slots, so the selectors may keep the entries for them.
-            if n == 1:
-                held = self._live[start]
-                if held:
-                    self._live[start] = False
-            else:
-                live = self._live[start : start + n]
-                held = live.all()
-                if held:
-                    live[:] = False
-            if held:
-                self.size -= n
-                self._counts["overwrite_evictions"] += n
-                self._deferred = (start, n)
-                return
-        if n == 1:
-            if not self._live[start]:
-                return
-            self._live[start] = False
-            self.sampler.delete_one(start)
-            self.remover.delete_one(start)
-            self.size -= 1
-            self._counts["overwrite_evictions"] += 1
-            self.lock.notify_all()
-            return
-        end = start + n
-        if end <= cap:
-            doomed = np.flatnonzero(self._live[start:end]) + start
-        else:
-            doomed = np.concatenate(
-                [
-                    np.flatnonzero(self._live[start:]) + start,
-                    np.flatnonzero(self._live[: end - cap]),
-                ]
-            )
-        if len(doomed) == 0:
-            return
-        self._remove_locked(doomed)
-        self._counts["overwrite_evictions"] += len(doomed)
-        self.lock.notify_all()
-
-    def _blocks_overwrite(self, start: int, n: int) -> bool:
-        if self.on_overwrite != "block" or self.size == 0:
-            return False
-        cap = self.store.capacity
-        end = start + n
-        if end <= cap:
-            return bool(self._live[start:end].any())
-        return bool(self._live[start:].any() or self._live[: end - cap].any())
-
     # ----------------------------------------------------------------- sampling
     def sample(self, batch_size: int, *, timeout: float | None = None) -> Sample:
         """Draw ``batch_size`` items (with replacement for random samplers).
@@ -709,113 +454,6 @@ class Table:
                     "sample_blocked_s",
                 )
             return self._sample_locked(n)
-
-    def _sample_locked(self, n: int) -> Sample:
-        size = self.size
-        min_probability = self.sampler.min_probability()
-        if self.sampler.deterministic:
-            slots = self._deterministic_picks(n)
-            probabilities = np.ones(len(slots))
-        else:
-            slots, probabilities = self.sampler.sample(n, self.rng)
-            if self.max_times_sampled:
-                uniq, counts = np.unique(slots, return_counts=True)
-                left = self.max_times_sampled - self._times_sampled[uniq].astype(np.int64)
-                if (counts > left).any():
-                    slots, probabilities = self._sequential_picks(n)
-        priorities = self._priority[slots]
-        if self.max_times_sampled == 0 and not _has_duplicates(slots):
-            times = self._times_sampled[slots] + np.uint32(1)
-            self._times_sampled[slots] = times
-        else:
-            times = self._count_samples(slots)
-        keys = make_keys(slots, self._generation[slots])
-        data = self._gather(slots)
-        if self.max_times_sampled:
-            done = np.unique(slots[times >= self.max_times_sampled])
-            if len(done):
-                self._remove_locked(done)
-        self.rate_limiter.samples += len(slots)
-        self.lock.notify_all()
-        info = SampleInfo(keys, probabilities, priorities, times, size, min_probability)
-        return Sample(data, info)
-
-    def _count_samples(self, slots: np.ndarray) -> np.ndarray:
-        """Increment times_sampled; each entry sees the count as of its own draw."""
-        order = np.argsort(slots, kind="stable")
-        sorted_slots = slots[order]
-        starts = np.r_[0, np.flatnonzero(np.diff(sorted_slots)) + 1]
-        rank = np.arange(len(slots)) - np.repeat(starts, np.diff(np.r_[starts, len(slots)]))
-        times = np.empty(len(slots), dtype=np.int64)
-        times[order] = self._times_sampled[sorted_slots].astype(np.int64) + rank + 1
-        np.add.at(self._times_sampled, slots, 1)
-        return times
-
-    def _deterministic_picks(self, n: int) -> np.ndarray:
-        if self.max_times_sampled == 0:
-            return self.sampler.sample(n, self.rng)[0]
-        order = self.sampler.first(n)
-        left = self.max_times_sampled - self._times_sampled[order].astype(np.int64)
-        return np.repeat(order, left)[:n]
-
-    def _sequential_picks(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Draw one at a time, hiding exhausted items until the batch is complete.
-
-        The batch ends early when nothing drawable is left (every item hidden, or only
-        items of priority 0); hidden items always return to the sampler.
-        """
-        slots = np.empty(n, dtype=np.int64)
-        probs = np.empty(n)
-        hidden: list[int] = []
-        extra: dict[int, int] = {}
-        for i in range(n):
-            if self.sampler.size == 0:
-                slots, probs = slots[:i], probs[:i]
-                break
-            try:
-                s, p = self.sampler.sample(1, self.rng)
-            except EmptyTableError:
-                slots, probs = slots[:i], probs[:i]
-                break
-            s0 = int(s[0])
-            slots[i], probs[i] = s0, p[0]
-            extra[s0] = extra.get(s0, 0) + 1
-            if self._times_sampled[s0] + extra[s0] >= self.max_times_sampled:
-                self.sampler.delete(np.array([s0]))
-                hidden.append(s0)
-        if hidden:
-            arr = np.array(hidden)
-            self.sampler.insert(arr, self._priority[arr])
-        return slots, probs
-
-    def _plan_gather(self) -> list[tuple[str, str, int, np.ndarray | None]]:
-        """Per output field: (name, column, row offset of a one-step window, or None, and
-        the step offsets of a sequence window, or None)."""
-        lanes = self.store.lanes
-        plan = []
-        for name, win in self.layout.windows.items():
-            if win.length is None:
-                plan.append((name, win.column, win.offset * lanes, None))
-            else:
-                steps = (np.arange(win.length, dtype=np.int64) + win.offset) * lanes
-                plan.append((name, win.column, 0, steps))
-        return plan
-
-    def _gather(self, slots: np.ndarray) -> dict[str, np.ndarray]:
-        if self._extent is not None:
-            return gather_variable(self.store, self.layout, slots, self._extent[slots])
-        cols = self.store.columns
-        cap = self.store.capacity
-        out = {}
-        for name, column, offset, steps in self._gather_plan:
-            col = cols[column]
-            if steps is None:
-                rows = slots if offset == 0 else (slots + offset) % cap
-            else:
-                rows = (slots[:, None] + steps) % cap
-            # take() is faster than fancy indexing for rows of more than one value.
-            out[name] = col[rows] if col.ndim == 1 else np.take(col, rows, axis=0)
-        return out
 
     # ------------------------------------------------------ priorities, deletes
     def update_priorities(self, keys: Any, priorities: Any) -> int:
@@ -858,38 +496,6 @@ class Table:
                 self.lock.notify_all()
             return len(slots)
 
-    def _current(self, slots, gens, values, stale_counter):
-        """Keep the last occurrence of each held key; count the stale ones.
-
-        Raises:
-            InvalidArgumentError: for a key this table never issued (generation 0 or newer
-                than its slot's); nothing is counted or changed then.
-        """
-        current = self._generation[slots]
-        unissued = (gens < 1) | (gens > current)
-        if unissued.any():
-            bad = make_keys(slots[unissued], gens[unissued])
-            raise InvalidArgumentError(
-                f"keys contains {describe(bad[:4].tolist())}, which this table never issued; "
-                "pass keys taken from this table's samples or inserts"
-            )
-        held = self._live[slots] & (current == gens)
-        n_held = int(np.count_nonzero(held))
-        if n_held != len(slots):
-            self._counts[stale_counter] += len(slots) - n_held
-            slots = slots[held]
-            values = None if values is None else values[held]
-        if len(slots) > 1 and _has_duplicates(slots):
-            order = np.argsort(slots, kind="stable")
-            ordered = slots[order]
-            last = np.empty(len(slots), dtype=bool)
-            last[-1] = True
-            np.not_equal(ordered[1:], ordered[:-1], out=last[:-1])
-            keep = order[last]  # the last occurrence of each slot, in slot order
-            slots = slots[keep]
-            values = None if values is None else values[keep]
-        return slots, values
-
     # ----------------------------------------------------------- housekeeping
     def reset(self) -> None:
         """Remove every item and zero the rate limiter's counts (stored steps stay)."""
@@ -911,11 +517,6 @@ class Table:
         with self.lock:
             self._closed = True
             self.lock.notify_all()
-
-    def index_nbytes(self) -> int:
-        """Bytes of item bookkeeping (per-slot state, sampler and remover indexes)."""
-        own = (self._priority, self._times_sampled, self._generation, self._live)
-        return sum(a.nbytes for a in own) + self.sampler.nbytes() + self.remover.nbytes()
 
     def info(self) -> TableInfo:
         """A snapshot of the table's counters and configuration."""

@@ -1,0 +1,128 @@
+"""Item draws: choosing which items a sample returns and reading their data.
+
+Random samplers draw a whole batch at once; when ``max_times_sampled`` would be exceeded
+within the batch the draw falls back to one item at a time, so a batch always behaves as
+consecutive single samples. Deterministic samplers (Fifo, Lifo, heaps) return their first
+items in order. :class:`ItemDraws` is a part of :class:`rlreplay.table.Table` and relies on
+the attributes ``Table.__init__`` sets; every method here expects the table's lock held.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rlreplay.errors import EmptyTableError
+from rlreplay.gather import gather_variable
+from rlreplay.keys import has_duplicates, make_keys
+from rlreplay.sample import Sample, SampleInfo
+
+
+class ItemDraws:
+    """Selection of sampled items and the gather of their windows (lock held)."""
+
+    def _sample_locked(self, n: int) -> Sample:
+        size = self.size
+        min_probability = self.sampler.min_probability()
+        if self.sampler.deterministic:
+            slots = self._deterministic_picks(n)
+            probabilities = np.ones(len(slots))
+        else:
+            slots, probabilities = self.sampler.sample(n, self.rng)
+            if self.max_times_sampled:
+                uniq, counts = np.unique(slots, return_counts=True)
+                left = self.max_times_sampled - self._times_sampled[uniq].astype(np.int64)
+                if (counts > left).any():
+                    slots, probabilities = self._sequential_picks(n)
+        priorities = self._priority[slots]
+        if self.max_times_sampled == 0 and not has_duplicates(slots):
+            times = self._times_sampled[slots] + np.uint32(1)
+            self._times_sampled[slots] = times
+        else:
+            times = self._count_samples(slots)
+        keys = make_keys(slots, self._generation[slots])
+        data = self._gather(slots)
+        if self.max_times_sampled:
+            done = np.unique(slots[times >= self.max_times_sampled])
+            if len(done):
+                self._remove_locked(done)
+        self.rate_limiter.samples += len(slots)
+        self.lock.notify_all()
+        info = SampleInfo(keys, probabilities, priorities, times, size, min_probability)
+        return Sample(data, info)
+
+    def _count_samples(self, slots: np.ndarray) -> np.ndarray:
+        """Increment times_sampled; each entry sees the count as of its own draw."""
+        order = np.argsort(slots, kind="stable")
+        sorted_slots = slots[order]
+        starts = np.r_[0, np.flatnonzero(np.diff(sorted_slots)) + 1]
+        rank = np.arange(len(slots)) - np.repeat(starts, np.diff(np.r_[starts, len(slots)]))
+        times = np.empty(len(slots), dtype=np.int64)
+        times[order] = self._times_sampled[sorted_slots].astype(np.int64) + rank + 1
+        np.add.at(self._times_sampled, slots, 1)
+        return times
+
+    def _deterministic_picks(self, n: int) -> np.ndarray:
+        if self.max_times_sampled == 0:
+            return self.sampler.sample(n, self.rng)[0]
+        order = self.sampler.first(n)
+        left = self.max_times_sampled - self._times_sampled[order].astype(np.int64)
+        return np.repeat(order, left)[:n]
+
+    def _sequential_picks(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Draw one at a time, hiding exhausted items until the batch is complete.
+
+        The batch ends early when nothing drawable is left (every item hidden, or only
+        items of priority 0); hidden items always return to the sampler.
+        """
+        slots = np.empty(n, dtype=np.int64)
+        probs = np.empty(n)
+        hidden: list[int] = []
+        extra: dict[int, int] = {}
+        for i in range(n):
+            if self.sampler.size == 0:
+                slots, probs = slots[:i], probs[:i]
+                break
+            try:
+                s, p = self.sampler.sample(1, self.rng)
+            except EmptyTableError:
+                slots, probs = slots[:i], probs[:i]
+                break
+            s0 = int(s[0])
+            slots[i], probs[i] = s0, p[0]
+            extra[s0] = extra.get(s0, 0) + 1
+            if self._times_sampled[s0] + extra[s0] >= self.max_times_sampled:
+                self.sampler.delete(np.array([s0]))
+                hidden.append(s0)
+        if hidden:
+            arr = np.array(hidden)
+            self.sampler.insert(arr, self._priority[arr])
+        return slots, probs
+
+    def _plan_gather(self) -> list[tuple[str, str, int, np.ndarray | None]]:
+        """Per output field: (name, column, row offset of a one-step window, or None, and
+        the step offsets of a sequence window, or None)."""
+        lanes = self.store.lanes
+        plan = []
+        for name, win in self.layout.windows.items():
+            if win.length is None:
+                plan.append((name, win.column, win.offset * lanes, None))
+            else:
+                steps = (np.arange(win.length, dtype=np.int64) + win.offset) * lanes
+                plan.append((name, win.column, 0, steps))
+        return plan
+
+    def _gather(self, slots: np.ndarray) -> dict[str, np.ndarray]:
+        if self._extent is not None:
+            return gather_variable(self.store, self.layout, slots, self._extent[slots])
+        cols = self.store.columns
+        cap = self.store.capacity
+        out = {}
+        for name, column, offset, steps in self._gather_plan:
+            col = cols[column]
+            if steps is None:
+                rows = slots if offset == 0 else (slots + offset) % cap
+            else:
+                rows = (slots[:, None] + steps) % cap
+            # take() is faster than fancy indexing for rows of more than one value.
+            out[name] = col[rows] if col.ndim == 1 else np.take(col, rows, axis=0)
+        return out

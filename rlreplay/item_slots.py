@@ -1,0 +1,243 @@
+"""Item slots: the per-slot state of a table's items and how it changes.
+
+A table holds at most one item per anchor step, in the slot equal to the anchor's row in
+the step store. This module keeps that state consistent with the sampler and the remover:
+creating items, removing them, and handing over the slots of items whose steps the store
+overwrites. :class:`ItemSlots` is a part of :class:`rlreplay.table.Table` and relies on the
+attributes ``Table.__init__`` sets; every method here expects the table's lock to be held.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.keys import SLOT_BITS, SLOT_MASK, has_duplicates, make_keys
+
+
+class ItemSlots:
+    """Creation, removal and overwrite hand-over of a table's items (lock held)."""
+
+    def _check_lengths(self, lengths: Any, n: int) -> np.ndarray:
+        """Per-item extents as int64 (``span`` when not given)."""
+        span = self.layout.span
+        if lengths is None:
+            return np.full(n, span, dtype=np.int64)
+        if self._extent is None:
+            raise InvalidArgumentError(
+                f"lengths were given but table {self.name!r} has a fixed-span layout; per-item "
+                "lengths need from_end or pad windows"
+            )
+        arr = np.asarray(lengths)
+        if arr.dtype.kind not in "iu" or arr.shape not in ((), (n,)):
+            raise InvalidArgumentError(
+                f"lengths={describe(lengths)} must be {n} ints (one per item) or one int"
+            )
+        arr = np.broadcast_to(arr.astype(np.int64), (n,))
+        if n and (arr.min() < 1 or arr.max() > span):
+            raise InvalidArgumentError(
+                f"lengths={describe(arr.tolist())} must lie in [1, {span}] (the layout's span)"
+            )
+        return arr
+
+    def _append_rows_locked(
+        self, rows: dict, n: int, timeout: float | None, one_row: bool = False
+    ) -> int:
+        """Append rows to the store for :meth:`insert` (``one_row``: ``rows`` has no batch
+        axis), letting :meth:`_on_overwrite` defer the removal of the items whose slots
+        the new rows take."""
+        self._inserting = True
+        try:
+            if one_row:
+                return self.store._append_one_locked(rows, timeout)
+            return self.store._append_locked(rows, n, timeout)
+        except BaseException:
+            self._settle_deferred()
+            raise
+        finally:
+            self._inserting = False
+
+    def _settle_deferred(self) -> None:
+        """Remove the deferred items from the selectors (their slots are not reused)."""
+        deferred = self._deferred
+        if deferred is not None:
+            self._deferred = None
+            start, n = deferred
+            if n == 1:
+                self.sampler.delete_one(start)
+                self.remover.delete_one(start)
+            else:
+                slots = np.arange(start, start + n)
+                self.sampler.delete(slots)
+                self.remover.delete(slots)
+
+    def _insert_items_locked(
+        self, slots: np.ndarray, prios: np.ndarray | None, start: int | None = None
+    ) -> np.ndarray:
+        """Make items at ``slots`` (``slots == arange(start, start + n)`` when ``start``
+        is given, which lets per-slot state be written through slices)."""
+        n = len(slots)
+        if prios is None:
+            fill = self.default_priority
+            prios = np.empty(n)
+            prios.fill(self._max_priority if fill is None else fill)
+        else:
+            self._max_priority = max(self._max_priority, float(prios.max()))
+        excess = self.size + n - self.max_size
+        replacing = excess <= 0 and self._deferred is not None and self._deferred == (start, n)
+        if not replacing:
+            self._settle_deferred()
+        if excess > 0:
+            victims = self.remover.choose_victims(excess, self.rng)
+            self._remove_locked(victims)
+            self._counts["evictions"] += len(victims)
+        at = slots if start is None else slice(start, start + n)
+        generations = self._generation[at] + np.uint32(1)
+        self._generation[at] = generations
+        self._priority[at] = prios
+        self._times_sampled[at] = 0
+        self._live[at] = True
+        if replacing:
+            self._deferred = None
+            self.sampler.replace(slots, prios)
+            self.remover.replace(slots, prios)
+        else:
+            self.sampler.insert(slots, prios)
+            self.remover.insert(slots, prios)
+        self.size += n
+        self.rate_limiter.inserts += n
+        if self.lock._waiters:  # notify_all() costs microseconds even with nobody waiting
+            self.lock.notify_all()
+        return make_keys(slots, generations)
+
+    def _insert_one_locked(self, slot: int, prio: float | None) -> int:
+        """:meth:`_insert_items_locked` for one slot, in Python scalars; returns the key."""
+        if prio is None:
+            fill = self.default_priority
+            prio = self._max_priority if fill is None else float(fill)
+        elif prio > self._max_priority:
+            self._max_priority = prio
+        replacing = self.size < self.max_size and self._deferred == (slot, 1)
+        if not replacing:
+            self._settle_deferred()
+        if self.size >= self.max_size:
+            victims = self.remover.choose_victims(1, self.rng)
+            self._remove_locked(victims)
+            self._counts["evictions"] += len(victims)
+        generation = (int(self._generation[slot]) + 1) & SLOT_MASK
+        self._generation[slot] = generation
+        self._priority[slot] = prio
+        self._times_sampled[slot] = 0
+        self._live[slot] = True
+        if replacing:
+            self._deferred = None
+            self.sampler.replace_one(slot, prio)
+            self.remover.replace_one(slot, prio)
+        else:
+            self.sampler.insert_one(slot, prio)
+            self.remover.insert_one(slot, prio)
+        self.size += 1
+        self.rate_limiter.inserts += 1
+        if self.lock._waiters:  # notify_all() costs microseconds even with nobody waiting
+            self.lock.notify_all()
+        return generation << SLOT_BITS | slot
+
+    def _remove_locked(self, slots: np.ndarray) -> None:
+        self._live[slots] = False
+        self.sampler.delete(slots)
+        self.remover.delete(slots)
+        self.size -= len(slots)
+
+    def _on_overwrite(self, start: int, n: int) -> None:
+        """Store hook: rows ``[start, start + n)`` (wrapping) are about to be overwritten."""
+        cap = self.store.capacity
+        if self._inserting and self._deferred is None and start + n <= cap:
+            # insert() is writing these rows: if every one holds an item, the new items
+            # take over their slots, so the selectors may keep the entries for them.
+            if n == 1:
+                held = self._live[start]
+                if held:
+                    self._live[start] = False
+            else:
+                live = self._live[start : start + n]
+                held = live.all()
+                if held:
+                    live[:] = False
+            if held:
+                self.size -= n
+                self._counts["overwrite_evictions"] += n
+                self._deferred = (start, n)
+                return
+        if n == 1:
+            if not self._live[start]:
+                return
+            self._live[start] = False
+            self.sampler.delete_one(start)
+            self.remover.delete_one(start)
+            self.size -= 1
+            self._counts["overwrite_evictions"] += 1
+            self.lock.notify_all()
+            return
+        end = start + n
+        if end <= cap:
+            doomed = np.flatnonzero(self._live[start:end]) + start
+        else:
+            doomed = np.concatenate(
+                [
+                    np.flatnonzero(self._live[start:]) + start,
+                    np.flatnonzero(self._live[: end - cap]),
+                ]
+            )
+        if len(doomed) == 0:
+            return
+        self._remove_locked(doomed)
+        self._counts["overwrite_evictions"] += len(doomed)
+        self.lock.notify_all()
+
+    def _blocks_overwrite(self, start: int, n: int) -> bool:
+        if self.on_overwrite != "block" or self.size == 0:
+            return False
+        cap = self.store.capacity
+        end = start + n
+        if end <= cap:
+            return bool(self._live[start:end].any())
+        return bool(self._live[start:].any() or self._live[: end - cap].any())
+
+    def _current(self, slots, gens, values, stale_counter):
+        """Keep the last occurrence of each held key; count the stale ones.
+
+        Raises:
+            InvalidArgumentError: for a key this table never issued (generation 0 or newer
+                than its slot's); nothing is counted or changed then.
+        """
+        current = self._generation[slots]
+        unissued = (gens < 1) | (gens > current)
+        if unissued.any():
+            bad = make_keys(slots[unissued], gens[unissued])
+            raise InvalidArgumentError(
+                f"keys contains {describe(bad[:4].tolist())}, which this table never issued; "
+                "pass keys taken from this table's samples or inserts"
+            )
+        held = self._live[slots] & (current == gens)
+        n_held = int(np.count_nonzero(held))
+        if n_held != len(slots):
+            self._counts[stale_counter] += len(slots) - n_held
+            slots = slots[held]
+            values = None if values is None else values[held]
+        if len(slots) > 1 and has_duplicates(slots):
+            order = np.argsort(slots, kind="stable")
+            ordered = slots[order]
+            last = np.empty(len(slots), dtype=bool)
+            last[-1] = True
+            np.not_equal(ordered[1:], ordered[:-1], out=last[:-1])
+            keep = order[last]  # the last occurrence of each slot, in slot order
+            slots = slots[keep]
+            values = None if values is None else values[keep]
+        return slots, values
+
+    def index_nbytes(self) -> int:
+        """Bytes of item bookkeeping (per-slot state, sampler and remover indexes)."""
+        own = (self._priority, self._times_sampled, self._generation, self._live)
+        return sum(a.nbytes for a in own) + self.sampler.nbytes() + self.remover.nbytes()
