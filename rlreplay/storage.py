@@ -196,8 +196,8 @@ class StepStore:
 
     def _append_one_locked(self, step: Mapping[str, Any], timeout: float | None = None) -> int:
         """:meth:`append_one` with the lock held (values may be Python scalars)."""
-        first = self.next_id
-        row = self._make_room(1, timeout) if first >= self.capacity else first
+        row = self._make_room(1, timeout) if self.next_id >= self.capacity else self.next_id
+        first = self.next_id  # read after _make_room, which may wait for other appends
         for path, col in self.columns.items():
             col[row] = step[path]
         self.next_id = first + 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -358,10 +359,39 @@ class Table(ItemSlots, ItemDraws):
                 an item at that anchor, the length or the priority is invalid.
             RateLimiterTimeoutError: if the limiter blocked the insert for ``timeout``.
         """
-        lengths = None if length is None else np.array([length])
-        return int(
-            self.create_items(np.array([anchor_id]), priority, lengths=lengths, timeout=timeout)[0]
-        )
+        if length is not None or self._extent is not None:
+            lengths = None if length is None else np.array([length])
+            keys = self.create_items([anchor_id], priority, lengths=lengths, timeout=timeout)
+            return int(keys[0])
+        # One item of a fixed-span layout: the same checks in Python scalars.
+        if priority is not None:
+            if isinstance(priority, (int, float)) and 0 <= priority < math.inf:
+                priority = float(priority)
+            else:
+                priority = float(check_priorities(priority, 1)[0])
+        timeout = _check_timeout(timeout)
+        store = self.store
+        anchor = int(anchor_id)
+        with self.lock:
+            limiter = self.rate_limiter
+            if self._closed or not limiter.can_insert(1, self.size):
+                self._wait_for(
+                    lambda: limiter.can_insert(1, self.size), timeout, "insert", "insert_blocked_s"
+                )
+            last = anchor + (self.layout.span - 1) * store.lanes
+            if anchor < store.oldest_id or last >= store.next_id:
+                raise InvalidArgumentError(
+                    f"anchor id {anchor} with span {self.layout.span} reaches outside the "
+                    f"stored steps [{store.oldest_id}, {store.next_id}); create items only over "
+                    "steps already appended and not yet overwritten"
+                )
+            slot = anchor % store.capacity
+            if self._live[slot]:
+                raise InvalidArgumentError(
+                    f"table {self.name!r} already holds an item anchored at step {anchor}; a "
+                    "table holds at most one item per anchor step"
+                )
+            return self._insert_one_locked(slot, priority)
 
     def create_items(
         self,

@@ -84,8 +84,8 @@ class TrajectoryWriter:
             ReplayTimeoutError: if a queue table kept the store from overwriting for
                 ``timeout`` seconds.
         """
-        flat = self.store.signature.check_step(step, "step")
-        return self._append({p: a[None] for p, a in flat.items()}, 1, timeout)
+        row = self.store.signature.check_row(step, "step")
+        return self._append(row, None, timeout)
 
     def append_batch(self, steps: Mapping[str, Any], *, timeout: float | None = None) -> int:
         """Append consecutive steps of this stream (each field ``[n, ...]``); returns the
@@ -97,15 +97,21 @@ class TrajectoryWriter:
             )
         return self._append(arrays, n, timeout)
 
-    def _append(self, arrays: dict, n: int, timeout: float | None) -> int:
+    def _append(self, arrays: dict, n: int | None, timeout: float | None) -> int:
+        """Append ``n`` steps (``None``: one step without a batch axis) after this
+        stream's previous step, copying its context first if another stream came between."""
         if self._closed:
             raise ClosedError("the writer is closed")
         store = self.store
         with store.lock:
             if self._ids and self._ids[-1] != store.next_id - 1:
                 self._reappend_context(timeout)
-            first = store._append_locked(arrays, n, timeout)
-        self._ids.extend(range(first, first + n))
+            if n is None:
+                first = store._append_one_locked(arrays, timeout)
+                self._ids.append(first)
+            else:
+                first = store._append_locked(arrays, n, timeout)
+                self._ids.extend(range(first, first + n))
         return first
 
     def _reappend_context(self, timeout: float | None) -> None:
