@@ -22,8 +22,6 @@ def test_short_dqn_clearly_beats_a_random_policy():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2])
-def test_longer_dqn_nearly_solves_cartpole(seed, request):
-    if "slow" not in (request.config.option.markexpr or ""):
-        pytest.skip("slow learning check: run with -m slow")
+def test_longer_dqn_nearly_solves_cartpole(seed):
     result = train_dqn(DqnConfig(env_steps=60_000, eps_end_step=15_000, seed=seed))
     assert result["eval_return"] > 300.0, result

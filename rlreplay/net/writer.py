@@ -38,7 +38,8 @@ class RemoteTrajectoryWriter:
         client: the :class:`~rlreplay.Client`.
         tables: table name(s) items will be created in.
         history: steps an item may reach back (default: the longest item span).
-        chunk_steps: steps per message (the writer's buffer size).
+        chunk_steps: steps per message (the writer's buffer size); default 1024, or less
+            when the store is small (at most its capacity minus ``history``).
         max_in_flight: unacknowledged chunks allowed before the writer waits.
         timeout: seconds a chunk may wait for the rate limiters on the server (``None``:
             no limit); ``flush(timeout)`` overrides it for the chunk it sends.
@@ -59,7 +60,7 @@ class RemoteTrajectoryWriter:
         tables: str | Sequence[str],
         *,
         history: int | None = None,
-        chunk_steps: int = 1024,
+        chunk_steps: int | None = None,
         max_in_flight: int = 4,
         timeout: float | None = None,
         keep_keys: bool = False,
@@ -83,6 +84,8 @@ class RemoteTrajectoryWriter:
                 f"history={describe(history)} must be an int in [{longest} (the longest item "
                 f"span), {capacity} (the store capacity)]"
             )
+        if chunk_steps is None:
+            chunk_steps = max(1, min(1024, capacity - history))
         if not isinstance(chunk_steps, int) or not 1 <= chunk_steps <= capacity - history:
             raise InvalidArgumentError(
                 f"chunk_steps={describe(chunk_steps)} must be an int in [1, "
