@@ -245,9 +245,14 @@ class Table(ItemSlots, ItemDraws):
             return self.rate_limiter.can_insert(num_inserts, self.size)
 
     def can_sample(self, num_samples: int = 1) -> bool:
-        """Whether sampling ``num_samples`` items would proceed now without blocking."""
+        """Whether sampling ``num_samples`` items would proceed now without blocking or
+        failing (False also when every item of a prioritized table has priority 0)."""
         with self.lock:
-            return self.size > 0 and self.rate_limiter.can_sample(num_samples, self.size)
+            return (
+                self.size > 0
+                and self.rate_limiter.can_sample(num_samples, self.size)
+                and self.sampler.has_candidates()
+            )
 
     # --------------------------------------------------------------- inserting
     def insert(

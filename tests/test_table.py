@@ -477,3 +477,15 @@ def test_a_batch_that_runs_out_of_positive_priorities_is_cut_short_and_keeps_ind
     assert table.size == table.sampler.size == 1 and table.info().samples == 2
     assert table.delete(keys) == 1
     assert table.size == table.sampler.size == table.remover.size == 0
+
+
+def test_can_sample_is_false_when_every_prioritized_item_has_priority_zero():
+    import rlreplay as rr
+
+    table = rr.Table("zero", signature={"x": "float32"}, max_size=8, sampler=rr.Prioritized(1.0))
+    table.insert({"x": np.zeros(4)}, priorities=0.0)
+    assert not table.can_sample(1)
+    with pytest.raises(rr.EmptyTableError):
+        table.sample(1)
+    table.insert({"x": np.zeros(1)}, priorities=1.0)
+    assert table.can_sample(1)

@@ -80,6 +80,10 @@ class Selector:
         """``k`` distinct held slots to evict (remover role)."""
         raise NotImplementedError
 
+    def has_candidates(self) -> bool:
+        """Whether :meth:`sample` has anything to draw (some held item can be selected)."""
+        return self.size > 0
+
     def min_probability(self) -> float:
         """Smallest selection probability of any held slot (for importance weights)."""
         raise NotImplementedError
