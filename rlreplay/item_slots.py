@@ -196,6 +196,40 @@ class ItemSlots:
         self._counts["overwrite_evictions"] += len(doomed)
         self.lock.notify_all()
 
+    def _relocate_pinned(self, start: int, n: int, timeout: float | None) -> bool:
+        """For ``on_overwrite="relocate"``: if an item is anchored on rows ``[start, start
+        + n)``, copy its steps to the head of the store and move it there (same priority,
+        times sampled and place in the selectors' order; a new key). Returns whether one
+        item moved. A stack's oldest items would otherwise pin their rows forever."""
+        if self.on_overwrite != "relocate" or self.size == 0:
+            return False
+        store = self.store
+        cap = store.capacity
+        rows = np.arange(start, start + n) % cap
+        live = np.flatnonzero(self._live[rows])
+        if len(live) == 0:
+            return False
+        old = int(rows[live[0]])
+        span = int(self._extent[old]) if self._extent is not None else self.layout.span
+        steps = {p: col[(old + np.arange(span)) % cap] for p, col in store.columns.items()}
+        priority, times = float(self._priority[old]), self._times_sampled[old]
+        self._live[old] = False  # its rows may now be written; the selectors keep it
+        try:
+            new = store._append_locked(steps, span, timeout) % cap
+        except BaseException:
+            self._live[old] = True
+            raise
+        self.sampler.move(old, new, priority)
+        self.remover.move(old, new, priority)
+        self._generation[new] += np.uint32(1)
+        self._priority[new] = priority
+        self._times_sampled[new] = times
+        if self._extent is not None:
+            self._extent[new] = span
+        self._live[new] = True
+        self._counts["relocations"] += 1
+        return True
+
     def _blocks_overwrite(self, start: int, n: int) -> bool:
         if self.on_overwrite != "block" or self.size == 0:
             return False

@@ -147,8 +147,19 @@ class StepStore:
         of the others there, and return the first row to write. Called with the lock."""
         deadline = None if timeout is None else time.monotonic() + timeout
         tables = self._tables
+        moved = 0
         while self.next_id + n > self.capacity:
             start = self.next_id % self.capacity
+            if any(t.on_overwrite == "relocate" for t in tables) and any(
+                t._relocate_pinned(start, n, timeout) for t in tables
+            ):
+                moved += 1
+                if moved > self.capacity:
+                    raise InvalidArgumentError(
+                        f"the store's {self.capacity} steps are too few for the items a "
+                        "relocating table (a stack) keeps waiting; enlarge the store"
+                    )
+                continue
             if len(tables) == 1:
                 blocked = tables[0]._blocks_overwrite(start, n)
             else:

@@ -27,7 +27,7 @@ from rlreplay.storage import StepStore
 from rlreplay.table_checks import check_components
 from rlreplay.table_info import TableInfo
 
-OVERWRITE_POLICIES = ("evict", "block")
+OVERWRITE_POLICIES = ("evict", "block", "relocate")
 
 
 def _check_timeout(timeout: float | None) -> float | None:
@@ -73,7 +73,10 @@ class Table(ItemSlots, ItemDraws):
         default_priority: priority of items inserted without one; ``None`` uses the largest
             priority inserted or updated so far (1.0 at first), the PER convention.
         on_overwrite: ``"evict"`` removes items whose steps the store overwrites;
-            ``"block"`` makes the store wait until they are consumed (queues).
+            ``"block"`` makes the store wait until they are consumed (queues);
+            ``"relocate"`` copies their steps to the head of the store and moves them
+            there, keeping their place in the order but getting new keys (stacks, whose
+            oldest items wait longest).
         seed: seed of the table's random generator.
 
     Raises:
@@ -145,6 +148,11 @@ class Table(ItemSlots, ItemDraws):
             raise InvalidArgumentError(
                 f"on_overwrite={on_overwrite!r} is unknown; choose one of {OVERWRITE_POLICIES}"
             )
+        if on_overwrite == "relocate" and store.lanes != 1:
+            raise InvalidArgumentError(
+                f"on_overwrite='relocate' needs a single-lane store; this one has "
+                f"lanes={store.lanes}"
+            )
         if default_priority is not None:
             check_priorities(default_priority, 1, "default_priority")
         self.sampler = sampler if sampler is not None else Uniform()
@@ -170,7 +178,15 @@ class Table(ItemSlots, ItemDraws):
         self.size = 0
         self._max_priority = 1.0
         self._counts = dict.fromkeys(
-            ("deletes", "evictions", "overwrite_evictions", "stale_updates", "stale_deletes"), 0
+            (
+                "deletes",
+                "evictions",
+                "overwrite_evictions",
+                "relocations",
+                "stale_updates",
+                "stale_deletes",
+            ),
+            0,
         )
         self._closed = False
         self.lock = store.lock
@@ -192,15 +208,17 @@ class Table(ItemSlots, ItemDraws):
 
         Takes the same keyword arguments as :class:`Table` (``signature``/``store``, ...).
         """
-        return cls._ordered(name, size, Fifo, **kwargs)
+        return cls._ordered(name, size, Fifo, "block", **kwargs)
 
     @classmethod
     def stack(cls, name: str, size: int, **kwargs: Any) -> Table:
         """A LIFO stack: like :meth:`queue` but the newest item is sampled first."""
-        return cls._ordered(name, size, Lifo, **kwargs)
+        return cls._ordered(name, size, Lifo, "relocate", **kwargs)
 
     @classmethod
-    def _ordered(cls, name: str, size: int, selector: type, **kwargs: Any) -> Table:
+    def _ordered(
+        cls, name: str, size: int, selector: type, on_overwrite: str, **kwargs: Any
+    ) -> Table:
         if "signature" in kwargs and "store" not in kwargs:
             kwargs.setdefault("capacity", size * 2)
         return cls(
@@ -210,7 +228,7 @@ class Table(ItemSlots, ItemDraws):
             max_size=size,
             max_times_sampled=1,
             rate_limiter=Queue(size),
-            on_overwrite="block",
+            on_overwrite=on_overwrite,
             **kwargs,
         )
 

@@ -28,6 +28,7 @@ class TableInfo:
     deletes: int
     evictions: int
     overwrite_evictions: int
+    relocations: int
     stale_updates: int
     stale_deletes: int
     insert_blocked_s: float

@@ -15,6 +15,7 @@ from rlreplay import (
     Lifo,
     MaxHeap,
     Prioritized,
+    Queue,
     RateLimiterTimeoutError,
     ReplayTimeoutError,
     StepStore,
@@ -447,12 +448,6 @@ def test_a_batch_overwriting_many_items_leaves_the_indexes_consistent(cls, make_
     assert steps == list(range(40, 104)) and table.size == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ReplayTimeoutError,
-    reason="known bug: a stack's oldest waiting items pin their rows of the step ring, so a "
-    "steady push/pop loop blocks once the ring (2 * size steps) wraps onto them",
-)
 def test_stack_supports_a_steady_push_pop_loop_past_the_ring_capacity():
     table = Table.stack("s", 4, signature={"step": "int64", "obs": ((3,), "float32")})
     table.insert(rows(0, 4))
@@ -460,6 +455,10 @@ def test_stack_supports_a_steady_push_pop_loop_past_the_ring_capacity():
         assert table.sample(1, timeout=1.0).data["step"].tolist() == [i - 1]
         table.insert(rows(i, 1), timeout=0.2)
     assert table.size == 4
+    # The waiting items moved ahead of the ring as it wrapped, still in push order.
+    assert table.info().relocations > 0
+    popped = [int(table.sample(1, timeout=1.0).data["step"][0]) for _ in range(4)]
+    assert popped == [4 + 3 * table.store.capacity - 1, 2, 1, 0]
 
 
 def test_a_batch_that_runs_out_of_positive_priorities_is_cut_short_and_keeps_indexes():
@@ -489,3 +488,31 @@ def test_can_sample_is_false_when_every_prioritized_item_has_priority_zero():
         table.sample(1)
     table.insert({"x": np.zeros(1)}, priorities=1.0)
     assert table.can_sample(1)
+
+
+def test_relocated_sequence_items_keep_their_data_and_order():
+    store = StepStore({"step": "int64"}, capacity=12)
+    layout = ItemLayout.sequence(store.signature, 3)
+    stack = Table(
+        "s",
+        store=store,
+        layout=layout,
+        sampler=Lifo(),
+        remover=Lifo(),
+        max_size=4,
+        max_times_sampled=1,
+        rate_limiter=Queue(4),
+        on_overwrite="relocate",
+    )
+    writer = TrajectoryWriter(stack)
+    for i in range(3):
+        writer.append({"step": i})
+    writer.create_item(stack)  # steps 0..2, pushed first: waits at the bottom
+    for i in range(3, 40):
+        writer.append({"step": i})
+        if i % 3 == 2:
+            writer.create_item(stack)
+            top = stack.sample(1, timeout=1.0).data["step"][0].tolist()
+            assert top == [i - 2, i - 1, i]
+    assert stack.info().relocations > 0
+    assert stack.sample(1, timeout=1.0).data["step"][0].tolist() == [0, 1, 2]

@@ -57,6 +57,13 @@ class Selector:
         self.delete_one(slot)
         self.insert_one(slot, priority)
 
+    def move(self, old: int, new: int, priority: float) -> None:
+        """The held item at ``old`` now lives at ``new`` (not held); order-keeping
+        selectors keep its place, the others re-insert it."""
+        if old != new:
+            self.delete_one(old)
+            self.insert_one(new, priority)
+
     def delete(self, slots: np.ndarray) -> None:
         """Remove held slots (no duplicates)."""
         raise NotImplementedError

@@ -62,6 +62,21 @@ class _InsertionOrder(Selector):
         self._unlink_one(slot)
         self.size -= 1
 
+    def move(self, old: int, new: int, priority: float) -> None:
+        """Relink ``new`` where ``old`` was, so the item keeps its place in the order."""
+        if old == new:
+            return
+        p, q = int(self.prev[old]), int(self.next[old])
+        self.prev[new], self.next[new] = p, q
+        if p == NIL:
+            self.head = new
+        else:
+            self.next[p] = new
+        if q == NIL:
+            self.tail = new
+        else:
+            self.prev[q] = new
+
     def replace(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         n = len(slots)
         first, last = int(slots[0]), int(slots[-1])
