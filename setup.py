@@ -11,7 +11,6 @@ setup(
         Extension(
             "rlreplay.selectors._sumtree",
             ["rlreplay/selectors/_sumtree.c"],
-            extra_compile_args=["-O3"],
             optional=True,
         )
     ]
