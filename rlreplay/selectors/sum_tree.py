@@ -9,13 +9,29 @@ sums do not drift however many updates are applied.
 
 Costs, for a batch of ``b`` leaves and ``n`` leaves in all: ``set`` and ``sample`` are
 ``O(b * 16 * log16 n)`` in a few numpy calls per level, ``total``/``root`` ``O(1)``.
+
+Two implementations of ``set`` and ``find_prefix``: the compiled kernel
+``rlreplay.selectors._sumtree`` (built from ``_sumtree.c`` by the package's install when a C
+compiler is present; one C loop per batch, the GIL released) and the numpy path below, used
+when the kernel is not built or when the environment variable ``RLREPLAY_NO_EXTENSION=1``
+is set at import. Both give the same trees and the same picks up to floating-point rounding
+at a range boundary; ``tests/test_sum_tree_kernel.py`` compares them.
 """
 
 from __future__ import annotations
 
+import os
 from itertools import pairwise
 
 import numpy as np
+
+if os.environ.get("RLREPLAY_NO_EXTENSION", "") not in ("", "0"):
+    _kernel = None
+else:
+    try:
+        from rlreplay.selectors import _sumtree as _kernel
+    except ImportError:  # not built (no compiler at install): the numpy path serves
+        _kernel = None
 
 FANOUT = 16
 FLAT_LEVEL = 8192  # levels up to this many nodes are searched in one step
@@ -28,7 +44,7 @@ _ONES = np.ones(FANOUT)
 class KaryTree:
     """Reduction tree (``"sum"`` or ``"min"``) over ``size`` float64 leaves."""
 
-    def __init__(self, size: int, op: str = "sum"):
+    def __init__(self, size: int, op: str = "sum", use_kernel: bool | None = None):
         if op not in ("sum", "min"):
             raise ValueError(f"op={op!r} must be 'sum' or 'min'")
         self.size = int(size)
@@ -43,6 +59,11 @@ class KaryTree:
                 break
             n = padded // FANOUT
         self._reduce = np.sum if op == "sum" else np.min
+        if use_kernel and _kernel is None:
+            raise ValueError("use_kernel=True but the compiled kernel is not available")
+        self._kernel = _kernel if use_kernel is None or use_kernel else None
+        if self._kernel is not None:
+            self._kset = self._kernel.set_sum if op == "sum" else self._kernel.set_min
 
     @property
     def leaves(self) -> np.ndarray:
@@ -65,6 +86,12 @@ class KaryTree:
         if n == 0:
             return
         levels = self.levels
+        if self._kernel is not None:
+            values = np.ascontiguousarray(values, dtype=np.float64)
+            if values.shape != (n,):  # a scalar or a broadcastable shape, as numpy allows
+                values = np.ascontiguousarray(np.broadcast_to(values, (n,)))
+            self._kset(levels, np.ascontiguousarray(idx, dtype=np.int64), values)
+            return
         levels[0][idx] = values
         if n == 1:
             self.set_one(int(idx[0]), None)
@@ -123,6 +150,10 @@ class KaryTree:
         """
         n = len(targets)
         levels = self.levels
+        if self._kernel is not None and n:
+            out = np.empty(n, dtype=np.int64)
+            self._kernel.find_prefix(levels, np.ascontiguousarray(targets, dtype=np.float64), out)
+            return out
         # The deepest level small enough to scan whole (the root level always is).
         top = len(levels) - 1
         while top > 0 and len(levels[top - 1]) <= FLAT_LEVEL:

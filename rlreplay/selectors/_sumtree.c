@@ -1,0 +1,389 @@
+/*
+ * Compiled loops for rlreplay.selectors.sum_tree.KaryTree (16-ary float64 trees).
+ *
+ * The tree is passed as its list of levels: levels[0] holds the leaves padded to a
+ * multiple of 16, each level above holds ceil(n / 16) nodes padded to a multiple of 16,
+ * and the root is levels[-1][0]. Every array is a C-contiguous float64 buffer.
+ *
+ * find_prefix(levels, targets, out)  descends a sum tree once per target.
+ * set_sum(levels, idx, values)        writes leaves, recomputes ancestors as sums.
+ * set_min(levels, idx, values)        writes leaves, recomputes ancestors as minima.
+ *
+ * Parents are recomputed from their 16 children (never adjusted by deltas), so the
+ * trees do not drift. The GIL is released around the loops; the caller holds the lock
+ * that protects the tree. Bad buffers raise TypeError (wrong kind) or ValueError (wrong
+ * size) before anything is written.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define FANOUT 16
+#define MAX_LEVELS 64
+/* Blocks are fetched this many items ahead: the batch is walked one level at a time so
+ * that the cache misses of different items overlap instead of queueing. */
+#define AHEAD 8
+
+#if defined(__GNUC__) || defined(__clang__)
+#define PREFETCH(p) __builtin_prefetch((p))
+#else
+#define PREFETCH(p) ((void)(p))
+#endif
+
+/* A 16-node block is 128 bytes: up to three cache lines when not 64-byte aligned. */
+static inline void
+prefetch_block(const double *c)
+{
+    PREFETCH(c);
+    PREFETCH(c + 8);
+    PREFETCH(c + 15);
+}
+
+typedef struct {
+    Py_buffer views[MAX_LEVELS];
+    double *data[MAX_LEVELS];
+    Py_ssize_t len[MAX_LEVELS];
+    int count;
+} Levels;
+
+static void
+levels_release(Levels *lv)
+{
+    for (int i = 0; i < lv->count; i++) {
+        PyBuffer_Release(&lv->views[i]);
+    }
+    lv->count = 0;
+}
+
+/* Format of a float64 buffer: "d", optionally with a native/little-endian prefix. */
+static int
+format_is(const char *fmt, char code)
+{
+    if (fmt == NULL) {
+        return 0;
+    }
+    if (fmt[0] == '@' || fmt[0] == '=' || fmt[0] == '<') {
+        fmt++;
+    }
+    return fmt[0] == code && fmt[1] == '\0';
+}
+
+static int
+get_buffer(PyObject *obj, Py_buffer *view, int writable, char code, const char *what)
+{
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s must be a %sC-contiguous buffer", what,
+                     writable ? "writable " : "");
+        return -1;
+    }
+    int ok = (code == 'd') ? (format_is(view->format, 'd') && view->itemsize == 8)
+                           : ((format_is(view->format, 'q') || format_is(view->format, 'l')) &&
+                              view->itemsize == 8);
+    if (!ok || view->ndim > 1) {
+        PyErr_Format(PyExc_TypeError, "%s must be a one-dimensional %s buffer (got format %s)",
+                     what, code == 'd' ? "float64" : "int64",
+                     view->format ? view->format : "B");
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+/* Acquire every level (writable) and check the sizes follow the KaryTree layout. */
+static int
+levels_acquire(PyObject *seq, Levels *lv)
+{
+    lv->count = 0;
+    if (!PyList_Check(seq) && !PyTuple_Check(seq)) {
+        PyErr_SetString(PyExc_TypeError, "levels must be a list of float64 arrays");
+        return -1;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n < 1 || n > MAX_LEVELS) {
+        PyErr_Format(PyExc_ValueError, "levels must hold 1 to %d arrays (got %zd)", MAX_LEVELS,
+                     n);
+        return -1;
+    }
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (get_buffer(items[i], &lv->views[i], 1, 'd', "each level") < 0) {
+            levels_release(lv);
+            return -1;
+        }
+        lv->count++;
+        lv->data[i] = (double *)lv->views[i].buf;
+        lv->len[i] = lv->views[i].len / 8;
+        Py_ssize_t len = lv->len[i];
+        if (len < FANOUT || len % FANOUT != 0) {
+            PyErr_Format(PyExc_ValueError,
+                         "level %zd has %zd nodes; every level must be a positive multiple of %d",
+                         i, len, FANOUT);
+            levels_release(lv);
+            return -1;
+        }
+        if (i > 0) {
+            Py_ssize_t need = lv->len[i - 1] / FANOUT;
+            if (len < need || len - need >= FANOUT) {
+                PyErr_Format(PyExc_ValueError,
+                             "level %zd has %zd nodes but level %zd needs ceil(%zd / %d) "
+                             "padded to a multiple of %d",
+                             i, len, i - 1, lv->len[i - 1], FANOUT, FANOUT);
+                levels_release(lv);
+                return -1;
+            }
+        }
+    }
+    if (lv->len[n - 1] != FANOUT) {
+        PyErr_Format(PyExc_ValueError, "the top level must have %d nodes (got %zd)", FANOUT,
+                     lv->len[n - 1]);
+        levels_release(lv);
+        return -1;
+    }
+    return 0;
+}
+
+/* The child of a 16-node block holding target *u (sequential sums); *u becomes the
+ * remainder within that child. Never a zero-weight child while the block has weight. */
+static inline Py_ssize_t
+pick_child(const double *c, double *u)
+{
+    double acc = 0.0, before = 0.0;
+    int j = -1, last = 0;
+    double before_last = 0.0;
+    for (int k = 0; k < FANOUT; k++) {
+        double w = c[k];
+        if (w > 0.0) {
+            last = k;
+            before_last = acc;
+            if (j < 0 && *u < acc + w) {
+                j = k;
+                before = acc;
+            }
+        }
+        acc += w;
+    }
+    if (j < 0) { /* rounding left the target at or past the total: last positive child */
+        j = last;
+        before = before_last;
+    }
+    double r = *u - before;
+    *u = r > 0.0 ? r : 0.0;
+    return j;
+}
+
+static PyObject *
+find_prefix(PyObject *self, PyObject *args)
+{
+    PyObject *levels_obj, *targets_obj, *out_obj;
+    if (!PyArg_ParseTuple(args, "OOO:find_prefix", &levels_obj, &targets_obj, &out_obj)) {
+        return NULL;
+    }
+    Levels lv;
+    Py_buffer tv, ov;
+    if (levels_acquire(levels_obj, &lv) < 0) {
+        return NULL;
+    }
+    if (get_buffer(targets_obj, &tv, 0, 'd', "targets") < 0) {
+        levels_release(&lv);
+        return NULL;
+    }
+    if (get_buffer(out_obj, &ov, 1, 'q', "out") < 0) {
+        PyBuffer_Release(&tv);
+        levels_release(&lv);
+        return NULL;
+    }
+    Py_ssize_t n = tv.len / 8;
+    if (ov.len / 8 != n) {
+        PyErr_Format(PyExc_ValueError, "out has %zd items but targets has %zd", ov.len / 8, n);
+        goto fail;
+    }
+    const double *t = (const double *)tv.buf;
+    int64_t *o = (int64_t *)ov.buf;
+    int top = lv.count - 1;
+    int empty = 0, nomem = 0;
+    double *u = (double *)PyMem_RawMalloc((size_t)(n > 0 ? n : 1) * sizeof(double));
+    Py_BEGIN_ALLOW_THREADS
+    if (u == NULL) {
+        nomem = 1;
+    }
+    else if (!(lv.data[top][0] > 0.0)) {
+        empty = 1;
+    }
+    else {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            u[i] = t[i] >= 0.0 ? t[i] : 0.0; /* NaN and negatives start at 0 */
+            o[i] = 0;
+        }
+        for (int l = top - 1; l >= 0; l--) {
+            const double *level = lv.data[l];
+            for (Py_ssize_t i = 0; i < n; i++) {
+                if (i + AHEAD < n) {
+                    prefetch_block(level + o[i + AHEAD] * FANOUT);
+                }
+                Py_ssize_t idx = (Py_ssize_t)o[i];
+                o[i] = (int64_t)(idx * FANOUT + pick_child(level + idx * FANOUT, &u[i]));
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyMem_RawFree(u);
+    if (nomem) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    if (empty) {
+        PyErr_SetString(PyExc_ValueError, "find_prefix needs a tree with a positive total");
+        goto fail;
+    }
+    PyBuffer_Release(&ov);
+    PyBuffer_Release(&tv);
+    levels_release(&lv);
+    Py_RETURN_NONE;
+fail:
+    PyBuffer_Release(&ov);
+    PyBuffer_Release(&tv);
+    levels_release(&lv);
+    return NULL;
+}
+
+static inline double
+reduce16(const double *c, int is_sum)
+{
+    if (is_sum) {
+        /* In numpy's order for 16 values (eight running sums, then pairwise), so the
+         * compiled and numpy paths agree. */
+        double r0 = c[0] + c[8], r1 = c[1] + c[9], r2 = c[2] + c[10], r3 = c[3] + c[11];
+        double r4 = c[4] + c[12], r5 = c[5] + c[13], r6 = c[6] + c[14], r7 = c[7] + c[15];
+        return ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7));
+    }
+    double m = c[0];
+    for (int k = 1; k < FANOUT; k++) {
+        m = c[k] < m ? c[k] : m;
+    }
+    return m;
+}
+
+static PyObject *
+set_leaves(PyObject *args, int is_sum, const char *name)
+{
+    PyObject *levels_obj, *idx_obj, *val_obj;
+    if (!PyArg_ParseTuple(args, "OOO", &levels_obj, &idx_obj, &val_obj)) {
+        return NULL;
+    }
+    Levels lv;
+    Py_buffer iv, vv;
+    if (levels_acquire(levels_obj, &lv) < 0) {
+        return NULL;
+    }
+    if (get_buffer(idx_obj, &iv, 0, 'q', "idx") < 0) {
+        levels_release(&lv);
+        return NULL;
+    }
+    if (get_buffer(val_obj, &vv, 0, 'd', "values") < 0) {
+        PyBuffer_Release(&iv);
+        levels_release(&lv);
+        return NULL;
+    }
+    Py_ssize_t n = iv.len / 8;
+    const int64_t *idx = (const int64_t *)iv.buf;
+    const double *val = (const double *)vv.buf;
+    if (vv.len / 8 != n) {
+        PyErr_Format(PyExc_ValueError, "%s: values has %zd items but idx has %zd", name,
+                     vv.len / 8, n);
+        goto fail;
+    }
+    Py_ssize_t leaves = lv.len[0];
+    for (Py_ssize_t i = 0; i < n; i++) { /* check all before writing any */
+        if (idx[i] < 0 || idx[i] >= leaves) {
+            PyErr_Format(PyExc_ValueError, "%s: idx[%zd]=%lld is outside [0, %zd)", name, i,
+                         (long long)idx[i], leaves);
+            goto fail;
+        }
+    }
+    Py_ssize_t *p = (Py_ssize_t *)PyMem_RawMalloc((size_t)(n > 0 ? n : 1) * sizeof(Py_ssize_t));
+    if (p == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    double *leaf = lv.data[0];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i + AHEAD < n) {
+            prefetch_block(leaf + (idx[i + AHEAD] / FANOUT) * FANOUT);
+        }
+        leaf[idx[i]] = val[i];
+        p[i] = (Py_ssize_t)idx[i];
+    }
+    /* All leaves are written first (so duplicates resolve to the last), then each level
+     * is recomputed for every touched parent. A parent shared by several leaves is
+     * recomputed more than once, with the same result. */
+    for (int l = 1; l < lv.count; l++) {
+        const double *lower = lv.data[l - 1];
+        double *upper = lv.data[l];
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (i + AHEAD < n) {
+                Py_ssize_t q = p[i + AHEAD] / FANOUT;
+                prefetch_block(lower + q * FANOUT);
+                PREFETCH(upper + q);
+            }
+            Py_ssize_t q = p[i] / FANOUT;
+            p[i] = q;
+            upper[q] = reduce16(lower + q * FANOUT, is_sum);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyMem_RawFree(p);
+    PyBuffer_Release(&vv);
+    PyBuffer_Release(&iv);
+    levels_release(&lv);
+    Py_RETURN_NONE;
+fail:
+    PyBuffer_Release(&vv);
+    PyBuffer_Release(&iv);
+    levels_release(&lv);
+    return NULL;
+}
+
+static PyObject *
+set_sum(PyObject *self, PyObject *args)
+{
+    return set_leaves(args, 1, "set_sum");
+}
+
+static PyObject *
+set_min(PyObject *self, PyObject *args)
+{
+    return set_leaves(args, 0, "set_min");
+}
+
+static PyMethodDef methods[] = {
+    {"find_prefix", find_prefix, METH_VARARGS,
+     "find_prefix(levels, targets, out): for each float64 target, the leaf of the sum tree "
+     "whose cumulative range holds it, written to the int64 buffer out. Never a zero-weight "
+     "leaf; a target at or past the total picks the last positive child.\n"
+     "Raises TypeError for a wrong buffer kind, ValueError for wrong sizes or an empty tree."},
+    {"set_sum", set_sum, METH_VARARGS,
+     "set_sum(levels, idx, values): write leaves (duplicates: last wins) and recompute their "
+     "ancestors as sums of their 16 children.\n"
+     "Raises TypeError for a wrong buffer kind, ValueError for wrong sizes or an index out of "
+     "range (nothing is written then)."},
+    {"set_min", set_min, METH_VARARGS,
+     "set_min(levels, idx, values): like set_sum with minima."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "rlreplay.selectors._sumtree",
+    "Compiled loops for the 16-ary sum and min trees (see sum_tree.py).", -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__sumtree(void)
+{
+    return PyModule_Create(&module);
+}
