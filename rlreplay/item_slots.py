@@ -9,16 +9,50 @@ attributes ``Table.__init__`` sets; every method here expects the table's lock t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from rlreplay.errors import InvalidArgumentError, describe
-from rlreplay.keys import SLOT_BITS, SLOT_MASK, has_duplicates, make_keys
+from rlreplay.keys import SLOT_BITS, SLOT_MASK, check_priorities, has_duplicates, make_keys
+from rlreplay.table_checks import check_timeout
 
 
 class ItemSlots:
     """Creation, removal and overwrite hand-over of a table's items (lock held)."""
+
+    def _is_one_row(self, rows: Any) -> bool:
+        """Whether ``rows`` is one row without the batch axis (judged by its first field)."""
+        probe_field = self._row_probe
+        if probe_field is None or (type(rows) is not dict and not isinstance(rows, Mapping)):
+            return False
+        probe = rows.get(probe_field[0])
+        if probe is None:
+            return False
+        ndim = probe.ndim if type(probe) is np.ndarray else np.ndim(probe)
+        return ndim == probe_field[1]
+
+    def _insert_one(self, row: dict, priorities: Any, timeout: float | None) -> np.ndarray:
+        """:meth:`insert` of one validated row into a single-lane store, without arrays."""
+        prio = None if priorities is None else float(check_priorities(priorities, 1)[0])
+        timeout = check_timeout(timeout)
+        limiter = self.rate_limiter
+        limiter.check_insert_batch(1)
+        store = self.store
+        with self.lock:
+            if self._closed or not limiter.can_insert(1, self.size):
+                self._wait_for(
+                    lambda: limiter.can_insert(1, self.size), timeout, "insert", "insert_blocked_s"
+                )
+            slot = self._append_rows_locked(row, 1, timeout, one_row=True) % store.capacity
+            key = self._insert_one_locked(slot, prio)
+        return np.array([key], dtype=np.int64)
+
+    def _priorities_or_default(self, priorities: Any, n: int) -> np.ndarray | None:
+        if priorities is None:
+            return None
+        return check_priorities(priorities, n)
 
     def _check_lengths(self, lengths: Any, n: int) -> np.ndarray:
         """Per-item extents as int64 (``span`` when not given)."""

@@ -24,21 +24,10 @@ from rlreplay.sample import Sample
 from rlreplay.selectors import Fifo, Lifo, Selector, Uniform
 from rlreplay.specs import Signature
 from rlreplay.storage import StepStore
-from rlreplay.table_checks import check_components
+from rlreplay.table_checks import check_components, check_timeout
 from rlreplay.table_info import TableInfo
 
 OVERWRITE_POLICIES = ("evict", "block", "relocate")
-
-
-def _check_timeout(timeout: float | None) -> float | None:
-    if timeout is None:
-        return None
-    if not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise InvalidArgumentError(
-            f"timeout={describe(timeout)} must be a number of seconds > 0, or None to wait "
-            "without limit; use can_insert()/can_sample() to check without waiting"
-        )
-    return float(timeout)
 
 
 class Table(ItemSlots, ItemDraws):
@@ -315,7 +304,7 @@ class Table(ItemSlots, ItemDraws):
                 + (f", a multiple of lanes={store.lanes}" if store.lanes > 1 else "")
             )
         prios = self._priorities_or_default(priorities, n)
-        timeout = _check_timeout(timeout)
+        timeout = check_timeout(timeout)
         limiter = self.rate_limiter
         limiter.check_insert_batch(n)
         with self.lock:
@@ -329,38 +318,6 @@ class Table(ItemSlots, ItemDraws):
                 return self._insert_items_locked(np.arange(start, start + n), prios, start)
             slots = (np.arange(first, first + n)) % store.capacity
             return self._insert_items_locked(slots, prios)
-
-    def _is_one_row(self, rows: Any) -> bool:
-        """Whether ``rows`` is one row without the batch axis (judged by its first field)."""
-        probe_field = self._row_probe
-        if probe_field is None or (type(rows) is not dict and not isinstance(rows, Mapping)):
-            return False
-        probe = rows.get(probe_field[0])
-        if probe is None:
-            return False
-        ndim = probe.ndim if type(probe) is np.ndarray else np.ndim(probe)
-        return ndim == probe_field[1]
-
-    def _insert_one(self, row: dict, priorities: Any, timeout: float | None) -> np.ndarray:
-        """:meth:`insert` of one validated row into a single-lane store, without arrays."""
-        prio = None if priorities is None else float(check_priorities(priorities, 1)[0])
-        timeout = _check_timeout(timeout)
-        limiter = self.rate_limiter
-        limiter.check_insert_batch(1)
-        store = self.store
-        with self.lock:
-            if self._closed or not limiter.can_insert(1, self.size):
-                self._wait_for(
-                    lambda: limiter.can_insert(1, self.size), timeout, "insert", "insert_blocked_s"
-                )
-            slot = self._append_rows_locked(row, 1, timeout, one_row=True) % store.capacity
-            key = self._insert_one_locked(slot, prio)
-        return np.array([key], dtype=np.int64)
-
-    def _priorities_or_default(self, priorities: Any, n: int) -> np.ndarray | None:
-        if priorities is None:
-            return None
-        return check_priorities(priorities, n)
 
     def create_item(
         self,
@@ -392,7 +349,7 @@ class Table(ItemSlots, ItemDraws):
                 priority = float(priority)
             else:
                 priority = float(check_priorities(priority, 1)[0])
-        timeout = _check_timeout(timeout)
+        timeout = check_timeout(timeout)
         store = self.store
         anchor = int(anchor_id)
         with self.lock:
@@ -438,7 +395,7 @@ class Table(ItemSlots, ItemDraws):
                 f"{self.name!r}; create at most max_size items at once"
             )
         prios = self._priorities_or_default(priorities, n)
-        timeout = _check_timeout(timeout)
+        timeout = check_timeout(timeout)
         store = self.store
         extents = self._check_lengths(lengths, n)
         last_offset = (extents - 1) * store.lanes
@@ -495,7 +452,7 @@ class Table(ItemSlots, ItemDraws):
                 f"batch_size={describe(batch_size)} must be an int in [1, max_size={self.max_size}]"
             )
         n = int(batch_size)
-        timeout = _check_timeout(timeout)
+        timeout = check_timeout(timeout)
         self.rate_limiter.check_sample_batch(n, self.size)
         limiter = self.rate_limiter
         with self.lock:

@@ -56,3 +56,19 @@ def check_components(
             "would stop at max_diff while samples wait on an empty table; raise "
             "max_times_sampled or lower samples_per_insert"
         )
+
+
+def check_timeout(timeout: float | None) -> float | None:
+    """Validate a ``timeout`` in seconds (``None``: no limit).
+
+    Raises:
+        InvalidArgumentError: for a non-number or a value <= 0.
+    """
+    if timeout is None:
+        return None
+    if not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise InvalidArgumentError(
+            f"timeout={describe(timeout)} must be a number of seconds > 0, or None to wait "
+            "without limit; use can_insert()/can_sample() to check without waiting"
+        )
+    return float(timeout)

@@ -26,7 +26,8 @@ from rlreplay.errors import (
 from rlreplay.net import auth, wire
 from rlreplay.sample import Sample, SampleInfo
 from rlreplay.specs import Signature
-from rlreplay.table import TableInfo, _check_timeout
+from rlreplay.table_checks import check_timeout
+from rlreplay.table_info import TableInfo
 
 # Extra seconds a client waits past a call's timeout for the server's own timeout reply.
 REPLY_GRACE_S = 0.5
@@ -74,7 +75,7 @@ class Client:
         self.address = auth.normalize_address(address)
         self._server_key = _public_key(server_public_key)
         self._client_keys = _client_keys(client_secret_key) if self._server_key else None
-        self.call_timeout = _check_timeout(call_timeout)
+        self.call_timeout = check_timeout(call_timeout)
         self.liveness_s = float(liveness_s)
         self._lock = threading.Lock()
         self._local = threading.local()
@@ -247,7 +248,7 @@ class Client:
                 header["priority"] = float(priorities)
             else:
                 arrays["priorities"] = np.asarray(priorities, dtype=np.float64)
-        return self._call(header, arrays, _check_timeout(timeout))[1]["keys"]
+        return self._call(header, arrays, check_timeout(timeout))[1]["keys"]
 
     def sample(self, table: str, batch_size: int, *, timeout: float | None = None) -> Sample:
         """:meth:`Table.sample` on the server's ``table``."""
@@ -256,7 +257,7 @@ class Client:
 
     def sample_async(self, table: str, batch_size: int, *, timeout: float | None = None) -> int:
         """Send a sample request without waiting; returns the id for :meth:`sample_result`."""
-        timeout = _check_timeout(timeout)
+        timeout = check_timeout(timeout)
         header = {"op": "sample", "table": table, "batch_size": batch_size, "timeout": timeout}
         return self._send(header)
 

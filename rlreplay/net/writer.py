@@ -26,7 +26,7 @@ import numpy as np
 
 from rlreplay.errors import ClosedError, InvalidArgumentError, ReplayTimeoutError, describe
 from rlreplay.net.client import REPLY_GRACE_S, Client
-from rlreplay.table import _check_timeout
+from rlreplay.table_checks import check_timeout
 
 _INF = float("inf")
 
@@ -100,7 +100,7 @@ class RemoteTrajectoryWriter:
         self.history = history
         self.chunk_steps = chunk_steps
         self.max_in_flight = max_in_flight
-        self.timeout = _check_timeout(timeout)
+        self.timeout = check_timeout(timeout)
         self.keys: list[np.ndarray] | None = [] if keep_keys else None
         self.items_acknowledged = 0
         self._id = random.getrandbits(62)
@@ -393,7 +393,7 @@ class RemoteTrajectoryWriter:
         """
         if self._closed:
             raise ClosedError("the writer is closed")
-        timeout = _check_timeout(timeout)
+        timeout = check_timeout(timeout)
         self._send_chunk(timeout if timeout is not None else self.timeout)
         if timeout is None:
             while self._in_flight:
