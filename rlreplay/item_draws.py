@@ -46,7 +46,7 @@ class ItemDraws:
             if len(done):
                 self._remove_locked(done)
         self.rate_limiter.samples += len(slots)
-        self.lock.notify_all()
+        self._wake_waiters()
         info = SampleInfo(keys, probabilities, priorities, times, size, min_probability)
         return Sample(data, info)
 

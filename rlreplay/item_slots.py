@@ -142,8 +142,7 @@ class ItemSlots:
             self.remover.insert(slots, prios)
         self.size += n
         self.rate_limiter.inserts += n
-        if self.lock._waiters:  # notify_all() costs microseconds even with nobody waiting
-            self.lock.notify_all()
+        self._wake_waiters()
         return make_keys(slots, generations)
 
     def _insert_one_locked(self, slot: int, prio: float | None) -> int:
@@ -174,8 +173,7 @@ class ItemSlots:
             self.remover.insert_one(slot, prio)
         self.size += 1
         self.rate_limiter.inserts += 1
-        if self.lock._waiters:  # notify_all() costs microseconds even with nobody waiting
-            self.lock.notify_all()
+        self._wake_waiters()
         return generation << SLOT_BITS | slot
 
     def _remove_locked(self, slots: np.ndarray) -> None:
@@ -212,7 +210,7 @@ class ItemSlots:
             self.remover.delete_one(start)
             self.size -= 1
             self._counts["overwrite_evictions"] += 1
-            self.lock.notify_all()
+            self._wake_waiters()
             return
         end = start + n
         if end <= cap:
@@ -228,7 +226,13 @@ class ItemSlots:
             return
         self._remove_locked(doomed)
         self._counts["overwrite_evictions"] += len(doomed)
-        self.lock.notify_all()
+        self._wake_waiters()
+
+    def _wake_waiters(self) -> None:
+        """Wake the calls waiting on the store's condition after a change; skipped when none
+        waits, since notify_all() costs microseconds even then (the lock is held)."""
+        if self.lock._waiters:
+            self.lock.notify_all()
 
     def _relocate_pinned(self, start: int, n: int, timeout: float | None) -> bool:
         """For ``on_overwrite="relocate"``: if an item is anchored on rows ``[start, start

@@ -503,7 +503,7 @@ class Table(ItemSlots, ItemDraws):
             if len(slots):
                 self._remove_locked(slots)
                 self._counts["deletes"] += len(slots)
-                self.lock.notify_all()
+                self._wake_waiters()
             return len(slots)
 
     # ----------------------------------------------------------- housekeeping
@@ -511,7 +511,7 @@ class Table(ItemSlots, ItemDraws):
         """Remove every item and zero the rate limiter's counts (stored steps stay)."""
         with self.lock:
             self._reset_locked()
-            self.lock.notify_all()
+            self._wake_waiters()
 
     def _reset_locked(self) -> None:
         self._deferred = None
@@ -526,7 +526,7 @@ class Table(ItemSlots, ItemDraws):
         """Wake every blocked call with :class:`ClosedError` and refuse new blocking calls."""
         with self.lock:
             self._closed = True
-            self.lock.notify_all()
+            self._wake_waiters()
 
     def info(self) -> TableInfo:
         """A snapshot of the table's counters and configuration."""
