@@ -196,17 +196,10 @@ class StepStore:
         self.next_id = first + n
         return first
 
-    def append_one(self, step: Mapping[str, np.ndarray], timeout: float | None = None) -> int:
-        """Append one already validated flat step (no batch axis); returns its id."""
-        if self.lanes != 1:
-            raise InvalidArgumentError(
-                f"append_one needs a single-lane store; this one has lanes={self.lanes}"
-            )
-        with self.lock:
-            return self._append_one_locked(step, timeout)
-
     def _append_one_locked(self, step: Mapping[str, Any], timeout: float | None = None) -> int:
-        """:meth:`append_one` with the lock held (values may be Python scalars)."""
+        """Append one validated step (no batch axis; values may be Python scalars) to a
+        single-lane store with the lock held; returns its id. Writers and the one-row
+        :meth:`Table.insert` path call it after their own validation."""
         row = self._make_room(1, timeout) if self.next_id >= self.capacity else self.next_id
         first = self.next_id  # read after _make_room, which may wait for other appends
         for path, col in self.columns.items():
