@@ -171,13 +171,15 @@ class Server(TableOperations):
                 self._thread.join(timeout)
             return
         self._stopping.set()
+        waker = self._ctx.socket(zmq.PAIR)
         try:
-            waker = self._ctx.socket(zmq.PAIR)
             waker.connect(f"inproc://rlreplay-wake-{id(self)}")
-            waker.send(b"")
-            waker.close()
-        except zmq.ZMQError:
+            # Never block: a dispatcher that has already exited leaves no peer to take it.
+            waker.send(b"", zmq.NOBLOCK)
+        except zmq.ZMQError:  # zmq.Again included: the thread is gone or stops by itself
             pass
+        finally:
+            waker.close(linger=0)
         self._thread.join(timeout)
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
