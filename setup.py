@@ -1,7 +1,7 @@
-"""Build hook for the optional compiled sum-tree kernel; metadata lives in pyproject.toml.
+"""Build hook for the optional compiled kernels; metadata lives in pyproject.toml.
 
-The extension is optional: without a C compiler the install still succeeds and
-``rlreplay.selectors.sum_tree`` uses its numpy path.
+The extensions are optional: without a C compiler the install still succeeds and the
+package uses its numpy paths (see ``rlreplay/_compiled.py``).
 """
 
 from setuptools import Extension, setup
@@ -12,6 +12,7 @@ setup(
             "rlreplay.selectors._sumtree",
             ["rlreplay/selectors/_sumtree.c"],
             optional=True,
-        )
+        ),
+        Extension("rlreplay._draws", ["rlreplay/_draws.c"], optional=True),
     ]
 )

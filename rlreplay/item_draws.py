@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from rlreplay._compiled import load_kernel
 from rlreplay.errors import EmptyTableError
 from rlreplay.gather import gather_variable
 from rlreplay.keys import has_duplicates, make_keys
 from rlreplay.sample import Sample, SampleInfo
+
+_kernel = load_kernel("rlreplay._draws")
 
 
 class ItemDraws:
@@ -33,13 +36,7 @@ class ItemDraws:
                 left = self.max_times_sampled - self._times_sampled[uniq].astype(np.int64)
                 if (counts > left).any():
                     slots, probabilities = self._sequential_picks(n)
-        priorities = self._priority[slots]
-        if self.max_times_sampled == 0 and not has_duplicates(slots):
-            times = self._times_sampled[slots] + np.uint32(1)
-            self._times_sampled[slots] = times
-        else:
-            times = self._count_samples(slots)
-        keys = make_keys(slots, self._generation[slots])
+        keys, priorities, times = self._mark_sampled(slots)
         data = self._gather(slots)
         if self.max_times_sampled:
             done = np.unique(slots[times >= self.max_times_sampled])
@@ -49,6 +46,30 @@ class ItemDraws:
         self._wake_waiters()
         info = SampleInfo(keys, probabilities, priorities, times, size, min_probability)
         return Sample(data, info)
+
+    def _mark_sampled(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Keys, priorities and sample counts (this draw included) of the drawn slots."""
+        if _kernel is not None:
+            slots = np.ascontiguousarray(slots, dtype=np.int64)
+            n = len(slots)
+            keys, priorities = np.empty(n, dtype=np.int64), np.empty(n)
+            times = np.empty(n, dtype=np.uint32)
+            _kernel.mark_sampled(
+                slots,
+                self._priority,
+                self._generation,
+                self._times_sampled,
+                keys,
+                priorities,
+                times,
+            )
+            return keys, priorities, times
+        if has_duplicates(slots):
+            times = self._count_samples(slots)
+        else:
+            times = self._times_sampled[slots] + np.uint32(1)
+            self._times_sampled[slots] = times
+        return make_keys(slots, self._generation[slots]), self._priority[slots], times
 
     def _count_samples(self, slots: np.ndarray) -> np.ndarray:
         """Increment times_sampled; each entry sees the count as of its own draw."""
@@ -117,6 +138,23 @@ class ItemDraws:
         cols = self.store.columns
         cap = self.store.capacity
         out = {}
+        if _kernel is not None:
+            slots = np.ascontiguousarray(slots, dtype=np.int64)
+            sources, rows_of, outs = [], [], []
+            for name, column, offset, steps in self._gather_plan:
+                col = cols[column]
+                if steps is None:
+                    rows = slots if offset == 0 else (slots + offset) % cap
+                    out[name] = dest = np.empty((len(rows), *col.shape[1:]), col.dtype)
+                else:
+                    rows = ((slots[:, None] + steps) % cap).ravel()
+                    out[name] = np.empty((len(slots), len(steps), *col.shape[1:]), col.dtype)
+                    dest = out[name].reshape(len(rows), *col.shape[1:])
+                sources.append(col)
+                rows_of.append(rows)
+                outs.append(dest)
+            _kernel.gather(tuple(sources), tuple(rows_of), tuple(outs))
+            return out
         for name, column, offset, steps in self._gather_plan:
             col = cols[column]
             if steps is None:

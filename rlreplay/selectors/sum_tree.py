@@ -20,18 +20,13 @@ at a range boundary; ``tests/test_sum_tree_kernel.py`` compares them.
 
 from __future__ import annotations
 
-import os
 from itertools import pairwise
 
 import numpy as np
 
-if os.environ.get("RLREPLAY_NO_EXTENSION", "") not in ("", "0"):
-    _kernel = None
-else:
-    try:
-        from rlreplay.selectors import _sumtree as _kernel
-    except ImportError:  # not built (no compiler at install): the numpy path serves
-        _kernel = None
+from rlreplay._compiled import load_kernel
+
+_kernel = load_kernel("rlreplay.selectors._sumtree")
 
 FANOUT = 16
 FLAT_LEVEL = 8192  # levels up to this many nodes are searched in one step

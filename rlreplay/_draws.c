@@ -1,0 +1,321 @@
+/*
+ * Compiled loops for rlreplay.item_draws: reading sampled items out of the step store.
+ *
+ * gather(sources, rows, outs)
+ *     For each column j and each i: outs[j][i] = sources[j][rows[j][i]], whole rows copied.
+ *     Sampled rows are scattered over a store of up to millions of rows, so nearly every
+ *     read misses the caches. numpy's take() copies one row after another and waits on
+ *     each miss in turn; here the rows of every column are fetched AHEAD draws before
+ *     they are copied, so the misses overlap.
+ *
+ * mark_sampled(slots, priority, generation, times, keys, priorities, times_out)
+ *     The per-item bookkeeping of a draw in one pass: the key (generation << 32 | slot),
+ *     the priority, and the sample count, incremented once per draw in batch order so
+ *     that a slot drawn twice sees its count as of each draw.
+ *
+ * Every buffer must be C-contiguous. Indices are checked before anything is written
+ * (ValueError when out of range, TypeError for a wrong buffer kind); the GIL is released
+ * around the loops, and the caller holds the lock that protects the arrays.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_COLUMNS 64
+/* Rows are fetched this many draws before they are copied. */
+#define AHEAD 8
+/* Lines of a row fetched ahead; past that the hardware prefetcher follows the copy. */
+#define PREFETCH_BYTES 256
+
+#if defined(__GNUC__) || defined(__clang__)
+#define PREFETCH(p) __builtin_prefetch((p))
+#define PREFETCH_W(p) __builtin_prefetch((p), 1)
+#else
+#define PREFETCH(p) ((void)(p))
+#define PREFETCH_W(p) ((void)(p))
+#endif
+
+/* Whether a buffer format is the one-letter struct code `code`, ignoring a byte-order
+ * prefix that means native order on this machine. */
+static int
+format_is(const char *fmt, const char *codes)
+{
+    if (fmt == NULL) {
+        return 0;
+    }
+    if (fmt[0] == '@' || fmt[0] == '=' || fmt[0] == '<') {
+        fmt++;
+    }
+    return fmt[0] != '\0' && fmt[1] == '\0' && strchr(codes, fmt[0]) != NULL;
+}
+
+/* A C-contiguous buffer; with `codes`, also one-dimensional of that element kind. */
+static int
+get_buffer(PyObject *obj, Py_buffer *view, int writable, const char *codes, Py_ssize_t itemsize,
+           const char *what)
+{
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_ND | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s must be a %sC-contiguous array", what,
+                     writable ? "writable " : "");
+        return -1;
+    }
+    if (codes != NULL &&
+        (view->ndim != 1 || view->itemsize != itemsize || !format_is(view->format, codes))) {
+        PyErr_Format(PyExc_TypeError, "%s must be a one-dimensional array of %zd-byte '%s' "
+                     "items (got format %s, %d dimensions)", what, itemsize, codes,
+                     view->format ? view->format : "B", view->ndim);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    if (codes == NULL && view->ndim < 1) {
+        PyErr_Format(PyExc_TypeError, "%s must have at least one dimension", what);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+#define INT64_CODES "ql"
+#define UINT32_CODES "IL"
+
+typedef struct {
+    Py_buffer src, rows, out;
+    const char *src_data;
+    const int64_t *row_data;
+    char *out_data;
+    Py_ssize_t n, row_bytes;
+} Column;
+
+static void
+columns_release(Column *cols, Py_ssize_t acquired)
+{
+    for (Py_ssize_t j = 0; j < acquired; j++) {
+        PyBuffer_Release(&cols[j].src);
+        PyBuffer_Release(&cols[j].rows);
+        PyBuffer_Release(&cols[j].out);
+    }
+}
+
+/* Acquire column j's three buffers and check their sizes and its rows. */
+static int
+column_acquire(Column *c, PyObject *src, PyObject *rows, PyObject *out, Py_ssize_t j)
+{
+    if (get_buffer(src, &c->src, 0, NULL, 0, "each source") < 0) {
+        return -1;
+    }
+    if (get_buffer(rows, &c->rows, 0, INT64_CODES, 8, "each rows array") < 0) {
+        PyBuffer_Release(&c->src);
+        return -1;
+    }
+    if (get_buffer(out, &c->out, 1, NULL, 0, "each output") < 0) {
+        PyBuffer_Release(&c->src);
+        PyBuffer_Release(&c->rows);
+        return -1;
+    }
+    Py_ssize_t src_rows = c->src.shape[0];
+    c->n = c->rows.shape[0];
+    c->row_bytes = src_rows ? c->src.len / src_rows : 0;
+    Py_ssize_t out_row_bytes = c->out.shape[0] ? c->out.len / c->out.shape[0] : 0;
+    const char *problem = NULL;
+    if (c->out.shape[0] != c->n) {
+        problem = "output j must have one row per entry of rows j";
+    }
+    else if (c->n && out_row_bytes != c->row_bytes) {
+        problem = "output j's rows must have as many bytes as source j's";
+    }
+    c->src_data = (const char *)c->src.buf;
+    c->row_data = (const int64_t *)c->rows.buf;
+    c->out_data = (char *)c->out.buf;
+    for (Py_ssize_t i = 0; problem == NULL && i < c->n; i++) {
+        if (c->row_data[i] < 0 || c->row_data[i] >= src_rows) {
+            problem = "rows j holds a row outside source j";
+        }
+    }
+    if (problem != NULL) {
+        PyErr_Format(PyExc_ValueError, "%s (column %zd)", problem, j);
+        PyBuffer_Release(&c->src);
+        PyBuffer_Release(&c->rows);
+        PyBuffer_Release(&c->out);
+        return -1;
+    }
+    return 0;
+}
+
+static inline void
+prefetch_row(const Column *c, Py_ssize_t i)
+{
+    const char *p = c->src_data + c->row_data[i] * c->row_bytes;
+    Py_ssize_t last = c->row_bytes < PREFETCH_BYTES ? c->row_bytes : PREFETCH_BYTES;
+    for (Py_ssize_t o = 0; o < last; o += 64) {
+        PREFETCH(p + o);
+    }
+    PREFETCH(p + last - 1);
+}
+
+static inline void
+copy_row(const Column *c, Py_ssize_t i)
+{
+    const char *from = c->src_data + c->row_data[i] * c->row_bytes;
+    char *to = c->out_data + i * c->row_bytes;
+    switch (c->row_bytes) {
+    case 4:
+        memcpy(to, from, 4);
+        break;
+    case 8:
+        memcpy(to, from, 8);
+        break;
+    default:
+        memcpy(to, from, (size_t)c->row_bytes);
+    }
+}
+
+static PyObject *
+gather(PyObject *self, PyObject *args)
+{
+    PyObject *sources, *rows, *outs;
+    if (!PyArg_ParseTuple(args, "OOO:gather", &sources, &rows, &outs)) {
+        return NULL;
+    }
+    if (!PyTuple_Check(sources) || !PyTuple_Check(rows) || !PyTuple_Check(outs)) {
+        PyErr_SetString(PyExc_TypeError, "sources, rows and outs must be tuples of arrays");
+        return NULL;
+    }
+    Py_ssize_t count = PyTuple_GET_SIZE(sources);
+    if (PyTuple_GET_SIZE(rows) != count || PyTuple_GET_SIZE(outs) != count ||
+        count > MAX_COLUMNS) {
+        PyErr_Format(PyExc_ValueError,
+                     "sources, rows and outs must be tuples of one length, at most %d",
+                     MAX_COLUMNS);
+        return NULL;
+    }
+    Column cols[MAX_COLUMNS];
+    Py_ssize_t longest = 0;
+    for (Py_ssize_t j = 0; j < count; j++) {
+        if (column_acquire(&cols[j], PyTuple_GET_ITEM(sources, j), PyTuple_GET_ITEM(rows, j),
+                           PyTuple_GET_ITEM(outs, j), j) < 0) {
+            columns_release(cols, j);
+            return NULL;
+        }
+        if (cols[j].n > longest) {
+            longest = cols[j].n;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < longest + AHEAD; i++) {
+        Py_ssize_t k = i - AHEAD;
+        for (Py_ssize_t j = 0; j < count; j++) {
+            const Column *c = &cols[j];
+            if (i < c->n) {
+                prefetch_row(c, i);
+            }
+            if (k >= 0 && k < c->n) {
+                copy_row(c, k);
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    columns_release(cols, count);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+mark_sampled(PyObject *self, PyObject *args)
+{
+    PyObject *objs[7];
+    if (!PyArg_ParseTuple(args, "OOOOOOO:mark_sampled", &objs[0], &objs[1], &objs[2], &objs[3],
+                          &objs[4], &objs[5], &objs[6])) {
+        return NULL;
+    }
+    static const char *names[7] = {"slots", "priority", "generation", "times",
+                                   "keys", "priorities", "times_out"};
+    static const char *codes[7] = {INT64_CODES, "d", UINT32_CODES, UINT32_CODES,
+                                   INT64_CODES, "d", UINT32_CODES};
+    static const Py_ssize_t sizes[7] = {8, 8, 4, 4, 8, 8, 4};
+    static const int writable[7] = {0, 0, 0, 1, 1, 1, 1};
+    Py_buffer v[7];
+    for (int a = 0; a < 7; a++) {
+        if (get_buffer(objs[a], &v[a], writable[a], codes[a], sizes[a], names[a]) < 0) {
+            for (int b = 0; b < a; b++) {
+                PyBuffer_Release(&v[b]);
+            }
+            return NULL;
+        }
+    }
+    Py_ssize_t n = v[0].shape[0], cap = v[1].shape[0];
+    const char *problem = NULL;
+    if (v[2].shape[0] != cap || v[3].shape[0] != cap) {
+        problem = "priority, generation and times must have one entry per slot";
+    }
+    else if (v[4].shape[0] != n || v[5].shape[0] != n || v[6].shape[0] != n) {
+        problem = "keys, priorities and times_out must have one entry per slot drawn";
+    }
+    const int64_t *slots = (const int64_t *)v[0].buf;
+    for (Py_ssize_t i = 0; problem == NULL && i < n; i++) {
+        if (slots[i] < 0 || slots[i] >= cap) {
+            problem = "slots holds a slot outside the table";
+        }
+    }
+    if (problem == NULL) {
+        const double *priority = (const double *)v[1].buf;
+        const uint32_t *generation = (const uint32_t *)v[2].buf;
+        uint32_t *times = (uint32_t *)v[3].buf;
+        int64_t *keys = (int64_t *)v[4].buf;
+        double *prios = (double *)v[5].buf;
+        uint32_t *times_out = (uint32_t *)v[6].buf;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (i + AHEAD < n) {
+                int64_t s = slots[i + AHEAD];
+                PREFETCH(priority + s);
+                PREFETCH(generation + s);
+                PREFETCH_W(times + s);
+            }
+            int64_t s = slots[i];
+            keys[i] = (int64_t)(((uint64_t)generation[s] << 32) | (uint64_t)s);
+            prios[i] = priority[s];
+            times_out[i] = ++times[s];
+        }
+        Py_END_ALLOW_THREADS
+    }
+    for (int a = 0; a < 7; a++) {
+        PyBuffer_Release(&v[a]);
+    }
+    if (problem != NULL) {
+        PyErr_SetString(PyExc_ValueError, problem);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"gather", gather, METH_VARARGS,
+     "gather(sources, rows, outs): outs[j][i] = sources[j][rows[j][i]] for every column j, "
+     "whole rows copied, rows fetched ahead of their copy.\n"
+     "sources, rows and outs are tuples of C-contiguous arrays; rows[j] is int64 and outs[j] "
+     "has one row per entry of rows[j], of the same bytes as a row of sources[j].\n"
+     "Raises TypeError for a wrong buffer kind, ValueError for wrong sizes or a row out of "
+     "range (nothing is written then)."},
+    {"mark_sampled", mark_sampled, METH_VARARGS,
+     "mark_sampled(slots, priority, generation, times, keys, priorities, times_out): for each "
+     "drawn slot, in order: keys[i] = generation[s] << 32 | s, priorities[i] = priority[s], "
+     "times[s] += 1 and times_out[i] = times[s].\n"
+     "slots and keys are int64, priority and priorities float64, the rest uint32.\n"
+     "Raises TypeError for a wrong buffer kind, ValueError for wrong sizes or a slot out of "
+     "range (nothing is written then)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "rlreplay._draws",
+    "Compiled loops for reading sampled items (see item_draws.py).", -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__draws(void)
+{
+    return PyModule_Create(&module);
+}
