@@ -14,9 +14,19 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay._compiled import load_kernel
 from rlreplay.errors import InvalidArgumentError, describe
-from rlreplay.keys import SLOT_BITS, SLOT_MASK, check_priorities, has_duplicates, make_keys
+from rlreplay.keys import (
+    SLOT_BITS,
+    SLOT_MASK,
+    check_priorities,
+    has_duplicates,
+    make_keys,
+    split_keys,
+)
 from rlreplay.table_checks import check_timeout
+
+_kernel = load_kernel("rlreplay._keys")
 
 
 class ItemSlots:
@@ -276,6 +286,42 @@ class ItemSlots:
         if end <= cap:
             return bool(self._live[start:end].any())
         return bool(self._live[start:].any() or self._live[: end - cap].any())
+
+    def _held(self, keys: Any, priorities: Any, stale_counter: str):
+        """``(slots, priorities)`` of the held items that ``keys`` name, each slot once (the
+        last key for it wins); keys of items no longer held are skipped and counted in
+        ``stale_counter``. ``priorities`` is ``None`` for deletes.
+
+        Raises:
+            InvalidArgumentError: for keys this table never issued or invalid priorities;
+                nothing is counted or changed then.
+        """
+        deleting = stale_counter == "stale_deletes"
+        if (
+            _kernel is not None
+            and type(keys) is np.ndarray
+            and keys.dtype == np.int64
+            and keys.ndim == 1
+            and keys.flags.c_contiguous
+        ):
+            n = len(keys)
+            values = None
+            if not deleting and type(priorities) is np.ndarray:
+                values = np.ascontiguousarray(priorities, dtype=np.float64)
+            if deleting or (values is not None and values.shape == (n,)):
+                out_slots = np.empty(n, dtype=np.int64)
+                out_values = None if deleting else np.empty(n)
+                held = _kernel.held_slots(
+                    keys, self._generation, self._live, values, out_slots, out_values
+                )
+                if held is not None:  # else a bad entry: the path below names it
+                    kept, stale = held
+                    if stale:
+                        self._counts[stale_counter] += stale
+                    return out_slots[:kept], None if deleting else out_values[:kept]
+        keys, slots, gens = split_keys(keys, self.store.capacity)
+        prios = None if deleting else check_priorities(priorities, len(keys))
+        return self._current(slots, gens, prios, stale_counter)
 
     def _current(self, slots, gens, values, stale_counter):
         """Keep the last occurrence of each held key; count the stale ones.

@@ -17,7 +17,7 @@ from rlreplay.errors import (
 )
 from rlreplay.item_draws import ItemDraws
 from rlreplay.item_slots import ItemSlots
-from rlreplay.keys import check_priorities, split_keys
+from rlreplay.keys import check_priorities
 from rlreplay.layout import ItemLayout
 from rlreplay.rate_limiters import MinSize, Queue, RateLimiter
 from rlreplay.sample import Sample
@@ -477,10 +477,8 @@ class Table(ItemSlots, ItemDraws):
         Raises:
             InvalidArgumentError: for keys not made by this table or invalid priorities.
         """
-        keys, slots, gens = split_keys(keys, self.store.capacity)
-        prios = check_priorities(priorities, len(keys))
         with self.lock:
-            slots, prios = self._current(slots, gens, prios, "stale_updates")
+            slots, prios = self._held(keys, priorities, "stale_updates")
             if len(slots):
                 self._priority[slots] = prios
                 self._max_priority = max(self._max_priority, float(prios.max()))
@@ -497,9 +495,8 @@ class Table(ItemSlots, ItemDraws):
         Raises:
             InvalidArgumentError: for keys not made by this table.
         """
-        keys, slots, gens = split_keys(keys, self.store.capacity)
         with self.lock:
-            slots, _ = self._current(slots, gens, None, "stale_deletes")
+            slots, _ = self._held(keys, None, "stale_deletes")
             if len(slots):
                 self._remove_locked(slots)
                 self._counts["deletes"] += len(slots)

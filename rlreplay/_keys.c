@@ -1,0 +1,207 @@
+/*
+ * Compiled loop for rlreplay.keys: which of a batch of item keys name items a table holds.
+ *
+ * held_slots(keys, generation, live, values, out_slots, out_values) -> (kept, stale)
+ *     A key is generation << 32 | slot. For each key whose slot holds the item of that
+ *     generation, the slot (and values[i], when values is given) is written to the
+ *     outputs, once per slot: of several keys for one slot the last one wins, and the
+ *     kept entries keep the order of those last occurrences. Keys of items no longer held
+ *     are counted in `stale`, once per occurrence. values, when given, must be finite and
+ *     >= 0 (priorities).
+ *
+ *     Returns None, writing nothing, when any key is not a key this table could have
+ *     issued (negative, a slot outside the table, generation 0 or newer than the slot's)
+ *     or any value is NaN, infinite or negative: the caller then takes its Python path,
+ *     which names the bad entries in its error.
+ *
+ * Buffers must be C-contiguous: keys and out_slots int64, generation uint32, live bool,
+ * values and out_values float64 (both None, or both given). The caller holds the lock that
+ * protects generation and live.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define SLOT_BITS 32
+#define SLOT_MASK 0xFFFFFFFFLL
+#define EMPTY (-1)
+
+static int
+format_is(const char *fmt, const char *codes)
+{
+    if (fmt == NULL) {
+        return 0;
+    }
+    if (fmt[0] == '@' || fmt[0] == '=' || fmt[0] == '<') {
+        fmt++;
+    }
+    return fmt[0] != '\0' && fmt[1] == '\0' && strchr(codes, fmt[0]) != NULL;
+}
+
+static int
+get_vector(PyObject *obj, Py_buffer *view, int writable, const char *codes, Py_ssize_t itemsize,
+           const char *what)
+{
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_ND | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s must be a %sC-contiguous array", what,
+                     writable ? "writable " : "");
+        return -1;
+    }
+    if (view->ndim != 1 || view->itemsize != itemsize || !format_is(view->format, codes)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a one-dimensional array of %zd-byte '%s' "
+                     "items (got format %s, %d dimensions)", what, itemsize, codes,
+                     view->format ? view->format : "B", view->ndim);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+/* Open-addressing set of slots (capacity a power of two, at least twice the keys). */
+static inline int
+seen_before(int64_t *set, size_t mask, int64_t slot)
+{
+    size_t h = ((uint64_t)slot * 0x9E3779B97F4A7C15ULL) >> 20;
+    for (;; h++) {
+        int64_t *cell = &set[h & mask];
+        if (*cell == slot) {
+            return 1;
+        }
+        if (*cell == EMPTY) {
+            *cell = slot;
+            return 0;
+        }
+    }
+}
+
+static PyObject *
+held_slots(PyObject *self, PyObject *args)
+{
+    PyObject *objs[6];
+    if (!PyArg_ParseTuple(args, "OOOOOO:held_slots", &objs[0], &objs[1], &objs[2], &objs[3],
+                          &objs[4], &objs[5])) {
+        return NULL;
+    }
+    int with_values = objs[3] != Py_None;
+    if (with_values != (objs[5] != Py_None)) {
+        PyErr_SetString(PyExc_TypeError, "values and out_values must both be None or arrays");
+        return NULL;
+    }
+    static const char *names[6] = {"keys", "generation", "live", "values", "out_slots",
+                                   "out_values"};
+    static const char *codes[6] = {"ql", "IL", "?", "d", "ql", "d"};
+    static const Py_ssize_t sizes[6] = {8, 4, 1, 8, 8, 8};
+    static const int writable[6] = {0, 0, 0, 0, 1, 1};
+    Py_buffer v[6];
+    int acquired[6] = {0};
+    PyObject *result = NULL;
+    int64_t *set = NULL;
+    for (int a = 0; a < 6; a++) {
+        if (objs[a] == Py_None) {
+            continue;
+        }
+        if (get_vector(objs[a], &v[a], writable[a], codes[a], sizes[a], names[a]) < 0) {
+            goto done;
+        }
+        acquired[a] = 1;
+    }
+    Py_ssize_t n = v[0].shape[0], cap = v[1].shape[0];
+    if (v[2].shape[0] != cap) {
+        PyErr_SetString(PyExc_ValueError, "generation and live must have one entry per slot");
+        goto done;
+    }
+    if (v[4].shape[0] != n || (with_values && (v[3].shape[0] != n || v[5].shape[0] != n))) {
+        PyErr_SetString(PyExc_ValueError,
+                        "values, out_slots and out_values must have one entry per key");
+        goto done;
+    }
+    const int64_t *keys = (const int64_t *)v[0].buf;
+    const uint32_t *generation = (const uint32_t *)v[1].buf;
+    const char *live = (const char *)v[2].buf;
+    const double *values = with_values ? (const double *)v[3].buf : NULL;
+    int64_t *out_slots = (int64_t *)v[4].buf;
+    double *out_values = with_values ? (double *)v[5].buf : NULL;
+    for (Py_ssize_t i = 0; i < n; i++) { /* anything the Python path must name: no writes */
+        int64_t k = keys[i];
+        int64_t slot = k & SLOT_MASK;
+        int64_t gen = k >> SLOT_BITS;
+        if (k < 0 || slot >= cap || gen < 1 || gen > (int64_t)generation[slot] ||
+            (with_values && !(values[i] >= 0.0 && values[i] < INFINITY))) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+    }
+    size_t slots_in_set = 16;
+    while (slots_in_set < (size_t)n * 2) {
+        slots_in_set <<= 1;
+    }
+    set = (int64_t *)PyMem_RawMalloc(slots_in_set * sizeof(int64_t));
+    if (set == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    memset(set, 0xFF, slots_in_set * sizeof(int64_t)); /* every cell EMPTY (-1) */
+    Py_ssize_t kept = 0, stale = 0;
+    Py_BEGIN_ALLOW_THREADS
+    /* Backwards, so the last key of a slot is the one kept; reversed afterwards. */
+    for (Py_ssize_t i = n - 1; i >= 0; i--) {
+        int64_t slot = keys[i] & SLOT_MASK;
+        if (!live[slot] || (int64_t)generation[slot] != keys[i] >> SLOT_BITS) {
+            stale++;
+        }
+        else if (!seen_before(set, slots_in_set - 1, slot)) {
+            out_slots[kept] = slot;
+            if (with_values) {
+                out_values[kept] = values[i];
+            }
+            kept++;
+        }
+    }
+    for (Py_ssize_t a = 0, b = kept - 1; a < b; a++, b--) {
+        int64_t s = out_slots[a];
+        out_slots[a] = out_slots[b];
+        out_slots[b] = s;
+        if (with_values) {
+            double x = out_values[a];
+            out_values[a] = out_values[b];
+            out_values[b] = x;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_BuildValue("nn", kept, stale);
+done:
+    PyMem_RawFree(set);
+    for (int a = 0; a < 6; a++) {
+        if (acquired[a]) {
+            PyBuffer_Release(&v[a]);
+        }
+    }
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"held_slots", held_slots, METH_VARARGS,
+     "held_slots(keys, generation, live, values, out_slots, out_values) -> (kept, stale) or "
+     "None.\n"
+     "Writes the slots of held items among keys (last key of a slot wins) and their values "
+     "to the first `kept` entries of the outputs and counts stale keys; returns None, "
+     "writing nothing, if a key was never issued or a value is not finite and >= 0.\n"
+     "Raises TypeError for a wrong buffer kind, ValueError for wrong sizes."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "rlreplay._keys",
+    "Compiled loop resolving item keys to held slots (see keys.py).", -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__keys(void)
+{
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,116 @@
+"""The compiled key resolution (held_slots) against the Python path of update and delete.
+
+Two identical prioritized tables get the same updates and deletes, one through the kernel
+and one with it switched off: priorities, sizes, counters and the sum trees must agree.
+Skipped when the extension is not built or is turned off with ``RLREPLAY_NO_EXTENSION=1``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlreplay import Prioritized, Table, item_slots
+from rlreplay.errors import InvalidArgumentError
+
+kernel = pytest.importorskip("rlreplay._keys")
+if item_slots._kernel is None:
+    pytest.skip("RLREPLAY_NO_EXTENSION is set", allow_module_level=True)
+
+CAPACITY = 64
+
+
+def table_pair() -> tuple[Table, Table]:
+    """Two tables whose ring has wrapped once (so stale keys exist for half the slots)."""
+    tables = []
+    for _ in range(2):
+        t = Table("t", signature={"x": "int64"}, max_size=CAPACITY, sampler=Prioritized(0.7))
+        t.insert({"x": np.arange(CAPACITY)})
+        t.insert({"x": np.arange(CAPACITY // 2)})
+        tables.append(t)
+    return tables[0], tables[1]
+
+
+def all_keys(table: Table) -> np.ndarray:
+    """Current keys of every slot, plus the previous generation's (stale) keys."""
+    slots = np.arange(CAPACITY, dtype=np.int64)
+    gens = table._generation.astype(np.int64)
+    current = gens << 32 | slots
+    older = (gens[gens > 1] - 1) << 32 | slots[gens > 1]
+    return np.concatenate([current, older])
+
+
+def assert_same_state(a: Table, b: Table) -> None:
+    np.testing.assert_array_equal(a._priority, b._priority)
+    np.testing.assert_array_equal(a._live, b._live)
+    np.testing.assert_array_equal(a.sampler.sums.leaves, b.sampler.sums.leaves)
+    assert a.sampler.sums.root == pytest.approx(b.sampler.sums.root, rel=1e-12)
+    assert a.sampler.mins.root == b.sampler.mins.root
+    assert a.info() == b.info()
+
+
+def both(fast: Table, slow: Table, method: str, args: tuple, monkeypatch) -> tuple:
+    """``method(*args)`` on ``fast`` through the kernel and on ``slow`` without it."""
+    got = getattr(fast, method)(*args)
+    with monkeypatch.context() as m:
+        m.setattr(item_slots, "_kernel", None)
+        expected = getattr(slow, method)(*args)
+    return got, expected
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_updates_and_deletes_match_the_python_path(seed, monkeypatch):
+    rng = np.random.default_rng(seed)
+    fast, slow = table_pair()
+    for _ in range(20):
+        keys = rng.choice(all_keys(fast), size=int(rng.integers(1, 40)))  # repeats, stale
+        if rng.random() < 0.7:
+            prios = rng.uniform(0.0, 3.0, len(keys))
+            got, expected = both(fast, slow, "update_priorities", (keys, prios), monkeypatch)
+        else:
+            got, expected = both(fast, slow, "delete", (keys,), monkeypatch)
+        assert got == expected
+        assert_same_state(fast, slow)
+        if rng.random() < 0.3:
+            for t in (fast, slow):
+                t.insert({"x": np.arange(5)})
+
+
+def test_last_priority_for_a_key_wins_and_stale_repeats_count_each_time():
+    table, _ = table_pair()
+    live = all_keys(table)[:3]
+    stale = all_keys(table)[-1]
+    keys = np.array([live[0], stale, live[1], live[0], stale, live[2]], dtype=np.int64)
+    assert table.update_priorities(keys, np.array([1.0, 9.0, 2.0, 5.0, 9.0, 3.0])) == 3
+    np.testing.assert_array_equal(table._priority[keys[[0, 2, 5]] & 0xFFFFFFFF], [5, 2, 3])
+    assert table.info().stale_updates == 2
+
+
+BAD = {
+    "never-issued": lambda keys: (keys + (5 << 32), np.ones(len(keys))),
+    "negative-key": lambda keys: (np.r_[keys[:-1], -1], np.ones(len(keys))),
+    "slot-outside": lambda keys: (np.r_[keys[:-1], (1 << 32) | CAPACITY], np.ones(len(keys))),
+    "nan-priority": lambda keys: (keys, np.r_[np.ones(len(keys) - 1), np.nan]),
+    "negative-priority": lambda keys: (keys, np.r_[np.ones(len(keys) - 1), -1.0]),
+    "inf-priority": lambda keys: (keys, np.r_[np.ones(len(keys) - 1), np.inf]),
+}
+
+
+@pytest.mark.parametrize("make", BAD.values(), ids=BAD.keys())
+def test_a_bad_entry_raises_and_changes_nothing(make):
+    table, untouched = table_pair()
+    keys, prios = make(all_keys(table)[:6])
+    with pytest.raises(InvalidArgumentError):
+        table.update_priorities(keys, prios)
+    assert_same_state(table, untouched)
+
+
+def test_kernel_rejects_wrong_buffers():
+    gen, live = np.ones(8, np.uint32), np.ones(8, bool)
+    out = np.zeros(2, np.int64)
+    with pytest.raises(TypeError):
+        kernel.held_slots(np.array([1, 2], np.int32), gen, live, None, out, None)
+    with pytest.raises(TypeError):
+        kernel.held_slots(np.array([1, 2]), gen, live, np.ones(2), out, None)
+    with pytest.raises(ValueError):
+        kernel.held_slots(np.array([1, 2]), gen, live[:4], None, out, None)
