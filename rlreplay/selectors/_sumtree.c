@@ -7,7 +7,10 @@
  *
  * find_prefix(levels, targets, out)  descends a sum tree once per target.
  * set_sum(levels, idx, values)        writes leaves, recomputes ancestors as sums.
- * set_min(levels, idx, values)        writes leaves, recomputes ancestors as minima.
+ * set_min(levels, idx, values)        writes leaves, recomputes ancestors as the smallest
+ *                                     positive child (inf when none is).
+ * With values None, the leaves are left as they are (a min tree over a sum tree's leaves,
+ * which set_sum has just written) and only the ancestors are recomputed.
  *
  * Parents are recomputed from their 16 children (never adjusted by deltas), so the
  * trees do not drift. The GIL is released around the loops; the caller holds the lock
@@ -261,9 +264,9 @@ reduce16(const double *c, int is_sum)
         double r4 = c[4] + c[12], r5 = c[5] + c[13], r6 = c[6] + c[14], r7 = c[7] + c[15];
         return ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7));
     }
-    double m = c[0];
-    for (int k = 1; k < FANOUT; k++) {
-        m = c[k] < m ? c[k] : m;
+    double m = INFINITY; /* the smallest positive child: weight-0 leaves do not count */
+    for (int k = 0; k < FANOUT; k++) {
+        m = (c[k] > 0.0 && c[k] < m) ? c[k] : m;
     }
     return m;
 }
@@ -277,6 +280,7 @@ set_leaves(PyObject *args, int is_sum, const char *name)
     }
     Levels lv;
     Py_buffer iv, vv;
+    int has_values = val_obj != Py_None;
     if (levels_acquire(levels_obj, &lv) < 0) {
         return NULL;
     }
@@ -284,7 +288,14 @@ set_leaves(PyObject *args, int is_sum, const char *name)
         levels_release(&lv);
         return NULL;
     }
-    if (get_buffer(val_obj, &vv, 0, 'd', "values") < 0) {
+    if (!has_values) { /* the leaves are written already: an empty stand-in buffer */
+        if (PyObject_GetBuffer(idx_obj, &vv, PyBUF_SIMPLE) < 0) {
+            PyBuffer_Release(&iv);
+            levels_release(&lv);
+            return NULL;
+        }
+    }
+    else if (get_buffer(val_obj, &vv, 0, 'd', "values") < 0) {
         PyBuffer_Release(&iv);
         levels_release(&lv);
         return NULL;
@@ -292,7 +303,7 @@ set_leaves(PyObject *args, int is_sum, const char *name)
     Py_ssize_t n = iv.len / 8;
     const int64_t *idx = (const int64_t *)iv.buf;
     const double *val = (const double *)vv.buf;
-    if (vv.len / 8 != n) {
+    if (has_values && vv.len / 8 != n) {
         PyErr_Format(PyExc_ValueError, "%s: values has %zd items but idx has %zd", name,
                      vv.len / 8, n);
         goto fail;
@@ -316,7 +327,9 @@ set_leaves(PyObject *args, int is_sum, const char *name)
         if (i + AHEAD < n) {
             prefetch_block(leaf + (idx[i + AHEAD] / FANOUT) * FANOUT);
         }
-        leaf[idx[i]] = val[i];
+        if (has_values) {
+            leaf[idx[i]] = val[i];
+        }
         p[i] = (Py_ssize_t)idx[i];
     }
     /* All leaves are written first (so duplicates resolve to the last), then each level
@@ -373,7 +386,9 @@ static PyMethodDef methods[] = {
      "Raises TypeError for a wrong buffer kind, ValueError for wrong sizes or an index out of "
      "range (nothing is written then)."},
     {"set_min", set_min, METH_VARARGS,
-     "set_min(levels, idx, values): like set_sum with minima."},
+     "set_min(levels, idx, values): like set_sum, each ancestor the smallest positive child "
+     "(inf when none is). values=None (also for set_sum) keeps the leaves and only "
+     "recomputes the ancestors of idx."},
     {NULL, NULL, 0, NULL},
 };
 

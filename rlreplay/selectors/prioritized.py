@@ -15,8 +15,9 @@ class Prioritized(Selector):
     """Samples in proportion to ``priority ** priority_exponent`` (PER's alpha).
 
     Index: a 16-ary float64 sum tree over ``priority ** priority_exponent`` (about 8.6 bytes
-    per slot), a held flag (1 byte) and a min tree of the same size for
-    :meth:`min_probability` (importance weights normalised by the table-wide maximum).
+    per slot), a held flag (1 byte) and a min tree over the same leaves (its internal nodes
+    only, about 0.6 bytes per slot) for :meth:`min_probability` (importance weights
+    normalised by the table-wide maximum).
     Costs, batch of ``b``: sample, insert, update and delete ``O(b * 16 * log16 n)``,
     vectorised per tree level.
 
@@ -42,7 +43,8 @@ class Prioritized(Selector):
 
     def bind(self, capacity: int) -> None:
         self.sums = KaryTree(capacity, "sum")
-        self.mins = KaryTree(capacity, "min")
+        # Over the sum tree's leaves: only its internal nodes cost memory and updates.
+        self.mins = KaryTree(capacity, "min", leaves=self.sums.levels[0])
         self.held = np.zeros(capacity, dtype=bool)
         self.size = 0
 
@@ -60,13 +62,13 @@ class Prioritized(Selector):
     def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         w = self._weights(priorities)
         self.sums.set(slots, w)
-        # Items of weight 0 are never sampled, so they do not bound the probabilities.
-        self.mins.set(slots, np.where(w > 0, w, np.inf))
+        # Items of weight 0 are never sampled; the min tree skips them.
+        self.mins.set(slots, None)
 
     def insert_one(self, slot: int, priority: float) -> None:
         w = priority if self.priority_exponent == 1.0 else priority**self.priority_exponent
         self.sums.set_one(slot, w)
-        self.mins.set_one(slot, w if w > 0 else np.inf)
+        self.mins.set_one(slot, None)
         self.held[slot] = True
         self.size += 1
 
@@ -76,17 +78,17 @@ class Prioritized(Selector):
     def replace_one(self, slot: int, priority: float) -> None:
         w = priority if self.priority_exponent == 1.0 else priority**self.priority_exponent
         self.sums.set_one(slot, w)
-        self.mins.set_one(slot, w if w > 0 else np.inf)
+        self.mins.set_one(slot, None)
 
     def delete(self, slots: np.ndarray) -> None:
         self.sums.set(slots, np.zeros(len(slots)))
-        self.mins.set(slots, np.full(len(slots), np.inf))
+        self.mins.set(slots, None)
         self.held[slots] = False
         self.size -= len(slots)
 
     def delete_one(self, slot: int) -> None:
         self.sums.set_one(slot, 0.0)
-        self.mins.set_one(slot, np.inf)
+        self.mins.set_one(slot, None)
         self.held[slot] = False
         self.size -= 1
 
@@ -141,7 +143,6 @@ class Prioritized(Selector):
         w = np.asarray(state["weights"], dtype=np.float64)
         self.sums.leaves[:] = w
         self.sums.rebuild()
-        self.mins.leaves[:] = np.where(w > 0, w, np.inf)
         self.mins.rebuild()
         self.held[:] = state["held"]
         self.size = int(self.held.sum())

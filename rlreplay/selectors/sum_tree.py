@@ -36,10 +36,28 @@ _PREFIX = np.triu(np.ones((FANOUT, FANOUT + 1)), k=1)
 _ONES = np.ones(FANOUT)
 
 
-class KaryTree:
-    """Reduction tree (``"sum"`` or ``"min"``) over ``size`` float64 leaves."""
+def _min_positive(values: np.ndarray, axis: int | None = None, out=None) -> np.ndarray:
+    """Minimum over the positive entries (``inf`` where there are none)."""
+    return np.min(values, axis=axis, out=out, where=values > 0, initial=np.inf)
 
-    def __init__(self, size: int, op: str = "sum", use_kernel: bool | None = None):
+
+class KaryTree:
+    """Reduction tree over ``size`` float64 leaves.
+
+    ``op="sum"``: every node is the sum of its children. ``op="min"``: every node is the
+    smallest *positive* child (``inf`` when none is), so leaves of weight 0 (items never
+    drawn) do not count. A min tree may be built over another tree's leaves
+    (``leaves=sums.levels[0]``): it then stores only its internal nodes, and ``set(idx,
+    None)`` recomputes the ancestors of leaves the other tree has just written.
+    """
+
+    def __init__(
+        self,
+        size: int,
+        op: str = "sum",
+        use_kernel: bool | None = None,
+        leaves: np.ndarray | None = None,
+    ):
         if op not in ("sum", "min"):
             raise ValueError(f"op={op!r} must be 'sum' or 'min'")
         self.size = int(size)
@@ -50,10 +68,16 @@ class KaryTree:
         while True:
             padded = -(-n // FANOUT) * FANOUT
             self.levels.append(np.full(padded, self.fill))
-            if n == 1:
+            # A min tree's root is always a reduction, never a raw leaf (which may be 0).
+            if n == 1 and (op == "sum" or len(self.levels) > 1):
                 break
             n = padded // FANOUT
-        self._reduce = np.sum if op == "sum" else np.min
+        self.shares_leaves = leaves is not None
+        if self.shares_leaves:
+            if op != "min" or leaves.shape != self.levels[0].shape:
+                raise ValueError("only a min tree shares leaves, with the sum tree's shape")
+            self.levels[0] = leaves
+        self._reduce = np.sum if op == "sum" else _min_positive
         if use_kernel and _kernel is None:
             raise ValueError("use_kernel=True but the compiled kernel is not available")
         self._kernel = _kernel if use_kernel is None or use_kernel else None
@@ -68,26 +92,32 @@ class KaryTree:
     def root(self) -> float:
         return float(self.levels[-1][0])
 
+    def _own_levels(self) -> list[np.ndarray]:
+        return self.levels[1:] if self.shares_leaves else self.levels
+
     def nbytes(self) -> int:
-        return sum(level.nbytes for level in self.levels)
+        return sum(level.nbytes for level in self._own_levels())
 
     def clear(self) -> None:
-        for level in self.levels:
+        for level in self._own_levels():
             level.fill(self.fill)
 
-    def set(self, idx: np.ndarray, values: np.ndarray) -> None:
-        """Set leaves ``idx`` (duplicates: last wins) and recompute their ancestors."""
+    def set(self, idx: np.ndarray, values: np.ndarray | None) -> None:
+        """Set leaves ``idx`` (duplicates: last wins) and recompute their ancestors;
+        ``values=None`` leaves the leaves as they are (already written)."""
         n = len(idx)
         if n == 0:
             return
         levels = self.levels
         if self._kernel is not None:
-            values = np.ascontiguousarray(values, dtype=np.float64)
-            if values.shape != (n,):  # a scalar or a broadcastable shape, as numpy allows
-                values = np.ascontiguousarray(np.broadcast_to(values, (n,)))
+            if values is not None:
+                values = np.ascontiguousarray(values, dtype=np.float64)
+                if values.shape != (n,):  # a scalar or a broadcastable shape, as numpy allows
+                    values = np.ascontiguousarray(np.broadcast_to(values, (n,)))
             self._kset(levels, np.ascontiguousarray(idx, dtype=np.int64), values)
             return
-        levels[0][idx] = values
+        if values is not None:
+            levels[0][idx] = values
         if n == 1:
             self.set_one(int(idx[0]), None)
             return
@@ -100,7 +130,7 @@ class KaryTree:
                 self._reduce(lower.reshape(-1, FANOUT), axis=1, out=upper[: len(lower) // FANOUT])
                 continue
             children = np.take(lower.reshape(-1, FANOUT), parents, axis=0)
-            upper[parents] = np.einsum("ij->i", children) if is_sum else children.min(axis=1)
+            upper[parents] = np.einsum("ij->i", children) if is_sum else _min_positive(children, 1)
             parents //= FANOUT
 
     def set_one(self, i: int, value: float | None) -> None:
@@ -117,7 +147,7 @@ class KaryTree:
             for lower, upper in pairwise(levels):
                 i //= FANOUT
                 base = i * FANOUT
-                upper[i] = lower[base : base + FANOUT].min()
+                upper[i] = _min_positive(lower[base : base + FANOUT])
 
     @staticmethod
     def _exact_children(children: np.ndarray, u: np.ndarray, j: np.ndarray) -> np.ndarray:
