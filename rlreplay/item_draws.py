@@ -137,6 +137,7 @@ class ItemDraws:
             return gather_variable(self.store, self.layout, slots, self._extent[slots])
         cols = self.store.columns
         cap = self.store.capacity
+        buffers = self._batch_buffers
         out = {}
         if _kernel is not None:
             slots = np.ascontiguousarray(slots, dtype=np.int64)
@@ -145,10 +146,11 @@ class ItemDraws:
                 col = cols[column]
                 if steps is None:
                     rows = slots if offset == 0 else (slots + offset) % cap
-                    out[name] = dest = np.empty((len(rows), *col.shape[1:]), col.dtype)
+                    out[name] = dest = buffers.empty((len(rows), *col.shape[1:]), col.dtype)
                 else:
                     rows = ((slots[:, None] + steps) % cap).ravel()
-                    out[name] = np.empty((len(slots), len(steps), *col.shape[1:]), col.dtype)
+                    shape = (len(slots), len(steps), *col.shape[1:])
+                    out[name] = buffers.empty(shape, col.dtype)
                     dest = out[name].reshape(len(rows), *col.shape[1:])
                 sources.append(col)
                 rows_of.append(rows)
@@ -161,6 +163,6 @@ class ItemDraws:
                 rows = slots if offset == 0 else (slots + offset) % cap
             else:
                 rows = (slots[:, None] + steps) % cap
-            # take() is faster than fancy indexing for rows of more than one value.
-            out[name] = col[rows] if col.ndim == 1 else np.take(col, rows, axis=0)
+            dest = buffers.empty(rows.shape + col.shape[1:], col.dtype)
+            out[name] = np.take(col, rows, axis=0, out=dest)
         return out

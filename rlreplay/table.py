@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.batch_buffers import BatchBuffers
 from rlreplay.errors import (
     ClosedError,
     InvalidArgumentError,
@@ -185,6 +186,7 @@ class Table(ItemSlots, ItemDraws):
         self._inserting = False
         self._deferred: tuple[int, int] | None = None
         self._gather_plan = self._plan_gather()
+        self._batch_buffers = BatchBuffers()
         first_path, first_spec = next(iter(store.signature.fields.items()))
         # insert() tells one row from a batch by the first field's number of dimensions.
         self._row_probe = None if "/" in first_path else (first_path, len(first_spec.shape))
