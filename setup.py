@@ -14,6 +14,6 @@ setup(
             optional=True,
         ),
         Extension("rlreplay._draws", ["rlreplay/_draws.c"], optional=True),
-        Extension("rlreplay._keys", ["rlreplay/_keys.c"], optional=True),
+        Extension("rlreplay._slots", ["rlreplay/_slots.c"], optional=True),
     ]
 )

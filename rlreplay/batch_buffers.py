@@ -15,6 +15,7 @@ allocations are cheap and reuse their memory already).
 
 from __future__ import annotations
 
+import math
 import sys
 
 import numpy as np
@@ -52,8 +53,9 @@ class BatchBuffers:
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         """An uninitialised array of ``shape`` and ``dtype`` that no one else holds."""
-        dtype = np.dtype(dtype)
-        if dtype.itemsize * int(np.prod(shape)) < MIN_BYTES:
+        if type(dtype) is not np.dtype:
+            dtype = np.dtype(dtype)
+        if dtype.itemsize * math.prod(shape) < MIN_BYTES:
             return np.empty(shape, dtype)
         kept = self._kept.setdefault((shape, dtype), [])
         i = _spare_index(kept)

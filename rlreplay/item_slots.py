@@ -26,7 +26,7 @@ from rlreplay.keys import (
 )
 from rlreplay.table_checks import check_timeout
 
-_kernel = load_kernel("rlreplay._keys")
+_kernel = load_kernel("rlreplay._slots")
 
 
 class ItemSlots:
@@ -123,11 +123,10 @@ class ItemSlots:
         """Make items at ``slots`` (``slots == arange(start, start + n)`` when ``start``
         is given, which lets per-slot state be written through slices)."""
         n = len(slots)
-        if prios is None:
-            fill = self.default_priority
-            prios = np.empty(n)
-            prios.fill(self._max_priority if fill is None else fill)
-        else:
+        fill = self.default_priority
+        if fill is None:
+            fill = self._max_priority
+        if prios is not None:
             self._max_priority = max(self._max_priority, float(prios.max()))
         excess = self.size + n - self.max_size
         replacing = excess <= 0 and self._deferred is not None and self._deferred == (start, n)
@@ -137,12 +136,31 @@ class ItemSlots:
             victims = self.remover.choose_victims(excess, self.rng)
             self._remove_locked(victims)
             self._counts["evictions"] += len(victims)
-        at = slots if start is None else slice(start, start + n)
-        generations = self._generation[at] + np.uint32(1)
-        self._generation[at] = generations
-        self._priority[at] = prios
-        self._times_sampled[at] = 0
-        self._live[at] = True
+        if start is not None and _kernel is not None:
+            keys = np.empty(n, dtype=np.int64)
+            if prios is not None:
+                prios = np.ascontiguousarray(prios, dtype=np.float64)
+            _kernel.claim_range(
+                start,
+                keys,
+                self._generation,
+                self._priority,
+                self._times_sampled,
+                self._live,
+                prios,
+                fill,
+            )
+            prios = self._priority[start : start + n]
+        else:
+            if prios is None:
+                prios = np.full(n, fill, dtype=np.float64)
+            at = slots if start is None else slice(start, start + n)
+            generations = self._generation[at] + np.uint32(1)
+            self._generation[at] = generations
+            self._priority[at] = prios
+            self._times_sampled[at] = 0
+            self._live[at] = True
+            keys = make_keys(slots, generations)
         if replacing:
             self._deferred = None
             self.sampler.replace(slots, prios)
@@ -153,7 +171,7 @@ class ItemSlots:
         self.size += n
         self.rate_limiter.inserts += n
         self._wake_waiters()
-        return make_keys(slots, generations)
+        return keys
 
     def _insert_one_locked(self, slot: int, prio: float | None) -> int:
         """:meth:`_insert_items_locked` for one slot, in Python scalars; returns the key."""

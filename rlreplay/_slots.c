@@ -1,5 +1,5 @@
 /*
- * Compiled loop for rlreplay.keys: which of a batch of item keys name items a table holds.
+ * Compiled loops for the per-slot state of a table's items (see item_slots.py).
  *
  * held_slots(keys, generation, live, values, out_slots, out_values) -> (kept, stale)
  *     A key is generation << 32 | slot. For each key whose slot holds the item of that
@@ -14,9 +14,17 @@
  *     or any value is NaN, infinite or negative: the caller then takes its Python path,
  *     which names the bad entries in its error.
  *
- * Buffers must be C-contiguous: keys and out_slots int64, generation uint32, live bool,
- * values and out_values float64 (both None, or both given). The caller holds the lock that
- * protects generation and live.
+ *     Buffers must be C-contiguous: keys and out_slots int64, generation uint32, live
+ *     bool, values and out_values float64 (both None, or both given).
+ *
+ * claim_range(start, keys_out, generation, priority, times, live, priorities, fill)
+ *     New items in the slots start .. start + n - 1 (n = len(keys_out)): each slot's
+ *     generation grows by one (wrapping at 2**32), its priority becomes priorities[i] (or
+ *     fill when priorities is None), its sample count 0, it is marked live, and its key
+ *     goes to keys_out[i]. Raises ValueError, writing nothing, when the range leaves the
+ *     table or the sizes disagree.
+ *
+ * The caller holds the lock that protects the per-slot arrays.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -184,6 +192,72 @@ done:
     return result;
 }
 
+static PyObject *
+claim_range(PyObject *self, PyObject *args)
+{
+    Py_ssize_t start;
+    double fill;
+    PyObject *objs[6];
+    if (!PyArg_ParseTuple(args, "nOOOOOOd:claim_range", &start, &objs[0], &objs[1], &objs[2],
+                          &objs[3], &objs[4], &objs[5], &fill)) {
+        return NULL;
+    }
+    static const char *names[6] = {"keys_out", "generation", "priority", "times", "live",
+                                   "priorities"};
+    static const char *codes[6] = {"ql", "IL", "d", "IL", "?", "d"};
+    static const Py_ssize_t sizes[6] = {8, 4, 8, 4, 1, 8};
+    static const int writable[6] = {1, 1, 1, 1, 1, 0};
+    Py_buffer v[6];
+    int acquired[6] = {0};
+    PyObject *result = NULL;
+    for (int a = 0; a < 6; a++) {
+        if (objs[a] == Py_None && a == 5) {
+            continue;
+        }
+        if (get_vector(objs[a], &v[a], writable[a], codes[a], sizes[a], names[a]) < 0) {
+            goto done;
+        }
+        acquired[a] = 1;
+    }
+    Py_ssize_t n = v[0].shape[0], cap = v[1].shape[0];
+    if (v[2].shape[0] != cap || v[3].shape[0] != cap || v[4].shape[0] != cap) {
+        PyErr_SetString(PyExc_ValueError,
+                        "generation, priority, times and live must have one entry per slot");
+        goto done;
+    }
+    if (start < 0 || n > cap - start) {
+        PyErr_Format(PyExc_ValueError, "slots [%zd, %zd) leave the table's %zd slots", start,
+                     start + n, cap);
+        goto done;
+    }
+    if (acquired[5] && v[5].shape[0] != n) {
+        PyErr_SetString(PyExc_ValueError, "priorities must have one entry per new item");
+        goto done;
+    }
+    int64_t *keys = (int64_t *)v[0].buf;
+    uint32_t *generation = (uint32_t *)v[1].buf + start;
+    double *priority = (double *)v[2].buf + start;
+    uint32_t *times = (uint32_t *)v[3].buf + start;
+    char *live = (char *)v[4].buf + start;
+    const double *given = acquired[5] ? (const double *)v[5].buf : NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint32_t g = generation[i] + 1;
+        generation[i] = g;
+        keys[i] = (int64_t)(((uint64_t)g << SLOT_BITS) | (uint64_t)(start + i));
+        priority[i] = given ? given[i] : fill;
+    }
+    memset(times, 0, (size_t)n * sizeof(uint32_t));
+    memset(live, 1, (size_t)n);
+    result = Py_NewRef(Py_None);
+done:
+    for (int a = 0; a < 6; a++) {
+        if (acquired[a]) {
+            PyBuffer_Release(&v[a]);
+        }
+    }
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"held_slots", held_slots, METH_VARARGS,
      "held_slots(keys, generation, live, values, out_slots, out_values) -> (kept, stale) or "
@@ -192,16 +266,23 @@ static PyMethodDef methods[] = {
      "to the first `kept` entries of the outputs and counts stale keys; returns None, "
      "writing nothing, if a key was never issued or a value is not finite and >= 0.\n"
      "Raises TypeError for a wrong buffer kind, ValueError for wrong sizes."},
+    {"claim_range", claim_range, METH_VARARGS,
+     "claim_range(start, keys_out, generation, priority, times, live, priorities, fill): "
+     "new items in slots start .. start + len(keys_out) - 1: generation + 1, priority "
+     "priorities[i] (fill when None), times 0, live; their keys written to keys_out.\n"
+     "Raises TypeError for a wrong buffer kind, ValueError for a range outside the table or "
+     "wrong sizes (nothing is written then)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "rlreplay._keys",
-    "Compiled loop resolving item keys to held slots (see keys.py).", -1, methods,
+    PyModuleDef_HEAD_INIT, "rlreplay._slots",
+    "Compiled loops for the per-slot state of a table's items (see item_slots.py).", -1,
+    methods,
 };
 
 PyMODINIT_FUNC
-PyInit__keys(void)
+PyInit__slots(void)
 {
     return PyModule_Create(&module);
 }

@@ -1,7 +1,8 @@
-"""The compiled key resolution (held_slots) against the Python path of update and delete.
+"""The compiled per-slot loops (held_slots, claim_range) against the Python paths of
+update, delete and insert.
 
-Two identical prioritized tables get the same updates and deletes, one through the kernel
-and one with it switched off: priorities, sizes, counters and the sum trees must agree.
+Two identical prioritized tables get the same calls, one through the kernel and one with
+it switched off: keys, priorities, sizes, counters and the sum trees must agree.
 Skipped when the extension is not built or is turned off with ``RLREPLAY_NO_EXTENSION=1``.
 """
 
@@ -13,7 +14,7 @@ import pytest
 from rlreplay import Prioritized, Table, item_slots
 from rlreplay.errors import InvalidArgumentError
 
-kernel = pytest.importorskip("rlreplay._keys")
+kernel = pytest.importorskip("rlreplay._slots")
 if item_slots._kernel is None:
     pytest.skip("RLREPLAY_NO_EXTENSION is set", allow_module_level=True)
 
@@ -72,8 +73,11 @@ def test_updates_and_deletes_match_the_python_path(seed, monkeypatch):
         assert got == expected
         assert_same_state(fast, slow)
         if rng.random() < 0.3:
-            for t in (fast, slow):
-                t.insert({"x": np.arange(5)})
+            rows = {"x": np.arange(int(rng.integers(1, 9)))}
+            prios = None if rng.random() < 0.5 else rng.uniform(0.0, 2.0, len(rows["x"]))
+            got, expected = both(fast, slow, "insert", (rows, prios), monkeypatch)
+            np.testing.assert_array_equal(got, expected)
+            assert_same_state(fast, slow)
 
 
 def test_last_priority_for_a_key_wins_and_stale_repeats_count_each_time():
@@ -103,6 +107,16 @@ def test_a_bad_entry_raises_and_changes_nothing(make):
     with pytest.raises(InvalidArgumentError):
         table.update_priorities(keys, prios)
     assert_same_state(table, untouched)
+
+
+def test_claim_range_rejects_a_range_outside_the_table_and_writes_nothing():
+    gen, prio = np.ones(8, np.uint32), np.zeros(8)
+    times, live = np.zeros(8, np.uint32), np.zeros(8, bool)
+    keys = np.zeros(3, np.int64)
+    for start in (-1, 6):
+        with pytest.raises(ValueError, match="leave the table"):
+            kernel.claim_range(start, keys, gen, prio, times, live, None, 1.0)
+    assert (gen == 1).all() and not live.any() and not keys.any()
 
 
 def test_kernel_rejects_wrong_buffers():
