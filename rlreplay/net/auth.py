@@ -130,3 +130,30 @@ def keygen(folder: str | os.PathLike, name: str = "server") -> tuple[str, str]:
     public, secret = zmq.auth.create_certificates(os.fspath(folder), name)
     os.chmod(secret, 0o600)
     return public, secret
+
+
+def public_key(value: str | bytes | None) -> bytes | None:
+    """A server public key given as a ``.key`` file path or z85 bytes (None: no CURVE)."""
+    if value is None:
+        return None
+    if isinstance(value, bytes) and len(value) == 40:
+        return value
+    return load_keys(value)[0]
+
+
+def client_keys(value: str | bytes | tuple[bytes, bytes] | None) -> tuple[bytes, bytes]:
+    """A client's key pair: from a ``.key_secret`` file, given as a pair, or ephemeral.
+
+    Raises:
+        InvalidArgumentError: if the file holds no secret key.
+    """
+    if value is None:
+        return zmq.curve_keypair()
+    if isinstance(value, tuple) and len(value) == 2:
+        return value
+    public, secret = load_keys(value)
+    if secret is None:
+        raise InvalidArgumentError(
+            f"client_secret_key={value!r} holds no secret key; give the .key_secret file"
+        )
+    return public, secret

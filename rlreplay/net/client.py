@@ -24,7 +24,9 @@ from rlreplay.errors import (
     describe,
 )
 from rlreplay.net import auth, wire
-from rlreplay.sample import Sample, SampleInfo
+from rlreplay.net.channel import Channel
+from rlreplay.net.payloads import as_sample, rows_arrays, update_arrays
+from rlreplay.sample import Sample
 from rlreplay.specs import Signature
 from rlreplay.table_checks import check_timeout
 from rlreplay.table_info import TableInfo
@@ -73,13 +75,13 @@ class Client:
         liveness_s: float = 5.0,
     ):
         self.address = auth.normalize_address(address)
-        self._server_key = _public_key(server_public_key)
-        self._client_keys = _client_keys(client_secret_key) if self._server_key else None
+        self._server_key = auth.public_key(server_public_key)
+        self._client_keys = auth.client_keys(client_secret_key) if self._server_key else None
         self.call_timeout = check_timeout(call_timeout)
         self.liveness_s = float(liveness_s)
         self._lock = threading.Lock()
         self._local = threading.local()
-        self._channels: list[_Channel] = []
+        self._channels: list[Channel] = []
         self._ids = itertools.count(1)
         self._descriptions: dict[str, dict] | None = None
 
@@ -97,7 +99,7 @@ class Client:
         self.__init__(**state)
 
     # -------------------------------------------------------------- socket
-    def _channel(self) -> _Channel:
+    def _channel(self) -> Channel:
         """This thread's socket and reply bookkeeping (opened on first use per process)."""
         ch = getattr(self._local, "channel", None)
         if ch is None or ch.pid != os.getpid():
@@ -111,7 +113,7 @@ class Client:
             if auth.is_ipv6(self.address):
                 sock.setsockopt(zmq.IPV6, 1)
             sock.connect(self.address)
-            ch = self._local.channel = _Channel(sock)
+            ch = self._local.channel = Channel(sock)
             with self._lock:
                 self._channels = [c for c in self._channels if c.pid == ch.pid] + [ch]
         return ch
@@ -241,7 +243,7 @@ class Client:
         timeout: float | None = None,
     ) -> np.ndarray:
         """:meth:`Table.insert` on the server's ``table``; returns the new keys."""
-        arrays = _rows(self.signature(table), rows, self.describe(table)["is_rows"], table)
+        arrays = rows_arrays(self.signature(table), rows, self.describe(table)["is_rows"], table)
         header: dict[str, Any] = {"op": "insert", "table": table}
         if priorities is not None:
             if np.ndim(priorities) == 0:
@@ -250,27 +252,85 @@ class Client:
                 arrays["priorities"] = np.asarray(priorities, dtype=np.float64)
         return self._call(header, arrays, check_timeout(timeout))[1]["keys"]
 
-    def sample(self, table: str, batch_size: int, *, timeout: float | None = None) -> Sample:
-        """:meth:`Table.sample` on the server's ``table``."""
-        rid = self.sample_async(table, batch_size, timeout=timeout)
+    def sample(
+        self,
+        table: str,
+        batch_size: int,
+        *,
+        timeout: float | None = None,
+        update: tuple[Any, Any] | None = None,
+    ) -> Sample:
+        """:meth:`Table.sample` on the server's ``table``, optionally after a priority update.
+
+        A learner's cycle (sample, learn, send new priorities) is one round trip when each
+        sample request carries the previous batch's priorities::
+
+            update = None
+            while training:
+                batch = client.sample("replay", 256, timeout=5.0, update=update)
+                update = (batch.info.keys, learn(batch))
+
+        Args:
+            table: the table's name.
+            batch_size: items to sample.
+            timeout: seconds the rate limiter may block the sample (``None``: no limit).
+            update: ``(keys, priorities)`` for :meth:`Table.update_priorities` on the same
+                table. The server checks and applies it when the request arrives, before
+                sampling (so the sample already sees the new priorities); keys of items no
+                longer held are skipped and counted in ``stale_updates``. It stays applied
+                if the sample then waits and times out. If the update is invalid, nothing
+                is updated and nothing is sampled.
+
+        Returns:
+            The :class:`~rlreplay.Sample`.
+
+        Raises:
+            InvalidArgumentError: for an invalid batch size, timeout or update (the same
+                error :meth:`update_priorities` raises for that update).
+            RateLimiterTimeoutError: if the sample waited ``timeout`` seconds.
+            ServerUnavailableError: if the server does not answer (then whether the update
+                was applied is unknown).
+        """
+        rid = self.sample_async(table, batch_size, timeout=timeout, update=update)
         return self.sample_result(rid, timeout)
 
-    def sample_async(self, table: str, batch_size: int, *, timeout: float | None = None) -> int:
-        """Send a sample request without waiting; returns the id for :meth:`sample_result`."""
+    def sample_async(
+        self,
+        table: str,
+        batch_size: int,
+        *,
+        timeout: float | None = None,
+        update: tuple[Any, Any] | None = None,
+    ) -> int:
+        """Send a sample request (and ``update``, see :meth:`sample`) without waiting.
+
+        Returns:
+            The request's id, for :meth:`sample_result`.
+
+        Raises:
+            InvalidArgumentError: for an invalid timeout, or an update whose keys are not
+                integers or whose priorities are not numbers.
+        """
         timeout = check_timeout(timeout)
         header = {"op": "sample", "table": table, "batch_size": batch_size, "timeout": timeout}
-        return self._send(header)
+        if update is None:
+            return self._send(header)
+        if not isinstance(update, tuple) or len(update) != 2:
+            raise InvalidArgumentError(
+                f"update={describe(update)} must be a (keys, priorities) pair or None"
+            )
+        return self._send(header, update_arrays(*update, prefix="update/"))
 
     def sample_result(self, rid: int, timeout: float | None = None) -> Sample:
         """The sample requested as ``rid`` (waits up to ``timeout`` + a short grace)."""
         wait = None if timeout is None else timeout + REPLY_GRACE_S
-        return _as_sample(*self._wait(rid, wait))
+        return as_sample(*self._wait(rid, wait))
 
     def update_priorities(self, table: str, keys: Any, priorities: Any, *, wait: bool = True):
         """:meth:`Table.update_priorities`; with ``wait=False`` returns at once (None) and
-        the server only logs errors."""
-        keys = np.asarray(keys)
-        arrays = {"keys": keys, "priorities": np.asarray(priorities, dtype=np.float64)}
+        the server only logs errors. A learner can instead send the update with its next
+        sample request (``sample(..., update=(keys, priorities))``) and save a round trip."""
+        arrays = update_arrays(keys, priorities)
         header: dict[str, Any] = {"op": "update_priorities", "table": table}
         if not wait:
             header["noreply"] = True
@@ -327,85 +387,3 @@ class Client:
 
     def __repr__(self) -> str:
         return f"Client({self.address!r})"
-
-
-class _Channel:
-    """One thread's DEALER socket; replies arrive on the socket that sent the request."""
-
-    def __init__(self, sock: zmq.Socket):
-        self.sock = sock
-        self.pid = os.getpid()
-        self.replies: dict[int, tuple[dict, dict]] = {}
-        self.abandoned: set[int] = set()
-        self.last_heard = time.monotonic()
-
-    def receive(self) -> None:
-        """Move every waiting reply into ``replies`` (dropping abandoned ones)."""
-        while True:
-            try:
-                frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                return
-            self.last_heard = time.monotonic()
-            header, arrays = wire.decode(frames)
-            rid = header.get("id")
-            if rid in self.abandoned:
-                self.abandoned.discard(rid)
-            else:
-                self.replies[rid] = (header, arrays)
-
-    def forget(self, rids) -> None:
-        """Drop replies to ``rids`` now or when they arrive."""
-        for rid in rids:
-            if self.replies.pop(rid, None) is None:
-                self.abandoned.add(rid)
-
-
-def _as_sample(header: dict, arrays: dict) -> Sample:
-    data = {k[5:]: v for k, v in arrays.items() if k.startswith("data/")}
-    info = SampleInfo(
-        arrays["keys"],
-        arrays["probabilities"],
-        arrays["priorities"],
-        arrays["times_sampled"],
-        int(header["table_size"]),
-        float(header["min_probability"]),
-    )
-    return Sample(data, info)
-
-
-def _rows(sig: Signature, rows: Mapping[str, Any], is_rows: bool, table: str) -> dict:
-    """Validate rows client-side (the server checks again) and name them for the wire."""
-    if not is_rows:
-        raise InvalidArgumentError(
-            f"table {table!r} has items spanning several steps; insert() stores one row per "
-            "item, so append steps with a trajectory writer instead"
-        )
-    first_path, first_spec = next(iter(sig.fields.items()))
-    probe = rows.get(first_path) if isinstance(rows, Mapping) and "/" not in first_path else None
-    if probe is not None and np.ndim(probe) == len(first_spec.shape):
-        flat = {p: a[None] for p, a in sig.check_step(rows, "rows").items()}
-    else:
-        flat, _ = sig.check_batch(rows, "rows")
-    return {"data/" + p: a.astype(sig.fields[p].dtype, copy=False) for p, a in flat.items()}
-
-
-def _public_key(value: str | bytes | None) -> bytes | None:
-    if value is None:
-        return None
-    if isinstance(value, bytes) and len(value) == 40:
-        return value
-    return auth.load_keys(value)[0]
-
-
-def _client_keys(value: Any) -> tuple[bytes, bytes]:
-    if value is None:
-        return zmq.curve_keypair()
-    if isinstance(value, tuple) and len(value) == 2:
-        return value
-    public, secret = auth.load_keys(value)
-    if secret is None:
-        raise InvalidArgumentError(
-            f"client_secret_key={value!r} holds no secret key; give the .key_secret file"
-        )
-    return public, secret

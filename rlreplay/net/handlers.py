@@ -64,6 +64,9 @@ class Job:
         self.table = table
         self.deadline = deadline
         self.parked_at: float | None = None
+        self.identity: Any = None  # the requesting client, set by the server
+        self.rid: Any = None
+        self.version = 1  # the protocol version the request came in, and its reply goes in
 
     def attempt(self) -> Reply | None:
         raise NotImplementedError
@@ -83,15 +86,19 @@ class SampleJob(Job):
     counter = "sample_blocked_s"
     what = "sample"
 
-    def __init__(self, table: Table, n: int, deadline: float | None):
+    def __init__(self, table: Table, n: int, deadline: float | None, updated: int | None = None):
         super().__init__(table, deadline)
         self.n = n
+        self.updated = updated
 
     def attempt(self) -> Reply | None:
         t = self.table
         with t.lock:
             if t.size > 0 and t.rate_limiter.can_sample(self.n, t.size):
-                return sample_reply(t, self.n)
+                reply = sample_reply(t, self.n)
+                if self.updated is not None:
+                    reply[0]["updated"] = self.updated
+                return reply
         return None
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.errors import InvalidArgumentError, ProtocolError, describe
 from rlreplay.keys import check_priorities
 from rlreplay.net import handlers
 from rlreplay.net.ingest import WriterSession
@@ -68,7 +68,17 @@ class TableOperations:
     def _op_sample(self, header, arrays):
         table = self._table(header)
         n = handlers.check_batch_size(header.get("batch_size"), table)
-        return handlers.SampleJob(table, n, handlers.deadline_of(header, time.monotonic()))
+        deadline = handlers.deadline_of(header, time.monotonic())
+        updated = None
+        if arrays:  # a priority update carried by the request: applied first, at once
+            keys, prios = arrays.get("update/keys"), arrays.get("update/priorities")
+            if keys is None or prios is None:
+                raise ProtocolError(
+                    "a sample request carries an update as both 'update/keys' and "
+                    f"'update/priorities'; it has {sorted(arrays)}"
+                )
+            updated = int(table.update_priorities(keys, prios))
+        return handlers.SampleJob(table, n, deadline, updated)
 
     def _op_insert(self, header, arrays):
         table = self._table(header)

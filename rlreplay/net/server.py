@@ -41,6 +41,7 @@ from rlreplay.table import Table
 log = logging.getLogger("rlreplay.net")
 
 MUTATING = {"insert", "sample", "delete", "reset", "write", "update_priorities"}
+OLDEST_VERSION = min(wire.SUPPORTED_VERSIONS)
 
 
 class Server(TableOperations):
@@ -118,6 +119,7 @@ class Server(TableOperations):
         self._sessions: dict[int, tuple[WriterSession, float]] = {}
         self._rates = {n: deque(maxlen=12) for n in self.tables}
         self._metrics_server = None
+        self._ops = {name[4:]: getattr(self, name) for name in dir(self) if name.startswith("_op_")}
 
     # ----------------------------------------------------------- lifecycle
     def start(self) -> Server:
@@ -233,12 +235,12 @@ class Server(TableOperations):
                         wait = min(wait, max(0.0, min(deadlines) - now))
                 events = dict(poller.poll(int(wait * 1000) + 1))
                 if sock in events:
+                    # EVENTS says whether another message waits, which costs far less than
+                    # the exception a non-blocking receive raises when none does.
                     for _ in range(256):
-                        try:
-                            frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
-                        except zmq.Again:
+                        if not sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
                             break
-                        self._handle(frames)
+                        self._handle(sock.recv_multipart(copy=False))
                 if self._parked:
                     self._retry_parked()
                     self._expire_parked()
@@ -249,7 +251,8 @@ class Server(TableOperations):
             log.exception("rlreplay server dispatcher failed")
         finally:
             for job in self._parked:
-                self._reply_error(job.identity, job.rid, ClosedError("the server is stopping"))
+                exc = ClosedError("the server is stopping")
+                self._reply_error(job.identity, job.rid, exc, job.version)
             self._parked.clear()
             sock.close(linger=0)
             wake.close(linger=0)
@@ -262,43 +265,49 @@ class Server(TableOperations):
         except zmq.ZMQError as exc:
             log.warning("could not reply to a client: %s", exc)
 
-    def _reply(self, identity: Any, rid: Any, header: dict, arrays: dict | None) -> None:
+    def _reply(
+        self, identity: Any, rid: Any, header: dict, arrays: dict | None, version: int
+    ) -> None:
         header["id"] = rid
         header["ok"] = True
-        self._send(identity, wire.encode(header, arrays))
+        self._send(identity, wire.encode(header, arrays, version))
 
-    def _reply_error(self, identity: Any, rid: Any, exc: BaseException) -> None:
+    def _reply_error(
+        self, identity: Any, rid: Any, exc: BaseException, version: int = OLDEST_VERSION
+    ) -> None:
         header = {"id": rid, "ok": False, "code": wire.error_code(exc), "message": str(exc)}
-        self._send(identity, wire.encode(header))
+        self._send(identity, wire.encode(header, None, version))
 
     def _handle(self, frames: list) -> bool:
         """Serve one request; returns True if it may have changed a table."""
         identity, body = frames[0], frames[1:]
         rid = None
+        version = OLDEST_VERSION  # what a request that cannot be read is answered in
         try:
             header, arrays = wire.decode(body)
-            rid = header.get("id")
+            rid, version = header.get("id"), header["v"]
             op = header.get("op")
-            method = getattr(self, f"_op_{op}", None) if isinstance(op, str) else None
+            method = self._ops.get(op) if isinstance(op, str) else None
             if method is None:
                 raise ProtocolError(f"unknown operation {describe(op)}")
             result = method(header, arrays)
             if isinstance(result, handlers.Job):
-                result.identity, result.rid = identity, rid
+                result.identity, result.rid, result.version = identity, rid, version
                 reply = result.attempt()
                 if reply is None:
                     result.parked_at = time.monotonic()
                     self._parked.append(result)
                 else:
-                    self._reply(identity, rid, *reply)
+                    self._reply(identity, rid, *reply, version)
             elif not header.get("noreply"):
-                self._reply(identity, rid, *result)
+                self._reply(identity, rid, *result, version)
             return op in MUTATING
         except ReplayError as exc:
-            self._reply_error(identity, rid, exc)
+            self._reply_error(identity, rid, exc, version)
         except Exception as exc:
             log.exception("internal error serving a request")
-            self._reply_error(identity, rid, ReplayError(f"internal server error: {exc!r}"))
+            exc = ReplayError(f"internal server error: {exc!r}")
+            self._reply_error(identity, rid, exc, version)
         return True
 
     def _retry_parked(self) -> None:
@@ -314,12 +323,12 @@ class Server(TableOperations):
                         exc = ReplayError(f"internal server error: {exc!r}")
                     self._finish(job)
                     self._abort_write(job)
-                    self._reply_error(job.identity, job.rid, exc)
+                    self._reply_error(job.identity, job.rid, exc, job.version)
                     progress = True
                     continue
                 if reply is not None:
                     self._finish(job)
-                    self._reply(job.identity, job.rid, *reply)
+                    self._reply(job.identity, job.rid, *reply, job.version)
                     progress = True
 
     def _expire_parked(self) -> None:
@@ -329,7 +338,7 @@ class Server(TableOperations):
                 waited = self._finish(job)
                 self._abort_write(job)
                 exc = RateLimiterTimeoutError(job.timeout_message(waited))
-                self._reply_error(job.identity, job.rid, exc)
+                self._reply_error(job.identity, job.rid, exc, job.version)
 
     def _finish(self, job: handlers.Job) -> float:
         self._parked.remove(job)

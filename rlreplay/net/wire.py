@@ -1,10 +1,12 @@
 """Wire codec: one message is a msgpack header frame followed by raw array frames.
 
 Every header is a msgpack map that carries the protocol version under ``"v"``. Arrays are
-never pickled: the header lists each array's name, dtype string and shape under ``"arrays"``,
-and the array's bytes travel as their own ZeroMQ frame, in the same order. Large frames
-are sent without copying (pyzmq keeps a reference to the numpy buffer) and received
-without copying (the array is a view over the received frame). See ``docs/protocol.md``.
+never pickled: the header lists each array's name, dtype string and shape under ``"arrays"``.
+In version 2 (this side's own) arrays under ``ZERO_COPY_BYTES`` travel together in one
+packed frame, each at an 8-byte aligned offset, and larger arrays get a frame of their own,
+sent without copying (pyzmq keeps a reference to the numpy buffer). Version 1 gives every
+array its own frame; it is still read, and :func:`encode` writes it for version 1 peers.
+Received arrays are views over the received frames (no copy). See ``docs/protocol.md``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ import numpy as np
 
 from rlreplay import errors
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
+# Versions this side reads. A server answers each request in the request's own version.
+SUPPORTED_VERSIONS = (1, 2)
 
 # Frames at least this large are handed to ZeroMQ without a copy; smaller ones are copied,
 # which is cheaper than the bookkeeping zero-copy needs.
@@ -59,33 +63,80 @@ def error_from_code(code: Any, message: str) -> errors.ReplayError:
     return cls(message)
 
 
-def encode(header: dict[str, Any], arrays: Mapping[str, np.ndarray] | None = None) -> list:
-    """Frames of one message: the packed header, then one frame per array.
+def encode(
+    header: dict[str, Any],
+    arrays: Mapping[str, np.ndarray] | None = None,
+    version: int = PROTOCOL_VERSION,
+) -> list:
+    """Frames of one message: the packed header, then the array frames.
 
     Arrays are made C-contiguous (copied only if they are not); their names, dtypes and
-    shapes are recorded in the header under ``"arrays"``.
+    shapes (and in version 2 their frame and byte offset) are recorded in the header under
+    ``"arrays"``.
+
+    Args:
+        header: the message's header fields (``"v"`` and ``"arrays"`` are filled in).
+        arrays: named arrays of numeric dtypes.
+        version: the protocol version to write (1 for a version 1 peer).
+
+    Returns:
+        The frames, ready for ``send_multipart``.
     """
     frames: list = [b""]
     if arrays:
-        meta = []
-        for name, arr in arrays.items():
-            a = np.ascontiguousarray(arr)
-            meta.append((name, a.dtype.str, a.shape))
-            frames.append(a if a.nbytes >= ZERO_COPY_BYTES else a.tobytes())
+        if version == 1:
+            meta = []
+            for name, arr in arrays.items():
+                a = np.ascontiguousarray(arr)
+                meta.append((name, a.dtype.str, a.shape))
+                frames.append(a if a.nbytes >= ZERO_COPY_BYTES else a.tobytes())
+        else:
+            meta = _pack(arrays, frames)
         header["arrays"] = meta
-    header["v"] = PROTOCOL_VERSION
+    header["v"] = version
     frames[0] = msgpack.packb(header, use_bin_type=True)
     return frames
+
+
+ALIGN = 8  # byte alignment of arrays in a packed frame
+_PAD = bytes(ALIGN)
+
+
+def _pack(arrays: Mapping[str, np.ndarray], frames: list) -> list:
+    """Version 2 layout, appended to ``frames``: the arrays under ``ZERO_COPY_BYTES`` share
+    frame 1 (each at an offset aligned to ``ALIGN`` bytes), each larger one follows in a
+    frame of its own. Returns the ``"arrays"`` entries, in the order of ``arrays``."""
+    contiguous = [(name, np.ascontiguousarray(a)) for name, a in arrays.items()]
+    first_large = 2 if any(a.nbytes < ZERO_COPY_BYTES for _, a in contiguous) else 1
+    meta, parts, large = [], [], []
+    offset = 0
+    for name, a in contiguous:
+        if a.nbytes >= ZERO_COPY_BYTES:
+            meta.append((name, a.dtype.str, a.shape, first_large + len(large), 0))
+            large.append(a)
+            continue
+        meta.append((name, a.dtype.str, a.shape, 1, offset))
+        parts.append(a.reshape(-1).view(np.uint8))
+        offset += a.nbytes
+        pad = -offset % ALIGN
+        if pad:
+            parts.append(_PAD[:pad])
+            offset += pad
+    if parts:
+        frames.append(b"".join(parts))
+    frames.extend(large)
+    return meta
 
 
 def decode(frames: Sequence[Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Header and arrays of one message (``frames`` as received, bytes or zmq Frames).
 
-    Arrays are views over the received frames when pyzmq allows it (no copy).
+    Arrays are views over the received frames when pyzmq allows it (no copy). The
+    header's ``"v"`` tells which version the sender wrote (see ``SUPPORTED_VERSIONS``).
 
     Raises:
-        ProtocolError: on a malformed header, a different protocol version, a dtype that
-            is not numeric, or frames whose sizes do not match the declared arrays.
+        ProtocolError: on a malformed header, an unsupported protocol version, a dtype that
+            is not numeric, or arrays that do not fit the frames that carry them.
     """
     if not frames:
         raise errors.ProtocolError("empty message")
@@ -96,36 +147,45 @@ def decode(frames: Sequence[Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]
     if not isinstance(header, dict):
         raise errors.ProtocolError("message header is not a map")
     version = header.get("v")
-    if version != PROTOCOL_VERSION:
+    if version not in SUPPORTED_VERSIONS or isinstance(version, bool):
         raise errors.ProtocolError(
             f"protocol version {version!r} is not supported; this side speaks "
-            f"{PROTOCOL_VERSION} (upgrade the older of client and server)"
+            f"{', '.join(map(str, SUPPORTED_VERSIONS))} (upgrade the older of client and "
+            "server)"
         )
     meta = header.pop("arrays", None) or []
-    if not isinstance(meta, list) or len(meta) != len(frames) - 1:
+    if not isinstance(meta, list) or (version == 1 and len(meta) != len(frames) - 1):
         raise errors.ProtocolError(
             f"message declares {len(meta) if isinstance(meta, list) else meta!r} arrays "
             f"but carries {len(frames) - 1} data frames"
         )
+    buffers = [_bytes(f) for f in frames]
     arrays: dict[str, np.ndarray] = {}
-    for entry, frame in zip(meta, frames[1:]):
+    for i, entry in enumerate(meta):
         try:
-            name, dtype_str, shape = entry
+            if version == 1:
+                (name, dtype_str, shape), index, offset = entry, i + 1, 0
+            else:
+                name, dtype_str, shape, index, offset = entry
             dtype = _DTYPES.get(dtype_str) or _dtype(dtype_str)
             shape = tuple(int(d) for d in shape)
+            if not isinstance(offset, int) or not isinstance(index, int) or index < 1:
+                raise ValueError(entry)
+            buf = buffers[index]
         except Exception:
             raise errors.ProtocolError(f"malformed array entry {entry!r}") from None
         if dtype is None or not isinstance(name, str):
             raise errors.ProtocolError(f"array {name!r} has dtype {dtype_str!r}, not allowed")
-        buf = frame.buffer if hasattr(frame, "buffer") else frame
         nbytes = buf.nbytes if isinstance(buf, memoryview) else len(buf)
         count = math.prod(shape)
-        if count * dtype.itemsize != nbytes or min(shape, default=0) < 0:
+        size = count * dtype.itemsize
+        fits = size == nbytes if version == 1 else offset >= 0 and offset + size <= nbytes
+        if not fits or min(shape, default=0) < 0:
             raise errors.ProtocolError(
-                f"array {name!r} declares shape {shape} of {dtype} but its frame holds "
-                f"{nbytes} bytes"
+                f"array {name!r} declares shape {shape} of {dtype} at frame {index!r}, byte "
+                f"{offset!r}, but that frame holds {nbytes} bytes"
             )
-        arrays[name] = np.frombuffer(buf, dtype=dtype, count=count).reshape(shape)
+        arrays[name] = np.frombuffer(buf, dtype=dtype, count=count, offset=offset).reshape(shape)
     return header, arrays
 
 

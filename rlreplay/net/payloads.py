@@ -1,0 +1,89 @@
+"""Client-side request and reply payloads: rows and priority updates become named wire
+arrays, and sample replies become :class:`~rlreplay.Sample` objects."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.sample import Sample, SampleInfo
+from rlreplay.specs import Signature
+
+
+def as_sample(header: dict, arrays: dict) -> Sample:
+    data = {k[5:]: v for k, v in arrays.items() if k.startswith("data/")}
+    info = SampleInfo(
+        arrays["keys"],
+        arrays["probabilities"],
+        arrays["priorities"],
+        arrays["times_sampled"],
+        int(header["table_size"]),
+        float(header["min_probability"]),
+    )
+    return Sample(data, info)
+
+
+def rows_arrays(sig: Signature, rows: Mapping[str, Any], is_rows: bool, table: str) -> dict:
+    """Validate rows client-side (the server checks again) and name them for the wire."""
+    if not is_rows:
+        raise InvalidArgumentError(
+            f"table {table!r} has items spanning several steps; insert() stores one row per "
+            "item, so append steps with a trajectory writer instead"
+        )
+    first_path, first_spec = next(iter(sig.fields.items()))
+    probe = rows.get(first_path) if isinstance(rows, Mapping) and "/" not in first_path else None
+    if probe is not None and np.ndim(probe) == len(first_spec.shape):
+        flat = {p: a[None] for p, a in sig.check_step(rows, "rows").items()}
+    else:
+        flat, _ = sig.check_batch(rows, "rows")
+    return {"data/" + p: a.astype(sig.fields[p].dtype, copy=False) for p, a in flat.items()}
+
+
+def update_arrays(keys: Any, priorities: Any, prefix: str = "") -> dict[str, np.ndarray]:
+    """The arrays of a priority update, named ``prefix + "keys"`` and ``prefix +
+    "priorities"``. The server checks them exactly as :meth:`Table.update_priorities` does
+    (keys of this table, one finite priority >= 0 per key) before changing anything.
+
+    Raises:
+        InvalidArgumentError: if ``keys`` are not integers or ``priorities`` not numbers.
+    """
+    k = np.asarray(keys)
+    if k.size == 0:
+        k = k.astype(np.int64)
+    if k.dtype.kind not in "iu":
+        raise InvalidArgumentError(
+            f"keys must be a 1-d array of int64 item keys (as in Sample.info.keys), got "
+            f"{describe(keys)}"
+        )
+    try:
+        p = np.asarray(priorities, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(
+            f"priorities={describe(priorities)} must be a number or a 1-d array of numbers"
+        ) from None
+    return {prefix + "keys": k, prefix + "priorities": p}
+
+
+def checked_update(keys: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A priority update checked as far as a client can without the table: ``keys`` a
+    1-d integer array, ``priorities`` finite, >= 0 and one per key (a scalar applies to
+    every key). The server still checks that the keys are the table's.
+
+    Returns:
+        ``(keys, priorities)`` as int64 and float64 arrays of equal length.
+
+    Raises:
+        InvalidArgumentError: otherwise, as :meth:`Table.update_priorities` would.
+    """
+    from rlreplay.keys import check_priorities
+
+    arrays = update_arrays(keys, priorities)
+    k = arrays["keys"].reshape(-1) if arrays["keys"].ndim == 0 else arrays["keys"]
+    if k.ndim != 1:
+        raise InvalidArgumentError(
+            f"keys must be a 1-d array of int64 item keys, got shape {k.shape}"
+        )
+    return k.astype(np.int64, copy=False), check_priorities(arrays["priorities"], len(k))
