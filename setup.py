@@ -15,5 +15,6 @@ setup(
         ),
         Extension("rlreplay._draws", ["rlreplay/_draws.c"], optional=True),
         Extension("rlreplay._slots", ["rlreplay/_slots.c"], optional=True),
+        Extension("rlreplay._store", ["rlreplay/_store.c"], optional=True),
     ]
 )

@@ -43,8 +43,9 @@ class ItemSlots:
         ndim = probe.ndim if type(probe) is np.ndarray else np.ndim(probe)
         return ndim == probe_field[1]
 
-    def _insert_one(self, row: dict, priorities: Any, timeout: float | None) -> np.ndarray:
-        """:meth:`insert` of one validated row into a single-lane store, without arrays."""
+    def _insert_one(self, row: Mapping, priorities: Any, timeout: float | None) -> np.ndarray:
+        """:meth:`insert` of one row into a single-lane store, without arrays (the store
+        validates the row, or writes it as is when it fits the columns)."""
         prio = None if priorities is None else float(check_priorities(priorities, 1)[0])
         timeout = check_timeout(timeout)
         limiter = self.rate_limiter
@@ -52,6 +53,7 @@ class ItemSlots:
         store = self.store
         with self.lock:
             if self._closed or not limiter.can_insert(1, self.size):
+                row = store.signature.check_row(row, "rows")  # bad rows never wait
                 self._wait_for(
                     lambda: limiter.can_insert(1, self.size), timeout, "insert", "insert_blocked_s"
                 )
@@ -95,7 +97,7 @@ class ItemSlots:
         self._inserting = True
         try:
             if one_row:
-                return self.store._append_one_locked(rows, timeout)
+                return self.store._append_one_locked(rows, timeout, "rows")
             return self.store._append_locked(rows, n, timeout)
         except BaseException:
             self._settle_deferred()

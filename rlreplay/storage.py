@@ -25,11 +25,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlreplay._compiled import load_kernel
 from rlreplay.errors import InvalidArgumentError, ReplayTimeoutError, describe
 from rlreplay.specs import Signature
 
 if TYPE_CHECKING:
     from rlreplay.table import Table
+
+_kernel = load_kernel("rlreplay._store")
 
 
 class StepStore:
@@ -74,6 +77,9 @@ class StepStore:
         self.next_id = 0
         self.lock = threading.Condition(threading.RLock())
         self._tables: list[Table] = []
+        self._column_tuple = tuple(self.columns.values())
+        self._path_tuple = tuple(self.columns)
+        self._choose_row_writer()
 
     # ----------------------------------------------------------------- queries
     @property
@@ -108,11 +114,21 @@ class StepStore:
     def attach(self, table: Table) -> None:
         with self.lock:
             self._tables.append(table)
+            self._choose_row_writer()
 
     def detach(self, table: Table) -> None:
         with self.lock:
             if table in self._tables:
                 self._tables.remove(table)
+            self._choose_row_writer()
+
+    def _choose_row_writer(self) -> None:
+        """Use the compiled one-step write where a row may be written before the tables
+        have let go of it: one lane, and every table evicts what is overwritten (a queue
+        waits for its items, a stack copies their steps away first)."""
+        evict_only = all(t.on_overwrite == "evict" for t in self._tables)
+        use = _kernel is not None and self.lanes == 1 and evict_only
+        self._put_row = _kernel.put_row if use else None
 
     def append(
         self, steps: Mapping[str, Any], *, timeout: float | None = None, validated: bool = False
@@ -196,10 +212,32 @@ class StepStore:
         self.next_id = first + n
         return first
 
-    def _append_one_locked(self, step: Mapping[str, Any], timeout: float | None = None) -> int:
-        """Append one validated step (no batch axis; values may be Python scalars) to a
-        single-lane store with the lock held; returns its id. Writers and the one-row
-        :meth:`Table.insert` path call it after their own validation."""
+    def _append_one_locked(
+        self, step: Mapping[str, Any], timeout: float | None = None, argument: str = "step"
+    ) -> int:
+        """Append one step (no batch axis; values may be Python scalars) to a single-lane
+        store with the lock held; returns its id. Writers and the one-row
+        :meth:`Table.insert` path call it.
+
+        A step whose values fit the columns as they are goes through the compiled write
+        (when every table evicts what is overwritten, the row is written before they do);
+        any other is validated by the signature first.
+
+        Raises:
+            SignatureError: if the step does not match the signature (``argument`` names
+                it); nothing changes then.
+            ReplayTimeoutError: as :meth:`append`.
+        """
+        if self._put_row is not None:
+            row = self.next_id % self.capacity
+            if self._put_row(np.ndarray, self._column_tuple, self._path_tuple, row, step):
+                if self.next_id >= self.capacity:
+                    for table in self._tables:
+                        table._on_overwrite(row, 1)
+                first = self.next_id
+                self.next_id = first + 1
+                return first
+        step = self.signature.check_row(step, argument)
         row = self._make_room(1, timeout) if self.next_id >= self.capacity else self.next_id
         first = self.next_id  # read after _make_room, which may wait for other appends
         for path, col in self.columns.items():

@@ -294,8 +294,7 @@ class Table(ItemSlots, ItemDraws):
         store = self.store
         if self._is_one_row(rows):
             if store.lanes == 1:
-                row = store.signature.check_row(rows, "rows")
-                return self._insert_one(row, priorities, timeout)
+                return self._insert_one(rows, priorities, timeout)
             one = store.signature.check_step(rows, "rows")
             arrays, n = {p: a[None] for p, a in one.items()}, 1
         else:

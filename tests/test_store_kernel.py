@@ -1,0 +1,121 @@
+"""The compiled one-step write (put_row) against the validated Python path of the store.
+
+Each case inserts one row into two identical tables, one writing through the kernel and
+one with it switched off: what is stored, the keys and any error must be the same.
+Skipped when the extension is not built or is turned off with ``RLREPLAY_NO_EXTENSION=1``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlreplay import Table, storage
+from rlreplay.errors import SignatureError
+
+kernel = pytest.importorskip("rlreplay._store")
+if storage._kernel is None:
+    pytest.skip("RLREPLAY_NO_EXTENSION is set", allow_module_level=True)
+
+SIGNATURE = {
+    "obs": ((3,), "float32"),
+    "count": "int64",
+    "reward": "float32",
+    "gamma": "float64",
+    "done": "bool",
+    "frame": ((2, 2), "uint8"),
+}
+
+
+def good_row(**changes) -> dict:
+    row = {
+        "obs": np.array([1.5, -2.0, 3.25], np.float32),
+        "count": 7,
+        "reward": 0.1,
+        "gamma": 0.99,
+        "done": False,
+        "frame": np.arange(4, dtype=np.uint8).reshape(2, 2),
+    }
+    row.update(changes)
+    return row
+
+
+ROWS = {
+    "exact": good_row(),
+    "numpy-scalars": good_row(reward=np.float32(0.5), count=np.int64(3), done=np.bool_(True)),
+    "zero-d-arrays": good_row(reward=np.array(0.5, np.float32), count=np.array(9)),
+    "int-into-float": good_row(reward=3, gamma=-1),
+    "float64-array-into-float32": good_row(obs=np.array([0.1, 0.2, 0.3])),
+    "int32-array-into-int64": good_row(count=np.array(5, np.int32)),
+    "strided-array": good_row(obs=np.arange(6, dtype=np.float32)[::2]),
+    "list": good_row(obs=[1.0, 2.0, 3.0]),
+    "bool-true": good_row(done=True),
+    "big-int": good_row(count=2**62),
+}
+BAD_ROWS = {
+    "wrong-shape": good_row(obs=np.zeros(4, np.float32)),
+    "wrong-kind": good_row(count=1.5),
+    "float-into-bool": good_row(done=0.5),
+    "int-too-big": good_row(count=2**70),
+    "missing-field": {k: v for k, v in good_row().items() if k != "gamma"},
+    "extra-field": good_row(extra=1.0),
+    "string": good_row(reward="high"),
+    "frame-wrong-dtype": good_row(frame=np.zeros((2, 2), np.float32)),
+}
+
+
+def pair(capacity: int = 4) -> tuple[Table, Table]:
+    fast = Table("fast", signature=SIGNATURE, max_size=capacity)
+    slow = Table("slow", signature=SIGNATURE, max_size=capacity)
+    slow.store._put_row = None
+    assert fast.store._put_row is not None
+    return fast, slow
+
+
+def assert_same_store(a: Table, b: Table) -> None:
+    for path in a.store.columns:
+        np.testing.assert_array_equal(a.store.columns[path], b.store.columns[path], path)
+    assert a.store.next_id == b.store.next_id
+    assert a.info().size == b.info().size
+
+
+@pytest.mark.parametrize("row", ROWS.values(), ids=ROWS.keys())
+def test_rows_are_stored_alike_with_and_without_the_kernel(row):
+    fast, slow = pair()
+    for _ in range(6):  # past the capacity: the ring wraps and items are evicted
+        np.testing.assert_array_equal(fast.insert(row), slow.insert(row))
+    assert_same_store(fast, slow)
+    assert len(fast) == 4
+
+
+@pytest.mark.parametrize("row", BAD_ROWS.values(), ids=BAD_ROWS.keys())
+def test_bad_rows_raise_the_same_error_and_change_nothing(row):
+    fast, slow = pair()
+    for t in (fast, slow):
+        t.insert(good_row())
+        t.insert(good_row(count=8))
+    errors = []
+    for t in (fast, slow):
+        with pytest.raises((SignatureError, ValueError, TypeError, OverflowError)) as info:
+            t.insert(row)
+        errors.append((type(info.value), str(info.value)))
+    assert errors[0] == errors[1]
+    assert_same_store(fast, slow)
+    assert fast.info().inserts == 2
+
+
+def test_a_queue_or_stack_on_the_store_turns_the_compiled_write_off():
+    queue = Table.queue("q", 4, signature=SIGNATURE)
+    assert queue.store._put_row is None
+    plain = Table("t", signature=SIGNATURE, max_size=4)
+    assert plain.store._put_row is not None
+
+
+def test_put_row_checks_its_columns_and_row():
+    cols = (np.zeros((3, 2), np.float32),)
+    with pytest.raises(ValueError, match="outside"):
+        kernel.put_row(np.ndarray, cols, ("a",), 3, {"a": np.zeros(2, np.float32)})
+    with pytest.raises(TypeError):
+        kernel.put_row(np.ndarray, (np.zeros((3, 2))[:, ::2],), ("a",), 0, {"a": 1.0})
+    assert not kernel.put_row(np.ndarray, cols, ("a",), 0, {"b": np.zeros(2, np.float32)})
+    assert not cols[0].any()
