@@ -1,5 +1,5 @@
 /*
- * Compiled one-step write into the step store's columns (see storage.py).
+ * Compiled writes of steps into the step store's columns (see storage.py).
  *
  * put_row(array_type, columns, paths, row, step) -> bool
  *     step is a dict with one value per path. When every value is one the store can take
@@ -12,8 +12,12 @@
  *     other type) returns False and writes nothing: the caller then validates the step in
  *     Python, which converts what it may and names what is wrong.
  *
- * Each column must be a C-contiguous array with at least one dimension; row must lie in
- * [0, len(column)) (ValueError otherwise). The caller holds the store's lock.
+ * put_rows(array_type, columns, paths, start, n, steps) -> bool
+ *     The same for a batch: every value an array as above with a leading axis of n,
+ *     written to rows start .. start + n - 1 (which must lie in the columns).
+ *
+ * Each column must be a C-contiguous array with at least one dimension (TypeError
+ * otherwise); rows outside the columns raise ValueError. The caller holds the store's lock.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -60,9 +64,10 @@ release(Field *fields, Py_ssize_t count)
     }
 }
 
-/* Whether v can go into field f as is (1) or not (0); fills f's source. */
+/* Whether v can go into field f as is (1) or not (0); fills f's source. batch < 0: v is
+ * one row (scalars allowed); else an array of batch rows. */
 static int
-accept_value(Field *f, PyObject *v, PyObject *array_type)
+accept_value(Field *f, PyObject *v, PyObject *array_type, Py_ssize_t batch)
 {
     const Py_buffer *c = &f->col;
     if (Py_TYPE(v) == (PyTypeObject *)array_type) {
@@ -71,18 +76,19 @@ accept_value(Field *f, PyObject *v, PyObject *array_type)
             return 0;
         }
         f->has_val = 1;
+        int lead = batch < 0 ? 0 : 1; /* dimensions before one row's shape */
         if (element_code(f->val.format) != f->code || f->val.itemsize != c->itemsize ||
-            f->val.ndim != c->ndim - 1) {
+            f->val.ndim != c->ndim - 1 + lead || (lead && f->val.shape[0] != batch)) {
             return 0;
         }
-        for (int d = 0; d < f->val.ndim; d++) {
-            if (f->val.shape[d] != c->shape[d + 1]) {
+        for (int d = 1; d < c->ndim; d++) {
+            if (f->val.shape[d - 1 + lead] != c->shape[d]) {
                 return 0;
             }
         }
         return 1;
     }
-    if (c->ndim != 1) {
+    if (batch >= 0 || c->ndim != 1) {
         return 0;
     }
     if (PyFloat_CheckExact(v) && (f->code == 'f' || f->code == 'd')) {
@@ -119,7 +125,7 @@ write_value(const Field *f, Py_ssize_t row)
     Py_ssize_t row_bytes = f->col.len / f->col.shape[0];
     char *to = (char *)f->col.buf + row * row_bytes;
     if (f->has_val) {
-        memcpy(to, f->val.buf, (size_t)row_bytes);
+        memcpy(to, f->val.buf, (size_t)f->val.len);
         return;
     }
     switch (f->code) {
@@ -141,15 +147,11 @@ write_value(const Field *f, Py_ssize_t row)
     }
 }
 
+/* put_row (batch < 0) and put_rows (batch rows from row on). */
 static PyObject *
-put_row(PyObject *self, PyObject *args)
+put(PyObject *array_type, PyObject *columns, PyObject *paths, Py_ssize_t row,
+    Py_ssize_t batch, PyObject *step)
 {
-    PyObject *array_type, *columns, *paths, *step;
-    Py_ssize_t row;
-    if (!PyArg_ParseTuple(args, "OO!O!nO:put_row", &array_type, &PyTuple_Type, &columns,
-                          &PyTuple_Type, &paths, &row, &step)) {
-        return NULL;
-    }
     Py_ssize_t count = PyTuple_GET_SIZE(columns);
     if (PyTuple_GET_SIZE(paths) != count || count > MAX_COLUMNS || !PyType_Check(array_type)) {
         PyErr_Format(PyExc_ValueError,
@@ -161,6 +163,7 @@ put_row(PyObject *self, PyObject *args)
     if (!PyDict_CheckExact(step) || PyDict_GET_SIZE(step) != count) {
         Py_RETURN_FALSE;
     }
+    Py_ssize_t rows = batch < 0 ? 1 : batch;
     Field fields[MAX_COLUMNS];
     Py_ssize_t acquired = 0;
     int ok = 1;
@@ -183,9 +186,9 @@ put_row(PyObject *self, PyObject *args)
             release(fields, acquired);
             return NULL;
         }
-        if (row < 0 || row >= f->col.shape[0]) {
-            PyErr_Format(PyExc_ValueError, "row %zd is outside the columns' %zd rows", row,
-                         f->col.shape[0]);
+        if (row < 0 || rows < 1 || row > f->col.shape[0] - rows) {
+            PyErr_Format(PyExc_ValueError, "rows [%zd, %zd) are outside the columns' %zd rows",
+                         row, row + rows, f->col.shape[0]);
             release(fields, acquired);
             return NULL;
         }
@@ -198,7 +201,7 @@ put_row(PyObject *self, PyObject *args)
             ok = 0; /* a key the step lacks: the Python path names it */
             break;
         }
-        ok = accept_value(f, v, array_type);
+        ok = accept_value(f, v, array_type, batch);
     }
     if (ok) {
         for (Py_ssize_t j = 0; j < count; j++) {
@@ -209,6 +212,34 @@ put_row(PyObject *self, PyObject *args)
     return PyBool_FromLong(ok);
 }
 
+static PyObject *
+put_row(PyObject *self, PyObject *args)
+{
+    PyObject *array_type, *columns, *paths, *step;
+    Py_ssize_t row;
+    if (!PyArg_ParseTuple(args, "OO!O!nO:put_row", &array_type, &PyTuple_Type, &columns,
+                          &PyTuple_Type, &paths, &row, &step)) {
+        return NULL;
+    }
+    return put(array_type, columns, paths, row, -1, step);
+}
+
+static PyObject *
+put_rows(PyObject *self, PyObject *args)
+{
+    PyObject *array_type, *columns, *paths, *steps;
+    Py_ssize_t start, n;
+    if (!PyArg_ParseTuple(args, "OO!O!nnO:put_rows", &array_type, &PyTuple_Type, &columns,
+                          &PyTuple_Type, &paths, &start, &n, &steps)) {
+        return NULL;
+    }
+    if (n < 1) {
+        PyErr_Format(PyExc_ValueError, "n=%zd must be at least 1", n);
+        return NULL;
+    }
+    return put(array_type, columns, paths, start, n, steps);
+}
+
 static PyMethodDef methods[] = {
     {"put_row", put_row, METH_VARARGS,
      "put_row(array_type, columns, paths, row, step) -> bool: write step[paths[j]] into "
@@ -217,12 +248,16 @@ static PyMethodDef methods[] = {
      "float, int64 or bool column); otherwise write nothing and return False.\n"
      "Raises TypeError for a column that is not a C-contiguous array, ValueError for a row "
      "outside the columns."},
+    {"put_rows", put_rows, METH_VARARGS,
+     "put_rows(array_type, columns, paths, start, n, steps) -> bool: put_row for a batch: "
+     "each value an array of n rows, written to rows start .. start + n - 1.\n"
+     "Raises as put_row, and ValueError when those rows leave the columns."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "rlreplay._store",
-    "Compiled one-step write into the step store's columns (see storage.py).", -1, methods,
+    "Compiled writes of steps into the step store's columns (see storage.py).", -1, methods,
 };
 
 PyMODINIT_FUNC

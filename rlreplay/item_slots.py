@@ -47,7 +47,8 @@ class ItemSlots:
         """:meth:`insert` of one row into a single-lane store, without arrays (the store
         validates the row, or writes it as is when it fits the columns)."""
         prio = None if priorities is None else float(check_priorities(priorities, 1)[0])
-        timeout = check_timeout(timeout)
+        if timeout is not None:
+            timeout = check_timeout(timeout)
         limiter = self.rate_limiter
         limiter.check_insert_batch(1)
         store = self.store
@@ -60,6 +61,17 @@ class ItemSlots:
             slot = self._append_rows_locked(row, 1, timeout, one_row=True) % store.capacity
             key = self._insert_one_locked(slot, prio)
         return np.array([key], dtype=np.int64)
+
+    def _batch_length(self, rows: Any) -> int | None:
+        """Rows in a batch the store may write as it is (judged by its first field, like
+        :meth:`_is_one_row`); ``None`` when the batch must be validated first."""
+        probe_field = self._row_probe
+        if probe_field is None or self.store._put_row is None or type(rows) is not dict:
+            return None
+        probe = rows.get(probe_field[0])
+        if type(probe) is not np.ndarray or probe.ndim != probe_field[1] + 1:
+            return None
+        return len(probe)
 
     def _priorities_or_default(self, priorities: Any, n: int) -> np.ndarray | None:
         if priorities is None:
@@ -98,7 +110,7 @@ class ItemSlots:
         try:
             if one_row:
                 return self.store._append_one_locked(rows, timeout, "rows")
-            return self.store._append_locked(rows, n, timeout)
+            return self.store._append_steps_locked(rows, n, timeout, "rows")
         except BaseException:
             self._settle_deferred()
             raise

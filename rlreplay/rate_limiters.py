@@ -123,9 +123,11 @@ class RateLimiter:
             DeadlockError: if ``n`` items would overshoot ``max_diff`` even after every
                 possible sample.
         """
+        if n <= self.min_size_to_sample:
+            return
         spi = self.samples_per_insert
         floor = min(self.min_diff, self.inserts * spi - self.samples)
-        if n > self.min_size_to_sample and floor + n * spi > self.max_diff:
+        if floor + n * spi > self.max_diff:
             raise DeadlockError(
                 f"inserting {n} items at once can never be admitted: this rate limiter "
                 f"allows at most {(self.max_diff - floor) / spi:g} inserts ahead of the "

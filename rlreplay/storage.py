@@ -212,6 +212,35 @@ class StepStore:
         self.next_id = first + n
         return first
 
+    def _append_steps_locked(
+        self, steps: Mapping[str, Any], n: int, timeout: float | None, argument: str = "steps"
+    ) -> int:
+        """Append ``n`` steps (every field ``[n, ...]``, validated here unless they fit the
+        columns as they are) with the lock held; returns the first id.
+
+        Steps that fit go through the compiled write when it is on (see
+        :meth:`_append_one_locked`) and do not wrap around the ring.
+
+        Raises:
+            SignatureError: if the steps do not match the signature (``argument`` names
+                them); nothing changes then.
+            ReplayTimeoutError: as :meth:`append`.
+        """
+        if self._put_row is not None:
+            start = self.next_id % self.capacity
+            cols, paths = self._column_tuple, self._path_tuple
+            if start + n <= self.capacity and _kernel.put_rows(
+                np.ndarray, cols, paths, start, n, steps
+            ):
+                if self.next_id + n > self.capacity:
+                    for table in self._tables:
+                        table._on_overwrite(start, n)
+                first = self.next_id
+                self.next_id = first + n
+                return first
+        arrays, n = self.signature.check_batch(steps, argument)
+        return self._append_locked(arrays, n, timeout)
+
     def _append_one_locked(
         self, step: Mapping[str, Any], timeout: float | None = None, argument: str = "step"
     ) -> int:

@@ -298,7 +298,10 @@ class Table(ItemSlots, ItemDraws):
             one = store.signature.check_step(rows, "rows")
             arrays, n = {p: a[None] for p, a in one.items()}, 1
         else:
-            arrays, n = store.signature.check_batch(rows, "rows")
+            # Rows that may fit the store as they are are checked while they are written.
+            arrays, n = rows, self._batch_length(rows)
+            if n is None:
+                arrays, n = store.signature.check_batch(rows, "rows")
         if n < 1 or n > self.max_size or n % store.lanes:
             raise InvalidArgumentError(
                 f"rows hold {n} rows; insert between 1 and max_size={self.max_size} at once"
@@ -310,6 +313,8 @@ class Table(ItemSlots, ItemDraws):
         limiter.check_insert_batch(n)
         with self.lock:
             if self._closed or not limiter.can_insert(n, self.size):
+                if arrays is rows:  # bad rows never wait
+                    arrays, n = store.signature.check_batch(rows, "rows")
                 self._wait_for(
                     lambda: limiter.can_insert(n, self.size), timeout, "insert", "insert_blocked_s"
                 )

@@ -104,6 +104,55 @@ def test_bad_rows_raise_the_same_error_and_change_nothing(row):
     assert fast.info().inserts == 2
 
 
+def batch(n: int, **changes) -> dict:
+    rows = {
+        k: np.stack([np.asarray(v)] * n) if not isinstance(v, np.ndarray) else np.stack([v] * n)
+        for k, v in good_row().items()
+    }
+    rows["count"] = np.arange(n, dtype=np.int64)
+    rows["reward"] = rows["reward"].astype(np.float32)
+    rows.update(changes)
+    return rows
+
+
+BATCHES = {
+    "exact": batch(3),
+    "castable": batch(3, obs=np.ones((3, 3)), count=np.arange(3, dtype=np.int32)),
+    "strided": batch(3, obs=np.ones((6, 3), np.float32)[::2]),
+    "one-row-batch": batch(1),
+}
+BAD_BATCHES = {
+    "lengths-differ": batch(3, count=np.arange(2)),
+    "wrong-row-shape": batch(3, obs=np.ones((3, 4), np.float32)),
+    "wrong-kind": batch(3, count=np.ones(3)),
+    "missing-field": {k: v for k, v in batch(3).items() if k != "done"},
+    "scalar-for-batch": batch(3, reward=1.0),
+}
+
+
+@pytest.mark.parametrize("rows", BATCHES.values(), ids=BATCHES.keys())
+def test_batches_are_stored_alike_with_and_without_the_kernel(rows):
+    fast, slow = pair(capacity=8)
+    for _ in range(5):  # 3 rows at a time into 8: some batches wrap around the ring
+        np.testing.assert_array_equal(fast.insert(rows), slow.insert(rows))
+        assert_same_store(fast, slow)
+
+
+@pytest.mark.parametrize("rows", BAD_BATCHES.values(), ids=BAD_BATCHES.keys())
+def test_bad_batches_raise_the_same_error_and_change_nothing(rows):
+    fast, slow = pair(capacity=8)
+    for t in (fast, slow):
+        t.insert(batch(3))
+    errors = []
+    for t in (fast, slow):
+        with pytest.raises((SignatureError, ValueError, TypeError)) as info:
+            t.insert(rows)
+        errors.append((type(info.value), str(info.value)))
+    assert errors[0] == errors[1]
+    assert_same_store(fast, slow)
+    assert fast.info().inserts == 3
+
+
 def test_a_queue_or_stack_on_the_store_turns_the_compiled_write_off():
     queue = Table.queue("q", 4, signature=SIGNATURE)
     assert queue.store._put_row is None
@@ -118,4 +167,6 @@ def test_put_row_checks_its_columns_and_row():
     with pytest.raises(TypeError):
         kernel.put_row(np.ndarray, (np.zeros((3, 2))[:, ::2],), ("a",), 0, {"a": 1.0})
     assert not kernel.put_row(np.ndarray, cols, ("a",), 0, {"b": np.zeros(2, np.float32)})
+    with pytest.raises(ValueError, match="outside"):
+        kernel.put_rows(np.ndarray, cols, ("a",), 2, 2, {"a": np.zeros((2, 2), np.float32)})
     assert not cols[0].any()

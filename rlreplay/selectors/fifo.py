@@ -89,7 +89,18 @@ class _InsertionOrder(Selector):
 
     def replace_one(self, slot: int, priority: float) -> None:
         if slot == self.head:
-            self._move_head_chain_to_tail(slot, slot, 1)
+            if self.size == 1:
+                return
+            # _move_head_chain_to_tail(slot, slot, 1), inlined: this runs once per row
+            # that a full ring overwrites.
+            nxt, prv, tail = self.next, self.prev, self.tail
+            new_head = int(nxt[slot])
+            prv[new_head] = NIL
+            self.head = new_head
+            nxt[tail] = slot
+            prv[slot] = tail
+            nxt[slot] = NIL
+            self.tail = slot
         else:
             self.delete_one(slot)
             self.insert_one(slot, priority)
