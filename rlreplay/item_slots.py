@@ -201,11 +201,12 @@ class ItemSlots:
             victims = self.remover.choose_victims(1, self.rng)
             self._remove_locked(victims)
             self._counts["evictions"] += len(victims)
-        generation = (int(self._generation[slot]) + 1) & SLOT_MASK
-        self._generation[slot] = generation
-        self._priority[slot] = prio
-        self._times_sampled[slot] = 0
-        self._live[slot] = True
+        generations, priorities, times = self._slot_views
+        generation = (generations[slot] + 1) & SLOT_MASK
+        generations[slot] = generation
+        priorities[slot] = prio
+        times[slot] = 0
+        self._live_view[slot] = True
         if replacing:
             self._deferred = None
             self.sampler.replace_one(slot, prio)
@@ -231,9 +232,9 @@ class ItemSlots:
             # insert() is writing these rows: if every one holds an item, the new items
             # take over their slots, so the selectors may keep the entries for them.
             if n == 1:
-                held = self._live[start]
+                held = self._live_view[start]
                 if held:
-                    self._live[start] = False
+                    self._live_view[start] = False
             else:
                 live = self._live[start : start + n]
                 held = live.all()
