@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    python benchmarks/bench_net.py [--duration 1.5] [--quick] [--ipc]
+    python benchmarks/bench_net.py [--duration 1.5] [--quick] [--ipc] [--repeat 3]
 
 Prints a table and writes JSON to ``benchmarks/results/bench_net_{tcp,ipc}.json``. The
 server runs in its own process; each client count uses that many client processes. Tables
@@ -15,9 +15,20 @@ are full before measuring (writers evict the oldest items). Workloads:
 * ``sample``: batches of 256 from a full uniform table, 4 requests in flight per client;
   in process: ``Table.sample(256)``.
 * ``sample+update``: prioritized table of 2**20 items (100 B), sample 256 then update the
-  256 priorities and wait for the answer, one cycle at a time.
+  256 priorities and wait for the answer, one cycle at a time (two round trips a cycle).
 * ``sample+update pipelined``: the same with 2 sample requests in flight and priority
   updates sent without waiting for their answer.
+* ``sample+update one trip``: the learner's loop as a user writes it: each sample request
+  carries the previous batch's new priorities (``Client.sample(..., update=...)``), which
+  the server applies before sampling; one round trip a cycle, one request at a time, so
+  every batch sees every earlier update and every update's errors are raised. This is the
+  row checked against the 1.9k cycles/s target.
+* ``sample+update one trip x2``: the same through ``SampleIterator`` with 2 requests in
+  flight and ``it.update_priorities`` (each update reaches the table before the sample
+  requested two batches later).
+
+In process every ``sample+update`` row runs ``Table.sample`` then
+``Table.update_priorities`` on the same table.
 """
 
 from __future__ import annotations
@@ -131,6 +142,23 @@ def work(kind: str, target, size: str, duration: float) -> int:
             done += 1
             if time.perf_counter() >= end:
                 break
+    elif kind == "sample+update one trip":
+        sample = target()
+        rng = np.random.default_rng(2)
+        update = None
+        while time.perf_counter() < end:
+            s = sample(update)
+            update = (s.info.keys, rng.random(len(s)) + 0.01)
+            done += 1
+    elif kind == "sample+update one trip x2":
+        it = target()
+        rng = np.random.default_rng(2)
+        for s in it:
+            it.update_priorities(s.info.keys, rng.random(len(s)) + 0.01)
+            done += 1
+            if time.perf_counter() >= end:
+                break
+        it.close()
     return done
 
 
@@ -147,6 +175,10 @@ def remote_target(client: rlreplay.Client, kind: str, size: str):
     if kind == "sample+update pipelined":
         it = client.sample_iterator("prio", BATCH, in_flight=2)
         return lambda: (it, lambda k, p: client.update_priorities("prio", k, p, wait=False))
+    if kind == "sample+update one trip":
+        return lambda: lambda update: client.sample("prio", BATCH, update=update)
+    if kind == "sample+update one trip x2":
+        return lambda: client.sample_iterator("prio", BATCH, in_flight=2)
     return lambda: (
         lambda: client.sample("prio", BATCH),
         lambda k, p: client.update_priorities("prio", k, p),
@@ -202,6 +234,16 @@ def local(tables: dict, kind: str, size: str, duration: float) -> float:
         target = batches
     elif kind == "sample+update":
         target = lambda: (lambda: table.sample(BATCH), table.update_priorities)  # noqa: E731
+    elif kind == "sample+update one trip":
+
+        def sample(update):
+            if update is not None:
+                table.update_priorities(*update)
+            return table.sample(BATCH)
+
+        target = lambda: sample  # noqa: E731
+    elif kind == "sample+update one trip x2":
+        target = lambda: LocalLearnerStream(table)  # noqa: E731
     else:
 
         def pipelined():
@@ -217,12 +259,38 @@ def local(tables: dict, kind: str, size: str, duration: float) -> float:
     return done / (time.perf_counter() - start)
 
 
+class LocalLearnerStream:
+    """In process, what ``SampleIterator`` with ``update_priorities`` does remotely."""
+
+    def __init__(self, table: Table):
+        self.table = table
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self.table.sample(BATCH)
+
+    def update_priorities(self, keys, priorities) -> None:
+        self.table.update_priorities(keys, priorities)
+
+    def close(self) -> None:
+        pass
+
+
 # ------------------------------------------------------------------------ main
+LEARNER_KINDS = (
+    "sample+update",
+    "sample+update pipelined",
+    "sample+update one trip",
+    "sample+update one trip x2",
+)
 TARGETS = {  # (kind, size, clients) -> (target, unit)
     ("write", "100B", 1): (175_000, "steps/s"),
     ("sample", "100B", 1): (175_000, "items/s"),
     ("sample", "40KB", 1): (1e9, "B/s"),
-    ("sample+update", "100B", 1): (1_900, "cycles/s"),
+    # A learner's cycle: one request carries the last priorities and asks for the next batch.
+    ("sample+update one trip", "100B", 1): (1_900, "cycles/s"),
 }
 
 
@@ -233,6 +301,9 @@ def main() -> None:
     parser.add_argument("--only", default=None, help="run workloads whose name contains this")
     parser.add_argument("--ipc", action="store_true", help="Unix socket instead of TCP loopback")
     parser.add_argument("--out", default=None, help="JSON path (default benchmarks/results/)")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="measure each cell this many times; report median"
+    )
     args = parser.parse_args()
     duration = 0.3 if args.quick else args.duration
     client_counts = (1,) if args.quick else (1, 2, 4)
@@ -249,16 +320,19 @@ def main() -> None:
     address = out.get(timeout=300)
 
     plan = [(k, s) for k in ("write", "write_batch", "sample") for s in SIZES]
-    plan += [("sample+update", "100B"), ("sample+update pipelined", "100B")]
+    plan += [(k, "100B") for k in LEARNER_KINDS]
     if args.only:
         plan = [(k, s) for k, s in plan if args.only in f"{k} {s}"]
     rows = []
     try:
         for kind, size in plan:
             loc = local(tables, kind, size, duration)
-            row = {"workload": kind, "item": size, "in_process": loc, "remote": {}}
+            row = {"workload": kind, "item": size, "in_process": loc, "remote": {}, "runs": {}}
             for n in client_counts:
-                row["remote"][n] = remote(address, kind, size, n, duration)
+                runs = [remote(address, kind, size, n, duration) for _ in range(args.repeat)]
+                row["runs"][n] = runs
+                row["remote"][n] = float(np.median(runs))
+            row["load_average"] = os.getloadavg()
             rows.append(row)
             print_row(row, client_counts)
     finally:
@@ -294,12 +368,16 @@ def print_row(row: dict, counts) -> None:
     if not HEADER_PRINTED:
         cols = ["workload", "item", "unit", "in-process"] + [f"{n} client(s)" for n in counts]
         cols.append("MB/s (1 client)")
-        print(f"{cols[0]:<24}" + "  ".join(f"{c:>15}" for c in cols[1:]))
+        print(f"{cols[0]:<26}" + "  ".join(f"{c:>15}" for c in cols[1:]))
         HEADER_PRINTED.append(True)
     mb = row["remote"][counts[0]] * (item_bytes(row["item"]) / 1e6 if unit == "items/s" else 0)
     cells = [row["workload"], row["item"], unit, f"{row['in_process']:,.0f}"]
     cells += [f"{row['remote'][n]:,.0f}" for n in counts] + [f"{mb:,.0f}"]
-    print(f"{cells[0]:<24}" + "  ".join(f"{c:>15}" for c in cells[1:]), flush=True)
+    runs = row["runs"][counts[0]]
+    if len(runs) > 1:
+        cells[-1] += f"  (1 client: {min(runs):,.0f}..{max(runs):,.0f})"
+    cells[-1] += f"  load {row['load_average'][0]:.2f}"
+    print(f"{cells[0]:<26}" + "  ".join(f"{c:>15}" for c in cells[1:]), flush=True)
 
 
 def check_targets(rows: list[dict]) -> list[str]:

@@ -10,6 +10,8 @@ import zmq
 
 from rlreplay.net import wire
 
+_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
+
 
 class Channel:
     """One thread's DEALER socket; replies arrive on the socket that sent the request.
@@ -20,6 +22,8 @@ class Channel:
 
     def __init__(self, sock: zmq.Socket):
         self.sock = sock
+        self.poller = zmq.Poller()
+        self.poller.register(sock, zmq.POLLIN)
         self.pid = os.getpid()
         self.replies: dict[int, tuple[dict, dict]] = {}
         self.abandoned: set[int] = set()
@@ -30,7 +34,7 @@ class Channel:
         sock = self.sock
         # EVENTS tells whether a message waits, far cheaper than the exception that a
         # non-blocking receive raises when none does.
-        while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+        while sock.getsockopt(_EVENTS) & _POLLIN:
             frames = sock.recv_multipart(copy=False)
             self.last_heard = time.monotonic()
             header, arrays = wire.decode(frames)
@@ -39,6 +43,10 @@ class Channel:
                 self.abandoned.discard(rid)
             else:
                 self.replies[rid] = (header, arrays)
+
+    def wait(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` (at least 1 ms) for a message; True if one arrived."""
+        return bool(self.poller.poll(max(1, int(seconds * 1000))))
 
     def forget(self, rids: Iterable[int]) -> None:
         """Drop replies to ``rids`` now or when they arrive."""

@@ -199,7 +199,7 @@ class Client:
                     ch.abandoned.add(self._send({"op": "ping"}))
                     last_ping = now
                 wait = self.liveness_s
-            if ch.sock.poll(max(1, int(wait * 1000))):
+            if ch.wait(wait):
                 ch.receive()
         header, arrays = ch.replies.pop(rid)
         if not header.get("ok"):

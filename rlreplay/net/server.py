@@ -42,6 +42,7 @@ log = logging.getLogger("rlreplay.net")
 
 MUTATING = {"insert", "sample", "delete", "reset", "write", "update_priorities"}
 OLDEST_VERSION = min(wire.SUPPORTED_VERSIONS)
+_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 
 
 class Server(TableOperations):
@@ -238,7 +239,7 @@ class Server(TableOperations):
                     # EVENTS says whether another message waits, which costs far less than
                     # the exception a non-blocking receive raises when none does.
                     for _ in range(256):
-                        if not sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                        if not sock.getsockopt(_EVENTS) & _POLLIN:
                             break
                         self._handle(sock.recv_multipart(copy=False))
                 if self._parked:

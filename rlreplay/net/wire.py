@@ -116,7 +116,7 @@ def _pack(arrays: Mapping[str, np.ndarray], frames: list) -> list:
             large.append(a)
             continue
         meta.append((name, a.dtype.str, a.shape, 1, offset))
-        parts.append(a.reshape(-1).view(np.uint8))
+        parts.append(a)  # bytes.join reads any C-contiguous buffer
         offset += a.nbytes
         pad = -offset % ALIGN
         if pad:
