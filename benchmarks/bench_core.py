@@ -16,8 +16,7 @@ float32[17], done; rlreplay uses a rows Table and ``table.insert``, cpprb a Repl
 Buffers are filled before timing (construction plus the first fill is reported on its
 own: first writes to fresh memory are slow). Each op runs after warm-up calls, in
 ``--repeat`` rounds of ``number`` calls timed with ``time.perf_counter``; the median round
-gives microseconds per op (the two libraries' rounds alternate on the vector cases;
-the image buffers are too large to hold both at once). ``ratio`` is rlreplay's ops/s
+gives microseconds per op (the two libraries' rounds alternate). ``ratio`` is rlreplay's ops/s
 over cpprb's (higher is better for rlreplay). Prints a table and writes
 ``benchmarks/results/bench_core.json``.
 """
@@ -142,10 +141,6 @@ class Bench:
     def record(self, case: str, lib: str, timing: dict) -> None:
         self.results.setdefault(case, {})[lib] = timing
         print(f"  {case:<14} {lib:<8} {timing['us']:10.1f} us", flush=True)
-
-    def run_op(self, case: str, lib: str, op: Callable[[], object], number: int) -> None:
-        a = self.args
-        self.record(case, lib, time_ops({lib: op}, number, a.repeat, a.warmup)[lib])
 
     def run_pair(self, case: str, rl_op: Callable, cp_op: Callable, number: int) -> None:
         a = self.args
@@ -292,15 +287,9 @@ class Bench:
         import cpprb
 
         chunk = random_rows(IMG_SIG, BATCH, self.rng)
-        # One library at a time: each buffer holds about 5.6 GB at capacity 1e5. On a
-        # virtual machine the first touch of memory the guest never used is far slower
-        # than reusing freed memory, so touch and free that much once before either runs,
-        # or whichever library goes first pays for it.
-        if a.pretouch:
-            t0 = time.perf_counter()
-            blob = np.ones(2 * IMG_CAPACITY * 84 * 84 * 4 + (64 << 20), dtype=np.uint8)
-            del blob
-            print(f"  pre-touched image memory in {time.perf_counter() - t0:.1f}s")
+        # Both buffers (about 5.6 GB each at capacity 1e5) are held at once, so the two
+        # libraries' timed rounds alternate as in the vector cases: a copy of 14 MB moves
+        # with whatever else the machine does, and alternating spreads that over both.
         table = self.fill(
             "rlreplay",
             "image 1e5",
@@ -309,9 +298,6 @@ class Bench:
             a.img_fill,
             chunk,
         )
-        self.image_ops(wanted, "rlreplay", table.insert, table.sample, chunk)
-        del table
-        gc.collect()
         rb = self.fill(
             "cpprb",
             "image 1e5",
@@ -320,16 +306,20 @@ class Bench:
             a.img_fill,
             chunk,
         )
-        self.image_ops(wanted, "cpprb", rb.add, rb.sample, chunk)
-        del rb
+        self.image_ops(wanted, table, rb, chunk)
+        del table, rb
         gc.collect()
 
-    def image_ops(self, wanted, lib: str, add: Callable, sample: Callable, chunk: dict) -> None:
-        op = (lambda: add(chunk)) if lib == "rlreplay" else (lambda: add(**chunk))
+    def image_ops(self, wanted, table, rb, chunk: dict) -> None:
+        number = self.args.number_img
         if "img_add256" in wanted:
-            self.run_op("img_add256", lib, op, self.args.number_img)
+            self.run_pair(
+                "img_add256", lambda: table.insert(chunk), lambda: rb.add(**chunk), number
+            )
         if "img_sample256" in wanted:
-            self.run_op("img_sample256", lib, lambda: sample(BATCH), self.args.number_img)
+            self.run_pair(
+                "img_sample256", lambda: table.sample(BATCH), lambda: rb.sample(BATCH), number
+            )
 
     # ------------------------------------------------------------------- memory
     @staticmethod
@@ -420,12 +410,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--only", default=",".join(CASES), help=f"comma list of {', '.join(CASES)}")
     p.add_argument("--fill", type=int, default=None, help="rows before timing (default 1e6)")
     p.add_argument("--img-fill", type=int, default=None, help="image rows (default 1e5)")
-    p.add_argument(
-        "--no-pretouch",
-        dest="pretouch",
-        action="store_false",
-        help="skip touching the image buffers' memory once before the image cases",
-    )
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "bench_core.json"))
     args = p.parse_args(argv)
     quick = args.quick
