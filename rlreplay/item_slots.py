@@ -66,7 +66,7 @@ class ItemSlots:
         """Rows in a batch the store may write as it is (judged by its first field, like
         :meth:`_is_one_row`); ``None`` when the batch must be validated first."""
         probe_field = self._row_probe
-        if probe_field is None or self.store._put_row is None or type(rows) is not dict:
+        if probe_field is None or not self.store._compiled_writes or type(rows) is not dict:
             return None
         probe = rows.get(probe_field[0])
         if type(probe) is not np.ndarray or probe.ndim != probe_field[1] + 1:

@@ -127,8 +127,7 @@ class StepStore:
         have let go of it: one lane, and every table evicts what is overwritten (a queue
         waits for its items, a stack copies their steps away first)."""
         evict_only = all(t.on_overwrite == "evict" for t in self._tables)
-        use = _kernel is not None and self.lanes == 1 and evict_only
-        self._put_row = _kernel.put_row if use else None
+        self._compiled_writes = _kernel is not None and self.lanes == 1 and evict_only
 
     def append(
         self, steps: Mapping[str, Any], *, timeout: float | None = None, validated: bool = False
@@ -212,6 +211,17 @@ class StepStore:
         self.next_id = first + n
         return first
 
+    def _advance_written(self, start: int, n: int) -> int:
+        """Account for ``n`` steps just written by the compiled write at rows ``start ..``
+        (no wrap): the tables evict their items there, then the ids advance. Returns the
+        first new id."""
+        if self.next_id + n > self.capacity:
+            for table in self._tables:
+                table._on_overwrite(start, n)
+        first = self.next_id
+        self.next_id = first + n
+        return first
+
     def _append_steps_locked(
         self, steps: Mapping[str, Any], n: int, timeout: float | None, argument: str = "steps"
     ) -> int:
@@ -226,18 +236,13 @@ class StepStore:
                 them); nothing changes then.
             ReplayTimeoutError: as :meth:`append`.
         """
-        if self._put_row is not None:
+        if self._compiled_writes:
             start = self.next_id % self.capacity
             cols, paths = self._column_tuple, self._path_tuple
             if start + n <= self.capacity and _kernel.put_rows(
                 np.ndarray, cols, paths, start, n, steps
             ):
-                if self.next_id + n > self.capacity:
-                    for table in self._tables:
-                        table._on_overwrite(start, n)
-                first = self.next_id
-                self.next_id = first + n
-                return first
+                return self._advance_written(start, n)
         arrays, n = self.signature.check_batch(steps, argument)
         return self._append_locked(arrays, n, timeout)
 
@@ -257,15 +262,10 @@ class StepStore:
                 it); nothing changes then.
             ReplayTimeoutError: as :meth:`append`.
         """
-        if self._put_row is not None:
+        if self._compiled_writes:
             row = self.next_id % self.capacity
-            if self._put_row(np.ndarray, self._column_tuple, self._path_tuple, row, step):
-                if self.next_id >= self.capacity:
-                    for table in self._tables:
-                        table._on_overwrite(row, 1)
-                first = self.next_id
-                self.next_id = first + 1
-                return first
+            if _kernel.put_row(np.ndarray, self._column_tuple, self._path_tuple, row, step):
+                return self._advance_written(row, 1)
         step = self.signature.check_row(step, argument)
         row = self._make_room(1, timeout) if self.next_id >= self.capacity else self.next_id
         first = self.next_id  # read after _make_room, which may wait for other appends

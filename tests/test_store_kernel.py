@@ -67,8 +67,8 @@ BAD_ROWS = {
 def pair(capacity: int = 4) -> tuple[Table, Table]:
     fast = Table("fast", signature=SIGNATURE, max_size=capacity)
     slow = Table("slow", signature=SIGNATURE, max_size=capacity)
-    slow.store._put_row = None
-    assert fast.store._put_row is not None
+    slow.store._compiled_writes = False
+    assert fast.store._compiled_writes
     return fast, slow
 
 
@@ -155,9 +155,9 @@ def test_bad_batches_raise_the_same_error_and_change_nothing(rows):
 
 def test_a_queue_or_stack_on_the_store_turns_the_compiled_write_off():
     queue = Table.queue("q", 4, signature=SIGNATURE)
-    assert queue.store._put_row is None
+    assert not queue.store._compiled_writes
     plain = Table("t", signature=SIGNATURE, max_size=4)
-    assert plain.store._put_row is not None
+    assert plain.store._compiled_writes
 
 
 def test_put_row_checks_its_columns_and_row():
