@@ -9,7 +9,6 @@ attributes ``Table.__init__`` sets; every method here expects the table's lock t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -24,81 +23,12 @@ from rlreplay.keys import (
     make_keys,
     split_keys,
 )
-from rlreplay.table_checks import check_timeout
 
 _kernel = load_kernel("rlreplay._slots")
 
 
 class ItemSlots:
     """Creation, removal and overwrite hand-over of a table's items (lock held)."""
-
-    def _is_one_row(self, rows: Any) -> bool:
-        """Whether ``rows`` is one row without the batch axis (judged by its first field)."""
-        probe_field = self._row_probe
-        if probe_field is None or (type(rows) is not dict and not isinstance(rows, Mapping)):
-            return False
-        probe = rows.get(probe_field[0])
-        if probe is None:
-            return False
-        ndim = probe.ndim if type(probe) is np.ndarray else np.ndim(probe)
-        return ndim == probe_field[1]
-
-    def _insert_one(self, row: Mapping, priorities: Any, timeout: float | None) -> np.ndarray:
-        """:meth:`insert` of one row into a single-lane store, without arrays (the store
-        validates the row, or writes it as is when it fits the columns)."""
-        prio = None if priorities is None else float(check_priorities(priorities, 1)[0])
-        if timeout is not None:
-            timeout = check_timeout(timeout)
-        limiter = self.rate_limiter
-        limiter.check_insert_batch(1)
-        store = self.store
-        with self.lock:
-            if self._closed or not limiter.can_insert(1, self.size):
-                row = store.signature.check_row(row, "rows")  # bad rows never wait
-                self._wait_for(
-                    lambda: limiter.can_insert(1, self.size), timeout, "insert", "insert_blocked_s"
-                )
-            slot = self._append_rows_locked(row, 1, timeout, one_row=True) % store.capacity
-            key = self._insert_one_locked(slot, prio)
-        return np.array([key], dtype=np.int64)
-
-    def _batch_length(self, rows: Any) -> int | None:
-        """Rows in a batch the store may write as it is (judged by its first field, like
-        :meth:`_is_one_row`); ``None`` when the batch must be validated first."""
-        probe_field = self._row_probe
-        if probe_field is None or not self.store._compiled_writes or type(rows) is not dict:
-            return None
-        probe = rows.get(probe_field[0])
-        if type(probe) is not np.ndarray or probe.ndim != probe_field[1] + 1:
-            return None
-        return len(probe)
-
-    def _priorities_or_default(self, priorities: Any, n: int) -> np.ndarray | None:
-        if priorities is None:
-            return None
-        return check_priorities(priorities, n)
-
-    def _check_lengths(self, lengths: Any, n: int) -> np.ndarray:
-        """Per-item extents as int64 (``span`` when not given)."""
-        span = self.layout.span
-        if lengths is None:
-            return np.full(n, span, dtype=np.int64)
-        if self._extent is None:
-            raise InvalidArgumentError(
-                f"lengths were given but table {self.name!r} has a fixed-span layout; per-item "
-                "lengths need from_end or pad windows"
-            )
-        arr = np.asarray(lengths)
-        if arr.dtype.kind not in "iu" or arr.shape not in ((), (n,)):
-            raise InvalidArgumentError(
-                f"lengths={describe(lengths)} must be {n} ints (one per item) or one int"
-            )
-        arr = np.broadcast_to(arr.astype(np.int64), (n,))
-        if n and (arr.min() < 1 or arr.max() > span):
-            raise InvalidArgumentError(
-                f"lengths={describe(arr.tolist())} must lie in [1, {span}] (the layout's span)"
-            )
-        return arr
 
     def _append_rows_locked(
         self, rows: dict, n: int, timeout: float | None, one_row: bool = False
