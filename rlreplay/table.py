@@ -186,6 +186,7 @@ class Table(TableInserts, ItemSlots, ItemDraws):
         )
         self._closed = False
         self.lock = store.lock
+        self.mutex = store.mutex
         self._is_rows = self.layout.is_rows
         # While insert() appends, the items it overwrites keep their selector entries
         # (``_deferred`` = (first slot, count)) so the new items can take them over.
@@ -256,13 +257,13 @@ class Table(TableInserts, ItemSlots, ItemDraws):
 
     def can_insert(self, num_inserts: int = 1) -> bool:
         """Whether inserting ``num_inserts`` items would proceed now without blocking."""
-        with self.lock:
+        with self.mutex:
             return self.rate_limiter.can_insert(num_inserts, self.size)
 
     def can_sample(self, num_samples: int = 1) -> bool:
         """Whether sampling ``num_samples`` items would proceed now without blocking or
         failing (False also when every item of a prioritized table has priority 0)."""
-        with self.lock:
+        with self.mutex:
             return (
                 self.size > 0
                 and self.rate_limiter.can_sample(num_samples, self.size)
@@ -299,7 +300,7 @@ class Table(TableInserts, ItemSlots, ItemDraws):
         timeout = check_timeout(timeout)
         self.rate_limiter.check_sample_batch(n, self.size)
         limiter = self.rate_limiter
-        with self.lock:
+        with self.mutex:
             if self._closed or not (self.size > 0 and limiter.can_sample(n, self.size)):
                 self._wait_for(
                     lambda: self.size > 0 and limiter.can_sample(n, self.size),
@@ -321,7 +322,7 @@ class Table(TableInserts, ItemSlots, ItemDraws):
         Raises:
             InvalidArgumentError: for keys not made by this table or invalid priorities.
         """
-        with self.lock:
+        with self.mutex:
             slots, prios = self._held(keys, priorities, "stale_updates")
             if len(slots):
                 self._priority[slots] = prios
@@ -339,7 +340,7 @@ class Table(TableInserts, ItemSlots, ItemDraws):
         Raises:
             InvalidArgumentError: for keys not made by this table.
         """
-        with self.lock:
+        with self.mutex:
             slots, _ = self._held(keys, None, "stale_deletes")
             if len(slots):
                 self._remove_locked(slots)
@@ -350,7 +351,7 @@ class Table(TableInserts, ItemSlots, ItemDraws):
     # ----------------------------------------------------------- housekeeping
     def reset(self) -> None:
         """Remove every item and zero the rate limiter's counts (stored steps stay)."""
-        with self.lock:
+        with self.mutex:
             self._reset_locked()
             self._wake_waiters()
 
@@ -365,13 +366,13 @@ class Table(TableInserts, ItemSlots, ItemDraws):
 
     def close(self) -> None:
         """Wake every blocked call with :class:`ClosedError` and refuse new blocking calls."""
-        with self.lock:
+        with self.mutex:
             self._closed = True
             self._wake_waiters()
 
     def info(self) -> TableInfo:
         """A snapshot of the table's counters and configuration."""
-        with self.lock:
+        with self.mutex:
             lim = self.rate_limiter
             return TableInfo(
                 name=self.name,

@@ -42,7 +42,7 @@ class TableInserts:
         limiter = self.rate_limiter
         limiter.check_insert_batch(1)
         store = self.store
-        with self.lock:
+        with self.mutex:
             if self._closed or not limiter.can_insert(1, self.size):
                 row = store.signature.check_row(row, "rows")  # bad rows never wait
                 self._wait_for(
@@ -50,7 +50,9 @@ class TableInserts:
                 )
             slot = self._append_rows_locked(row, 1, timeout, one_row=True) % store.capacity
             key = self._insert_one_locked(slot, prio)
-        return np.array([key], dtype=np.int64)
+        keys = np.empty(1, dtype=np.int64)
+        keys[0] = key
+        return keys
 
     def _batch_length(self, rows: Any) -> int | None:
         """Rows in a batch the store may write as it is (judged by its first field, like
@@ -137,7 +139,7 @@ class TableInserts:
         timeout = check_timeout(timeout)
         limiter = self.rate_limiter
         limiter.check_insert_batch(n)
-        with self.lock:
+        with self.mutex:
             if self._closed or not limiter.can_insert(n, self.size):
                 if arrays is rows:  # bad rows never wait
                     arrays, n = store.signature.check_batch(rows, "rows")
@@ -184,7 +186,7 @@ class TableInserts:
         timeout = check_timeout(timeout)
         store = self.store
         anchor = int(anchor_id)
-        with self.lock:
+        with self.mutex:
             limiter = self.rate_limiter
             if self._closed or not limiter.can_insert(1, self.size):
                 self._wait_for(
@@ -231,7 +233,7 @@ class TableInserts:
         store = self.store
         extents = self._check_lengths(lengths, n)
         last_offset = (extents - 1) * store.lanes
-        with self.lock:
+        with self.mutex:
             self._wait_for(
                 lambda: self.rate_limiter.can_insert(n, self.size),
                 timeout,

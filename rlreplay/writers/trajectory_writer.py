@@ -103,7 +103,7 @@ class TrajectoryWriter:
         if self._closed:
             raise ClosedError("the writer is closed")
         store = self.store
-        with store.lock:
+        with store.mutex:
             if self._ids and self._ids[-1] != store.next_id - 1:
                 self._reappend_context(timeout)
             if n is None:
