@@ -53,7 +53,7 @@ class BatchBuffers:
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         """An uninitialised array of ``shape`` and ``dtype`` that no one else holds."""
-        if type(dtype) is not np.dtype:
+        if not isinstance(dtype, np.dtype):
             dtype = np.dtype(dtype)
         if dtype.itemsize * math.prod(shape) < MIN_BYTES:
             return np.empty(shape, dtype)

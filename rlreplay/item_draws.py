@@ -119,31 +119,30 @@ class ItemDraws:
             self.sampler.insert(arr, self._priority[arr])
         return slots, probs
 
-    def _plan_gather(self) -> list[tuple[str, str, int, np.ndarray | None]]:
-        """Per output field: (name, column, row offset of a one-step window, or None, and
-        the step offsets of a sequence window, or None)."""
+    def _plan_gather(self) -> list[tuple[str, np.ndarray, int, np.ndarray | None]]:
+        """Per output field: (name, the column's array, row offset of a one-step window,
+        and the step offsets of a sequence window, or None)."""
         lanes = self.store.lanes
         plan = []
         for name, win in self.layout.windows.items():
+            col = self.store.columns[win.column]
             if win.length is None:
-                plan.append((name, win.column, win.offset * lanes, None))
+                plan.append((name, col, win.offset * lanes, None))
             else:
                 steps = (np.arange(win.length, dtype=np.int64) + win.offset) * lanes
-                plan.append((name, win.column, 0, steps))
+                plan.append((name, col, 0, steps))
         return plan
 
     def _gather(self, slots: np.ndarray) -> dict[str, np.ndarray]:
         if self._extent is not None:
             return gather_variable(self.store, self.layout, slots, self._extent[slots])
-        cols = self.store.columns
         cap = self.store.capacity
         buffers = self._batch_buffers
         out = {}
         if _kernel is not None:
             slots = np.ascontiguousarray(slots, dtype=np.int64)
             sources, rows_of, outs = [], [], []
-            for name, column, offset, steps in self._gather_plan:
-                col = cols[column]
+            for name, col, offset, steps in self._gather_plan:
                 if steps is None:
                     rows = slots if offset == 0 else (slots + offset) % cap
                     out[name] = dest = buffers.empty((len(rows), *col.shape[1:]), col.dtype)
@@ -157,8 +156,7 @@ class ItemDraws:
                 outs.append(dest)
             _kernel.gather(tuple(sources), tuple(rows_of), tuple(outs))
             return out
-        for name, column, offset, steps in self._gather_plan:
-            col = cols[column]
+        for name, col, offset, steps in self._gather_plan:
             if steps is None:
                 rows = slots if offset == 0 else (slots + offset) % cap
             else:
