@@ -6,6 +6,8 @@ package uses its numpy paths (see ``rlreplay/_compiled.py``).
 
 from setuptools import Extension, setup
 
+CHECKS = "rlreplay/_buffer_checks.h"  # shared by the modules that include it
+
 setup(
     ext_modules=[
         Extension(
@@ -13,8 +15,12 @@ setup(
             ["rlreplay/selectors/_sumtree.c"],
             optional=True,
         ),
-        Extension("rlreplay._draws", ["rlreplay/_draws.c"], optional=True),
-        Extension("rlreplay._slots", ["rlreplay/_slots.c"], optional=True),
+        Extension(
+            "rlreplay._draws", ["rlreplay/_draws.c"], depends=[CHECKS], optional=True
+        ),
+        Extension(
+            "rlreplay._slots", ["rlreplay/_slots.c"], depends=[CHECKS], optional=True
+        ),
         Extension("rlreplay._store", ["rlreplay/_store.c"], optional=True),
     ]
 )

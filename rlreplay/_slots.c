@@ -33,42 +33,11 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_buffer_checks.h"
+
 #define SLOT_BITS 32
 #define SLOT_MASK 0xFFFFFFFFLL
 #define EMPTY (-1)
-
-static int
-format_is(const char *fmt, const char *codes)
-{
-    if (fmt == NULL) {
-        return 0;
-    }
-    if (fmt[0] == '@' || fmt[0] == '=' || fmt[0] == '<') {
-        fmt++;
-    }
-    return fmt[0] != '\0' && fmt[1] == '\0' && strchr(codes, fmt[0]) != NULL;
-}
-
-static int
-get_vector(PyObject *obj, Py_buffer *view, int writable, const char *codes, Py_ssize_t itemsize,
-           const char *what)
-{
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_ND | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, view, flags) < 0) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "%s must be a %sC-contiguous array", what,
-                     writable ? "writable " : "");
-        return -1;
-    }
-    if (view->ndim != 1 || view->itemsize != itemsize || !format_is(view->format, codes)) {
-        PyErr_Format(PyExc_TypeError, "%s must be a one-dimensional array of %zd-byte '%s' "
-                     "items (got format %s, %d dimensions)", what, itemsize, codes,
-                     view->format ? view->format : "B", view->ndim);
-        PyBuffer_Release(view);
-        return -1;
-    }
-    return 0;
-}
 
 /* Open-addressing set of slots (capacity a power of two, at least twice the keys). */
 static inline int
@@ -113,7 +82,7 @@ held_slots(PyObject *self, PyObject *args)
         if (objs[a] == Py_None) {
             continue;
         }
-        if (get_vector(objs[a], &v[a], writable[a], codes[a], sizes[a], names[a]) < 0) {
+        if (get_buffer(objs[a], &v[a], writable[a], codes[a], sizes[a], names[a]) < 0) {
             goto done;
         }
         acquired[a] = 1;
@@ -214,7 +183,7 @@ claim_range(PyObject *self, PyObject *args)
         if (objs[a] == Py_None && a == 5) {
             continue;
         }
-        if (get_vector(objs[a], &v[a], writable[a], codes[a], sizes[a], names[a]) < 0) {
+        if (get_buffer(objs[a], &v[a], writable[a], codes[a], sizes[a], names[a]) < 0) {
             goto done;
         }
         acquired[a] = 1;

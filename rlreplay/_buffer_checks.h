@@ -1,0 +1,57 @@
+/*
+ * Buffer checks shared by rlreplay's compiled modules (_draws.c, _slots.c).
+ *
+ * format_is(fmt, codes)   whether a struct format is one of the one-letter codes.
+ * get_buffer(...)         a C-contiguous buffer of an array argument, checked; on failure
+ *                         a TypeError naming the argument, and nothing acquired.
+ */
+
+#ifndef RLREPLAY_BUFFER_CHECKS_H
+#define RLREPLAY_BUFFER_CHECKS_H
+
+#include <Python.h>
+#include <string.h>
+
+/* Whether a buffer format is the one-letter struct code `code`, ignoring a byte-order
+ * prefix that means native order on this machine. */
+static inline int
+format_is(const char *fmt, const char *codes)
+{
+    if (fmt == NULL) {
+        return 0;
+    }
+    if (fmt[0] == '@' || fmt[0] == '=' || fmt[0] == '<') {
+        fmt++;
+    }
+    return fmt[0] != '\0' && fmt[1] == '\0' && strchr(codes, fmt[0]) != NULL;
+}
+
+/* A C-contiguous buffer; with `codes`, also one-dimensional of that element kind. */
+static inline int
+get_buffer(PyObject *obj, Py_buffer *view, int writable, const char *codes, Py_ssize_t itemsize,
+           const char *what)
+{
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_ND | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s must be a %sC-contiguous array", what,
+                     writable ? "writable " : "");
+        return -1;
+    }
+    if (codes != NULL &&
+        (view->ndim != 1 || view->itemsize != itemsize || !format_is(view->format, codes))) {
+        PyErr_Format(PyExc_TypeError, "%s must be a one-dimensional array of %zd-byte '%s' "
+                     "items (got format %s, %d dimensions)", what, itemsize, codes,
+                     view->format ? view->format : "B", view->ndim);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    if (codes == NULL && view->ndim < 1) {
+        PyErr_Format(PyExc_TypeError, "%s must have at least one dimension", what);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+#endif
