@@ -217,6 +217,7 @@ def remote(address: str, kind: str, size: str, clients: int, duration: float) ->
     for p in procs:
         p.join(30)
     failed = [r[1] for r in results if r[0] != "done"]
+    failed += [f"no work done in {r[2]:.3g}s" for r in results if r[0] == "done" and r[1] == 0]
     if failed:
         raise RuntimeError(f"{kind} {size} x{clients} failed: {failed[0]}")
     return sum(r[1] for r in results) / max(r[2] for r in results)
