@@ -150,31 +150,48 @@ levels_acquire(PyObject *seq, Levels *lv)
     return 0;
 }
 
-/* The child of a 16-node block holding target *u (sequential sums); *u becomes the
- * remainder within that child. Never a zero-weight child while the block has weight. */
+/* The child of a 16-node block holding target *u; *u becomes the remainder within that
+ * child. Child j is the one whose cumulative range [prefix_j, prefix_j+1) holds the target,
+ * found by counting the prefix sums at or below it: no data-dependent branch, so the
+ * descents of a batch overlap in the pipeline. A child of weight 0 leaves the prefix as it
+ * was, so it is counted past and never picked. Rounding can leave the target at or past
+ * the block's total: then the last positive child is picked (rare). */
 static inline Py_ssize_t
 pick_child(const double *c, double *u)
 {
-    double acc = 0.0, before = 0.0;
-    int j = -1, last = 0;
-    double before_last = 0.0;
+    /* Prefix sums in four groups of four (short dependency chains): within group a,
+     * q[4a + b] = c[4a] + ... + c[4a + b]; group a starts at g[a]. They never decrease, and
+     * a child of weight 0 leaves the prefix exactly as it was. */
+    double x = *u, q[FANOUT], g[FANOUT / 4], before = 0.0;
+    for (int a = 0; a < FANOUT / 4; a++) {
+        const double *w = c + 4 * a;
+        q[4 * a] = w[0];
+        q[4 * a + 1] = q[4 * a] + w[1];
+        q[4 * a + 2] = q[4 * a + 1] + w[2];
+        q[4 * a + 3] = q[4 * a + 2] + w[3];
+    }
+    g[0] = 0.0;
+    for (int a = 1; a < FANOUT / 4; a++) {
+        g[a] = g[a - 1] + q[4 * a - 1];
+    }
+    int j = 0;
     for (int k = 0; k < FANOUT; k++) {
-        double w = c[k];
-        if (w > 0.0) {
-            last = k;
-            before_last = acc;
-            if (j < 0 && *u < acc + w) {
-                j = k;
-                before = acc;
-            }
+        double p = g[k / 4] + q[k];
+        int le = p <= x;
+        j += le;
+        before = le ? p : before;
+    }
+    if (j == FANOUT) {
+        j = FANOUT - 1;
+        while (j > 0 && !(c[j] > 0.0)) {
+            j--;
         }
-        acc += w;
+        before = 0.0;
+        for (int k = 0; k < j; k++) {
+            before += c[k];
+        }
     }
-    if (j < 0) { /* rounding left the target at or past the total: last positive child */
-        j = last;
-        before = before_last;
-    }
-    double r = *u - before;
+    double r = x - before;
     *u = r > 0.0 ? r : 0.0;
     return j;
 }
