@@ -197,3 +197,37 @@ def test_find_prefix_on_empty_tree_raises():
     tree = KaryTree(40, "sum", use_kernel=True)
     with pytest.raises(ValueError, match="positive total"):
         kernel.find_prefix(tree.levels, np.zeros(2), np.zeros(2, np.int64))
+
+
+@pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
+def test_sum_and_min_trees_updated_in_one_pass_match_the_numpy_path(size):
+    rng = np.random.default_rng(size + 2)
+    trees = []
+    for use_kernel in (True, False):
+        sums = KaryTree(size, "sum", use_kernel=use_kernel)
+        trees.append((sums, KaryTree(size, "min", use_kernel=use_kernel, leaves=sums.levels[0])))
+    for _ in range(20):
+        k = int(rng.integers(1, max(2, size // 3) + 1))
+        idx = rng.integers(0, size, k)
+        values = rng.uniform(0.0, 3.0, k)
+        values[rng.random(k) < 0.3] = 0.0  # weight 0: skipped by the min tree
+        for sums, mins in trees:
+            sums.set(idx, values, mins)
+        (fast_sums, fast_mins), (slow_sums, slow_mins) = trees
+        np.testing.assert_array_equal(fast_sums.leaves, slow_sums.leaves)
+        assert fast_mins.root == slow_mins.root
+        positive = fast_sums.leaves[fast_sums.leaves > 0]
+        assert fast_mins.root == (positive.min() if len(positive) else np.inf)
+        assert_parents_exact(fast_sums)
+
+
+def test_min_levels_must_share_the_sum_trees_leaves():
+    sums = KaryTree(300, "sum", use_kernel=True)
+    own = KaryTree(300, "min", use_kernel=True)
+    shared = KaryTree(300, "min", use_kernel=True, leaves=sums.levels[0])
+    idx, values = np.array([3]), np.array([1.0])
+    with pytest.raises(ValueError, match="same leaves"):
+        kernel.set_sum(sums.levels, idx, values, own.levels)
+    with pytest.raises(TypeError):
+        kernel.set_min(shared.levels, idx, None, sums.levels)
+    assert sums.root == 0.0

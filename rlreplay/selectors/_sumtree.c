@@ -10,7 +10,8 @@
  * set_min(levels, idx, values)        writes leaves, recomputes ancestors as the smallest
  *                                     positive child (inf when none is).
  * With values None, the leaves are left as they are (a min tree over a sum tree's leaves,
- * which set_sum has just written) and only the ancestors are recomputed.
+ * which set_sum has just written) and only the ancestors are recomputed. set_sum also
+ * takes min_levels, such a min tree, and recomputes it in the same pass.
  *
  * Parents are recomputed from their 16 children (never adjusted by deltas), so the
  * trees do not drift. The GIL is released around the loops; the caller holds the lock
@@ -291,15 +292,32 @@ reduce16(const double *c, int is_sum)
 static PyObject *
 set_leaves(PyObject *args, int is_sum, const char *name)
 {
-    PyObject *levels_obj, *idx_obj, *val_obj;
-    if (!PyArg_ParseTuple(args, "OOO", &levels_obj, &idx_obj, &val_obj)) {
+    PyObject *levels_obj, *idx_obj, *val_obj, *mins_obj = Py_None;
+    if (!PyArg_ParseTuple(args, "OOO|O", &levels_obj, &idx_obj, &val_obj, &mins_obj)) {
         return NULL;
     }
-    Levels lv;
+    Levels lv, mv;
+    mv.count = 0;
     Py_buffer iv, vv;
     int has_values = val_obj != Py_None;
     if (levels_acquire(levels_obj, &lv) < 0) {
         return NULL;
+    }
+    if (mins_obj != Py_None) {
+        if (!is_sum || levels_acquire(mins_obj, &mv) < 0) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_TypeError, "only set_sum takes min_levels");
+            }
+            levels_release(&lv);
+            return NULL;
+        }
+        if (mv.count != lv.count || mv.data[0] != lv.data[0]) {
+            PyErr_SetString(PyExc_ValueError,
+                            "min_levels must be a tree of as many levels over the same leaves");
+            levels_release(&mv);
+            levels_release(&lv);
+            return NULL;
+        }
     }
     if (get_buffer(idx_obj, &iv, 0, 'q', "idx") < 0) {
         levels_release(&lv);
@@ -355,26 +373,39 @@ set_leaves(PyObject *args, int is_sum, const char *name)
     for (int l = 1; l < lv.count; l++) {
         const double *lower = lv.data[l - 1];
         double *upper = lv.data[l];
+        /* With min_levels, the min tree's node is recomputed in the same pass, so the
+         * cache misses on both trees overlap. */
+        const double *min_lower = mv.count ? mv.data[l - 1] : NULL;
+        double *min_upper = mv.count ? mv.data[l] : NULL;
         for (Py_ssize_t i = 0; i < n; i++) {
             if (i + AHEAD < n) {
                 Py_ssize_t q = p[i + AHEAD] / FANOUT;
                 prefetch_block(lower + q * FANOUT);
                 PREFETCH(upper + q);
+                if (min_upper != NULL) {
+                    prefetch_block(min_lower + q * FANOUT);
+                    PREFETCH(min_upper + q);
+                }
             }
             Py_ssize_t q = p[i] / FANOUT;
             p[i] = q;
             upper[q] = reduce16(lower + q * FANOUT, is_sum);
+            if (min_upper != NULL) {
+                min_upper[q] = reduce16(min_lower + q * FANOUT, 0);
+            }
         }
     }
     Py_END_ALLOW_THREADS
     PyMem_RawFree(p);
     PyBuffer_Release(&vv);
     PyBuffer_Release(&iv);
+    levels_release(&mv);
     levels_release(&lv);
     Py_RETURN_NONE;
 fail:
     PyBuffer_Release(&vv);
     PyBuffer_Release(&iv);
+    levels_release(&mv);
     levels_release(&lv);
     return NULL;
 }
@@ -398,8 +429,9 @@ static PyMethodDef methods[] = {
      "leaf; a target at or past the total picks the last positive child.\n"
      "Raises TypeError for a wrong buffer kind, ValueError for wrong sizes or an empty tree."},
     {"set_sum", set_sum, METH_VARARGS,
-     "set_sum(levels, idx, values): write leaves (duplicates: last wins) and recompute their "
-     "ancestors as sums of their 16 children.\n"
+     "set_sum(levels, idx, values, min_levels=None): write leaves (duplicates: last wins) "
+     "and recompute their ancestors as sums of their 16 children; with min_levels (a min "
+     "tree over the same leaves), recompute its ancestors of idx in the same pass.\n"
      "Raises TypeError for a wrong buffer kind, ValueError for wrong sizes or an index out of "
      "range (nothing is written then)."},
     {"set_min", set_min, METH_VARARGS,

@@ -61,9 +61,8 @@ class Prioritized(Selector):
 
     def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         w = self._weights(priorities)
-        self.sums.set(slots, w)
         # Items of weight 0 are never sampled; the min tree skips them.
-        self.mins.set(slots, None)
+        self.sums.set(slots, w, self.mins)
 
     def insert_one(self, slot: int, priority: float) -> None:
         w = priority if self.priority_exponent == 1.0 else priority**self.priority_exponent
@@ -81,8 +80,7 @@ class Prioritized(Selector):
         self.mins.set_one(slot, None)
 
     def delete(self, slots: np.ndarray) -> None:
-        self.sums.set(slots, np.zeros(len(slots)))
-        self.mins.set(slots, None)
+        self.sums.set(slots, np.zeros(len(slots)), self.mins)
         self.held[slots] = False
         self.size -= len(slots)
 

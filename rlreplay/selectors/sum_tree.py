@@ -102,19 +102,33 @@ class KaryTree:
         for level in self._own_levels():
             level.fill(self.fill)
 
-    def set(self, idx: np.ndarray, values: np.ndarray | None) -> None:
+    def set(
+        self, idx: np.ndarray, values: np.ndarray | None, mins: KaryTree | None = None
+    ) -> None:
         """Set leaves ``idx`` (duplicates: last wins) and recompute their ancestors;
-        ``values=None`` leaves the leaves as they are (already written)."""
+        ``values=None`` leaves the leaves as they are (already written). ``mins``, a min
+        tree over this sum tree's leaves, has its ancestors of ``idx`` recomputed too (in
+        the same pass, with the kernel)."""
         n = len(idx)
         if n == 0:
             return
         levels = self.levels
-        if self._kernel is not None:
+        if self._kernel is not None and (mins is None or mins._kernel is not None):
             if values is not None:
                 values = np.ascontiguousarray(values, dtype=np.float64)
                 if values.shape != (n,):  # a scalar or a broadcastable shape, as numpy allows
                     values = np.ascontiguousarray(np.broadcast_to(values, (n,)))
-            self._kset(levels, np.ascontiguousarray(idx, dtype=np.int64), values)
+            idx = np.ascontiguousarray(idx, dtype=np.int64)
+            if mins is not None and len(mins.levels) == len(levels):
+                self._kset(levels, idx, values, mins.levels)
+                return
+            self._kset(levels, idx, values)
+            if mins is not None:  # a tree of one level: its min tree has one more
+                mins.set(idx, None)
+            return
+        if mins is not None:
+            self.set(idx, values)
+            mins.set(idx, None)
             return
         if values is not None:
             levels[0][idx] = values
