@@ -6,7 +6,7 @@ package uses its numpy paths (see ``rlreplay/_compiled.py``).
 
 from setuptools import Extension, setup
 
-CHECKS = "rlreplay/_buffer_checks.h"  # shared by the modules that include it
+COMMON = "rlreplay/_common.h"  # shared by the modules that include it
 
 setup(
     ext_modules=[
@@ -16,10 +16,10 @@ setup(
             optional=True,
         ),
         Extension(
-            "rlreplay._draws", ["rlreplay/_draws.c"], depends=[CHECKS], optional=True
+            "rlreplay._draws", ["rlreplay/_draws.c"], depends=[COMMON], optional=True
         ),
         Extension(
-            "rlreplay._slots", ["rlreplay/_slots.c"], depends=[CHECKS], optional=True
+            "rlreplay._slots", ["rlreplay/_slots.c"], depends=[COMMON], optional=True
         ),
         Extension("rlreplay._store", ["rlreplay/_store.c"], optional=True),
     ]

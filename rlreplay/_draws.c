@@ -8,10 +8,11 @@
  *     each miss in turn; here the rows of every column are fetched AHEAD draws before
  *     they are copied, so the misses overlap.
  *
- * mark_sampled(slots, priority, generation, times, keys, priorities, times_out)
- *     The per-item bookkeeping of a draw in one pass: the key (generation << 32 | slot),
- *     the priority, and the sample count, incremented once per draw in batch order so
- *     that a slot drawn twice sees its count as of each draw.
+ * mark_sampled(slots, state, keys, priorities, times_out)
+ *     The per-item bookkeeping of a draw in one pass over the slots' records (state: the
+ *     bytes of Table._slot_state, see _common.h): the key (generation << 32 | slot), the
+ *     priority, and the sample count, incremented once per draw in batch order so that a
+ *     slot drawn twice sees its count as of each draw.
  *
  * Every buffer must be C-contiguous. Indices are checked before anything is written
  * (ValueError when out of range, TypeError for a wrong buffer kind); the GIL is released
@@ -23,7 +24,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "_buffer_checks.h"
+#include "_common.h"
 
 #define MAX_COLUMNS 64
 /* Rows are fetched this many draws before they are copied. */
@@ -185,32 +186,33 @@ gather(PyObject *self, PyObject *args)
 static PyObject *
 mark_sampled(PyObject *self, PyObject *args)
 {
-    PyObject *objs[7];
-    if (!PyArg_ParseTuple(args, "OOOOOOO:mark_sampled", &objs[0], &objs[1], &objs[2], &objs[3],
-                          &objs[4], &objs[5], &objs[6])) {
+    PyObject *objs[5];
+    if (!PyArg_ParseTuple(args, "OOOOO:mark_sampled", &objs[0], &objs[1], &objs[2], &objs[3],
+                          &objs[4])) {
         return NULL;
     }
-    static const char *names[7] = {"slots", "priority", "generation", "times",
-                                   "keys", "priorities", "times_out"};
-    static const char *codes[7] = {INT64_CODES, "d", UINT32_CODES, UINT32_CODES,
-                                   INT64_CODES, "d", UINT32_CODES};
-    static const Py_ssize_t sizes[7] = {8, 8, 4, 4, 8, 8, 4};
-    static const int writable[7] = {0, 0, 0, 1, 1, 1, 1};
-    Py_buffer v[7];
-    for (int a = 0; a < 7; a++) {
-        if (get_buffer(objs[a], &v[a], writable[a], codes[a], sizes[a], names[a]) < 0) {
+    Py_buffer sv, v[4]; /* v: slots, keys, priorities, times_out */
+    static const int arg[4] = {0, 2, 3, 4};
+    static const char *names[4] = {"slots", "keys", "priorities", "times_out"};
+    static const char *codes[4] = {INT64_CODES, INT64_CODES, "d", UINT32_CODES};
+    static const Py_ssize_t sizes[4] = {8, 8, 8, 4};
+    static const int writable[4] = {0, 1, 1, 1};
+    Py_ssize_t cap;
+    if (get_slot_states(objs[1], &sv, &cap) < 0) {
+        return NULL;
+    }
+    for (int a = 0; a < 4; a++) {
+        if (get_buffer(objs[arg[a]], &v[a], writable[a], codes[a], sizes[a], names[a]) < 0) {
             for (int b = 0; b < a; b++) {
                 PyBuffer_Release(&v[b]);
             }
+            PyBuffer_Release(&sv);
             return NULL;
         }
     }
-    Py_ssize_t n = v[0].shape[0], cap = v[1].shape[0];
+    Py_ssize_t n = v[0].shape[0];
     const char *problem = NULL;
-    if (v[2].shape[0] != cap || v[3].shape[0] != cap) {
-        problem = "priority, generation and times must have one entry per slot";
-    }
-    else if (v[4].shape[0] != n || v[5].shape[0] != n || v[6].shape[0] != n) {
+    if (v[1].shape[0] != n || v[2].shape[0] != n || v[3].shape[0] != n) {
         problem = "keys, priorities and times_out must have one entry per slot drawn";
     }
     const int64_t *slots = (const int64_t *)v[0].buf;
@@ -220,30 +222,27 @@ mark_sampled(PyObject *self, PyObject *args)
         }
     }
     if (problem == NULL) {
-        const double *priority = (const double *)v[1].buf;
-        const uint32_t *generation = (const uint32_t *)v[2].buf;
-        uint32_t *times = (uint32_t *)v[3].buf;
-        int64_t *keys = (int64_t *)v[4].buf;
-        double *prios = (double *)v[5].buf;
-        uint32_t *times_out = (uint32_t *)v[6].buf;
+        SlotState *state = (SlotState *)sv.buf;
+        int64_t *keys = (int64_t *)v[1].buf;
+        double *prios = (double *)v[2].buf;
+        uint32_t *times_out = (uint32_t *)v[3].buf;
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t i = 0; i < n; i++) {
             if (i + AHEAD < n) {
-                int64_t s = slots[i + AHEAD];
-                PREFETCH(priority + s);
-                PREFETCH(generation + s);
-                PREFETCH_W(times + s);
+                PREFETCH_W(state + slots[i + AHEAD]);
             }
             int64_t s = slots[i];
-            keys[i] = (int64_t)(((uint64_t)generation[s] << 32) | (uint64_t)s);
-            prios[i] = priority[s];
-            times_out[i] = ++times[s];
+            SlotState *rec = state + s;
+            keys[i] = (int64_t)(((uint64_t)rec->generation << 32) | (uint64_t)s);
+            prios[i] = rec->priority;
+            times_out[i] = ++rec->times_sampled;
         }
         Py_END_ALLOW_THREADS
     }
-    for (int a = 0; a < 7; a++) {
+    for (int a = 0; a < 4; a++) {
         PyBuffer_Release(&v[a]);
     }
+    PyBuffer_Release(&sv);
     if (problem != NULL) {
         PyErr_SetString(PyExc_ValueError, problem);
         return NULL;
@@ -260,10 +259,11 @@ static PyMethodDef methods[] = {
      "Raises TypeError for a wrong buffer kind, ValueError for wrong sizes or a row out of "
      "range (nothing is written then)."},
     {"mark_sampled", mark_sampled, METH_VARARGS,
-     "mark_sampled(slots, priority, generation, times, keys, priorities, times_out): for each "
-     "drawn slot, in order: keys[i] = generation[s] << 32 | s, priorities[i] = priority[s], "
-     "times[s] += 1 and times_out[i] = times[s].\n"
-     "slots and keys are int64, priority and priorities float64, the rest uint32.\n"
+     "mark_sampled(slots, state, keys, priorities, times_out): for each drawn slot s, in "
+     "order, with its record in state (the bytes of the slot records): keys[i] = "
+     "generation << 32 | s, priorities[i] = priority, times_sampled += 1 and times_out[i] "
+     "= times_sampled.\n"
+     "slots and keys are int64, priorities float64, times_out uint32.\n"
      "Raises TypeError for a wrong buffer kind, ValueError for wrong sizes or a slot out of "
      "range (nothing is written then)."},
     {NULL, NULL, 0, NULL},

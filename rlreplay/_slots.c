@@ -1,7 +1,7 @@
 /*
  * Compiled loops for the per-slot state of a table's items (see item_slots.py).
  *
- * held_slots(keys, generation, live, values, out_slots, out_values) -> (kept, stale)
+ * held_slots(keys, state, live, values, out_slots, out_values) -> (kept, stale)
  *     A key is generation << 32 | slot. For each key whose slot holds the item of that
  *     generation, the slot (and values[i], when values is given) is written to the
  *     outputs, once per slot: of several keys for one slot the last one wins, and the
@@ -14,10 +14,11 @@
  *     or any value is NaN, infinite or negative: the caller then takes its Python path,
  *     which names the bad entries in its error.
  *
- *     Buffers must be C-contiguous: keys and out_slots int64, generation uint32, live
- *     bool, values and out_values float64 (both None, or both given).
+ *     Buffers must be C-contiguous: keys and out_slots int64, state the bytes of the
+ *     slots' records (see _common.h), live bool, values and out_values float64 (both None,
+ *     or both given).
  *
- * claim_range(start, keys_out, generation, priority, times, live, priorities, fill)
+ * claim_range(start, keys_out, state, live, priorities, fill)
  *     New items in the slots start .. start + n - 1 (n = len(keys_out)): each slot's
  *     generation grows by one (wrapping at 2**32), its priority becomes priorities[i] (or
  *     fill when priorities is None), its sample count 0, it is marked live, and its key
@@ -33,7 +34,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "_buffer_checks.h"
+#include "_common.h"
 
 #define SLOT_BITS 32
 #define SLOT_MASK 0xFFFFFFFFLL
@@ -69,27 +70,31 @@ held_slots(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_TypeError, "values and out_values must both be None or arrays");
         return NULL;
     }
-    static const char *names[6] = {"keys", "generation", "live", "values", "out_slots",
+    static const char *names[6] = {"keys", "state", "live", "values", "out_slots",
                                    "out_values"};
-    static const char *codes[6] = {"ql", "IL", "?", "d", "ql", "d"};
-    static const Py_ssize_t sizes[6] = {8, 4, 1, 8, 8, 8};
+    static const char *codes[6] = {"ql", "B", "?", "d", "ql", "d"};
+    static const Py_ssize_t sizes[6] = {8, 1, 1, 8, 8, 8};
     static const int writable[6] = {0, 0, 0, 0, 1, 1};
     Py_buffer v[6];
     int acquired[6] = {0};
     PyObject *result = NULL;
     int64_t *set = NULL;
+    Py_ssize_t cap = 0;
     for (int a = 0; a < 6; a++) {
         if (objs[a] == Py_None) {
             continue;
         }
-        if (get_buffer(objs[a], &v[a], writable[a], codes[a], sizes[a], names[a]) < 0) {
+        int failed = a == 1 ? get_slot_states(objs[a], &v[a], &cap)
+                            : get_buffer(objs[a], &v[a], writable[a], codes[a], sizes[a],
+                                         names[a]);
+        if (failed < 0) {
             goto done;
         }
         acquired[a] = 1;
     }
-    Py_ssize_t n = v[0].shape[0], cap = v[1].shape[0];
+    Py_ssize_t n = v[0].shape[0];
     if (v[2].shape[0] != cap) {
-        PyErr_SetString(PyExc_ValueError, "generation and live must have one entry per slot");
+        PyErr_SetString(PyExc_ValueError, "state and live must have one entry per slot");
         goto done;
     }
     if (v[4].shape[0] != n || (with_values && (v[3].shape[0] != n || v[5].shape[0] != n))) {
@@ -98,7 +103,7 @@ held_slots(PyObject *self, PyObject *args)
         goto done;
     }
     const int64_t *keys = (const int64_t *)v[0].buf;
-    const uint32_t *generation = (const uint32_t *)v[1].buf;
+    const SlotState *state = (const SlotState *)v[1].buf;
     const char *live = (const char *)v[2].buf;
     const double *values = with_values ? (const double *)v[3].buf : NULL;
     int64_t *out_slots = (int64_t *)v[4].buf;
@@ -107,7 +112,7 @@ held_slots(PyObject *self, PyObject *args)
         int64_t k = keys[i];
         int64_t slot = k & SLOT_MASK;
         int64_t gen = k >> SLOT_BITS;
-        if (k < 0 || slot >= cap || gen < 1 || gen > (int64_t)generation[slot] ||
+        if (k < 0 || slot >= cap || gen < 1 || gen > (int64_t)state[slot].generation ||
             (with_values && !(values[i] >= 0.0 && values[i] < INFINITY))) {
             result = Py_NewRef(Py_None);
             goto done;
@@ -128,7 +133,7 @@ held_slots(PyObject *self, PyObject *args)
     /* Backwards, so the last key of a slot is the one kept; reversed afterwards. */
     for (Py_ssize_t i = n - 1; i >= 0; i--) {
         int64_t slot = keys[i] & SLOT_MASK;
-        if (!live[slot] || (int64_t)generation[slot] != keys[i] >> SLOT_BITS) {
+        if (!live[slot] || (int64_t)state[slot].generation != keys[i] >> SLOT_BITS) {
             stale++;
         }
         else if (!seen_before(set, slots_in_set - 1, slot)) {
@@ -166,77 +171,77 @@ claim_range(PyObject *self, PyObject *args)
 {
     Py_ssize_t start;
     double fill;
-    PyObject *objs[6];
-    if (!PyArg_ParseTuple(args, "nOOOOOOd:claim_range", &start, &objs[0], &objs[1], &objs[2],
-                          &objs[3], &objs[4], &objs[5], &fill)) {
+    PyObject *keys_obj, *state_obj, *live_obj, *prios_obj;
+    if (!PyArg_ParseTuple(args, "nOOOOd:claim_range", &start, &keys_obj, &state_obj, &live_obj,
+                          &prios_obj, &fill)) {
         return NULL;
     }
-    static const char *names[6] = {"keys_out", "generation", "priority", "times", "live",
-                                   "priorities"};
-    static const char *codes[6] = {"ql", "IL", "d", "IL", "?", "d"};
-    static const Py_ssize_t sizes[6] = {8, 4, 8, 4, 1, 8};
-    static const int writable[6] = {1, 1, 1, 1, 1, 0};
-    Py_buffer v[6];
-    int acquired[6] = {0};
+    Py_buffer kv, sv, lv, pv;
+    Py_ssize_t cap;
+    int has_prios = prios_obj != Py_None;
     PyObject *result = NULL;
-    for (int a = 0; a < 6; a++) {
-        if (objs[a] == Py_None && a == 5) {
-            continue;
-        }
-        if (get_buffer(objs[a], &v[a], writable[a], codes[a], sizes[a], names[a]) < 0) {
-            goto done;
-        }
-        acquired[a] = 1;
+    if (get_buffer(keys_obj, &kv, 1, "ql", 8, "keys_out") < 0) {
+        return NULL;
     }
-    Py_ssize_t n = v[0].shape[0], cap = v[1].shape[0];
-    if (v[2].shape[0] != cap || v[3].shape[0] != cap || v[4].shape[0] != cap) {
-        PyErr_SetString(PyExc_ValueError,
-                        "generation, priority, times and live must have one entry per slot");
-        goto done;
+    if (get_slot_states(state_obj, &sv, &cap) < 0) {
+        PyBuffer_Release(&kv);
+        return NULL;
     }
-    if (start < 0 || n > cap - start) {
+    if (get_buffer(live_obj, &lv, 1, "?", 1, "live") < 0) {
+        PyBuffer_Release(&sv);
+        PyBuffer_Release(&kv);
+        return NULL;
+    }
+    if (has_prios && get_buffer(prios_obj, &pv, 0, "d", 8, "priorities") < 0) {
+        PyBuffer_Release(&lv);
+        PyBuffer_Release(&sv);
+        PyBuffer_Release(&kv);
+        return NULL;
+    }
+    Py_ssize_t n = kv.shape[0];
+    if (lv.shape[0] != cap) {
+        PyErr_SetString(PyExc_ValueError, "state and live must have one entry per slot");
+    }
+    else if (start < 0 || n > cap - start) {
         PyErr_Format(PyExc_ValueError, "slots [%zd, %zd) leave the table's %zd slots", start,
                      start + n, cap);
-        goto done;
     }
-    if (acquired[5] && v[5].shape[0] != n) {
+    else if (has_prios && pv.shape[0] != n) {
         PyErr_SetString(PyExc_ValueError, "priorities must have one entry per new item");
-        goto done;
     }
-    int64_t *keys = (int64_t *)v[0].buf;
-    uint32_t *generation = (uint32_t *)v[1].buf + start;
-    double *priority = (double *)v[2].buf + start;
-    uint32_t *times = (uint32_t *)v[3].buf + start;
-    char *live = (char *)v[4].buf + start;
-    const double *given = acquired[5] ? (const double *)v[5].buf : NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        uint32_t g = generation[i] + 1;
-        generation[i] = g;
-        keys[i] = (int64_t)(((uint64_t)g << SLOT_BITS) | (uint64_t)(start + i));
-        priority[i] = given ? given[i] : fill;
-    }
-    memset(times, 0, (size_t)n * sizeof(uint32_t));
-    memset(live, 1, (size_t)n);
-    result = Py_NewRef(Py_None);
-done:
-    for (int a = 0; a < 6; a++) {
-        if (acquired[a]) {
-            PyBuffer_Release(&v[a]);
+    else {
+        int64_t *keys = (int64_t *)kv.buf;
+        SlotState *rec = (SlotState *)sv.buf + start;
+        const double *given = has_prios ? (const double *)pv.buf : NULL;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint32_t g = rec[i].generation + 1;
+            rec[i].generation = g;
+            rec[i].priority = given ? given[i] : fill;
+            rec[i].times_sampled = 0;
+            keys[i] = (int64_t)(((uint64_t)g << SLOT_BITS) | (uint64_t)(start + i));
         }
+        memset((char *)lv.buf + start, 1, (size_t)n);
+        result = Py_NewRef(Py_None);
     }
+    if (has_prios) {
+        PyBuffer_Release(&pv);
+    }
+    PyBuffer_Release(&lv);
+    PyBuffer_Release(&sv);
+    PyBuffer_Release(&kv);
     return result;
 }
 
 static PyMethodDef methods[] = {
     {"held_slots", held_slots, METH_VARARGS,
-     "held_slots(keys, generation, live, values, out_slots, out_values) -> (kept, stale) or "
+     "held_slots(keys, state, live, values, out_slots, out_values) -> (kept, stale) or "
      "None.\n"
      "Writes the slots of held items among keys (last key of a slot wins) and their values "
      "to the first `kept` entries of the outputs and counts stale keys; returns None, "
      "writing nothing, if a key was never issued or a value is not finite and >= 0.\n"
      "Raises TypeError for a wrong buffer kind, ValueError for wrong sizes."},
     {"claim_range", claim_range, METH_VARARGS,
-     "claim_range(start, keys_out, generation, priority, times, live, priorities, fill): "
+     "claim_range(start, keys_out, state, live, priorities, fill): "
      "new items in slots start .. start + len(keys_out) - 1: generation + 1, priority "
      "priorities[i] (fill when None), times 0, live; their keys written to keys_out.\n"
      "Raises TypeError for a wrong buffer kind, ValueError for a range outside the table or "

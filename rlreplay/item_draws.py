@@ -54,15 +54,7 @@ class ItemDraws:
             n = len(slots)
             keys, priorities = np.empty(n, dtype=np.int64), np.empty(n)
             times = np.empty(n, dtype=np.uint32)
-            _kernel.mark_sampled(
-                slots,
-                self._priority,
-                self._generation,
-                self._times_sampled,
-                keys,
-                priorities,
-                times,
-            )
+            _kernel.mark_sampled(slots, self._slot_bytes, keys, priorities, times)
             return keys, priorities, times
         if has_duplicates(slots):
             times = self._count_samples(slots)

@@ -84,16 +84,7 @@ class ItemSlots:
             keys = np.empty(n, dtype=np.int64)
             if prios is not None:
                 prios = np.ascontiguousarray(prios, dtype=np.float64)
-            _kernel.claim_range(
-                start,
-                keys,
-                self._generation,
-                self._priority,
-                self._times_sampled,
-                self._live,
-                prios,
-                fill,
-            )
+            _kernel.claim_range(start, keys, self._slot_bytes, self._live, prios, fill)
             prios = self._priority[start : start + n]
         else:
             if prios is None:
@@ -275,7 +266,7 @@ class ItemSlots:
                 out_slots = np.empty(n, dtype=np.int64)
                 out_values = None if deleting else np.empty(n)
                 held = _kernel.held_slots(
-                    keys, self._generation, self._live, values, out_slots, out_values
+                    keys, self._slot_bytes, self._live, values, out_slots, out_values
                 )
                 if held is not None:  # else a bad entry: the path below names it
                     kept, stale = held
@@ -320,5 +311,5 @@ class ItemSlots:
 
     def index_nbytes(self) -> int:
         """Bytes of item bookkeeping (per-slot state, sampler and remover indexes)."""
-        own = (self._priority, self._times_sampled, self._generation, self._live)
-        return sum(a.nbytes for a in own) + self.sampler.nbytes() + self.remover.nbytes()
+        own = self._slot_state.nbytes + self._live.nbytes
+        return own + self.sampler.nbytes() + self.remover.nbytes()

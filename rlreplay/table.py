@@ -29,6 +29,8 @@ from rlreplay.table_info import TableInfo
 from rlreplay.table_inserts import TableInserts
 
 OVERWRITE_POLICIES = ("evict", "block", "relocate")
+# Per-slot item state (the compiled loops in _draws.c and _slots.c rely on this layout).
+SLOT_STATE = np.dtype([("priority", "<f8"), ("generation", "<u4"), ("times_sampled", "<u4")])
 
 
 class Table(TableInserts, ItemSlots, ItemDraws):
@@ -157,9 +159,14 @@ class Table(TableInserts, ItemSlots, ItemDraws):
         self.rng = np.random.default_rng(seed)
 
         # Per-slot item state; slot == the anchor step's row in the store.
-        self._priority = np.zeros(cap, dtype=np.float64)
-        self._times_sampled = np.zeros(cap, dtype=np.uint32)
-        self._generation = np.zeros(cap, dtype=np.uint32)
+        # One 16-byte record per slot, so a sampled item's state is one cache line, not
+        # three; ``_priority``, ``_generation`` and ``_times_sampled`` are views of its fields
+        # and ``_slot_bytes`` its bytes, as the compiled loops take them.
+        self._slot_state = np.zeros(cap, dtype=SLOT_STATE)
+        self._priority = self._slot_state["priority"]
+        self._generation = self._slot_state["generation"]
+        self._times_sampled = self._slot_state["times_sampled"]
+        self._slot_bytes = self._slot_state.view(np.uint8)
         self._live = np.zeros(cap, dtype=bool)
         # Memoryviews of the same arrays: one-slot reads and writes through them cost a
         # third of numpy's scalar indexing (the one-row insert does several).

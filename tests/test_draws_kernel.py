@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from rlreplay import ItemLayout, StepStore, Table, item_draws
+from rlreplay.table import SLOT_STATE
 
 kernel = pytest.importorskip("rlreplay._draws")
 if item_draws._kernel is None:
@@ -137,10 +138,13 @@ def test_gather_rejects_bad_buffers_and_writes_nothing(make, error):
 
 
 def test_mark_sampled_rejects_a_slot_outside_the_table_and_writes_nothing():
-    prio, gen, times = np.ones(8), np.ones(8, np.uint32), np.zeros(8, np.uint32)
+    state = np.zeros(8, dtype=SLOT_STATE)
+    state["generation"] = 1
     keys, prios, t_out = np.zeros(2, np.int64), np.zeros(2), np.zeros(2, np.uint32)
     with pytest.raises(ValueError, match="outside the table"):
-        kernel.mark_sampled(np.array([2, 8]), prio, gen, times, keys, prios, t_out)
-    assert not times.any() and not keys.any()
-    with pytest.raises(TypeError):
-        kernel.mark_sampled(np.array([2, 3]), prio, gen.astype(np.int64), times, keys, prios, t_out)
+        kernel.mark_sampled(np.array([2, 8]), state.view(np.uint8), keys, prios, t_out)
+    assert not state["times_sampled"].any() and not keys.any()
+    with pytest.raises(TypeError):  # the records' bytes, not the records
+        kernel.mark_sampled(np.array([2, 3]), state, keys, prios, t_out)
+    with pytest.raises(TypeError):  # not a whole number of records
+        kernel.mark_sampled(np.array([2, 3]), state.view(np.uint8)[:-4], keys, prios, t_out)

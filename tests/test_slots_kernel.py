@@ -13,6 +13,7 @@ import pytest
 
 from rlreplay import Prioritized, Table, item_slots
 from rlreplay.errors import InvalidArgumentError
+from rlreplay.table import SLOT_STATE
 
 kernel = pytest.importorskip("rlreplay._slots")
 if item_slots._kernel is None:
@@ -110,21 +111,23 @@ def test_a_bad_entry_raises_and_changes_nothing(make):
 
 
 def test_claim_range_rejects_a_range_outside_the_table_and_writes_nothing():
-    gen, prio = np.ones(8, np.uint32), np.zeros(8)
-    times, live = np.zeros(8, np.uint32), np.zeros(8, bool)
-    keys = np.zeros(3, np.int64)
+    state = np.zeros(8, dtype=SLOT_STATE)
+    state["generation"] = 1
+    live, keys = np.zeros(8, bool), np.zeros(3, np.int64)
     for start in (-1, 6):
         with pytest.raises(ValueError, match="leave the table"):
-            kernel.claim_range(start, keys, gen, prio, times, live, None, 1.0)
-    assert (gen == 1).all() and not live.any() and not keys.any()
+            kernel.claim_range(start, keys, state.view(np.uint8), live, None, 1.0)
+    assert (state["generation"] == 1).all() and not live.any() and not keys.any()
 
 
 def test_kernel_rejects_wrong_buffers():
-    gen, live = np.ones(8, np.uint32), np.ones(8, bool)
+    state, live = np.ones(8, dtype=SLOT_STATE).view(np.uint8), np.ones(8, bool)
     out = np.zeros(2, np.int64)
     with pytest.raises(TypeError):
-        kernel.held_slots(np.array([1, 2], np.int32), gen, live, None, out, None)
+        kernel.held_slots(np.array([1, 2], np.int32), state, live, None, out, None)
     with pytest.raises(TypeError):
-        kernel.held_slots(np.array([1, 2]), gen, live, np.ones(2), out, None)
+        kernel.held_slots(np.array([1, 2]), state, live, np.ones(2), out, None)
+    with pytest.raises(TypeError):  # the records, not their bytes
+        kernel.held_slots(np.array([1, 2]), np.ones(8, dtype=SLOT_STATE), live, None, out, None)
     with pytest.raises(ValueError):
-        kernel.held_slots(np.array([1, 2]), gen, live[:4], None, out, None)
+        kernel.held_slots(np.array([1, 2]), state, live[:4], None, out, None)

@@ -1,16 +1,27 @@
 /*
- * Buffer checks shared by rlreplay's compiled modules (_draws.c, _slots.c).
+ * Shared by rlreplay's compiled modules (_draws.c, _slots.c).
  *
+ * SlotState               one record of a table's per-slot item state (see table.py).
  * format_is(fmt, codes)   whether a struct format is one of the one-letter codes.
  * get_buffer(...)         a C-contiguous buffer of an array argument, checked; on failure
  *                         a TypeError naming the argument, and nothing acquired.
+ * get_slot_states(...)    the table's records, passed as their bytes (uint8).
  */
 
-#ifndef RLREPLAY_BUFFER_CHECKS_H
-#define RLREPLAY_BUFFER_CHECKS_H
+#ifndef RLREPLAY_COMMON_H
+#define RLREPLAY_COMMON_H
 
 #include <Python.h>
+#include <stdint.h>
 #include <string.h>
+
+/* The layout of Table._slot_state's dtype: priority f8, generation u4, times_sampled u4.
+ * One record per slot, so an item's state is one cache line read, not three. */
+typedef struct {
+    double priority;
+    uint32_t generation;
+    uint32_t times_sampled;
+} SlotState;
 
 /* Whether a buffer format is the one-letter struct code `code`, ignoring a byte-order
  * prefix that means native order on this machine. */
@@ -51,6 +62,24 @@ get_buffer(PyObject *obj, Py_buffer *view, int writable, const char *codes, Py_s
         PyBuffer_Release(view);
         return -1;
     }
+    return 0;
+}
+
+/* The records of a table's slots from their bytes (a uint8 array); *count gets the slots. */
+static inline int
+get_slot_states(PyObject *obj, Py_buffer *view, Py_ssize_t *count)
+{
+    if (get_buffer(obj, view, 1, "B", 1, "state") < 0) {
+        return -1;
+    }
+    if (view->len % (Py_ssize_t)sizeof(SlotState) != 0 ||
+        ((uintptr_t)view->buf % _Alignof(SlotState)) != 0) {
+        PyErr_Format(PyExc_TypeError, "state must be the bytes of aligned %zd-byte slot records",
+                     (Py_ssize_t)sizeof(SlotState));
+        PyBuffer_Release(view);
+        return -1;
+    }
+    *count = view->len / (Py_ssize_t)sizeof(SlotState);
     return 0;
 }
 
