@@ -153,19 +153,17 @@ class ItemSlots:
             # insert() is writing these rows: if every one holds an item, the new items
             # take over their slots, so the selectors may keep the entries for them.
             if n == 1:
-                held = self._live_view[start]
-                if held:
-                    self._live_view[start] = False
+                if self._live_view[start]:
+                    self._hand_over_one(start)
+                    return
             else:
                 live = self._live[start : start + n]
-                held = live.all()
-                if held:
+                if live.all():
                     live[:] = False
-            if held:
-                self.size -= n
-                self._counts["overwrite_evictions"] += n
-                self._deferred = (start, n)
-                return
+                    self.size -= n
+                    self._counts["overwrite_evictions"] += n
+                    self._deferred = (start, n)
+                    return
         if n == 1:
             if not self._live[start]:
                 return
@@ -191,6 +189,15 @@ class ItemSlots:
         self._remove_locked(doomed)
         self._counts["overwrite_evictions"] += len(doomed)
         self._wake_waiters()
+
+    def _hand_over_one(self, slot: int) -> None:
+        """The item on ``slot``, whose row this table's own one-row insert overwrites, is
+        removed but keeps its selector entries for the new item (see :meth:`_on_overwrite`
+        and :meth:`_insert_one_locked`)."""
+        self._live_view[slot] = False
+        self.size -= 1
+        self._counts["overwrite_evictions"] += 1
+        self._deferred = (slot, 1)
 
     def _wake_waiters(self) -> None:
         """Wake the calls waiting on the store's condition after a change; skipped when none

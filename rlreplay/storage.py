@@ -215,6 +215,21 @@ class StepStore:
         self.next_id = first + n
         return first
 
+    def _write_row_locked(self, step: Mapping[str, Any]) -> int | None:
+        """Write one step that fits the columns as it is to the next row, for the only
+        table over this store, which takes care of the item on that row itself (the
+        one-row insert); returns the step's id. ``None``, with nothing written, when the
+        compiled write is off, other tables share the store, or the step needs
+        validation."""
+        if not self._compiled_writes or len(self._tables) != 1:
+            return None
+        first = self.next_id
+        row = first % self.capacity
+        if not _kernel.put_row(np.ndarray, self._column_tuple, self._path_tuple, row, step):
+            return None
+        self.next_id = first + 1
+        return first
+
     def _advance_written(self, start: int, n: int) -> int:
         """Account for ``n`` steps just written by the compiled write at rows ``start ..``
         (no wrap): the tables evict their items there, then the ids advance. Returns the

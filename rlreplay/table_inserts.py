@@ -48,7 +48,13 @@ class TableInserts:
                 self._wait_for(
                     lambda: limiter.can_insert(1, self.size), timeout, "insert", "insert_blocked_s"
                 )
-            slot = self._append_rows_locked(row, 1, timeout, one_row=True) % store.capacity
+            first = store._write_row_locked(row)  # the common case, in fewer steps
+            if first is None:
+                slot = self._append_rows_locked(row, 1, timeout, one_row=True) % store.capacity
+            else:
+                slot = first % store.capacity
+                if first >= store.capacity and self._live_view[slot]:
+                    self._hand_over_one(slot)
             key = self._insert_one_locked(slot, prio)
         keys = np.empty(1, dtype=np.int64)
         keys[0] = key

@@ -170,3 +170,29 @@ def test_put_row_checks_its_columns_and_row():
     with pytest.raises(ValueError, match="outside"):
         kernel.put_rows(np.ndarray, cols, ("a",), 2, 2, {"a": np.zeros((2, 2), np.float32)})
     assert not cols[0].any()
+
+
+def test_one_row_inserts_between_deletes_and_samples_match_the_general_path():
+    """A table alone on its store takes a shorter path for one row; with a max_size below
+    the capacity, deletes and max_times_sampled, it must end where the general path does."""
+    tables = []
+    for compiled in (True, False):
+        t = Table("t", signature=SIGNATURE, capacity=8, max_size=5, max_times_sampled=2, seed=1)
+        t.store._compiled_writes = compiled
+        tables.append(t)
+    rng = np.random.default_rng(3)
+    for step in range(200):
+        action = rng.random()
+        results = []
+        for t in tables:
+            if action < 0.6 or len(t) == 0:
+                results.append(t.insert(good_row(count=step)).tolist())
+            elif action < 0.8:
+                results.append(t.delete(t.sample(2).info.keys))
+            else:
+                results.append(t.sample(3).info.keys.tolist())
+        assert results[0] == results[1]
+        assert_same_store(*tables)
+        a, b = (t.info() for t in tables)
+        assert a == b
+        np.testing.assert_array_equal(tables[0]._slot_state, tables[1]._slot_state)
