@@ -21,6 +21,8 @@ setup(
         Extension(
             "rlreplay._slots", ["rlreplay/_slots.c"], depends=[COMMON], optional=True
         ),
-        Extension("rlreplay._store", ["rlreplay/_store.c"], optional=True),
+        Extension(
+            "rlreplay._store", ["rlreplay/_store.c"], depends=[COMMON], optional=True
+        ),
     ]
 )

@@ -29,6 +29,8 @@
 #define MAX_COLUMNS 64
 /* Rows are fetched this many draws before they are copied. */
 #define AHEAD 8
+/* Rows at least this large (an image frame) are copied with streaming stores. */
+#define STREAM_ROW_BYTES 4096
 /* Lines of a row fetched ahead; past that the hardware prefetcher follows the copy. */
 #define PREFETCH_BYTES 256
 
@@ -130,7 +132,12 @@ copy_row(const Column *c, Py_ssize_t i)
         memcpy(to, from, 8);
         break;
     default:
-        memcpy(to, from, (size_t)c->row_bytes);
+        if (c->row_bytes >= STREAM_ROW_BYTES) {
+            stream_copy(to, from, (size_t)c->row_bytes);
+        }
+        else {
+            memcpy(to, from, (size_t)c->row_bytes);
+        }
     }
 }
 

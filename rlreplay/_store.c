@@ -25,47 +25,11 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_common.h"
+
 #define MAX_COLUMNS 64
-/* Copies at least this large bypass the caches (see copy_out). */
+/* Writes at least this large use streaming stores (see _common.h). */
 #define STREAM_BYTES (1 << 18)
-
-#if defined(__x86_64__) || defined(_M_X64)
-#include <emmintrin.h>
-#define HAVE_STREAM 1
-#endif
-
-/* Copy n bytes into the store. A large batch (image frames) is written once and read
- * later, if ever, by a sample: streaming stores skip reading every destination line into
- * the cache first, which saves a third of the memory traffic of the copy. */
-static void
-copy_out(char *to, const char *from, size_t n)
-{
-#ifdef HAVE_STREAM
-    if (n >= STREAM_BYTES) {
-        size_t head = (16 - ((uintptr_t)to & 15)) & 15;
-        memcpy(to, from, head);
-        to += head;
-        from += head;
-        n -= head;
-        size_t blocks = n / 64;
-        for (size_t i = 0; i < blocks; i++, to += 64, from += 64) {
-            __m128i a = _mm_loadu_si128((const __m128i *)from);
-            __m128i b = _mm_loadu_si128((const __m128i *)(from + 16));
-            __m128i c = _mm_loadu_si128((const __m128i *)(from + 32));
-            __m128i d = _mm_loadu_si128((const __m128i *)(from + 48));
-            _mm_stream_si128((__m128i *)to, a);
-            _mm_stream_si128((__m128i *)(to + 16), b);
-            _mm_stream_si128((__m128i *)(to + 32), c);
-            _mm_stream_si128((__m128i *)(to + 48), d);
-        }
-        _mm_sfence();
-        memcpy(to, from, n % 64);
-        return;
-    }
-#endif
-    memcpy(to, from, n);
-}
-
 /* The element code of a struct format ('f', 'd', 'B', ...), skipping a byte-order prefix
  * that means native order here; 0 for anything longer than one code. */
 static char
@@ -164,7 +128,12 @@ write_value(const Field *f, Py_ssize_t row)
     Py_ssize_t row_bytes = f->col.len / f->col.shape[0];
     char *to = (char *)f->col.buf + row * row_bytes;
     if (f->has_val) {
-        copy_out(to, (const char *)f->val.buf, (size_t)f->val.len);
+        if (f->val.len >= STREAM_BYTES) {
+            stream_copy(to, (const char *)f->val.buf, (size_t)f->val.len);
+        }
+        else {
+            memcpy(to, f->val.buf, (size_t)f->val.len);
+        }
         return;
     }
     switch (f->code) {
