@@ -108,20 +108,31 @@ class ItemSlots:
         self._wake_waiters()
         return keys
 
-    def _insert_one_locked(self, slot: int, prio: float | None) -> int:
-        """:meth:`_insert_items_locked` for one slot, in Python scalars; returns the key."""
+    def _insert_one_locked(self, slot: int, prio: float | None, in_place: bool = False) -> int:
+        """:meth:`_insert_items_locked` for one slot, in Python scalars; returns the key.
+
+        ``in_place``: ``slot`` holds this table's own item, whose row the one-row insert
+        has just overwritten; the new item takes its selector entries (an overwrite
+        eviction, as :meth:`_on_overwrite` would count it).
+        """
         if prio is None:
             fill = self.default_priority
             prio = self._max_priority if fill is None else float(fill)
         elif prio > self._max_priority:
             self._max_priority = prio
-        replacing = self.size < self.max_size and self._deferred == (slot, 1)
-        if not replacing:
-            self._settle_deferred()
-        if self.size >= self.max_size:
-            victims = self.remover.choose_victims(1, self.rng)
-            self._remove_locked(victims)
-            self._counts["evictions"] += len(victims)
+        if in_place:
+            replacing = True
+            self._counts["overwrite_evictions"] += 1
+        else:
+            replacing = self.size < self.max_size and self._deferred == (slot, 1)
+            if not replacing:
+                self._settle_deferred()
+            if self.size >= self.max_size:
+                victims = self.remover.choose_victims(1, self.rng)
+                self._remove_locked(victims)
+                self._counts["evictions"] += len(victims)
+            self._deferred = None
+            self.size += 1
         generations, priorities, times = self._slot_views
         generation = (generations[slot] + 1) & SLOT_MASK
         generations[slot] = generation
@@ -129,13 +140,11 @@ class ItemSlots:
         times[slot] = 0
         self._live_view[slot] = True
         if replacing:
-            self._deferred = None
             self.sampler.replace_one(slot, prio)
             self.remover.replace_one(slot, prio)
         else:
             self.sampler.insert_one(slot, prio)
             self.remover.insert_one(slot, prio)
-        self.size += 1
         self.rate_limiter.inserts += 1
         self._wake_waiters()
         return generation << SLOT_BITS | slot

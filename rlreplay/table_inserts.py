@@ -51,11 +51,11 @@ class TableInserts:
             first = store._write_row_locked(row)  # the common case, in fewer steps
             if first is None:
                 slot = self._append_rows_locked(row, 1, timeout, one_row=True) % store.capacity
+                key = self._insert_one_locked(slot, prio)
             else:
                 slot = first % store.capacity
-                if first >= store.capacity and self._live_view[slot]:
-                    self._hand_over_one(slot)
-            key = self._insert_one_locked(slot, prio)
+                in_place = first >= store.capacity and self._live_view[slot]
+                key = self._insert_one_locked(slot, prio, in_place)
         keys = np.empty(1, dtype=np.int64)
         keys[0] = key
         return keys
