@@ -30,6 +30,7 @@
 #define MAX_COLUMNS 64
 /* Writes at least this large use streaming stores (see _common.h). */
 #define STREAM_BYTES (1 << 18)
+
 /* The element code of a struct format ('f', 'd', 'B', ...), skipping a byte-order prefix
  * that means native order here; 0 for anything longer than one code. */
 static char
