@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.keys import check_priorities
 from rlreplay.sample import Sample, SampleInfo
 from rlreplay.specs import Signature
 
@@ -78,8 +79,6 @@ def checked_update(keys: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray]:
     Raises:
         InvalidArgumentError: otherwise, as :meth:`Table.update_priorities` would.
     """
-    from rlreplay.keys import check_priorities
-
     arrays = update_arrays(keys, priorities)
     k = arrays["keys"].reshape(-1) if arrays["keys"].ndim == 0 else arrays["keys"]
     if k.ndim != 1:
