@@ -1,12 +1,13 @@
 /*
  * Compiled loops for rlreplay.item_draws: reading sampled items out of the step store.
  *
- * gather(sources, rows, outs)
+ * gather(sources, rows, outs, threads=1)
  *     For each column j and each i: outs[j][i] = sources[j][rows[j][i]], whole rows copied.
  *     Sampled rows are scattered over a store of up to millions of rows, so nearly every
  *     read misses the caches. numpy's take() copies one row after another and waits on
  *     each miss in turn; here the rows of every column are fetched AHEAD draws before
- *     they are copied, so the misses overlap.
+ *     they are copied, so the misses overlap. With threads > 1, a batch of THREAD_BYTES
+ *     or more (image frames) is split over two threads.
  *
  * mark_sampled(slots, state, keys, priorities, times_out)
  *     The per-item bookkeeping of a draw in one pass over the slots' records (state: the
@@ -29,6 +30,12 @@
 #define MAX_COLUMNS 64
 /* Rows are fetched this many draws before they are copied. */
 #define AHEAD 8
+/* A batch of at least this many bytes is copied on two threads when allowed. */
+#define THREAD_BYTES (4 << 20)
+#if !defined(_WIN32)
+#include <pthread.h>
+#define HAVE_PTHREADS 1
+#endif
 /* Rows at least this large (an image frame) are copied with streaming stores. */
 #define STREAM_ROW_BYTES 4096
 /* Lines of a row fetched ahead; past that the hardware prefetcher follows the copy. */
@@ -141,11 +148,82 @@ copy_row(const Column *c, Py_ssize_t i)
     }
 }
 
+/* Rows [n * part / parts, n * (part + 1) / parts) of every column, fetched ahead. */
+typedef struct {
+    const Column *cols;
+    Py_ssize_t count;
+    int part, parts;
+} Share;
+
+static void
+gather_share(const Share *s)
+{
+    Py_ssize_t first[MAX_COLUMNS], end[MAX_COLUMNS], longest = 0;
+    for (Py_ssize_t j = 0; j < s->count; j++) {
+        Py_ssize_t n = s->cols[j].n;
+        first[j] = n * s->part / s->parts;
+        end[j] = n * (s->part + 1) / s->parts;
+        if (end[j] - first[j] > longest) {
+            longest = end[j] - first[j];
+        }
+    }
+    for (Py_ssize_t i = 0; i < longest + AHEAD; i++) {
+        for (Py_ssize_t j = 0; j < s->count; j++) {
+            const Column *c = &s->cols[j];
+            Py_ssize_t ahead = first[j] + i, k = ahead - AHEAD;
+            if (ahead < end[j]) {
+                prefetch_row(c, ahead);
+            }
+            if (k >= first[j] && k < end[j]) {
+                copy_row(c, k);
+            }
+        }
+    }
+}
+
+#ifdef HAVE_PTHREADS
+static void *
+gather_worker(void *arg)
+{
+    gather_share((const Share *)arg);
+    return NULL;
+}
+#endif
+
+/* Copy every column's rows, on two threads for a large batch: one core's copy does not
+ * reach the memory bandwidth that two reach. */
+static void
+gather_all(const Column *cols, Py_ssize_t count, int threads)
+{
+    Share whole = {cols, count, 0, 1};
+#ifdef HAVE_PTHREADS
+    if (threads > 1) {
+        Py_ssize_t bytes = 0;
+        for (Py_ssize_t j = 0; j < count; j++) {
+            bytes += cols[j].n * cols[j].row_bytes;
+        }
+        if (bytes >= THREAD_BYTES) {
+            Share halves[2] = {{cols, count, 0, 2}, {cols, count, 1, 2}};
+            pthread_t helper;
+            if (pthread_create(&helper, NULL, gather_worker, &halves[1]) == 0) {
+                gather_share(&halves[0]);
+                pthread_join(helper, NULL);
+                return;
+            }
+        }
+    }
+#else
+    (void)threads;
+#endif
+    gather_share(&whole);
+}
+
 static PyObject *
 gather(PyObject *self, PyObject *args)
 {
     PyObject *sources, *rows, *outs;
-    if (!PyArg_ParseTuple(args, "OOO:gather", &sources, &rows, &outs)) {
+    int threads = 1;
+    if (!PyArg_ParseTuple(args, "OOO|i:gather", &sources, &rows, &outs, &threads)) {
         return NULL;
     }
     if (!PyTuple_Check(sources) || !PyTuple_Check(rows) || !PyTuple_Check(outs)) {
@@ -161,30 +239,15 @@ gather(PyObject *self, PyObject *args)
         return NULL;
     }
     Column cols[MAX_COLUMNS];
-    Py_ssize_t longest = 0;
     for (Py_ssize_t j = 0; j < count; j++) {
         if (column_acquire(&cols[j], PyTuple_GET_ITEM(sources, j), PyTuple_GET_ITEM(rows, j),
                            PyTuple_GET_ITEM(outs, j), j) < 0) {
             columns_release(cols, j);
             return NULL;
         }
-        if (cols[j].n > longest) {
-            longest = cols[j].n;
-        }
     }
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < longest + AHEAD; i++) {
-        Py_ssize_t k = i - AHEAD;
-        for (Py_ssize_t j = 0; j < count; j++) {
-            const Column *c = &cols[j];
-            if (i < c->n) {
-                prefetch_row(c, i);
-            }
-            if (k >= 0 && k < c->n) {
-                copy_row(c, k);
-            }
-        }
-    }
+    gather_all(cols, count, threads);
     Py_END_ALLOW_THREADS
     columns_release(cols, count);
     Py_RETURN_NONE;
@@ -259,8 +322,9 @@ mark_sampled(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {
     {"gather", gather, METH_VARARGS,
-     "gather(sources, rows, outs): outs[j][i] = sources[j][rows[j][i]] for every column j, "
-     "whole rows copied, rows fetched ahead of their copy.\n"
+     "gather(sources, rows, outs, threads=1): outs[j][i] = sources[j][rows[j][i]] for every "
+     "column j, whole rows copied, rows fetched ahead of their copy; with threads > 1 a "
+     "batch of 4 MiB or more is copied on two threads.\n"
      "sources, rows and outs are tuples of C-contiguous arrays; rows[j] is int64 and outs[j] "
      "has one row per entry of rows[j], of the same bytes as a row of sources[j].\n"
      "Raises TypeError for a wrong buffer kind, ValueError for wrong sizes or a row out of "

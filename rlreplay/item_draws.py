@@ -9,6 +9,8 @@ the attributes ``Table.__init__`` sets; every method here expects the table's lo
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from rlreplay._compiled import load_kernel
@@ -18,6 +20,18 @@ from rlreplay.keys import has_duplicates, make_keys
 from rlreplay.sample import Sample, SampleInfo
 
 _kernel = load_kernel("rlreplay._draws")
+
+
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
+# A batch of several MB (image frames) is copied on two threads where two cores are there:
+# one core's copy does not reach the memory bandwidth two reach (about 30 % faster here).
+GATHER_THREADS = min(2, _usable_cores())
 
 
 class ItemDraws:
@@ -146,7 +160,7 @@ class ItemDraws:
                 sources.append(col)
                 rows_of.append(rows)
                 outs.append(dest)
-            _kernel.gather(tuple(sources), tuple(rows_of), tuple(outs))
+            _kernel.gather(tuple(sources), tuple(rows_of), tuple(outs), GATHER_THREADS)
             return out
         for name, col, offset, steps in self._gather_plan:
             if steps is None:

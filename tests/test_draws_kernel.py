@@ -148,3 +148,16 @@ def test_mark_sampled_rejects_a_slot_outside_the_table_and_writes_nothing():
         kernel.mark_sampled(np.array([2, 3]), state, keys, prios, t_out)
     with pytest.raises(TypeError):  # not a whole number of records
         kernel.mark_sampled(np.array([2, 3]), state.view(np.uint8)[:-4], keys, prios, t_out)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_large_gathers_equal_numpy_on_one_or_two_threads(threads):
+    rng = np.random.default_rng(threads)
+    frames = rng.integers(0, 256, (3000, 64, 64), dtype=np.uint8)  # 4 KiB rows
+    scalars = np.arange(3000, dtype=np.float32)
+    frame_rows = rng.integers(0, 3000, 1500)  # 6 MB: split over the threads
+    scalar_rows = rng.integers(0, 3000, 777)  # columns of other lengths split too
+    outs = (np.zeros((1500, 64, 64), np.uint8), np.zeros(777, np.float32))
+    kernel.gather((frames, scalars), (frame_rows, scalar_rows), outs, threads)
+    np.testing.assert_array_equal(outs[0], frames[frame_rows])
+    np.testing.assert_array_equal(outs[1], scalars[scalar_rows])
