@@ -144,29 +144,24 @@ class ItemDraws:
             return gather_variable(self.store, self.layout, slots, self._extent[slots])
         cap = self.store.capacity
         buffers = self._batch_buffers
-        out = {}
         if _kernel is not None:
             slots = np.ascontiguousarray(slots, dtype=np.int64)
-            sources, rows_of, outs = [], [], []
-            for name, col, offset, steps in self._gather_plan:
-                if steps is None:
-                    rows = slots if offset == 0 else (slots + offset) % cap
-                    out[name] = dest = buffers.empty((len(rows), *col.shape[1:]), col.dtype)
-                else:
-                    rows = ((slots[:, None] + steps) % cap).ravel()
-                    shape = (len(slots), len(steps), *col.shape[1:])
-                    out[name] = buffers.empty(shape, col.dtype)
-                    dest = out[name].reshape(len(rows), *col.shape[1:])
-                sources.append(col)
-                rows_of.append(rows)
-                outs.append(dest)
-            _kernel.gather(tuple(sources), tuple(rows_of), tuple(outs), GATHER_THREADS)
-            return out
+        out: dict[str, np.ndarray] = {}
+        sources, rows_of, dests = [], [], []
         for name, col, offset, steps in self._gather_plan:
             if steps is None:
                 rows = slots if offset == 0 else (slots + offset) % cap
             else:
                 rows = (slots[:, None] + steps) % cap
-            dest = buffers.empty(rows.shape + col.shape[1:], col.dtype)
-            out[name] = np.take(col, rows, axis=0, out=dest)
+            out[name] = dest = buffers.empty(rows.shape + col.shape[1:], col.dtype)
+            if rows.ndim > 1:  # a sequence window is copied as B * T whole rows
+                rows, dest = rows.reshape(-1), dest.reshape(rows.size, *col.shape[1:])
+            sources.append(col)
+            rows_of.append(rows)
+            dests.append(dest)
+        if _kernel is None:
+            for col, rows, dest in zip(sources, rows_of, dests):
+                np.take(col, rows, axis=0, out=dest)
+            return out
+        _kernel.gather(tuple(sources), tuple(rows_of), tuple(dests), GATHER_THREADS)
         return out
