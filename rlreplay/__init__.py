@@ -3,6 +3,13 @@
 The embedded default is an in-process :class:`Table`; see the README for the tour.
 """
 
+from rlreplay.core.layout import ItemLayout, Window
+from rlreplay.core.rate_limiters import MinSize, Queue, RateLimiter, SampleToInsertRatio, Stack
+from rlreplay.core.sample import Sample, SampleInfo
+from rlreplay.core.selectors import Fifo, Lifo, MaxHeap, MinHeap, Prioritized, Selector, Uniform
+from rlreplay.core.specs import FieldSpec, Signature
+from rlreplay.core.storage import StepStore
+from rlreplay.core.table import Table, TableInfo
 from rlreplay.errors import (
     ClosedError,
     DeadlockError,
@@ -16,13 +23,6 @@ from rlreplay.errors import (
     SignatureError,
 )
 from rlreplay.iterators import ReplayIterator, learn_while_can_sample
-from rlreplay.layout import ItemLayout, Window
-from rlreplay.rate_limiters import MinSize, Queue, RateLimiter, SampleToInsertRatio, Stack
-from rlreplay.sample import Sample, SampleInfo
-from rlreplay.selectors import Fifo, Lifo, MaxHeap, MinHeap, Prioritized, Selector, Uniform
-from rlreplay.specs import FieldSpec, Signature
-from rlreplay.storage import StepStore
-from rlreplay.table import Table, TableInfo
 from rlreplay.writers import (
     EpisodeAdder,
     NStepTransitionAdder,

@@ -16,12 +16,12 @@ from collections.abc import Callable
 
 import numpy as np
 
+from rlreplay.core.layout import ItemLayout
+from rlreplay.core.rate_limiters import SampleToInsertRatio
+from rlreplay.core.selectors import Prioritized
+from rlreplay.core.storage import StepStore
+from rlreplay.core.table import Table
 from rlreplay.errors import ClosedError, RateLimiterTimeoutError
-from rlreplay.layout import ItemLayout
-from rlreplay.rate_limiters import SampleToInsertRatio
-from rlreplay.selectors import Prioritized
-from rlreplay.storage import StepStore
-from rlreplay.table import Table
 from rlreplay.writers import TrajectoryWriter
 
 OBS_DIM, ACT_DIM = 17, 6

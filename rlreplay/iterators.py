@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.core.sample import Sample
 from rlreplay.errors import (
     ClosedError,
     InvalidArgumentError,
@@ -27,7 +28,6 @@ from rlreplay.errors import (
     ReplayTimeoutError,
     describe,
 )
-from rlreplay.sample import Sample
 
 OUTPUTS = ("numpy", "torch", "jax")
 _POLL_S = 0.05
@@ -73,7 +73,7 @@ def _converter(output: str, device: Any, pin_memory: bool) -> Callable[[np.ndarr
 class ReplayIterator:
     """Iterates over batches sampled from a table, ``prefetch`` of them kept ready.
 
-    Each item is a :class:`~rlreplay.sample.Sample` whose ``data`` arrays are converted
+    Each item is a :class:`~rlreplay.core.sample.Sample` whose ``data`` arrays are converted
     to the requested framework; ``info`` stays numpy (keys for priority updates).
     Close the iterator (or use it in a ``with`` block): until then its thread keeps
     ``prefetch`` batches sampled, which counts against the table's rate limiter.

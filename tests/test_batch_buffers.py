@@ -7,8 +7,9 @@ import gc
 import numpy as np
 import pytest
 
-from rlreplay import ItemLayout, StepStore, Table, item_draws
-from rlreplay.batch_buffers import MIN_BYTES, BatchBuffers
+from rlreplay import ItemLayout, StepStore, Table
+from rlreplay.core import item_draws
+from rlreplay.core.batch_buffers import MIN_BYTES, BatchBuffers
 
 FRAME = (64, 64)  # 4 KiB: a batch of 256 is 1 MiB, large enough to be kept
 

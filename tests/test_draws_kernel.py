@@ -10,10 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlreplay import ItemLayout, StepStore, Table, item_draws
-from rlreplay.table import SLOT_STATE
+from rlreplay import ItemLayout, StepStore, Table
+from rlreplay.core import item_draws
+from rlreplay.core.table import SLOT_STATE
 
-kernel = pytest.importorskip("rlreplay._draws")
+kernel = pytest.importorskip("rlreplay.core._draws")
 if item_draws._kernel is None:
     pytest.skip("RLREPLAY_NO_EXTENSION is set", allow_module_level=True)
 

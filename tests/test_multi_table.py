@@ -17,7 +17,7 @@ from rlreplay import (
     Table,
     Window,
 )
-from rlreplay.specs import Signature
+from rlreplay.core.specs import Signature
 
 SIG = NStepTransitionAdder.signature(obs=((3,), "float32"), action="int64")
 

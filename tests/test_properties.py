@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from rlreplay import Fifo, Lifo, MaxHeap, MinHeap, Prioritized, Table, Uniform
-from rlreplay.selectors.sum_tree import FANOUT, KaryTree
+from rlreplay.core.selectors.sum_tree import FANOUT, KaryTree
 
 PRIORITY = st.one_of(st.just(0.0), st.floats(min_value=1e-3, max_value=100.0))
 

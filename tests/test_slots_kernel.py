@@ -11,11 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlreplay import Prioritized, Table, item_slots
+from rlreplay import Prioritized, Table
+from rlreplay.core import item_slots
+from rlreplay.core.table import SLOT_STATE
 from rlreplay.errors import InvalidArgumentError
-from rlreplay.table import SLOT_STATE
 
-kernel = pytest.importorskip("rlreplay._slots")
+kernel = pytest.importorskip("rlreplay.core._slots")
 if item_slots._kernel is None:
     pytest.skip("RLREPLAY_NO_EXTENSION is set", allow_module_level=True)
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlreplay import Table, storage
+from rlreplay import Table
+from rlreplay.core import storage
 from rlreplay.errors import SignatureError
 
-kernel = pytest.importorskip("rlreplay._store")
+kernel = pytest.importorskip("rlreplay.core._store")
 if storage._kernel is None:
     pytest.skip("RLREPLAY_NO_EXTENSION is set", allow_module_level=True)
 

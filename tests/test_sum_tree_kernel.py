@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlreplay.selectors import sum_tree
-from rlreplay.selectors.sum_tree import FANOUT, KaryTree
+from rlreplay.core.selectors import sum_tree
+from rlreplay.core.selectors.sum_tree import FANOUT, KaryTree
 
-kernel = pytest.importorskip("rlreplay.selectors._sumtree")
+kernel = pytest.importorskip("rlreplay.core.selectors._sumtree")
 if sum_tree._kernel is None:
     pytest.skip("RLREPLAY_NO_EXTENSION is set", allow_module_level=True)
 

@@ -17,6 +17,10 @@ from typing import Any
 import numpy as np
 import zmq
 
+from rlreplay.core.sample import Sample
+from rlreplay.core.specs import Signature
+from rlreplay.core.table_checks import check_timeout
+from rlreplay.core.table_info import TableInfo
 from rlreplay.errors import (
     InvalidArgumentError,
     ReplayTimeoutError,
@@ -26,10 +30,6 @@ from rlreplay.errors import (
 from rlreplay.net import auth, wire
 from rlreplay.net.channel import Channel
 from rlreplay.net.payloads import as_sample, rows_arrays, update_arrays
-from rlreplay.sample import Sample
-from rlreplay.specs import Signature
-from rlreplay.table_checks import check_timeout
-from rlreplay.table_info import TableInfo
 
 # Extra seconds a client waits past a call's timeout for the server's own timeout reply.
 REPLY_GRACE_S = 0.5

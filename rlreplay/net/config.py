@@ -31,13 +31,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from rlreplay.core.layout import ItemLayout
+from rlreplay.core.rate_limiters import MinSize, Queue, RateLimiter, SampleToInsertRatio
+from rlreplay.core.selectors import selector_from_config
+from rlreplay.core.specs import FieldSpec, Signature
+from rlreplay.core.storage import StepStore
+from rlreplay.core.table import Table
 from rlreplay.errors import InvalidArgumentError, describe
-from rlreplay.layout import ItemLayout
-from rlreplay.rate_limiters import MinSize, Queue, RateLimiter, SampleToInsertRatio
-from rlreplay.selectors import selector_from_config
-from rlreplay.specs import FieldSpec, Signature
-from rlreplay.storage import StepStore
-from rlreplay.table import Table
 
 LIMITERS = {
     "MinSize": MinSize,

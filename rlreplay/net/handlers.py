@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.core.table import Table
 from rlreplay.errors import InvalidArgumentError, ProtocolError, describe
 from rlreplay.net.ingest import WriterSession, store_has_room
-from rlreplay.table import Table
 
 Reply = tuple[dict[str, Any], dict[str, np.ndarray] | None]
 

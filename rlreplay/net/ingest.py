@@ -20,9 +20,9 @@ from collections import deque
 
 import numpy as np
 
+from rlreplay.core.storage import StepStore
+from rlreplay.core.table import Table
 from rlreplay.errors import InvalidArgumentError, ProtocolError, describe
-from rlreplay.storage import StepStore
-from rlreplay.table import Table
 
 
 def insertable(table: Table, want: int) -> int:

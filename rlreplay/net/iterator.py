@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.core.sample import Sample
 from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.net.payloads import checked_update
-from rlreplay.sample import Sample
 
 
 class SampleIterator:

@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.core.keys import check_priorities
+from rlreplay.core.table import Table
 from rlreplay.errors import InvalidArgumentError, ProtocolError, describe
-from rlreplay.keys import check_priorities
 from rlreplay.net import handlers
 from rlreplay.net.ingest import WriterSession
-from rlreplay.table import Table
 
 
 class TableOperations:

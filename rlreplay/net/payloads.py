@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.core.keys import check_priorities
+from rlreplay.core.sample import Sample, SampleInfo
+from rlreplay.core.specs import Signature
 from rlreplay.errors import InvalidArgumentError, describe
-from rlreplay.keys import check_priorities
-from rlreplay.sample import Sample, SampleInfo
-from rlreplay.specs import Signature
 
 
 def as_sample(header: dict, arrays: dict) -> Sample:

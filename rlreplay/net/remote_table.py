@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rlreplay.sample import Sample
-from rlreplay.table import TableInfo
+from rlreplay.core.sample import Sample
+from rlreplay.core.table import TableInfo
 
 if TYPE_CHECKING:
     from rlreplay.net.client import Client
@@ -30,7 +30,7 @@ class RemoteTable:
         """The table's :class:`~rlreplay.ItemLayout` (``layout.span`` and its windows)."""
         from types import SimpleNamespace
 
-        from rlreplay.layout import ItemLayout
+        from rlreplay.core.layout import ItemLayout
 
         desc = self.client.describe(self.name)
         try:

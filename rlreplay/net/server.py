@@ -25,6 +25,7 @@ from typing import Any
 
 import zmq
 
+from rlreplay.core.table import Table
 from rlreplay.errors import (
     ClosedError,
     InvalidArgumentError,
@@ -36,7 +37,6 @@ from rlreplay.errors import (
 from rlreplay.net import auth, handlers, wire
 from rlreplay.net.ingest import WriterSession
 from rlreplay.net.operations import TableOperations
-from rlreplay.table import Table
 
 log = logging.getLogger("rlreplay.net")
 

@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.core.table_checks import check_timeout
 from rlreplay.errors import ClosedError, InvalidArgumentError, ReplayTimeoutError, describe
 from rlreplay.net.client import REPLY_GRACE_S, Client
-from rlreplay.table_checks import check_timeout
 
 _INF = float("inf")
 

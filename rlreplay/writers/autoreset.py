@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.core.specs import flatten
 from rlreplay.errors import InvalidArgumentError, describe
-from rlreplay.specs import flatten
 
 AUTORESET_MODES = ("next_step", "same_step")
 

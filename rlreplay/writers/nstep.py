@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.core.layout import ItemLayout, Window
+from rlreplay.core.specs import Signature
 from rlreplay.errors import InvalidArgumentError, describe
-from rlreplay.layout import ItemLayout, Window
-from rlreplay.specs import Signature
 from rlreplay.writers.stream import StreamAdder
 
 COMPUTED = ("n_step_return", "discount")

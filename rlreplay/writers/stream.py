@@ -41,9 +41,9 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.core.specs import flatten, unflatten
+from rlreplay.core.table import Table
 from rlreplay.errors import InvalidArgumentError, describe
-from rlreplay.specs import flatten, unflatten
-from rlreplay.table import Table
 from rlreplay.writers.autoreset import final_observations, mode_name
 from rlreplay.writers.sequence_items import SequenceItems
 from rlreplay.writers.trajectory_writer import TrajectoryWriter

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.core.table import Table
 from rlreplay.errors import ClosedError, InvalidArgumentError, describe
-from rlreplay.table import Table
 
 
 class TrajectoryWriter:

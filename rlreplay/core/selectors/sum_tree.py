@@ -11,7 +11,7 @@ Costs, for a batch of ``b`` leaves and ``n`` leaves in all: ``set`` and ``sample
 ``O(b * 16 * log16 n)`` in a few numpy calls per level, ``total``/``root`` ``O(1)``.
 
 Two implementations of ``set`` and ``find_prefix``: the compiled kernel
-``rlreplay.selectors._sumtree`` (built from ``_sumtree.c`` by the package's install when a C
+``rlreplay.core.selectors._sumtree`` (built from ``_sumtree.c`` by the package's install when a C
 compiler is present; one C loop per batch, the GIL released) and the numpy path below, used
 when the kernel is not built or when the environment variable ``RLREPLAY_NO_EXTENSION=1``
 is set at import. Both give the same trees and the same picks up to floating-point rounding
@@ -24,9 +24,9 @@ from itertools import pairwise
 
 import numpy as np
 
-from rlreplay._compiled import load_kernel
+from rlreplay.core._compiled import load_kernel
 
-_kernel = load_kernel("rlreplay.selectors._sumtree")
+_kernel = load_kernel("rlreplay.core.selectors._sumtree")
 
 FANOUT = 16
 FLAT_LEVEL = 8192  # levels up to this many nodes are searched in one step

@@ -3,7 +3,7 @@
 A table holds at most one item per anchor step, in the slot equal to the anchor's row in
 the step store. This module keeps that state consistent with the sampler and the remover:
 creating items, removing them, and handing over the slots of items whose steps the store
-overwrites. :class:`ItemSlots` is a part of :class:`rlreplay.table.Table` and relies on the
+overwrites. :class:`ItemSlots` is a part of :class:`rlreplay.core.table.Table` and relies on the
 attributes ``Table.__init__`` sets; every method here expects the table's lock to be held.
 """
 
@@ -13,9 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay._compiled import load_kernel
-from rlreplay.errors import InvalidArgumentError, describe
-from rlreplay.keys import (
+from rlreplay.core._compiled import load_kernel
+from rlreplay.core.keys import (
     SLOT_BITS,
     SLOT_MASK,
     check_priorities,
@@ -23,8 +22,9 @@ from rlreplay.keys import (
     make_keys,
     split_keys,
 )
+from rlreplay.errors import InvalidArgumentError, describe
 
-_kernel = load_kernel("rlreplay._slots")
+_kernel = load_kernel("rlreplay.core._slots")
 
 
 class ItemSlots:

@@ -1,6 +1,6 @@
 """Reading items whose windows depend on each item's extent (``from_end``/``pad``).
 
-Used by :class:`~rlreplay.table.Table` for layouts with per-item extents (n-step
+Used by :class:`~rlreplay.core.table.Table` for layouts with per-item extents (n-step
 transitions that end early at an episode's end, padded sequences and episodes).
 
 Windows that read the same column at per-item offsets that turn out equal across the
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from rlreplay.layout import ItemLayout, Window
-from rlreplay.storage import StepStore
+from rlreplay.core.layout import ItemLayout, Window
+from rlreplay.core.storage import StepStore
 
 
 def _first(win: Window, extent: np.ndarray) -> np.ndarray:

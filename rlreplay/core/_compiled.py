@@ -1,7 +1,7 @@
 """Loading the optional compiled kernels.
 
-The package's install builds small C extensions (``rlreplay/_draws.c``,
-``rlreplay/selectors/_sumtree.c``) when a C compiler is present. Each has a numpy
+The package's install builds small C extensions (``rlreplay/core/_draws.c``,
+``rlreplay/core/selectors/_sumtree.c``) when a C compiler is present. Each has a numpy
 equivalent, used when the kernel was not built or when the environment variable
 ``RLREPLAY_NO_EXTENSION=1`` is set at import (tests run both paths and compare them).
 """

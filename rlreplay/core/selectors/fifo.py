@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.selectors.base import Selector
+from rlreplay.core.selectors.base import Selector
 
 NIL = -1
 _LOOP_LIMIT = 16  # below this many deletions, unlinking one by one is fastest

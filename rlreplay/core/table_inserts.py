@@ -3,7 +3,7 @@
 :meth:`TableInserts.insert` is the cpprb-style path: each row is appended to the store and
 becomes its own item. :meth:`TableInserts.create_item` and :meth:`~TableInserts.create_items`
 make items over steps a writer has already appended. :class:`TableInserts` is a part of
-:class:`rlreplay.table.Table` and relies on the attributes ``Table.__init__`` sets.
+:class:`rlreplay.core.table.Table` and relies on the attributes ``Table.__init__`` sets.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.core.keys import check_priorities
+from rlreplay.core.table_checks import check_timeout
 from rlreplay.errors import InvalidArgumentError, describe
-from rlreplay.keys import check_priorities
-from rlreplay.table_checks import check_timeout
 
 
 class TableInserts:

@@ -1,10 +1,10 @@
 """Selectors: strategies that pick items, used as a table's sampler or remover."""
 
-from rlreplay.selectors.base import Selector
-from rlreplay.selectors.fifo import Fifo, Lifo
-from rlreplay.selectors.heap import MaxHeap, MinHeap
-from rlreplay.selectors.prioritized import Prioritized
-from rlreplay.selectors.uniform import Uniform
+from rlreplay.core.selectors.base import Selector
+from rlreplay.core.selectors.fifo import Fifo, Lifo
+from rlreplay.core.selectors.heap import MaxHeap, MinHeap
+from rlreplay.core.selectors.prioritized import Prioritized
+from rlreplay.core.selectors.uniform import Uniform
 
 SELECTORS = {cls.__name__: cls for cls in (Uniform, Prioritized, Fifo, Lifo, MinHeap, MaxHeap)}
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.selectors.base import Selector
+from rlreplay.core.selectors.base import Selector
 
 
 class Uniform(Selector):

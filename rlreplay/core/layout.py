@@ -28,8 +28,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from rlreplay.core.specs import Signature
 from rlreplay.errors import InvalidArgumentError, describe
-from rlreplay.specs import Signature
 
 
 @dataclass(frozen=True)

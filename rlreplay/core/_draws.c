@@ -1,5 +1,5 @@
 /*
- * Compiled loops for rlreplay.item_draws: reading sampled items out of the step store.
+ * Compiled loops for rlreplay.core.item_draws: reading sampled items out of the step store.
  *
  * gather(sources, rows, outs, threads=1)
  *     For each column j and each i: outs[j][i] = sources[j][rows[j][i]], whole rows copied.
@@ -341,7 +341,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "rlreplay._draws",
+    PyModuleDef_HEAD_INIT, "rlreplay.core._draws",
     "Compiled loops for reading sampled items (see item_draws.py).", -1, methods,
 };
 

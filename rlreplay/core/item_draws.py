@@ -3,7 +3,7 @@
 Random samplers draw a whole batch at once; when ``max_times_sampled`` would be exceeded
 within the batch the draw falls back to one item at a time, so a batch always behaves as
 consecutive single samples. Deterministic samplers (Fifo, Lifo, heaps) return their first
-items in order. :class:`ItemDraws` is a part of :class:`rlreplay.table.Table` and relies on
+items in order. :class:`ItemDraws` is a part of :class:`rlreplay.core.table.Table` and relies on
 the attributes ``Table.__init__`` sets; every method here expects the table's lock held.
 """
 
@@ -13,13 +13,13 @@ import os
 
 import numpy as np
 
-from rlreplay._compiled import load_kernel
+from rlreplay.core._compiled import load_kernel
+from rlreplay.core.gather import gather_variable
+from rlreplay.core.keys import has_duplicates, make_keys
+from rlreplay.core.sample import Sample, SampleInfo
 from rlreplay.errors import EmptyTableError
-from rlreplay.gather import gather_variable
-from rlreplay.keys import has_duplicates, make_keys
-from rlreplay.sample import Sample, SampleInfo
 
-_kernel = load_kernel("rlreplay._draws")
+_kernel = load_kernel("rlreplay.core._draws")
 
 
 def _usable_cores() -> int:

@@ -1,5 +1,5 @@
 /*
- * Compiled loops for rlreplay.selectors.sum_tree.KaryTree (16-ary float64 trees).
+ * Compiled loops for rlreplay.core.selectors.sum_tree.KaryTree (16-ary float64 trees).
  *
  * The tree is passed as its list of levels: levels[0] holds the leaves padded to a
  * multiple of 16, each level above holds ceil(n / 16) nodes padded to a multiple of 16,
@@ -442,7 +442,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "rlreplay.selectors._sumtree",
+    PyModuleDef_HEAD_INIT, "rlreplay.core.selectors._sumtree",
     "Compiled loops for the 16-ary sum and min trees (see sum_tree.py).", -1, methods,
 };
 

@@ -265,7 +265,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "rlreplay._store",
+    PyModuleDef_HEAD_INIT, "rlreplay.core._store",
     "Compiled writes of steps into the step store's columns (see storage.py).", -1, methods,
 };
 

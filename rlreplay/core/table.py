@@ -8,25 +8,25 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.batch_buffers import BatchBuffers
+from rlreplay.core.batch_buffers import BatchBuffers
+from rlreplay.core.item_draws import ItemDraws
+from rlreplay.core.item_slots import ItemSlots
+from rlreplay.core.keys import check_priorities
+from rlreplay.core.layout import ItemLayout
+from rlreplay.core.rate_limiters import MinSize, Queue, RateLimiter
+from rlreplay.core.sample import Sample
+from rlreplay.core.selectors import Fifo, Lifo, Selector, Uniform
+from rlreplay.core.specs import Signature
+from rlreplay.core.storage import StepStore
+from rlreplay.core.table_checks import check_components, check_timeout
+from rlreplay.core.table_info import TableInfo
+from rlreplay.core.table_inserts import TableInserts
 from rlreplay.errors import (
     ClosedError,
     InvalidArgumentError,
     RateLimiterTimeoutError,
     describe,
 )
-from rlreplay.item_draws import ItemDraws
-from rlreplay.item_slots import ItemSlots
-from rlreplay.keys import check_priorities
-from rlreplay.layout import ItemLayout
-from rlreplay.rate_limiters import MinSize, Queue, RateLimiter
-from rlreplay.sample import Sample
-from rlreplay.selectors import Fifo, Lifo, Selector, Uniform
-from rlreplay.specs import Signature
-from rlreplay.storage import StepStore
-from rlreplay.table_checks import check_components, check_timeout
-from rlreplay.table_info import TableInfo
-from rlreplay.table_inserts import TableInserts
 
 OVERWRITE_POLICIES = ("evict", "block", "relocate")
 # Per-slot item state (the compiled loops in _draws.c and _slots.c rely on this layout).

@@ -6,9 +6,9 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.core.selectors.base import Selector
+from rlreplay.core.selectors.sum_tree import KaryTree
 from rlreplay.errors import EmptyTableError, InvalidArgumentError, describe
-from rlreplay.selectors.base import Selector
-from rlreplay.selectors.sum_tree import KaryTree
 
 
 class Prioritized(Selector):

@@ -6,9 +6,9 @@ why the combination could never make progress.
 
 from __future__ import annotations
 
+from rlreplay.core.rate_limiters import RateLimiter
+from rlreplay.core.selectors import Selector
 from rlreplay.errors import DeadlockError, InvalidArgumentError, describe
-from rlreplay.rate_limiters import RateLimiter
-from rlreplay.selectors import Selector
 
 
 def check_components(

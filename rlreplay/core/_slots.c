@@ -250,7 +250,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "rlreplay._slots",
+    PyModuleDef_HEAD_INIT, "rlreplay.core._slots",
     "Compiled loops for the per-slot state of a table's items (see item_slots.py).", -1,
     methods,
 };

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rlreplay.core.specs import unflatten
 from rlreplay.errors import InvalidArgumentError, describe
-from rlreplay.specs import unflatten
 
 NORMALIZATIONS = ("batch", "table", "none")
 

@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rlreplay._compiled import load_kernel
+from rlreplay.core._compiled import load_kernel
+from rlreplay.core.specs import Signature
 from rlreplay.errors import InvalidArgumentError, ReplayTimeoutError, describe
-from rlreplay.specs import Signature
 
 if TYPE_CHECKING:
-    from rlreplay.table import Table
+    from rlreplay.core.table import Table
 
-_kernel = load_kernel("rlreplay._store")
+_kernel = load_kernel("rlreplay.core._store")
 
 
 class StepStore:

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.selectors.base import Selector
-from rlreplay.selectors.sum_tree import FANOUT
+from rlreplay.core.selectors.base import Selector
+from rlreplay.core.selectors.sum_tree import FANOUT
 
 EMPTY = -1
 _NO_SEQ = np.iinfo(np.int64).max
