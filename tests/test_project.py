@@ -51,7 +51,9 @@ def test_the_torch_extra_is_a_lower_bounded_range():
 
 def test_ci_installs_torch_first_then_runs_exactly_the_readme_test_command():
     setup_block = (ROOT / "README.md").read_text().split("```")[1]
-    (readme_command,) = [ln.split("#")[0].strip() for ln in setup_block.splitlines() if "[test]" in ln]
+    (readme_command,) = [
+        ln.split("#")[0].strip() for ln in setup_block.splitlines() if "[test]" in ln
+    ]
     lines = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()]
     commands = [ln for ln in lines if ln and not ln.startswith(("#", "set ", "cd "))]
     assert commands[0].startswith("python -m pip install -q torch==")
