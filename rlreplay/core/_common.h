@@ -24,6 +24,37 @@ typedef struct {
     uint32_t times_sampled;
 } SlotState;
 
+/* Keys and generations (see keys.py): key = generation << 32 | slot, generations cycle
+ * through 1 .. 2**31 - 1; the top bit of a record's generation field is set once the
+ * slot's generation has gone round. */
+#define KEY_SLOT_BITS 32
+#define KEY_SLOT_MASK 0xFFFFFFFFLL
+#define GENERATION_MASK 0x7FFFFFFFu
+#define GENERATION_CYCLED 0x80000000u
+
+/* The generation field after a new item takes the slot. */
+static inline uint32_t
+next_generation(uint32_t field)
+{
+    uint32_t g = field + 1; /* 0x7FFFFFFF + 1 and 0xFFFFFFFF + 1 both leave 0 below */
+    return (g & GENERATION_MASK) == 0 ? (GENERATION_CYCLED | 1u) : g;
+}
+
+/* The key of the item in `slot` whose record's generation field is `field`. */
+static inline int64_t
+make_key(uint32_t field, int64_t slot)
+{
+    return (int64_t)(((uint64_t)(field & GENERATION_MASK) << KEY_SLOT_BITS) | (uint64_t)slot);
+}
+
+/* Whether a key's generation `gen` (0 .. 2**31 - 1) can never have been issued for a slot
+ * whose generation field is `field`: 0, or newer than the slot's while it has not cycled. */
+static inline int
+generation_unissued(int64_t gen, uint32_t field)
+{
+    return gen < 1 || (!(field & GENERATION_CYCLED) && gen > (int64_t)field);
+}
+
 /* Whether a buffer format is the one-letter struct code `code`, ignoring a byte-order
  * prefix that means native order on this machine. */
 static inline int

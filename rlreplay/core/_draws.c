@@ -11,9 +11,9 @@
  *
  * mark_sampled(slots, state, keys, priorities, times_out)
  *     The per-item bookkeeping of a draw in one pass over the slots' records (state: the
- *     bytes of Table._slot_state, see _common.h): the key (generation << 32 | slot), the
- *     priority, and the sample count, incremented once per draw in batch order so that a
- *     slot drawn twice sees its count as of each draw.
+ *     bytes of Table._slot_state, see _common.h): the key (generation << 32 | slot, see
+ *     keys.py), the priority, and the sample count, incremented once per draw in batch
+ *     order so that a slot drawn twice sees its count as of each draw.
  *
  * Every buffer must be C-contiguous. Indices are checked before anything is written
  * (ValueError when out of range, TypeError for a wrong buffer kind); the GIL is released
@@ -303,7 +303,7 @@ mark_sampled(PyObject *self, PyObject *args)
             }
             int64_t s = slots[i];
             SlotState *rec = state + s;
-            keys[i] = (int64_t)(((uint64_t)rec->generation << 32) | (uint64_t)s);
+            keys[i] = make_key(rec->generation, s);
             prios[i] = rec->priority;
             times_out[i] = ++rec->times_sampled;
         }

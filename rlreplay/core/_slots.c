@@ -10,7 +10,8 @@
  *     >= 0 (priorities).
  *
  *     Returns None, writing nothing, when any key is not a key this table could have
- *     issued (negative, a slot outside the table, generation 0 or newer than the slot's)
+ *     issued (negative, a slot outside the table, generation 0, or newer than the slot's
+ *     while the slot's generation has not cycled; see keys.py)
  *     or any value is NaN, infinite or negative: the caller then takes its Python path,
  *     which names the bad entries in its error.
  *
@@ -20,7 +21,7 @@
  *
  * claim_range(start, keys_out, state, live, priorities, fill)
  *     New items in the slots start .. start + n - 1 (n = len(keys_out)): each slot's
- *     generation grows by one (wrapping at 2**32), its priority becomes priorities[i] (or
+ *     generation steps to the next (2**31 - 1 is followed by 1, see keys.py), its priority becomes priorities[i] (or
  *     fill when priorities is None), its sample count 0, it is marked live, and its key
  *     goes to keys_out[i]. Raises ValueError, writing nothing, when the range leaves the
  *     table or the sizes disagree.
@@ -36,8 +37,8 @@
 
 #include "_common.h"
 
-#define SLOT_BITS 32
-#define SLOT_MASK 0xFFFFFFFFLL
+#define SLOT_BITS KEY_SLOT_BITS
+#define SLOT_MASK KEY_SLOT_MASK
 #define EMPTY (-1)
 
 /* Open-addressing set of slots (capacity a power of two, at least twice the keys). */
@@ -112,7 +113,7 @@ held_slots(PyObject *self, PyObject *args)
         int64_t k = keys[i];
         int64_t slot = k & SLOT_MASK;
         int64_t gen = k >> SLOT_BITS;
-        if (k < 0 || slot >= cap || gen < 1 || gen > (int64_t)state[slot].generation ||
+        if (k < 0 || slot >= cap || generation_unissued(gen, state[slot].generation) ||
             (with_values && !(values[i] >= 0.0 && values[i] < INFINITY))) {
             result = Py_NewRef(Py_None);
             goto done;
@@ -133,7 +134,8 @@ held_slots(PyObject *self, PyObject *args)
     /* Backwards, so the last key of a slot is the one kept; reversed afterwards. */
     for (Py_ssize_t i = n - 1; i >= 0; i--) {
         int64_t slot = keys[i] & SLOT_MASK;
-        if (!live[slot] || (int64_t)state[slot].generation != keys[i] >> SLOT_BITS) {
+        if (!live[slot] ||
+            (int64_t)(state[slot].generation & GENERATION_MASK) != keys[i] >> SLOT_BITS) {
             stale++;
         }
         else if (!seen_before(set, slots_in_set - 1, slot)) {
@@ -214,11 +216,11 @@ claim_range(PyObject *self, PyObject *args)
         SlotState *rec = (SlotState *)sv.buf + start;
         const double *given = has_prios ? (const double *)pv.buf : NULL;
         for (Py_ssize_t i = 0; i < n; i++) {
-            uint32_t g = rec[i].generation + 1;
+            uint32_t g = next_generation(rec[i].generation);
             rec[i].generation = g;
             rec[i].priority = given ? given[i] : fill;
             rec[i].times_sampled = 0;
-            keys[i] = (int64_t)(((uint64_t)g << SLOT_BITS) | (uint64_t)(start + i));
+            keys[i] = make_key(g, start + i);
         }
         memset((char *)lv.buf + start, 1, (size_t)n);
         result = Py_NewRef(Py_None);
@@ -242,7 +244,7 @@ static PyMethodDef methods[] = {
      "Raises TypeError for a wrong buffer kind, ValueError for wrong sizes."},
     {"claim_range", claim_range, METH_VARARGS,
      "claim_range(start, keys_out, state, live, priorities, fill): "
-     "new items in slots start .. start + len(keys_out) - 1: generation + 1, priority "
+     "new items in slots start .. start + len(keys_out) - 1: next generation, priority "
      "priorities[i] (fill when None), times 0, live; their keys written to keys_out.\n"
      "Raises TypeError for a wrong buffer kind, ValueError for a range outside the table or "
      "wrong sizes (nothing is written then)."},

@@ -15,12 +15,17 @@ import numpy as np
 
 from rlreplay.core._compiled import load_kernel
 from rlreplay.core.keys import (
+    CYCLED,
+    GENERATION_MASK,
     SLOT_BITS,
-    SLOT_MASK,
     check_priorities,
+    current_generations,
     has_duplicates,
     make_keys,
+    next_generation,
+    next_generations,
     split_keys,
+    unissued,
 )
 from rlreplay.errors import InvalidArgumentError, describe
 
@@ -90,7 +95,7 @@ class ItemSlots:
             if prios is None:
                 prios = np.full(n, fill, dtype=np.float64)
             at = slots if start is None else slice(start, start + n)
-            generations = self._generation[at] + np.uint32(1)
+            generations = next_generations(self._generation[at])
             self._generation[at] = generations
             self._priority[at] = prios
             self._times_sampled[at] = 0
@@ -134,7 +139,9 @@ class ItemSlots:
             self._deferred = None
             self.size += 1
         generations, priorities, times = self._slot_views
-        generation = (generations[slot] + 1) & SLOT_MASK
+        generation = generations[slot] + 1
+        if not generation & GENERATION_MASK:  # past the last generation: 1 again (keys.py)
+            generation = CYCLED | 1
         generations[slot] = generation
         priorities[slot] = prio
         times[slot] = 0
@@ -147,7 +154,7 @@ class ItemSlots:
             self.remover.insert_one(slot, prio)
         self.rate_limiter.inserts += 1
         self._wake_waiters()
-        return generation << SLOT_BITS | slot
+        return (generation & GENERATION_MASK) << SLOT_BITS | slot
 
     def _remove_locked(self, slots: np.ndarray) -> None:
         self._live[slots] = False
@@ -239,7 +246,7 @@ class ItemSlots:
             raise
         self.sampler.move(old, new, priority)
         self.remover.move(old, new, priority)
-        self._generation[new] += np.uint32(1)
+        self._generation[new] = next_generation(int(self._generation[new]))
         self._priority[new] = priority
         self._times_sampled[new] = times
         if self._extent is not None:
@@ -297,18 +304,19 @@ class ItemSlots:
         """Keep the last occurrence of each held key; count the stale ones.
 
         Raises:
-            InvalidArgumentError: for a key this table never issued (generation 0 or newer
-                than its slot's); nothing is counted or changed then.
+            InvalidArgumentError: for a key this table never issued (generation 0, or newer
+                than its slot's while the slot has not cycled, see keys.py); nothing is
+                counted or changed then.
         """
-        current = self._generation[slots]
-        unissued = (gens < 1) | (gens > current)
-        if unissued.any():
-            bad = make_keys(slots[unissued], gens[unissued])
+        fields = self._generation[slots]
+        never = unissued(gens, fields)
+        if never.any():
+            bad = make_keys(slots[never], gens[never])
             raise InvalidArgumentError(
                 f"keys contains {describe(bad[:4].tolist())}, which this table never issued; "
                 "pass keys taken from this table's samples or inserts"
             )
-        held = self._live[slots] & (current == gens)
+        held = self._live[slots] & (current_generations(fields) == gens)
         n_held = int(np.count_nonzero(held))
         if n_held != len(slots):
             self._counts[stale_counter] += len(slots) - n_held

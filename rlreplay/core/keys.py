@@ -1,9 +1,27 @@
 """Item keys: 64-bit ids that say where an item lives and which occupant it was.
 
-``key = generation << 32 | slot``. A slot's generation grows every time a new item takes
-it, so a key kept by a learner after its item was evicted no longer matches the slot's
-current generation: priority updates and deletes with such *stale* keys are skipped and
-counted instead of hitting the slot's new occupant.
+``key = generation << 32 | slot``, always a non-negative int64. A slot's generation steps
+to the next value every time a new item takes the slot, so a key kept by a learner after
+its item was evicted no longer matches the slot's current generation: priority updates and
+deletes with such *stale* keys are skipped and counted instead of hitting the slot's new
+occupant.
+
+Generations cycle through ``1 .. GENERATIONS`` (``GENERATIONS = 2**31 - 1``): after
+``GENERATIONS`` comes 1 again, and 0 means "no item ever" (no key has generation 0). A key
+therefore never goes negative, however often its slot is reused, and the guarantee is:
+
+    A key is recognised as stale unless its slot was reused a multiple of
+    ``2**31 - 1`` times since the key was issued.
+
+(At one new item per slot every microsecond that is 36 minutes of reuse of one slot
+between issuing a key and using it, far beyond any learner's delay.)
+
+The per-slot record holds the generation in a 32-bit field (``SLOT_STATE`` in table.py):
+its low 31 bits are the current generation, and its top bit (:data:`CYCLED`) is set once
+the slot's generation has gone round. A key whose generation is newer than its slot's is
+refused as "never issued by this table" while the slot has not cycled; once it has, every
+generation 1 .. GENERATIONS may have been issued before, so such keys count as stale.
+The compiled loops (_slots.c, _draws.c) follow the same rule.
 """
 
 from __future__ import annotations
@@ -14,10 +32,42 @@ from rlreplay.errors import InvalidArgumentError, describe
 
 SLOT_BITS = 32
 SLOT_MASK = (1 << SLOT_BITS) - 1
+GENERATION_MASK = (1 << 31) - 1
+GENERATIONS = GENERATION_MASK  # generations run 1 .. GENERATIONS, then 1 again
+CYCLED = 1 << 31  # flag in a slot's generation field: its generation has gone round
 
 
-def make_keys(slots: np.ndarray, generations: np.ndarray) -> np.ndarray:
-    return (generations.astype(np.int64) << SLOT_BITS) | slots.astype(np.int64)
+def make_keys(slots: np.ndarray, fields: np.ndarray) -> np.ndarray:
+    """Keys of the items in ``slots`` from their slots' generation fields (the record's
+    ``generation``; the :data:`CYCLED` flag is dropped)."""
+    return ((fields.astype(np.int64) & GENERATION_MASK) << SLOT_BITS) | slots.astype(np.int64)
+
+
+def next_generations(fields: np.ndarray) -> np.ndarray:
+    """The generation fields (uint32) of slots whose fields are ``fields`` after a new item
+    takes each: the generation steps by one, from GENERATIONS back to 1 with the
+    :data:`CYCLED` flag set."""
+    fields = np.asarray(fields, dtype=np.uint32)
+    wraps = (fields & np.uint32(GENERATION_MASK)) == np.uint32(GENERATIONS)
+    return np.where(wraps, np.uint32(CYCLED | 1), fields + np.uint32(1)).astype(np.uint32)
+
+
+def next_generation(field: int) -> int:
+    """:func:`next_generations` for one slot's field, as a Python int."""
+    return CYCLED | 1 if field & GENERATION_MASK == GENERATIONS else field + 1
+
+
+def unissued(generations: np.ndarray, fields: np.ndarray) -> np.ndarray:
+    """Which key ``generations`` the slots (with generation ``fields``) can never have
+    issued: 0, or newer than the slot's current generation while it has not cycled."""
+    fields = fields.astype(np.int64)
+    fresh = (fields & CYCLED) == 0
+    return (generations < 1) | (fresh & (generations > (fields & GENERATION_MASK)))
+
+
+def current_generations(fields: np.ndarray) -> np.ndarray:
+    """The current generation (int64) of slots with generation ``fields``."""
+    return fields.astype(np.int64) & GENERATION_MASK
 
 
 def split_keys(keys: object, capacity: int, argument: str = "keys") -> tuple[np.ndarray, ...]:
