@@ -58,3 +58,21 @@ class ProtocolError(ReplayError):
 class ServerUnavailableError(ReplayTimeoutError, ConnectionError):
     """The replay server did not answer within the timeout (down, unreachable, or it
     rejected the client's credentials)."""
+
+
+class ServerRestartedError(ServerUnavailableError):
+    """The replay server restarted while a call was outstanding (its epoch changed).
+
+    The restarted server never received the call, or refused it as addressed to its
+    predecessor: the call was not applied and never will be. Tables on the new server
+    start from their configured (or restored) state; call again to retry.
+    """
+
+
+class ResourceLimitError(ReplayError):
+    """The server refused a request because this client is over one of its configured
+    per-client limits (unread reply bytes, parked calls); nothing was applied.
+
+    Read outstanding replies (or wait for parked calls) before sending more requests,
+    or raise the server's limit.
+    """

@@ -41,6 +41,8 @@ ERROR_CODES: dict[int, type[errors.ReplayError]] = {
     8: errors.ClosedError,
     9: errors.ProtocolError,
     10: errors.ServerUnavailableError,
+    11: errors.ServerRestartedError,
+    12: errors.ResourceLimitError,
 }
 CODE_OF: dict[type, int] = {cls: code for code, cls in ERROR_CODES.items()}
 INTERNAL_ERROR = 1  # an unexpected server-side failure; reported as ReplayError
