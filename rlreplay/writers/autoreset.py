@@ -11,9 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
-from rlreplay.core.specs import flatten
 from rlreplay.errors import InvalidArgumentError, describe
 
 AUTORESET_MODES = ("next_step", "same_step")
@@ -36,28 +33,53 @@ def mode_name(mode: Any) -> str:
     return key
 
 
-def _flat_obs(value: Any) -> dict[str, np.ndarray]:
-    if isinstance(value, Mapping):
-        return {f"obs/{p}": np.asarray(v) for p, v in flatten(value).items()}
-    return {"obs": np.asarray(value)}
+FINAL_OBS_KEYS = ("final_obs", "final_observation")
 
 
-def final_observations(
-    obs: dict[str, np.ndarray], info: Mapping[str, Any] | None, ended: np.ndarray
-) -> dict[str, np.ndarray]:
-    """``obs`` (flat, batched) with the entries of ``ended`` environments replaced by
-    ``info["final_obs"]`` (same-step autoreset).
+def final_obs_source(mode: str, info: Any, any_ended: bool) -> Any:
+    """The true final observations of a step's ended episodes, or ``None`` when the
+    step's ``next_obs`` already holds them; checks that the env's autoreset mode is the
+    adder's.
+
+    A same-step vector env (gymnasium's ``AutoresetMode.SAME_STEP``; ``final_observation``
+    in gymnasium < 1.0) puts the final observations in ``info["final_obs"]`` and returns
+    reset observations in their place; a next-step env (the default) returns the final
+    observations and never sets ``final_obs``. Feeding one to an adder in the other mode
+    would store reset observations as final ones, so a mismatch is refused.
+
+    Args:
+        mode: the adder's mode, ``"next_step"`` or ``"same_step"``.
+        info: the step's info dict (or ``None``).
+        any_ended: whether an episode of the step ended (terminated or truncated).
 
     Raises:
-        InvalidArgumentError: if ``info`` lacks ``final_obs``.
+        InvalidArgumentError: if ``info`` is not a dict, if a next-step adder receives
+            final observations in ``info`` with an ended episode, or if a same-step adder
+            receives an ended episode without them.
     """
-    if info is None or "final_obs" not in info:
+    if info is None or (type(info) is dict and not info):
+        key = None
+    elif not isinstance(info, Mapping):
+        raise InvalidArgumentError(f"info={describe(info)} must be the step's info dict or None")
+    else:
+        key = next((k for k in FINAL_OBS_KEYS if k in info), None)
+    if mode == "next_step":
+        if key is not None and any_ended:
+            raise InvalidArgumentError(
+                f"info carries {key!r} for an episode that ended: the environment autoresets "
+                "in the same step (gymnasium's AutoresetMode.SAME_STEP), so next_obs holds "
+                "reset observations, not final ones; create the adder with "
+                "autoreset_mode='same_step' (or make the env with autoreset_mode="
+                "AutoresetMode.NEXT_STEP)"
+            )
+        return None
+    if not any_ended:
+        return None
+    if key is None:
         raise InvalidArgumentError(
-            "autoreset_mode='same_step' needs the step's info with 'final_obs' for "
-            "environments whose episode ended; pass info= from env.step"
+            "autoreset_mode='same_step' reads the true final observation of an episode that "
+            "ended from info['final_obs'], and info has none: pass info= from env.step, or, "
+            "if the environment autoresets on the next step (gymnasium's default "
+            "AutoresetMode.NEXT_STEP), create the adder with autoreset_mode='next_step'"
         )
-    final = {p: a.copy() for p, a in obs.items()}
-    for i in ended:
-        for p, a in _flat_obs(info["final_obs"][i]).items():
-            final[p][i] = a
-    return final
+    return info[key]

@@ -63,6 +63,8 @@ class NStepTransitionAdder(StreamAdder):
         >>> adder.add(action, reward, next_obs, term, trunc, info)         # doctest: +SKIP
     """
 
+    computed = COMPUTED
+
     def __init__(
         self,
         writer: Any,
@@ -125,14 +127,6 @@ class NStepTransitionAdder(StreamAdder):
             elif p != "reward":
                 windows[p] = Window(p, last)
         return ItemLayout(windows, sig, span=n + stack)
-
-    def _row_shape(self, path: str, arr: np.ndarray) -> tuple[int, ...]:
-        if self.stacked_obs and (path == "obs" or path.startswith("obs/")):
-            return arr.shape[2:]
-        return arr.shape[1:]
-
-    def _obs_value(self, path: str, arr: np.ndarray) -> np.ndarray:
-        return arr[:, -1] if self.stacked_obs else arr
 
     # ------------------------------------------------------------ computing
     def _computed(

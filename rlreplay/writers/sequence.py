@@ -43,6 +43,8 @@ class SequenceAdder(StreamAdder):
         InvalidArgumentError: for bad ``length``, ``period`` or ``burn_in``.
     """
 
+    computed = ("discount",)
+
     def __init__(
         self,
         writer: Any,
@@ -54,7 +56,7 @@ class SequenceAdder(StreamAdder):
         discount: float = 1.0,
         **kwargs: Any,
     ):
-        self.rule = SequenceItems(length, period, burn_in, pad_end)
+        self.rule = self._rule(length, period, burn_in, pad_end)
         self.length, self.period, self.burn_in = length, period, burn_in
         self.pad_end = bool(pad_end)
         self.discount = float(discount)
@@ -63,6 +65,10 @@ class SequenceAdder(StreamAdder):
         self.pad = 0
         super().__init__(writer, **kwargs)
         self.rule.bind(self.num_envs)
+
+    @staticmethod
+    def _rule(length: int, period: int, burn_in: int, pad_end: bool) -> SequenceItems:
+        return SequenceItems(length, period, burn_in, pad_end)
 
     @staticmethod
     def signature(
@@ -113,7 +119,9 @@ class EpisodeAdder(SequenceAdder):
     Items are ``[B, max_length, ...]`` per column plus ``mask`` (``[B, max_length]``
     bool); the padded layout keeps batches dense for a learner at the cost of reading
     ``max_length`` rows per item. An episode longer than ``max_length`` rows is added as
-    consecutive items of ``max_length`` rows (the last one padded).
+    consecutive items of ``max_length`` rows (the last one padded): the items of an
+    episode hold each of its rows exactly once, so an episode of ``k * max_length``
+    steps ends with an item holding only its final observation.
 
     Use :meth:`layout` (``SequenceAdder.layout(sig, max_length)``) for its tables.
 
@@ -125,6 +133,10 @@ class EpisodeAdder(SequenceAdder):
 
     def __init__(self, writer: Any, max_length: int, **kwargs: Any):
         super().__init__(writer, max_length, max_length, pad_end=True, **kwargs)
+
+    @staticmethod
+    def _rule(length: int, period: int, burn_in: int, pad_end: bool) -> SequenceItems:
+        return SequenceItems(length, period, burn_in, pad_end, keep_final_row=True)
 
     @staticmethod
     def layout(  # type: ignore[override]

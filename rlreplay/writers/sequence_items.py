@@ -18,19 +18,31 @@ class SequenceItems:
     and never cross the episode's final row. ``pad_end=True`` also adds the windows
     that would run past it, shorter (their extent is stored; padded layouts return zeros
     and a mask there), as long as they hold a step besides the final row;
-    ``pad_end=False`` drops them.
+    ``pad_end=False`` drops them. ``keep_final_row=True`` (with ``pad_end``) also adds a
+    window that would hold only the final row, so that windows with ``period == length``
+    cover every row of an episode with at least one step (``EpisodeAdder``: an episode of
+    ``k * length`` steps keeps its final observation in a last item of one row).
 
     Args:
         length: rows a learner trains on per item.
         period: rows between window starts.
         burn_in: extra rows before the ``length`` rows.
         pad_end: add shortened windows at episode end (see above).
+        keep_final_row: with ``pad_end``, add a window starting at the final row too.
 
     Raises:
         InvalidArgumentError: for bad ``length``, ``period`` or ``burn_in``.
     """
 
-    def __init__(self, length: int, period: int, burn_in: int = 0, pad_end: bool = True):
+    def __init__(
+        self,
+        length: int,
+        period: int,
+        burn_in: int = 0,
+        pad_end: bool = True,
+        *,
+        keep_final_row: bool = False,
+    ):
         for name, value, low in (
             ("length", length, 1),
             ("period", period, 1),
@@ -40,6 +52,7 @@ class SequenceItems:
                 raise InvalidArgumentError(f"{name}={describe(value)} must be an int >= {low}")
         self.length, self.period, self.burn_in = length, period, burn_in
         self.pad_end = bool(pad_end)
+        self.keep_final_row = bool(keep_final_row) and self.pad_end
         self.span = burn_in + length
         self._next = np.zeros(1, dtype=np.int64)
 
@@ -63,7 +76,12 @@ class SequenceItems:
         size = self.span
         if ended:
             rows = first_row + steps + 1
-            last = rows - 2 if self.pad_end else rows - size
+            if not self.pad_end:
+                last = rows - size
+            elif self.keep_final_row and steps > 0:
+                last = rows - 1
+            else:
+                last = rows - 2
         else:
             last = appended - size
         if last >= first:

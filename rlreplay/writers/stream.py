@@ -41,11 +41,12 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.core.specs import flatten, unflatten
+from rlreplay.core.specs import unflatten
 from rlreplay.core.table import Table
 from rlreplay.errors import InvalidArgumentError, describe
-from rlreplay.writers.autoreset import final_observations, mode_name
+from rlreplay.writers.autoreset import final_obs_source, mode_name
 from rlreplay.writers.sequence_items import SequenceItems
+from rlreplay.writers.step_inputs import StepInputs, writer_signature
 from rlreplay.writers.trajectory_writer import TrajectoryWriter
 
 
@@ -79,6 +80,7 @@ class StreamAdder:
     span: int = 1
     lag: int = 1
     pad: int = 0
+    computed: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -153,6 +155,13 @@ class StreamAdder:
         self._sequence_spans = [self._span_of(t) for t, _ in self._sequences]
         for _, rule in self._sequences:
             rule.bind(self.num_envs)
+        self._inputs = StepInputs(
+            writer_signature(writer),
+            self.computed,
+            self.num_envs,
+            self.batched,
+            bool(getattr(self, "stacked_obs", False)),
+        )
         n = self.num_envs
         self._active = np.zeros(n, dtype=bool)
         self._awaiting_reset = np.zeros(n, dtype=bool)
@@ -160,7 +169,11 @@ class StreamAdder:
         self._base = np.zeros(n, dtype=np.int64)  # episode row held in buffer slot 0
         self._appended = np.zeros(n, dtype=np.int64)  # episode rows appended so far
         self._serial = np.zeros(n, dtype=np.int64)  # episodes started per environment
-        self._buf: dict[str, np.ndarray] | None = None
+        sig = self._inputs.signature
+        self._buf: dict[str, np.ndarray] = {
+            p: np.zeros((n, self.capacity, *sig[p].shape), dtype=sig[p].dtype)
+            for p in self._inputs.paths
+        }
         self._last_stream: tuple[int, int] | None = None
         self.copied_rows = 0
         self.appended_rows = 0
@@ -176,44 +189,9 @@ class StreamAdder:
                 return t.layout.span
         return self.span
 
-    def _batch(self, value: Any, name: str) -> np.ndarray:
-        arr = np.asarray(value)
-        if not self.batched:
-            arr = arr[None]
-        if arr.ndim == 0 or arr.shape[0] != self.num_envs:
-            raise InvalidArgumentError(
-                f"{name} has shape {arr.shape}; expected a leading axis of num_envs="
-                f"{self.num_envs}" + ("" if self.batched else " (added for num_envs=None)")
-            )
-        return arr
-
-    def _flat(self, prefix: str, value: Any) -> dict[str, np.ndarray]:
-        if isinstance(value, Mapping):
-            return {f"{prefix}/{p}": self._batch(v, p) for p, v in flatten(value).items()}
-        return {prefix: self._batch(value, prefix)}
-
-    def _obs_paths(self) -> list[str]:
-        return [p for p in self._buf if p == "obs" or p.startswith("obs/")]
-
-    def _allocate(self, fields: dict[str, np.ndarray]) -> None:
-        """Create the row buffers from the first step's arrays (and computed columns)."""
-        buf = self._buf if self._buf is not None else {}
-        for path, arr in fields.items():
-            if path not in buf:
-                shape = self._row_shape(path, arr)
-                buf[path] = np.zeros((self.num_envs, self.capacity, *shape), dtype=arr.dtype)
-        self._buf = buf
-
-    def _row_shape(self, path: str, arr: np.ndarray) -> tuple[int, ...]:
-        return arr.shape[1:]
-
-    def _obs_value(self, path: str, arr: np.ndarray) -> np.ndarray:
-        """The part of an observation that is stored per step (subclasses: one frame)."""
-        return arr
-
     def _write_obs(self, idx: np.ndarray, rows: np.ndarray, obs: dict[str, np.ndarray]) -> None:
         for path, arr in obs.items():
-            self._buf[path][idx, rows - self._base[idx]] = self._obs_value(path, arr)
+            self._buf[path][idx, rows - self._base[idx]] = arr
 
     # --------------------------------------------------------------- episodes
     def reset(self, obs: Any, env_ids: Any = None) -> None:
@@ -223,36 +201,34 @@ class StreamAdder:
         bootstrapping from its last observation.
 
         Args:
-            obs: first observations, ``[num_envs, ...]`` (or ``[len(env_ids), ...]``).
+            obs: first observations, ``[num_envs, ...]`` (or ``[len(env_ids), ...]``;
+                without the batch axis when ``num_envs=None``).
             env_ids: which environments reset (default: all).
+
+        Raises:
+            InvalidArgumentError: for observations that do not fit the signature or bad
+                ``env_ids``; the adder is then unchanged.
         """
-        idx = np.arange(self.num_envs) if env_ids is None else np.asarray(env_ids).reshape(-1)
-        fields = self._flat("obs", obs) if env_ids is None else None
-        if fields is None:
-            fields = {}
-            for p, v in (flatten(obs) if isinstance(obs, Mapping) else {"": obs}).items():
-                arr = np.asarray(v)
-                full = np.zeros((self.num_envs, *arr.shape[1:]), dtype=arr.dtype)
-                full[idx] = arr
-                fields["obs" + (f"/{p}" if p else "")] = full
+        idx = self._inputs.env_ids(env_ids)
+        first = self._inputs.observations(obs, len(idx), "reset()")
         open_ = idx[self._active[idx]]
         if len(open_):
             self._finish(open_, np.zeros(len(open_), dtype=bool))
-        self._start(idx, fields)
+        self._start(idx, first)
 
     def _start(self, idx: np.ndarray, obs: dict[str, np.ndarray]) -> None:
+        """Start episodes of environments ``idx`` with first observations ``obs[p][k]``
+        for ``idx[k]``."""
         if len(idx) == 0:
             return
-        self._allocate(obs)
         self._active[idx] = True
         self._awaiting_reset[idx] = False
         self._steps[idx] = 0
         self._base[idx] = 0
         self._appended[idx] = 0
         self._serial[idx] += 1
-        sel = {p: a[idx] for p, a in obs.items()}
         for r in range(self.pad + 1):
-            self._write_obs(idx, np.full(len(idx), r), sel)
+            self._write_obs(idx, np.full(len(idx), r), obs)
 
     def add(
         self,
@@ -266,50 +242,61 @@ class StreamAdder:
     ) -> None:
         """Record one environment step (of every environment), as ``env.step`` returned it.
 
+        Every argument is checked against the store's signature (the rules a table
+        applies) before anything changes: a rejected call leaves the adder as it was, and
+        the next calls produce exactly the items they would have produced without it.
+
         Args:
             action: the actions taken, ``[num_envs, ...]``.
             reward: rewards received, ``[num_envs]``.
             next_obs: observations returned by the step.
             terminated: episode ended in a terminal state (no bootstrapping).
             truncated: episode cut by a time limit (bootstrap from the final observation).
-            info: the step's info dict; ``"same_step"`` mode reads ``final_obs`` from it.
-            extras: more per-step fields to store (e.g. policy logits), each
-                ``[num_envs, ...]``.
+            info: the step's info dict; ``"same_step"`` mode reads ``final_obs`` from it,
+                ``"next_step"`` mode refuses it when it carries ``final_obs`` (the env
+                autoresets in the same step).
+            extras: the signature's other per-step fields (e.g. policy logits), each
+                ``[num_envs, ...]``; required when the signature has any.
 
         Raises:
-            InvalidArgumentError: on wrong shapes, or a step before :meth:`reset`.
+            SignatureError: for a missing or unknown field, a wrong shape, or a value that
+                does not fit its column (e.g. a float action for an int column).
+            InvalidArgumentError: for bad ``terminated``/``truncated``/``info``, a step
+                before :meth:`reset`, or an env whose autoreset mode is not the adder's.
         """
-        fields = {"action": self._batch(action, "action"), "reward": self._batch(reward, "reward")}
-        for p, v in flatten(extras or {}).items():
-            fields[p] = self._batch(v, f"extras[{p!r}]")
-        obs = self._flat("obs", next_obs)
-        term = self._batch(terminated, "terminated").astype(bool)
-        trunc = self._batch(truncated, "truncated").astype(bool)
-        resetting = self._awaiting_reset.copy() if self.mode == "next_step" else None
-        valid = self._active & ~resetting if resetting is not None else self._active.copy()
+        fields, obs = self._inputs.step(action, reward, next_obs, extras)
+        term = self._inputs.flags(terminated, "terminated")
+        done = term | self._inputs.flags(truncated, "truncated")
+        if self.mode == "next_step":
+            resetting = self._awaiting_reset.copy()
+            valid = self._active & ~resetting
+        else:
+            resetting = None
+            valid = self._active.copy()
         if not valid.any() and (resetting is None or not resetting.any()):
             raise InvalidArgumentError("add() was called before reset(); call reset(obs) first")
+        ended = np.flatnonzero(valid & done)
+        source = final_obs_source(self.mode, info, bool(done.any()))
+        final = obs
+        if source is not None and len(ended):
+            final = self._inputs.final_observations(obs, source, ended)
+        # Everything is checked: the adder changes from here on.
         idx = np.flatnonzero(valid)
         if len(idx):
-            self._allocate(fields)
             rows = self.pad + self._steps[idx] - self._base[idx]
             for path, arr in fields.items():
                 self._buf[path][idx, rows] = arr[idx]
             self._steps[idx] += 1
-            done = (term | trunc)[idx]
-            final = obs
-            if self.mode == "same_step" and done.any():
-                final = final_observations(obs, info, idx[done])
             self._write_obs(idx, self.pad + self._steps[idx], {p: a[idx] for p, a in final.items()})
-            ended = idx[done]
             if len(ended):
                 self._finish(ended, term[ended])
                 if self.mode == "next_step":
                     self._awaiting_reset[ended] = True
                 else:
-                    self._start(ended, obs)
+                    self._start(ended, {p: a[ended] for p, a in obs.items()})
         if resetting is not None and resetting.any():
-            self._start(np.flatnonzero(resetting), obs)
+            restart = np.flatnonzero(resetting)
+            self._start(restart, {p: a[restart] for p, a in obs.items()})
         ready = self._ready_rows(np.arange(self.num_envs), None)
         for i in np.flatnonzero(self._active & (ready - self._appended >= self.chunk_length)):
             self._flush_env(int(i), ended=False, terminated=False)
@@ -319,8 +306,16 @@ class StreamAdder:
 
         The last observation given becomes the final one; with ``terminated=False`` items
         bootstrap from it.
+
+        Raises:
+            InvalidArgumentError: for a ``terminated`` that is not a bool or bad
+                ``env_ids``; the adder is then unchanged.
         """
-        idx = np.arange(self.num_envs) if env_ids is None else np.asarray(env_ids).reshape(-1)
+        if not isinstance(terminated, (bool, np.bool_)):
+            raise InvalidArgumentError(
+                f"terminated={describe(terminated)} must be a bool (True: no bootstrapping)"
+            )
+        idx = self._inputs.env_ids(env_ids)
         idx = idx[self._active[idx]]
         if len(idx):
             self._finish(idx, np.full(len(idx), bool(terminated)))

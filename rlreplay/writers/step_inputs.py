@@ -1,0 +1,263 @@
+"""What an adder call must receive, checked against the store's signature up front.
+
+An adder buffers steps for a while before it appends them, so a value that does not fit
+its column (a float action for an ``int64`` column, an observation of the wrong shape, a
+missing extra) would otherwise be found only when the rows are appended, after the adder
+had already changed its state. :class:`StepInputs` checks every argument of a call with
+the signature's own rules (:meth:`Signature.check_batch` / :meth:`Signature.check_row`,
+the same checks a table or a writer applies) before the adder changes anything, so a
+rejected call leaves the adder exactly as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from rlreplay.core.specs import SEPARATOR, Signature, flatten, unflatten
+from rlreplay.core.table import Table
+from rlreplay.errors import InvalidArgumentError, SignatureError, describe
+
+
+def writer_signature(writer: Any) -> Signature:
+    """The step signature a writer appends with (``writer.signature``, its store's, or
+    its first table's store's).
+
+    Raises:
+        InvalidArgumentError: if the writer exposes none.
+    """
+    sig = getattr(writer, "signature", None)
+    if isinstance(sig, Signature):
+        return sig
+    store = getattr(writer, "store", None)
+    if isinstance(getattr(store, "signature", None), Signature):
+        return store.signature
+    for table in getattr(writer, "tables", ()):
+        if isinstance(table, Table):
+            return table.store.signature
+    raise InvalidArgumentError(
+        f"writer={describe(writer)} exposes no step signature (a 'signature' or "
+        "'store.signature' attribute, or Table objects in 'tables'); the adder checks "
+        "each step against it"
+    )
+
+
+def _is_obs(path: str) -> bool:
+    return path == "obs" or path.startswith("obs" + SEPARATOR)
+
+
+class StepInputs:
+    """The per-call inputs of an adder and their checks, derived from the step signature.
+
+    The stored fields an adder is given (rather than computes) are ``obs`` (one field, or
+    several under ``obs/``), ``action``, ``reward`` and every other non-computed field, the
+    *extras*, which every :meth:`step` must carry. Checked values come back as arrays with
+    a leading axis of ``num_envs`` (added for an adder without a batch axis).
+
+    Args:
+        signature: the store's step signature.
+        computed: fields the adder computes itself (not given by the caller).
+        num_envs: environments per call.
+        batched: whether inputs carry the ``num_envs`` axis.
+        stacked_obs: observations arrive as ``[k, *frame]`` stacks; only the newest frame
+            is stored (and checked).
+
+    Raises:
+        InvalidArgumentError: if the signature lacks ``obs``, ``action``, ``reward`` or a
+            computed field.
+    """
+
+    def __init__(
+        self,
+        signature: Signature,
+        computed: tuple[str, ...],
+        num_envs: int,
+        batched: bool,
+        stacked_obs: bool = False,
+    ):
+        lacking = [p for p in ("action", "reward", *computed) if p not in signature]
+        if not any(_is_obs(p) for p in signature.paths):
+            lacking.append("obs")
+        if lacking:
+            raise InvalidArgumentError(
+                f"the writer's signature {signature} lacks the fields {lacking} this adder "
+                "stores; build it with the adder's signature(obs=..., action=...)"
+            )
+        self.signature = signature
+        self.num_envs = num_envs
+        self.batched = batched
+        self.stacked_obs = stacked_obs
+        self.paths = tuple(p for p in signature.paths if p not in computed)
+        self.obs_paths = tuple(p for p in self.paths if _is_obs(p))
+        self.extras = tuple(p for p in self.paths if p not in ("action", "reward", *self.obs_paths))
+        # One signature over add()'s arguments (keyed as the caller names them) and one over
+        # an observation, so one call of the signature's check validates each.
+        self._step_names = {p: self._arg_path(p) for p in self.paths}
+        self._step = Signature(unflatten({a: signature[p] for p, a in self._step_names.items()}))
+        self._obs = Signature(unflatten({p: signature[p] for p in self.obs_paths}))
+        self._flat_step = all(SEPARATOR not in a for a in self._step_names.values())
+        self._flag_shape = (num_envs,) if batched else ()
+        self._one_flag = {flag: np.full(1, flag) for flag in (False, True)}
+        for arr in self._one_flag.values():
+            arr.flags.writeable = False
+
+    @staticmethod
+    def _arg_path(path: str) -> str:
+        if path in ("action", "reward"):
+            return path
+        if _is_obs(path):
+            return "next_" + path
+        return "extras" + SEPARATOR + path
+
+    # ----------------------------------------------------------------- checks
+    def step(
+        self, action: Any, reward: Any, next_obs: Any, extras: Mapping[str, Any] | None
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Check one ``add()`` call's step values.
+
+        Returns:
+            ``(fields, obs)``: stored path to ``[num_envs, ...]`` array, for action, reward
+            and extras, and for the observation fields.
+
+        Raises:
+            SignatureError: for a missing or unknown field, a wrong shape or a value that
+                does not fit its column (the signature's rules).
+            InvalidArgumentError: for a batch of the wrong number of environments.
+        """
+        if extras is not None and not isinstance(extras, Mapping):
+            raise InvalidArgumentError(
+                f"extras={describe(extras)} must be a dict of per-step fields or None"
+            )
+        if self._flat_step and not extras and not self.stacked_obs:
+            data: dict[str, Any] = {"action": action, "reward": reward, "next_obs": next_obs}
+        else:
+            flat = {"action": action, "reward": reward}
+            flat.update(self._obs_entries(next_obs, "next_obs", "next_obs"))
+            if extras:
+                flat["extras"] = extras
+            data = unflatten(flat)
+        checked = self._check(self._step, data, "add()")
+        names = self._step_names
+        fields = {p: checked[names[p]] for p in self.paths if p not in self.obs_paths}
+        obs = {p: checked[names[p]] for p in self.obs_paths}
+        return fields, obs
+
+    def observations(self, obs: Any, count: int, argument: str) -> dict[str, np.ndarray]:
+        """Check ``count`` observations (``[count, ...]``, or one without a batch axis for
+        an adder without one). Returns stored path to ``[count, ...]`` arrays.
+
+        Raises:
+            SignatureError: as :meth:`step`.
+        """
+        data = unflatten(self._obs_entries(obs, "obs", argument))
+        return self._check(self._obs, data, argument, count)
+
+    def final_observations(
+        self, obs: dict[str, np.ndarray], final: Any, ended: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        """``obs`` with the rows of ``ended`` environments replaced by their true final
+        observations, ``final[i]`` (``final`` itself without a batch axis).
+
+        Raises:
+            InvalidArgumentError: if ``final`` does not hold a fitting observation for
+                every ended environment.
+        """
+        out = {p: a.copy() for p, a in obs.items()}
+        for i in ended.tolist():
+            argument = f"info['final_obs'][{i}]" if self.batched else "info['final_obs']"
+            try:
+                value = final[i] if self.batched else final
+            except (TypeError, IndexError, KeyError) as exc:
+                raise InvalidArgumentError(
+                    f"info['final_obs']={describe(final)} has no entry for environment {i}, "
+                    "whose episode ended; pass the info of env.step unchanged"
+                ) from exc
+            data = unflatten(self._obs_entries(value, "obs", argument, batch=False))
+            row = self._obs.check_row(data, argument, keep_floats=False)
+            for p, a in row.items():
+                out[p][i] = a
+        return out
+
+    def flags(self, value: Any, name: str) -> np.ndarray:
+        """Check ``terminated`` / ``truncated``: bools (or ints), one per environment.
+
+        Raises:
+            InvalidArgumentError: for another shape or dtype.
+        """
+        if type(value) is bool and not self.batched:
+            return self._one_flag[value]
+        arr = value if type(value) is np.ndarray else np.asarray(value)
+        shape = self._flag_shape
+        if arr.dtype == np.bool_ and arr.shape == shape:
+            return arr.reshape(self.num_envs)
+        if arr.shape != shape or arr.dtype.kind not in "biu":
+            raise InvalidArgumentError(
+                f"{name}={describe(value)} (shape {arr.shape}, dtype {arr.dtype}) must be "
+                f"bools of shape {shape}, one per environment"
+            )
+        return arr.reshape(self.num_envs).astype(bool, copy=False)
+
+    def env_ids(self, env_ids: Any) -> np.ndarray:
+        """Check ``env_ids`` (``None``: every environment): distinct ints in
+        ``[0, num_envs)``. Returns them as an int64 array.
+
+        Raises:
+            InvalidArgumentError: for anything else.
+        """
+        if env_ids is None:
+            return np.arange(self.num_envs)
+        arr = np.asarray(env_ids)
+        ids = arr.reshape(-1)
+        if (
+            arr.ndim > 1
+            or (ids.size and ids.dtype.kind not in "iu")
+            or (ids.size and (ids.min() < 0 or ids.max() >= self.num_envs))
+            or len(np.unique(ids)) != ids.size
+        ):
+            raise InvalidArgumentError(
+                f"env_ids={describe(env_ids)} must be distinct ints in [0, {self.num_envs}) "
+                "(or None for every environment)"
+            )
+        return ids.astype(np.int64)
+
+    # ---------------------------------------------------------------- helpers
+    def _check(
+        self, sig: Signature, data: Any, argument: str, count: int | None = None
+    ) -> dict[str, np.ndarray]:
+        """``sig``'s check of one batch (or one unbatched step), as ``[n, ...]`` arrays."""
+        count = self.num_envs if count is None else count
+        if not self.batched:
+            return {p: a[None] for p, a in sig.check_row(data, argument, False).items()}
+        arrays, n = sig.check_batch(data, argument)
+        if n != count:
+            raise InvalidArgumentError(
+                f"{argument} holds {n} environments' values; expected {count} "
+                f"(num_envs={self.num_envs})"
+            )
+        return arrays
+
+    def _obs_entries(
+        self, value: Any, prefix: str, argument: str, batch: bool | None = None
+    ) -> dict[str, Any]:
+        """Flat ``{prefix[/path]: value}`` entries of an observation; with ``stacked_obs``
+        each leaf cut to its newest frame (after checking it is a stack)."""
+        if not self.stacked_obs:
+            return {prefix: value}
+        batch = self.batched if batch is None else batch
+        leaves = flatten(value) if isinstance(value, Mapping) else {"": value}
+        out: dict[str, Any] = {}
+        for p, v in leaves.items():
+            name = prefix + (SEPARATOR + p if p else "")
+            spec = self.signature.fields.get("obs" + (SEPARATOR + p if p else ""))
+            arr = np.asarray(v)
+            if spec is not None:
+                if arr.ndim != len(spec.shape) + 1 + batch:
+                    raise SignatureError(
+                        f"{argument} field {name!r} has shape {arr.shape}; stacked_obs=True "
+                        f"expects {'(batch, ' if batch else '('}k, *{spec.shape}) frame stacks"
+                    )
+                arr = arr[:, -1] if batch else arr[-1]
+            out[name] = arr
+        return out
