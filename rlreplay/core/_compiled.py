@@ -1,23 +1,116 @@
-"""Loading the optional compiled kernels.
+"""Loading the optional compiled kernels, and reporting which ones are active.
 
-The package's install builds small C extensions (``rlreplay/core/_draws.c``,
-``rlreplay/core/selectors/_sumtree.c``) when a C compiler is present. Each has a numpy
-equivalent, used when the kernel was not built or when the environment variable
-``RLREPLAY_NO_EXTENSION=1`` is set at import (tests run both paths and compare them).
+The package's install builds small C extensions (``rlreplay/core/_store.c``, ``_draws.c``,
+``_slots.c``, ``rlreplay/core/selectors/_sumtree.c``) when a C compiler is present. Each has
+a numpy equivalent with the same results, used when the kernel was not built, when it fails
+to import, or when the environment variable ``RLREPLAY_NO_EXTENSION=1`` is set at import
+(tests run both paths and compare them). :func:`kernel_status` says which path each kernel
+takes in this process and why (``rlreplay info --build`` prints it).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
+from collections.abc import Sequence
+from dataclasses import dataclass
 from types import ModuleType
+
+DISABLE_VARIABLE = "RLREPLAY_NO_EXTENSION"
+
+KERNELS = (
+    "rlreplay.core._store",
+    "rlreplay.core._draws",
+    "rlreplay.core._slots",
+    "rlreplay.core.selectors._sumtree",
+)
+"""Every compiled kernel, in the order :func:`kernel_status` reports them."""
+
+KERNEL_USERS = (
+    "rlreplay.core.storage",
+    "rlreplay.core.item_draws",
+    "rlreplay.core.item_slots",
+    "rlreplay.core.selectors.sum_tree",
+)
+"""The modules that load the kernels (with :func:`load_kernel`) when they are imported."""
+
+NOT_BUILT = (
+    "not built: no C compiler at install (reinstall with a compiler to build it: "
+    "`pip install --force-reinstall --no-deps .`)"
+)
+
+
+@dataclass(frozen=True)
+class KernelStatus:
+    """Whether one compiled kernel serves this process, and why not if it does not.
+
+    Attributes:
+        module: the kernel's module name, e.g. ``"rlreplay.core._store"``.
+        active: True when the compiled loops are used, False when the numpy path serves.
+        reason: ``"active"``, or why the numpy path serves (not built, disabled by
+            ``RLREPLAY_NO_EXTENSION=1``, or the import error's text).
+        path: the extension file when it exists, else ``None``.
+    """
+
+    module: str
+    active: bool
+    reason: str
+    path: str | None
+
+
+_loaded: dict[str, KernelStatus] = {}
+
+
+def _disabled() -> bool:
+    return os.environ.get(DISABLE_VARIABLE, "") not in ("", "0")
+
+
+def _find(module: str) -> str | None:
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    return None if spec is None else spec.origin
 
 
 def load_kernel(module: str) -> ModuleType | None:
-    """The compiled module ``module``, or ``None`` when it is not built or disabled."""
-    if os.environ.get("RLREPLAY_NO_EXTENSION", "") not in ("", "0"):
+    """The compiled module ``module``, or ``None`` when it is not built, fails to import or
+    is disabled; the outcome is recorded for :func:`kernel_status`."""
+    path = _find(module)
+    if _disabled():
+        _loaded[module] = KernelStatus(
+            module, False, f"disabled by {DISABLE_VARIABLE}=1 at import", path
+        )
         return None
     try:
-        return importlib.import_module(module)
-    except ImportError:  # not built (no compiler at install): the numpy path serves
+        kernel = importlib.import_module(module)
+    except ImportError as exc:  # not built (no compiler at install): the numpy path serves
+        reason = NOT_BUILT if path is None else f"import error: {exc}"
+        _loaded[module] = KernelStatus(module, False, reason, path)
         return None
+    _loaded[module] = KernelStatus(module, True, "active", path)
+    return kernel
+
+
+def kernel_status(modules: Sequence[str] = KERNELS) -> list[KernelStatus]:
+    """Which compiled kernels this process uses, one :class:`KernelStatus` per module.
+
+    Reports the decision each kernel's module made when it was imported (so a change of
+    ``RLREPLAY_NO_EXTENSION`` after ``import rlreplay`` does not show here, as it does not
+    change the running code); a module no part of the package loaded is loaded the same
+    way now.
+
+    Args:
+        modules: kernel module names (default: every kernel of the package).
+
+    Example:
+        >>> [s.module for s in kernel_status()][0]
+        'rlreplay.core._store'
+    """
+    for user in KERNEL_USERS:  # each loads its kernel when it is imported
+        importlib.import_module(user)
+    for module in modules:
+        if module not in _loaded:
+            load_kernel(module)
+    return [_loaded[module] for module in modules]

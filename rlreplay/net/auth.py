@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import time
 from pathlib import Path
 
 import zmq
@@ -123,10 +124,31 @@ def start_curve(ctx: zmq.Context, sock: zmq.Socket, secret_file: str, authorized
 
 
 def keygen(folder: str | os.PathLike, name: str = "server") -> tuple[str, str]:
-    """Write a CURVE key pair ``NAME.key`` (public) and ``NAME.key_secret``; returns paths."""
+    """Write a CURVE key pair ``NAME.key`` (public) and ``NAME.key_secret``; returns paths.
+
+    The folder is created if missing. An existing key pair is never overwritten (servers
+    and clients may already trust it).
+
+    Raises:
+        InvalidArgumentError: if ``name`` is not a plain file name, either file exists, or
+            the folder cannot be created.
+    """
     import zmq.auth
 
-    Path(folder).mkdir(parents=True, exist_ok=True)
+    if not isinstance(name, str) or not name or os.sep in name or name in (".", ".."):
+        raise InvalidArgumentError(f"name={describe(name)} must be a plain file name stem")
+    existing = [p for p in (f"{name}.key", f"{name}.key_secret") if (Path(folder) / p).exists()]
+    if existing:
+        raise InvalidArgumentError(
+            f"{os.fspath(folder)!r} already holds {existing}: keys are never overwritten; "
+            "choose another name or folder (or delete the old pair on purpose)"
+        )
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InvalidArgumentError(
+            f"cannot create the key folder {os.fspath(folder)!r}: {exc}"
+        ) from None
     public, secret = zmq.auth.create_certificates(os.fspath(folder), name)
     os.chmod(secret, 0o600)
     return public, secret
@@ -157,3 +179,80 @@ def client_keys(value: str | bytes | tuple[bytes, bytes] | None) -> tuple[bytes,
             f"client_secret_key={value!r} holds no secret key; give the .key_secret file"
         )
     return public, secret
+
+
+HANDSHAKE_VERDICTS = (
+    "ok",  # the connection and its security handshake succeed
+    "needs_curve",  # the server uses CURVE and no server public key was given
+    "not_curve",  # a server public key was given but the server does not use CURVE
+    "wrong_server_key",  # the server refused the handshake: not its public key
+    "client_not_authorized",  # the server's authenticator refused this client's key
+    "refused",  # nothing accepts connections at the address
+    "silent",  # no answer at all within the timeout
+)
+
+
+def diagnose_connection(
+    address: str,
+    server_public_key: str | bytes | None = None,
+    client_secret_key: str | bytes | tuple[bytes, bytes] | None = None,
+    timeout: float = 1.0,
+) -> str:
+    """Why a connection to ``address`` fails, told by ZeroMQ's handshake events.
+
+    A call that gets no reply cannot tell a dead server from one that refuses its
+    credentials: ZeroMQ retries the handshake silently. This opens one socket with a
+    monitor and reads the events of its first connection attempts.
+
+    Args:
+        address: as for :class:`~rlreplay.Client`.
+        server_public_key, client_secret_key: as for :class:`~rlreplay.Client`.
+        timeout: seconds to watch the handshake.
+
+    Returns:
+        One of :data:`HANDSHAKE_VERDICTS`.
+
+    Raises:
+        InvalidArgumentError: for a malformed address or unreadable key files.
+    """
+    from zmq.utils.monitor import recv_monitor_message
+
+    address = normalize_address(address)
+    server_key = public_key(server_public_key)
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    if server_key is not None:
+        sock.curve_serverkey = server_key
+        sock.curve_publickey, sock.curve_secretkey = client_keys(client_secret_key)
+    if is_ipv6(address):
+        sock.setsockopt(zmq.IPV6, 1)
+    monitor = sock.get_monitor_socket()
+    verdict, connected = "silent", False
+    try:
+        sock.connect(address)
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0 and monitor.poll(int(left * 1000) + 1):
+            event = recv_monitor_message(monitor)
+            kind, value = event["event"], event["value"]
+            if kind == zmq.EVENT_CONNECTED:
+                connected = True
+            elif kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                return "ok"
+            elif kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                return "client_not_authorized"
+            elif kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
+                if value == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
+                    return "needs_curve" if server_key is None else "not_curve"
+                if server_key is not None:
+                    return "wrong_server_key"
+            elif kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL and server_key is not None:
+                # The peer closed during the handshake: a wrong server key, or (on a first
+                # attempt) a server without CURVE; later attempts tell the two apart.
+                verdict = "wrong_server_key"
+            elif kind == zmq.EVENT_CONNECT_RETRIED and not connected:
+                return "refused"
+        return verdict
+    finally:
+        sock.disable_monitor()
+        monitor.close(linger=0)
+        sock.close(linger=0)

@@ -24,10 +24,18 @@ Format (TOML shown; any mapping of the same shape works)::
     kind = "queue"                 # or "stack": Table.queue / Table.stack
     size = 1000
     signature = { obs = { shape = [4], dtype = "float32" } }
+
+Every ``[[store]]`` and ``[[table]]`` is an *array of tables* (two brackets): a single
+``[table]`` is refused with that advice. Every mistake raises
+:class:`~rlreplay.errors.InvalidArgumentError` naming the entry (``table[1] 'queue'``) and
+the key, before any table is built; :func:`load_config` adds the file's path and, for TOML
+syntax errors, the line and column.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -45,16 +53,75 @@ LIMITERS = {
     "Queue": Queue,
     "RateLimiter": RateLimiter,
 }
+TOP_KEYS = {"store", "table"}
+STORE_KEYS = {"name", "capacity", "signature", "lanes"}
 TABLE_KEYS = {
     "name", "store", "signature", "capacity", "max_size", "layout", "sampler", "remover",
     "rate_limiter", "max_times_sampled", "default_priority", "on_overwrite", "seed", "kind",
     "size",
 }  # fmt: skip
+KINDS = ("table", "queue", "stack")
+
+
+def load_config(path: str | os.PathLike) -> list[Table]:
+    """Tables described by the TOML file at ``path`` (see the module docstring).
+
+    Raises:
+        InvalidArgumentError: if the file is missing or unreadable, is not valid TOML (the
+            message gives the line and column), or describes tables wrongly.
+    """
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on Python 3.10 only
+        import tomli as tomllib
+    name = os.fspath(path)
+    try:
+        with open(name, "rb") as f:
+            config = tomllib.load(f)
+    except FileNotFoundError:
+        raise InvalidArgumentError(
+            f"config file {name!r} does not exist; give the path of a tables.toml "
+            "(examples/tables.toml is one)"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidArgumentError(f"config file {name!r} cannot be read: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidArgumentError(f"config file {name!r} is not valid TOML: {exc}") from None
+    try:
+        return tables_from_config(config)
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(f"config file {name!r}: {exc}") from None
+
+
+def _entries(config: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    """``config[key]`` as a list of mappings: ``[[key]]`` entries, not a single ``[key]``."""
+    entries = config.get(key, [])
+    if isinstance(entries, Mapping):
+        raise InvalidArgumentError(
+            f"[{key}] must be written [[{key}]] (two brackets, an array of tables: one "
+            f"[[{key}]] header per {key})"
+        )
+    if not isinstance(entries, list):
+        raise InvalidArgumentError(f"{key}={describe(entries)} must be a list of [[{key}]] entries")
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, Mapping):
+            raise InvalidArgumentError(
+                f"{key}[{i}]={describe(entry)} must be a table of keys (a [[{key}]] entry)"
+            )
+    return entries
+
+
+def _where(kind: str, i: int, entry: Mapping[str, Any]) -> str:
+    name = entry.get("name")
+    return f"{kind}[{i}] {name!r}" if isinstance(name, str) else f"{kind}[{i}]"
 
 
 def _signature(spec: Any, where: str) -> Signature:
-    if not isinstance(spec, Mapping):
-        raise InvalidArgumentError(f"{where}.signature must be a table of fields")
+    if not isinstance(spec, Mapping) or not spec:
+        raise InvalidArgumentError(
+            f"{where}: signature={describe(spec)} must be a table of fields, e.g. "
+            '{ obs = { shape = [4], dtype = "float32" }, reward = "float32" }'
+        )
 
     def leaf(value: Any) -> Any:
         if isinstance(value, Mapping) and set(value) <= {"shape", "dtype"} and value:
@@ -82,7 +149,7 @@ def _layout(spec: Any, signature: Signature, where: str) -> ItemLayout | None:
     if kind == "sequence":
         return ItemLayout.sequence(signature, **args)
     raise InvalidArgumentError(
-        f"{where}.layout={describe(spec)} is unknown; use 'rows', "
+        f"{where}: layout={describe(spec)} is unknown; use 'rows', "
         "{type='transition', n_step=..} or {type='sequence', length=..}"
     )
 
@@ -93,10 +160,90 @@ def _limiter(spec: Any, where: str) -> RateLimiter | None:
     kind = spec.get("type") if isinstance(spec, Mapping) else None
     if kind not in LIMITERS:
         raise InvalidArgumentError(
-            f"{where}.rate_limiter={describe(spec)} is unknown; give type= one of "
+            f"{where}: rate_limiter={describe(spec)} is unknown; give type= one of "
             f"{sorted(LIMITERS)}"
         )
     return LIMITERS[kind](**{k: v for k, v in spec.items() if k != "type"})
+
+
+def _selector(spec: Any, where: str, role: str):
+    if not isinstance(spec, Mapping):
+        raise InvalidArgumentError(
+            f'{where}: {role}={describe(spec)} must be a table such as {{ type = "Uniform" }}'
+        )
+    return selector_from_config(dict(spec))
+
+
+def _check_keys(entry: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    unknown = set(entry) - allowed
+    if unknown:
+        raise InvalidArgumentError(
+            f"{where} has unknown keys {sorted(unknown)}; allowed: {sorted(allowed)}"
+        )
+
+
+def _build(where: str, make: Any, *args: Any, **kwargs: Any) -> Any:
+    """``make(*args, **kwargs)``, with a wrong argument reported as the entry's error."""
+    try:
+        return make(*args, **kwargs)
+    except InvalidArgumentError as exc:
+        message = str(exc)
+        if message.startswith(where):
+            raise
+        raise InvalidArgumentError(f"{where}: {message}") from None
+    except (TypeError, ValueError, KeyError) as exc:
+        raise InvalidArgumentError(f"{where}: {type(exc).__name__}: {exc}") from None
+
+
+def _store(entry: Mapping[str, Any], where: str) -> StepStore:
+    _check_keys(entry, STORE_KEYS, where)
+    missing = [k for k in ("name", "capacity", "signature") if k not in entry]
+    if missing:
+        raise InvalidArgumentError(f"{where} needs name, capacity and signature; missing {missing}")
+    if not isinstance(entry["name"], str):
+        raise InvalidArgumentError(f'{where} needs name = "..." (a string)')
+    signature = _signature(entry["signature"], where)
+    return _build(where, StepStore, signature, entry["capacity"], entry.get("lanes", 1))
+
+
+def _table(entry: Mapping[str, Any], where: str, stores: dict[str, StepStore]) -> Table:
+    _check_keys(entry, TABLE_KEYS, where)
+    if not isinstance(entry.get("name"), str):
+        raise InvalidArgumentError(f'{where} needs name = "..." (a string)')
+    kwargs: dict[str, Any] = {}
+    if "store" in entry:
+        if entry["store"] not in stores:
+            raise InvalidArgumentError(
+                f"{where}: store={describe(entry['store'])} is not a [[store]] name: {list(stores)}"
+            )
+        kwargs["store"] = stores[entry["store"]]
+        signature = kwargs["store"].signature
+    else:
+        signature = _build(where, _signature, entry.get("signature"), where)
+        kwargs["signature"] = signature
+        if "capacity" in entry:
+            kwargs["capacity"] = entry["capacity"]
+    kind = entry.get("kind", "table")
+    if kind not in KINDS:
+        raise InvalidArgumentError(f"{where}: kind={describe(kind)} must be one of {KINDS}")
+    if kind in ("queue", "stack"):
+        if "size" not in entry:
+            raise InvalidArgumentError(f'{where}: kind = "{kind}" needs size = N (items)')
+        make = Table.queue if kind == "queue" else Table.stack
+        return _build(where, make, entry["name"], entry["size"], **kwargs)
+    layout = _build(where, _layout, entry.get("layout"), signature, where)
+    if layout is not None:
+        kwargs["layout"] = layout
+    for role in ("sampler", "remover"):
+        if role in entry:
+            kwargs[role] = _build(where, _selector, entry[role], where, role)
+    limiter = _build(where, _limiter, entry.get("rate_limiter"), where)
+    if limiter is not None:
+        kwargs["rate_limiter"] = limiter
+    for key in ("max_size", "max_times_sampled", "default_priority", "on_overwrite", "seed"):
+        if key in entry:
+            kwargs[key] = entry[key]
+    return _build(where, Table, entry["name"], **kwargs)
 
 
 def tables_from_config(config: Mapping[str, Any]) -> list[Table]:
@@ -105,59 +252,24 @@ def tables_from_config(config: Mapping[str, Any]) -> list[Table]:
     Raises:
         InvalidArgumentError: naming the table or store and the entry that is wrong.
     """
-    stores: dict[str, StepStore] = {}
-    for i, entry in enumerate(config.get("store", [])):
-        where = f"store[{i}]"
-        try:
-            stores[entry["name"]] = StepStore(
-                _signature(entry.get("signature"), where),
-                entry["capacity"],
-                entry.get("lanes", 1),
-            )
-        except (KeyError, TypeError) as exc:
-            raise InvalidArgumentError(f"{where} needs name, capacity and signature") from exc
-    tables = []
-    entries = config.get("table", [])
-    if not entries:
+    if not isinstance(config, Mapping):
+        raise InvalidArgumentError(f"config={describe(config)} must be a mapping")
+    _check_keys(config, TOP_KEYS, "the configuration")
+    store_entries = _entries(config, "store")
+    table_entries = _entries(config, "table")
+    if not table_entries:
         raise InvalidArgumentError("the configuration defines no [[table]]")
-    for i, entry in enumerate(entries):
-        where = f"table[{i}]"
-        unknown = set(entry) - TABLE_KEYS
-        if unknown:
-            raise InvalidArgumentError(
-                f"{where} has unknown keys {sorted(unknown)}; allowed: {sorted(TABLE_KEYS)}"
-            )
-        if "name" not in entry:
-            raise InvalidArgumentError(f"{where} needs a name")
-        kwargs: dict[str, Any] = {}
-        if "store" in entry:
-            if entry["store"] not in stores:
-                raise InvalidArgumentError(
-                    f"{where}.store={entry['store']!r} is not a [[store]] name: {list(stores)}"
-                )
-            kwargs["store"] = stores[entry["store"]]
-            signature = kwargs["store"].signature
-        else:
-            signature = _signature(entry.get("signature"), where)
-            kwargs["signature"] = signature
-            if "capacity" in entry:
-                kwargs["capacity"] = entry["capacity"]
-        kind = entry.get("kind", "table")
-        if kind in ("queue", "stack"):
-            make = Table.queue if kind == "queue" else Table.stack
-            tables.append(make(entry["name"], entry["size"], **kwargs))
-            continue
-        layout = _layout(entry.get("layout"), signature, where)
-        if layout is not None:
-            kwargs["layout"] = layout
-        for role in ("sampler", "remover"):
-            if role in entry:
-                kwargs[role] = selector_from_config(dict(entry[role]))
-        limiter = _limiter(entry.get("rate_limiter"), where)
-        if limiter is not None:
-            kwargs["rate_limiter"] = limiter
-        for key in ("max_size", "max_times_sampled", "default_priority", "on_overwrite", "seed"):
-            if key in entry:
-                kwargs[key] = entry[key]
-        tables.append(Table(entry["name"], **kwargs))
-    return tables
+    stores: dict[str, StepStore] = {}
+    for i, entry in enumerate(store_entries):
+        where = _where("store", i, entry)
+        store = _store(entry, where)
+        if entry["name"] in stores:
+            raise InvalidArgumentError(f"{where}: another [[store]] has this name")
+        stores[entry["name"]] = store
+    names = [e.get("name") for e in table_entries]
+    duplicates = sorted({n for n in names if isinstance(n, str) and names.count(n) > 1})
+    if duplicates:
+        raise InvalidArgumentError(f"table names must be unique; repeated: {duplicates}")
+    return [
+        _table(entry, _where("table", i, entry), stores) for i, entry in enumerate(table_entries)
+    ]
