@@ -3,21 +3,26 @@
  *
  * put_row(array_type, columns, paths, row, step) -> bool
  *     step is a dict with one value per path. When every value is one the store can take
- *     without conversion, writes value j into columns[j][row] for every j and returns True:
+ *     as it is, writes value j into columns[j][row] for every j and returns True:
  *       - an array of exactly array_type (numpy.ndarray), C-contiguous, with the column's
  *         element format and one row's shape;
- *       - a Python float (or int) for a scalar float32/float64 column, an int for a scalar
- *         int64 column, a bool for a scalar bool column.
- *     Otherwise (another key set, a dtype that needs a cast, a shape that is wrong, any
- *     other type) returns False and writes nothing: the caller then validates the step in
- *     Python, which converts what it may and names what is wrong.
+ *       - for a scalar column, a Python bool, int or float, or a numpy scalar (bool_,
+ *         signed or unsigned integer, float32, float64) that the signature's casting rule
+ *         admits for the column and that fits it (see specs.py): a bool into any numeric
+ *         column, an integer into an integer column whose range holds it or into a float
+ *         column, a float into a float column (rounded to float32 there).
+ *     Otherwise (another key set, a value that needs a cast this code does not make, that
+ *     does not fit, a wrong shape, any other type, or a column whose element type this code
+ *     does not write: complex, byte-swapped, datetime, strings, ...) returns False and
+ *     writes nothing: the caller then validates the step in Python, which converts what
+ *     the rule admits and names what is wrong. So a step is stored identically with and
+ *     without this module.
  *
  * put_rows(array_type, columns, paths, start, n, steps) -> bool
  *     The same for a batch: every value an array as above with a leading axis of n,
  *     written to rows start .. start + n - 1 (which must lie in the columns).
  *
- * Each column must be a C-contiguous array with at least one dimension (TypeError
- * otherwise); rows outside the columns raise ValueError. The caller holds the store's lock.
+ * Rows outside the columns raise ValueError. The caller holds the store's lock.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -48,13 +53,9 @@ element_code(const char *fmt)
 typedef struct {
     Py_buffer col;
     Py_buffer val;
-    int has_val; /* val holds an array buffer to copy from */
-    char code;   /* the column's element code */
-    union {
-        double f;
-        long long i;
-        char b;
-    } scalar;
+    int has_val;   /* val holds an array buffer to copy from */
+    char code;     /* the column's element code */
+    char bytes[8]; /* a scalar value, converted to the column's element type */
 } Field;
 
 static void
@@ -66,6 +67,199 @@ release(Field *fields, Py_ssize_t count)
         }
         PyBuffer_Release(&fields[j].col);
     }
+}
+
+/* Whether this module writes columns of element code `code` and size `itemsize`. */
+static int
+column_supported(char code, Py_ssize_t itemsize)
+{
+    switch (code) {
+    case '?':
+        return itemsize == 1;
+    case 'f':
+        return itemsize == 4;
+    case 'd':
+        return itemsize == 8;
+    case 'b': case 'h': case 'i': case 'l': case 'q':
+    case 'B': case 'H': case 'I': case 'L': case 'Q':
+        return itemsize == 1 || itemsize == 2 || itemsize == 4 || itemsize == 8;
+    default:
+        return 0;
+    }
+}
+
+/* A scalar read from a Python or numpy scalar: kind 'b' (bool), 'i' (signed), 'u'
+ * (unsigned, above the signed range) or 'f' (float). */
+typedef struct {
+    char kind;
+    long long i;
+    unsigned long long u;
+    double f;
+} Scalar;
+
+/* A numpy scalar (a zero-dimensional buffer) of a bool, integer or float32/64 format. */
+static int
+read_buffer_scalar(PyObject *v, Scalar *s)
+{
+    Py_buffer b;
+    if (PyObject_GetBuffer(v, &b, PyBUF_FORMAT | PyBUF_ND) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    int ok = b.ndim == 0;
+    char code = ok ? element_code(b.format) : 0;
+    const char *p = (const char *)b.buf;
+    if (code == '?' && b.itemsize == 1) {
+        s->kind = 'b';
+        s->i = *p != 0;
+    }
+    else if (code == 'f' && b.itemsize == 4) {
+        float x;
+        memcpy(&x, p, 4);
+        s->kind = 'f';
+        s->f = x;
+    }
+    else if (code == 'd' && b.itemsize == 8) {
+        s->kind = 'f';
+        memcpy(&s->f, p, 8);
+    }
+    else if (code != 0 && strchr("bhilq", code) != NULL) {
+        s->kind = 'i';
+        switch (b.itemsize) {
+        case 1: { int8_t x; memcpy(&x, p, 1); s->i = x; break; }
+        case 2: { int16_t x; memcpy(&x, p, 2); s->i = x; break; }
+        case 4: { int32_t x; memcpy(&x, p, 4); s->i = x; break; }
+        case 8: { int64_t x; memcpy(&x, p, 8); s->i = x; break; }
+        default: ok = 0;
+        }
+    }
+    else if (code != 0 && strchr("BHILQ", code) != NULL) {
+        unsigned long long u = 0;
+        switch (b.itemsize) {
+        case 1: { uint8_t x; memcpy(&x, p, 1); u = x; break; }
+        case 2: { uint16_t x; memcpy(&x, p, 2); u = x; break; }
+        case 4: { uint32_t x; memcpy(&x, p, 4); u = x; break; }
+        case 8: { uint64_t x; memcpy(&x, p, 8); u = x; break; }
+        default: ok = 0;
+        }
+        if (u > (unsigned long long)INT64_MAX) {
+            s->kind = 'u';
+            s->u = u;
+        }
+        else {
+            s->kind = 'i';
+            s->i = (long long)u;
+        }
+    }
+    else {
+        ok = 0;
+    }
+    PyBuffer_Release(&b);
+    return ok;
+}
+
+/* Reads a Python bool, int or float, or a numpy scalar; 0 for anything else. */
+static int
+read_scalar(PyObject *v, Scalar *s)
+{
+    if (PyBool_Check(v)) {
+        s->kind = 'b';
+        s->i = v == Py_True;
+        return 1;
+    }
+    if (PyFloat_Check(v)) { /* numpy.float64 too */
+        s->kind = 'f';
+        s->f = PyFloat_AS_DOUBLE(v);
+        return 1;
+    }
+    if (PyLong_Check(v)) {
+        int overflow = 0;
+        long long i = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (i == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
+        }
+        if (!overflow) {
+            s->kind = 'i';
+            s->i = i;
+            return 1;
+        }
+        if (overflow < 0) {
+            return 0;
+        }
+        unsigned long long u = PyLong_AsUnsignedLongLong(v);
+        if (u == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
+        }
+        s->kind = 'u';
+        s->u = u;
+        return 1;
+    }
+    if (Py_TYPE(v)->tp_as_buffer != NULL && !PyBytes_Check(v) && !PyByteArray_Check(v)) {
+        return read_buffer_scalar(v, s);
+    }
+    return 0;
+}
+
+/* Converts s into a column of element code `code` and size `itemsize` at `to` (8 bytes)
+ * when the casting rule admits it and it fits; 0 otherwise, writing nothing. */
+static int
+convert_scalar(const Scalar *s, char code, Py_ssize_t itemsize, char *to)
+{
+    if (code == '?') {
+        if (s->kind != 'b') {
+            return 0;
+        }
+        *to = (char)s->i;
+        return 1;
+    }
+    if (code == 'f' || code == 'd') {
+        double x;
+        switch (s->kind) {
+        case 'u': x = (double)s->u; break;
+        case 'f': x = s->f; break;
+        default: x = (double)s->i; /* bool or signed */
+        }
+        if (code == 'f') {
+            float y = (float)x;
+            memcpy(to, &y, 4);
+        }
+        else {
+            memcpy(to, &x, 8);
+        }
+        return 1;
+    }
+    if (s->kind == 'f') {
+        return 0; /* a float into an integer column: refused by the Python path */
+    }
+    int is_signed = strchr("bhilq", code) != NULL;
+    int bits = (int)itemsize * 8;
+    if (s->kind == 'u') { /* above INT64_MAX: only a uint64 column holds it */
+        if (is_signed || bits != 64) {
+            return 0;
+        }
+        memcpy(to, &s->u, 8);
+        return 1;
+    }
+    long long i = s->i;
+    if (is_signed) {
+        long long lo = bits == 64 ? INT64_MIN : -(1LL << (bits - 1));
+        long long hi = bits == 64 ? INT64_MAX : (1LL << (bits - 1)) - 1;
+        if (i < lo || i > hi) {
+            return 0;
+        }
+    }
+    else if (i < 0 || (bits < 64 && i > (long long)((1ULL << bits) - 1))) {
+        return 0;
+    }
+    switch (itemsize) { /* the value fits: the low bytes are the value (two's complement) */
+    case 1: { int8_t x = (int8_t)i; memcpy(to, &x, 1); break; }
+    case 2: { int16_t x = (int16_t)i; memcpy(to, &x, 2); break; }
+    case 4: { int32_t x = (int32_t)i; memcpy(to, &x, 4); break; }
+    default: { int64_t x = (int64_t)i; memcpy(to, &x, 8); }
+    }
+    return 1;
 }
 
 /* Whether v can go into field f as is (1) or not (0); fills f's source. batch < 0: v is
@@ -95,32 +289,8 @@ accept_value(Field *f, PyObject *v, PyObject *array_type, Py_ssize_t batch)
     if (batch >= 0 || c->ndim != 1) {
         return 0;
     }
-    if (PyFloat_CheckExact(v) && (f->code == 'f' || f->code == 'd')) {
-        f->scalar.f = PyFloat_AS_DOUBLE(v);
-        return 1;
-    }
-    if (PyLong_CheckExact(v)) {
-        int overflow = 0;
-        long long i = PyLong_AsLongLongAndOverflow(v, &overflow);
-        if (overflow || (i == -1 && PyErr_Occurred())) {
-            PyErr_Clear();
-            return 0;
-        }
-        if (f->code == 'f' || f->code == 'd') {
-            f->scalar.f = (double)i;
-            return 1;
-        }
-        if ((f->code == 'q' || f->code == 'l') && c->itemsize == 8) {
-            f->scalar.i = i;
-            return 1;
-        }
-        return 0;
-    }
-    if (PyBool_Check(v) && f->code == '?') {
-        f->scalar.b = (char)(v == Py_True);
-        return 1;
-    }
-    return 0;
+    Scalar s;
+    return read_scalar(v, &s) && convert_scalar(&s, f->code, c->itemsize, f->bytes);
 }
 
 static void
@@ -128,31 +298,14 @@ write_value(const Field *f, Py_ssize_t row)
 {
     Py_ssize_t row_bytes = f->col.len / f->col.shape[0];
     char *to = (char *)f->col.buf + row * row_bytes;
-    if (f->has_val) {
-        if (f->val.len >= STREAM_BYTES) {
-            stream_copy(to, (const char *)f->val.buf, (size_t)f->val.len);
-        }
-        else {
-            memcpy(to, f->val.buf, (size_t)f->val.len);
-        }
-        return;
+    if (!f->has_val) {
+        memcpy(to, f->bytes, (size_t)f->col.itemsize);
     }
-    switch (f->code) {
-    case 'f': {
-        float x = (float)f->scalar.f;
-        memcpy(to, &x, sizeof x);
-        break;
+    else if (f->val.len >= STREAM_BYTES) {
+        stream_copy(to, (const char *)f->val.buf, (size_t)f->val.len);
     }
-    case 'd':
-        memcpy(to, &f->scalar.f, sizeof(double));
-        break;
-    case '?':
-        *to = f->scalar.b;
-        break;
-    default: { /* int64 */
-        int64_t x = (int64_t)f->scalar.i;
-        memcpy(to, &x, sizeof x);
-    }
+    else {
+        memcpy(to, f->val.buf, (size_t)f->val.len);
     }
 }
 
@@ -182,18 +335,15 @@ put(PyObject *array_type, PyObject *columns, PyObject *paths, Py_ssize_t row,
         if (PyObject_GetBuffer(PyTuple_GET_ITEM(columns, j), &f->col,
                                PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_ND | PyBUF_WRITABLE) <
             0) {
-            PyErr_Clear();
-            PyErr_Format(PyExc_TypeError, "column %zd must be a writable C-contiguous array", j);
-            release(fields, acquired);
-            return NULL;
+            PyErr_Clear(); /* e.g. datetime columns, which numpy exports no buffer for */
+            ok = 0;
+            break;
         }
         acquired++;
         f->code = element_code(f->col.format);
-        if (f->col.ndim < 1 || f->code == 0) {
-            PyErr_SetString(PyExc_TypeError, "each column must be an array of one element type "
-                                             "with at least one dimension");
-            release(fields, acquired);
-            return NULL;
+        if (f->col.ndim < 1 || !column_supported(f->code, f->col.itemsize)) {
+            ok = 0; /* complex, byte-swapped, strings, ...: the Python path writes them */
+            break;
         }
         if (row < 0 || rows < 1 || row > f->col.shape[0] - rows) {
             PyErr_Format(PyExc_ValueError, "rows [%zd, %zd) are outside the columns' %zd rows",
@@ -253,10 +403,10 @@ static PyMethodDef methods[] = {
     {"put_row", put_row, METH_VARARGS,
      "put_row(array_type, columns, paths, row, step) -> bool: write step[paths[j]] into "
      "columns[j][row] for every j when every value fits its column as is (an array of "
-     "array_type with the column's dtype and row shape, or a Python scalar for a scalar "
-     "float, int64 or bool column); otherwise write nothing and return False.\n"
-     "Raises TypeError for a column that is not a C-contiguous array, ValueError for a row "
-     "outside the columns."},
+     "array_type with the column's dtype and row shape, or a Python or numpy scalar that "
+     "the casting rule admits and that fits a scalar column); otherwise, or for a column "
+     "of an element type this module does not write, write nothing and return False.\n"
+     "Raises ValueError for a row outside the columns."},
     {"put_rows", put_rows, METH_VARARGS,
      "put_rows(array_type, columns, paths, start, n, steps) -> bool: put_row for a batch: "
      "each value an array of n rows, written to rows start .. start + n - 1.\n"

@@ -156,6 +156,8 @@ class ItemDraws:
             out[name] = dest = buffers.empty(rows.shape + col.shape[1:], col.dtype)
             if rows.ndim > 1:  # a sequence window is copied as B * T whole rows
                 rows, dest = rows.reshape(-1), dest.reshape(rows.size, *col.shape[1:])
+            if col.dtype.kind in "mM":  # numpy exports no buffer for these: copy as int64
+                col, dest = col.view(np.int64), dest.view(np.int64)
             sources.append(col)
             rows_of.append(rows)
             dests.append(dest)
