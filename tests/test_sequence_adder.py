@@ -146,3 +146,68 @@ def test_bad_sequence_arguments_raise(length, period, burn_in):
     table = Table("s", signature=SIG, capacity=256, layout=SequenceAdder.layout(SIG, 2))
     with pytest.raises(InvalidArgumentError):
         SequenceAdder(table, length, period, burn_in=burn_in)
+
+
+@pytest.mark.parametrize(
+    ("max_length", "steps", "terminated"),
+    [
+        pytest.param(3, 3, True, id="steps_equal_max_length"),
+        pytest.param(3, 6, False, id="steps_twice_max_length_truncated"),
+        pytest.param(3, 2, True, id="rows_equal_max_length"),
+        pytest.param(3, 4, True, id="steps_one_past_max_length"),
+        pytest.param(1, 3, True, id="max_length_one"),
+        pytest.param(4, 1, False, id="one_step"),
+    ],
+)
+def test_episode_items_hold_every_row_once_final_observation_included(
+    max_length, steps, terminated
+):
+    table = Table(
+        "ep",
+        signature=SIG,
+        capacity=256,
+        layout=EpisodeAdder.layout(SIG, max_length),
+        sampler=Fifo(),
+        max_times_sampled=1,
+    )
+    adder = EpisodeAdder(table, max_length, num_envs=None)
+    adder.reset(np.zeros(3, np.float32))
+    for t in range(1, steps + 1):
+        end = t == steps
+        adder.add(t, 1.0, np.full(3, t, np.float32), end and terminated, end and not terminated)
+    data = table.sample(table.size).data
+    rows = data["obs"][data["mask"]][:, 0]  # items in order, real rows only
+    np.testing.assert_array_equal(rows, np.arange(steps + 1))
+    assert data["mask"][:, 0].all(), "no item is empty"
+    np.testing.assert_array_equal(data["action"][data["mask"]], [*range(1, steps + 1), 0])
+    assert data["discount"][data["mask"]][-2] == (0.0 if terminated else 1.0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    num_envs=st.integers(1, 3),
+    mode=st.sampled_from(["next_step", "same_step"]),
+    seed=st.integers(0, 10_000),
+    max_length=st.integers(1, 5),
+)
+def test_episode_items_partition_each_episode_into_its_rows(num_envs, mode, seed, max_length):
+    envs, obs = make_vec(num_envs, mode, seed, max_len=9)
+    table = Table(
+        "ep",
+        signature=SIG,
+        capacity=4096,
+        layout=EpisodeAdder.layout(SIG, max_length),
+        sampler=Fifo(),
+        max_times_sampled=1,
+    )
+    adder = EpisodeAdder(table, max_length, num_envs=num_envs, autoreset_mode=mode)
+    logs = fill(adder, envs, obs, 30, seed)
+    data = table.sample(table.size).data
+    check_sequences(data, logs, max_length, True)
+    seen: dict[tuple[int, int], list[int]] = {}
+    for k in range(len(data["obs"])):
+        real = data["obs"][k][data["mask"][k]]
+        seen.setdefault((int(real[0, 0]), int(real[0, 1])), []).extend(real[:, 2].astype(int))
+    played = {key: ep for key, ep in logs.items() if ep["rewards"]}
+    expected = {key: list(range(len(ep["rewards"]) + 1)) for key, ep in played.items()}
+    assert {key: sorted(rows) for key, rows in seen.items()} == expected
