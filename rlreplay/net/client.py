@@ -33,6 +33,19 @@ from rlreplay.net.payloads import as_sample, rows_arrays, update_arrays
 
 # Extra seconds a client waits past a call's timeout for the server's own timeout reply.
 REPLY_GRACE_S = 0.5
+# The server must not start a request later than this before its client gives up, leaving
+# the reply time to arrive.
+EXPIRY_MARGIN_S = 0.25
+
+
+class _CallTimeout:
+    """``timeout`` of calls that never block: they wait ``Client.call_timeout``."""
+
+    def __repr__(self) -> str:
+        return "CALL"
+
+
+CALL: Any = _CallTimeout()
 
 
 class Client:
@@ -99,21 +112,25 @@ class Client:
         self.__init__(**state)
 
     # -------------------------------------------------------------- socket
+    def _connect(self) -> zmq.Socket:
+        """A new DEALER socket connected to the server."""
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, 1000)
+        sock.setsockopt(zmq.RCVHWM, 1000)
+        if self._server_key is not None:
+            sock.curve_serverkey = self._server_key
+            sock.curve_publickey, sock.curve_secretkey = self._client_keys
+        if auth.is_ipv6(self.address):
+            sock.setsockopt(zmq.IPV6, 1)
+        sock.connect(self.address)
+        return sock
+
     def _channel(self) -> Channel:
         """This thread's socket and reply bookkeeping (opened on first use per process)."""
         ch = getattr(self._local, "channel", None)
         if ch is None or ch.pid != os.getpid():
-            sock = zmq.Context.instance().socket(zmq.DEALER)
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.setsockopt(zmq.SNDHWM, 1000)
-            sock.setsockopt(zmq.RCVHWM, 1000)
-            if self._server_key is not None:
-                sock.curve_serverkey = self._server_key
-                sock.curve_publickey, sock.curve_secretkey = self._client_keys
-            if auth.is_ipv6(self.address):
-                sock.setsockopt(zmq.IPV6, 1)
-            sock.connect(self.address)
-            ch = self._local.channel = Channel(sock)
+            ch = self._local.channel = Channel(self._connect)
             with self._lock:
                 self._channels = [c for c in self._channels if c.pid == ch.pid] + [ch]
         return ch
@@ -134,69 +151,141 @@ class Client:
         self.close()
 
     # ------------------------------------------------------------- messaging
-    def _send(self, header: dict, arrays: Mapping[str, np.ndarray] | None = None) -> int:
-        """Send a request without waiting; returns its id."""
+    def _until(self, timeout: Any) -> float | None:
+        """When a call with ``timeout`` gives up: ``CALL`` (``call_timeout``) or seconds
+        the server may block it (plus ``REPLY_GRACE_S``), as a ``time.monotonic()`` value;
+        None (no timeout) waits as long as the server answers pings."""
+        if timeout is CALL:
+            return time.monotonic() + self.call_timeout
+        return None if timeout is None else time.monotonic() + timeout + REPLY_GRACE_S
+
+    def _send(
+        self,
+        header: dict,
+        arrays: Mapping[str, np.ndarray] | None = None,
+        *,
+        until: Any = CALL,
+        expires: float | None = None,
+        timeout: Any = CALL,
+    ) -> int:
+        """Send a request without waiting for its reply; returns its id.
+
+        Before the first request on a socket, a ping learns the server's epoch, its clock
+        and its message size limit. Each request is stamped with the epoch, so a
+        restarted server refuses requests meant for its predecessor.
+
+        Args:
+            until: ``time.monotonic()`` by which the request must be on its way (the
+                handshake and a full send queue included); None: as long as the server
+                answers pings; default: ``call_timeout`` from now.
+            expires: ``time.monotonic()`` after which the server must not start the
+                request (this client stops waiting for it then); None: no such limit.
+            timeout: seconds the server may block the request, sent as ``"timeout"``,
+                shortened to what is left before ``until`` (default: the header's own).
+
+        Raises:
+            ServerUnavailableError: if the server did not answer the handshake or take the
+                request before ``until`` (the request is then dropped, never sent later).
+            InvalidArgumentError: if the request is larger than the server accepts.
+        """
+        if until is CALL:
+            until = time.monotonic() + self.call_timeout
+        ch = self._channel()
+        ping = header.get("op") == "ping"
+        if not ping and not ch.greeted:
+            self._wait_until(self._send({"op": "ping"}, until=until), until)
+            ch.greeted = True
+        if timeout is not CALL:
+            if timeout is not None and until is not None:
+                # the server gives up (and answers) before this client does
+                timeout = max(min(timeout, until - REPLY_GRACE_S - time.monotonic()), 1e-6)
+            header["timeout"] = timeout
         rid = next(self._ids)
         header["id"] = rid
+        if ch.epoch is not None and not ping:
+            header["epoch"] = ch.epoch
+        if expires is not None:
+            # In the server's clock, early by at most a round trip; a margin is left for
+            # the reply to travel back before this client gives up.
+            header["expires"] = expires - EXPIRY_MARGIN_S + ch.clock_offset
         frames = wire.encode(header, arrays)
-        sock = self._channel().sock
+        if arrays and ch.max_message_bytes is not None:
+            self._check_size(frames, ch.max_message_bytes)
+        sock = ch.sock
         try:
             sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
         except zmq.Again:
-            if not sock.poll(int(self.call_timeout * 1000), zmq.POLLOUT):
-                raise ServerUnavailableError(
-                    f"could not send to {self.address} for {self.call_timeout}s"
-                ) from None
+            left = 2 * self.liveness_s if until is None else until - time.monotonic()
+            if left <= 0 or not sock.poll(max(1, int(left * 1000)), zmq.POLLOUT):
+                message = f"could not send to {self.address} within {max(left, 0):.3g}s"
+                ch.reset(message)
+                raise ServerUnavailableError(message) from None
             sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
+        ch.sent(rid)
         return rid
 
+    def _check_size(self, frames: list, limit: int) -> None:
+        size = sum(f.nbytes if isinstance(f, np.ndarray) else len(f) for f in frames)
+        if size > limit:
+            raise InvalidArgumentError(
+                f"this request is {size} bytes, more than the server at {self.address} accepts "
+                f"(max_message_bytes={limit}); send fewer rows or steps per call"
+            )
+
     def _wait(self, rid: int, timeout: float | None) -> tuple[dict, dict]:
+        """Wait up to ``timeout`` seconds for the reply to ``rid`` (see :meth:`_wait_until`)."""
+        return self._wait_until(rid, None if timeout is None else time.monotonic() + timeout)
+
+    def _wait_until(self, rid: int, until: float | None) -> tuple[dict, dict]:
         """Wait for the reply to ``rid``; raise its typed error if it failed.
 
         Args:
-            timeout: seconds to wait; ``None`` waits as long as the server answers pings.
-                A ping goes out ``REPLY_GRACE_S`` before a bounded wait ends, to tell a
-                live but busy server (ReplayTimeoutError) from a dead one.
+            until: ``time.monotonic()`` to give up at; ``None`` waits as long as the server
+                answers pings. A ping goes out ``REPLY_GRACE_S`` before a bounded wait
+                ends, to tell a live but busy server (ReplayTimeoutError) from a dead one.
 
         Raises:
-            ServerUnavailableError: if the server did not answer at all.
+            ServerUnavailableError: if the server did not answer at all. The socket is
+                then dropped with everything still queued in it, and every other request
+                outstanding on it fails the same way: none of them is applied later.
+            ServerRestartedError: if the server restarted since the request was sent.
             ReplayTimeoutError: if the server answers but this call did not complete.
         """
         start = time.monotonic()
-        deadline = None if timeout is None else start + timeout
         last_ping = ping_sent = -float("inf")
         ch = self._channel()
         while rid not in ch.replies:
             now = time.monotonic()
-            if deadline is not None:
-                if now >= deadline:
-                    ch.abandoned.add(rid)
+            if until is not None:
+                if now >= until:
                     if ch.last_heard > ping_sent:
+                        ch.abandon(rid)
                         raise ReplayTimeoutError(
                             f"the replay server at {self.address} answers, but this call "
-                            f"did not complete within {timeout:.3g}s"
+                            f"did not complete within {until - start:.3g}s"
                         )
-                    raise ServerUnavailableError(
+                    self._unavailable(
+                        ch,
                         f"no reply from the replay server at {self.address} within "
-                        f"{timeout:.3g}s (server down, unreachable, or rejecting this "
-                        "client's credentials)"
+                        f"{until - start:.3g}s (server down, unreachable, or rejecting this "
+                        "client's credentials)",
                     )
-                if deadline - now <= REPLY_GRACE_S and ping_sent < start:
+                if until - now <= REPLY_GRACE_S and ping_sent < start:
                     ping_sent = now
-                    ch.abandoned.add(self._send({"op": "ping"}))
-                wait = deadline - now
+                    ch.abandon(self._send({"op": "ping"}, until=until))
+                wait = until - now
                 if ping_sent < start:
                     wait -= REPLY_GRACE_S
             else:
                 silent = now - max(ch.last_heard, start)
                 if silent >= 2 * self.liveness_s:
-                    ch.abandoned.add(rid)
-                    raise ServerUnavailableError(
+                    self._unavailable(
+                        ch,
                         f"the replay server at {self.address} stopped answering "
-                        f"({silent:.3g}s without a reply to a ping)"
+                        f"({silent:.3g}s without a reply to a ping)",
                     )
                 if silent >= self.liveness_s and now - last_ping >= self.liveness_s:
-                    ch.abandoned.add(self._send({"op": "ping"}))
+                    ch.abandon(self._send({"op": "ping"}, until=None))
                     last_ping = now
                 wait = self.liveness_s
             if ch.wait(wait):
@@ -206,24 +295,47 @@ class Client:
             raise wire.error_from_code(header.get("code"), str(header.get("message", "")))
         return header, arrays
 
+    def _unavailable(self, ch: Channel, message: str) -> None:
+        """Drop the channel's socket and queued requests; raise ServerUnavailableError."""
+        ch.reset(message)
+        raise ServerUnavailableError(message)
+
     def _call(
-        self, header: dict, arrays: Mapping[str, np.ndarray] | None = None, timeout: Any = "call"
+        self,
+        header: dict,
+        arrays: Mapping[str, np.ndarray] | None = None,
+        timeout: Any = CALL,
+        until: Any = CALL,
     ) -> tuple[dict, dict]:
-        wait = self.call_timeout if timeout == "call" else timeout
-        if timeout != "call":
-            header["timeout"] = timeout
-            wait = None if timeout is None else timeout + REPLY_GRACE_S
-        return self._wait(self._send(header, arrays), wait)
+        """Send a request and wait for its reply.
+
+        Args:
+            timeout: seconds the server may block the call (a rate limiter), ``None`` for
+                no limit, or ``CALL`` for calls that never block (they wait
+                ``call_timeout``).
+            until: when the whole call gives up (default: from ``timeout``), so that work
+                done before sending (a handshake, a description) counts against it too.
+        """
+        if until is CALL:
+            until = self._until(timeout)
+        rid = self._send(header, arrays, until=until, expires=until, timeout=timeout)
+        return self._wait_until(rid, until)
 
     # ---------------------------------------------------------- table calls
     def ping(self, timeout: float = 5.0) -> list[str]:
         """Names of the served tables; raises ServerUnavailableError if none answers."""
-        return list(self._wait(self._send({"op": "ping"}), timeout)[0]["tables"])
+        timeout = check_timeout(timeout)
+        until = None if timeout is None else time.monotonic() + timeout
+        return list(self._wait_until(self._send({"op": "ping"}, until=until), until)[0]["tables"])
 
     def describe(self, table: str) -> dict[str, Any]:
         """Signature, layout and sizes of ``table`` (cached)."""
+        return self._describe(table, CALL)
+
+    def _describe(self, table: str, until: Any) -> dict[str, Any]:
+        """:meth:`describe`, fetched (once) within the caller's ``until``."""
         if self._descriptions is None:
-            self._descriptions = self._call({"op": "describe"})[0]["tables"]
+            self._descriptions = self._call({"op": "describe"}, until=until)[0]["tables"]
         if table not in self._descriptions:
             raise InvalidArgumentError(
                 f"table {describe(table)} is not served at {self.address}; tables: "
@@ -242,15 +354,36 @@ class Client:
         *,
         timeout: float | None = None,
     ) -> np.ndarray:
-        """:meth:`Table.insert` on the server's ``table``; returns the new keys."""
-        arrays = rows_arrays(self.signature(table), rows, self.describe(table)["is_rows"], table)
+        """:meth:`Table.insert` on the server's ``table``; returns the new keys.
+
+        ``timeout`` bounds the whole call (fetching the table's description the first
+        time included), plus ``REPLY_GRACE_S`` for the server's answer.
+
+        Raises:
+            InvalidArgumentError: for rows, priorities or a timeout that the table would
+                refuse (nothing is sent).
+            RateLimiterTimeoutError: if the rate limiter blocked the insert for ``timeout``.
+            ServerUnavailableError: if the server did not answer (the insert was not
+                applied and never will be; ServerRestartedError if it restarted).
+        """
+        timeout = check_timeout(timeout)
+        until = self._until(timeout)
+        desc = self._describe(table, until)
+        sig = Signature.from_json(desc["signature"])
+        arrays = rows_arrays(sig, rows, desc["is_rows"], table)
         header: dict[str, Any] = {"op": "insert", "table": table}
         if priorities is not None:
-            if np.ndim(priorities) == 0:
-                header["priority"] = float(priorities)
+            try:
+                prios = np.asarray(priorities, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise InvalidArgumentError(
+                    f"priorities={describe(priorities)} must be a number or one number per row"
+                ) from None
+            if prios.ndim == 0:
+                header["priority"] = float(prios)
             else:
-                arrays["priorities"] = np.asarray(priorities, dtype=np.float64)
-        return self._call(header, arrays, check_timeout(timeout))[1]["keys"]
+                arrays["priorities"] = prios
+        return self._call(header, arrays, timeout, until)[1]["keys"]
 
     def sample(
         self,
@@ -274,6 +407,7 @@ class Client:
             table: the table's name.
             batch_size: items to sample.
             timeout: seconds the rate limiter may block the sample (``None``: no limit).
+                It bounds the whole call, plus ``REPLY_GRACE_S`` for the server's answer.
             update: ``(keys, priorities)`` for :meth:`Table.update_priorities` on the same
                 table. The server checks and applies it when the request arrives, before
                 sampling (so the sample already sees the new priorities); keys of items no
@@ -288,11 +422,24 @@ class Client:
             InvalidArgumentError: for an invalid batch size, timeout or update (the same
                 error :meth:`update_priorities` raises for that update).
             RateLimiterTimeoutError: if the sample waited ``timeout`` seconds.
-            ServerUnavailableError: if the server does not answer (then whether the update
-                was applied is unknown).
+            ServerUnavailableError: if the server does not answer; neither the sample nor
+                the update was applied, nor will be (ServerRestartedError if the server
+                restarted meanwhile).
         """
-        rid = self.sample_async(table, batch_size, timeout=timeout, update=update)
-        return self.sample_result(rid, timeout)
+        timeout = check_timeout(timeout)
+        until = self._until(timeout)
+        header, arrays = self._sample_request(table, batch_size, update)
+        return as_sample(*self._call(header, arrays, timeout, until))
+
+    def _sample_request(self, table: str, batch_size: Any, update: Any) -> tuple[dict, dict]:
+        header = {"op": "sample", "table": table, "batch_size": _plain_int(batch_size)}
+        if update is None:
+            return header, {}
+        if not isinstance(update, tuple) or len(update) != 2:
+            raise InvalidArgumentError(
+                f"update={describe(update)} must be a (keys, priorities) pair or None"
+            )
+        return header, update_arrays(*update, prefix="update/")
 
     def sample_async(
         self,
@@ -310,26 +457,29 @@ class Client:
         Raises:
             InvalidArgumentError: for an invalid timeout, or an update whose keys are not
                 integers or whose priorities are not numbers.
+            ServerUnavailableError: if the request could not be sent within ``timeout``.
         """
         timeout = check_timeout(timeout)
-        header = {"op": "sample", "table": table, "batch_size": batch_size, "timeout": timeout}
-        if update is None:
-            return self._send(header)
-        if not isinstance(update, tuple) or len(update) != 2:
-            raise InvalidArgumentError(
-                f"update={describe(update)} must be a (keys, priorities) pair or None"
-            )
-        return self._send(header, update_arrays(*update, prefix="update/"))
+        header, arrays = self._sample_request(table, batch_size, update)
+        return self._send(header, arrays, until=self._until(timeout), timeout=timeout)
 
     def sample_result(self, rid: int, timeout: float | None = None) -> Sample:
         """The sample requested as ``rid`` (waits up to ``timeout`` + a short grace)."""
-        wait = None if timeout is None else timeout + REPLY_GRACE_S
-        return as_sample(*self._wait(rid, wait))
+        return as_sample(*self._wait_until(rid, self._until(check_timeout(timeout))))
 
     def update_priorities(self, table: str, keys: Any, priorities: Any, *, wait: bool = True):
-        """:meth:`Table.update_priorities`; with ``wait=False`` returns at once (None) and
-        the server only logs errors. A learner can instead send the update with its next
-        sample request (``sample(..., update=(keys, priorities))``) and save a round trip."""
+        """:meth:`Table.update_priorities`: one priority per key, or one for all keys.
+
+        With ``wait=False`` returns at once (None) and the server only logs errors. A
+        learner can instead send the update with its next sample request
+        (``sample(..., update=(keys, priorities))``) and save a round trip.
+
+        Returns:
+            How many items were updated (keys of items no longer held are skipped).
+
+        Raises:
+            InvalidArgumentError: for keys or priorities the table refuses.
+        """
         arrays = update_arrays(keys, priorities)
         header: dict[str, Any] = {"op": "update_priorities", "table": table}
         if not wait:
@@ -340,19 +490,22 @@ class Client:
 
     def delete(self, table: str, keys: Any) -> int:
         """:meth:`Table.delete`; returns how many items were removed."""
-        return int(
-            self._call({"op": "delete", "table": table}, {"keys": np.asarray(keys)})[0]["count"]
-        )
+        keys = update_arrays(keys, 0.0)["keys"]
+        return int(self._call({"op": "delete", "table": table}, {"keys": keys})[0]["count"])
 
     def reset(self, table: str) -> None:
         """:meth:`Table.reset` on the server's ``table``."""
         self._call({"op": "reset", "table": table})
 
     def can_insert(self, table: str, num_inserts: int = 1) -> bool:
-        return bool(self._call({"op": "can_insert", "table": table, "n": num_inserts})[0]["result"])
+        """:meth:`Table.can_insert` on the server's ``table``."""
+        header = {"op": "can_insert", "table": table, "n": _plain_int(num_inserts)}
+        return bool(self._call(header)[0]["result"])
 
     def can_sample(self, table: str, num_samples: int = 1) -> bool:
-        return bool(self._call({"op": "can_sample", "table": table, "n": num_samples})[0]["result"])
+        """:meth:`Table.can_sample` on the server's ``table``."""
+        header = {"op": "can_sample", "table": table, "n": _plain_int(num_samples)}
+        return bool(self._call(header)[0]["result"])
 
     def info(self, table: str) -> TableInfo:
         """:meth:`Table.info` of the server's ``table``."""
@@ -387,3 +540,9 @@ class Client:
 
     def __repr__(self) -> str:
         return f"Client({self.address!r})"
+
+
+def _plain_int(value: Any) -> Any:
+    """A numpy integer as a Python int (what the wire carries); anything else unchanged,
+    for the server to check."""
+    return int(value) if isinstance(value, np.integer) else value

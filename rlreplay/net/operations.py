@@ -34,7 +34,7 @@ class TableOperations:
         return self.tables[name]
 
     def _op_ping(self, header, arrays):
-        return {"tables": sorted(self.tables)}, None
+        return {"tables": sorted(self.tables), "max_message_bytes": self.max_message_bytes}, None
 
     def _op_describe(self, header, arrays):
         return {"tables": self._descriptions}, None

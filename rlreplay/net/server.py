@@ -12,17 +12,27 @@ table code in parallel anyway, and a pool would bound how many calls can wait at
 
 Replies go out with ``NOBLOCK``: a client that stops reading only loses its own replies once
 its queue is full (ROUTER drops them), so one slow or dead client never stalls the others.
+
+Faults. Every reply carries the server's *epoch*, a random number drawn at each start, so
+a client notices a restart on the same address and fails the calls the old server took
+(:class:`~rlreplay.errors.ServerRestartedError`). A request stamped with another epoch (sent
+to the predecessor, still queued) is refused, as is one that arrives after the time its
+client stops waiting (``expires``): a call that raised never takes effect later. What one
+client may cost is bounded (:class:`~rlreplay.net.limits.ClientLedger`): message size, bytes
+of unread replies, parked calls, and parked calls of clients that went silent.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
 import zmq
 
 from rlreplay.core.table import Table
@@ -32,10 +42,13 @@ from rlreplay.errors import (
     ProtocolError,
     RateLimiterTimeoutError,
     ReplayError,
+    ReplayTimeoutError,
+    ServerRestartedError,
     describe,
 )
 from rlreplay.net import auth, handlers, wire
 from rlreplay.net.ingest import WriterSession
+from rlreplay.net.limits import ClientLedger, check_limit
 from rlreplay.net.operations import TableOperations
 
 log = logging.getLogger("rlreplay.net")
@@ -59,10 +72,23 @@ class Server(TableOperations):
         insecure: allow binding a non-loopback address without CURVE (logged loudly).
         metrics_port: serve Prometheus metrics on this port (needs ``prometheus-client``).
         recheck_s: longest interval between re-checks of parked calls.
+        max_message_bytes: largest request accepted (ZeroMQ ``MAXMSGSIZE``; a peer that
+            sends a larger one is disconnected). Clients learn it and refuse to send larger
+            requests themselves.
+        max_unread_bytes: bytes of replies the server holds for one client that does not
+            read them; past it the client's requests are refused with
+            :class:`~rlreplay.errors.ResourceLimitError` until it reads.
+        max_parked_per_client: calls of one client that may wait on rate limiters at once;
+            a further ``insert``/``sample``/``write`` is refused (ResourceLimitError).
+        parked_expiry_s: a call parked *without* a timeout is dropped (answered with
+            ReplayTimeoutError) once its client has sent nothing for this many seconds.
+            Waiting clients ping every ``liveness_s`` (default 5 s), so only clients that
+            vanished (or stopped reading for this long) lose their calls.
 
     Raises:
-        InvalidArgumentError: for duplicate table names, or a non-loopback ``bind`` without
-            ``curve_secret_key`` and without ``insecure=True``.
+        InvalidArgumentError: for duplicate table names, a non-loopback ``bind`` without
+            ``curve_secret_key`` and without ``insecure=True``, or a limit that is not a
+            positive number.
 
     Example:
         >>> with Server([table]) as server:                       # doctest: +SKIP
@@ -81,7 +107,15 @@ class Server(TableOperations):
         insecure: bool = False,
         metrics_port: int | None = None,
         recheck_s: float = 0.05,
+        max_message_bytes: int = 1 << 30,
+        max_unread_bytes: int = 256 << 20,
+        max_parked_per_client: int = 1000,
+        parked_expiry_s: float = 300.0,
     ):
+        check_limit("max_message_bytes", max_message_bytes, 1024, integer=True)
+        check_limit("max_unread_bytes", max_unread_bytes, 0, integer=True)
+        check_limit("max_parked_per_client", max_parked_per_client, 1, integer=True)
+        check_limit("parked_expiry_s", parked_expiry_s, 0.001)
         tables = list(tables)
         names = [t.name for t in tables]
         if not tables or len(set(names)) != len(names):
@@ -110,6 +144,11 @@ class Server(TableOperations):
         self.insecure = insecure
         self.metrics_port = metrics_port
         self.recheck_s = recheck_s
+        self.max_message_bytes = max_message_bytes
+        self.parked_expiry_s = float(parked_expiry_s)
+        self.clients = ClientLedger(max_unread_bytes, max_parked_per_client)
+        # Drawn at each start: replies carry it so that clients notice a restart.
+        self.epoch: int | None = None
         self.address: str | None = None
         self._ctx: zmq.Context | None = None
         self._thread: threading.Thread | None = None
@@ -120,6 +159,7 @@ class Server(TableOperations):
         self._sessions: dict[int, tuple[WriterSession, float]] = {}
         self._rates = {n: deque(maxlen=12) for n in self.tables}
         self._metrics_server = None
+        self._last_drop_log = -float("inf")
         self._ops = {name[4:]: getattr(self, name) for name in dir(self) if name.startswith("_op_")}
 
     # ----------------------------------------------------------- lifecycle
@@ -134,10 +174,12 @@ class Server(TableOperations):
             raise ClosedError("the server was already started; create a new Server")
         self._ctx = zmq.Context()
         self._auth = None
+        self.epoch = secrets.randbits(63)
         sock = self._ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SNDHWM, 1000)
         sock.setsockopt(zmq.RCVHWM, 1000)
+        sock.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
         if self.curve_secret_key is not None:
             self._auth = auth.start_curve(
                 self._ctx, sock, self.curve_secret_key, self.authorized_keys
@@ -243,8 +285,10 @@ class Server(TableOperations):
                             break
                         self._handle(sock.recv_multipart(copy=False))
                 if self._parked:
-                    self._retry_parked()
+                    # Expire first: a call past its deadline (or whose client went silent)
+                    # must not be run by the retry after a long stall of this process.
                     self._expire_parked()
+                    self._retry_parked()
         except zmq.ContextTerminated:
             pass
         except BaseException as exc:  # keep the reason for the log
@@ -259,10 +303,24 @@ class Server(TableOperations):
             wake.close(linger=0)
 
     def _send(self, identity: Any, frames: list) -> None:
+        """Send a reply without blocking. A large reply is tracked until ZeroMQ releases it,
+        so the bytes held for a client that does not read are known (and bounded)."""
+        nbytes = 0
+        if len(frames) > 1:
+            nbytes = sum(f.nbytes if isinstance(f, np.ndarray) else len(f) for f in frames)
         try:
-            self._sock.send_multipart([identity, *frames], zmq.NOBLOCK, copy=False)
+            if nbytes < wire.ZERO_COPY_BYTES:
+                self._sock.send_multipart([identity, *frames], zmq.NOBLOCK, copy=False)
+                return
+            # The last frame leaves last: once ZeroMQ releases it, the reply is sent.
+            frames[-1] = zmq.Frame(frames[-1], copy=False, track=True)
+            tracker = self._sock.send_multipart([identity, *frames], zmq.NOBLOCK, copy=False)
+            self.clients.sent(identity.bytes, tracker, nbytes)
         except zmq.Again:
-            log.warning("dropped a reply to a client that is not reading (queue full)")
+            now = time.monotonic()
+            if now - self._last_drop_log >= 10.0:
+                self._last_drop_log = now
+                log.warning("dropped a reply to a client that is not reading (queue full)")
         except zmq.ZMQError as exc:
             log.warning("could not reply to a client: %s", exc)
 
@@ -271,12 +329,21 @@ class Server(TableOperations):
     ) -> None:
         header["id"] = rid
         header["ok"] = True
+        header["epoch"] = self.epoch
+        header["now"] = time.monotonic()
         self._send(identity, wire.encode(header, arrays, version))
 
     def _reply_error(
         self, identity: Any, rid: Any, exc: BaseException, version: int = OLDEST_VERSION
     ) -> None:
-        header = {"id": rid, "ok": False, "code": wire.error_code(exc), "message": str(exc)}
+        header = {
+            "id": rid,
+            "ok": False,
+            "code": wire.error_code(exc),
+            "message": str(exc),
+            "epoch": self.epoch,
+            "now": time.monotonic(),
+        }
         self._send(identity, wire.encode(header, None, version))
 
     def _handle(self, frames: list) -> bool:
@@ -291,12 +358,22 @@ class Server(TableOperations):
             method = self._ops.get(op) if isinstance(op, str) else None
             if method is None:
                 raise ProtocolError(f"unknown operation {describe(op)}")
+            client = identity.bytes
+            now = time.monotonic()
+            self.clients.heard(client, now)
+            expires = self._check_envelope(header, op, now)
+            self.clients.admit(client, op)
             result = method(header, arrays)
             if isinstance(result, handlers.Job):
                 result.identity, result.rid, result.version = identity, rid, version
+                if expires is not None:
+                    dl = result.deadline
+                    result.deadline = expires if dl is None else min(dl, expires)
                 reply = result.attempt()
                 if reply is None:
                     result.parked_at = time.monotonic()
+                    result.client = client
+                    self.clients.park(client, result.parked_at)
                     self._parked.append(result)
                 else:
                     self._reply(identity, rid, *reply, version)
@@ -310,6 +387,36 @@ class Server(TableOperations):
             exc = ReplayError(f"internal server error: {exc!r}")
             self._reply_error(identity, rid, exc, version)
         return True
+
+    def _check_envelope(self, header: dict, op: str, now: float) -> float | None:
+        """Refuse a request meant for an earlier server or arriving after its client gave
+        up; returns its ``expires`` time (this server's clock) or None.
+
+        Raises:
+            ServerRestartedError: the request is stamped with another server's epoch.
+            ReplayTimeoutError: the request arrived after its ``expires`` time.
+            ProtocolError: for an ``epoch`` or ``expires`` that is not a number.
+        """
+        epoch, expires = header.get("epoch"), header.get("expires")
+        if epoch is not None and op != "ping":
+            if not isinstance(epoch, int) or isinstance(epoch, bool):
+                raise ProtocolError(f"request field 'epoch' is {describe(epoch)}, not an int")
+            if epoch != self.epoch:
+                raise ServerRestartedError(
+                    f"the request was sent to an earlier server at {self.address} (epoch "
+                    f"{epoch}); this server (epoch {self.epoch}) started since and did not "
+                    "apply it"
+                )
+        if expires is None:
+            return None
+        if not isinstance(expires, (int, float)) or isinstance(expires, bool):
+            raise ProtocolError(f"request field 'expires' is {describe(expires)}, not a number")
+        if now > expires:
+            raise ReplayTimeoutError(
+                f"the request reached the server {now - expires:.3g}s after its client stopped "
+                "waiting for it; it was not applied"
+            )
+        return float(expires)
 
     def _retry_parked(self) -> None:
         progress = True
@@ -333,16 +440,30 @@ class Server(TableOperations):
                     progress = True
 
     def _expire_parked(self) -> None:
+        """Answer parked calls past their deadline, and drop calls parked without one
+        whose client has sent nothing for ``parked_expiry_s``."""
         now = time.monotonic()
         for job in list(self._parked):
-            if job.deadline is not None and now >= job.deadline:
+            if job.deadline is not None:
+                if now < job.deadline:
+                    continue
                 waited = self._finish(job)
-                self._abort_write(job)
-                exc = RateLimiterTimeoutError(job.timeout_message(waited))
-                self._reply_error(job.identity, job.rid, exc, job.version)
+                exc: ReplayError = RateLimiterTimeoutError(job.timeout_message(waited))
+            else:
+                silent = self.clients.silent_for(job.client, now)
+                if silent < self.parked_expiry_s:
+                    continue
+                self._finish(job)
+                exc = ReplayTimeoutError(
+                    f"the {job.what} was dropped: its client sent nothing for {silent:.3g}s "
+                    f"(the server's parked_expiry_s={self.parked_expiry_s:g})"
+                )
+            self._abort_write(job)
+            self._reply_error(job.identity, job.rid, exc, job.version)
 
     def _finish(self, job: handlers.Job) -> float:
         self._parked.remove(job)
+        self.clients.unpark(job.client)
         waited = time.monotonic() - job.parked_at
         with job.table.lock:
             lim = job.table.rate_limiter
@@ -360,3 +481,4 @@ class Server(TableOperations):
         idle = [w for w, (_, used) in self._sessions.items() if now - used > 3600]
         for w in idle:
             del self._sessions[w]
+        self.clients.prune()

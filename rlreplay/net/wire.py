@@ -89,7 +89,7 @@ def encode(
         if version == 1:
             meta = []
             for name, arr in arrays.items():
-                a = np.ascontiguousarray(arr)
+                a = _contiguous(arr)
                 meta.append((name, a.dtype.str, a.shape))
                 frames.append(a if a.nbytes >= ZERO_COPY_BYTES else a.tobytes())
         else:
@@ -100,6 +100,13 @@ def encode(
     return frames
 
 
+def _contiguous(a: Any) -> np.ndarray:
+    """``a`` as a C-contiguous array of the same shape (0-d arrays stay 0-d, which
+    ``np.ascontiguousarray`` would make 1-d)."""
+    a = np.asarray(a)
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
 ALIGN = 8  # byte alignment of arrays in a packed frame
 _PAD = bytes(ALIGN)
 
@@ -108,7 +115,7 @@ def _pack(arrays: Mapping[str, np.ndarray], frames: list) -> list:
     """Version 2 layout, appended to ``frames``: the arrays under ``ZERO_COPY_BYTES`` share
     frame 1 (each at an offset aligned to ``ALIGN`` bytes), each larger one follows in a
     frame of its own. Returns the ``"arrays"`` entries, in the order of ``arrays``."""
-    contiguous = [(name, np.ascontiguousarray(a)) for name, a in arrays.items()]
+    contiguous = [(name, _contiguous(a)) for name, a in arrays.items()]
     first_large = 2 if any(a.nbytes < ZERO_COPY_BYTES for _, a in contiguous) else 1
     meta, parts, large = [], [], []
     offset = 0
