@@ -8,6 +8,7 @@ real servers on 127.0.0.1, and checks the exit status (2: the command cannot run
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -267,6 +268,9 @@ def test_keygen_writes_a_pair_and_never_overwrites_it(tmp_path):
     assert (tmp_path / "keys" / "client.key").exists() and os.stat(secret).st_mode & 0o077 == 0
     line = one_line_error(cli("keygen", "keys", "--name", "client", cwd=tmp_path), 2)
     assert "never overwritten" in line and secret.read_bytes() == before
+    (tmp_path / "a_file").write_text("")
+    line = one_line_error(cli("keygen", "a_file", cwd=tmp_path), 2)
+    assert "cannot write keys to the folder 'a_file'" in line
 
 
 def test_kernel_status_says_a_kernel_that_is_absent_was_not_built():
@@ -288,3 +292,10 @@ def test_kernel_status_gives_the_import_error_of_a_kernel_that_fails_to_load(tmp
     (status,) = kernel_status(["rlreplay_broken_kernel"])
     assert not status.active and status.path == str(tmp_path / "rlreplay_broken_kernel.py")
     assert status.reason == "import error: undefined symbol: rr_gather_rows"
+
+
+def test_the_build_report_lists_every_extension_setup_builds():
+    from rlreplay.core._compiled import KERNELS
+
+    built = re.findall(r'Extension\(\s*"([\w.]+)"', (ROOT / "setup.py").read_text())
+    assert sorted(built) == sorted(KERNELS)

@@ -27,14 +27,6 @@ KERNELS = (
 )
 """Every compiled kernel, in the order :func:`kernel_status` reports them."""
 
-KERNEL_USERS = (
-    "rlreplay.core.storage",
-    "rlreplay.core.item_draws",
-    "rlreplay.core.item_slots",
-    "rlreplay.core.selectors.sum_tree",
-)
-"""The modules that load the kernels (with :func:`load_kernel`) when they are imported."""
-
 NOT_BUILT = (
     "not built: no C compiler at install (reinstall with a compiler to build it: "
     "`pip install --force-reinstall --no-deps .`)"
@@ -108,8 +100,7 @@ def kernel_status(modules: Sequence[str] = KERNELS) -> list[KernelStatus]:
         >>> [s.module for s in kernel_status()][0]
         'rlreplay.core._store'
     """
-    for user in KERNEL_USERS:  # each loads its kernel when it is imported
-        importlib.import_module(user)
+    importlib.import_module("rlreplay")  # its modules load their kernels when imported
     for module in modules:
         if module not in _loaded:
             load_kernel(module)

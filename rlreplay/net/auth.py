@@ -131,7 +131,7 @@ def keygen(folder: str | os.PathLike, name: str = "server") -> tuple[str, str]:
 
     Raises:
         InvalidArgumentError: if ``name`` is not a plain file name, either file exists, or
-            the folder cannot be created.
+            the folder cannot be created or written.
     """
     import zmq.auth
 
@@ -143,14 +143,17 @@ def keygen(folder: str | os.PathLike, name: str = "server") -> tuple[str, str]:
             f"{os.fspath(folder)!r} already holds {existing}: keys are never overwritten; "
             "choose another name or folder (or delete the old pair on purpose)"
         )
+    old_umask = os.umask(0o077)  # the secret file is never readable by others, not even briefly
     try:
         Path(folder).mkdir(parents=True, exist_ok=True)
+        public, secret = zmq.auth.create_certificates(os.fspath(folder), name)
+        os.chmod(public, 0o644)
     except OSError as exc:
         raise InvalidArgumentError(
-            f"cannot create the key folder {os.fspath(folder)!r}: {exc}"
+            f"cannot write keys to the folder {os.fspath(folder)!r}: {exc}"
         ) from None
-    public, secret = zmq.auth.create_certificates(os.fspath(folder), name)
-    os.chmod(secret, 0o600)
+    finally:
+        os.umask(old_umask)
     return public, secret
 
 
