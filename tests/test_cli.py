@@ -117,6 +117,11 @@ CONFIG_ERRORS = {
     "single_bracket_table": ("[table]\nname = 't'\n", ["[table] must be written [[table]]"]),
     "unknown_key": (TABLE + "max_sise = 3\n", ["table[0] 't'", "max_sise"]),
     "queue_without_size": (TABLE + "kind = 'queue'\n", ["table[0] 't'", "size"]),
+    "store_too_large_for_memory": (
+        "[[table]]\nname = 't'\nmax_size = 2_000_000_000\n"
+        "signature = { obs = { shape = [1_000_000], dtype = 'float64' } }\n",
+        ["table[0] 't'", "Unable to allocate", "smaller capacity"],
+    ),
     "bad_limiter_argument": (
         TABLE + "rate_limiter = { type = 'MinSize', size = 3 }\n",
         ["table[0] 't'", "size"],

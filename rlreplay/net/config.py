@@ -193,6 +193,10 @@ def _build(where: str, make: Any, *args: Any, **kwargs: Any) -> Any:
         raise InvalidArgumentError(f"{where}: {message}") from None
     except (TypeError, ValueError, KeyError) as exc:
         raise InvalidArgumentError(f"{where}: {type(exc).__name__}: {exc}") from None
+    except MemoryError as exc:
+        raise InvalidArgumentError(
+            f"{where}: {exc or 'out of memory'}; give a smaller capacity or max_size"
+        ) from None
 
 
 def _store(entry: Mapping[str, Any], where: str) -> StepStore:
