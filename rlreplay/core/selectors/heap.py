@@ -21,7 +21,9 @@ class _Heap(Selector):
 
     Index: key (float64) and seq (int64) per slot plus about ``n/15`` int64 winners, about
     17 bytes per slot. Costs: insert, update and delete ``O(b * 16 * log16 n)`` for a batch
-    of ``b`` in a few numpy calls per level; first(1) O(1); first(k>1) O(n log n).
+    of ``b`` in a few numpy calls per level; first(1) O(1); first(k > 1), and so choosing
+    ``k`` victims, ``O(16 k log(16 k) log16 n)``: one sort of at most ``16 k`` winners per
+    level, independent of ``n``.
     """
 
     deterministic = True
@@ -97,11 +99,45 @@ class _Heap(Selector):
         self.size = 0
 
     def first(self, k: int) -> np.ndarray:
-        if k == 1 and self.size:
+        """The ``k`` first held slots in ``(key, seq)`` order: the slots that ``k``
+        removals of the winner one after another would take, in that order.
+
+        Descends the tree from the root keeping, at each level, only the ``k`` nodes with
+        the best winners: a node whose winner has ``k`` better winners beside it (each the
+        best of a disjoint subtree) holds no slot among the first ``k``.
+        """
+        k = min(int(k), self.size)
+        if k <= 0:
+            return np.empty(0, dtype=np.int64)
+        if k == 1:
             return np.array([self.levels[-1][0]], dtype=np.int64)
-        held = np.flatnonzero(self.seq != _NO_SEQ)
-        order = np.lexsort((self.seq[held], self.key[held]))
-        return held[order[:k]]
+        spread = np.arange(FANOUT, dtype=np.int64)
+        nodes = np.zeros(1, dtype=np.int64)  # the root, in the top level
+        for depth in range(len(self.levels) - 1, -1, -1):
+            children = (nodes[:, None] * FANOUT + spread).ravel()
+            if depth == 0:  # the children are slots
+                children = children[children < self.capacity]
+                winners = children = children[self.seq[children] != _NO_SEQ]
+            else:
+                winners = self.levels[depth - 1][children]
+                held = winners != EMPTY
+                children, winners = children[held], winners[held]
+            nodes = children[self._best(winners, k)]
+        return nodes[np.lexsort((self.seq[nodes], self.key[nodes]))]
+
+    def _best(self, slots: np.ndarray, k: int) -> np.ndarray:
+        """Indices of the ``k`` first of ``slots`` in ``(key, seq)`` order (all of them when
+        there are at most ``k``), in no particular order; O(len(slots)) plus a sort of the
+        slots whose key ties with the k-th."""
+        if len(slots) <= k:
+            return np.arange(len(slots))
+        keys = self.key[slots]
+        kth = np.partition(keys, k - 1)[k - 1]
+        below = np.flatnonzero(keys < kth)
+        ties = np.flatnonzero(keys == kth)
+        if len(below) + len(ties) > k:  # the oldest of the tied slots go first
+            ties = ties[np.argsort(self.seq[slots[ties]])[: k - len(below)]]
+        return np.concatenate([below, ties])
 
     def sample(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         return np.full(n, self.first(1)[0], dtype=np.int64), np.ones(n)
