@@ -17,31 +17,7 @@ from typing import Any
 import numpy as np
 
 from rlreplay.core.specs import SEPARATOR, Signature, flatten, unflatten
-from rlreplay.core.table import Table
 from rlreplay.errors import InvalidArgumentError, SignatureError, describe
-
-
-def writer_signature(writer: Any) -> Signature:
-    """The step signature a writer appends with (``writer.signature``, its store's, or
-    its first table's store's).
-
-    Raises:
-        InvalidArgumentError: if the writer exposes none.
-    """
-    sig = getattr(writer, "signature", None)
-    if isinstance(sig, Signature):
-        return sig
-    store = getattr(writer, "store", None)
-    if isinstance(getattr(store, "signature", None), Signature):
-        return store.signature
-    for table in getattr(writer, "tables", ()):
-        if isinstance(table, Table):
-            return table.store.signature
-    raise InvalidArgumentError(
-        f"writer={describe(writer)} exposes no step signature (a 'signature' or "
-        "'store.signature' attribute, or Table objects in 'tables'); the adder checks "
-        "each step against it"
-    )
 
 
 def _is_obs(path: str) -> bool:
@@ -230,13 +206,34 @@ class StepInputs:
         count = self.num_envs if count is None else count
         if not self.batched:
             return {p: a[None] for p, a in sig.check_row(data, argument, False).items()}
-        arrays, n = sig.check_batch(data, argument)
+        try:
+            arrays, n = sig.check_batch(data, argument)
+        except SignatureError:
+            self._name_short_batch(sig, data, argument, count)
+            raise
         if n != count:
             raise InvalidArgumentError(
                 f"{argument} holds {n} environments' values; expected {count} "
                 f"(num_envs={self.num_envs})"
             )
         return arrays
+
+    @staticmethod
+    def _name_short_batch(sig: Signature, data: Any, argument: str, count: int) -> None:
+        """After ``sig`` refused ``data``: raise naming the first field whose leading axis
+        is not ``count`` environments, if there is one (a clearer error than the
+        signature's, which compares fields with each other)."""
+        try:
+            flat = flatten(data) if isinstance(data, Mapping) else {}
+        except InvalidArgumentError:
+            return
+        for path in sig.paths:
+            shape = np.shape(flat[path]) if path in flat else None
+            if shape is not None and shape[:1] != (count,):
+                raise SignatureError(
+                    f"{argument}[{path!r}] has shape {shape}; expected a leading axis of "
+                    f"{count} environments"
+                )
 
     def _obs_entries(
         self, value: Any, prefix: str, argument: str, batch: bool | None = None

@@ -27,11 +27,8 @@ unchanged (a network writer works the same way) at a small, bounded memory cost;
 lockstep ``lanes`` store would avoid the copies but would store every autoreset step
 and could not give each environment its own episode boundaries.
 
-Autoreset (gymnasium 1.x): with ``"next_step"`` (the default), the call after an
-episode ended carries the reset observation for that environment; it starts the next
-episode and is not a transition. With ``"same_step"``, the observation returned with
-``terminated``/``truncated`` is already the reset observation and the true final one is
-read from ``info["final_obs"]``.
+Autoreset modes: see :mod:`rlreplay.writers.autoreset`. Every call's arguments are
+checked (:class:`~rlreplay.writers.step_inputs.StepInputs`) before anything changes.
 """
 
 from __future__ import annotations
@@ -44,10 +41,10 @@ import numpy as np
 from rlreplay.core.specs import unflatten
 from rlreplay.core.table import Table
 from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.writers.adder_writer import adder_writer, writer_signature, writer_store
 from rlreplay.writers.autoreset import final_obs_source, mode_name
 from rlreplay.writers.sequence_items import SequenceItems
-from rlreplay.writers.step_inputs import StepInputs, writer_signature
-from rlreplay.writers.trajectory_writer import TrajectoryWriter
+from rlreplay.writers.step_inputs import StepInputs
 
 
 class StreamAdder:
@@ -102,12 +99,7 @@ class StreamAdder:
                     f"{describe(rule)}"
                 )
             self.span = max(self.span, self.pad + rule.span)
-        if isinstance(writer, Table) or (
-            isinstance(writer, (list, tuple)) and writer and isinstance(writer[0], Table)
-        ):
-            store = writer.store if isinstance(writer, Table) else writer[0].store
-        else:
-            store = getattr(writer, "store", None)
+        store = writer_store(writer)
         fixed = self.span - 1 + self.lag + self.pad + 2
         if chunk_length is None:
             room = 64 if store is None else store.capacity - fixed
@@ -126,23 +118,14 @@ class StreamAdder:
         self.priority = priority
         self.timeout = timeout
         self.capacity = fixed + chunk_length
-        if isinstance(writer, Table) or (
-            isinstance(writer, (list, tuple)) and writer and isinstance(writer[0], Table)
-        ):
-            if store.capacity < self.capacity:
-                raise InvalidArgumentError(
-                    f"the store keeps {store.capacity} steps but this adder appends chunks "
-                    f"that need {self.capacity} (span - 1 + chunk_length + lag + pad + 2); "
-                    "lower chunk_length or enlarge the store"
-                )
-            writer = TrajectoryWriter(writer, history=self.capacity)
-        history = getattr(writer, "history", None)
-        if history is not None and history < self.capacity:
-            raise InvalidArgumentError(
-                f"the writer keeps history={history} steps; this adder needs at least "
-                f"{self.capacity} (span - 1 + chunk_length + lag + pad + 2); create it with "
-                f"TrajectoryWriter(tables, history={self.capacity}) or pass the tables"
-            )
+        self._inputs = StepInputs(
+            writer_signature(writer),
+            self.computed,
+            self.num_envs,
+            self.batched,
+            bool(getattr(self, "stacked_obs", False)),
+        )
+        writer = adder_writer(writer, self.capacity)
         self.writer = writer
         if tables is None:
             seq = [t for t, _ in self._sequences]
@@ -155,13 +138,6 @@ class StreamAdder:
         self._sequence_spans = [self._span_of(t) for t, _ in self._sequences]
         for _, rule in self._sequences:
             rule.bind(self.num_envs)
-        self._inputs = StepInputs(
-            writer_signature(writer),
-            self.computed,
-            self.num_envs,
-            self.batched,
-            bool(getattr(self, "stacked_obs", False)),
-        )
         n = self.num_envs
         self._active = np.zeros(n, dtype=bool)
         self._awaiting_reset = np.zeros(n, dtype=bool)

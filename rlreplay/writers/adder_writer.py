@@ -1,0 +1,80 @@
+"""What an adder writes through: a writer, or tables it creates a writer over."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlreplay.core.specs import Signature
+from rlreplay.core.storage import StepStore
+from rlreplay.core.table import Table
+from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.writers.trajectory_writer import TrajectoryWriter
+
+
+def _tables(writer: Any) -> list[Table] | None:
+    """``writer`` as a list of tables, or ``None`` when it is a writer."""
+    if isinstance(writer, Table):
+        return [writer]
+    if isinstance(writer, (list, tuple)) and writer and isinstance(writer[0], Table):
+        return list(writer)
+    return None
+
+
+def writer_store(writer: Any) -> StepStore | None:
+    """The store the adder's rows go to, when it is known locally (``None``: remote)."""
+    tables = _tables(writer)
+    return tables[0].store if tables else getattr(writer, "store", None)
+
+
+def adder_writer(writer: Any, capacity: int) -> Any:
+    """``writer`` itself, or a :class:`TrajectoryWriter` over the given tables, keeping
+    the ``capacity`` rows the adder may still reach back to.
+
+    Raises:
+        InvalidArgumentError: if the store or the writer's history is shorter than
+            ``capacity``.
+    """
+    tables = _tables(writer)
+    if tables is not None:
+        store = tables[0].store
+        if store.capacity < capacity:
+            raise InvalidArgumentError(
+                f"the store keeps {store.capacity} steps but this adder appends chunks "
+                f"that need {capacity} (span - 1 + chunk_length + lag + pad + 2); "
+                "lower chunk_length or enlarge the store"
+            )
+        writer = TrajectoryWriter(tables, history=capacity)
+    history = getattr(writer, "history", None)
+    if history is not None and history < capacity:
+        raise InvalidArgumentError(
+            f"the writer keeps history={history} steps; this adder needs at least "
+            f"{capacity} (span - 1 + chunk_length + lag + pad + 2); create it with "
+            f"TrajectoryWriter(tables, history={capacity}) or pass the tables"
+        )
+    return writer
+
+
+def writer_signature(writer: Any) -> Signature:
+    """The step signature of a writer's (or tables') store: ``writer.signature``, its
+    store's, or its first table's store's.
+
+    Raises:
+        InvalidArgumentError: if the writer exposes none.
+    """
+    tables = _tables(writer)
+    if tables is not None:
+        return tables[0].store.signature
+    sig = getattr(writer, "signature", None)
+    if isinstance(sig, Signature):
+        return sig
+    store = getattr(writer, "store", None)
+    if isinstance(getattr(store, "signature", None), Signature):
+        return store.signature
+    for table in getattr(writer, "tables", ()):
+        if isinstance(table, Table):
+            return table.store.signature
+    raise InvalidArgumentError(
+        f"writer={describe(writer)} exposes no step signature (a 'signature' or "
+        "'store.signature' attribute, or Table objects in 'tables'); the adder checks "
+        "each step against it"
+    )
