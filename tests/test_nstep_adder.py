@@ -148,6 +148,11 @@ def test_single_env_without_batch_axis_and_termination_zeroes_discount():
         pytest.param({"n": 2, "discount": 0.9, "stack": 0}, id="stack_zero"),
         pytest.param({"n": 2, "discount": 0.9, "chunk_length": 0}, id="chunk_zero"),
         pytest.param({"n": 2, "discount": 0.9, "autoreset_mode": "sometimes"}, id="bad_mode"),
+        pytest.param({"n": 2, "discount": 0.9, "priority": -1.0}, id="negative_priority"),
+        pytest.param({"n": 2, "discount": 0.9, "priority": "high"}, id="priority_not_a_number"),
+        pytest.param({"n": 2, "discount": 0.9, "timeout": 0}, id="timeout_zero"),
+        pytest.param({"n": 2, "discount": 0.9, "timeout": "1s"}, id="timeout_not_a_number"),
+        pytest.param({"n": 2, "discount": 0.9, "num_envs": 0}, id="num_envs_zero"),
     ],
 )
 def test_bad_adder_arguments_raise_typed_errors(kwargs):

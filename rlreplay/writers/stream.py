@@ -38,8 +38,10 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.core.keys import check_priorities
 from rlreplay.core.specs import unflatten
 from rlreplay.core.table import Table
+from rlreplay.core.table_checks import check_timeout
 from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.writers.adder_writer import adder_writer, writer_signature, writer_store
 from rlreplay.writers.autoreset import final_obs_source, mode_name
@@ -111,6 +113,14 @@ class StreamAdder:
                 f"num_envs={describe(num_envs)} must be an int >= 1, or None for one env "
                 "without a batch axis"
             )
+        if priority is not None:
+            if isinstance(priority, bool) or not isinstance(priority, (int, float, np.number)):
+                raise InvalidArgumentError(
+                    f"priority={describe(priority)} must be a number >= 0, or None for each "
+                    "table's default"
+                )
+            check_priorities(priority, 1, "priority")
+        timeout = check_timeout(timeout)
         self.batched = num_envs is not None
         self.num_envs = num_envs or 1
         self.mode = mode_name(autoreset_mode)
@@ -381,7 +391,12 @@ class StreamAdder:
 
     def flush(self, timeout: float | None = None) -> None:
         """Append every complete buffered row and create the items it allows, then flush
-        the writer. Steps whose fields are not known yet (an n-step return) stay buffered."""
+        the writer. Steps whose fields are not known yet (an n-step return) stay buffered.
+
+        Raises:
+            InvalidArgumentError: for a ``timeout`` that is not ``None`` or seconds > 0.
+        """
+        timeout = check_timeout(timeout)
         for i in np.flatnonzero(self._active):
             self._flush_env(int(i), ended=False, terminated=False)
         self.writer.flush(timeout)

@@ -312,3 +312,36 @@ def test_any_mix_of_valid_and_rejected_calls_gives_the_items_of_the_valid_calls(
     adder.close()
     assert_same_items(table, expected)
     assert counters(adder) == counters(ref)
+
+
+@pytest.mark.parametrize(
+    ("action", "accepted"),
+    [
+        pytest.param(np.array([3, 255]), True, id="int64_in_range"),
+        pytest.param(np.array([3, 300]), False, id="int64_above_uint8"),
+        pytest.param(np.array([-1, 3]), False, id="negative_for_uint8"),
+        pytest.param(np.array([True, False]), True, id="bools"),
+        pytest.param(np.array([1.0, 2.0]), False, id="whole_floats"),
+    ],
+)
+def test_actions_that_do_not_fit_a_uint8_column_are_refused_at_add(action, accepted):
+    sig = NStepTransitionAdder.signature(obs=((3,), "float32"), action="uint8")
+    table = Table(
+        "t",
+        signature=sig,
+        capacity=64,
+        layout=NStepTransitionAdder.layout(sig, n=1),
+        sampler=Fifo(),
+        max_times_sampled=1,
+    )
+    adder = NStepTransitionAdder(table, n=1, discount=0.5, num_envs=2)
+    adder.reset(np.zeros((2, 3), np.float32))
+    step = (np.ones(2), np.ones((2, 3), np.float32), np.ones(2, bool), np.zeros(2, bool))
+    if accepted:
+        adder.add(action, *step)
+        assert sorted(items(table)["action"].tolist()) == sorted(action.astype(int).tolist())
+        return
+    with pytest.raises(SignatureError, match="action"):
+        adder.add(action, *step)
+    adder.add(np.array([7, 8]), *step)
+    assert sorted(items(table)["action"].tolist()) == [7, 8]
