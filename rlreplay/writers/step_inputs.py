@@ -74,6 +74,7 @@ class StepInputs:
         self._step = Signature(unflatten({a: signature[p] for p, a in self._step_names.items()}))
         self._obs = Signature(unflatten({p: signature[p] for p in self.obs_paths}))
         self._flat_step = all(SEPARATOR not in a for a in self._step_names.values())
+        self._plain = sorted(self.paths) == ["action", "obs", "reward"] and not stacked_obs
         self._flag_shape = (num_envs,) if batched else ()
         self._one_flag = {flag: np.full(1, flag) for flag in (False, True)}
         for arr in self._one_flag.values():
@@ -105,6 +106,13 @@ class StepInputs:
         if extras is not None and not isinstance(extras, Mapping):
             raise InvalidArgumentError(
                 f"extras={describe(extras)} must be a dict of per-step fields or None"
+            )
+        if self._plain and not extras:  # the common case: no extras, one obs array
+            data = {"action": action, "reward": reward, "next_obs": next_obs}
+            checked = self._check(self._step, data, "add()")
+            return (
+                {"action": checked["action"], "reward": checked["reward"]},
+                {"obs": checked["next_obs"]},
             )
         if self._flat_step and not extras and not self.stacked_obs:
             data: dict[str, Any] = {"action": action, "reward": reward, "next_obs": next_obs}

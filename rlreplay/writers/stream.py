@@ -48,6 +48,8 @@ from rlreplay.writers.autoreset import final_obs_source, mode_name
 from rlreplay.writers.sequence_items import SequenceItems
 from rlreplay.writers.step_inputs import StepInputs
 
+_NO_ENVS = np.zeros(0, dtype=np.int64)
+
 
 class StreamAdder:
     """Base class of the adders: per-environment episode rows appended through a writer.
@@ -261,19 +263,23 @@ class StreamAdder:
             valid = self._active.copy()
         if not valid.any() and (resetting is None or not resetting.any()):
             raise InvalidArgumentError("add() was called before reset(); call reset(obs) first")
-        ended = np.flatnonzero(valid & done)
-        source = final_obs_source(self.mode, info, bool(done.any()))
+        any_done = bool(done.any())
+        ended = np.flatnonzero(valid & done) if any_done else _NO_ENVS
+        source = final_obs_source(self.mode, info, any_done)
         final = obs
         if source is not None and len(ended):
             final = self._inputs.final_observations(obs, source, ended)
         # Everything is checked: the adder changes from here on.
         idx = np.flatnonzero(valid)
         if len(idx):
+            whole = len(idx) == self.num_envs  # every env steps: no selection needed
             rows = self.pad + self._steps[idx] - self._base[idx]
             for path, arr in fields.items():
-                self._buf[path][idx, rows] = arr[idx]
+                self._buf[path][idx, rows] = arr if whole else arr[idx]
             self._steps[idx] += 1
-            self._write_obs(idx, self.pad + self._steps[idx], {p: a[idx] for p, a in final.items()})
+            if not whole:
+                final = {p: a[idx] for p, a in final.items()}
+            self._write_obs(idx, self.pad + self._steps[idx], final)
             if len(ended):
                 self._finish(ended, term[ended])
                 if self.mode == "next_step":
