@@ -135,17 +135,19 @@ def test_episode_adder_returns_whole_padded_episodes_with_mask():
 
 
 @pytest.mark.parametrize(
-    ("length", "period", "burn_in"),
+    ("length", "period", "burn_in", "discount"),
     [
-        pytest.param(0, 1, 0, id="length_zero"),
-        pytest.param(2, 0, 0, id="period_zero"),
-        pytest.param(2, 1, -1, id="negative_burn_in"),
+        pytest.param(0, 1, 0, 1.0, id="length_zero"),
+        pytest.param(2, 0, 0, 1.0, id="period_zero"),
+        pytest.param(2, 1, -1, 1.0, id="negative_burn_in"),
+        pytest.param(2, 1, 0, 1.5, id="discount_above_one"),
+        pytest.param(2, 1, 0, "0.9", id="discount_a_string"),
     ],
 )
-def test_bad_sequence_arguments_raise(length, period, burn_in):
+def test_bad_sequence_arguments_raise(length, period, burn_in, discount):
     table = Table("s", signature=SIG, capacity=256, layout=SequenceAdder.layout(SIG, 2))
     with pytest.raises(InvalidArgumentError):
-        SequenceAdder(table, length, period, burn_in=burn_in)
+        SequenceAdder(table, length, period, burn_in=burn_in, discount=discount)
 
 
 @pytest.mark.parametrize(

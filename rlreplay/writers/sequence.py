@@ -9,7 +9,7 @@ import numpy as np
 
 from rlreplay.core.layout import ItemLayout, Window
 from rlreplay.core.specs import Signature
-from rlreplay.errors import InvalidArgumentError
+from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.writers.sequence_items import SequenceItems
 from rlreplay.writers.stream import StreamAdder
 
@@ -40,7 +40,7 @@ class SequenceAdder(StreamAdder):
         **kwargs: as for :class:`StreamAdder`.
 
     Raises:
-        InvalidArgumentError: for bad ``length``, ``period`` or ``burn_in``.
+        InvalidArgumentError: for bad ``length``, ``period``, ``burn_in`` or ``discount``.
     """
 
     computed = ("discount",)
@@ -56,6 +56,10 @@ class SequenceAdder(StreamAdder):
         discount: float = 1.0,
         **kwargs: Any,
     ):
+        if isinstance(discount, bool) or not isinstance(discount, (int, float, np.number)):
+            raise InvalidArgumentError(f"discount={describe(discount)} must be a number in [0, 1]")
+        if not 0.0 <= discount <= 1.0:
+            raise InvalidArgumentError(f"discount={describe(discount)} must be in [0, 1]")
         self.rule = self._rule(length, period, burn_in, pad_end)
         self.length, self.period, self.burn_in = length, period, burn_in
         self.pad_end = bool(pad_end)
