@@ -256,38 +256,37 @@ class Client:
         ch = self._channel()
         while rid not in ch.replies:
             now = time.monotonic()
+            silent = now - max(ch.last_heard, start)
+            if until is not None and now >= until:
+                if ch.last_heard > ping_sent:
+                    ch.abandon(rid)
+                    raise ReplayTimeoutError(
+                        f"the replay server at {self.address} answers, but this call "
+                        f"did not complete within {until - start:.3g}s"
+                    )
+                self._unavailable(
+                    ch,
+                    f"no reply from the replay server at {self.address} within "
+                    f"{until - start:.3g}s (server down, unreachable, or rejecting this "
+                    "client's credentials)",
+                )
+            if until is None and silent >= 2 * self.liveness_s:
+                self._unavailable(
+                    ch,
+                    f"the replay server at {self.address} stopped answering "
+                    f"({silent:.3g}s without a reply to a ping)",
+                )
+            wait = self.liveness_s
             if until is not None:
-                if now >= until:
-                    if ch.last_heard > ping_sent:
-                        ch.abandon(rid)
-                        raise ReplayTimeoutError(
-                            f"the replay server at {self.address} answers, but this call "
-                            f"did not complete within {until - start:.3g}s"
-                        )
-                    self._unavailable(
-                        ch,
-                        f"no reply from the replay server at {self.address} within "
-                        f"{until - start:.3g}s (server down, unreachable, or rejecting this "
-                        "client's credentials)",
-                    )
                 if until - now <= REPLY_GRACE_S and ping_sent < start:
-                    ping_sent = now
+                    # the last ping tells a busy server from a dead one at the deadline
+                    ping_sent = last_ping = now
                     ch.abandon(self._send({"op": "ping"}, until=until))
-                wait = until - now
-                if ping_sent < start:
-                    wait -= REPLY_GRACE_S
-            else:
-                silent = now - max(ch.last_heard, start)
-                if silent >= 2 * self.liveness_s:
-                    self._unavailable(
-                        ch,
-                        f"the replay server at {self.address} stopped answering "
-                        f"({silent:.3g}s without a reply to a ping)",
-                    )
-                if silent >= self.liveness_s and now - last_ping >= self.liveness_s:
-                    ch.abandon(self._send({"op": "ping"}, until=None))
-                    last_ping = now
-                wait = self.liveness_s
+                wait = min(wait, until - now - (REPLY_GRACE_S if ping_sent < start else 0.0))
+            if silent >= self.liveness_s and now - last_ping >= self.liveness_s:
+                # pings while waiting also reveal a restarted server (its epoch)
+                last_ping = now
+                ch.abandon(self._send({"op": "ping"}, until=until))
             if ch.wait(wait):
                 ch.receive()
         header, arrays = ch.replies.pop(rid)
