@@ -279,3 +279,48 @@ def test_a_call_blocked_in_one_thread_does_not_hold_up_other_threads(client):
     finally:
         thread.join(30.0)
     assert result == {"n": 1}
+
+
+PARITY = {
+    "update_priorities_one_for_all": lambda t, k: t.update_priorities(k, 1.0),
+    "update_priorities_numpy_scalar": lambda t, k: t.update_priorities(k, np.float32(2.5)),
+    "update_priorities_lists": lambda t, k: t.update_priorities(k.tolist(), [1, 2, 3, 4]),
+    "update_priorities_one_key": lambda t, k: t.update_priorities(k[0], 3.0),
+    "delete_one_numpy_key": lambda t, k: t.delete(k[1]),
+    "delete_list_of_keys": lambda t, k: t.delete(k[:2].tolist()),
+    "sample_numpy_batch_size": lambda t, k: t.sample(np.int64(3), timeout=5.0),
+    "sample_int_timeout": lambda t, k: t.sample(2, timeout=5),
+    "can_insert_numpy_count": lambda t, k: t.can_insert(np.int64(2)),
+    "can_sample_numpy_count": lambda t, k: t.can_sample(np.int32(2)),
+    "insert_numpy_scalar_priority": lambda t, k: t.insert(rows(2, 10), np.float32(2.0)),
+    "insert_int_priority": lambda t, k: t.insert(rows(2, 10), 3),
+    "insert_priority_list": lambda t, k: t.insert(rows(2, 10), [1, 2]),
+    "insert_numpy_timeout": lambda t, k: t.insert(rows(1, 10), timeout=np.float64(5.0)),
+    "info": lambda t, k: t.info().size,
+}
+
+
+def outcome(value):
+    if isinstance(value, rlreplay.Sample):
+        return ("sample", len(value))
+    if isinstance(value, np.ndarray):
+        return ("keys", len(value))
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    return value
+
+
+@pytest.mark.parametrize("case", sorted(PARITY))
+def test_remote_table_accepts_every_argument_a_local_table_accepts(client, case):
+    from rlreplay.net import tables_from_config
+
+    spec = table("prio", sampler={"type": "Prioritized", "priority_exponent": 1.0})
+    local = tables_from_config(config(spec))[0]
+    results = []
+    for t in (local, client.table("prio")):
+        keys = t.insert(rows(4), [1.0, 2.0, 3.0, 4.0])
+        try:
+            results.append(outcome(PARITY[case](t, keys)))
+        except Exception as exc:
+            results.append(f"{type(exc).__name__}: {exc}")
+    assert results[0] == results[1]
