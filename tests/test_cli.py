@@ -188,6 +188,19 @@ def test_commands_without_the_net_extra_say_what_to_install(tmp_path, args):
     assert 'pip install "rlreplay[net]"' in line and "zmq" in line
 
 
+def test_info_build_and_demo_need_no_net_extra(tmp_path):
+    for args in (["info", "--build"], ["demo", "--seconds", "0.2"]):
+        result = subprocess.run(
+            [sys.executable, "-c", BLOCK_NET, *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env=ENV,
+            cwd=tmp_path,
+        )
+        assert result.returncode == 0, result.stderr
+
+
 # -------------------------------------------------------------------- info
 def test_info_without_a_table_name_prints_every_table(plain_server):
     result = cli("info", plain_server)
