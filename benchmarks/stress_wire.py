@@ -288,9 +288,9 @@ class Harness:
         head = msgpack.unpackb(frames[0], raw=False)
         for _ in range(rng.choice((1, 1, 2, 3))):
             what = rng.random()
-            if what < 0.35 or not head.get("arrays"):
+            if what < 0.4 or not head.get("arrays"):
                 self._mutate_field(head, rng)
-            elif what < 0.75:
+            elif what < 0.65:
                 self._mutate_entry(head, frames, rng)
             else:
                 self._mutate_values(head, frames, rng)
@@ -307,7 +307,10 @@ class Harness:
         return frames
 
     def _mutate_field(self, head: dict, rng: random.Random) -> None:
-        keys = [k for k in head if k != "arrays"]
+        # The version and the operation are mutated rarely: most cases should reach the
+        # checks behind them.
+        rare = ("arrays", "v", "op") if rng.random() < 0.9 else ("arrays",)
+        keys = [k for k in head if k not in rare]
         r = rng.random()
         if r < 0.2 and keys:
             head.pop(rng.choice(keys))
@@ -315,7 +318,7 @@ class Harness:
             head[rng.choice(("zzz", "noreply", "timeout", "priority", "table", "n", "v"))] = (
                 rng.choice(WEIRD)
             )
-        elif r < 0.38:
+        elif r < 0.33:
             head["op"] = rng.choice((*KINDS, "nope", "_table", "__init__", "table_stats"))
         elif keys:
             head[rng.choice(keys)] = rng.choice(WEIRD)

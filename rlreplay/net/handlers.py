@@ -8,6 +8,7 @@ return ``None`` and attempts them again whenever a table changes, until their de
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -15,7 +16,7 @@ import numpy as np
 
 from rlreplay.core.table import Table
 from rlreplay.errors import InvalidArgumentError, ProtocolError, describe
-from rlreplay.net.ingest import WriterSession, store_has_room
+from rlreplay.net.ingest import Chunk, WriterSession, store_has_room
 
 Reply = tuple[dict[str, Any], dict[str, np.ndarray] | None]
 
@@ -31,7 +32,27 @@ def table_description(table: Table, store_index: int) -> dict[str, Any]:
         "store_capacity": table.store.capacity,
         "lanes": table.store.lanes,
         "max_size": table.max_size,
+        "insert_window": insert_window(table),
     }
+
+
+def insert_window(table: Table) -> int | None:
+    """The most items a writer chunk may hold for ``table`` (None: no limit).
+
+    A chunk is admitted whole, so its items must fit what the rate limiter admits at once
+    from any state a writer may wait in: ``(max_diff - min_diff) / samples_per_insert``
+    once sampling runs, and while the table fills up to ``min_size_to_sample`` (when no
+    sample can make room) what it admits one item short of that size.
+    """
+    lim = table.rate_limiter
+    spi = lim.samples_per_insert
+    window = min(
+        (lim.max_diff - lim.min_diff) / spi,
+        lim.max_diff / spi - lim.min_size_to_sample + 1,
+    )
+    if not math.isfinite(window) or window >= table.max_size:
+        return None
+    return max(1, int(window))
 
 
 def sample_reply(table: Table, n: int) -> Reply:
@@ -117,16 +138,17 @@ class InsertJob(Job):
 
 
 class WriteJob(Job):
-    """One writer chunk; may finish in several attempts (partial progress is kept).
+    """One writer chunk, applied whole or not at all (see :mod:`rlreplay.net.ingest`).
 
     Chunks of one writer run strictly in arrival order: a chunk waits while an earlier
-    chunk of the same writer is unfinished.
+    chunk of the same writer is unfinished, and is checked when its turn comes (its
+    checks depend on the chunks before it).
     """
 
     def __init__(self, session: WriterSession, header: dict, arrays: dict, deadline: float | None):
         super().__init__(session.tables[0], deadline)
         self.session, self.header, self.arrays = session, header, arrays
-        self.begun = False
+        self.chunk: Chunk | None = None
         session.pending.append(self)
 
     def attempt(self) -> Reply | None:
@@ -134,29 +156,25 @@ class WriteJob(Job):
         if s.pending[0] is not self:
             return None
         try:
-            if not self.begun:
-                s.begin(self.header, self.arrays)
-                self.begun = True
-            done = s.advance()
+            if self.chunk is None:
+                self.chunk = s.parse(self.header, self.arrays)
+            keys = s.settled(self.chunk)
+            if keys is None:
+                keys = s.apply(self.chunk)
         except Exception:
             self.abort()
             raise
-        if not done:
-            c = s.chunk
-            i = c["items_done"]
-            if i < len(c["table"]):
-                self.table = s.tables[int(c["table"][i])]
+        if keys is None:
+            self.table = s.blocked_by(self.chunk)
             return None
         s.pending.popleft()
-        return {}, {"keys": s.finish()}
+        return {}, {"keys": keys}
 
     def abort(self) -> None:
-        """Drop this chunk (its remaining steps and items are not stored)."""
+        """Drop this chunk: nothing of it was applied (a chunk is all or nothing)."""
         s = self.session
         if self in s.pending:
             s.pending.remove(self)
-        if self.begun and s.chunk is not None:
-            s.chunk = None
 
 
 def check_batch_size(value: Any, table: Table) -> int:

@@ -27,7 +27,7 @@ class TableOperations:
 
     def _table(self, header: dict) -> Table:
         name = header.get("table")
-        if name not in self.tables:
+        if not isinstance(name, str) or name not in self.tables:
             raise InvalidArgumentError(
                 f"table {describe(name)} is not served here; tables: {sorted(self.tables)}"
             )
@@ -40,7 +40,7 @@ class TableOperations:
         return {"tables": self._descriptions}, None
 
     def _op_info(self, header, arrays):
-        names = [self._table(header).name] if header.get("table") else list(self.tables)
+        names = [self._table(header).name] if header.get("table") is not None else list(self.tables)
         return {"tables": {n: self.table_stats(n) for n in names}}, None
 
     def table_stats(self, name: str) -> dict[str, Any]:
@@ -58,11 +58,13 @@ class TableOperations:
         return info
 
     def _op_can_insert(self, header, arrays):
-        n = header.get("n", 1)
+        n = header.get("n")
+        n = 1 if n is None else n
         return {"result": bool(self._table(header).can_insert(n))}, None
 
     def _op_can_sample(self, header, arrays):
-        n = header.get("n", 1)
+        n = header.get("n")
+        n = 1 if n is None else n
         return {"result": bool(self._table(header).can_sample(n))}, None
 
     def _op_sample(self, header, arrays):
@@ -106,28 +108,43 @@ class TableOperations:
         return {}, None
 
     def _op_write(self, header, arrays):
-        wid = handlers.require(header, "writer", int)
-        entry = self._sessions.get(wid)
+        key = header["writer"]
+        entry = self._sessions.get(key)
+        names, history = header["tables"], header["history"]
         if entry is None:
-            names = handlers.require(header, "tables", list)
             tables = [self._table({"table": n}) for n in names]
-            if any(t.store is not tables[0].store for t in tables):
+            store = tables[0].store
+            if any(t.store is not store for t in tables):
                 raise InvalidArgumentError(f"tables {names} do not share one step store")
-            history = handlers.require(header, "history", int)
-            spans = max(t.layout.span for t in tables)
-            if not spans <= history <= tables[0].store.capacity:
+            if store.lanes != 1:
                 raise InvalidArgumentError(
-                    f"history={history} must be in [{spans}, {tables[0].store.capacity}]"
+                    f"tables {names} are over a store with lanes={store.lanes}; a trajectory "
+                    "writer appends to a single-lane store (use a vector adder)"
+                )
+            spans = max(t.layout.span for t in tables)
+            if not spans <= history <= store.capacity:
+                raise InvalidArgumentError(
+                    f"history={history} must be in [{spans}, {store.capacity}]"
                 )
             session = WriterSession(tables, history)
+            seq = header.get("seq")
+            if seq:  # the server forgot the writer (idle too long): go on from its chunk
+                session.next_seq, session.applied = seq, header["first"]
+                session.episode_start = header["first"]
         else:
             session = entry[0]
-        self._sessions[wid] = (session, time.monotonic())
+            if names != [t.name for t in session.tables] or history != session.history:
+                raise InvalidArgumentError(
+                    f"writer id {describe(key)} belongs to a writer of tables "
+                    f"{[t.name for t in session.tables]} with history {session.history}, "
+                    f"not {describe(names)} with history {history}; writer ids must be unique"
+                )
         job = handlers.WriteJob(
             session, header, arrays, handlers.deadline_of(header, time.monotonic())
         )
+        self._sessions[key] = (session, time.monotonic())
         return job
 
     def _op_close_writer(self, header, arrays):
-        self._sessions.pop(header.get("writer"), None)
+        self._sessions.pop(header["writer"], None)
         return {}, None

@@ -46,7 +46,7 @@ from rlreplay.errors import (
     ServerRestartedError,
     describe,
 )
-from rlreplay.net import auth, handlers, wire
+from rlreplay.net import auth, handlers, schema, wire
 from rlreplay.net.ingest import WriterSession
 from rlreplay.net.limits import ClientLedger, check_limit
 from rlreplay.net.operations import TableOperations
@@ -352,12 +352,11 @@ class Server(TableOperations):
         rid = None
         version = OLDEST_VERSION  # what a request that cannot be read is answered in
         try:
-            header, arrays = wire.decode(body)
+            header = wire.decode_header(body)
             rid, version = header.get("id"), header["v"]
-            op = header.get("op")
-            method = self._ops.get(op) if isinstance(op, str) else None
-            if method is None:
-                raise ProtocolError(f"unknown operation {describe(op)}")
+            arrays = wire.decode_arrays(header, body)
+            op = schema.check_request(header, arrays)  # every field, before any handler
+            method = self._ops[op]
             client = identity.bytes
             now = time.monotonic()
             self.clients.heard(client, now)

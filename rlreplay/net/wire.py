@@ -137,6 +137,10 @@ def _pack(arrays: Mapping[str, np.ndarray], frames: list) -> list:
     return meta
 
 
+MAX_DIMS = 32  # most dimensions an array may declare (numpy's own limit is 64)
+MAX_DIM = 2**40  # largest extent of one dimension
+
+
 def decode(frames: Sequence[Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Header and arrays of one message (``frames`` as received, bytes or zmq Frames).
 
@@ -144,8 +148,20 @@ def decode(frames: Sequence[Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]
     header's ``"v"`` tells which version the sender wrote (see ``SUPPORTED_VERSIONS``).
 
     Raises:
-        ProtocolError: on a malformed header, an unsupported protocol version, a dtype that
-            is not numeric, or arrays that do not fit the frames that carry them.
+        ProtocolError: as :func:`decode_header` and :func:`decode_arrays`.
+    """
+    header = decode_header(frames)
+    return header, decode_arrays(header, frames)
+
+
+def decode_header(frames: Sequence[Any]) -> dict[str, Any]:
+    """The header of one message, with its version and request id checked (a server
+    answers a request whose arrays are malformed under the request's own id).
+
+    Raises:
+        ProtocolError: on an empty message, a header that is not a msgpack map, an
+            unsupported protocol version, or an ``id`` that is not an int, a short str
+            or nil.
     """
     if not frames:
         raise errors.ProtocolError("empty message")
@@ -158,16 +174,40 @@ def decode(frames: Sequence[Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]
     version = header.get("v")
     if version not in SUPPORTED_VERSIONS or isinstance(version, bool):
         raise errors.ProtocolError(
-            f"protocol version {version!r} is not supported; this side speaks "
+            f"protocol version {_show(version)} is not supported; this side speaks "
             f"{', '.join(map(str, SUPPORTED_VERSIONS))} (upgrade the older of client and "
             "server)"
         )
+    rid = header.get("id")
+    if not (
+        rid is None
+        or (isinstance(rid, int) and not isinstance(rid, bool))
+        or (isinstance(rid, str) and len(rid) <= 256)
+    ):
+        header["id"] = None  # it is echoed in the reply: never echo what cannot be packed
+        raise errors.ProtocolError(f"request id {_show(rid)} is not an int")
+    return header
+
+
+def decode_arrays(header: dict[str, Any], frames: Sequence[Any]) -> dict[str, np.ndarray]:
+    """The arrays of a message whose header :func:`decode_header` returned (the header's
+    ``"arrays"`` entry is removed).
+
+    Raises:
+        ProtocolError: for an entry that is not ``[name, dtype, shape(, frame, offset)]``,
+            a name given twice, a dtype that is not numeric, a shape of more than
+            ``MAX_DIMS`` dimensions or a negative or huge extent, an offset not aligned to
+            the dtype, or bytes that do not fit the frame that carries them.
+    """
+    version = header["v"]
     meta = header.pop("arrays", None) or []
     if not isinstance(meta, list) or (version == 1 and len(meta) != len(frames) - 1):
         raise errors.ProtocolError(
-            f"message declares {len(meta) if isinstance(meta, list) else meta!r} arrays "
-            f"but carries {len(frames) - 1} data frames"
+            f"message declares {len(meta) if isinstance(meta, list) else _show(meta)} "
+            f"arrays but carries {len(frames) - 1} data frames"
         )
+    if not meta:
+        return {}
     buffers = [_bytes(f) for f in frames]
     arrays: dict[str, np.ndarray] = {}
     for i, entry in enumerate(meta):
@@ -177,25 +217,42 @@ def decode(frames: Sequence[Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]
             else:
                 name, dtype_str, shape, index, offset = entry
             dtype = _DTYPES.get(dtype_str) or _dtype(dtype_str)
-            shape = tuple(int(d) for d in shape)
-            if not isinstance(offset, int) or not isinstance(index, int) or index < 1:
+            if not isinstance(shape, list) or len(shape) > MAX_DIMS:
+                raise ValueError(shape)
+            if not all(type(d) is int and 0 <= d <= MAX_DIM for d in shape):
+                raise ValueError(shape)
+            shape = tuple(shape)
+            if type(offset) is not int or type(index) is not int or index < 1:
                 raise ValueError(entry)
             buf = buffers[index]
         except Exception:
-            raise errors.ProtocolError(f"malformed array entry {entry!r}") from None
+            raise errors.ProtocolError(f"malformed array entry {_show(entry)}") from None
         if dtype is None or not isinstance(name, str):
-            raise errors.ProtocolError(f"array {name!r} has dtype {dtype_str!r}, not allowed")
+            raise errors.ProtocolError(
+                f"array {_show(name)} has dtype {_show(dtype_str)}, not allowed"
+            )
+        if name in arrays:
+            raise errors.ProtocolError(f"array {name!r} is given twice")
         nbytes = buf.nbytes if isinstance(buf, memoryview) else len(buf)
         count = math.prod(shape)
         size = count * dtype.itemsize
         fits = size == nbytes if version == 1 else offset >= 0 and offset + size <= nbytes
-        if not fits or min(shape, default=0) < 0:
+        if not fits or offset % dtype.alignment:
             raise errors.ProtocolError(
                 f"array {name!r} declares shape {shape} of {dtype} at frame {index!r}, byte "
-                f"{offset!r}, but that frame holds {nbytes} bytes"
+                f"{offset!r}, but that frame holds {nbytes} bytes (offsets are multiples of "
+                "the dtype's alignment)"
             )
         arrays[name] = np.frombuffer(buf, dtype=dtype, count=count, offset=offset).reshape(shape)
-    return header, arrays
+    return arrays
+
+
+def _show(value: Any) -> str:
+    """``describe(value)`` that survives values too deeply nested to print."""
+    try:
+        return errors.describe(value)
+    except RecursionError:
+        return f"<{type(value).__name__} nested too deeply to print>"
 
 
 _DTYPES: dict[str, np.dtype] = {}
@@ -203,7 +260,12 @@ _DTYPES: dict[str, np.dtype] = {}
 
 def _dtype(text: Any) -> np.dtype | None:
     """The numpy dtype named by ``text`` if it may cross the wire (cached), else None."""
-    dtype = np.dtype(text)
+    if not isinstance(text, str) or len(text) > 16:
+        return None
+    try:
+        dtype = np.dtype(text)
+    except (TypeError, ValueError, SyntaxError):  # what numpy raises for unknown names
+        return None
     if dtype.kind not in _ALLOWED_KINDS or dtype.hasobject or dtype.fields is not None:
         return None
     if len(_DTYPES) < 256:

@@ -16,9 +16,14 @@ buffered in this process until ``close()``.
 
 from __future__ import annotations
 
+import atexit
+import logging
 import math
-import random
-from collections import deque
+import os
+import threading
+import time
+import warnings
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,9 +31,14 @@ import numpy as np
 
 from rlreplay.core.table_checks import check_timeout
 from rlreplay.errors import ClosedError, InvalidArgumentError, ReplayTimeoutError, describe
+from rlreplay.net.chunks import MAX_IN_FLIGHT, ChunkStream, wait_time
 from rlreplay.net.client import REPLY_GRACE_S, Client
 
 _INF = float("inf")
+log = logging.getLogger("rlreplay.net")
+
+# Seconds the exit handler spends, over all writers left open, flushing what they hold.
+EXIT_FLUSH_S = 10.0
 
 
 class RemoteTrajectoryWriter:
@@ -91,19 +101,26 @@ class RemoteTrajectoryWriter:
                 f"chunk_steps={describe(chunk_steps)} must be an int in [1, "
                 f"{capacity - history}] (store capacity minus history)"
             )
-        if not isinstance(max_in_flight, int) or max_in_flight < 1:
-            raise InvalidArgumentError(f"max_in_flight={describe(max_in_flight)} must be >= 1")
+        if not isinstance(max_in_flight, int) or not 1 <= max_in_flight <= MAX_IN_FLIGHT:
+            raise InvalidArgumentError(
+                f"max_in_flight={describe(max_in_flight)} must be an int in [1, {MAX_IN_FLIGHT}]"
+            )
         self.client = client
         self.table_names = names
         self._index = {n: i for i, n in enumerate(names)}
         self.signature = client.signature(names[0])
         self.history = history
         self.chunk_steps = chunk_steps
+        # A chunk is admitted whole, so it holds at most as many items as the smallest
+        # window of its tables' rate limiters admits at once; it goes out when it has them.
+        windows = [d.get("insert_window") for d in descs]
+        self._max_items = min([w for w in windows if w is not None], default=1 << 62)
         self.max_in_flight = max_in_flight
         self.timeout = check_timeout(timeout)
-        self.keys: list[np.ndarray] | None = [] if keep_keys else None
-        self.items_acknowledged = 0
-        self._id = random.getrandbits(62)
+        self._chunks = ChunkStream(
+            client, {"tables": names, "history": history}, max_in_flight, self._dropped_until
+        )
+        self._chunks.keys = [] if keep_keys else None
         self._fields = [(p, s.shape, s.dtype) for p, s in self.signature.fields.items()]
         self._paths = set(self.signature.paths)
         self._stream = 0  # stream index of the next step
@@ -114,9 +131,10 @@ class RemoteTrajectoryWriter:
         self._anchors: list[set[int]] = [set() for _ in names]
         self._top_anchor = [-1] * len(names)
         self._prune_at = max(1024, 4 * history)
-        self._in_flight: deque[int] = deque()
         self._closed = False
         self._new_buffers()
+        _OPEN.add(self)
+        _register_exit_flush()
 
     @property
     def tables(self) -> list:
@@ -240,6 +258,8 @@ class RemoteTrajectoryWriter:
                 if len(seen) > self._prune_at:
                     self._anchors[t] = {a for a in seen if a >= self._stream - self.history}
                 self._items.append((t, anchor, math.nan if priority is None else priority, -1))
+                if len(self._items) >= self._max_items:
+                    self._send_chunk(self.timeout)
                 return
         if self._closed:
             raise ClosedError("the writer is closed")
@@ -295,6 +315,8 @@ class RemoteTrajectoryWriter:
                     f"priority={priority} must be finite and >= 0 (e.g. abs(td_error) + 1e-6)"
                 )
         self._items.append((t, anchor, priority, -1 if length is None else length))
+        if len(self._items) >= self._max_items:
+            self._send_chunk(self.timeout)
 
     def create_items(
         self,
@@ -333,92 +355,118 @@ class RemoteTrajectoryWriter:
                 seen.clear()
             self._top_anchor = [self._stream - 1] * len(self._anchors)
 
-    # --------------------------------------------------------------- sending
-    def _send_chunk(self, timeout: float | None) -> None:
-        n = self._n
-        if n == 0 and not self._items:
-            return
-        while len(self._in_flight) >= self.max_in_flight:
-            self._wait_oldest(None if self.timeout is None else self.timeout + REPLY_GRACE_S)
-        first = self._chunk_first
-        arrays = {}
-        for parts, (path, shape, dtype) in zip(self._parts, self._fields):
-            if shape:
-                data = np.frombuffer(b"".join(parts), dtype=dtype).reshape(n, *shape)
-            else:
-                data = np.array(parts, dtype=dtype)
-            arrays["data/" + path] = data
-        if self._items:
-            items = np.array(self._items, dtype=np.float64)
-            arrays["item_table"] = items[:, 0].astype(np.int32)
-            arrays["item_anchor"] = items[:, 1].astype(np.int64)
-            arrays["item_priority"] = items[:, 2]
-            if (items[:, 3] >= 0).any():  # only layouts with per-item extents use lengths
-                arrays["item_length"] = items[:, 3].astype(np.int64)
-        starts = [s for s in self._episode_starts if first <= s < first + n]
-        header = {
-            "op": "write",
-            "writer": self._id,
-            "tables": self.table_names,
-            "history": self.history,
-            "first": first,
-            "n": n,
-            "episode_starts": starts,
-            "timeout": timeout,
-        }
-        self._in_flight.append(self.client._send(header, arrays))
-        self._episode_starts = [s for s in self._episode_starts if s >= first + n]
-        self._items = []
-        self._chunk_first = first + n
-        self._new_buffers()
+    @property
+    def keys(self) -> list[np.ndarray] | None:
+        """Keys of acknowledged items, one array per chunk (with ``keep_keys=True``)."""
+        return self._chunks.keys
 
-    def _wait_oldest(self, wait: float | None) -> None:
-        rid = self._in_flight.popleft()
-        _, arrays = self.client._wait(rid, wait)
-        keys = arrays["keys"]
-        self.items_acknowledged += len(keys)
-        if self.keys is not None:
-            self.keys.append(np.array(keys))
+    @property
+    def items_acknowledged(self) -> int:
+        """Items the server has acknowledged so far."""
+        return self._chunks.acknowledged
+
+    @property
+    def pending_chunks(self) -> int:
+        """Chunks not yet acknowledged by the server (sent, or kept to send again)."""
+        return self._chunks.pending
+
+    # --------------------------------------------------------------- sending
+    def _send_chunk(self, timeout: float | None, end: float | None = None) -> None:
+        """Queue the buffered steps and items as a chunk and send every queued chunk."""
+        n = self._n
+        if n or self._items:
+            first = self._chunk_first
+            arrays = {}
+            for parts, (path, shape, dtype) in zip(self._parts, self._fields):
+                if shape:
+                    data = np.frombuffer(b"".join(parts), dtype=dtype).reshape(n, *shape)
+                else:
+                    data = np.array(parts, dtype=dtype)
+                arrays["data/" + path] = data
+            if self._items:
+                items = np.array(self._items, dtype=np.float64)
+                arrays["item_table"] = items[:, 0].astype(np.int32)
+                arrays["item_anchor"] = items[:, 1].astype(np.int64)
+                arrays["item_priority"] = items[:, 2]
+                if (items[:, 3] >= 0).any():  # only layouts with per-item extents use lengths
+                    arrays["item_length"] = items[:, 3].astype(np.int64)
+            starts = [s for s in self._episode_starts if first <= s < first + n]
+            self._chunks.queue(first, n, starts, arrays)
+            self._episode_starts = [s for s in self._episode_starts if s >= first + n]
+            self._items = []
+            self._chunk_first = first + n
+            self._new_buffers()
+        self._chunks.send(timeout, wait_time(self.timeout, None), end)
+
+    def _dropped_until(self, end: int) -> int:
+        """A chunk ending at stream index ``end`` was refused and dropped: buffered items
+        reaching into it go too, and later items may not reach back before ``end`` (a new
+        episode begins there). Returns how many buffered items were dropped."""
+        before = len(self._items)
+        self._items = [it for it in self._items if it[1] >= end]
+        self._episode_start = max(self._episode_start, min(end, self._stream))
+        return before - len(self._items)
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything buffered and wait until the server has stored it.
+
+        Each chunk is stored whole or not at all. When this raises because a chunk was
+        not stored in time, the writer keeps it (and every later one) and the next
+        ``flush`` sends them again; nothing is stored twice.
 
         Args:
             timeout: seconds to wait (rate limiters included); ``None``: no limit.
 
         Raises:
-            RateLimiterTimeoutError: if the server's limiter kept the chunk blocked.
+            RateLimiterTimeoutError: if the server's limiter kept a chunk blocked.
             ReplayTimeoutError: if acknowledgements did not arrive within ``timeout``.
             ServerUnavailableError: if the server stopped answering.
+            InvalidArgumentError: if the server refused a chunk's items (their steps are
+                no longer stored); that chunk is dropped, as the message says.
         """
         if self._closed:
             raise ClosedError("the writer is closed")
         timeout = check_timeout(timeout)
-        self._send_chunk(timeout if timeout is not None else self.timeout)
-        if timeout is None:
-            while self._in_flight:
-                self._wait_oldest(None)
-            return
-        import time
-
-        end = time.monotonic() + timeout + REPLY_GRACE_S
-        while self._in_flight:
-            left = end - time.monotonic()
-            if left <= 0:
+        end = None if timeout is None else time.monotonic() + timeout + REPLY_GRACE_S
+        self._send_chunk(timeout if timeout is not None else self.timeout, end)
+        chunks = self._chunks
+        while chunks.in_flight:
+            left = wait_time(None, end)
+            if left is not None and left <= 0:
+                chunks.requeue()
                 raise ReplayTimeoutError(
-                    f"flush waited {timeout}s; {len(self._in_flight)} chunk(s) not yet stored"
+                    f"flush waited {timeout}s; {chunks.pending} chunk(s) not yet stored (the "
+                    "writer keeps them and sends them again with its next flush())"
                 )
-            self._wait_oldest(left)
+            chunks.wait_oldest(left)
 
     def close(self, timeout: float | None = None) -> None:
-        """Flush (waiting up to ``timeout``) and release the server-side stream state."""
+        """Flush (waiting up to ``timeout``) and release the server-side stream state.
+
+        The writer is closed even when the flush fails (the error is raised): chunks it
+        still held are not stored.
+        """
         if self._closed:
             return
         try:
             self.flush(timeout)
         finally:
             self._closed = True
-            self.client._send({"op": "close_writer", "writer": self._id, "noreply": True})
+            _OPEN.discard(self)
+            self._chunks.close()
+
+    def __del__(self) -> None:
+        chunks = getattr(self, "_chunks", None)
+        if getattr(self, "_closed", True) or chunks is None or chunks.pid != os.getpid():
+            return
+        held = self._n + chunks.pending_steps
+        warnings.warn(
+            f"RemoteTrajectoryWriter for {self.table_names} was never closed: {held} steps and "
+            "their items it still held are lost. Use it as a context manager or call close() "
+            "(at exit, writers still open are flushed for a few seconds).",
+            ResourceWarning,
+            stacklevel=2,
+        )
 
     def __enter__(self) -> RemoteTrajectoryWriter:
         return self
@@ -428,3 +476,37 @@ class RemoteTrajectoryWriter:
             self.close()
         else:
             self._closed = True
+            _OPEN.discard(self)
+
+
+# Writers not yet closed, flushed by one exit handler (weak: a dropped writer is
+# collected, with a ResourceWarning).
+_OPEN: weakref.WeakSet = weakref.WeakSet()
+_exit_registered = threading.Lock()
+_registered = False
+
+
+def _register_exit_flush() -> None:
+    global _registered
+    with _exit_registered:
+        if not _registered:
+            atexit.register(flush_open_writers)
+            _registered = True
+
+
+def flush_open_writers(budget_s: float = EXIT_FLUSH_S) -> int:
+    """Close every writer of this process still open, spending at most ``budget_s``
+    seconds in all; runs at interpreter exit. Returns how many writers were closed
+    with everything they held stored (failures are logged, never raised)."""
+    end = time.monotonic() + budget_s
+    stored = 0
+    for writer in list(_OPEN):
+        if writer._closed or writer._chunks.pid != os.getpid():
+            continue
+        left = end - time.monotonic()
+        try:
+            writer.close(timeout=max(0.001, left - REPLY_GRACE_S))
+            stored += 1
+        except Exception as exc:  # at exit: report, never raise
+            log.warning("a remote writer left open could not flush at exit: %s", exc)
+    return stored
