@@ -1,0 +1,281 @@
+"""How a client's requests travel: one socket per thread, server epochs, deadlines.
+
+A :class:`Transport` sends requests and waits for their replies on behalf of a
+:class:`~rlreplay.Client`. It keeps the guarantees the protocol makes under faults
+(``docs/protocol.md``):
+
+- a call's ``timeout`` bounds all of it: the handshake that learns the server's epoch, the
+  send (a full queue), the wait, and the pings that tell a busy server from a dead one;
+- every request carries the server epoch it is meant for and the time its caller stops
+  waiting, so a restarted server refuses it and no server starts it after that time;
+- when the server does not answer, the thread's socket is dropped with everything still
+  queued in it, so a call that raised is never applied later;
+- a reply with a new epoch fails every request the old server had taken
+  (:class:`~rlreplay.errors.ServerRestartedError`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import zmq
+
+from rlreplay.errors import InvalidArgumentError, ReplayTimeoutError, ServerUnavailableError
+from rlreplay.net import auth, wire
+from rlreplay.net.channel import Channel
+
+# Extra seconds a client waits past a call's timeout for the server's own timeout reply.
+REPLY_GRACE_S = 0.5
+# The server must not start a request later than this before its client gives up, leaving
+# the reply time to arrive.
+EXPIRY_MARGIN_S = 0.25
+
+
+class _CallTimeout:
+    """``timeout`` of calls that never block: they wait ``call_timeout``."""
+
+    def __repr__(self) -> str:
+        return "CALL"
+
+
+CALL: Any = _CallTimeout()
+
+
+class Transport:
+    """A client's sockets (one per thread, opened lazily in each process) and the
+    request/reply exchange over them.
+
+    Args:
+        address: normalized server address.
+        server_key: the server's CURVE public key, or None.
+        client_keys: this client's CURVE key pair (with ``server_key``).
+        call_timeout: seconds calls that never block wait for their reply.
+        liveness_s: a waiting call pings after this many silent seconds; a call without a
+            timeout declares the server unavailable after twice as many.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        server_key: bytes | None,
+        client_keys: tuple[bytes, bytes] | None,
+        call_timeout: float,
+        liveness_s: float,
+    ):
+        self.address = address
+        self._server_key, self._client_keys = server_key, client_keys
+        self.call_timeout = call_timeout
+        self.liveness_s = liveness_s
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._channels: list[Channel] = []
+        self._ids = itertools.count(1)
+
+    # -------------------------------------------------------------- socket
+    def connect(self) -> zmq.Socket:
+        """A new DEALER socket connected to the server."""
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, 1000)
+        sock.setsockopt(zmq.RCVHWM, 1000)
+        if self._server_key is not None:
+            sock.curve_serverkey = self._server_key
+            sock.curve_publickey, sock.curve_secretkey = self._client_keys
+        if auth.is_ipv6(self.address):
+            sock.setsockopt(zmq.IPV6, 1)
+        sock.connect(self.address)
+        return sock
+
+    def channel(self) -> Channel:
+        """This thread's socket and reply bookkeeping (opened on first use per process)."""
+        ch = getattr(self._local, "channel", None)
+        if ch is None or ch.pid != os.getpid():
+            ch = self._local.channel = Channel(self.connect)
+            with self._lock:
+                self._channels = [c for c in self._channels if c.pid == ch.pid] + [ch]
+        return ch
+
+    def close(self) -> None:
+        """Close this process's sockets (a later call opens new ones)."""
+        with self._lock:
+            for ch in self._channels:
+                if ch.pid == os.getpid():
+                    ch.sock.close(linger=0)
+            self._channels = []
+        self._local = threading.local()
+
+    # ------------------------------------------------------------- messaging
+    def until(self, timeout: Any) -> float | None:
+        """When a call with ``timeout`` gives up: ``CALL`` (``call_timeout``) or seconds
+        the server may block it (plus ``REPLY_GRACE_S``), as a ``time.monotonic()`` value;
+        None (no timeout) waits as long as the server answers pings."""
+        if timeout is CALL:
+            return time.monotonic() + self.call_timeout
+        return None if timeout is None else time.monotonic() + timeout + REPLY_GRACE_S
+
+    def send(
+        self,
+        header: dict,
+        arrays: Mapping[str, np.ndarray] | None = None,
+        *,
+        until: Any = CALL,
+        expires: float | None = None,
+        timeout: Any = CALL,
+    ) -> int:
+        """Send a request without waiting for its reply; returns its id.
+
+        Before the first request on a socket, a ping learns the server's epoch, its clock
+        and its message size limit. Each request is stamped with the epoch, so a
+        restarted server refuses requests meant for its predecessor.
+
+        Args:
+            until: ``time.monotonic()`` by which the request must be on its way (the
+                handshake and a full send queue included); None: as long as the server
+                answers pings; default: ``call_timeout`` from now.
+            expires: ``time.monotonic()`` after which the server must not start the
+                request (this client stops waiting for it then); None: no such limit.
+            timeout: seconds the server may block the request, sent as ``"timeout"``,
+                shortened to what is left before ``until`` (default: the header's own).
+
+        Raises:
+            ServerUnavailableError: if the server did not answer the handshake or take the
+                request before ``until`` (the request is then dropped, never sent later).
+            InvalidArgumentError: if the request is larger than the server accepts.
+        """
+        if until is CALL:
+            until = time.monotonic() + self.call_timeout
+        ch = self.channel()
+        ping = header.get("op") == "ping"
+        if not ping and not ch.greeted:
+            self.wait_until(self.send({"op": "ping"}, until=until), until)
+            ch.greeted = True
+        if timeout is not CALL:
+            if timeout is not None and until is not None:
+                # the server gives up (and answers) before this client does
+                timeout = max(min(timeout, until - REPLY_GRACE_S - time.monotonic()), 1e-6)
+            header["timeout"] = timeout
+        rid = next(self._ids)
+        header["id"] = rid
+        if ch.epoch is not None and not ping:
+            header["epoch"] = ch.epoch
+        if expires is not None:
+            # In the server's clock, early by at most a round trip; a margin is left for
+            # the reply to travel back before this client gives up.
+            header["expires"] = expires - EXPIRY_MARGIN_S + ch.clock_offset
+        frames = wire.encode(header, arrays)
+        if arrays and ch.max_message_bytes is not None:
+            self.check_size(frames, ch.max_message_bytes)
+        sock = ch.sock
+        try:
+            sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            left = 2 * self.liveness_s if until is None else until - time.monotonic()
+            if left <= 0 or not sock.poll(max(1, int(left * 1000)), zmq.POLLOUT):
+                message = f"could not send to {self.address} within {max(left, 0):.3g}s"
+                ch.reset(message)
+                raise ServerUnavailableError(message) from None
+            sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
+        ch.sent(rid)
+        return rid
+
+    def check_size(self, frames: list, limit: int) -> None:
+        size = sum(f.nbytes if isinstance(f, np.ndarray) else len(f) for f in frames)
+        if size > limit:
+            raise InvalidArgumentError(
+                f"this request is {size} bytes, more than the server at {self.address} accepts "
+                f"(max_message_bytes={limit}); send fewer rows or steps per call"
+            )
+
+    def wait(self, rid: int, timeout: float | None) -> tuple[dict, dict]:
+        """Wait up to ``timeout`` seconds for the reply to ``rid`` (see :meth:`wait_until`)."""
+        return self.wait_until(rid, None if timeout is None else time.monotonic() + timeout)
+
+    def wait_until(self, rid: int, until: float | None) -> tuple[dict, dict]:
+        """Wait for the reply to ``rid``; raise its typed error if it failed.
+
+        Args:
+            until: ``time.monotonic()`` to give up at; ``None`` waits as long as the server
+                answers pings. A ping goes out ``REPLY_GRACE_S`` before a bounded wait
+                ends, to tell a live but busy server (ReplayTimeoutError) from a dead one.
+
+        Raises:
+            ServerUnavailableError: if the server did not answer at all. The socket is
+                then dropped with everything still queued in it, and every other request
+                outstanding on it fails the same way: none of them is applied later.
+            ServerRestartedError: if the server restarted since the request was sent.
+            ReplayTimeoutError: if the server answers but this call did not complete.
+        """
+        start = time.monotonic()
+        last_ping = ping_sent = -float("inf")
+        ch = self.channel()
+        while rid not in ch.replies:
+            now = time.monotonic()
+            silent = now - max(ch.last_heard, start)
+            if until is not None and now >= until:
+                if ch.last_heard > ping_sent:
+                    ch.abandon(rid)
+                    raise ReplayTimeoutError(
+                        f"the replay server at {self.address} answers, but this call "
+                        f"did not complete within {until - start:.3g}s"
+                    )
+                self._unavailable(
+                    ch,
+                    f"no reply from the replay server at {self.address} within "
+                    f"{until - start:.3g}s (server down, unreachable, or rejecting this "
+                    "client's credentials)",
+                )
+            if until is None and silent >= 2 * self.liveness_s:
+                self._unavailable(
+                    ch,
+                    f"the replay server at {self.address} stopped answering "
+                    f"({silent:.3g}s without a reply to a ping)",
+                )
+            wait = self.liveness_s
+            if until is not None:
+                if until - now <= REPLY_GRACE_S and ping_sent < start:
+                    # the last ping tells a busy server from a dead one at the deadline
+                    ping_sent = last_ping = now
+                    ch.abandon(self.send({"op": "ping"}, until=until))
+                wait = min(wait, until - now - (REPLY_GRACE_S if ping_sent < start else 0.0))
+            if silent >= self.liveness_s and now - last_ping >= self.liveness_s:
+                # pings while waiting also reveal a restarted server (its epoch)
+                last_ping = now
+                ch.abandon(self.send({"op": "ping"}, until=until))
+            if ch.wait(wait):
+                ch.receive()
+        header, arrays = ch.replies.pop(rid)
+        if not header.get("ok"):
+            raise wire.error_from_code(header.get("code"), str(header.get("message", "")))
+        return header, arrays
+
+    def _unavailable(self, ch: Channel, message: str) -> None:
+        """Drop the channel's socket and queued requests; raise ServerUnavailableError."""
+        ch.reset(message)
+        raise ServerUnavailableError(message)
+
+    def call(
+        self,
+        header: dict,
+        arrays: Mapping[str, np.ndarray] | None = None,
+        timeout: Any = CALL,
+        until: Any = CALL,
+    ) -> tuple[dict, dict]:
+        """Send a request and wait for its reply.
+
+        Args:
+            timeout: seconds the server may block the call (a rate limiter), ``None`` for
+                no limit, or ``CALL`` for calls that never block (they wait
+                ``call_timeout``).
+            until: when the whole call gives up (default: from ``timeout``), so that work
+                done before sending (a handshake, a description) counts against it too.
+        """
+        if until is CALL:
+            until = self.until(timeout)
+        rid = self.send(header, arrays, until=until, expires=until, timeout=timeout)
+        return self.wait_until(rid, until)
