@@ -311,7 +311,8 @@ UNREACHABLE = {
     "server's public key",
     "client_not_authorized": "the server does not accept this client's key: give --client-key "
     "with a .key_secret whose public .key is in the server's --authorized-keys folder",
-    "refused": "nothing accepts connections there: is the server running, and is the port right?",
+    "refused": "nothing accepts connections there: is the server running, and are the host "
+    "name and the port right?",
 }
 
 
@@ -335,6 +336,8 @@ def cmd_info(args: argparse.Namespace) -> int:
             return 0
         raise CommandError("give the server's ADDRESS (tcp://host:port), or --build")
     net = import_net("info")
+    import zmq
+
     from rlreplay.errors import ServerUnavailableError
 
     client = net.Client(
@@ -347,6 +350,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         stats = client.server_info(args.table)
     except ServerUnavailableError as exc:
         raise CommandError(why_unreachable(args, exc), FAILED) from None
+    except zmq.ZMQError as exc:
+        raise CommandError(f"cannot connect to {args.address}: {exc}") from None
     finally:
         client.close()
     print(format_info(stats))

@@ -255,6 +255,21 @@ def test_info_with_keys_on_a_server_without_curve_says_to_leave_them_out(keys, p
     assert "does not use CURVE" in one_line_error(result, 1)
 
 
+@pytest.mark.parametrize(
+    ("address", "why"),
+    [
+        ("tcp://localhost", "no :PORT"),
+        ("tcp://local host:80", "whitespace"),
+        ("tcp://:80", "no host name"),
+        ("localhost:http", "the port must be a number"),
+        ("ipc://", "no socket path"),
+    ],
+)
+def test_info_on_a_malformed_address_says_what_is_wrong(address, why):
+    line = one_line_error(cli("info", address), 2)
+    assert repr(address if "://" in address else "tcp://" + address) in line and why in line
+
+
 def test_info_needs_an_address_or_build():
     assert "ADDRESS" in one_line_error(cli("info"), 2)
 

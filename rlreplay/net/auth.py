@@ -24,17 +24,32 @@ def normalize_address(address: str) -> str:
     """``host:port`` becomes ``tcp://host:port``; ``tcp://`` and ``ipc://`` pass through.
 
     Raises:
-        InvalidArgumentError: for anything else.
+        InvalidArgumentError: for anything else: no host, a port that is not a number in
+            [1, 65535], whitespace, or an ``ipc://`` address without a path.
     """
     if not isinstance(address, str) or not address:
         raise InvalidArgumentError(f"address={describe(address)} must be a string")
-    if address.startswith(("tcp://", "ipc://")):
+    usage = "tcp://HOST:PORT, HOST:PORT or ipc:///path"
+    if address.startswith("ipc://"):
+        if len(address) == len("ipc://"):
+            raise InvalidArgumentError(f"address={address!r} is not {usage}: no socket path")
         return address
-    if ":" in address and "/" not in address:
-        return "tcp://" + address
-    raise InvalidArgumentError(
-        f"address={address!r} is not tcp://HOST:PORT, HOST:PORT or ipc:///path"
-    )
+    if not address.startswith("tcp://"):
+        if ":" not in address or "/" in address:
+            raise InvalidArgumentError(f"address={address!r} is not {usage}")
+        address = "tcp://" + address
+    host, colon, port = address[len("tcp://") :].rpartition(":")
+    if any(c.isspace() for c in address):
+        raise InvalidArgumentError(f"address={address!r} is not {usage}: it holds whitespace")
+    if not colon:
+        raise InvalidArgumentError(f"address={address!r} is not {usage}: no :PORT")
+    if not host.strip("[]"):
+        raise InvalidArgumentError(f"address={address!r} is not {usage}: no host name")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise InvalidArgumentError(
+            f"address={address!r} is not {usage}: the port must be a number in [1, 65535]"
+        )
+    return address
 
 
 def endpoint(bind: str, port: int | None) -> str:
