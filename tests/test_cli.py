@@ -122,6 +122,12 @@ CONFIG_ERRORS = {
         "signature = { obs = { shape = [1_000_000], dtype = 'float64' } }\n",
         ["table[0] 't'", "Unable to allocate", "smaller capacity"],
     ),
+    "queue_with_a_sampler": (
+        TABLE.replace("max_size = 10\n", "")
+        + "kind = 'queue'\nsize = 4\nsampler = { type = 'Uniform' }\n",
+        ["table[0] 't'", "['sampler']", "leave them out"],
+    ),
+    "size_on_a_table": (TABLE + "size = 4\n", ["table[0] 't'", "max_size"]),
     "bad_limiter_argument": (
         TABLE + "rate_limiter = { type = 'MinSize', size = 3 }\n",
         ["table[0] 't'", "size"],
@@ -138,6 +144,16 @@ def test_serve_answers_a_configuration_mistake_in_one_line(tmp_path, case):
     line = one_line_error(cli("serve", "--config", str(path), timeout=30.0), 2)
     for fragment in expected:
         assert fragment in line, line
+
+
+def test_a_queue_in_a_config_keeps_its_layout():
+    from rlreplay.net.config import tables_from_config
+
+    signature = {"obs": {"shape": [3], "dtype": "float32"}}
+    entry = {"name": "q", "kind": "queue", "size": 4, "signature": signature}
+    entry["layout"] = {"type": "sequence", "length": 3}
+    (queue,) = tables_from_config({"table": [entry]})
+    assert queue.layout.span == 3 and queue.max_times_sampled == 1
 
 
 def test_serve_on_a_port_in_use_says_so_and_how_to_choose_another(tmp_path):

@@ -21,8 +21,8 @@ Format (TOML shown; any mapping of the same shape works)::
 
     [[table]]
     name = "queue"
-    kind = "queue"                 # or "stack": Table.queue / Table.stack
-    size = 1000
+    kind = "queue"                 # or "stack": Table.queue / Table.stack, which set the
+    size = 1000                    # sampler, remover, limiter and max_size (= size) themselves
     signature = { obs = { shape = [4], dtype = "float32" } }
 
 Every ``[[store]]`` and ``[[table]]`` is an *array of tables* (two brackets): a single
@@ -61,6 +61,9 @@ TABLE_KEYS = {
     "size",
 }  # fmt: skip
 KINDS = ("table", "queue", "stack")
+ORDERED_FIXED = {
+    "sampler", "remover", "rate_limiter", "max_size", "max_times_sampled", "on_overwrite",
+}  # fmt: skip
 
 
 def load_config(path: str | os.PathLike) -> list[Table]:
@@ -214,9 +217,26 @@ def _table(entry: Mapping[str, Any], where: str, stores: dict[str, StepStore]) -
     _check_keys(entry, TABLE_KEYS, where)
     if not isinstance(entry.get("name"), str):
         raise InvalidArgumentError(f'{where} needs name = "..." (a string)')
+    kind = entry.get("kind", "table")
+    if kind not in KINDS:
+        raise InvalidArgumentError(f"{where}: kind={describe(kind)} must be one of {KINDS}")
+    ordered = kind in ("queue", "stack")
+    if ordered:
+        fixed = sorted(ORDERED_FIXED & set(entry))
+        if fixed:
+            raise InvalidArgumentError(
+                f'{where}: kind = "{kind}" sets {fixed} itself; leave them out (size = N '
+                "is its max_size)"
+            )
+        if "size" not in entry:
+            raise InvalidArgumentError(f'{where}: kind = "{kind}" needs size = N (items)')
+    elif "size" in entry:
+        raise InvalidArgumentError(
+            f'{where}: size is for kind = "queue" or "stack"; a table takes max_size = N'
+        )
     kwargs: dict[str, Any] = {}
     if "store" in entry:
-        if entry["store"] not in stores:
+        if not isinstance(entry["store"], str) or entry["store"] not in stores:
             raise InvalidArgumentError(
                 f"{where}: store={describe(entry['store'])} is not a [[store]] name: {list(stores)}"
             )
@@ -227,14 +247,6 @@ def _table(entry: Mapping[str, Any], where: str, stores: dict[str, StepStore]) -
         kwargs["signature"] = signature
         if "capacity" in entry:
             kwargs["capacity"] = entry["capacity"]
-    kind = entry.get("kind", "table")
-    if kind not in KINDS:
-        raise InvalidArgumentError(f"{where}: kind={describe(kind)} must be one of {KINDS}")
-    if kind in ("queue", "stack"):
-        if "size" not in entry:
-            raise InvalidArgumentError(f'{where}: kind = "{kind}" needs size = N (items)')
-        make = Table.queue if kind == "queue" else Table.stack
-        return _build(where, make, entry["name"], entry["size"], **kwargs)
     layout = _build(where, _layout, entry.get("layout"), signature, where)
     if layout is not None:
         kwargs["layout"] = layout
@@ -247,6 +259,9 @@ def _table(entry: Mapping[str, Any], where: str, stores: dict[str, StepStore]) -
     for key in ("max_size", "max_times_sampled", "default_priority", "on_overwrite", "seed"):
         if key in entry:
             kwargs[key] = entry[key]
+    if ordered:
+        make = Table.queue if kind == "queue" else Table.stack
+        return _build(where, make, entry["name"], entry["size"], **kwargs)
     return _build(where, Table, entry["name"], **kwargs)
 
 
