@@ -127,6 +127,10 @@ CONFIG_ERRORS = {
         + "kind = 'queue'\nsize = 4\nsampler = { type = 'Uniform' }\n",
         ["table[0] 't'", "['sampler']", "leave them out"],
     ),
+    "shape_not_a_list": (
+        TABLE.replace("shape = [3]", "shape = 3"),
+        ["table[0] 't'", "shape=3", "must be a list"],
+    ),
     "size_on_a_table": (TABLE + "size = 4\n", ["table[0] 't'", "max_size"]),
     "bad_limiter_argument": (
         TABLE + "rate_limiter = { type = 'MinSize', size = 3 }\n",

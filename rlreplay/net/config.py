@@ -128,7 +128,13 @@ def _signature(spec: Any, where: str) -> Signature:
 
     def leaf(value: Any) -> Any:
         if isinstance(value, Mapping) and set(value) <= {"shape", "dtype"} and value:
-            return FieldSpec(tuple(value.get("shape", ())), value.get("dtype", "float32"))
+            shape = value.get("shape", [])
+            if not isinstance(shape, list):
+                raise InvalidArgumentError(
+                    f"{where}: shape={describe(shape)} in the signature must be a list such as "
+                    "[4] or [84, 84] ([] for a scalar)"
+                )
+            return FieldSpec(tuple(shape), value.get("dtype", "float32"))
         if isinstance(value, Mapping):
             return {k: leaf(v) for k, v in value.items()}
         return value
@@ -209,7 +215,7 @@ def _store(entry: Mapping[str, Any], where: str) -> StepStore:
         raise InvalidArgumentError(f"{where} needs name, capacity and signature; missing {missing}")
     if not isinstance(entry["name"], str):
         raise InvalidArgumentError(f'{where} needs name = "..." (a string)')
-    signature = _signature(entry["signature"], where)
+    signature = _build(where, _signature, entry["signature"], where)
     return _build(where, StepStore, signature, entry["capacity"], entry.get("lanes", 1))
 
 
