@@ -419,6 +419,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail(args, f"{type(exc).__name__}: {exc}", FAILED)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader left early (`rlreplay info ... | head -1`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return FAILED
 
 
 if __name__ == "__main__":

@@ -294,6 +294,23 @@ def test_info_needs_an_address_or_build():
     assert "ADDRESS" in one_line_error(cli("info"), 2)
 
 
+def test_a_reader_that_leaves_early_gets_no_traceback():
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlreplay.cli", "info", "--build"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=ENV,
+    )
+    proc.stdout.close()  # before the command can print: its writes fail with EPIPE
+    try:
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+    assert proc.returncode == 1 and stderr == b"", stderr.decode()
+
+
 @pytest.mark.parametrize(
     ("disable", "reason"),
     [("", "active"), ("1", "disabled by RLREPLAY_NO_EXTENSION=1")],
