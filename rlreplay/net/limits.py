@@ -10,7 +10,8 @@ memory the others need. The ledger holds, per client connection (ZeroMQ routing 
   deadline by a client that vanished are dropped).
 
 A request that would go over a limit is refused before it runs (nothing is applied), with
-:class:`~rlreplay.errors.ResourceLimitError`.
+:class:`~rlreplay.errors.ResourceLimitError`. So is a request whose envelope shows it is
+not for this server or too late (:func:`check_envelope`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,14 @@ from collections import deque
 
 import zmq
 
-from rlreplay.errors import InvalidArgumentError, ResourceLimitError, describe
+from rlreplay.errors import (
+    InvalidArgumentError,
+    ProtocolError,
+    ReplayTimeoutError,
+    ResourceLimitError,
+    ServerRestartedError,
+    describe,
+)
 
 # Operations whose request may be parked (and so count against ``max_parked_per_client``).
 PARKABLE = frozenset({"insert", "sample", "write"})
@@ -32,6 +40,42 @@ def check_limit(name: str, value: object, minimum: float, integer: bool = False)
         kind = "an int" if integer else "a number"
         raise InvalidArgumentError(f"{name}={describe(value)} must be {kind} >= {minimum}")
     return value
+
+
+def check_envelope(header: dict, op: str, epoch: int, now: float) -> float | None:
+    """Refuse a request meant for an earlier server, or one arriving after its client gave
+    up; returns its ``expires`` time (in the server's ``time.monotonic()`` clock) or None.
+
+    Args:
+        header: the request's header; ``epoch`` and ``expires`` are optional.
+        op: its operation (a ``ping`` is answered whatever its epoch).
+        epoch: this server's epoch.
+        now: this server's ``time.monotonic()``.
+
+    Raises:
+        ServerRestartedError: the request is stamped with another server's epoch.
+        ReplayTimeoutError: the request arrived after its ``expires`` time.
+        ProtocolError: for an ``epoch`` or ``expires`` that is not a number.
+    """
+    stamp, expires = header.get("epoch"), header.get("expires")
+    if stamp is not None and op != "ping":
+        if not isinstance(stamp, int) or isinstance(stamp, bool):
+            raise ProtocolError(f"request field 'epoch' is {describe(stamp)}, not an int")
+        if stamp != epoch:
+            raise ServerRestartedError(
+                f"the request was sent to an earlier server at this address (epoch {stamp}); "
+                f"this server (epoch {epoch}) started since and did not apply it"
+            )
+    if expires is None:
+        return None
+    if not isinstance(expires, (int, float)) or isinstance(expires, bool):
+        raise ProtocolError(f"request field 'expires' is {describe(expires)}, not a number")
+    if now > expires:
+        raise ReplayTimeoutError(
+            f"the request reached the server {now - expires:.3g}s after its client stopped "
+            "waiting for it; it was not applied"
+        )
+    return float(expires)
 
 
 class ClientLedger:

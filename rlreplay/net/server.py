@@ -39,17 +39,13 @@ from rlreplay.core.table import Table
 from rlreplay.errors import (
     ClosedError,
     InvalidArgumentError,
-    ProtocolError,
-    RateLimiterTimeoutError,
     ReplayError,
-    ReplayTimeoutError,
-    ServerRestartedError,
-    describe,
 )
 from rlreplay.net import auth, handlers, schema, wire
 from rlreplay.net.ingest import WriterSession
-from rlreplay.net.limits import ClientLedger, check_limit
+from rlreplay.net.limits import ClientLedger, check_envelope, check_limit
 from rlreplay.net.operations import TableOperations
+from rlreplay.net.parking import ParkedCalls, cap_deadline
 
 log = logging.getLogger("rlreplay.net")
 
@@ -155,7 +151,9 @@ class Server(TableOperations):
         self._stopping = threading.Event()
         self._started = threading.Event()
         self._error: BaseException | None = None
-        self._parked: list[handlers.Job] = []
+        self._parked = ParkedCalls(
+            self.clients, self.parked_expiry_s, self._reply, self._reply_error
+        )
         self._sessions: dict[int, tuple[WriterSession, float]] = {}
         self._rates = {n: deque(maxlen=12) for n in self.tables}
         self._metrics_server = None
@@ -273,9 +271,9 @@ class Server(TableOperations):
                 wait = next_snapshot - now
                 if self._parked:
                     wait = min(wait, self.recheck_s)
-                    deadlines = [j.deadline for j in self._parked if j.deadline is not None]
-                    if deadlines:
-                        wait = min(wait, max(0.0, min(deadlines) - now))
+                    deadline = self._parked.next_deadline()
+                    if deadline is not None:
+                        wait = min(wait, max(0.0, deadline - now))
                 events = dict(poller.poll(int(wait * 1000) + 1))
                 if sock in events:
                     # EVENTS says whether another message waits, which costs far less than
@@ -287,18 +285,15 @@ class Server(TableOperations):
                 if self._parked:
                     # Expire first: a call past its deadline (or whose client went silent)
                     # must not be run by the retry after a long stall of this process.
-                    self._expire_parked()
-                    self._retry_parked()
+                    self._parked.expire(time.monotonic())
+                    self._parked.retry()
         except zmq.ContextTerminated:
             pass
         except BaseException as exc:  # keep the reason for the log
             self._error = exc
             log.exception("rlreplay server dispatcher failed")
         finally:
-            for job in self._parked:
-                exc = ClosedError("the server is stopping")
-                self._reply_error(job.identity, job.rid, exc, job.version)
-            self._parked.clear()
+            self._parked.close(ClosedError("the server is stopping"))
             sock.close(linger=0)
             wake.close(linger=0)
 
@@ -360,20 +355,15 @@ class Server(TableOperations):
             client = identity.bytes
             now = time.monotonic()
             self.clients.heard(client, now)
-            expires = self._check_envelope(header, op, now)
+            expires = check_envelope(header, op, self.epoch, now)
             self.clients.admit(client, op)
             result = method(header, arrays)
             if isinstance(result, handlers.Job):
                 result.identity, result.rid, result.version = identity, rid, version
-                if expires is not None:
-                    dl = result.deadline
-                    result.deadline = expires if dl is None else min(dl, expires)
+                cap_deadline(result, expires)
                 reply = result.attempt()
                 if reply is None:
-                    result.parked_at = time.monotonic()
-                    result.client = client
-                    self.clients.park(client, result.parked_at)
-                    self._parked.append(result)
+                    self._parked.park(result, client, time.monotonic())
                 else:
                     self._reply(identity, rid, *reply, version)
             elif not header.get("noreply"):
@@ -386,92 +376,6 @@ class Server(TableOperations):
             exc = ReplayError(f"internal server error: {exc!r}")
             self._reply_error(identity, rid, exc, version)
         return True
-
-    def _check_envelope(self, header: dict, op: str, now: float) -> float | None:
-        """Refuse a request meant for an earlier server or arriving after its client gave
-        up; returns its ``expires`` time (this server's clock) or None.
-
-        Raises:
-            ServerRestartedError: the request is stamped with another server's epoch.
-            ReplayTimeoutError: the request arrived after its ``expires`` time.
-            ProtocolError: for an ``epoch`` or ``expires`` that is not a number.
-        """
-        epoch, expires = header.get("epoch"), header.get("expires")
-        if epoch is not None and op != "ping":
-            if not isinstance(epoch, int) or isinstance(epoch, bool):
-                raise ProtocolError(f"request field 'epoch' is {describe(epoch)}, not an int")
-            if epoch != self.epoch:
-                raise ServerRestartedError(
-                    f"the request was sent to an earlier server at {self.address} (epoch "
-                    f"{epoch}); this server (epoch {self.epoch}) started since and did not "
-                    "apply it"
-                )
-        if expires is None:
-            return None
-        if not isinstance(expires, (int, float)) or isinstance(expires, bool):
-            raise ProtocolError(f"request field 'expires' is {describe(expires)}, not a number")
-        if now > expires:
-            raise ReplayTimeoutError(
-                f"the request reached the server {now - expires:.3g}s after its client stopped "
-                "waiting for it; it was not applied"
-            )
-        return float(expires)
-
-    def _retry_parked(self) -> None:
-        progress = True
-        while progress and self._parked:
-            progress = False
-            for job in list(self._parked):
-                try:
-                    reply = job.attempt()
-                except Exception as exc:
-                    if not isinstance(exc, ReplayError):
-                        log.exception("internal error resuming a parked request")
-                        exc = ReplayError(f"internal server error: {exc!r}")
-                    self._finish(job)
-                    self._abort_write(job)
-                    self._reply_error(job.identity, job.rid, exc, job.version)
-                    progress = True
-                    continue
-                if reply is not None:
-                    self._finish(job)
-                    self._reply(job.identity, job.rid, *reply, job.version)
-                    progress = True
-
-    def _expire_parked(self) -> None:
-        """Answer parked calls past their deadline, and drop calls parked without one
-        whose client has sent nothing for ``parked_expiry_s``."""
-        now = time.monotonic()
-        for job in list(self._parked):
-            if job.deadline is not None:
-                if now < job.deadline:
-                    continue
-                waited = self._finish(job)
-                exc: ReplayError = RateLimiterTimeoutError(job.timeout_message(waited))
-            else:
-                silent = self.clients.silent_for(job.client, now)
-                if silent < self.parked_expiry_s:
-                    continue
-                self._finish(job)
-                exc = ReplayTimeoutError(
-                    f"the {job.what} was dropped: its client sent nothing for {silent:.3g}s "
-                    f"(the server's parked_expiry_s={self.parked_expiry_s:g})"
-                )
-            self._abort_write(job)
-            self._reply_error(job.identity, job.rid, exc, job.version)
-
-    def _finish(self, job: handlers.Job) -> float:
-        self._parked.remove(job)
-        self.clients.unpark(job.client)
-        waited = time.monotonic() - job.parked_at
-        with job.table.lock:
-            lim = job.table.rate_limiter
-            setattr(lim, job.counter, getattr(lim, job.counter) + waited)
-        return waited
-
-    def _abort_write(self, job: handlers.Job) -> None:
-        if isinstance(job, handlers.WriteJob):
-            job.abort()
 
     def _snapshot(self, now: float) -> None:
         for name, t in self.tables.items():

@@ -1,0 +1,125 @@
+"""Calls a rate limiter blocks, parked on the server until a table changes or they expire.
+
+The server never waits inside a table: a call that cannot proceed now is kept here with
+its deadline, attempted again after every request that may have changed a table, and
+answered when it completes, when its deadline passes (RateLimiterTimeoutError), when its
+client has been silent for too long (a call parked without a deadline), or when the server
+stops (ClosedError).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from rlreplay.errors import RateLimiterTimeoutError, ReplayError, ReplayTimeoutError
+from rlreplay.net.handlers import Job, WriteJob
+from rlreplay.net.limits import ClientLedger
+
+log = logging.getLogger("rlreplay.net")
+
+Reply = Callable[..., None]
+
+
+class ParkedCalls:
+    """The parked calls of one server, in arrival order.
+
+    Args:
+        clients: the server's per-client ledger (parked counts, last contact).
+        expiry_s: a call parked without a deadline is dropped once its client has sent
+            nothing for this many seconds.
+        reply: ``reply(identity, rid, header, arrays, version)`` sends a result.
+        reply_error: ``reply_error(identity, rid, exc, version)`` sends an error.
+    """
+
+    def __init__(self, clients: ClientLedger, expiry_s: float, reply: Reply, reply_error: Reply):
+        self.clients = clients
+        self.expiry_s = expiry_s
+        self._reply, self._reply_error = reply, reply_error
+        self._jobs: list[Job] = []
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def __iter__(self) -> Iterator[Job]:
+        return iter(list(self._jobs))
+
+    def park(self, job: Job, client: bytes, now: float) -> None:
+        """Keep ``job`` (of ``client``) until it completes or expires."""
+        job.parked_at = now
+        job.client = client
+        self.clients.park(client, now)
+        self._jobs.append(job)
+
+    def next_deadline(self) -> float | None:
+        """The earliest deadline of a parked call (None if none has one)."""
+        return min((j.deadline for j in self._jobs if j.deadline is not None), default=None)
+
+    def retry(self) -> None:
+        """Attempt every parked call again, until a pass completes none."""
+        progress = True
+        while progress and self._jobs:
+            progress = False
+            for job in list(self._jobs):
+                try:
+                    reply = job.attempt()
+                except Exception as exc:
+                    if not isinstance(exc, ReplayError):
+                        log.exception("internal error resuming a parked request")
+                        exc = ReplayError(f"internal server error: {exc!r}")
+                    self._drop(job, exc)
+                    progress = True
+                    continue
+                if reply is not None:
+                    self._finish(job)
+                    self._reply(job.identity, job.rid, *reply, job.version)
+                    progress = True
+
+    def expire(self, now: float) -> None:
+        """Answer calls past their deadline, and drop calls parked without one whose client
+        has sent nothing for ``expiry_s`` seconds."""
+        for job in list(self._jobs):
+            if job.deadline is not None:
+                if now < job.deadline:
+                    continue
+                waited = now - job.parked_at
+                self._drop(job, RateLimiterTimeoutError(job.timeout_message(waited)))
+                continue
+            silent = self.clients.silent_for(job.client, now)
+            if silent >= self.expiry_s:
+                self._drop(
+                    job,
+                    ReplayTimeoutError(
+                        f"the {job.what} was dropped: its client sent nothing for {silent:.3g}s "
+                        f"(the server's parked_expiry_s={self.expiry_s:g})"
+                    ),
+                )
+
+    def close(self, exc: ReplayError) -> None:
+        """Answer every parked call with ``exc`` (the server is stopping)."""
+        for job in list(self._jobs):
+            self._drop(job, exc)
+
+    def _drop(self, job: Job, exc: BaseException) -> None:
+        self._finish(job)
+        if isinstance(job, WriteJob):
+            job.abort()
+        self._reply_error(job.identity, job.rid, exc, job.version)
+
+    def _finish(self, job: Job) -> float:
+        """Unpark ``job`` and count the time it waited as the limiter's blocked time."""
+        self._jobs.remove(job)
+        self.clients.unpark(job.client)
+        waited = time.monotonic() - job.parked_at
+        with job.table.lock:
+            lim = job.table.rate_limiter
+            setattr(lim, job.counter, getattr(lim, job.counter) + waited)
+        return waited
+
+
+def cap_deadline(job: Job, expires: Any) -> None:
+    """End ``job`` no later than ``expires`` (when its client stops waiting), if given."""
+    if expires is not None:
+        job.deadline = expires if job.deadline is None else min(job.deadline, expires)
