@@ -3,8 +3,10 @@
 Random samplers draw a whole batch at once; when ``max_times_sampled`` would be exceeded
 within the batch the draw falls back to one item at a time, so a batch always behaves as
 consecutive single samples. Deterministic samplers (Fifo, Lifo, heaps) return their first
-items in order. :class:`ItemDraws` is a part of :class:`rlreplay.core.table.Table` and relies on
-the attributes ``Table.__init__`` sets; every method here expects the table's lock held.
+items in order. :class:`DrawPlan` is the part of a :class:`rlreplay.core.table.Table` that
+does this: it owns the gather plan (which column rows each output field reads) and the
+reusable batch buffers, and reads (and, for ``max_times_sampled``, changes) the table's
+:class:`~rlreplay.core.item_slots.ItemIndex`. Every method expects the table's lock held.
 """
 
 from __future__ import annotations
@@ -14,9 +16,13 @@ import os
 import numpy as np
 
 from rlreplay.core._compiled import load_kernel
+from rlreplay.core.batch_buffers import BatchBuffers
 from rlreplay.core.gather import gather_variable
+from rlreplay.core.item_slots import ItemIndex
 from rlreplay.core.keys import has_duplicates, make_keys
+from rlreplay.core.layout import ItemLayout
 from rlreplay.core.sample import Sample, SampleInfo
+from rlreplay.core.storage import StepStore
 from rlreplay.errors import EmptyTableError
 
 _kernel = load_kernel("rlreplay.core._draws")
@@ -34,20 +40,41 @@ def _usable_cores() -> int:
 GATHER_THREADS = min(2, _usable_cores())
 
 
-class ItemDraws:
-    """Selection of sampled items and the gather of their windows (lock held)."""
+class DrawPlan:
+    """Selection of sampled items and the gather of their windows (lock held).
 
-    def _sample_locked(self, n: int) -> Sample:
-        size = self.size
-        min_probability = self.sampler.min_probability()
-        if self.sampler.deterministic:
+    Args:
+        index: the table's items.
+        store: the step store the items' windows read.
+        layout: the table's item layout.
+        max_times_sampled: remove an item after this many samples (0: never).
+    """
+
+    def __init__(
+        self, index: ItemIndex, store: StepStore, layout: ItemLayout, max_times_sampled: int
+    ):
+        self.index = index
+        self.store = store
+        self.layout = layout
+        self.max_times_sampled = max_times_sampled
+        self._gather_plan = self._plan_gather()
+        self._batch_buffers = BatchBuffers()
+
+    def draw(self, n: int) -> Sample:
+        """Sample ``n`` items (the table has checked that it may); items that reach
+        ``max_times_sampled`` are removed from the index."""
+        index = self.index
+        sampler = index.sampler
+        size = index.size
+        min_probability = sampler.min_probability()
+        if sampler.deterministic:
             slots = self._deterministic_picks(n)
             probabilities = np.ones(len(slots))
         else:
-            slots, probabilities = self.sampler.sample(n, self.rng)
+            slots, probabilities = sampler.sample(n, index.rng)
             if self.max_times_sampled:
                 uniq, counts = np.unique(slots, return_counts=True)
-                left = self.max_times_sampled - self._times_sampled[uniq].astype(np.int64)
+                left = self.max_times_sampled - index.times_sampled[uniq].astype(np.int64)
                 if (counts > left).any():
                     slots, probabilities = self._sequential_picks(n)
         keys, priorities, times = self._mark_sampled(slots)
@@ -55,27 +82,26 @@ class ItemDraws:
         if self.max_times_sampled:
             done = np.unique(slots[times >= self.max_times_sampled])
             if len(done):
-                self._remove_locked(done)
-        self.rate_limiter.samples += len(slots)
-        self._wake_waiters()
+                index.remove(done)
         info = SampleInfo(keys, probabilities, priorities, times, size, min_probability)
         return Sample(data, info)
 
     def _mark_sampled(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Keys, priorities and sample counts (this draw included) of the drawn slots."""
+        index = self.index
         if _kernel is not None:
             slots = np.ascontiguousarray(slots, dtype=np.int64)
             n = len(slots)
             keys, priorities = np.empty(n, dtype=np.int64), np.empty(n)
             times = np.empty(n, dtype=np.uint32)
-            _kernel.mark_sampled(slots, self._slot_bytes, keys, priorities, times)
+            _kernel.mark_sampled(slots, index.slot_bytes, keys, priorities, times)
             return keys, priorities, times
         if has_duplicates(slots):
             times = self._count_samples(slots)
         else:
-            times = self._times_sampled[slots] + np.uint32(1)
-            self._times_sampled[slots] = times
-        return make_keys(slots, self._generation[slots]), self._priority[slots], times
+            times = index.times_sampled[slots] + np.uint32(1)
+            index.times_sampled[slots] = times
+        return make_keys(slots, index.generation[slots]), index.priority[slots], times
 
     def _count_samples(self, slots: np.ndarray) -> np.ndarray:
         """Increment times_sampled; each entry sees the count as of its own draw."""
@@ -84,15 +110,17 @@ class ItemDraws:
         starts = np.r_[0, np.flatnonzero(np.diff(sorted_slots)) + 1]
         rank = np.arange(len(slots)) - np.repeat(starts, np.diff(np.r_[starts, len(slots)]))
         times = np.empty(len(slots), dtype=np.int64)
-        times[order] = self._times_sampled[sorted_slots].astype(np.int64) + rank + 1
-        np.add.at(self._times_sampled, slots, 1)
+        times_sampled = self.index.times_sampled
+        times[order] = times_sampled[sorted_slots].astype(np.int64) + rank + 1
+        np.add.at(times_sampled, slots, 1)
         return times
 
     def _deterministic_picks(self, n: int) -> np.ndarray:
+        index = self.index
         if self.max_times_sampled == 0:
-            return self.sampler.sample(n, self.rng)[0]
-        order = self.sampler.first(n)
-        left = self.max_times_sampled - self._times_sampled[order].astype(np.int64)
+            return index.sampler.sample(n, index.rng)[0]
+        order = index.sampler.first(n)
+        left = self.max_times_sampled - index.times_sampled[order].astype(np.int64)
         return np.repeat(order, left)[:n]
 
     def _sequential_picks(self, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -101,28 +129,29 @@ class ItemDraws:
         The batch ends early when nothing drawable is left (every item hidden, or only
         items of priority 0); hidden items always return to the sampler.
         """
+        sampler, rng, times_sampled = self.index.sampler, self.index.rng, self.index.times_sampled
         slots = np.empty(n, dtype=np.int64)
         probs = np.empty(n)
         hidden: list[int] = []
         extra: dict[int, int] = {}
         for i in range(n):
-            if self.sampler.size == 0:
+            if sampler.size == 0:
                 slots, probs = slots[:i], probs[:i]
                 break
             try:
-                s, p = self.sampler.sample(1, self.rng)
+                s, p = sampler.sample(1, rng)
             except EmptyTableError:
                 slots, probs = slots[:i], probs[:i]
                 break
             s0 = int(s[0])
             slots[i], probs[i] = s0, p[0]
             extra[s0] = extra.get(s0, 0) + 1
-            if self._times_sampled[s0] + extra[s0] >= self.max_times_sampled:
-                self.sampler.delete(np.array([s0]))
+            if times_sampled[s0] + extra[s0] >= self.max_times_sampled:
+                sampler.delete(np.array([s0]))
                 hidden.append(s0)
         if hidden:
             arr = np.array(hidden)
-            self.sampler.insert(arr, self._priority[arr])
+            sampler.insert(arr, self.index.priority[arr])
         return slots, probs
 
     def _plan_gather(self) -> list[tuple[str, np.ndarray, int, np.ndarray | None]]:
@@ -140,8 +169,9 @@ class ItemDraws:
         return plan
 
     def _gather(self, slots: np.ndarray) -> dict[str, np.ndarray]:
-        if self._extent is not None:
-            return gather_variable(self.store, self.layout, slots, self._extent[slots])
+        extent = self.index.extent
+        if extent is not None:
+            return gather_variable(self.store, self.layout, slots, extent[slots])
         cap = self.store.capacity
         buffers = self._batch_buffers
         if _kernel is not None:

@@ -1,10 +1,14 @@
-"""Item slots: the per-slot state of a table's items and how it changes.
+"""The item index: a table's items, one per anchor slot, and the state that goes with them.
 
 A table holds at most one item per anchor step, in the slot equal to the anchor's row in
-the step store. This module keeps that state consistent with the sampler and the remover:
-creating items, removing them, and handing over the slots of items whose steps the store
-overwrites. :class:`ItemSlots` is a part of :class:`rlreplay.core.table.Table` and relies on the
-attributes ``Table.__init__`` sets; every method here expects the table's lock to be held.
+the step store. :class:`ItemIndex` owns everything per slot (a 16-byte record of
+priority, generation and times sampled; the live flag; the item's extent for layouts with
+per-item extents), the sampler and the remover (the selectors) and the table's size and
+counters, and keeps them in agreement: every method leaves ``size``, the live flags and
+both selectors consistent, or raises before changing anything. The table calls it with
+its lock held; the overwrite protocol (overwrite.py) calls :meth:`ItemIndex.evict_rows`,
+:meth:`~ItemIndex.detach_for_move` and :meth:`~ItemIndex.attach_moved` for rows the store
+is about to overwrite.
 """
 
 from __future__ import annotations
@@ -27,116 +31,156 @@ from rlreplay.core.keys import (
     split_keys,
     unissued,
 )
+from rlreplay.core.selectors import Selector
 from rlreplay.errors import InvalidArgumentError, describe
 
 _kernel = load_kernel("rlreplay.core._slots")
 
+# Per-slot item state (the compiled loops in _draws.c and _slots.c rely on this layout).
+SLOT_STATE = np.dtype([("priority", "<f8"), ("generation", "<u4"), ("times_sampled", "<u4")])
 
-class ItemSlots:
-    """Creation, removal and overwrite hand-over of a table's items (lock held)."""
+COUNTERS = (
+    "deletes",
+    "evictions",
+    "overwrite_evictions",
+    "relocations",
+    "stale_updates",
+    "stale_deletes",
+)
 
-    def _append_rows_locked(
-        self, rows: dict, n: int, timeout: float | None, one_row: bool = False
-    ) -> int:
-        """Append rows to the store for :meth:`insert` (``one_row``: ``rows`` has no batch
-        axis), letting :meth:`_on_overwrite` defer the removal of the items whose slots
-        the new rows take."""
-        self._inserting = True
-        try:
-            if one_row:
-                return self.store._append_one_locked(rows, timeout, "rows")
-            return self.store._append_steps_locked(rows, n, timeout, "rows")
-        except BaseException:
-            self._settle_deferred()
-            raise
-        finally:
-            self._inserting = False
 
-    def _settle_deferred(self) -> None:
-        """Remove the deferred items from the selectors (their slots are not reused)."""
-        deferred = self._deferred
-        if deferred is not None:
-            self._deferred = None
-            start, n = deferred
-            if n == 1:
-                self.sampler.delete_one(start)
-                self.remover.delete_one(start)
-            else:
-                slots = np.arange(start, start + n)
-                self.sampler.delete(slots)
-                self.remover.delete(slots)
+class ItemIndex:
+    """A table's items by slot, with the sampler, the remover, the size and counters.
 
-    def _insert_items_locked(
-        self, slots: np.ndarray, prios: np.ndarray | None, start: int | None = None
-    ) -> np.ndarray:
-        """Make items at ``slots`` (``slots == arange(start, start + n)`` when ``start``
-        is given, which lets per-slot state be written through slices)."""
-        n = len(slots)
+    Args:
+        capacity: slots (the store's capacity: one per stored row).
+        sampler, remover: the table's selectors (bound here to ``capacity`` slots).
+        max_size: most items held; inserts beyond it evict the remover's choice.
+        span: the layout's span (the steps an item reads).
+        variable: whether items have per-item extents (``from_end``/``pad`` windows).
+        default_priority: priority of items inserted without one (``None``: the largest
+            priority seen so far, 1.0 at first).
+        rng: the table's random generator (victims of random removers).
+
+    Attributes (read by the table and the draws; changed only through the methods):
+        size, live, priority, generation, times_sampled, slot_bytes, extent, counts,
+        max_priority.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        sampler: Selector,
+        remover: Selector,
+        max_size: int,
+        span: int,
+        variable: bool,
+        default_priority: float | None,
+        rng: np.random.Generator,
+    ):
+        self.capacity = capacity
+        self.sampler = sampler
+        self.remover = remover
+        self.max_size = max_size
+        self.span = span
+        self.default_priority = default_priority
+        self.rng = rng
+        # One 16-byte record per slot, so a sampled item's state is one cache line, not
+        # three; ``priority``, ``generation`` and ``times_sampled`` are views of its
+        # fields and ``slot_bytes`` its bytes, as the compiled loops take them.
+        self.slot_state = np.zeros(capacity, dtype=SLOT_STATE)
+        self.priority = self.slot_state["priority"]
+        self.generation = self.slot_state["generation"]
+        self.times_sampled = self.slot_state["times_sampled"]
+        self.slot_bytes = self.slot_state.view(np.uint8)
+        self.live = np.zeros(capacity, dtype=bool)
+        # Memoryviews of the same arrays: one-slot reads and writes through them cost a
+        # third of numpy's scalar indexing (the one-row insert does several).
+        self._slot_views = tuple(
+            memoryview(a) for a in (self.generation, self.priority, self.times_sampled)
+        )
+        self._live_view = memoryview(self.live)
+        self.extent = np.zeros(capacity, dtype=np.int32) if variable else None
+        sampler.bind(capacity)
+        remover.bind(capacity)
+        self.size = 0
+        self.max_priority = 1.0
+        self.counts = dict.fromkeys(COUNTERS, 0)
+
+    # --------------------------------------------------------------- creation
+    def _fill(self) -> float:
         fill = self.default_priority
-        if fill is None:
-            fill = self._max_priority
-        if prios is not None:
-            self._max_priority = max(self._max_priority, float(prios.max()))
+        return self.max_priority if fill is None else float(fill)
+
+    def _make_room_for(self, n: int) -> None:
+        """Evict the remover's choice so that ``n`` more items fit ``max_size``."""
         excess = self.size + n - self.max_size
-        replacing = excess <= 0 and self._deferred is not None and self._deferred == (start, n)
-        if not replacing:
-            self._settle_deferred()
         if excess > 0:
             victims = self.remover.choose_victims(excess, self.rng)
-            self._remove_locked(victims)
-            self._counts["evictions"] += len(victims)
+            self.remove(victims)
+            self.counts["evictions"] += len(victims)
+
+    def claim(
+        self, slots: np.ndarray, prios: np.ndarray | None, start: int | None = None
+    ) -> np.ndarray:
+        """Make new items at ``slots`` (distinct; ``slots == arange(start, start + n)`` when
+        ``start`` is given, which lets per-slot state be written through slices); returns
+        their keys.
+
+        Items this table holds on those slots are the ones whose rows the caller has
+        just rewritten: they are overwritten (counted as overwrite evictions), and when
+        all of them are, the new items take over their selector entries.
+        """
+        n = len(slots)
+        fill = self._fill()
+        if prios is not None:
+            self.max_priority = max(self.max_priority, float(prios.max()))
+        at = slots if start is None else slice(start, start + n)
+        held = int(np.count_nonzero(self.live[at]))
+        replacing = held == n
+        if replacing:
+            self.counts["overwrite_evictions"] += n
+        else:
+            if held:
+                self.evict_slots(slots[self.live[at]])
+            self._make_room_for(n)
         if start is not None and _kernel is not None:
             keys = np.empty(n, dtype=np.int64)
             if prios is not None:
                 prios = np.ascontiguousarray(prios, dtype=np.float64)
-            _kernel.claim_range(start, keys, self._slot_bytes, self._live, prios, fill)
-            prios = self._priority[start : start + n]
+            _kernel.claim_range(start, keys, self.slot_bytes, self.live, prios, fill)
+            prios = self.priority[start : start + n]
         else:
             if prios is None:
                 prios = np.full(n, fill, dtype=np.float64)
-            at = slots if start is None else slice(start, start + n)
-            generations = next_generations(self._generation[at])
-            self._generation[at] = generations
-            self._priority[at] = prios
-            self._times_sampled[at] = 0
-            self._live[at] = True
+            generations = next_generations(self.generation[at])
+            self.generation[at] = generations
+            self.priority[at] = prios
+            self.times_sampled[at] = 0
+            self.live[at] = True
             keys = make_keys(slots, generations)
         if replacing:
-            self._deferred = None
             self.sampler.replace(slots, prios)
             self.remover.replace(slots, prios)
         else:
             self.sampler.insert(slots, prios)
             self.remover.insert(slots, prios)
-        self.size += n
-        self.rate_limiter.inserts += n
-        self._wake_waiters()
+            self.size += n
         return keys
 
-    def _insert_one_locked(self, slot: int, prio: float | None, in_place: bool = False) -> int:
-        """:meth:`_insert_items_locked` for one slot, in Python scalars; returns the key.
-
-        ``in_place``: ``slot`` holds this table's own item, whose row the one-row insert
-        has just overwritten; the new item takes its selector entries (an overwrite
-        eviction, as :meth:`_on_overwrite` would count it).
-        """
+    def claim_one(self, slot: int, prio: float | None) -> int:
+        """:meth:`claim` for one slot, in Python scalars; returns the key."""
         if prio is None:
             fill = self.default_priority
-            prio = self._max_priority if fill is None else float(fill)
-        elif prio > self._max_priority:
-            self._max_priority = prio
-        if in_place:
-            replacing = True
-            self._counts["overwrite_evictions"] += 1
+            prio = self.max_priority if fill is None else float(fill)
+        elif prio > self.max_priority:
+            self.max_priority = prio
+        replacing = self._live_view[slot]
+        if replacing:
+            self.counts["overwrite_evictions"] += 1
         else:
-            replacing = self.size < self.max_size and self._deferred == (slot, 1)
-            if not replacing:
-                self._settle_deferred()
             if self.size >= self.max_size:
-                victims = self.remover.choose_victims(1, self.rng)
-                self._remove_locked(victims)
-                self._counts["evictions"] += len(victims)
-            self._deferred = None
+                self._make_room_for(1)
             self.size += 1
         generations, priorities, times = self._slot_views
         generation = generations[slot] + 1
@@ -152,119 +196,114 @@ class ItemSlots:
         else:
             self.sampler.insert_one(slot, prio)
             self.remover.insert_one(slot, prio)
-        self.rate_limiter.inserts += 1
-        self._wake_waiters()
         return (generation & GENERATION_MASK) << SLOT_BITS | slot
 
-    def _remove_locked(self, slots: np.ndarray) -> None:
-        self._live[slots] = False
+    # ---------------------------------------------------------------- removal
+    def remove(self, slots: np.ndarray) -> None:
+        """Remove the held items at ``slots`` (distinct).
+
+        Raises:
+            InvalidArgumentError: if a slot is out of range or holds no item; nothing
+                changes then (the check comes before any change, and the changes after
+                it cannot fail, so removal never stops halfway).
+        """
+        slots = np.asarray(slots, dtype=np.int64)
+        if len(slots) == 0:
+            return
+        if slots.min() < 0 or slots.max() >= self.capacity or not self.live[slots].all():
+            raise InvalidArgumentError(
+                f"slots {describe(slots[:8].tolist())} do not all hold items; nothing was "
+                "removed"
+            )
         self.sampler.delete(slots)
         self.remover.delete(slots)
+        self.live[slots] = False
         self.size -= len(slots)
 
-    def _on_overwrite(self, start: int, n: int) -> None:
-        """Store hook: rows ``[start, start + n)`` (wrapping) are about to be overwritten."""
-        cap = self.store.capacity
-        if self._inserting and self._deferred is None and start + n <= cap:
-            # insert() is writing these rows: if every one holds an item, the new items
-            # take over their slots, so the selectors may keep the entries for them.
-            if n == 1:
-                if self._live_view[start]:
-                    self._hand_over_one(start)
-                    return
-            else:
-                live = self._live[start : start + n]
-                if live.all():
-                    live[:] = False
-                    self.size -= n
-                    self._counts["overwrite_evictions"] += n
-                    self._deferred = (start, n)
-                    return
-        if n == 1:
-            if not self._live[start]:
-                return
-            self._live[start] = False
-            self.sampler.delete_one(start)
-            self.remover.delete_one(start)
+    def evict_slots(self, slots: np.ndarray) -> None:
+        """Remove held items whose rows are overwritten (counted as overwrite evictions)."""
+        if len(slots) == 1:
+            slot = int(slots[0])
+            self.sampler.delete_one(slot)
+            self.remover.delete_one(slot)
+            self._live_view[slot] = False
             self.size -= 1
-            self._counts["overwrite_evictions"] += 1
-            self._wake_waiters()
-            return
+        else:
+            self.remove(slots)
+        self.counts["overwrite_evictions"] += len(slots)
+
+    def live_in(self, start: int, n: int) -> np.ndarray:
+        """Slots holding items among rows ``[start, start + n)`` (wrapping), in row order."""
+        cap = self.capacity
+        n = min(n, cap)
         end = start + n
         if end <= cap:
-            doomed = np.flatnonzero(self._live[start:end]) + start
-        else:
-            doomed = np.concatenate(
-                [
-                    np.flatnonzero(self._live[start:]) + start,
-                    np.flatnonzero(self._live[: end - cap]),
-                ]
-            )
-        if len(doomed) == 0:
+            return np.flatnonzero(self.live[start:end]) + start
+        return np.concatenate(
+            [np.flatnonzero(self.live[start:]) + start, np.flatnonzero(self.live[: end - cap])]
+        )
+
+    def any_live_in(self, start: int, n: int) -> bool:
+        """Whether an item is anchored on rows ``[start, start + n)`` (wrapping)."""
+        cap = self.capacity
+        n = min(n, cap)
+        end = start + n
+        if end <= cap:
+            return bool(self.live[start:end].any())
+        return bool(self.live[start:].any() or self.live[: end - cap].any())
+
+    def evict_rows(self, start: int, n: int) -> None:
+        """Remove the items anchored on rows ``[start, start + n)`` (wrapping), which the
+        store is about to overwrite."""
+        if n <= 0 or self.size == 0:
             return
-        self._remove_locked(doomed)
-        self._counts["overwrite_evictions"] += len(doomed)
-        self._wake_waiters()
+        if n == 1:
+            if self._live_view[start]:
+                self.evict_slots(np.array([start]))
+            return
+        doomed = self.live_in(start, n)
+        if len(doomed):
+            self.evict_slots(doomed)
 
-    def _hand_over_one(self, slot: int) -> None:
-        """The item on ``slot``, whose row this table's own one-row insert overwrites, is
-        removed but keeps its selector entries for the new item (see :meth:`_on_overwrite`
-        and :meth:`_insert_one_locked`)."""
-        self._live_view[slot] = False
-        self.size -= 1
-        self._counts["overwrite_evictions"] += 1
-        self._deferred = (slot, 1)
+    # -------------------------------------------------------------- relocation
+    def spans(self, slots: np.ndarray) -> np.ndarray:
+        """Steps each item at ``slots`` reads (its extent, or the layout's span)."""
+        if self.extent is not None:
+            return self.extent[slots].astype(np.int64)
+        return np.full(len(slots), self.span, dtype=np.int64)
 
-    def _wake_waiters(self) -> None:
-        """Wake the calls waiting on the store's condition after a change; skipped when none
-        waits, since notify_all() costs microseconds even then (the lock is held)."""
-        if self.lock._waiters:
-            self.lock.notify_all()
+    def detach_for_move(self, slot: int) -> tuple[int, tuple[float, int, int]]:
+        """Take the item at ``slot`` off its row, which is about to be overwritten, keeping
+        its selector entries for :meth:`attach_moved`; returns ``(span, state)``."""
+        span = int(self.spans(np.array([slot]))[0])
+        state = (float(self.priority[slot]), int(self.times_sampled[slot]), span)
+        self.live[slot] = False
+        return span, state
 
-    def _relocate_pinned(self, start: int, n: int, timeout: float | None) -> bool:
-        """For ``on_overwrite="relocate"``: if an item is anchored on rows ``[start, start
-        + n)``, copy its steps to the head of the store and move it there (same priority,
-        times sampled and place in the selectors' order; a new key). Returns whether one
-        item moved. A stack's oldest items would otherwise pin their rows forever."""
-        if self.on_overwrite != "relocate" or self.size == 0:
-            return False
-        store = self.store
-        cap = store.capacity
-        rows = np.arange(start, start + n) % cap
-        live = np.flatnonzero(self._live[rows])
-        if len(live) == 0:
-            return False
-        old = int(rows[live[0]])
-        span = int(self._extent[old]) if self._extent is not None else self.layout.span
-        steps = {p: col[(old + np.arange(span)) % cap] for p, col in store.columns.items()}
-        priority, times = float(self._priority[old]), self._times_sampled[old]
-        self._live[old] = False  # its rows may now be written; the selectors keep it
-        try:
-            new = store._append_locked(steps, span, timeout) % cap
-        except BaseException:
-            self._live[old] = True
-            raise
+    def attach_moved(self, old: int, new: int, state: tuple[float, int, int]) -> None:
+        """The item taken off ``old`` now lives at ``new``, where its steps were copied:
+        same priority, times sampled and place in the selectors' order; a new key."""
+        priority, times, span = state
         self.sampler.move(old, new, priority)
         self.remover.move(old, new, priority)
-        self._generation[new] = next_generation(int(self._generation[new]))
-        self._priority[new] = priority
-        self._times_sampled[new] = times
-        if self._extent is not None:
-            self._extent[new] = span
-        self._live[new] = True
-        self._counts["relocations"] += 1
-        return True
+        self.generation[new] = next_generation(int(self.generation[new]))
+        self.priority[new] = priority
+        self.times_sampled[new] = times
+        if self.extent is not None:
+            self.extent[new] = span
+        self.live[new] = True
+        self.counts["relocations"] += 1
 
-    def _blocks_overwrite(self, start: int, n: int) -> bool:
-        if self.on_overwrite != "block" or self.size == 0:
-            return False
-        cap = self.store.capacity
-        end = start + n
-        if end <= cap:
-            return bool(self._live[start:end].any())
-        return bool(self._live[start:].any() or self._live[: end - cap].any())
+    # ------------------------------------------------------------ by key
+    def update(self, slots: np.ndarray, prios: np.ndarray) -> None:
+        """Set the priorities of held items (distinct slots)."""
+        if len(slots):
+            self.priority[slots] = prios
+            self.max_priority = max(self.max_priority, float(prios.max()))
+            self.sampler.update(slots, prios)
+            self.remover.update(slots, prios)
 
-    def _held(self, keys: Any, priorities: Any, stale_counter: str):
+    def held(self, keys: Any, priorities: Any, stale_counter: str):
         """``(slots, priorities)`` of the held items that ``keys`` name, each slot once (the
         last key for it wins); keys of items no longer held are skipped and counted in
         ``stale_counter``. ``priorities`` is ``None`` for deletes.
@@ -289,14 +328,14 @@ class ItemSlots:
                 out_slots = np.empty(n, dtype=np.int64)
                 out_values = None if deleting else np.empty(n)
                 held = _kernel.held_slots(
-                    keys, self._slot_bytes, self._live, values, out_slots, out_values
+                    keys, self.slot_bytes, self.live, values, out_slots, out_values
                 )
                 if held is not None:  # else a bad entry: the path below names it
                     kept, stale = held
                     if stale:
-                        self._counts[stale_counter] += stale
+                        self.counts[stale_counter] += stale
                     return out_slots[:kept], None if deleting else out_values[:kept]
-        keys, slots, gens = split_keys(keys, self.store.capacity)
+        keys, slots, gens = split_keys(keys, self.capacity)
         prios = None if deleting else check_priorities(priorities, len(keys))
         return self._current(slots, gens, prios, stale_counter)
 
@@ -308,7 +347,7 @@ class ItemSlots:
                 than its slot's while the slot has not cycled, see keys.py); nothing is
                 counted or changed then.
         """
-        fields = self._generation[slots]
+        fields = self.generation[slots]
         never = unissued(gens, fields)
         if never.any():
             bad = make_keys(slots[never], gens[never])
@@ -316,10 +355,10 @@ class ItemSlots:
                 f"keys contains {describe(bad[:4].tolist())}, which this table never issued; "
                 "pass keys taken from this table's samples or inserts"
             )
-        held = self._live[slots] & (current_generations(fields) == gens)
+        held = self.live[slots] & (current_generations(fields) == gens)
         n_held = int(np.count_nonzero(held))
         if n_held != len(slots):
-            self._counts[stale_counter] += len(slots) - n_held
+            self.counts[stale_counter] += len(slots) - n_held
             slots = slots[held]
             values = None if values is None else values[held]
         if len(slots) > 1 and has_duplicates(slots):
@@ -333,7 +372,15 @@ class ItemSlots:
             values = None if values is None else values[keep]
         return slots, values
 
-    def index_nbytes(self) -> int:
+    def reset(self) -> None:
+        """Remove every item (counters and generations stay)."""
+        self.live.fill(False)
+        self.sampler.clear()
+        self.remover.clear()
+        self.size = 0
+        self.max_priority = 1.0
+
+    def nbytes(self) -> int:
         """Bytes of item bookkeeping (per-slot state, sampler and remover indexes)."""
-        own = self._slot_state.nbytes + self._live.nbytes
+        own = self.slot_state.nbytes + self.live.nbytes
         return own + self.sampler.nbytes() + self.remover.nbytes()

@@ -10,23 +10,24 @@ With ``lanes > 1`` the store holds ``lanes`` interleaved streams advancing in lo
 ``i`` has id ``k * lanes + i``, so consecutive steps of one lane are ``lanes`` ids apart and
 an item's window uses that stride.
 
-Before rows are overwritten, every attached table is told (:meth:`StepStore.append`
-calls ``table._on_overwrite(rows)``) so it removes the items anchored there first: no
-item is ever served with overwritten data. All mutation happens under ``store.mutex``,
-which every table over the store shares (``store.lock`` is the condition over it that
-blocked calls wait on).
+What happens to the items and to writers' retained steps on rows about to be
+overwritten is decided in one place, the store's :class:`~rlreplay.core.overwrite.
+OverwriteProtocol` (``store.overwrite``; its docstring states the invariant). All mutation
+happens under ``store.mutex``, which every table over the store shares (``store.lock`` is
+the condition over it that blocked calls wait on).
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlreplay.core import waiting
 from rlreplay.core._compiled import load_kernel
+from rlreplay.core.overwrite import OverwriteProtocol
 from rlreplay.core.specs import Signature
 from rlreplay.errors import InvalidArgumentError, ReplayTimeoutError, describe
 
@@ -80,10 +81,11 @@ class StepStore:
         # it. Entering the mutex itself costs a third of entering the condition.
         self.mutex = threading.RLock()
         self.lock = threading.Condition(self.mutex)
-        self._tables: list[Table] = []
         self._column_tuple = tuple(self.columns.values())
         self._path_tuple = tuple(self.columns)
-        self._choose_row_writer()
+        self._compiled_writes = False
+        self.overwrite = OverwriteProtocol(self)
+        self._choose_row_writer([])
 
     # ----------------------------------------------------------------- queries
     @property
@@ -104,34 +106,57 @@ class StepStore:
         return self.oldest_id <= step_id < self.next_id
 
     def read(self, step_ids: np.ndarray | int) -> dict[str, np.ndarray]:
-        """Copy of the steps with the given ids (which must still be stored)."""
+        """Copy of the steps with the given ids (which must still be stored).
+
+        Raises:
+            InvalidArgumentError: if an id is not stored.
+        """
         ids = np.asarray(step_ids, dtype=np.int64)
-        if ids.size and (ids.min() < self.oldest_id or ids.max() >= self.next_id):
-            raise InvalidArgumentError(
-                f"step ids {describe(ids.tolist())} are not all stored; the store holds ids "
-                f"[{self.oldest_id}, {self.next_id})"
-            )
-        rows = ids % self.capacity
+        with self.mutex:
+            if ids.size and (ids.min() < self.oldest_id or ids.max() >= self.next_id):
+                raise InvalidArgumentError(
+                    f"step ids {describe(ids.tolist())} are not all stored; the store holds "
+                    f"ids [{self.oldest_id}, {self.next_id})"
+                )
+            return self.read_rows(ids % self.capacity)
+
+    def read_rows(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+        """Copy of the given rows, field by field (lock held)."""
         return {p: col[rows] for p, col in self.columns.items()}
 
+    def read_range(self, first: int, n: int) -> dict[str, np.ndarray]:
+        """Copy of the ``n`` steps from id ``first`` on (stored; lock held)."""
+        return self.read_rows((first + np.arange(n)) % self.capacity)
+
     # ---------------------------------------------------------------- mutation
+    @property
+    def _tables(self) -> list[Table]:
+        """The attached tables still alive (the overwrite protocol holds them weakly)."""
+        return self.overwrite.tables()
+
     def attach(self, table: Table) -> None:
+        """Let ``table``'s items hold rows of this store (see :mod:`overwrite`)."""
         with self.mutex:
-            self._tables.append(table)
-            self._choose_row_writer()
+            table._store_ref = self.overwrite.attach(table)
 
     def detach(self, table: Table) -> None:
+        """Forget ``table``: its items no longer hold rows (:meth:`Table.close`)."""
         with self.mutex:
-            if table in self._tables:
-                self._tables.remove(table)
-            self._choose_row_writer()
+            self.overwrite.detach(table)
+            self.lock.notify_all()  # appends waiting for its items may go on
 
-    def _choose_row_writer(self) -> None:
-        """Use the compiled one-step write where a row may be written before the tables
-        have let go of it: one lane, and every table evicts what is overwritten (a queue
-        waits for its items, a stack copies their steps away first)."""
-        evict_only = all(t.on_overwrite == "evict" for t in self._tables)
+    def _choose_row_writer(self, tables: list[Table]) -> None:
+        """Use the compiled writes where a row may be written before the tables have let go
+        of it: one lane, and every table evicts what is overwritten (a queue waits for its
+        items, a stack copies their steps away first)."""
+        evict_only = all(t.on_overwrite == "evict" for t in tables)
         self._compiled_writes = _kernel is not None and self.lanes == 1 and evict_only
+
+    def _wake_waiters(self) -> None:
+        """Wake the calls waiting on the lock; skipped when none waits, since notify_all()
+        costs microseconds even then (the lock is held)."""
+        if self.lock._waiters:
+            self.lock.notify_all()
 
     def append(
         self, steps: Mapping[str, Any], *, timeout: float | None = None, validated: bool = False
@@ -139,15 +164,17 @@ class StepStore:
         """Append a batch of steps (every field ``[n, ...]``); returns the first new id.
 
         With ``lanes > 1``, ``n`` must be a multiple of ``lanes`` (row ``j`` goes to lane
-        ``j % lanes``). Items anchored on rows about to be overwritten are removed from
-        every attached table first; a table created with ``on_overwrite="block"`` (queues)
-        instead makes the append wait, up to ``timeout`` seconds (``None``: forever),
-        until those items have been consumed.
+        ``j % lanes``). Items anchored on rows about to be overwritten are handed over as
+        their tables' ``on_overwrite`` says (see :mod:`rlreplay.core.overwrite`); a queue's
+        items (``on_overwrite="block"``) make the append wait, up to ``timeout`` seconds in
+        all (``None``: without limit), until they are consumed.
 
         Raises:
-            ReplayTimeoutError: if a blocking table kept the append waiting past ``timeout``.
             SignatureError: if ``steps`` does not match the signature.
-            InvalidArgumentError: if ``n`` is 0, over ``capacity`` or not a multiple of lanes.
+            InvalidArgumentError: if ``n`` is 0, over ``capacity`` or not a multiple of
+                lanes, or the store cannot hold what writers retain plus ``n`` steps.
+            ReplayTimeoutError: if a queue kept the append waiting past ``timeout``;
+                nothing is appended then.
         """
         if validated:
             arrays, n = steps, len(next(iter(steps.values())))
@@ -161,47 +188,46 @@ class StepStore:
         with self.mutex:
             return self._append_locked(arrays, n, timeout)
 
-    def _make_room(self, n: int, timeout: float | None) -> int:
-        """Wait until no blocking table has items on the next ``n`` rows, evict the items
-        of the others there, and return the first row to write. Called with the lock."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        tables = self._tables
-        moved = 0
-        while self.next_id + n > self.capacity:
-            start = self.next_id % self.capacity
-            if any(t.on_overwrite == "relocate" for t in tables) and any(
-                t._relocate_pinned(start, n, timeout) for t in tables
-            ):
-                moved += 1
-                if moved > self.capacity:
-                    raise InvalidArgumentError(
-                        f"the store's {self.capacity} steps are too few for the items a "
-                        "relocating table (a stack) keeps waiting; enlarge the store"
-                    )
-                continue
-            if len(tables) == 1:
-                blocked = tables[0]._blocks_overwrite(start, n)
-            else:
-                blocked = any(t._blocks_overwrite(start, n) for t in tables)
-            if not blocked:
-                for table in self._tables:
-                    table._on_overwrite(start, n)
-                break
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                raise ReplayTimeoutError(
-                    f"appending {n} steps waited {timeout}s for queue items on the rows to be "
-                    "overwritten to be consumed; sample them, enlarge the store's capacity "
-                    "or raise the timeout"
-                )
-            self.lock.wait(remaining)
-        return self.next_id % self.capacity
-
     def _append_locked(
         self, arrays: Mapping[str, np.ndarray], n: int, timeout: float | None = None
     ) -> int:
-        start = self._make_room(n, timeout)
+        """Append ``n`` validated steps with the lock held (waiting for queues as
+        :meth:`append`); returns the first id."""
+        waiter = None
+        while True:
+            if self.overwrite.make_room(n) is not None:
+                return self._write_locked(arrays, n)
+            waiter = waiter or self.blocked_call(timeout, "append")
+            if not waiter.wait():
+                raise self.timeout_error(n, timeout)
+
+    def blocked_call(self, timeout: float | None, what: str) -> waiting.BlockedCall:
+        """The waiting of an append held back by a queue's items (one warning if long)."""
+        return waiting.BlockedCall(
+            self.lock, timeout, waiting.WARN_AFTER_S, lambda: self._blocked_text(what)
+        )
+
+    def _blocked_text(self, what: str) -> str:
+        return (
+            f"an {what} to the step store has waited over {waiting.WARN_AFTER_S}s for the items of "
+            f"queue table {self.overwrite.blocker!r} on the rows it would overwrite: no "
+            "sampler is consuming that queue (sample it, or enlarge the store)"
+        )
+
+    def timeout_error(self, n: int, timeout: float | None) -> ReplayTimeoutError:
+        return ReplayTimeoutError(
+            f"appending {n} steps waited {timeout}s for the items of queue table "
+            f"{self.overwrite.blocker!r} on the rows to be overwritten to be consumed; "
+            "sample them, enlarge the store's capacity or raise the timeout"
+        )
+
+    def _write_locked(self, arrays: Mapping[str, np.ndarray], n: int | None = None) -> int:
+        """Write ``n`` validated steps at the head, whose rows the overwrite protocol has
+        freed (lock held); returns the first id. Cannot fail: the arrays match."""
+        if n is None:
+            n = len(next(iter(arrays.values())))
         first = self.next_id
+        start = first % self.capacity
         end = start + n
         if end <= self.capacity:
             for path, col in self.columns.items():
@@ -215,14 +241,11 @@ class StepStore:
         self.next_id = first + n
         return first
 
-    def _write_row_locked(self, step: Mapping[str, Any]) -> int | None:
-        """Write one step that fits the columns as it is to the next row, for the only
-        table over this store, which takes care of the item on that row itself (the
-        one-row insert); returns the step's id. ``None``, with nothing written, when the
-        compiled write is off, other tables share the store, or the step needs
-        validation."""
-        if not self._compiled_writes or len(self._tables) != 1:
-            return None
+    def _put_row(self, step: Mapping[str, Any]) -> int | None:
+        """The compiled write of one step that fits the columns as it is, to the next row,
+        for the table the overwrite protocol lets replace its own item there (the one-row
+        insert; ``overwrite.sole``); returns the step's id, or ``None`` with nothing
+        written when the step needs validation."""
         first = self.next_id
         row = first % self.capacity
         if not _kernel.put_row(np.ndarray, self._column_tuple, self._path_tuple, row, step):
@@ -230,74 +253,26 @@ class StepStore:
         self.next_id = first + 1
         return first
 
-    def _advance_written(self, start: int, n: int) -> int:
-        """Account for ``n`` steps just written by the compiled write at rows ``start ..``
-        (no wrap): the tables evict their items there, then the ids advance. Returns the
-        first new id."""
-        if self.next_id + n > self.capacity:
-            for table in self._tables:
-                table._on_overwrite(start, n)
+    def _put_rows(self, steps: Mapping[str, Any], n: int) -> int | None:
+        """:meth:`_put_row` for ``n`` steps that do not wrap around the ring; ``None`` with
+        nothing written when they wrap or need validation."""
         first = self.next_id
+        start = first % self.capacity
+        if start + n > self.capacity or not _kernel.put_rows(
+            np.ndarray, self._column_tuple, self._path_tuple, start, n, steps
+        ):
+            return None
         self.next_id = first + n
         return first
 
-    def _append_steps_locked(
-        self, steps: Mapping[str, Any], n: int, timeout: float | None, argument: str = "steps"
-    ) -> int:
-        """Append ``n`` steps (every field ``[n, ...]``, validated here unless they fit the
-        columns as they are) with the lock held; returns the first id.
-
-        Steps that fit go through the compiled write when it is on (see
-        :meth:`_append_one_locked`) and do not wrap around the ring.
-
-        Raises:
-            SignatureError: if the steps do not match the signature (``argument`` names
-                them); nothing changes then.
-            ReplayTimeoutError: as :meth:`append`.
-        """
-        if self._compiled_writes:
-            start = self.next_id % self.capacity
-            cols, paths = self._column_tuple, self._path_tuple
-            if start + n <= self.capacity and _kernel.put_rows(
-                np.ndarray, cols, paths, start, n, steps
-            ):
-                return self._advance_written(start, n)
-        arrays, n = self.signature.check_batch(steps, argument)
-        return self._append_locked(arrays, n, timeout)
-
-    def _append_one_locked(
-        self, step: Mapping[str, Any], timeout: float | None = None, argument: str = "step"
-    ) -> int:
-        """Append one step (no batch axis; values may be Python scalars) to a single-lane
-        store with the lock held; returns its id. Writers and the one-row
-        :meth:`Table.insert` path call it.
-
-        A step whose values fit the columns as they are goes through the compiled write
-        (when every table evicts what is overwritten, the row is written before they do);
-        any other is validated by the signature first.
-
-        Raises:
-            SignatureError: if the step does not match the signature (``argument`` names
-                it); nothing changes then.
-            ReplayTimeoutError: as :meth:`append`.
-        """
-        if self._compiled_writes:
-            row = self.next_id % self.capacity
-            if _kernel.put_row(np.ndarray, self._column_tuple, self._path_tuple, row, step):
-                return self._advance_written(row, 1)
-        step = self.signature.check_row(step, argument)
-        row = self._make_room(1, timeout) if self.next_id >= self.capacity else self.next_id
-        first = self.next_id  # read after _make_room, which may wait for other appends
-        for path, col in self.columns.items():
-            col[row] = step[path]
-        self.next_id = first + 1
-        return first
-
     def reset(self) -> None:
-        """Forget every step (the arrays keep their memory); attached tables are reset."""
+        """Forget every step (the arrays keep their memory); attached tables are reset and
+        writers' retained steps released."""
         with self.mutex:
-            for table in self._tables:
+            for table in self.overwrite.tables():
                 table._reset_locked()
+            for retention in self.overwrite.retentions():
+                retention.release()
             self.next_id = 0
             self.lock.notify_all()
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Mapping
+import weakref
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
-from rlreplay.core.batch_buffers import BatchBuffers
-from rlreplay.core.item_draws import ItemDraws
-from rlreplay.core.item_slots import ItemSlots
+from rlreplay.core import table_inserts, waiting
+from rlreplay.core.item_draws import DrawPlan
+from rlreplay.core.item_slots import SLOT_STATE, ItemIndex
 from rlreplay.core.keys import check_priorities
 from rlreplay.core.layout import ItemLayout
 from rlreplay.core.rate_limiters import MinSize, Queue, RateLimiter
@@ -20,7 +20,6 @@ from rlreplay.core.specs import Signature
 from rlreplay.core.storage import StepStore
 from rlreplay.core.table_checks import check_components, check_timeout
 from rlreplay.core.table_info import TableInfo
-from rlreplay.core.table_inserts import TableInserts
 from rlreplay.errors import (
     ClosedError,
     InvalidArgumentError,
@@ -29,11 +28,10 @@ from rlreplay.errors import (
 )
 
 OVERWRITE_POLICIES = ("evict", "block", "relocate")
-# Per-slot item state (the compiled loops in _draws.c and _slots.c rely on this layout).
-SLOT_STATE = np.dtype([("priority", "<f8"), ("generation", "<u4"), ("times_sampled", "<u4")])
+__all__ = ["OVERWRITE_POLICIES", "SLOT_STATE", "Table"]
 
 
-class Table(TableInserts, ItemSlots, ItemDraws):
+class Table:
     """A replay table: the central noun of rlreplay.
 
     An *item* is what a sampler picks: an anchor step in the table's :class:`StepStore`
@@ -48,8 +46,23 @@ class Table(TableInserts, ItemSlots, ItemDraws):
     overwrites their oldest step (or, with ``on_overwrite="block"``, the store waits).
 
     The *rate limiter* blocks inserts that run too far ahead of samples and samples that
-    run too far ahead of inserts; every blocking call takes a ``timeout`` in seconds.
+    run too far ahead of inserts; every blocking call takes a ``timeout`` in seconds, the
+    most it waits in total (for the limiter and the store together). Someone must consume
+    what a blocking table holds back: a queue (:meth:`queue`) or a
+    ``SampleToInsertRatio`` limiter blocks inserts until a sampler catches up, and a
+    ``min_size_to_sample`` blocks samples until writers have inserted that many items. A
+    call blocked for more than ``warn_after`` seconds logs one warning on the
+    ``"rlreplay"`` logger naming the table, the limiter's state and the likely cause; use
+    :meth:`can_insert` / :meth:`can_sample` where actor and learner share one thread.
     All methods are thread-safe; tables over one store share its lock.
+
+    A table is composed of parts that own their state: its :class:`ItemIndex`
+    (``table.index``: per-slot records, live flags, sampler, remover, size, counters), its
+    :class:`DrawPlan` (``table.draws``: which rows a sample reads, batch buffers) and its
+    rate limiter; the store's :class:`~rlreplay.core.overwrite.OverwriteProtocol` hands
+    over rows the store overwrites. ``close()`` detaches the table from its store (its
+    items no longer hold rows); the store holds its tables weakly, so a dropped table
+    stops holding rows as well.
 
     Args:
         name: table name (used by servers, checkpoints and error messages).
@@ -70,6 +83,8 @@ class Table(TableInserts, ItemSlots, ItemDraws):
             there, keeping their place in the order but getting new keys (stacks, whose
             oldest items wait longest).
         seed: seed of the table's random generator.
+        warn_after: seconds a blocked call waits before it logs its warning (``None``:
+            never); default ``rlreplay.core.waiting.WARN_AFTER_S`` (5 s).
 
     Raises:
         InvalidArgumentError: for inconsistent arguments (each message says which).
@@ -101,6 +116,7 @@ class Table(TableInserts, ItemSlots, ItemDraws):
         default_priority: float | None = None,
         on_overwrite: str = "evict",
         seed: int | None = None,
+        warn_after: float | None = None,
     ):
         if not isinstance(name, str) or not name:
             raise InvalidArgumentError(f"name={describe(name)} must be a non-empty string")
@@ -147,63 +163,39 @@ class Table(TableInserts, ItemSlots, ItemDraws):
             )
         if default_priority is not None:
             check_priorities(default_priority, 1, "default_priority")
-        self.sampler = sampler if sampler is not None else Uniform()
-        self.remover = remover if remover is not None else Fifo()
+        if warn_after is not None and not (
+            isinstance(warn_after, (int, float)) and warn_after > 0
+        ):
+            raise InvalidArgumentError(
+                f"warn_after={describe(warn_after)} must be a number of seconds > 0 or None"
+            )
+        sampler = sampler if sampler is not None else Uniform()
+        remover = remover if remover is not None else Fifo()
         self.rate_limiter = rate_limiter if rate_limiter is not None else MinSize(1)
-        check_components(
-            self.sampler, self.remover, self.rate_limiter, self.max_size, max_times_sampled
-        )
+        check_components(sampler, remover, self.rate_limiter, self.max_size, max_times_sampled)
         self.max_times_sampled = max_times_sampled
-        self.default_priority = default_priority
         self.on_overwrite = on_overwrite
+        self.warn_after = waiting.WARN_AFTER_S if warn_after is None else float(warn_after)
         self.rng = np.random.default_rng(seed)
-
-        # Per-slot item state; slot == the anchor step's row in the store.
-        # One 16-byte record per slot, so a sampled item's state is one cache line, not
-        # three; ``_priority``, ``_generation`` and ``_times_sampled`` are views of its fields
-        # and ``_slot_bytes`` its bytes, as the compiled loops take them.
-        self._slot_state = np.zeros(cap, dtype=SLOT_STATE)
-        self._priority = self._slot_state["priority"]
-        self._generation = self._slot_state["generation"]
-        self._times_sampled = self._slot_state["times_sampled"]
-        self._slot_bytes = self._slot_state.view(np.uint8)
-        self._live = np.zeros(cap, dtype=bool)
-        # Memoryviews of the same arrays: one-slot reads and writes through them cost a
-        # third of numpy's scalar indexing (the one-row insert does several).
-        self._slot_views = tuple(
-            memoryview(a) for a in (self._generation, self._priority, self._times_sampled)
+        self.index = ItemIndex(
+            cap,
+            sampler,
+            remover,
+            self.max_size,
+            self.layout.span,
+            self.layout.variable,
+            default_priority,
+            self.rng,
         )
-        self._live_view = memoryview(self._live)
-        # Per-item extent (stored steps covered), only for layouts whose windows use it.
-        self._extent = np.zeros(cap, dtype=np.int32) if self.layout.variable else None
-        self.sampler.bind(cap)
-        self.remover.bind(cap)
-        self.size = 0
-        self._max_priority = 1.0
-        self._counts = dict.fromkeys(
-            (
-                "deletes",
-                "evictions",
-                "overwrite_evictions",
-                "relocations",
-                "stale_updates",
-                "stale_deletes",
-            ),
-            0,
-        )
+        self.draws = DrawPlan(self.index, store, self.layout, max_times_sampled)
         self._closed = False
         self.lock = store.lock
         self.mutex = store.mutex
         self._is_rows = self.layout.is_rows
-        # While insert() appends, the items it overwrites keep their selector entries
-        # (``_deferred`` = (first slot, count)) so the new items can take them over.
-        self._inserting = False
-        self._deferred: tuple[int, int] | None = None
-        self._gather_plan = self._plan_gather()
-        self._batch_buffers = BatchBuffers()
         first_path, first_spec = next(iter(store.signature.fields.items()))
         # insert() tells one row from a batch by the first field's number of dimensions.
         self._row_probe = None if "/" in first_path else (first_path, len(first_spec.shape))
+        self._store_ref: weakref.ref | None = None  # set by store.attach
         store.attach(self)
 
     # ------------------------------------------------------------ constructors
@@ -211,21 +203,31 @@ class Table(TableInserts, ItemSlots, ItemDraws):
     def queue(cls, name: str, size: int, **kwargs: Any) -> Table:
         """A FIFO queue: each item sampled once, inserts block when ``size`` items wait.
 
-        Takes the same keyword arguments as :class:`Table` (``signature``/``store``, ...).
+        Someone must sample the queue: with ``size`` items waiting, inserts (and appends
+        to the store that would overwrite waiting items) block until a sampler takes one,
+        up to their ``timeout``; a call blocked longer than ``warn_after`` seconds logs
+        "no sampler is consuming this queue". Takes the same keyword arguments as
+        :class:`Table` (``signature``/``store``, ``layout``, ...); with ``signature`` the
+        queue's own store holds ``size`` items of the layout's span, plus one item's
+        steps for the writer, so ``size`` items really fit.
         """
         return cls._ordered(name, size, Fifo, "block", **kwargs)
 
     @classmethod
     def stack(cls, name: str, size: int, **kwargs: Any) -> Table:
-        """A LIFO stack: like :meth:`queue` but the newest item is sampled first."""
+        """A LIFO stack: like :meth:`queue` but the newest item is sampled first (the
+        oldest items wait longest: when the store wraps, their steps are copied to its
+        head instead of blocking writers)."""
         return cls._ordered(name, size, Lifo, "relocate", **kwargs)
 
     @classmethod
     def _ordered(
         cls, name: str, size: int, selector: type, on_overwrite: str, **kwargs: Any
     ) -> Table:
-        if "signature" in kwargs and "store" not in kwargs:
-            kwargs.setdefault("capacity", size * 2)
+        if "signature" in kwargs and "store" not in kwargs and isinstance(size, int):
+            layout = kwargs.get("layout")
+            span = layout.span if isinstance(layout, ItemLayout) else 1
+            kwargs.setdefault("capacity", max(2 * size, (size + 1) * span))
         return cls(
             name,
             sampler=selector(),
@@ -237,45 +239,211 @@ class Table(TableInserts, ItemSlots, ItemDraws):
             **kwargs,
         )
 
+    # ------------------------------------------------------------ the parts
+    @property
+    def size(self) -> int:
+        """Items held now."""
+        return self.index.size
+
+    @property
+    def sampler(self) -> Selector:
+        return self.index.sampler
+
+    @property
+    def remover(self) -> Selector:
+        return self.index.remover
+
+    @property
+    def default_priority(self) -> float | None:
+        return self.index.default_priority
+
+    # Per-slot arrays of the index, for tests and benchmarks that look inside.
+    _slot_state = property(lambda self: self.index.slot_state)
+    _priority = property(lambda self: self.index.priority)
+    _generation = property(lambda self: self.index.generation)
+    _times_sampled = property(lambda self: self.index.times_sampled)
+    _live = property(lambda self: self.index.live)
+    _max_priority = property(lambda self: self.index.max_priority)
+
     # ---------------------------------------------------------------- waiting
-    def _wait_for(self, allowed, timeout: float | None, what: str, counter: str) -> None:
-        """Wait on the store's condition until ``allowed()``; called with the lock held."""
-        if self._closed:
-            raise ClosedError(f"table {self.name!r} is closed")
-        if allowed():
-            return
-        start = time.monotonic()
-        deadline = None if timeout is None else start + timeout
-        try:
-            while not allowed():
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise RateLimiterTimeoutError(
-                        f"{what} on table {self.name!r} was blocked by its rate limiter for "
-                        f"{timeout}s (size={self.size}, inserts={self.rate_limiter.inserts}, "
-                        f"samples={self.rate_limiter.samples}, {self.rate_limiter!r})"
-                    )
-                self.lock.wait(remaining)
-                if self._closed:
-                    raise ClosedError(f"table {self.name!r} was closed while {what} waited")
-        finally:
-            limiter = self.rate_limiter
-            setattr(limiter, counter, getattr(limiter, counter) + time.monotonic() - start)
+    def _blocked_call(self, timeout: float | None, what: str) -> waiting.BlockedCall:
+        """The waiting of one blocked ``what`` ("insert" or "sample") on this table."""
+        return waiting.BlockedCall(
+            self.lock,
+            timeout,
+            self.warn_after,
+            lambda: self._blocked_text(what),
+            (self.rate_limiter, f"{what}_blocked_s"),
+        )
+
+    def _blocked_text(self, what: str) -> str:
+        """The warning of a call blocked for ``warn_after`` seconds: who blocks and why."""
+        lim = self.rate_limiter
+        state = (
+            f"size={self.index.size}/{self.max_size}, inserts={lim.inserts}, "
+            f"samples={lim.samples}, {lim!r}"
+        )
+        if what == "insert" and lim.can_insert(1, self.index.size):
+            blocker = self.store.overwrite.blocker
+            cause = (
+                f"the store's rows hold items of queue table {blocker!r}: no sampler is "
+                "consuming that queue"
+            )
+        elif what == "insert" and self.max_times_sampled == 1:
+            cause = "no sampler is consuming this queue (each item waits to be sampled once)"
+        elif what == "insert":
+            cause = (
+                f"samples_per_insert={lim.samples_per_insert:g} ratio: the learner (sampler) "
+                "is behind, and inserts wait until it samples more"
+            )
+        elif self.index.size < lim.min_size_to_sample:
+            cause = (
+                f"the table holds {self.index.size} of the min_size_to_sample="
+                f"{lim.min_size_to_sample} items sampling needs: no writer is inserting "
+                "(or too slowly)"
+            )
+        else:
+            cause = (
+                f"samples_per_insert={lim.samples_per_insert:g} ratio: the actors (inserts) "
+                "are behind, and samples wait until more items are inserted"
+            )
+        return (
+            f"{what} on table {self.name!r} has been blocked for over {self.warn_after:g}s "
+            f"({state}): {cause}"
+        )
+
+    def _wait_until(
+        self,
+        allowed: Callable[[], bool],
+        waiter: waiting.BlockedCall | None,
+        timeout: float | None,
+        what: str,
+    ) -> waiting.BlockedCall | None:
+        """Wait on the store's condition until ``allowed()`` (lock held); returns the
+        call's :class:`BlockedCall` (``None`` if it never had to wait), to be passed to
+        its later waits so that ``timeout`` bounds them all together.
+
+        Raises:
+            ClosedError: if the table is or gets closed.
+            RateLimiterTimeoutError: if ``allowed()`` stayed false past the deadline.
+        """
+        while True:
+            if self._closed:
+                if waiter is not None:
+                    waiter.settle()
+                raise ClosedError(f"table {self.name!r} is closed")
+            if allowed():
+                return waiter
+            waiter = waiter or self._blocked_call(timeout, what)
+            if not waiter.wait():
+                waiter.settle()
+                lim = self.rate_limiter
+                raise RateLimiterTimeoutError(
+                    f"{what} on table {self.name!r} was blocked by its rate limiter for "
+                    f"{timeout}s (size={self.index.size}, inserts={lim.inserts}, "
+                    f"samples={lim.samples}, {lim!r})"
+                )
+
+    def _admit(
+        self, n: int, waiter: waiting.BlockedCall | None, timeout: float | None
+    ) -> waiting.BlockedCall | None:
+        """Wait until the rate limiter admits ``n`` inserts (lock held)."""
+        limiter, index = self.rate_limiter, self.index
+        allowed = lambda: limiter.can_insert(n, index.size)  # noqa: E731
+        return self._wait_until(allowed, waiter, timeout, "insert")
 
     def can_insert(self, num_inserts: int = 1) -> bool:
-        """Whether inserting ``num_inserts`` items would proceed now without blocking."""
+        """Whether inserting ``num_inserts`` items would proceed now without blocking: the
+        rate limiter admits them and, for :meth:`insert` (tables of rows), the store can
+        take their rows without waiting for a queue's items."""
         with self.mutex:
-            return self.rate_limiter.can_insert(num_inserts, self.size)
+            if self._closed or not self.rate_limiter.can_insert(num_inserts, self.index.size):
+                return False
+            if not self._is_rows:
+                return True
+            n = num_inserts * self.store.lanes
+            return n <= self.store.capacity and self.store.overwrite.has_room(n)
 
     def can_sample(self, num_samples: int = 1) -> bool:
         """Whether sampling ``num_samples`` items would proceed now without blocking or
         failing (False also when every item of a prioritized table has priority 0)."""
         with self.mutex:
             return (
-                self.size > 0
-                and self.rate_limiter.can_sample(num_samples, self.size)
-                and self.sampler.has_candidates()
+                not self._closed
+                and self.index.size > 0
+                and self.rate_limiter.can_sample(num_samples, self.index.size)
+                and self.index.sampler.has_candidates()
             )
+
+    # ----------------------------------------------------------------- inserts
+    def insert(
+        self,
+        rows: Mapping[str, Any],
+        priorities: Any = None,
+        *,
+        timeout: float | None = None,
+    ) -> np.ndarray:
+        """Append rows to the store, each becoming its own item (the cpprb-style fast path).
+
+        Args:
+            rows: dict of arrays, each ``[n, *shape]`` (or one row without the batch axis).
+            priorities: ``n`` priorities, one for all, or ``None`` for the default priority.
+            timeout: seconds this call may wait in all, for the rate limiter and for a
+                queue's items in the store; ``None`` waits without limit.
+
+        Returns:
+            int64 keys of the new items.
+
+        Raises:
+            InvalidArgumentError: if the table's layout is not rows (use a writer), or on
+                bad rows or priorities; nothing is stored then.
+            RateLimiterTimeoutError: if the limiter blocked the insert for ``timeout``.
+            ReplayTimeoutError: if a queue's items kept the store from taking the rows.
+            ClosedError: if the table is or gets closed.
+        """
+        return table_inserts.insert(self, rows, priorities, timeout)
+
+    def create_item(
+        self,
+        anchor_id: int,
+        priority: float | None = None,
+        *,
+        length: int | None = None,
+        timeout: float | None = None,
+    ) -> int:
+        """Create one item anchored at stored step ``anchor_id``; returns its key.
+
+        Writers call this; the item reads ``layout.span`` steps from the anchor (every
+        ``store.lanes`` ids), all of which must be stored. ``length`` (the item's extent,
+        ``1 <= length <= layout.span``) is for layouts with ``from_end``/``pad`` windows;
+        it defaults to ``layout.span``.
+
+        Raises:
+            InvalidArgumentError: if the window is not fully stored, the table already holds
+                an item at that anchor, the length or the priority is invalid.
+            RateLimiterTimeoutError: if the limiter blocked the insert for ``timeout``.
+        """
+        if length is not None or self.index.extent is not None:
+            lengths = None if length is None else np.array([length])
+            keys = table_inserts.create_items(self, [anchor_id], priority, lengths, timeout)
+            return int(keys[0])
+        return table_inserts.create_one(self, anchor_id, priority, timeout)
+
+    def create_items(
+        self,
+        anchor_ids: Any,
+        priorities: Any = None,
+        *,
+        lengths: Any = None,
+        timeout: float | None = None,
+    ) -> np.ndarray:
+        """Batch form of :meth:`create_item`; returns the new keys.
+
+        Raises:
+            InvalidArgumentError: as :meth:`create_item`, and for more than ``max_size``
+                anchors at once (the remover could not make room for them).
+        """
+        return table_inserts.create_items(self, anchor_ids, priorities, lengths, timeout)
 
     # ----------------------------------------------------------------- sampling
     def sample(self, batch_size: int, *, timeout: float | None = None) -> Sample:
@@ -305,17 +473,22 @@ class Table(TableInserts, ItemSlots, ItemDraws):
             )
         n = int(batch_size)
         timeout = check_timeout(timeout)
-        self.rate_limiter.check_sample_batch(n, self.size)
-        limiter = self.rate_limiter
+        limiter, index = self.rate_limiter, self.index
+        limiter.check_sample_batch(n, index.size)
         with self.mutex:
-            if self._closed or not (self.size > 0 and limiter.can_sample(n, self.size)):
-                self._wait_for(
-                    lambda: self.size > 0 and limiter.can_sample(n, self.size),
+            if self._closed or not (index.size > 0 and limiter.can_sample(n, index.size)):
+                waiter = self._wait_until(
+                    lambda: index.size > 0 and limiter.can_sample(n, index.size),
+                    None,
                     timeout,
                     "sample",
-                    "sample_blocked_s",
                 )
-            return self._sample_locked(n)
+                if waiter is not None:
+                    waiter.settle()
+            sample = self.draws.draw(n)
+            limiter.samples += len(sample.info.keys)
+            self.store._wake_waiters()
+            return sample
 
     # ------------------------------------------------------ priorities, deletes
     def update_priorities(self, keys: Any, priorities: Any) -> int:
@@ -330,12 +503,8 @@ class Table(TableInserts, ItemSlots, ItemDraws):
             InvalidArgumentError: for keys not made by this table or invalid priorities.
         """
         with self.mutex:
-            slots, prios = self._held(keys, priorities, "stale_updates")
-            if len(slots):
-                self._priority[slots] = prios
-                self._max_priority = max(self._max_priority, float(prios.max()))
-                self.sampler.update(slots, prios)
-                self.remover.update(slots, prios)
+            slots, prios = self.index.held(keys, priorities, "stale_updates")
+            self.index.update(slots, prios)
             return len(slots)
 
     def delete(self, keys: Any) -> int:
@@ -348,11 +517,11 @@ class Table(TableInserts, ItemSlots, ItemDraws):
             InvalidArgumentError: for keys not made by this table.
         """
         with self.mutex:
-            slots, _ = self._held(keys, None, "stale_deletes")
+            slots, _ = self.index.held(keys, None, "stale_deletes")
             if len(slots):
-                self._remove_locked(slots)
-                self._counts["deletes"] += len(slots)
-                self._wake_waiters()
+                self.index.remove(slots)
+                self.index.counts["deletes"] += len(slots)
+                self.store._wake_waiters()
             return len(slots)
 
     # ----------------------------------------------------------- housekeeping
@@ -360,22 +529,24 @@ class Table(TableInserts, ItemSlots, ItemDraws):
         """Remove every item and zero the rate limiter's counts (stored steps stay)."""
         with self.mutex:
             self._reset_locked()
-            self._wake_waiters()
+            self.store._wake_waiters()
 
     def _reset_locked(self) -> None:
-        self._deferred = None
-        self._live.fill(False)
-        self.sampler.clear()
-        self.remover.clear()
-        self.size = 0
-        self._max_priority = 1.0
+        self.index.reset()
         self.rate_limiter.reset()
 
     def close(self) -> None:
-        """Wake every blocked call with :class:`ClosedError` and refuse new blocking calls."""
+        """Close the table: every blocked call (inserts waiting in the store included)
+        wakes with :class:`ClosedError`, later calls that may block raise it, and the
+        table detaches from its store, dropping its items, so they no longer hold rows
+        (appends that waited for a closed queue go on). Closing twice does nothing."""
         with self.mutex:
+            if self._closed:
+                return
             self._closed = True
-            self._wake_waiters()
+            self.index.reset()
+            self.store.detach(self)
+            self.lock.notify_all()
 
     def info(self) -> TableInfo:
         """A snapshot of the table's counters and configuration."""
@@ -383,24 +554,28 @@ class Table(TableInserts, ItemSlots, ItemDraws):
             lim = self.rate_limiter
             return TableInfo(
                 name=self.name,
-                size=self.size,
+                size=self.index.size,
                 max_size=self.max_size,
                 store_capacity=self.store.capacity,
                 stored_steps=self.store.num_steps,
-                sampler=repr(self.sampler),
-                remover=repr(self.remover),
+                sampler=repr(self.index.sampler),
+                remover=repr(self.index.remover),
                 rate_limiter=lim.config(),
                 max_times_sampled=self.max_times_sampled,
                 inserts=lim.inserts,
                 samples=lim.samples,
                 insert_blocked_s=lim.insert_blocked_s,
                 sample_blocked_s=lim.sample_blocked_s,
-                index_bytes=self.index_nbytes(),
-                **self._counts,
+                index_bytes=self.index.nbytes(),
+                **self.index.counts,
             )
 
+    def index_nbytes(self) -> int:
+        """Bytes of item bookkeeping (per-slot state, sampler and remover indexes)."""
+        return self.index.nbytes()
+
     def __len__(self) -> int:
-        return self.size
+        return self.index.size
 
     def __repr__(self) -> str:
         return (

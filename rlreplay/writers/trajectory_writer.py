@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,11 +18,17 @@ class TrajectoryWriter:
     since can be used. The writer keeps the ids of the last ``history`` steps of the current
     episode; an item may start at any of them.
 
-    Several writers may append to one store from different threads. Items must be
-    contiguous in the store, so when another stream's steps were appended in between, the
-    writer first re-appends the retained steps of its current episode (at most
-    ``history - 1`` of them) and continues from the copies. One writer per store, or
-    writers that append in chunks (:meth:`append_batch`), keep this overhead small.
+    Several writers may append to one store from different threads. A writer's retained
+    steps (the last ``history`` of its episode) are contiguous in the store and protected
+    until released (they fall out of ``history``, :meth:`end_episode`, :meth:`close`): the
+    store's overwrite protocol (:mod:`rlreplay.core.overwrite`) copies them to the head
+    rather than overwrite them, and when another stream's steps were appended in between,
+    the writer's next append first copies its retained steps (at most ``history - 1``)
+    to the head and continues from the copies. Each append reserves its rows in one step
+    under the store's lock, so a writer that waited (for a queue's items to be sampled)
+    never finds another writer's steps inside its own. One writer per store, or writers
+    that append in chunks (:meth:`append_batch`), keep the copies few. A store too small
+    for every writer's ``history`` plus an append raises :class:`InvalidArgumentError`.
 
     The local writer stores each step immediately, so :meth:`flush` has nothing to wait
     for; it exists so that code written against it also runs against a network writer.
@@ -67,14 +72,19 @@ class TrajectoryWriter:
         self.tables = tables
         self.store = store
         self.history = history
-        self._ids: deque[int] = deque(maxlen=history)
+        with store.mutex:
+            # The retained steps: ids [first, first + count), moved only by the store's
+            # overwrite protocol; released when the writer closes or is dropped.
+            self._retention = store.overwrite.retain(history)
         self._closed = False
         self.copied_steps = 0  # steps re-appended because another stream interleaved
 
     @property
     def episode_step_ids(self) -> list[int]:
         """Store ids of the retained steps of the current episode, oldest first."""
-        return list(self._ids)
+        with self.store.mutex:
+            r = self._retention
+            return list(range(r.first, r.end))
 
     def append(self, step: Mapping[str, Any], *, timeout: float | None = None) -> int:
         """Append one step (a dict with one value per signature field); returns its id.
@@ -98,33 +108,39 @@ class TrajectoryWriter:
         return self._append(arrays, n, timeout)
 
     def _append(self, arrays: dict, n: int | None, timeout: float | None) -> int:
-        """Append ``n`` steps (``None``: one step without a batch axis) after this
-        stream's previous step, copying its context first if another stream came between."""
+        """Append ``n`` steps (``None``: one step without a batch axis) right after this
+        stream's retained steps, in one reservation of the store's rows; returns the
+        first id."""
         if self._closed:
             raise ClosedError("the writer is closed")
         store = self.store
+        count = 1 if n is None else n
+        r = self._retention
         with store.mutex:
-            if self._ids and self._ids[-1] != store.next_id - 1:
-                self._reappend_context(timeout)
+            waiter = None
+            while True:
+                if self._closed:
+                    raise ClosedError("the writer was closed while its append waited")
+                keep = 0 if count >= r.limit else min(r.count, r.limit - count)
+                away = keep and r.end != store.next_id
+                if store.overwrite.make_room(count, own=r, keep=keep) is not None:
+                    break
+                waiter = waiter or store.blocked_call(timeout, "append")
+                if not waiter.wait():
+                    raise store.timeout_error(count, timeout)
+            if away:
+                self.copied_steps += keep
+            first = None
             if n is None:
-                first = store._append_one_locked(arrays, timeout)
-                self._ids.append(first)
+                if store._compiled_writes:
+                    first = store._put_row(arrays)
+                if first is None:
+                    row = {p: np.asarray(v)[None] for p, v in arrays.items()}
+                    first = store._write_locked(row, 1)
             else:
-                first = store._append_locked(arrays, n, timeout)
-                self._ids.extend(range(first, first + n))
+                first = store._write_locked(arrays, n)
+            r.extend(first, count)
         return first
-
-    def _reappend_context(self, timeout: float | None) -> None:
-        """Copy the retained steps of this episode to the end of the store (lock held)."""
-        keep = [i for i in list(self._ids)[-(self.history - 1) :] if self.store.is_stored(i)]
-        if self.history == 1 or not keep:
-            self._ids.clear()
-            return
-        data = self.store.read(np.array(keep))
-        first = self.store._append_locked(data, len(keep), timeout)
-        self._ids.clear()
-        self._ids.extend(range(first, first + len(keep)))
-        self.copied_steps += len(keep)
 
     def create_item(
         self,
@@ -157,18 +173,32 @@ class TrajectoryWriter:
         table = self._table(table)
         span = table.layout.span if length is None else length
         start = -span if start is None else start
-        if not isinstance(start, int) or start >= 0 or -start > len(self._ids):
+        if not isinstance(start, int) or start >= 0:
             raise InvalidArgumentError(
-                f"start={describe(start)} must be a negative int with |start| <= "
-                f"{len(self._ids)} (the retained steps of this episode)"
+                f"start={describe(start)} must be a negative int (-1 is the latest step)"
             )
         if start + span > 0:
             raise InvalidArgumentError(
                 f"an item starting at start={start} spans {span} steps and would need "
                 f"{start + span} step(s) not appended yet"
             )
-        anchor = self._ids[len(self._ids) + start]
-        return table.create_item(anchor, priority, length=length, timeout=timeout)
+        with self.store.mutex:
+            self._admit(table, 1, timeout)
+            held = self._retention.count
+            if -start > held:
+                raise InvalidArgumentError(
+                    f"start={start} reaches back {-start} steps but this episode retains "
+                    f"{held}; |start| must be <= {held}"
+                )
+            # Anchored after the limiter admitted the item: the steps cannot move between.
+            anchor = self._retention.end + start
+            return table.create_item(anchor, priority, length=length, timeout=timeout)
+
+    def _admit(self, table: Table, n: int, timeout: float | None) -> None:
+        """Wait until ``table``'s rate limiter admits ``n`` items (store lock held)."""
+        waiter = table._admit(n, None, timeout)
+        if waiter is not None:
+            waiter.settle()
 
     def create_items(
         self,
@@ -200,17 +230,24 @@ class TrajectoryWriter:
         table = self._table(table)
         starts = np.asarray(starts, dtype=np.int64).reshape(-1)
         span = table.layout.span if lengths is None else np.asarray(lengths, dtype=np.int64)
-        held = len(self._ids)
-        if len(starts) and (starts.max() >= 0 or -starts.min() > held or (starts + span).max() > 0):
-            raise InvalidArgumentError(
-                f"starts={describe(starts.tolist())} must be negative, reach back at most "
-                f"{held} retained steps, and cover only steps already appended"
-            )
         if len(starts) == 0:
             return np.zeros(0, dtype=np.int64)
-        first = self._ids[0]
-        anchors = first + held + starts  # retained ids are consecutive
-        return table.create_items(anchors, priorities, lengths=lengths, timeout=timeout)
+        if starts.max() >= 0 or (starts + span).max() > 0:
+            raise InvalidArgumentError(
+                f"starts={describe(starts.tolist())} must be negative and cover only steps "
+                "already appended"
+            )
+        with self.store.mutex:
+            if len(starts) <= table.max_size:
+                self._admit(table, len(starts), timeout)
+            held = self._retention.count
+            if -starts.min() > held:
+                raise InvalidArgumentError(
+                    f"starts={describe(starts.tolist())} reach back more than the {held} "
+                    "retained steps of this episode"
+                )
+            anchors = self._retention.end + starts  # retained ids are consecutive
+            return table.create_items(anchors, priorities, lengths=lengths, timeout=timeout)
 
     def _table(self, table: Table | str) -> Table:
         for t in self.tables:
@@ -222,8 +259,10 @@ class TrajectoryWriter:
         )
 
     def end_episode(self) -> None:
-        """End the current episode: later items cannot reach the steps before this call."""
-        self._ids.clear()
+        """End the current episode: later items cannot reach the steps before this call,
+        and the store may overwrite them."""
+        with self.store.mutex:
+            self._retention.release()
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until everything appended is stored (always already true locally)."""
@@ -231,7 +270,11 @@ class TrajectoryWriter:
             raise ClosedError("the writer is closed")
 
     def close(self) -> None:
-        self._closed = True
+        """Release the retained steps; later calls raise :class:`ClosedError`."""
+        with self.store.mutex:
+            if not self._closed:
+                self._closed = True
+                self.store.overwrite.forget(self._retention)
 
     def __enter__(self) -> TrajectoryWriter:
         return self

@@ -1,0 +1,327 @@
+"""The overwrite protocol: how the step store hands over rows that items or writers hold.
+
+A :class:`~rlreplay.core.storage.StepStore` is a ring: appending ``n`` steps overwrites
+the ``n`` oldest rows once it is full. Two kinds of parties hold rows:
+
+* **tables**, whose items are anchored on stored rows (an item reads a window of steps
+  from its anchor on). Each table has a policy for its items on rows about to be
+  overwritten: ``"evict"`` removes them, ``"block"`` (queues) makes the append wait
+  until they are consumed, ``"relocate"`` (stacks) copies their steps to the head of the
+  store and moves the items there (same place in the order, new keys);
+* **writers**, whose *retained* steps (appended, not yet released: the last ``history``
+  steps of the current episode) later items may anchor on. Each writer holds a
+  :class:`Retention`, one contiguous range of step ids.
+
+This module is the one place that decides what happens to those rows. Invariant, true
+whenever the store's lock is free:
+
+1. No item is ever served with a step it did not anchor: before a row is written, every
+   item anchored on it has been removed or moved, or the append waits.
+2. Every table's size, live flags and selectors agree: removals and moves happen in one
+   lock hold, never left pending across a wait (there is no deferred state).
+3. A writer's retained steps are contiguous and are never overwritten: an append that
+   reaches another writer's retained steps first copies them to the head of the store
+   (the writer's ids move with them); a writer whose own steps are no longer at the head
+   has its retained steps copied there before its new steps. When the store cannot hold
+   every writer's retained steps plus the append, the append fails with
+   :class:`InvalidArgumentError` before anything changes.
+4. Nothing deadlocks: an append first plans every row it will touch (the rows of the
+   copies included) without changing anything; if a queue's items hold one of them it
+   changes nothing and the caller waits on ``store.lock`` with its deadline, then plans
+   again. Once planned, the hand-over and the write happen in the same lock hold.
+
+Tables and retentions are held through weak references: a table or writer that is
+dropped stops holding rows. :meth:`Table.close` detaches its table explicitly.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rlreplay.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from rlreplay.core.storage import StepStore
+    from rlreplay.core.table import Table
+
+
+class Retention:
+    """A writer's retained steps: ids ``first .. first + count - 1``, at most ``limit``.
+
+    Only the :class:`OverwriteProtocol` moves ``first`` (when it copies the steps to the
+    head of the store); the writer extends, trims and releases its range under the
+    store's lock.
+    """
+
+    __slots__ = ("__weakref__", "count", "first", "limit")
+
+    def __init__(self, limit: int):
+        self.first = 0
+        self.count = 0
+        self.limit = limit
+
+    @property
+    def end(self) -> int:
+        """One past the newest retained id."""
+        return self.first + self.count
+
+    def extend(self, first: int, n: int) -> None:
+        """Retain ``n`` new steps from id ``first`` (right after the retained ones, or a
+        fresh range), keeping the newest ``limit``."""
+        if self.count and first == self.end:
+            count = self.count + n
+        else:
+            self.first, count = first, n
+        if count > self.limit:
+            self.first += count - self.limit
+            count = self.limit
+        self.count = count
+
+    def release(self) -> None:
+        """Let every retained step go (end of episode, writer closed)."""
+        self.count = 0
+
+
+class OverwriteProtocol:
+    """The hand-over of overwritten rows for one store (see the module docstring).
+
+    Every method expects ``store.mutex`` to be held by the caller.
+    """
+
+    def __init__(self, store: StepStore):
+        self._store = weakref.ref(store)
+        self._tables: tuple[weakref.ref, ...] = ()
+        self._retentions: tuple[weakref.ref, ...] = ()
+        # The one table that may write a row and replace its own item there directly (the
+        # one-row insert): alone on the store, evicting, and no writer retains steps.
+        self.sole: weakref.ref | None = None
+        self.blocker: str | None = None  # the queue that held the rows, after a refusal
+        self.relocated_steps = 0  # steps copied to the head for writers and stacks
+
+    # ------------------------------------------------------------ registration
+    def attach(self, table: Table) -> weakref.ref:
+        """Register a table; returns the weak reference the store keeps of it."""
+        ref = weakref.ref(table)
+        self._tables = (*self.live_refs(self._tables), ref)
+        self.refresh()
+        return ref
+
+    def detach(self, table: Table) -> None:
+        """Forget a table: its items no longer hold rows."""
+        self._tables = tuple(r for r in self.live_refs(self._tables) if r() is not table)
+        self.refresh()
+
+    def retain(self, limit: int) -> Retention:
+        """A new :class:`Retention` for a writer keeping up to ``limit`` steps."""
+        retention = Retention(limit)
+        self._retentions = (*self.live_refs(self._retentions), weakref.ref(retention))
+        self.refresh()
+        return retention
+
+    def forget(self, retention: Retention) -> None:
+        """Release a writer's retention for good (the writer is closed)."""
+        retention.release()
+        self._retentions = tuple(
+            r for r in self.live_refs(self._retentions) if r() is not retention
+        )
+        self.refresh()
+
+    @staticmethod
+    def live_refs(refs: tuple[weakref.ref, ...]) -> tuple[weakref.ref, ...]:
+        return tuple(r for r in refs if r() is not None)
+
+    def tables(self) -> list[Table]:
+        """The attached tables still alive."""
+        return [t for t in (r() for r in self._tables) if t is not None]
+
+    def retentions(self) -> list[Retention]:
+        return [r for r in (ref() for ref in self._retentions) if r is not None]
+
+    def refresh(self) -> None:
+        """Recompute which table, if any, may use the one-row in-place path."""
+        store = self._store()
+        tables = self.tables()
+        self.sole = None
+        if store is not None:
+            store._choose_row_writer(tables)
+            if (
+                len(tables) == 1
+                and not self.retentions()
+                and tables[0].on_overwrite == "evict"
+                and store.lanes == 1
+            ):
+                self.sole = tables[0]._store_ref
+
+    # ---------------------------------------------------------------- planning
+    def _overwritten(self, store: StepStore, w: int) -> tuple[int, int]:
+        """Ids ``[lo, hi)`` that writing ``w`` steps at the head overwrites."""
+        lo = store.next_id - store.capacity
+        return max(lo, 0), max(lo + w, 0)
+
+    def _plan(
+        self, store: StepStore, n: int, own: Retention | None, keep: int
+    ) -> tuple[int, list[Retention], list[tuple[Table, np.ndarray]], bool]:
+        """Rows to write for an append of ``n`` steps, without changing anything.
+
+        Copies are written at the head before the ``n`` steps and overwrite rows too, so
+        the plan grows until it holds everything anchored or retained on the rows it
+        writes (a fixpoint: the rows written only grow).
+
+        Returns ``(w, retentions, stack_items, move_own)``: the steps written in all
+        (copies included), the other writers' retentions and the stacks' items to copy
+        first, and whether ``own``'s ``keep`` newest steps are copied (last, so the
+        append continues them).
+
+        Raises:
+            InvalidArgumentError: if the store cannot hold what writers retain and stacks
+                keep, plus the append.
+        """
+        cap = store.capacity
+        stacks = [t for t in self.tables() if t.on_overwrite == "relocate" and t.index.size]
+        others = [r for r in self.retentions() if r is not own and r.count]
+        keep = keep if own is not None else 0
+        own_away = bool(keep and own.end != store.next_id)
+        w = n + (keep if own_away else 0)
+        moving: list[Retention] = []
+        items: list[tuple[Table, np.ndarray]] = []
+        while True:
+            if w > cap:
+                raise InvalidArgumentError(
+                    f"the store's capacity={cap} steps cannot hold the steps writers retain "
+                    f"({sum(r.count for r in others) + keep} steps), the items stacks keep "
+                    f"and this append of {n} steps; enlarge the store or lower the writers' "
+                    "history"
+                )
+            lo, hi = self._overwritten(store, w)
+            if lo >= hi:
+                return w, moving, items, own_away
+            moving = [r for r in others if r.first < hi and r.end > lo]
+            items = []
+            copied = sum(r.count for r in moving)
+            for t in stacks:
+                slots = t.index.live_in(lo % cap, hi - lo)
+                if len(slots):
+                    items.append((t, slots))
+                    copied += int(t.index.spans(slots).sum())
+            # Copies written before the append would separate own's steps from it.
+            own_away = own_away or bool(keep and copied)
+            target = n + (keep if own_away else 0) + copied
+            if target == w:
+                return w, moving, items, own_away
+            w = target
+
+    def blocking_table(self, store: StepStore, lo: int, hi: int) -> Table | None:
+        """A queue (``"block"``) table holding an item anchored on ids ``[lo, hi)``."""
+        if lo >= hi:
+            return None
+        for t in self.tables():
+            blocks = t.on_overwrite == "block" and t.index.size
+            if blocks and t.index.any_live_in(lo % store.capacity, hi - lo):
+                return t
+        return None
+
+    def has_room(self, n: int, own: Retention | None = None, keep: int = 0) -> bool:
+        """Whether ``n`` steps could be appended now without waiting for a queue.
+
+        Raises:
+            InvalidArgumentError: as :meth:`make_room`.
+        """
+        store = self._store()
+        if store.next_id + n <= store.capacity:
+            return True
+        w = self._plan(store, n, own, keep)[0]
+        return self.blocking_table(store, *self._overwritten(store, w)) is None
+
+    # --------------------------------------------------------------- hand-over
+    def make_room(
+        self,
+        n: int,
+        own: Retention | None = None,
+        keep: int = 0,
+        successor: Table | None = None,
+    ) -> int | None:
+        """Free the rows for ``n`` new steps at the head; returns the first row to write.
+
+        Args:
+            n: steps the caller writes next, in this lock hold, at ``store.next_id``.
+            own: the appending writer's retention; its ``keep`` newest steps stay
+                retained and are copied to the head first when they are not there.
+            successor: a table whose insert fills these ``n`` rows with its own items: its
+                items on them stay live for it to replace (it must do so in this lock
+                hold).
+
+        Returns:
+            The first row, or ``None`` when a queue's items hold a row to be overwritten:
+            nothing changed then, and the caller waits on ``store.lock`` and calls again
+            (:attr:`blocker` names the queue).
+
+        Raises:
+            InvalidArgumentError: if ``n`` exceeds the capacity, or the store cannot hold
+                what writers retain plus the append; nothing changed then.
+        """
+        store = self._store()
+        cap = store.capacity
+        if n > cap:
+            raise InvalidArgumentError(
+                f"{n} steps cannot be appended to a store of capacity={cap}; append at most "
+                f"{cap} at once"
+            )
+        own_at_head = own is None or not keep or own.end == store.next_id
+        if store.next_id + n <= cap and own_at_head:
+            return store.next_id  # nothing is overwritten and own's steps are at the head
+        w, moving, moved_items, own_away = self._plan(store, n, own, keep)
+        lo, hi = self._overwritten(store, w)
+        blocker = self.blocking_table(store, lo, hi)
+        if blocker is not None:
+            self.blocker = blocker.name
+            return None
+        # Nothing below waits or fails: read what moves, hand over, then write copies.
+        copies = [(r, store.read_range(r.first, r.count)) for r in moving]
+        items = []
+        for t, slots in moved_items:
+            for slot in slots.tolist():
+                span, state = t.index.detach_for_move(slot)
+                steps = store.read_rows((slot + np.arange(span)) % cap)
+                items.append((t, slot, steps, state))
+        own_data = store.read_range(own.end - keep, keep) if own_away else None
+        if hi > lo:
+            kept = 0 if successor is None else hi - max(lo, hi - n)
+            for t in self.tables():
+                if t.on_overwrite == "evict" and t.index.size:
+                    if t is successor:
+                        t.index.evict_rows(lo % cap, hi - lo - kept)
+                    else:
+                        t.index.evict_rows(lo % cap, hi - lo)
+        for r, data in copies:
+            r.first = store._write_locked(data, r.count)
+        new_slots = [store._write_locked(steps, state[2]) % cap for _, _, steps, state in items]
+        _move_items(items, new_slots)
+        if own_away:
+            own.first, own.count = store._write_locked(own_data, keep), keep
+        self.relocated_steps += w - n
+        if hi > lo:
+            store._wake_waiters()
+        return store.next_id % cap
+
+
+def _move_items(items: list[tuple[Table, int, Any, Any]], new_slots: list[int]) -> None:
+    """Give each moved stack item its new slot, never onto a slot another moving item
+    still occupies (a move's target is free or that item's own old slot)."""
+    pending = dict(enumerate(items))
+    olds = {(id(t), slot): i for i, (t, slot, _, _) in pending.items()}
+    while pending:
+        progressed = False
+        for i in list(pending):
+            t, old, _span, state = pending[i]
+            new = new_slots[i]
+            blocker = olds.get((id(t), new))
+            if blocker is not None and blocker != i and blocker in pending:
+                continue
+            t.index.attach_moved(old, new, state)
+            del pending[i]
+            progressed = True
+        if not progressed:  # cannot happen (moves never form a cycle); fail loudly
+            raise RuntimeError("stack items could not be moved without a conflict")

@@ -1,0 +1,89 @@
+"""Blocked calls: one deadline per call, and one warning when a call stays blocked.
+
+A call that may block (an insert held back by a rate limiter or by a full store, a sample
+waiting for items, an append waiting for a queue's items to be consumed) creates one
+:class:`BlockedCall` when it first has to wait and keeps it for every later wait of the
+same call, so ``timeout`` bounds the call's *total* waiting time, not each wait.
+
+Nothing hangs silently: a call still blocked after ``warn_after`` seconds (default
+:data:`WARN_AFTER_S`, per table ``Table.warn_after``) logs one warning on the
+``"rlreplay"`` logger that names the table, the limiter's state and the likely cause
+("no sampler is consuming this queue", ...).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+log = logging.getLogger("rlreplay")
+
+# Seconds a call may stay blocked before it logs its warning (None: never warn).
+WARN_AFTER_S: float | None = 5.0
+
+
+class BlockedCall:
+    """The waiting of one blocking call.
+
+    Args:
+        lock: the condition the call waits on (the store's ``lock``), held by the caller.
+        timeout: seconds the call may wait in total (``None``: without limit).
+        warn_after: seconds after which one warning is logged (``None``: never).
+        describe: returns the warning's text (called once, when the warning is due).
+        account: ``(object, attribute)`` to which :meth:`settle` adds the seconds blocked
+            (a rate limiter's ``insert_blocked_s`` or ``sample_blocked_s``).
+    """
+
+    __slots__ = ("account", "deadline", "describe", "lock", "start", "warn_at")
+
+    def __init__(
+        self,
+        lock: threading.Condition,
+        timeout: float | None,
+        warn_after: float | None,
+        describe: Callable[[], str],
+        account: tuple[object, str] | None = None,
+    ):
+        now = time.monotonic()
+        self.lock = lock
+        self.start = now
+        self.deadline = None if timeout is None else now + timeout
+        self.warn_at = None if warn_after is None else now + warn_after
+        self.describe = describe
+        self.account = account
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds since the call first blocked."""
+        return time.monotonic() - self.start
+
+    def settle(self) -> None:
+        """Add the time blocked to ``account`` (once; later calls do nothing)."""
+        account, self.account = self.account, None
+        if account is not None:
+            target, name = account
+            setattr(target, name, getattr(target, name) + self.elapsed)
+
+    def wait(self) -> bool:
+        """Wait for a notification on the lock, the deadline or the warning time.
+
+        Returns:
+            False, without waiting, once the deadline has passed; True otherwise (the
+            caller checks its condition again: a wake-up does not mean it holds).
+        """
+        now = time.monotonic()
+        deadline = self.deadline
+        if deadline is not None and now >= deadline:
+            return False
+        limit = None if deadline is None else deadline - now
+        warn_at = self.warn_at
+        if warn_at is not None:
+            if now >= warn_at:
+                self.warn_at = None
+                log.warning(self.describe())
+            else:
+                limit = warn_at - now if limit is None else min(limit, warn_at - now)
+        self.lock.wait(limit)
+        return True
