@@ -10,8 +10,8 @@
 
 A user error is answered in one line on stderr (``rlreplay SUBCOMMAND: error: ...``),
 never with a traceback. Exit status: 0 on success; 2 when the command cannot run as
-given (a bad argument, a missing or malformed configuration, a port in use, a missing
-extra); 1 when it ran but the server did not answer or answered with an error.
+given (a bad option or argument, an unknown table, a missing or malformed configuration,
+a port in use, a missing extra); 1 when the server cannot be reached or fails.
 
 To add a subcommand, write a parser function (``add_<name>...(subparsers)``) and
 ``cmd_<name>(args)`` and list the parser function in ``SUBCOMMANDS``.
