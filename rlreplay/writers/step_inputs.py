@@ -19,6 +19,8 @@ import numpy as np
 from rlreplay.core.specs import SEPARATOR, Signature, flatten, unflatten
 from rlreplay.errors import InvalidArgumentError, SignatureError, describe
 
+_BOOL = np.dtype(bool)
+
 
 def _is_obs(path: str) -> bool:
     return path == "obs" or path.startswith("obs" + SEPARATOR)
@@ -174,8 +176,8 @@ class StepInputs:
             return self._one_flag[value]
         arr = value if type(value) is np.ndarray else np.asarray(value)
         shape = self._flag_shape
-        if arr.dtype == np.bool_ and arr.shape == shape:
-            return arr.reshape(self.num_envs)
+        if arr.dtype is _BOOL and arr.shape == shape:
+            return arr if self.batched else arr.reshape(1)
         if arr.shape != shape or arr.dtype.kind not in "biu":
             raise InvalidArgumentError(
                 f"{name}={describe(value)} (shape {arr.shape}, dtype {arr.dtype}) must be "
