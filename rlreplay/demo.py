@@ -21,7 +21,7 @@ from rlreplay.core.rate_limiters import SampleToInsertRatio
 from rlreplay.core.selectors import Prioritized
 from rlreplay.core.storage import StepStore
 from rlreplay.core.table import Table
-from rlreplay.errors import ClosedError, RateLimiterTimeoutError
+from rlreplay.errors import ClosedError, InvalidArgumentError, RateLimiterTimeoutError, describe
 from rlreplay.writers import TrajectoryWriter
 
 OBS_DIM, ACT_DIM = 17, 6
@@ -96,7 +96,24 @@ def run_demo(
     capacity: int = 100_000,
     print_fn: Callable[[str], None] = print,
 ) -> dict:
-    """Run the actor and learner for ``seconds`` and return the final table info."""
+    """Run the actor and learner for ``seconds`` and return the final table info.
+
+    Raises:
+        InvalidArgumentError: for a non-positive ``seconds``, ``samples_per_insert``,
+            ``batch_size`` or ``capacity``, or a ``capacity`` below the ``4 * batch_size``
+            items the learner waits for.
+    """
+    for name, value in (("seconds", seconds), ("samples_per_insert", samples_per_insert)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise InvalidArgumentError(f"{name}={describe(value)} must be a number above 0")
+    for name, value in (("batch_size", batch_size), ("capacity", capacity)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise InvalidArgumentError(f"{name}={describe(value)} must be an int above 0")
+    if capacity <= 4 * batch_size:
+        raise InvalidArgumentError(
+            f"capacity={capacity} must exceed 4 * batch_size={4 * batch_size}: the learner "
+            "waits for that many items before it samples"
+        )
     table = build_table(samples_per_insert, batch_size, capacity)
     stop = threading.Event()
     steps = [0]

@@ -3,7 +3,10 @@
 import subprocess
 import sys
 
+import pytest
+
 from rlreplay.demo import run_demo
+from rlreplay.errors import InvalidArgumentError
 
 
 def test_demo_holds_the_samples_per_insert_ratio_within_the_error_buffer():
@@ -27,3 +30,19 @@ def test_demo_runs_from_the_command_line():
     )
     assert out.returncode == 0, out.stderr
     assert "inserts/s" in out.stdout and "done:" in out.stdout
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        pytest.param({"seconds": 0}, id="zero_seconds"),
+        pytest.param({"samples_per_insert": -1.0}, id="negative_ratio"),
+        pytest.param({"batch_size": 2.5}, id="float_batch_size"),
+        pytest.param({"batch_size": 64, "capacity": 256}, id="capacity_below_min_size"),
+    ],
+)
+def test_demo_refuses_arguments_it_cannot_run_with_before_starting(kwargs):
+    lines: list[str] = []
+    with pytest.raises(InvalidArgumentError):
+        run_demo(print_fn=lines.append, **kwargs)
+    assert lines == []
