@@ -147,7 +147,33 @@ def add_serve_parser(sub: Any) -> None:
         metavar="N",
         help="Prometheus metrics port",
     )
+    for name, kind, help_text in SERVER_LIMITS:
+        flag = "--" + name.replace("_", "-")
+        p.add_argument(flag, type=positive(kind), default=None, metavar="N", help=help_text)
     p.set_defaults(func=cmd_serve)
+
+
+# Per-client bounds of a server (Server keyword arguments; left out: the Server's default).
+SERVER_LIMITS = (
+    ("max_message_bytes", int, "largest request accepted, in bytes (default: 1 GiB)"),
+    (
+        "max_unread_bytes",
+        int,
+        "bytes of replies held for one client that does not read them; past it its requests "
+        "are refused (default: 256 MiB)",
+    ),
+    (
+        "max_parked_per_client",
+        int,
+        "calls of one client that may wait on rate limiters at once (default: 1000)",
+    ),
+    (
+        "parked_expiry_s",
+        float,
+        "seconds of silence after which a client's calls parked without a timeout are "
+        "dropped (default: 300)",
+    ),
+)
 
 
 def check_serve_security(args: argparse.Namespace, loopback: bool) -> None:
@@ -192,6 +218,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         authorized_keys=args.authorized_keys,
         insecure=args.insecure,
         metrics_port=args.metrics_port,
+        **{n: getattr(args, n) for n, _, _ in SERVER_LIMITS if getattr(args, n) is not None},
     )
     try:
         server.start()

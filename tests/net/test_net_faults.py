@@ -3,7 +3,10 @@ that never read, vanish or send too much. A call that raised never takes effect 
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -330,3 +333,36 @@ def test_message_larger_than_the_server_accepts_is_refused_before_it_is_sent():
 def test_server_rejects_limits_that_are_not_positive_numbers(kwargs):
     with pytest.raises(InvalidArgumentError, match=next(iter(kwargs))):
         rlreplay.Server([min_size_table()], **kwargs)
+
+
+def test_serve_command_passes_its_per_client_limits_to_the_server(tmp_path):
+    path = tmp_path / "tables.toml"
+    path.write_text('[[table]]\nname = "t"\nmax_size = 10\nsignature = { x = "float32" }\n'
+                    'rate_limiter = { type = "MinSize", min_size_to_sample = 5 }\n')  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    command = ["serve", "--config", str(path), "--max-parked-per-client", "1"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlreplay.cli", *command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert " on tcp://" in line, proc.stderr.read() if proc.poll() is not None else line
+        peer = RawPeer(line.split(" on ")[1].strip())
+        for _ in range(2):
+            peer.send({"op": "sample", "table": "t", "batch_size": 1, "timeout": None})
+        reply = peer.recv(timeout=10.0)
+        assert reply["id"] == 2 and reply["code"] == wire.CODE_OF[ResourceLimitError]
+        peer.close()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15.0)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5.0)
+        proc.stdout.close()
+        proc.stderr.close()
