@@ -28,8 +28,8 @@ Format (TOML shown; any mapping of the same shape works)::
 Every ``[[store]]`` and ``[[table]]`` is an *array of tables* (two brackets): a single
 ``[table]`` is refused with that advice. Every mistake raises
 :class:`~rlreplay.errors.InvalidArgumentError` naming the entry (``table[1] 'queue'``) and
-the key, before any table is built; :func:`load_config` adds the file's path and, for TOML
-syntax errors, the line and column.
+the key, before anything is served; :func:`load_config` adds the file's path and, for
+TOML syntax errors, the line and column.
 """
 
 from __future__ import annotations
