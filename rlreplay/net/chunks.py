@@ -109,7 +109,7 @@ class ChunkStream:
             _, header, arrays = self.unsent.popleft()
             header["timeout"] = timeout
             try:
-                rid = self.client._send(dict(header), arrays)
+                rid = _send(self.client, dict(header), arrays, end)
             except BaseException:
                 self.unsent.appendleft((None, header, arrays))
                 raise
@@ -182,6 +182,15 @@ class ChunkStream:
         """Tell the server to forget this writer's stream (no reply awaited)."""
         if self.pid == os.getpid():
             self.client._send({"op": "close_writer", "writer": self.id, "noreply": True})
+
+
+def _send(client: Client, header: dict, arrays: dict, end: float | None) -> int:
+    """Send a chunk; with ``end`` (a ``time.monotonic()`` value) the hand-over is bounded
+    by it, and the server never starts the chunk after it (the caller stops waiting)."""
+    transport = getattr(client, "_transport", None)
+    if end is None or transport is None:
+        return client._send(header, arrays)
+    return transport.send(header, arrays, until=end, expires=end)
 
 
 def wait_time(timeout: float | None, end: float | None) -> float | None:

@@ -48,6 +48,12 @@ def _count(value: Any, key: str) -> int:
     return value
 
 
+def _size(value: Any, key: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_COUNT:
+        raise ProtocolError(f"request field {key!r} is {show(value)}, not an int in [0, 2**31)")
+    return value
+
+
 def _timeout(value: Any, key: str) -> float | None:
     if value is None:
         return None
@@ -125,10 +131,10 @@ HEADERS: dict[str, dict[str, tuple[Check, bool]]] = {
     "write": {
         "writer": (_writer, True),
         "tables": (_names, True),
-        "history": (_count, True),
+        "history": (_size, True),
         "seq": (_stream, False),
         "first": (_stream, True),
-        "n": (_count, True),
+        "n": (_size, True),
         "episode_starts": (_indices, False),
         "restart": (_flag, False),
         **_TIMEOUT,

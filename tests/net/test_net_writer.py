@@ -7,8 +7,9 @@ import pytest
 from netprocs import config, served
 
 import rlreplay
+import rlreplay.net
 from rlreplay import Fifo, ItemLayout, StepStore, Table, TrajectoryWriter
-from rlreplay.errors import InvalidArgumentError, RateLimiterTimeoutError
+from rlreplay.errors import InvalidArgumentError, ProtocolError, RateLimiterTimeoutError
 
 SIG = {"obs": ((2,), "float32"), "reward": "float32"}
 SIG_CFG = {"obs": {"shape": [2], "dtype": "float32"}, "reward": "float32"}
@@ -176,3 +177,259 @@ def test_writer_exposes_tables_and_batch_item_creation_for_adders(address):
     oldest = client.sample("nstep3", 1, timeout=5.0)  # Fifo sampler: the oldest item
     assert (oldest.data["obs"][0, 0], oldest.data["next_obs"][0, 0]) == (2.0, 5.0)
     assert oldest.info.priorities[0] == 1.0
+
+
+# ------------------------------------------------------------------ chunks on the wire
+# A served store that is full before each case, so a chunk the server wrongly applied
+# would overwrite (and evict) the items already there.
+CHUNK_SIG = {"obs": ((2,), "float32"), "reward": "float32"}
+STORE_STEPS = 16
+
+
+@pytest.fixture
+def chunk_server():
+    """A server in this process over one full store with a sequence table (span 3) and
+    a row table; yields ``(client, tables)``."""
+    store = StepStore(CHUNK_SIG, STORE_STEPS)
+    seq = Table("seq", store=store, layout=ItemLayout.sequence(store.signature, 3))
+    rows = Table("rows", store=store)
+    first = store.append(chunk_steps(0, STORE_STEPS))
+    seq.create_items(np.arange(first, first + STORE_STEPS - 2))
+    rows.create_items(np.arange(first, first + STORE_STEPS))
+    server = rlreplay.net.Server([seq, rows]).start()
+    client = rlreplay.Client(server.address, call_timeout=10.0)
+    try:
+        yield client, {"seq": seq, "rows": rows}
+    finally:
+        client.close()
+        server.stop()
+
+
+def chunk_steps(first: int, n: int) -> dict[str, np.ndarray]:
+    k = np.arange(first, first + n, dtype=np.float32)
+    return {"obs": np.stack([k, -k], 1), "reward": k}
+
+
+def state(tables: dict) -> list:
+    """Everything a chunk changes: each table's size and inserts, and the stored steps."""
+    out = []
+    for t in tables.values():
+        info = t.info()
+        out.append((info.size, info.inserts, info.evictions, info.overwrite_evictions))
+    store = next(iter(tables.values())).store
+    out.append((store.next_id, *(c.tobytes() for c in store.columns.values())))
+    return out
+
+
+def write(client, header: dict, arrays: dict):
+    """One raw ``write`` request (as a remote writer sends it); returns the reply arrays."""
+    base = {
+        "op": "write",
+        "writer": 12345,  # an int, as older clients send (16 bytes now)
+        "tables": ["seq", "rows"],
+        "history": 4,
+        "seq": 0,
+        "first": 0,
+        "n": 4,
+        "episode_starts": [0],
+        "timeout": 2.0,
+    }
+    base.update(header)
+    n = base["n"] if isinstance(base["n"], int) else 4
+    data = {"data/" + k: v for k, v in chunk_steps(100, n).items()}
+    return client._wait(client._send(base, {**data, **arrays}), 10.0)[1]
+
+
+def items(table_idx, anchors, priorities=None, lengths=None) -> dict:
+    out = {
+        "item_table": np.asarray(table_idx, np.int32),
+        "item_anchor": np.asarray(anchors, np.int64),
+        "item_priority": np.asarray(
+            np.full(len(anchors), np.nan) if priorities is None else priorities, np.float64
+        ),
+    }
+    if lengths is not None:
+        out["item_length"] = np.asarray(lengths, np.int64)
+    return out
+
+
+# name -> (header changes, arrays, error): every one is refused and changes nothing.
+BAD_CHUNKS = {
+    "anchor_beyond_the_chunk": ({}, items([0], [3]), InvalidArgumentError),
+    "anchor_far_beyond_the_chunk": ({}, items([1], [10_000]), InvalidArgumentError),
+    "anchor_before_the_writers_history": ({"first": 0}, items([1], [-1]), InvalidArgumentError),
+    "anchor_before_the_stream": ({}, items([1], [-(2**40)]), InvalidArgumentError),
+    "huge_unsigned_anchor": (
+        {},
+        {**items([1], [0]), "item_anchor": np.array([2**63], np.uint64)},
+        InvalidArgumentError,
+    ),
+    "item_across_an_episode_start": (
+        {"episode_starts": [0, 2]},
+        items([0], [0]),
+        InvalidArgumentError,
+    ),
+    "table_index_out_of_range": ({}, items([2], [0]), InvalidArgumentError),
+    "negative_table_index": ({}, items([-1], [0]), InvalidArgumentError),
+    "negative_priority": ({}, items([1], [0], [-1.0]), InvalidArgumentError),
+    "infinite_priority": ({}, items([1], [0], [np.inf]), InvalidArgumentError),
+    "length_on_a_fixed_span_table": ({}, items([0], [0], lengths=[2]), InvalidArgumentError),
+    "zero_length": ({}, items([1], [0], lengths=[0]), InvalidArgumentError),
+    "duplicate_anchor": ({}, items([1, 1], [0, 0]), InvalidArgumentError),
+    "second_table_item_bad": ({}, items([1, 0], [0, 2]), InvalidArgumentError),
+    "item_arrays_differ": ({}, {**items([1], [0]), "item_anchor": np.array([0, 1])}, ProtocolError),
+    "item_arrays_missing": ({}, {"item_anchor": np.array([0])}, ProtocolError),
+    "steps_of_the_wrong_dtype": ({}, {"data/reward": np.zeros(4, np.float64)}, ProtocolError),
+    "steps_fewer_than_n": ({"n": 5}, {"data/obs": np.zeros((4, 2), np.float32)}, ProtocolError),
+    "field_not_in_the_signature": ({}, {"data/nope": np.zeros(4, np.float32)}, ProtocolError),
+    "episode_start_outside_the_chunk": ({"episode_starts": [9]}, {}, ProtocolError),
+    "first_not_an_int": ({"first": 1.5}, {}, ProtocolError),
+    "n_not_an_int": ({"n": "4"}, {}, ProtocolError),
+    "chunk_larger_than_the_store": (
+        {"n": STORE_STEPS},
+        {
+            "data/obs": np.zeros((STORE_STEPS, 2), np.float32),
+            "data/reward": np.zeros(STORE_STEPS, np.float32),
+        },
+        InvalidArgumentError,
+    ),
+    "tables_not_a_list": ({"tables": "seq"}, {}, InvalidArgumentError),
+    "writer_id_a_float": ({"writer": 1.5}, {}, ProtocolError),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CHUNKS))
+def test_a_malformed_chunk_is_refused_before_anything_changes(chunk_server, case):
+    client, tables = chunk_server
+    header, arrays, error = BAD_CHUNKS[case]
+    before = state(tables)
+    with pytest.raises(error):
+        write(client, header, arrays)
+    assert state(tables) == before
+    # the writer's stream is untouched: a valid first chunk is still applied
+    keys = write(client, {}, items([0, 1], [0, 3]))["keys"]
+    assert len(keys) == 2 and tables["rows"].size == STORE_STEPS - 4 + 1
+
+
+def test_a_chunk_sent_again_is_applied_once_and_answered_with_its_keys(chunk_server):
+    client, tables = chunk_server
+    first = write(client, {}, items([1, 1], [0, 1]))["keys"]
+    after = state(tables)
+    again = write(client, {}, items([1, 1], [0, 1]))["keys"]
+    np.testing.assert_array_equal(again, first)
+    assert state(tables) == after
+    with pytest.raises(InvalidArgumentError, match="was not applied"):
+        write(client, {"seq": 5, "first": 4, "episode_starts": []}, items([1], [4]))  # chunks 1..4 never came
+    assert state(tables) == after
+
+
+def test_a_chunk_blocked_past_its_timeout_stores_nothing_and_is_sent_again(address):
+    # "limited": ratio 1 with error_buffer 3 admits 4 items ahead of the samples, so a
+    # chunk of 4 is admitted and the next one waits for samples.
+    client = rlreplay.Client(address)
+    client.reset("limited")
+    steps = client.info("limited").stored_steps
+    w = client.trajectory_writer("limited", chunk_steps=50, keep_keys=True)
+    for i in range(6):
+        w.append({"obs": np.full(2, i, np.float32), "reward": np.float32(i)})
+        w.create_item("limited")
+    with pytest.raises(RateLimiterTimeoutError, match="sends it again"):
+        w.flush(timeout=0.3)
+    info = client.info("limited")
+    # all of the first chunk (4 steps, 4 items), nothing of the second
+    assert (info.size, info.stored_steps - steps, info.inserts) == (4, 4, 4)
+    assert w.pending_chunks == 1 and w.items_acknowledged == 4
+    client.sample("limited", 4, timeout=5.0)  # room for the waiting chunk
+    w.flush(timeout=5.0)
+    info = client.info("limited")
+    assert (info.size, info.stored_steps - steps, info.inserts) == (6, 6, 6)
+    assert w.items_acknowledged == 6 and w.pending_chunks == 0
+    keys = np.concatenate(w.keys)
+    assert len(set(keys.tolist())) == 6
+    w.close()
+
+
+# ------------------------------------------------------------ writer ids and lifetimes
+def seeded_writer(address: str, tag: int, steps: int, out) -> None:
+    """Child: seed ``random`` and numpy like a reproducible actor, then write ``steps``
+    steps tagged ``tag`` with one sequence item per step."""
+    import random
+
+    random.seed(0)
+    np.random.seed(0)
+    try:
+        client = rlreplay.Client(address)
+        with client.trajectory_writer("seq4_lagged", chunk_steps=5) as w:
+            for i in range(steps):
+                w.append({"obs": np.array([tag, i], np.float32), "reward": np.float32(tag)})
+                if i >= 3:
+                    w.create_item("seq4_lagged")
+            w.flush(timeout=30.0)
+        out.put(("ok", tag, w.items_acknowledged))
+    except Exception as exc:  # reported to the test
+        out.put(("error", tag, f"{type(exc).__name__}: {exc}"))
+
+
+def unclosed_writer(address: str, steps: int, out) -> None:
+    """Child: write ``steps`` steps and items and exit without closing the writer."""
+    client = rlreplay.Client(address)
+    w = client.trajectory_writer("rows", chunk_steps=64)
+    for i in range(steps):
+        w.append({"obs": np.array([i, -i], np.float32), "reward": np.float32(i)})
+        w.create_item("rows")
+    out.put("appended")
+    globals()["_kept"] = w  # alive until the interpreter exits
+
+
+def run_children(target, *args_per_child, timeout: float = 60.0) -> list:
+    from netprocs import CTX
+
+    out = CTX.Queue()
+    procs = [CTX.Process(target=target, args=(*a, out), daemon=True) for a in args_per_child]
+    for p in procs:
+        p.start()
+    try:
+        results = [out.get(timeout=timeout) for _ in procs]
+        for p in procs:
+            p.join(timeout)
+            assert p.exitcode == 0, p.exitcode
+        return results
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join(5.0)
+
+
+def test_writers_in_identically_seeded_processes_keep_their_own_streams(address):
+    client = rlreplay.Client(address)
+    client.reset("seq4_lagged")
+    steps = 40
+    results = run_children(seeded_writer, (address, 1, steps), (address, 2, steps))
+    assert sorted(r[:2] for r in results) == [("ok", 1), ("ok", 2)], results
+    assert [r[2] for r in results] == [steps - 3, steps - 3]
+    size = client.info("seq4_lagged").size
+    assert size == 2 * (steps - 3)
+    obs = client.sample("seq4_lagged", 400, timeout=5.0).data["obs"]
+    tags, idx = obs[:, :, 0], obs[:, :, 1]
+    assert (tags == tags[:, :1]).all(), "an item mixes two writers' steps"
+    np.testing.assert_array_equal(np.diff(idx, axis=1), 1)  # consecutive steps of one writer
+
+
+def test_a_writer_left_open_is_flushed_when_its_process_exits(address):
+    client = rlreplay.Client(address)
+    client.reset("rows")
+    assert run_children(unclosed_writer, (address, 10)) == ["appended"]
+    info = client.info("rows")
+    assert (info.size, info.inserts) == (10, 10)
+
+
+def test_a_writer_collected_unclosed_warns(address):
+    import gc
+
+    client = rlreplay.Client(address)
+    w = client.trajectory_writer("rows")
+    w.append({"obs": np.zeros(2, np.float32), "reward": np.float32(0)})
+    with pytest.warns(ResourceWarning, match="never closed: 1 steps"):
+        del w
+        gc.collect()
