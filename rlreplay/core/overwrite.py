@@ -103,8 +103,10 @@ class OverwriteProtocol:
 
     # ------------------------------------------------------------ registration
     def attach(self, table: Table) -> weakref.ref:
-        """Register a table; returns the weak reference the store keeps of it."""
+        """Register a table; returns the weak reference the store keeps of it (also set as
+        ``table._store_ref``, which the one-row path compares with :attr:`sole`)."""
         ref = weakref.ref(table)
+        table._store_ref = ref
         self._tables = (*self.live_refs(self._tables), ref)
         self.refresh()
         return ref

@@ -137,7 +137,7 @@ class StepStore:
     def attach(self, table: Table) -> None:
         """Let ``table``'s items hold rows of this store (see :mod:`overwrite`)."""
         with self.mutex:
-            table._store_ref = self.overwrite.attach(table)
+            self.overwrite.attach(table)
 
     def detach(self, table: Table) -> None:
         """Forget ``table``: its items no longer hold rows (:meth:`Table.close`)."""
