@@ -433,3 +433,31 @@ def test_a_writer_collected_unclosed_warns(address):
     with pytest.warns(ResourceWarning, match="never closed: 1 steps"):
         del w
         gc.collect()
+
+
+def test_a_chunk_refused_for_its_items_is_dropped_and_the_stream_goes_on(chunk_server):
+    client, tables = chunk_server
+    store = tables["seq"].store
+    w = client.trajectory_writer(["seq"], history=4, chunk_steps=2, keep_keys=True)
+    step = {"obs": np.zeros(2, np.float32), "reward": np.float32(0)}
+    for _ in range(2):
+        w.append(step)
+    w.flush(timeout=5.0)
+    store.append(chunk_steps(500, STORE_STEPS))  # another writer overwrites those steps
+    w.append(step)
+    w.create_item("seq")  # reaches back to the two overwritten steps
+    with pytest.raises(InvalidArgumentError, match="dropped, with 1 items"):
+        w.flush(timeout=5.0)
+    assert w.pending_chunks == 0 and w.items_acknowledged == 0
+    with pytest.raises(InvalidArgumentError, match="retained"):
+        w.create_item("seq")  # the dropped steps are gone for later items too
+    for i in range(3):
+        w.append({"obs": np.array([i, i], np.float32), "reward": np.float32(i)})
+    w.create_item("seq")
+    w.flush(timeout=5.0)
+    assert w.items_acknowledged == 1
+    key = w.keys[-1]
+    w.close()
+    got = client.sample("seq", 16, timeout=5.0)
+    obs = got.data["obs"][got.info.keys == key[0]][0]
+    np.testing.assert_array_equal(obs[:, 0], [0, 1, 2])
