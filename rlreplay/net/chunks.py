@@ -14,13 +14,20 @@ stored:
 * refused for its content (e.g. its items reach steps the store no longer holds): it is
   dropped, and later chunks continue as a new episode without the items that reached
   into it; the error says how many items were lost.
+
+Writers still open when the interpreter exits are closed by one exit handler, which
+flushes what they hold for at most ``EXIT_FLUSH_S`` seconds in all.
 """
 
 from __future__ import annotations
 
+import atexit
+import logging
 import os
 import secrets
+import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -34,6 +41,8 @@ try:  # the error a server answers when a client is over its per-client limits
     from rlreplay.errors import ResourceLimitError as _ResourceLimit
 except ImportError:  # pragma: no cover - older error module
     _ResourceLimit = ReplayTimeoutError
+
+log = logging.getLogger("rlreplay.net")
 
 # Chunks one writer may keep unacknowledged: the server remembers its replies to this many
 # recent chunks of a writer (``ingest.KEPT_REPLIES``), so a chunk sent again is applied once.
@@ -201,6 +210,26 @@ def wait_time(timeout: float | None, end: float | None) -> float | None:
     return None if timeout is None else timeout + REPLY_GRACE_S
 
 
+def chunk_arrays(parts: list, fields: list, n: int, items: list) -> dict[str, np.ndarray]:
+    """The arrays of a chunk: ``n`` buffered steps (per field, each step's bytes or a
+    scalar) and the buffered items ``(table, anchor, priority, length)``."""
+    arrays = {}
+    for field_parts, (path, shape, dtype) in zip(parts, fields):
+        if shape:
+            data = np.frombuffer(b"".join(field_parts), dtype=dtype).reshape(n, *shape)
+        else:
+            data = np.array(field_parts, dtype=dtype)
+        arrays["data/" + path] = data
+    if items:
+        table = np.array(items, dtype=np.float64)
+        arrays["item_table"] = table[:, 0].astype(np.int32)
+        arrays["item_anchor"] = table[:, 1].astype(np.int64)
+        arrays["item_priority"] = table[:, 2]
+        if (table[:, 3] >= 0).any():  # only layouts with per-item extents use lengths
+            arrays["item_length"] = table[:, 3].astype(np.int64)
+    return arrays
+
+
 def _steps(header: dict) -> str:
     return f"[{header['first']}, {header['first'] + header['n']})"
 
@@ -216,3 +245,43 @@ def _items_from(arrays: dict, first: int) -> tuple[dict, int]:
         return arrays, 0
     out = {k: (v[keep] if k.startswith("item_") else v) for k, v in arrays.items()}
     return out, int((~keep).sum())
+
+
+# ------------------------------------------------------------ writers left open
+# Writers of this process not yet closed, flushed by one exit handler. Held weakly: a
+# writer dropped unclosed is collected (and warns with a ResourceWarning).
+EXIT_FLUSH_S = 10.0  # seconds the exit handler spends, over all writers still open
+_OPEN: weakref.WeakSet = weakref.WeakSet()
+_registered = threading.Lock()
+_exit_handler: list = []
+
+
+def register_open(writer: Any) -> None:
+    """Flush ``writer`` at interpreter exit unless it is closed (or collected) first."""
+    _OPEN.add(writer)
+    with _registered:
+        if not _exit_handler:
+            _exit_handler.append(atexit.register(flush_open_writers))
+
+
+def discard_open(writer: Any) -> None:
+    """``writer`` was closed: nothing left to flush at exit."""
+    _OPEN.discard(writer)
+
+
+def flush_open_writers(budget_s: float = EXIT_FLUSH_S) -> int:
+    """Close every writer of this process still open, spending at most ``budget_s``
+    seconds in all; runs at interpreter exit. Returns how many writers were closed with
+    everything they held stored (failures are logged, never raised)."""
+    end = time.monotonic() + budget_s
+    stored = 0
+    for writer in list(_OPEN):
+        if writer._closed or writer._chunks.pid != os.getpid():
+            continue
+        left = end - time.monotonic()
+        try:
+            writer.close(timeout=max(0.001, left - REPLY_GRACE_S))
+            stored += 1
+        except Exception as exc:  # at exit: report, never raise
+            log.warning("a remote writer left open could not flush at exit: %s", exc)
+    return stored

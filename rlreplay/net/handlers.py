@@ -16,7 +16,8 @@ import numpy as np
 
 from rlreplay.core.table import Table
 from rlreplay.errors import InvalidArgumentError, ProtocolError, describe
-from rlreplay.net.ingest import Chunk, WriterSession, store_has_room
+from rlreplay.net.chunk_checks import Chunk
+from rlreplay.net.ingest import WriterSession, store_has_room
 
 Reply = tuple[dict[str, Any], dict[str, np.ndarray] | None]
 

@@ -10,20 +10,26 @@ waits for the oldest (backpressure from the server's rate limiters).
 Items are created on the server when their chunk arrives, so :meth:`create_item` returns
 ``None`` (not a key) and a rate-limiter timeout or a bad item surfaces as a typed error
 from the call that waits for the chunk's acknowledgement (a later append, ``flush`` or
-``close``). If the caller never flushes, at most ``chunk_steps`` steps and their items stay
-buffered in this process until ``close()``.
+``close``). A chunk also goes out when it holds as many items as a table's rate limiter
+admits at once (its ``insert_window``), because the server stores a chunk whole or not at
+all: after a timeout nothing of the chunk is stored, the writer keeps it and the next
+``flush`` sends it again (a chunk is never stored twice); see :mod:`rlreplay.net.chunks`.
+
+If the caller never flushes, at most ``chunk_steps`` steps and their items stay buffered
+in this process until ``close()``. A writer still open when the program exits is flushed
+then (for at most ``EXIT_FLUSH_S`` seconds over all writers); one garbage-collected
+without ``close()`` loses what it held and warns with a ``ResourceWarning``. A writer
+belongs to the process that made it: its id is 128 random bits from the operating
+system, unaffected by seeding ``random`` or numpy, so actors seeded alike never share a
+stream on the server.
 """
 
 from __future__ import annotations
 
-import atexit
-import logging
 import math
 import os
-import threading
 import time
 import warnings
-import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -31,14 +37,17 @@ import numpy as np
 
 from rlreplay.core.table_checks import check_timeout
 from rlreplay.errors import ClosedError, InvalidArgumentError, ReplayTimeoutError, describe
-from rlreplay.net.chunks import MAX_IN_FLIGHT, ChunkStream, wait_time
+from rlreplay.net.chunks import (
+    MAX_IN_FLIGHT,
+    ChunkStream,
+    chunk_arrays,
+    discard_open,
+    register_open,
+    wait_time,
+)
 from rlreplay.net.client import REPLY_GRACE_S, Client
 
 _INF = float("inf")
-log = logging.getLogger("rlreplay.net")
-
-# Seconds the exit handler spends, over all writers left open, flushing what they hold.
-EXIT_FLUSH_S = 10.0
 
 
 class RemoteTrajectoryWriter:
@@ -133,8 +142,7 @@ class RemoteTrajectoryWriter:
         self._prune_at = max(1024, 4 * history)
         self._closed = False
         self._new_buffers()
-        _OPEN.add(self)
-        _register_exit_flush()
+        register_open(self)
 
     @property
     def tables(self) -> list:
@@ -376,20 +384,7 @@ class RemoteTrajectoryWriter:
         n = self._n
         if n or self._items:
             first = self._chunk_first
-            arrays = {}
-            for parts, (path, shape, dtype) in zip(self._parts, self._fields):
-                if shape:
-                    data = np.frombuffer(b"".join(parts), dtype=dtype).reshape(n, *shape)
-                else:
-                    data = np.array(parts, dtype=dtype)
-                arrays["data/" + path] = data
-            if self._items:
-                items = np.array(self._items, dtype=np.float64)
-                arrays["item_table"] = items[:, 0].astype(np.int32)
-                arrays["item_anchor"] = items[:, 1].astype(np.int64)
-                arrays["item_priority"] = items[:, 2]
-                if (items[:, 3] >= 0).any():  # only layouts with per-item extents use lengths
-                    arrays["item_length"] = items[:, 3].astype(np.int64)
+            arrays = chunk_arrays(self._parts, self._fields, n, self._items)
             starts = [s for s in self._episode_starts if first <= s < first + n]
             self._chunks.queue(first, n, starts, arrays)
             self._episode_starts = [s for s in self._episode_starts if s >= first + n]
@@ -452,7 +447,7 @@ class RemoteTrajectoryWriter:
             self.flush(timeout)
         finally:
             self._closed = True
-            _OPEN.discard(self)
+            discard_open(self)
             self._chunks.close()
 
     def __del__(self) -> None:
@@ -476,37 +471,4 @@ class RemoteTrajectoryWriter:
             self.close()
         else:
             self._closed = True
-            _OPEN.discard(self)
-
-
-# Writers not yet closed, flushed by one exit handler (weak: a dropped writer is
-# collected, with a ResourceWarning).
-_OPEN: weakref.WeakSet = weakref.WeakSet()
-_exit_registered = threading.Lock()
-_registered = False
-
-
-def _register_exit_flush() -> None:
-    global _registered
-    with _exit_registered:
-        if not _registered:
-            atexit.register(flush_open_writers)
-            _registered = True
-
-
-def flush_open_writers(budget_s: float = EXIT_FLUSH_S) -> int:
-    """Close every writer of this process still open, spending at most ``budget_s``
-    seconds in all; runs at interpreter exit. Returns how many writers were closed
-    with everything they held stored (failures are logged, never raised)."""
-    end = time.monotonic() + budget_s
-    stored = 0
-    for writer in list(_OPEN):
-        if writer._closed or writer._chunks.pid != os.getpid():
-            continue
-        left = end - time.monotonic()
-        try:
-            writer.close(timeout=max(0.001, left - REPLY_GRACE_S))
-            stored += 1
-        except Exception as exc:  # at exit: report, never raise
-            log.warning("a remote writer left open could not flush at exit: %s", exc)
-    return stored
+            discard_open(self)
