@@ -251,6 +251,10 @@ class RemoteTrajectoryWriter:
                 steps of this episode, an item needing steps not appended yet, or a second
                 item at the same anchor in one table.
         """
+        if len(self._items) >= self._max_items and not self._closed:
+            # A chunk holds at most what a table's limiter admits at once (it is stored
+            # whole): send the full one before this item, so a failure changes nothing.
+            self._send_chunk(self.timeout)
         t = self._index.get(table)
         if start is None and length is None and t is not None and not self._closed:
             # Fast path: an item ending at the latest step, anchors growing, float priority.
@@ -266,8 +270,6 @@ class RemoteTrajectoryWriter:
                 if len(seen) > self._prune_at:
                     self._anchors[t] = {a for a in seen if a >= self._stream - self.history}
                 self._items.append((t, anchor, math.nan if priority is None else priority, -1))
-                if len(self._items) >= self._max_items:
-                    self._send_chunk(self.timeout)
                 return
         if self._closed:
             raise ClosedError("the writer is closed")
@@ -323,8 +325,6 @@ class RemoteTrajectoryWriter:
                     f"priority={priority} must be finite and >= 0 (e.g. abs(td_error) + 1e-6)"
                 )
         self._items.append((t, anchor, priority, -1 if length is None else length))
-        if len(self._items) >= self._max_items:
-            self._send_chunk(self.timeout)
 
     def create_items(
         self,
