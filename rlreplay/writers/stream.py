@@ -39,12 +39,12 @@ from typing import Any
 import numpy as np
 
 from rlreplay.core.keys import check_priorities
-from rlreplay.core.specs import unflatten
 from rlreplay.core.table import Table
 from rlreplay.core.table_checks import check_timeout
 from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.writers.adder_writer import adder_writer, writer_signature, writer_store
 from rlreplay.writers.autoreset import final_obs_source, mode_name
+from rlreplay.writers.chunk_writer import Chunk, ChunkWriter
 from rlreplay.writers.sequence_items import SequenceItems
 from rlreplay.writers.step_inputs import StepInputs
 
@@ -162,11 +162,22 @@ class StreamAdder:
             p: np.zeros((n, self.capacity, *sig[p].shape), dtype=sig[p].dtype)
             for p in self._inputs.paths
         }
-        self._last_stream: tuple[int, int] | None = None
+        self._last_stream: tuple[int, int] | None = None  # stream of the last chunk
+        self._chunks = ChunkWriter(writer, priority, timeout)
         self.copied_rows = 0
         self.appended_rows = 0
-        self.items_created = 0
         self.episodes = 0
+
+    @property
+    def items_created(self) -> int:
+        """Items the writer has created for this adder."""
+        return self._chunks.items_created
+
+    @property
+    def pending_chunks(self) -> int:
+        """Chunks of rows and items kept after a writer timeout, handed over first by
+        the next call (0 when the writer has taken everything)."""
+        return len(self._chunks.pending)
 
     # ------------------------------------------------------------------ helpers
     def _span_of(self, table: Table | str) -> int:
@@ -199,10 +210,12 @@ class StreamAdder:
         """
         idx = self._inputs.env_ids(env_ids)
         first = self._inputs.observations(obs, len(idx), "reset()")
+        self._chunks.drain(self.timeout)
         open_ = idx[self._active[idx]]
         if len(open_):
             self._finish(open_, np.zeros(len(open_), dtype=bool))
         self._start(idx, first)
+        self._chunks.raise_failure()
 
     def _start(self, idx: np.ndarray, obs: dict[str, np.ndarray]) -> None:
         """Start episodes of environments ``idx`` with first observations ``obs[p][k]``
@@ -270,6 +283,7 @@ class StreamAdder:
         if source is not None and len(ended):
             final = self._inputs.final_observations(obs, source, ended)
         # Everything is checked: the adder changes from here on.
+        self._chunks.drain(self.timeout)
         idx = np.flatnonzero(valid)
         if len(idx):
             whole = len(idx) == self.num_envs  # every env steps: no selection needed
@@ -292,6 +306,7 @@ class StreamAdder:
         ready = self._ready_rows(np.arange(self.num_envs), None)
         for i in np.flatnonzero(self._active & (ready - self._appended >= self.chunk_length)):
             self._flush_env(int(i), ended=False, terminated=False)
+        self._chunks.raise_failure()
 
     def end_episode(self, terminated: bool = False, env_ids: Any = None) -> None:
         """End open episodes now (e.g. a time limit the environment does not report).
@@ -308,9 +323,11 @@ class StreamAdder:
                 f"terminated={describe(terminated)} must be a bool (True: no bootstrapping)"
             )
         idx = self._inputs.env_ids(env_ids)
+        self._chunks.drain(self.timeout)
         idx = idx[self._active[idx]]
         if len(idx):
             self._finish(idx, np.full(len(idx), bool(terminated)))
+        self._chunks.raise_failure()
 
     def _finish(self, idx: np.ndarray, terminated: np.ndarray) -> None:
         for i, term in zip(idx.tolist(), terminated.tolist()):
@@ -332,58 +349,37 @@ class StreamAdder:
         return self.pad + np.maximum(0, self._steps[idx] - self.lag + 1)
 
     def _flush_env(self, i: int, ended: bool, terminated: bool) -> None:
+        """Hand env ``i``'s complete rows and the items they allow to the writer (kept
+        pending on a writer timeout, see :class:`ChunkWriter`)."""
         lo = int(self._appended[i])
         hi = int(self._ready_rows(np.array([i]), ended)[0])
         stream = (i, int(self._serial[i]))
+        rows, switch = None, False
         if hi > lo:
             first = lo
             if self._last_stream != stream:
                 first = max(0, lo - (self.span - 1))
-                self.writer.end_episode()
+                switch = True
                 self.copied_rows += lo - first
             b = int(self._base[i])
             rows = {p: a[i, first - b : hi - b] for p, a in self._buf.items()}
             rows.update(self._computed(i, first, hi, ended, terminated))
-            self.writer.append_batch(unflatten(rows), timeout=self.timeout)
             self._last_stream = stream
             self.appended_rows += hi - first
             self._appended[i] = hi
+        jobs = []
         anchors, extents = self._items(i, hi, ended, terminated)
-        for table, span in zip(self.tables, self._spans):
-            self._create(table, span, anchors, extents, hi)
+        if len(anchors):
+            jobs += [(t, span, anchors - hi, extents) for t, span in zip(self.tables, self._spans)]
         steps = int(self._steps[i])
         for (table, rule), span in zip(self._sequences, self._sequence_spans):
             starts, lengths = rule.items(i, hi, self.pad, steps, ended)
-            self._create(table, span, starts, lengths, hi)
+            if len(starts):
+                jobs.append((table, span, starts - hi, lengths))
+        if rows is not None or jobs:
+            self._chunks.submit(Chunk(rows, switch, jobs))
         if not ended:
             self._compact(i, max(0, hi - (self.span - 1)))
-
-    def _create(
-        self, table: Any, span: int, anchors: np.ndarray, extents: np.ndarray, appended: int
-    ) -> None:
-        """Create items at episode rows ``anchors`` (``appended`` rows are stored)."""
-        if not len(anchors):
-            return
-        full = bool((extents == span).all())
-        batch = getattr(self.writer, "create_items", None)
-        if batch is not None:
-            batch(
-                table,
-                self.priority,
-                starts=anchors - appended,
-                lengths=None if full else extents,
-                timeout=self.timeout,
-            )
-        else:
-            for anchor, extent in zip(anchors.tolist(), extents.tolist()):
-                self.writer.create_item(
-                    table,
-                    self.priority,
-                    start=anchor - appended,
-                    length=None if extent == span else extent,
-                    timeout=self.timeout,
-                )
-        self.items_created += len(anchors)
 
     def _compact(self, i: int, keep_from: int) -> None:
         shift = keep_from - int(self._base[i])
@@ -403,8 +399,10 @@ class StreamAdder:
             InvalidArgumentError: for a ``timeout`` that is not ``None`` or seconds > 0.
         """
         timeout = check_timeout(timeout)
+        self._chunks.drain(self.timeout if timeout is None else timeout)
         for i in np.flatnonzero(self._active):
             self._flush_env(int(i), ended=False, terminated=False)
+        self._chunks.raise_failure()
         self.writer.flush(timeout)
 
     def close(self) -> None:
