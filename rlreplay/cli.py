@@ -347,9 +347,7 @@ def why_unreachable(args: argparse.Namespace, error: Exception) -> str:
     """One line on why ``info`` got no reply, from the connection's handshake events."""
     from rlreplay.net import auth
 
-    verdict = auth.diagnose_connection(
-        args.address, args.server_key, args.client_key, timeout=min(1.0, args.timeout)
-    )
+    verdict = auth.diagnose_connection(args.address, args.server_key, args.client_key, timeout=1.0)
     if verdict in UNREACHABLE:
         return f"cannot query the replay server at {args.address}: {UNREACHABLE[verdict]}"
     return f"{type(error).__name__}: {error}"

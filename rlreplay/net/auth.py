@@ -239,6 +239,9 @@ def diagnose_connection(
     server_key = public_key(server_public_key)
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
+    # A peer that closes during the handshake may be told apart only by a later attempt
+    # (the first often ends without detail): attempt again every 10 ms, not every 100.
+    sock.setsockopt(zmq.RECONNECT_IVL, 10)
     if server_key is not None:
         sock.curve_serverkey = server_key
         sock.curve_publickey, sock.curve_secretkey = client_keys(client_secret_key)
@@ -264,8 +267,8 @@ def diagnose_connection(
                 if server_key is not None:
                     return "wrong_server_key"
             elif kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL and server_key is not None:
-                # The peer closed during the handshake: a wrong server key, or (on a first
-                # attempt) a server without CURVE; later attempts tell the two apart.
+                # The peer closed during the handshake: a wrong server key, or a server
+                # without CURVE that closed first; a later attempt tells the two apart.
                 verdict = "wrong_server_key"
             elif kind == zmq.EVENT_CONNECT_RETRIED and not connected:
                 return "refused"
