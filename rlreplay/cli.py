@@ -3,6 +3,8 @@
     rlreplay demo [--seconds S] [--samples-per-insert R] [--batch-size B]
     rlreplay serve --config tables.toml [--bind ADDR] [--port N] [--insecure]
                    [--curve-secret FILE] [--authorized-keys DIR] [--metrics-port N]
+                   [--max-message-bytes N] [--max-unread-bytes N]
+                   [--max-parked-per-client N] [--parked-expiry-s S]
     rlreplay info ADDRESS [TABLE] [--server-key FILE] [--client-key FILE] [--timeout S]
     rlreplay info --build
     rlreplay keygen DIR [--name NAME]
