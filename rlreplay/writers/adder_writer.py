@@ -78,3 +78,14 @@ def writer_signature(writer: Any) -> Signature:
         "'store.signature' attribute, or Table objects in 'tables'); the adder checks "
         "each step against it"
     )
+
+
+def table_span(writer: Any, table: Any, default: int) -> int:
+    """The layout span of ``table`` (a table, or the name of one of the writer's),
+    ``default`` when the writer does not tell."""
+    if isinstance(table, Table):
+        return table.layout.span
+    for t in getattr(writer, "tables", ()):
+        if getattr(t, "name", None) == table:
+            return t.layout.span
+    return default

@@ -18,14 +18,10 @@ per field per call, vectorised over environments) and appended in chunks of abou
 n-step return needs ``n`` rewards). Items never span two episodes: every item is created
 over rows of one episode.
 
-Chunks of different environments interleave in the store, and an item must be
-contiguous there, so when an environment's chunk does not continue its previous one in
-the store, the adder re-appends the last ``span - 1`` rows of that episode before it
-(``copied_rows`` counts them). The overhead is ``(span - 1) / chunk_length`` of the
-stored rows with several environments and zero with one. This keeps the writer interface
-unchanged (a network writer works the same way) at a small, bounded memory cost; a
-lockstep ``lanes`` store would avoid the copies but would store every autoreset step
-and could not give each environment its own episode boundaries.
+Chunks of different environments interleave in the store and an item must be
+contiguous there, so a chunk that does not continue its environment's previous one is
+preceded by the last ``span - 1`` rows of that episode again (``copied_rows``): an
+overhead of ``(span - 1) / chunk_length`` with several environments (see docs/adders.md).
 
 Autoreset modes: see :mod:`rlreplay.writers.autoreset`. Every call's arguments are
 checked (:class:`~rlreplay.writers.step_inputs.StepInputs`) before anything changes.
@@ -38,13 +34,12 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.core.keys import check_priorities
 from rlreplay.core.table import Table
 from rlreplay.core.table_checks import check_timeout
 from rlreplay.errors import InvalidArgumentError, describe
-from rlreplay.writers.adder_writer import adder_writer, writer_signature, writer_store
+from rlreplay.writers.adder_writer import adder_writer, table_span, writer_signature, writer_store
 from rlreplay.writers.autoreset import final_obs_source, mode_name
-from rlreplay.writers.chunk_writer import Chunk, ChunkWriter
+from rlreplay.writers.chunk_writer import Chunk, ChunkWriter, check_priority
 from rlreplay.writers.sequence_items import SequenceItems
 from rlreplay.writers.step_inputs import StepInputs
 
@@ -69,7 +64,9 @@ class StreamAdder:
         chunk_length: rows buffered per environment before they are appended (default
             64, less when the store is small). Larger chunks mean fewer re-appended
             context rows with several environments, and items that appear later.
-        timeout: seconds each writer call may wait for rate limiters and queues.
+        timeout: seconds each writer call may wait for rate limiters and queues. A call
+            that times out keeps its step: what the writer could not take yet is handed
+            over first by the next call (see :class:`ChunkWriter`); do not repeat it.
         sequence_tables: more tables (or names) to fill with sequence items over the same
             rows, each with its :class:`SequenceItems` rule (e.g. a FIFO queue of
             sequences next to a prioritized table of n-step transitions).
@@ -115,13 +112,7 @@ class StreamAdder:
                 f"num_envs={describe(num_envs)} must be an int >= 1, or None for one env "
                 "without a batch axis"
             )
-        if priority is not None:
-            if isinstance(priority, bool) or not isinstance(priority, (int, float, np.number)):
-                raise InvalidArgumentError(
-                    f"priority={describe(priority)} must be a number >= 0, or None for each "
-                    "table's default"
-                )
-            check_priorities(priority, 1, "priority")
+        check_priority(priority)
         timeout = check_timeout(timeout)
         self.batched = num_envs is not None
         self.num_envs = num_envs or 1
@@ -146,8 +137,8 @@ class StreamAdder:
         self.tables = list(tables)
         if not self.tables:
             raise InvalidArgumentError("tables is empty; give at least one table to fill")
-        self._spans = [self._span_of(t) for t in self.tables]
-        self._sequence_spans = [self._span_of(t) for t, _ in self._sequences]
+        self._spans = [table_span(writer, t, self.span) for t in self.tables]
+        self._sequence_spans = [table_span(writer, t, self.span) for t, _ in self._sequences]
         for _, rule in self._sequences:
             rule.bind(self.num_envs)
         n = self.num_envs
@@ -180,14 +171,6 @@ class StreamAdder:
         return len(self._chunks.pending)
 
     # ------------------------------------------------------------------ helpers
-    def _span_of(self, table: Table | str) -> int:
-        if isinstance(table, Table):
-            return table.layout.span
-        for t in getattr(self.writer, "tables", ()):
-            if getattr(t, "name", None) == table:
-                return t.layout.span
-        return self.span
-
     def _write_obs(self, idx: np.ndarray, rows: np.ndarray, obs: dict[str, np.ndarray]) -> None:
         for path, arr in obs.items():
             self._buf[path][idx, rows - self._base[idx]] = arr
