@@ -68,8 +68,9 @@ class Server(TableOperations):
         insecure: allow binding a non-loopback address without CURVE (logged loudly).
         metrics_port: serve Prometheus metrics on this port (needs ``prometheus-client``).
         recheck_s: longest interval between re-checks of parked calls.
-        max_message_bytes: largest request accepted (ZeroMQ ``MAXMSGSIZE``; a peer that
-            sends a larger one is disconnected). Clients learn it and refuse to send larger
+        max_message_bytes: largest request accepted, all its frames together (a peer that
+            sends a larger frame is disconnected by ZeroMQ's ``MAXMSGSIZE``; a larger request
+            of several frames is refused). Clients learn it and refuse to send larger
             requests themselves.
         max_unread_bytes: bytes of replies the server holds for one client that does not
             read them; past it the client's requests are refused with
@@ -349,6 +350,12 @@ class Server(TableOperations):
         try:
             header = wire.decode_header(body)
             rid, version = header.get("id"), header["v"]
+            if len(body) > 1 and sum(map(len, body)) > self.max_message_bytes:
+                # ZeroMQ bounds each frame; this bounds the frames of a request together
+                raise InvalidArgumentError(
+                    f"the request is {sum(map(len, body))} bytes, more than this server's "
+                    f"max_message_bytes={self.max_message_bytes}; send less per request"
+                )
             arrays = wire.decode_arrays(header, body)
             op = schema.check_request(header, arrays)  # every field, before any handler
             method = self._ops[op]

@@ -306,14 +306,21 @@ def test_call_parked_without_timeout_by_a_silent_client_expires():
 
 
 def test_message_larger_than_the_server_accepts_is_refused_before_it_is_sent():
-    table = rlreplay.Table("t", signature={"x": ((1024,), "float32")}, max_size=64)
-    with rlreplay.Server([table], max_message_bytes=64 * 1024) as server:
+    signature = {"x": ((1024,), "float32"), "y": ((1024,), "float32")}
+    table = rlreplay.Table("t", signature=signature, max_size=64)
+    with rlreplay.Server([table], max_message_bytes=96 * 1024) as server:
         client = rlreplay.Client(server.address)
-        client.insert("t", {"x": np.ones((8, 1024), np.float32)})  # 32 KiB passes
+        block = np.ones((8, 1024), np.float32)
+        client.insert("t", {"x": block, "y": block})  # 64 KiB passes
         with pytest.raises(InvalidArgumentError, match="max_message_bytes"):
-            client.insert("t", {"x": np.ones((32, 1024), np.float32)})
-        # a peer that sends one anyway is cut off; the server goes on serving
+            client.insert("t", {"x": np.ones((16, 1024), np.float32), "y": block.repeat(2, 0)})
+        # a peer that sends one anyway: several frames each under the limit are refused
+        # together, a larger frame gets the peer cut off; the server goes on serving
         peer = RawPeer(server.address)
+        big = np.ones((20, 1024), np.float32)  # 80 KiB per frame, 160 KiB in all
+        header = {"op": "insert", "table": "t", "id": 7}
+        peer.sock.send_multipart(wire.encode(header, {"data/x": big, "data/y": big}, version=1))
+        assert peer.recv()["code"] == wire.CODE_OF[InvalidArgumentError]
         peer.send({"op": "insert", "table": "t"}, {"data/x": np.ones((32, 1024), np.float32)})
         time.sleep(0.3)
         assert client.info("t").size == 8
