@@ -89,3 +89,27 @@ def table_span(writer: Any, table: Any, default: int) -> int:
         if getattr(t, "name", None) == table:
             return t.layout.span
     return default
+
+
+def check_tables(writer: Any, tables: list[Any]) -> None:
+    """Check that every table (a table or a name) is one of the writer's.
+
+    Raises:
+        InvalidArgumentError: naming the first table the writer does not write to.
+    """
+    own = list(getattr(writer, "tables", ()))
+    names = [getattr(t, "name", None) for t in own]
+    local = any(isinstance(t, Table) for t in own)  # else remote handles, known by name
+    for table in tables:
+        if isinstance(table, str):
+            mine = table in names
+        elif local:
+            mine = any(table is t for t in own)
+        else:
+            mine = getattr(table, "name", None) in names
+        if mine:
+            continue
+        raise InvalidArgumentError(
+            f"table {describe(getattr(table, 'name', table))} is not one of the writer's "
+            f"tables {names}; create the writer over it (or pass the tables to the adder)"
+        )

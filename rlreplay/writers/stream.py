@@ -29,6 +29,7 @@ checked (:class:`~rlreplay.writers.step_inputs.StepInputs`) before anything chan
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -37,7 +38,13 @@ import numpy as np
 from rlreplay.core.table import Table
 from rlreplay.core.table_checks import check_timeout
 from rlreplay.errors import InvalidArgumentError, describe
-from rlreplay.writers.adder_writer import adder_writer, table_span, writer_signature, writer_store
+from rlreplay.writers.adder_writer import (
+    adder_writer,
+    check_tables,
+    table_span,
+    writer_signature,
+    writer_store,
+)
 from rlreplay.writers.autoreset import final_obs_source, mode_name
 from rlreplay.writers.chunk_writer import Chunk, ChunkWriter, check_priority
 from rlreplay.writers.sequence_items import SequenceItems
@@ -92,7 +99,8 @@ class StreamAdder:
         timeout: float | None = None,
         sequence_tables: Mapping[Table | str, SequenceItems] | None = None,
     ):
-        self._sequences = list((sequence_tables or {}).items())
+        # Each adder keeps its own copy of a rule: a rule holds per-environment positions.
+        self._sequences = [(t, copy.copy(r)) for t, r in (sequence_tables or {}).items()]
         for _, rule in self._sequences:
             if not isinstance(rule, SequenceItems):
                 raise InvalidArgumentError(
@@ -137,6 +145,7 @@ class StreamAdder:
         self.tables = list(tables)
         if not self.tables:
             raise InvalidArgumentError("tables is empty; give at least one table to fill")
+        check_tables(writer, [*self.tables, *(t for t, _ in self._sequences)])
         self._spans = [table_span(writer, t, self.span) for t in self.tables]
         self._sequence_spans = [table_span(writer, t, self.span) for t, _ in self._sequences]
         for _, rule in self._sequences:

@@ -15,6 +15,7 @@ from rlreplay import (
     InvalidArgumentError,
     NStepTransitionAdder,
     SequenceAdder,
+    SequenceItems,
     SignatureError,
     Table,
     TrajectoryWriter,
@@ -345,3 +346,58 @@ def test_actions_that_do_not_fit_a_uint8_column_are_refused_at_add(action, accep
         adder.add(action, *step)
     adder.add(np.array([7, 8]), *step)
     assert sorted(items(table)["action"].tolist()) == [7, 8]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        pytest.param(lambda other: {"tables": ["elsewhere"]}, id="table_name_not_the_writers"),
+        pytest.param(lambda other: {"tables": [other]}, id="table_object_not_the_writers"),
+        pytest.param(
+            lambda other: {"sequence_tables": {other: SequenceItems(2, 2)}},
+            id="sequence_table_not_the_writers",
+        ),
+    ],
+)
+def test_tables_the_writer_does_not_write_to_are_refused_at_construction(kwargs):
+    table, _ = make_adder("nstep")
+    other = Table("other", signature=table.store.signature, capacity=64)
+    writer = TrajectoryWriter(table, history=64)
+    with pytest.raises(InvalidArgumentError, match="not one of the writer's tables"):
+        NStepTransitionAdder(writer, n=2, discount=0.5, stack=2, chunk_length=4, **kwargs(other))
+
+
+def test_one_sequence_rule_given_to_two_adders_serves_each_on_its_own():
+    rule = SequenceItems(2, 1, pad_end=False)
+    results = []
+    for chunk in (1, 3):  # the adders flush at different steps
+        sig = SequenceAdder.signature(obs="float32", action="int64")
+        base = Table("base", signature=sig, capacity=256, layout=SequenceAdder.layout(sig, 1))
+        seq = Table(
+            "seq",
+            store=base.store,
+            layout=SequenceAdder.layout(sig, 2, pad_end=False),
+            sampler=Fifo(),
+            max_times_sampled=1,
+        )
+        results.append(
+            (
+                SequenceAdder(
+                    [base, seq],
+                    1,
+                    1,
+                    tables=[base],
+                    sequence_tables={seq: rule},
+                    chunk_length=chunk,
+                ),
+                seq,
+            )
+        )
+    for adder, _ in results:
+        adder.reset(0.0)
+    for t in range(1, 9):  # the two adders interleave, step by step
+        for adder, _ in results:
+            adder.add(t, 1.0, float(t), t == 8, False)
+    for _, seq in results:
+        starts = seq.sample(seq.size).data["obs"][:, 0].tolist()
+        assert starts == [float(t) for t in range(8)]
