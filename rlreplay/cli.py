@@ -280,57 +280,6 @@ def add_info_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_info)
 
 
-INFO_COLUMNS = (
-    ("table", "name", "{}"),
-    ("size", "size", "{}"),
-    ("capacity", "max_size", "{}"),
-    ("sampler", "sampler", "{}"),
-    ("remover", "remover", "{}"),
-    ("inserts/s", "inserts_per_s", "{:.1f}"),
-    ("samples/s", "samples_per_s", "{:.1f}"),
-    ("spi", "samples_per_insert", "{:.3g}"),
-    ("ins blocked s", "insert_blocked_s", "{:.2f}"),
-    ("smp blocked s", "sample_blocked_s", "{:.2f}"),
-)
-
-
-def format_columns(rows: list[list[str]]) -> list[str]:
-    """Rows of cells as left-aligned text columns."""
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-
-
-def format_info(stats: dict[str, dict]) -> str:
-    """A text table of ``Client.server_info()`` output, then each table's limiter."""
-    rows = [[h for h, _, _ in INFO_COLUMNS]]
-    for info in stats.values():
-        rows.append([fmt.format(info[key]) for _, key, fmt in INFO_COLUMNS])
-    lines = format_columns(rows)
-    for name, info in stats.items():
-        lim = ", ".join(f"{k}={v:g}" for k, v in info["rate_limiter"].items())
-        lines.append(f"{name}: limiter({lim}) inserts={info['inserts']} samples={info['samples']}")
-    return "\n".join(lines)
-
-
-def format_build() -> str:
-    """The package version and whether each compiled kernel is active, and why not."""
-    import platform
-
-    import numpy as np
-
-    import rlreplay
-    from rlreplay.core._compiled import kernel_status
-
-    rows = [["kernel", "active", "why"]]
-    for status in kernel_status():
-        rows.append([status.module, "yes" if status.active else "no", status.reason])
-    header = (
-        f"rlreplay {rlreplay.__version__} (Python {platform.python_version()}, "
-        f"numpy {np.__version__})"
-    )
-    return "\n".join([header, *format_columns(rows)])
-
-
 UNREACHABLE = {
     "needs_curve": "the server uses CURVE and no credentials were given: give --server-key "
     "SERVER.key (its public key from `rlreplay keygen`), and --client-key CLIENT.key_secret "
@@ -356,6 +305,8 @@ def why_unreachable(args: argparse.Namespace, error: Exception) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    from rlreplay.cli_output import format_build, format_info
+
     if args.build:
         print(format_build())
     if args.address is None:
