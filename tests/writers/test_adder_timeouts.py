@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from counting_env import make_vec
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_nstep_adder import ItemByItemWriter
 
 from rlreplay import (
@@ -42,8 +44,10 @@ def drain(queue: Table, out: list) -> None:
         out.append((data["obs"][0].copy(), data["action"][0].copy()))
 
 
-def play(mode: str, queue_size: int, item_by_item: bool, consume_every: int):
-    envs, obs = make_vec(2, mode, seed=9, max_len=6)
+def play(mode, queue_size, item_by_item, consume, seed=9, chunk=2):
+    """Feed CountingEnv steps to an adder over a table and a queue of ``queue_size``
+    sequences, taking the queue's items after step ``t`` when ``consume(t)``."""
+    envs, obs = make_vec(2, mode, seed=seed, max_len=6)
     replay, queue = tables(queue_size)
     history = 64
     writer = (
@@ -57,13 +61,13 @@ def play(mode: str, queue_size: int, item_by_item: bool, consume_every: int):
         discount=0.9,
         num_envs=2,
         autoreset_mode=mode,
-        chunk_length=2,
-        timeout=0.005,
+        chunk_length=chunk,
+        timeout=0.003,
         tables=[replay],
         sequence_tables={queue: SequenceItems(3, 2)},
     )
     adder.reset(obs)
-    rng = np.random.default_rng(9)
+    rng = np.random.default_rng(seed)
     taken: list = []
     timeouts = 0
     for t in range(60):
@@ -74,7 +78,7 @@ def play(mode: str, queue_size: int, item_by_item: bool, consume_every: int):
         except RateLimiterTimeoutError:
             timeouts += 1
             assert adder.pending_chunks > 0
-        if t % consume_every == 0:
+        if consume(t):
             drain(queue, taken)
     for _ in range(100):  # close: hand over what is left, making room as needed
         try:
@@ -93,10 +97,16 @@ def play(mode: str, queue_size: int, item_by_item: bool, consume_every: int):
 @pytest.mark.parametrize("item_by_item", [False, True], ids=["create_items", "item_by_item"])
 @pytest.mark.parametrize("mode", ["next_step", "same_step"])
 def test_items_after_writer_timeouts_equal_those_of_a_writer_that_never_waits(mode, item_by_item):
-    expected, expected_taken, none, ref = play(mode, 4096, item_by_item, consume_every=1)
-    assert none == 0
-    replay, taken, timeouts, adder = play(mode, 6, item_by_item, consume_every=7)
+    timeouts = check_same_as_never_waiting(mode, 6, item_by_item, lambda t: t % 7 == 0)
     assert timeouts > 3, "the queue must have blocked the adder"
+
+
+def check_same_as_never_waiting(mode, queue_size, item_by_item, consume, seed=9, chunk=2) -> int:
+    """Items of a run whose queue blocks equal those of a run that never waits (the same
+    items in the same order). Returns the timeouts the blocking run met."""
+    expected, expected_taken, none, ref = play(mode, 4096, item_by_item, bool, seed, chunk)
+    assert none == 0
+    replay, taken, timeouts, adder = play(mode, queue_size, item_by_item, consume, seed, chunk)
     for key in expected:
         np.testing.assert_array_equal(replay[key], expected[key], err_msg=key)
     assert len(taken) == len(expected_taken) > 0
@@ -104,6 +114,22 @@ def test_items_after_writer_timeouts_equal_those_of_a_writer_that_never_waits(mo
         np.testing.assert_array_equal(obs, want_obs)
         np.testing.assert_array_equal(action, want_action)
     assert (adder.items_created, adder.appended_rows) == (ref.items_created, ref.appended_rows)
+    return timeouts
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    mode=st.sampled_from(["next_step", "same_step"]),
+    item_by_item=st.booleans(),
+    seed=st.integers(0, 1000),
+    queue_size=st.integers(6, 9),
+    chunk=st.integers(1, 3),
+    schedule=st.lists(st.booleans(), min_size=60, max_size=60),
+)
+def test_any_consumption_schedule_gives_the_items_of_a_writer_that_never_waits(
+    mode, item_by_item, seed, queue_size, chunk, schedule
+):
+    check_same_as_never_waiting(mode, queue_size, item_by_item, lambda t: schedule[t], seed, chunk)
 
 
 def test_a_timeout_keeps_the_step_and_the_next_call_hands_it_over():
