@@ -199,6 +199,8 @@ class StreamAdder:
         Raises:
             InvalidArgumentError: for observations that do not fit the signature or bad
                 ``env_ids``; the adder is then unchanged.
+            ReplayTimeoutError: if the writer timed out; the call's step is kept and
+                what the writer did not take stays pending for the next call.
         """
         idx = self._inputs.env_ids(env_ids)
         first = self._inputs.observations(obs, len(idx), "reset()")
@@ -256,6 +258,8 @@ class StreamAdder:
                 does not fit its column (e.g. a float action for an int column).
             InvalidArgumentError: for bad ``terminated``/``truncated``/``info``, a step
                 before :meth:`reset`, or an env whose autoreset mode is not the adder's.
+            ReplayTimeoutError: if the writer timed out; the call's step is kept and
+                what the writer did not take stays pending for the next call.
         """
         fields, obs = self._inputs.step(action, reward, next_obs, extras)
         term = self._inputs.flags(terminated, "terminated")
@@ -309,6 +313,8 @@ class StreamAdder:
         Raises:
             InvalidArgumentError: for a ``terminated`` that is not a bool or bad
                 ``env_ids``; the adder is then unchanged.
+            ReplayTimeoutError: if the writer timed out; the call's step is kept and
+                what the writer did not take stays pending for the next call.
         """
         if not isinstance(terminated, (bool, np.bool_)):
             raise InvalidArgumentError(
@@ -389,6 +395,8 @@ class StreamAdder:
 
         Raises:
             InvalidArgumentError: for a ``timeout`` that is not ``None`` or seconds > 0.
+            ReplayTimeoutError: if the writer timed out (what it did not take stays
+                pending for the next call).
         """
         timeout = check_timeout(timeout)
         self._chunks.drain(self.timeout if timeout is None else timeout)
@@ -398,7 +406,12 @@ class StreamAdder:
         self.writer.flush(timeout)
 
     def close(self) -> None:
-        """End every open episode as truncated, flush and close the writer."""
+        """End every open episode as truncated, flush and close the writer.
+
+        Raises:
+            ReplayTimeoutError: if the writer timed out; the writer stays open and the
+                rest stays pending, so ``close()`` may be called again.
+        """
         self.end_episode(terminated=False)
         self.writer.flush(self.timeout)
         self.writer.close()
