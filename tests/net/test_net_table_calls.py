@@ -296,7 +296,9 @@ PARITY = {
     "insert_int_priority": lambda t, k: t.insert(rows(2, 10), 3),
     "insert_priority_list": lambda t, k: t.insert(rows(2, 10), [1, 2]),
     "insert_numpy_timeout": lambda t, k: t.insert(rows(1, 10), timeout=np.float64(5.0)),
-    "info": lambda t, k: t.info().size,
+    "info": lambda t, k: (lambda i: (i.size, i.max_size, i.sampler, i.remover, i.inserts))(
+        t.info()
+    ),
 }
 
 
