@@ -136,8 +136,7 @@ class NStepTransitionAdder(StreamAdder):
         t = np.arange(lo, hi) - self.pad
         src = t[:, None] + np.arange(n)
         valid = (t[:, None] >= 0) & (src < total)
-        pos = np.clip(src + self.pad - int(self._base[i]), 0, self.capacity - 1)
-        rewards = self._buf["reward"][i][pos].astype(np.float64)
+        rewards = self._rows.column("reward", i, src + self.pad).astype(np.float64)
         ret = np.where(valid, rewards, 0.0) @ self._powers[:n]
         m = np.clip(total - t, 0, n) if ended else np.full(len(t), n)
         disc = self._powers[m]

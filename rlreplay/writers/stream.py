@@ -47,6 +47,7 @@ from rlreplay.writers.adder_writer import (
 )
 from rlreplay.writers.autoreset import final_obs_source, mode_name
 from rlreplay.writers.chunk_writer import Chunk, ChunkWriter, check_priority
+from rlreplay.writers.episode_rows import EpisodeRows
 from rlreplay.writers.sequence_items import SequenceItems
 from rlreplay.writers.step_inputs import StepInputs
 
@@ -154,14 +155,9 @@ class StreamAdder:
         self._active = np.zeros(n, dtype=bool)
         self._awaiting_reset = np.zeros(n, dtype=bool)
         self._steps = np.zeros(n, dtype=np.int64)  # transitions in the current episode
-        self._base = np.zeros(n, dtype=np.int64)  # episode row held in buffer slot 0
         self._appended = np.zeros(n, dtype=np.int64)  # episode rows appended so far
         self._serial = np.zeros(n, dtype=np.int64)  # episodes started per environment
-        sig = self._inputs.signature
-        self._buf: dict[str, np.ndarray] = {
-            p: np.zeros((n, self.capacity, *sig[p].shape), dtype=sig[p].dtype)
-            for p in self._inputs.paths
-        }
+        self._rows = EpisodeRows(self._inputs.signature, self._inputs.paths, n, self.capacity)
         self._last_stream: tuple[int, int] | None = None  # stream of the last chunk
         self._chunks = ChunkWriter(writer, priority, timeout)
         self.copied_rows = 0
@@ -178,11 +174,6 @@ class StreamAdder:
         """Chunks of rows and items kept after a writer timeout, handed over first by
         the next call (0 when the writer has taken everything)."""
         return len(self._chunks.pending)
-
-    # ------------------------------------------------------------------ helpers
-    def _write_obs(self, idx: np.ndarray, rows: np.ndarray, obs: dict[str, np.ndarray]) -> None:
-        for path, arr in obs.items():
-            self._buf[path][idx, rows - self._base[idx]] = arr
 
     # --------------------------------------------------------------- episodes
     def reset(self, obs: Any, env_ids: Any = None) -> None:
@@ -219,11 +210,11 @@ class StreamAdder:
         self._active[idx] = True
         self._awaiting_reset[idx] = False
         self._steps[idx] = 0
-        self._base[idx] = 0
+        self._rows.base[idx] = 0
         self._appended[idx] = 0
         self._serial[idx] += 1
         for r in range(self.pad + 1):
-            self._write_obs(idx, np.full(len(idx), r), obs)
+            self._rows.write(idx, np.full(len(idx), r), obs)
 
     def add(
         self,
@@ -283,13 +274,12 @@ class StreamAdder:
         idx = np.flatnonzero(valid)
         if len(idx):
             whole = len(idx) == self.num_envs  # every env steps: no selection needed
-            rows = self.pad + self._steps[idx] - self._base[idx]
-            for path, arr in fields.items():
-                self._buf[path][idx, rows] = arr if whole else arr[idx]
-            self._steps[idx] += 1
             if not whole:
+                fields = {p: a[idx] for p, a in fields.items()}
                 final = {p: a[idx] for p, a in final.items()}
-            self._write_obs(idx, self.pad + self._steps[idx], final)
+            self._rows.write(idx, self.pad + self._steps[idx], fields)
+            self._steps[idx] += 1
+            self._rows.write(idx, self.pad + self._steps[idx], final)
             if len(ended):
                 self._finish(ended, term[ended])
                 if self.mode == "next_step":
@@ -331,13 +321,8 @@ class StreamAdder:
         for i, term in zip(idx.tolist(), terminated.tolist()):
             self._flush_env(i, ended=True, terminated=bool(term))
             self._active[i] = False
-            self._buf_clear(i)
+            self._rows.clear(i)
             self.episodes += 1
-
-    def _buf_clear(self, i: int) -> None:
-        for arr in self._buf.values():
-            arr[i] = 0
-        self._base[i] = 0
 
     # -------------------------------------------------------------- appending
     def _ready_rows(self, idx: np.ndarray, ended: bool | None) -> np.ndarray:
@@ -359,8 +344,7 @@ class StreamAdder:
                 first = max(0, lo - (self.span - 1))
                 switch = True
                 self.copied_rows += lo - first
-            b = int(self._base[i])
-            rows = {p: a[i, first - b : hi - b] for p, a in self._buf.items()}
+            rows = self._rows.rows(i, first, hi)
             rows.update(self._computed(i, first, hi, ended, terminated))
             self._last_stream = stream
             self.appended_rows += hi - first
@@ -377,17 +361,7 @@ class StreamAdder:
         if rows is not None or jobs:
             self._chunks.submit(Chunk(rows, switch, jobs))
         if not ended:
-            self._compact(i, max(0, hi - (self.span - 1)))
-
-    def _compact(self, i: int, keep_from: int) -> None:
-        shift = keep_from - int(self._base[i])
-        if shift <= 0:
-            return
-        for arr in self._buf.values():
-            row = arr[i]
-            row[: self.capacity - shift] = row[shift:]
-            row[self.capacity - shift :] = 0
-        self._base[i] = keep_from
+            self._rows.keep_from(i, max(0, hi - (self.span - 1)))
 
     def flush(self, timeout: float | None = None) -> None:
         """Append every complete buffered row and create the items it allows, then flush

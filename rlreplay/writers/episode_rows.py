@@ -1,0 +1,67 @@
+"""The rows of each environment's current episode that an adder still holds."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from rlreplay.core.specs import Signature
+
+
+class EpisodeRows:
+    """Per-environment buffers of episode rows: one array per stored input field,
+    ``[num_envs, capacity, *shape]`` with the signature's dtype.
+
+    Slot ``k`` of environment ``i`` holds episode row ``base[i] + k``. A row is written
+    once (a step's fields when it is recorded, its observation one row ahead) and dropped
+    from the front (:meth:`keep_from`) once it is appended and no later item reaches it.
+
+    Args:
+        signature: the store's step signature.
+        paths: the fields held (the adder's inputs).
+        num_envs: environments.
+        capacity: rows held per environment.
+    """
+
+    def __init__(self, signature: Signature, paths: Sequence[str], num_envs: int, capacity: int):
+        self.capacity = capacity
+        self.arrays = {
+            p: np.zeros((num_envs, capacity, *signature[p].shape), dtype=signature[p].dtype)
+            for p in paths
+        }
+        self.base = np.zeros(num_envs, dtype=np.int64)  # episode row held in slot 0
+
+    def write(self, idx: np.ndarray, rows: np.ndarray, values: Mapping[str, np.ndarray]) -> None:
+        """Write ``values[p][k]`` into episode row ``rows[k]`` of environment ``idx[k]``."""
+        slots = rows - self.base[idx]
+        for path, arr in values.items():
+            self.arrays[path][idx, slots] = arr
+
+    def rows(self, i: int, lo: int, hi: int) -> dict[str, np.ndarray]:
+        """Views of episode rows ``[lo, hi)`` of environment ``i``, per field."""
+        b = int(self.base[i])
+        return {p: a[i, lo - b : hi - b] for p, a in self.arrays.items()}
+
+    def column(self, path: str, i: int, rows: np.ndarray) -> np.ndarray:
+        """Field ``path`` of environment ``i`` at episode ``rows`` (any shape; rows not
+        held read the nearest held slot, for callers that mask them)."""
+        slots = np.clip(rows - int(self.base[i]), 0, self.capacity - 1)
+        return self.arrays[path][i][slots]
+
+    def keep_from(self, i: int, row: int) -> None:
+        """Drop environment ``i``'s rows before episode row ``row``."""
+        shift = row - int(self.base[i])
+        if shift <= 0:
+            return
+        for arr in self.arrays.values():
+            held = arr[i]
+            held[: self.capacity - shift] = held[shift:]
+            held[self.capacity - shift :] = 0
+        self.base[i] = row
+
+    def clear(self, i: int) -> None:
+        """Forget environment ``i``'s episode (its next one starts at row 0)."""
+        for arr in self.arrays.values():
+            arr[i] = 0
+        self.base[i] = 0
