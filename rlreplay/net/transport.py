@@ -32,8 +32,8 @@ from rlreplay.net.channel import Channel
 
 # Extra seconds a client waits past a call's timeout for the server's own timeout reply.
 REPLY_GRACE_S = 0.5
-# The server must not start a request later than this before its client gives up, leaving
-# the reply time to arrive.
+# The server must not start a request later than this before its client gives up (or a
+# quarter of the time left, if less), leaving the reply time to arrive.
 EXPIRY_MARGIN_S = 0.25
 
 
@@ -165,9 +165,10 @@ class Transport:
         if ch.epoch is not None and not ping:
             header["epoch"] = ch.epoch
         if expires is not None:
-            # In the server's clock, early by at most a round trip; a margin is left for
-            # the reply to travel back before this client gives up.
-            header["expires"] = expires - EXPIRY_MARGIN_S + ch.clock_offset
+            # In the server's clock, early by at most a round trip; a margin (at most a
+            # quarter of the time left) is left for the reply to travel back.
+            margin = min(EXPIRY_MARGIN_S, max(expires - time.monotonic(), 0.0) / 4)
+            header["expires"] = expires - margin + ch.clock_offset
         frames = wire.encode(header, arrays)
         if arrays and ch.max_message_bytes is not None:
             self.check_size(frames, ch.max_message_bytes)

@@ -373,3 +373,13 @@ def test_serve_command_passes_its_per_client_limits_to_the_server(tmp_path):
             proc.wait(5.0)
         proc.stdout.close()
         proc.stderr.close()
+
+
+def test_calls_with_a_short_call_timeout_are_served():
+    """The time left for a reply to travel back never eats a short call's whole budget."""
+    table = min_size_table()
+    with rlreplay.Server([table]) as server:
+        client = rlreplay.Client(server.address, call_timeout=0.2)
+        for _ in range(20):
+            assert client.can_insert("t") and client.info("t").size == 0
+        client.close()
