@@ -104,8 +104,10 @@ class ChunkWriter:
             self.failure = exc
 
     def drain(self, timeout: float | None) -> None:
-        """Hand the pending chunks over, oldest first, until one times out again."""
-        while self.pending and self.failure is None:
+        """Hand the pending chunks over, oldest first, until one times out again (the
+        start of an adder call: a failure left by a call that raised otherwise is reset)."""
+        self.failure = None
+        while self.pending:
             try:
                 self._run(self.pending[0], timeout)
             except ReplayTimeoutError as exc:
