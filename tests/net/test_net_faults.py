@@ -70,7 +70,8 @@ class RawPeer:
 
 
 # --------------------------------------------------------------- restarts (12, 14)
-def test_call_parked_without_timeout_fails_when_the_server_restarts_on_the_same_port():
+@pytest.mark.parametrize("timeout", [None, 60.0])
+def test_parked_call_fails_when_the_server_restarts_on_the_same_port(timeout):
     port = free_port()
     outcome: dict = {}
     with served(CONFIG, port=port) as (address, proc):
@@ -80,7 +81,7 @@ def test_call_parked_without_timeout_fails_when_the_server_restarts_on_the_same_
         def blocked_sample():
             start = time.monotonic()
             try:
-                client.sample("t", 1, timeout=None)
+                client.sample("t", 1, timeout=timeout)
                 outcome["result"] = "sampled"
             except Exception as exc:
                 outcome["result"] = exc
