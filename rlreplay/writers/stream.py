@@ -4,7 +4,8 @@ An adder receives environment steps, one environment or a batch of ``num_envs`` 
 (gymnasium ``VectorEnv`` shapes), and turns each environment's episodes into *episode
 rows* that it appends through a writer with the :class:`TrajectoryWriter` interface
 (``append_batch``, ``create_item(table, priority, start=, length=)``, ``end_episode``,
-``flush``). Episode rows of one episode are, in order:
+``flush``, and the step signature as ``signature`` or ``store.signature``). Episode rows
+of one episode are, in order:
 
 * ``stack - 1`` padding rows whose observation repeats the episode's first observation
   (only with frame stacking, see :class:`NStepTransitionAdder`);
@@ -12,11 +13,11 @@ rows* that it appends through a writer with the :class:`TrajectoryWriter` interf
 * one final row holding the last observation (the true final observation, also after a
   truncation) with zero action, reward and extras.
 
-Rows are buffered per environment in numpy arrays ``[num_envs, rows, ...]`` (one write
-per field per call, vectorised over environments) and appended in chunks of about
-``chunk_length`` rows: a row is appended once every stored field of it is known (an
-n-step return needs ``n`` rewards). Items never span two episodes: every item is created
-over rows of one episode.
+Rows are held per environment (:class:`~rlreplay.writers.episode_rows.EpisodeRows`, one
+write per field per call, vectorised over environments) and handed to the writer in
+chunks of about ``chunk_length`` rows (:class:`~rlreplay.writers.chunk_writer.ChunkWriter`,
+which keeps them across writer timeouts): a row is appended once every stored field of
+it is known (an n-step return needs ``n`` rewards). Items never span two episodes.
 
 Chunks of different environments interleave in the store and an item must be
 contiguous there, so a chunk that does not continue its environment's previous one is
