@@ -401,3 +401,20 @@ def test_one_sequence_rule_given_to_two_adders_serves_each_on_its_own():
     for _, seq in results:
         starts = seq.sample(seq.size).data["obs"][:, 0].tolist()
         assert starts == [float(t) for t in range(8)]
+
+
+def test_one_env_in_same_step_mode_reads_final_obs_as_one_observation():
+    table, adder = make_adder("nstep", mode="same_step", num_envs=None)
+    adder.reset(np.zeros(3, np.float32))
+    extras = {"logp": 0.0}
+    adder.add(1, 1.0, np.ones(3, np.float32), False, False, extras=extras)
+    final = np.array([2.0, 3.0, 4.0], np.float32)
+    reset_obs = np.full(3, 9.0, np.float32)
+    adder.add(1, 1.0, reset_obs, True, False, {"final_obs": final}, extras=extras)
+    with pytest.raises(InvalidArgumentError, match="final_obs"):
+        adder.add(1, 1.0, reset_obs, True, False, {"final_obs": final[:2]}, extras=extras)
+    data = items(table)
+    np.testing.assert_array_equal(data["obs"][:, -1], [np.zeros(3), np.ones(3)])
+    np.testing.assert_array_equal(data["next_obs"][:, -1], [final, final])  # n=2
+    adder.close()
+    assert table.size == 0  # the new episode (from reset_obs) had no step
