@@ -9,7 +9,12 @@ from netprocs import config, served
 import rlreplay
 import rlreplay.net
 from rlreplay import Fifo, ItemLayout, StepStore, Table, TrajectoryWriter
-from rlreplay.errors import InvalidArgumentError, ProtocolError, RateLimiterTimeoutError
+from rlreplay.errors import (
+    ClosedError,
+    InvalidArgumentError,
+    ProtocolError,
+    RateLimiterTimeoutError,
+)
 
 SIG = {"obs": ((2,), "float32"), "reward": "float32"}
 SIG_CFG = {"obs": {"shape": [2], "dtype": "float32"}, "reward": "float32"}
@@ -462,3 +467,31 @@ def test_a_chunk_refused_for_its_items_is_dropped_and_the_stream_goes_on(chunk_s
     got = client.sample("seq", 16, timeout=5.0)
     obs = got.data["obs"][got.info.keys == key[0]][0]
     np.testing.assert_array_equal(obs[:, 0], [0, 1, 2])
+
+
+def forked_flush(writer, out) -> None:
+    """Child (forked): the writer copied from the parent refuses to send."""
+    try:
+        writer.append({"obs": np.zeros(2, np.float32), "reward": np.float32(0)})
+        writer.flush(timeout=1.0)
+        out.put("sent")
+    except ClosedError as exc:
+        out.put(f"ClosedError: {exc}")
+
+
+def test_a_writer_copied_into_a_forked_process_refuses_to_send(address):
+    import multiprocessing as mp
+
+    client = rlreplay.Client(address)
+    w = client.trajectory_writer("rows")
+    ctx = mp.get_context("fork")
+    out = ctx.Queue()
+    proc = ctx.Process(target=forked_flush, args=(w, out), daemon=True)
+    proc.start()
+    try:
+        assert out.get(timeout=30.0).startswith("ClosedError: this writer was created")
+    finally:
+        proc.join(10.0)
+        if proc.is_alive():
+            proc.kill()
+    w.close()
