@@ -38,7 +38,7 @@ import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rlreplay import ItemLayout, MinSize, Prioritized, StepStore, Table
+from rlreplay import EmptyTableError, ItemLayout, MinSize, Prioritized, StepStore, Table
 from rlreplay.net import Server, wire
 
 SIG = {"obs": ((3,), "float32"), "step": "int64"}
@@ -180,19 +180,37 @@ class Harness:
 
     # ----------------------------------------------------------------- state
     def refill(self) -> None:
-        """Give every table items (valid requests may have emptied them) and remember
-        some of the row table's keys for update and delete requests."""
+        """Give every table items (valid requests may have emptied them, or set every
+        priority to 0) and remember some keys of the prioritized tables for update and
+        delete requests."""
         rows = self.tables["rows"]
         if rows.size < 8:
             rows.insert(step_arrays(0, 16), np.linspace(0.5, 2.0, 16))
-        self.keys["rows"] = rows.sample(8).info.keys
+        self.keys["rows"] = self._keys(rows, lambda: rows.insert(step_arrays(0, 16)))
         store = self.tables["seq"].store
         for name in ("seq", "trans"):
             table = self.tables[name]
             if table.size < 4:
                 first = store.append(step_arrays(store.next_id, 8))
                 table.create_items(np.arange(first, first + 4))
-        self.keys["trans"] = self.tables["trans"].sample(4).info.keys
+        trans = self.tables["trans"]
+
+        def refill_trans() -> None:
+            first = store.append(step_arrays(store.next_id, 8))
+            trans.create_items(np.arange(first, first + 4))
+
+        self.keys["trans"] = self._keys(trans, refill_trans)
+
+    @staticmethod
+    def _keys(table: Table, refill: Any) -> np.ndarray:
+        """Keys of a few of ``table``'s items (after emptying and refilling it when every
+        priority is 0)."""
+        try:
+            return table.sample(4).info.keys
+        except EmptyTableError:
+            table.reset()
+            refill()
+            return table.sample(4).info.keys
 
     def snapshot(self) -> str:
         """A digest of everything a request could change: each table's counters and
@@ -447,8 +465,12 @@ class Harness:
     def still_serving(self) -> bool:
         """A valid insert and sample through the server after all the cases."""
         rows = step_arrays(0, 2)
-        rid = self.send(wire.encode({"op": "insert", "table": "rows", "timeout": 5.0},
-                                    {"data/" + k: v for k, v in rows.items()}))
+        rid = self.send(
+            wire.encode(
+                {"op": "insert", "table": "rows", "timeout": 5.0},
+                {"data/" + k: v for k, v in rows.items()},
+            )
+        )
         got = self._collect(rid)
         return bool(got.get(rid, {}).get("ok")) and self.server._thread.is_alive()
 
