@@ -89,9 +89,10 @@ def sampler_loop(tables: list[Table], span: int, done: threading.Event, errors: 
     try:
         while not done.is_set() and time.monotonic() < deadline:
             for t in tables:
-                if t.can_sample(1):
+                n = 2 if t.can_sample(2) else 1
+                if t.can_sample(n):
                     with contextlib.suppress(ReplayTimeoutError):
-                        check_window(t.sample(2, timeout=0.05).data, span)
+                        check_window(t.sample(n, timeout=0.05).data, span)
             with tables[0].mutex:
                 check_consistent(tables)
             time.sleep(0.0005)
@@ -99,7 +100,7 @@ def sampler_loop(tables: list[Table], span: int, done: threading.Event, errors: 
         errors.append(exc)
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     writers=st.integers(1, 3),
     policies=st.lists(st.sampled_from(["evict", "block", "relocate"]), min_size=1, max_size=3),
