@@ -157,10 +157,11 @@ class WriteJob(Job):
         if s.pending[0] is not self:
             return None
         try:
-            if self.chunk is None:
-                self.chunk = s.parse(self.header, self.arrays)
-            keys = s.settled(self.chunk)
+            keys = s.replayed(self.header) if self.chunk is None else None
             if keys is None:
+                if self.chunk is None:
+                    self.chunk = s.parse(self.header, self.arrays)
+                    s.check_next(self.chunk)
                 keys = s.apply(self.chunk)
         except Exception:
             self.abort()

@@ -85,22 +85,29 @@ class WriterSession:
         """:meth:`Chunk.parse` for this session."""
         return Chunk.parse(self, header, arrays)
 
-    def settled(self, chunk: Chunk) -> np.ndarray | None:
-        """Keys of ``chunk`` if it was applied already (sent again); None if it is next.
+    def replayed(self, header: dict) -> np.ndarray | None:
+        """Keys of the chunk ``header`` numbers if it was applied already (the writer sent
+        it again after losing the reply); None otherwise. Checked before the chunk is
+        parsed: checks against the stream as it stands now would not hold for it."""
+        seq = header.get("seq")
+        if seq is not None and seq < self.next_seq:
+            return self.replies.get(seq)
+        return None
+
+    def check_next(self, chunk: Chunk) -> None:
+        """Check that ``chunk`` continues this writer's stream of applied chunks.
 
         Raises:
-            InvalidArgumentError: if the chunk is neither next nor one applied recently
-                (an earlier chunk of this writer was not applied; nothing of it is).
+            InvalidArgumentError: if it does not (an earlier chunk of this writer was not
+                applied, or this one was applied too long ago to be answered again);
+                nothing of it is applied.
         """
-        if chunk.seq < self.next_seq and chunk.seq in self.replies:
-            return self.replies[chunk.seq]
         if chunk.seq != self.next_seq or (chunk.first != self.applied and not chunk.restart):
             raise InvalidArgumentError(
                 f"writer chunk {chunk.seq} (stream steps from {chunk.first}) was not applied: "
                 f"this writer's stream stands at chunk {self.next_seq}, step {self.applied} "
                 "(an earlier chunk was not applied; the writer sends it again)"
             )
-        return None
 
     def apply(self, chunk: Chunk) -> np.ndarray | None:
         """Apply the whole chunk now if every table admits its items and the store has

@@ -323,9 +323,22 @@ def test_a_chunk_sent_again_is_applied_once_and_answered_with_its_keys(chunk_ser
     again = write(client, {}, items([1, 1], [0, 1]))["keys"]
     np.testing.assert_array_equal(again, first)
     assert state(tables) == after
-    with pytest.raises(InvalidArgumentError, match="was not applied"):  # 1..4 never came
-        write(client, {"seq": 5, "first": 4, "episode_starts": []}, items([1], [4]))
+    # still answered once the stream has moved on to a new episode
+    write(client, {"seq": 1, "first": 4, "episode_starts": [4]}, items([1], [5]))
+    after = state(tables)
+    np.testing.assert_array_equal(write(client, {}, items([1, 1], [0, 1]))["keys"], first)
     assert state(tables) == after
+    with pytest.raises(InvalidArgumentError, match="was not applied"):  # 2..4 never came
+        write(client, {"seq": 5, "first": 8, "episode_starts": []}, items([1], [8]))
+    assert state(tables) == after
+
+
+def test_a_server_that_forgot_a_writer_takes_its_next_chunk_as_a_new_episode(chunk_server):
+    client, _ = chunk_server
+    keys = write(client, {"seq": 7, "first": 40, "episode_starts": []}, items([1], [41]))
+    assert len(keys["keys"]) == 1
+    with pytest.raises(InvalidArgumentError, match="reaches outside"):  # before the episode
+        write(client, {"seq": 8, "first": 44, "episode_starts": []}, items([1], [39]))
 
 
 def test_a_chunk_blocked_past_its_timeout_stores_nothing_and_is_sent_again(address):
