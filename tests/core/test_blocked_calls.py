@@ -1,0 +1,114 @@
+"""Blocked calls: one deadline per call, one warning naming the table and the cause."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from rlreplay import MinSize, SampleToInsertRatio, StepStore, Table, TrajectoryWriter
+from rlreplay.core import waiting
+from rlreplay.errors import InvalidArgumentError, RateLimiterTimeoutError, ReplayTimeoutError
+
+SIGNATURE = {"x": "float32"}
+ROW = {"x": np.float32(1.0)}
+
+
+def warnings_of(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "rlreplay"]
+
+
+CASES = {
+    "queue insert": (
+        lambda: Table.queue("q", 1, signature=SIGNATURE, warn_after=0.05),
+        "insert",
+        "no sampler is consuming this queue",
+    ),
+    "ratio insert": (
+        lambda: Table(
+            "r",
+            signature=SIGNATURE,
+            max_size=100,
+            rate_limiter=SampleToInsertRatio(1.0, 1, 1.0),
+            warn_after=0.05,
+        ),
+        "insert",
+        "the learner (sampler) is behind",
+    ),
+    "sample below min size": (
+        lambda: Table(
+            "m", signature=SIGNATURE, max_size=10, rate_limiter=MinSize(3), warn_after=0.05
+        ),
+        "sample",
+        "no writer is inserting",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_a_call_blocked_past_warn_after_logs_one_warning_naming_table_and_cause(caplog, case):
+    make, op, cause = case
+    table = make()
+    table.insert(ROW)
+    if op == "insert":
+        while table.can_insert():
+            table.insert(ROW)
+    call = table.insert if op == "insert" else table.sample
+    argument = ROW if op == "insert" else 1
+    with caplog.at_level(logging.WARNING, logger="rlreplay"), pytest.raises(
+        RateLimiterTimeoutError
+    ):
+        call(argument, timeout=0.3)
+    messages = warnings_of(caplog)
+    assert len(messages) == 1, messages
+    assert repr(table.name) in messages[0] and cause in messages[0], messages[0]
+    assert f"inserts={table.rate_limiter.inserts}" in messages[0]
+
+
+def test_a_call_that_proceeds_before_warn_after_logs_nothing(caplog):
+    table = Table("t", signature=SIGNATURE, max_size=4, rate_limiter=MinSize(1), warn_after=5.0)
+    timer = threading.Timer(0.1, lambda: table.insert(ROW))
+    timer.start()
+    with caplog.at_level(logging.WARNING, logger="rlreplay"):
+        table.sample(1, timeout=5.0)
+    timer.join()
+    assert warnings_of(caplog) == []
+
+
+def test_an_append_blocked_by_a_queue_warns_that_no_sampler_consumes_it(caplog, monkeypatch):
+    monkeypatch.setattr(waiting, "WARN_AFTER_S", 0.05)
+    store = StepStore(SIGNATURE, capacity=2)
+    queue = Table.queue("jobs", 2, store=store)
+    other = Table("other", store=store)
+    queue.insert({"x": np.zeros(2, np.float32)})
+    writer = TrajectoryWriter(other)
+    with caplog.at_level(logging.WARNING, logger="rlreplay"), pytest.raises(ReplayTimeoutError):
+        writer.append(ROW, timeout=0.3)
+    messages = warnings_of(caplog)
+    assert len(messages) == 1, messages
+    assert "'jobs'" in messages[0] and "no sampler is consuming that queue" in messages[0]
+
+
+def test_insert_timeout_bounds_the_limiter_and_the_store_waits_together():
+    store = StepStore(SIGNATURE, capacity=2)
+    other = Table.queue("other", 2, store=store)
+    table = Table.queue("t", 1, store=store)
+    other.insert(ROW)  # row 0: the other queue's item, which nobody samples
+    table.insert(ROW)  # row 1: the table is full, its limiter blocks the next insert
+    timer = threading.Timer(0.5, lambda: table.sample(1))  # the limiter admits at 0.5 s
+    timer.start()
+    start = time.monotonic()
+    with pytest.raises(ReplayTimeoutError):
+        table.insert(ROW, timeout=1.0)  # then row 0 blocks it in the store
+    elapsed = time.monotonic() - start
+    timer.join()
+    assert 0.95 <= elapsed < 1.35, elapsed
+    assert table.info().insert_blocked_s == pytest.approx(elapsed, abs=0.1)
+
+
+def test_warn_after_must_be_a_positive_number():
+    with pytest.raises(InvalidArgumentError, match="warn_after"):
+        Table("t", signature=SIGNATURE, max_size=2, warn_after=0)
