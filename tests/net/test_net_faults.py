@@ -4,6 +4,7 @@ that never read, vanish or send too much. A call that raised never takes effect 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -126,6 +127,23 @@ def test_insert_that_raised_while_the_server_was_down_is_not_applied_after_resta
         assert client.info("t").size == 0
         assert rlreplay.Client(address).info("t").size == 0
     client.close()
+
+
+def test_insert_that_raised_while_the_server_was_stalled_is_not_applied_when_it_resumes():
+    """A request that reached a stopped (not dead) server after its client gave up is
+    refused when the server resumes: it carries the time its client stopped waiting."""
+    with served(CONFIG) as (address, proc):
+        client = rlreplay.Client(address, call_timeout=5.0)
+        client.insert("t", rows(2))
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(ServerUnavailableError):
+                client.insert("t", rows(3), timeout=0.5)
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        time.sleep(0.5)  # the resumed server reads what reached it meanwhile
+        assert client.info("t").size == 2
+        client.close()
 
 
 def test_server_refuses_a_request_stamped_with_another_servers_epoch():
