@@ -3,31 +3,34 @@
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from rlreplay.core import table_inserts, waiting
+from rlreplay.core.admission import Admission, check_warn_after
 from rlreplay.core.item_draws import DrawPlan
 from rlreplay.core.item_slots import SLOT_STATE, ItemIndex
-from rlreplay.core.keys import check_priorities
 from rlreplay.core.layout import ItemLayout
 from rlreplay.core.rate_limiters import MinSize, Queue, RateLimiter
 from rlreplay.core.sample import Sample
 from rlreplay.core.selectors import Fifo, Lifo, Selector, Uniform
 from rlreplay.core.specs import Signature
 from rlreplay.core.storage import StepStore
-from rlreplay.core.table_checks import check_components, check_timeout
+from rlreplay.core.table_checks import (
+    OVERWRITE_POLICIES,
+    check_components,
+    check_table_limits,
+    check_timeout,
+    resolve_store,
+)
 from rlreplay.core.table_info import TableInfo
 from rlreplay.errors import (
-    ClosedError,
     InvalidArgumentError,
-    RateLimiterTimeoutError,
     describe,
 )
 
-OVERWRITE_POLICIES = ("evict", "block", "relocate")
 __all__ = ["OVERWRITE_POLICIES", "SLOT_STATE", "Table"]
 
 
@@ -83,8 +86,9 @@ class Table:
             there, keeping their place in the order but getting new keys (stacks, whose
             oldest items wait longest).
         seed: seed of the table's random generator.
-        warn_after: seconds a blocked call waits before it logs its warning (``None``:
-            never); default ``rlreplay.core.waiting.WARN_AFTER_S`` (5 s).
+        warn_after: seconds a blocked call waits before it logs its one warning; default
+            (``None``) ``rlreplay.core.waiting.WARN_AFTER_S`` (5 s). Set
+            ``table.warn_after = None`` to never warn.
 
     Raises:
         InvalidArgumentError: for inconsistent arguments (each message says which).
@@ -120,62 +124,21 @@ class Table:
     ):
         if not isinstance(name, str) or not name:
             raise InvalidArgumentError(f"name={describe(name)} must be a non-empty string")
-        if store is None:
-            if signature is None:
-                raise InvalidArgumentError(
-                    "give either store= (to share steps) or signature= (to own a store)"
-                )
-            size = capacity if capacity is not None else max_size
-            if size is None:
-                raise InvalidArgumentError("give capacity= or max_size= with signature=")
-            store = StepStore(signature, size)
-        elif signature is not None and Signature(signature) != store.signature:
-            raise InvalidArgumentError("signature= differs from store.signature; pass one")
+        store = resolve_store(signature, capacity, store, max_size)
         self.name = name
         self.store = store
         self.layout = layout if layout is not None else ItemLayout.rows(store.signature)
-        if self.layout.signature != store.signature:
-            raise InvalidArgumentError("layout was built for another signature than the store's")
-        if self.layout.span * store.lanes > store.capacity:
-            raise InvalidArgumentError(
-                f"items span {self.layout.span} steps, more than the store's "
-                f"{store.capacity // store.lanes} steps per lane; enlarge the store"
-            )
         cap = store.capacity
-        self.max_size = cap if max_size is None else max_size
-        if not isinstance(self.max_size, (int, np.integer)) or not 1 <= self.max_size <= cap:
-            raise InvalidArgumentError(
-                f"max_size={describe(max_size)} must be an int in [1, {cap}]: a table holds "
-                "at most one item per stored step"
-            )
-        if not isinstance(max_times_sampled, int) or max_times_sampled < 0:
-            raise InvalidArgumentError(
-                f"max_times_sampled={describe(max_times_sampled)} must be an int >= 0 (0: no limit)"
-            )
-        if on_overwrite not in OVERWRITE_POLICIES:
-            raise InvalidArgumentError(
-                f"on_overwrite={on_overwrite!r} is unknown; choose one of {OVERWRITE_POLICIES}"
-            )
-        if on_overwrite == "relocate" and store.lanes != 1:
-            raise InvalidArgumentError(
-                f"on_overwrite='relocate' needs a single-lane store; this one has "
-                f"lanes={store.lanes}"
-            )
-        if default_priority is not None:
-            check_priorities(default_priority, 1, "default_priority")
-        if warn_after is not None and not (
-            isinstance(warn_after, (int, float)) and warn_after > 0
-        ):
-            raise InvalidArgumentError(
-                f"warn_after={describe(warn_after)} must be a number of seconds > 0 or None"
-            )
+        self.max_size = check_table_limits(
+            store, self.layout, max_size, max_times_sampled, on_overwrite, default_priority
+        )
+        warn_after = waiting.WARN_AFTER_S if warn_after is None else check_warn_after(warn_after)
         sampler = sampler if sampler is not None else Uniform()
         remover = remover if remover is not None else Fifo()
         self.rate_limiter = rate_limiter if rate_limiter is not None else MinSize(1)
         check_components(sampler, remover, self.rate_limiter, self.max_size, max_times_sampled)
         self.max_times_sampled = max_times_sampled
         self.on_overwrite = on_overwrite
-        self.warn_after = waiting.WARN_AFTER_S if warn_after is None else float(warn_after)
         self.rng = np.random.default_rng(seed)
         self.index = ItemIndex(
             cap,
@@ -188,7 +151,9 @@ class Table:
             self.rng,
         )
         self.draws = DrawPlan(self.index, store, self.layout, max_times_sampled)
-        self._closed = False
+        self.admission = Admission(
+            name, self.rate_limiter, self.index, store, max_times_sampled, warn_after
+        )
         self.lock = store.lock
         self.mutex = store.mutex
         self._is_rows = self.layout.is_rows
@@ -265,92 +230,18 @@ class Table:
     _live = property(lambda self: self.index.live)
     _max_priority = property(lambda self: self.index.max_priority)
 
-    # ---------------------------------------------------------------- waiting
-    def _blocked_call(self, timeout: float | None, what: str) -> waiting.BlockedCall:
-        """The waiting of one blocked ``what`` ("insert" or "sample") on this table."""
-        return waiting.BlockedCall(
-            self.lock,
-            timeout,
-            self.warn_after,
-            lambda: self._blocked_text(what),
-            (self.rate_limiter, f"{what}_blocked_s"),
-        )
+    @property
+    def _closed(self) -> bool:
+        return self.admission.closed
 
-    def _blocked_text(self, what: str) -> str:
-        """The warning of a call blocked for ``warn_after`` seconds: who blocks and why."""
-        lim = self.rate_limiter
-        state = (
-            f"size={self.index.size}/{self.max_size}, inserts={lim.inserts}, "
-            f"samples={lim.samples}, {lim!r}"
-        )
-        if what == "insert" and lim.can_insert(1, self.index.size):
-            blocker = self.store.overwrite.blocker
-            cause = (
-                f"the store's rows hold items of queue table {blocker!r}: no sampler is "
-                "consuming that queue"
-            )
-        elif what == "insert" and self.max_times_sampled == 1:
-            cause = "no sampler is consuming this queue (each item waits to be sampled once)"
-        elif what == "insert":
-            cause = (
-                f"samples_per_insert={lim.samples_per_insert:g} ratio: the learner (sampler) "
-                "is behind, and inserts wait until it samples more"
-            )
-        elif self.index.size < lim.min_size_to_sample:
-            cause = (
-                f"the table holds {self.index.size} of the min_size_to_sample="
-                f"{lim.min_size_to_sample} items sampling needs: no writer is inserting "
-                "(or too slowly)"
-            )
-        else:
-            cause = (
-                f"samples_per_insert={lim.samples_per_insert:g} ratio: the actors (inserts) "
-                "are behind, and samples wait until more items are inserted"
-            )
-        return (
-            f"{what} on table {self.name!r} has been blocked for over {self.warn_after:g}s "
-            f"({state}): {cause}"
-        )
+    @property
+    def warn_after(self) -> float | None:
+        """Seconds a blocked call waits before it logs its one warning (``None``: never)."""
+        return self.admission.warn_after
 
-    def _wait_until(
-        self,
-        allowed: Callable[[], bool],
-        waiter: waiting.BlockedCall | None,
-        timeout: float | None,
-        what: str,
-    ) -> waiting.BlockedCall | None:
-        """Wait on the store's condition until ``allowed()`` (lock held); returns the
-        call's :class:`BlockedCall` (``None`` if it never had to wait), to be passed to
-        its later waits so that ``timeout`` bounds them all together.
-
-        Raises:
-            ClosedError: if the table is or gets closed.
-            RateLimiterTimeoutError: if ``allowed()`` stayed false past the deadline.
-        """
-        while True:
-            if self._closed:
-                if waiter is not None:
-                    waiter.settle()
-                raise ClosedError(f"table {self.name!r} is closed")
-            if allowed():
-                return waiter
-            waiter = waiter or self._blocked_call(timeout, what)
-            if not waiter.wait():
-                waiter.settle()
-                lim = self.rate_limiter
-                raise RateLimiterTimeoutError(
-                    f"{what} on table {self.name!r} was blocked by its rate limiter for "
-                    f"{timeout}s (size={self.index.size}, inserts={lim.inserts}, "
-                    f"samples={lim.samples}, {lim!r})"
-                )
-
-    def _admit(
-        self, n: int, waiter: waiting.BlockedCall | None, timeout: float | None
-    ) -> waiting.BlockedCall | None:
-        """Wait until the rate limiter admits ``n`` inserts (lock held)."""
-        limiter, index = self.rate_limiter, self.index
-        allowed = lambda: limiter.can_insert(n, index.size)  # noqa: E731
-        return self._wait_until(allowed, waiter, timeout, "insert")
+    @warn_after.setter
+    def warn_after(self, seconds: float | None) -> None:
+        self.admission.warn_after = check_warn_after(seconds)
 
     def can_insert(self, num_inserts: int = 1) -> bool:
         """Whether inserting ``num_inserts`` items would proceed now without blocking: the
@@ -477,7 +368,7 @@ class Table:
         limiter.check_sample_batch(n, index.size)
         with self.mutex:
             if self._closed or not (index.size > 0 and limiter.can_sample(n, index.size)):
-                waiter = self._wait_until(
+                waiter = self.admission.wait_until(
                     lambda: index.size > 0 and limiter.can_sample(n, index.size),
                     None,
                     timeout,
@@ -543,7 +434,7 @@ class Table:
         with self.mutex:
             if self._closed:
                 return
-            self._closed = True
+            self.admission.closed = True
             self.index.reset()
             self.store.detach(self)
             self.lock.notify_all()
@@ -551,24 +442,7 @@ class Table:
     def info(self) -> TableInfo:
         """A snapshot of the table's counters and configuration."""
         with self.mutex:
-            lim = self.rate_limiter
-            return TableInfo(
-                name=self.name,
-                size=self.index.size,
-                max_size=self.max_size,
-                store_capacity=self.store.capacity,
-                stored_steps=self.store.num_steps,
-                sampler=repr(self.index.sampler),
-                remover=repr(self.index.remover),
-                rate_limiter=lim.config(),
-                max_times_sampled=self.max_times_sampled,
-                inserts=lim.inserts,
-                samples=lim.samples,
-                insert_blocked_s=lim.insert_blocked_s,
-                sample_blocked_s=lim.sample_blocked_s,
-                index_bytes=self.index.nbytes(),
-                **self.index.counts,
-            )
+            return TableInfo.of(self)
 
     def index_nbytes(self) -> int:
         """Bytes of item bookkeeping (per-slot state, sampler and remover indexes)."""

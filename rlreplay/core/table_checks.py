@@ -6,9 +6,92 @@ why the combination could never make progress.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from rlreplay.core.keys import check_priorities
+from rlreplay.core.layout import ItemLayout
 from rlreplay.core.rate_limiters import RateLimiter
 from rlreplay.core.selectors import Selector
+from rlreplay.core.specs import Signature
+from rlreplay.core.storage import StepStore
 from rlreplay.errors import DeadlockError, InvalidArgumentError, describe
+
+OVERWRITE_POLICIES = ("evict", "block", "relocate")
+
+
+def resolve_store(
+    signature: Mapping[str, Any] | Signature | None,
+    capacity: int | None,
+    store: StepStore | None,
+    max_size: int | None,
+) -> StepStore:
+    """The table's store: ``store``, or a new one of ``capacity`` (default ``max_size``)
+    steps for ``signature``.
+
+    Raises:
+        InvalidArgumentError: when neither or both disagree, or no size is given.
+    """
+    if store is None:
+        if signature is None:
+            raise InvalidArgumentError(
+                "give either store= (to share steps) or signature= (to own a store)"
+            )
+        size = capacity if capacity is not None else max_size
+        if size is None:
+            raise InvalidArgumentError("give capacity= or max_size= with signature=")
+        return StepStore(signature, size)
+    if signature is not None and Signature(signature) != store.signature:
+        raise InvalidArgumentError("signature= differs from store.signature; pass one")
+    return store
+
+
+def check_table_limits(
+    store: StepStore,
+    layout: ItemLayout,
+    max_size: Any,
+    max_times_sampled: Any,
+    on_overwrite: Any,
+    default_priority: Any,
+) -> int:
+    """Validate a table's layout and limits against its store; returns ``max_size``
+    (default: the store's capacity).
+
+    Raises:
+        InvalidArgumentError: naming the argument, its value and the constraint.
+    """
+    if layout.signature != store.signature:
+        raise InvalidArgumentError("layout was built for another signature than the store's")
+    if layout.span * store.lanes > store.capacity:
+        raise InvalidArgumentError(
+            f"items span {layout.span} steps, more than the store's "
+            f"{store.capacity // store.lanes} steps per lane; enlarge the store"
+        )
+    cap = store.capacity
+    size = cap if max_size is None else max_size
+    if not isinstance(size, (int, np.integer)) or not 1 <= size <= cap:
+        raise InvalidArgumentError(
+            f"max_size={describe(max_size)} must be an int in [1, {cap}]: a table holds "
+            "at most one item per stored step"
+        )
+    if not isinstance(max_times_sampled, int) or max_times_sampled < 0:
+        raise InvalidArgumentError(
+            f"max_times_sampled={describe(max_times_sampled)} must be an int >= 0 (0: no limit)"
+        )
+    if on_overwrite not in OVERWRITE_POLICIES:
+        raise InvalidArgumentError(
+            f"on_overwrite={on_overwrite!r} is unknown; choose one of {OVERWRITE_POLICIES}"
+        )
+    if on_overwrite == "relocate" and store.lanes != 1:
+        raise InvalidArgumentError(
+            f"on_overwrite='relocate' needs a single-lane store; this one has "
+            f"lanes={store.lanes}"
+        )
+    if default_priority is not None:
+        check_priorities(default_priority, 1, "default_priority")
+    return int(size)
 
 
 def check_components(

@@ -62,10 +62,10 @@ def _store_rows(
     store = table.store
     protocol = store.overwrite
     while True:
-        waiter = table._admit(n, waiter, timeout)
+        waiter = table.admission.admit(n, waiter, timeout)
         if protocol.make_room(n, successor=table) is not None:
             return store._write_locked(arrays, n), waiter
-        waiter = waiter or table._blocked_call(timeout, "insert")
+        waiter = waiter or table.admission.blocked_call(timeout, "insert")
         if not waiter.wait():
             waiter.settle()
             raise store.timeout_error(n, timeout)
@@ -88,7 +88,7 @@ def insert_one(
     with table.mutex:
         if table._closed or not limiter.can_insert(1, index.size):
             row = store.signature.check_row(row, "rows")  # bad rows never wait
-            waiter = table._admit(1, None, timeout)
+            waiter = table.admission.admit(1, None, timeout)
         first = None
         if store._compiled_writes and store.overwrite.sole is table._store_ref:
             first = store._put_row(row)  # the common case, in fewer steps
@@ -222,7 +222,7 @@ def create_items(
     index = table.index
     limiter = table.rate_limiter
     with table.mutex:
-        waiter = table._admit(n, None, timeout)
+        waiter = table.admission.admit(n, None, timeout)
         if waiter is not None:
             waiter.settle()
         if n == 0:
@@ -259,7 +259,7 @@ def create_one(
     limiter = table.rate_limiter
     with table.mutex:
         if table._closed or not limiter.can_insert(1, index.size):
-            waiter = table._admit(1, None, timeout)
+            waiter = table.admission.admit(1, None, timeout)
             if waiter is not None:
                 waiter.settle()
         last = anchor + (table.layout.span - 1) * store.lanes

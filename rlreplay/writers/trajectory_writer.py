@@ -196,7 +196,7 @@ class TrajectoryWriter:
 
     def _admit(self, table: Table, n: int, timeout: float | None) -> None:
         """Wait until ``table``'s rate limiter admits ``n`` items (store lock held)."""
-        waiter = table._admit(n, None, timeout)
+        waiter = table.admission.admit(n, None, timeout)
         if waiter is not None:
             waiter.settle()
 

@@ -1,0 +1,154 @@
+"""A table's admission: its rate limiter, the waits of blocked calls, and closing.
+
+:class:`Admission` is the part of a :class:`~rlreplay.core.table.Table` that decides
+whether an insert or a sample may proceed now and, when not, waits for it on the store's
+condition with the call's one deadline (:class:`~rlreplay.core.waiting.BlockedCall`). A
+call still blocked after ``warn_after`` seconds logs one warning that names the table,
+the limiter's state and the likely cause. Closing the table wakes every waiting call with
+:class:`ClosedError`. Every method expects the store's lock held.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from rlreplay.core import waiting
+from rlreplay.core.rate_limiters import RateLimiter
+from rlreplay.errors import ClosedError, InvalidArgumentError, RateLimiterTimeoutError, describe
+
+if TYPE_CHECKING:
+    from rlreplay.core.item_slots import ItemIndex
+    from rlreplay.core.storage import StepStore
+
+
+def check_warn_after(seconds: Any) -> float | None:
+    """Validate ``warn_after`` (seconds > 0, or ``None`` for never).
+
+    Raises:
+        InvalidArgumentError: for anything else.
+    """
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
+        raise InvalidArgumentError(
+            f"warn_after={describe(seconds)} must be a number of seconds > 0, or None to "
+            "never warn about blocked calls"
+        )
+    return float(seconds)
+
+
+class Admission:
+    """Rate limiting and blocked-call waiting of one table.
+
+    Args:
+        name: the table's name (for messages).
+        rate_limiter: the table's limiter (its counters live there).
+        index: the table's items (their count is the limiter's ``size``).
+        store: the step store (its condition, and the queue that holds rows).
+        max_times_sampled: the table's limit (a queue's warning differs).
+        warn_after: seconds before a blocked call's warning (``None``: never).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        rate_limiter: RateLimiter,
+        index: ItemIndex,
+        store: StepStore,
+        max_times_sampled: int,
+        warn_after: float | None,
+    ):
+        self.name = name
+        self.rate_limiter = rate_limiter
+        self.index = index
+        self.store = store
+        self.max_times_sampled = max_times_sampled
+        self.warn_after = warn_after
+        self.closed = False
+
+    def blocked_call(self, timeout: float | None, what: str) -> waiting.BlockedCall:
+        """The waiting of one blocked ``what`` ("insert" or "sample") on this table."""
+        return waiting.BlockedCall(
+            self.store.lock,
+            timeout,
+            self.warn_after,
+            lambda: self.describe(what),
+            (self.rate_limiter, f"{what}_blocked_s"),
+        )
+
+    def describe(self, what: str) -> str:
+        """The warning of a call blocked for ``warn_after`` seconds: who blocks and why."""
+        lim = self.rate_limiter
+        state = (
+            f"size={self.index.size}/{self.index.max_size}, inserts={lim.inserts}, "
+            f"samples={lim.samples}, {lim!r}"
+        )
+        if what == "insert" and lim.can_insert(1, self.index.size):
+            blocker = self.store.overwrite.blocker
+            cause = (
+                f"the store's rows hold items of queue table {blocker!r}: no sampler is "
+                "consuming that queue"
+            )
+        elif what == "insert" and self.max_times_sampled == 1:
+            cause = "no sampler is consuming this queue (each item waits to be sampled once)"
+        elif what == "insert":
+            cause = (
+                f"samples_per_insert={lim.samples_per_insert:g} ratio: the learner (sampler) "
+                "is behind, and inserts wait until it samples more"
+            )
+        elif self.index.size < lim.min_size_to_sample:
+            cause = (
+                f"the table holds {self.index.size} of the min_size_to_sample="
+                f"{lim.min_size_to_sample} items sampling needs: no writer is inserting "
+                "(or too slowly)"
+            )
+        else:
+            cause = (
+                f"samples_per_insert={lim.samples_per_insert:g} ratio: the actors (inserts) "
+                "are behind, and samples wait until more items are inserted"
+            )
+        return (
+            f"{what} on table {self.name!r} has been blocked for over {self.warn_after:g}s "
+            f"({state}): {cause}"
+        )
+
+    def wait_until(
+        self,
+        allowed: Callable[[], bool],
+        waiter: waiting.BlockedCall | None,
+        timeout: float | None,
+        what: str,
+    ) -> waiting.BlockedCall | None:
+        """Wait on the store's condition until ``allowed()`` (lock held); returns the
+        call's :class:`BlockedCall` (``None`` if it never had to wait), to be passed to
+        its later waits so that ``timeout`` bounds them all together.
+
+        Raises:
+            ClosedError: if the table is or gets closed.
+            RateLimiterTimeoutError: if ``allowed()`` stayed false past the deadline.
+        """
+        while True:
+            if self.closed:
+                if waiter is not None:
+                    waiter.settle()
+                raise ClosedError(f"table {self.name!r} is closed")
+            if allowed():
+                return waiter
+            waiter = waiter or self.blocked_call(timeout, what)
+            if not waiter.wait():
+                waiter.settle()
+                lim = self.rate_limiter
+                raise RateLimiterTimeoutError(
+                    f"{what} on table {self.name!r} was blocked by its rate limiter for "
+                    f"{timeout}s (size={self.index.size}, inserts={lim.inserts}, "
+                    f"samples={lim.samples}, {lim!r})"
+                )
+
+    def admit(
+        self, n: int, waiter: waiting.BlockedCall | None, timeout: float | None
+    ) -> waiting.BlockedCall | None:
+        """Wait until the rate limiter admits ``n`` inserts (lock held)."""
+        limiter, index = self.rate_limiter, self.index
+        allowed = lambda: limiter.can_insert(n, index.size)  # noqa: E731
+        return self.wait_until(allowed, waiter, timeout, "insert")
