@@ -100,12 +100,13 @@ class OverwriteProtocol:
         self.sole: weakref.ref | None = None
         self.blocker: str | None = None  # the queue that held the rows, after a refusal
         self.relocated_steps = 0  # steps copied to the head for writers and stacks
+        self._stale = False  # a party was dropped since the last refresh()
 
     # ------------------------------------------------------------ registration
     def attach(self, table: Table) -> weakref.ref:
         """Register a table; returns the weak reference the store keeps of it (also set as
         ``table._store_ref``, which the one-row path compares with :attr:`sole`)."""
-        ref = weakref.ref(table)
+        ref = weakref.ref(table, self._dropped)
         table._store_ref = ref
         self._tables = (*self.live_refs(self._tables), ref)
         self.refresh()
@@ -119,7 +120,10 @@ class OverwriteProtocol:
     def retain(self, limit: int) -> Retention:
         """A new :class:`Retention` for a writer keeping up to ``limit`` steps."""
         retention = Retention(limit)
-        self._retentions = (*self.live_refs(self._retentions), weakref.ref(retention))
+        self._retentions = (
+            *self.live_refs(self._retentions),
+            weakref.ref(retention, self._dropped),
+        )
         self.refresh()
         return retention
 
@@ -130,6 +134,11 @@ class OverwriteProtocol:
             r for r in self.live_refs(self._retentions) if r() is not retention
         )
         self.refresh()
+
+    def _dropped(self, _ref: weakref.ref) -> None:
+        """A table or retention was garbage-collected: recompute :attr:`sole` at the next
+        hand-over (this may run in any thread, without the lock, so it only flags)."""
+        self._stale = True
 
     @staticmethod
     def live_refs(refs: tuple[weakref.ref, ...]) -> tuple[weakref.ref, ...]:
@@ -145,6 +154,9 @@ class OverwriteProtocol:
     def refresh(self) -> None:
         """Recompute which table, if any, may use the one-row in-place path."""
         store = self._store()
+        self._stale = False
+        self._tables = self.live_refs(self._tables)
+        self._retentions = self.live_refs(self._retentions)
         tables = self.tables()
         self.sole = None
         if store is not None:
@@ -264,6 +276,8 @@ class OverwriteProtocol:
             InvalidArgumentError: if ``n`` exceeds the capacity, or the store cannot hold
                 what writers retain plus the append; nothing changed then.
         """
+        if self._stale:
+            self.refresh()
         store = self._store()
         cap = store.capacity
         if n > cap:

@@ -92,6 +92,12 @@ def test_a_lone_evicting_table_uses_the_in_place_row_path():
     assert table.store.overwrite.sole is None
     other.close()
     assert table.store.overwrite.sole is table._store_ref
+    dropped = Table("v", store=table.store)
+    assert table.store.overwrite.sole is None
+    del dropped
+    gc.collect()
+    table.insert(step(0, 0))  # the next hand-over notices the dropped table
+    assert table.store.overwrite.sole is table._store_ref
 
 
 # ----------------------------------------------------------------- writers
