@@ -13,6 +13,13 @@ Presets: :func:`MinSize`, :func:`SampleToInsertRatio`, :func:`Queue`, :func:`Sta
 
 The limiter holds only counters; the table owns the lock and the waiting. Time spent
 blocked is accumulated here so a table can report it.
+
+Someone must consume what a limiter holds back, or the blocked side waits until its
+``timeout`` (a call blocked longer than the table's ``warn_after`` logs one warning naming
+the cause): with :func:`Queue` / :func:`Stack` a sampler must take the items or inserts
+stop once ``size`` wait; with :func:`SampleToInsertRatio` the learner must keep sampling
+or the actors' inserts stop, and the actors must keep inserting or the learner's samples
+stop; with ``min_size_to_sample`` writers must insert that many items before any sample.
 """
 
 from __future__ import annotations
@@ -167,7 +174,10 @@ class RateLimiter:
 
 
 def MinSize(min_size_to_sample: int = 1) -> RateLimiter:
-    """Block sampling until the table holds ``min_size_to_sample`` items; never block inserts."""
+    """Block sampling until the table holds ``min_size_to_sample`` items; never block inserts.
+
+    Writers must insert that many items first: until then every sample waits.
+    """
     return RateLimiter(1.0, min_size_to_sample, -math.inf, math.inf)
 
 
@@ -177,7 +187,10 @@ def SampleToInsertRatio(
     """Hold ``samples / inserts`` near ``samples_per_insert`` once the table is big enough.
 
     ``diff`` may wander ``error_buffer`` either side of ``min_size_to_sample *
-    samples_per_insert``; the side that gets ahead blocks.
+    samples_per_insert``; the side that gets ahead blocks. Both sides must run: when the
+    learner stops sampling, inserts block (the actors stall), and when the actors stop
+    inserting, samples block; a blocked call warns after the table's ``warn_after``
+    seconds ("the learner (sampler) is behind") and raises at its ``timeout``.
 
     Raises:
         DeadlockError: if ``error_buffer`` is too small for one insert to let a sample through
@@ -205,7 +218,11 @@ def SampleToInsertRatio(
 
 
 def Queue(size: int) -> RateLimiter:
-    """Each item is sampled once: inserts block when ``size`` items wait, samples when none do."""
+    """Each item is sampled once: inserts block when ``size`` items wait, samples when none do.
+
+    A sampler must consume the queue: with nobody sampling, inserts (and a queue table's
+    writers) stop once ``size`` items wait, and warn "no sampler is consuming this queue".
+    """
     if not isinstance(size, int) or size < 1:
         raise InvalidArgumentError(f"size={describe(size)} must be an int >= 1")
     return RateLimiter(1.0, 1, 0.0, float(size))
