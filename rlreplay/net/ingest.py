@@ -3,9 +3,10 @@
 A remote writer sends its steps in chunks together with the items it created over them.
 Each item names its anchor by *stream index* (the position of the step in everything this
 writer appended, counted from 0). A :class:`WriterSession` maps stream indices to store
-step ids and keeps each episode contiguous in the store: when other writers appended in
-between, the retained steps of the current episode (at most ``history - 1``) are copied
-to the end of the store first, exactly as :class:`rlreplay.TrajectoryWriter` does.
+step ids and, like :class:`rlreplay.TrajectoryWriter`, holds a retention of the store's
+overwrite protocol (:mod:`rlreplay.core.overwrite`): the newest ``history`` steps of the
+current episode are never overwritten by other writers (the protocol copies them to the
+store's head first), and each chunk's steps continue them contiguously.
 
 A chunk is all or nothing. :meth:`~rlreplay.net.chunk_checks.Chunk.parse` checks every
 field of the request against the session (shapes and dtypes of the steps, each item's
@@ -69,14 +70,17 @@ class WriterSession:
         self.next_seq = 0  # sequence number of the next chunk to apply
         self.applied = 0  # stream index one past the last applied chunk's steps
         self.episode_start = 0  # stream index where the current episode began
-        # Contiguous runs of this writer's recent steps in the store: (stream start, stream
-        # end, store id of the start). A step copied as context lives in two runs; an item
-        # uses the newest run that holds its whole window.
-        self.runs: list[tuple[int, int, int]] = []
-        # Per table: (anchor stream index, store id) of items created over recent steps,
-        # so a chunk that repeats an earlier chunk's anchor is refused before it changes
+        with self.store.mutex:
+            # The newest ``history`` steps of the current episode (stream indices
+            # ``applied - count .. applied - 1``), which later items may reach: the
+            # store's overwrite protocol never overwrites them (when an append would, it
+            # copies them to the store's head first), and this writer's next append
+            # continues them.
+            self.retention = self.store.overwrite.retain(history)
+        # Per table: anchors (stream indices) of items created over recent steps, so a
+        # chunk that repeats an earlier chunk's anchor is refused before it changes
         # anything.
-        self.recent: list[np.ndarray] = [np.zeros((0, 2), np.int64) for _ in tables]
+        self.recent: list[np.ndarray] = [np.zeros(0, np.int64) for _ in tables]
         self.replies: OrderedDict[int, np.ndarray] = OrderedDict()
         self.pending: deque = deque()  # WriteJobs of this writer, oldest first
 
@@ -123,43 +127,44 @@ class WriterSession:
         with store.lock:
             for t, m in enumerate(chunk.counts.tolist()):
                 table = self.tables[t]
-                if getattr(table, "_closed", False):
+                if m and getattr(table, "_closed", False):
                     raise ClosedError(f"table {table.name!r} is closed")
                 if m and not admits(table, m):
                     return None
-            runs, appends, total = self._plan(chunk, store.next_id)
-            if total and not store_has_room(store, total):
+            segments, keep = self._segments(chunk)
+            own = self.retention
+            if chunk.n and not store.overwrite.has_room(chunk.n, own=own, keep=keep):
                 return None
-            ids = _store_ids(runs, chunk.anchor, chunk.need)
-            oldest = max(0, store.next_id + total - store.capacity)
-            if len(ids) and ids.min() < oldest:
-                raise InvalidArgumentError(
-                    f"items anchored at stream steps {describe(chunk.anchor[ids < oldest][:4])} "
-                    "reach steps the store no longer holds; keep the store larger than the "
-                    "steps in flight, or create items sooner"
-                )
-            self._check_repeats(chunk, ids)
-            # Validated and admitted: nothing below fails for the chunk's own reasons.
-            runs = self._append(chunk, appends)
-            ids = _store_ids(runs, chunk.anchor, chunk.need)
-            if len(ids) and ids.min() < store.oldest_id:  # only if others' copies came first
+            # Every item must lie in the steps this chunk appends or the retained ones it
+            # continues (checked with stand-in ids: nothing is appended yet).
+            _store_ids(self._runs(segments, keep, None), chunk.anchor, chunk.need)
+            self._check_repeats(chunk)
+            # Checked and admitted: nothing below fails for the chunk's own reasons.
+            ids = _store_ids(self._append(chunk, segments, keep), chunk.anchor, chunk.need)
+            if len(ids) and ids.min() < store.oldest_id:
+                # Only when an earlier episode of this same chunk was overwritten by the
+                # copies its later appends made for other writers (a store far too small).
                 raise InvalidArgumentError(
                     "the chunk's items reach steps that copies for other writers overwrote "
                     "while it was appended; its steps are stored, its items are not (enlarge "
                     "the store)"
                 )
             keys = self._create(chunk, ids)
-        if chunk.restart or chunk.first != self.applied:
+        if self._new_episode(chunk):
             self.episode_start = chunk.first
         if chunk.starts:
             self.episode_start = chunk.starts[-1]
-        self.runs = [r for r in runs if r[1] > chunk.first + chunk.n - self.history]
         self.applied = chunk.first + chunk.n
         self.next_seq = chunk.seq + 1
         self.replies[chunk.seq] = keys
         while len(self.replies) > KEPT_REPLIES:
             self.replies.popitem(last=False)
         return keys
+
+    def close(self) -> None:
+        """Let the retained steps go (the writer closed or was forgotten)."""
+        with self.store.mutex:
+            self.store.overwrite.forget(self.retention)
 
     def blocked_by(self, chunk: Chunk) -> Table:
         """The table whose rate limiter keeps ``chunk`` waiting (the first table when it
@@ -171,76 +176,73 @@ class WriterSession:
         return self.tables[0]
 
     # --------------------------------------------------------------- planning
-    def _plan(self, chunk: Chunk, next_id: int) -> tuple[list, list, int]:
-        """The runs after the chunk's steps are appended at ``next_id``, the appends
-        (``(stream a, stream b, context store ids or None)``) and the steps they add."""
-        restart = chunk.restart or chunk.first != self.applied
-        runs = [] if restart else [r for r in self.runs if r[1] > chunk.first - self.history]
-        episode_start = chunk.first if restart else self.episode_start
-        bounds = [chunk.first, *[s for s in chunk.starts if s > chunk.first], chunk.first + chunk.n]
-        appends: list = []
-        total = 0
-        for a, b in pairwise(bounds):
-            if a in chunk.starts:
-                episode_start = a
-            if b == a:
-                continue  # no steps: nothing to append, no context to copy
-            last = runs[-1] if runs else None
-            extends = last is not None and last[1] == a and last[2] + (a - last[0]) == next_id
-            context = None
-            lo = a
-            if last is not None and not extends and last[1] == a:
-                lo = max(episode_start, a - (self.history - 1), last[0])
-                if lo < a:
-                    context = last[2] + np.arange(lo - last[0], a - last[0])
-                    if context.min() < max(0, next_id - self.store.capacity):
-                        context, lo = None, a  # overwritten: later items cannot reach it
-            count = (b - a) + (a - lo)
-            if extends:
-                runs[-1] = (last[0], b, last[2])
-            elif count:
-                runs.append((lo, b, next_id))
-            appends.append((a, b, context))
-            next_id += count
-            total += count
-        return runs, appends, total
+    def _new_episode(self, chunk: Chunk) -> bool:
+        """Whether ``chunk`` begins a new episode at its first step."""
+        return (
+            chunk.restart
+            or chunk.first != self.applied
+            or bool(chunk.starts and chunk.starts[0] == chunk.first)
+        )
 
-    def _check_repeats(self, chunk: Chunk, ids: np.ndarray) -> None:
+    def _segments(self, chunk: Chunk) -> tuple[list[tuple[int, int]], int]:
+        """The chunk's steps split at episode starts (``(a, b)`` stream ranges, none
+        empty), and how many retained steps the first one continues."""
+        bounds = [chunk.first, *[s for s in chunk.starts if s > chunk.first], chunk.first + chunk.n]
+        segments = [(a, b) for a, b in pairwise(bounds) if b > a]
+        keep = 0 if self._new_episode(chunk) else self.retention.count
+        return segments, keep
+
+    def _runs(self, segments: list, keep: int, firsts: list | None) -> list:
+        """Runs ``(stream start, stream end, store id of the start)`` holding the retained
+        steps the chunk continues and each segment, given each segment's first store id
+        (``firsts``; None: stand-in ids, to check that items lie in some run)."""
+        runs = []
+        if keep and not segments:  # no new steps: items lie in the retained ones
+            r = self.retention
+            runs.append((self.applied - keep, self.applied, r.first))
+        for j, (a, b) in enumerate(segments):
+            first = 0 if firsts is None else firsts[j]
+            lo = a - keep if j == 0 else a  # the retained steps end right before it
+            runs.append((lo, b, first - (a - lo)))
+        return runs
+
+    def _check_repeats(self, chunk: Chunk) -> None:
         low = chunk.first - self.history
         for t in range(len(self.tables)):
-            recent = self.recent[t]
-            self.recent[t] = recent = recent[recent[:, 0] >= low]
-            if len(recent) and chunk.counts[t]:
-                mine = chunk.table == t
-                if np.isin(ids[mine], recent[:, 1]).any():
-                    raise InvalidArgumentError(
-                        f"writer chunk creates an item in table {self.tables[t].name!r} at an "
-                        "anchor an earlier chunk already used; a table holds at most one item "
-                        "per anchor step"
-                    )
+            recent = self.recent[t] = self.recent[t][self.recent[t] >= low]
+            mine = chunk.anchor[chunk.table == t] if len(recent) and chunk.counts[t] else ()
+            if len(mine) and np.isin(mine, recent).any():
+                raise InvalidArgumentError(
+                    f"writer chunk creates an item in table {self.tables[t].name!r} at an "
+                    "anchor an earlier chunk already used; a table holds at most one item "
+                    "per anchor step"
+                )
 
     # --------------------------------------------------------------- applying
-    def _append(self, chunk: Chunk, appends: list) -> list:
-        """Append the planned steps, each segment with its context in one append (so they
-        stay contiguous); returns the runs with the ids the store gave them (it may copy
-        other writers' steps or a stack's items to its head first, shifting ids)."""
-        store = self.store
-        restart = chunk.restart or chunk.first != self.applied
-        runs = [] if restart else [r for r in self.runs if r[1] > chunk.first - self.history]
-        for a, b, context in appends:
+    def _append(self, chunk: Chunk, segments: list, keep: int) -> list:
+        """Append each segment right after the retained steps it continues (the store's
+        overwrite protocol copies them to its head first when other steps came between);
+        returns the runs with the store ids the steps got."""
+        store, own = self.store, self.retention
+        firsts = []
+        for j, (a, b) in enumerate(segments):
+            k = keep if j == 0 else 0
+            if not k:
+                own.release()  # a new episode: earlier steps are no longer reachable
+            if store.overwrite.make_room(b - a, own=own, keep=k) is None:
+                # Room was checked for the whole chunk; only a later episode of it can
+                # meet a queue the first check did not see. Its steps are not written.
+                raise InvalidArgumentError(
+                    "the chunk's later episode found the store's rows held by a queue's "
+                    "items; send episodes in separate chunks, or enlarge the store"
+                )
             data = {p: arr[a - chunk.first : b - chunk.first] for p, arr in chunk.steps.items()}
-            lo = a
-            if context is not None:
-                lo = a - len(context)
-                old = store.read(context)
-                data = {p: np.concatenate([old[p], data[p]]) for p in data}
-            start = store._append_locked(data, b - lo)
-            last = runs[-1] if runs else None
-            if lo == a and last is not None and last[1] == a and last[2] + (a - last[0]) == start:
-                runs[-1] = (last[0], b, last[2])
-            else:
-                runs.append((lo, b, start))
-        return runs
+            first = store._write_locked(data, b - a)
+            own.extend(first, b - a)
+            firsts.append(first)
+        if not segments and not keep:
+            own.release()
+        return self._runs(segments, keep, firsts)
 
     def _create(self, chunk: Chunk, ids: np.ndarray) -> np.ndarray:
         """Create the chunk's items, one batch per table; keys in creation order."""
@@ -256,8 +258,7 @@ class WriterSession:
                 lengths = np.where(length > 0, length, table.layout.span)
             prios = _priorities(table, chunk.priority[mine])
             keys[mine] = table.create_items(ids[mine], prios, lengths=lengths)
-            created = np.stack([chunk.anchor[mine], ids[mine]], axis=1)
-            self.recent[t] = np.concatenate([self.recent[t], created])
+            self.recent[t] = np.concatenate([self.recent[t], chunk.anchor[mine]])
         return keys
 
 

@@ -18,6 +18,10 @@ from rlreplay.errors import InvalidArgumentError, ProtocolError, describe
 from rlreplay.net import handlers
 from rlreplay.net.ingest import WriterSession
 
+# Seconds a writer may stay silent (with no chunk waiting) before the server lets go of
+# the steps it retains for its next items; its next chunk then cannot reach back.
+WRITER_IDLE_S = 600.0
+
 
 class TableOperations:
     """Mixin of :class:`Server`: expects ``tables``, ``_descriptions``, ``_rates`` and
@@ -139,12 +143,25 @@ class TableOperations:
                     f"{[t.name for t in session.tables]} with history {session.history}, "
                     f"not {describe(names)} with history {history}; writer ids must be unique"
                 )
-        job = handlers.WriteJob(
-            session, header, arrays, handlers.deadline_of(header, time.monotonic())
-        )
-        self._sessions[key] = (session, time.monotonic())
+        now = time.monotonic()
+        job = handlers.WriteJob(session, header, arrays, handlers.deadline_of(header, now))
+        self._sessions[key] = (session, now)
+        self._release_idle_writers(now)
         return job
 
     def _op_close_writer(self, header, arrays):
-        self._sessions.pop(header["writer"], None)
+        entry = self._sessions.pop(header["writer"], None)
+        if entry is not None:
+            entry[0].close()
         return {}, None
+
+    def _release_idle_writers(self, now: float) -> None:
+        """Let go of the retained steps of writers silent for ``WRITER_IDLE_S`` with no
+        chunk waiting (a writer process that vanished would otherwise hold them, and
+        make every append copy them, until its session expires)."""
+        if now - getattr(self, "_idle_sweep", 0.0) < 1.0:
+            return
+        self._idle_sweep = now
+        for session, used in list(self._sessions.values()):
+            if now - used > WRITER_IDLE_S and not session.pending:
+                session.close()

@@ -454,32 +454,49 @@ def test_a_writer_collected_unclosed_warns(address):
         gc.collect()
 
 
-def test_a_chunk_refused_for_its_items_is_dropped_and_the_stream_goes_on(chunk_server):
+def test_another_writer_filling_the_store_does_not_cut_a_remote_writers_context(chunk_server):
     client, tables = chunk_server
     store = tables["seq"].store
-    w = client.trajectory_writer(["seq"], history=4, chunk_steps=2, keep_keys=True)
-    step = {"obs": np.zeros(2, np.float32), "reward": np.float32(0)}
-    for _ in range(2):
-        w.append(step)
+    w = client.trajectory_writer(["seq"], history=3, chunk_steps=2, keep_keys=True)
+    for i in range(2):
+        w.append({"obs": np.array([i, i], np.float32), "reward": np.float32(i)})
     w.flush(timeout=5.0)
-    store.append(chunk_steps(500, STORE_STEPS))  # another writer overwrites those steps
-    w.append(step)
-    w.create_item("seq")  # reaches back to the two overwritten steps
-    with pytest.raises(InvalidArgumentError, match="dropped, with 1 items"):
+    store.append(chunk_steps(500, STORE_STEPS - 2))  # the writer's steps are now the oldest
+    w.append({"obs": np.array([2, 2], np.float32), "reward": np.float32(2)})
+    w.create_item("seq")  # reaches back to the two retained steps
+    w.flush(timeout=5.0)
+    assert w.items_acknowledged == 1
+    key = int(w.keys[-1][0])
+    w.close()
+    got = client.sample("seq", 16, timeout=5.0)
+    obs = got.data["obs"][got.info.keys == key][0]
+    np.testing.assert_array_equal(obs[:, 0], [0, 1, 2])
+
+
+def test_a_chunk_refused_for_its_items_is_dropped_and_the_stream_goes_on(chunk_server):
+    client, tables = chunk_server
+    w = client.trajectory_writer(["seq", "rows"], history=4, chunk_steps=2, keep_keys=True)
+    for i in range(3):
+        w.append({"obs": np.array([i, i], np.float32), "reward": np.float32(i)})
+    w.flush(timeout=5.0)
+    tables["seq"].close()  # the server now refuses items in "seq"
+    w.append({"obs": np.array([3, 3], np.float32), "reward": np.float32(3)})
+    w.create_item("rows", start=-2)
+    w.create_item("seq")
+    with pytest.raises(ClosedError, match="dropped, with 2 items"):
         w.flush(timeout=5.0)
     assert w.pending_chunks == 0 and w.items_acknowledged == 0
     with pytest.raises(InvalidArgumentError, match="retained"):
-        w.create_item("seq")  # the dropped steps are gone for later items too
-    for i in range(3):
+        w.create_item("rows", start=-1)  # the dropped steps are gone for later items too
+    for i in range(4, 6):
         w.append({"obs": np.array([i, i], np.float32), "reward": np.float32(i)})
-    w.create_item("seq")
+    w.create_item("rows", start=-2)
     w.flush(timeout=5.0)
     assert w.items_acknowledged == 1
-    key = w.keys[-1]
+    key = int(w.keys[-1][0])
     w.close()
-    got = client.sample("seq", 16, timeout=5.0)
-    obs = got.data["obs"][got.info.keys == key[0]][0]
-    np.testing.assert_array_equal(obs[:, 0], [0, 1, 2])
+    got = client.sample("rows", 16, timeout=5.0)
+    assert got.data["obs"][got.info.keys == key][0, 0] == 4
 
 
 def forked_flush(writer, out) -> None:
