@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from netprocs import config, served
@@ -525,3 +527,24 @@ def test_a_writer_copied_into_a_forked_process_refuses_to_send(address):
         if proc.is_alive():
             proc.kill()
     w.close()
+
+
+def test_a_silent_writer_lets_its_retained_steps_go(chunk_server, monkeypatch):
+    import rlreplay.net.operations as operations
+
+    client, tables = chunk_server
+    overwrite = tables["seq"].store.overwrite
+    step = {"obs": np.zeros(2, np.float32), "reward": np.float32(0)}
+    quiet = client.trajectory_writer(["rows"], history=3)
+    for _ in range(2):
+        quiet.append(step)
+    quiet.flush(timeout=5.0)
+    assert sorted(r.count for r in overwrite.retentions()) == [2]
+    monkeypatch.setattr(operations, "WRITER_IDLE_S", 0.5)
+    time.sleep(1.1)
+    busy = client.trajectory_writer(["rows"], history=3)
+    busy.append(step)
+    busy.flush(timeout=5.0)  # the server looks for silent writers when chunks arrive
+    assert sorted(r.count for r in overwrite.retentions()) == [1]  # the busy one
+    busy.close()
+    quiet.close()
