@@ -459,6 +459,7 @@ def test_a_writer_collected_unclosed_warns(address):
 def test_another_writer_filling_the_store_does_not_cut_a_remote_writers_context(chunk_server):
     client, tables = chunk_server
     store = tables["seq"].store
+    client.reset("seq")  # only this writer's item, so a sample returns it
     w = client.trajectory_writer(["seq"], history=3, chunk_steps=2, keep_keys=True)
     for i in range(2):
         w.append({"obs": np.array([i, i], np.float32), "reward": np.float32(i)})
@@ -477,6 +478,7 @@ def test_another_writer_filling_the_store_does_not_cut_a_remote_writers_context(
 
 def test_a_chunk_refused_for_its_items_is_dropped_and_the_stream_goes_on(chunk_server):
     client, tables = chunk_server
+    client.reset("rows")  # only this writer's item, so a sample returns it
     w = client.trajectory_writer(["seq", "rows"], history=4, chunk_steps=2, keep_keys=True)
     for i in range(3):
         w.append({"obs": np.array([i, i], np.float32), "reward": np.float32(i)})
