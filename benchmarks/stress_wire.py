@@ -10,7 +10,7 @@ never with an internal error; when a rejected request left every table exactly a
 
 Run from the repository root::
 
-    python -m benchmarks.stress_wire [--cases 100000] [--seed 0]
+    python -m benchmarks.stress_wire [--cases 100000] [--seed 0] [--out FILE]
 
 Prints a table (cases by request kind, replies by error kind, internal errors, crashes,
 tables intact) and writes JSON to ``benchmarks/results/stress_wire.json``. The suite's
@@ -533,11 +533,17 @@ def run(cases: int, seed: int) -> dict:
         }
 
 
-def main() -> None:
+RESULTS = Path(__file__).resolve().parent / "results" / "stress_wire.json"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run the stress from the command line; prints the figures, writes them as JSON and
+    returns them."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=int, default=100_000, help="mutated requests to send")
     parser.add_argument("--seed", type=int, default=0, help="seed of the mutations")
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON")
+    args = parser.parse_args(argv)
     result = run(args.cases, args.seed)
     print(f"{args.cases} cases in {result['seconds']:.1f}s (seed {args.seed})")
     print(f"{'request kind':<20s} {'cases':>8s}")
@@ -553,10 +559,10 @@ def main() -> None:
         for line in result[key][:5]:
             print(f"  {key}: {line[:400]}")
     result["machine"] = platform.platform()
-    out = Path(__file__).resolve().parent / "results" / "stress_wire.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {out}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    print(f"wrote {args.out}")
+    return result
 
 
 if __name__ == "__main__":

@@ -137,10 +137,15 @@ def test_a_header_too_deeply_nested_to_unpack_is_a_protocol_error(harness):
     assert harness.still_serving()
 
 
-def test_stress_command_counts_and_writes_its_figures(tmp_path):
+def test_stress_command_counts_and_writes_its_figures(tmp_path, capsys):
+    import json
+
     from benchmarks import stress_wire
 
-    result = stress_wire.run(200, seed=3)
+    stress_wire.main(["--cases", "200", "--seed", "3", "--out", str(tmp_path / "s.json")])
+    result = json.loads((tmp_path / "s.json").read_text())
     assert sum(result["cases_by_kind"].values()) == 200
+    assert sum(result["replies_by_kind"].values()) == 200
     assert result["internal_errors"] == 0 and result["tables_not_intact"] == 0
     assert result["still_serving"] and result["crashes"] == 0
+    assert "internal_errors" in capsys.readouterr().out
