@@ -259,7 +259,11 @@ class ItemIndex:
             return
         if n == 1:
             if self._live_view[start]:
-                self.evict_slots(np.array([start]))
+                self.sampler.delete_one(start)
+                self.remover.delete_one(start)
+                self._live_view[start] = False
+                self.size -= 1
+                self.counts["overwrite_evictions"] += 1
             return
         doomed = self.live_in(start, n)
         if len(doomed):

@@ -101,6 +101,10 @@ class OverwriteProtocol:
         self.blocker: str | None = None  # the queue that held the rows, after a refusal
         self.relocated_steps = 0  # steps copied to the head for writers and stacks
         self._stale = False  # a party was dropped since the last refresh()
+        # Every table evicts and at most one writer retains steps: an append by that
+        # writer (or by a table, with no writer) only evicts, without a plan.
+        self._evict_only = True
+        self._only_retention: weakref.ref | None = None
 
     # ------------------------------------------------------------ registration
     def attach(self, table: Table) -> weakref.ref:
@@ -158,6 +162,8 @@ class OverwriteProtocol:
         self._tables = self.live_refs(self._tables)
         self._retentions = self.live_refs(self._retentions)
         tables = self.tables()
+        self._evict_only = all(t.on_overwrite == "evict" for t in tables)
+        self._only_retention = self._retentions[0] if len(self._retentions) == 1 else None
         self.sole = None
         if store is not None:
             store._choose_row_writer(tables)
@@ -286,8 +292,16 @@ class OverwriteProtocol:
                 f"{cap} at once"
             )
         own_at_head = own is None or not keep or own.end == store.next_id
-        if store.next_id + n <= cap and own_at_head:
-            return store.next_id  # nothing is overwritten and own's steps are at the head
+        if own_at_head:
+            nxt = store.next_id
+            if nxt + n <= cap:
+                return nxt  # nothing is overwritten and own's steps are at the head
+            only = self._only_retention
+            if self._evict_only and (
+                not self._retentions or (only is not None and own is not None and only() is own)
+            ):
+                self._evict(store, nxt - cap, nxt + n - cap, n, successor)
+                return nxt % cap
         w, moving, moved_items, own_away = self._plan(store, n, own, keep)
         lo, hi = self._overwritten(store, w)
         blocker = self.blocking_table(store, lo, hi)
@@ -304,13 +318,7 @@ class OverwriteProtocol:
                 items.append((t, slot, steps, state))
         own_data = store.read_range(own.end - keep, keep) if own_away else None
         if hi > lo:
-            kept = 0 if successor is None else hi - max(lo, hi - n)
-            for t in self.tables():
-                if t.on_overwrite == "evict" and t.index.size:
-                    if t is successor:
-                        t.index.evict_rows(lo % cap, hi - lo - kept)
-                    else:
-                        t.index.evict_rows(lo % cap, hi - lo)
+            self._evict(store, lo, hi, n, successor, wake=False)
         for r, data in copies:
             r.first = store._write_locked(data, r.count)
         new_slots = [store._write_locked(steps, state[2]) % cap for _, _, steps, state in items]
@@ -321,6 +329,30 @@ class OverwriteProtocol:
         if hi > lo:
             store._wake_waiters()
         return store.next_id % cap
+
+
+    def _evict(
+        self,
+        store: StepStore,
+        lo: int,
+        hi: int,
+        n: int,
+        successor: Table | None,
+        wake: bool = True,
+    ) -> None:
+        """Evicting tables remove their items anchored on ids ``[lo, hi)``, except the
+        successor's on the last ``n`` (which it replaces)."""
+        lo = max(lo, 0)
+        if hi <= lo:
+            return
+        cap = store.capacity
+        kept = 0 if successor is None else hi - max(lo, hi - n)
+        for ref in self._tables:
+            t = ref()
+            if t is not None and t.on_overwrite == "evict" and t.index.size:
+                t.index.evict_rows(lo % cap, hi - lo - (kept if t is successor else 0))
+        if wake:
+            store._wake_waiters()
 
 
 def _move_items(items: list[tuple[Table, int, Any, Any]], new_slots: list[int]) -> None:
