@@ -253,7 +253,10 @@ class Table:
             if not self._is_rows:
                 return True
             n = num_inserts * self.store.lanes
-            return n <= self.store.capacity and self.store.overwrite.has_room(n)
+            try:
+                return n <= self.store.capacity and self.store.overwrite.has_room(n)
+            except InvalidArgumentError:  # the store is too small for what writers retain
+                return False
 
     def can_sample(self, num_samples: int = 1) -> bool:
         """Whether sampling ``num_samples`` items would proceed now without blocking or
