@@ -1,4 +1,4 @@
-"""The compiled draw loops (gather, mark_sampled) against the numpy path of ItemDraws.
+"""The compiled draw loops (gather, mark_sampled) against the numpy path of DrawPlan.
 
 Two tables get the same steps, items and seed; one samples through the kernel, the other
 with the kernel switched off. Their samples must be identical, field by field. Skipped when
