@@ -22,6 +22,10 @@ log = logging.getLogger("rlreplay")
 
 # Seconds a call may stay blocked before it logs its warning (None: never warn).
 WARN_AFTER_S: float | None = 5.0
+# Longest single wait: a blocked call looks at its condition again at least this often,
+# so a change nobody could announce (a table or writer garbage-collected in another
+# thread, which cannot take the lock to notify) still lets it go on.
+POLL_S = 1.0
 
 
 class BlockedCall:
@@ -67,7 +71,8 @@ class BlockedCall:
             setattr(target, name, getattr(target, name) + self.elapsed)
 
     def wait(self) -> bool:
-        """Wait for a notification on the lock, the deadline or the warning time.
+        """Wait for a notification on the lock, the deadline or the warning time (at most
+        :data:`POLL_S` seconds).
 
         Returns:
             False, without waiting, once the deadline has passed; True otherwise (the
@@ -77,13 +82,13 @@ class BlockedCall:
         deadline = self.deadline
         if deadline is not None and now >= deadline:
             return False
-        limit = None if deadline is None else deadline - now
+        limit = POLL_S if deadline is None else min(POLL_S, deadline - now)
         warn_at = self.warn_at
         if warn_at is not None:
             if now >= warn_at:
                 self.warn_at = None
                 log.warning(self.describe())
             else:
-                limit = warn_at - now if limit is None else min(limit, warn_at - now)
+                limit = min(limit, warn_at - now)
         self.lock.wait(limit)
         return True

@@ -230,6 +230,20 @@ def test_closing_or_dropping_a_queue_lets_blocked_appends_go_on():
     store.append(steps(3, 0, 1), timeout=0.05)
 
 
+def test_an_append_waiting_for_a_dropped_queue_goes_on():
+    store = StepStore(SIGNATURE, capacity=2)
+    queue = Table.queue("q", 2, store=store)
+    queue.insert(steps(0, 0, 2))
+    thread, out = run_thread(lambda: store.append(steps(1, 0, 1), timeout=10.0))
+    wait_until_blocked(store)
+    start = time.monotonic()
+    del queue  # nobody holds the queue any more: its items stop holding rows
+    gc.collect()
+    thread.join(5.0)
+    assert out and out[0][0] == "ok", out
+    assert time.monotonic() - start < 3.0
+
+
 def test_a_queue_of_sequences_holds_size_items_of_its_span():
     signature = StepStore(SIGNATURE, 1).signature
     layout = ItemLayout.sequence(signature, 4)
