@@ -29,6 +29,7 @@ class TrajectoryWriter:
     never finds another writer's steps inside its own. One writer per store, or writers
     that append in chunks (:meth:`append_batch`), keep the copies few. A store too small
     for every writer's ``history`` plus an append raises :class:`InvalidArgumentError`.
+    A writer garbage-collected without :meth:`close` lets its steps go as well.
 
     The local writer stores each step immediately, so :meth:`flush` has nothing to wait
     for; it exists so that code written against it also runs against a network writer.
