@@ -71,8 +71,9 @@ class Retention:
     def extend(self, first: int, n: int) -> None:
         """Retain ``n`` new steps from id ``first`` (right after the retained ones, or a
         fresh range), keeping the newest ``limit``."""
-        if self.count and first == self.end:
-            count = self.count + n
+        count = self.count
+        if count and first == self.first + count:
+            count += n
         else:
             self.first, count = first, n
         if count > self.limit:
@@ -291,15 +292,22 @@ class OverwriteProtocol:
                 f"{n} steps cannot be appended to a store of capacity={cap}; append at most "
                 f"{cap} at once"
             )
-        own_at_head = own is None or not keep or own.end == store.next_id
-        if own_at_head:
-            nxt = store.next_id
+        nxt = store.next_id
+        if own is None or not keep or own.first + own.count == nxt:  # own's steps at the head
             if nxt + n <= cap:
-                return nxt  # nothing is overwritten and own's steps are at the head
+                return nxt  # nothing is overwritten
             only = self._only_retention
             if self._evict_only and (
                 not self._retentions or (only is not None and own is not None and only() is own)
             ):
+                if nxt >= cap and n == 1 and successor is None:  # one row: the common case
+                    row = nxt % cap
+                    for ref in self._tables:
+                        t = ref()
+                        if t is not None and t.index.size:
+                            t.index.evict_rows(row, 1)
+                    store._wake_waiters()
+                    return row
                 self._evict(store, nxt - cap, nxt + n - cap, n, successor)
                 return nxt % cap
         w, moving, moved_items, own_away = self._plan(store, n, own, keep)

@@ -123,8 +123,8 @@ class TrajectoryWriter:
                 if self._closed:
                     raise ClosedError("the writer was closed while its append waited")
                 keep = 0 if count >= r.limit else min(r.count, r.limit - count)
-                away = keep and r.end != store.next_id
-                if store.overwrite.make_room(count, own=r, keep=keep) is not None:
+                away = keep and r.first + r.count != store.next_id
+                if store.overwrite.make_room(count, r, keep) is not None:
                     break
                 waiter = waiter or store.blocked_call(timeout, "append")
                 if not waiter.wait():
