@@ -51,7 +51,7 @@ def check_state(store: StepStore, tables: list[Table], writers: list) -> None:
             assert (data["e"] == marks["episode"]).all(), (w, data)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     policies=st.lists(st.sampled_from(["evict", "block", "relocate"]), min_size=1, max_size=3),
     span=st.integers(1, 3),

@@ -22,7 +22,7 @@ from rlreplay import ItemLayout, StepStore, Table, TrajectoryWriter
 from rlreplay.errors import ReplayTimeoutError
 
 SIGNATURE = {"w": "int64", "e": "int64", "i": "int64"}
-STEPS_PER_WRITER = 60
+STEPS_PER_WRITER = 150
 JOIN_S = 20.0
 
 
@@ -100,7 +100,7 @@ def sampler_loop(tables: list[Table], span: int, done: threading.Event, errors: 
         errors.append(exc)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     writers=st.integers(1, 3),
     policies=st.lists(st.sampled_from(["evict", "block", "relocate"]), min_size=1, max_size=3),
