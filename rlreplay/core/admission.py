@@ -152,3 +152,29 @@ class Admission:
         limiter, index = self.rate_limiter, self.index
         allowed = lambda: limiter.can_insert(n, index.size)  # noqa: E731
         return self.wait_until(allowed, waiter, timeout, "insert")
+
+    def admit_samples(self, n: int, timeout: float | None) -> None:
+        """Wait until the rate limiter admits a sample of ``n`` items from a non-empty
+        table (lock held); the time blocked counts as ``sample_blocked_s``.
+
+        Raises:
+            ClosedError, RateLimiterTimeoutError: as :meth:`wait_until`.
+        """
+        limiter, index = self.rate_limiter, self.index
+        allowed = lambda: index.size > 0 and limiter.can_sample(n, index.size)  # noqa: E731
+        waiter = self.wait_until(allowed, None, timeout, "sample")
+        if waiter is not None:
+            waiter.settle()
+
+    def can_insert(self, n: int, rows: int) -> bool:
+        """Whether ``n`` inserts would proceed now: the limiter admits them and the store
+        can take ``rows`` new rows (0 for items over stored steps) without waiting for a
+        queue's items (lock held)."""
+        if self.closed or not self.rate_limiter.can_insert(n, self.index.size):
+            return False
+        if rows == 0:
+            return True
+        try:
+            return rows <= self.store.capacity and self.store.overwrite.has_room(rows)
+        except InvalidArgumentError:  # the store is too small for what writers retain
+            return False

@@ -248,15 +248,8 @@ class Table:
         rate limiter admits them and, for :meth:`insert` (tables of rows), the store can
         take their rows without waiting for a queue's items."""
         with self.mutex:
-            if self._closed or not self.rate_limiter.can_insert(num_inserts, self.index.size):
-                return False
-            if not self._is_rows:
-                return True
-            n = num_inserts * self.store.lanes
-            try:
-                return n <= self.store.capacity and self.store.overwrite.has_room(n)
-            except InvalidArgumentError:  # the store is too small for what writers retain
-                return False
+            rows = num_inserts * self.store.lanes if self._is_rows else 0
+            return self.admission.can_insert(num_inserts, rows)
 
     def can_sample(self, num_samples: int = 1) -> bool:
         """Whether sampling ``num_samples`` items would proceed now without blocking or
@@ -371,14 +364,7 @@ class Table:
         limiter.check_sample_batch(n, index.size)
         with self.mutex:
             if self._closed or not (index.size > 0 and limiter.can_sample(n, index.size)):
-                waiter = self.admission.wait_until(
-                    lambda: index.size > 0 and limiter.can_sample(n, index.size),
-                    None,
-                    timeout,
-                    "sample",
-                )
-                if waiter is not None:
-                    waiter.settle()
+                self.admission.admit_samples(n, timeout)
             sample = self.draws.draw(n)
             limiter.samples += len(sample.info.keys)
             self.store._wake_waiters()
