@@ -212,8 +212,7 @@ class ItemIndex:
             return
         if slots.min() < 0 or slots.max() >= self.capacity or not self.live[slots].all():
             raise InvalidArgumentError(
-                f"slots {describe(slots[:8].tolist())} do not all hold items; nothing was "
-                "removed"
+                f"slots {describe(slots[:8].tolist())} do not all hold items; nothing was removed"
             )
         self.sampler.delete(slots)
         self.remover.delete(slots)

@@ -338,7 +338,6 @@ class OverwriteProtocol:
             store._wake_waiters()
         return store.next_id % cap
 
-
     def _evict(
         self,
         store: StepStore,

@@ -86,8 +86,7 @@ def check_table_limits(
         )
     if on_overwrite == "relocate" and store.lanes != 1:
         raise InvalidArgumentError(
-            f"on_overwrite='relocate' needs a single-lane store; this one has "
-            f"lanes={store.lanes}"
+            f"on_overwrite='relocate' needs a single-lane store; this one has lanes={store.lanes}"
         )
     if default_priority is not None:
         check_priorities(default_priority, 1, "default_priority")

@@ -52,7 +52,10 @@ def batch_length(table: Table, rows: Any) -> int | None:
 
 
 def _store_rows(
-    table: Table, arrays: Mapping[str, Any], n: int, waiter: BlockedCall | None,
+    table: Table,
+    arrays: Mapping[str, Any],
+    n: int,
+    waiter: BlockedCall | None,
     timeout: float | None,
 ) -> tuple[int, BlockedCall | None]:
     """Admit ``n`` items through the rate limiter and free ``n`` rows in the store, waiting
@@ -71,9 +74,7 @@ def _store_rows(
             raise store.timeout_error(n, timeout)
 
 
-def insert_one(
-    table: Table, row: Mapping, priorities: Any, timeout: float | None
-) -> np.ndarray:
+def insert_one(table: Table, row: Mapping, priorities: Any, timeout: float | None) -> np.ndarray:
     """:meth:`Table.insert` of one row into a single-lane store, without arrays: the
     store writes it as it is when it fits the columns and the table is alone on the
     store, else it is validated first."""
@@ -247,9 +248,7 @@ def create_items(
         return keys
 
 
-def create_one(
-    table: Table, anchor_id: int, priority: Any, timeout: float | None
-) -> int:
+def create_one(table: Table, anchor_id: int, priority: Any, timeout: float | None) -> int:
     """:meth:`Table.create_item` of one item of a fixed-span layout, in Python scalars."""
     priority = check_one_priority(priority)
     timeout = check_timeout(timeout)

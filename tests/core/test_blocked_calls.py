@@ -58,8 +58,9 @@ def test_a_call_blocked_past_warn_after_logs_one_warning_naming_table_and_cause(
             table.insert(ROW)
     call = table.insert if op == "insert" else table.sample
     argument = ROW if op == "insert" else 1
-    with caplog.at_level(logging.WARNING, logger="rlreplay"), pytest.raises(
-        RateLimiterTimeoutError
+    with (
+        caplog.at_level(logging.WARNING, logger="rlreplay"),
+        pytest.raises(RateLimiterTimeoutError),
     ):
         call(argument, timeout=0.3)
     messages = warnings_of(caplog)

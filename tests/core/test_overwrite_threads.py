@@ -117,9 +117,7 @@ def test_no_item_is_served_with_a_step_it_did_not_anchor_under_threads(
     tables = make_tables(store, policies, span)
     errors: list = []
     done = threading.Event()
-    sampler = threading.Thread(
-        target=sampler_loop, args=(tables, span, done, errors), daemon=True
-    )
+    sampler = threading.Thread(target=sampler_loop, args=(tables, span, done, errors), daemon=True)
     threads = [
         threading.Thread(
             target=writer_loop,
