@@ -32,6 +32,27 @@ from rlreplay.core.specs import Signature
 from rlreplay.errors import InvalidArgumentError, describe
 
 
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _as_signature(signature: object) -> Signature:
+    """``signature`` as a :class:`Signature`; a dict of field specs is converted.
+
+    Raises:
+        InvalidArgumentError: naming ``signature``, for anything else, or a dict that is
+            not a valid signature.
+    """
+    if isinstance(signature, Signature):
+        return signature
+    if isinstance(signature, Mapping):
+        return Signature(signature)
+    raise InvalidArgumentError(
+        f"signature={describe(signature)} must be a Signature (e.g. store.signature) or a "
+        "dict of field specs such as {'obs': ((4,), 'float32'), 'reward': 'float32'}"
+    )
+
+
 @dataclass(frozen=True)
 class Window:
     """One output field: ``length`` steps of ``column`` starting ``offset`` after the anchor."""
@@ -65,19 +86,28 @@ class ItemLayout:
             than their windows (an n-step transition spans ``n + 1`` steps); default: the
             furthest step any window reads.
 
+    A ``signature`` given as a dict of field specs is read as ``Signature(signature)``
+    (here and in the named constructors :meth:`rows`, :meth:`transition` and
+    :meth:`sequence`), so ``store.signature`` and the dict it was built from both work.
+
     Raises:
-        InvalidArgumentError: for unknown columns, negative offsets or lengths < 1.
+        InvalidArgumentError: for unknown columns, negative offsets or lengths < 1, or a
+            ``signature`` that is neither a :class:`Signature` nor a dict of field specs.
     """
 
     def __init__(
         self,
         windows: Mapping[str, Window],
-        signature: Signature,
+        signature: Signature | Mapping,
         mask_field: str | None = None,
         span: int | None = None,
     ):
-        if not windows:
-            raise InvalidArgumentError("an item layout needs at least one output field")
+        signature = _as_signature(signature)
+        if not isinstance(windows, Mapping) or not windows:
+            raise InvalidArgumentError(
+                f"windows={describe(windows)} must be a non-empty dict of output field name "
+                "to Window; an item layout needs at least one output field"
+            )
         for name, win in windows.items():
             if not isinstance(win, Window):
                 raise InvalidArgumentError(
@@ -89,10 +119,12 @@ class ItemLayout:
                     f"layout field {name!r} reads column {win.column!r}, which is not in the "
                     f"signature {list(signature.paths)}"
                 )
-            if win.offset < 0 or (win.length is not None and win.length < 1):
+            length_ok = win.length is None or (_is_int(win.length) and win.length >= 1)
+            if not (_is_int(win.offset) and win.offset >= 0 and length_ok):
                 raise InvalidArgumentError(
-                    f"layout field {name!r} has offset={win.offset}, length={win.length}; "
-                    "offsets must be >= 0 and lengths >= 1 (the anchor is the oldest step)"
+                    f"layout field {name!r} has offset={describe(win.offset)}, "
+                    f"length={describe(win.length)}; offsets must be ints >= 0 and lengths "
+                    "ints >= 1 (the anchor is the oldest step)"
                 )
             if win.pad and (win.length is None or win.from_end):
                 raise InvalidArgumentError(
@@ -111,8 +143,7 @@ class ItemLayout:
         reach = max(w.end for w in self.windows.values())
         if span is not None and (not isinstance(span, int) or span < reach):
             raise InvalidArgumentError(
-                f"span={describe(span)} must be an int >= {reach}, the furthest step a window "
-                "reads"
+                f"span={describe(span)} must be an int >= {reach}, the furthest step a window reads"
             )
         self.span = reach if span is None else span
         self.variable = any(w.variable for w in self.windows.values())
@@ -125,22 +156,36 @@ class ItemLayout:
         )
 
     @classmethod
-    def rows(cls, signature: Signature) -> ItemLayout:
+    def rows(cls, signature: Signature | Mapping) -> ItemLayout:
         """Each item is one stored step, returned field by field (cpprb-style rows)."""
+        signature = _as_signature(signature)
         return cls({p: Window(p) for p in signature.paths}, signature)
 
     @classmethod
     def transition(
         cls,
-        signature: Signature,
-        next_fields: tuple[str, ...] = ("obs",),
+        signature: Signature | Mapping,
+        next_fields: tuple[str, ...] | str = ("obs",),
         next_prefix: str = "next_",
         n_step: int = 1,
     ) -> ItemLayout:
         """Every field at the anchor, plus ``next_<f>`` read ``n_step`` steps later.
 
-        For a field path ``obs/image`` the extra output is ``next_obs/image``.
+        For a field path ``obs/image`` the extra output is ``next_obs/image``. One field
+        may be named by a string (``next_fields="obs"``).
+
+        Raises:
+            InvalidArgumentError: for a ``next_fields`` entry not in the signature or
+                ``n_step`` not an int >= 1.
         """
+        signature = _as_signature(signature)
+        if isinstance(next_fields, str):
+            next_fields = (next_fields,)
+        if not _is_int(n_step) or n_step < 1:
+            raise InvalidArgumentError(
+                f"n_step={describe(n_step)} must be an int >= 1 (next_<field> is read n_step "
+                "steps after the anchor)"
+            )
         windows = {p: Window(p) for p in signature.paths}
         for f in next_fields:
             paths = [p for p in signature.paths if p == f or p.startswith(f + "/")]
@@ -154,9 +199,10 @@ class ItemLayout:
         return cls(windows, signature)
 
     @classmethod
-    def sequence(cls, signature: Signature, length: int) -> ItemLayout:
+    def sequence(cls, signature: Signature | Mapping, length: int) -> ItemLayout:
         """Every field as ``length`` consecutive steps: ``[B, length, ...]``."""
-        if not isinstance(length, int) or length < 1:
+        signature = _as_signature(signature)
+        if not _is_int(length) or length < 1:
             raise InvalidArgumentError(f"length={describe(length)} must be an int >= 1")
         return cls({p: Window(p, 0, length) for p in signature.paths}, signature)
 
@@ -177,7 +223,7 @@ class ItemLayout:
         return out
 
     @classmethod
-    def from_json(cls, data: Mapping, signature: Signature) -> ItemLayout:
+    def from_json(cls, data: Mapping, signature: Signature | Mapping) -> ItemLayout:
         mask_field = span = None
         if "windows" in data and "span" in data:
             data, mask_field, span = data["windows"], data["mask_field"], data["span"]

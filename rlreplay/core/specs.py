@@ -29,7 +29,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,36 +40,31 @@ from rlreplay.errors import InvalidArgumentError, SignatureError, describe
 SEPARATOR = "/"
 
 
+_EXAMPLE = "((4,), 'float32')"
+
+
 @dataclass(frozen=True)
 class FieldSpec:
-    """Shape (without the leading step axis) and dtype of one stored field."""
+    """Shape (without the leading step axis) and dtype of one stored field.
+
+    Args:
+        shape: an int or a tuple of ints >= 0 (``()`` for a scalar).
+        dtype: one numpy dtype of fixed size, e.g. ``"float32"``, ``np.uint8``, ``"U16"``.
+
+    Raises:
+        InvalidArgumentError: for a shape that is not ints >= 0, or a dtype numpy would
+            reinterpret (``None`` as float64, a tuple or list as a subarray or structured
+            dtype), a structured or subarray dtype, one holding Python objects, a string or
+            bytes dtype without a length, or a datetime without a unit.
+    """
 
     shape: tuple[int, ...]
     dtype: np.dtype
 
     def __init__(self, shape: int | tuple[int, ...] = (), dtype: Any = np.float32):
-        if isinstance(shape, (int, np.integer)):
-            shape = (int(shape),)
-        try:
-            shape = tuple(int(d) for d in shape)
-        except TypeError as exc:
-            raise InvalidArgumentError(
-                f"shape={describe(shape)} is not a tuple of ints; give e.g. (17,) or ()"
-            ) from exc
-        if any(d < 0 for d in shape):
-            raise InvalidArgumentError(f"shape={shape} has a negative dimension")
-        try:
-            dt = np.dtype(dtype)
-        except TypeError as exc:
-            raise InvalidArgumentError(
-                f"dtype={describe(dtype)} is not a numpy dtype; give e.g. 'float32'"
-            ) from exc
-        if dt.hasobject:
-            raise InvalidArgumentError(
-                f"dtype={dt} holds Python objects; store numeric arrays instead"
-            )
+        shape = _checked_shape(shape)
         object.__setattr__(self, "shape", shape)
-        object.__setattr__(self, "dtype", dt)
+        object.__setattr__(self, "dtype", _checked_dtype(dtype, shape))
 
     @property
     def nbytes(self) -> int:
@@ -82,6 +77,80 @@ class FieldSpec:
     @classmethod
     def from_json(cls, data: Mapping) -> FieldSpec:
         return cls(tuple(data["shape"]), np.dtype(data["dtype"]))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _checked_shape(shape: Any) -> tuple[int, ...]:
+    """``shape`` (an int or a sequence of ints >= 0) as a tuple of ints.
+
+    Raises:
+        InvalidArgumentError: for a string, a non-int or negative dimension, or a value
+            that is neither an int nor a sequence.
+    """
+    if _is_int(shape):
+        shape = (shape,)
+    if isinstance(shape, (str, bytes)) or not isinstance(shape, Iterable):
+        raise InvalidArgumentError(
+            f"shape={describe(shape)} is not a tuple of ints; give (shape, dtype), "
+            f"e.g. {_EXAMPLE}, and () for a scalar"
+        )
+    dims = tuple(shape)
+    for d in dims:
+        if not _is_int(d) or d < 0:
+            raise InvalidArgumentError(
+                f"shape={describe(shape)} has the dimension {describe(d)}; each dimension "
+                "must be an int >= 0, e.g. (4,) or (84, 84)"
+            )
+    return tuple(int(d) for d in dims)
+
+
+def _checked_dtype(dtype: Any, shape: tuple[int, ...] = ()) -> np.dtype:
+    """``dtype`` as one numpy dtype of fixed size, refusing what numpy would reinterpret.
+
+    Raises:
+        InvalidArgumentError: as :class:`FieldSpec`.
+    """
+    if dtype is None:
+        raise InvalidArgumentError(
+            "dtype=None is not a dtype (numpy would read it as float64); give e.g. 'float32'"
+        )
+    if isinstance(dtype, (tuple, list, dict)):
+        raise InvalidArgumentError(
+            f"dtype={describe(dtype)} is not one dtype (numpy would read it as a subarray or "
+            f"structured dtype); give (shape, dtype), e.g. {_EXAMPLE}"
+        )
+    try:
+        dt = np.dtype(dtype)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(
+            f"dtype={describe(dtype)} is not a numpy dtype; give e.g. 'float32'"
+        ) from exc
+    if dt.subdtype is not None:
+        base, sub = dt.subdtype
+        raise InvalidArgumentError(
+            f"dtype={describe(dtype)} is a numpy subarray dtype ({base} of shape {sub}); give "
+            f"the shape apart: (shape, dtype), e.g. ({(*shape, *sub)!r}, {base.name!r})"
+        )
+    if dt.names is not None:
+        raise InvalidArgumentError(
+            f"dtype={describe(dtype)} is a structured dtype with fields {list(dt.names)}; "
+            "give each as its own signature field (nest dicts to group them)"
+        )
+    if dt.hasobject:
+        raise InvalidArgumentError(f"dtype={dt} holds Python objects; store numeric arrays instead")
+    if dt.itemsize == 0:
+        raise InvalidArgumentError(
+            f"dtype={describe(dtype)} has no length, so every value would be cut to fit; "
+            "give one, e.g. 'U16' (16 characters) or 'S16' (16 bytes)"
+        )
+    if dt.kind in "mM" and np.datetime_data(dt)[0] == "generic":
+        raise InvalidArgumentError(
+            f"dtype={describe(dtype)} has no unit; give one, e.g. '{dt.name}[ms]'"
+        )
+    return dt
 
 
 def cast_problem(arr: np.ndarray, dtype: np.dtype) -> str | None:
@@ -163,19 +232,63 @@ def _refusal(argument: str, path: str, arr: np.ndarray, dtype: np.dtype, value: 
 
 
 def _as_spec(path: str, leaf: Any) -> FieldSpec:
+    """The :class:`FieldSpec` a signature's ``leaf`` at ``path`` describes.
+
+    Raises:
+        InvalidArgumentError: naming ``path``, for a ``(dtype, shape)`` tuple (swapped),
+            a list or a tuple of another length, or what :class:`FieldSpec` refuses.
+    """
     if isinstance(leaf, FieldSpec):
         return leaf
-    if isinstance(leaf, tuple) and len(leaf) == 2 and not isinstance(leaf[0], str):
-        return FieldSpec(leaf[0], leaf[1])
-    if isinstance(leaf, np.ndarray):
-        return FieldSpec(leaf.shape, leaf.dtype)
     try:
-        return FieldSpec((), np.dtype(leaf))
-    except (TypeError, InvalidArgumentError) as exc:
-        raise InvalidArgumentError(
-            f"signature field {path!r} is {describe(leaf)}; give a FieldSpec, a "
-            "(shape, dtype) tuple or a dtype"
-        ) from exc
+        if isinstance(leaf, tuple) and len(leaf) == 2:
+            if _is_dtype(leaf[0]):
+                raise InvalidArgumentError(
+                    f"{describe(leaf)} gives the dtype first; give (shape, dtype), "
+                    f"e.g. {_swapped_example(leaf)}"
+                )
+            return FieldSpec(leaf[0], leaf[1])
+        if isinstance(leaf, np.ndarray):
+            return FieldSpec(leaf.shape, leaf.dtype)
+        if isinstance(leaf, (tuple, list)):
+            raise InvalidArgumentError(
+                f"{describe(leaf)} is not a spec; give a FieldSpec, a (shape, dtype) tuple, "
+                f"e.g. {_EXAMPLE}, or a dtype"
+            )
+        return FieldSpec((), leaf)
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(f"signature field {path!r}: {exc}") from None
+
+
+def _is_dtype(value: Any) -> bool:
+    """Whether ``value`` names a dtype (so it cannot be a shape)."""
+    if isinstance(value, (np.dtype, type)):
+        return True
+    try:
+        return isinstance(value, str) and np.dtype(value) is not None
+    except TypeError:
+        return False
+
+
+def _swapped_example(leaf: tuple) -> str:
+    """``leaf``, a ``(dtype, shape)`` tuple, written the right way round when it can be."""
+    try:
+        shape, dtype = _checked_shape(leaf[1]), _checked_dtype(leaf[0])
+    except InvalidArgumentError:
+        return _EXAMPLE
+    name = leaf[0] if isinstance(leaf[0], str) else dtype.name
+    return f"({shape!r}, {name!r})"
+
+
+def _empty_branch(tree: Mapping[str, Any], prefix: str = "") -> str | None:
+    """The path of the first empty nested dict in ``tree``, or ``None``."""
+    for key, value in tree.items():
+        if isinstance(value, Mapping):
+            path = f"{prefix}{key}"
+            found = path if not value else _empty_branch(value, path + SEPARATOR)
+            if found is not None:
+                return found
+    return None
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -210,8 +323,14 @@ def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
 class Signature:
     """Ordered mapping of field path to :class:`FieldSpec`.
 
+    Args:
+        fields: a (possibly nested) dict whose leaves are :class:`FieldSpec`,
+            ``(shape, dtype)`` tuples or dtypes (scalars), or a :class:`Signature`.
+
     Raises:
-        InvalidArgumentError: on an empty signature or a malformed field.
+        InvalidArgumentError: naming the field, for an empty signature or nested dict, a
+            field name that is not a non-empty string, a ``(dtype, shape)`` tuple (say
+            ``(shape, dtype)``), or a spec :class:`FieldSpec` refuses.
     """
 
     def __init__(self, fields: Mapping[str, Any] | Signature):
@@ -219,7 +338,12 @@ class Signature:
             self.fields: dict[str, FieldSpec] = dict(fields.fields)
         elif not isinstance(fields, Mapping) or not fields:
             raise InvalidArgumentError(
-                f"signature={describe(fields)} must be a non-empty dict of field specs"
+                f"signature={describe(fields)} must be a non-empty dict of field specs, "
+                f"e.g. {{'obs': {_EXAMPLE}, 'reward': 'float32'}}"
+            )
+        elif (empty := _empty_branch(fields)) is not None:
+            raise InvalidArgumentError(
+                f"signature field {empty!r} is an empty dict; give it fields or leave it out"
             )
         else:
             self.fields = {p: _as_spec(p, leaf) for p, leaf in flatten(fields).items()}
@@ -227,7 +351,7 @@ class Signature:
         self._checks = tuple(
             (p, spec.shape, len(spec.shape), spec.dtype) for p, spec in self.fields.items()
         )
-        self._flat_keys = None if any(SEPARATOR in p for p in self.fields) else self.fields.keys()
+        self._paths = self.fields.keys()
 
     @property
     def paths(self) -> tuple[str, ...]:
@@ -260,7 +384,12 @@ class Signature:
 
     @classmethod
     def from_json(cls, data: Mapping) -> Signature:
-        return cls({p: FieldSpec.from_json(v) for p, v in data.items()})
+        """The signature :meth:`to_json` wrote (its paths are nested again).
+
+        Raises:
+            InvalidArgumentError: for a malformed field spec.
+        """
+        return cls(unflatten({p: FieldSpec.from_json(v) for p, v in data.items()}))
 
     def check_batch(self, data: Mapping[str, Any], argument: str = "data") -> tuple[dict, int]:
         """Validate a batch of steps (every field has a leading batch axis).
@@ -346,12 +475,14 @@ class Signature:
     def _flat_fields(self, data: Any, argument: str) -> Mapping[str, Any]:
         """``data`` flattened to paths, with exactly the signature's fields.
 
-        A flat dict whose keys are already the paths (the common case) is returned as is.
+        A flat dict whose keys are already the paths (the common case, and what
+        :meth:`check_batch` returns, e.g. the rows a client sends a server for a nested
+        signature) is returned as is.
 
         Raises:
             SignatureError: if ``data`` is not a dict or its fields differ from the signature.
         """
-        if type(data) is dict and data.keys() == self._flat_keys:
+        if type(data) is dict and data.keys() == self._paths:
             return data  # values that are dicts are caught by _leaf
         return self._flatten(data, argument)
 
