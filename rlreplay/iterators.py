@@ -12,6 +12,7 @@ only while the table's rate limiter would let a sample proceed now, so it never 
 
 from __future__ import annotations
 
+import importlib
 import queue
 import threading
 import time
@@ -40,13 +41,60 @@ class _Failure:
         self.error = error
 
 
+def _import(output: str) -> Any:
+    """The framework module ``output`` names.
+
+    Raises:
+        InvalidArgumentError: if it is not installed, with the command that installs it.
+    """
+    try:
+        return importlib.import_module(output)
+    except ImportError as exc:
+        raise InvalidArgumentError(
+            f"output={output!r} needs {output}, which is not installed ({exc}); install it "
+            f"(python -m pip install {output}) or choose output='numpy'"
+        ) from exc
+
+
+def _torch_device(torch: Any, device: Any, pin_memory: bool) -> Any:
+    """``device`` as a torch device that can hold tensors here (None: stay on the CPU).
+
+    Raises:
+        InvalidArgumentError: for a device torch does not know or cannot use here (a CPU-only
+            build, no such GPU), or ``pin_memory=True`` without an accelerator to pin for.
+    """
+    dev = None
+    if device is not None:
+        try:
+            dev = torch.device(device)
+            torch.empty(0, device=dev)  # fails here, not in the sampling thread
+        except (RuntimeError, AssertionError, TypeError, ValueError) as exc:
+            raise InvalidArgumentError(
+                f"device={describe(device)} cannot hold torch tensors here ({exc}); leave "
+                "device out for CPU tensors, or install a torch build for that device"
+            ) from None
+    if pin_memory:
+        try:
+            torch.empty(1).pin_memory()
+        except RuntimeError as exc:
+            raise InvalidArgumentError(
+                f"pin_memory=True needs an accelerator (CUDA device) to pin memory for, and "
+                f"torch has none here ({exc}); leave pin_memory out on a CPU-only machine"
+            ) from None
+    return dev
+
+
 def _converter(output: str, device: Any, pin_memory: bool) -> Callable[[np.ndarray], Any]:
+    """The function converting one sampled array to ``output``'s type on ``device``.
+
+    Raises:
+        InvalidArgumentError: as :func:`_import` and :func:`_torch_device`.
+    """
     if output == "numpy":
         return lambda a: a
     if output == "torch":
-        import torch
-
-        dev = torch.device(device) if device is not None else None
+        torch = _import("torch")
+        dev = _torch_device(torch, device, pin_memory)
 
         def to_torch(a: np.ndarray) -> Any:
             try:
@@ -60,8 +108,7 @@ def _converter(output: str, device: Any, pin_memory: bool) -> Callable[[np.ndarr
             return t
 
         return to_torch
-    import jax
-
+    jax = _import("jax")
     dev = device
 
     def to_jax(a: np.ndarray) -> Any:
@@ -90,7 +137,10 @@ class ReplayIterator:
         max_batches: stop after this many batches (``None``: until closed).
 
     Raises:
-        InvalidArgumentError: for a bad argument.
+        InvalidArgumentError: for a bad argument, checked here rather than in the sampling
+            thread: a ``batch_size`` below 1, ``output`` naming a framework that is not
+            installed, a ``device`` that framework cannot use here, or ``pin_memory=True``
+            without an accelerator.
         ReplayTimeoutError: from ``next()`` when no batch arrived within ``timeout``.
         ReplayError: any error the sampling thread hit is re-raised by ``next()``.
 
@@ -114,6 +164,14 @@ class ReplayIterator:
     ):
         if output not in OUTPUTS:
             raise InvalidArgumentError(f"output={output!r} is unknown; choose one of {OUTPUTS}")
+        if (
+            isinstance(batch_size, bool)
+            or not isinstance(batch_size, (int, np.integer))
+            or batch_size < 1
+        ):
+            raise InvalidArgumentError(
+                f"batch_size={describe(batch_size)} must be an int >= 1 (items per batch)"
+            )
         if not isinstance(prefetch, int) or prefetch < 1:
             raise InvalidArgumentError(f"prefetch={describe(prefetch)} must be an int >= 1")
         if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
@@ -123,7 +181,7 @@ class ReplayIterator:
         if pin_memory and output != "torch":
             raise InvalidArgumentError("pin_memory=True needs output='torch'")
         self.table = table
-        self.batch_size = batch_size
+        self.batch_size = int(batch_size)
         self.timeout = timeout
         self.max_batches = max_batches
         self._convert = _converter(output, device, pin_memory)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
@@ -97,11 +98,82 @@ def test_jax_output_when_available():
         pytest.param({"prefetch": 0}, id="prefetch_zero"),
         pytest.param({"timeout": -1}, id="negative_timeout"),
         pytest.param({"pin_memory": True}, id="pin_without_torch"),
+        pytest.param({"batch_size": 0}, id="batch_size_zero"),
+        pytest.param({"batch_size": -3}, id="batch_size_negative"),
+        pytest.param({"batch_size": 2.0}, id="batch_size_float"),
+        pytest.param({"batch_size": "4"}, id="batch_size_str"),
+        pytest.param({"batch_size": True}, id="batch_size_bool"),
     ],
 )
-def test_bad_iterator_arguments_raise(kwargs):
-    with pytest.raises(InvalidArgumentError):
-        ReplayIterator(filled_table(), 4, **kwargs)
+def test_bad_iterator_arguments_raise_at_construction(kwargs):
+    kwargs = {"batch_size": 4, **kwargs}
+    threads = threading.active_count()
+    with pytest.raises(InvalidArgumentError) as caught:
+        ReplayIterator(filled_table(), **kwargs)
+    assert "\n" not in str(caught.value)
+    assert threading.active_count() == threads  # no sampling thread was started
+
+
+def test_a_numpy_integer_batch_size_is_accepted():
+    with ReplayIterator(filled_table(), np.int64(4), timeout=5.0, max_batches=1) as it:
+        assert next(it).data["reward"].shape == (4,)
+
+
+@pytest.mark.parametrize(
+    "output, words",
+    [
+        pytest.param("jax", ["output='jax'", "pip install jax"], id="jax"),
+        pytest.param("torch", ["output='torch'", "pip install torch"], id="torch"),
+    ],
+)
+def test_an_output_framework_that_is_not_installed_is_refused_with_the_install_command(
+    monkeypatch, output, words
+):
+    monkeypatch.setitem(sys.modules, output, None)  # import fails as if not installed
+    with pytest.raises(InvalidArgumentError) as caught:
+        ReplayIterator(filled_table(), 4, output=output)
+    for word in words:
+        assert word in str(caught.value)
+
+
+def _without_accelerator():
+    torch = pytest.importorskip("torch")
+    accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6
+    if torch.cuda.is_available() or (accelerator is not None and accelerator.is_available()):
+        pytest.skip("needs a torch without an accelerator")
+    return torch
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        pytest.param({"device": "cuda"}, ["device='cuda'", "leave device out"], id="cuda"),
+        pytest.param({"device": "cuda:1"}, ["device='cuda:1'"], id="cuda_ordinal"),
+        pytest.param({"device": "gpu"}, ["device='gpu'"], id="unknown_device_name"),
+        pytest.param(
+            {"pin_memory": True}, ["pin_memory=True", "leave pin_memory out"], id="pin_memory"
+        ),
+        pytest.param(
+            {"device": "cuda", "pin_memory": True}, ["device='cuda'"], id="cuda_and_pin_memory"
+        ),
+    ],
+)
+def test_torch_device_options_this_machine_cannot_use_are_refused_at_construction(kwargs, words):
+    _without_accelerator()
+    threads = threading.active_count()
+    with pytest.raises(InvalidArgumentError) as caught:
+        ReplayIterator(filled_table(), 4, output="torch", **kwargs)
+    for word in words:
+        assert word in str(caught.value)
+    assert threading.active_count() == threads
+
+
+def test_torch_on_the_cpu_device_named_explicitly_still_works():
+    torch = pytest.importorskip("torch")
+    with ReplayIterator(
+        filled_table(), 4, output="torch", device="cpu", timeout=5.0, max_batches=1
+    ) as it:
+        assert next(it).data["obs"].device == torch.device("cpu")
 
 
 def test_learn_helper_follows_the_rate_limiter_and_never_blocks():
@@ -147,3 +219,28 @@ def test_torch_output_on_a_cuda_device_with_pinned_memory():
     ) as it:
         batch = next(it)
     assert batch.data["obs"].device.type == "cuda"
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        pytest.param({"batch_size": 0}, ["batch_size=0"], id="batch_size_zero"),
+        pytest.param({"batch_size": 2.5}, ["batch_size=2.5"], id="batch_size_float"),
+        pytest.param({"batch_size": True}, ["batch_size=True"], id="batch_size_bool"),
+        pytest.param({"table": 3}, ["table=3"], id="table_not_a_name"),
+        pytest.param({"table": ""}, ["table=''"], id="table_empty"),
+        pytest.param({"timeout": 0}, ["timeout=0"], id="timeout_zero"),
+        pytest.param({"timeout": "5"}, ["timeout='5'"], id="timeout_str"),
+        pytest.param({"in_flight": 0}, ["in_flight=0"], id="in_flight_zero"),
+    ],
+)
+def test_remote_sample_iterator_checks_its_arguments_at_construction(kwargs, words):
+    pytest.importorskip("zmq")
+    from rlreplay.net.iterator import SampleIterator
+
+    kwargs = {"table": "replay", "batch_size": 4, **kwargs}
+    table, batch_size = kwargs.pop("table"), kwargs.pop("batch_size")
+    with pytest.raises(InvalidArgumentError) as caught:
+        SampleIterator(object(), table, batch_size, **kwargs)  # the client is never used
+    for word in words:
+        assert word in str(caught.value)

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from rlreplay.core.sample import Sample
+from rlreplay.core.table_checks import check_timeout
 from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.net.payloads import checked_update
 
@@ -53,6 +54,13 @@ class SampleIterator:
     ):
         if not isinstance(in_flight, int) or in_flight < 1:
             raise InvalidArgumentError(f"in_flight={describe(in_flight)} must be an int >= 1")
+        if not isinstance(table, str) or not table:
+            raise InvalidArgumentError(f"table={describe(table)} must be a table's name (a str)")
+        if not isinstance(batch_size, (int, np.integer)) or type(batch_size) is bool:
+            raise InvalidArgumentError(f"batch_size={describe(batch_size)} must be an int >= 1")
+        if batch_size < 1:
+            raise InvalidArgumentError(f"batch_size={describe(batch_size)} must be an int >= 1")
+        timeout = check_timeout(timeout)
         self.client, self.table, self.batch_size = client, table, batch_size
         self.in_flight, self.timeout = in_flight, timeout
         self._pending: deque[int] = deque()
