@@ -29,18 +29,22 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from rlreplay.core.spec_checks import (
+    EXAMPLE,
+    SEPARATOR,
+    checked_dtype,
+    checked_shape,
+    empty_branch,
+    is_dtype,
+    swapped_example,
+)
 from rlreplay.errors import InvalidArgumentError, SignatureError, describe
-
-SEPARATOR = "/"
-
-
-_EXAMPLE = "((4,), 'float32')"
 
 
 @dataclass(frozen=True)
@@ -62,9 +66,9 @@ class FieldSpec:
     dtype: np.dtype
 
     def __init__(self, shape: int | tuple[int, ...] = (), dtype: Any = np.float32):
-        shape = _checked_shape(shape)
+        shape = checked_shape(shape)
         object.__setattr__(self, "shape", shape)
-        object.__setattr__(self, "dtype", _checked_dtype(dtype, shape))
+        object.__setattr__(self, "dtype", checked_dtype(dtype, shape))
 
     @property
     def nbytes(self) -> int:
@@ -77,80 +81,6 @@ class FieldSpec:
     @classmethod
     def from_json(cls, data: Mapping) -> FieldSpec:
         return cls(tuple(data["shape"]), np.dtype(data["dtype"]))
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
-def _checked_shape(shape: Any) -> tuple[int, ...]:
-    """``shape`` (an int or a sequence of ints >= 0) as a tuple of ints.
-
-    Raises:
-        InvalidArgumentError: for a string, a non-int or negative dimension, or a value
-            that is neither an int nor a sequence.
-    """
-    if _is_int(shape):
-        shape = (shape,)
-    if isinstance(shape, (str, bytes)) or not isinstance(shape, Iterable):
-        raise InvalidArgumentError(
-            f"shape={describe(shape)} is not a tuple of ints; give (shape, dtype), "
-            f"e.g. {_EXAMPLE}, and () for a scalar"
-        )
-    dims = tuple(shape)
-    for d in dims:
-        if not _is_int(d) or d < 0:
-            raise InvalidArgumentError(
-                f"shape={describe(shape)} has the dimension {describe(d)}; each dimension "
-                "must be an int >= 0, e.g. (4,) or (84, 84)"
-            )
-    return tuple(int(d) for d in dims)
-
-
-def _checked_dtype(dtype: Any, shape: tuple[int, ...] = ()) -> np.dtype:
-    """``dtype`` as one numpy dtype of fixed size, refusing what numpy would reinterpret.
-
-    Raises:
-        InvalidArgumentError: as :class:`FieldSpec`.
-    """
-    if dtype is None:
-        raise InvalidArgumentError(
-            "dtype=None is not a dtype (numpy would read it as float64); give e.g. 'float32'"
-        )
-    if isinstance(dtype, (tuple, list, dict)):
-        raise InvalidArgumentError(
-            f"dtype={describe(dtype)} is not one dtype (numpy would read it as a subarray or "
-            f"structured dtype); give (shape, dtype), e.g. {_EXAMPLE}"
-        )
-    try:
-        dt = np.dtype(dtype)
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgumentError(
-            f"dtype={describe(dtype)} is not a numpy dtype; give e.g. 'float32'"
-        ) from exc
-    if dt.subdtype is not None:
-        base, sub = dt.subdtype
-        raise InvalidArgumentError(
-            f"dtype={describe(dtype)} is a numpy subarray dtype ({base} of shape {sub}); give "
-            f"the shape apart: (shape, dtype), e.g. ({(*shape, *sub)!r}, {base.name!r})"
-        )
-    if dt.names is not None:
-        raise InvalidArgumentError(
-            f"dtype={describe(dtype)} is a structured dtype with fields {list(dt.names)}; "
-            "give each as its own signature field (nest dicts to group them)"
-        )
-    if dt.hasobject:
-        raise InvalidArgumentError(f"dtype={dt} holds Python objects; store numeric arrays instead")
-    if dt.itemsize == 0:
-        raise InvalidArgumentError(
-            f"dtype={describe(dtype)} has no length, so every value would be cut to fit; "
-            "give one, e.g. 'U16' (16 characters) or 'S16' (16 bytes)"
-        )
-    if dt.kind in "mM" and np.datetime_data(dt)[0] == "generic":
-        raise InvalidArgumentError(
-            f"dtype={describe(dtype)} has no unit; give one, e.g. '{dt.name}[ms]'"
-        )
-    return dt
 
 
 def cast_problem(arr: np.ndarray, dtype: np.dtype) -> str | None:
@@ -242,10 +172,10 @@ def _as_spec(path: str, leaf: Any) -> FieldSpec:
         return leaf
     try:
         if isinstance(leaf, tuple) and len(leaf) == 2:
-            if _is_dtype(leaf[0]):
+            if is_dtype(leaf[0]):
                 raise InvalidArgumentError(
                     f"{describe(leaf)} gives the dtype first; give (shape, dtype), "
-                    f"e.g. {_swapped_example(leaf)}"
+                    f"e.g. {swapped_example(leaf)}"
                 )
             return FieldSpec(leaf[0], leaf[1])
         if isinstance(leaf, np.ndarray):
@@ -253,42 +183,11 @@ def _as_spec(path: str, leaf: Any) -> FieldSpec:
         if isinstance(leaf, (tuple, list)):
             raise InvalidArgumentError(
                 f"{describe(leaf)} is not a spec; give a FieldSpec, a (shape, dtype) tuple, "
-                f"e.g. {_EXAMPLE}, or a dtype"
+                f"e.g. {EXAMPLE}, or a dtype"
             )
         return FieldSpec((), leaf)
     except InvalidArgumentError as exc:
         raise InvalidArgumentError(f"signature field {path!r}: {exc}") from None
-
-
-def _is_dtype(value: Any) -> bool:
-    """Whether ``value`` names a dtype (so it cannot be a shape)."""
-    if isinstance(value, (np.dtype, type)):
-        return True
-    try:
-        return isinstance(value, str) and np.dtype(value) is not None
-    except TypeError:
-        return False
-
-
-def _swapped_example(leaf: tuple) -> str:
-    """``leaf``, a ``(dtype, shape)`` tuple, written the right way round when it can be."""
-    try:
-        shape, dtype = _checked_shape(leaf[1]), _checked_dtype(leaf[0])
-    except InvalidArgumentError:
-        return _EXAMPLE
-    name = leaf[0] if isinstance(leaf[0], str) else dtype.name
-    return f"({shape!r}, {name!r})"
-
-
-def _empty_branch(tree: Mapping[str, Any], prefix: str = "") -> str | None:
-    """The path of the first empty nested dict in ``tree``, or ``None``."""
-    for key, value in tree.items():
-        if isinstance(value, Mapping):
-            path = f"{prefix}{key}"
-            found = path if not value else _empty_branch(value, path + SEPARATOR)
-            if found is not None:
-                return found
-    return None
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -339,9 +238,9 @@ class Signature:
         elif not isinstance(fields, Mapping) or not fields:
             raise InvalidArgumentError(
                 f"signature={describe(fields)} must be a non-empty dict of field specs, "
-                f"e.g. {{'obs': {_EXAMPLE}, 'reward': 'float32'}}"
+                f"e.g. {{'obs': {EXAMPLE}, 'reward': 'float32'}}"
             )
-        elif (empty := _empty_branch(fields)) is not None:
+        elif (empty := empty_branch(fields)) is not None:
             raise InvalidArgumentError(
                 f"signature field {empty!r} is an empty dict; give it fields or leave it out"
             )
