@@ -42,6 +42,7 @@ if __package__ in (None, ""):  # run as a script from a checkout: find the packa
 
 import rlreplay
 from rlreplay import Fifo, Prioritized, Table
+from rlreplay.core.keys import make_keys
 
 VEC_CAPACITY = 1_000_000
 IMG_CAPACITY = 100_000
@@ -230,7 +231,7 @@ class Bench:
             # Spread the priorities so the tree is not flat.
             size = len(table)
             slots = np.arange(size, dtype=np.int64)
-            keys = (table._generation[:size].astype(np.int64) << 32) | slots
+            keys = make_keys(slots, table._generation[:size], table.index.origin)
             table.update_priorities(keys, self.rng.uniform(0.01, 2.0, size))
             self.memory.append(self.index_memory("prioritized", table))
             rb = self.fill(

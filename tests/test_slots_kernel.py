@@ -13,6 +13,7 @@ import pytest
 
 from rlreplay import Prioritized, Table
 from rlreplay.core import item_slots
+from rlreplay.core.keys import make_keys
 from rlreplay.core.table import SLOT_STATE
 from rlreplay.errors import InvalidArgumentError
 
@@ -27,7 +28,9 @@ def table_pair() -> tuple[Table, Table]:
     """Two tables whose ring has wrapped once (so stale keys exist for half the slots)."""
     tables = []
     for _ in range(2):
-        t = Table("t", signature={"x": "int64"}, max_size=CAPACITY, sampler=Prioritized(0.7))
+        t = Table(
+            "t", signature={"x": "int64"}, max_size=CAPACITY, sampler=Prioritized(0.7), seed=2
+        )  # one seed and name: one key origin, so each table's keys are the other's
         t.insert({"x": np.arange(CAPACITY)})
         t.insert({"x": np.arange(CAPACITY // 2)})
         tables.append(t)
@@ -38,8 +41,8 @@ def all_keys(table: Table) -> np.ndarray:
     """Current keys of every slot, plus the previous generation's (stale) keys."""
     slots = np.arange(CAPACITY, dtype=np.int64)
     gens = table._generation.astype(np.int64)
-    current = gens << 32 | slots
-    older = (gens[gens > 1] - 1) << 32 | slots[gens > 1]
+    current = make_keys(slots, gens, table.index.origin)
+    older = make_keys(slots[gens > 1], gens[gens > 1] - 1, table.index.origin)
     return np.concatenate([current, older])
 
 

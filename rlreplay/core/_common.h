@@ -24,9 +24,10 @@ typedef struct {
     uint32_t times_sampled;
 } SlotState;
 
-/* Keys and generations (see keys.py): key = generation << 32 | slot, generations cycle
- * through 1 .. 2**31 - 1; the top bit of a record's generation field is set once the
- * slot's generation has gone round. */
+/* Keys and generations (see keys.py): key = generation << 32 | slot. A record's generation
+ * field counts the slot's items, 1 .. 2**31 - 1 and round again (0: none yet); its top bit
+ * is set once that count has gone round. A key's generation is that count moved by the
+ * table's generation origin (0 .. 2**31 - 2), so tables issue different keys. */
 #define KEY_SLOT_BITS 32
 #define KEY_SLOT_MASK 0xFFFFFFFFLL
 #define GENERATION_MASK 0x7FFFFFFFu
@@ -40,19 +41,48 @@ next_generation(uint32_t field)
     return (g & GENERATION_MASK) == 0 ? (GENERATION_CYCLED | 1u) : g;
 }
 
-/* The key of the item in `slot` whose record's generation field is `field`. */
+/* The key of the item in `slot` whose record's generation field is `field`, in a table
+ * whose generation origin is `origin`. */
 static inline int64_t
-make_key(uint32_t field, int64_t slot)
+make_key(uint32_t field, int64_t slot, uint32_t origin)
 {
-    return (int64_t)(((uint64_t)(field & GENERATION_MASK) << KEY_SLOT_BITS) | (uint64_t)slot);
+    uint64_t g = (uint64_t)(field & GENERATION_MASK) + origin;
+    if (g > GENERATION_MASK) {
+        g -= GENERATION_MASK;
+    }
+    return (int64_t)((g << KEY_SLOT_BITS) | (uint64_t)slot);
 }
 
-/* Whether a key's generation `gen` (0 .. 2**31 - 1) can never have been issued for a slot
- * whose generation field is `field`: 0, or newer than the slot's while it has not cycled. */
-static inline int
-generation_unissued(int64_t gen, uint32_t field)
+/* The item count a key's generation `gen` (0 .. 2**31 - 1) stands for in a table whose
+ * generation origin is `origin`: 1 .. 2**31 - 1, or 0 for generation 0 (never issued). */
+static inline int64_t
+relative_generation(int64_t gen, uint32_t origin)
 {
-    return gen < 1 || (!(field & GENERATION_CYCLED) && gen > (int64_t)field);
+    if (gen < 1) {
+        return 0;
+    }
+    int64_t rel = gen - (int64_t)origin;
+    return rel <= 0 ? rel + (int64_t)GENERATION_MASK : rel;
+}
+
+/* Whether item count `rel` (from relative_generation) can never have been issued for a
+ * slot whose generation field is `field`: 0, or beyond the slot's count while it has not
+ * cycled. */
+static inline int
+generation_unissued(int64_t rel, uint32_t field)
+{
+    return rel < 1 || (!(field & GENERATION_CYCLED) && rel > (int64_t)field);
+}
+
+/* Parse a generation origin argument; -1 with ValueError when outside 0 .. 2**31 - 2. */
+static inline int
+check_origin(Py_ssize_t origin)
+{
+    if (origin < 0 || origin >= (Py_ssize_t)GENERATION_MASK) {
+        PyErr_Format(PyExc_ValueError, "origin=%zd must be in 0 .. 2**31 - 2", origin);
+        return -1;
+    }
+    return 0;
 }
 
 /* Whether a buffer format is the one-letter struct code `code`, ignoring a byte-order

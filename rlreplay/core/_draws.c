@@ -9,10 +9,10 @@
  *     they are copied, so the misses overlap. With threads > 1, a batch of THREAD_BYTES
  *     or more (image frames) is split over two threads.
  *
- * mark_sampled(slots, state, keys, priorities, times_out)
+ * mark_sampled(slots, state, keys, priorities, times_out, origin=0)
  *     The per-item bookkeeping of a draw in one pass over the slots' records (state: the
- *     bytes of Table._slot_state, see _common.h): the key (generation << 32 | slot, see
- *     keys.py), the priority, and the sample count, incremented once per draw in batch
+ *     bytes of Table._slot_state, see _common.h): the key (generation << 32 | slot, the
+ *     generation moved by the table's generation origin, see keys.py), the priority, and the sample count, incremented once per draw in batch
  *     order so that a slot drawn twice sees its count as of each draw.
  *
  * Every buffer must be C-contiguous. Indices are checked before anything is written
@@ -257,10 +257,13 @@ static PyObject *
 mark_sampled(PyObject *self, PyObject *args)
 {
     PyObject *objs[5];
-    if (!PyArg_ParseTuple(args, "OOOOO:mark_sampled", &objs[0], &objs[1], &objs[2], &objs[3],
-                          &objs[4])) {
+    Py_ssize_t origin_arg = 0;
+    if (!PyArg_ParseTuple(args, "OOOOO|n:mark_sampled", &objs[0], &objs[1], &objs[2], &objs[3],
+                          &objs[4], &origin_arg) ||
+        check_origin(origin_arg) < 0) {
         return NULL;
     }
+    const uint32_t origin = (uint32_t)origin_arg;
     Py_buffer sv, v[4]; /* v: slots, keys, priorities, times_out */
     static const int arg[4] = {0, 2, 3, 4};
     static const char *names[4] = {"slots", "keys", "priorities", "times_out"};
@@ -303,7 +306,7 @@ mark_sampled(PyObject *self, PyObject *args)
             }
             int64_t s = slots[i];
             SlotState *rec = state + s;
-            keys[i] = make_key(rec->generation, s);
+            keys[i] = make_key(rec->generation, s, origin);
             prios[i] = rec->priority;
             times_out[i] = ++rec->times_sampled;
         }
@@ -330,13 +333,13 @@ static PyMethodDef methods[] = {
      "Raises TypeError for a wrong buffer kind, ValueError for wrong sizes or a row out of "
      "range (nothing is written then)."},
     {"mark_sampled", mark_sampled, METH_VARARGS,
-     "mark_sampled(slots, state, keys, priorities, times_out): for each drawn slot s, in "
-     "order, with its record in state (the bytes of the slot records): keys[i] = "
-     "generation << 32 | s, priorities[i] = priority, times_sampled += 1 and times_out[i] "
-     "= times_sampled.\n"
+     "mark_sampled(slots, state, keys, priorities, times_out, origin=0): for each drawn slot "
+     "s, in order, with its record in state (the bytes of the slot records): keys[i] = "
+     "the key of s (its generation moved by origin, see keys.py), priorities[i] = "
+     "priority, times_sampled += 1 and times_out[i] = times_sampled.\n"
      "slots and keys are int64, priorities float64, times_out uint32.\n"
-     "Raises TypeError for a wrong buffer kind, ValueError for wrong sizes or a slot out of "
-     "range (nothing is written then)."},
+     "Raises TypeError for a wrong buffer kind, ValueError for wrong sizes, a slot out of "
+     "range or an origin outside 0 .. 2**31 - 2 (nothing is written then)."},
     {NULL, NULL, 0, NULL},
 };
 

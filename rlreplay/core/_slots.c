@@ -1,8 +1,9 @@
 /*
  * Compiled loops for the per-slot state of a table's items (see item_slots.py).
  *
- * held_slots(keys, state, live, values, out_slots, out_values) -> (kept, stale)
- *     A key is generation << 32 | slot. For each key whose slot holds the item of that
+ * held_slots(keys, state, live, values, out_slots, out_values, origin=0) -> (kept, stale)
+ *     A key is generation << 32 | slot, its generation moved by the table's generation
+ *     origin (see keys.py). For each key whose slot holds the item of that
  *     generation, the slot (and values[i], when values is given) is written to the
  *     outputs, once per slot: of several keys for one slot the last one wins, and the
  *     kept entries keep the order of those last occurrences. Keys of items no longer held
@@ -10,8 +11,8 @@
  *     >= 0 (priorities).
  *
  *     Returns None, writing nothing, when any key is not a key this table could have
- *     issued (negative, a slot outside the table, generation 0, or newer than the slot's
- *     while the slot's generation has not cycled; see keys.py)
+ *     issued (negative, a slot outside the table, generation 0, or beyond the slot's item
+ *     count while the slot's generation has not cycled; see keys.py)
  *     or any value is NaN, infinite or negative: the caller then takes its Python path,
  *     which names the bad entries in its error.
  *
@@ -19,10 +20,10 @@
  *     slots' records (see _common.h), live bool, values and out_values float64 (both None,
  *     or both given).
  *
- * claim_range(start, keys_out, state, live, priorities, fill)
+ * claim_range(start, keys_out, state, live, priorities, fill, origin=0)
  *     New items in the slots start .. start + n - 1 (n = len(keys_out)): each slot's
- *     generation steps to the next (2**31 - 1 is followed by 1, see keys.py), its priority becomes priorities[i] (or
- *     fill when priorities is None), its sample count 0, it is marked live, and its key
+ *     generation steps to the next (2**31 - 1 is followed by 1, see keys.py), its
+ *     priority becomes priorities[i] (or fill when priorities is None), its sample count 0, it is marked live, and its key
  *     goes to keys_out[i]. Raises ValueError, writing nothing, when the range leaves the
  *     table or the sizes disagree.
  *
@@ -62,10 +63,13 @@ static PyObject *
 held_slots(PyObject *self, PyObject *args)
 {
     PyObject *objs[6];
-    if (!PyArg_ParseTuple(args, "OOOOOO:held_slots", &objs[0], &objs[1], &objs[2], &objs[3],
-                          &objs[4], &objs[5])) {
+    Py_ssize_t origin_arg = 0;
+    if (!PyArg_ParseTuple(args, "OOOOOO|n:held_slots", &objs[0], &objs[1], &objs[2], &objs[3],
+                          &objs[4], &objs[5], &origin_arg) ||
+        check_origin(origin_arg) < 0) {
         return NULL;
     }
+    const uint32_t origin = (uint32_t)origin_arg;
     int with_values = objs[3] != Py_None;
     if (with_values != (objs[5] != Py_None)) {
         PyErr_SetString(PyExc_TypeError, "values and out_values must both be None or arrays");
@@ -112,8 +116,9 @@ held_slots(PyObject *self, PyObject *args)
     for (Py_ssize_t i = 0; i < n; i++) { /* anything the Python path must name: no writes */
         int64_t k = keys[i];
         int64_t slot = k & SLOT_MASK;
-        int64_t gen = k >> SLOT_BITS;
-        if (k < 0 || slot >= cap || generation_unissued(gen, state[slot].generation) ||
+        if (k < 0 || slot >= cap ||
+            generation_unissued(relative_generation(k >> SLOT_BITS, origin),
+                                state[slot].generation) ||
             (with_values && !(values[i] >= 0.0 && values[i] < INFINITY))) {
             result = Py_NewRef(Py_None);
             goto done;
@@ -134,8 +139,8 @@ held_slots(PyObject *self, PyObject *args)
     /* Backwards, so the last key of a slot is the one kept; reversed afterwards. */
     for (Py_ssize_t i = n - 1; i >= 0; i--) {
         int64_t slot = keys[i] & SLOT_MASK;
-        if (!live[slot] ||
-            (int64_t)(state[slot].generation & GENERATION_MASK) != keys[i] >> SLOT_BITS) {
+        if (!live[slot] || (int64_t)(state[slot].generation & GENERATION_MASK) !=
+                               relative_generation(keys[i] >> SLOT_BITS, origin)) {
             stale++;
         }
         else if (!seen_before(set, slots_in_set - 1, slot)) {
@@ -171,11 +176,12 @@ done:
 static PyObject *
 claim_range(PyObject *self, PyObject *args)
 {
-    Py_ssize_t start;
+    Py_ssize_t start, origin = 0;
     double fill;
     PyObject *keys_obj, *state_obj, *live_obj, *prios_obj;
-    if (!PyArg_ParseTuple(args, "nOOOOd:claim_range", &start, &keys_obj, &state_obj, &live_obj,
-                          &prios_obj, &fill)) {
+    if (!PyArg_ParseTuple(args, "nOOOOd|n:claim_range", &start, &keys_obj, &state_obj,
+                          &live_obj, &prios_obj, &fill, &origin) ||
+        check_origin(origin) < 0) {
         return NULL;
     }
     Py_buffer kv, sv, lv, pv;
@@ -220,7 +226,7 @@ claim_range(PyObject *self, PyObject *args)
             rec[i].generation = g;
             rec[i].priority = given ? given[i] : fill;
             rec[i].times_sampled = 0;
-            keys[i] = make_key(g, start + i);
+            keys[i] = make_key(g, start + i, (uint32_t)origin);
         }
         memset((char *)lv.buf + start, 1, (size_t)n);
         result = Py_NewRef(Py_None);
@@ -236,16 +242,18 @@ claim_range(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {
     {"held_slots", held_slots, METH_VARARGS,
-     "held_slots(keys, state, live, values, out_slots, out_values) -> (kept, stale) or "
-     "None.\n"
+     "held_slots(keys, state, live, values, out_slots, out_values, origin=0) -> "
+     "(kept, stale) or None.\n"
      "Writes the slots of held items among keys (last key of a slot wins) and their values "
      "to the first `kept` entries of the outputs and counts stale keys; returns None, "
-     "writing nothing, if a key was never issued or a value is not finite and >= 0.\n"
-     "Raises TypeError for a wrong buffer kind, ValueError for wrong sizes."},
+     "writing nothing, if a key was never issued (for the table's generation origin) or a "
+     "value is not finite and >= 0.\n"
+     "Raises TypeError for a wrong buffer kind, ValueError for wrong sizes or origin."},
     {"claim_range", claim_range, METH_VARARGS,
-     "claim_range(start, keys_out, state, live, priorities, fill): "
+     "claim_range(start, keys_out, state, live, priorities, fill, origin=0): "
      "new items in slots start .. start + len(keys_out) - 1: next generation, priority "
-     "priorities[i] (fill when None), times 0, live; their keys written to keys_out.\n"
+     "priorities[i] (fill when None), times 0, live; their keys (for the table's generation "
+     "origin) written to keys_out.\n"
      "Raises TypeError for a wrong buffer kind, ValueError for a range outside the table or "
      "wrong sizes (nothing is written then)."},
     {NULL, NULL, 0, NULL},

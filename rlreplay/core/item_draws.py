@@ -94,14 +94,15 @@ class DrawPlan:
             n = len(slots)
             keys, priorities = np.empty(n, dtype=np.int64), np.empty(n)
             times = np.empty(n, dtype=np.uint32)
-            _kernel.mark_sampled(slots, index.slot_bytes, keys, priorities, times)
+            _kernel.mark_sampled(slots, index.slot_bytes, keys, priorities, times, index.origin)
             return keys, priorities, times
         if has_duplicates(slots):
             times = self._count_samples(slots)
         else:
             times = index.times_sampled[slots] + np.uint32(1)
             index.times_sampled[slots] = times
-        return make_keys(slots, index.generation[slots]), index.priority[slots], times
+        keys = make_keys(slots, index.generation[slots], index.origin)
+        return keys, index.priority[slots], times
 
     def _count_samples(self, slots: np.ndarray) -> np.ndarray:
         """Increment times_sampled; each entry sees the count as of its own draw."""

@@ -21,6 +21,7 @@ from rlreplay.core._compiled import load_kernel
 from rlreplay.core.keys import (
     CYCLED,
     GENERATION_MASK,
+    GENERATIONS,
     SLOT_BITS,
     check_priorities,
     current_generations,
@@ -28,6 +29,7 @@ from rlreplay.core.keys import (
     make_keys,
     next_generation,
     next_generations,
+    relative_generations,
     split_keys,
     unissued,
 )
@@ -61,10 +63,13 @@ class ItemIndex:
         default_priority: priority of items inserted without one (``None``: the largest
             priority seen so far, 1.0 at first).
         rng: the table's random generator (victims of random removers).
+        origin: the table's generation origin (0 .. 2**31 - 2, see keys.py): the keys of
+            its items carry their generations moved by it, so that another table's keys
+            are refused as not this table's.
 
     Attributes (read by the table and the draws; changed only through the methods):
         size, live, priority, generation, times_sampled, slot_bytes, extent, counts,
-        max_priority.
+        max_priority, origin.
     """
 
     def __init__(
@@ -77,7 +82,11 @@ class ItemIndex:
         variable: bool,
         default_priority: float | None,
         rng: np.random.Generator,
+        origin: int = 0,
     ):
+        if not 0 <= origin < GENERATIONS:
+            raise ValueError(f"origin={origin} must be in 0 .. 2**31 - 2")
+        self.origin = origin
         self.capacity = capacity
         self.sampler = sampler
         self.remover = remover
@@ -148,7 +157,7 @@ class ItemIndex:
             keys = np.empty(n, dtype=np.int64)
             if prios is not None:
                 prios = np.ascontiguousarray(prios, dtype=np.float64)
-            _kernel.claim_range(start, keys, self.slot_bytes, self.live, prios, fill)
+            _kernel.claim_range(start, keys, self.slot_bytes, self.live, prios, fill, self.origin)
             prios = self.priority[start : start + n]
         else:
             if prios is None:
@@ -158,7 +167,7 @@ class ItemIndex:
             self.priority[at] = prios
             self.times_sampled[at] = 0
             self.live[at] = True
-            keys = make_keys(slots, generations)
+            keys = make_keys(slots, generations, self.origin)
         if replacing:
             self.sampler.replace(slots, prios)
             self.remover.replace(slots, prios)
@@ -196,7 +205,10 @@ class ItemIndex:
         else:
             self.sampler.insert_one(slot, prio)
             self.remover.insert_one(slot, prio)
-        return (generation & GENERATION_MASK) << SLOT_BITS | slot
+        generation = (generation & GENERATION_MASK) + self.origin  # the key's (keys.py)
+        if generation > GENERATIONS:
+            generation -= GENERATIONS
+        return generation << SLOT_BITS | slot
 
     # ---------------------------------------------------------------- removal
     def remove(self, slots: np.ndarray) -> None:
@@ -331,7 +343,7 @@ class ItemIndex:
                 out_slots = np.empty(n, dtype=np.int64)
                 out_values = None if deleting else np.empty(n)
                 held = _kernel.held_slots(
-                    keys, self.slot_bytes, self.live, values, out_slots, out_values
+                    keys, self.slot_bytes, self.live, values, out_slots, out_values, self.origin
                 )
                 if held is not None:  # else a bad entry: the path below names it
                     kept, stale = held
@@ -340,23 +352,25 @@ class ItemIndex:
                     return out_slots[:kept], None if deleting else out_values[:kept]
         keys, slots, gens = split_keys(keys, self.capacity)
         prios = None if deleting else check_priorities(priorities, len(keys))
-        return self._current(slots, gens, prios, stale_counter)
+        return self._current(keys, slots, gens, prios, stale_counter)
 
-    def _current(self, slots, gens, values, stale_counter):
+    def _current(self, keys, slots, gens, values, stale_counter):
         """Keep the last occurrence of each held key; count the stale ones.
 
         Raises:
-            InvalidArgumentError: for a key this table never issued (generation 0, or newer
-                than its slot's while the slot has not cycled, see keys.py); nothing is
-                counted or changed then.
+            InvalidArgumentError: for a key this table never issued (generation 0, or
+                outside the generations it issued for the slot while the slot has not
+                cycled: a key of another table, see keys.py); nothing is counted or
+                changed then.
         """
         fields = self.generation[slots]
+        gens = relative_generations(gens, self.origin)
         never = unissued(gens, fields)
         if never.any():
-            bad = make_keys(slots[never], gens[never])
             raise InvalidArgumentError(
-                f"keys contains {describe(bad[:4].tolist())}, which this table never issued; "
-                "pass keys taken from this table's samples or inserts"
+                f"keys contains {describe(keys[never][:4].tolist())}, which are not keys of "
+                "this table (it never issued them: keys of another table, or made up); pass "
+                "keys taken from this table's samples or inserts"
             )
         held = self.live[slots] & (current_generations(fields) == gens)
         n_held = int(np.count_nonzero(held))

@@ -16,15 +16,45 @@ therefore never goes negative, however often its slot is reused, and the guarant
 (At one new item per slot every microsecond that is 36 minutes of reuse of one slot
 between issuing a key and using it, far beyond any learner's delay.)
 
-The per-slot record holds the generation in a 32-bit field (``SLOT_STATE`` in table.py):
-its low 31 bits are the current generation, and its top bit (:data:`CYCLED`) is set once
-the slot's generation has gone round. A key whose generation is newer than its slot's is
-refused as "never issued by this table" while the slot has not cycled; once it has, every
-generation 1 .. GENERATIONS may have been issued before, so such keys count as stale.
-The compiled loops (_slots.c, _draws.c) follow the same rule.
+The per-slot record holds the generation in a 32-bit field (``SLOT_STATE`` in item_slots.py):
+its low 31 bits count the slot's items (1 .. GENERATIONS, then 1 again; 0: none yet), and
+its top bit (:data:`CYCLED`) is set once that count has gone round.
+
+Keys of different tables. Every table draws a *generation origin* ``o`` in
+``0 .. GENERATIONS - 1`` when it is built, and the key of a slot's ``g``-th item carries
+generation ``(g - 1 + o) % GENERATIONS + 1`` (:func:`make_keys`), so two tables issue
+different keys for the same slot and item count. The origin comes from ``secrets`` (the
+operating system's random source) for a table without ``seed``; with an int ``seed`` it is
+derived from the seed and the table's name (:func:`generation_origin`), so a seeded run
+issues the same keys every time, and tables with one seed but different names still get
+different origins. (Two tables with the same name and the same seed share their origin:
+their keys cannot be told apart.)
+
+A key names a slot and an item count ``g`` (:func:`relative_generations`). It is refused
+with :class:`InvalidArgumentError` ("not a key of this table") when its slot is outside the
+table, its generation is 0, or ``g`` is beyond the slot's count while the slot has not
+cycled, i.e. its generation lies outside the window ``(o, o + count]`` (mod GENERATIONS)
+this table issued for that slot; a key in the window but not the slot's current item is
+stale (skipped and counted). The guarantee for a key of *another* table (whose origin was
+drawn independently) used on this one: its item count here is uniform over
+``1 .. GENERATIONS``, so it
+
+* is refused with probability ``1 - count / (2**31 - 1)`` (for a slot that has held
+  ``count`` items and not cycled; almost 1 for any slot reused fewer than millions of
+  times),
+* is counted as stale with probability ``(count - 1) / (2**31 - 1)``, and
+* is mistaken for this table's current item in that slot with probability
+  ``1 / (2**31 - 1)`` (about 4.7e-10) per key; that is the only case in which it changes
+  anything.
+
+The compiled loops (_slots.c, _draws.c, _common.h) follow the same rules.
 """
 
 from __future__ import annotations
+
+import hashlib
+import numbers
+import secrets
 
 import numpy as np
 
@@ -37,10 +67,34 @@ GENERATIONS = GENERATION_MASK  # generations run 1 .. GENERATIONS, then 1 again
 CYCLED = 1 << 31  # flag in a slot's generation field: its generation has gone round
 
 
-def make_keys(slots: np.ndarray, fields: np.ndarray) -> np.ndarray:
+def generation_origin(seed: object, name: str) -> int:
+    """A table's generation origin (0 .. GENERATIONS - 1, see the module docstring): derived
+    from ``seed`` and ``name`` when ``seed`` is an int, else drawn from ``secrets``."""
+    if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
+        digest = hashlib.blake2b(
+            f"{int(seed)}\0{name}".encode(), digest_size=8, person=b"rlreplay.keys"
+        ).digest()
+        return int.from_bytes(digest, "little") % GENERATIONS
+    return secrets.randbelow(GENERATIONS)
+
+
+def make_keys(slots: np.ndarray, fields: np.ndarray, origin: int = 0) -> np.ndarray:
     """Keys of the items in ``slots`` from their slots' generation fields (the record's
-    ``generation``; the :data:`CYCLED` flag is dropped)."""
-    return ((fields.astype(np.int64) & GENERATION_MASK) << SLOT_BITS) | slots.astype(np.int64)
+    ``generation``; the :data:`CYCLED` flag is dropped) for a table whose generation
+    origin is ``origin``."""
+    gens = (fields.astype(np.int64) & GENERATION_MASK) + origin
+    if origin:
+        gens -= GENERATIONS * (gens > GENERATIONS)
+    return (gens << SLOT_BITS) | slots.astype(np.int64)
+
+
+def relative_generations(generations: np.ndarray, origin: int) -> np.ndarray:
+    """The item counts (1 .. GENERATIONS) that key ``generations`` (int64, 0 ..
+    GENERATIONS) stand for in a table whose generation origin is ``origin``; 0 for key
+    generation 0, which no table issues."""
+    rel = generations - origin
+    rel += GENERATIONS * (rel <= 0)
+    return np.where(generations < 1, 0, rel)
 
 
 def next_generations(fields: np.ndarray) -> np.ndarray:
@@ -58,8 +112,9 @@ def next_generation(field: int) -> int:
 
 
 def unissued(generations: np.ndarray, fields: np.ndarray) -> np.ndarray:
-    """Which key ``generations`` the slots (with generation ``fields``) can never have
-    issued: 0, or newer than the slot's current generation while it has not cycled."""
+    """Which item counts ``generations`` (from :func:`relative_generations`) the slots
+    (with generation ``fields``) can never have issued: 0, or beyond the slot's count
+    while it has not cycled."""
     fields = fields.astype(np.int64)
     fresh = (fields & CYCLED) == 0
     return (generations < 1) | (fresh & (generations > (fields & GENERATION_MASK)))
@@ -75,7 +130,8 @@ def split_keys(keys: object, capacity: int, argument: str = "keys") -> tuple[np.
 
     Raises:
         InvalidArgumentError: if ``keys`` is not a 1-d integer array or names a slot that
-            no table of this capacity has (it was not produced by this table).
+            no table of this capacity has (it was not produced by this table). The
+            generations are the keys' own (see :func:`relative_generations`).
     """
     arr = np.asarray(keys)
     if arr.ndim == 0:

@@ -12,6 +12,7 @@ from rlreplay.core import table_inserts, waiting
 from rlreplay.core.admission import Admission, check_warn_after
 from rlreplay.core.item_draws import DrawPlan
 from rlreplay.core.item_slots import SLOT_STATE, ItemIndex
+from rlreplay.core.keys import generation_origin
 from rlreplay.core.layout import ItemLayout
 from rlreplay.core.rate_limiters import MinSize, Queue, RateLimiter
 from rlreplay.core.sample import Sample
@@ -85,7 +86,11 @@ class Table:
             ``"relocate"`` copies their steps to the head of the store and moves them
             there, keeping their place in the order but getting new keys (stacks, whose
             oldest items wait longest).
-        seed: seed of the table's random generator.
+        seed: seed of the table's random generator. An int seed also fixes the table's
+            key origin (with its name), so a seeded run issues the same keys; without
+            one the origin is random. Either way, tables with different names (or
+            without seeds) issue different keys, and keys of one are refused by another
+            (see rlreplay/core/keys.py for the exact guarantee).
         warn_after: seconds a blocked call waits before it logs its one warning; default
             (``None``) ``rlreplay.core.waiting.WARN_AFTER_S`` (5 s). Set
             ``table.warn_after = None`` to never warn.
@@ -149,6 +154,7 @@ class Table:
             self.layout.variable,
             default_priority,
             self.rng,
+            generation_origin(seed, name),
         )
         self.draws = DrawPlan(self.index, store, self.layout, max_times_sampled)
         self.admission = Admission(

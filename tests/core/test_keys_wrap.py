@@ -2,8 +2,9 @@
 
 A key is ``generation << 32 | slot`` with generations cycling through 1 .. 2**31 - 1 (see
 rlreplay/core/keys.py). These tests set a slot's generation next to the end of that cycle
-directly in the table's records, then insert, sample, update and delete with the keys the
-table hands out, through the compiled loops and through the numpy path.
+directly in the table's records (which count a slot's items; a key's generation is that
+count moved by the table's generation origin), then insert, sample, update and delete with
+the keys the table hands out, through the compiled loops and through the numpy path.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from rlreplay.core import item_draws, item_slots
 from rlreplay.core.keys import (
     CYCLED,
     GENERATIONS,
+    make_keys,
     next_generation,
     next_generations,
+    relative_generations,
     unissued,
 )
 from rlreplay.core.table import SLOT_STATE
@@ -43,9 +46,22 @@ def path(request, monkeypatch) -> str:
 
 def near_the_end(field: int) -> Table:
     """A prioritized table whose every slot has the generation field ``field``."""
-    table = Table("t", signature={"x": "int64"}, max_size=SIZE, sampler=Prioritized(1.0))
+    table = Table("t", signature={"x": "int64"}, max_size=SIZE, sampler=Prioritized(1.0), seed=3)
+    assert table.index.origin > 0  # the keys below are moved by it
     table._generation[:] = field
     return table
+
+
+def counts(table: Table, keys: np.ndarray) -> list[int]:
+    """The item counts (generation fields) that ``keys`` stand for in ``table``."""
+    return relative_generations(np.asarray(keys) >> 32, table.index.origin).tolist()
+
+
+def key(table: Table, slot: int, count: int) -> np.ndarray:
+    """The key of ``slot``'s ``count``-th item in ``table`` (0: generation 0, never issued)."""
+    if count == 0:
+        return np.array([slot], np.int64)
+    return make_keys(np.array([slot]), np.array([count]), table.index.origin)
 
 
 def insert(table: Table, one_row: bool, first: int) -> np.ndarray:
@@ -75,7 +91,7 @@ def test_keys_across_the_generation_cycle_stay_valid_and_stale_keys_stay_stale(
         keys = insert(table, one_row, 100 * round_)
         assert keys.dtype == np.int64 and (keys >= 0).all()
         np.testing.assert_array_equal(keys & 0xFFFFFFFF, np.arange(SIZE))
-        generations.append(int(keys[0] >> 32))
+        generations.append(counts(table, keys[:1])[0])
         issued.append(keys)
         sample = table.sample(SIZE)
         assert set(sample.info.keys.tolist()) <= set(keys.tolist())
@@ -95,19 +111,21 @@ def test_a_key_newer_than_its_slot_is_refused_until_the_slot_has_cycled(path):
     fresh = near_the_end(5)
     fresh.insert({"x": np.arange(SIZE)})  # generation 6
     with pytest.raises(InvalidArgumentError, match="never issued"):
-        fresh.update_priorities(np.array([7 << 32 | 1]), 1.0)
+        fresh.update_priorities(key(fresh, 1, 7), 1.0)
     with pytest.raises(InvalidArgumentError, match="never issued"):
-        fresh.delete(np.array([0 << 32 | 1]))
+        fresh.delete(key(fresh, 1, 0))
+    assert fresh.update_priorities(key(fresh, 1, 5), 1.0) == 0  # issued before: stale
     cycled = near_the_end(CYCLED | 5)
     cycled.insert({"x": np.arange(SIZE)})  # generation 6 again, after a whole cycle
-    assert cycled.update_priorities(np.array([7 << 32 | 1, GENERATIONS << 32 | 2]), 1.0) == 0
+    stale = np.r_[key(cycled, 1, 7), key(cycled, 2, GENERATIONS)]
+    assert cycled.update_priorities(stale, 1.0) == 0
     assert cycled.info().stale_updates == 2
     with pytest.raises(InvalidArgumentError, match="never issued"):  # generation 0: never
-        cycled.delete(np.array([0 << 32 | 1]))
+        cycled.delete(key(cycled, 1, 0))
 
 
 def test_relocated_items_get_the_next_generation_across_the_cycle(path):
-    table = Table.stack("s", 2, signature={"x": "int64"})  # relocates, capacity 4
+    table = Table.stack("s", 2, signature={"x": "int64"}, seed=5)  # relocates, capacity 4
     table._generation[:] = GENERATIONS
     bottom = table.insert({"x": np.arange(2)})[0]
     sampled = []
@@ -120,6 +138,7 @@ def test_relocated_items_get_the_next_generation_across_the_cycle(path):
     sampled += [table.sample(1).info.keys for _ in range(2)]
     keys = np.concatenate(sampled)
     assert (keys >= 0).all() and ((keys >> 32) >= 1).all()
+    assert all(1 <= c <= 14 for c in counts(table, keys))  # went round: 1, 2, ... again
     moved = keys[-1]  # the bottom item, last out, under a key of its new slot
     assert moved != bottom and moved >> 32 >= 1
 
@@ -129,11 +148,12 @@ FIELDS = st.one_of(
     st.sampled_from([CYCLED | (GENERATIONS - 1), CYCLED | GENERATIONS]),
     st.integers(0, 2**32 - 1),
 )
+ORIGINS = st.one_of(st.sampled_from([0, 1, GENERATIONS - 1]), st.integers(0, GENERATIONS - 1))
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(FIELDS, min_size=1, max_size=16))
-def test_the_next_generation_agrees_in_numpy_python_and_c(fields):
+@given(st.lists(FIELDS, min_size=1, max_size=16), ORIGINS)
+def test_the_next_generation_agrees_in_numpy_python_and_c(fields, origin):
     arr = np.array(fields, dtype=np.uint32)
     nxt = next_generations(arr)
     assert nxt.dtype == np.uint32
@@ -150,19 +170,25 @@ def test_the_next_generation_agrees_in_numpy_python_and_c(fields):
         state["generation"] = arr
         keys = np.empty(len(fields), np.int64)
         live = np.zeros(len(fields), bool)
-        item_slots._kernel.claim_range(0, keys, state.view(np.uint8), live, None, 1.0)
+        item_slots._kernel.claim_range(0, keys, state.view(np.uint8), live, None, 1.0, origin)
         np.testing.assert_array_equal(state["generation"], nxt)
-        np.testing.assert_array_equal(keys, gens.astype(np.int64) << 32 | np.arange(len(fields)))
+        np.testing.assert_array_equal(keys, make_keys(np.arange(len(fields)), nxt, origin))
         assert (keys >= 0).all() and live.all()
+    keys = make_keys(np.arange(len(fields)), nxt, origin)
+    assert ((keys >> 32 >= 1) & (keys >> 32 <= GENERATIONS)).all()
+    np.testing.assert_array_equal(relative_generations(keys >> 32, origin), gens)
 
 
-@settings(max_examples=200, deadline=None)
-@given(FIELDS, st.integers(0, GENERATIONS))
-def test_unissued_keys_agree_in_numpy_and_c(field, generation):
-    """A key of a live slot is refused (C: None) exactly when numpy calls it unissued, and
-    otherwise it is held exactly when its generation is the slot's."""
-    never = bool(unissued(np.array([generation]), np.array([field], np.uint32))[0])
-    assert never == (generation == 0 or (not field & CYCLED and generation > field))
+@settings(max_examples=300, deadline=None)
+@given(FIELDS, st.integers(0, GENERATIONS), ORIGINS)
+def test_unissued_keys_agree_in_numpy_and_c(field, generation, origin):
+    """A key (generation ``generation``) of a live slot is refused (C: None) exactly when
+    numpy calls it unissued for the table's origin, and otherwise it is held exactly when
+    it stands for the slot's current item count."""
+    count = int(relative_generations(np.array([generation]), origin)[0])
+    assert count == (0 if generation == 0 else (generation - origin - 1) % GENERATIONS + 1)
+    never = bool(unissued(np.array([count]), np.array([field], np.uint32))[0])
+    assert never == (count == 0 or (not field & CYCLED and count > field))
     if item_slots._kernel is None:
         return
     state = np.zeros(1, dtype=SLOT_STATE)
@@ -175,9 +201,10 @@ def test_unissued_keys_agree_in_numpy_and_c(field, generation):
         None,
         out,
         None,
+        origin,
     )
     if never:
         assert got is None
     else:
-        held = generation == field & GENERATIONS
+        held = count == field & GENERATIONS
         assert got == ((1, 0) if held else (0, 1))
