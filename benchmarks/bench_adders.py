@@ -4,12 +4,13 @@ Feeds synthetic vector-env steps (obs float32[8], episodes of 50-150 steps, next
 autoreset) to an NStepTransitionAdder(n=3) over one table and reports environment
 steps per second and the share of stored rows that are re-appended context.
 
-Run: ``python benchmarks/bench_adders.py``. Prints a table and writes JSON to
-benchmarks/results/bench_adders.json.
+Run: ``python benchmarks/bench_adders.py [--env-steps N]`` (``--help`` for the options).
+Prints a table and writes JSON to benchmarks/results/bench_adders.json.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -51,8 +52,26 @@ def run(num_envs: int, chunk: int, env_steps: int = 60_000) -> dict:
     }
 
 
-def main() -> None:
-    rows = [run(n, c) for n in (1, 8, 64) for c in (16, 64)]
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument(
+        "--env-steps",
+        type=int,
+        default=60_000,
+        help="environment steps fed per configuration (6 configurations)",
+    )
+    args = p.parse_args(argv)
+    if args.env_steps < 64:
+        p.error(f"--env-steps {args.env_steps} must be at least 64 (one step of 64 envs)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    rows = [run(n, c, args.env_steps) for n in (1, 8, 64) for c in (16, 64)]
     print(f"{'envs':>5s} {'chunk':>6s} {'steps/s':>10s} {'copied':>7s}")
     for r in rows:
         print(

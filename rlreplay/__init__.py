@@ -11,6 +11,7 @@ from rlreplay.core.specs import FieldSpec, Signature
 from rlreplay.core.storage import StepStore
 from rlreplay.core.table import Table, TableInfo
 from rlreplay.errors import (
+    AddressInUseError,
     ClosedError,
     DeadlockError,
     EmptyTableError,
@@ -49,6 +50,7 @@ def __getattr__(name: str):
 
 
 __all__ = [
+    "AddressInUseError",
     "Client",
     "ClosedError",
     "DeadlockError",

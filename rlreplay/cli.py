@@ -22,7 +22,6 @@ To add a subcommand, write a parser function (``add_<name>...(subparsers)``) and
 from __future__ import annotations
 
 import argparse
-import errno
 import importlib
 import logging
 import os
@@ -30,9 +29,10 @@ import signal
 import sys
 from collections.abc import Sequence
 from types import ModuleType
-from typing import Any, NoReturn
+from typing import Any
 
-USAGE = 2  # the command cannot run as given
+from rlreplay.cli_args import USAGE, Parser, port_number, positive, size_bytes
+
 FAILED = 1  # it ran, and the server (or the operation) failed
 NET_MODULES = ("zmq", "msgpack", "tomli")
 
@@ -45,47 +45,21 @@ class CommandError(Exception):
         self.code = code
 
 
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """``--help`` shows every default that has a value (not the ``None`` of "unset")."""
+def check_key_files(**flags: str | None) -> None:
+    """Refuse, naming the flag, a key file that does not exist (``curve_secret="x"`` is the
+    flag ``--curve-secret x``).
 
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        if action.default is None or action.default is False:
-            return action.help
-        return super()._get_help_string(action)
-
-
-class Parser(argparse.ArgumentParser):
-    """An argument parser whose usage errors are one line on stderr (exit status 2)."""
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        kwargs.setdefault("formatter_class", HelpFormatter)
-        super().__init__(*args, **kwargs)
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def positive(kind: type) -> Any:
-    """An argparse type: a number of ``kind`` greater than zero."""
-
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a {kind.__name__}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"{text} must be greater than 0")
-        return value
-
-    parse.__name__ = f"positive {kind.__name__}"
-    return parse
-
-
-def port_number(text: str) -> int:
-    """An argparse type: a TCP port, 0 to 65535 (0: any free port)."""
-    if not text.isdigit() or not 0 <= int(text) <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0 to 65535)")
-    return int(text)
+    Raises:
+        CommandError: for a path given that is not a file.
+    """
+    for name, path in flags.items():
+        if path is not None and not os.path.isfile(path):
+            flag = "--" + name.replace("_", "-")
+            missing = "is a folder, not a key file" if os.path.isdir(path) else "does not exist"
+            raise CommandError(
+                f"{flag} {path}: the file {missing}; give a key file written by "
+                "`rlreplay keygen DIR` (NAME.key is public, NAME.key_secret secret)"
+            )
 
 
 def import_net(command: str) -> ModuleType:
@@ -147,22 +121,28 @@ def add_serve_parser(sub: Any) -> None:
         type=port_number,
         default=None,
         metavar="N",
-        help="Prometheus metrics port",
+        help="Prometheus metrics port (needs the metrics extra)",
     )
     for name, kind, help_text in SERVER_LIMITS:
         flag = "--" + name.replace("_", "-")
-        p.add_argument(flag, type=positive(kind), default=None, metavar="N", help=help_text)
+        parse = size_bytes if name.endswith("_bytes") else positive(kind)
+        metavar = "SIZE" if name.endswith("_bytes") else "N"
+        p.add_argument(flag, type=parse, default=None, metavar=metavar, help=help_text)
     p.set_defaults(func=cmd_serve)
 
 
 # Per-client bounds of a server (Server keyword arguments; left out: the Server's default).
 SERVER_LIMITS = (
-    ("max_message_bytes", int, "largest request accepted, in bytes (default: 1 GiB)"),
+    (
+        "max_message_bytes",
+        int,
+        "largest request accepted: bytes, or a size such as 512MiB (default: 1GiB)",
+    ),
     (
         "max_unread_bytes",
         int,
-        "bytes of replies held for one client that does not read them; past it its requests "
-        "are refused (default: 256 MiB)",
+        "bytes of replies held for one client that does not read them (or a size such as "
+        "64MiB); past it its requests are refused (default: 256MiB)",
     ),
     (
         "max_parked_per_client",
@@ -178,14 +158,34 @@ SERVER_LIMITS = (
 )
 
 
-def check_serve_security(args: argparse.Namespace, loopback: bool) -> None:
-    """Refuse, naming the flags, a public bind without keys and keys without CURVE.
+def check_serve_options(args: argparse.Namespace) -> None:
+    """Refuse, naming the flags, a ``--bind`` that is not a host, a public bind without
+    keys, keys without CURVE, and ``--metrics-port`` without the metrics extra.
 
     Raises:
-        CommandError: for a non-loopback ``--bind`` with neither ``--curve-secret`` nor
-            ``--insecure``, or ``--authorized-keys`` that is not a folder or lacks
-            ``--curve-secret``.
+        CommandError: for a ``--bind`` holding a port or a ``tcp://`` URL with one, a
+            non-loopback ``--bind`` with neither ``--curve-secret`` nor ``--insecure``,
+            ``--authorized-keys`` that is not a folder or lacks ``--curve-secret``, or
+            ``--metrics-port`` without prometheus-client.
     """
+    from rlreplay.net import auth
+
+    check_key_files(curve_secret=args.curve_secret)
+    if args.metrics_port is not None:
+        try:
+            importlib.import_module("prometheus_client")
+        except ImportError:
+            raise CommandError(
+                "--metrics-port needs the metrics extra (module 'prometheus_client' is "
+                'missing): pip install "rlreplay[metrics]", or leave out --metrics-port'
+            ) from None
+    extra = auth.port_in_bind(args.bind)
+    if extra is not None:
+        raise CommandError(
+            f"--bind {args.bind} holds more than a host ({extra!r}): --bind takes a host (or "
+            "ipc:///path); give the port with --port, e.g. --bind 127.0.0.1 --port 8000"
+        )
+    loopback = auth.is_loopback(auth.endpoint(args.bind, args.port))
     if not loopback and args.curve_secret is None and not args.insecure:
         raise CommandError(
             f"--bind {args.bind} is not a loopback address: give --curve-secret "
@@ -204,13 +204,10 @@ def check_serve_security(args: argparse.Namespace, loopback: bool) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     net = import_net("serve")
-    import zmq
-
-    from rlreplay.net import auth
+    from rlreplay.errors import AddressInUseError
     from rlreplay.net.config import load_config
 
-    endpoint = auth.endpoint(args.bind, args.port)
-    check_serve_security(args, auth.is_loopback(endpoint))
+    check_serve_options(args)
     tables = load_config(args.config)
     server = net.Server(
         tables,
@@ -224,14 +221,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     try:
         server.start()
-    except zmq.ZMQError as exc:
-        server.stop()
-        if exc.errno == errno.EADDRINUSE:
-            raise CommandError(
-                f"cannot serve on {endpoint}: the address is already in use (another server?); "
-                "choose another --port, or leave --port out to pick a free one"
-            ) from None
-        raise CommandError(f"cannot serve on {endpoint} (--bind/--port): {exc}") from None
+    except AddressInUseError as exc:
+        raise CommandError(
+            f"cannot serve on {exc.address}: the address is already in use (another server?); "
+            "choose another --port, or leave --port out to pick a free one"
+        ) from None
     except OSError as exc:  # the metrics port
         server.stop()
         raise CommandError(
@@ -280,33 +274,36 @@ def add_info_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_info)
 
 
-UNREACHABLE = {
-    "needs_curve": "the server uses CURVE and no credentials were given: give --server-key "
-    "SERVER.key (its public key from `rlreplay keygen`), and --client-key CLIENT.key_secret "
-    "if it accepts only authorized clients",
-    "not_curve": "the server does not use CURVE: leave out --server-key and --client-key",
-    "wrong_server_key": "the server refused the CURVE handshake: --server-key is not this "
-    "server's public key",
-    "client_not_authorized": "the server does not accept this client's key: give --client-key "
-    "with a .key_secret whose public .key is in the server's --authorized-keys folder",
-    "refused": "nothing accepts connections there: is the server running, and are the host "
-    "name and the port right?",
+# The command's flags, named in the reasons a server could not be reached.
+CREDENTIAL_FLAGS = {
+    "server_key": "--server-key",
+    "server_key_example": "--server-key SERVER.key",
+    "client_key": "--client-key",
+    "client_key_example": "--client-key CLIENT.key_secret",
+    "authorized_keys": "--authorized-keys",
 }
 
 
 def why_unreachable(args: argparse.Namespace, error: Exception) -> str:
-    """One line on why ``info`` got no reply, from the connection's handshake events."""
+    """One line on why ``info`` got no reply: the reason the client found after the call
+    failed (:attr:`ServerUnavailableError.reason`), with this command's flags."""
     from rlreplay.net import auth
 
-    verdict = auth.diagnose_connection(args.address, args.server_key, args.client_key, timeout=1.0)
-    if verdict in UNREACHABLE:
-        return f"cannot query the replay server at {args.address}: {UNREACHABLE[verdict]}"
+    why = auth.unreachable_reason(getattr(error, "reason", None), CREDENTIAL_FLAGS)
+    if why is not None:
+        return f"cannot query the replay server at {args.address}: {why}"
     return f"{type(error).__name__}: {error}"
 
 
 def cmd_info(args: argparse.Namespace) -> int:
     from rlreplay.cli_output import format_build, format_info
 
+    if args.build and args.address is not None:
+        given = " ".join(a for a in (args.address, args.table) if a is not None)
+        raise CommandError(
+            f"--build takes no ADDRESS or TABLE (got {given!r}): run `rlreplay info --build` "
+            "and `rlreplay info ADDRESS` separately"
+        )
     if args.build:
         print(format_build())
     if args.address is None:
@@ -316,6 +313,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     net = import_net("info")
     import zmq
 
+    check_key_files(server_key=args.server_key, client_key=args.client_key)
     from rlreplay.errors import ServerUnavailableError
 
     client = net.Client(
@@ -365,7 +363,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="rlreplay", description="rlreplay command line")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     parser.add_argument("--version", action="version", version=f"rlreplay {rlreplay.__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # required is checked by Parser.parse_command, after unknown options
+    sub = parser.add_subparsers(dest="command", required=False, metavar="COMMAND")
     for add in SUBCOMMANDS:
         add(sub)
     return parser
@@ -380,7 +379,7 @@ def fail(args: argparse.Namespace, message: str, code: int) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rlreplay`` command; returns the exit status (see the module)."""
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_command(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",

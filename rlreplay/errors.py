@@ -55,9 +55,35 @@ class ProtocolError(ReplayError):
     """A network message was malformed or spoke another protocol version."""
 
 
+class AddressInUseError(InvalidArgumentError):
+    """A server cannot bind its address: another socket already holds that host and port.
+
+    Choose another port, or leave the port out so that the server picks a free one.
+
+    Attributes:
+        address: the address that could not be bound (``tcp://host:port``).
+    """
+
+    def __init__(self, message: str, address: str | None = None):
+        super().__init__(message)
+        self.address = address
+
+
 class ServerUnavailableError(ReplayTimeoutError, ConnectionError):
     """The replay server did not answer within the timeout (down, unreachable, or it
-    rejected the client's credentials)."""
+    rejected the client's credentials).
+
+    Attributes:
+        reason: why, when the client could tell after the call failed: one of
+            ``"refused"`` (nothing accepts connections at the address), ``"needs_curve"``,
+            ``"not_curve"``, ``"wrong_server_key"``, ``"client_not_authorized"`` (the
+            CURVE handshake was refused), ``"ok"`` (the server accepts connections but did
+            not answer), ``"silent"``; None when not checked.
+    """
+
+    def __init__(self, message: str = "", reason: str | None = None):
+        super().__init__(message)
+        self.reason = reason
 
 
 class ServerRestartedError(ServerUnavailableError):

@@ -8,6 +8,7 @@ which still requires the server's public key). Keys come from ``rlreplay keygen`
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import os
 import time
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import zmq
 
-from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.errors import AddressInUseError, InvalidArgumentError, describe
 
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1", "[::1]"}
 
@@ -52,15 +53,50 @@ def normalize_address(address: str) -> str:
     return address
 
 
+def port_in_bind(bind: str) -> str | None:
+    """The ``:PORT`` (or ``tcp://``) part of a ``bind`` value that should hold only a host.
+
+    ``"localhost:8000"``, ``"tcp://127.0.0.1:8001"`` and ``"[::1]:8000"`` give ``"8000"``,
+    ``"8001"`` and ``"8000"``; a host (``"127.0.0.1"``, ``"::1"``, ``"[::1]"``,
+    ``"tcp://127.0.0.1"``) or an ``ipc://`` path gives None. A ``/`` after the host (a
+    URL path) gives the text after the host.
+    """
+    if bind.startswith("ipc://"):
+        return None
+    if bind.startswith("tcp://"):
+        bind = bind[len("tcp://") :]
+    if "/" in bind:
+        return bind[bind.index("/") :]
+    if bind.startswith("["):
+        rest = bind.partition("]")[2]
+        return (rest.lstrip(":") or None) if rest else None
+    if bind.count(":") == 1:  # an IPv6 address without brackets has two or more
+        return bind.partition(":")[2]
+    return None
+
+
 def endpoint(bind: str, port: int | None) -> str:
-    """The ZeroMQ endpoint to bind (``port`` 0/None: any free port, resolved at bind)."""
+    """The ZeroMQ endpoint to bind (``port`` 0/None: any free port, resolved at bind).
+
+    Raises:
+        InvalidArgumentError: if ``bind`` is not a host (it holds a port: give it as
+            ``port``) or ``port`` is not an int in [0, 65535].
+    """
     if not isinstance(bind, str) or not bind:
         raise InvalidArgumentError(f"bind={describe(bind)} must be a host or ipc:// path")
     if bind.startswith("ipc://"):
         return bind
+    extra = port_in_bind(bind)
+    if extra is not None:
+        raise InvalidArgumentError(
+            f"bind={bind!r} must be a host (or ipc:///path), without a port or path: give "
+            "the host as bind= and the port as port= (None: a free one)"
+        )
     if bind.startswith("tcp://"):
         bind = bind[len("tcp://") :]
-    if port is not None and (not isinstance(port, int) or not 0 <= port < 65536):
+    if port is not None and (
+        isinstance(port, bool) or not isinstance(port, int) or not 0 <= port < 65536
+    ):
         raise InvalidArgumentError(f"port={describe(port)} must be an int in [0, 65535]")
     host = f"[{bind}]" if ":" in bind and not bind.startswith("[") else bind
     return f"tcp://{host}:{port or 0}"
@@ -85,12 +121,32 @@ def is_ipv6(address: str) -> bool:
 
 
 def bind(sock: zmq.Socket, address: str) -> str:
-    """Bind ``sock`` and return the address clients connect to (the real port)."""
+    """Bind ``sock`` and return the address clients connect to (the real port).
+
+    Raises:
+        AddressInUseError: if another socket holds the address (host and port).
+        InvalidArgumentError: if the address cannot be bound otherwise (a host that is not
+            an address of this machine, an ``ipc://`` path in a missing folder, ...).
+    """
+    wanted = address
     if address.startswith("tcp://") and address.endswith(":0"):
         address = address[:-2] + ":*"
     if is_ipv6(address):
         sock.setsockopt(zmq.IPV6, 1)
-    sock.bind(address)
+    try:
+        sock.bind(address)
+    except zmq.ZMQError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise AddressInUseError(
+                f"cannot serve on {wanted}: the address is already in use (another server?); "
+                "choose another port, or leave the port out (None) to pick a free one",
+                wanted,
+            ) from None
+        raise InvalidArgumentError(
+            f"cannot serve on {wanted}: {zmq.strerror(exc.errno)}; the host must be a name or "
+            "address "
+            "of this machine (or ipc:///path in a folder that exists)"
+        ) from None
     return sock.getsockopt_string(zmq.LAST_ENDPOINT)
 
 
@@ -102,8 +158,19 @@ def load_keys(path: str | os.PathLike) -> tuple[bytes, bytes | None]:
     """
     import zmq.auth
 
+    name = os.fspath(path)
+    if not os.path.exists(name):
+        raise InvalidArgumentError(
+            f"the key file {name!r} does not exist; give the path of a key file written by "
+            "`rlreplay keygen DIR` (NAME.key is public, NAME.key_secret secret)"
+        )
+    if os.path.isdir(name):
+        raise InvalidArgumentError(
+            f"{name!r} is a folder, not a key file; give a NAME.key or NAME.key_secret file "
+            "written by `rlreplay keygen DIR`"
+        )
     try:
-        public, secret = zmq.auth.load_certificate(os.fspath(path))
+        public, secret = zmq.auth.load_certificate(name)
     except (OSError, ValueError) as exc:
         raise InvalidArgumentError(
             f"{os.fspath(path)!r} is not a readable key file ({exc}); create keys with "
@@ -208,6 +275,43 @@ HANDSHAKE_VERDICTS = (
     "refused",  # nothing accepts connections at the address
     "silent",  # no answer at all within the timeout
 )
+
+
+# Why a connection failed, for each verdict that says more than "no answer". The names of
+# the arguments are filled in by the caller: Python keywords, or the command line's flags.
+UNREACHABLE_REASONS = {
+    "needs_curve": "the server uses CURVE and no credentials were given: give "
+    "{server_key_example} (its public key from `rlreplay keygen`), and {client_key_example} "
+    "if it accepts only authorized clients",
+    "not_curve": "the server does not use CURVE: leave out {server_key} and {client_key}",
+    "wrong_server_key": "the server refused the CURVE handshake: {server_key} is not this "
+    "server's public key",
+    "client_not_authorized": "the server does not accept this client's key: give {client_key} "
+    "with a .key_secret whose public .key is in the server's {authorized_keys} folder",
+    "refused": "nothing accepts connections there: is the server running, and are the host "
+    "name and the port right?",
+    "ok": "the server accepts connections but did not answer: it may be stalled or overloaded",
+}
+PYTHON_NAMES = {
+    "server_key": "server_public_key",
+    "server_key_example": 'server_public_key="SERVER.key"',
+    "client_key": "client_secret_key",
+    "client_key_example": 'client_secret_key="CLIENT.key_secret"',
+    "authorized_keys": "authorized_keys",
+}
+
+
+def unreachable_reason(verdict: str | None, names: dict[str, str] = PYTHON_NAMES) -> str | None:
+    """Why a connection failed, in words, for a :func:`diagnose_connection` verdict (None
+    for ``"silent"``, which says nothing more than the failed call did).
+
+    Args:
+        names: how to name the credentials (``server_key``, ``server_key_example``,
+            ``client_key``, ``client_key_example``, ``authorized_keys``): the Python
+            keywords by default, or a command's flags.
+    """
+    template = UNREACHABLE_REASONS.get(verdict) if verdict is not None else None
+    return None if template is None else template.format(**names)
 
 
 def diagnose_connection(

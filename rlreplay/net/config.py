@@ -35,6 +35,7 @@ TOML syntax errors, the line and column.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -89,11 +90,32 @@ def load_config(path: str | os.PathLike) -> list[Table]:
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidArgumentError(f"config file {name!r} cannot be read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
-        raise InvalidArgumentError(f"config file {name!r} is not valid TOML: {exc}") from None
+        hint = _single_bracket_hint(name)
+        raise InvalidArgumentError(f"config file {name!r} is not valid TOML: {exc}{hint}") from None
     try:
         return tables_from_config(config)
     except InvalidArgumentError as exc:
         raise InvalidArgumentError(f"config file {name!r}: {exc}") from None
+
+
+SINGLE_BRACKET = re.compile(r"^[ \t]*\[[ \t]*(table|store)[ \t]*\][ \t]*(?:#.*)?$", re.MULTILINE)
+
+
+def _single_bracket_hint(name: str) -> str:
+    """Advice for a TOML error caused by ``[table]`` (or ``[store]``) headers: TOML refuses
+    a second ``[table]`` before the configuration can be read, so say what was meant."""
+    try:
+        with open(name, encoding="utf-8", errors="replace") as f:
+            found = SINGLE_BRACKET.search(f.read())
+    except OSError:
+        return ""
+    if found is None:
+        return ""
+    key = found.group(1)
+    return (
+        f"; [{key}] must be written [[{key}]] (two brackets, an array of tables: one "
+        f"[[{key}]] header per {key})"
+    )
 
 
 def _entries(config: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:

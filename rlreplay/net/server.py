@@ -40,6 +40,7 @@ from rlreplay.errors import (
     ClosedError,
     InvalidArgumentError,
     ReplayError,
+    describe,
 )
 from rlreplay.net import auth, handlers, schema, wire
 from rlreplay.net.ingest import WriterSession
@@ -83,7 +84,8 @@ class Server(TableOperations):
             vanished (or stopped reading for this long) lose their calls.
 
     Raises:
-        InvalidArgumentError: for duplicate table names, a non-loopback ``bind`` without
+        InvalidArgumentError: for ``tables`` that is not a list of tables, duplicate table
+            names, a ``bind`` that holds a port, a non-loopback ``bind`` without
             ``curve_secret_key`` and without ``insecure=True``, or a limit that is not a
             positive number.
 
@@ -113,7 +115,13 @@ class Server(TableOperations):
         check_limit("max_unread_bytes", max_unread_bytes, 0, integer=True)
         check_limit("max_parked_per_client", max_parked_per_client, 1, integer=True)
         check_limit("parked_expiry_s", parked_expiry_s, 0.001)
-        tables = list(tables)
+        given, tables = tables, list(tables) if isinstance(tables, (list, tuple)) else None
+        if tables is None and isinstance(given, Iterable) and not isinstance(given, str):
+            tables = list(given)  # e.g. a dict's .values()
+        if tables is None or not all(isinstance(t, Table) for t in tables):
+            raise InvalidArgumentError(
+                f"tables={describe(given)} must be a list of tables, e.g. Server([table])"
+            )
         names = [t.name for t in tables]
         if not tables or len(set(names)) != len(names):
             raise InvalidArgumentError(f"tables {names} must be a non-empty list with unique names")
@@ -167,7 +175,9 @@ class Server(TableOperations):
 
         Raises:
             ClosedError: if the server was already started.
-            zmq.ZMQError: if the address cannot be bound.
+            AddressInUseError: if another socket holds the address (choose another port).
+            InvalidArgumentError: if the address cannot be bound otherwise, or a key file
+                is missing or malformed.
         """
         if self._thread is not None:
             raise ClosedError("the server was already started; create a new Server")
@@ -179,22 +189,22 @@ class Server(TableOperations):
         sock.setsockopt(zmq.SNDHWM, 1000)
         sock.setsockopt(zmq.RCVHWM, 1000)
         sock.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
-        if self.curve_secret_key is not None:
-            self._auth = auth.start_curve(
-                self._ctx, sock, self.curve_secret_key, self.authorized_keys
-            )
-        elif not self._loopback:
-            log.warning(
-                "serving %s WITHOUT authentication or encryption (insecure=True): anyone who "
-                "can reach this address can read and change the tables",
-                self.endpoint,
-            )
         try:
+            if self.curve_secret_key is not None:
+                self._auth = auth.start_curve(
+                    self._ctx, sock, self.curve_secret_key, self.authorized_keys
+                )
             self.address = auth.bind(sock, self.endpoint)
         except Exception:
             sock.close()
             self._shutdown_context()
             raise
+        if self.curve_secret_key is None and not self._loopback:
+            log.warning(
+                "serving %s WITHOUT authentication or encryption (insecure=True): anyone who "
+                "can reach this address can read and change the tables",
+                self.address,
+            )
         self._wake = self._ctx.socket(zmq.PAIR)
         self._wake.bind(f"inproc://rlreplay-wake-{id(self)}")
         self._sock = sock

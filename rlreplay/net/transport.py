@@ -32,6 +32,9 @@ from rlreplay.net.channel import Channel
 
 # Extra seconds a client waits past a call's timeout for the server's own timeout reply.
 REPLY_GRACE_S = 0.5
+# After a call got no answer at all, the client spends at most this long finding out why
+# (nothing listening, a refused CURVE handshake): :func:`rlreplay.net.auth.diagnose_connection`.
+DIAGNOSE_S = 0.25
 # The server must not start a request later than this before its client gives up (or a
 # quarter of the time left, if less), leaving the reply time to arrive.
 EXPIRY_MARGIN_S = 0.25
@@ -178,9 +181,9 @@ class Transport:
         except zmq.Again:
             left = 2 * self.liveness_s if until is None else until - time.monotonic()
             if left <= 0 or not sock.poll(max(1, int(left * 1000)), zmq.POLLOUT):
-                message = f"could not send to {self.address} within {max(left, 0):.3g}s"
-                ch.reset(message)
-                raise ServerUnavailableError(message) from None
+                self._unavailable(
+                    ch, f"could not send to {self.address} within {max(left, 0):.3g}s"
+                )
             sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
         ch.sent(rid)
         return rid
@@ -228,8 +231,7 @@ class Transport:
                 self._unavailable(
                     ch,
                     f"no reply from the replay server at {self.address} within "
-                    f"{until - start:.3g}s (server down, unreachable, or rejecting this "
-                    "client's credentials)",
+                    f"{until - start:.3g}s",
                 )
             if until is None and silent >= 2 * self.liveness_s:
                 self._unavailable(
@@ -256,9 +258,30 @@ class Transport:
         return header, arrays
 
     def _unavailable(self, ch: Channel, message: str) -> None:
-        """Drop the channel's socket and queued requests; raise ServerUnavailableError."""
+        """Drop the channel's socket and queued requests; raise ServerUnavailableError.
+
+        The socket is dropped first, so nothing it queued can reach a server that comes
+        back. Then, the call having failed, a short look at a new connection's handshake
+        (at most ``DIAGNOSE_S``) tells why, where it can: nothing accepts connections at the
+        address, or which CURVE credential the server refused. It is in the message, and
+        in the error's ``reason``.
+        """
         ch.reset(message)
-        raise ServerUnavailableError(message)
+        verdict = self.diagnose()
+        why = auth.unreachable_reason(verdict)
+        if why is None:
+            why = "server down, unreachable, or rejecting this client's credentials"
+        raise ServerUnavailableError(f"{message}: {why}", verdict)
+
+    def diagnose(self, timeout: float = DIAGNOSE_S) -> str | None:
+        """A :func:`~rlreplay.net.auth.diagnose_connection` verdict for this client's address
+        and keys, or None if the diagnosis itself failed. Only run after a call failed."""
+        try:
+            return auth.diagnose_connection(
+                self.address, self._server_key, self._client_keys, timeout=timeout
+            )
+        except (zmq.ZMQError, InvalidArgumentError):
+            return None
 
     def call(
         self,
