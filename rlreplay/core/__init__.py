@@ -5,9 +5,9 @@ runtime) builds on these. The public names are re-exported by :mod:`rlreplay`.
 
 Modules, bottom up:
 
-* ``specs`` (signatures) and ``storage`` (:class:`StepStore`, the ring of steps), with
-  ``overwrite``: the one protocol that decides what happens to items and writers'
-  retained steps on rows the store overwrites (its invariant is stated there);
+* ``spec_checks`` and ``specs`` (signatures), and ``storage`` (:class:`StepStore`, the
+  ring of steps), with ``overwrite``: the one protocol that decides what happens to items
+  and writers' retained steps on rows the store overwrites (its invariant is stated there);
 * ``keys``, ``selectors/`` and ``item_slots`` (:class:`ItemIndex`: a table's items by
   slot, with sampler, remover and size); ``item_draws``, ``gather``, ``batch_buffers``
   and ``sample`` (:class:`DrawPlan`: what a sample reads, and what it returns);
