@@ -162,9 +162,15 @@ class WriterSession:
         return keys
 
     def close(self) -> None:
-        """Let the retained steps go (the writer closed or was forgotten)."""
+        """Let the retained steps go for good (the writer closed)."""
         with self.store.mutex:
             self.store.overwrite.forget(self.retention)
+
+    def release(self) -> None:
+        """Let the retained steps go (the writer was silent too long, or the store needs
+        room for other writers): the next chunk's items cannot reach back before it."""
+        with self.store.mutex:
+            self.retention.release()
 
     def blocked_by(self, chunk: Chunk) -> Table:
         """The table whose rate limiter keeps ``chunk`` waiting (the first table when it

@@ -130,6 +130,7 @@ class TableOperations:
                 raise InvalidArgumentError(
                     f"history={history} must be in [{spans}, {store.capacity}]"
                 )
+            self._make_retention_room(store, history)
             session = WriterSession(tables, history)
             seq = header.get("seq")
             if seq:  # the server forgot the writer (idle too long): go on from its chunk
@@ -164,4 +165,19 @@ class TableOperations:
         self._idle_sweep = now
         for session, used in list(self._sessions.values()):
             if now - used > WRITER_IDLE_S and not session.pending:
-                session.close()
+                session.release()
+
+    def _make_retention_room(self, store: Any, history: int) -> None:
+        """Remote writers of one store retain at most half of its steps: a new writer
+        first lets go of the retained steps of the writers silent longest (with no chunk
+        waiting), so writers that vanished cannot fill the store with steps no item will
+        use (every append would fail once retained steps fill it)."""
+        budget = store.capacity // 2
+        mine = [(used, s) for s, used in self._sessions.values() if s.store is store]
+        held = sum(s.retention.count for _, s in mine)
+        for _, session in sorted(mine, key=lambda e: e[0]):
+            if held + history <= budget:
+                return
+            if session.retention.count and not session.pending:
+                held -= session.retention.count
+                session.release()

@@ -547,6 +547,16 @@ def test_a_silent_writer_lets_its_retained_steps_go(chunk_server, monkeypatch):
     busy = client.trajectory_writer(["rows"], history=3)
     busy.append(step)
     busy.flush(timeout=5.0)  # the server looks for silent writers when chunks arrive
-    assert sorted(r.count for r in overwrite.retentions()) == [1]  # the busy one
+    assert sorted(r.count for r in overwrite.retentions()) == [0, 1]  # the busy one holds 1
     busy.close()
     quiet.close()
+
+
+def test_writers_that_vanished_cannot_fill_the_store_with_retained_steps(chunk_server):
+    client, tables = chunk_server
+    store = tables["seq"].store
+    for writer in range(20):  # writers that each send one chunk and are never heard again
+        write(client, {"writer": writer, "episode_starts": []}, {})
+    held = sum(r.count for r in store.overwrite.retentions())
+    assert held <= STORE_STEPS // 2 + 4  # half the store, plus the newest writer's steps
+    store.append(chunk_steps(0, STORE_STEPS // 2))  # other writers still have room
