@@ -115,6 +115,10 @@ CONFIG_ERRORS = {
     "missing_file": (None, ["does not exist", "nope.toml"]),
     "toml_syntax_error": ("[[table]]\nname = 't' x\n", ["not valid TOML", "line 2"]),
     "single_bracket_table": ("[table]\nname = 't'\n", ["[table] must be written [[table]]"]),
+    "two_single_bracket_tables": (
+        "[table]\nname = 'a'\n\n[table]\nname = 'b'\n",
+        ["not valid TOML", "line 4", "[table] must be written [[table]]"],
+    ),
     "unknown_key": (TABLE + "max_sise = 3\n", ["table[0] 't'", "max_sise"]),
     "queue_without_size": (TABLE + "kind = 'queue'\n", ["table[0] 't'", "size"]),
     "store_too_large_for_memory": (
