@@ -46,9 +46,31 @@ class ClosedError(ReplayError):
 
 
 def describe(value: object, limit: int = 60) -> str:
-    """Short printable form of ``value`` for error messages."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    """Short one-line printable form of ``value`` for error messages (at most ``limit``
+    characters): its repr with every run of whitespace (the line breaks of a multi-line
+    repr, such as a numpy array's) made one space, cut with "..."; an array or tensor
+    (anything with a ``shape`` tuple and a ``dtype``) whose repr does not fit is named by
+    its type, shape and dtype instead, and a tuple or list of those by their count and the
+    first one's description, when that fits."""
+    text = " ".join(repr(value).split())
+    if len(text) <= limit:
+        return text
+    summary = _summary(value)
+    if summary is None and isinstance(value, (tuple, list)) and value:
+        first = _summary(value[0])
+        if first is not None:
+            summary = f"{type(value).__name__} of {len(value)} values, first {first}"
+    if summary is not None and len(summary) <= limit:
+        return summary
+    return text[: limit - 3] + "..."
+
+
+def _summary(value: object) -> str | None:
+    """``"<type> of shape (2, 4), float32"`` for an array-like, else ``None``."""
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if not isinstance(shape, tuple) or dtype is None:
+        return None
+    return f"{type(value).__name__} of shape {shape}, {dtype}"
 
 
 class ProtocolError(ReplayError):

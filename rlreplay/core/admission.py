@@ -79,11 +79,32 @@ class Admission:
 
     def describe(self, what: str) -> str:
         """The warning of a call blocked for ``warn_after`` seconds: who blocks and why."""
+        return (
+            f"{what} on table {self.name!r} has been blocked for over {self.warn_after:g}s "
+            f"({self.state()}): {self.likely_cause(what)}"
+        )
+
+    def timeout_message(self, what: str, waited: float | None) -> str:
+        """The message of a ``what`` that timed out after ``waited`` seconds: the limiter's
+        state and the likely cause, as in the warning (a timeout shorter than
+        ``warn_after`` never shows the warning)."""
+        return (
+            f"{what} on table {self.name!r} was blocked by its rate limiter for {waited}s "
+            f"({self.state()}): {self.likely_cause(what)}"
+        )
+
+    def state(self) -> str:
+        """The table's size and the limiter's counters, for messages."""
         lim = self.rate_limiter
-        state = (
+        return (
             f"size={self.index.size}/{self.index.max_size}, inserts={lim.inserts}, "
             f"samples={lim.samples}, {lim!r}"
         )
+
+    def likely_cause(self, what: str) -> str:
+        """Why a ``what`` ("insert" or "sample") on this table is held back, in words: who
+        is not doing their part ("no sampler is consuming this queue", ...)."""
+        lim = self.rate_limiter
         if what == "insert" and lim.can_insert(1, self.index.size):
             blocker = self.store.overwrite.blocker
             cause = (
@@ -108,10 +129,7 @@ class Admission:
                 f"samples_per_insert={lim.samples_per_insert:g} ratio: the actors (inserts) "
                 "are behind, and samples wait until more items are inserted"
             )
-        return (
-            f"{what} on table {self.name!r} has been blocked for over {self.warn_after:g}s "
-            f"({state}): {cause}"
-        )
+        return cause
 
     def wait_until(
         self,
@@ -138,12 +156,7 @@ class Admission:
             waiter = waiter or self.blocked_call(timeout, what)
             if not waiter.wait():
                 waiter.settle()
-                lim = self.rate_limiter
-                raise RateLimiterTimeoutError(
-                    f"{what} on table {self.name!r} was blocked by its rate limiter for "
-                    f"{timeout}s (size={self.index.size}, inserts={lim.inserts}, "
-                    f"samples={lim.samples}, {lim!r})"
-                )
+                raise RateLimiterTimeoutError(self.timeout_message(what, timeout))
 
     def admit(
         self, n: int, waiter: waiting.BlockedCall | None, timeout: float | None

@@ -217,8 +217,9 @@ class StepStore:
     def timeout_error(self, n: int, timeout: float | None) -> ReplayTimeoutError:
         return ReplayTimeoutError(
             f"appending {n} steps waited {timeout}s for the items of queue table "
-            f"{self.overwrite.blocker!r} on the rows to be overwritten to be consumed; "
-            "sample them, enlarge the store's capacity or raise the timeout"
+            f"{self.overwrite.blocker!r} on the rows to be overwritten to be consumed: no "
+            "sampler is consuming that queue (sample it, enlarge the store's capacity or "
+            "raise the timeout)"
         )
 
     def _write_locked(self, arrays: Mapping[str, np.ndarray], n: int | None = None) -> int:

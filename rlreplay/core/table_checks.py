@@ -39,6 +39,8 @@ def resolve_store(
             raise InvalidArgumentError(
                 "give either store= (to share steps) or signature= (to own a store)"
             )
+        if capacity is None and max_size is not None:
+            check_max_size(max_size)  # before it becomes the store's capacity
         size = capacity if capacity is not None else max_size
         if size is None:
             raise InvalidArgumentError("give capacity= or max_size= with signature=")
@@ -46,6 +48,23 @@ def resolve_store(
     if signature is not None and Signature(signature) != store.signature:
         raise InvalidArgumentError("signature= differs from store.signature; pass one")
     return store
+
+
+def check_max_size(max_size: Any) -> None:
+    """Validate ``max_size`` on its own: a positive int below 2**31.
+
+    Raises:
+        InvalidArgumentError: naming max_size and its value.
+    """
+    if (
+        not isinstance(max_size, (int, np.integer))
+        or isinstance(max_size, bool)
+        or not 1 <= max_size < 2**31
+    ):
+        raise InvalidArgumentError(
+            f"max_size={describe(max_size)} must be a positive int below 2**31: the most "
+            "items the table holds (its store gets max_size steps unless capacity= is given)"
+        )
 
 
 def check_table_limits(
@@ -71,7 +90,7 @@ def check_table_limits(
         )
     cap = store.capacity
     size = cap if max_size is None else max_size
-    if not isinstance(size, (int, np.integer)) or not 1 <= size <= cap:
+    if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or not 1 <= size <= cap:
         raise InvalidArgumentError(
             f"max_size={describe(max_size)} must be an int in [1, {cap}]: a table holds "
             "at most one item per stored step"

@@ -21,7 +21,7 @@ import numpy as np
 from rlreplay.core.keys import check_priorities
 from rlreplay.core.table_checks import check_timeout
 from rlreplay.core.waiting import BlockedCall
-from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.errors import InvalidArgumentError, SignatureError, describe
 
 if TYPE_CHECKING:
     from rlreplay.core.table import Table
@@ -37,6 +37,21 @@ def is_one_row(table: Table, rows: Any) -> bool:
         return False
     ndim = probe.ndim if type(probe) is np.ndarray else np.ndim(probe)
     return ndim == probe_field[1]
+
+
+def raise_not_a_mapping(table: Table, rows: Any) -> None:
+    """Raise the error for ``insert(rows)`` given something other than a mapping (a tuple
+    of arrays, one array), naming this table's fields.
+
+    Raises:
+        SignatureError: always.
+    """
+    fields = list(table.store.signature.fields)
+    shown = ", ".join(f"{f!r}: ..." for f in fields[:4]) + (", ..." if len(fields) > 4 else "")
+    raise SignatureError(
+        f"insert takes rows as a mapping of field name -> array, e.g. {{{shown}}} for "
+        f"table {table.name!r}; got {describe(rows)}"
+    )
 
 
 def batch_length(table: Table, rows: Any) -> int | None:
@@ -121,6 +136,8 @@ def insert(table: Table, rows: Mapping[str, Any], priorities: Any, timeout: floa
         one = store.signature.check_step(rows, "rows")
         arrays, n = {p: a[None] for p, a in one.items()}, 1
     else:
+        if type(rows) is not dict and not isinstance(rows, Mapping):
+            raise_not_a_mapping(table, rows)
         # Rows that may fit the store as they are are checked while they are written.
         arrays, n = rows, batch_length(table, rows)
         if n is None:
