@@ -64,7 +64,7 @@ def checked_dtype(dtype: Any, shape: tuple[int, ...] = ()) -> np.dtype:
         )
     try:
         dt = np.dtype(dtype)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, SyntaxError) as exc:  # numpy parses strings such as 'f4,('
         raise InvalidArgumentError(
             f"dtype={describe(dtype)} is not a numpy dtype; give e.g. 'float32'"
         ) from exc
@@ -99,7 +99,7 @@ def is_dtype(value: Any) -> bool:
         return True
     try:
         return isinstance(value, str) and np.dtype(value) is not None
-    except TypeError:
+    except (TypeError, ValueError, SyntaxError):
         return False
 
 

@@ -75,6 +75,13 @@ BAD_SIGNATURES = [
     pytest.param({"t": "M8"}, ["'t'", "no unit", "'datetime64[ms]'"], id="datetime_without_unit"),
     pytest.param({"obs": "floot32"}, ["'obs'", "'floot32'", "not a numpy dtype"], id="typo"),
     pytest.param({"obs": 4}, ["'obs'", "not a numpy dtype"], id="int_as_dtype"),
+    pytest.param({"obs": "f4,("}, ["'obs'", "not a numpy dtype"], id="dtype_numpy_cannot_parse"),
+    pytest.param(
+        {"obs": ((4,), "((4,),f4)")}, ["'obs'", "not a numpy dtype"], id="dtype_string_of_a_tuple"
+    ),
+    pytest.param(
+        {"obs": ("f4,(", (4,))}, ["'obs'", "not a tuple of ints"], id="unparsable_dtype_first"
+    ),
     pytest.param(
         {"obs": [(4,), "float32"]}, ["'obs'", "(shape, dtype) tuple"], id="list_not_tuple"
     ),
