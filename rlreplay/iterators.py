@@ -164,6 +164,11 @@ class ReplayIterator:
     ):
         if output not in OUTPUTS:
             raise InvalidArgumentError(f"output={output!r} is unknown; choose one of {OUTPUTS}")
+        if not callable(getattr(table, "sample", None)):
+            raise InvalidArgumentError(
+                f"table={describe(table)} has no sample(batch_size, timeout=) method; give a "
+                "Table (or a client's remote table, client.table(name))"
+            )
         if (
             isinstance(batch_size, bool)
             or not isinstance(batch_size, (int, np.integer))

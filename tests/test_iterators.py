@@ -103,13 +103,15 @@ def test_jax_output_when_available():
         pytest.param({"batch_size": 2.0}, id="batch_size_float"),
         pytest.param({"batch_size": "4"}, id="batch_size_str"),
         pytest.param({"batch_size": True}, id="batch_size_bool"),
+        pytest.param({"table": "replay"}, id="table_name_not_a_table"),
+        pytest.param({"table": {"obs": np.zeros((4, 4))}}, id="table_a_dict"),
     ],
 )
 def test_bad_iterator_arguments_raise_at_construction(kwargs):
-    kwargs = {"batch_size": 4, **kwargs}
+    kwargs = {"table": filled_table(), "batch_size": 4, **kwargs}
     threads = threading.active_count()
     with pytest.raises(InvalidArgumentError) as caught:
-        ReplayIterator(filled_table(), **kwargs)
+        ReplayIterator(**kwargs)
     assert "\n" not in str(caught.value)
     assert threading.active_count() == threads  # no sampling thread was started
 
