@@ -1,9 +1,9 @@
 """The ``rlreplay`` command line: one function per subcommand.
 
     rlreplay demo [--seconds S] [--samples-per-insert R] [--batch-size B]
-    rlreplay serve --config tables.toml [--bind ADDR] [--port N] [--insecure]
+    rlreplay serve --config tables.toml [--bind HOST] [--port N] [--insecure]
                    [--curve-secret FILE] [--authorized-keys DIR] [--metrics-port N]
-                   [--max-message-bytes N] [--max-unread-bytes N]
+                   [--max-message-bytes SIZE] [--max-unread-bytes SIZE]
                    [--max-parked-per-client N] [--parked-expiry-s S]
     rlreplay info ADDRESS [TABLE] [--server-key FILE] [--client-key FILE] [--timeout S]
     rlreplay info --build
