@@ -50,6 +50,11 @@ class Client:
     Raises:
         InvalidArgumentError: for a malformed address or unreadable key files.
 
+    A call that gets no answer raises :class:`~rlreplay.errors.ServerUnavailableError`
+    within its timeout; the client then checks the connection (at most 0.25 s more) and
+    says why, where it can tell: nothing accepts connections at ``address``, or which
+    CURVE credential the server refused (the error's ``reason``).
+
     Example:
         >>> client = Client(server.address)                       # doctest: +SKIP
         >>> keys = client.insert("replay", {"obs": obs_batch})    # doctest: +SKIP

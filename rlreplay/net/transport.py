@@ -271,7 +271,7 @@ class Transport:
         why = auth.unreachable_reason(verdict)
         if why is None:
             why = "server down, unreachable, or rejecting this client's credentials"
-        raise ServerUnavailableError(f"{message}: {why}", verdict)
+        raise ServerUnavailableError(f"{message}: {why}", verdict) from None
 
     def diagnose(self, timeout: float = DIAGNOSE_S) -> str | None:
         """A :func:`~rlreplay.net.auth.diagnose_connection` verdict for this client's address
