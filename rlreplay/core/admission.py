@@ -32,8 +32,8 @@ def check_warn_after(seconds: Any) -> float | None:
         return None
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
         raise InvalidArgumentError(
-            f"warn_after={describe(seconds)} must be a number of seconds > 0, or None to "
-            "never warn about blocked calls"
+            f"warn_after={describe(seconds)} must be a number of seconds > 0, or None (false "
+            "in a config file) to never warn about blocked calls"
         )
     return float(seconds)
 

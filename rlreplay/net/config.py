@@ -18,6 +18,7 @@ Format (TOML shown; any mapping of the same shape works)::
                      min_size_to_sample = 1000, error_buffer = 100.0 }   # default MinSize(1)
     max_times_sampled = 0
     seed = 1
+    warn_after = 5.0               # seconds before a blocked call's warning; false: never
 
     [[table]]
     name = "queue"
@@ -59,7 +60,7 @@ STORE_KEYS = {"name", "capacity", "signature", "lanes"}
 TABLE_KEYS = {
     "name", "store", "signature", "capacity", "max_size", "layout", "sampler", "remover",
     "rate_limiter", "max_times_sampled", "default_priority", "on_overwrite", "seed", "kind",
-    "size",
+    "size", "warn_after",
 }  # fmt: skip
 KINDS = ("table", "queue", "stack")
 ORDERED_FIXED = {
@@ -287,10 +288,17 @@ def _table(entry: Mapping[str, Any], where: str, stores: dict[str, StepStore]) -
     for key in ("max_size", "max_times_sampled", "default_priority", "on_overwrite", "seed"):
         if key in entry:
             kwargs[key] = entry[key]
+    never_warn = entry.get("warn_after") is False  # TOML has no None: false means never
+    if "warn_after" in entry and not never_warn:
+        kwargs["warn_after"] = entry["warn_after"]
     if ordered:
         make = Table.queue if kind == "queue" else Table.stack
-        return _build(where, make, entry["name"], entry["size"], **kwargs)
-    return _build(where, Table, entry["name"], **kwargs)
+        table = _build(where, make, entry["name"], entry["size"], **kwargs)
+    else:
+        table = _build(where, Table, entry["name"], **kwargs)
+    if never_warn:
+        table.warn_after = None
+    return table
 
 
 def tables_from_config(config: Mapping[str, Any]) -> list[Table]:

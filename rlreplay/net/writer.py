@@ -46,6 +46,7 @@ from rlreplay.net.chunks import (
     wait_time,
 )
 from rlreplay.net.client import REPLY_GRACE_S, Client
+from rlreplay.writers.trajectory_writer import too_few_steps
 
 _INF = float("inf")
 
@@ -288,11 +289,13 @@ class RemoteTrajectoryWriter:
                 )
             span = length
         stream = self._stream
+        retained = min(self.history, stream - self._episode_start)
         if start is None:
             start = -span
+            if span > retained:
+                raise too_few_steps(self.table_names[t], span, retained)
         elif not isinstance(start, int) or start >= 0:
             raise InvalidArgumentError(f"start={describe(start)} must be a negative int")
-        retained = min(self.history, stream - self._episode_start)
         if -start > retained:
             raise InvalidArgumentError(
                 f"start={start} must satisfy |start| <= {retained} (the retained steps of "

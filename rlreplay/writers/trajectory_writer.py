@@ -11,6 +11,23 @@ from rlreplay.core.table import Table
 from rlreplay.errors import ClosedError, InvalidArgumentError, describe
 
 
+def too_few_steps(table: str, needed: int, has: int) -> InvalidArgumentError:
+    """The error of ``create_item`` without ``start`` when the episode holds fewer steps
+    than the item needs (the local and the remote writer say the same).
+
+    Args:
+        table: the table's name.
+        needed: steps the item covers (its layout's span, or ``length``).
+        has: steps of this episode the writer retains.
+    """
+    more = needed - has
+    when = "after the next append" if more == 1 else f"after {more} more appends"
+    return InvalidArgumentError(
+        f"an item of table {table!r} needs {needed} steps of this episode; it has {has} "
+        f"(call create_item {when})"
+    )
+
+
 class TrajectoryWriter:
     """Appends one stream's steps to the tables' shared store and creates items over them.
 
@@ -173,7 +190,8 @@ class TrajectoryWriter:
             raise ClosedError("the writer is closed")
         table = self._table(table)
         span = table.layout.span if length is None else length
-        start = -span if start is None else start
+        defaulted = start is None
+        start = -span if defaulted else start
         if not isinstance(start, int) or start >= 0:
             raise InvalidArgumentError(
                 f"start={describe(start)} must be a negative int (-1 is the latest step)"
@@ -186,6 +204,8 @@ class TrajectoryWriter:
         with self.store.mutex:
             self._admit(table, 1, timeout)
             held = self._retention.count
+            if -start > held and defaulted:
+                raise too_few_steps(table.name, span, held)
             if -start > held:
                 raise InvalidArgumentError(
                     f"start={start} reaches back {-start} steps but this episode retains "

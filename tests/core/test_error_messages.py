@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlreplay import StepStore, Table
+import rlreplay
+from rlreplay import ItemLayout, StepStore, Table, TrajectoryWriter
 from rlreplay.errors import (
     InvalidArgumentError,
     RateLimiterTimeoutError,
@@ -134,3 +135,51 @@ def test_a_store_wait_timeout_gives_the_likely_cause():
     assert "no sampler is consuming that queue" in message and "'q'" in message
     one_line(message)
     assert len(queue) == 4 and len(other) == 0
+
+
+def transition_table() -> Table:
+    store = StepStore(SIG, 16)
+    return Table("tr", store=store, layout=ItemLayout.transition(store.signature), max_size=8)
+
+
+TOO_FEW = (
+    "an item of table 'tr' needs 2 steps of this episode; it has 1 "
+    "(call create_item after the next append)"
+)
+
+
+def test_create_item_too_early_says_how_many_steps_the_item_needs():
+    table = transition_table()
+    writer = TrajectoryWriter(table)
+    with pytest.raises(InvalidArgumentError) as err:
+        writer.create_item(table)  # no step yet
+    assert "needs 2 steps of this episode; it has 0 (call create_item after 2 more" in str(
+        err.value
+    )
+    writer.append(row(0))
+    with pytest.raises(InvalidArgumentError) as err:
+        writer.create_item(table)
+    assert str(err.value) == TOO_FEW and "start" not in str(err.value)
+    with pytest.raises(InvalidArgumentError, match=r"start=-2 reaches back 2 steps"):
+        writer.create_item(table, start=-2)  # a start the user gave is named
+    writer.append(row(1))
+    writer.create_item(table)
+    assert len(table) == 1
+
+
+def test_the_remote_writer_says_the_same():
+    table = transition_table()
+    with rlreplay.Server([table], bind="127.0.0.1") as server:
+        client = rlreplay.Client(server.address, call_timeout=10)
+        try:
+            writer = client.trajectory_writer("tr")
+            writer.append(row(0))
+            with pytest.raises(InvalidArgumentError) as err:
+                writer.create_item("tr")
+            assert str(err.value) == TOO_FEW
+            writer.append(row(1))
+            writer.create_item("tr")
+            writer.close(timeout=10)
+            assert len(table) == 1
+        finally:
+            client.close()
