@@ -135,3 +135,14 @@ def test_kernel_rejects_wrong_buffers():
         kernel.held_slots(np.array([1, 2]), np.ones(8, dtype=SLOT_STATE), live, None, out, None)
     with pytest.raises(ValueError):
         kernel.held_slots(np.array([1, 2]), state, live[:4], None, out, None)
+
+
+@pytest.mark.parametrize("origin", [-1, 2**31 - 1, 2**40])
+def test_kernels_reject_an_origin_outside_the_generations(origin):
+    state, live = np.zeros(8, dtype=SLOT_STATE), np.zeros(8, bool)
+    keys, out = np.zeros(2, np.int64), np.zeros(2, np.int64)
+    with pytest.raises(ValueError, match="origin"):
+        kernel.held_slots(np.array([1, 2]), state.view(np.uint8), live, None, out, None, origin)
+    with pytest.raises(ValueError, match="origin"):
+        kernel.claim_range(0, keys, state.view(np.uint8), live, None, 1.0, origin)
+    assert not live.any() and not state["generation"].any() and not keys.any()
