@@ -66,8 +66,9 @@ BAD_ROWS = {
 
 
 def pair(capacity: int = 4) -> tuple[Table, Table]:
-    fast = Table("fast", signature=SIGNATURE, max_size=capacity)
-    slow = Table("slow", signature=SIGNATURE, max_size=capacity)
+    # One name and seed: one key origin, so both tables issue the same keys.
+    fast = Table("t", signature=SIGNATURE, max_size=capacity, seed=0)
+    slow = Table("t", signature=SIGNATURE, max_size=capacity, seed=0)
     slow.store._compiled_writes = False
     assert fast.store._compiled_writes
     return fast, slow
