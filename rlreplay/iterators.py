@@ -138,9 +138,9 @@ class ReplayIterator:
 
     Raises:
         InvalidArgumentError: for a bad argument, checked here rather than in the sampling
-            thread: a ``batch_size`` below 1, ``output`` naming a framework that is not
-            installed, a ``device`` that framework cannot use here, or ``pin_memory=True``
-            without an accelerator.
+            thread: a ``table`` without ``sample``, a ``batch_size`` below 1, ``output``
+            naming a framework that is not installed, a ``device`` that framework cannot
+            use here, or ``pin_memory=True`` without an accelerator.
         ReplayTimeoutError: from ``next()`` when no batch arrived within ``timeout``.
         ReplayError: any error the sampling thread hit is re-raised by ``next()``.
 
