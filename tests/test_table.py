@@ -381,7 +381,7 @@ def test_items_never_cross_an_episode_boundary():
             if k >= 2:
                 writer.create_item(table)
             else:
-                with pytest.raises(InvalidArgumentError, match="start"):
+                with pytest.raises(InvalidArgumentError, match="needs 3 steps of this episode"):
                     writer.create_item(table)
         writer.end_episode()
     batch = table.sample(table.size)
