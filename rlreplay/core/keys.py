@@ -36,16 +36,20 @@ table, its generation is 0, or ``g`` is beyond the slot's count while the slot h
 cycled, i.e. its generation lies outside the window ``(o, o + count]`` (mod GENERATIONS)
 this table issued for that slot; a key in the window but not the slot's current item is
 stale (skipped and counted). The guarantee for a key of *another* table (whose origin was
-drawn independently) used on this one: its item count here is uniform over
-``1 .. GENERATIONS``, so it
+drawn independently, or derived from another seed or name) used on this one: its item
+count here is uniform over ``1 .. GENERATIONS``, so it
 
 * is refused with probability ``1 - count / (2**31 - 1)`` (for a slot that has held
-  ``count`` items and not cycled; almost 1 for any slot reused fewer than millions of
-  times),
-* is counted as stale with probability ``(count - 1) / (2**31 - 1)``, and
-* is mistaken for this table's current item in that slot with probability
+  ``count`` items and not cycled; 1 for a slot this table never used, almost 1 for any
+  slot reused fewer than millions of times),
+* is counted as stale with probability at most ``(count - 1) / (2**31 - 1)``, and
+* is mistaken for this table's current item in that slot with probability at most
   ``1 / (2**31 - 1)`` (about 4.7e-10) per key; that is the only case in which it changes
   anything.
+
+A call refuses all its keys when one is refused (``update_priorities``/``delete`` change
+nothing then), so a batch of ``k`` foreign keys changes something only if none of them is
+refused.
 
 The compiled loops (_slots.c, _draws.c, _common.h) follow the same rules.
 """
