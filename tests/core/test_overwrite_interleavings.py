@@ -12,8 +12,9 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from overwrite_checks import assert_consistent, check_window, make_tables
 
-from rlreplay import ItemLayout, StepStore, Table, TrajectoryWriter
+from rlreplay import StepStore, Table, TrajectoryWriter
 from rlreplay.errors import InvalidArgumentError, ReplayTimeoutError
 
 SIGNATURE = {"w": "int64", "e": "int64", "i": "int64"}
@@ -30,18 +31,8 @@ OPS = st.lists(
 )
 
 
-def check_windows(data: dict) -> None:
-    w, e, i = data["w"], data["e"], data["i"]
-    assert (w == w[:, :1]).all(), w
-    assert (e == e[:, :1]).all(), e
-    assert (np.diff(i, axis=1) == 1).all(), i
-
-
 def check_state(store: StepStore, tables: list[Table], writers: list) -> None:
-    for t in tables:
-        index = t.index
-        live = int(index.live.sum())
-        assert index.size == live == index.sampler.size == index.remover.size, t.name
+    assert_consistent(tables)
     for w, (writer, marks) in enumerate(writers):
         ids = writer.episode_step_ids
         if ids:
@@ -62,15 +53,7 @@ def check_state(store: StepStore, tables: list[Table], writers: list) -> None:
 def test_every_interleaving_keeps_the_overwrite_invariant(policies, span, writers, slack, ops):
     history = span + 1
     store = StepStore(SIGNATURE, capacity=writers * history + span * len(policies) + slack)
-    layout = ItemLayout.sequence(store.signature, span)
-    tables = []
-    for k, policy in enumerate(policies):
-        if policy == "block":
-            tables.append(Table.queue(f"q{k}", 2, store=store, layout=layout))
-        elif policy == "relocate":
-            tables.append(Table.stack(f"s{k}", 2, store=store, layout=layout))
-        else:
-            tables.append(Table(f"e{k}", store=store, layout=layout))
+    tables = make_tables(store, policies, span, size=2)
     rows = Table("rows", store=store, max_size=min(4, store.capacity))
     state = [
         (TrajectoryWriter(tables, history=history), {"episode": 0, "next": 0})
@@ -119,7 +102,7 @@ def test_every_interleaving_keeps_the_overwrite_invariant(policies, span, writer
                     if table is rows:
                         assert (data["w"] == 99).all()
                     else:
-                        check_windows(data)
+                        check_window(data)
         except ReplayTimeoutError:
             if op in ("append", "append_batch"):  # nothing was appended: a fresh episode
                 writer.end_episode()

@@ -17,47 +17,14 @@ import time
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from overwrite_checks import assert_consistent, check_window, make_tables
 
-from rlreplay import ItemLayout, StepStore, Table, TrajectoryWriter
+from rlreplay import StepStore, Table, TrajectoryWriter
 from rlreplay.errors import ReplayTimeoutError
 
 SIGNATURE = {"w": "int64", "e": "int64", "i": "int64"}
 STEPS_PER_WRITER = 150
 JOIN_S = 20.0
-
-
-def check_window(data: dict, span: int) -> None:
-    w, e, i = data["w"], data["e"], data["i"]
-    assert w.shape[1] == span
-    assert (w == w[:, :1]).all(), w
-    assert (e == e[:, :1]).all(), e
-    assert (np.diff(i, axis=1) == 1).all(), i
-
-
-def check_consistent(tables: list[Table]) -> None:
-    for t in tables:
-        index = t.index
-        live = int(index.live.sum())
-        assert index.size == live == index.sampler.size == index.remover.size, (
-            t.name,
-            index.size,
-            live,
-            index.sampler.size,
-            index.remover.size,
-        )
-
-
-def make_tables(store: StepStore, policies: list[str], span: int) -> list[Table]:
-    layout = ItemLayout.sequence(store.signature, span)
-    tables = []
-    for k, policy in enumerate(policies):
-        if policy == "block":
-            tables.append(Table.queue(f"queue{k}", 3, store=store, layout=layout))
-        elif policy == "relocate":
-            tables.append(Table.stack(f"stack{k}", 3, store=store, layout=layout))
-        else:
-            tables.append(Table(f"evict{k}", store=store, layout=layout))
-    return tables
 
 
 def writer_loop(writer: TrajectoryWriter, w: int, span: int, seed: int, errors: list) -> None:
@@ -94,7 +61,7 @@ def sampler_loop(tables: list[Table], span: int, done: threading.Event, errors: 
                     with contextlib.suppress(ReplayTimeoutError):
                         check_window(t.sample(n, timeout=0.05).data, span)
             with tables[0].mutex:
-                check_consistent(tables)
+                assert_consistent(tables)
             time.sleep(0.0005)
     except BaseException as exc:  # handed to the test thread
         errors.append(exc)
@@ -114,7 +81,7 @@ def test_no_item_is_served_with_a_step_it_did_not_anchor_under_threads(
     history = span + 1
     held = 3 * span * sum(p != "evict" for p in policies)  # queues and stacks keep 3 each
     store = StepStore(SIGNATURE, capacity=writers * history + held + span + 1 + slack)
-    tables = make_tables(store, policies, span)
+    tables = make_tables(store, policies, span, size=3)
     errors: list = []
     done = threading.Event()
     sampler = threading.Thread(target=sampler_loop, args=(tables, span, done, errors), daemon=True)
@@ -135,9 +102,9 @@ def test_no_item_is_served_with_a_step_it_did_not_anchor_under_threads(
     sampler.join(JOIN_S)
     assert not any(t.is_alive() for t in [*threads, sampler]), "a thread did not finish"
     assert not errors, errors
-    check_consistent(tables)
+    assert_consistent(tables)
     for t in tables:  # what is left is sound as well (queues and stacks drain)
         for _ in range(8):
             if t.can_sample(1):
                 check_window(t.sample(1, timeout=0.05).data, span)
-        check_consistent([t])
+        assert_consistent([t])

@@ -113,3 +113,26 @@ class Selector:
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v}" for k, v in self.config().items() if k != "type")
         return f"{type(self).__name__}({args})"
+
+
+class OrderedSelector(Selector):
+    """Base of the deterministic selectors (Fifo, Lifo, MinHeap, MaxHeap): they keep their
+    items in one order, and sampling and eviction both take the front of it.
+
+    Subclasses define :meth:`first`; sampling returns the first slot with probability 1,
+    and the victims are the ``k`` first slots.
+    """
+
+    deterministic = True
+
+    def sample(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """The first slot ``n`` times, each with probability 1 (``rng`` is unused)."""
+        return np.full(n, self.first(1)[0], dtype=np.int64), np.ones(n)
+
+    def choose_victims(self, k: int, rng: np.random.Generator) -> np.ndarray:
+        """The ``k`` first slots, in order (``rng`` is unused)."""
+        return self.first(k)
+
+    def min_probability(self) -> float:
+        """1: the one selectable slot is always selected."""
+        return 1.0

@@ -6,21 +6,19 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.core.selectors.base import Selector
+from rlreplay.core.selectors.base import OrderedSelector
 
 NIL = -1
 _LOOP_LIMIT = 16  # below this many deletions, unlinking one by one is fastest
 
 
-class _InsertionOrder(Selector):
+class _InsertionOrder(OrderedSelector):
     """Doubly linked list of held slots in insertion order (8 bytes per slot).
 
     Costs: insert O(1) per slot, delete O(1) per slot (large batches are unlinked with
     vectorised pointer jumping), update O(1) (priorities do not affect the order),
     first(k) O(k). An updated item keeps its place: order is by insertion only.
     """
-
-    deterministic = True
     newest_first = False
 
     def bind(self, capacity: int) -> None:
@@ -216,15 +214,6 @@ class _InsertionOrder(Selector):
             out[i] = s
             s = int(step[s])
         return out
-
-    def sample(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        return np.full(n, self.first(1)[0], dtype=np.int64), np.ones(n)
-
-    def choose_victims(self, k: int, rng: np.random.Generator) -> np.ndarray:
-        return self.first(k)
-
-    def min_probability(self) -> float:
-        return 1.0
 
     def state(self) -> dict[str, Any]:
         return {"order": self._oldest_first()}

@@ -9,14 +9,14 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.core.selectors.base import Selector
+from rlreplay.core.selectors.base import OrderedSelector
 from rlreplay.core.selectors.sum_tree import FANOUT
 
 EMPTY = -1
 _NO_SEQ = np.iinfo(np.int64).max
 
 
-class _Heap(Selector):
+class _Heap(OrderedSelector):
     """Tournament tree of winner slots over ``(key, seq)``, 16 children per node.
 
     Index: key (float64) and seq (int64) per slot plus about ``n/15`` int64 winners, about
@@ -25,8 +25,6 @@ class _Heap(Selector):
     ``k`` victims, ``O(16 k log(16 k) log16 n)``: one sort of at most ``16 k`` winners per
     level, independent of ``n``.
     """
-
-    deterministic = True
     sign = 1.0  # MaxHeap stores -priority so that the tree always picks the minimum
 
     def bind(self, capacity: int) -> None:
@@ -138,15 +136,6 @@ class _Heap(Selector):
         if len(below) + len(ties) > k:  # the oldest of the tied slots go first
             ties = ties[np.argsort(self.seq[slots[ties]])[: k - len(below)]]
         return np.concatenate([below, ties])
-
-    def sample(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        return np.full(n, self.first(1)[0], dtype=np.int64), np.ones(n)
-
-    def choose_victims(self, k: int, rng: np.random.Generator) -> np.ndarray:
-        return self.first(k)
-
-    def min_probability(self) -> float:
-        return 1.0
 
     def state(self) -> dict[str, Any]:
         return {"key": self.key, "seq": self.seq, "counter": self.counter, "size": self.size}
