@@ -231,3 +231,87 @@ def test_min_levels_must_share_the_sum_trees_leaves():
     with pytest.raises(TypeError):
         kernel.set_min(shared.levels, idx, None, sums.levels)
     assert sums.root == 0.0
+
+
+def tree_pair(size: int, use_kernel: bool) -> tuple[KaryTree, KaryTree]:
+    sums = KaryTree(size, "sum", use_kernel=use_kernel)
+    return sums, KaryTree(size, "min", use_kernel=use_kernel, leaves=sums.levels[0])
+
+
+@pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
+def test_set_one_of_both_trees_matches_the_numpy_path(size):
+    rng = np.random.default_rng(size + 3)
+    trees = [tree_pair(size, True), tree_pair(size, False)]
+    assert trees[0][0]._kset_one is not None and trees[1][0]._kset_one is None
+    for step in range(200):
+        i = int(rng.integers(0, size))
+        value = None if step % 7 == 3 else float(rng.uniform(0.0, 3.0))
+        if value is not None and rng.random() < 0.3:
+            value = 0.0  # weight 0: skipped by the min tree
+        for sums, mins in trees:
+            if value is None:
+                sums.levels[0][i] = 0.25  # written already: set_one only fixes ancestors
+            sums.set_one(i, value, mins)
+        (fast_sums, fast_mins), (slow_sums, slow_mins) = trees
+        np.testing.assert_array_equal(fast_sums.levels[0], slow_sums.levels[0])
+        for a, b in zip(fast_sums.levels, slow_sums.levels):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=0)
+        for a, b in zip(fast_mins.levels, slow_mins.levels):
+            np.testing.assert_array_equal(a, b)
+        positive = fast_sums.leaves[fast_sums.leaves > 0]
+        assert fast_mins.root == (positive.min() if len(positive) else np.inf)
+        assert_parents_exact(fast_sums)
+
+
+@pytest.mark.parametrize("op", ["sum", "min"])
+def test_set_one_of_one_tree_matches_the_numpy_path(op):
+    fast, slow = pair(5000, op)
+    rng = np.random.default_rng(4)
+    for _ in range(100):
+        i, value = int(rng.integers(0, 5000)), float(rng.uniform(0.0, 2.0))
+        fast.set_one(i, value)
+        slow.set_one(i, value)
+    for a, b in zip(fast.levels, slow.levels):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=0)
+    assert_parents_exact(fast)
+
+
+def test_set_one_takes_numpy_scalars():
+    sums, mins = tree_pair(300, True)
+    sums.set_one(np.int64(7), np.float64(2.5), mins)
+    assert sums.root == 2.5 and mins.root == 2.5
+
+
+def test_set_one_many_updates_do_not_drift():
+    sums, mins = tree_pair(4096, True)
+    rng = np.random.default_rng(5)
+    for _ in range(2000):
+        big = rng.random() < 0.5
+        sums.set_one(int(rng.integers(0, 4096)), 1e6 * rng.random() if big else 1e-6, mins)
+    for i in range(4096):
+        sums.set_one(i, 1.0, mins)
+    assert sums.root == 4096.0 and mins.root == 1.0
+
+
+BAD_ONE_CALLS = {
+    "slot-negative": (lambda s, m: (s, -1, 1.0, m), ValueError),
+    "slot-past-leaves": (lambda s, m: (s, 304, 1.0, m), ValueError),
+    "slot-not-int": (lambda s, m: (s, 1.5, 1.0, m), TypeError),
+    "value-not-number": (lambda s, m: (s, 3, "x", m), TypeError),
+    "mins-own-leaves": (lambda s, m: (s, 3, 1.0, KaryTree(300, "min").levels), ValueError),
+    "levels-not-list": (lambda s, m: (np.zeros(16), 3, 1.0, m), TypeError),
+    "too-few-arguments": (lambda s, m: (s, 3), TypeError),
+}
+
+
+@pytest.mark.parametrize("make, error", BAD_ONE_CALLS.values(), ids=BAD_ONE_CALLS.keys())
+def test_set_one_bad_arguments_raise_and_change_nothing(make, error):
+    sums, mins = tree_pair(300, True)
+    sums.set(np.arange(300), np.ones(300), mins)
+    before = [level.copy() for level in sums.levels + mins.levels]
+    with pytest.raises(error):
+        kernel.set_one_sum(*make(sums.levels, mins.levels))
+    with pytest.raises(TypeError):
+        kernel.set_one_min(mins.levels, 3, 1.0, sums.levels)  # set_one_min takes no mins
+    for a, b in zip(before, sums.levels + mins.levels):
+        np.testing.assert_array_equal(a, b)

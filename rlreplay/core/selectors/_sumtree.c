@@ -9,6 +9,8 @@
  * set_sum(levels, idx, values)        writes leaves, recomputes ancestors as sums.
  * set_min(levels, idx, values)        writes leaves, recomputes ancestors as the smallest
  *                                     positive child (inf when none is).
+ * set_one_sum(levels, slot, value[, min_levels]) and set_one_min(levels, slot, value): the
+ *                                     same for one leaf in Python numbers (one-row inserts).
  * With values None, the leaves are left as they are (a min tree over a sum tree's leaves,
  * which set_sum has just written) and only the ancestors are recomputed. set_sum also
  * takes min_levels, such a min tree, and recomputes it in the same pass.
@@ -422,6 +424,88 @@ set_min(PyObject *self, PyObject *args)
     return set_leaves(args, 0, "set_min");
 }
 
+/* Recompute the ancestors of leaf i, level by level up to the root. */
+static inline void
+fix_path(const Levels *lv, Py_ssize_t i, int is_sum)
+{
+    for (int l = 1; l < lv->count; l++) {
+        i /= FANOUT;
+        lv->data[l][i] = reduce16(lv->data[l - 1] + i * FANOUT, is_sum);
+    }
+}
+
+/* set_one_sum / set_one_min (levels, slot, value[, min_levels]): set_sum / set_min for one
+ * leaf given as Python numbers, without index and value arrays: the one-row insert's update
+ * of both trees in one call. The GIL is kept (a few dozen loads and stores). */
+static PyObject *
+set_one(PyObject *const *args, Py_ssize_t nargs, int is_sum, const char *name)
+{
+    if (nargs < 3 || nargs > (is_sum ? 4 : 3)) {
+        PyErr_Format(PyExc_TypeError, "%s takes (levels, slot, value%s) (%zd arguments given)",
+                     name, is_sum ? "[, min_levels]" : "", nargs);
+        return NULL;
+    }
+    Py_ssize_t slot = PyNumber_AsSsize_t(args[1], PyExc_OverflowError);
+    if (slot == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    int has_value = args[2] != Py_None;
+    double value = 0.0;
+    if (has_value) {
+        value = PyFloat_AsDouble(args[2]);
+        if (value == -1.0 && PyErr_Occurred()) {
+            return NULL;
+        }
+    }
+    PyObject *mins_obj = nargs == 4 ? args[3] : Py_None;
+    Levels lv, mv;
+    mv.count = 0;
+    if (levels_acquire(args[0], &lv) < 0) {
+        return NULL;
+    }
+    if (mins_obj != Py_None) {
+        if (levels_acquire(mins_obj, &mv) < 0) {
+            levels_release(&lv);
+            return NULL;
+        }
+        if (mv.data[0] != lv.data[0]) {
+            PyErr_SetString(PyExc_ValueError, "min_levels must be a tree over the same leaves");
+            goto fail;
+        }
+    }
+    if (slot < 0 || slot >= lv.len[0]) {
+        PyErr_Format(PyExc_ValueError, "%s: slot=%zd is outside [0, %zd)", name, slot,
+                     lv.len[0]);
+        goto fail;
+    }
+    if (has_value) {
+        lv.data[0][slot] = value;
+    }
+    fix_path(&lv, slot, is_sum);
+    if (mv.count) {
+        fix_path(&mv, slot, 0);
+    }
+    levels_release(&mv);
+    levels_release(&lv);
+    Py_RETURN_NONE;
+fail:
+    levels_release(&mv);
+    levels_release(&lv);
+    return NULL;
+}
+
+static PyObject *
+set_one_sum(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return set_one(args, nargs, 1, "set_one_sum");
+}
+
+static PyObject *
+set_one_min(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return set_one(args, nargs, 0, "set_one_min");
+}
+
 static PyMethodDef methods[] = {
     {"find_prefix", find_prefix, METH_VARARGS,
      "find_prefix(levels, targets, out): for each float64 target, the leaf of the sum tree "
@@ -438,6 +522,14 @@ static PyMethodDef methods[] = {
      "set_min(levels, idx, values): like set_sum, each ancestor the smallest positive child "
      "(inf when none is). values=None (also for set_sum) keeps the leaves and only "
      "recomputes the ancestors of idx."},
+    {"set_one_sum", (PyCFunction)(void (*)(void))set_one_sum, METH_FASTCALL,
+     "set_one_sum(levels, slot, value, min_levels=None): set_sum for one leaf given as a "
+     "Python int and float (value None keeps the leaf): writes it, recomputes its ancestors "
+     "and, with min_levels (a min tree over the same leaves), the min tree's ancestors too.\n"
+     "Raises TypeError for a wrong buffer kind or argument type, ValueError for wrong sizes "
+     "or a slot out of range (nothing is written then)."},
+    {"set_one_min", (PyCFunction)(void (*)(void))set_one_min, METH_FASTCALL,
+     "set_one_min(levels, slot, value): set_min for one leaf (see set_one_sum)."},
     {NULL, NULL, 0, NULL},
 };
 

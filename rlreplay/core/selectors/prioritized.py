@@ -66,8 +66,7 @@ class Prioritized(Selector):
 
     def insert_one(self, slot: int, priority: float) -> None:
         w = priority if self.priority_exponent == 1.0 else priority**self.priority_exponent
-        self.sums.set_one(slot, w)
-        self.mins.set_one(slot, None)
+        self.sums.set_one(slot, w, self.mins)
         self.held[slot] = True
         self.size += 1
 
@@ -76,8 +75,7 @@ class Prioritized(Selector):
 
     def replace_one(self, slot: int, priority: float) -> None:
         w = priority if self.priority_exponent == 1.0 else priority**self.priority_exponent
-        self.sums.set_one(slot, w)
-        self.mins.set_one(slot, None)
+        self.sums.set_one(slot, w, self.mins)  # both trees in one compiled call
 
     def delete(self, slots: np.ndarray) -> None:
         self.sums.set(slots, np.zeros(len(slots)), self.mins)
@@ -85,8 +83,7 @@ class Prioritized(Selector):
         self.size -= len(slots)
 
     def delete_one(self, slot: int) -> None:
-        self.sums.set_one(slot, 0.0)
-        self.mins.set_one(slot, None)
+        self.sums.set_one(slot, 0.0, self.mins)
         self.held[slot] = False
         self.size -= 1
 

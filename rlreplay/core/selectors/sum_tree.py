@@ -81,8 +81,10 @@ class KaryTree:
         if use_kernel and _kernel is None:
             raise ValueError("use_kernel=True but the compiled kernel is not available")
         self._kernel = _kernel if use_kernel is None or use_kernel else None
+        self._kset_one = None
         if self._kernel is not None:
             self._kset = self._kernel.set_sum if op == "sum" else self._kernel.set_min
+            self._kset_one = self._kernel.set_one_sum if op == "sum" else self._kernel.set_one_min
 
     @property
     def leaves(self) -> np.ndarray:
@@ -147,21 +149,37 @@ class KaryTree:
             upper[parents] = np.einsum("ij->i", children) if is_sum else _min_positive(children, 1)
             parents //= FANOUT
 
-    def set_one(self, i: int, value: float | None) -> None:
-        """Set leaf ``i`` to ``value`` (``None``: it is already set) and fix its ancestors."""
+    def set_one(self, i: int, value: float | None, mins: KaryTree | None = None) -> None:
+        """Set leaf ``i`` to ``value`` (``None``: it is already set) and fix its ancestors;
+        ``mins``, a min tree over this sum tree's leaves, has its ancestors of ``i`` fixed
+        too. With the kernel this is one compiled call for both trees (the one-row insert);
+        the numpy path below gives the same trees.
+
+        Raises:
+            ValueError: with the kernel, if ``i`` is outside the leaves (nothing changes).
+        """
+        if self._kset_one is not None and (mins is None or mins._kernel is not None):
+            if mins is None:
+                self._kset_one(self.levels, i, value)
+            else:
+                self._kset_one(self.levels, i, value, mins.levels)
+            return
         levels = self.levels
         if value is not None:
             levels[0][i] = value
+        node = i
         if self.op == "sum":
             for lower, upper in pairwise(levels):
-                i //= FANOUT
-                base = i * FANOUT
-                upper[i] = lower[base : base + FANOUT].sum()
+                node //= FANOUT
+                base = node * FANOUT
+                upper[node] = lower[base : base + FANOUT].sum()
         else:
             for lower, upper in pairwise(levels):
-                i //= FANOUT
-                base = i * FANOUT
-                upper[i] = _min_positive(lower[base : base + FANOUT])
+                node //= FANOUT
+                base = node * FANOUT
+                upper[node] = _min_positive(lower[base : base + FANOUT])
+        if mins is not None:
+            mins.set_one(i, None)
 
     @staticmethod
     def _exact_children(children: np.ndarray, u: np.ndarray, j: np.ndarray) -> np.ndarray:
