@@ -230,15 +230,18 @@ class StepStore:
         first = self.next_id
         start = first % self.capacity
         end = start + n
-        if end <= self.capacity:
-            for path, col in self.columns.items():
-                col[start:end] = arrays[path]
-        else:
-            split = self.capacity - start
-            for path, col in self.columns.items():
-                src = arrays[path]
-                col[start:] = src[:split]
-                col[: end - self.capacity] = src[split:]
+        # A float beyond a float column's range is stored as +-inf (the casting rule in
+        # specs.py), silently, as the compiled writes store it.
+        with np.errstate(over="ignore"):
+            if end <= self.capacity:
+                for path, col in self.columns.items():
+                    col[start:end] = arrays[path]
+            else:
+                split = self.capacity - start
+                for path, col in self.columns.items():
+                    src = arrays[path]
+                    col[start:] = src[:split]
+                    col[: end - self.capacity] = src[split:]
         self.next_id = first + n
         return first
 

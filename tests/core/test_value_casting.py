@@ -65,6 +65,9 @@ ACCEPTED = {
     "zero-d-int8-array-into-int32": ("i32", np.array(-5, np.int8), -5),
     "zero-d-int64-array-into-uint8": ("u8", np.array(7), 7),
     "numpy-bool-into-bool": ("flag", np.bool_(True), True),
+    # beyond float32's range: +-inf, as documented, and silently on every path
+    "float-beyond-float32-to-inf": ("f32", 1e300, np.inf),
+    "numpy-float64-beyond-float32-to-minus-inf": ("f32", np.float64(-1e300), -np.inf),
 }
 # name: (field, value, text the error must contain besides the field and the dtype)
 REFUSED = {
@@ -85,6 +88,7 @@ REFUSED = {
     "complex-into-float64": ("f64", 1 + 0j, "complex128"),
     "numpy-complex-into-float32": ("f32", np.complex64(1), "complex64"),
 }
+# RLREPLAY_NO_EXTENSION=1 leaves the numpy path only
 PATHS = ["compiled", "numpy"] if storage._kernel is not None else ["numpy"]
 
 
@@ -114,6 +118,7 @@ def write(table: Table, field: str, value: Any, batch: bool) -> None:
     table.insert(rows)
 
 
+@pytest.mark.filterwarnings("error")  # no path warns about what it stores
 @pytest.mark.parametrize("batch", [False, True], ids=["one-row", "batch"])
 @pytest.mark.parametrize("field, value, stored", ACCEPTED.values(), ids=ACCEPTED.keys())
 def test_a_value_that_fits_its_column_is_stored_unchanged_on_every_path(
