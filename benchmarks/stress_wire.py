@@ -338,6 +338,8 @@ class Harness:
             )
         elif r < 0.33:
             head["op"] = rng.choice((*KINDS, "nope", "_table", "__init__", "table_stats"))
+        elif r < 0.4 and "tables" in head:  # a writer's tables naming one table twice
+            head["tables"] = rng.choice((["seq", "seq"], ["trans", "seq", "trans"]))
         elif keys:
             head[rng.choice(keys)] = rng.choice(WEIRD)
 

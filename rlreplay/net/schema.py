@@ -103,6 +103,12 @@ def _names(value: Any, key: str) -> list[str]:
         )
     for name in value:
         _table(name, key)
+    if len(set(value)) != len(value):
+        twice = next(n for i, n in enumerate(value) if n in value[:i])
+        raise InvalidArgumentError(
+            f"{key}={show(value)} repeats {twice!r}; name each of a writer's tables once "
+            "(its items index this list, and a table holds one item per anchor step)"
+        )
     return value
 
 

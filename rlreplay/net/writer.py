@@ -66,7 +66,8 @@ class RemoteTrajectoryWriter:
         keep_keys: collect the keys of acknowledged items in :attr:`keys`.
 
     Raises:
-        InvalidArgumentError: for unknown tables, tables on different stores, or bad sizes.
+        InvalidArgumentError: for unknown tables, a table named twice, tables on different
+            stores, or bad sizes.
 
     Example:
         >>> with client.trajectory_writer("replay") as writer:          # doctest: +SKIP
@@ -88,6 +89,8 @@ class RemoteTrajectoryWriter:
         names = [tables] if isinstance(tables, str) else [getattr(t, "name", t) for t in tables]
         if not names:
             raise InvalidArgumentError("tables is empty; give at least one table name")
+        if len(set(names)) != len(names):
+            raise InvalidArgumentError(f"tables {names} name a table twice; give each table once")
         descs = [client.describe(n) for n in names]
         if any(d["store"] != descs[0]["store"] for d in descs):
             raise InvalidArgumentError(

@@ -56,7 +56,8 @@ class TrajectoryWriter:
         history: steps an item may reach back (default: the longest item span).
 
     Raises:
-        InvalidArgumentError: if the tables do not share one store or ``history`` is bad.
+        InvalidArgumentError: if the tables do not share one store, a table is given
+            twice, or ``history`` is bad.
 
     Example:
         >>> with TrajectoryWriter(table) as writer:                        # doctest: +SKIP
@@ -69,6 +70,10 @@ class TrajectoryWriter:
         tables = [tables] if isinstance(tables, Table) else list(tables)
         if not tables:
             raise InvalidArgumentError("tables is empty; give at least one Table")
+        if len({id(t) for t in tables}) != len(tables):
+            raise InvalidArgumentError(
+                f"tables {[t.name for t in tables]} name a table twice; give each table once"
+            )
         store = tables[0].store
         if any(t.store is not store for t in tables):
             raise InvalidArgumentError(

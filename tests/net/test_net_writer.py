@@ -154,6 +154,17 @@ def test_remote_writer_rejects_bad_calls_like_the_local_writer(address, case):
         WRITER_ERRORS[case](w)
 
 
+def test_a_writer_naming_a_table_twice_is_refused_locally_and_remotely(address):
+    store = StepStore(SIG, 100)
+    local = Table("rows", store=store, sampler=Fifo())
+    with pytest.raises(InvalidArgumentError, match="twice"):
+        TrajectoryWriter([local, local])
+    assert store.overwrite.retentions() == []  # no writer was set up
+    client = rlreplay.Client(address)
+    with pytest.raises(InvalidArgumentError, match="twice"):
+        client.trajectory_writer(["rows", "rows"])
+
+
 def test_writer_flush_raises_the_rate_limiters_timeout(address):
     client = rlreplay.Client(address)
     client.reset("limited")
@@ -301,6 +312,8 @@ BAD_CHUNKS = {
         InvalidArgumentError,
     ),
     "tables_not_a_list": ({"tables": "seq"}, {}, InvalidArgumentError),
+    # both indices are one table: the items collide only once they reach that table
+    "table_named_twice": ({"tables": ["seq", "seq"]}, items([0, 1], [0, 0]), InvalidArgumentError),
     "writer_id_a_float": ({"writer": 1.5}, {}, ProtocolError),
 }
 
