@@ -10,6 +10,8 @@ float32[17], done; rlreplay uses a rows Table and ``table.insert``, cpprb a Repl
 * ``sample256``: uniform sample of 256 rows;
 * ``per256``: prioritized (alpha 0.6) sample of 256 with importance weights (beta 0.4),
   then 256 priority updates;
+* ``per_add1``: add one row to a full prioritized buffer (alpha 0.6, new items at the
+  largest priority seen; cpprb's ``PrioritizedReplayBuffer.add``);
 * ``img_add256`` / ``img_sample256``: rows with obs and next_obs uint8[84, 84, 4] and scalar
   action/reward/done at capacity 1e5.
 
@@ -53,6 +55,7 @@ TARGETS = {
     "add256": 1.5,
     "sample256": 1.5,
     "per256": 3.0,
+    "per_add1": 2.0,
     "img_add256": 1.0,
     "img_sample256": 1.0,
 }
@@ -175,7 +178,7 @@ class Bench:
     def vector_cases(self) -> None:
         a = self.args
         wanted = [c for c in ("add1", "add256", "sample256") if c in a.only]
-        per_wanted = "per256" in a.only
+        per_wanted = [c for c in ("per256", "per_add1") if c in a.only]
         if not wanted and not per_wanted:
             return
         import cpprb
@@ -256,7 +259,16 @@ class Bench:
                 s = rb.sample(BATCH, beta=BETA)
                 rb.update_priorities(s["indexes"], new_prios[next(cycle) & 63])
 
-            self.run_pair("per256", rl_per, cp_per, a.number_sample)
+            if "per256" in per_wanted:
+                self.run_pair("per256", rl_per, cp_per, a.number_sample)
+            if "per_add1" in per_wanted:
+                it = iter(range(1 << 62))
+                self.run_pair(
+                    "per_add1",
+                    lambda: table.insert(singles[next(it) & 1023]),
+                    lambda: rb.add(**singles[next(it) & 1023]),
+                    a.number_add1,
+                )
             del table, rb
             gc.collect()
 
