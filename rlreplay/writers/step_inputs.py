@@ -167,10 +167,12 @@ class StepInputs:
         return out
 
     def flags(self, value: Any, name: str) -> np.ndarray:
-        """Check ``terminated`` / ``truncated``: bools (or ints), one per environment.
+        """Check ``terminated`` / ``truncated``: bools (or ints that are all 0 or 1), one
+        per environment. Other ints are refused rather than read as "done": they are more
+        likely another array (a step counter) passed by mistake.
 
         Raises:
-            InvalidArgumentError: for another shape or dtype.
+            InvalidArgumentError: for another shape or dtype, or an int other than 0 or 1.
         """
         if type(value) is bool and not self.batched:
             return self._one_flag[value]
@@ -182,6 +184,11 @@ class StepInputs:
             raise InvalidArgumentError(
                 f"{name}={describe(value)} (shape {arr.shape}, dtype {arr.dtype}) must be "
                 f"bools of shape {shape}, one per environment"
+            )
+        if arr.dtype.kind in "iu" and ((arr != 0) & (arr != 1)).any():
+            raise InvalidArgumentError(
+                f"{name}={describe(value)} holds ints other than 0 and 1; pass bools (or "
+                "0/1), one per environment, as env.step returns them"
             )
         return arr.reshape(self.num_envs).astype(bool, copy=False)
 

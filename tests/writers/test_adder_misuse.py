@@ -111,6 +111,15 @@ BAD_ADDS = {
         "truncated",
     ),
     "info_not_a_dict": (lambda c: {**c, "info": [c["info"]]}, "info"),
+    # ints other than 0/1 (a step counter passed by mistake) are not read as "done"
+    "terminated_minus_one": (
+        lambda c: {**c, "terminated": c["terminated"].astype(np.int64) - 1},
+        "terminated",
+    ),
+    "truncated_two": (
+        lambda c: {**c, "truncated": np.full(NUM_ENVS, 2, np.int32)},
+        "truncated",
+    ),
 }
 BAD_ENDING_ADDS = {
     "next_step": {"same_step_info": (_same_step_info, "same_step")},
@@ -215,6 +224,21 @@ def test_float_action_for_an_int_column_is_refused_at_add_and_the_adder_goes_on(
     data = items(table)
     assert data["action"].tolist() == [1]
     np.testing.assert_array_equal(data["next_obs"][0, -1], np.ones(3))
+
+
+@pytest.mark.parametrize("flag", ["terminated", "truncated"])
+def test_done_flags_take_bools_and_0_or_1_only(flag):
+    table, adder = make_adder("nstep", num_envs=None)
+    adder.reset(np.zeros(3, np.float32))
+    step = {"action": 1, "reward": 1.0, "next_obs": np.ones(3, np.float32)}
+    step.update(terminated=False, truncated=False, extras={"logp": 0.0})
+    for bad in (2, -1, np.int64(3), np.array(2, np.uint8)):
+        with pytest.raises(InvalidArgumentError, match=f"{flag}=.*0 and 1"):
+            adder.add(**{**step, flag: bad})
+    adder.add(**{**step, flag: 0})  # 0 and 1 stand for False and True
+    assert table.size == 0
+    adder.add(**{**step, flag: np.int64(1)})
+    assert items(table)["action"].tolist() == [1, 1]
 
 
 def test_wrong_next_obs_leaves_no_phantom_step():
