@@ -109,10 +109,9 @@ class OverwriteProtocol:
 
     # ------------------------------------------------------------ registration
     def attach(self, table: Table) -> weakref.ref:
-        """Register a table; returns the weak reference the store keeps of it (also set as
-        ``table._store_ref``, which the one-row path compares with :attr:`sole`)."""
+        """Register a table; returns the weak reference the store keeps of it, which the
+        table keeps as ``store_ref`` for the one-row path to compare with :attr:`sole`."""
         ref = weakref.ref(table, self._dropped)
-        table._store_ref = ref
         self._tables = (*self.live_refs(self._tables), ref)
         self.refresh()
         return ref
@@ -167,14 +166,14 @@ class OverwriteProtocol:
         self._only_retention = self._retentions[0] if len(self._retentions) == 1 else None
         self.sole = None
         if store is not None:
-            store._choose_row_writer(tables)
+            store.choose_row_writer(tables)
             if (
                 len(tables) == 1
                 and not self.retentions()
                 and tables[0].on_overwrite == "evict"
                 and store.lanes == 1
             ):
-                self.sole = tables[0]._store_ref
+                self.sole = next(r for r in self._tables if r() is tables[0])
 
     # ---------------------------------------------------------------- planning
     def _overwritten(self, store: StepStore, w: int) -> tuple[int, int]:
@@ -306,7 +305,7 @@ class OverwriteProtocol:
                         t = ref()
                         if t is not None and t.index.size:
                             t.index.evict_rows(row, 1)
-                    store._wake_waiters()
+                    store.wake_waiters()
                     return row
                 self._evict(store, nxt - cap, nxt + n - cap, n, successor)
                 return nxt % cap
@@ -328,14 +327,14 @@ class OverwriteProtocol:
         if hi > lo:
             self._evict(store, lo, hi, n, successor, wake=False)
         for r, data in copies:
-            r.first = store._write_locked(data, r.count)
-        new_slots = [store._write_locked(steps, state[2]) % cap for _, _, steps, state in items]
+            r.first = store.write_locked(data, r.count)
+        new_slots = [store.write_locked(steps, state[2]) % cap for _, _, steps, state in items]
         _move_items(items, new_slots)
         if own_away:
-            own.first, own.count = store._write_locked(own_data, keep), keep
+            own.first, own.count = store.write_locked(own_data, keep), keep
         self.relocated_steps += w - n
         if hi > lo:
-            store._wake_waiters()
+            store.wake_waiters()
         return store.next_id % cap
 
     def _evict(
@@ -359,7 +358,7 @@ class OverwriteProtocol:
             if t is not None and t.on_overwrite == "evict" and t.index.size:
                 t.index.evict_rows(lo % cap, hi - lo - (kept if t is successor else 0))
         if wake:
-            store._wake_waiters()
+            store.wake_waiters()
 
 
 def _move_items(items: list[tuple[Table, int, Any, Any]], new_slots: list[int]) -> None:

@@ -32,6 +32,8 @@ from rlreplay.core.specs import Signature
 from rlreplay.errors import InvalidArgumentError, ReplayTimeoutError, describe
 
 if TYPE_CHECKING:
+    import weakref
+
     from rlreplay.core.table import Table
 
 _kernel = load_kernel("rlreplay.core._store")
@@ -85,7 +87,7 @@ class StepStore:
         self._path_tuple = tuple(self.columns)
         self._compiled_writes = False
         self.overwrite = OverwriteProtocol(self)
-        self._choose_row_writer([])
+        self.choose_row_writer([])
 
     # ----------------------------------------------------------------- queries
     @property
@@ -134,10 +136,11 @@ class StepStore:
         """The attached tables still alive (the overwrite protocol holds them weakly)."""
         return self.overwrite.tables()
 
-    def attach(self, table: Table) -> None:
-        """Let ``table``'s items hold rows of this store (see :mod:`overwrite`)."""
+    def attach(self, table: Table) -> weakref.ref:
+        """Let ``table``'s items hold rows of this store (see :mod:`overwrite`); returns
+        the weak reference the store keeps of it (the table's ``store_ref``)."""
         with self.mutex:
-            self.overwrite.attach(table)
+            return self.overwrite.attach(table)
 
     def detach(self, table: Table) -> None:
         """Forget ``table``: its items no longer hold rows (:meth:`Table.close`)."""
@@ -145,16 +148,19 @@ class StepStore:
             self.overwrite.detach(table)
             self.lock.notify_all()  # appends waiting for its items may go on
 
-    def _choose_row_writer(self, tables: list[Table]) -> None:
-        """Use the compiled writes where a row may be written before the tables have let go
+    def choose_row_writer(self, tables: list[Table]) -> None:
+        """Core-internal, called by the overwrite protocol (lock held) when its tables
+        change. Use the compiled writes where a row may be written before the tables have let go
         of it: one lane, and every table evicts what is overwritten (a queue waits for its
         items, a stack copies their steps away first)."""
         evict_only = all(t.on_overwrite == "evict" for t in tables)
         self._compiled_writes = _kernel is not None and self.lanes == 1 and evict_only
 
-    def _wake_waiters(self) -> None:
-        """Wake the calls waiting on the lock; skipped when none waits, since notify_all()
-        costs microseconds even then (the lock is held)."""
+    def wake_waiters(self) -> None:
+        """Core-internal, for the tables, writers and overwrite protocol over this store,
+        with ``mutex`` held: wake the calls waiting on the lock after a change that may let
+        them go on; skipped when none waits, since notify_all() costs microseconds even
+        then."""
         if self.lock._waiters:
             self.lock.notify_all()
 
@@ -196,7 +202,7 @@ class StepStore:
         waiter = None
         while True:
             if self.overwrite.make_room(n) is not None:
-                return self._write_locked(arrays, n)
+                return self.write_locked(arrays, n)
             waiter = waiter or self.blocked_call(timeout, "append")
             if not waiter.wait():
                 raise self.timeout_error(n, timeout)
@@ -222,9 +228,11 @@ class StepStore:
             "raise the timeout)"
         )
 
-    def _write_locked(self, arrays: Mapping[str, np.ndarray], n: int | None = None) -> int:
-        """Write ``n`` validated steps at the head, whose rows the overwrite protocol has
-        freed (lock held); returns the first id. Cannot fail: the arrays match."""
+    def write_locked(self, arrays: Mapping[str, np.ndarray], n: int | None = None) -> int:
+        """Core-internal, for the tables, writers and overwrite protocol over this store,
+        with ``mutex`` held: write ``n`` validated steps at the head, whose rows the
+        overwrite protocol has freed; returns the first id. Cannot fail: the arrays
+        match."""
         if n is None:
             n = len(next(iter(arrays.values())))
         first = self.next_id
@@ -245,11 +253,12 @@ class StepStore:
         self.next_id = first + n
         return first
 
-    def _put_row(self, step: Mapping[str, Any]) -> int | None:
-        """The compiled write of one step that fits the columns as it is, to the next row,
-        for the table the overwrite protocol lets replace its own item there (the one-row
-        insert; ``overwrite.sole``); returns the step's id, or ``None`` with nothing
-        written when the step needs validation."""
+    def put_row(self, step: Mapping[str, Any]) -> int | None:
+        """Core-internal, with ``mutex`` held and the compiled writes chosen: the compiled
+        write of one step that fits the columns as it is, to the next row, for the table
+        the overwrite protocol lets replace its own item there (the one-row insert;
+        ``overwrite.sole``); returns the step's id, or ``None`` with nothing written when
+        the step needs validation."""
         first = self.next_id
         row = first % self.capacity
         if not _kernel.put_row(np.ndarray, self._column_tuple, self._path_tuple, row, step):
@@ -257,8 +266,8 @@ class StepStore:
         self.next_id = first + 1
         return first
 
-    def _put_rows(self, steps: Mapping[str, Any], n: int) -> int | None:
-        """:meth:`_put_row` for ``n`` steps that do not wrap around the ring; ``None`` with
+    def put_rows(self, steps: Mapping[str, Any], n: int) -> int | None:
+        """:meth:`put_row` for ``n`` steps that do not wrap around the ring; ``None`` with
         nothing written when they wrap or need validation."""
         first = self.next_id
         start = first % self.capacity
@@ -269,12 +278,19 @@ class StepStore:
         self.next_id = first + n
         return first
 
+    # The former private names, for the modules that still call them (table_inserts.py,
+    # net/ingest.py, writers/trajectory_writer.py); the same functions.
+    _write_locked = write_locked
+    _put_row = put_row
+    _put_rows = put_rows
+    _wake_waiters = wake_waiters
+
     def reset(self) -> None:
         """Forget every step (the arrays keep their memory); attached tables are reset and
         writers' retained steps released."""
         with self.mutex:
             for table in self.overwrite.tables():
-                table._reset_locked()
+                table.reset_locked()
             for retention in self.overwrite.retentions():
                 retention.release()
             self.next_id = 0

@@ -8,15 +8,15 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.core import table_inserts, waiting
+from rlreplay.core import ordered_tables, table_inserts, waiting
 from rlreplay.core.admission import Admission, check_warn_after
 from rlreplay.core.item_draws import DrawPlan
 from rlreplay.core.item_slots import SLOT_STATE, ItemIndex
 from rlreplay.core.keys import generation_origin
 from rlreplay.core.layout import ItemLayout
-from rlreplay.core.rate_limiters import MinSize, Queue, RateLimiter
+from rlreplay.core.rate_limiters import MinSize, RateLimiter
 from rlreplay.core.sample import Sample
-from rlreplay.core.selectors import Fifo, Lifo, Selector, Uniform
+from rlreplay.core.selectors import Fifo, Selector, Uniform
 from rlreplay.core.specs import Signature
 from rlreplay.core.storage import StepStore
 from rlreplay.core.table_checks import (
@@ -27,10 +27,7 @@ from rlreplay.core.table_checks import (
     resolve_store,
 )
 from rlreplay.core.table_info import TableInfo
-from rlreplay.errors import (
-    InvalidArgumentError,
-    describe,
-)
+from rlreplay.errors import InvalidArgumentError, describe
 
 __all__ = ["OVERWRITE_POLICIES", "SLOT_STATE", "Table"]
 
@@ -166,49 +163,15 @@ class Table:
         first_path, first_spec = next(iter(store.signature.fields.items()))
         # insert() tells one row from a batch by the first field's number of dimensions.
         self._row_probe = None if "/" in first_path else (first_path, len(first_spec.shape))
-        self._store_ref: weakref.ref | None = None  # set by store.attach
-        store.attach(self)
+        # The weak reference the store keeps of this table: the one-row insert writes in
+        # place when it is the overwrite protocol's ``sole`` (``_store_ref``: its former
+        # name, which table_inserts.py reads; the same object, set once here).
+        self.store_ref: weakref.ref = store.attach(self)
+        self._store_ref = self.store_ref
 
     # ------------------------------------------------------------ constructors
-    @classmethod
-    def queue(cls, name: str, size: int, **kwargs: Any) -> Table:
-        """A FIFO queue: each item sampled once, inserts block when ``size`` items wait.
-
-        Someone must sample the queue: with ``size`` items waiting, inserts (and appends
-        to the store that would overwrite waiting items) block until a sampler takes one,
-        up to their ``timeout``; a call blocked longer than ``warn_after`` seconds logs
-        "no sampler is consuming this queue". Takes the same keyword arguments as
-        :class:`Table` (``signature``/``store``, ``layout``, ...); with ``signature`` the
-        queue's own store holds ``size`` items of the layout's span, plus one item's
-        steps for the writer, so ``size`` items really fit.
-        """
-        return cls._ordered(name, size, Fifo, "block", **kwargs)
-
-    @classmethod
-    def stack(cls, name: str, size: int, **kwargs: Any) -> Table:
-        """A LIFO stack: like :meth:`queue` but the newest item is sampled first (the
-        oldest items wait longest: when the store wraps, their steps are copied to its
-        head instead of blocking writers)."""
-        return cls._ordered(name, size, Lifo, "relocate", **kwargs)
-
-    @classmethod
-    def _ordered(
-        cls, name: str, size: int, selector: type, on_overwrite: str, **kwargs: Any
-    ) -> Table:
-        if "signature" in kwargs and "store" not in kwargs and isinstance(size, int):
-            layout = kwargs.get("layout")
-            span = layout.span if isinstance(layout, ItemLayout) else 1
-            kwargs.setdefault("capacity", max(2 * size, (size + 1) * span))
-        return cls(
-            name,
-            sampler=selector(),
-            remover=selector(),
-            max_size=size,
-            max_times_sampled=1,
-            rate_limiter=Queue(size),
-            on_overwrite=on_overwrite,
-            **kwargs,
-        )
+    queue = classmethod(ordered_tables.queue)
+    stack = classmethod(ordered_tables.stack)
 
     # ------------------------------------------------------------ the parts
     @property
@@ -373,7 +336,7 @@ class Table:
                 self.admission.admit_samples(n, timeout)
             sample = self.draws.draw(n)
             limiter.samples += len(sample.info.keys)
-            self.store._wake_waiters()
+            self.store.wake_waiters()
             return sample
 
     # ------------------------------------------------------ priorities, deletes
@@ -407,17 +370,19 @@ class Table:
             if len(slots):
                 self.index.remove(slots)
                 self.index.counts["deletes"] += len(slots)
-                self.store._wake_waiters()
+                self.store.wake_waiters()
             return len(slots)
 
     # ----------------------------------------------------------- housekeeping
     def reset(self) -> None:
         """Remove every item and zero the rate limiter's counts (stored steps stay)."""
         with self.mutex:
-            self._reset_locked()
-            self.store._wake_waiters()
+            self.reset_locked()
+            self.store.wake_waiters()
 
-    def _reset_locked(self) -> None:
+    def reset_locked(self) -> None:
+        """:meth:`reset` with ``mutex`` held (core-internal: ``StepStore.reset`` calls it
+        for every table over the store)."""
         self.index.reset()
         self.rate_limiter.reset()
 

@@ -75,17 +75,17 @@ def test_removing_slots_that_hold_no_item_raises_and_changes_nothing():
 
 def test_a_lone_evicting_table_uses_the_in_place_row_path():
     table = Table("t", signature=SIGNATURE, max_size=4)
-    assert table.store.overwrite.sole is table._store_ref
+    assert table.store.overwrite.sole is table.store_ref
     other = Table("u", store=table.store)
     assert table.store.overwrite.sole is None
     other.close()
-    assert table.store.overwrite.sole is table._store_ref
+    assert table.store.overwrite.sole is table.store_ref
     dropped = Table("v", store=table.store)
     assert table.store.overwrite.sole is None
     del dropped
     gc.collect()
     table.insert(step(0, 0))  # the next hand-over notices the dropped table
-    assert table.store.overwrite.sole is table._store_ref
+    assert table.store.overwrite.sole is table.store_ref
 
 
 # ----------------------------------------------------------------- writers
