@@ -129,6 +129,17 @@ class ItemIndex:
             self.remove(victims)
             self.counts["evictions"] += len(victims)
 
+    def _evict_one(self) -> None:
+        """:meth:`_make_room_for` one item, in Python scalars: the one-row insert's
+        eviction, with each selector's one-slot delete (for ``Prioritized``, one compiled
+        call for both of its trees)."""
+        victim = int(self.remover.choose_victims(1, self.rng)[0])
+        self.sampler.delete_one(victim)
+        self.remover.delete_one(victim)
+        self._live_view[victim] = False
+        self.size -= 1
+        self.counts["evictions"] += 1
+
     def claim(
         self, slots: np.ndarray, prios: np.ndarray | None, start: int | None = None
     ) -> np.ndarray:
@@ -189,7 +200,7 @@ class ItemIndex:
             self.counts["overwrite_evictions"] += 1
         else:
             if self.size >= self.max_size:
-                self._make_room_for(1)
+                self._evict_one()
             self.size += 1
         generations, priorities, times = self._slot_views
         generation = generations[slot] + 1

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlreplay import Fifo, Prioritized, Table
+from rlreplay import Fifo, Lifo, MaxHeap, MinHeap, Prioritized, Table, Uniform
 from rlreplay.core.selectors import sum_tree
 
 ALPHA = 0.6
@@ -103,3 +103,51 @@ def test_zero_priority_rows_are_never_drawn_and_leave_the_min_tree(path):
     sample = table.sample(32)
     assert (sample.data["reward"] % 2 == 0).all()
     assert_trees_exact(table)
+
+
+REMOVERS = {
+    "fifo": Fifo,
+    "lifo": Lifo,
+    "min-heap": MinHeap,
+    "max-heap": MaxHeap,
+    "uniform": Uniform,
+    "prioritized": lambda: Prioritized(ALPHA),
+}
+
+
+@pytest.mark.parametrize("sampler", ["uniform", "prioritized"])
+@pytest.mark.parametrize("remover", REMOVERS.values(), ids=REMOVERS.keys())
+def test_one_row_eviction_below_capacity_matches_batches_of_one_row(path, sampler, remover):
+    """A table of max_size below its store's capacity evicts the remover's choice for
+    each new row: one row at a time the same victim as a batch of one row."""
+    rng = np.random.default_rng(7)
+    tables = [
+        Table(
+            "t",
+            signature=SIG,
+            max_size=24,
+            capacity=64,
+            sampler=Uniform() if sampler == "uniform" else Prioritized(ALPHA),
+            remover=remover(),
+            seed=2,
+        )
+        for _ in range(2)
+    ]
+    one, batch = tables
+    all_keys: list[list[int]] = [[], []]
+    for i in range(150):
+        prio = float(rng.uniform(0.01, 4.0))
+        all_keys[0].append(int(one.insert(row(i), priorities=prio)[0]))
+        rows = {k: np.asarray(v)[None] for k, v in row(i).items()}
+        all_keys[1].append(int(batch.insert(rows, priorities=[prio])[0]))
+        assert len(one) == len(batch) == min(i + 1, 24)
+    assert all_keys[0] == all_keys[1]
+    np.testing.assert_array_equal(one.index.live, batch.index.live)
+    np.testing.assert_array_equal(one.index.priority, batch.index.priority)
+    a, b = one.info(), batch.info()
+    assert (a.evictions, a.overwrite_evictions) == (b.evictions, b.overwrite_evictions)
+    assert a.evictions > 0 and a.evictions + a.overwrite_evictions == 150 - 24
+    if sampler == "prioritized":
+        assert_trees_exact(one)
+        a, b = one.index.sampler.sums.leaves, batch.index.sampler.sums.leaves
+        np.testing.assert_allclose(a, b, rtol=1e-15, atol=0)  # x**alpha: Python or numpy pow
