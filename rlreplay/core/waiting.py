@@ -72,23 +72,24 @@ class BlockedCall:
 
     def wait(self) -> bool:
         """Wait for a notification on the lock, the deadline or the warning time (at most
-        :data:`POLL_S` seconds).
+        :data:`POLL_S` seconds). The warning is logged once the call has been blocked
+        ``warn_after`` seconds, even when it is woken so late that its deadline passed.
 
         Returns:
             False, without waiting, once the deadline has passed; True otherwise (the
             caller checks its condition again: a wake-up does not mean it holds).
         """
         now = time.monotonic()
+        warn_at = self.warn_at
+        if warn_at is not None and now >= warn_at:
+            # before the deadline check: a call woken late, past both, still warns
+            self.warn_at = warn_at = None
+            log.warning(self.describe())
         deadline = self.deadline
         if deadline is not None and now >= deadline:
             return False
         limit = POLL_S if deadline is None else min(POLL_S, deadline - now)
-        warn_at = self.warn_at
         if warn_at is not None:
-            if now >= warn_at:
-                self.warn_at = None
-                log.warning(self.describe())
-            else:
-                limit = min(limit, warn_at - now)
+            limit = min(limit, warn_at - now)
         self.lock.wait(limit)
         return True

@@ -69,6 +69,18 @@ def test_a_call_blocked_past_warn_after_logs_one_warning_naming_table_and_cause(
     assert f"inserts={table.rate_limiter.inserts}" in messages[0]
 
 
+def test_a_call_woken_past_warn_after_and_its_deadline_still_warns(caplog):
+    """On a loaded machine a blocked call may first wake after its deadline: it has
+    been blocked longer than warn_after, so it logs its warning before it gives up."""
+    lock = threading.Condition()
+    with lock, caplog.at_level(logging.WARNING, logger="rlreplay"):
+        call = waiting.BlockedCall(lock, 0.1, 0.05, lambda: "blocked too long")
+        time.sleep(0.2)  # as if the first wake-up came this late
+        assert not call.wait()
+        assert not call.wait()
+    assert warnings_of(caplog) == ["blocked too long"]
+
+
 def test_a_call_that_proceeds_before_warn_after_logs_nothing(caplog):
     table = Table("t", signature=SIGNATURE, max_size=4, rate_limiter=MinSize(1), warn_after=5.0)
     timer = threading.Timer(0.1, lambda: table.insert(ROW))
