@@ -315,3 +315,44 @@ def test_set_one_bad_arguments_raise_and_change_nothing(make, error):
         kernel.set_one_min(mins.levels, 3, 1.0, sums.levels)  # set_one_min takes no mins
     for a, b in zip(before, sums.levels + mins.levels):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
+def test_set_two_of_both_trees_matches_the_numpy_path(size):
+    rng = np.random.default_rng(size + 6)
+    trees = [tree_pair(size, True), tree_pair(size, False)]
+    for step in range(200):
+        i, j = (int(k) for k in rng.integers(0, size, 2))
+        if step % 5 == 0:
+            j = i  # the same leaf: the second write wins
+        vi, vj = 0.0, float(rng.uniform(0.0, 3.0))
+        for sums, mins in trees:
+            sums.set_two(i, vi, j, vj, mins)
+        (fast_sums, fast_mins), (slow_sums, slow_mins) = trees
+        assert fast_sums.levels[0][j] == vj
+        np.testing.assert_array_equal(fast_sums.levels[0], slow_sums.levels[0])
+        for a, b in zip(fast_sums.levels, slow_sums.levels):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=0)
+        for a, b in zip(fast_mins.levels, slow_mins.levels):
+            np.testing.assert_array_equal(a, b)
+        assert_parents_exact(fast_sums)
+
+
+BAD_TWO_CALLS = {
+    "second-slot-past-leaves": (lambda s, m: (s, 3, 0.0, 304, 1.0, m), ValueError),
+    "second-slot-negative": (lambda s, m: (s, 3, 0.0, -2, 1.0, m), ValueError),
+    "second-value-not-number": (lambda s, m: (s, 3, 0.0, 4, [1.0], m), TypeError),
+    "mins-own-leaves": (lambda s, m: (s, 3, 0.0, 4, 1.0, KaryTree(300, "min").levels), ValueError),
+    "too-many-arguments": (lambda s, m: (s, 3, 0.0, 4, 1.0, m, m), TypeError),
+}
+
+
+@pytest.mark.parametrize("make, error", BAD_TWO_CALLS.values(), ids=BAD_TWO_CALLS.keys())
+def test_set_two_bad_arguments_raise_and_change_nothing(make, error):
+    sums, mins = tree_pair(300, True)
+    sums.set(np.arange(300), np.ones(300), mins)
+    before = [level.copy() for level in sums.levels + mins.levels]
+    with pytest.raises(error):
+        kernel.set_two_sum(*make(sums.levels, mins.levels))
+    for a, b in zip(before, sums.levels + mins.levels):
+        np.testing.assert_array_equal(a, b)

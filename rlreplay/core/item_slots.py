@@ -129,16 +129,15 @@ class ItemIndex:
             self.remove(victims)
             self.counts["evictions"] += len(victims)
 
-    def _evict_one(self) -> None:
-        """:meth:`_make_room_for` one item, in Python scalars: the one-row insert's
-        eviction, with each selector's one-slot delete (for ``Prioritized``, one compiled
-        call for both of its trees)."""
+    def _evict_one(self) -> int:
+        """The remover's choice of one item to evict for a one-row insert, marked not
+        live and counted; the caller takes it out of the selectors with
+        ``evict_insert_one`` as the new item comes in (for ``Prioritized``, one compiled
+        call for both leaves in both trees)."""
         victim = int(self.remover.choose_victims(1, self.rng)[0])
-        self.sampler.delete_one(victim)
-        self.remover.delete_one(victim)
         self._live_view[victim] = False
-        self.size -= 1
         self.counts["evictions"] += 1
+        return victim
 
     def claim(
         self, slots: np.ndarray, prios: np.ndarray | None, start: int | None = None
@@ -196,11 +195,12 @@ class ItemIndex:
         elif prio > self.max_priority:
             self.max_priority = prio
         replacing = self._live_view[slot]
+        victim = -1
         if replacing:
             self.counts["overwrite_evictions"] += 1
+        elif self.size >= self.max_size:
+            victim = self._evict_one()
         else:
-            if self.size >= self.max_size:
-                self._evict_one()
             self.size += 1
         generations, priorities, times = self._slot_views
         generation = generations[slot] + 1
@@ -213,6 +213,9 @@ class ItemIndex:
         if replacing:
             self.sampler.replace_one(slot, prio)
             self.remover.replace_one(slot, prio)
+        elif victim >= 0:  # the victim leaves each selector as the new item comes in
+            self.sampler.evict_insert_one(victim, slot, prio)
+            self.remover.evict_insert_one(victim, slot, prio)
         else:
             self.sampler.insert_one(slot, prio)
             self.remover.insert_one(slot, prio)

@@ -10,7 +10,8 @@
  * set_min(levels, idx, values)        writes leaves, recomputes ancestors as the smallest
  *                                     positive child (inf when none is).
  * set_one_sum(levels, slot, value[, min_levels]) and set_one_min(levels, slot, value): the
- *                                     same for one leaf in Python numbers (one-row inserts).
+ *                                     same for one leaf in Python numbers (one-row inserts);
+ * set_two_sum(levels, slot, value, slot2, value2[, min_levels]): for two such leaves.
  * With values None, the leaves are left as they are (a min tree over a sum tree's leaves,
  * which set_sum has just written) and only the ancestors are recomputed. set_sum also
  * takes min_levels, such a min tree, and recomputes it in the same pass.
@@ -434,30 +435,63 @@ fix_path(const Levels *lv, Py_ssize_t i, int is_sum)
     }
 }
 
-/* set_one_sum / set_one_min (levels, slot, value[, min_levels]): set_sum / set_min for one
- * leaf given as Python numbers, without index and value arrays: the one-row insert's update
- * of both trees in one call. The GIL is kept (a few dozen loads and stores). */
-static PyObject *
-set_one(PyObject *const *args, Py_ssize_t nargs, int is_sum, const char *name)
+/* A leaf index given as a Python int (or anything with __index__), checked against the
+ * leaves; -1 with an exception set when it is not one. */
+static Py_ssize_t
+leaf_index(PyObject *obj, Py_ssize_t leaves, const char *name, const char *what)
 {
-    if (nargs < 3 || nargs > (is_sum ? 4 : 3)) {
-        PyErr_Format(PyExc_TypeError, "%s takes (levels, slot, value%s) (%zd arguments given)",
-                     name, is_sum ? "[, min_levels]" : "", nargs);
+    Py_ssize_t i = PyNumber_AsSsize_t(obj, PyExc_OverflowError);
+    if (i == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (i < 0 || i >= leaves) {
+        PyErr_Format(PyExc_ValueError, "%s: %s=%zd is outside [0, %zd)", name, what, i, leaves);
+        return -1;
+    }
+    return i;
+}
+
+/* A leaf value: 0 with *has cleared for None, else the float (-1 and an exception when it
+ * is not a number). */
+static int
+leaf_value(PyObject *obj, double *value, int *has)
+{
+    *has = obj != Py_None;
+    *value = 0.0;
+    if (*has) {
+        *value = PyFloat_AsDouble(obj);
+        if (*value == -1.0 && PyErr_Occurred()) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* set_one_sum / set_one_min (levels, slot, value[, min_levels]) and
+ * set_two_sum (levels, slot, value, slot2, value2[, min_levels]): set_sum / set_min for
+ * one or two leaves given as Python numbers, without index and value arrays: the one-row
+ * insert's update of both trees in one call (two leaves: an evicted item's and the new
+ * item's; the second write wins when they are the same leaf). Every argument is checked
+ * before anything is written. The GIL is kept (a few dozen loads and stores). */
+static PyObject *
+set_scalar_leaves(PyObject *const *args, Py_ssize_t nargs, int pairs, int is_sum,
+                  const char *name)
+{
+    Py_ssize_t need = 1 + 2 * pairs;
+    if (nargs < need || nargs > need + is_sum) {
+        PyErr_Format(PyExc_TypeError, "%s takes (levels, %s%s) (%zd arguments given)", name,
+                     pairs == 1 ? "slot, value" : "slot, value, slot2, value2",
+                     is_sum ? "[, min_levels]" : "", nargs);
         return NULL;
     }
-    Py_ssize_t slot = PyNumber_AsSsize_t(args[1], PyExc_OverflowError);
-    if (slot == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    int has_value = args[2] != Py_None;
-    double value = 0.0;
-    if (has_value) {
-        value = PyFloat_AsDouble(args[2]);
-        if (value == -1.0 && PyErr_Occurred()) {
+    double value[2];
+    int has[2];
+    for (int k = 0; k < pairs; k++) {
+        if (leaf_value(args[2 + 2 * k], &value[k], &has[k]) < 0) {
             return NULL;
         }
     }
-    PyObject *mins_obj = nargs == 4 ? args[3] : Py_None;
+    PyObject *mins_obj = nargs > need ? args[need] : Py_None;
     Levels lv, mv;
     mv.count = 0;
     if (levels_acquire(args[0], &lv) < 0) {
@@ -473,17 +507,23 @@ set_one(PyObject *const *args, Py_ssize_t nargs, int is_sum, const char *name)
             goto fail;
         }
     }
-    if (slot < 0 || slot >= lv.len[0]) {
-        PyErr_Format(PyExc_ValueError, "%s: slot=%zd is outside [0, %zd)", name, slot,
-                     lv.len[0]);
-        goto fail;
+    Py_ssize_t slot[2];
+    for (int k = 0; k < pairs; k++) {
+        slot[k] = leaf_index(args[1 + 2 * k], lv.len[0], name, k ? "slot2" : "slot");
+        if (slot[k] < 0) {
+            goto fail;
+        }
     }
-    if (has_value) {
-        lv.data[0][slot] = value;
+    for (int k = 0; k < pairs; k++) {
+        if (has[k]) {
+            lv.data[0][slot[k]] = value[k];
+        }
     }
-    fix_path(&lv, slot, is_sum);
-    if (mv.count) {
-        fix_path(&mv, slot, 0);
+    for (int k = 0; k < pairs; k++) {
+        fix_path(&lv, slot[k], is_sum);
+        if (mv.count) {
+            fix_path(&mv, slot[k], 0);
+        }
     }
     levels_release(&mv);
     levels_release(&lv);
@@ -497,13 +537,19 @@ fail:
 static PyObject *
 set_one_sum(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    return set_one(args, nargs, 1, "set_one_sum");
+    return set_scalar_leaves(args, nargs, 1, 1, "set_one_sum");
 }
 
 static PyObject *
 set_one_min(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    return set_one(args, nargs, 0, "set_one_min");
+    return set_scalar_leaves(args, nargs, 1, 0, "set_one_min");
+}
+
+static PyObject *
+set_two_sum(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return set_scalar_leaves(args, nargs, 2, 1, "set_two_sum");
 }
 
 static PyMethodDef methods[] = {
@@ -530,6 +576,10 @@ static PyMethodDef methods[] = {
      "or a slot out of range (nothing is written then)."},
     {"set_one_min", (PyCFunction)(void (*)(void))set_one_min, METH_FASTCALL,
      "set_one_min(levels, slot, value): set_min for one leaf (see set_one_sum)."},
+    {"set_two_sum", (PyCFunction)(void (*)(void))set_two_sum, METH_FASTCALL,
+     "set_two_sum(levels, slot, value, slot2, value2, min_levels=None): set_one_sum for two "
+     "leaves in one call (an evicted item's and a new item's); the second write wins when "
+     "slot2 == slot. Every argument is checked before anything is written."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -43,6 +43,12 @@ class Selector:
         """:meth:`delete` for one slot given as a Python int."""
         self.delete(np.array([slot], dtype=np.int64))
 
+    def evict_insert_one(self, victim: int, slot: int, priority: float) -> None:
+        """:meth:`delete_one` of the held ``victim`` then :meth:`insert_one` of ``slot``
+        (not held, another slot): a one-row insert that evicts an item to make room."""
+        self.delete_one(victim)
+        self.insert_one(slot, priority)
+
     def replace(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         """Delete held ``slots`` and insert them again as new items, in that order.
 

@@ -70,6 +70,12 @@ class Prioritized(Selector):
         self.held[slot] = True
         self.size += 1
 
+    def evict_insert_one(self, victim: int, slot: int, priority: float) -> None:
+        w = priority if self.priority_exponent == 1.0 else priority**self.priority_exponent
+        self.sums.set_two(victim, 0.0, slot, w, self.mins)  # both leaves, both trees
+        self.held[victim] = False
+        self.held[slot] = True
+
     def replace(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         self.update(slots, priorities)  # held stays set and the size unchanged
 

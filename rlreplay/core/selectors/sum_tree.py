@@ -181,6 +181,23 @@ class KaryTree:
         if mins is not None:
             mins.set_one(i, None)
 
+    def set_two(
+        self, i: int, value: float | None, j: int, value_j: float | None, mins: KaryTree
+    ) -> None:
+        """:meth:`set_one` for leaves ``i`` then ``j`` (``j`` wins when they are the same),
+        with ``mins`` (a min tree over these leaves): an evicted item's leaf and a new
+        item's in one compiled call with the kernel.
+
+        Raises:
+            ValueError: with the kernel, if ``i`` or ``j`` is outside the leaves (nothing
+                changes).
+        """
+        if self._kset_one is not None and mins._kernel is not None and self.op == "sum":
+            self._kernel.set_two_sum(self.levels, i, value, j, value_j, mins.levels)
+            return
+        self.set_one(i, value, mins)
+        self.set_one(j, value_j, mins)
+
     @staticmethod
     def _exact_children(children: np.ndarray, u: np.ndarray, j: np.ndarray) -> np.ndarray:
         """Redo the child choice with sequential sums where the matrix product picked a
