@@ -356,3 +356,55 @@ def test_set_two_bad_arguments_raise_and_change_nothing(make, error):
         kernel.set_two_sum(*make(sums.levels, mins.levels))
     for a, b in zip(before, sums.levels + mins.levels):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
+def test_leaf_writer_matches_the_numpy_twin(size):
+    rng = np.random.default_rng(size + 8)
+    trees = [tree_pair(size, True), tree_pair(size, False)]
+    writers = [sums.leaf_writer(mins) for sums, mins in trees]
+    assert isinstance(writers[0], kernel.LeafWriter)
+    assert isinstance(writers[1], sum_tree.LeafWriter)
+    for step in range(200):
+        i, j = (int(k) for k in rng.integers(0, size, 2))
+        v = float(rng.uniform(0.0, 3.0)) if step % 4 else 0.0
+        for writer in writers:
+            if step % 3:
+                writer.set_one(i, v)
+            else:
+                writer.set_two(i, 0.0, j, v)
+        (fast_sums, fast_mins), (slow_sums, slow_mins) = trees
+        np.testing.assert_array_equal(fast_sums.levels[0], slow_sums.levels[0])
+        for a, b in zip(fast_sums.levels, slow_sums.levels):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=0)
+        for a, b in zip(fast_mins.levels, slow_mins.levels):
+            np.testing.assert_array_equal(a, b)
+        assert_parents_exact(fast_sums)
+
+
+def test_leaf_writer_keeps_its_trees_and_refuses_bad_writes():
+    sums, mins = tree_pair(300, True)
+    writer = kernel.LeafWriter(sums.levels, mins.levels)
+    levels = sums.levels
+    del sums, mins
+    writer.set_one(5, 2.0)  # the writer holds the levels' buffers
+    assert levels[-1][0] == 2.0
+    before = [level.copy() for level in levels]
+    for args, error in [
+        ((304, 1.0), ValueError),
+        ((-1, 1.0), ValueError),
+        ((3, "x"), TypeError),
+        ((3,), TypeError),
+    ]:
+        with pytest.raises(error):
+            writer.set_one(*args)
+    with pytest.raises(ValueError, match="slot2"):
+        writer.set_two(3, 0.0, 400, 1.0)
+    with pytest.raises(TypeError):
+        writer.set_two(3, 0.0, 4)
+    for a, b in zip(before, levels):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="same leaves"):
+        kernel.LeafWriter(levels, KaryTree(300, "min").levels)
+    with pytest.raises(TypeError):
+        kernel.LeafWriter([np.zeros(16, np.float32)])

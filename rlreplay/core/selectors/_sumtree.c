@@ -12,6 +12,7 @@
  * set_one_sum(levels, slot, value[, min_levels]) and set_one_min(levels, slot, value): the
  *                                     same for one leaf in Python numbers (one-row inserts);
  * set_two_sum(levels, slot, value, slot2, value2[, min_levels]): for two such leaves.
+ * LeafWriter(levels[, min_levels]).set_one / .set_two: the same on trees held once.
  * With values None, the leaves are left as they are (a min tree over a sum tree's leaves,
  * which set_sum has just written) and only the ancestors are recomputed. set_sum also
  * takes min_levels, such a min tree, and recomputes it in the same pass.
@@ -467,12 +468,61 @@ leaf_value(PyObject *obj, double *value, int *has)
     return 0;
 }
 
+/* Write one or two leaves given as Python numbers, args = (slot, value[, slot2, value2]),
+ * and recompute their ancestors in lv and, when mv->count, in the min tree mv over the
+ * same leaves (the second write wins when both are the same leaf). Every argument is
+ * checked before anything is written. */
+static int
+write_leaves(Levels *lv, Levels *mv, PyObject *const *args, int pairs, int is_sum,
+             const char *name)
+{
+    double value[2];
+    int has[2];
+    Py_ssize_t slot[2];
+    for (int k = 0; k < pairs; k++) {
+        slot[k] = leaf_index(args[2 * k], lv->len[0], name, k ? "slot2" : "slot");
+        if (slot[k] < 0 || leaf_value(args[2 * k + 1], &value[k], &has[k]) < 0) {
+            return -1;
+        }
+    }
+    for (int k = 0; k < pairs; k++) {
+        if (has[k]) {
+            lv->data[0][slot[k]] = value[k];
+        }
+    }
+    for (int k = 0; k < pairs; k++) {
+        fix_path(lv, slot[k], is_sum);
+        if (mv->count) {
+            fix_path(mv, slot[k], 0);
+        }
+    }
+    return 0;
+}
+
+/* Acquire a min tree's levels over the leaves of lv (nothing acquired for None). */
+static int
+mins_acquire(PyObject *mins_obj, const Levels *lv, Levels *mv)
+{
+    mv->count = 0;
+    if (mins_obj == Py_None) {
+        return 0;
+    }
+    if (levels_acquire(mins_obj, mv) < 0) {
+        return -1;
+    }
+    if (mv->data[0] != lv->data[0]) {
+        PyErr_SetString(PyExc_ValueError, "min_levels must be a tree over the same leaves");
+        levels_release(mv);
+        return -1;
+    }
+    return 0;
+}
+
 /* set_one_sum / set_one_min (levels, slot, value[, min_levels]) and
  * set_two_sum (levels, slot, value, slot2, value2[, min_levels]): set_sum / set_min for
- * one or two leaves given as Python numbers, without index and value arrays: the one-row
- * insert's update of both trees in one call (two leaves: an evicted item's and the new
- * item's; the second write wins when they are the same leaf). Every argument is checked
- * before anything is written. The GIL is kept (a few dozen loads and stores). */
+ * one or two leaves given as Python numbers, without index and value arrays (two leaves:
+ * an evicted item's and the new item's). The GIL is kept (a few dozen loads and
+ * stores). LeafWriter does the same without acquiring the levels on every call. */
 static PyObject *
 set_scalar_leaves(PyObject *const *args, Py_ssize_t nargs, int pairs, int is_sum,
                   const char *name)
@@ -484,55 +534,112 @@ set_scalar_leaves(PyObject *const *args, Py_ssize_t nargs, int pairs, int is_sum
                      is_sum ? "[, min_levels]" : "", nargs);
         return NULL;
     }
-    double value[2];
-    int has[2];
-    for (int k = 0; k < pairs; k++) {
-        if (leaf_value(args[2 + 2 * k], &value[k], &has[k]) < 0) {
-            return NULL;
-        }
-    }
-    PyObject *mins_obj = nargs > need ? args[need] : Py_None;
     Levels lv, mv;
-    mv.count = 0;
     if (levels_acquire(args[0], &lv) < 0) {
         return NULL;
     }
-    if (mins_obj != Py_None) {
-        if (levels_acquire(mins_obj, &mv) < 0) {
-            levels_release(&lv);
-            return NULL;
-        }
-        if (mv.data[0] != lv.data[0]) {
-            PyErr_SetString(PyExc_ValueError, "min_levels must be a tree over the same leaves");
-            goto fail;
-        }
+    if (mins_acquire(nargs > need ? args[need] : Py_None, &lv, &mv) < 0) {
+        levels_release(&lv);
+        return NULL;
     }
-    Py_ssize_t slot[2];
-    for (int k = 0; k < pairs; k++) {
-        slot[k] = leaf_index(args[1 + 2 * k], lv.len[0], name, k ? "slot2" : "slot");
-        if (slot[k] < 0) {
-            goto fail;
-        }
-    }
-    for (int k = 0; k < pairs; k++) {
-        if (has[k]) {
-            lv.data[0][slot[k]] = value[k];
-        }
-    }
-    for (int k = 0; k < pairs; k++) {
-        fix_path(&lv, slot[k], is_sum);
-        if (mv.count) {
-            fix_path(&mv, slot[k], 0);
-        }
-    }
+    int rc = write_leaves(&lv, &mv, args + 1, pairs, is_sum, name);
     levels_release(&mv);
     levels_release(&lv);
+    if (rc < 0) {
+        return NULL;
+    }
     Py_RETURN_NONE;
-fail:
-    levels_release(&mv);
-    levels_release(&lv);
-    return NULL;
 }
+
+/* LeafWriter(levels, min_levels=None): a sum tree (and a min tree over its leaves) held
+ * for one-leaf writes; the levels are acquired once, checked as set_sum checks them, and
+ * kept (so they cannot be resized) until the writer is freed. */
+typedef struct {
+    PyObject_HEAD
+    Levels sums;
+    Levels mins;
+} LeafWriter;
+
+static void
+LeafWriter_dealloc(LeafWriter *self)
+{
+    levels_release(&self->mins);
+    levels_release(&self->sums);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+LeafWriter_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"levels", "min_levels", NULL};
+    PyObject *levels_obj, *mins_obj = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:LeafWriter", kwlist, &levels_obj,
+                                     &mins_obj)) {
+        return NULL;
+    }
+    LeafWriter *self = (LeafWriter *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->sums.count = 0;
+    self->mins.count = 0;
+    if (levels_acquire(levels_obj, &self->sums) < 0 ||
+        mins_acquire(mins_obj, &self->sums, &self->mins) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static PyObject *
+LeafWriter_set_one(LeafWriter *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "set_one takes (slot, value) (%zd arguments given)",
+                     nargs);
+        return NULL;
+    }
+    if (write_leaves(&self->sums, &self->mins, args, 1, 1, "set_one") < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+LeafWriter_set_two(LeafWriter *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError,
+                     "set_two takes (slot, value, slot2, value2) (%zd arguments given)", nargs);
+        return NULL;
+    }
+    if (write_leaves(&self->sums, &self->mins, args, 2, 1, "set_two") < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef LeafWriter_methods[] = {
+    {"set_one", (PyCFunction)(void (*)(void))LeafWriter_set_one, METH_FASTCALL,
+     "set_one(slot, value): set_one_sum on the held trees (value None keeps the leaf)."},
+    {"set_two", (PyCFunction)(void (*)(void))LeafWriter_set_two, METH_FASTCALL,
+     "set_two(slot, value, slot2, value2): set_two_sum on the held trees."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject LeafWriterType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "rlreplay.core.selectors._sumtree.LeafWriter",
+    .tp_basicsize = sizeof(LeafWriter),
+    .tp_dealloc = (destructor)LeafWriter_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "LeafWriter(levels, min_levels=None): a sum tree's levels (and a min tree's "
+              "over the same leaves) held for set_one / set_two, the one-row insert's "
+              "writes, without acquiring the levels on every call.\n"
+              "Raises TypeError for a wrong buffer kind, ValueError for wrong sizes or "
+              "min_levels over other leaves; set_one / set_two raise as set_one_sum.",
+    .tp_methods = LeafWriter_methods,
+    .tp_new = LeafWriter_new,
+};
 
 static PyObject *
 set_one_sum(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -591,5 +698,18 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__sumtree(void)
 {
-    return PyModule_Create(&module);
+    if (PyType_Ready(&LeafWriterType) < 0) {
+        return NULL;
+    }
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) {
+        return NULL;
+    }
+    Py_INCREF(&LeafWriterType);
+    if (PyModule_AddObject(m, "LeafWriter", (PyObject *)&LeafWriterType) < 0) {
+        Py_DECREF(&LeafWriterType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -45,6 +45,8 @@ class Prioritized(Selector):
         self.sums = KaryTree(capacity, "sum")
         # Over the sum tree's leaves: only its internal nodes cost memory and updates.
         self.mins = KaryTree(capacity, "min", leaves=self.sums.levels[0])
+        # One-row inserts: one call writes a leaf (or two) and fixes both trees.
+        self.leaf_writer = self.sums.leaf_writer(self.mins)
         self.held = np.zeros(capacity, dtype=bool)
         self.size = 0
 
@@ -66,13 +68,13 @@ class Prioritized(Selector):
 
     def insert_one(self, slot: int, priority: float) -> None:
         w = priority if self.priority_exponent == 1.0 else priority**self.priority_exponent
-        self.sums.set_one(slot, w, self.mins)
+        self.leaf_writer.set_one(slot, w)
         self.held[slot] = True
         self.size += 1
 
     def evict_insert_one(self, victim: int, slot: int, priority: float) -> None:
         w = priority if self.priority_exponent == 1.0 else priority**self.priority_exponent
-        self.sums.set_two(victim, 0.0, slot, w, self.mins)  # both leaves, both trees
+        self.leaf_writer.set_two(victim, 0.0, slot, w)  # both leaves, both trees
         self.held[victim] = False
         self.held[slot] = True
 
@@ -81,7 +83,7 @@ class Prioritized(Selector):
 
     def replace_one(self, slot: int, priority: float) -> None:
         w = priority if self.priority_exponent == 1.0 else priority**self.priority_exponent
-        self.sums.set_one(slot, w, self.mins)  # both trees in one compiled call
+        self.leaf_writer.set_one(slot, w)  # both trees in one compiled call
 
     def delete(self, slots: np.ndarray) -> None:
         self.sums.set(slots, np.zeros(len(slots)), self.mins)
@@ -89,7 +91,7 @@ class Prioritized(Selector):
         self.size -= len(slots)
 
     def delete_one(self, slot: int) -> None:
-        self.sums.set_one(slot, 0.0, self.mins)
+        self.leaf_writer.set_one(slot, 0.0)
         self.held[slot] = False
         self.size -= 1
 

@@ -198,6 +198,15 @@ class KaryTree:
         self.set_one(i, value, mins)
         self.set_one(j, value_j, mins)
 
+    def leaf_writer(self, mins: KaryTree) -> LeafWriter:
+        """An object whose ``set_one(i, value)`` and ``set_two(i, value, j, value_j)`` are
+        :meth:`set_one` and :meth:`set_two` of this sum tree with ``mins``: with the kernel
+        a compiled ``_sumtree.LeafWriter`` that holds both trees' levels (so a one-row
+        insert does not acquire them on every call), else :class:`LeafWriter`."""
+        if self._kset_one is not None and mins._kernel is not None and self.op == "sum":
+            return self._kernel.LeafWriter(self.levels, mins.levels)
+        return LeafWriter(self, mins)
+
     @staticmethod
     def _exact_children(children: np.ndarray, u: np.ndarray, j: np.ndarray) -> np.ndarray:
         """Redo the child choice with sequential sums where the matrix product picked a
@@ -260,3 +269,20 @@ class KaryTree:
             idx *= FANOUT
             idx += j
         return idx
+
+
+class LeafWriter:
+    """The numpy twin of the compiled ``_sumtree.LeafWriter`` (see
+    :meth:`KaryTree.leaf_writer`): one-leaf writes of a sum tree and its min tree."""
+
+    __slots__ = ("mins", "sums")
+
+    def __init__(self, sums: KaryTree, mins: KaryTree):
+        self.sums = sums
+        self.mins = mins
+
+    def set_one(self, i: int, value: float | None) -> None:
+        self.sums.set_one(i, value, self.mins)
+
+    def set_two(self, i: int, value: float | None, j: int, value_j: float | None) -> None:
+        self.sums.set_two(i, value, j, value_j, self.mins)
