@@ -165,9 +165,15 @@ class ChunkStream:
         self.in_flight.clear()
 
     def _drop(self, failed: dict, arrays: dict) -> int:
-        """Forget the refused chunk ``failed`` (nothing of it was stored): later chunks are
+        """Forget the chunk ``failed`` the server refused for its content: later chunks are
         renumbered to follow the last applied one, start a new episode, and lose the items
-        that reach into the dropped steps. Returns how many items were dropped."""
+        that reach into the dropped steps. Returns how many items were dropped.
+
+        Nothing of a refused chunk is stored: the server makes every check before its
+        first change to a chunk and applies it whole (:mod:`rlreplay.net.ingest`). The one
+        refusal of a stored chunk, "applied too long ago to be answered again", answers a
+        chunk sent again after ``KEPT_REPLIES`` later ones were applied, which this stream
+        never sends (it keeps at most ``MAX_IN_FLIGHT`` chunks unacknowledged)."""
         dropped = len(arrays.get("item_anchor", ()))
         end = failed["first"] + failed["n"]
         self.requeue()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -146,22 +147,32 @@ class WriteJob(Job):
     checks depend on the chunks before it).
     """
 
-    def __init__(self, session: WriterSession, header: dict, arrays: dict, deadline: float | None):
+    def __init__(
+        self,
+        session: WriterSession,
+        header: dict,
+        arrays: dict,
+        deadline: float | None,
+        on_first_apply: Callable[[], None] | None = None,
+    ):
         super().__init__(session.tables[0], deadline)
         self.session, self.header, self.arrays = session, header, arrays
         self.chunk: Chunk | None = None
+        self.on_first_apply = on_first_apply  # called when it is the writer's first applied
         session.pending.append(self)
 
     def attempt(self) -> Reply | None:
         s = self.session
         if s.pending[0] is not self:
             return None
+        first = False
         try:
             keys = s.replayed(self.header) if self.chunk is None else None
             if keys is None:
                 if self.chunk is None:
                     self.chunk = s.parse(self.header, self.arrays)
                     s.check_next(self.chunk)
+                first = not s.registered
                 keys = s.apply(self.chunk)
         except Exception:
             self.abort()
@@ -170,10 +181,13 @@ class WriteJob(Job):
             self.table = s.blocked_by(self.chunk)
             return None
         s.pending.popleft()
+        if first and s.registered and self.on_first_apply is not None:
+            self.on_first_apply()
         return {}, {"keys": keys}
 
     def abort(self) -> None:
-        """Drop this chunk: nothing of it was applied (a chunk is all or nothing)."""
+        """Drop this chunk, refused or expired: nothing of it was applied (a chunk is all
+        or nothing, and every refusal is decided before its first change)."""
         s = self.session
         if self in s.pending:
             s.pending.remove(self)

@@ -11,23 +11,29 @@ store's head first), and each chunk's steps continue them contiguously.
 A chunk is all or nothing. :meth:`~rlreplay.net.chunk_checks.Chunk.parse` checks every
 field of the request against the session (shapes and dtypes of the steps, each item's
 table, anchor, extent and priority, the order of chunks) before anything changes.
-:meth:`WriterSession.apply` then plans the whole chunk under the store's lock (the context
-to copy, the store id of every item) and changes something only when every table's rate
-limiter admits all of the chunk's items and the store has room for all of its steps
-*now*; otherwise it changes
-nothing and the server parks the chunk, and a chunk whose deadline passes leaves nothing
-behind. So a writer knows after each reply exactly what is stored, and may send a chunk
-that failed again. Chunks carry a sequence number: a chunk sent twice (a retry after a
-lost reply) is answered with the keys of its first application and not applied again.
+:meth:`WriterSession.apply` then checks, under the store's lock, what depends on the
+state of the tables and the store: every table's rate limiter admits all of the chunk's
+items, every item lies in steps the writer still retains, and the store has room for all
+of the chunk's steps *now* (the overwrite protocol makes that room in one step, or changes
+nothing). Only then does it change anything: one contiguous write of all the chunk's
+steps, whatever episodes they hold, then the items. Nothing after the first change fails
+for the chunk's reasons. When something must wait it changes nothing and the server
+parks the chunk; a chunk whose deadline passes leaves nothing behind. So a writer knows
+after each reply exactly what is stored, and may send a chunk that failed again. Chunks
+carry a sequence number: a chunk sent twice (a retry after a lost reply) is answered with
+the keys of its first application and not applied again.
+
+A session is registered (it retains steps, and the server keeps it) only once its first
+chunk is applied, so a refused first chunk leaves nothing behind either.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from itertools import pairwise
 
 import numpy as np
 
+from rlreplay.core.overwrite import Retention
 from rlreplay.core.storage import StepStore
 from rlreplay.core.table import Table
 from rlreplay.errors import ClosedError, InvalidArgumentError, describe
@@ -56,8 +62,13 @@ def admits(table: Table, m: int) -> bool:
 class WriterSession:
     """One remote writer's stream state on the server.
 
+    A session holds no server state until its first chunk is applied: its retention is
+    registered with the store's overwrite protocol then (see :attr:`registered`), so a
+    refused first chunk leaves nothing behind.
+
     Args:
-        tables: the writer's tables (sharing one store), in the order its chunks index them.
+        tables: the writer's tables (sharing one store, each named once), in the order
+            its chunks index them.
         history: steps an item may reach back.
     """
 
@@ -70,19 +81,28 @@ class WriterSession:
         self.next_seq = 0  # sequence number of the next chunk to apply
         self.applied = 0  # stream index one past the last applied chunk's steps
         self.episode_start = 0  # stream index where the current episode began
-        with self.store.mutex:
-            # The newest ``history`` steps of the current episode (stream indices
-            # ``applied - count .. applied - 1``), which later items may reach: the
-            # store's overwrite protocol never overwrites them (when an append would, it
-            # copies them to the store's head first), and this writer's next append
-            # continues them.
-            self.retention = self.store.overwrite.retain(history)
+        # The newest ``history`` steps of the current episode (stream indices
+        # ``applied - count .. applied - 1``), which later items may reach: the store's
+        # overwrite protocol never overwrites them (when an append would, it copies them
+        # to the store's head first), and this writer's next append continues them.
+        # None until the first chunk is applied.
+        self.retention: Retention | None = None
         # Per table: anchors (stream indices) of items created over recent steps, so a
         # chunk that repeats an earlier chunk's anchor is refused before it changes
         # anything.
         self.recent: list[np.ndarray] = [np.zeros(0, np.int64) for _ in tables]
         self.replies: OrderedDict[int, np.ndarray] = OrderedDict()
         self.pending: deque = deque()  # WriteJobs of this writer, oldest first
+
+    @property
+    def registered(self) -> bool:
+        """Whether a chunk of this writer was applied (it then retains steps)."""
+        return self.retention is not None
+
+    @property
+    def retained(self) -> int:
+        """Steps this writer retains now."""
+        return 0 if self.retention is None else self.retention.count
 
     # ---------------------------------------------------------------- chunks
     def parse(self, header: dict, arrays: dict) -> Chunk:
@@ -91,20 +111,32 @@ class WriterSession:
 
     def replayed(self, header: dict) -> np.ndarray | None:
         """Keys of the chunk ``header`` numbers if it was applied already (the writer sent
-        it again after losing the reply); None otherwise. Checked before the chunk is
-        parsed: checks against the stream as it stands now would not hold for it."""
+        it again after losing the reply); None if it was not. Checked before the chunk is
+        parsed: checks against the stream as it stands now would not hold for it.
+
+        Raises:
+            InvalidArgumentError: if the chunk was applied so long ago that its reply is
+                no longer kept (nothing changes).
+        """
         seq = header.get("seq")
-        if seq is not None and seq < self.next_seq:
-            return self.replies.get(seq)
-        return None
+        if seq is None or seq >= self.next_seq:
+            return None
+        keys = self.replies.get(seq)
+        if keys is None:
+            raise InvalidArgumentError(
+                f"writer chunk {seq} was applied too long ago to be answered again: its items "
+                f"are stored, but the server keeps its replies only to a writer's last "
+                f"{KEPT_REPLIES} chunks and this writer's stream stands at chunk "
+                f"{self.next_seq}; keep at most {KEPT_REPLIES} chunks unacknowledged"
+            )
+        return keys
 
     def check_next(self, chunk: Chunk) -> None:
         """Check that ``chunk`` continues this writer's stream of applied chunks.
 
         Raises:
             InvalidArgumentError: if it does not (an earlier chunk of this writer was not
-                applied, or this one was applied too long ago to be answered again);
-                nothing of it is applied.
+                applied); nothing of it is applied.
         """
         if chunk.seq != self.next_seq or (chunk.first != self.applied and not chunk.restart):
             raise InvalidArgumentError(
@@ -118,10 +150,20 @@ class WriterSession:
         room for its steps; returns the items' keys in creation order, or None (nothing
         changed) when something must wait.
 
+        Everything is checked before the first change: the tables' admission, each item's
+        place in the steps (the retained ones the chunk continues and its own), anchors
+        repeated from earlier chunks, and room for *all* of the chunk's steps, made in
+        one step by the store's overwrite protocol (which changes nothing when it cannot).
+        The chunk's steps are then written contiguously in one write, whatever episodes
+        they hold (they never overwrite each other: ``n <= capacity - history``), and
+        its items created over them. Nothing after the first change fails for the
+        chunk's reasons.
+
         Raises:
-            InvalidArgumentError: if an item needs context steps the store no longer
-                holds, or repeats an anchor an earlier chunk used; nothing changes.
-            ClosedError: if one of the tables was closed.
+            InvalidArgumentError: if an item needs steps this writer no longer retains,
+                repeats an anchor an earlier chunk used, or the store cannot hold what
+                writers retain plus the chunk; nothing changes.
+            ClosedError: if one of the tables was closed; nothing changes.
         """
         store = self.store
         with store.lock:
@@ -131,29 +173,17 @@ class WriterSession:
                     raise ClosedError(f"table {table.name!r} is closed")
                 if m and not admits(table, m):
                     return None
-            segments, keep = self._segments(chunk)
-            own = self.retention
-            if chunk.n and not store.overwrite.has_room(chunk.n, own=own, keep=keep):
-                return None
-            # Every item must lie in the steps this chunk appends or the retained ones it
-            # continues (checked with stand-in ids: nothing is appended yet).
-            _store_ids(self._runs(segments, keep, None), chunk.anchor, chunk.need)
+            keep = 0 if self._new_episode(chunk) else self.retained
+            self._check_reach(chunk, keep)
             self._check_repeats(chunk)
-            # Checked and admitted: nothing below fails for the chunk's own reasons.
-            ids = _store_ids(self._append(chunk, segments, keep), chunk.anchor, chunk.need)
-            if len(ids) and ids.min() < store.oldest_id:
-                # Only when an earlier episode of this same chunk was overwritten by the
-                # copies its later appends made for other writers (a store far too small).
-                raise InvalidArgumentError(
-                    "the chunk's items reach steps that copies for other writers overwrote "
-                    "while it was appended; its steps are stored, its items are not (enlarge "
-                    "the store)"
-                )
-            keys = self._create(chunk, ids)
-        if self._new_episode(chunk):
-            self.episode_start = chunk.first
-        if chunk.starts:
-            self.episode_start = chunk.starts[-1]
+            # The first change, all or nothing: room for every step of the chunk.
+            own = self.retention
+            if chunk.n and store.overwrite.make_room(chunk.n, own=own, keep=keep) is None:
+                return None
+            base = self._write(chunk, keep)
+            keys = self._create(chunk, base + (chunk.anchor - chunk.first))
+        if chunk.starts or self._new_episode(chunk):
+            self.episode_start = self._last_start(chunk)
         self.applied = chunk.first + chunk.n
         self.next_seq = chunk.seq + 1
         self.replies[chunk.seq] = keys
@@ -163,14 +193,16 @@ class WriterSession:
 
     def close(self) -> None:
         """Let the retained steps go for good (the writer closed)."""
-        with self.store.mutex:
-            self.store.overwrite.forget(self.retention)
+        if self.retention is not None:
+            with self.store.mutex:
+                self.store.overwrite.forget(self.retention)
 
     def release(self) -> None:
         """Let the retained steps go (the writer was silent too long, or the store needs
         room for other writers): the next chunk's items cannot reach back before it."""
-        with self.store.mutex:
-            self.retention.release()
+        if self.retention is not None:
+            with self.store.mutex:
+                self.retention.release()
 
     def blocked_by(self, chunk: Chunk) -> Table:
         """The table whose rate limiter keeps ``chunk`` waiting (the first table when it
@@ -190,27 +222,26 @@ class WriterSession:
             or bool(chunk.starts and chunk.starts[0] == chunk.first)
         )
 
-    def _segments(self, chunk: Chunk) -> tuple[list[tuple[int, int]], int]:
-        """The chunk's steps split at episode starts (``(a, b)`` stream ranges, none
-        empty), and how many retained steps the first one continues."""
-        bounds = [chunk.first, *[s for s in chunk.starts if s > chunk.first], chunk.first + chunk.n]
-        segments = [(a, b) for a, b in pairwise(bounds) if b > a]
-        keep = 0 if self._new_episode(chunk) else self.retention.count
-        return segments, keep
+    def _last_start(self, chunk: Chunk) -> int | None:
+        """Stream index where the chunk's last episode begins, if one begins in it."""
+        if chunk.starts:
+            return chunk.starts[-1]
+        return chunk.first if self._new_episode(chunk) else None
 
-    def _runs(self, segments: list, keep: int, firsts: list | None) -> list:
-        """Runs ``(stream start, stream end, store id of the start)`` holding the retained
-        steps the chunk continues and each segment, given each segment's first store id
-        (``firsts``; None: stand-in ids, to check that items lie in some run)."""
-        runs = []
-        if keep and not segments:  # no new steps: items lie in the retained ones
-            r = self.retention
-            runs.append((self.applied - keep, self.applied, r.first))
-        for j, (a, b) in enumerate(segments):
-            first = 0 if firsts is None else firsts[j]
-            lo = a - keep if j == 0 else a  # the retained steps end right before it
-            runs.append((lo, b, first - (a - lo)))
-        return runs
+    def _check_reach(self, chunk: Chunk, keep: int) -> None:
+        """Every item lies in the ``keep`` retained steps the chunk continues and its own
+        (:meth:`Chunk.parse` checked the rest: its episode, the history, the chunk's end).
+
+        Raises:
+            InvalidArgumentError: for items reaching steps no longer retained.
+        """
+        early = chunk.anchor < chunk.first - keep
+        if early.any():
+            raise InvalidArgumentError(
+                f"items anchored at stream steps {describe(chunk.anchor[early][:4].tolist())} "
+                "reach steps no longer retained for their episode; create items over at most "
+                "`history` recent steps (and keep the store larger than the traffic in flight)"
+            )
 
     def _check_repeats(self, chunk: Chunk) -> None:
         low = chunk.first - self.history
@@ -225,30 +256,25 @@ class WriterSession:
                 )
 
     # --------------------------------------------------------------- applying
-    def _append(self, chunk: Chunk, segments: list, keep: int) -> list:
-        """Append each segment right after the retained steps it continues (the store's
-        overwrite protocol copies them to its head first when other steps came between);
-        returns the runs with the store ids the steps got."""
-        store, own = self.store, self.retention
-        firsts = []
-        for j, (a, b) in enumerate(segments):
-            k = keep if j == 0 else 0
-            if not k:
-                own.release()  # a new episode: earlier steps are no longer reachable
-            if store.overwrite.make_room(b - a, own=own, keep=k) is None:
-                # Room was checked for the whole chunk; only a later episode of it can
-                # meet a queue the first check did not see. Its steps are not written.
-                raise InvalidArgumentError(
-                    "the chunk's later episode found the store's rows held by a queue's "
-                    "items; send episodes in separate chunks, or enlarge the store"
-                )
-            data = {p: arr[a - chunk.first : b - chunk.first] for p, arr in chunk.steps.items()}
-            first = store._write_locked(data, b - a)
-            own.extend(first, b - a)
-            firsts.append(first)
-        if not segments and not keep:
-            own.release()
-        return self._runs(segments, keep, firsts)
+    def _write(self, chunk: Chunk, keep: int) -> int:
+        """Write the chunk's steps right after the ``keep`` retained steps it continues
+        (the overwrite protocol made room and put those at the head), retain the newest
+        of its last episode, and return the store id of stream index ``chunk.first``."""
+        own = self.retention
+        if own is None:  # the first chunk applied: the writer now retains steps
+            own = self.retention = self.store.overwrite.retain(self.history)
+        last = self._last_start(chunk)
+        if not chunk.n:
+            if last is not None:
+                own.release()
+            return own.end
+        first = self.store._write_locked(chunk.steps, chunk.n)
+        if last is None:
+            own.extend(first, chunk.n)  # continues the retained steps (or starts afresh)
+        else:
+            own.release()  # a new episode: earlier steps are no longer reachable
+            own.extend(first + (last - chunk.first), chunk.first + chunk.n - last)
+        return first
 
     def _create(self, chunk: Chunk, ids: np.ndarray) -> np.ndarray:
         """Create the chunk's items, one batch per table; keys in creation order."""
@@ -266,29 +292,6 @@ class WriterSession:
             keys[mine] = table.create_items(ids[mine], prios, lengths=lengths)
             self.recent[t] = np.concatenate([self.recent[t], chunk.anchor[mine]])
         return keys
-
-
-def _store_ids(runs: list, anchors: np.ndarray, needs: np.ndarray) -> np.ndarray:
-    """Store ids of item anchors: each from the newest run holding its whole window.
-
-    Raises:
-        InvalidArgumentError: if no run holds an item's window.
-    """
-    ids = np.empty(len(anchors), dtype=np.int64)
-    todo = np.ones(len(anchors), dtype=bool)
-    for s0, s1, d0 in reversed(runs):
-        if not todo.any():
-            break
-        hit = todo & (anchors >= s0) & (needs <= s1)
-        ids[hit] = d0 + (anchors[hit] - s0)
-        todo &= ~hit
-    if todo.any():
-        raise InvalidArgumentError(
-            f"items anchored at stream steps {describe(anchors[todo][:4].tolist())} reach "
-            "steps no longer retained for their episode; create items over at most "
-            "`history` recent steps (and keep the store larger than the traffic in flight)"
-        )
-    return ids
 
 
 def _priorities(table: Table, prios: np.ndarray) -> np.ndarray | None:

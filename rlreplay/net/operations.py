@@ -17,17 +17,17 @@ from rlreplay.core.table import Table
 from rlreplay.errors import InvalidArgumentError, ProtocolError, describe
 from rlreplay.net import handlers
 from rlreplay.net.ingest import WriterSession
-
-# Seconds a writer may stay silent (with no chunk waiting) before the server lets go of
-# the steps it retains for its next items; its next chunk then cannot reach back.
-WRITER_IDLE_S = 600.0
+from rlreplay.net.sessions import WriterSessions
 
 
 class TableOperations:
-    """Mixin of :class:`Server`: expects ``tables``, ``_descriptions``, ``_rates`` and
-    ``_sessions`` attributes."""
+    """Mixin of :class:`Server`: expects ``tables``, ``_descriptions``, ``_rates``,
+    ``_sessions`` (a :class:`~rlreplay.net.sessions.WriterSessions`) and ``_caller`` (the
+    routing id of the client whose request is being served) attributes."""
 
     tables: dict[str, Table]
+    _sessions: WriterSessions
+    _caller: bytes
 
     def _table(self, header: dict) -> Table:
         name = header.get("table")
@@ -113,71 +113,52 @@ class TableOperations:
 
     def _op_write(self, header, arrays):
         key = header["writer"]
-        entry = self._sessions.get(key)
-        names, history = header["tables"], header["history"]
-        if entry is None:
-            tables = [self._table({"table": n}) for n in names]
-            store = tables[0].store
-            if any(t.store is not store for t in tables):
-                raise InvalidArgumentError(f"tables {names} do not share one step store")
-            if store.lanes != 1:
-                raise InvalidArgumentError(
-                    f"tables {names} are over a store with lanes={store.lanes}; a trajectory "
-                    "writer appends to a single-lane store (use a vector adder)"
-                )
-            spans = max(t.layout.span for t in tables)
-            if not spans <= history <= store.capacity:
-                raise InvalidArgumentError(
-                    f"history={history} must be in [{spans}, {store.capacity}]"
-                )
-            self._make_retention_room(store, history)
-            session = WriterSession(tables, history)
-            seq = header.get("seq")
-            if seq:  # the server forgot the writer (idle too long): go on from its chunk
-                session.next_seq, session.applied = seq, header["first"]
-                session.episode_start = header["first"]
-        else:
-            session = entry[0]
-            if names != [t.name for t in session.tables] or history != session.history:
-                raise InvalidArgumentError(
-                    f"writer id {describe(key)} belongs to a writer of tables "
-                    f"{[t.name for t in session.tables]} with history {session.history}, "
-                    f"not {describe(names)} with history {history}; writer ids must be unique"
-                )
         now = time.monotonic()
-        job = handlers.WriteJob(session, header, arrays, handlers.deadline_of(header, now))
-        self._sessions[key] = (session, now)
-        self._release_idle_writers(now)
+        names, history = header["tables"], header["history"]
+        session = self._sessions.get(key, now)
+        if session is None:
+            session = self._new_session(header)
+            self._sessions.add(key, session, self._caller, now)
+        elif names != [t.name for t in session.tables] or history != session.history:
+            raise InvalidArgumentError(
+                f"writer id {describe(key)} belongs to a writer of tables "
+                f"{[t.name for t in session.tables]} with history {session.history}, "
+                f"not {describe(names)} with history {history}; writer ids must be unique"
+            )
+        deadline = handlers.deadline_of(header, now)
+        registered = self._sessions.first_applied
+        job = handlers.WriteJob(session, header, arrays, deadline, lambda: registered(key))
+        self._sessions.release_idle(now)
         return job
 
+    def _new_session(self, header: dict) -> WriterSession:
+        """The session of a writer not seen before (or forgotten), checked against the
+        served tables; it retains nothing until its first chunk is applied.
+
+        Raises:
+            InvalidArgumentError: for unknown tables, tables on different stores or on a
+                store with lanes, or a ``history`` out of range.
+        """
+        names, history = header["tables"], header["history"]
+        tables = [self._table({"table": n}) for n in names]
+        store = tables[0].store
+        if any(t.store is not store for t in tables):
+            raise InvalidArgumentError(f"tables {names} do not share one step store")
+        if store.lanes != 1:
+            raise InvalidArgumentError(
+                f"tables {names} are over a store with lanes={store.lanes}; a trajectory "
+                "writer appends to a single-lane store (use a vector adder)"
+            )
+        spans = max(t.layout.span for t in tables)
+        if not spans <= history <= store.capacity:
+            raise InvalidArgumentError(f"history={history} must be in [{spans}, {store.capacity}]")
+        session = WriterSession(tables, history)
+        seq = header.get("seq")
+        if seq:  # the server forgot the writer (idle too long): go on from its chunk
+            session.next_seq, session.applied = seq, header["first"]
+            session.episode_start = header["first"]
+        return session
+
     def _op_close_writer(self, header, arrays):
-        entry = self._sessions.pop(header["writer"], None)
-        if entry is not None:
-            entry[0].close()
+        self._sessions.close(header["writer"])
         return {}, None
-
-    def _release_idle_writers(self, now: float) -> None:
-        """Let go of the retained steps of writers silent for ``WRITER_IDLE_S`` with no
-        chunk waiting (a writer process that vanished would otherwise hold them, and
-        make every append copy them, until its session expires)."""
-        if now - getattr(self, "_idle_sweep", 0.0) < 1.0:
-            return
-        self._idle_sweep = now
-        for session, used in list(self._sessions.values()):
-            if now - used > WRITER_IDLE_S and not session.pending:
-                session.release()
-
-    def _make_retention_room(self, store: Any, history: int) -> None:
-        """Remote writers of one store retain at most half of its steps: a new writer
-        first lets go of the retained steps of the writers silent longest (with no chunk
-        waiting), so writers that vanished cannot fill the store with steps no item will
-        use (every append would fail once retained steps fill it)."""
-        budget = store.capacity // 2
-        mine = [(used, s) for s, used in self._sessions.values() if s.store is store]
-        held = sum(s.retention.count for _, s in mine)
-        for _, session in sorted(mine, key=lambda e: e[0]):
-            if held + history <= budget:
-                return
-            if session.retention.count and not session.pending:
-                held -= session.retention.count
-                session.release()

@@ -43,10 +43,10 @@ from rlreplay.errors import (
     describe,
 )
 from rlreplay.net import auth, handlers, schema, wire
-from rlreplay.net.ingest import WriterSession
 from rlreplay.net.limits import ClientLedger, check_envelope, check_limit
 from rlreplay.net.operations import TableOperations
 from rlreplay.net.parking import ParkedCalls, cap_deadline
+from rlreplay.net.sessions import MAX_WRITERS_PER_CLIENT, WriterSessions
 
 log = logging.getLogger("rlreplay.net")
 
@@ -82,6 +82,10 @@ class Server(TableOperations):
             ReplayTimeoutError) once its client has sent nothing for this many seconds.
             Waiting clients ping every ``liveness_s`` (default 5 s), so only clients that
             vanished (or stopped reading for this long) lose their calls.
+        max_writers_per_client: remote writers one client may keep on the server; a new
+            one beyond it closes that client's least recently used writer with no chunk
+            waiting, or is refused (ResourceLimitError) when each has one (see
+            :mod:`rlreplay.net.sessions`).
 
     Raises:
         InvalidArgumentError: for ``tables`` that is not a list of tables, duplicate table
@@ -110,11 +114,13 @@ class Server(TableOperations):
         max_unread_bytes: int = 256 << 20,
         max_parked_per_client: int = 1000,
         parked_expiry_s: float = 300.0,
+        max_writers_per_client: int = MAX_WRITERS_PER_CLIENT,
     ):
         check_limit("max_message_bytes", max_message_bytes, 1024, integer=True)
         check_limit("max_unread_bytes", max_unread_bytes, 0, integer=True)
         check_limit("max_parked_per_client", max_parked_per_client, 1, integer=True)
         check_limit("parked_expiry_s", parked_expiry_s, 0.001)
+        check_limit("max_writers_per_client", max_writers_per_client, 1, integer=True)
         given, tables = tables, list(tables) if isinstance(tables, (list, tuple)) else None
         if tables is None and isinstance(given, Iterable) and not isinstance(given, str):
             tables = list(given)  # e.g. a dict's .values()
@@ -163,7 +169,8 @@ class Server(TableOperations):
         self._parked = ParkedCalls(
             self.clients, self.parked_expiry_s, self._reply, self._reply_error
         )
-        self._sessions: dict[int, tuple[WriterSession, float]] = {}
+        self._sessions = WriterSessions(max_writers_per_client)
+        self._caller = b""  # routing id of the client whose request is being served
         self._rates = {n: deque(maxlen=12) for n in self.tables}
         self._metrics_server = None
         self._last_drop_log = -float("inf")
@@ -374,6 +381,7 @@ class Server(TableOperations):
             self.clients.heard(client, now)
             expires = check_envelope(header, op, self.epoch, now)
             self.clients.admit(client, op)
+            self._caller = client
             result = method(header, arrays)
             if isinstance(result, handlers.Job):
                 result.identity, result.rid, result.version = identity, rid, version
@@ -398,7 +406,5 @@ class Server(TableOperations):
         for name, t in self.tables.items():
             lim = t.rate_limiter
             self._rates[name].append((now, lim.inserts, lim.samples))
-        idle = [w for w, (_, used) in self._sessions.items() if now - used > 3600]
-        for w in idle:
-            del self._sessions[w]
+        self._sessions.forget_idle(now)
         self.clients.prune()

@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 import pytest
+from chunkwire import CHUNK_SIG, STORE_STEPS, chunk_steps, items, state, write
 from netprocs import config, served
 
 import rlreplay
@@ -200,8 +201,6 @@ def test_writer_exposes_tables_and_batch_item_creation_for_adders(address):
 # ------------------------------------------------------------------ chunks on the wire
 # A served store that is full before each case, so a chunk the server wrongly applied
 # would overwrite (and evict) the items already there.
-CHUNK_SIG = {"obs": ((2,), "float32"), "reward": "float32"}
-STORE_STEPS = 16
 
 
 @pytest.fixture
@@ -221,54 +220,6 @@ def chunk_server():
     finally:
         client.close()
         server.stop()
-
-
-def chunk_steps(first: int, n: int) -> dict[str, np.ndarray]:
-    k = np.arange(first, first + n, dtype=np.float32)
-    return {"obs": np.stack([k, -k], 1), "reward": k}
-
-
-def state(tables: dict) -> list:
-    """Everything a chunk changes: each table's size and inserts, and the stored steps."""
-    out = []
-    for t in tables.values():
-        info = t.info()
-        out.append((info.size, info.inserts, info.evictions, info.overwrite_evictions))
-    store = next(iter(tables.values())).store
-    out.append((store.next_id, *(c.tobytes() for c in store.columns.values())))
-    return out
-
-
-def write(client, header: dict, arrays: dict):
-    """One raw ``write`` request (as a remote writer sends it); returns the reply arrays."""
-    base = {
-        "op": "write",
-        "writer": 12345,  # an int, as older clients send (16 bytes now)
-        "tables": ["seq", "rows"],
-        "history": 4,
-        "seq": 0,
-        "first": 0,
-        "n": 4,
-        "episode_starts": [0],
-        "timeout": 2.0,
-    }
-    base.update(header)
-    n = base["n"] if isinstance(base["n"], int) else 4
-    data = {"data/" + k: v for k, v in chunk_steps(100, n).items()}
-    return client._wait(client._send(base, {**data, **arrays}), 10.0)[1]
-
-
-def items(table_idx, anchors, priorities=None, lengths=None) -> dict:
-    out = {
-        "item_table": np.asarray(table_idx, np.int32),
-        "item_anchor": np.asarray(anchors, np.int64),
-        "item_priority": np.asarray(
-            np.full(len(anchors), np.nan) if priorities is None else priorities, np.float64
-        ),
-    }
-    if lengths is not None:
-        out["item_length"] = np.asarray(lengths, np.int64)
-    return out
 
 
 # name -> (header changes, arrays, error): every one is refused and changes nothing.
@@ -545,7 +496,7 @@ def test_a_writer_copied_into_a_forked_process_refuses_to_send(address):
 
 
 def test_a_silent_writer_lets_its_retained_steps_go(chunk_server, monkeypatch):
-    import rlreplay.net.operations as operations
+    import rlreplay.net.sessions as sessions
 
     client, tables = chunk_server
     overwrite = tables["seq"].store.overwrite
@@ -555,7 +506,7 @@ def test_a_silent_writer_lets_its_retained_steps_go(chunk_server, monkeypatch):
         quiet.append(step)
     quiet.flush(timeout=5.0)
     assert sorted(r.count for r in overwrite.retentions()) == [2]
-    monkeypatch.setattr(operations, "WRITER_IDLE_S", 0.5)
+    monkeypatch.setattr(sessions, "WRITER_IDLE_S", 0.5)
     time.sleep(1.1)
     busy = client.trajectory_writer(["rows"], history=3)
     busy.append(step)
