@@ -10,7 +10,8 @@ sums do not drift however many updates are applied.
 Costs, for a batch of ``b`` leaves and ``n`` leaves in all: ``set`` and ``sample`` are
 ``O(b * 16 * log16 n)`` in a few numpy calls per level, ``total``/``root`` ``O(1)``.
 
-Two implementations of ``set`` and ``find_prefix``: the compiled kernel
+Two implementations of ``set``, ``set_one``, ``set_two``, ``leaf_writer`` and
+``find_prefix``: the compiled kernel
 ``rlreplay.core.selectors._sumtree`` (built from ``_sumtree.c`` by the package's install when a C
 compiler is present; one C loop per batch, the GIL released) and the numpy path below, used
 when the kernel is not built or when the environment variable ``RLREPLAY_NO_EXTENSION=1``
