@@ -26,7 +26,6 @@ stream on the server.
 
 from __future__ import annotations
 
-import math
 import os
 import time
 import warnings
@@ -46,9 +45,7 @@ from rlreplay.net.chunks import (
     wait_time,
 )
 from rlreplay.net.client import REPLY_GRACE_S, Client
-from rlreplay.writers.trajectory_writer import too_few_steps
-
-_INF = float("inf")
+from rlreplay.net.writer_items import PendingItems
 
 
 class RemoteTrajectoryWriter:
@@ -120,14 +117,14 @@ class RemoteTrajectoryWriter:
             )
         self.client = client
         self.table_names = names
-        self._index = {n: i for i, n in enumerate(names)}
         self.signature = client.signature(names[0])
         self.history = history
         self.chunk_steps = chunk_steps
         # A chunk is admitted whole, so it holds at most as many items as the smallest
         # window of its tables' rate limiters admits at once; it goes out when it has them.
         windows = [d.get("insert_window") for d in descs]
-        self._max_items = min([w for w in windows if w is not None], default=1 << 62)
+        max_items = min([w for w in windows if w is not None], default=1 << 62)
+        self._pending = PendingItems(names, self.spans, history, max_items)
         self.max_in_flight = max_in_flight
         self.timeout = check_timeout(timeout)
         self._chunks = ChunkStream(
@@ -140,10 +137,6 @@ class RemoteTrajectoryWriter:
         self._chunk_first = 0
         self._episode_start = 0
         self._episode_starts: list[int] = []
-        self._items: list[tuple[int, int, float, int]] = []  # table, anchor, priority, length
-        self._anchors: list[set[int]] = [set() for _ in names]
-        self._top_anchor = [-1] * len(names)
-        self._prune_at = max(1024, 4 * history)
         self._closed = False
         self._new_buffers()
         register_open(self)
@@ -255,82 +248,21 @@ class RemoteTrajectoryWriter:
                 steps of this episode, an item needing steps not appended yet, or a second
                 item at the same anchor in one table.
         """
-        if len(self._items) >= self._max_items and not self._closed:
+        if self._pending.full and not self._closed:
             # A chunk holds at most what a table's limiter admits at once (it is stored
             # whole): send the full one before this item, so a failure changes nothing.
             self._send_chunk(self.timeout)
-        t = self._index.get(table)
-        if start is None and length is None and t is not None and not self._closed:
-            # Fast path: an item ending at the latest step, anchors growing, float priority.
-            anchor = self._stream - self.spans[t]
-            if (
-                anchor >= self._episode_start
-                and anchor > self._top_anchor[t]
-                and (priority is None or (priority.__class__ is float and 0 <= priority < _INF))
-            ):
-                self._top_anchor[t] = anchor
-                seen = self._anchors[t]
-                seen.add(anchor)
-                if len(seen) > self._prune_at:
-                    self._anchors[t] = {a for a in seen if a >= self._stream - self.history}
-                self._items.append((t, anchor, math.nan if priority is None else priority, -1))
-                return
+        stream, episode = self._stream, self._episode_start
+        if (
+            start is None
+            and length is None
+            and not self._closed
+            and self._pending.add_latest(table, priority, stream, episode)
+        ):
+            return  # the common case, checked fast
         if self._closed:
             raise ClosedError("the writer is closed")
-        if t is None:
-            t = self._index.get(getattr(table, "name", None))
-            if t is None:
-                raise InvalidArgumentError(
-                    f"table {getattr(table, 'name', table)!r} is not one of this writer's "
-                    f"tables {self.table_names}"
-                )
-        span = self.spans[t]
-        if length is not None:
-            if not isinstance(length, int) or not 1 <= length <= self.history:
-                raise InvalidArgumentError(
-                    f"length={describe(length)} must be an int in [1, history={self.history}]"
-                )
-            span = length
-        stream = self._stream
-        retained = min(self.history, stream - self._episode_start)
-        if start is None:
-            start = -span
-            if span > retained:
-                raise too_few_steps(self.table_names[t], span, retained)
-        elif not isinstance(start, int) or start >= 0:
-            raise InvalidArgumentError(f"start={describe(start)} must be a negative int")
-        if -start > retained:
-            raise InvalidArgumentError(
-                f"start={start} must satisfy |start| <= {retained} (the retained steps of "
-                "this episode)"
-            )
-        if start + span > 0:
-            raise InvalidArgumentError(
-                f"an item starting at start={start} spans {span} steps and would need "
-                f"{start + span} step(s) not appended yet"
-            )
-        anchor = stream + start
-        if anchor > self._top_anchor[t]:  # the common case: anchors only grow
-            self._top_anchor[t] = anchor
-        elif anchor in self._anchors[t]:
-            raise InvalidArgumentError(
-                f"table {self.table_names[t]!r} already gets an item anchored at that step; "
-                "a table holds at most one item per anchor step"
-            )
-        seen = self._anchors[t]
-        seen.add(anchor)
-        if len(seen) > self._prune_at:
-            low = stream - self.history
-            self._anchors[t] = {a for a in seen if a >= low}
-        if priority is None:
-            priority = math.nan
-        else:
-            priority = float(priority)
-            if not (math.isfinite(priority) and priority >= 0):
-                raise InvalidArgumentError(
-                    f"priority={priority} must be finite and >= 0 (e.g. abs(td_error) + 1e-6)"
-                )
-        self._items.append((t, anchor, priority, -1 if length is None else length))
+        self._pending.add(table, priority, start, length, stream, episode)
 
     def create_items(
         self,
@@ -365,9 +297,7 @@ class RemoteTrajectoryWriter:
         if self._stream != self._episode_start:
             self._episode_start = self._stream
             self._episode_starts.append(self._stream)
-            for seen in self._anchors:
-                seen.clear()
-            self._top_anchor = [self._stream - 1] * len(self._anchors)
+            self._pending.end_episode(self._stream)
 
     @property
     def keys(self) -> list[np.ndarray] | None:
@@ -388,13 +318,12 @@ class RemoteTrajectoryWriter:
     def _send_chunk(self, timeout: float | None, end: float | None = None) -> None:
         """Queue the buffered steps and items as a chunk and send every queued chunk."""
         n = self._n
-        if n or self._items:
+        if n or self._pending.items:
             first = self._chunk_first
-            arrays = chunk_arrays(self._parts, self._fields, n, self._items)
+            arrays = chunk_arrays(self._parts, self._fields, n, self._pending.take())
             starts = [s for s in self._episode_starts if first <= s < first + n]
             self._chunks.queue(first, n, starts, arrays)
             self._episode_starts = [s for s in self._episode_starts if s >= first + n]
-            self._items = []
             self._chunk_first = first + n
             self._new_buffers()
         self._chunks.send(timeout, wait_time(self.timeout, None), end)
@@ -403,10 +332,8 @@ class RemoteTrajectoryWriter:
         """A chunk ending at stream index ``end`` was refused and dropped: buffered items
         reaching into it go too, and later items may not reach back before ``end`` (a new
         episode begins there). Returns how many buffered items were dropped."""
-        before = len(self._items)
-        self._items = [it for it in self._items if it[1] >= end]
         self._episode_start = max(self._episode_start, min(end, self._stream))
-        return before - len(self._items)
+        return self._pending.drop_before(end)
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything buffered and wait until the server has stored it.

@@ -166,6 +166,15 @@ def test_a_writer_naming_a_table_twice_is_refused_locally_and_remotely(address):
         client.trajectory_writer(["rows", "rows"])
 
 
+def test_a_create_item_refused_for_its_priority_leaves_its_anchor_free(address):
+    client = rlreplay.Client(address)
+    with client.trajectory_writer("rows") as w:
+        w.append(STEP)
+        with pytest.raises(InvalidArgumentError, match="priority"):
+            w.create_item("rows", priority=-1.0)
+        w.create_item("rows", priority=1.0)  # the same anchor, now with a valid priority
+
+
 def test_writer_flush_raises_the_rate_limiters_timeout(address):
     client = rlreplay.Client(address)
     client.reset("limited")

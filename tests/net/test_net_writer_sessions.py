@@ -67,7 +67,7 @@ def test_a_chunk_whose_later_episode_meets_a_queue_waits_and_changes_nothing(ser
 def test_a_chunk_sent_again_after_its_reply_is_gone_is_told_it_was_applied(serve):
     client, _, tables = serve()
     for k in range(66):  # more chunks than the server keeps replies for (64)
-        write(client, {**QR, "seq": k, "first": k, "n": 1, "episode_starts": [0][:k < 1]}, {})
+        write(client, {**QR, "seq": k, "first": k, "n": 1, "episode_starts": [0][: k < 1]}, {})
     after = state(tables)
     with pytest.raises(InvalidArgumentError, match="applied too long ago"):
         write(client, {**QR, "seq": 0, "first": 0, "n": 1}, {})
