@@ -113,7 +113,7 @@ BAD_ADDS = {
     "info_not_a_dict": (lambda c: {**c, "info": [c["info"]]}, "info"),
     # ints other than 0/1 (a step counter passed by mistake) are not read as "done"
     "terminated_minus_one": (
-        lambda c: {**c, "terminated": c["terminated"].astype(np.int64) - 1},
+        lambda c: {**c, "terminated": np.full(NUM_ENVS, -1, np.int64)},
         "terminated",
     ),
     "truncated_two": (
