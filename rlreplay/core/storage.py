@@ -131,11 +131,6 @@ class StepStore:
         return self.read_rows((first + np.arange(n)) % self.capacity)
 
     # ---------------------------------------------------------------- mutation
-    @property
-    def _tables(self) -> list[Table]:
-        """The attached tables still alive (the overwrite protocol holds them weakly)."""
-        return self.overwrite.tables()
-
     def attach(self, table: Table) -> weakref.ref:
         """Let ``table``'s items hold rows of this store (see :mod:`overwrite`); returns
         the weak reference the store keeps of it (the table's ``store_ref``)."""
