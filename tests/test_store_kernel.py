@@ -69,8 +69,8 @@ def pair(capacity: int = 4) -> tuple[Table, Table]:
     # One name and seed: one key origin, so both tables issue the same keys.
     fast = Table("t", signature=SIGNATURE, max_size=capacity, seed=0)
     slow = Table("t", signature=SIGNATURE, max_size=capacity, seed=0)
-    slow.store._compiled_writes = False
-    assert fast.store._compiled_writes
+    slow.store.compiled_writes = False
+    assert fast.store.compiled_writes
     return fast, slow
 
 
@@ -157,9 +157,9 @@ def test_bad_batches_raise_the_same_error_and_change_nothing(rows):
 
 def test_a_queue_or_stack_on_the_store_turns_the_compiled_write_off():
     queue = Table.queue("q", 4, signature=SIGNATURE)
-    assert not queue.store._compiled_writes
+    assert not queue.store.compiled_writes
     plain = Table("t", signature=SIGNATURE, max_size=4)
-    assert plain.store._compiled_writes
+    assert plain.store.compiled_writes
 
 
 def test_put_row_checks_its_columns_and_row():
@@ -181,7 +181,7 @@ def test_one_row_inserts_between_deletes_and_samples_match_the_general_path():
     tables = []
     for compiled in (True, False):
         t = Table("t", signature=SIGNATURE, capacity=8, max_size=5, max_times_sampled=2, seed=1)
-        t.store._compiled_writes = compiled
+        t.store.compiled_writes = compiled
         tables.append(t)
     rng = np.random.default_rng(3)
     for step in range(200):

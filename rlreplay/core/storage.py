@@ -85,7 +85,10 @@ class StepStore:
         self.lock = threading.Condition(self.mutex)
         self._column_tuple = tuple(self.columns.values())
         self._path_tuple = tuple(self.columns)
-        self._compiled_writes = False
+        # Core-internal: whether single-lane writes of rows that fit their columns go
+        # through the compiled kernel (:meth:`choose_row_writer` decides; writers and the
+        # one-row insert read it with the lock held).
+        self.compiled_writes = False
         self.overwrite = OverwriteProtocol(self)
         self.choose_row_writer([])
 
@@ -149,7 +152,7 @@ class StepStore:
         of it: one lane, and every table evicts what is overwritten (a queue waits for its
         items, a stack copies their steps away first)."""
         evict_only = all(t.on_overwrite == "evict" for t in tables)
-        self._compiled_writes = _kernel is not None and self.lanes == 1 and evict_only
+        self.compiled_writes = _kernel is not None and self.lanes == 1 and evict_only
 
     def wake_waiters(self) -> None:
         """Core-internal, for the tables, writers and overwrite protocol over this store,

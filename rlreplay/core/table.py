@@ -164,10 +164,8 @@ class Table:
         # insert() tells one row from a batch by the first field's number of dimensions.
         self._row_probe = None if "/" in first_path else (first_path, len(first_spec.shape))
         # The weak reference the store keeps of this table: the one-row insert writes in
-        # place when it is the overwrite protocol's ``sole`` (``_store_ref``: its former
-        # name, which table_inserts.py reads; the same object, set once here).
+        # place when it is the overwrite protocol's ``sole``.
         self.store_ref: weakref.ref = store.attach(self)
-        self._store_ref = self.store_ref
 
     # ------------------------------------------------------------ constructors
     queue = classmethod(ordered_tables.queue)

@@ -82,7 +82,7 @@ def _store_rows(
     while True:
         waiter = table.admission.admit(n, waiter, timeout)
         if protocol.make_room(n, successor=table) is not None:
-            return store._write_locked(arrays, n), waiter
+            return store.write_locked(arrays, n), waiter
         waiter = waiter or table.admission.blocked_call(timeout, "insert")
         if not waiter.wait():
             waiter.settle()
@@ -106,8 +106,8 @@ def insert_one(table: Table, row: Mapping, priorities: Any, timeout: float | Non
             row = store.signature.check_row(row, "rows")  # bad rows never wait
             waiter = table.admission.admit(1, None, timeout)
         first = None
-        if store._compiled_writes and store.overwrite.sole is table._store_ref:
-            first = store._put_row(row)  # the common case, in fewer steps
+        if store.compiled_writes and store.overwrite.sole is table.store_ref:
+            first = store.put_row(row)  # the common case, in fewer steps
         if first is None:
             row = store.signature.check_row(row, "rows")
             arrays = {p: np.asarray(v)[None] for p, v in row.items()}
@@ -116,7 +116,7 @@ def insert_one(table: Table, row: Mapping, priorities: Any, timeout: float | Non
             waiter.settle()
         key = index.claim_one(first % store.capacity, prio)
         limiter.inserts += 1
-        store._wake_waiters()
+        store.wake_waiters()
     keys = np.empty(1, dtype=np.int64)
     keys[0] = key
     return keys
@@ -154,9 +154,9 @@ def insert(table: Table, rows: Mapping[str, Any], priorities: Any, timeout: floa
     index = table.index
     with table.mutex:
         first = None
-        fast = store._compiled_writes and store.overwrite.sole is table._store_ref
+        fast = store.compiled_writes and store.overwrite.sole is table.store_ref
         if fast and not table._closed and limiter.can_insert(n, index.size):
-            first = store._put_rows(arrays, n)  # alone on the store: no hand-over
+            first = store.put_rows(arrays, n)  # alone on the store: no hand-over
         if first is None:
             if arrays is rows:  # validate before waiting or changing anything
                 arrays, n = store.signature.check_batch(rows, "rows")
@@ -169,7 +169,7 @@ def insert(table: Table, rows: Mapping[str, Any], priorities: Any, timeout: floa
         else:
             keys = index.claim(np.arange(first, first + n) % store.capacity, prios)
         limiter.inserts += n
-        store._wake_waiters()
+        store.wake_waiters()
     return keys
 
 
@@ -261,7 +261,7 @@ def create_items(
         if index.extent is not None:
             index.extent[slots] = extents
         limiter.inserts += n
-        store._wake_waiters()
+        store.wake_waiters()
         return keys
 
 
@@ -293,5 +293,5 @@ def create_one(table: Table, anchor_id: int, priority: Any, timeout: float | Non
             )
         key = index.claim_one(slot, priority)
         limiter.inserts += 1
-        store._wake_waiters()
+        store.wake_waiters()
         return key

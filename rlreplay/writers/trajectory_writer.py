@@ -155,13 +155,13 @@ class TrajectoryWriter:
                 self.copied_steps += keep
             first = None
             if n is None:
-                if store._compiled_writes:
-                    first = store._put_row(arrays)
+                if store.compiled_writes:
+                    first = store.put_row(arrays)
                 if first is None:
                     row = {p: np.asarray(v)[None] for p, v in arrays.items()}
-                    first = store._write_locked(row, 1)
+                    first = store.write_locked(row, 1)
             else:
-                first = store._write_locked(arrays, n)
+                first = store.write_locked(arrays, n)
             r.extend(first, count)
         return first
 
