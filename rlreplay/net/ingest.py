@@ -268,7 +268,7 @@ class WriterSession:
             if last is not None:
                 own.release()
             return own.end
-        first = self.store._write_locked(chunk.steps, chunk.n)
+        first = self.store.write_locked(chunk.steps, chunk.n)
         if last is None:
             own.extend(first, chunk.n)  # continues the retained steps (or starts afresh)
         else:
@@ -301,5 +301,5 @@ def _priorities(table: Table, prios: np.ndarray) -> np.ndarray | None:
     if missing.any():
         prios = prios.copy()
         fill = table.default_priority
-        prios[missing] = table._max_priority if fill is None else fill
+        prios[missing] = table.index.max_priority if fill is None else fill
     return prios
