@@ -96,9 +96,9 @@ def make_table(path: str) -> Table:
     """A table alone on its store, writing through the compiled write or without it."""
     table = Table("t", signature=SIGNATURE, max_size=8)
     if path == "compiled":
-        assert table.store._compiled_writes
+        assert table.store.compiled_writes
     else:
-        table.store._compiled_writes = False
+        table.store.compiled_writes = False
     return table
 
 
@@ -194,7 +194,7 @@ def test_columns_the_compiled_write_does_not_handle_fall_back_to_numpy(spec, val
     stored = []
     for path in PATHS:
         table = Table("t", signature={"x": spec, "n": "int64"}, max_size=4)
-        table.store._compiled_writes = path == "compiled"
+        table.store.compiled_writes = path == "compiled"
         for i in range(6):  # past the capacity: the ring wraps
             if batch:
                 table.insert({"x": as_batch(value, 2), "n": np.arange(2) + i})
