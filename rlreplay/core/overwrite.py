@@ -250,7 +250,9 @@ class OverwriteProtocol:
             InvalidArgumentError: as :meth:`make_room`.
         """
         store = self._store()
-        if store.next_id + n <= store.capacity:
+        nxt = store.next_id
+        own_at_head = own is None or not keep or own.end == nxt
+        if own_at_head and nxt + n <= store.capacity:  # as make_room: nothing overwritten
             return True
         w = self._plan(store, n, own, keep)[0]
         return self.blocking_table(store, *self._overwritten(store, w)) is None

@@ -275,3 +275,23 @@ def test_a_stack_relocates_its_oldest_items_for_writers():
     np.testing.assert_array_equal(got, [1, 0])
     for t in (stack, table):
         assert_consistent([t])
+
+
+def test_has_room_agrees_with_make_room_when_the_writers_steps_are_not_at_the_head():
+    """A writer whose retained steps another writer has appended after must have them
+    copied to the head first; has_room counts those rows as make_room does."""
+    store = StepStore({"x": "int64"}, capacity=8)
+    queue = Table.queue("q", 4, store=store, layout=ItemLayout.rows(store.signature))
+    first = TrajectoryWriter(queue, history=4)
+    first.append({"x": 0})
+    first.append({"x": 1})
+    first.create_item(queue, start=-2)
+    first.create_item(queue, start=-1)
+    second = TrajectoryWriter(queue, history=4)
+    second.append({"x": 2})
+    second.append({"x": 3})
+    own = first._retention
+    with store.mutex:
+        assert store.overwrite.has_room(4, own, 2) is False
+        assert store.overwrite.make_room(4, own, 2) is None
+        assert store.overwrite.has_room(2) is True
