@@ -150,6 +150,12 @@ SERVER_LIMITS = (
         "calls of one client that may wait on rate limiters at once (default: 1000)",
     ),
     (
+        "max_writers_per_client",
+        int,
+        "remote trajectory writers one client keeps on the server; a new one drops the "
+        "client's writer idle longest (default: 64)",
+    ),
+    (
         "parked_expiry_s",
         float,
         "seconds of silence after which a client's calls parked without a timeout are "

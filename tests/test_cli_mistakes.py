@@ -82,6 +82,7 @@ def test_a_size_flag_refuses_what_is_not_a_size(config, text, why):
 @pytest.mark.parametrize(
     ("args", "said"),
     [(["serve", "--config", "x", "--max-parked-per-client", "x"], "'x' is not an integer"),
+     (["serve", "--config", "x", "--max-writers-per-client", "x"], "'x' is not an integer"),
      (["demo", "--seconds", "soon"], "'soon' is not a number")],
 )  # fmt: skip
 def test_a_number_flag_names_what_it_takes(args, said):
