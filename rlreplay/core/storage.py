@@ -276,13 +276,6 @@ class StepStore:
         self.next_id = first + n
         return first
 
-    # The former private names, for the modules that still call them (table_inserts.py,
-    # net/ingest.py, writers/trajectory_writer.py); the same functions.
-    _write_locked = write_locked
-    _put_row = put_row
-    _put_rows = put_rows
-    _wake_waiters = wake_waiters
-
     def reset(self) -> None:
         """Forget every step (the arrays keep their memory); attached tables are reset and
         writers' retained steps released."""
