@@ -95,12 +95,9 @@ class Job:
         raise NotImplementedError
 
     def timeout_message(self, waited: float) -> str:
-        t = self.table
-        lim = t.rate_limiter
-        return (
-            f"{self.what} on table {t.name!r} was blocked by its rate limiter for {waited:.3g}s "
-            f"(size={t.size}, inserts={lim.inserts}, samples={lim.samples}, {lim!r})"
-        )
+        """The table's own timeout message: its limiter's state and the likely cause."""
+        with self.table.lock:
+            return self.table.admission.timeout_message(self.what, round(waited, 3))
 
     what = "insert"
 

@@ -326,3 +326,12 @@ def test_remote_table_accepts_every_argument_a_local_table_accepts(client, case)
         except Exception as exc:
             results.append(f"{type(exc).__name__}: {exc}")
     assert results[0] == results[1]
+
+
+def test_a_remote_insert_timing_out_on_an_unconsumed_queue_says_why():
+    queue = rlreplay.Table.queue("q", 2, signature={"x": "float32"})
+    with rlreplay.Server([queue]) as server, rlreplay.Client(server.address) as client:
+        client.insert("q", {"x": np.ones(2, np.float32)})
+        with pytest.raises(rlreplay.RateLimiterTimeoutError, match="no sampler is consuming"):
+            client.insert("q", {"x": np.ones(1, np.float32)}, timeout=0.3)
+    assert queue.size == 2
