@@ -21,7 +21,7 @@ from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.net import auth
 from rlreplay.net.channel import Channel
 from rlreplay.net.payloads import as_sample, rows_arrays, update_arrays
-from rlreplay.net.transport import CALL, REPLY_GRACE_S, Transport
+from rlreplay.net.transport import CALL, DIAGNOSE_S, REPLY_GRACE_S, Transport
 
 __all__ = ["REPLY_GRACE_S", "Client"]
 
@@ -46,14 +46,18 @@ class Client:
             (``info``, ``update_priorities``, ...) before :class:`ServerUnavailableError`.
         liveness_s: while a call waits without a timeout, the server is pinged after this
             many silent seconds, and declared unavailable after twice as many.
+        diagnose_timeout: seconds spent, after a call got no answer, watching a new
+            connection's handshake to say why (0 to skip); a loaded machine may need more
+            than the default to tell a refused credential from silence.
 
     Raises:
         InvalidArgumentError: for a malformed address or unreadable key files.
 
     A call that gets no answer raises :class:`~rlreplay.errors.ServerUnavailableError`
-    within its timeout; the client then checks the connection (at most 0.25 s more) and
-    says why, where it can tell: nothing accepts connections at ``address``, or which
-    CURVE credential the server refused (the error's ``reason``).
+    within its timeout; the client then checks the connection (at most
+    ``diagnose_timeout`` more, 0.25 s by default) and says why, where it can tell:
+    nothing accepts connections at ``address``, or which CURVE credential the server
+    refused (the error's ``reason``).
 
     Example:
         >>> client = Client(server.address)                       # doctest: +SKIP
@@ -69,6 +73,7 @@ class Client:
         client_secret_key: str | bytes | tuple[bytes, bytes] | None = None,
         call_timeout: float = 30.0,
         liveness_s: float = 5.0,
+        diagnose_timeout: float = DIAGNOSE_S,
     ):
         self.address = auth.normalize_address(address)
         self._server_key = auth.public_key(server_public_key)
@@ -79,12 +84,21 @@ class Client:
             or not (liveness_s > 0)
         ):
             raise InvalidArgumentError(f"liveness_s={describe(liveness_s)} must be seconds > 0")
+        if (
+            isinstance(diagnose_timeout, bool)
+            or not isinstance(diagnose_timeout, (int, float))
+            or not 0 <= diagnose_timeout <= 60
+        ):
+            raise InvalidArgumentError(
+                f"diagnose_timeout={describe(diagnose_timeout)} must be seconds in [0, 60]"
+            )
         self._transport = Transport(
             self.address,
             self._server_key,
             self._client_keys,
             check_timeout(call_timeout),
             float(liveness_s),
+            float(diagnose_timeout),
         )
         self._descriptions: dict[str, dict] | None = None
 
@@ -96,6 +110,7 @@ class Client:
             "client_secret_key": self._client_keys,
             "call_timeout": self.call_timeout,
             "liveness_s": self.liveness_s,
+            "diagnose_timeout": self._transport.diagnose_s,
         }
 
     def __setstate__(self, state: dict) -> None:

@@ -70,8 +70,10 @@ class Transport:
         client_keys: tuple[bytes, bytes] | None,
         call_timeout: float,
         liveness_s: float,
+        diagnose_s: float = DIAGNOSE_S,
     ):
         self.address = address
+        self.diagnose_s = diagnose_s
         self._server_key, self._client_keys = server_key, client_keys
         self.call_timeout = call_timeout
         self.liveness_s = liveness_s
@@ -262,7 +264,7 @@ class Transport:
 
         The socket is dropped first, so nothing it queued can reach a server that comes
         back. Then, the call having failed, a short look at a new connection's handshake
-        (at most ``DIAGNOSE_S``) tells why, where it can: nothing accepts connections at the
+        (at most ``diagnose_s``) tells why, where it can: nothing accepts connections at the
         address, or which CURVE credential the server refused. It is in the message, and
         in the error's ``reason``.
         """
@@ -273,9 +275,13 @@ class Transport:
             why = "server down, unreachable, or rejecting this client's credentials"
         raise ServerUnavailableError(f"{message}: {why}", verdict) from None
 
-    def diagnose(self, timeout: float = DIAGNOSE_S) -> str | None:
+    def diagnose(self, timeout: float | None = None) -> str | None:
         """A :func:`~rlreplay.net.auth.diagnose_connection` verdict for this client's address
-        and keys, or None if the diagnosis itself failed. Only run after a call failed."""
+        and keys (watched for ``timeout``, default ``diagnose_s``), or None if the diagnosis
+        was skipped or itself failed. Only run after a call failed."""
+        timeout = self.diagnose_s if timeout is None else timeout
+        if timeout <= 0:
+            return None
         try:
             return auth.diagnose_connection(
                 self.address, self._server_key, self._client_keys, timeout=timeout
