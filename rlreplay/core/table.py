@@ -198,7 +198,8 @@ class Table:
     _max_priority = property(lambda self: self.index.max_priority)
 
     @property
-    def _closed(self) -> bool:
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (blocking calls then raise ClosedError)."""
         return self.admission.closed
 
     @property
@@ -223,7 +224,7 @@ class Table:
         failing (False also when every item of a prioritized table has priority 0)."""
         with self.mutex:
             return (
-                not self._closed
+                not self.closed
                 and self.index.size > 0
                 and self.rate_limiter.can_sample(num_samples, self.index.size)
                 and self.index.sampler.has_candidates()
@@ -330,7 +331,7 @@ class Table:
         limiter, index = self.rate_limiter, self.index
         limiter.check_sample_batch(n, index.size)
         with self.mutex:
-            if self._closed or not (index.size > 0 and limiter.can_sample(n, index.size)):
+            if self.closed or not (index.size > 0 and limiter.can_sample(n, index.size)):
                 self.admission.admit_samples(n, timeout)
             sample = self.draws.draw(n)
             limiter.samples += len(sample.info.keys)
@@ -390,7 +391,7 @@ class Table:
         table detaches from its store, dropping its items, so they no longer hold rows
         (appends that waited for a closed queue go on). Closing twice does nothing."""
         with self.mutex:
-            if self._closed:
+            if self.closed:
                 return
             self.admission.closed = True
             self.index.reset()

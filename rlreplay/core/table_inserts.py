@@ -102,7 +102,7 @@ def insert_one(table: Table, row: Mapping, priorities: Any, timeout: float | Non
     index = table.index
     waiter = None
     with table.mutex:
-        if table._closed or not limiter.can_insert(1, index.size):
+        if table.closed or not limiter.can_insert(1, index.size):
             row = store.signature.check_row(row, "rows")  # bad rows never wait
             waiter = table.admission.admit(1, None, timeout)
         first = None
@@ -155,7 +155,7 @@ def insert(table: Table, rows: Mapping[str, Any], priorities: Any, timeout: floa
     with table.mutex:
         first = None
         fast = store.compiled_writes and store.overwrite.sole is table.store_ref
-        if fast and not table._closed and limiter.can_insert(n, index.size):
+        if fast and not table.closed and limiter.can_insert(n, index.size):
             first = store.put_rows(arrays, n)  # alone on the store: no hand-over
         if first is None:
             if arrays is rows:  # validate before waiting or changing anything
@@ -274,7 +274,7 @@ def create_one(table: Table, anchor_id: int, priority: Any, timeout: float | Non
     index = table.index
     limiter = table.rate_limiter
     with table.mutex:
-        if table._closed or not limiter.can_insert(1, index.size):
+        if table.closed or not limiter.can_insert(1, index.size):
             waiter = table.admission.admit(1, None, timeout)
             if waiter is not None:
                 waiter.settle()

@@ -169,7 +169,7 @@ class WriterSession:
         with store.lock:
             for t, m in enumerate(chunk.counts.tolist()):
                 table = self.tables[t]
-                if m and getattr(table, "_closed", False):
+                if m and table.closed:
                     raise ClosedError(f"table {table.name!r} is closed")
                 if m and not admits(table, m):
                     return None
