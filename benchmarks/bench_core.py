@@ -234,7 +234,7 @@ class Bench:
             # Spread the priorities so the tree is not flat.
             size = len(table)
             slots = np.arange(size, dtype=np.int64)
-            keys = make_keys(slots, table._generation[:size], table.index.origin)
+            keys = make_keys(slots, table.index.generation[:size], table.index.origin)
             table.update_priorities(keys, self.rng.uniform(0.01, 2.0, size))
             self.memory.append(self.index_memory("prioritized", table))
             rb = self.fill(

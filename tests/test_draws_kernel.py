@@ -61,7 +61,7 @@ def filled_pair(layout_name: str, lanes: int, max_times_sampled: int = 0):
             store.append(steps(first, n))
             first += n
             anchors = np.arange(store.oldest_id, store.next_id - (layout.span - 1) * lanes)
-            fresh = anchors[~table._live[anchors % CAPACITY]]
+            fresh = anchors[~table.index.live[anchors % CAPACITY]]
             table.create_items(fresh)
         tables.append(table)
     return tables
@@ -86,7 +86,7 @@ def test_kernel_samples_equal_numpy_samples(layout_name, lanes, monkeypatch):
             m.setattr(item_draws, "_kernel", None)
             b = slow.sample(batch)
         assert_same_sample(a, b)
-    np.testing.assert_array_equal(fast._times_sampled, slow._times_sampled)
+    np.testing.assert_array_equal(fast.index.times_sampled, slow.index.times_sampled)
 
 
 def test_kernel_counts_repeated_draws_in_batch_order(monkeypatch):

@@ -40,15 +40,15 @@ def table_pair() -> tuple[Table, Table]:
 def all_keys(table: Table) -> np.ndarray:
     """Current keys of every slot, plus the previous generation's (stale) keys."""
     slots = np.arange(CAPACITY, dtype=np.int64)
-    gens = table._generation.astype(np.int64)
+    gens = table.index.generation.astype(np.int64)
     current = make_keys(slots, gens, table.index.origin)
     older = make_keys(slots[gens > 1], gens[gens > 1] - 1, table.index.origin)
     return np.concatenate([current, older])
 
 
 def assert_same_state(a: Table, b: Table) -> None:
-    np.testing.assert_array_equal(a._priority, b._priority)
-    np.testing.assert_array_equal(a._live, b._live)
+    np.testing.assert_array_equal(a.index.priority, b.index.priority)
+    np.testing.assert_array_equal(a.index.live, b.index.live)
     np.testing.assert_array_equal(a.sampler.sums.leaves, b.sampler.sums.leaves)
     assert a.sampler.sums.root == pytest.approx(b.sampler.sums.root, rel=1e-12)
     assert a.sampler.mins.root == b.sampler.mins.root
@@ -91,7 +91,7 @@ def test_last_priority_for_a_key_wins_and_stale_repeats_count_each_time():
     stale = all_keys(table)[-1]
     keys = np.array([live[0], stale, live[1], live[0], stale, live[2]], dtype=np.int64)
     assert table.update_priorities(keys, np.array([1.0, 9.0, 2.0, 5.0, 9.0, 3.0])) == 3
-    np.testing.assert_array_equal(table._priority[keys[[0, 2, 5]] & 0xFFFFFFFF], [5, 2, 3])
+    np.testing.assert_array_equal(table.index.priority[keys[[0, 2, 5]] & 0xFFFFFFFF], [5, 2, 3])
     assert table.info().stale_updates == 2
 
 

@@ -198,4 +198,4 @@ def test_one_row_inserts_between_deletes_and_samples_match_the_general_path():
         assert_same_store(*tables)
         a, b = (t.info() for t in tables)
         assert a == b
-        np.testing.assert_array_equal(tables[0]._slot_state, tables[1]._slot_state)
+        np.testing.assert_array_equal(tables[0].index.slot_state, tables[1].index.slot_state)

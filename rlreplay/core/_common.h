@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <string.h>
 
-/* The layout of Table._slot_state's dtype: priority f8, generation u4, times_sampled u4.
+/* The layout of ItemIndex.slot_state's dtype: priority f8, generation u4, times_sampled u4.
  * One record per slot, so an item's state is one cache line read, not three. */
 typedef struct {
     double priority;

@@ -11,7 +11,7 @@
  *
  * mark_sampled(slots, state, keys, priorities, times_out, origin=0)
  *     The per-item bookkeeping of a draw in one pass over the slots' records (state: the
- *     bytes of Table._slot_state, see _common.h): the key (generation << 32 | slot, the
+ *     bytes of ItemIndex.slot_state, see _common.h): the key (generation << 32 | slot, the
  *     generation moved by the table's generation origin, see keys.py), the priority, and the sample count, incremented once per draw in batch
  *     order so that a slot drawn twice sees its count as of each draw.
  *

@@ -189,14 +189,6 @@ class Table:
     def default_priority(self) -> float | None:
         return self.index.default_priority
 
-    # Per-slot arrays of the index, for tests and benchmarks that look inside.
-    _slot_state = property(lambda self: self.index.slot_state)
-    _priority = property(lambda self: self.index.priority)
-    _generation = property(lambda self: self.index.generation)
-    _times_sampled = property(lambda self: self.index.times_sampled)
-    _live = property(lambda self: self.index.live)
-    _max_priority = property(lambda self: self.index.max_priority)
-
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` was called (blocking calls then raise ClosedError)."""

@@ -91,9 +91,9 @@ def fill(a: Table, b: Table) -> tuple[np.ndarray, np.ndarray]:
 def state(table: Table) -> tuple:
     return (
         table.info().to_dict(),
-        table._priority.copy(),
-        table._live.copy(),
-        table._times_sampled.copy(),
+        table.index.priority.copy(),
+        table.index.live.copy(),
+        table.index.times_sampled.copy(),
         np.copy(table.sampler.sums.leaves),
     )
 

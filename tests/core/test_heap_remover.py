@@ -135,7 +135,7 @@ def test_a_full_table_evicts_the_k_items_a_heap_remover_puts_first(cls):
     expected = sorted(by_priority_then_age(table.remover, 64))
     table.insert({"x": np.arange(64)}, priorities=1.0)  # slots 500 .. 563
     assert table.info().evictions == 64 and len(table) == 500
-    assert np.flatnonzero(~table._live[:500]).tolist() == expected
+    assert np.flatnonzero(~table.index.live[:500]).tolist() == expected
 
 
 class _Counted(np.ndarray):

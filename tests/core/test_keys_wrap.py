@@ -48,7 +48,7 @@ def near_the_end(field: int) -> Table:
     """A prioritized table whose every slot has the generation field ``field``."""
     table = Table("t", signature={"x": "int64"}, max_size=SIZE, sampler=Prioritized(1.0), seed=3)
     assert table.index.origin > 0  # the keys below are moved by it
-    table._generation[:] = field
+    table.index.generation[:] = field
     return table
 
 
@@ -96,12 +96,12 @@ def test_keys_across_the_generation_cycle_stay_valid_and_stale_keys_stay_stale(
         sample = table.sample(SIZE)
         assert set(sample.info.keys.tolist()) <= set(keys.tolist())
         assert table.update_priorities(keys, np.arange(1.0, SIZE + 1)) == SIZE
-        np.testing.assert_array_equal(table._priority, np.arange(1.0, SIZE + 1))
+        np.testing.assert_array_equal(table.index.priority, np.arange(1.0, SIZE + 1))
         for old in issued[:-1]:  # earlier rounds' keys: skipped and counted, never applied
             assert table.update_priorities(old, 9.0) == 0
             assert table.delete(old) == 0
         assert len(table) == SIZE
-    assert (table._priority < 9.0).all()
+    assert (table.index.priority < 9.0).all()
     assert generations == expected
     assert table.info().stale_updates == table.info().stale_deletes == SIZE * 3
     assert table.delete(issued[-1]) == SIZE and len(table) == 0
@@ -126,7 +126,7 @@ def test_a_key_newer_than_its_slot_is_refused_until_the_slot_has_cycled(path):
 
 def test_relocated_items_get_the_next_generation_across_the_cycle(path):
     table = Table.stack("s", 2, signature={"x": "int64"}, seed=5)  # relocates, capacity 4
-    table._generation[:] = GENERATIONS
+    table.index.generation[:] = GENERATIONS
     bottom = table.insert({"x": np.arange(2)})[0]
     sampled = []
     for i in range(2, 14):  # the bottom item is moved ahead of the ring as it turns
