@@ -493,10 +493,7 @@ class Harness:
 def item_state(table: Table) -> list[np.ndarray]:
     """The table's per-item arrays (which slots hold items, and each one's priority,
     generation and times sampled), read under its lock by the caller."""
-    parts = [getattr(table, name, None) for name in ("_live", "_slot_state")]
-    if all(p is None for p in parts):
-        raise AssertionError("the table's per-item state is no longer where this check reads it")
-    return [p for p in parts if p is not None]
+    return [table.index.live, table.index.slot_state]
 
 
 def describe_frames(frames: list) -> str:
