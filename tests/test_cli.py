@@ -347,8 +347,10 @@ def test_keygen_writes_a_pair_and_never_overwrites_it(tmp_path):
     assert "cannot write keys to the folder 'a_file'" in line
 
 
-def test_kernel_status_says_a_kernel_that_is_absent_was_not_built():
+def test_kernel_status_says_a_kernel_that_is_absent_was_not_built(monkeypatch):
     from rlreplay.core._compiled import kernel_status
+
+    monkeypatch.delenv("RLREPLAY_NO_EXTENSION", raising=False)
 
     (status,) = kernel_status(["rlreplay.core._kernel_never_built"])
     assert not status.active and status.path is None
