@@ -12,6 +12,8 @@ float32[17], done; rlreplay uses a rows Table and ``table.insert``, cpprb a Repl
   then 256 priority updates;
 * ``per_add1``: add one row to a full prioritized buffer (alpha 0.6, new items at the
   largest priority seen; cpprb's ``PrioritizedReplayBuffer.add``);
+* ``add1_gym`` / ``per_add1_gym``: the same one-row adds with the scalars a gymnasium
+  loop hands over (``np.float64`` reward, ``np.bool_`` done) instead of Python floats;
 * ``img_add256`` / ``img_sample256``: rows with obs and next_obs uint8[84, 84, 4] and scalar
   action/reward/done at capacity 1e5.
 
@@ -56,6 +58,8 @@ TARGETS = {
     "sample256": 1.5,
     "per256": 3.0,
     "per_add1": 2.0,
+    "add1_gym": 5.0,
+    "per_add1_gym": 2.0,
     "img_add256": 1.0,
     "img_sample256": 1.0,
 }
@@ -103,6 +107,14 @@ def one_rows(sig: dict, count: int, rng: np.random.Generator) -> list[dict]:
             row[k] = batch[k][i] if shape else float(batch[k][i])
         rows.append(row)
     return rows
+
+
+def gym_rows(rows: list[dict]) -> list[dict]:
+    """The same rows with the scalar types gymnasium returns: a ``np.float64`` reward
+    and a ``np.bool_`` done flag."""
+    return [
+        {**r, "reward": np.float64(r["reward"]), "done": np.bool_(r["done"] > 0)} for r in rows
+    ]
 
 
 def time_ops(ops: dict[str, Callable[[], object]], number: int, repeat: int, warmup: int):
@@ -177,8 +189,8 @@ class Bench:
     # ------------------------------------------------------------------ vectors
     def vector_cases(self) -> None:
         a = self.args
-        wanted = [c for c in ("add1", "add256", "sample256") if c in a.only]
-        per_wanted = [c for c in ("per256", "per_add1") if c in a.only]
+        wanted = [c for c in ("add1", "add1_gym", "add256", "sample256") if c in a.only]
+        per_wanted = [c for c in ("per256", "per_add1", "per_add1_gym") if c in a.only]
         if not wanted and not per_wanted:
             return
         import cpprb
@@ -187,6 +199,7 @@ class Bench:
         chunk = random_rows(VEC_SIG, 10_000, self.rng)
         batch = random_rows(VEC_SIG, BATCH, self.rng)
         singles = one_rows(VEC_SIG, 1024, self.rng)
+        gym_singles = gym_rows(singles)
         new_prios = [self.rng.uniform(0.01, 2.0, BATCH) for _ in range(64)]
 
         def rl_insert(t, rows):
@@ -213,7 +226,7 @@ class Bench:
                 fill_rows,
                 chunk,
             )
-            self.vector_ops(wanted, table, rb, batch, singles)
+            self.vector_ops(wanted, table, rb, batch, singles, gym_singles)
             del table, rb
             gc.collect()
         if per_wanted:
@@ -261,27 +274,27 @@ class Bench:
 
             if "per256" in per_wanted:
                 self.run_pair("per256", rl_per, cp_per, a.number_sample)
-            if "per_add1" in per_wanted:
-                it = iter(range(1 << 62))
-                self.run_pair(
-                    "per_add1",
-                    lambda: table.insert(singles[next(it) & 1023]),
-                    lambda: rb.add(**singles[next(it) & 1023]),
-                    a.number_add1,
-                )
+            for name, rows in (("per_add1", singles), ("per_add1_gym", gym_singles)):
+                if name in per_wanted:
+                    self.one_row_adds(name, table, rb, rows)
             del table, rb
             gc.collect()
 
-    def vector_ops(self, wanted, table, rb, batch, singles) -> None:
+    def one_row_adds(self, name: str, table, rb, rows: list[dict]) -> None:
+        """Time adding one row at a time (the rows cycle) to both libraries."""
+        it = iter(range(1 << 62))
+        self.run_pair(
+            name,
+            lambda: table.insert(rows[next(it) & 1023]),
+            lambda: rb.add(**rows[next(it) & 1023]),
+            self.args.number_add1,
+        )
+
+    def vector_ops(self, wanted, table, rb, batch, singles, gym_singles) -> None:
         a = self.args
-        if "add1" in wanted:
-            it = iter(range(1 << 62))
-            self.run_pair(
-                "add1",
-                lambda: table.insert(singles[next(it) & 1023]),
-                lambda: rb.add(**singles[next(it) & 1023]),
-                a.number_add1,
-            )
+        for name, rows in (("add1", singles), ("add1_gym", gym_singles)):
+            if name in wanted:
+                self.one_row_adds(name, table, rb, rows)
         if "add256" in wanted:
             self.run_pair(
                 "add256", lambda: table.insert(batch), lambda: rb.add(**batch), a.number_batch
