@@ -101,15 +101,18 @@ def insert_one(table: Table, row: Mapping, priorities: Any, timeout: float | Non
     store = table.store
     index = table.index
     waiter = None
+    checked = False
     with table.mutex:
         if table.closed or not limiter.can_insert(1, index.size):
             row = store.signature.check_row(row, "rows")  # bad rows never wait
+            checked = True
             waiter = table.admission.admit(1, None, timeout)
         first = None
         if store.compiled_writes and store.overwrite.sole is table.store_ref:
             first = store.put_row(row)  # the common case, in fewer steps
         if first is None:
-            row = store.signature.check_row(row, "rows")
+            if not checked:
+                row = store.signature.check_row(row, "rows")
             arrays = {p: np.asarray(v)[None] for p, v in row.items()}
             first, waiter = _store_rows(table, arrays, 1, waiter, timeout)
         if waiter is not None:
