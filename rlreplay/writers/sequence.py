@@ -43,6 +43,9 @@ class SequenceAdder(StreamAdder):
         InvalidArgumentError: for bad ``length``, ``period``, ``burn_in`` or ``discount``.
     """
 
+    # With pad_end, also a window starting at the final row (see SequenceItems).
+    keep_final_row = False
+
     computed = ("discount",)
 
     def __init__(
@@ -60,7 +63,9 @@ class SequenceAdder(StreamAdder):
             raise InvalidArgumentError(f"discount={describe(discount)} must be a number in [0, 1]")
         if not 0.0 <= discount <= 1.0:
             raise InvalidArgumentError(f"discount={describe(discount)} must be in [0, 1]")
-        self.rule = self._rule(length, period, burn_in, pad_end)
+        self.rule = SequenceItems(
+            length, period, burn_in, pad_end, keep_final_row=self.keep_final_row
+        )
         self.length, self.period, self.burn_in = length, period, burn_in
         self.pad_end = bool(pad_end)
         self.discount = float(discount)
@@ -69,10 +74,6 @@ class SequenceAdder(StreamAdder):
         self.pad = 0
         super().__init__(writer, **kwargs)
         self.rule.bind(self.num_envs)
-
-    @staticmethod
-    def _rule(length: int, period: int, burn_in: int, pad_end: bool) -> SequenceItems:
-        return SequenceItems(length, period, burn_in, pad_end)
 
     @staticmethod
     def signature(
@@ -135,12 +136,10 @@ class EpisodeAdder(SequenceAdder):
         **kwargs: ``discount`` and the :class:`StreamAdder` options.
     """
 
+    keep_final_row = True
+
     def __init__(self, writer: Any, max_length: int, **kwargs: Any):
         super().__init__(writer, max_length, max_length, pad_end=True, **kwargs)
-
-    @staticmethod
-    def _rule(length: int, period: int, burn_in: int, pad_end: bool) -> SequenceItems:
-        return SequenceItems(length, period, burn_in, pad_end, keep_final_row=True)
 
     @staticmethod
     def layout(  # type: ignore[override]

@@ -222,7 +222,7 @@ class TrajectoryWriter:
 
     def _admit(self, table: Table, n: int, timeout: float | None) -> None:
         """Wait until ``table``'s rate limiter admits ``n`` items (store lock held)."""
-        if not table.closed and table.rate_limiter.can_insert(n, table.index.size):
+        if table.admission.can_insert(n, 0):
             return
         waiter = table.admission.admit(n, None, timeout)
         if waiter is not None:
