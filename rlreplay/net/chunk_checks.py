@@ -143,8 +143,9 @@ class Chunk:
                 f"(history={session.history}); create items only over steps already appended"
             )
         if k:
-            pairs = table * (2**62) + anchor  # unique per (table, anchor); anchors < 2**62
-            if len(np.unique(pairs)) != k:
+            order = np.lexsort((anchor, table))  # by table, then anchor: repeats adjoin
+            t, a = table[order], anchor[order]
+            if ((t[1:] == t[:-1]) & (a[1:] == a[:-1])).any():
                 raise InvalidArgumentError(
                     "writer chunk creates two items at the same anchor in one table; a "
                     "table holds at most one item per anchor step"

@@ -533,3 +533,17 @@ def test_writers_that_vanished_cannot_fill_the_store_with_retained_steps(chunk_s
     held = sum(r.count for r in store.overwrite.retentions())
     assert held <= STORE_STEPS // 2 + 4  # half the store, plus the newest writer's steps
     store.append(chunk_steps(0, STORE_STEPS // 2))  # other writers still have room
+
+
+def test_items_at_one_step_in_tables_four_apart_are_both_created():
+    """A chunk's (table, anchor) pairs are told apart for every table index, not only
+    the first few (tables 0 and 4 at one anchor are two items, not a repeat)."""
+    store = rlreplay.StepStore({"x": "float32"}, capacity=64)
+    tables = [rlreplay.Table(f"t{i}", store=store) for i in range(5)]
+    with rlreplay.Server(tables) as server, rlreplay.Client(server.address) as client:
+        writer = client.trajectory_writer([t.name for t in tables])
+        writer.append({"x": 1.0})
+        writer.create_item("t0")
+        writer.create_item("t4")
+        writer.close(timeout=5.0)
+    assert [len(t) for t in tables] == [1, 0, 0, 0, 1]
