@@ -51,8 +51,12 @@ def describe(value: object, limit: int = 60) -> str:
     repr, such as a numpy array's) made one space, cut with "..."; an array or tensor
     (anything with a ``shape`` tuple and a ``dtype``) whose repr does not fit is named by
     its type, shape and dtype instead, and a tuple or list of those by their count and the
-    first one's description, when that fits."""
-    text = " ".join(repr(value).split())
+    first one's description, when that fits. A value nested too deeply to print (from
+    the network, say) is named by its type."""
+    try:
+        text = " ".join(repr(value).split())
+    except RecursionError:
+        return f"<{type(value).__name__} nested too deeply to print>"
     if len(text) <= limit:
         return text
     summary = _summary(value)

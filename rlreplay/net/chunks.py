@@ -34,13 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.errors import ClosedError, ReplayError, ReplayTimeoutError
+from rlreplay.errors import ClosedError, ReplayError, ReplayTimeoutError, ResourceLimitError
 from rlreplay.net.client import REPLY_GRACE_S, Client
-
-try:  # the error a server answers when a client is over its per-client limits
-    from rlreplay.errors import ResourceLimitError as _ResourceLimit
-except ImportError:  # pragma: no cover - older error module
-    _ResourceLimit = ReplayTimeoutError
 
 log = logging.getLogger("rlreplay.net")
 
@@ -137,7 +132,7 @@ class ChunkStream:
         rid, header, arrays = self.in_flight[0]
         try:
             _, reply = self.client._wait(rid, wait)
-        except (ReplayTimeoutError, _ResourceLimit) as exc:
+        except (ReplayTimeoutError, ResourceLimitError) as exc:
             self.requeue()
             raise type(exc)(
                 f"{exc} [writer chunk of steps {_steps(header)} was not stored; the writer "
@@ -202,10 +197,9 @@ class ChunkStream:
 def _send(client: Client, header: dict, arrays: dict, end: float | None) -> int:
     """Send a chunk; with ``end`` (a ``time.monotonic()`` value) the hand-over is bounded
     by it, and the server never starts the chunk after it (the caller stops waiting)."""
-    transport = getattr(client, "_transport", None)
-    if end is None or transport is None:
+    if end is None:
         return client._send(header, arrays)
-    return transport.send(header, arrays, until=end, expires=end)
+    return client._transport.send(header, arrays, until=end, expires=end)
 
 
 def wait_time(timeout: float | None, end: float | None) -> float | None:

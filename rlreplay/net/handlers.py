@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 
 from rlreplay.core.table import Table
-from rlreplay.errors import InvalidArgumentError, ProtocolError, describe
+from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.net.chunk_checks import Chunk
-from rlreplay.net.ingest import WriterSession, store_has_room
+from rlreplay.net.ingest import WriterSession
 
 Reply = tuple[dict[str, Any], dict[str, np.ndarray] | None]
 
@@ -130,7 +130,7 @@ class InsertJob(Job):
     def attempt(self) -> Reply | None:
         t = self.table
         with t.lock:
-            if t.rate_limiter.can_insert(self.n, t.size) and store_has_room(t.store, self.n):
+            if t.rate_limiter.can_insert(self.n, t.size) and t.store.overwrite.has_room(self.n):
                 keys = t.insert(self.rows, self.prios)
                 return {}, {"keys": keys}
         return None
@@ -216,22 +216,10 @@ def rows_from(arrays: dict[str, np.ndarray], table: Table) -> tuple[dict, int]:
 
 
 def deadline_of(header: dict, now: float) -> float | None:
+    """When a call with this header's ``timeout`` (checked by :mod:`rlreplay.net.schema`
+    before any handler runs) gives up: ``None`` for no limit."""
     timeout = header.get("timeout")
-    if timeout is None:
-        return None
-    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
-        raise InvalidArgumentError(
-            f"timeout={describe(timeout)} must be a number of seconds > 0, or None to wait "
-            "without limit; use can_insert()/can_sample() to check without waiting"
-        )
-    return now + float(timeout)
-
-
-def require(header: dict, key: str, kind: type | tuple) -> Any:
-    value = header.get(key)
-    if not isinstance(value, kind):
-        raise ProtocolError(f"request field {key!r} is {describe(value)}")
-    return value
+    return None if timeout is None else now + float(timeout)
 
 
 def now() -> float:

@@ -34,21 +34,11 @@ from collections import OrderedDict, deque
 import numpy as np
 
 from rlreplay.core.overwrite import Retention
-from rlreplay.core.storage import StepStore
 from rlreplay.core.table import Table
 from rlreplay.errors import ClosedError, InvalidArgumentError, describe
 from rlreplay.net.chunk_checks import Chunk
 
 KEPT_REPLIES = 64  # replies a session keeps for chunks sent again
-
-
-def store_has_room(store: StepStore, n: int) -> bool:
-    """Whether ``n`` steps can be appended now without waiting for a queue's items (lock
-    held): the store's overwrite protocol plans the append without changing anything."""
-    protocol = getattr(store, "overwrite", None)
-    if protocol is not None:
-        return protocol.has_room(n)
-    return store.overwrite.has_room(min(n, store.capacity))
 
 
 def admits(table: Table, m: int) -> bool:

@@ -168,14 +168,8 @@ class ClientLedger:
         """Seconds since ``client`` was last heard from (0 if it has no parked calls)."""
         return now - self._seen.get(client, now)
 
-    def parked(self, client: bytes) -> int:
-        return self._parked.get(client, 0)
-
     # ------------------------------------------------------------- housekeeping
     def prune(self) -> None:
         """Forget replies ZeroMQ has released (also of clients never heard from again)."""
         for client in list(self._unread):
             self.unread_bytes(client)
-
-    def total_unread_bytes(self) -> int:
-        return sum(self._unread_bytes.values())

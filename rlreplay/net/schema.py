@@ -28,29 +28,23 @@ MAX_COUNT = 2**31 - 1  # largest count (batch size, steps, history) a request ma
 MAX_STREAM = 2**62  # stream indices and sequence numbers stay below this
 
 
-def show(value: Any) -> str:
-    """``describe(value)`` that survives values too deeply nested to print."""
-    try:
-        return describe(value)
-    except RecursionError:
-        return f"<{type(value).__name__} nested too deeply to print>"
-
-
 def _table(value: Any, key: str) -> str:
     if not isinstance(value, str) or not 0 < len(value) <= MAX_NAME:
-        raise InvalidArgumentError(f"{key}={show(value)} must be a table name (a non-empty str)")
+        raise InvalidArgumentError(
+            f"{key}={describe(value)} must be a table name (a non-empty str)"
+        )
     return value
 
 
 def _count(value: Any, key: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_COUNT:
-        raise InvalidArgumentError(f"{key}={show(value)} must be an int in [0, {MAX_COUNT}]")
+        raise InvalidArgumentError(f"{key}={describe(value)} must be an int in [0, {MAX_COUNT}]")
     return value
 
 
 def _size(value: Any, key: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_COUNT:
-        raise ProtocolError(f"request field {key!r} is {show(value)}, not an int in [0, 2**31)")
+        raise ProtocolError(f"request field {key!r} is {describe(value)}, not an int in [0, 2**31)")
     return value
 
 
@@ -59,7 +53,7 @@ def _timeout(value: Any, key: str) -> float | None:
         return None
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
         raise InvalidArgumentError(
-            f"{key}={show(value)} must be a number of seconds > 0, or None to wait without "
+            f"{key}={describe(value)} must be a number of seconds > 0, or None to wait without "
             "limit; use can_insert()/can_sample() to check without waiting"
         )
     return value
@@ -69,21 +63,21 @@ def _priority(value: Any, key: str) -> float | None:
     if value is None:
         return None
     if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise InvalidArgumentError(f"{key}={show(value)} must be a number (finite, >= 0)")
+        raise InvalidArgumentError(f"{key}={describe(value)} must be a number (finite, >= 0)")
     if not (math.isfinite(value) and value >= 0):
-        raise InvalidArgumentError(f"{key}={show(value)} must be finite and >= 0")
+        raise InvalidArgumentError(f"{key}={describe(value)} must be finite and >= 0")
     return value
 
 
 def _flag(value: Any, key: str) -> bool:
     if not isinstance(value, bool):
-        raise ProtocolError(f"request field {key!r} is {show(value)}, not a bool")
+        raise ProtocolError(f"request field {key!r} is {describe(value)}, not a bool")
     return value
 
 
 def _stream(value: Any, key: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < MAX_STREAM:
-        raise ProtocolError(f"request field {key!r} is {show(value)}, not an int in [0, 2**62)")
+        raise ProtocolError(f"request field {key!r} is {describe(value)}, not an int in [0, 2**62)")
     return value
 
 
@@ -93,20 +87,20 @@ def _writer(value: Any, key: str) -> bytes | int:
         return value
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**64:
         return value
-    raise ProtocolError(f"request field {key!r} is {show(value)}, not a writer id")
+    raise ProtocolError(f"request field {key!r} is {describe(value)}, not a writer id")
 
 
 def _names(value: Any, key: str) -> list[str]:
     if not isinstance(value, list) or not 0 < len(value) <= MAX_TABLES:
         raise InvalidArgumentError(
-            f"{key}={show(value)} must be a list of 1 to {MAX_TABLES} table names"
+            f"{key}={describe(value)} must be a list of 1 to {MAX_TABLES} table names"
         )
     for name in value:
         _table(name, key)
     if len(set(value)) != len(value):
         twice = next(n for i, n in enumerate(value) if n in value[:i])
         raise InvalidArgumentError(
-            f"{key}={show(value)} repeats {twice!r}; name each of a writer's tables once "
+            f"{key}={describe(value)} repeats {twice!r}; name each of a writer's tables once "
             "(its items index this list, and a table holds one item per anchor step)"
         )
     return value
@@ -114,7 +108,7 @@ def _names(value: Any, key: str) -> list[str]:
 
 def _indices(value: Any, key: str) -> list[int]:
     if not isinstance(value, list) or len(value) > MAX_COUNT:
-        raise ProtocolError(f"request field {key!r} is {show(value)}, not a list of ints")
+        raise ProtocolError(f"request field {key!r} is {describe(value)}, not a list of ints")
     for v in value:
         _stream(v, key)
     return value
@@ -185,7 +179,7 @@ def check_request(header: dict, arrays: dict[str, np.ndarray]) -> str:
     op = header.get("op")
     fields = HEADERS.get(op) if isinstance(op, str) else None
     if fields is None:
-        raise ProtocolError(f"unknown operation {show(op)}; operations: {sorted(HEADERS)}")
+        raise ProtocolError(f"unknown operation {describe(op)}; operations: {sorted(HEADERS)}")
     for key, (check, required) in (*fields.items(), *COMMON.items()):
         if key in header:
             if header[key] is None and not required and check is not _timeout:
@@ -202,7 +196,7 @@ def check_request(header: dict, arrays: dict[str, np.ndarray]) -> str:
                 if data and name.startswith("data/"):
                     continue
                 raise ProtocolError(
-                    f"a {op!r} request carries no array {show(name)}; it takes "
+                    f"a {op!r} request carries no array {describe(name)}; it takes "
                     f"{sorted(allowed) + (['data/<field>'] if data else [])}"
                 )
             kinds, ndims, error = spec

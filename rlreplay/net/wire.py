@@ -174,7 +174,7 @@ def decode_header(frames: Sequence[Any]) -> dict[str, Any]:
     version = header.get("v")
     if version not in SUPPORTED_VERSIONS or isinstance(version, bool):
         raise errors.ProtocolError(
-            f"protocol version {_show(version)} is not supported; this side speaks "
+            f"protocol version {errors.describe(version)} is not supported; this side speaks "
             f"{', '.join(map(str, SUPPORTED_VERSIONS))} (upgrade the older of client and "
             "server)"
         )
@@ -185,7 +185,7 @@ def decode_header(frames: Sequence[Any]) -> dict[str, Any]:
         or (isinstance(rid, str) and len(rid) <= 256)
     ):
         header["id"] = None  # it is echoed in the reply: never echo what cannot be packed
-        raise errors.ProtocolError(f"request id {_show(rid)} is not an int")
+        raise errors.ProtocolError(f"request id {errors.describe(rid)} is not an int")
     return header
 
 
@@ -203,7 +203,7 @@ def decode_arrays(header: dict[str, Any], frames: Sequence[Any]) -> dict[str, np
     meta = header.pop("arrays", None) or []
     if not isinstance(meta, list) or (version == 1 and len(meta) != len(frames) - 1):
         raise errors.ProtocolError(
-            f"message declares {len(meta) if isinstance(meta, list) else _show(meta)} "
+            f"message declares {len(meta) if isinstance(meta, list) else errors.describe(meta)} "
             f"arrays but carries {len(frames) - 1} data frames"
         )
     if not meta:
@@ -226,10 +226,10 @@ def decode_arrays(header: dict[str, Any], frames: Sequence[Any]) -> dict[str, np
                 raise ValueError(entry)
             buf = buffers[index]
         except Exception:
-            raise errors.ProtocolError(f"malformed array entry {_show(entry)}") from None
+            raise errors.ProtocolError(f"malformed array entry {errors.describe(entry)}") from None
         if dtype is None or not isinstance(name, str):
             raise errors.ProtocolError(
-                f"array {_show(name)} has dtype {_show(dtype_str)}, not allowed"
+                f"array {errors.describe(name)} has dtype {errors.describe(dtype_str)}, not allowed"
             )
         if name in arrays:
             raise errors.ProtocolError(f"array {name!r} is given twice")
@@ -247,12 +247,6 @@ def decode_arrays(header: dict[str, Any], frames: Sequence[Any]) -> dict[str, np
     return arrays
 
 
-def _show(value: Any) -> str:
-    """``describe(value)`` that survives values too deeply nested to print."""
-    try:
-        return errors.describe(value)
-    except RecursionError:
-        return f"<{type(value).__name__} nested too deeply to print>"
 
 
 _DTYPES: dict[str, np.dtype] = {}
