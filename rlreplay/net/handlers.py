@@ -175,7 +175,7 @@ class WriteJob(Job):
             self.abort()
             raise
         if keys is None:
-            self.table = s.blocked_by(self.chunk)
+            self.table = s.blocker
             return None
         s.pending.popleft()
         if first and s.registered and self.on_first_apply is not None:

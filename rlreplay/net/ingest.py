@@ -69,6 +69,10 @@ class WriterSession:
         self.spans = np.array([t.layout.span for t in tables], dtype=np.int64)
         self.variable = np.array([bool(t.layout.variable) for t in tables])
         self.next_seq = 0  # sequence number of the next chunk to apply
+        # The table that kept the last chunk :meth:`apply` refused waiting (its rate
+        # limiter; the first table when the chunk waits for room in the store), for the
+        # server's blocked-time accounting.
+        self.blocker = tables[0]
         self.applied = 0  # stream index one past the last applied chunk's steps
         self.episode_start = 0  # stream index where the current episode began
         # The newest ``history`` steps of the current episode (stream indices
@@ -162,6 +166,7 @@ class WriterSession:
                 if m and table.closed:
                     raise ClosedError(f"table {table.name!r} is closed")
                 if m and not admits(table, m):
+                    self.blocker = table
                     return None
             keep = 0 if self._new_episode(chunk) else self.retained
             self._check_reach(chunk, keep)
@@ -169,6 +174,7 @@ class WriterSession:
             # The first change, all or nothing: room for every step of the chunk.
             own = self.retention
             if chunk.n and store.overwrite.make_room(chunk.n, own=own, keep=keep) is None:
+                self.blocker = self.tables[0]
                 return None
             base = self._write(chunk, keep)
             keys = self._create(chunk, base + (chunk.anchor - chunk.first))
@@ -193,15 +199,6 @@ class WriterSession:
         if self.retention is not None:
             with self.store.mutex:
                 self.retention.release()
-
-    def blocked_by(self, chunk: Chunk) -> Table:
-        """The table whose rate limiter keeps ``chunk`` waiting (the first table when it
-        waits for room in the store), for blocked-time accounting."""
-        for t, m in enumerate(chunk.counts.tolist()):
-            table = self.tables[t]
-            if m and not admits(table, m):
-                return table
-        return self.tables[0]
 
     # --------------------------------------------------------------- planning
     def _new_episode(self, chunk: Chunk) -> bool:

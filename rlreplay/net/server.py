@@ -32,7 +32,6 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-import numpy as np
 import zmq
 
 from rlreplay.core.table import Table
@@ -320,7 +319,7 @@ class Server(TableOperations):
         so the bytes held for a client that does not read are known (and bounded)."""
         nbytes = 0
         if len(frames) > 1:
-            nbytes = sum(f.nbytes if isinstance(f, np.ndarray) else len(f) for f in frames)
+            nbytes = wire.frames_nbytes(frames)
         try:
             if nbytes < wire.ZERO_COPY_BYTES:
                 self._sock.send_multipart([identity, *frames], zmq.NOBLOCK, copy=False)

@@ -191,7 +191,7 @@ class Transport:
         return rid
 
     def check_size(self, frames: list, limit: int) -> None:
-        size = sum(f.nbytes if isinstance(f, np.ndarray) else len(f) for f in frames)
+        size = wire.frames_nbytes(frames)
         if size > limit:
             raise InvalidArgumentError(
                 f"this request is {size} bytes, more than the server at {self.address} accepts "

@@ -100,6 +100,11 @@ def encode(
     return frames
 
 
+def frames_nbytes(frames: Sequence[Any]) -> int:
+    """Bytes in encoded frames (arrays and bytes-like), as sent or held for sending."""
+    return sum(f.nbytes if isinstance(f, np.ndarray) else len(f) for f in frames)
+
+
 def _contiguous(a: Any) -> np.ndarray:
     """``a`` as a C-contiguous array of the same shape (0-d arrays stay 0-d, which
     ``np.ascontiguousarray`` would make 1-d)."""
@@ -245,8 +250,6 @@ def decode_arrays(header: dict[str, Any], frames: Sequence[Any]) -> dict[str, np
             )
         arrays[name] = np.frombuffer(buf, dtype=dtype, count=count, offset=offset).reshape(shape)
     return arrays
-
-
 
 
 _DTYPES: dict[str, np.dtype] = {}
