@@ -112,9 +112,12 @@ def _single_bracket_hint(name: str) -> str:
         return ""
     if found is None:
         return ""
-    key = found.group(1)
+    return "; " + _double_brackets(found.group(1))
+
+
+def _double_brackets(key: str) -> str:
     return (
-        f"; [{key}] must be written [[{key}]] (two brackets, an array of tables: one "
+        f"[{key}] must be written [[{key}]] (two brackets, an array of tables: one "
         f"[[{key}]] header per {key})"
     )
 
@@ -123,10 +126,7 @@ def _entries(config: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
     """``config[key]`` as a list of mappings: ``[[key]]`` entries, not a single ``[key]``."""
     entries = config.get(key, [])
     if isinstance(entries, Mapping):
-        raise InvalidArgumentError(
-            f"[{key}] must be written [[{key}]] (two brackets, an array of tables: one "
-            f"[[{key}]] header per {key})"
-        )
+        raise InvalidArgumentError(_double_brackets(key))
     if not isinstance(entries, list):
         raise InvalidArgumentError(f"{key}={describe(entries)} must be a list of [[{key}]] entries")
     for i, entry in enumerate(entries):
@@ -231,13 +231,17 @@ def _build(where: str, make: Any, *args: Any, **kwargs: Any) -> Any:
         ) from None
 
 
-def _store(entry: Mapping[str, Any], where: str) -> StepStore:
+def _store(entry: Mapping[str, Any], where: str, stores: dict[str, StepStore]) -> StepStore:
+    """The store an entry describes; ``stores`` are the ones already built (a name is
+    refused before its store's memory is allocated)."""
     _check_keys(entry, STORE_KEYS, where)
     missing = [k for k in ("name", "capacity", "signature") if k not in entry]
     if missing:
         raise InvalidArgumentError(f"{where} needs name, capacity and signature; missing {missing}")
     if not isinstance(entry["name"], str):
         raise InvalidArgumentError(f'{where} needs name = "..." (a string)')
+    if entry["name"] in stores:
+        raise InvalidArgumentError(f"{where}: another [[store]] has this name")
     signature = _build(where, _signature, entry["signature"], where)
     return _build(where, StepStore, signature, entry["capacity"], entry.get("lanes", 1))
 
@@ -317,10 +321,7 @@ def tables_from_config(config: Mapping[str, Any]) -> list[Table]:
     stores: dict[str, StepStore] = {}
     for i, entry in enumerate(store_entries):
         where = _where("store", i, entry)
-        store = _store(entry, where)
-        if entry["name"] in stores:
-            raise InvalidArgumentError(f"{where}: another [[store]] has this name")
-        stores[entry["name"]] = store
+        stores[entry["name"]] = _store(entry, where, stores)
     names = [e.get("name") for e in table_entries]
     duplicates = sorted({n for n in names if isinstance(n, str) and names.count(n) > 1})
     if duplicates:

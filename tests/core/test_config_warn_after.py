@@ -1,4 +1,4 @@
-"""A [[table]] entry of the server configuration sets the table's ``warn_after``."""
+"""Server configuration entries: a [[table]] sets its table's ``warn_after``; [[store]] names are unique."""
 
 from __future__ import annotations
 
@@ -31,3 +31,18 @@ def test_a_bad_warn_after_names_the_entry_and_the_value(value):
     with pytest.raises(InvalidArgumentError, match=r"table\[0\] 't': warn_after=") as err:
         build(max_size=4, warn_after=value)
     assert "false in a config file" in str(err.value)
+
+
+def test_a_repeated_store_name_is_refused_before_its_store_is_built(monkeypatch):
+    from rlreplay.net import config as config_module
+
+    built = []
+    real = config_module.StepStore
+    monkeypatch.setattr(
+        config_module, "StepStore", lambda *a, **k: built.append(a) or real(*a, **k)
+    )
+    store = {"name": "s", "capacity": 8, "signature": {"x": "float32"}}
+    config = {"store": [store, dict(store)], "table": [{"name": "t", "store": "s"}]}
+    with pytest.raises(InvalidArgumentError, match=r"store\[1\].*another \[\[store\]\]"):
+        tables_from_config(config)
+    assert len(built) == 1
