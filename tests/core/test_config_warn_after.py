@@ -1,4 +1,5 @@
-"""Server configuration entries: a [[table]] sets its table's ``warn_after``; [[store]] names are unique."""
+"""Server configuration entries: a [[table]] sets its table's ``warn_after``; [[store]]
+names are unique."""
 
 from __future__ import annotations
 
