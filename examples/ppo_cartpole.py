@@ -1,0 +1,668 @@
+"""PPO with GAE on CartPole-v1, on-policy through a queue table.
+
+One readable file in CleanRL's style. Acting and learning meet only through replay:
+
+* an actor steps a gymnasium vector env of ``num_envs`` CartPoles with one batched policy
+  call per vector step and hands each step to a :class:`RolloutAdder`, which writes one
+  stored row per *vector* step (every field ``[num_envs, ...]``) and, every
+  ``num_steps`` vector steps, one item: the whole rollout, ``num_steps + 1`` rows (the
+  last row holds the observation to bootstrap from);
+* the replay table is a queue (``ReplaySpec(on_policy=True)``): each rollout is sampled
+  exactly once, and with ``max_policy_lag=0`` an actor that finished a rollout waits for
+  weights trained on it, so every rollout is collected by the newest policy;
+* the learner takes ``num_actors`` rollouts per update (one per actor), computes GAE
+  advantages and runs ``update_epochs`` epochs of clipped PPO over them.
+
+Episode boundaries. Gymnasium's vector envs autoreset in the *next* step: the step that
+ends an episode returns the true final observation, and the following step ignores its
+action and returns the reset observation (reward 0). So in a rollout:
+
+* a step that *terminated* has no future: its target is its reward;
+* a step that was *truncated* (CartPole's 500-step limit) bootstraps from the value of
+  the final observation, which is the next row's observation;
+* the following autoreset step is not a transition: it gets no advantage, no loss, and
+  the advantage recursion does not run across it (:func:`gae`).
+
+Run:  python examples/ppo_cartpole.py --seed 0 --total-steps 200000 --out runs/ppo
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+import rlreplay.runtime as rt
+from rlreplay import ItemLayout, Signature, Window
+from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.runtime import report
+from rlreplay.writers.adder_writer import adder_writer, writer_signature
+
+OBS_SHAPE = (4,)
+NUM_ACTIONS = 2
+
+
+@dataclass
+class Args:
+    seed: int = 0
+    """seed of the run (environments, network initialisation, action sampling)"""
+    total_steps: int = 200_000
+    """environment steps to collect, summed over actors and environments"""
+    backend: str = "threads"
+    """runtime backend: inline, threads or processes"""
+    out: str | None = None
+    """directory for metrics.csv, summary.json and learning_curve.png (None: no files)"""
+    num_actors: int = 1
+    """actor loops; each learner update takes one rollout of each"""
+    num_envs: int = 8
+    """CartPoles in each actor's vector env"""
+    num_steps: int = 32
+    """vector steps per rollout (one item of num_steps + 1 rows)"""
+    gamma: float = 0.98
+    """discount factor"""
+    gae_lambda: float = 0.8
+    """lambda of generalised advantage estimation"""
+    learning_rate: float = 1e-3
+    """Adam learning rate (annealed linearly to 0 over total_steps)"""
+    update_epochs: int = 20
+    """passes over each batch of rollouts"""
+    num_minibatches: int = 1
+    """minibatches per epoch"""
+    clip_coef: float = 0.2
+    """PPO ratio clip (annealed linearly to 0 with the learning rate)"""
+    ent_coef: float = 0.0
+    """entropy bonus coefficient"""
+    vf_coef: float = 0.5
+    """value loss coefficient"""
+    max_grad_norm: float = 0.5
+    """global gradient norm clip"""
+    target: float = 450.0
+    """evaluation return the run aims for (steps_to_target)"""
+    eval_every: int = 10_000
+    """env steps between evaluations during the run"""
+    eval_episodes: int = 10
+    """greedy episodes per evaluation"""
+    timeout_s: float = 60.0
+    """longest any component waits before the run fails"""
+    progress: bool = True
+    """show a progress bar / progress lines"""
+
+
+# ---------------------------------------------------------------------------------------
+# Environments and the network
+
+
+def make_env(seed: int, num_envs: int = 8) -> gym.vector.VectorEnv:
+    """The actor's vector env (the runtime resets it with ``seed``)."""
+    return gym.make_vec("CartPole-v1", num_envs=num_envs, vectorization_mode="sync")
+
+
+def make_eval_env(seed: int) -> gym.Env:
+    """One CartPole for greedy evaluation."""
+    return gym.make("CartPole-v1")
+
+
+def layer(n_in: int, n_out: int, std: float = np.sqrt(2)) -> nn.Linear:
+    """A linear layer with orthogonal weights and zero bias (as in CleanRL's PPO)."""
+    lin = nn.Linear(n_in, n_out)
+    nn.init.orthogonal_(lin.weight, std)
+    nn.init.constant_(lin.bias, 0.0)
+    return lin
+
+
+class Agent(nn.Module):
+    """Separate actor and critic MLPs (64-64, tanh)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        n = int(np.prod(OBS_SHAPE))
+        self.critic = nn.Sequential(
+            layer(n, 64), nn.Tanh(), layer(64, 64), nn.Tanh(), layer(64, 1, std=1.0)
+        )
+        self.actor = nn.Sequential(
+            layer(n, 64), nn.Tanh(), layer(64, 64), nn.Tanh(), layer(64, NUM_ACTIONS, std=0.01)
+        )
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(obs).squeeze(-1)
+
+    def dist(self, obs: torch.Tensor) -> torch.distributions.Categorical:
+        return torch.distributions.Categorical(logits=self.actor(obs))
+
+
+def agent_params(agent: Agent) -> dict[str, np.ndarray]:
+    """Numpy copies of the agent's weights (what the learner publishes)."""
+    return {k: v.detach().cpu().numpy().copy() for k, v in agent.state_dict().items()}
+
+
+def load_params(agent: Agent, params: dict[str, np.ndarray]) -> None:
+    """Load published numpy weights into ``agent``."""
+    agent.load_state_dict({k: torch.as_tensor(np.array(v)) for k, v in params.items()})
+
+
+# ---------------------------------------------------------------------------------------
+# What is stored: one row per vector step, one item per rollout
+
+
+def rollout_signature(num_envs: int) -> Signature:
+    """One stored row per vector step: each field but ``policy_version`` holds all
+    ``num_envs`` environments.
+
+    ``autoreset`` marks the steps gymnasium spends resetting an environment whose
+    episode ended in the previous step (not transitions); ``logp`` and ``value`` are the
+    acting policy's log-probability of its action and its value estimate;
+    ``policy_version`` (one per row: one policy call acts for every environment) is the
+    version of the weights that acted.
+    """
+    n = (num_envs,)
+    return Signature(
+        {
+            "obs": ((num_envs, *OBS_SHAPE), "float32"),
+            "action": (n, "int64"),
+            "reward": (n, "float32"),
+            "terminated": (n, "bool"),
+            "truncated": (n, "bool"),
+            "autoreset": (n, "bool"),
+            "logp": (n, "float32"),
+            "value": (n, "float32"),
+            "policy_version": ((), "int64"),
+        }
+    )
+
+
+def rollout_layout(signature: Signature, num_steps: int) -> ItemLayout:
+    """Every field as ``[B, num_steps + 1, num_envs, ...]``: the rollout's rows plus the
+    row holding the observation after its last step (zeros in its other fields)."""
+    return ItemLayout({p: Window(p, 0, num_steps + 1) for p in signature.paths}, signature)
+
+
+class RolloutAdder:
+    """Turns vector-env steps into one queue item per rollout of ``num_steps`` steps.
+
+    Rows are buffered (``[num_steps + 1, num_envs, ...]`` per field) and handed to the
+    writer in one ``append_batch`` when the rollout is complete, followed by one
+    ``create_item`` over its ``num_steps + 1`` rows and ``end_episode`` (a rollout is
+    its own "episode" in the store, so no item reaches into another). Every rollout thus
+    yields exactly one item, whatever the environments' episode boundaries: an actor
+    whose sync period is ``num_steps * num_envs`` env steps adds exactly one item per
+    period. The observation after the last step is stored twice: as the last row of one
+    rollout and as the first row of the next.
+
+    It has the adder interface the runtime uses (``reset``, ``add``, ``flush``,
+    ``close`` and a ``timeout`` attribute). When a writer call times out (the queue is
+    full), the step stays recorded and the rest of the rollout's writes are handed over
+    by the next ``flush`` (or ``add``), as the library's adders do. Gymnasium's default
+    (next-step) autoreset mode is assumed.
+
+    Args:
+        writer: a ``Table``, a list of tables sharing a store, or a writer with the
+            ``TrajectoryWriter`` interface (a remote one in the processes backend).
+        num_envs: environments of the vector env.
+        num_steps: vector steps per rollout.
+        timeout: seconds a writer call may wait for the queue.
+
+    Raises:
+        InvalidArgumentError: for a bad ``num_envs``/``num_steps`` or a signature that is
+            not ``rollout_signature(num_envs)``.
+    """
+
+    def __init__(self, writer: Any, *, num_envs: int, num_steps: int, timeout: float | None = None):
+        for name, value in (("num_envs", num_envs), ("num_steps", num_steps)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidArgumentError(f"{name}={describe(value)} must be an int >= 1")
+        signature = writer_signature(writer)
+        if signature != rollout_signature(num_envs):
+            raise InvalidArgumentError(
+                f"the table's signature {signature} is not rollout_signature({num_envs}); "
+                "build the table with it (num_envs must be the vector env's)"
+            )
+        self.writer = adder_writer(writer, num_steps + 1)
+        self.table = self.writer.tables[0]
+        self.num_envs = num_envs
+        self.num_steps = num_steps
+        self.timeout = timeout
+        self.signature = signature
+        self._rows = self._new_rows()
+        self._t = 0  # rows of the current rollout filled
+        self._obs: np.ndarray | None = None  # the observation the next action is taken in
+        self._autoreset = np.zeros(num_envs, dtype=bool)
+        self._pending: list[Any] = []  # writer calls of a finished rollout not done yet
+        self._closing = False
+        self._closed = False
+        self.items_added = 0
+
+    def _new_rows(self) -> dict[str, np.ndarray]:
+        return {
+            p: np.zeros((self.num_steps + 1, *s.shape), s.dtype)
+            for p, s in self.signature.fields.items()
+        }
+
+    def reset(self, obs: np.ndarray) -> None:
+        """Start every environment's episode at ``obs`` (after ``envs.reset()``).
+
+        Raises:
+            InvalidArgumentError: if ``obs`` is not ``[num_envs, *obs_shape]``.
+        """
+        obs = np.asarray(obs, dtype=np.float32)
+        if obs.shape != self._rows["obs"].shape[1:]:
+            raise InvalidArgumentError(
+                f"obs has shape {obs.shape}; expected {self._rows['obs'].shape[1:]}"
+            )
+        self._obs = obs.copy()
+        self._autoreset[:] = False
+        self._t = 0
+
+    def add(
+        self,
+        action: Any,
+        reward: Any,
+        next_obs: Any,
+        terminated: Any,
+        truncated: Any,
+        info: Any = None,
+        extras: dict[str, Any] | None = None,
+    ) -> None:
+        """Record one vector step; every ``num_steps`` steps write the rollout's item.
+
+        ``extras`` must hold ``logp`` and ``value`` (``[num_envs]``, from the policy) and
+        ``policy_version`` (from the actor: one version, or one per env, all equal).
+
+        Raises:
+            InvalidArgumentError: if :meth:`reset` was not called, an extra is missing or
+                a value has the wrong shape; nothing is recorded then.
+            ReplayTimeoutError: if the writer waited ``timeout`` for the queue; the step
+                is recorded and :meth:`flush` hands over the rest.
+        """
+        self.flush(self.timeout)
+        if self._obs is None:
+            raise InvalidArgumentError("add() before reset(obs); call reset first")
+        extras = extras or {}
+        missing = [k for k in ("logp", "value", "policy_version") if k not in extras]
+        if missing:
+            raise InvalidArgumentError(
+                f"extras lack {missing}; the policy gives logp and value, the actor policy_version"
+            )
+        versions = np.unique(np.asarray(extras["policy_version"]))
+        if versions.size != 1:
+            raise InvalidArgumentError(
+                f"extras['policy_version']={describe(versions.tolist())} must be one version"
+            )
+        row = {
+            "obs": self._obs,
+            "action": action,
+            "reward": reward,
+            "terminated": terminated,
+            "truncated": truncated,
+            "autoreset": self._autoreset,
+            "logp": extras["logp"],
+            "value": extras["value"],
+            "policy_version": versions[0],
+            "next_obs": next_obs,
+        }
+        arrays = {}
+        for p, v in row.items():
+            shape = self._rows["obs" if p == "next_obs" else p].shape[1:]
+            arr = np.asarray(v)
+            if arr.shape != shape:
+                raise InvalidArgumentError(f"add(): {p} has shape {arr.shape}; expected {shape}")
+            arrays[p] = arr
+        t = self._t
+        for p, v in arrays.items():
+            if p != "next_obs":
+                self._rows[p][t] = v
+        self._obs = arrays["next_obs"].astype(np.float32)
+        self._autoreset = np.logical_or(arrays["terminated"], arrays["truncated"])
+        self._t = t + 1
+        if self._t == self.num_steps:
+            self._finish_rollout()
+
+    def _finish_rollout(self) -> None:
+        """Complete the rollout with the bootstrap row and write it as one item."""
+        rows, n = self._rows, self.num_steps
+        for p in rows:
+            rows[p][n] = 0
+        rows["obs"][n] = self._obs
+        rows["policy_version"][n] = rows["policy_version"][n - 1]
+        self._rows = self._new_rows()
+        self._t = 0
+        writer = self.writer
+        self._pending = [
+            lambda t: writer.append_batch(rows, timeout=t),
+            lambda t: writer.create_item(self.table, timeout=t),
+            lambda t: writer.end_episode(),
+        ]
+        self.items_added += 1
+        self.flush(self.timeout)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Hand a finished rollout's remaining writer calls over, then flush the writer.
+
+        Raises:
+            ReplayTimeoutError: if the queue stayed full for ``timeout`` seconds; call
+                again later (nothing is written twice).
+        """
+        if self._closed:
+            return
+        while self._pending:
+            self._pending[0](timeout)
+            self._pending.pop(0)
+        self.writer.flush(timeout)
+        if self._closing:
+            self.writer.close()
+            self._closed = True
+
+    def close(self) -> None:
+        """Flush, then close the writer; a partial rollout is dropped (it is no item).
+
+        Raises:
+            ReplayTimeoutError: if the flush timed out; the writer closes at the
+                :meth:`flush` that completes.
+        """
+        self._closing = True
+        self.flush(self.timeout)
+
+
+# ---------------------------------------------------------------------------------------
+# Generalised advantage estimation over rollouts with episode boundaries
+
+
+def gae(
+    rewards: np.ndarray,
+    values: np.ndarray,
+    terminated: np.ndarray,
+    truncated: np.ndarray,
+    valid: np.ndarray,
+    gamma: float,
+    lam: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Advantages and value targets of ``T`` steps of ``M`` independent streams.
+
+    Args:
+        rewards, terminated, truncated: ``[T, M]``, the result of step ``t``.
+        values: ``[T + 1, M]``: ``V(obs_t)``; row ``T`` is the observation after the last
+            step. After a truncation at ``t``, row ``t + 1`` must hold the value of the
+            true final observation (gymnasium's next-step autoreset stores it there).
+        valid: ``[T, M]`` bool, False for rows that are no transition (the autoreset
+            step after an episode ended, or padding after an episode's end).
+        gamma, lam: discount and GAE lambda.
+
+    A terminated step's target is its reward; a truncated step bootstraps from the
+    next row's value; the recursion never runs across an episode end, and invalid rows
+    get advantage 0 and target ``values[t]``.
+
+    Returns:
+        ``(advantages, returns)``, both ``[T, M]`` float32, ``returns = advantages +
+        values[:T]``.
+    """
+    T = rewards.shape[0]
+    adv = np.zeros(rewards.shape, dtype=np.float32)
+    running = np.zeros(rewards.shape[1:], dtype=np.float32)
+    bootstrap = ~np.asarray(terminated, bool)
+    going_on = bootstrap & ~np.asarray(truncated, bool)
+    for t in reversed(range(T)):
+        delta = rewards[t] + gamma * values[t + 1] * bootstrap[t] - values[t]
+        running = np.where(valid[t], delta + gamma * lam * going_on[t] * running, 0.0)
+        adv[t] = running
+    return adv, (adv + values[:T]).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------------------
+# Acting
+
+
+class PpoPolicy:
+    """The actor's policy: samples actions from the newest published weights and gives
+    the log-probability and value of each as extras.
+
+    Args:
+        actor_index, num_actors: this actor's place among the actors.
+        seed: the run's seed (each actor samples actions from its own generator).
+    """
+
+    def __init__(self, actor_index: int, num_actors: int, seed: int):
+        torch.set_num_threads(1)
+        self.agent = Agent()
+        self.generator = torch.Generator().manual_seed(seed * 1_000 + actor_index)
+
+    def set_params(self, params: dict[str, np.ndarray]) -> None:
+        load_params(self.agent, params)
+
+    def __call__(self, obs: np.ndarray, env_steps: int) -> tuple[np.ndarray, dict]:
+        with torch.no_grad():
+            x = torch.as_tensor(obs, dtype=torch.float32)
+            logp_all = torch.log_softmax(self.agent.actor(x), dim=-1)
+            action = torch.multinomial(logp_all.exp(), 1, generator=self.generator)
+            logp = logp_all.gather(-1, action).squeeze(-1)
+            value = self.agent.value(x)
+        extras = {"logp": logp.numpy(), "value": value.numpy()}
+        return action.squeeze(-1).numpy(), extras
+
+
+# ---------------------------------------------------------------------------------------
+# Learning
+
+
+def rollout_columns(x: np.ndarray) -> np.ndarray:
+    """``[B, T + 1, N, ...]`` (items, rows, envs) as ``[T + 1, B * N, ...]``: one column
+    per environment stream."""
+    x = np.swapaxes(np.asarray(x), 0, 1)
+    return x.reshape(x.shape[0], -1, *x.shape[3:])
+
+
+class PpoLearner:
+    """Clipped PPO over a batch of rollouts (one per actor) per update.
+
+    The rows' ``logp`` and ``value`` are the acting policy's; the bootstrap row's value
+    is computed here with the learner's weights, which with ``max_policy_lag=0`` are the
+    acting ones. The learning rate and the clip range decay linearly to 0 over the
+    run's updates.
+    """
+
+    def __init__(self, args: Args):
+        torch.set_num_threads(1)
+        torch.manual_seed(args.seed)
+        self.args = args
+        self.agent = Agent()
+        self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=args.learning_rate, eps=1e-5)
+        per_update = args.num_steps * args.num_envs * args.num_actors
+        self.total_updates = max(1, args.total_steps // per_update)
+        self.generator = torch.Generator().manual_seed(args.seed)
+        self.updates = 0
+        self.items_sampled = 0
+        self.keys_seen: set[int] = set()
+        self.items_repeated = 0
+        self.stats: dict[str, float] = {}
+
+    def params(self) -> dict[str, np.ndarray]:
+        return agent_params(self.agent)
+
+    def update(self, batch: Any) -> None:
+        """One PPO update on ``batch`` (``batch.data`` fields ``[B, T + 1, N, ...]``)."""
+        args = self.args
+        keys = np.asarray(batch.info.keys).tolist()
+        self.items_repeated += sum(k in self.keys_seen for k in keys)
+        self.keys_seen.update(keys)
+        self.items_sampled += len(keys)
+        d = {k: rollout_columns(v) for k, v in batch.data.items()}
+        T = d["reward"].shape[0] - 1
+        obs = torch.as_tensor(d["obs"])
+        values = d["value"].astype(np.float32)
+        with torch.no_grad():
+            values[T] = self.agent.value(obs[T]).numpy()
+        valid = ~d["autoreset"][:T]
+        adv, ret = gae(
+            d["reward"][:T],
+            values,
+            d["terminated"][:T],
+            d["truncated"][:T],
+            valid,
+            args.gamma,
+            args.gae_lambda,
+        )
+        idx = np.flatnonzero(valid.reshape(-1))
+        b_obs = obs[:T].reshape(-1, *OBS_SHAPE)[idx]
+        b_act = torch.as_tensor(d["action"][:T].reshape(-1)[idx])
+        b_logp = torch.as_tensor(d["logp"][:T].reshape(-1)[idx])
+        b_adv = torch.as_tensor(adv.reshape(-1)[idx])
+        b_ret = torch.as_tensor(ret.reshape(-1)[idx])
+
+        frac = max(0.0, 1.0 - self.updates / self.total_updates)
+        for group in self.optimizer.param_groups:
+            group["lr"] = args.learning_rate * frac
+        clip = args.clip_coef * frac
+        n = len(idx)
+        mb = max(1, -(-n // args.num_minibatches))
+        clipfracs, kls = [], []
+        for _ in range(args.update_epochs):
+            perm = torch.randperm(n, generator=self.generator)
+            for start in range(0, n, mb):
+                j = perm[start : start + mb]
+                dist = self.agent.dist(b_obs[j])
+                logratio = dist.log_prob(b_act[j]) - b_logp[j]
+                ratio = logratio.exp()
+                with torch.no_grad():
+                    kls.append(((ratio - 1) - logratio).mean().item())
+                    clipfracs.append(((ratio - 1.0).abs() > clip).float().mean().item())
+                a = b_adv[j]
+                if len(j) > 1:
+                    a = (a - a.mean()) / (a.std() + 1e-8)
+                pg_loss = torch.max(-a * ratio, -a * ratio.clamp(1 - clip, 1 + clip)).mean()
+                v_loss = 0.5 * ((self.agent.value(b_obs[j]) - b_ret[j]) ** 2).mean()
+                entropy = dist.entropy().mean()
+                loss = pg_loss - args.ent_coef * entropy + args.vf_coef * v_loss
+                self.optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(self.agent.parameters(), args.max_grad_norm)
+                self.optimizer.step()
+        self.updates += 1
+        self.stats = {
+            "approx_kl": float(np.mean(kls)),
+            "clipfrac": float(np.mean(clipfracs)),
+            "value_loss": float(v_loss.item()),
+            "learning_rate": args.learning_rate * frac,
+        }
+        return None
+
+
+# ---------------------------------------------------------------------------------------
+# Evaluation and the run
+
+
+class Evaluator:
+    """Greedy evaluation of published weights, every ``eval_every`` env steps and once
+    more on the final weights (called by the runtime once per statistics row)."""
+
+    def __init__(self, args: Args):
+        self.args = args
+        self.agent = Agent()
+        self.next_at = args.eval_every
+        self.version = -1  # weights version of the last evaluation
+
+    def evaluate(self, params: dict[str, np.ndarray]) -> float:
+        load_params(self.agent, params)
+
+        def act(obs: np.ndarray) -> int:
+            with torch.no_grad():
+                return int(self.agent.actor(torch.as_tensor(obs, dtype=torch.float32)).argmax())
+
+        return report.evaluate(make_eval_env, act, self.args.eval_episodes)
+
+    def on_stats(self, row: dict, weights: Any) -> dict | None:
+        steps = row["env_steps"]
+        due = steps >= self.next_at
+        final = steps >= self.args.total_steps and weights.version != self.version
+        if weights is None or not (due or final):
+            # Every row carries the columns (metrics.csv takes its header from the first).
+            return {"eval_return": None, "eval_version": None}
+        while self.next_at <= steps:
+            self.next_at += self.args.eval_every
+        self.version = weights.version
+        return {"eval_return": self.evaluate(weights.params), "eval_version": weights.version}
+
+
+def parse_args(argv: list[str] | None = None) -> Args:
+    """``Args`` from the command line (every field is a ``--flag``)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for f in fields(Args):
+        flag = "--" + f.name.replace("_", "-")
+        default = f.default
+        if isinstance(default, bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
+        else:
+            kind = type(default) if default is not None else str
+            parser.add_argument(flag, type=kind, default=default)
+    return Args(**vars(parser.parse_args(argv)))
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Train PPO on CartPole-v1 through a queue table; returns the run's summary.
+
+    The summary holds the keys of :func:`rlreplay.runtime.report.summarize` plus the
+    runtime's ``items_inserted`` / ``items_sampled`` (equal: each rollout is consumed
+    exactly once), the learner's ``items_repeated`` (0) and the configuration.
+    """
+    args = parse_args(argv)
+    torch.set_num_threads(1)
+    signature = rollout_signature(args.num_envs)
+    replay = rt.ReplaySpec(
+        signature=signature,
+        layout=rollout_layout(signature, args.num_steps),
+        adder=functools.partial(RolloutAdder, num_steps=args.num_steps),
+        max_size=args.num_actors,
+        on_policy=True,
+    )
+    config = rt.RuntimeConfig(
+        backend=args.backend,
+        num_actors=args.num_actors,
+        seed=args.seed,
+        batch_size=args.num_actors,  # one rollout of each actor per update
+        weight_sync_period=args.num_steps * args.num_envs,  # one rollout between syncs
+        max_policy_lag=0,  # each rollout is collected by the newest weights
+        prefetch=1,
+        progress=args.progress,
+        out_dir=args.out,
+        timeout_s=args.timeout_s,
+    )
+    learner = PpoLearner(args)
+    evaluator = Evaluator(args)
+    result = rt.run(
+        config,
+        make_env=functools.partial(make_env, num_envs=args.num_envs),
+        make_policy=PpoPolicy,
+        learner=learner,
+        replay=replay,
+        total_env_steps=args.total_steps,
+        on_stats=evaluator.on_stats,
+    )
+    rows = result.rows
+    if evaluator.version != learner_version(result):
+        # The final row came before the last publication: evaluate the final weights.
+        rows[-1]["eval_return"] = evaluator.evaluate(learner.params())
+    summary = report.summarize(rows, args.target, None)
+    summary.update(
+        updates=result.summary["updates"],
+        items_inserted=result.summary["items_inserted"],
+        items_sampled=result.summary["items_sampled"],
+        items_repeated=learner.items_repeated,
+        backend=args.backend,
+        config=asdict(args),
+    )
+    if args.out is not None:
+        report.write_outputs(args.out, rows, summary)
+    return summary
+
+
+def learner_version(result: Any) -> int:
+    """The version of the weights the run ended with."""
+    return int(result.summary["weight_version"])
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(), indent=2))
