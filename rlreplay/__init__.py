@@ -13,6 +13,7 @@ from rlreplay.core.table import Table, TableInfo
 from rlreplay.errors import (
     AddressInUseError,
     ClosedError,
+    ComponentFailedError,
     DeadlockError,
     EmptyTableError,
     InvalidArgumentError,
@@ -53,6 +54,7 @@ __all__ = [
     "AddressInUseError",
     "Client",
     "ClosedError",
+    "ComponentFailedError",
     "DeadlockError",
     "EmptyTableError",
     "EpisodeAdder",

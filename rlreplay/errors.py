@@ -128,3 +128,14 @@ class ResourceLimitError(ReplayError):
     Read outstanding replies (or wait for parked calls) before sending more requests,
     or raise the server's limit.
     """
+
+
+class ComponentFailedError(ReplayError):
+    """A part of a training run (an actor, the learner, the replay server) failed: it
+    raised, or its process died. ``component`` names it ("actor 2", "learner"); the
+    original exception, when there is one, is the ``__cause__``. Every other part of the
+    run was stopped before this was raised."""
+
+    def __init__(self, component: str, message: str):
+        super().__init__(f"{component} failed: {message}")
+        self.component = component

@@ -1,0 +1,38 @@
+"""Actors and learners that meet only through replay.
+
+Actors step vector envs with a batched policy and write through an adder; the learner
+samples a prefetching iterator, runs the user's update and publishes versioned weights;
+the table's rate limiter alone holds the ratio of samples to inserts. Backends (``inline``,
+``threads``, ``processes``) are chosen by :class:`RuntimeConfig`, not by code changes.
+
+Example:
+    >>> import rlreplay.runtime as rt
+    >>> config = rt.RuntimeConfig(backend="threads", updates_per_env_step=0.25)
+    >>> result = rt.run(config, make_env=make_env, make_policy=QPolicy,   # doctest: +SKIP
+    ...                 learner=learner, replay=replay, total_env_steps=50_000)
+"""
+
+from rlreplay.errors import ComponentFailedError
+from rlreplay.runtime.actor import Actor, ActorRecipe, Policy
+from rlreplay.runtime.config import POLICY_VERSION, ReplaySpec, RuntimeConfig, build_table
+from rlreplay.runtime.learner import Learner, LearnerLogic
+from rlreplay.runtime.run import RunResult, run
+from rlreplay.runtime.weights import RemoteWeights, Weights, WeightsSnapshot
+
+__all__ = [
+    "POLICY_VERSION",
+    "Actor",
+    "ActorRecipe",
+    "ComponentFailedError",
+    "Learner",
+    "LearnerLogic",
+    "Policy",
+    "RemoteWeights",
+    "ReplaySpec",
+    "RunResult",
+    "RuntimeConfig",
+    "Weights",
+    "WeightsSnapshot",
+    "build_table",
+    "run",
+]

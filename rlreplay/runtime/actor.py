@@ -1,0 +1,271 @@
+"""The actor: one vector env, one batched policy call per vector step, one adder.
+
+The actor keeps its env's state between calls (collecting N steps never resets an episode
+half-way), pulls new weights every ``weight_sync_period`` env steps and stamps every step
+it writes with the version of the weights that chose its action, so a learner can measure
+policy lag from its samples. What it writes is held back only by the table's rate limiter:
+a blocked write is retried in short slices, so a stop request is noticed and the time spent
+blocked is counted.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from rlreplay.errors import ClosedError, InvalidArgumentError, ReplayTimeoutError, describe
+from rlreplay.runtime.config import POLICY_VERSION, RuntimeConfig
+
+# Slots of an actor's counters array (a plain array in threads, shared memory across
+# processes): read by the statistics, written only by the actor.
+ENV_STEPS, BLOCKED_S, SYNCS, VERSION, EPISODES, RETURN_SUM = range(6)
+NUM_COUNTERS = 6
+# Outside the inline backend an adder waits at most this long per call, then the actor
+# checks for a stop request and hands the rest over again.
+WRITE_SLICE_S = 0.25
+
+
+def adder_timeout(config: RuntimeConfig) -> float:
+    """The ``timeout`` an actor's adder is built with: a slice outside the inline backend
+    (where nothing else can unblock it, a blocked write is a deadlock after timeout_s)."""
+    return config.timeout_s if config.backend == "inline" else WRITE_SLICE_S
+
+
+class Policy(Protocol):
+    """What an actor acts with; built in the actor by ``make_policy(index, num_actors, seed)``."""
+
+    def set_params(self, params: dict[str, np.ndarray]) -> None:
+        """Load newly published weights."""
+
+    def __call__(self, obs: np.ndarray, env_steps: int) -> Any:
+        """Actions for a batch of observations, or ``(actions, extras)`` where ``extras``
+        holds per-env arrays of the signature's other extra fields. ``env_steps`` is the
+        actor's env steps so far (for exploration schedules)."""
+
+
+class Actor:
+    """Steps ``env`` with ``policy`` and writes through ``adder``.
+
+    Args:
+        index: this actor's number (in error messages and seeds).
+        env: a gymnasium vector env (either autoreset mode the adder accepts).
+        policy: a :class:`Policy`.
+        adder: the adder to write through (its ``num_envs`` matches the env's).
+        weights: where weights come from (``latest()``, ``wait_for(version, timeout)``).
+        config: the run's configuration (sync period, lag bound, seeds, timeouts).
+        quota: env steps this actor takes in all (rounded up to whole vector steps).
+        counters: float64 array of ``NUM_COUNTERS`` slots this actor writes.
+        stop: set to make :meth:`run` return at the next step.
+
+    Raises:
+        InvalidArgumentError: if the env is not a vector env.
+    """
+
+    def __init__(
+        self,
+        index: int,
+        env: Any,
+        policy: Policy,
+        adder: Any,
+        weights: Any,
+        config: RuntimeConfig,
+        quota: int,
+        counters: np.ndarray,
+        stop: threading.Event | Any,
+    ):
+        num_envs = getattr(env, "num_envs", None)
+        if not isinstance(num_envs, int) or num_envs < 1:
+            raise InvalidArgumentError(
+                f"make_env returned {describe(env)}, which is not a vector env (no num_envs); "
+                "return gym.make_vec(...) or a gymnasium.vector env"
+            )
+        self.index = index
+        self.env = env
+        self.num_envs = num_envs
+        self.policy = policy
+        self.adder = adder
+        self.weights = weights
+        self.config = config
+        self.quota = quota
+        self.counters = counters
+        self.stop = stop
+        self.version = -1
+        self._obs: Any = None
+        self._returns = np.zeros(num_envs)
+        self._since_sync = 0
+
+    @property
+    def env_steps(self) -> int:
+        return int(self.counters[ENV_STEPS])
+
+    @property
+    def done(self) -> bool:
+        """True once the quota is reached."""
+        return self.env_steps >= self.quota
+
+    def start(self) -> None:
+        """Reset the env (seeded) and the adder, and load the first weights.
+
+        Raises:
+            ReplayTimeoutError: if no weights are published within ``timeout_s``.
+        """
+        obs, _ = self.env.reset(seed=self.config.actor_seed(self.index))
+        self._obs = obs
+        self.adder.reset(obs)
+        self._load(self.weights.wait_for(0, self.config.timeout_s))
+
+    def _load(self, snapshot: Any) -> None:
+        self.policy.set_params(dict(snapshot.params))
+        self.version = snapshot.version
+        self.counters[VERSION] = snapshot.version
+        self.counters[SYNCS] += 1
+        self._since_sync = 0
+
+    def needs_newer_weights(self) -> bool:
+        """True when the lag bound makes the next step wait for a newer version."""
+        lag = self.config.max_policy_lag
+        if lag is None or self._since_sync < self.config.weight_sync_period:
+            return False
+        latest = self.weights.latest()
+        return latest is None or latest.version < self.version + 1 - lag
+
+    def ready(self) -> bool:
+        """False when the lag bound makes the next step wait for newer weights; the
+        adder is flushed then, so the learner has the data it needs to publish them."""
+        if not self.needs_newer_weights():
+            return True
+        self._write(self.adder.flush)
+        return False
+
+    def sync(self) -> None:
+        """Pull the newest weights; with ``max_policy_lag`` wait (flushing the adder first,
+        so the learner has the data it needs to publish) for a version recent enough.
+
+        Raises:
+            ReplayTimeoutError: if the needed version does not come within ``timeout_s``.
+        """
+        lag = self.config.max_policy_lag
+        if lag is None:
+            latest = self.weights.latest()
+        else:
+            self._write(self.adder.flush)
+            start = time.monotonic()
+            latest = self.weights.wait_for(self.version + 1 - lag, self.config.timeout_s)
+            self.counters[BLOCKED_S] += time.monotonic() - start
+        if latest is not None and latest.version != self.version:
+            self._load(latest)
+        else:
+            self._since_sync = 0
+
+    def step(self) -> None:
+        """One vector step: act, step the env, write the step.
+
+        Raises:
+            RateLimiterTimeoutError: if the table kept the write blocked ``timeout_s``.
+        """
+        if self._since_sync >= self.config.weight_sync_period:
+            self.sync()
+        out = self.policy(self._obs, self.env_steps)
+        action, extras = out if isinstance(out, tuple) else (out, {})
+        next_obs, reward, terminated, truncated, info = self.env.step(action)
+        extras = {**extras, POLICY_VERSION: np.full(self.num_envs, self.version, np.int64)}
+        self._write(
+            lambda: self.adder.add(action, reward, next_obs, terminated, truncated, info,
+                                   extras=extras)
+        )
+        self._returns += reward
+        ended = np.logical_or(terminated, truncated)
+        if ended.any():
+            self.counters[EPISODES] += int(ended.sum())
+            self.counters[RETURN_SUM] += float(self._returns[ended].sum())
+            self._returns[ended] = 0.0
+        self._obs = next_obs
+        self.counters[ENV_STEPS] += self.num_envs
+        self._since_sync += self.num_envs
+
+    def finish(self) -> None:
+        """End open episodes (as truncated) and hand every buffered step over."""
+        self._write(self.adder.close, retry=self.adder.close)
+
+    def _write(self, call: Callable[[], None], retry: Callable[[], None] | None = None) -> None:
+        """Run an adder call; when the table blocks it, hand the rest over in slices
+        (``retry``, default ``adder.flush``: the adder was built with a short timeout
+        outside the inline backend) so stop requests are noticed, up to ``timeout_s``."""
+        start = time.monotonic()
+        retry = retry or self.adder.flush
+        try:
+            call()
+            return
+        except ReplayTimeoutError:
+            pass
+        while True:
+            waited = time.monotonic() - start
+            if self.stop.is_set():
+                self.counters[BLOCKED_S] += waited
+                raise ClosedError("the run stopped while the actor's write was blocked")
+            if waited > self.config.timeout_s:
+                self.counters[BLOCKED_S] += waited
+                raise ReplayTimeoutError(
+                    f"the table kept actor {self.index}'s writes blocked for {waited:.1f}s "
+                    f"(timeout_s={self.config.timeout_s}); the learner is not sampling"
+                )
+            try:
+                retry()
+                self.counters[BLOCKED_S] += time.monotonic() - start
+                return
+            except ReplayTimeoutError:
+                continue
+
+    def run(self) -> None:
+        """Start, then step until the quota is reached or ``stop`` is set; then close
+        the adder (open episodes end as truncated) and the env."""
+        try:
+            self.start()
+            while not self.done and not self.stop.is_set():
+                self.step()
+            if not self.stop.is_set():
+                self.finish()
+        finally:
+            self.env.close()
+
+
+def actor_quota(total_env_steps: int, num_actors: int) -> int:
+    """Env steps each actor takes: an equal share of the total, rounded up."""
+    return -(-total_env_steps // num_actors)
+
+
+@dataclass
+class ActorRecipe:
+    """Everything an actor is built from; picklable when its callables are (module-level
+    functions and classes), so the processes backend can send it to a new process."""
+
+    config: RuntimeConfig
+    make_env: Callable[[int], Any]
+    make_policy: Callable[[int, int, int], Policy]
+    adder: Callable[..., Any]
+    quota: int
+
+    def build(
+        self, index: int, writer: Any, weights: Any, counters: np.ndarray, stop: Any
+    ) -> Actor:
+        """Actor ``index`` writing through ``writer`` (a table, or a remote writer).
+
+        Raises:
+            InvalidArgumentError: if ``make_env`` does not return a vector env.
+        """
+        config = self.config
+        seed = config.actor_seed(index)
+        env = self.make_env(seed)
+        try:
+            policy = self.make_policy(index, config.num_actors, seed)
+            num_envs = getattr(env, "num_envs", None)
+            adder = self.adder(writer, num_envs=num_envs, timeout=adder_timeout(config))
+            return Actor(index, env, policy, adder, weights, config, self.quota, counters, stop)
+        except BaseException:
+            env.close()
+            raise

@@ -1,0 +1,191 @@
+"""Where actors run: threads of this process, or processes talking to a replay server.
+
+Both groups have the same small interface, which is all a driver (and a future backend,
+such as Ray's) needs: ``start()``, ``counters()`` (``[num_actors, NUM_COUNTERS]``, each row
+written only by its actor), ``done()`` (every actor reached its quota), ``check()``
+(raises :class:`~rlreplay.errors.ComponentFailedError` for an actor that raised or whose
+process died) and ``stop(timeout)`` (nothing is left running when it returns).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import pickle
+import queue
+import signal
+import threading
+import traceback
+from typing import Any
+
+import numpy as np
+
+from rlreplay.errors import ClosedError, ComponentFailedError, InvalidArgumentError
+from rlreplay.runtime.actor import NUM_COUNTERS, ActorRecipe
+
+# Steps of history a remote writer keeps for the adder at most (long rollouts fit).
+_MAX_HISTORY = 4096
+
+
+class ThreadActors:
+    """Actors as threads writing straight into the table."""
+
+    def __init__(self, recipe: ActorRecipe, table: Any, weights: Any, stop: threading.Event):
+        self.recipe = recipe
+        self.table = table
+        self.weights = weights
+        self._stop = stop
+        n = recipe.config.num_actors
+        self._counters = np.zeros((n, NUM_COUNTERS))
+        self._threads: list[threading.Thread] = []
+        self._errors: dict[int, BaseException] = {}
+        self._finished: set[int] = set()
+
+    def start(self) -> None:
+        for i in range(self.recipe.config.num_actors):
+            thread = threading.Thread(
+                target=self._run, args=(i,), name=f"rlreplay-actor-{i}", daemon=True
+            )
+            self._threads.append(thread)
+            thread.start()
+
+    def _run(self, index: int) -> None:
+        try:
+            actor = self.recipe.build(
+                index, self.table, self.weights, self._counters[index], self._stop
+            )
+            actor.run()
+            self._finished.add(index)
+        except ClosedError:
+            if not self._stop.is_set():
+                self._errors[index] = ClosedError("the table or weights closed under the actor")
+        except BaseException as error:  # reported by check() in the driver
+            self._errors[index] = error
+
+    def counters(self) -> np.ndarray:
+        return self._counters
+
+    def done(self) -> bool:
+        return len(self._finished) == self.recipe.config.num_actors
+
+    def check(self) -> None:
+        for index, error in sorted(self._errors.items()):
+            raise ComponentFailedError(
+                f"actor {index}", f"{type(error).__name__}: {error}"
+            ) from error
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout)
+
+
+def _actor_process(
+    index: int, recipe: ActorRecipe, address: str, table: str, raw: Any, stop: Any, errors: Any
+) -> None:
+    """Body of one actor process: a client, a remote writer and weights, the actor loop."""
+    from rlreplay.net.client import Client
+    from rlreplay.runtime.weights import RemoteWeights
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver stops actors through `stop`
+    counters = np.frombuffer(raw, dtype=np.float64).reshape(-1, NUM_COUNTERS)[index]
+    try:
+        client = Client(address)
+        capacity = client.describe(table)["store_capacity"]
+        history = max(1, min(_MAX_HISTORY, capacity // 4))
+        writer = client.trajectory_writer(table, history=history)
+        actor = recipe.build(index, writer, RemoteWeights(client), counters, stop)
+        actor.run()
+    except ClosedError:
+        if not stop.is_set():
+            errors.put((index, traceback.format_exc()))
+            raise SystemExit(1) from None
+    except BaseException:
+        if not stop.is_set():
+            errors.put((index, traceback.format_exc()))
+        raise SystemExit(1) from None
+
+
+class ProcessActors:
+    """Actors as processes (spawned, so no lock or thread is inherited) that write and
+    pull weights through the replay server at ``address``."""
+
+    def __init__(self, recipe: ActorRecipe, address: str, table: str):
+        try:
+            pickle.dumps(recipe)
+        except Exception as exc:
+            raise InvalidArgumentError(
+                f"the processes backend sends make_env, make_policy and the adder factory to "
+                f"new processes, but they cannot be pickled ({exc}); define them at module "
+                "level (not as lambdas or local functions), or use backend='threads'"
+            ) from exc
+        self.recipe = recipe
+        self.address = address
+        self.table = table
+        self._ctx = mp.get_context("spawn")
+        n = recipe.config.num_actors
+        self._raw = self._ctx.RawArray("d", n * NUM_COUNTERS)
+        self._counters = np.frombuffer(self._raw, dtype=np.float64).reshape(n, NUM_COUNTERS)
+        self._stop = self._ctx.Event()
+        self._errors = self._ctx.Queue()
+        self._procs: list[Any] = []
+
+    def start(self) -> None:
+        for i in range(self.recipe.config.num_actors):
+            proc = self._ctx.Process(
+                target=_actor_process,
+                args=(i, self.recipe, self.address, self.table, self._raw, self._stop,
+                      self._errors),
+                name=f"rlreplay-actor-{i}",
+                daemon=True,
+            )
+            proc.start()
+            self._procs.append(proc)
+
+    def counters(self) -> np.ndarray:
+        return self._counters
+
+    def done(self) -> bool:
+        return bool(self._procs) and all(
+            p.exitcode == 0 and self._counters[i, 0] >= self.recipe.quota
+            for i, p in enumerate(self._procs)
+        )
+
+    def check(self) -> None:
+        try:
+            index, text = self._errors.get_nowait()
+        except queue.Empty:
+            pass
+        else:
+            last = text.strip().splitlines()[-1] if text.strip() else "no message"
+            raise ComponentFailedError(
+                f"actor {index}", f"{last} (pid {self._procs[index].pid})\n{text}"
+            )
+        for index, proc in enumerate(self._procs):
+            code = proc.exitcode
+            if code is None or self._stop.is_set():
+                continue
+            if code != 0 or self._counters[index, 0] < self.recipe.quota:
+                try:  # the traceback may still be on its way
+                    index, text = self._errors.get(timeout=0.5)
+                except queue.Empty:
+                    pass
+                else:
+                    raise ComponentFailedError(f"actor {index}", f"(pid {proc.pid})\n{text}")
+                how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+                raise ComponentFailedError(
+                    f"actor {index}",
+                    f"its process (pid {proc.pid}) ended ({how}) after "
+                    f"{int(self._counters[index, 0])} of {self.recipe.quota} env steps",
+                )
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        for proc in self._procs:
+            proc.join(timeout)
+        for proc in self._procs:
+            if proc.is_alive():
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.join(1.0)
+        self._errors.close()
+        self._errors.join_thread()

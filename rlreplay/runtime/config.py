@@ -1,0 +1,230 @@
+"""What a run is: the replay table it meets through and the knobs of its loops.
+
+:class:`ReplaySpec` describes the table (signature, item layout, selectors, the adder that
+fills it); :class:`RuntimeConfig` holds the loop's knobs in the algorithm's words
+(``samples_per_insert``, ``min_size_to_sample``, ``weight_sync_period`` in env steps).
+:func:`build_table` turns the two into the one :class:`~rlreplay.Table` every backend
+uses, with the rate limiter that holds the ratio: the loops themselves never count.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rlreplay.core.layout import ItemLayout
+from rlreplay.core.rate_limiters import SampleToInsertRatio
+from rlreplay.core.selectors import Fifo, Selector, Uniform
+from rlreplay.core.specs import Signature
+from rlreplay.core.table import Table
+from rlreplay.errors import InvalidArgumentError, describe
+
+BACKENDS = ("inline", "threads", "processes")
+POLICY_VERSION = "policy_version"
+# Rows an adder appends per environment in one chunk at most (its default chunk_length):
+# one insert may create that many items at once, so the limiter's buffer must admit them.
+ITEMS_PER_INSERT = 64
+
+
+@dataclass
+class ReplaySpec:
+    """The replay table actors write to and the learner samples.
+
+    Args:
+        signature: stored step signature; must hold ``policy_version`` (int64), which the
+            actor fills with the version of the weights that chose each action.
+        layout: item layout (what one sampled item reads), e.g.
+            ``NStepTransitionAdder.layout(signature, n=3)``.
+        adder: picklable factory called as ``adder(writer, num_envs=N)`` in each actor,
+            returning an adder (``reset``, ``add``, ``flush``, ``close``), e.g.
+            ``functools.partial(NStepTransitionAdder, n=3, discount=0.99)``.
+        max_size: most items the table holds (the oldest are removed first).
+        sampler: how items are drawn (default :class:`~rlreplay.Uniform`).
+        on_policy: a queue table: every item is sampled exactly once, in order, and the
+            ratio knobs of :class:`RuntimeConfig` are not used.
+        name: the table's name (also on the server).
+
+    Raises:
+        InvalidArgumentError: for a signature without an int64 ``policy_version``, an
+            adder that is not callable, or a bad ``max_size``.
+    """
+
+    signature: Any
+    layout: ItemLayout | None
+    adder: Callable[..., Any]
+    max_size: int
+    sampler: Selector | None = None
+    on_policy: bool = False
+    name: str = "replay"
+
+    def __post_init__(self) -> None:
+        self.signature = Signature(self.signature)
+        sig = self.signature
+        spec = sig[POLICY_VERSION] if POLICY_VERSION in sig else None
+        if spec is None or spec.shape != () or spec.dtype.kind not in "iu":
+            raise InvalidArgumentError(
+                f"signature has no integer scalar {POLICY_VERSION!r} field (paths: "
+                f"{list(self.signature.paths)}); add extras={{'{POLICY_VERSION}': 'int64'}} "
+                "to the adder's signature so every step records the weights that chose it"
+            )
+        if not callable(self.adder):
+            raise InvalidArgumentError(
+                f"adder={describe(self.adder)} must be a callable adder(writer, num_envs=N), "
+                "e.g. functools.partial(NStepTransitionAdder, n=3, discount=0.99)"
+            )
+        size = self.max_size
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise InvalidArgumentError(f"max_size={describe(self.max_size)} must be an int >= 1")
+
+
+def _positive(name: str, value: Any, *, integer: bool = False, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not value > 0:
+        what = "an int >= 1" if integer else "a number > 0"
+        raise InvalidArgumentError(f"{name}={describe(value)} must be {what}")
+
+
+@dataclass
+class RuntimeConfig:
+    """Knobs of a run, named for what they mean to the algorithm.
+
+    Args:
+        backend: ``"inline"`` (one thread; actor and learner alternate as the limiter
+            allows, so a seeded run is exactly reproducible), ``"threads"`` (actors and
+            learner in threads of this process) or ``"processes"`` (a replay server on
+            loopback, actors as processes).
+        num_actors: actors, each with its own vector env and seed.
+        seed: base seed; actor ``i`` uses ``seed + 1000 * (i + 1)``.
+        batch_size: items per learner batch.
+        samples_per_insert: sampled items per inserted item, held by the table's
+            :func:`~rlreplay.SampleToInsertRatio` limiter.
+        updates_per_env_step: the same ratio in learner updates per env step (one item
+            per env step): ``samples_per_insert = updates_per_env_step * batch_size``.
+            Give exactly one of the two (off-policy runs).
+        min_size_to_sample: items the table must hold before the first sample.
+        error_buffer: how far ``samples - inserts * samples_per_insert`` may wander before
+            a side blocks (``None``: large enough that neither side can deadlock).
+        weight_sync_period: env steps an actor takes (summed over its envs) between
+            pulls of new weights.
+        publish_every: learner updates between weight publications.
+        prefetch: batches the learner's iterator keeps ready (threads, processes).
+        max_policy_lag: ``None``, or how many newer weight versions an actor may act with
+            stale weights: ``0`` makes each sync period wait for weights newer than the
+            ones it used (on-policy training).
+        stats_every_s: seconds between statistics rows.
+        progress: show a progress bar (tqdm when installed, else one line per row).
+        out_dir: where ``metrics.csv`` (and TensorBoard events, when installed) go.
+        timeout_s: the longest any component waits before the run fails with an error
+            saying which and why.
+
+    Raises:
+        InvalidArgumentError: for an unknown backend, a bad number, or a ratio given
+            both ways (or neither way for an off-policy table).
+    """
+
+    backend: str = "threads"
+    num_actors: int = 1
+    seed: int = 0
+    batch_size: int = 64
+    samples_per_insert: float | None = None
+    updates_per_env_step: float | None = None
+    min_size_to_sample: int = 1_000
+    error_buffer: float | None = None
+    weight_sync_period: int = 100
+    publish_every: int = 1
+    prefetch: int = 2
+    max_policy_lag: int | None = None
+    stats_every_s: float = 1.0
+    progress: bool = True
+    out_dir: str | None = None
+    timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise InvalidArgumentError(
+                f"backend={describe(self.backend)} is unknown; choose one of {BACKENDS}"
+            )
+        for name in ("num_actors", "batch_size", "min_size_to_sample", "weight_sync_period",
+                     "publish_every", "prefetch"):
+            _positive(name, getattr(self, name), integer=True)
+        for name in ("stats_every_s", "timeout_s"):
+            _positive(name, getattr(self, name))
+        _positive("samples_per_insert", self.samples_per_insert, allow_none=True)
+        _positive("updates_per_env_step", self.updates_per_env_step, allow_none=True)
+        _positive("error_buffer", self.error_buffer, allow_none=True)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise InvalidArgumentError(f"seed={describe(self.seed)} must be an int >= 0")
+        if self.max_policy_lag is not None and (
+            isinstance(self.max_policy_lag, bool)
+            or not isinstance(self.max_policy_lag, int)
+            or self.max_policy_lag < 0
+        ):
+            raise InvalidArgumentError(
+                f"max_policy_lag={describe(self.max_policy_lag)} must be None or an int >= 0"
+            )
+        if self.samples_per_insert is not None and self.updates_per_env_step is not None:
+            raise InvalidArgumentError(
+                f"samples_per_insert={self.samples_per_insert} and updates_per_env_step="
+                f"{self.updates_per_env_step} both set the ratio; give one of them"
+            )
+
+    @property
+    def ratio(self) -> float | None:
+        """Target sampled items per inserted item (``None``: not set)."""
+        if self.updates_per_env_step is not None:
+            return self.updates_per_env_step * self.batch_size
+        return self.samples_per_insert
+
+    def actor_seed(self, index: int) -> int:
+        """Seed of actor ``index``: its env, its policy's random generator."""
+        return self.seed + 1000 * (index + 1)
+
+    def limiter_buffer(self) -> float:
+        """The limiter's ``error_buffer``: given, or room for one adder chunk of items and
+        the learner's prefetched batches on either side, so no side can deadlock."""
+        if self.error_buffer is not None:
+            return float(self.error_buffer)
+        ratio = self.ratio or 1.0
+        return float(max(ratio * ITEMS_PER_INSERT, self.batch_size * (self.prefetch + 1), 1.0))
+
+
+def build_table(config: RuntimeConfig, replay: ReplaySpec) -> Table:
+    """The run's table: a queue for on-policy runs, else ``replay.sampler`` with a
+    :func:`~rlreplay.SampleToInsertRatio` limiter at ``config.ratio``.
+
+    Raises:
+        InvalidArgumentError: for an off-policy run without a ratio, or a table the
+            replay spec cannot build (bad layout, sizes).
+    """
+    if replay.on_policy:
+        size = max(replay.max_size, config.batch_size)
+        return Table.queue(
+            replay.name, size, signature=replay.signature, layout=replay.layout,
+            seed=config.seed,
+        )
+    ratio = config.ratio
+    if ratio is None:
+        raise InvalidArgumentError(
+            "RuntimeConfig sets no ratio for an off-policy table; give samples_per_insert "
+            "(sampled items per inserted item) or updates_per_env_step (e.g. 0.25)"
+        )
+    span = replay.layout.span if replay.layout is not None else 1
+    capacity = replay.max_size + span + config.num_actors * (2 * ITEMS_PER_INSERT + span) * 16
+    limiter = SampleToInsertRatio(
+        ratio, min_size_to_sample=config.min_size_to_sample, error_buffer=config.limiter_buffer()
+    )
+    return Table(
+        replay.name,
+        signature=replay.signature,
+        capacity=math.ceil(capacity),
+        layout=replay.layout,
+        sampler=replay.sampler or Uniform(),
+        remover=Fifo(),
+        max_size=replay.max_size,
+        rate_limiter=limiter,
+        seed=config.seed,
+    )

@@ -1,0 +1,90 @@
+"""The inline backend: actors and learner take turns in one thread.
+
+The rule is the rate limiter's: whenever the table allows a sample, the learner takes one
+batch; otherwise the actor with the fewest env steps takes one vector step. Nothing
+depends on timing, so a seeded run is exactly reproducible: the same seeds give the same
+batches, the same updates and the same weights, step for step. With ``max_policy_lag``,
+an actor that needs newer weights hands its data over and waits its turn; when neither
+side can move the run raises instead of hanging.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rlreplay.core.table import Table
+from rlreplay.errors import ComponentFailedError, DeadlockError, ReplayError
+from rlreplay.runtime.actor import NUM_COUNTERS, Actor, ActorRecipe
+from rlreplay.runtime.config import RuntimeConfig
+from rlreplay.runtime.learner import Learner
+from rlreplay.runtime.reporter import OnStats, Reporter
+
+
+class _NeverStop:
+    @staticmethod
+    def is_set() -> bool:
+        return False
+
+
+def _failed(component: str, error: BaseException) -> ComponentFailedError:
+    failure = ComponentFailedError(component, f"{type(error).__name__}: {error}")
+    failure.__cause__ = error
+    return failure
+
+
+def run_inline(
+    config: RuntimeConfig, recipe: ActorRecipe, table: Table, learner: Learner,
+    total_env_steps: int, on_stats: OnStats | None, max_updates: int | None,
+):
+    """Run to completion in this thread; returns a :class:`~rlreplay.runtime.run.RunResult`.
+
+    Raises:
+        ComponentFailedError: when an actor or the learner raised.
+        DeadlockError: when no actor may step and the table allows no sample.
+    """
+    from rlreplay.runtime.run import RunResult
+
+    counters = np.zeros((config.num_actors, NUM_COUNTERS))
+    actors: list[Actor] = []
+    reporter = Reporter(config, table, learner, lambda: counters, total_env_steps, on_stats)
+    try:
+        for i in range(config.num_actors):
+            try:
+                actor = recipe.build(i, table, learner.weights, counters[i], _NeverStop())
+                actors.append(actor)
+                actor.start()
+            except ReplayError as error:
+                raise _failed(f"actor {i}", error) from error
+        batch = config.batch_size
+        while max_updates is None or learner.updates < max_updates:
+            if table.can_sample(batch):
+                try:
+                    learner.update(table.sample(batch, timeout=config.timeout_s))
+                except Exception as error:
+                    raise _failed("learner", error) from error
+            else:
+                ready = [a for a in actors if not a.done and a.ready()]
+                if not ready:
+                    if all(a.done for a in actors):
+                        break
+                    raise DeadlockError(
+                        "the inline run can make no progress: the table allows no sample of "
+                        f"{batch} ({table.info().to_dict()}) and every actor waits for newer "
+                        "weights; raise max_policy_lag or make each sync period yield a batch"
+                    )
+                actor = min(ready, key=lambda a: a.env_steps)
+                try:
+                    actor.step()
+                    if actor.done:
+                        actor.finish()
+                except Exception as error:
+                    raise _failed(f"actor {actor.index}", error) from error
+            if reporter.due():
+                reporter.emit()
+        learner.close()
+        reporter.emit()
+        return RunResult(reporter.rows, reporter.summary(table), table)
+    finally:
+        for actor in actors:
+            actor.env.close()
+        reporter.close()

@@ -1,0 +1,204 @@
+"""The learner: the user's update on each batch, priorities back, weights out.
+
+The learner owns the update count and the weights version. It publishes weights every
+``publish_every`` updates (version 0 before any actor starts), sends the priorities the
+update returns through a :class:`PrioritySender` (a background thread outside the inline
+backend, so the next update never waits for them) and measures policy lag from the
+``policy_version`` column of every batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+
+from rlreplay.core.sample import Sample
+from rlreplay.errors import InvalidArgumentError, ReplayTimeoutError, describe
+from rlreplay.iterators import ReplayIterator
+from rlreplay.runtime.config import POLICY_VERSION, RuntimeConfig
+
+
+class LearnerLogic(Protocol):
+    """What the user's learner provides."""
+
+    def update(self, batch: Sample) -> np.ndarray | None:
+        """One update on ``batch``; returns new priorities for ``batch.info.keys`` or None."""
+
+    def params(self) -> dict[str, np.ndarray]:
+        """Numpy copies of the weights the actors should act with."""
+
+
+class PrioritySender:
+    """Applies priority updates to the table, in a background thread when ``background``.
+
+    A failed update is re-raised by the next :meth:`send` or by :meth:`close`.
+    """
+
+    def __init__(self, table: Any, background: bool):
+        self.table = table
+        self._queue: queue.Queue | None = None
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        if background:
+            self._queue = queue.Queue(maxsize=64)
+            self._thread = threading.Thread(
+                target=self._run, name="rlreplay-priorities", daemon=True
+            )
+            self._thread.start()
+
+    def _run(self) -> None:
+        assert self._queue is not None
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            try:
+                self.table.update_priorities(*job)
+            except BaseException as error:  # re-raised in the learner's thread
+                self._error = error
+                return
+
+    def send(self, keys: np.ndarray, priorities: np.ndarray) -> None:
+        """Queue (or apply) one update.
+
+        Raises:
+            ReplayError: the error a previous background update raised.
+        """
+        if self._error is not None:
+            raise self._error
+        if self._queue is None:
+            self.table.update_priorities(keys, priorities)
+        else:
+            self._queue.put((keys, priorities), timeout=60.0)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Apply what is queued and stop the thread."""
+        if self._queue is not None and self._thread is not None and self._thread.is_alive():
+            with contextlib.suppress(queue.Full):
+                self._queue.put(None, timeout=timeout)
+            self._thread.join(timeout)
+        if self._error is not None:
+            raise self._error
+
+
+class Learner:
+    """Feeds batches to ``logic.update`` and publishes its weights.
+
+    Args:
+        logic: the user's :class:`LearnerLogic`.
+        table: where priorities go (``update_priorities(keys, priorities)``).
+        weights: the publisher (``publish(params) -> snapshot``).
+        config: the run's configuration.
+
+    Raises:
+        InvalidArgumentError: if ``logic`` lacks ``update`` or ``params``.
+    """
+
+    def __init__(self, logic: LearnerLogic, table: Any, weights: Any, config: RuntimeConfig):
+        for name in ("update", "params"):
+            if not callable(getattr(logic, name, None)):
+                raise InvalidArgumentError(
+                    f"learner={describe(logic)} has no {name}() method; a learner provides "
+                    "update(batch) -> priorities | None and params() -> dict of arrays"
+                )
+        self.logic = logic
+        self.table = table
+        self.weights = weights
+        self.config = config
+        self.updates = 0
+        self.version = -1
+        self.wait_s = 0.0
+        self.update_s = 0.0
+        self._priorities = PrioritySender(table, background=config.backend != "inline")
+        self._lag_lock = threading.Lock()
+        self._lags: list[np.ndarray] = []
+        self.lag_sum = 0.0
+        self.lag_count = 0
+
+    def publish(self) -> None:
+        """Publish the current weights as the next version."""
+        self.version = self.weights.publish(self.logic.params()).version
+
+    def update(self, batch: Sample) -> None:
+        """One update on ``batch``: priorities sent, lag recorded, weights published
+        every ``publish_every`` updates.
+
+        Raises:
+            InvalidArgumentError: if the update returned priorities of the wrong shape.
+        """
+        versions = batch.data.get(POLICY_VERSION)
+        start = time.monotonic()
+        priorities = self.logic.update(batch)
+        self.update_s += time.monotonic() - start
+        if priorities is not None:
+            keys = batch.info.keys
+            priorities = np.asarray(priorities, dtype=np.float64).reshape(-1)
+            if priorities.shape != keys.shape:
+                raise InvalidArgumentError(
+                    f"update() returned {priorities.shape[0]} priorities for a batch of "
+                    f"{keys.shape[0]} items; return one per item (or None)"
+                )
+            self._priorities.send(keys, priorities)
+        if versions is not None:
+            lag = self.version - np.asarray(versions).reshape(len(batch.info.keys), -1)[:, 0]
+            with self._lag_lock:
+                self._lags.append(lag)
+                self.lag_sum += float(lag.sum())
+                self.lag_count += lag.size
+        self.updates += 1
+        if self.updates % self.config.publish_every == 0:
+            self.publish()
+
+    def take_lags(self) -> np.ndarray:
+        """Policy lags of the items learned from since the last call."""
+        with self._lag_lock:
+            lags, self._lags = self._lags, []
+        return np.concatenate(lags) if lags else np.zeros(0)
+
+    def close(self) -> None:
+        """Apply queued priority updates.
+
+        Raises:
+            ReplayError: the error a background priority update raised.
+        """
+        self._priorities.close()
+
+    def run(
+        self, done: Callable[[], bool], stop: threading.Event, max_updates: int | None
+    ) -> None:
+        """Learn from a prefetching iterator until ``stop``, ``max_updates``, or ``done()``
+        (the actors finished) and no batch is left that the limiter allows.
+
+        Raises:
+            ReplayTimeoutError: if no batch came for ``timeout_s`` while actors ran.
+        """
+        config = self.config
+        with ReplayIterator(
+            self.table, config.batch_size, prefetch=config.prefetch, timeout=0.1
+        ) as batches:
+            last = time.monotonic()
+            while not stop.is_set() and (max_updates is None or self.updates < max_updates):
+                try:
+                    batch = next(batches)
+                except ReplayTimeoutError:
+                    self.wait_s = batches.wait_s
+                    if done():
+                        break
+                    if time.monotonic() - last > config.timeout_s:
+                        raise ReplayTimeoutError(
+                            f"the learner received no batch for {config.timeout_s}s while "
+                            f"actors ran (table {self.table.info().to_dict()}); are the "
+                            "actors stuck, or is min_size_to_sample above max_size?"
+                        ) from None
+                    continue
+                except StopIteration:
+                    break
+                self.wait_s = batches.wait_s
+                self.update(batch)
+                last = time.monotonic()

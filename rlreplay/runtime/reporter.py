@@ -1,0 +1,80 @@
+"""The driver's view of a run: a statistics row every interval, the user's hook, a summary."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.runtime.stats import StatsRecorder, StatsSinks
+
+OnStats = Callable[[dict, Any], "dict | None"]
+
+
+class Reporter:
+    """Emits a row every ``stats_every_s`` seconds: statistics, merged with what
+    ``on_stats(row, weights)`` returns, to the sinks and :attr:`rows`.
+
+    Raises:
+        InvalidArgumentError: if ``on_stats`` returns something other than a dict or None.
+    """
+
+    def __init__(
+        self, config: Any, table: Any, learner: Any, counters: Callable[[], np.ndarray],
+        total_env_steps: int, on_stats: OnStats | None,
+    ):
+        self.config = config
+        self.learner = learner
+        self.on_stats = on_stats
+        self.rows: list[dict] = []
+        self._recorder = StatsRecorder(table, learner, counters)
+        self._sinks = StatsSinks(total_env_steps, config.progress, config.out_dir)
+        self._next = time.monotonic() + config.stats_every_s
+
+    def due(self) -> bool:
+        return time.monotonic() >= self._next
+
+    def seconds_left(self) -> float:
+        return max(0.0, self._next - time.monotonic())
+
+    def emit(self) -> dict:
+        """Compute, extend, record and show one row."""
+        row = self._recorder.row()
+        if self.on_stats is not None:
+            extra = self.on_stats(row, self.learner.weights.latest())
+            if extra is not None and not isinstance(extra, dict):
+                raise InvalidArgumentError(
+                    f"on_stats returned {describe(extra)}; return a dict of columns or None"
+                )
+            row.update(extra or {})
+        self.rows.append(row)
+        self._sinks.write(row)
+        self._next = time.monotonic() + self.config.stats_every_s
+        return row
+
+    def close(self) -> None:
+        self._sinks.close()
+
+    def summary(self, table: Any) -> dict:
+        """What the run did, over its whole length."""
+        info = table.info()
+        last = self.rows[-1] if self.rows else {}
+        learner = self.learner
+        return {
+            "env_steps": last.get("env_steps", 0),
+            "updates": learner.updates,
+            "wall_s": last.get("wall_s", 0.0),
+            "backend": self.config.backend,
+            "num_actors": self.config.num_actors,
+            "samples_per_insert_target": self.config.ratio,
+            "samples_per_insert_observed": info.samples / info.inserts if info.inserts else None,
+            "policy_lag_mean": learner.lag_sum / learner.lag_count if learner.lag_count else None,
+            "learner_update_s": learner.update_s,
+            "learner_wait_s": learner.wait_s,
+            "items_inserted": info.inserts,
+            "items_sampled": info.samples,
+            "weight_version": learner.version,
+        }

@@ -1,0 +1,178 @@
+"""Statistics like Ape-X's, one row per interval, to a progress bar, CSV and TensorBoard.
+
+A row says how fast each side runs (env steps/s, updates/s), whether the ratio holds (the
+observed samples per insert over the interval and since the start), who waits (the
+learner's wait fraction, the actors' blocked fraction), how fresh the policy is (weight
+syncs, policy lag min/mean/max) and how full the table is. Rows are computed in the driver
+from counters the components own; nothing here runs in an actor or the learner.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import logging
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+from rlreplay.runtime.actor import BLOCKED_S, ENV_STEPS, EPISODES, RETURN_SUM, SYNCS, VERSION
+
+log = logging.getLogger("rlreplay.runtime")
+
+COLUMNS = (
+    "env_steps", "wall_s", "env_steps_per_s", "updates", "updates_per_s", "samples_per_insert",
+    "samples_per_insert_total", "learner_wait_frac", "actor_blocked_frac", "weight_syncs",
+    "weight_version", "policy_lag_min", "policy_lag_mean", "policy_lag_max", "table_size",
+    "episodes", "train_return",
+)
+
+
+def _ratio(num: float, den: float) -> float:
+    return float(num / den) if den > 0 else float("nan")
+
+
+class StatsRecorder:
+    """Turns the components' counters into rows, one per call to :meth:`row`.
+
+    Args:
+        table: the replay table (``info()`` gives inserts, samples, size).
+        learner: the :class:`~rlreplay.runtime.learner.Learner`.
+        counters: callable returning the actors' counters, ``[num_actors, NUM_COUNTERS]``.
+    """
+
+    def __init__(self, table: Any, learner: Any, counters: Any):
+        self.table = table
+        self.learner = learner
+        self.counters = counters
+        self.start = time.monotonic()
+        self._last = self._snapshot()
+
+    def _snapshot(self) -> dict[str, float]:
+        info = self.table.info()
+        c = self.counters()
+        return {
+            "t": time.monotonic(),
+            "env_steps": float(c[:, ENV_STEPS].sum()),
+            "blocked_s": float(c[:, BLOCKED_S].sum()),
+            "episodes": float(c[:, EPISODES].sum()),
+            "return_sum": float(c[:, RETURN_SUM].sum()),
+            "updates": float(self.learner.updates),
+            "wait_s": float(self.learner.wait_s),
+            "inserts": float(info.inserts),
+            "samples": float(info.samples),
+            "size": float(info.size),
+            "syncs": float(c[:, SYNCS].sum()),
+            "version": float(c[:, VERSION].min()) if len(c) else -1.0,
+        }
+
+    def row(self) -> dict[str, Any]:
+        """The row for the interval since the previous call."""
+        now, last = self._snapshot(), self._last
+        self._last = now
+        dt = max(now["t"] - last["t"], 1e-9)
+        num_actors = max(1, len(self.counters()))
+        lags = self.learner.take_lags()
+        episodes = now["episodes"] - last["episodes"]
+        return {
+            "env_steps": int(now["env_steps"]),
+            "wall_s": round(now["t"] - self.start, 3),
+            "env_steps_per_s": (now["env_steps"] - last["env_steps"]) / dt,
+            "updates": int(now["updates"]),
+            "updates_per_s": (now["updates"] - last["updates"]) / dt,
+            "samples_per_insert": _ratio(
+                now["samples"] - last["samples"], now["inserts"] - last["inserts"]
+            ),
+            "samples_per_insert_total": _ratio(now["samples"], now["inserts"]),
+            "learner_wait_frac": min(1.0, (now["wait_s"] - last["wait_s"]) / dt),
+            "actor_blocked_frac": min(
+                1.0, (now["blocked_s"] - last["blocked_s"]) / (dt * num_actors)
+            ),
+            "weight_syncs": int(now["syncs"]),
+            "weight_version": self.learner.version,
+            "policy_lag_min": float(lags.min()) if lags.size else float("nan"),
+            "policy_lag_mean": float(lags.mean()) if lags.size else float("nan"),
+            "policy_lag_max": float(lags.max()) if lags.size else float("nan"),
+            "table_size": int(now["size"]),
+            "episodes": int(now["episodes"]),
+            "train_return": _ratio(now["return_sum"] - last["return_sum"], episodes),
+        }
+
+
+class StatsSinks:
+    """Where rows go: a progress bar (tqdm if installed, else a log line per row),
+    ``out_dir/metrics.csv`` row by row, and TensorBoard when it is installed."""
+
+    def __init__(self, total_env_steps: int, progress: bool, out_dir: str | None):
+        self._bar = None
+        self._print = False
+        if progress:
+            if importlib.util.find_spec("tqdm") is not None:
+                from tqdm import tqdm
+
+                self._bar = tqdm(total=total_env_steps, unit="step", dynamic_ncols=True)
+            else:
+                self._print = True
+        self._file = None
+        self._csv: csv.DictWriter | None = None
+        self._tb = None
+        self.out_dir = out_dir
+        if out_dir is not None:
+            os.makedirs(out_dir, exist_ok=True)
+            if importlib.util.find_spec("tensorboard") is not None:
+                try:
+                    from torch.utils.tensorboard import SummaryWriter
+
+                    self._tb = SummaryWriter(os.path.join(out_dir, "tensorboard"))
+                except ImportError:
+                    self._tb = None
+
+    def write(self, row: dict[str, Any]) -> None:
+        """Show and record one row."""
+        if self._bar is not None:
+            self._bar.n = min(row["env_steps"], self._bar.total)
+            self._bar.set_postfix_str(short(row), refresh=False)
+            self._bar.refresh()
+        elif self._print:
+            print(f"steps {row['env_steps']:>9d}  {short(row)}", flush=True)
+        if self.out_dir is not None:
+            if self._csv is None:
+                path = os.path.join(self.out_dir, "metrics.csv")
+                self._file = open(path, "w", newline="")  # noqa: SIM115 - kept open for rows
+                columns = list(COLUMNS) + [k for k in row if k not in COLUMNS]
+                self._csv = csv.DictWriter(
+                    self._file, fieldnames=columns, restval="", extrasaction="ignore"
+                )
+                self._csv.writeheader()
+            self._csv.writerow(row)
+            assert self._file is not None
+            self._file.flush()
+        if self._tb is not None:
+            for key, value in row.items():
+                if isinstance(value, (int, float)) and np.isfinite(value) and key != "env_steps":
+                    self._tb.add_scalar(key, value, row["env_steps"])
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+        if self._file is not None:
+            self._file.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+def short(row: dict[str, Any]) -> str:
+    """The figures a progress bar shows."""
+    parts = [
+        f"{row['env_steps_per_s']:.0f} steps/s",
+        f"{row['updates_per_s']:.0f} upd/s",
+        f"spi {row['samples_per_insert_total']:.1f}",
+        f"lag {row['policy_lag_mean']:.1f}",
+    ]
+    for key in ("eval_return", "train_return"):
+        value = row.get(key)
+        if isinstance(value, float) and np.isfinite(value):
+            parts.append(f"{key.split('_')[0]} {value:.1f}")
+    return " | ".join(parts)
