@@ -1,0 +1,60 @@
+"""Bad configuration is refused before anything starts, naming the argument."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+import rlreplay as rr
+import rlreplay.runtime as rt
+from rlreplay.errors import InvalidArgumentError
+
+SIG = rr.NStepTransitionAdder.signature(
+    obs=((4,), "float32"), action="int64", extras={"policy_version": "int64"}
+)
+ADDER = functools.partial(rr.NStepTransitionAdder, n=1, discount=0.9)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "names"),
+    [
+        ({"backend": "ray"}, "backend='ray'"),
+        ({"num_actors": 0}, "num_actors=0"),
+        ({"batch_size": 2.5}, "batch_size=2.5"),
+        ({"weight_sync_period": -1}, "weight_sync_period=-1"),
+        ({"timeout_s": 0}, "timeout_s=0"),
+        ({"samples_per_insert": -2.0}, "samples_per_insert=-2.0"),
+        ({"samples_per_insert": 4.0, "updates_per_env_step": 1.0}, "give one of them"),
+        ({"max_policy_lag": -1}, "max_policy_lag=-1"),
+        ({"seed": True}, "seed=True"),
+    ],
+    ids=["unknown-backend", "no-actors", "float-batch", "negative-period", "zero-timeout",
+         "negative-ratio", "ratio-twice", "negative-lag", "bool-seed"],
+)
+def test_runtime_config_names_the_bad_argument(kwargs, names):
+    with pytest.raises(InvalidArgumentError, match=names.replace("(", r"\(").replace(".", r"\.")):
+        rt.RuntimeConfig(**kwargs)
+
+
+def test_replay_spec_needs_a_policy_version_column():
+    sig = rr.NStepTransitionAdder.signature(obs=((4,), "float32"), action="int64")
+    with pytest.raises(InvalidArgumentError, match="policy_version"):
+        rt.ReplaySpec(signature=sig, layout=None, adder=ADDER, max_size=10)
+
+
+def test_replay_spec_refuses_an_adder_that_is_not_callable():
+    with pytest.raises(InvalidArgumentError, match="adder="):
+        rt.ReplaySpec(signature=SIG, layout=None, adder="nstep", max_size=10)
+
+
+def test_off_policy_run_without_a_ratio_is_refused():
+    spec = rt.ReplaySpec(signature=SIG, layout=rr.NStepTransitionAdder.layout(SIG, n=1),
+                         adder=ADDER, max_size=100)
+    with pytest.raises(InvalidArgumentError, match="updates_per_env_step"):
+        rt.build_table(rt.RuntimeConfig(), spec)
+
+
+def test_ratio_in_updates_per_env_step_is_samples_per_insert_over_the_batch():
+    assert rt.RuntimeConfig(updates_per_env_step=0.5, batch_size=64).ratio == 32.0
+    assert rt.RuntimeConfig(samples_per_insert=8.0).ratio == 8.0
