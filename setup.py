@@ -4,11 +4,15 @@ The extensions are optional: without a C compiler the install still succeeds and
 package uses its numpy paths (see ``rlreplay/core/_compiled.py``).
 """
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 
 COMMON = "rlreplay/core/_common.h"  # shared by the modules that include it
 
 setup(
+    # The learning examples (examples/*.py, single readable files) also install as
+    # rlreplay.examples, so `rlreplay demo` can run them from an installed package.
+    packages=[*find_packages(include=["rlreplay", "rlreplay.*"]), "rlreplay.examples"],
+    package_dir={"rlreplay.examples": "examples"},
     ext_modules=[
         Extension(
             "rlreplay.core.selectors._sumtree",

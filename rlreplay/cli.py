@@ -1,6 +1,7 @@
 """The ``rlreplay`` command line: one function per subcommand.
 
-    rlreplay demo [--seconds S] [--samples-per-insert R] [--batch-size B]
+    rlreplay demo [--agent dqn|sac|ppo|apex] [--seed N] [--total-steps N]
+                  [--backend inline|threads|processes] [--out DIR]
     rlreplay serve --config tables.toml [--bind HOST] [--port N] [--insecure]
                    [--curve-secret FILE] [--authorized-keys DIR] [--metrics-port N]
                    [--max-message-bytes SIZE] [--max-unread-bytes SIZE]
@@ -77,23 +78,46 @@ def import_net(command: str) -> ModuleType:
 
 # ------------------------------------------------------------------- demo
 def cmd_demo(args: argparse.Namespace) -> int:
-    from rlreplay.demo import run_demo
+    from rlreplay.demo import INSTALL, missing_modules, run_demo
 
-    run_demo(
-        seconds=args.seconds,
-        samples_per_insert=args.samples_per_insert,
-        batch_size=args.batch_size,
+    missing = missing_modules()
+    if missing:
+        raise CommandError(
+            f"the demo trains a network and needs {missing}, which are not installed: {INSTALL}"
+        )
+    summary = run_demo(
+        args.agent, seed=args.seed, total_steps=args.total_steps, backend=args.backend,
+        out=args.out,
+    )
+    print(
+        f"done: {summary.get('env_steps')} env steps in {summary.get('wall_s', 0):.0f}s, "
+        f"final evaluation return {summary.get('final_eval_return')}, samples per insert "
+        f"{summary.get('samples_per_insert_observed')} (target "
+        f"{summary.get('samples_per_insert_target')})"
     )
     return 0
 
 
 def add_demo(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="actor and learner threads sharing one rate-limited table")
-    p.add_argument(
-        "--seconds", type=positive(float), default=10.0, metavar="S", help="how long to run"
+    from rlreplay.demo import AGENTS
+
+    p = sub.add_parser(
+        "demo", help="train an agent through replay (default: DQN on CartPole, threads)"
     )
-    p.add_argument("--samples-per-insert", type=positive(float), default=8.0, help="ratio to hold")
-    p.add_argument("--batch-size", type=positive(int), default=64, help="learner batch size")
+    p.add_argument(
+        "--agent", choices=sorted(AGENTS), default="dqn",
+        help="; ".join(f"{name}: {what}" for name, (_, what) in AGENTS.items()),
+    )
+    p.add_argument("--seed", type=int, default=None, help="seed (default: the agent's)")
+    p.add_argument(
+        "--total-steps", type=positive(int), default=None, metavar="N",
+        help="env steps to train for (default: the agent's)",
+    )
+    p.add_argument(
+        "--backend", choices=("inline", "threads", "processes"), default=None,
+        help="where actors and learner run (default: the agent's, threads for dqn)",
+    )
+    p.add_argument("--out", default=None, metavar="DIR", help="output folder (default: runs/...)")
     p.set_defaults(func=cmd_demo)
 
 

@@ -94,7 +94,7 @@ def test_version_prints_the_package_version():
     ("command", "shown"),
     [
         ("serve", "(default: 127.0.0.1)"),
-        ("demo", "(default: 10.0)"),
+        ("demo", "(default: dqn)"),
         ("info", "(default: 5.0)"),
         ("keygen", "(default: server)"),
     ],
@@ -106,8 +106,8 @@ def test_help_shows_the_defaults(command, shown):
 
 
 def test_a_bad_argument_is_one_line_with_exit_status_2():
-    line = one_line_error(cli("demo", "--seconds", "-1"), 2)
-    assert "--seconds" in line and "--help" in line
+    line = one_line_error(cli("demo", "--total-steps", "-1"), 2)
+    assert "--total-steps" in line and "--help" in line
 
 
 # ------------------------------------------------------------------- serve
@@ -213,7 +213,7 @@ def test_commands_without_the_net_extra_say_what_to_install(tmp_path, args):
 
 
 def test_info_build_and_demo_need_no_net_extra(tmp_path):
-    for args in (["info", "--build"], ["demo", "--seconds", "0.2"]):
+    for args in (["info", "--build"], ["demo", "--help"]):
         result = subprocess.run(
             [sys.executable, "-c", BLOCK_NET, *args],
             capture_output=True,

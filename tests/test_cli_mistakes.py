@@ -83,7 +83,7 @@ def test_a_size_flag_refuses_what_is_not_a_size(config, text, why):
     ("args", "said"),
     [(["serve", "--config", "x", "--max-parked-per-client", "x"], "'x' is not an integer"),
      (["serve", "--config", "x", "--max-writers-per-client", "x"], "'x' is not an integer"),
-     (["demo", "--seconds", "soon"], "'soon' is not a number")],
+     (["demo", "--total-steps", "soon"], "'soon' is not an integer")],
 )  # fmt: skip
 def test_a_number_flag_names_what_it_takes(args, said):
     assert said in one_line_error(cli(*args), 2)

@@ -17,7 +17,7 @@ def test_readme_opens_with_the_install_and_the_test_command():
     commands = [line.split("#")[0].strip() for line in lines]
     assert language == "bash"
     assert commands == [
-        "python -m pip install . && rlreplay demo",
+        'python -m pip install ".[examples]" && rlreplay demo',
         'python -m pip install -e ".[test]" && python -m pytest',
     ]
 
