@@ -577,7 +577,7 @@ class Evaluator:
     def on_stats(self, row: dict, weights: Any) -> dict | None:
         steps = row["env_steps"]
         due = steps >= self.next_at
-        final = steps >= self.args.total_steps and weights.version != self.version
+        final = steps >= self.args.total_steps and getattr(weights, "version", -1) != self.version
         if weights is None or not (due or final):
             # Every row carries the columns (metrics.csv takes its header from the first).
             return {"eval_return": None, "eval_version": None}
@@ -615,7 +615,9 @@ def main(argv: list[str] | None = None) -> dict:
         signature=signature,
         layout=rollout_layout(signature, args.num_steps),
         adder=functools.partial(RolloutAdder, num_steps=args.num_steps),
-        max_size=args.num_actors,
+        # With max_policy_lag=0 at most one rollout per actor waits; the room for four
+        # gives a remote writer (processes backend) the history of a whole rollout.
+        max_size=4 * args.num_actors,
         on_policy=True,
     )
     config = rt.RuntimeConfig(
