@@ -51,6 +51,13 @@ NUM_ACTIONS = 2
 
 @dataclass
 class Args:
+    """The run's configuration; every field is a command-line flag (``--total-steps``).
+
+    The PPO hyperparameters are rl-baselines3-zoo's tuned ones for CartPole-v1: 8 envs x
+    32 steps per rollout, 20 epochs of one minibatch, gamma 0.98, lambda 0.8, learning
+    rate 1e-3 and clip 0.2 both decaying linearly, no entropy bonus.
+    """
+
     seed: int = 0
     """seed of the run (environments, network initialisation, action sampling)"""
     total_steps: int = 200_000
@@ -601,6 +608,29 @@ def parse_args(argv: list[str] | None = None) -> Args:
     return Args(**vars(parser.parse_args(argv)))
 
 
+POSITIVE_INTS = (
+    "total_steps", "num_actors", "num_envs", "num_steps", "update_epochs", "num_minibatches",
+    "eval_every", "eval_episodes",
+)  # fmt: skip
+
+
+def check_args(args: Args) -> None:
+    """Refuse values the run cannot use, before anything starts.
+
+    Raises:
+        InvalidArgumentError: naming the flag, its value and what it must be.
+    """
+    for name in POSITIVE_INTS:
+        value = getattr(args, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            flag = "--" + name.replace("_", "-")
+            raise InvalidArgumentError(f"{flag}={describe(value)} must be an int >= 1")
+    for name in ("gamma", "gae_lambda"):
+        if not 0.0 <= getattr(args, name) <= 1.0:
+            flag = "--" + name.replace("_", "-")
+            raise InvalidArgumentError(f"{flag}={getattr(args, name)} must be in [0, 1]")
+
+
 def main(argv: list[str] | None = None) -> dict:
     """Train PPO on CartPole-v1 through a queue table; returns the run's summary.
 
@@ -609,6 +639,7 @@ def main(argv: list[str] | None = None) -> dict:
     exactly once), the learner's ``items_repeated`` (0) and the configuration.
     """
     args = parse_args(argv)
+    check_args(args)
     torch.set_num_threads(1)
     signature = rollout_signature(args.num_envs)
     replay = rt.ReplaySpec(

@@ -241,3 +241,16 @@ def test_short_run_learns(seed):
     flags = "--backend inline --total-steps 20000 --eval-every 100000 --no-progress"
     summary = ppo.main([*flags.split(), "--seed", str(seed)])
     assert summary["final_eval_return"] >= 150, summary
+
+
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (["--eval-every", "0"], "--eval-every=0"),  # would never advance the next evaluation
+        (["--num-steps", "-3"], "--num-steps=-3"),
+        (["--gamma", "1.5"], "--gamma=1.5"),
+    ],
+)
+def test_bad_flags_are_refused_before_the_run_starts(flags, named):
+    with pytest.raises(InvalidArgumentError, match=named):
+        ppo.main([*flags, "--no-progress"])
