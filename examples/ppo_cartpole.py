@@ -485,7 +485,10 @@ class PpoLearner:
         self.items_sampled = 0
         self.keys_seen: set[int] = set()
         self.items_repeated = 0
-        self.stats: dict[str, float] = {}
+        # The last update's diagnostics (columns of metrics.csv from the first row on).
+        self.stats: dict[str, float | None] = dict.fromkeys(
+            ("approx_kl", "clipfrac", "value_loss", "learning_rate")
+        )
 
     def params(self) -> dict[str, np.ndarray]:
         return agent_params(self.agent)
@@ -581,7 +584,9 @@ class Evaluator:
 
         return report.evaluate(make_eval_env, act, self.args.eval_episodes)
 
-    def on_stats(self, row: dict, weights: Any) -> dict | None:
+    def on_stats(self, row: dict, weights: Any) -> dict:
+        """The row's ``eval_return`` (``None`` between evaluations) and the version of
+        the weights evaluated; ``weights`` is the newest published snapshot."""
         steps = row["env_steps"]
         due = steps >= self.next_at
         final = steps >= self.args.total_steps and getattr(weights, "version", -1) != self.version
@@ -672,7 +677,7 @@ def main(argv: list[str] | None = None) -> dict:
         learner=learner,
         replay=replay,
         total_env_steps=args.total_steps,
-        on_stats=evaluator.on_stats,
+        on_stats=lambda row, weights: {**evaluator.on_stats(row, weights), **learner.stats},
     )
     rows = result.rows
     if evaluator.version != learner_version(result):
