@@ -287,7 +287,6 @@ class RolloutAdder:
             ReplayTimeoutError: if the writer waited ``timeout`` for the queue; the step
                 is recorded and :meth:`flush` hands over the rest.
         """
-        self.flush(self.timeout)
         if self._obs is None:
             raise InvalidArgumentError("add() before reset(obs); call reset first")
         extras = extras or {}
@@ -329,6 +328,8 @@ class RolloutAdder:
         self._t = t + 1
         if self._t == self.num_steps:
             self._finish_rollout()
+        if self._pending:  # this rollout's writes, or an earlier one's the queue refused
+            self.flush(self.timeout)
 
     def _finish_rollout(self) -> None:
         """Complete the rollout with the bootstrap row and write it as one item."""
@@ -340,13 +341,12 @@ class RolloutAdder:
         self._rows = self._new_rows()
         self._t = 0
         writer = self.writer
-        self._pending = [
+        self._pending += [
             lambda t: writer.append_batch(rows, timeout=t),
             lambda t: writer.create_item(self.table, timeout=t),
             lambda t: writer.end_episode(),
         ]
         self.items_added += 1
-        self.flush(self.timeout)
 
     def flush(self, timeout: float | None = None) -> None:
         """Hand a finished rollout's remaining writer calls over, then flush the writer.

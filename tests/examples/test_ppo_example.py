@@ -210,6 +210,24 @@ def test_rollout_adder_keeps_a_rollout_the_full_queue_refused_until_flush():
     np.testing.assert_array_equal(second["obs"][0, :, 0, 0], [3, 4, 5, 6])
 
 
+def test_rollout_adder_records_a_step_whose_earlier_rollout_the_queue_still_refuses():
+    table = queue(size=1)
+    adder = start(table, timeout=0.05)
+    for t in range(2 * STEPS - 1):
+        step(adder, t)
+    with pytest.raises(ReplayTimeoutError):
+        step(adder, 2 * STEPS - 1)  # the second rollout waits
+    with pytest.raises(ReplayTimeoutError):
+        step(adder, 2 * STEPS)  # still waits; this step is recorded all the same
+    table.sample(1, timeout=1)
+    step(adder, 2 * STEPS + 1)  # hands the second rollout over first
+    np.testing.assert_array_equal(table.sample(1, timeout=1).data["obs"][0, :, 0, 0], [3, 4, 5, 6])
+    step(adder, 2 * STEPS + 2)
+    third = table.sample(1, timeout=1).data
+    np.testing.assert_array_equal(third["obs"][0, :, 0, 0], [6, 7, 8, 9])
+    assert table.info().inserts == 3 == adder.items_added
+
+
 # ---------------------------------------------------------------------------------------
 # Runs
 
