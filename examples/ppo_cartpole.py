@@ -283,7 +283,8 @@ class RolloutAdder:
 
         Raises:
             InvalidArgumentError: if :meth:`reset` was not called, an extra is missing or
-                a value has the wrong shape; nothing is recorded then.
+                a value has the wrong shape or kind (a float action); nothing is recorded
+                then.
             ReplayTimeoutError: if the writer waited ``timeout`` for the queue; the step
                 is recorded and :meth:`flush` hands over the rest.
         """
@@ -314,10 +315,13 @@ class RolloutAdder:
         }
         arrays = {}
         for p, v in row.items():
-            shape = self._rows["obs" if p == "next_obs" else p].shape[1:]
+            column = self._rows["obs" if p == "next_obs" else p]
             arr = np.asarray(v)
-            if arr.shape != shape:
-                raise InvalidArgumentError(f"add(): {p} has shape {arr.shape}; expected {shape}")
+            if arr.shape != column.shape[1:] or not np.can_cast(arr, column.dtype, "same_kind"):
+                raise InvalidArgumentError(
+                    f"add(): {p} is {arr.dtype}{list(arr.shape)}; expected "
+                    f"{column.dtype}{list(column.shape[1:])}"
+                )
             arrays[p] = arr
         t = self._t
         for p, v in arrays.items():

@@ -180,6 +180,16 @@ def test_rollout_adder_refuses_bad_steps_without_recording_them():
             {},
             extras={"logp": np.zeros(N), "value": np.zeros(N), "policy_version": 7},
         )
+    with pytest.raises(InvalidArgumentError, match="action is float64"):
+        adder.add(
+            np.full(N, 0.5),
+            np.zeros(N),
+            np.zeros((N, 4)),
+            np.zeros(N, bool),
+            np.zeros(N, bool),
+            {},
+            extras={"logp": np.zeros(N), "value": np.zeros(N), "policy_version": 7},
+        )
     step(adder, 1)
     step(adder, 2)
     data = table.sample(1, timeout=1).data
