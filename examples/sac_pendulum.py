@@ -1,0 +1,400 @@
+"""Soft Actor-Critic on Pendulum-v1, acting and learning through rlreplay's runtime.
+
+One readable file in the CleanRL style: twin Q networks with target copies updated by
+Polyak averaging, a tanh-squashed Gaussian actor, and the entropy temperature tuned
+automatically towards ``-action_dim``. Acting and learning meet only through a uniform
+replay table of one-step transitions; the ratio of gradient updates to env steps
+(``updates_per_env_step``, 1 here as in the SAC paper) is held by the table's rate
+limiter, not by this file's control flow.
+
+Who owns what:
+
+* the actor (built by the runtime, in a thread or a process) holds a :class:`SacPolicy`:
+  the actor network in numpy, so acting needs no torch, fed new weights every
+  ``weight_sync_period`` env steps; before ``learning_starts`` env steps it acts
+  uniformly at random, as CleanRL's SAC does;
+* the learner (:class:`SacLearner`, in the driver) holds the torch networks and their
+  optimizers; :meth:`SacLearner.update` is one gradient step on one sampled batch;
+* the driver evaluates the newest weights every ``eval_every`` env steps with the mean
+  (deterministic) action and writes ``metrics.csv``, ``summary.json`` and
+  ``learning_curve.png`` to ``--out``.
+
+Run it::
+
+    python examples/sac_pendulum.py --seed 0 --total-steps 20000 --out runs/sac_pendulum
+
+The summary adds to the common keys (see :mod:`rlreplay.runtime.report`) how the learner
+spent its time: ``update_ms_mean`` (one gradient step), ``learner_wait_frac`` (the
+runtime's fraction of learner time spent waiting for a batch) and
+``learner_outside_update_frac`` (the fraction of the learner's time between its first and
+last update spent outside ``update``: getting batches from replay and publishing weights).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import rlreplay
+import rlreplay.runtime as rt
+from rlreplay.runtime import report
+
+ENV_ID = "Pendulum-v1"
+OBS_DIM = 3
+ACTION_DIM = 1
+ACTION_SCALE = 2.0  # Pendulum's torque bound: actions in [-2, 2]
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+TARGET_RETURN = -200.0
+
+
+@dataclass
+class Args:
+    """Command-line flags (``--total-steps`` for ``total_steps`` and so on)."""
+
+    seed: int = 0
+    """seed of the env, the policy's random generator, torch and the replay table"""
+    total_steps: int = 20_000
+    """env steps to take, summed over the vector env's envs"""
+    backend: str = "threads"
+    """runtime backend: inline, threads or processes"""
+    out: str = ""
+    """folder for metrics.csv, summary.json and learning_curve.png ('' writes nothing)"""
+    num_envs: int = 1
+    """envs in the actor's vector env (one batched policy call steps them all)"""
+    buffer_size: int = 100_000
+    """most transitions the replay table holds"""
+    batch_size: int = 256
+    """transitions per gradient step"""
+    updates_per_env_step: float = 1.0
+    """gradient steps per env step, held by the table's rate limiter"""
+    learning_starts: int = 1_000
+    """env steps of uniform random actions; also the table size before the first sample"""
+    gamma: float = 0.99
+    """discount"""
+    tau: float = 0.005
+    """Polyak step of the target networks after every update"""
+    hidden: int = 128
+    """units in each of the two hidden layers of every network"""
+    policy_lr: float = 1e-3
+    """actor learning rate (Adam)"""
+    q_lr: float = 1e-3
+    """Q networks' learning rate (Adam)"""
+    alpha_lr: float = 1e-3
+    """entropy temperature learning rate (Adam on log alpha)"""
+    weight_sync_period: int = 20
+    """env steps between the actor's pulls of new weights"""
+    publish_every: int = 10
+    """learner updates between weight publications"""
+    eval_every: int = 1_000
+    """env steps between evaluations"""
+    eval_episodes: int = 10
+    """episodes per evaluation (mean action, no exploration)"""
+    progress: bool = True
+    """show the runtime's progress bar (--no-progress: none)"""
+
+
+# ------------------------------------------------------------------ environments
+def make_env(seed: int, num_envs: int = 1) -> Any:
+    """The actor's vector env (the runtime resets it with ``seed``)."""
+    import gymnasium as gym
+
+    return gym.make_vec(ENV_ID, num_envs=num_envs, vectorization_mode="sync")
+
+
+def make_eval_env(seed: int) -> Any:
+    """One env for evaluation (:func:`rlreplay.runtime.report.evaluate` seeds its resets)."""
+    import gymnasium as gym
+
+    return gym.make(ENV_ID)
+
+
+# ------------------------------------------------------------------ acting (numpy)
+def actor_forward(params: dict[str, np.ndarray], obs: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Mean and log std of the pre-squash Gaussian for ``obs`` [B, obs_dim], in numpy.
+
+    The same computation as :meth:`Actor.forward` on the same weights (a test checks it).
+    """
+    h = np.maximum(obs @ params["trunk.0.weight"].T + params["trunk.0.bias"], 0.0)
+    h = np.maximum(h @ params["trunk.2.weight"].T + params["trunk.2.bias"], 0.0)
+    mean = h @ params["mean.weight"].T + params["mean.bias"]
+    log_std = np.tanh(h @ params["log_std.weight"].T + params["log_std.bias"])
+    log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1.0)
+    return mean, log_std
+
+
+def greedy_action(params: dict[str, np.ndarray], obs: np.ndarray) -> np.ndarray:
+    """The deterministic action (squashed mean) for ``obs`` [B, obs_dim]."""
+    mean, _ = actor_forward(params, np.asarray(obs, dtype=np.float32))
+    return (np.tanh(mean) * ACTION_SCALE).astype(np.float32)
+
+
+class SacPolicy:
+    """The actor's policy: squashed Gaussian samples from the newest weights it was given.
+
+    Acts uniformly at random for its first ``random_steps`` env steps (and until it has
+    weights), then samples ``tanh(mean + std * noise) * ACTION_SCALE``.
+
+    Args:
+        actor_index: this actor's index (unused: one exploration scheme for all).
+        num_actors: actors in the run (unused).
+        seed: seeds this policy's random generator.
+        random_steps: env steps of uniform random actions at the start.
+    """
+
+    def __init__(self, actor_index: int, num_actors: int, seed: int, random_steps: int = 0):
+        self.rng = np.random.default_rng(seed)
+        self.random_steps = random_steps
+        self.params: dict[str, np.ndarray] | None = None
+
+    def set_params(self, params: dict[str, np.ndarray]) -> None:
+        """Act with ``params`` (numpy arrays named as in :class:`Actor`) from now on."""
+        self.params = params
+
+    def __call__(self, obs: np.ndarray, env_steps: int) -> np.ndarray:
+        """Actions [num_envs, action_dim] (float32) for ``obs`` [num_envs, obs_dim]."""
+        n = len(obs)
+        if self.params is None or env_steps < self.random_steps:
+            return self.rng.uniform(-ACTION_SCALE, ACTION_SCALE, (n, ACTION_DIM)).astype(
+                np.float32
+            )
+        mean, log_std = actor_forward(self.params, np.asarray(obs, dtype=np.float32))
+        noise = self.rng.standard_normal(mean.shape)
+        return (np.tanh(mean + np.exp(log_std) * noise) * ACTION_SCALE).astype(np.float32)
+
+
+# ------------------------------------------------------------------ learning (torch)
+def build_networks(hidden: int) -> tuple[Any, Any]:
+    """The actor and twin-Q module classes (torch is imported here, in the learner only)."""
+    import torch
+    from torch import nn
+
+    class Actor(nn.Module):
+        """Tanh-squashed Gaussian policy: ``trunk`` -> ``mean``, ``log_std`` heads."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.trunk = nn.Sequential(
+                nn.Linear(OBS_DIM, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU()
+            )
+            self.mean = nn.Linear(hidden, ACTION_DIM)
+            self.log_std = nn.Linear(hidden, ACTION_DIM)
+
+        def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            h = self.trunk(obs)
+            log_std = torch.tanh(self.log_std(h))
+            log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1.0)
+            return self.mean(h), log_std
+
+        def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            """A reparameterised action and its log probability (squash corrected)."""
+            mean, log_std = self(obs)
+            std = log_std.exp()
+            u = mean + std * torch.randn_like(mean)
+            y = torch.tanh(u)
+            log_prob = (-0.5 * ((u - mean) / std) ** 2 - log_std - 0.5 * math.log(2 * math.pi))
+            log_prob = log_prob - torch.log(ACTION_SCALE * (1.0 - y.pow(2)) + 1e-6)
+            return y * ACTION_SCALE, log_prob.sum(-1)
+
+    class TwinQ(nn.Module):
+        """Two independent Q networks ``Q(obs, action)``; the target uses their minimum."""
+
+        def __init__(self) -> None:
+            super().__init__()
+
+            def q() -> nn.Module:
+                return nn.Sequential(
+                    nn.Linear(OBS_DIM + ACTION_DIM, hidden), nn.ReLU(),
+                    nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1),
+                )
+
+            self.q1, self.q2 = q(), q()
+
+        def forward(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            x = torch.cat([obs, action], dim=1)
+            return self.q1(x).squeeze(1), self.q2(x).squeeze(1)
+
+    return Actor, TwinQ
+
+
+class SacLearner:
+    """SAC's learner: one gradient step of critics, actor and temperature per batch.
+
+    Args:
+        args: the run's hyperparameters.
+
+    The learner also times itself: ``update_s`` (seconds inside :meth:`update`),
+    ``updates`` and ``outside_s`` (seconds between consecutive updates, spent by the
+    runtime getting the next batch and publishing weights).
+    """
+
+    def __init__(self, args: Args):
+        import torch
+
+        torch.manual_seed(args.seed)
+        Actor, TwinQ = build_networks(args.hidden)
+        self.torch = torch
+        self.args = args
+        self.actor = Actor()
+        self.q = TwinQ()
+        self.q_target = TwinQ()
+        self.q_target.load_state_dict(self.q.state_dict())
+        self.q_target.requires_grad_(False)
+        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=args.policy_lr)
+        self.q_opt = torch.optim.Adam(self.q.parameters(), lr=args.q_lr)
+        self.target_entropy = -float(ACTION_DIM)
+        self.log_alpha = torch.zeros(1, requires_grad=True)
+        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=args.alpha_lr)
+        self._online = list(self.q.parameters())
+        self._target = list(self.q_target.parameters())
+        self.update_s = 0.0
+        self.outside_s = 0.0
+        self.updates = 0
+        self._last_end: float | None = None
+
+    def update(self, batch: rlreplay.Sample) -> None:
+        """One SAC step on ``batch.data`` (obs, action, reward, discount, next_obs)."""
+        torch = self.torch
+        start = time.perf_counter()
+        if self._last_end is not None:
+            self.outside_s += start - self._last_end
+        data = batch.data
+        obs = torch.from_numpy(data["obs"])
+        action = torch.from_numpy(data["action"])
+        reward = torch.from_numpy(data["reward"])
+        discount = torch.from_numpy(data["discount"])  # gamma, or 0 after a termination
+        next_obs = torch.from_numpy(data["next_obs"])
+        alpha = self.log_alpha.exp().detach()
+
+        with torch.no_grad():
+            next_action, next_log_prob = self.actor.sample(next_obs)
+            q1_next, q2_next = self.q_target(next_obs, next_action)
+            target = reward + discount * (torch.min(q1_next, q2_next) - alpha * next_log_prob)
+        q1, q2 = self.q(obs, action)
+        q_loss = ((q1 - target) ** 2).mean() + ((q2 - target) ** 2).mean()
+        self.q_opt.zero_grad()
+        q_loss.backward()
+        self.q_opt.step()
+
+        new_action, log_prob = self.actor.sample(obs)
+        q1_pi, q2_pi = self.q(obs, new_action)
+        actor_loss = (alpha * log_prob - torch.min(q1_pi, q2_pi)).mean()
+        self.actor_opt.zero_grad()
+        actor_loss.backward()
+        self.actor_opt.step()
+
+        alpha_loss = -(self.log_alpha.exp() * (log_prob.detach() + self.target_entropy)).mean()
+        self.alpha_opt.zero_grad()
+        alpha_loss.backward()
+        self.alpha_opt.step()
+
+        with torch.no_grad():
+            torch._foreach_lerp_(self._target, self._online, self.args.tau)
+        self.updates += 1
+        self._last_end = time.perf_counter()
+        self.update_s += self._last_end - start
+
+    def params(self) -> dict[str, np.ndarray]:
+        """Numpy copies of the actor's weights (what :class:`SacPolicy` acts with)."""
+        return {k: v.detach().numpy().copy() for k, v in self.actor.state_dict().items()}
+
+
+# ------------------------------------------------------------------ the run
+def parse_args(argv: list[str] | None = None) -> Args:
+    """:class:`Args` from command-line flags (every field is a ``--flag``)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    for field in dataclasses.fields(Args):
+        flag = "--" + field.name.replace("_", "-")
+        default = field.default
+        if isinstance(default, bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
+        else:
+            parser.add_argument(flag, type=type(default), default=default)
+    return Args(**vars(parser.parse_args(argv)))
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Train SAC on Pendulum-v1 and return the run's summary (also written to ``--out``)."""
+    import torch
+
+    args = parse_args(argv)
+    torch.set_num_threads(1)
+    sig = rlreplay.NStepTransitionAdder.signature(
+        obs=((OBS_DIM,), "float32"),
+        action=((ACTION_DIM,), "float32"),
+        extras={"policy_version": "int64"},
+    )
+    replay = rt.ReplaySpec(
+        signature=sig,
+        layout=rlreplay.NStepTransitionAdder.layout(sig, n=1),
+        adder=functools.partial(rlreplay.NStepTransitionAdder, n=1, discount=args.gamma),
+        max_size=args.buffer_size,
+        sampler=rlreplay.Uniform(),
+    )
+    config = rt.RuntimeConfig(
+        backend=args.backend,
+        seed=args.seed,
+        batch_size=args.batch_size,
+        updates_per_env_step=args.updates_per_env_step,
+        min_size_to_sample=args.learning_starts,
+        weight_sync_period=args.weight_sync_period,
+        publish_every=args.publish_every,
+        progress=args.progress,
+        out_dir=args.out or None,
+    )
+    learner = SacLearner(args)
+    next_eval = args.eval_every
+
+    def on_stats(row: dict[str, Any], weights: Any) -> dict[str, Any]:
+        """Evaluate the newest weights every ``eval_every`` env steps and once the actors
+        are done; other rows get ``eval_return = None`` (an empty cell in metrics.csv)."""
+        nonlocal next_eval
+        steps = row["env_steps"]
+        if weights is None or (steps < next_eval and steps < args.total_steps):
+            return {"eval_return": None}
+        while next_eval <= steps:
+            next_eval += args.eval_every
+        params = weights.params
+        value = report.evaluate(
+            make_eval_env,
+            lambda obs: greedy_action(params, obs[None])[0],
+            episodes=args.eval_episodes,
+        )
+        return {"eval_return": value}
+
+    result = rt.run(
+        config,
+        make_env=functools.partial(make_env, num_envs=args.num_envs),
+        make_policy=functools.partial(SacPolicy, random_steps=args.learning_starts),
+        learner=learner,
+        replay=replay,
+        total_env_steps=args.total_steps,
+        on_stats=on_stats,
+    )
+    summary = report.summarize(result.rows, TARGET_RETURN, config.ratio)
+    run_summary = result.summary
+    wall = run_summary.get("wall_s") or 0.0
+    busy = learner.update_s + learner.outside_s
+    summary.update(
+        backend=args.backend,
+        seed=args.seed,
+        updates=run_summary["updates"],
+        update_ms_mean=1e3 * learner.update_s / max(learner.updates, 1),
+        learner_wait_frac=run_summary["learner_wait_s"] / wall if wall > 0 else None,
+        learner_outside_update_frac=learner.outside_s / busy if busy > 0 else None,
+    )
+    if args.out:
+        report.write_outputs(args.out, result.rows, summary)
+    return summary
+
+
+if __name__ == "__main__":
+    import json
+
+    print(json.dumps(main(), indent=2))

@@ -1,0 +1,193 @@
+"""examples/sac_pendulum.py: the numpy acting policy agrees with the torch actor, the
+squashed Gaussian's log probability, soft target updates, a smoke run on every backend
+(the files and summary keys) and a short seeded run that fails when learning breaks."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("gymnasium")
+
+from rlreplay import Sample, SampleInfo  # noqa: E402
+
+PATH = Path(__file__).resolve().parents[2] / "examples" / "sac_pendulum.py"
+
+
+def load_example():
+    """The example as the module ``sac_pendulum`` (registered, so its functions pickle)."""
+    if "sac_pendulum" in sys.modules:
+        return sys.modules["sac_pendulum"]
+    spec = importlib.util.spec_from_file_location("sac_pendulum", PATH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sac_pendulum"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+sac = load_example()
+
+SUMMARY_KEYS = {
+    "env_steps", "wall_s", "final_eval_return", "best_eval_return", "steps_to_target",
+    "samples_per_insert_target", "samples_per_insert_observed", "policy_lag_mean",
+    "update_ms_mean", "learner_wait_frac", "learner_outside_update_frac",
+}
+
+
+def small_args(**overrides) -> sac.Args:
+    fields = {"seed": 3, "hidden": 16, "batch_size": 8, **overrides}
+    return sac.Args(**fields)
+
+
+def fake_batch(rng: np.random.Generator, size: int) -> Sample:
+    """A batch shaped as the example's one-step transition table serves it."""
+    data = {
+        "obs": rng.standard_normal((size, sac.OBS_DIM)).astype(np.float32),
+        "action": rng.uniform(-2, 2, (size, sac.ACTION_DIM)).astype(np.float32),
+        "reward": rng.standard_normal(size).astype(np.float32),
+        "discount": np.full(size, 0.99, np.float32),
+        "next_obs": rng.standard_normal((size, sac.OBS_DIM)).astype(np.float32),
+        "policy_version": np.zeros(size, np.int64),
+    }
+    info = SampleInfo(
+        keys=np.arange(size, dtype=np.uint64),
+        probabilities=np.full(size, 1.0 / size),
+        table_size=size,
+        priorities=np.ones(size),
+        times_sampled=np.ones(size, np.int64),
+        min_probability=1.0 / size,
+    )
+    return Sample(data, info)
+
+
+# ---------------------------------------------------------------------------- acting
+def test_numpy_policy_acts_as_the_torch_actor_with_the_published_weights():
+    learner = sac.SacLearner(small_args())
+    obs = np.random.default_rng(0).standard_normal((5, sac.OBS_DIM)).astype(np.float32)
+    with torch.no_grad():
+        mean, log_std = learner.actor(torch.from_numpy(obs))
+    np_mean, np_log_std = sac.actor_forward(learner.params(), obs)
+    np.testing.assert_allclose(np_mean, mean.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np_log_std, log_std.numpy(), rtol=1e-5, atol=1e-6)
+    greedy = sac.greedy_action(learner.params(), obs)
+    np.testing.assert_allclose(greedy, np.tanh(mean.numpy()) * 2.0, rtol=1e-5, atol=1e-6)
+
+
+def test_params_are_copies_that_later_updates_do_not_change():
+    learner = sac.SacLearner(small_args())
+    before = learner.params()
+    kept = {k: v.copy() for k, v in before.items()}
+    learner.update(fake_batch(np.random.default_rng(1), 8))
+    assert all(np.array_equal(before[k], kept[k]) for k in kept)
+    assert any(not np.array_equal(learner.params()[k], kept[k]) for k in kept)
+
+
+def test_policy_acts_at_random_first_then_samples_around_the_mean_within_bounds():
+    learner = sac.SacLearner(small_args())
+    policy = sac.SacPolicy(0, 1, seed=5, random_steps=100)
+    obs = np.zeros((4, sac.OBS_DIM), np.float32)
+    assert policy(obs, 0).shape == (4, sac.ACTION_DIM)  # no weights yet: random
+    policy.set_params(learner.params())
+    early, late = policy(obs, 99), policy(obs, 100)
+    for actions in (early, late):
+        assert actions.dtype == np.float32 and actions.shape == (4, sac.ACTION_DIM)
+        assert np.all(np.abs(actions) <= sac.ACTION_SCALE)
+    # all four envs see the same observation: sampled actions differ, greedy ones do not
+    assert len(np.unique(late)) == 4
+    assert len(np.unique(sac.greedy_action(learner.params(), obs))) == 1
+
+
+# -------------------------------------------------------------------------- learning
+def test_log_prob_is_the_squashed_and_scaled_gaussian_density():
+    from torch.distributions import AffineTransform, Normal, TanhTransform
+    from torch.distributions import TransformedDistribution as Transformed
+
+    torch.manual_seed(0)
+    Actor, _ = sac.build_networks(16)
+    actor = Actor()
+    obs = torch.randn(64, sac.OBS_DIM)
+    action, log_prob = actor.sample(obs)
+    mean, log_std = actor(obs)
+    dist = Transformed(
+        Normal(mean, log_std.exp()), [TanhTransform(), AffineTransform(0.0, sac.ACTION_SCALE)]
+    )
+    expected = dist.log_prob(action).sum(-1)
+    away = action.abs().squeeze(1) < 0.95 * sac.ACTION_SCALE  # the 1e-6 guard matters near +-2
+    assert away.sum() > 32
+    torch.testing.assert_close(log_prob[away], expected[away], rtol=1e-3, atol=1e-3)
+
+
+def test_target_networks_move_by_tau_towards_the_online_ones_after_each_update():
+    learner = sac.SacLearner(small_args(tau=0.25))
+    online_before = [p.detach().clone() for p in learner.q.parameters()]
+    target_before = [p.detach().clone() for p in learner.q_target.parameters()]
+    learner.update(fake_batch(np.random.default_rng(2), 8))
+    for online0, target0, online, target in zip(
+        online_before, target_before, learner.q.parameters(), learner.q_target.parameters()
+    ):
+        assert not torch.equal(online, online0)  # the critics learned
+        torch.testing.assert_close(target, target0 + 0.25 * (online.detach() - target0))
+
+
+def test_temperature_falls_while_the_policy_is_more_random_than_the_target_entropy():
+    learner = sac.SacLearner(small_args())
+    rng = np.random.default_rng(4)
+    for _ in range(5):
+        learner.update(fake_batch(rng, 8))
+    # a fresh actor's std is about e**-1.5 on a 2-wide interval: entropy far above -1
+    assert learner.log_alpha.item() < 0.0
+    assert learner.updates == 5 and learner.update_s > 0.0
+
+
+# ------------------------------------------------------------------------------ runs
+@pytest.mark.parametrize("backend", ["inline", "threads", "processes"])
+def test_smoke_run_writes_metrics_summary_and_curve_on_every_backend(
+    backend, tmp_path, monkeypatch
+):
+    if backend == "processes":
+        pytest.importorskip("zmq")
+        monkeypatch.syspath_prepend(str(PATH.parent))  # actor processes import the example
+    argv = [
+        "--backend", backend, "--seed", "1", "--total-steps", "400", "--out", str(tmp_path),
+        "--learning-starts", "200", "--batch-size", "32", "--hidden", "16",
+        "--eval-every", "200", "--eval-episodes", "2", "--no-progress",
+    ]
+    summary = sac.main(argv)
+    assert SUMMARY_KEYS <= set(summary)
+    assert summary["env_steps"] == 400 and summary["backend"] == backend
+    assert summary["samples_per_insert_target"] == 32.0
+    # the limiter holds samples at 32 * (inserts - 200 warm-up inserts), give or take its
+    # error buffer of 64 inserts' worth (2048 samples): 16 +- 5.12 over 400 inserts
+    assert abs(summary["samples_per_insert_observed"] - 16.0) <= 2048 / 400 + 1e-9
+    assert math.isfinite(summary["final_eval_return"])
+    assert json.loads((tmp_path / "summary.json").read_text()) == pytest.approx(summary)
+    header, *rows = (tmp_path / "metrics.csv").read_text().splitlines()
+    assert "eval_return" in header.split(",") and rows
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (tmp_path / "learning_curve.png").stat().st_size > 0
+
+
+def test_flags_fill_args_and_unknown_flags_are_refused():
+    args = sac.parse_args(["--total-steps", "500", "--no-progress", "--policy-lr", "3e-4"])
+    assert (args.total_steps, args.progress, args.policy_lr) == (500, False, 3e-4)
+    assert sac.parse_args([]) == sac.Args()
+    with pytest.raises(SystemExit):
+        sac.parse_args(["--total-step", "5"])
+
+
+def test_short_seeded_run_learns_well_beyond_a_random_policy():
+    """A random policy scores about -1200 to -1400; a learning SAC passes -400 within
+    4000 env steps. The inline backend makes the run exactly reproducible."""
+    summary = sac.main([
+        "--backend", "inline", "--seed", "0", "--total-steps", "4000", "--hidden", "64",
+        "--learning-starts", "500", "--eval-every", "1000", "--eval-episodes", "10",
+        "--no-progress",
+    ])
+    assert summary["best_eval_return"] > -400.0, summary
