@@ -161,9 +161,7 @@ class SacPolicy:
         """Actions [num_envs, action_dim] (float32) for ``obs`` [num_envs, obs_dim]."""
         n = len(obs)
         if self.params is None or env_steps < self.random_steps:
-            return self.rng.uniform(-ACTION_SCALE, ACTION_SCALE, (n, ACTION_DIM)).astype(
-                np.float32
-            )
+            return self.rng.uniform(-ACTION_SCALE, ACTION_SCALE, (n, ACTION_DIM)).astype(np.float32)
         mean, log_std = actor_forward(self.params, np.asarray(obs, dtype=np.float32))
         noise = self.rng.standard_normal(mean.shape)
         return (np.tanh(mean + np.exp(log_std) * noise) * ACTION_SCALE).astype(np.float32)
@@ -198,7 +196,7 @@ def build_networks(hidden: int) -> tuple[Any, Any]:
             std = log_std.exp()
             u = mean + std * torch.randn_like(mean)
             y = torch.tanh(u)
-            log_prob = (-0.5 * ((u - mean) / std) ** 2 - log_std - 0.5 * math.log(2 * math.pi))
+            log_prob = -0.5 * ((u - mean) / std) ** 2 - log_std - 0.5 * math.log(2 * math.pi)
             log_prob = log_prob - torch.log(ACTION_SCALE * (1.0 - y.pow(2)) + 1e-6)
             return y * ACTION_SCALE, log_prob.sum(-1)
 
@@ -210,8 +208,11 @@ def build_networks(hidden: int) -> tuple[Any, Any]:
 
             def q() -> nn.Module:
                 return nn.Sequential(
-                    nn.Linear(OBS_DIM + ACTION_DIM, hidden), nn.ReLU(),
-                    nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1),
+                    nn.Linear(OBS_DIM + ACTION_DIM, hidden),
+                    nn.ReLU(),
+                    nn.Linear(hidden, hidden),
+                    nn.ReLU(),
+                    nn.Linear(hidden, 1),
                 )
 
             self.q1, self.q2 = q(), q()

@@ -35,9 +35,17 @@ def load_example():
 sac = load_example()
 
 SUMMARY_KEYS = {
-    "env_steps", "wall_s", "final_eval_return", "best_eval_return", "steps_to_target",
-    "samples_per_insert_target", "samples_per_insert_observed", "policy_lag_mean",
-    "update_ms_mean", "learner_wait_frac", "learner_outside_update_frac",
+    "env_steps",
+    "wall_s",
+    "final_eval_return",
+    "best_eval_return",
+    "steps_to_target",
+    "samples_per_insert_target",
+    "samples_per_insert_observed",
+    "policy_lag_mean",
+    "update_ms_mean",
+    "learner_wait_frac",
+    "learner_outside_update_frac",
 }
 
 
@@ -154,13 +162,11 @@ def test_smoke_run_writes_metrics_summary_and_curve_on_every_backend(
     if backend == "processes":
         pytest.importorskip("zmq")
         monkeypatch.syspath_prepend(str(PATH.parent))  # actor processes import the example
-    argv = [
-        "--backend", backend, "--seed", "1", "--total-steps", "400", "--out", str(tmp_path),
-        "--learning-starts", "200", "--batch-size", "32", "--hidden", "16",
-        "--eval-every", "200", "--eval-episodes", "2", "--no-progress",
-    ]
-    summary = sac.main(argv)
-    assert SUMMARY_KEYS <= set(summary)
+    flags = f"--backend {backend} --seed 1 --total-steps 400 --out {tmp_path}"
+    flags += " --learning-starts 200 --batch-size 32 --hidden 16 --eval-every 200"
+    flags += " --eval-episodes 2 --no-progress"
+    summary = sac.main(flags.split())
+    assert set(summary) >= SUMMARY_KEYS
     assert summary["env_steps"] == 400 and summary["backend"] == backend
     assert summary["samples_per_insert_target"] == 32.0
     # the limiter holds samples at 32 * (inserts - 200 warm-up inserts), give or take its
@@ -185,9 +191,7 @@ def test_flags_fill_args_and_unknown_flags_are_refused():
 def test_short_seeded_run_learns_well_beyond_a_random_policy():
     """A random policy scores about -1200 to -1400; a learning SAC passes -400 within
     4000 env steps. The inline backend makes the run exactly reproducible."""
-    summary = sac.main([
-        "--backend", "inline", "--seed", "0", "--total-steps", "4000", "--hidden", "64",
-        "--learning-starts", "500", "--eval-every", "1000", "--eval-episodes", "10",
-        "--no-progress",
-    ])
+    flags = "--backend inline --seed 0 --total-steps 4000 --hidden 64 --learning-starts 500"
+    flags += " --eval-every 1000 --eval-episodes 10 --no-progress"
+    summary = sac.main(flags.split())
     assert summary["best_eval_return"] > -400.0, summary
