@@ -44,7 +44,9 @@ import numpy as np
 
 import rlreplay
 import rlreplay.runtime as rt
+from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.runtime import report
+from rlreplay.runtime.config import BACKENDS
 
 ENV_ID = "Pendulum-v1"
 OBS_DIM = 3
@@ -98,6 +100,40 @@ class Args:
     """episodes per evaluation (mean action, no exploration)"""
     progress: bool = True
     """show the runtime's progress bar (--no-progress: none)"""
+
+    def __post_init__(self) -> None:
+        """Check the values the runtime does not check itself.
+
+        Raises:
+            InvalidArgumentError: naming the flag, its value and the range it must be in.
+        """
+        for name in (
+            "total_steps",
+            "num_envs",
+            "buffer_size",
+            "hidden",
+            "eval_every",
+            "eval_episodes",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidArgumentError(f"{_flag(name)}={describe(value)} must be an int >= 1")
+        for name in ("policy_lr", "q_lr", "alpha_lr"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0.0 < value < math.inf:
+                raise InvalidArgumentError(f"{_flag(name)}={describe(value)} must be a number > 0")
+        for name, low_open in (("tau", True), ("gamma", False)):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not (
+                (0.0 < value <= 1.0) if low_open else (0.0 <= value <= 1.0)
+            ):
+                bounds = "(0, 1]" if low_open else "[0, 1]"
+                raise InvalidArgumentError(f"{_flag(name)}={describe(value)} must be in {bounds}")
+
+
+def _flag(name: str) -> str:
+    """The command-line flag of the :class:`Args` field ``name``."""
+    return "--" + name.replace("_", "-")
 
 
 # ------------------------------------------------------------------ environments
@@ -308,13 +344,20 @@ class SacLearner:
 
 # ------------------------------------------------------------------ the run
 def parse_args(argv: list[str] | None = None) -> Args:
-    """:class:`Args` from command-line flags (every field is a ``--flag``)."""
+    """:class:`Args` from command-line flags (every field is a ``--flag``).
+
+    Raises:
+        SystemExit: for an unknown flag or a value of the wrong type (argparse's message).
+        InvalidArgumentError: for a value out of range (see :class:`Args`).
+    """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     for field in dataclasses.fields(Args):
-        flag = "--" + field.name.replace("_", "-")
+        flag = _flag(field.name)
         default = field.default
         if isinstance(default, bool):
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
+        elif field.name == "backend":
+            parser.add_argument(flag, choices=BACKENDS, default=default)
         else:
             parser.add_argument(flag, type=type(default), default=default)
     return Args(**vars(parser.parse_args(argv)))

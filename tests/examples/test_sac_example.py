@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("gymnasium")
 
-from rlreplay import Sample, SampleInfo  # noqa: E402
+from rlreplay import InvalidArgumentError, Sample, SampleInfo  # noqa: E402
 
 PATH = Path(__file__).resolve().parents[2] / "examples" / "sac_pendulum.py"
 
@@ -186,6 +187,28 @@ def test_flags_fill_args_and_unknown_flags_are_refused():
     assert sac.parse_args([]) == sac.Args()
     with pytest.raises(SystemExit):
         sac.parse_args(["--total-step", "5"])
+
+
+BAD_FLAGS = {
+    "no env steps": (["--total-steps", "0"], "--total-steps=0"),
+    "no hidden units": (["--hidden", "0"], "--hidden=0"),
+    "no evaluation episodes": (["--eval-episodes", "0"], "--eval-episodes=0"),
+    "a Polyak step of 0 never moves the targets": (["--tau", "0"], "--tau=0.0"),
+    "a discount above 1": (["--gamma", "1.5"], "--gamma=1.5"),
+    "a negative learning rate": (["--q-lr=-1e-3"], "--q-lr=-0.001"),
+}
+
+
+@pytest.mark.parametrize("flags, named", BAD_FLAGS.values(), ids=BAD_FLAGS.keys())
+def test_out_of_range_flags_are_refused_naming_the_flag_before_anything_runs(flags, named):
+    with pytest.raises(InvalidArgumentError, match=re.escape(named)):
+        sac.main([*flags, "--no-progress"])
+
+
+def test_an_unknown_backend_is_refused_with_the_valid_ones(capsys):
+    with pytest.raises(SystemExit):
+        sac.parse_args(["--backend", "ray"])
+    assert "inline" in capsys.readouterr().err
 
 
 def test_short_seeded_run_learns_well_beyond_a_random_policy():
