@@ -60,11 +60,11 @@ import rlreplay.runtime as rt
 from rlreplay.core.rate_limiters import MinSize
 from rlreplay.iterators import ReplayIterator
 from rlreplay.runtime.actor import NUM_COUNTERS, Actor
+from rlreplay.runtime.config import ITEMS_PER_INSERT
 
 NUM_ENVS = 16
 N_STEP = 3
 MAX_SIZE = 100_000
-MIN_SIZE = 1_000
 HIDDEN = 256
 TOLERANCE = 0.10
 ACTOR_TARGET = 0.80
@@ -229,10 +229,12 @@ def bench_actor(args: argparse.Namespace) -> dict:
 
 
 # ------------------------------------------------------------ 2. ratio fidelity
-def _config(backend: str, spi: float, batch: int, every: float, timeout: float) -> rt.RuntimeConfig:
+def _config(case: dict, every: float) -> rt.RuntimeConfig:
     return rt.RuntimeConfig(
-        backend=backend, batch_size=batch, samples_per_insert=spi, min_size_to_sample=MIN_SIZE,
-        stats_every_s=every, progress=False, timeout_s=timeout,
+        backend=case["backend"], batch_size=case["batch_size"],
+        samples_per_insert=case["samples_per_insert"], min_size_to_sample=case["min_size"],
+        error_buffer=case["error_buffer"], stats_every_s=every, progress=False,
+        timeout_s=case["timeout_s"],
     )
 
 
@@ -241,12 +243,12 @@ def _run(config: rt.RuntimeConfig, total: int) -> rt.RunResult:
                   replay=replay_spec(), total_env_steps=int(total))
 
 
-def _probe_rate(backend: str, spi: float, batch: int, seconds: float) -> float:
+def _probe_rate(case: dict, seconds: float) -> float:
     """Env steps/s of this case, measured over about ``seconds`` of a short run (from its
     first row with updates: process start-up and the first fill do not count)."""
-    steps, rate = 4_000, 0.0
+    steps, rate = 4 * case["min_size"], 0.0
     for _ in range(4):
-        rows = _run(_config(backend, spi, batch, 0.25, 60.0), steps).rows
+        rows = _run(_config(case, seconds / 8), steps).rows
         moving = [r for r in rows[:-1] if r["updates"] > 0] or rows
         first, last = moving[0], moving[-1]
         span = last["wall_s"] - first["wall_s"]
@@ -260,39 +262,63 @@ def _probe_rate(backend: str, spi: float, batch: int, seconds: float) -> float:
     return rate or last["env_steps"] / max(last["wall_s"], 1e-3)
 
 
+def ratio_case(args: argparse.Namespace, case: dict) -> dict:
+    """Run one case of about ``args.duration`` seconds; its windows against the target."""
+    spi = case["samples_per_insert"]
+    try:
+        rate = _probe_rate(case, args.probe_s)
+        result = _run(_config(case, args.window), int(rate * args.duration) + case["min_size"])
+    except Exception as error:  # reported in the table, the other cases go on
+        case.update(status="ERROR", error=f"{type(error).__name__}: {error}")
+        return case
+    windows = [r["samples_per_insert"] for r in result.rows[1:-1]]
+    ok = bool(windows) and all(abs(w / spi - 1.0) <= TOLERANCE for w in windows)
+    summary = result.summary
+    case.update(
+        status="PASS" if ok else ("FAIL" if windows else "TOO SHORT"),
+        env_steps=summary["env_steps"], wall_s=summary["wall_s"], updates=summary["updates"],
+        env_steps_per_s=summary["env_steps"] / max(summary["wall_s"], 1e-9),
+        updates_per_s=summary["updates"] / max(summary["wall_s"], 1e-9),
+        windows=windows,
+        window_min=min(windows) if windows else None,
+        window_max=max(windows) if windows else None,
+        observed_total=summary["samples_per_insert_observed"],
+        learner_wait_frac=statistics.mean(r["learner_wait_frac"] for r in result.rows),
+        actor_blocked_frac=statistics.mean(r["actor_blocked_frac"] for r in result.rows),
+    )
+    return case
+
+
 def bench_ratio(args: argparse.Namespace) -> list[dict]:
-    """One run per (backend, samples_per_insert); windowed observed ratio against target."""
+    """One run per (backend, samples_per_insert) with the runtime's default limiter buffer.
+
+    An inline case that fails is run again with an ``error_buffer`` that admits a whole
+    vector step of chunks (one per env), so its fidelity is measured too; both rows show.
+    """
     out = []
     for backend in args.backends:
         for spi in args.spi:
-            case = {"backend": backend, "samples_per_insert": spi, "batch_size": args.batch}
-            try:
-                rate = _probe_rate(backend, spi, args.batch, args.probe_s)
-                total = int(rate * args.duration) + MIN_SIZE
-                result = _run(_config(backend, spi, args.batch, args.window, 60.0), total)
-            except Exception as error:  # reported in the table, the other cases go on
-                case.update(status="ERROR", error=f"{type(error).__name__}: {error}")
-                out.append(case)
-                print(f"ratio {backend:<9} spi {spi:<5g} ERROR {case['error'][:300]}", flush=True)
-                continue
-            windows = [r["samples_per_insert"] for r in result.rows[1:-1]]
-            ok = bool(windows) and all(abs(w / spi - 1.0) <= TOLERANCE for w in windows)
-            case.update(
-                status="PASS" if ok else ("FAIL" if windows else "TOO SHORT"),
-                env_steps=result.summary["env_steps"], wall_s=result.summary["wall_s"],
-                updates=result.summary["updates"],
-                env_steps_per_s=result.summary["env_steps"] / max(result.summary["wall_s"], 1e-9),
-                windows=windows,
-                window_min=min(windows) if windows else None,
-                window_max=max(windows) if windows else None,
-                observed_total=result.summary["samples_per_insert_observed"],
-                learner_wait_frac=statistics.mean(r["learner_wait_frac"] for r in result.rows),
-                actor_blocked_frac=statistics.mean(r["actor_blocked_frac"] for r in result.rows),
-            )
+            spec = {"backend": backend, "samples_per_insert": spi, "batch_size": args.batch,
+                    "min_size": args.min_size, "error_buffer": None, "timeout_s": args.timeout}
+            case = ratio_case(args, dict(spec))
             out.append(case)
-            print(f"ratio {backend:<9} spi {spi:<5g} {case['status']:<9} windows "
-                  f"{len(windows)} min {case['window_min']} max {case['window_max']}", flush=True)
+            _say(case)
+            if case["status"] == "ERROR" and backend == "inline":
+                buffer = float(spi * 2 * ITEMS_PER_INSERT * NUM_ENVS)
+                again = ratio_case(args, {**spec, "error_buffer": buffer})
+                out.append(again)
+                _say(again)
     return out
+
+
+def _say(case: dict) -> None:
+    head = (f"ratio {case['backend']:<9} spi {case['samples_per_insert']:<5g} "
+            f"error_buffer {case['error_buffer']}: {case['status']}")
+    if case["status"] == "ERROR":
+        print(f"{head} {case['error'][:300]}", flush=True)
+    else:
+        print(f"{head}, {len(case['windows'])} windows, min {case['window_min']}, "
+              f"max {case['window_max']}", flush=True)
 
 
 # ------------------------------------------------------------ 3. learner throughput
@@ -326,34 +352,44 @@ def _updates_per_s(update: Any, next_batch: Any, seconds: float) -> float:
 
 
 def bench_learner(args: argparse.Namespace) -> list[dict]:
-    """Updates/s: plain loop on a fixed batch; iterator over a full table; rt.run threads."""
-    table = _filled_table(max(MIN_SIZE * 4, 20_000 if not args.quick else 5_000))
+    """Updates/s: plain loop on a fixed batch (timed before and after the others, the mean
+    counts: the machine's load drifts); iterator over a full table; rt.run threads."""
+    table = _filled_table(max(args.min_size * 4, 5_000 if args.quick else 20_000))
     out = []
     for batch in args.learner_batches:
         logic = QLearner()
         fixed = table.sample(batch)
-        plain = _updates_per_s(logic.update, lambda fixed=fixed: fixed, args.learner_s)
+        plain_before = _updates_per_s(logic.update, lambda fixed=fixed: fixed, args.learner_s)
         with ReplayIterator(table, batch, prefetch=2, timeout=10.0) as it:
             sampled = _updates_per_s(logic.update, it.__next__, args.learner_s)
         config = rt.RuntimeConfig(
             backend="threads", batch_size=batch, updates_per_env_step=1.0,
-            min_size_to_sample=MIN_SIZE, stats_every_s=max(args.learner_s / 4, 0.25),
+            min_size_to_sample=args.min_size, stats_every_s=max(args.learner_s / 4, 0.25),
             progress=False,
         )
-        total = int(plain * args.learner_s) + MIN_SIZE
+        total = int(plain_before * args.learner_s) + args.min_size
         rows = rt.run(config, make_env=make_env, make_policy=RandomPolicy, learner=QLearner(),
                       replay=replay_spec(), total_env_steps=total).rows
         steady = [r for r in rows[1:-1] if r["updates"] > 0] or rows
         run_rate = statistics.mean(r["updates_per_s"] for r in steady)
+        plain_after = _updates_per_s(logic.update, lambda fixed=fixed: fixed, args.learner_s)
+        plain = (plain_before + plain_after) / 2
         out.append({
             "batch_size": batch, "plain_updates_per_s": plain,
+            "plain_updates_per_s_before_after": [plain_before, plain_after],
             "iterator_updates_per_s": sampled, "run_threads_updates_per_s": run_rate,
             "iterator_ratio": sampled / plain, "run_ratio": run_rate / plain,
+            "run_learner_wait_frac": statistics.mean(r["learner_wait_frac"] for r in steady),
+            "run_actor_blocked_frac": statistics.mean(r["actor_blocked_frac"] for r in steady),
         })
     return out
 
 
 # ------------------------------------------------------------ report
+def _num(value: float | None) -> str:
+    return f"{value:7.2f}" if value is not None else f"{'-':>7}"
+
+
 def _print(result: dict) -> None:
     print(f"\nactor loop, CartPole-v1 x{NUM_ENVS} sync, random policy "
           f"(target >= {ACTOR_TARGET:.0%} of raw)")
@@ -363,25 +399,25 @@ def _print(result: dict) -> None:
         print(f"{r['loop']:<22} {r['steps_per_s']:10,.0f} {r['ratio_to_raw']:6.0%}  {verdict}")
     print(f"\nratio fidelity (every {result['args']['window']:g} s window after warm-up "
           f"within +-{TOLERANCE:.0%} of the target)")
-    head = (f"{'backend':<10} {'spi':>4} {'wall s':>7} {'steps/s':>9} {'upd/s':>7} "
-            f"{'windows':>7} {'min':>7} {'max':>7} {'total':>7}  result")
-    print(head)
+    print(f"{'backend':<10} {'spi':>4} {'buffer':>7} {'wall s':>7} {'steps/s':>9} {'upd/s':>7} "
+          f"{'windows':>7} {'min':>7} {'max':>7} {'total':>7}  result")
     for c in result["ratio"]:
+        buffer = "default" if c["error_buffer"] is None else f"{c['error_buffer']:.0f}"
+        head = f"{c['backend']:<10} {c['samples_per_insert']:>4g} {buffer:>7}"
         if c["status"] == "ERROR":
-            print(f"{c['backend']:<10} {c['samples_per_insert']:>4g}  ERROR: {c['error'][:90]}")
+            print(f"{head}  ERROR: {c['error'][:100]}")
             continue
-        fmt = (lambda v: f"{v:7.2f}" if v is not None else f"{'-':>7}")  # noqa: E731
-        print(f"{c['backend']:<10} {c['samples_per_insert']:>4g} {c['wall_s']:7.1f} "
-              f"{c['env_steps_per_s']:9,.0f} {c['updates'] / max(c['wall_s'], 1e-9):7,.0f} "
-              f"{len(c['windows']):>7} {fmt(c['window_min'])} {fmt(c['window_max'])} "
-              f"{fmt(c['observed_total'])}  {c['status']}")
+        print(f"{head} {c['wall_s']:7.1f} {c['env_steps_per_s']:9,.0f} "
+              f"{c['updates_per_s']:7,.0f} {len(c['windows']):>7} {_num(c['window_min'])} "
+              f"{_num(c['window_max'])} {_num(c['observed_total'])}  {c['status']}")
     print("\nlearner updates/s (same update function)")
     print(f"{'batch':>5} {'plain':>8} {'iterator':>9} {'rt.run threads':>15} "
-          f"{'iter/plain':>11} {'run/plain':>10}")
+          f"{'iter/plain':>11} {'run/plain':>10} {'learner wait':>13}")
     for r in result["learner"]:
         print(f"{r['batch_size']:>5} {r['plain_updates_per_s']:8,.0f} "
               f"{r['iterator_updates_per_s']:9,.0f} {r['run_threads_updates_per_s']:15,.0f} "
-              f"{r['iterator_ratio']:10.0%} {r['run_ratio']:10.0%}")
+              f"{r['iterator_ratio']:10.0%} {r['run_ratio']:10.0%} "
+              f"{r['run_learner_wait_frac']:12.0%}")
     print(f"load average before/after: {result['load_before']} / {result['load_after']}")
 
 
@@ -393,6 +429,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--backends", default="inline,threads,processes")
     p.add_argument("--spi", default="1,8,32", help="samples_per_insert targets")
     p.add_argument("--batch", type=int, default=64, help="batch size of the ratio runs")
+    p.add_argument("--min-size", type=int, default=1_000, help="min_size_to_sample")
+    p.add_argument("--timeout", type=float, default=20.0,
+                   help="timeout_s of the ratio runs: a deadlock shows as an error row after it")
     p.add_argument("--actor-s", type=float, default=None, help="seconds per actor round")
     p.add_argument("--rounds", type=int, default=None, help="actor rounds (5, quick 3)")
     p.add_argument("--learner-s", type=float, default=None, help="seconds per learner case")
