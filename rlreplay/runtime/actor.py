@@ -30,10 +30,14 @@ NUM_COUNTERS = 6
 WRITE_SLICE_S = 0.25
 
 
+# In the inline backend nothing can unblock a write while it waits: a write the limiter
+# refuses returns at once, keeps its rows pending in the adder, and the learner goes next.
+INLINE_WRITE_S = 1e-3
+
+
 def adder_timeout(config: RuntimeConfig) -> float:
-    """The ``timeout`` an actor's adder is built with: a slice outside the inline backend
-    (where nothing else can unblock it, a blocked write is a deadlock after timeout_s)."""
-    return config.timeout_s if config.backend == "inline" else WRITE_SLICE_S
+    """The ``timeout`` an actor's adder is built with (see the two constants above)."""
+    return INLINE_WRITE_S if config.backend == "inline" else WRITE_SLICE_S
 
 
 class Policy(Protocol):
@@ -95,6 +99,9 @@ class Actor:
         self.counters = counters
         self.stop = stop
         self.version = -1
+        # Inline backend only: the adder holds rows the table refused (see _write).
+        self.blocked = False
+        self.finished = False
         self._obs: Any = None
         self._returns = np.zeros(num_envs)
         self._since_sync = 0
@@ -190,19 +197,33 @@ class Actor:
 
     def finish(self) -> None:
         """End open episodes (as truncated) and hand every buffered step over."""
+        self.finished = True
         self._write(self.adder.close, retry=self.adder.close)
 
+    def drain(self) -> None:
+        """Inline backend: hand over again what the table refused (sets :attr:`blocked`)."""
+        self._write(self.adder.close if self.finished else self.adder.flush)
+
     def _write(self, call: Callable[[], None], retry: Callable[[], None] | None = None) -> None:
-        """Run an adder call; when the table blocks it, hand the rest over in slices
-        (``retry``, default ``adder.flush``: the adder was built with a short timeout
-        outside the inline backend) so stop requests are noticed, up to ``timeout_s``."""
+        """Run an adder call. Inline, a refused write only sets :attr:`blocked` (its rows
+        stay pending in the adder, the learner runs next). Elsewhere the rest is handed
+        over in slices (``retry``, default ``adder.flush``) so stop requests are noticed,
+        for up to ``timeout_s``.
+
+        Raises:
+            ReplayTimeoutError: if the table kept the write blocked ``timeout_s``.
+            ClosedError: if the run stopped while the write was blocked.
+        """
         start = time.monotonic()
         retry = retry or self.adder.flush
         try:
             call()
+            self.blocked = False
             return
         except ReplayTimeoutError:
-            pass
+            if self.config.backend == "inline":
+                self.blocked = True
+                return
         while True:
             waited = time.monotonic() - start
             if self.stop.is_set():

@@ -62,7 +62,7 @@ class ReplaySpec:
     def __post_init__(self) -> None:
         self.signature = Signature(self.signature)
         sig = self.signature
-        spec = sig[POLICY_VERSION] if POLICY_VERSION in sig else None
+        spec = sig[POLICY_VERSION] if POLICY_VERSION in sig else None  # noqa: SIM401 (no .get)
         if spec is None or spec.shape != () or spec.dtype.kind not in "iu":
             raise InvalidArgumentError(
                 f"signature has no integer scalar {POLICY_VERSION!r} field (paths: "

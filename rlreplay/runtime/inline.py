@@ -1,7 +1,10 @@
 """The inline backend: actors and learner take turns in one thread.
 
 The rule is the rate limiter's: whenever the table allows a sample, the learner takes one
-batch; otherwise the actor with the fewest env steps takes one vector step. Nothing
+batch; otherwise an actor whose adder holds items the table refused hands them over again,
+or else the actor with the fewest env steps takes one vector step. A write the limiter
+refuses never waits (it returns at once and stays pending in the adder), so the learner can
+catch up in between, whatever the number of envs. Nothing
 depends on timing, so a seeded run is exactly reproducible: the same seeds give the same
 batches, the same updates and the same weights, step for step. With ``max_policy_lag``,
 an actor that needs newer weights hands its data over and waits its turn; when neither
@@ -62,10 +65,23 @@ def run_inline(
                     learner.update(table.sample(batch, timeout=config.timeout_s))
                 except Exception as error:
                     raise _failed("learner", error) from error
+            elif any(a.blocked for a in actors):
+                actor = next(a for a in actors if a.blocked)
+                try:
+                    actor.drain()
+                except Exception as error:
+                    raise _failed(f"actor {actor.index}", error) from error
+                if actor.blocked:
+                    raise DeadlockError(
+                        f"the inline run can make no progress: the table refuses actor "
+                        f"{actor.index}'s pending items and allows no sample of {batch} "
+                        f"({table.info().to_dict()}); raise error_buffer to hold at least one "
+                        "adder chunk of items times samples_per_insert plus a batch"
+                    )
             else:
-                ready = [a for a in actors if not a.done and a.ready()]
+                ready = [a for a in actors if not a.finished and a.ready()]
                 if not ready:
-                    if all(a.done for a in actors):
+                    if all(a.finished for a in actors):
                         break
                     raise DeadlockError(
                         "the inline run can make no progress: the table allows no sample of "

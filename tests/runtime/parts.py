@@ -111,3 +111,9 @@ class CountingLearner:
 def policy_steps(index: int) -> int:
     seen = SEEN.get(index) or [(0, 0.0)]
     return seen[-1][0]
+
+
+def make_env16(seed: int):
+    import gymnasium as gym
+
+    return gym.make_vec("CartPole-v1", num_envs=16, vectorization_mode="sync")

@@ -114,3 +114,19 @@ def test_max_updates_stops_the_run():
     result = train("threads", learner, total=200_000, max_updates=30)
     assert learner.updates == 30
     assert result.summary["env_steps"] < 200_000
+
+
+def test_inline_alternates_within_one_vector_step_of_many_envs():
+    # One add() of 16 envs can hand over 16 chunks of items, more than the default buffer
+    # admits at once; the refused rest waits in the adder while the learner catches up.
+    learner = parts.CountingLearner()
+    result = rt.run(
+        config("inline", updates_per_env_step=1.0, min_size_to_sample=100),
+        make_env=parts.make_env16, make_policy=parts.RandomPolicy, learner=learner,
+        replay=parts.replay(max_size=20_000), total_env_steps=8_000,
+    )
+    s = result.summary
+    assert s["env_steps"] == 8_000
+    expected = 16 * (s["items_inserted"] - 100)
+    buffer = config("inline", updates_per_env_step=1.0).limiter_buffer()
+    assert abs(s["items_sampled"] - expected) <= buffer + 16
