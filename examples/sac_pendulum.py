@@ -23,6 +23,12 @@ Run it::
 
     python examples/sac_pendulum.py --seed 0 --total-steps 20000 --out runs/sac_pendulum
 
+The default backend is ``processes``: the actor steps its env in its own process while the
+learner's torch steps run here, on another core. With ``--backend threads`` both share one
+interpreter lock, and the learner loses time to the actor's Python loop whenever the
+machine is busy; ``--backend inline`` alternates them in one thread (exactly
+reproducible, slowest).
+
 The summary adds to the common keys (see :mod:`rlreplay.runtime.report`) how the learner
 spent its time: ``update_ms_mean`` (one gradient step), ``learner_wait_frac`` (the
 runtime's fraction of learner time spent waiting for a batch) and
@@ -35,6 +41,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import importlib.util
 import math
 import time
 from dataclasses import dataclass
@@ -64,8 +71,9 @@ class Args:
     """seed of the env, the policy's random generator, torch and the replay table"""
     total_steps: int = 20_000
     """env steps to take, summed over the vector env's envs"""
-    backend: str = "threads"
-    """runtime backend: inline, threads or processes"""
+    backend: str = "processes"
+    """runtime backend: processes (the actor's env loop and the learner's torch steps on two
+    cores, not sharing one interpreter lock; needs the net extra), threads or inline"""
     out: str = ""
     """folder for metrics.csv, summary.json and learning_curve.png ('' writes nothing)"""
     num_envs: int = 1
@@ -94,6 +102,8 @@ class Args:
     """env steps between the actor's pulls of new weights"""
     publish_every: int = 10
     """learner updates between weight publications"""
+    prefetch: int = 2
+    """batches the learner's iterator keeps sampled ahead of the updates"""
     eval_every: int = 1_000
     """env steps between evaluations"""
     eval_episodes: int = 10
@@ -364,10 +374,23 @@ def parse_args(argv: list[str] | None = None) -> Args:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Train SAC on Pendulum-v1 and return the run's summary (also written to ``--out``)."""
+    """Train SAC on Pendulum-v1 and return the run's summary (also written to ``--out``).
+
+    Raises:
+        SystemExit: for an unknown flag (argparse).
+        InvalidArgumentError: for a flag out of range, or the processes backend without
+            pyzmq.
+        ComponentFailedError: when the actor or the learner failed (see its message).
+    """
     import torch
 
     args = parse_args(argv)
+    if args.backend == "processes" and importlib.util.find_spec("zmq") is None:
+        raise InvalidArgumentError(
+            "--backend=processes serves the replay table to the actor process over ZeroMQ, "
+            "and pyzmq is not installed; install it (python -m pip install 'rlreplay[net]') "
+            "or choose --backend threads"
+        )
     torch.set_num_threads(1)
     sig = rlreplay.NStepTransitionAdder.signature(
         obs=((OBS_DIM,), "float32"),
@@ -389,6 +412,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         min_size_to_sample=args.learning_starts,
         weight_sync_period=args.weight_sync_period,
         publish_every=args.publish_every,
+        prefetch=args.prefetch,
         progress=args.progress,
         out_dir=args.out or None,
     )

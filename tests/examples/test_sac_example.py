@@ -211,6 +211,17 @@ def test_an_unknown_backend_is_refused_with_the_valid_ones(capsys):
     assert "inline" in capsys.readouterr().err
 
 
+def test_processes_backend_without_pyzmq_says_what_to_install(monkeypatch):
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "zmq" else find_spec(name, *a)
+    )
+    with pytest.raises(InvalidArgumentError, match=r"rlreplay\[net\].*--backend threads"):
+        sac.main(
+            "--backend processes --total-steps 300 --learning-starts 200 --no-progress".split()
+        )
+
+
 def test_short_seeded_run_learns_well_beyond_a_random_policy():
     """A random policy scores about -1200 to -1400; a learning SAC passes -400 within
     4000 env steps. The inline backend makes the run exactly reproducible."""
