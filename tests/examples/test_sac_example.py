@@ -216,10 +216,9 @@ def test_processes_backend_without_pyzmq_says_what_to_install(monkeypatch):
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "zmq" else find_spec(name, *a)
     )
+    flags = "--backend processes --total-steps 300 --learning-starts 200 --no-progress"
     with pytest.raises(InvalidArgumentError, match=r"rlreplay\[net\].*--backend threads"):
-        sac.main(
-            "--backend processes --total-steps 300 --learning-starts 200 --no-progress".split()
-        )
+        sac.main(flags.split())
 
 
 def test_short_seeded_run_learns_well_beyond_a_random_policy():
