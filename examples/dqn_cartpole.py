@@ -1,0 +1,389 @@
+"""DQN on CartPole-v1 with prioritized replay and n-step returns, through rlreplay's runtime.
+
+One readable file in the CleanRL style: double DQN with a Huber loss, a target network
+copied every ``target_update_every`` updates, n-step returns made by
+:class:`~rlreplay.NStepTransitionAdder`, and proportional prioritized replay
+(:class:`~rlreplay.Prioritized`) whose importance weights are annealed to 1. Acting and
+learning meet only through the replay table; the ratio of gradient updates to env steps
+(``updates_per_env_step``) is held by the table's rate limiter, not by this file's control
+flow.
+
+Who owns what:
+
+* the actor (built by the runtime, in a thread or a process) holds a :class:`QPolicy`: the
+  Q network in numpy (acting needs no torch), epsilon-greedy over a vector of envs, fed
+  new weights every ``weight_sync_period`` env steps;
+* the learner (:class:`DqnLearner`, in the driver) holds the torch Q and target networks
+  and the optimizer; :meth:`DqnLearner.update` is one gradient step on one sampled batch
+  and returns the batch's new priorities (``|TD error|``);
+* the driver evaluates the newest weights greedily every ``eval_every`` env steps and at
+  the end, and writes ``metrics.csv``, ``summary.json`` and ``learning_curve.png`` to
+  ``--out``.
+
+Run it::
+
+    python examples/dqn_cartpole.py --seed 0 --total-steps 50000 --out runs/dqn_cartpole
+
+The summary holds the common keys of :mod:`rlreplay.runtime.report` (``final_eval_return``,
+``steps_to_target`` for a mean greedy return of 475, ...) plus ``updates`` and the backend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import importlib.util
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import rlreplay
+import rlreplay.runtime as rt
+from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.runtime import report
+from rlreplay.runtime.config import BACKENDS
+
+ENV_ID = "CartPole-v1"
+OBS_DIM = 4
+NUM_ACTIONS = 2
+TARGET_RETURN = 475.0
+
+
+@dataclass
+class Args:
+    """Command-line flags (``--total-steps`` for ``total_steps`` and so on)."""
+
+    seed: int = 0
+    """seed of the env, the policy's random generator, torch and the replay table"""
+    total_steps: int = 50_000
+    """env steps to take, summed over the vector env's envs"""
+    backend: str = "threads"
+    """runtime backend: threads (actor and learner in threads of this process), inline
+    (one thread, exactly reproducible) or processes (needs the net extra)"""
+    out: str = "runs/dqn_cartpole"
+    """folder for metrics.csv, summary.json and learning_curve.png ('' writes nothing)"""
+    num_envs: int = 4
+    """envs in the actor's vector env (one batched policy call steps them all)"""
+    buffer_size: int = 50_000
+    """most n-step transitions the replay table holds"""
+    batch_size: int = 64
+    """transitions per gradient step"""
+    updates_per_env_step: float = 0.5
+    """gradient steps per env step, held by the table's rate limiter"""
+    learning_starts: int = 1_000
+    """transitions the table must hold before the first gradient step"""
+    n_step: int = 3
+    """steps summed into each transition's return before bootstrapping"""
+    gamma: float = 0.99
+    """discount"""
+    lr: float = 2.3e-3
+    """Adam learning rate at the start; it decays linearly to 0 over the run's updates"""
+    hidden: int = 128
+    """units in each of the Q network's two hidden layers"""
+    target_update_every: int = 10
+    """learner updates between copies of the Q network into the target network"""
+    max_grad_norm: float = 10.0
+    """gradients are clipped to this global norm"""
+    eps_start: float = 1.0
+    """exploration epsilon at the first env step"""
+    eps_end: float = 0.04
+    """exploration epsilon after eps_decay_steps"""
+    eps_decay_steps: int = 8_000
+    """env steps over which epsilon decays linearly"""
+    priority_exponent: float = 0.6
+    """alpha of prioritized replay (0: uniform)"""
+    beta_start: float = 0.4
+    """importance-weight exponent at the start, annealed linearly to 1 over the run"""
+    weight_sync_period: int = 20
+    """env steps between the actor's pulls of new weights"""
+    publish_every: int = 5
+    """learner updates between weight publications"""
+    prefetch: int = 2
+    """batches the learner's iterator keeps sampled ahead of the updates"""
+    eval_every: int = 2_500
+    """env steps between greedy evaluations"""
+    eval_episodes: int = 10
+    """episodes per evaluation (greedy, no exploration)"""
+    progress: bool = True
+    """show the runtime's progress bar (--no-progress: none)"""
+
+    def __post_init__(self) -> None:
+        """Check the values the runtime does not check itself.
+
+        Raises:
+            InvalidArgumentError: naming the flag, its value and the range it must be in.
+        """
+        for name in (
+            "total_steps", "num_envs", "buffer_size", "n_step", "hidden",
+            "target_update_every", "eps_decay_steps", "eval_every", "eval_episodes",
+        ):  # fmt: skip
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidArgumentError(f"{_flag(name)}={describe(value)} must be an int >= 1")
+        for name in ("lr", "max_grad_norm"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0.0 < value < math.inf:
+                raise InvalidArgumentError(f"{_flag(name)}={describe(value)} must be a number > 0")
+        for name in ("gamma", "eps_start", "eps_end", "priority_exponent", "beta_start"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+                raise InvalidArgumentError(f"{_flag(name)}={describe(value)} must be in [0, 1]")
+
+
+def _flag(name: str) -> str:
+    """The command-line flag of the :class:`Args` field ``name``."""
+    return "--" + name.replace("_", "-")
+
+
+# ------------------------------------------------------------------ environments
+def make_env(seed: int, num_envs: int = 4) -> Any:
+    """The actor's vector env (the runtime resets it with ``seed``)."""
+    import gymnasium as gym
+
+    return gym.make_vec(ENV_ID, num_envs=num_envs, vectorization_mode="sync")
+
+
+def make_eval_env(seed: int) -> Any:
+    """One env for evaluation (:func:`rlreplay.runtime.report.evaluate` seeds its resets)."""
+    import gymnasium as gym
+
+    return gym.make(ENV_ID)
+
+
+# ------------------------------------------------------------------ acting (numpy)
+def q_values(params: dict[str, np.ndarray], obs: np.ndarray) -> np.ndarray:
+    """Q values [B, NUM_ACTIONS] of ``obs`` [B, OBS_DIM], in numpy.
+
+    The same computation as the torch Q network on the same weights (a test checks it).
+    """
+    h = np.maximum(obs @ params["0.weight"].T + params["0.bias"], 0.0)
+    h = np.maximum(h @ params["2.weight"].T + params["2.bias"], 0.0)
+    return h @ params["4.weight"].T + params["4.bias"]
+
+
+def epsilon(env_steps: int, args: Args) -> float:
+    """Exploration rate after ``env_steps``: linear from eps_start to eps_end."""
+    frac = min(1.0, env_steps / args.eps_decay_steps)
+    return args.eps_start + frac * (args.eps_end - args.eps_start)
+
+
+class QPolicy:
+    """The actor's policy: epsilon-greedy on the newest Q weights it was given.
+
+    Args:
+        actor_index: this actor's index (unused: one epsilon schedule for all).
+        num_actors: actors in the run (unused).
+        seed: seeds this policy's random generator.
+        args: the run's hyperparameters (the epsilon schedule).
+    """
+
+    def __init__(self, actor_index: int, num_actors: int, seed: int, args: Args):
+        self.rng = np.random.default_rng(seed)
+        self.args = args
+        self.params: dict[str, np.ndarray] | None = None
+
+    def set_params(self, params: dict[str, np.ndarray]) -> None:
+        """Act with ``params`` (numpy arrays named as in the torch Q network) from now on."""
+        self.params = params
+
+    def __call__(self, obs: np.ndarray, env_steps: int) -> np.ndarray:
+        """Actions [num_envs] (int64) for ``obs`` [num_envs, OBS_DIM]."""
+        n = len(obs)
+        random_actions = self.rng.integers(NUM_ACTIONS, size=n)
+        if self.params is None:
+            return random_actions
+        greedy = q_values(self.params, np.asarray(obs, dtype=np.float32)).argmax(axis=1)
+        explore = self.rng.random(n) < epsilon(env_steps, self.args)
+        return np.where(explore, random_actions, greedy).astype(np.int64)
+
+
+# ------------------------------------------------------------------ learning (torch)
+def build_q_network(hidden: int) -> Any:
+    """The Q network: obs -> hidden -> hidden -> one value per action (torch imported here)."""
+    from torch import nn
+
+    return nn.Sequential(
+        nn.Linear(OBS_DIM, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, NUM_ACTIONS),
+    )
+
+
+class DqnLearner:
+    """Double DQN on n-step transitions, weighted by prioritized replay's importance weights.
+
+    The learning rate decays linearly to 0 and the importance exponent beta rises linearly
+    to 1 over the run's expected updates (``total_steps * updates_per_env_step``).
+
+    Args:
+        args: the run's hyperparameters.
+    """
+
+    def __init__(self, args: Args):
+        import torch
+
+        torch.manual_seed(args.seed)
+        self.torch = torch
+        self.args = args
+        self.q = build_q_network(args.hidden)
+        self.q_target = build_q_network(args.hidden)
+        self.q_target.load_state_dict(self.q.state_dict())
+        self.q_target.requires_grad_(False)
+        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=args.lr)
+        self.expected_updates = max(1.0, args.total_steps * args.updates_per_env_step)
+        self.updates = 0
+
+    def update(self, batch: rlreplay.Sample) -> np.ndarray:
+        """One gradient step on ``batch.data`` (obs, action, reward, discount, next_obs).
+
+        ``reward`` is the n-step discounted return and ``discount`` is ``gamma ** n``, or 0
+        when the episode terminated within the n steps (a truncation still bootstraps).
+
+        Returns:
+            New priorities for ``batch.info.keys``: ``|TD error|`` (float64 [B]).
+        """
+        torch, args = self.torch, self.args
+        progress = min(1.0, self.updates / self.expected_updates)
+        for group in self.optimizer.param_groups:
+            group["lr"] = args.lr * (1.0 - progress)
+        beta = args.beta_start + (1.0 - args.beta_start) * progress
+        data = batch.data
+        obs = torch.from_numpy(data["obs"])
+        action = torch.from_numpy(data["action"])
+        reward = torch.from_numpy(data["reward"])
+        discount = torch.from_numpy(data["discount"])
+        next_obs = torch.from_numpy(data["next_obs"])
+        weight = torch.from_numpy(batch.importance_weights(beta).astype(np.float32))
+
+        with torch.no_grad():  # double DQN: the online net picks, the target net values
+            best = self.q(next_obs).argmax(dim=1, keepdim=True)
+            target = reward + discount * self.q_target(next_obs).gather(1, best).squeeze(1)
+        predicted = self.q(obs).gather(1, action[:, None]).squeeze(1)
+        loss = torch.nn.functional.smooth_l1_loss(predicted, target, reduction="none")
+        loss = (weight * loss).mean()
+        self.optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.q.parameters(), args.max_grad_norm)
+        self.optimizer.step()
+
+        self.updates += 1
+        if self.updates % args.target_update_every == 0:
+            self.q_target.load_state_dict(self.q.state_dict())
+        td_error = (target - predicted).detach().abs().double().numpy()
+        return td_error + 1e-3  # never 0: every item keeps a chance to be sampled
+
+    def params(self) -> dict[str, np.ndarray]:
+        """Numpy copies of the Q network's weights (what :class:`QPolicy` acts with)."""
+        return {k: v.detach().numpy().copy() for k, v in self.q.state_dict().items()}
+
+
+# ------------------------------------------------------------------ the run
+def parse_args(argv: list[str] | None = None) -> Args:
+    """:class:`Args` from command-line flags (every field is a ``--flag``).
+
+    Raises:
+        SystemExit: for an unknown flag or a value of the wrong type (argparse's message).
+        InvalidArgumentError: for a value out of range (see :class:`Args`).
+    """
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    for field in dataclasses.fields(Args):
+        flag = _flag(field.name)
+        default = field.default
+        if isinstance(default, bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
+        elif field.name == "backend":
+            parser.add_argument(flag, choices=BACKENDS, default=default)
+        else:
+            parser.add_argument(flag, type=type(default), default=default)
+    return Args(**vars(parser.parse_args(argv)))
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Train DQN on CartPole-v1 and return the run's summary (also written to ``--out``).
+
+    Raises:
+        SystemExit: for an unknown flag (argparse).
+        InvalidArgumentError: for a flag out of range, or the processes backend without
+            pyzmq.
+        ComponentFailedError: when the actor or the learner failed (see its message).
+    """
+    import torch
+
+    args = parse_args(argv)
+    if args.backend == "processes" and importlib.util.find_spec("zmq") is None:
+        raise InvalidArgumentError(
+            "--backend=processes serves the replay table to the actor process over ZeroMQ, "
+            "and pyzmq is not installed; install it (python -m pip install 'rlreplay[net]') "
+            "or choose --backend threads"
+        )
+    torch.set_num_threads(1)
+    sig = rlreplay.NStepTransitionAdder.signature(
+        obs=((OBS_DIM,), "float32"), action="int64", extras={"policy_version": "int64"}
+    )
+    replay = rt.ReplaySpec(
+        signature=sig,
+        layout=rlreplay.NStepTransitionAdder.layout(sig, n=args.n_step),
+        adder=functools.partial(rlreplay.NStepTransitionAdder, n=args.n_step, discount=args.gamma),
+        max_size=args.buffer_size,
+        sampler=rlreplay.Prioritized(priority_exponent=args.priority_exponent),
+    )
+    config = rt.RuntimeConfig(
+        backend=args.backend,
+        seed=args.seed,
+        batch_size=args.batch_size,
+        updates_per_env_step=args.updates_per_env_step,
+        min_size_to_sample=args.learning_starts,
+        weight_sync_period=args.weight_sync_period,
+        publish_every=args.publish_every,
+        prefetch=args.prefetch,
+        progress=args.progress,
+        out_dir=args.out or None,
+    )
+    learner = DqnLearner(args)
+    next_eval = args.eval_every
+
+    def greedy(params: dict[str, np.ndarray]) -> Any:
+        return lambda obs: int(q_values(params, obs[None]).argmax())
+
+    def on_stats(row: dict[str, Any], weights: Any) -> dict[str, Any]:
+        """Evaluate the newest weights every ``eval_every`` env steps and once the actors
+        are done; other rows get ``eval_return = None`` (an empty cell in metrics.csv)."""
+        nonlocal next_eval
+        steps = row["env_steps"]
+        if weights is None or (steps < next_eval and steps < args.total_steps):
+            return {"eval_return": None}
+        while next_eval <= steps:
+            next_eval += args.eval_every
+        value = report.evaluate(make_eval_env, greedy(weights.params), args.eval_episodes)
+        return {"eval_return": value}
+
+    result = rt.run(
+        config,
+        make_env=functools.partial(make_env, num_envs=args.num_envs),
+        make_policy=functools.partial(QPolicy, args=args),
+        learner=learner,
+        replay=replay,
+        total_env_steps=args.total_steps,
+        on_stats=on_stats,
+    )
+    rows = result.rows  # the final row has env_steps >= total_steps, so it is evaluated
+    summary = report.summarize(rows, TARGET_RETURN, config.ratio)
+    summary.update(
+        backend=args.backend,
+        seed=args.seed,
+        updates=result.summary["updates"],
+    )
+    if args.out:
+        report.write_outputs(args.out, rows, summary)
+    return summary
+
+
+if __name__ == "__main__":
+    import json
+
+    print(json.dumps(main(), indent=2))
