@@ -43,6 +43,7 @@ import rlreplay.runtime as rt
 from rlreplay import ItemLayout, Signature, Window
 from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.runtime import report
+from rlreplay.runtime.config import BACKENDS
 from rlreplay.writers.adder_writer import adder_writer, writer_signature
 
 OBS_SHAPE = (4,)
@@ -605,12 +606,14 @@ class Evaluator:
 
 def parse_args(argv: list[str] | None = None) -> Args:
     """``Args`` from the command line (every field is a ``--flag``)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     for f in fields(Args):
         flag = "--" + f.name.replace("_", "-")
         default = f.default
         if isinstance(default, bool):
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
+        elif f.name == "backend":
+            parser.add_argument(flag, choices=BACKENDS, default=default)
         else:
             kind = type(default) if default is not None else str
             parser.add_argument(flag, type=kind, default=default)
@@ -684,7 +687,7 @@ def main(argv: list[str] | None = None) -> dict:
         on_stats=lambda row, weights: {**evaluator.on_stats(row, weights), **learner.stats},
     )
     rows = result.rows
-    if evaluator.version != learner_version(result):
+    if evaluator.version != result.summary["weight_version"]:
         # The final row came before the last publication: evaluate the final weights.
         rows[-1]["eval_return"] = evaluator.evaluate(learner.params())
     summary = report.summarize(rows, args.target, None)
@@ -699,11 +702,6 @@ def main(argv: list[str] | None = None) -> dict:
     if args.out is not None:
         report.write_outputs(args.out, rows, summary)
     return summary
-
-
-def learner_version(result: Any) -> int:
-    """The version of the weights the run ended with."""
-    return int(result.summary["weight_version"])
 
 
 if __name__ == "__main__":
