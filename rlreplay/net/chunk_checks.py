@@ -123,10 +123,13 @@ class Chunk:
                 ">= 0 (NaN: the table's default)"
             )
         # Every item lies within the steps its writer has sent up to this chunk's end, in
-        # one episode, and no further back than the writer's history.
+        # one episode (the one its anchor lies in), and no further back than the writer's
+        # history. Steps before the chunk's first continue the episode of the writer's
+        # previous chunk (unless the writer restarted its stream): an item created over
+        # them travels with the next chunk, also when a new episode begins at its first
+        # step (a chunk is also sent when it holds as many items as a limiter admits).
         end = self.first + self.n
-        new_episode = self.restart or (self.starts and self.starts[0] == self.first)
-        floor = self.first if new_episode else session.episode_start
+        floor = self.first if self.restart else session.episode_start
         need = anchor + extent
         low = max(floor, self.first - session.history)
         bad = (anchor < low) | (need > end)

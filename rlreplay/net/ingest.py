@@ -168,7 +168,7 @@ class WriterSession:
                 if m and not admits(table, m):
                     self.blocker = table
                     return None
-            keep = 0 if self._new_episode(chunk) else self.retained
+            keep = self._continued(chunk)
             self._check_reach(chunk, keep)
             self._check_repeats(chunk)
             # The first change, all or nothing: room for every step of the chunk.
@@ -208,6 +208,18 @@ class WriterSession:
             or chunk.first != self.applied
             or bool(chunk.starts and chunk.starts[0] == chunk.first)
         )
+
+    def _continued(self, chunk: Chunk) -> int:
+        """How many of the retained steps ``chunk`` continues (kept contiguous before its
+        first step): all of them within one episode, none after a restart, and when an
+        episode begins at its first step only those that its items of the previous episode
+        reach back to (items travel with the chunk after the steps they cover)."""
+        if chunk.restart or chunk.first != self.applied:
+            return 0
+        if not (chunk.starts and chunk.starts[0] == chunk.first):
+            return self.retained
+        back = chunk.first - int(chunk.anchor.min()) if len(chunk.anchor) else 0
+        return min(max(back, 0), self.retained)
 
     def _last_start(self, chunk: Chunk) -> int | None:
         """Stream index where the chunk's last episode begins, if one begins in it."""
