@@ -67,6 +67,7 @@ N_STEP = 3
 MAX_SIZE = 100_000
 HIDDEN = 256
 TOLERANCE = 0.10
+PARTS = ("actor", "ratio", "learner")
 ACTOR_TARGET = 0.80
 SIGNATURE = rr.NStepTransitionAdder.signature(
     obs=((4,), "float32"), action="int64", extras={rt.POLICY_VERSION: "int64"}
@@ -391,12 +392,25 @@ def _num(value: float | None) -> str:
 
 
 def _print(result: dict) -> None:
+    if "actor" in result:
+        _print_actor(result)
+    if "ratio" in result:
+        _print_ratio(result)
+    if "learner" in result:
+        _print_learner(result)
+    print(f"load average before/after: {result['load_before']} / {result['load_after']}")
+
+
+def _print_actor(result: dict) -> None:
     print(f"\nactor loop, CartPole-v1 x{NUM_ENVS} sync, random policy "
           f"(target >= {ACTOR_TARGET:.0%} of raw)")
     print(f"{'loop':<22} {'steps/s':>10} {'of raw':>7}  result")
     for r in result["actor"]["rows"]:
         verdict = "" if r["pass"] is None else ("PASS" if r["pass"] else "FAIL")
         print(f"{r['loop']:<22} {r['steps_per_s']:10,.0f} {r['ratio_to_raw']:6.0%}  {verdict}")
+
+
+def _print_ratio(result: dict) -> None:
     print(f"\nratio fidelity (every {result['args']['window']:g} s window after warm-up "
           f"within +-{TOLERANCE:.0%} of the target)")
     print(f"{'backend':<10} {'spi':>4} {'buffer':>7} {'wall s':>7} {'steps/s':>9} {'upd/s':>7} "
@@ -410,6 +424,9 @@ def _print(result: dict) -> None:
         print(f"{head} {c['wall_s']:7.1f} {c['env_steps_per_s']:9,.0f} "
               f"{c['updates_per_s']:7,.0f} {len(c['windows']):>7} {_num(c['window_min'])} "
               f"{_num(c['window_max'])} {_num(c['observed_total'])}  {c['status']}")
+
+
+def _print_learner(result: dict) -> None:
     print("\nlearner updates/s (same update function)")
     print(f"{'batch':>5} {'plain':>8} {'iterator':>9} {'rt.run threads':>15} "
           f"{'iter/plain':>11} {'run/plain':>10} {'learner wait':>13}")
@@ -418,7 +435,6 @@ def _print(result: dict) -> None:
               f"{r['iterator_updates_per_s']:9,.0f} {r['run_threads_updates_per_s']:15,.0f} "
               f"{r['iterator_ratio']:10.0%} {r['run_ratio']:10.0%} "
               f"{r['run_learner_wait_frac']:12.0%}")
-    print(f"load average before/after: {result['load_before']} / {result['load_after']}")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -427,6 +443,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--duration", type=float, default=None, help="seconds per ratio run (60)")
     p.add_argument("--window", type=float, default=None, help="ratio window in s (10)")
     p.add_argument("--backends", default="inline,threads,processes")
+    p.add_argument("--parts", default=",".join(PARTS), help="which parts to run")
     p.add_argument("--spi", default="1,8,32", help="samples_per_insert targets")
     p.add_argument("--batch", type=int, default=64, help="batch size of the ratio runs")
     p.add_argument("--min-size", type=int, default=1_000, help="min_size_to_sample")
@@ -452,6 +469,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if unknown:
         p.error(f"unknown backends {sorted(unknown)}; choose from inline, threads, processes")
     args.spi = [float(s) for s in args.spi.split(",")]
+    args.parts = args.parts.split(",")
+    unknown = set(args.parts) - set(PARTS)
+    if unknown:
+        p.error(f"unknown parts {sorted(unknown)}; choose from {', '.join(PARTS)}")
     return args
 
 
@@ -465,9 +486,9 @@ def main(argv: list[str] | None = None) -> dict:
                     "cpus": os.cpu_count(), "rlreplay": rr.__version__},
         "load_before": [round(x, 2) for x in load_before],
     }
-    result["actor"] = bench_actor(args)
-    result["ratio"] = bench_ratio(args)
-    result["learner"] = bench_learner(args)
+    parts = {"actor": bench_actor, "ratio": bench_ratio, "learner": bench_learner}
+    for name in args.parts:
+        result[name] = parts[name](args)
     result["load_after"] = [round(x, 2) for x in os.getloadavg()]
     result["wall_s"] = time.time() - started
     _print(result)

@@ -67,9 +67,16 @@ def test_quick_run_writes_every_part_of_the_report(tmp_path, capsys):
         assert title in printed
 
 
-def test_unknown_backend_is_refused_before_anything_runs(tmp_path, capsys):
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--backends", "inline,ray", "unknown backends ['ray']"),
+        ("--parts", "actor,gpu", "unknown parts ['gpu']"),
+    ],
+)
+def test_unknown_name_is_refused_before_anything_runs(tmp_path, capsys, flag, value, message):
     out = tmp_path / "never.json"
     with pytest.raises(SystemExit):
-        bench_runtime.main(["--backends", "inline,ray", "--out", str(out)])
-    assert "unknown backends ['ray']" in capsys.readouterr().err
+        bench_runtime.main([flag, value, "--out", str(out)])
+    assert message in capsys.readouterr().err
     assert not out.exists()
