@@ -66,7 +66,9 @@ class Args:
     out: str = "runs/dqn_cartpole"
     """folder for metrics.csv, summary.json and learning_curve.png ('' writes nothing)"""
     num_envs: int = 4
-    """envs in the actor's vector env (one batched policy call steps them all)"""
+    """envs in each actor's vector env (one batched policy call steps them all)"""
+    num_actors: int = 1
+    """actors, each with its own vector env and seed"""
     buffer_size: int = 50_000
     """most n-step transitions the replay table holds"""
     batch_size: int = 64
@@ -117,7 +119,7 @@ class Args:
             InvalidArgumentError: naming the flag, its value and the range it must be in.
         """
         for name in (
-            "total_steps", "num_envs", "buffer_size", "n_step", "hidden",
+            "total_steps", "num_envs", "num_actors", "buffer_size", "n_step", "hidden",
             "target_update_every", "eps_decay_steps", "eval_every", "eval_episodes",
         ):  # fmt: skip
             value = getattr(self, name)
@@ -283,15 +285,16 @@ class DqnLearner:
 
 
 # ------------------------------------------------------------------ the run
-def parse_args(argv: list[str] | None = None) -> Args:
-    """:class:`Args` from command-line flags (every field is a ``--flag``).
+def parse_args(argv: list[str] | None = None, args_class: type[Args] = Args) -> Args:
+    """``args_class`` (:class:`Args` or a subclass) from command-line flags (every field
+    is a ``--flag``).
 
     Raises:
         SystemExit: for an unknown flag or a value of the wrong type (argparse's message).
         InvalidArgumentError: for a value out of range (see :class:`Args`).
     """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
-    for field in dataclasses.fields(Args):
+    for field in dataclasses.fields(args_class):
         flag = _flag(field.name)
         default = field.default
         if isinstance(default, bool):
@@ -300,7 +303,7 @@ def parse_args(argv: list[str] | None = None) -> Args:
             parser.add_argument(flag, choices=BACKENDS, default=default)
         else:
             parser.add_argument(flag, type=type(default), default=default)
-    return Args(**vars(parser.parse_args(argv)))
+    return args_class(**vars(parser.parse_args(argv)))
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -312,9 +315,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             pyzmq.
         ComponentFailedError: when the actor or the learner failed (see its message).
     """
+    return train(parse_args(argv))
+
+
+def train(args: Args, policy: type[QPolicy] = QPolicy) -> dict[str, Any]:
+    """Train with ``args``, actors acting with ``policy`` (a :class:`QPolicy` class);
+    returns the summary (see :func:`main`)."""
     import torch
 
-    args = parse_args(argv)
     if args.backend == "processes" and importlib.util.find_spec("zmq") is None:
         raise InvalidArgumentError(
             "--backend=processes serves the replay table to the actor process over ZeroMQ, "
@@ -334,6 +342,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     config = rt.RuntimeConfig(
         backend=args.backend,
+        num_actors=args.num_actors,
         seed=args.seed,
         batch_size=args.batch_size,
         updates_per_env_step=args.updates_per_env_step,
@@ -365,7 +374,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result = rt.run(
         config,
         make_env=functools.partial(make_env, num_envs=args.num_envs),
-        make_policy=functools.partial(QPolicy, args=args),
+        make_policy=functools.partial(policy, args=args),
         learner=learner,
         replay=replay,
         total_env_steps=args.total_steps,
@@ -375,6 +384,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     summary = report.summarize(rows, TARGET_RETURN, config.ratio)
     summary.update(
         backend=args.backend,
+        num_actors=args.num_actors,
         seed=args.seed,
         updates=result.summary["updates"],
     )
