@@ -4,10 +4,9 @@ and a short run that fails when learning breaks."""
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,21 +16,8 @@ pytest.importorskip("gymnasium")
 
 from rlreplay import InvalidArgumentError, ReplayTimeoutError, Table
 
-PATH = Path(__file__).resolve().parents[2] / "examples" / "ppo_cartpole.py"
-
-
-def load_example():
-    """The example as the module ``ppo_cartpole`` (registered, so its functions pickle)."""
-    if "ppo_cartpole" in sys.modules:
-        return sys.modules["ppo_cartpole"]
-    spec = importlib.util.spec_from_file_location("ppo_cartpole", PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["ppo_cartpole"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ppo = load_example()
+# The examples install as rlreplay.examples, which actor processes import too.
+ppo = importlib.import_module("rlreplay.examples.ppo_cartpole")
 
 # ---------------------------------------------------------------------------------------
 # GAE: hand-computed cases, gamma = lam = 0.5 (one stream, T = 3 steps, values has T + 1)
@@ -243,10 +229,9 @@ def test_rollout_adder_records_a_step_whose_earlier_rollout_the_queue_still_refu
 
 
 @pytest.mark.parametrize("backend", ["inline", "threads", "processes"])
-def test_smoke_run_writes_outputs_and_consumes_every_rollout_once(tmp_path, monkeypatch, backend):
+def test_smoke_run_writes_outputs_and_consumes_every_rollout_once(tmp_path, backend):
     if backend == "processes":
         pytest.importorskip("zmq")
-        monkeypatch.syspath_prepend(str(PATH.parent))  # actor processes import the example
     out = tmp_path / backend
     flags = "--total-steps 1280 --num-envs 4 --num-steps 16 --num-actors 2 --eval-every 640"
     flags += " --eval-episodes 10 --no-progress --timeout-s 30"
