@@ -4,12 +4,11 @@ summary keys) and a short seeded run that fails when learning breaks."""
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import math
 import re
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,21 +18,8 @@ pytest.importorskip("gymnasium")
 
 from rlreplay import InvalidArgumentError, Sample, SampleInfo  # noqa: E402
 
-PATH = Path(__file__).resolve().parents[2] / "examples" / "dqn_cartpole.py"
-
-
-def load_example():
-    """The example as the module ``dqn_cartpole`` (registered, so its functions pickle)."""
-    if "dqn_cartpole" in sys.modules:
-        return sys.modules["dqn_cartpole"]
-    spec = importlib.util.spec_from_file_location("dqn_cartpole", PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["dqn_cartpole"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-dqn = load_example()
+# The examples install as rlreplay.examples, which actor processes import too.
+dqn = importlib.import_module("rlreplay.examples.dqn_cartpole")
 
 SUMMARY_KEYS = {
     "env_steps",
@@ -163,12 +149,9 @@ def test_params_are_copies_that_later_updates_do_not_change():
 
 # ------------------------------------------------------------------------------ runs
 @pytest.mark.parametrize("backend", ["inline", "threads", "processes"])
-def test_smoke_run_writes_metrics_summary_and_curve_on_every_backend(
-    backend, tmp_path, monkeypatch
-):
+def test_smoke_run_writes_metrics_summary_and_curve_on_every_backend(backend, tmp_path):
     if backend == "processes":
         pytest.importorskip("zmq")
-        monkeypatch.syspath_prepend(str(PATH.parent))  # actor processes import the example
     flags = f"--backend {backend} --seed 1 --total-steps 400 --out {tmp_path}"
     flags += " --learning-starts 200 --batch-size 16 --hidden 16 --eval-every 200"
     flags += " --eval-episodes 2 --no-progress"
