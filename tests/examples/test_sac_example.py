@@ -156,16 +156,16 @@ def test_temperature_falls_while_the_policy_is_more_random_than_the_target_entro
 
 
 # ------------------------------------------------------------------------------ runs
-@pytest.mark.parametrize("backend", ["inline", "threads", "processes"])
+@pytest.mark.parametrize("backend, num_envs", [("inline", 1), ("threads", 2), ("processes", 1)])
 def test_smoke_run_writes_metrics_summary_and_curve_on_every_backend(
-    backend, tmp_path, monkeypatch
+    backend, num_envs, tmp_path, monkeypatch
 ):
     if backend == "processes":
         pytest.importorskip("zmq")
         monkeypatch.syspath_prepend(str(PATH.parent))  # actor processes import the example
     flags = f"--backend {backend} --seed 1 --total-steps 400 --out {tmp_path}"
     flags += " --learning-starts 200 --batch-size 32 --hidden 16 --eval-every 200"
-    flags += " --eval-episodes 2 --no-progress"
+    flags += f" --eval-episodes 2 --no-progress --num-envs {num_envs}"
     summary = sac.main(flags.split())
     assert set(summary) >= SUMMARY_KEYS
     assert summary["env_steps"] == 400 and summary["backend"] == backend
