@@ -4,8 +4,10 @@ summary keys) and a short seeded run that fails when learning breaks."""
 
 from __future__ import annotations
 
+import csv
 import importlib
 import importlib.util
+import io
 import json
 import math
 import re
@@ -161,9 +163,12 @@ def test_smoke_run_writes_metrics_summary_and_curve_on_every_backend(backend, tm
     assert summary["samples_per_insert_target"] == 8.0  # 0.5 updates per step * 16
     assert summary["updates"] > 0 and math.isfinite(summary["final_eval_return"])
     assert json.loads((tmp_path / "summary.json").read_text()) == pytest.approx(summary)
-    header, *rows = (tmp_path / "metrics.csv").read_text().splitlines()
+    text = (tmp_path / "metrics.csv").read_text()
+    header, *rows = text.splitlines()
     assert {"eval_return", "samples_per_insert", "policy_lag_mean"} <= set(header.split(","))
     assert rows
+    evaluated = [row for row in csv.DictReader(io.StringIO(text)) if row["eval_return"]]
+    assert evaluated[-1]["env_steps"] == "400"  # the end of the run is always evaluated
     if importlib.util.find_spec("matplotlib") is not None:
         assert (tmp_path / "learning_curve.png").stat().st_size > 0
 
