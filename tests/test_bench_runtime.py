@@ -20,7 +20,7 @@ from benchmarks import bench_runtime  # noqa: E402
 TINY = [
     "--quick", "--duration", "0.6", "--window", "0.3", "--spi", "1", "--batch", "64",
     "--min-size", "200", "--timeout", "10", "--actor-s", "0.05", "--rounds", "1",
-    "--learner-s", "0.2", "--learner-batches", "32",
+    "--learner-s", "0.1", "--learner-batches", "32",
 ]
 
 
@@ -61,6 +61,7 @@ def test_quick_run_writes_every_part_of_the_report(tmp_path, capsys):
     assert learner["batch_size"] == 32
     for key in ("plain_updates_per_s", "iterator_updates_per_s", "run_threads_updates_per_s"):
         assert learner[key] > 0
+    assert {len(learner["rounds"]["plain"]), len(learner["rounds"]["iterator"])} == {1}
 
     printed = capsys.readouterr().out
     for title in ("actor loop", "ratio fidelity", "learner updates/s"):
