@@ -1,27 +1,29 @@
 """The remote writer: the TrajectoryWriter interface over the network, in chunks.
 
 Steps are copied into per-field buffers as they are appended; the items created over them
-are buffered beside them. A chunk (steps plus items, in order) goes to the server in one
-message when a step arrives after ``chunk_steps`` steps are buffered (so the items over a
-chunk's last steps travel with it), on :meth:`flush` and on :meth:`close`; never one
-message per step. Up to ``max_in_flight`` chunks may await acknowledgement; the writer then
-waits for the oldest (backpressure from the server's rate limiters).
+are buffered beside them. A chunk (steps plus items, in order) is queued when a step
+arrives after ``chunk_steps`` steps are buffered (so the items over a chunk's last steps
+travel with it), when an item arrives after a table's ``insert_window`` items (the server
+stores a chunk whole, so it holds no more than a limiter admits at once), and on
+:meth:`flush` and :meth:`close`. Up to ``max_in_flight`` chunks may await acknowledgement;
+the writer then waits for the oldest (backpressure from the server's rate limiters).
 
-Items are created on the server when their chunk arrives, so :meth:`create_item` returns
-``None`` (not a key) and a rate-limiter timeout or a bad item surfaces as a typed error
-from the call that waits for the chunk's acknowledgement (a later append, ``flush`` or
-``close``). A chunk also goes out when it holds as many items as a table's rate limiter
-admits at once (its ``insert_window``), because the server stores a chunk whole or not at
-all: after a timeout nothing of the chunk is stored, the writer keeps it and the next
-``flush`` sends it again (a chunk is never stored twice); see :mod:`rlreplay.net.chunks`.
+One invariant: every call takes all of its input or none of it, as a local
+:class:`rlreplay.TrajectoryWriter` does. A call first hands over what is due (the full
+buffer, the queued chunks), waiting at most its ``timeout`` (default: the writer's), and
+only then takes its steps or items; chunks it fills on the way are queued, never sent, and
+go out with the next call. So a call that raises a timeout took nothing and is repeated
+(as adders do), never a part of it twice. Items are created on the server when their
+chunk arrives, so :meth:`create_item` returns ``None`` (not a key), and a limiter timeout
+or a refused item surfaces from a later call that waits for the chunk's acknowledgement.
+A chunk is stored whole or not at all and never twice (see :mod:`rlreplay.net.chunks`).
 
-If the caller never flushes, at most ``chunk_steps`` steps and their items stay buffered
-in this process until ``close()``. A writer still open when the program exits is flushed
-then (for at most ``EXIT_FLUSH_S`` seconds over all writers); one garbage-collected
-without ``close()`` loses what it held and warns with a ``ResourceWarning``. A writer
-belongs to the process that made it: its id is 128 random bits from the operating
-system, unaffected by seeding ``random`` or numpy, so actors seeded alike never share a
-stream on the server.
+If the caller never flushes, what the last call buffered stays in this process until
+``close()``. A writer still open when the program exits is flushed then (for at most
+``EXIT_FLUSH_S`` seconds over all writers); one garbage-collected without ``close()``
+loses what it held and warns with a ``ResourceWarning``. A writer belongs to the process
+that made it: its id is 128 random bits from the operating system, unaffected by seeding
+``random`` or numpy, so actors seeded alike never share a stream on the server.
 """
 
 from __future__ import annotations
@@ -35,9 +37,8 @@ from typing import Any
 import numpy as np
 
 from rlreplay.core.table_checks import check_timeout
-from rlreplay.errors import ClosedError, InvalidArgumentError, ReplayTimeoutError, describe
+from rlreplay.errors import ClosedError, InvalidArgumentError, ReplayTimeoutError
 from rlreplay.net.chunks import (
-    MAX_IN_FLIGHT,
     ChunkStream,
     chunk_arrays,
     discard_open,
@@ -45,7 +46,7 @@ from rlreplay.net.chunks import (
     wait_time,
 )
 from rlreplay.net.client import REPLY_GRACE_S, Client
-from rlreplay.net.writer_items import PendingItems
+from rlreplay.net.writer_items import PendingItems, check_writer_args
 
 
 class RemoteTrajectoryWriter:
@@ -58,8 +59,9 @@ class RemoteTrajectoryWriter:
         chunk_steps: steps per message (the writer's buffer size); default 1024, or less
             when the store is small (at most its capacity minus ``history``).
         max_in_flight: unacknowledged chunks allowed before the writer waits.
-        timeout: seconds a chunk may wait for the rate limiters on the server (``None``:
-            no limit); ``flush(timeout)`` overrides it for the chunk it sends.
+        timeout: seconds a chunk may wait for the rate limiters on the server, and a call
+            for acknowledgements (plus a reply grace), when the call gives no ``timeout``
+            of its own (``None``: no limit).
         keep_keys: collect the keys of acknowledged items in :attr:`keys`.
 
     Raises:
@@ -83,47 +85,14 @@ class RemoteTrajectoryWriter:
         timeout: float | None = None,
         keep_keys: bool = False,
     ):
-        names = [tables] if isinstance(tables, str) else [getattr(t, "name", t) for t in tables]
-        if not names:
-            raise InvalidArgumentError("tables is empty; give at least one table name")
-        if len(set(names)) != len(names):
-            raise InvalidArgumentError(f"tables {names} name a table twice; give each table once")
-        descs = [client.describe(n) for n in names]
-        if any(d["store"] != descs[0]["store"] for d in descs):
-            raise InvalidArgumentError(
-                f"tables {names} do not share one step store; a writer appends to one store"
-            )
-        if descs[0]["lanes"] != 1:
-            raise InvalidArgumentError("the tables' store has lanes > 1; use a vector adder")
-        capacity = descs[0]["store_capacity"]
-        self.spans = [int(d["span"]) for d in descs]
-        longest = max(self.spans)
-        history = longest if history is None else history
-        if not isinstance(history, int) or not longest <= history <= capacity:
-            raise InvalidArgumentError(
-                f"history={describe(history)} must be an int in [{longest} (the longest item "
-                f"span), {capacity} (the store capacity)]"
-            )
-        if chunk_steps is None:
-            chunk_steps = max(1, min(1024, capacity - history))
-        if not isinstance(chunk_steps, int) or not 1 <= chunk_steps <= capacity - history:
-            raise InvalidArgumentError(
-                f"chunk_steps={describe(chunk_steps)} must be an int in [1, "
-                f"{capacity - history}] (store capacity minus history)"
-            )
-        if not isinstance(max_in_flight, int) or not 1 <= max_in_flight <= MAX_IN_FLIGHT:
-            raise InvalidArgumentError(
-                f"max_in_flight={describe(max_in_flight)} must be an int in [1, {MAX_IN_FLIGHT}]"
-            )
+        names, self.spans, history, chunk_steps, max_items = check_writer_args(
+            client, tables, history, chunk_steps, max_in_flight
+        )
         self.client = client
         self.table_names = names
         self.signature = client.signature(names[0])
         self.history = history
         self.chunk_steps = chunk_steps
-        # A chunk is admitted whole, so it holds at most as many items as the smallest
-        # window of its tables' rate limiters admits at once; it goes out when it has them.
-        windows = [d.get("insert_window") for d in descs]
-        max_items = min([w for w in windows if w is not None], default=1 << 62)
         self._pending = PendingItems(names, self.spans, history, max_items)
         self.max_in_flight = max_in_flight
         self.timeout = check_timeout(timeout)
@@ -161,18 +130,26 @@ class RemoteTrajectoryWriter:
     def append(self, step: Mapping[str, Any], *, timeout: float | None = None) -> int:
         """Buffer one step; returns its stream index (its position in this writer's stream).
 
-        ``timeout`` is accepted for interface compatibility; appends never wait here.
+        Args:
+            step: one value per signature field.
+            timeout: seconds to wait for the server when a full chunk or queued chunks go
+                out first (``None``: the writer's ``timeout``).
 
         Raises:
             SignatureError: if the step does not match the signature.
             ClosedError: if the writer is closed.
+            ReplayTimeoutError: if what went out first was not acknowledged in time; the
+                step was not taken (append it again).
         """
         if self._closed:
             raise ClosedError("the writer is closed")
-        if self._n >= self.chunk_steps:
+        if timeout is not None:
+            check_timeout(timeout)
+        full = self._n >= self.chunk_steps
+        if full or self._chunks.unsent:
             # A full chunk goes out when the next step arrives, so items created over its
             # last steps travel with it.
-            self._send_chunk(self.timeout)
+            self._hand_over(timeout, full)
         if step.keys() != self._paths:
             return self._append_checked(step)
         values = []
@@ -200,18 +177,31 @@ class RemoteTrajectoryWriter:
         return self._advance(1)
 
     def append_batch(self, steps: Mapping[str, Any], *, timeout: float | None = None) -> int:
-        """Buffer consecutive steps (each field ``[n, ...]``); returns the first's index."""
+        """Buffer consecutive steps (each field ``[n, ...]``); returns the first's index.
+
+        All of them or none: chunks filled on the way are queued, and sent by the next
+        call (or ``flush``).
+
+        Raises:
+            SignatureError, InvalidArgumentError: for steps that do not match the signature.
+            ClosedError: if the writer is closed.
+            ReplayTimeoutError: as :meth:`append`; no step was taken.
+        """
         if self._closed:
             raise ClosedError("the writer is closed")
+        check_timeout(timeout)
         arrays, n = self.signature.check_batch(steps, "steps")
         if n < 1:
             raise InvalidArgumentError(f"steps hold {n} steps; append at least one")
         arrays = {p: np.asarray(a, dtype=d) for (p, _, d), a in zip(self._fields, arrays.values())}
+        full = self._n >= self.chunk_steps
+        if full or self._chunks.unsent:
+            self._hand_over(timeout, full)
         first = self._stream
         done = 0
         while done < n:
             if self._n >= self.chunk_steps:
-                self._send_chunk(self.timeout)
+                self._seal()
             take = min(n - done, self.chunk_steps - self._n)
             for parts, (path, shape, _) in zip(self._parts, self._fields):
                 part = arrays[path][done : done + take]
@@ -240,28 +230,32 @@ class RemoteTrajectoryWriter:
     ) -> None:
         """Create an item over this stream's recent steps when the chunk reaches the server.
 
-        Args as :meth:`rlreplay.TrajectoryWriter.create_item`; ``timeout`` is accepted for
-        interface compatibility (the chunk's timeout is the writer's ``timeout``).
+        Args as :meth:`rlreplay.TrajectoryWriter.create_item`; ``timeout`` bounds the wait
+        when a full chunk or queued chunks go out first (``None``: the writer's
+        ``timeout``).
 
         Raises:
             InvalidArgumentError: for an unknown table, a ``start`` outside the retained
                 steps of this episode, an item needing steps not appended yet, or a second
                 item at the same anchor in one table.
+            ReplayTimeoutError: as :meth:`append`; the item was not taken.
         """
-        if self._pending.full and not self._closed:
+        if self._closed:
+            raise ClosedError("the writer is closed")
+        if timeout is not None:
+            check_timeout(timeout)
+        full = self._pending.full
+        if full or self._chunks.unsent:
             # A chunk holds at most what a table's limiter admits at once (it is stored
             # whole): send the full one before this item, so a failure changes nothing.
-            self._send_chunk(self.timeout)
+            self._hand_over(timeout, full)
         stream, episode = self._stream, self._episode_start
         if (
             start is None
             and length is None
-            and not self._closed
             and self._pending.add_latest(table, priority, stream, episode)
         ):
             return  # the common case, checked fast
-        if self._closed:
-            raise ClosedError("the writer is closed")
         self._pending.add(table, priority, start, length, stream, episode)
 
     def create_items(
@@ -273,24 +267,30 @@ class RemoteTrajectoryWriter:
         lengths: Any = None,
         timeout: float | None = None,
     ) -> None:
-        """Batch form of :meth:`create_item`: one item per entry of ``starts``.
+        """Batch form of :meth:`create_item`: one item per entry of ``starts``, all of
+        them or none (chunks they fill are queued, and sent by the next call or ``flush``).
 
         Args:
             table: one of the writer's tables (name or handle).
             priorities: one priority per item, one for all, or ``None`` (default).
             starts: negative indexes into this episode's retained steps, as ``start``.
             lengths: per-item lengths (``None``: the layout's span for every item).
-            timeout: accepted for interface compatibility, as in :meth:`create_item`.
+            timeout: as in :meth:`create_item`.
 
         Raises:
-            InvalidArgumentError: as :meth:`create_item`; items before the bad one are kept.
+            InvalidArgumentError: as :meth:`create_item`; no item is taken then.
+            ReplayTimeoutError: as :meth:`append`; no item was taken.
         """
-        starts = np.asarray(starts, dtype=np.int64).reshape(-1)
-        n = len(starts)
-        prios = [None] * n if priorities is None else np.broadcast_to(priorities, (n,)).tolist()
-        lens = [None] * n if lengths is None else np.broadcast_to(lengths, (n,)).tolist()
-        for start, priority, length in zip(starts.tolist(), prios, lens):
-            self.create_item(table, priority, start=start, length=length)
+        if self._closed:
+            raise ClosedError("the writer is closed")
+        check_timeout(timeout)
+        full = self._pending.full
+        if full or self._chunks.unsent:
+            self._hand_over(timeout, full)
+        stream, episode = self._stream, self._episode_start
+        self._pending.add_all(table, priorities, starts, lengths, stream, episode)
+        while self._pending.over:
+            self._seal()
 
     def end_episode(self) -> None:
         """End the current episode: later items cannot reach the steps before this call."""
@@ -315,8 +315,9 @@ class RemoteTrajectoryWriter:
         return self._chunks.pending
 
     # --------------------------------------------------------------- sending
-    def _send_chunk(self, timeout: float | None, end: float | None = None) -> None:
-        """Queue the buffered steps and items as a chunk and send every queued chunk."""
+    def _seal(self) -> None:
+        """Queue the buffered steps and at most a chunk's worth of the buffered items as a
+        chunk (sent by the next call that hands over; never fails)."""
         n = self._n
         if n or self._pending.items:
             first = self._chunk_first
@@ -326,7 +327,28 @@ class RemoteTrajectoryWriter:
             self._episode_starts = [s for s in self._episode_starts if s >= first + n]
             self._chunk_first = first + n
             self._new_buffers()
-        self._chunks.send(timeout, wait_time(self.timeout, None), end)
+
+    def _hand_over(self, timeout: float | None, seal: bool) -> None:
+        """Before a call takes anything: queue the buffer as a chunk (with ``seal``) and
+        send every queued chunk, waiting for acknowledgements while ``max_in_flight`` are
+        out, for at most the call's ``timeout`` (``None``: the writer's) plus the reply
+        grace.
+
+        Raises:
+            ReplayTimeoutError: if acknowledgements did not come in time (the chunks are
+                kept, queued to be sent again); and as :meth:`ChunkStream.wait_oldest`.
+        """
+        timeout = self.timeout if timeout is None else check_timeout(timeout)
+        end = None if timeout is None else time.monotonic() + timeout + REPLY_GRACE_S
+        if seal:
+            self._seal()
+        self._chunks.send(timeout, wait_time(timeout, end), end)
+
+    def _send_chunk(self, timeout: float | None, end: float | None) -> None:
+        """Queue the buffer as chunks and send every queued chunk (``flush``)."""
+        while self._n or self._pending.items:
+            self._seal()
+        self._chunks.send(timeout, wait_time(timeout, end), end)
 
     def _dropped_until(self, end: int) -> int:
         """A chunk ending at stream index ``end`` was refused and dropped: buffered items

@@ -1,5 +1,5 @@
-"""The items a remote writer has created and not yet sent, checked as a local writer
-checks them.
+"""What a remote writer checks before it buffers anything: its arguments, and the items it
+has created and not yet sent, checked as a local writer checks them.
 
 A :class:`~rlreplay.net.writer.RemoteTrajectoryWriter` creates items on the server when
 their chunk arrives, so it must refuse a bad item when it is created, as
@@ -15,12 +15,84 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.net.chunks import MAX_IN_FLIGHT
 from rlreplay.writers.trajectory_writer import too_few_steps
 
 _INF = float("inf")
 
 Item = tuple[int, int, float, int]  # table index, anchor (stream index), priority, length
+
+
+def check_writer_args(
+    client: Any, tables: Any, history: Any, chunk_steps: Any, max_in_flight: Any
+) -> tuple[list[str], list[int], int, int, int]:
+    """Check a :class:`~rlreplay.net.writer.RemoteTrajectoryWriter`'s arguments against
+    its tables on the server.
+
+    Returns:
+        The table names, their item spans, ``history`` and ``chunk_steps`` (defaults
+        filled in), and the most items one chunk may hold: a chunk is admitted whole, so
+        it holds at most what the smallest window of its tables' rate limiters admits at
+        once.
+
+    Raises:
+        InvalidArgumentError: for unknown tables, a table named twice, tables on different
+            stores, or bad sizes.
+    """
+    names = [tables] if isinstance(tables, str) else [getattr(t, "name", t) for t in tables]
+    if not names:
+        raise InvalidArgumentError("tables is empty; give at least one table name")
+    if len(set(names)) != len(names):
+        raise InvalidArgumentError(f"tables {names} name a table twice; give each table once")
+    descs = [client.describe(n) for n in names]
+    if any(d["store"] != descs[0]["store"] for d in descs):
+        raise InvalidArgumentError(
+            f"tables {names} do not share one step store; a writer appends to one store"
+        )
+    if descs[0]["lanes"] != 1:
+        raise InvalidArgumentError("the tables' store has lanes > 1; use a vector adder")
+    capacity = descs[0]["store_capacity"]
+    spans = [int(d["span"]) for d in descs]
+    longest = max(spans)
+    history = longest if history is None else history
+    if not isinstance(history, int) or not longest <= history <= capacity:
+        raise InvalidArgumentError(
+            f"history={describe(history)} must be an int in [{longest} (the longest item "
+            f"span), {capacity} (the store capacity)]"
+        )
+    if chunk_steps is None:
+        chunk_steps = max(1, min(1024, capacity - history))
+    if not isinstance(chunk_steps, int) or not 1 <= chunk_steps <= capacity - history:
+        raise InvalidArgumentError(
+            f"chunk_steps={describe(chunk_steps)} must be an int in [1, "
+            f"{capacity - history}] (store capacity minus history)"
+        )
+    if not isinstance(max_in_flight, int) or not 1 <= max_in_flight <= MAX_IN_FLIGHT:
+        raise InvalidArgumentError(
+            f"max_in_flight={describe(max_in_flight)} must be an int in [1, {MAX_IN_FLIGHT}]"
+        )
+    windows = [d.get("insert_window") for d in descs]
+    max_items = min([w for w in windows if w is not None], default=1 << 62)
+    return names, spans, history, chunk_steps, max_items
+
+
+def _per_item(values: Any, n: int, name: str) -> list:
+    """``values`` (one per item, one for all, or ``None``) as a list of ``n``.
+
+    Raises:
+        InvalidArgumentError: if ``values`` has neither one nor ``n`` entries.
+    """
+    if values is None:
+        return [None] * n
+    try:
+        return np.broadcast_to(values, (n,)).tolist()
+    except ValueError:
+        raise InvalidArgumentError(
+            f"{name}={describe(values)} must be one value, or one per item of the {n} starts"
+        ) from None
 
 
 class PendingItems:
@@ -48,6 +120,12 @@ class PendingItems:
     def full(self) -> bool:
         """Whether the next chunk holds as many items as it may."""
         return len(self.items) >= self.max_items
+
+    @property
+    def over(self) -> bool:
+        """Whether more items are buffered than one chunk may hold (after
+        :meth:`add_all`): :meth:`take` then takes one chunk's worth."""
+        return len(self.items) > self.max_items
 
     def add_latest(self, table: Any, priority: Any, stream: int, episode_start: int) -> bool:
         """The common case, fast: an item of ``table`` ending at the latest step, anchors
@@ -142,9 +220,45 @@ class PendingItems:
             self._anchors[t] = {a for a in seen if a >= low}
         self.items.append((t, anchor, priority, -1 if length is None else length))
 
+    def add_all(
+        self,
+        table: Any,
+        priorities: Any,
+        starts: Any,
+        lengths: Any,
+        stream: int,
+        episode_start: int,
+    ) -> None:
+        """Check and buffer one item per entry of ``starts`` (``priorities`` and
+        ``lengths``: one per item, one for all, or ``None``), all of them or none.
+
+        Raises:
+            InvalidArgumentError: as :meth:`add`, or for ``priorities`` or ``lengths``
+                that do not match ``starts``; nothing is added then.
+        """
+        starts = np.asarray(starts, dtype=np.int64).reshape(-1).tolist()
+        prios = _per_item(priorities, len(starts), "priorities")
+        lens = _per_item(lengths, len(starts), "lengths")
+        before, tops = len(self.items), list(self._top_anchor)
+        try:
+            for start, priority, length in zip(starts, prios, lens):
+                self.add(table, priority, start, length, stream, episode_start)
+        except InvalidArgumentError:
+            # The anchors added here were new to their table (a repeat is refused).
+            for t, anchor, _, _ in self.items[before:]:
+                self._anchors[t].discard(anchor)
+            del self.items[before:]
+            self._top_anchor = tops
+            raise
+
     def take(self) -> list[Item]:
-        """The buffered items, for a chunk; the buffer is empty afterwards."""
-        items, self.items = self.items, []
+        """The buffered items for one chunk (at most ``max_items``, oldest first); they
+        leave the buffer."""
+        if len(self.items) <= self.max_items:
+            items, self.items = self.items, []
+            return items
+        items = self.items[: self.max_items]
+        del self.items[: self.max_items]
         return items
 
     def end_episode(self, stream: int) -> None:
