@@ -8,6 +8,11 @@ recorded (rows appended, tables whose items exist, items created one by one), an
 the chunks staged after it; the next adder call hands them over first. So nothing is
 written twice, nothing is lost, and the order of appends and items is the order of
 the steps, whatever fails when.
+
+This relies on one property of every writer (local and remote alike): a writer call
+(``append_batch``, ``create_items``, ``create_item``, ``end_episode``) that raises
+:class:`~rlreplay.errors.ReplayTimeoutError` took nothing of its input, and one that
+returns took all of it; ``end_episode`` twice in a row is ``end_episode`` once.
 """
 
 from __future__ import annotations
