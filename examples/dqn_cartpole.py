@@ -85,7 +85,7 @@ class Args:
     """Adam learning rate at the start; it decays linearly to 0 over the run's updates"""
     hidden: int = 128
     """units in each of the Q network's two hidden layers"""
-    target_update_every: int = 10
+    target_update_every: int = 50
     """learner updates between copies of the Q network into the target network"""
     max_grad_norm: float = 10.0
     """gradients are clipped to this global norm"""
