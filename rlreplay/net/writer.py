@@ -144,7 +144,7 @@ class RemoteTrajectoryWriter:
         if self._closed:
             raise ClosedError("the writer is closed")
         if timeout is not None:
-            check_timeout(timeout)
+            timeout = check_timeout(timeout)
         full = self._n >= self.chunk_steps
         if full or self._chunks.unsent:
             # A full chunk goes out when the next step arrives, so items created over its
@@ -189,7 +189,7 @@ class RemoteTrajectoryWriter:
         """
         if self._closed:
             raise ClosedError("the writer is closed")
-        check_timeout(timeout)
+        timeout = check_timeout(timeout)
         arrays, n = self.signature.check_batch(steps, "steps")
         if n < 1:
             raise InvalidArgumentError(f"steps hold {n} steps; append at least one")
@@ -243,7 +243,7 @@ class RemoteTrajectoryWriter:
         if self._closed:
             raise ClosedError("the writer is closed")
         if timeout is not None:
-            check_timeout(timeout)
+            timeout = check_timeout(timeout)
         full = self._pending.full
         if full or self._chunks.unsent:
             # A chunk holds at most what a table's limiter admits at once (it is stored
@@ -283,7 +283,7 @@ class RemoteTrajectoryWriter:
         """
         if self._closed:
             raise ClosedError("the writer is closed")
-        check_timeout(timeout)
+        timeout = check_timeout(timeout)
         full = self._pending.full
         if full or self._chunks.unsent:
             self._hand_over(timeout, full)
@@ -330,23 +330,16 @@ class RemoteTrajectoryWriter:
 
     def _hand_over(self, timeout: float | None, seal: bool) -> None:
         """Before a call takes anything: queue the buffer as a chunk (with ``seal``) and
-        send every queued chunk, waiting for acknowledgements while ``max_in_flight`` are
-        out, for at most the call's ``timeout`` (``None``: the writer's) plus the reply
-        grace.
+        send the queued chunks, waiting while ``max_in_flight`` are unacknowledged, for at
+        most the call's checked ``timeout`` (``None``: the writer's) plus the reply grace.
 
         Raises:
             ReplayTimeoutError: if acknowledgements did not come in time (the chunks are
                 kept, queued to be sent again); and as :meth:`ChunkStream.wait_oldest`.
         """
-        timeout = self.timeout if timeout is None else check_timeout(timeout)
+        timeout = self.timeout if timeout is None else timeout
         end = None if timeout is None else time.monotonic() + timeout + REPLY_GRACE_S
         if seal:
-            self._seal()
-        self._chunks.send(timeout, wait_time(timeout, end), end)
-
-    def _send_chunk(self, timeout: float | None, end: float | None) -> None:
-        """Queue the buffer as chunks and send every queued chunk (``flush``)."""
-        while self._n or self._pending.items:
             self._seal()
         self._chunks.send(timeout, wait_time(timeout, end), end)
 
@@ -378,8 +371,11 @@ class RemoteTrajectoryWriter:
             raise ClosedError("the writer is closed")
         timeout = check_timeout(timeout)
         end = None if timeout is None else time.monotonic() + timeout + REPLY_GRACE_S
-        self._send_chunk(timeout if timeout is not None else self.timeout, end)
+        while self._n or self._pending.items:
+            self._seal()
+        limit = self.timeout if timeout is None else timeout
         chunks = self._chunks
+        chunks.send(limit, wait_time(limit, end), end)
         while chunks.in_flight:
             left = wait_time(None, end)
             if left is not None and left <= 0:
