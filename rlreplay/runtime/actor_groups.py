@@ -91,8 +91,11 @@ def _actor_process(
     counters = np.frombuffer(raw, dtype=np.float64).reshape(-1, NUM_COUNTERS)[index]
     try:
         client = Client(address)
-        capacity = client.describe(table)["store_capacity"]
-        history = max(1, min(_MAX_HISTORY, capacity // 4))
+        described = client.describe(table)
+        capacity, span = described["store_capacity"], described["span"]
+        # As much history as the adder may want (at most _MAX_HISTORY), leaving a quarter
+        # of the store for chunks in flight, and never less than one item.
+        history = max(span, min(_MAX_HISTORY, capacity - max(1, capacity // 4)))
         writer = client.trajectory_writer(table, history=history)
         actor = recipe.build(index, writer, RemoteWeights(client), counters, stop)
         actor.run()

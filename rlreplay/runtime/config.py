@@ -116,6 +116,10 @@ class RuntimeConfig:
             stale weights: ``0`` makes each sync period wait for weights newer than the
             ones it used (on-policy training).
         stats_every_s: seconds between statistics rows.
+        stats_every_steps: also a row each time the env steps reach a multiple of this
+            (``None``: by time only). Rows there make evaluations in ``on_stats`` land at
+            the same env steps on any machine: exactly in the inline backend, within the
+            driver's 50 ms check elsewhere.
         progress: show a progress bar (tqdm when installed, else one line per row).
         out_dir: where ``metrics.csv`` (and TensorBoard events, when installed) go.
         timeout_s: the longest any component waits before the run fails with an error
@@ -139,6 +143,7 @@ class RuntimeConfig:
     prefetch: int = 2
     max_policy_lag: int | None = None
     stats_every_s: float = 1.0
+    stats_every_steps: int | None = None
     progress: bool = True
     out_dir: str | None = None
     timeout_s: float = 60.0
@@ -153,6 +158,7 @@ class RuntimeConfig:
             _positive(name, getattr(self, name), integer=True)
         for name in ("stats_every_s", "timeout_s"):
             _positive(name, getattr(self, name))
+        _positive("stats_every_steps", self.stats_every_steps, integer=True, allow_none=True)
         _positive("samples_per_insert", self.samples_per_insert, allow_none=True)
         _positive("updates_per_env_step", self.updates_per_env_step, allow_none=True)
         _positive("error_buffer", self.error_buffer, allow_none=True)

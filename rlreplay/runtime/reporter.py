@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.runtime.actor import ENV_STEPS
 from rlreplay.runtime.stats import StatsRecorder, StatsSinks
 
 OnStats = Callable[[dict, Any], "dict | None"]
@@ -32,9 +33,19 @@ class Reporter:
         self.rows: list[dict] = []
         self._recorder = StatsRecorder(table, learner, counters)
         self._sinks = StatsSinks(total_env_steps, config.progress, config.out_dir)
+        self._counters = counters
         self._next = time.monotonic() + config.stats_every_s
+        self._every_steps = config.stats_every_steps
+        self._next_steps = self._every_steps or 0
+
+    def _env_steps(self) -> int:
+        return int(self._counters()[:, ENV_STEPS].sum())
 
     def due(self) -> bool:
+        """True when a row is due: by time, or the env steps reached the next multiple of
+        ``stats_every_steps``."""
+        if self._every_steps and self._env_steps() >= self._next_steps:
+            return True
         return time.monotonic() >= self._next
 
     def seconds_left(self) -> float:
@@ -53,6 +64,9 @@ class Reporter:
         self.rows.append(row)
         self._sinks.write(row)
         self._next = time.monotonic() + self.config.stats_every_s
+        if self._every_steps:
+            steps = self._env_steps()
+            self._next_steps = (steps // self._every_steps + 1) * self._every_steps
         return row
 
     def close(self) -> None:

@@ -115,8 +115,10 @@ class StatsSinks:
                 self._bar = tqdm(total=total_env_steps, unit="step", dynamic_ncols=True)
             else:
                 self._print = True
-        self._file = None
+        self._file: Any = None
         self._csv: csv.DictWriter | None = None
+        self._columns: list[str] = list(COLUMNS)
+        self._rows: list[dict[str, Any]] = []
         self._tb = None
         self.out_dir = out_dir
         if out_dir is not None:
@@ -138,21 +140,30 @@ class StatsSinks:
         elif self._print:
             print(f"steps {row['env_steps']:>9d}  {short(row)}", flush=True)
         if self.out_dir is not None:
-            if self._csv is None:
-                path = os.path.join(self.out_dir, "metrics.csv")
-                self._file = open(path, "w", newline="")  # noqa: SIM115 - kept open for rows
-                columns = list(COLUMNS) + [k for k in row if k not in COLUMNS]
-                self._csv = csv.DictWriter(
-                    self._file, fieldnames=columns, restval="", extrasaction="ignore"
-                )
-                self._csv.writeheader()
-            self._csv.writerow(row)
+            self._rows.append(row)
+            if self._csv is None or any(k not in self._columns for k in row):
+                self._open_csv()  # a column appeared: the file is written again with it
+            else:
+                assert self._csv is not None and self._file is not None
+                self._csv.writerow(row)
             assert self._file is not None
             self._file.flush()
         if self._tb is not None:
             for key, value in row.items():
                 if isinstance(value, (int, float)) and np.isfinite(value) and key != "env_steps":
                     self._tb.add_scalar(key, value, row["env_steps"])
+
+    def _open_csv(self) -> None:
+        """(Re)write ``metrics.csv`` with every column any row has had so far."""
+        for row in self._rows:
+            self._columns += [k for k in row if k not in self._columns]
+        if self._file is not None:
+            self._file.close()
+        path = os.path.join(self.out_dir or ".", "metrics.csv")
+        self._file = open(path, "w", newline="")  # noqa: SIM115 - kept open for rows
+        self._csv = csv.DictWriter(self._file, fieldnames=self._columns, restval="")
+        self._csv.writeheader()
+        self._csv.writerows(self._rows)
 
     def close(self) -> None:
         if self._bar is not None:

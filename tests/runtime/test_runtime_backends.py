@@ -130,3 +130,24 @@ def test_inline_alternates_within_one_vector_step_of_many_envs():
     expected = 16 * (s["items_inserted"] - 100)
     buffer = config("inline", updates_per_env_step=1.0).limiter_buffer()
     assert abs(s["items_sampled"] - expected) <= buffer + 16
+
+
+def test_inline_rows_land_exactly_on_every_multiple_of_stats_every_steps():
+    result = train("inline", stats_every_s=3600.0, stats_every_steps=500)
+    steps = [row["env_steps"] for row in result.rows]
+    assert steps == [500 * k for k in range(1, TOTAL // 500 + 1)] + [TOTAL]
+
+
+def test_a_column_on_stats_adds_later_reaches_metrics_csv(tmp_path):
+    def on_stats(row, weights):
+        return {"eval_return": 1.5} if row["env_steps"] >= 1_500 else None
+
+    rt.run(
+        config("inline", stats_every_s=3600.0, stats_every_steps=500, out_dir=str(tmp_path)),
+        make_env=parts.make_env, make_policy=parts.RandomPolicy,
+        learner=parts.CountingLearner(), replay=parts.replay(), total_env_steps=TOTAL,
+        on_stats=on_stats,
+    )
+    with open(tmp_path / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["eval_return"] for r in rows] == ["", "", "1.5", "1.5", "1.5", "1.5", "1.5"]

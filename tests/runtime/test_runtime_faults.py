@@ -89,6 +89,15 @@ CTRL_C = textwrap.dedent(
 )
 
 
+def _running(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie waiting to be reaped."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return "zombie" not in f.read().lower()
+    except FileNotFoundError:
+        return False
+
+
 def _children(pid: int) -> list[int]:
     out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
     return [int(p) for p in out.stdout.split()]
@@ -107,8 +116,7 @@ def test_ctrl_c_stops_every_thread_and_process(backend):
         proc.wait(timeout=20)
         assert proc.returncode != 0  # KeyboardInterrupt propagated
         time.sleep(0.5)
-        alive = [c for c in children if os.path.exists(f"/proc/{c}")
-                 and "zombie" not in open(f"/proc/{c}/status").read().lower()]
+        alive = [c for c in children if _running(c)]
         assert not alive, f"left running: {alive}"
     finally:
         if proc.poll() is None:
