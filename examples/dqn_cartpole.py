@@ -351,6 +351,7 @@ def train(args: Args, policy: type[QPolicy] = QPolicy) -> dict[str, Any]:
         publish_every=args.publish_every,
         prefetch=args.prefetch,
         progress=args.progress,
+        stats_every_steps=args.eval_every,  # evaluations at the same steps anywhere
         out_dir=args.out or None,
     )
     learner = DqnLearner(args)

@@ -672,6 +672,7 @@ def main(argv: list[str] | None = None) -> dict:
         max_policy_lag=0,  # each rollout is collected by the newest weights
         prefetch=1,
         progress=args.progress,
+        stats_every_steps=args.eval_every,  # evaluations at the same steps anywhere
         out_dir=args.out,
         timeout_s=args.timeout_s,
     )
