@@ -13,6 +13,7 @@ Example:
 """
 
 from rlreplay.errors import ComponentFailedError
+from rlreplay.runtime import report
 from rlreplay.runtime.actor import Actor, ActorRecipe, Policy
 from rlreplay.runtime.config import POLICY_VERSION, ReplaySpec, RuntimeConfig, build_table
 from rlreplay.runtime.learner import Learner, LearnerLogic
@@ -34,5 +35,6 @@ __all__ = [
     "Weights",
     "WeightsSnapshot",
     "build_table",
+    "report",
     "run",
 ]

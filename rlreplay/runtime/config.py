@@ -219,7 +219,12 @@ def build_table(config: RuntimeConfig, replay: ReplaySpec) -> Table:
             "(sampled items per inserted item) or updates_per_env_step (e.g. 0.25)"
         )
     span = replay.layout.span if replay.layout is not None else 1
-    capacity = replay.max_size + span + config.num_actors * (2 * ITEMS_PER_INSERT + span) * 16
+    # Steps for max_size items, plus a quarter for rows that anchor no item (each
+    # episode's final observation) and room for every actor's writer.
+    capacity = (
+        replay.max_size + replay.max_size // 4 + span
+        + config.num_actors * (2 * ITEMS_PER_INSERT + span) * 16
+    )
     limiter = SampleToInsertRatio(
         ratio, min_size_to_sample=config.min_size_to_sample, error_buffer=config.limiter_buffer()
     )

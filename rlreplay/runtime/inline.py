@@ -67,11 +67,13 @@ def run_inline(
                     raise _failed("learner", error) from error
             elif any(a.blocked for a in actors):
                 actor = next(a for a in actors if a.blocked)
+                inserts = table.info().inserts
                 try:
                     actor.drain()
                 except Exception as error:
                     raise _failed(f"actor {actor.index}", error) from error
-                if actor.blocked:
+                # Stuck only when the drain handed nothing over: else the learner goes next.
+                if actor.blocked and table.info().inserts == inserts:
                     raise DeadlockError(
                         f"the inline run can make no progress: the table refuses actor "
                         f"{actor.index}'s pending items and allows no sample of {batch} "
@@ -98,7 +100,7 @@ def run_inline(
             if reporter.due():
                 reporter.emit()
         learner.close()
-        reporter.emit()
+        reporter.emit(final=True)
         return RunResult(reporter.rows, reporter.summary(table), table)
     finally:
         for actor in actors:

@@ -51,9 +51,11 @@ class Reporter:
     def seconds_left(self) -> float:
         return max(0.0, self._next - time.monotonic())
 
-    def emit(self) -> dict:
-        """Compute, extend, record and show one row."""
+    def emit(self, final: bool = False) -> dict:
+        """Compute, extend, record and show one row; ``final`` marks the run's last row
+        (after the learner stopped: the place for a last evaluation)."""
         row = self._recorder.row()
+        row["final"] = final
         if self.on_stats is not None:
             extra = self.on_stats(row, self.learner.weights.latest())
             if extra is not None and not isinstance(extra, dict):

@@ -152,7 +152,7 @@ def _run_concurrent(
             if reporter.due():
                 reporter.emit()
         learner.close()
-        reporter.emit()
+        reporter.emit(final=True)
         return RunResult(reporter.rows, reporter.summary(table), table)
     finally:
         stop.set()

@@ -26,7 +26,7 @@ COLUMNS = (
     "env_steps", "wall_s", "env_steps_per_s", "updates", "updates_per_s", "samples_per_insert",
     "samples_per_insert_total", "learner_wait_frac", "actor_blocked_frac", "weight_syncs",
     "weight_version", "policy_lag_min", "policy_lag_mean", "policy_lag_max", "table_size",
-    "episodes", "train_return",
+    "episodes", "train_return", "final",
 )
 
 
