@@ -20,9 +20,8 @@ on one core; BLAS limited to one thread). Three parts:
    about ``--duration`` seconds (its env steps are sized from a short probe run) with
    statistics rows every ``--window`` seconds. The first row (warm-up: the table fills to
    ``min_size_to_sample``) and the last (partial, the learner draining) are dropped; every
-   other row's observed samples per insert must be within +-10% of the target. An inline
-   run that fails with the runtime's default ``error_buffer`` is run again with room for
-   a whole vector step of chunks, and both rows show.
+   other row's observed samples per insert must be within +-10% of the target, with the
+   runtime's default ``error_buffer``.
 3. ``learner``: updates/s of the same update function in a plain loop on one fixed batch,
    through a prefetching :class:`~rlreplay.iterators.ReplayIterator` on a full table (no
    actors; rounds alternate with the plain loop), and through ``rt.run`` (threads backend,
@@ -64,7 +63,6 @@ import rlreplay.runtime as rt
 from rlreplay.core.rate_limiters import MinSize
 from rlreplay.iterators import ReplayIterator
 from rlreplay.runtime.actor import NUM_COUNTERS, Actor
-from rlreplay.runtime.config import ITEMS_PER_INSERT
 
 NUM_ENVS = 16
 N_STEP = 3
@@ -296,11 +294,7 @@ def ratio_case(args: argparse.Namespace, case: dict) -> dict:
 
 
 def bench_ratio(args: argparse.Namespace) -> list[dict]:
-    """One run per (backend, samples_per_insert) with the runtime's default limiter buffer.
-
-    An inline case that fails is run again with an ``error_buffer`` that admits a whole
-    vector step of chunks (one per env), so its fidelity is measured too; both rows show.
-    """
+    """One run per (backend, samples_per_insert) with the runtime's default limiter buffer."""
     out = []
     for backend in args.backends:
         for spi in args.spi:
@@ -309,11 +303,6 @@ def bench_ratio(args: argparse.Namespace) -> list[dict]:
             case = ratio_case(args, dict(spec))
             out.append(case)
             _say(case)
-            if case["status"] == "ERROR" and backend == "inline":
-                buffer = float(spi * 2 * ITEMS_PER_INSERT * NUM_ENVS)
-                again = ratio_case(args, {**spec, "error_buffer": buffer})
-                out.append(again)
-                _say(again)
     return out
 
 
