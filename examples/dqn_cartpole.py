@@ -30,8 +30,6 @@ The summary holds the common keys of :mod:`rlreplay.runtime.report` (``final_eva
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import functools
 import importlib.util
 import math
@@ -44,7 +42,7 @@ import rlreplay
 import rlreplay.runtime as rt
 from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.runtime import report
-from rlreplay.runtime.config import BACKENDS
+from rlreplay.runtime.flags import flag, parse_flags
 
 ENV_ID = "CartPole-v1"
 OBS_DIM = 4
@@ -124,20 +122,15 @@ class Args:
         ):  # fmt: skip
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidArgumentError(f"{_flag(name)}={describe(value)} must be an int >= 1")
+                raise InvalidArgumentError(f"{flag(name)}={describe(value)} must be an int >= 1")
         for name in ("lr", "max_grad_norm"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0.0 < value < math.inf:
-                raise InvalidArgumentError(f"{_flag(name)}={describe(value)} must be a number > 0")
+                raise InvalidArgumentError(f"{flag(name)}={describe(value)} must be a number > 0")
         for name in ("gamma", "eps_start", "eps_end", "priority_exponent", "beta_start"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-                raise InvalidArgumentError(f"{_flag(name)}={describe(value)} must be in [0, 1]")
-
-
-def _flag(name: str) -> str:
-    """The command-line flag of the :class:`Args` field ``name``."""
-    return "--" + name.replace("_", "-")
+                raise InvalidArgumentError(f"{flag(name)}={describe(value)} must be in [0, 1]")
 
 
 # ------------------------------------------------------------------ environments
@@ -287,23 +280,8 @@ class DqnLearner:
 # ------------------------------------------------------------------ the run
 def parse_args(argv: list[str] | None = None, args_class: type[Args] = Args) -> Args:
     """``args_class`` (:class:`Args` or a subclass) from command-line flags (every field
-    is a ``--flag``).
-
-    Raises:
-        SystemExit: for an unknown flag or a value of the wrong type (argparse's message).
-        InvalidArgumentError: for a value out of range (see :class:`Args`).
-    """
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
-    for field in dataclasses.fields(args_class):
-        flag = _flag(field.name)
-        default = field.default
-        if isinstance(default, bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
-        elif field.name == "backend":
-            parser.add_argument(flag, choices=BACKENDS, default=default)
-        else:
-            parser.add_argument(flag, type=type(default), default=default)
-    return args_class(**vars(parser.parse_args(argv)))
+    is a ``--flag``; see :func:`rlreplay.runtime.flags.parse_flags`)."""
+    return parse_flags(args_class, argv, __doc__.splitlines()[0])
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -355,22 +333,14 @@ def train(args: Args, policy: type[QPolicy] = QPolicy) -> dict[str, Any]:
         out_dir=args.out or None,
     )
     learner = DqnLearner(args)
-    next_eval = args.eval_every
 
-    def greedy(params: dict[str, np.ndarray]) -> Any:
-        return lambda obs: int(q_values(params, obs[None]).argmax())
+    def evaluate(params: dict[str, np.ndarray]) -> float:
+        """Mean greedy return of ``params`` over ``eval_episodes`` episodes."""
 
-    def on_stats(row: dict[str, Any], weights: Any) -> dict[str, Any]:
-        """Evaluate the newest weights every ``eval_every`` env steps and once the actors
-        are done; other rows get ``eval_return = None`` (an empty cell in metrics.csv)."""
-        nonlocal next_eval
-        steps = row["env_steps"]
-        if weights is None or (steps < next_eval and steps < args.total_steps):
-            return {"eval_return": None}
-        while next_eval <= steps:
-            next_eval += args.eval_every
-        value = report.evaluate(make_eval_env, greedy(weights.params), args.eval_episodes)
-        return {"eval_return": value}
+        def act(obs: np.ndarray) -> int:
+            return int(q_values(params, obs[None]).argmax())
+
+        return report.evaluate(make_eval_env, act, args.eval_episodes)
 
     result = rt.run(
         config,
@@ -379,7 +349,7 @@ def train(args: Args, policy: type[QPolicy] = QPolicy) -> dict[str, Any]:
         learner=learner,
         replay=replay,
         total_env_steps=args.total_steps,
-        on_stats=on_stats,
+        on_stats=report.Evaluations(evaluate, args.eval_every),
     )
     rows = result.rows  # the final row has env_steps >= total_steps, so it is evaluated
     summary = report.summarize(rows, TARGET_RETURN, config.ratio)

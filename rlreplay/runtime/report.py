@@ -37,7 +37,7 @@ import numpy as np
 
 from rlreplay.errors import InvalidArgumentError, describe
 
-__all__ = ["evaluate", "summarize", "write_outputs"]
+__all__ = ["Evaluations", "evaluate", "summarize", "write_outputs"]
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +97,42 @@ def evaluate(
     finally:
         env.close()
     return float(returns.mean())
+
+
+class Evaluations:
+    """An ``on_stats`` hook for :func:`rlreplay.runtime.run`: evaluates the newest published
+    weights every ``every`` env steps and on the run's final row; other rows get an empty
+    ``eval_return``. Pair it with ``RuntimeConfig(stats_every_steps=every)`` so the
+    evaluations fall at the same env steps on any machine.
+
+    Args:
+        evaluate_params: ``params -> mean return`` (e.g. :func:`evaluate` of a greedy policy
+            built from the params).
+        every: env steps between evaluations (>= 1).
+
+    Raises:
+        InvalidArgumentError: for a non-callable ``evaluate_params`` or a bad ``every``.
+    """
+
+    def __init__(self, evaluate_params: Callable[[Mapping[str, np.ndarray]], float], every: int):
+        if not callable(evaluate_params):
+            raise InvalidArgumentError(
+                f"evaluate_params={describe(evaluate_params)} must be a callable params -> return"
+            )
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise InvalidArgumentError(f"every={describe(every)} must be an int >= 1")
+        self.evaluate_params = evaluate_params
+        self.every = every
+        self.next_at = every
+
+    def __call__(self, row: Mapping[str, Any], weights: Any) -> dict[str, Any]:
+        steps = row["env_steps"]
+        if weights is None or not (row.get("final") or steps >= self.next_at):
+            return {"eval_return": None, "eval_version": None}
+        while self.next_at <= steps:
+            self.next_at += self.every
+        value = float(self.evaluate_params(weights.params))
+        return {"eval_return": value, "eval_version": weights.version}
 
 
 def _number(value: Any) -> float | None:

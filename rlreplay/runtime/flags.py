@@ -1,0 +1,43 @@
+"""Command-line flags from a dataclass of hyperparameters, for training scripts.
+
+Every field of the dataclass becomes a ``--flag`` (``total_steps`` -> ``--total-steps``) of
+its default's type; a bool becomes ``--flag`` / ``--no-flag``; ``backend`` offers the
+runtime's backends. Abbreviations are refused, so a typo never silently sets another flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any, TypeVar
+
+from rlreplay.runtime.config import BACKENDS
+
+T = TypeVar("T")
+
+
+def flag(name: str) -> str:
+    """The command-line flag of the field ``name``."""
+    return "--" + name.replace("_", "-")
+
+
+def parse_flags(args_class: type[T], argv: list[str] | None, description: str = "") -> T:
+    """An ``args_class`` instance from ``argv`` (``None``: ``sys.argv[1:]``).
+
+    Raises:
+        SystemExit: for an unknown flag or a value of the wrong type (argparse's message).
+        Whatever ``args_class`` raises for values out of range (its ``__post_init__``).
+    """
+    parser = argparse.ArgumentParser(description=description, allow_abbrev=False)
+    for field in dataclasses.fields(args_class):  # type: ignore[arg-type]
+        default: Any = field.default
+        if isinstance(default, bool):
+            parser.add_argument(
+                flag(field.name), action=argparse.BooleanOptionalAction, default=default
+            )
+        elif field.name == "backend":
+            parser.add_argument(flag(field.name), choices=BACKENDS, default=default)
+        else:
+            kind = type(default) if default is not None else str
+            parser.add_argument(flag(field.name), type=kind, default=default)
+    return args_class(**vars(parser.parse_args(argv)))
