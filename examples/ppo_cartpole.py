@@ -28,10 +28,9 @@ Run:  python examples/ppo_cartpole.py --seed 0 --total-steps 200000 --out runs/p
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -43,7 +42,7 @@ import rlreplay.runtime as rt
 from rlreplay import ItemLayout, Signature, Window
 from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.runtime import report
-from rlreplay.runtime.config import BACKENDS
+from rlreplay.runtime.flags import parse_flags
 from rlreplay.writers.adder_writer import adder_writer, writer_signature
 
 OBS_SHAPE = (4,)
@@ -570,54 +569,26 @@ class PpoLearner:
 # Evaluation and the run
 
 
-class Evaluator:
-    """Greedy evaluation of published weights, every ``eval_every`` env steps and once
-    more on the final weights (called by the runtime once per statistics row)."""
+def greedy_evaluation(args: Args) -> Any:
+    """``params -> mean greedy return`` over ``args.eval_episodes`` episodes (the torch
+    actor loaded with the published weights picks the most likely action)."""
+    agent = Agent()
 
-    def __init__(self, args: Args):
-        self.args = args
-        self.agent = Agent()
-        self.next_at = args.eval_every
-        self.version = -1  # weights version of the last evaluation
-
-    def evaluate(self, params: dict[str, np.ndarray]) -> float:
-        load_params(self.agent, params)
+    def evaluate(params: dict[str, np.ndarray]) -> float:
+        load_params(agent, params)
 
         def act(obs: np.ndarray) -> int:
             with torch.no_grad():
-                return int(self.agent.actor(torch.as_tensor(obs, dtype=torch.float32)).argmax())
+                return int(agent.actor(torch.as_tensor(obs, dtype=torch.float32)).argmax())
 
-        return report.evaluate(make_eval_env, act, self.args.eval_episodes)
+        return report.evaluate(make_eval_env, act, args.eval_episodes)
 
-    def on_stats(self, row: dict, weights: Any) -> dict:
-        """The row's ``eval_return`` (``None`` between evaluations) and the version of
-        the weights evaluated; ``weights`` is the newest published snapshot."""
-        steps = row["env_steps"]
-        due = steps >= self.next_at
-        final = steps >= self.args.total_steps and getattr(weights, "version", -1) != self.version
-        if weights is None or not (due or final):
-            # Every row carries the columns (metrics.csv takes its header from the first).
-            return {"eval_return": None, "eval_version": None}
-        while self.next_at <= steps:
-            self.next_at += self.args.eval_every
-        self.version = weights.version
-        return {"eval_return": self.evaluate(weights.params), "eval_version": weights.version}
+    return evaluate
 
 
 def parse_args(argv: list[str] | None = None) -> Args:
     """``Args`` from the command line (every field is a ``--flag``)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
-    for f in fields(Args):
-        flag = "--" + f.name.replace("_", "-")
-        default = f.default
-        if isinstance(default, bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
-        elif f.name == "backend":
-            parser.add_argument(flag, choices=BACKENDS, default=default)
-        else:
-            kind = type(default) if default is not None else str
-            parser.add_argument(flag, type=kind, default=default)
-    return Args(**vars(parser.parse_args(argv)))
+    return parse_flags(Args, argv, __doc__.splitlines()[0])
 
 
 POSITIVE_INTS = (
@@ -677,7 +648,7 @@ def main(argv: list[str] | None = None) -> dict:
         timeout_s=args.timeout_s,
     )
     learner = PpoLearner(args)
-    evaluator = Evaluator(args)
+    evaluations = report.Evaluations(greedy_evaluation(args), args.eval_every)
     result = rt.run(
         config,
         make_env=functools.partial(make_env, num_envs=args.num_envs),
@@ -685,12 +656,9 @@ def main(argv: list[str] | None = None) -> dict:
         learner=learner,
         replay=replay,
         total_env_steps=args.total_steps,
-        on_stats=lambda row, weights: {**evaluator.on_stats(row, weights), **learner.stats},
+        on_stats=lambda row, weights: {**evaluations(row, weights), **learner.stats},
     )
-    rows = result.rows
-    if evaluator.version != result.summary["weight_version"]:
-        # The final row came before the last publication: evaluate the final weights.
-        rows[-1]["eval_return"] = evaluator.evaluate(learner.params())
+    rows = result.rows  # the final row evaluates the final weights
     summary = report.summarize(rows, args.target, None)
     summary.update(
         updates=result.summary["updates"],
