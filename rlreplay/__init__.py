@@ -30,6 +30,7 @@ from rlreplay.iterators import ReplayIterator, learn_while_can_sample
 from rlreplay.writers import (
     EpisodeAdder,
     NStepTransitionAdder,
+    RolloutAdder,
     SequenceAdder,
     SequenceItems,
     StreamAdder,
@@ -80,6 +81,7 @@ __all__ = [
     "SampleInfo",
     "SampleToInsertRatio",
     "RemoteTrajectoryWriter",
+    "RolloutAdder",
     "SampleIterator",
     "SequenceAdder",
     "SequenceItems",
