@@ -3,10 +3,10 @@
 One readable file in CleanRL's style. Acting and learning meet only through replay:
 
 * an actor steps a gymnasium vector env of ``num_envs`` CartPoles with one batched policy
-  call per vector step and hands each step to a :class:`RolloutAdder`, which writes one
-  stored row per *vector* step (every field ``[num_envs, ...]``) and, every
-  ``num_steps`` vector steps, one item: the whole rollout, ``num_steps + 1`` rows (the
-  last row holds the observation to bootstrap from);
+  call per vector step and hands each step to the library's
+  :class:`~rlreplay.RolloutAdder`, which writes one stored row per *vector* step (every
+  field ``[num_envs, ...]``) and, every ``num_steps`` vector steps, one item: the whole
+  rollout, ``num_steps + 1`` rows (the last row holds the observation to bootstrap from);
 * the replay table is a queue (``ReplaySpec(on_policy=True)``): each rollout is sampled
   exactly once, and with ``max_policy_lag=0`` an actor that finished a rollout waits for
   weights trained on it, so every rollout is collected by the newest policy;
@@ -39,11 +39,10 @@ import torch
 from torch import nn
 
 import rlreplay.runtime as rt
-from rlreplay import ItemLayout, Signature, Window
+from rlreplay import RolloutAdder
 from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.runtime import report
 from rlreplay.runtime.flags import parse_flags
-from rlreplay.writers.adder_writer import adder_writer, writer_signature
 
 OBS_SHAPE = (4,)
 NUM_ACTIONS = 2
@@ -152,232 +151,6 @@ def agent_params(agent: Agent) -> dict[str, np.ndarray]:
 def load_params(agent: Agent, params: dict[str, np.ndarray]) -> None:
     """Load published numpy weights into ``agent``."""
     agent.load_state_dict({k: torch.as_tensor(np.array(v)) for k, v in params.items()})
-
-
-# ---------------------------------------------------------------------------------------
-# What is stored: one row per vector step, one item per rollout
-
-
-def rollout_signature(num_envs: int) -> Signature:
-    """One stored row per vector step: each field but ``policy_version`` holds all
-    ``num_envs`` environments.
-
-    ``autoreset`` marks the steps gymnasium spends resetting an environment whose
-    episode ended in the previous step (not transitions); ``logp`` and ``value`` are the
-    acting policy's log-probability of its action and its value estimate;
-    ``policy_version`` (one per row: one policy call acts for every environment) is the
-    version of the weights that acted.
-    """
-    n = (num_envs,)
-    return Signature(
-        {
-            "obs": ((num_envs, *OBS_SHAPE), "float32"),
-            "action": (n, "int64"),
-            "reward": (n, "float32"),
-            "terminated": (n, "bool"),
-            "truncated": (n, "bool"),
-            "autoreset": (n, "bool"),
-            "logp": (n, "float32"),
-            "value": (n, "float32"),
-            "policy_version": ((), "int64"),
-        }
-    )
-
-
-def rollout_layout(signature: Signature, num_steps: int) -> ItemLayout:
-    """Every field as ``[B, num_steps + 1, num_envs, ...]``: the rollout's rows plus the
-    row holding the observation after its last step (zeros in its other fields)."""
-    return ItemLayout({p: Window(p, 0, num_steps + 1) for p in signature.paths}, signature)
-
-
-class RolloutAdder:
-    """Turns vector-env steps into one queue item per rollout of ``num_steps`` steps.
-
-    Rows are buffered (``[num_steps + 1, num_envs, ...]`` per field) and handed to the
-    writer in one ``append_batch`` when the rollout is complete, followed by one
-    ``create_item`` over its ``num_steps + 1`` rows and ``end_episode`` (a rollout is
-    its own "episode" in the store, so no item reaches into another). Every rollout thus
-    yields exactly one item, whatever the environments' episode boundaries: an actor
-    whose sync period is ``num_steps * num_envs`` env steps adds exactly one item per
-    period. The observation after the last step is stored twice: as the last row of one
-    rollout and as the first row of the next.
-
-    It has the adder interface the runtime uses (``reset``, ``add``, ``flush``,
-    ``close`` and a ``timeout`` attribute). When a writer call times out (the queue is
-    full), the step stays recorded and the rest of the rollout's writes are handed over
-    by the next ``flush`` (or ``add``), as the library's adders do. Gymnasium's default
-    (next-step) autoreset mode is assumed.
-
-    Args:
-        writer: a ``Table``, a list of tables sharing a store, or a writer with the
-            ``TrajectoryWriter`` interface (a remote one in the processes backend).
-        num_envs: environments of the vector env.
-        num_steps: vector steps per rollout.
-        timeout: seconds a writer call may wait for the queue.
-
-    Raises:
-        InvalidArgumentError: for a bad ``num_envs``/``num_steps`` or a signature that is
-            not ``rollout_signature(num_envs)``.
-    """
-
-    def __init__(self, writer: Any, *, num_envs: int, num_steps: int, timeout: float | None = None):
-        for name, value in (("num_envs", num_envs), ("num_steps", num_steps)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidArgumentError(f"{name}={describe(value)} must be an int >= 1")
-        signature = writer_signature(writer)
-        if signature != rollout_signature(num_envs):
-            raise InvalidArgumentError(
-                f"the table's signature {signature} is not rollout_signature({num_envs}); "
-                "build the table with it (num_envs must be the vector env's)"
-            )
-        self.writer = adder_writer(writer, num_steps + 1)
-        self.table = self.writer.tables[0]
-        self.num_envs = num_envs
-        self.num_steps = num_steps
-        self.timeout = timeout
-        self.signature = signature
-        self._rows = self._new_rows()
-        self._t = 0  # rows of the current rollout filled
-        self._obs: np.ndarray | None = None  # the observation the next action is taken in
-        self._autoreset = np.zeros(num_envs, dtype=bool)
-        self._pending: list[Any] = []  # writer calls of a finished rollout not done yet
-        self._closing = False
-        self._closed = False
-        self.items_added = 0
-
-    def _new_rows(self) -> dict[str, np.ndarray]:
-        return {
-            p: np.zeros((self.num_steps + 1, *s.shape), s.dtype)
-            for p, s in self.signature.fields.items()
-        }
-
-    def reset(self, obs: np.ndarray) -> None:
-        """Start every environment's episode at ``obs`` (after ``envs.reset()``).
-
-        Raises:
-            InvalidArgumentError: if ``obs`` is not ``[num_envs, *obs_shape]``.
-        """
-        obs = np.asarray(obs, dtype=np.float32)
-        if obs.shape != self._rows["obs"].shape[1:]:
-            raise InvalidArgumentError(
-                f"obs has shape {obs.shape}; expected {self._rows['obs'].shape[1:]}"
-            )
-        self._obs = obs.copy()
-        self._autoreset[:] = False
-        self._t = 0
-
-    def add(
-        self,
-        action: Any,
-        reward: Any,
-        next_obs: Any,
-        terminated: Any,
-        truncated: Any,
-        info: Any = None,
-        extras: dict[str, Any] | None = None,
-    ) -> None:
-        """Record one vector step; every ``num_steps`` steps write the rollout's item.
-
-        ``extras`` must hold ``logp`` and ``value`` (``[num_envs]``, from the policy) and
-        ``policy_version`` (from the actor: one version, or one per env, all equal).
-
-        Raises:
-            InvalidArgumentError: if :meth:`reset` was not called, an extra is missing or
-                a value has the wrong shape or kind (a float action); nothing is recorded
-                then.
-            ReplayTimeoutError: if the writer waited ``timeout`` for the queue; the step
-                is recorded and :meth:`flush` hands over the rest.
-        """
-        if self._obs is None:
-            raise InvalidArgumentError("add() before reset(obs); call reset first")
-        extras = extras or {}
-        missing = [k for k in ("logp", "value", "policy_version") if k not in extras]
-        if missing:
-            raise InvalidArgumentError(
-                f"extras lack {missing}; the policy gives logp and value, the actor policy_version"
-            )
-        versions = np.unique(np.asarray(extras["policy_version"]))
-        if versions.size != 1:
-            raise InvalidArgumentError(
-                f"extras['policy_version']={describe(versions.tolist())} must be one version"
-            )
-        row = {
-            "obs": self._obs,
-            "action": action,
-            "reward": reward,
-            "terminated": terminated,
-            "truncated": truncated,
-            "autoreset": self._autoreset,
-            "logp": extras["logp"],
-            "value": extras["value"],
-            "policy_version": versions[0],
-            "next_obs": next_obs,
-        }
-        arrays = {}
-        for p, v in row.items():
-            column = self._rows["obs" if p == "next_obs" else p]
-            arr = np.asarray(v)
-            if arr.shape != column.shape[1:] or not np.can_cast(arr, column.dtype, "same_kind"):
-                raise InvalidArgumentError(
-                    f"add(): {p} is {arr.dtype}{list(arr.shape)}; expected "
-                    f"{column.dtype}{list(column.shape[1:])}"
-                )
-            arrays[p] = arr
-        t = self._t
-        for p, v in arrays.items():
-            if p != "next_obs":
-                self._rows[p][t] = v
-        self._obs = arrays["next_obs"].astype(np.float32)
-        self._autoreset = np.logical_or(arrays["terminated"], arrays["truncated"])
-        self._t = t + 1
-        if self._t == self.num_steps:
-            self._finish_rollout()
-        if self._pending:  # this rollout's writes, or an earlier one's the queue refused
-            self.flush(self.timeout)
-
-    def _finish_rollout(self) -> None:
-        """Complete the rollout with the bootstrap row and write it as one item."""
-        rows, n = self._rows, self.num_steps
-        for p in rows:
-            rows[p][n] = 0
-        rows["obs"][n] = self._obs
-        rows["policy_version"][n] = rows["policy_version"][n - 1]
-        self._rows = self._new_rows()
-        self._t = 0
-        writer = self.writer
-        self._pending += [
-            lambda t: writer.append_batch(rows, timeout=t),
-            lambda t: writer.create_item(self.table, timeout=t),
-            lambda t: writer.end_episode(),
-        ]
-        self.items_added += 1
-
-    def flush(self, timeout: float | None = None) -> None:
-        """Hand a finished rollout's remaining writer calls over, then flush the writer.
-
-        Raises:
-            ReplayTimeoutError: if the queue stayed full for ``timeout`` seconds; call
-                again later (nothing is written twice).
-        """
-        if self._closed:
-            return
-        while self._pending:
-            self._pending[0](timeout)
-            self._pending.pop(0)
-        self.writer.flush(timeout)
-        if self._closing:
-            self.writer.close()
-            self._closed = True
-
-    def close(self) -> None:
-        """Flush, then close the writer; a partial rollout is dropped (it is no item).
-
-        Raises:
-            ReplayTimeoutError: if the flush timed out; the writer closes at the
-                :meth:`flush` that completes.
-        """
-        self._closing = True
-        self.flush(self.timeout)
 
 
 # ---------------------------------------------------------------------------------------
@@ -624,10 +397,17 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     check_args(args)
     torch.set_num_threads(1)
-    signature = rollout_signature(args.num_envs)
+    # One row per vector step (every field [num_envs, ...]); logp and value are the acting
+    # policy's, policy_version the version of the weights that acted.
+    signature = RolloutAdder.signature(
+        obs=(OBS_SHAPE, "float32"),
+        action="int64",
+        num_envs=args.num_envs,
+        extras={"logp": "float32", "value": "float32"},
+    )
     replay = rt.ReplaySpec(
         signature=signature,
-        layout=rollout_layout(signature, args.num_steps),
+        layout=RolloutAdder.layout(signature, args.num_steps),
         adder=functools.partial(RolloutAdder, num_steps=args.num_steps),
         # With max_policy_lag=0 at most one rollout per actor waits; the room for four
         # gives a remote writer (processes backend) the history of a whole rollout.

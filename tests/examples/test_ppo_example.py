@@ -1,6 +1,6 @@
-"""examples/ppo_cartpole.py: GAE over rollouts with episode ends, the rollout adder (one
-queue item per rollout), a smoke run on every backend (each rollout consumed exactly once)
-and a short run that fails when learning breaks."""
+"""examples/ppo_cartpole.py: GAE over rollouts with episode ends, a smoke run on every
+backend (each rollout consumed exactly once) and a short run that fails when learning
+breaks. The rollout adder's own tests are in tests/writers/test_rollout_adder.py."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("gymnasium")
 
-from rlreplay import InvalidArgumentError, ReplayTimeoutError, Table
+from rlreplay import InvalidArgumentError
 
 # The examples install as rlreplay.examples, which actor processes import too.
 ppo = importlib.import_module("rlreplay.examples.ppo_cartpole")
@@ -78,150 +78,6 @@ def test_gae_treats_streams_independently():
     arrays = [np.asarray(c, dt).T for c, dt in zip(columns, DTYPES)]
     adv, _ = ppo.gae(*arrays[:5], G, L)
     np.testing.assert_allclose(adv, arrays[5], atol=1e-6)
-
-
-# ---------------------------------------------------------------------------------------
-# The rollout adder
-
-N, STEPS = 2, 3
-
-
-def queue(size: int = 4) -> Table:
-    sig = ppo.rollout_signature(N)
-    return Table.queue("q", size, signature=sig, layout=ppo.rollout_layout(sig, STEPS))
-
-
-def step(adder, t: int, term=(False, False), trunc=(False, False), version: int = 7):
-    """Vector step ``t``: obs are ``t`` (env 0) and ``10 + t`` (env 1), rewards ``t``."""
-    adder.add(
-        np.array([t % 2, 1], dtype=np.int64),
-        np.full(N, float(t)),
-        np.array([[t + 1] * 4, [11 + t] * 4], dtype=np.float32),
-        np.array(term),
-        np.array(trunc),
-        {},
-        extras={
-            "logp": np.full(N, -0.5 * t, np.float32),
-            "value": np.full(N, 2.0 * t, np.float32),
-            "policy_version": np.full(N, version, np.int64),
-        },
-    )
-
-
-def start(table: Table, **kwargs):
-    adder = ppo.RolloutAdder(table, num_envs=N, num_steps=STEPS, **kwargs)
-    adder.reset(np.array([[0] * 4, [10] * 4], dtype=np.float32))
-    return adder
-
-
-def test_rollout_adder_writes_one_item_per_rollout_with_the_bootstrap_row():
-    table = queue()
-    adder = start(table)
-    step(adder, 0)
-    step(adder, 1, term=(True, False))
-    assert table.size == 0  # not before the rollout is complete
-    step(adder, 2, trunc=(False, True))
-    assert table.size == 1 and adder.items_added == 1
-    data = table.sample(1, timeout=1).data
-    assert data["obs"].shape == (1, STEPS + 1, N, 4)
-    np.testing.assert_array_equal(data["obs"][0, :, 0, 0], [0, 1, 2, 3])
-    np.testing.assert_array_equal(data["obs"][0, :, 1, 0], [10, 11, 12, 13])
-    np.testing.assert_array_equal(data["reward"][0, :, 0], [0, 1, 2, 0])
-    np.testing.assert_array_equal(data["terminated"][0, :, 0], [F, T_, F, F])
-    np.testing.assert_array_equal(data["truncated"][0, :, 1], [F, F, T_, F])
-    # the step after an episode end is gymnasium's autoreset step, also across rollouts
-    np.testing.assert_array_equal(data["autoreset"][0], [[F, F], [F, F], [T_, F], [F, F]])
-    np.testing.assert_array_equal(data["value"][0, :, 0], [0, 2, 4, 0])
-    np.testing.assert_array_equal(data["policy_version"][0], [7, 7, 7, 7])
-    step(adder, 3, version=8)
-    step(adder, 4, version=8)
-    step(adder, 5, version=8)
-    data = table.sample(1, timeout=1).data
-    np.testing.assert_array_equal(data["obs"][0, :, 0, 0], [3, 4, 5, 6])  # continues
-    np.testing.assert_array_equal(data["autoreset"][0, 0], [F, T_])
-    np.testing.assert_array_equal(data["policy_version"][0], [8, 8, 8, 8])
-
-
-def test_rollout_adder_refuses_bad_steps_without_recording_them():
-    table = queue()
-    adder = start(table)
-    step(adder, 0)
-    with pytest.raises(InvalidArgumentError, match="logp"):
-        adder.add(
-            np.zeros(N, np.int64),
-            np.zeros(N),
-            np.zeros((N, 4)),
-            np.zeros(N, bool),
-            np.zeros(N, bool),
-            {},
-            extras={"value": np.zeros(N), "policy_version": 7},
-        )
-    with pytest.raises(InvalidArgumentError, match="reward"):
-        adder.add(
-            np.zeros(N, np.int64),
-            np.zeros(N + 1),
-            np.zeros((N, 4)),
-            np.zeros(N, bool),
-            np.zeros(N, bool),
-            {},
-            extras={"logp": np.zeros(N), "value": np.zeros(N), "policy_version": 7},
-        )
-    with pytest.raises(InvalidArgumentError, match="action is float64"):
-        adder.add(
-            np.full(N, 0.5),
-            np.zeros(N),
-            np.zeros((N, 4)),
-            np.zeros(N, bool),
-            np.zeros(N, bool),
-            {},
-            extras={"logp": np.zeros(N), "value": np.zeros(N), "policy_version": 7},
-        )
-    step(adder, 1)
-    step(adder, 2)
-    data = table.sample(1, timeout=1).data
-    np.testing.assert_array_equal(data["obs"][0, :, 0, 0], [0, 1, 2, 3])
-
-
-def test_rollout_adder_refuses_a_signature_for_another_env_count():
-    with pytest.raises(InvalidArgumentError, match="rollout_signature"):
-        ppo.RolloutAdder(queue(), num_envs=N + 1, num_steps=STEPS)
-
-
-def test_rollout_adder_keeps_a_rollout_the_full_queue_refused_until_flush():
-    table = queue(size=1)
-    adder = start(table, timeout=0.05)
-    for t in range(STEPS):
-        step(adder, t)
-    for t in range(STEPS, 2 * STEPS - 1):
-        step(adder, t)
-    with pytest.raises(ReplayTimeoutError):
-        step(adder, 2 * STEPS - 1)  # the queue is full: the second rollout waits
-    with pytest.raises(ReplayTimeoutError):
-        adder.flush(timeout=0.05)
-    first = table.sample(1, timeout=1).data
-    adder.flush(timeout=1)  # now the second rollout goes in, once
-    second = table.sample(1, timeout=1).data
-    assert table.size == 0 and table.info().inserts == 2 and adder.items_added == 2
-    np.testing.assert_array_equal(first["obs"][0, :, 0, 0], [0, 1, 2, 3])
-    np.testing.assert_array_equal(second["obs"][0, :, 0, 0], [3, 4, 5, 6])
-
-
-def test_rollout_adder_records_a_step_whose_earlier_rollout_the_queue_still_refuses():
-    table = queue(size=1)
-    adder = start(table, timeout=0.05)
-    for t in range(2 * STEPS - 1):
-        step(adder, t)
-    with pytest.raises(ReplayTimeoutError):
-        step(adder, 2 * STEPS - 1)  # the second rollout waits
-    with pytest.raises(ReplayTimeoutError):
-        step(adder, 2 * STEPS)  # still waits; this step is recorded all the same
-    table.sample(1, timeout=1)
-    step(adder, 2 * STEPS + 1)  # hands the second rollout over first
-    np.testing.assert_array_equal(table.sample(1, timeout=1).data["obs"][0, :, 0, 0], [3, 4, 5, 6])
-    step(adder, 2 * STEPS + 2)
-    third = table.sample(1, timeout=1).data
-    np.testing.assert_array_equal(third["obs"][0, :, 0, 0], [6, 7, 8, 9])
-    assert table.info().inserts == 3 == adder.items_added
 
 
 # ---------------------------------------------------------------------------------------
