@@ -15,7 +15,7 @@ import numpy as np
 
 from rlreplay.core.layout import ItemLayout, Window
 from rlreplay.core.specs import FieldSpec, Signature, flatten, unflatten
-from rlreplay.errors import InvalidArgumentError, SignatureError, describe
+from rlreplay.errors import ClosedError, InvalidArgumentError, SignatureError, describe
 from rlreplay.writers.adder_writer import adder_writer, writer_signature
 from rlreplay.writers.autoreset import final_obs_source, mode_name
 
@@ -241,14 +241,23 @@ class RolloutAdder:
         row = self._obs_signature.check_row({"obs": obs}, argument, keep_floats=False)
         return {p: np.array(v, dtype=self.signature[p].dtype) for p, v in row.items()}
 
+    def _check_open(self, call: str) -> None:
+        if self._closing:
+            raise ClosedError(
+                f"{call}() after close(): the adder no longer writes (its steps would be "
+                "lost); create a new adder"
+            )
+
     def reset(self, obs: Any) -> None:
         """Start every environment's episode at ``obs`` (after ``envs.reset()``) and a
         new rollout (the steps of an unfinished one are dropped).
 
         Raises:
+            ClosedError: after :meth:`close`.
             SignatureError: if ``obs`` does not fit the signature's ``obs``
                 (``[num_envs, *obs_shape]``); nothing changes then.
         """
+        self._check_open("reset")
         self._obs = self._check_obs(obs, "reset() obs")
         self._autoreset = np.zeros(self.num_envs, dtype=bool)
         self._t = 0
@@ -272,6 +281,7 @@ class RolloutAdder:
                 and ``policy_version`` (one version, or one per env, all equal).
 
         Raises:
+            ClosedError: after :meth:`close`.
             InvalidArgumentError: if :meth:`reset` was not called, ``policy_version`` is
                 missing or not one version, or ``info`` shows a same-step env.
             SignatureError: if a value is missing or does not fit its column (a shape,
@@ -279,6 +289,7 @@ class RolloutAdder:
             ReplayTimeoutError: if the writer waited ``timeout`` for the queue; the step
                 is recorded and the next :meth:`add` or :meth:`flush` hands over the rest.
         """
+        self._check_open("add")
         if self._obs is None:
             raise InvalidArgumentError("add() before reset(obs); call reset first")
         if extras is not None and not isinstance(extras, Mapping):

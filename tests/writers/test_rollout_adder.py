@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from rlreplay import (
+    ClosedError,
     InvalidArgumentError,
     NStepTransitionAdder,
     ReplayTimeoutError,
@@ -290,3 +291,13 @@ def test_rows_follow_a_gymnasium_vector_env_with_next_step_autoreset():
     # gymnasium's autoreset step gives reward 0; every other CartPole step gives 1
     np.testing.assert_array_equal(data["reward"][0, :steps], np.array(seen["reward"]))
     np.testing.assert_array_equal(data["reward"][0, 1:steps] == 0, ended[:-1])
+
+
+def test_calls_after_close_are_refused():
+    table = queue()
+    adder = start(table)
+    adder.close()
+    with pytest.raises(ClosedError, match="add\\(\\) after close"):
+        step(adder, 0)
+    with pytest.raises(ClosedError, match="reset\\(\\) after close"):
+        adder.reset(np.zeros((N, 4), np.float32))
