@@ -84,13 +84,13 @@ class Admission:
             f"({self.state()}): {self.likely_cause(what)}"
         )
 
-    def timeout_message(self, what: str, waited: float | None) -> str:
-        """The message of a ``what`` that timed out after ``waited`` seconds: the limiter's
-        state and the likely cause, as in the warning (a timeout shorter than
-        ``warn_after`` never shows the warning)."""
+    def timeout_message(self, what: str, waited: float | None, n: int = 1) -> str:
+        """The message of a ``what`` of ``n`` items that timed out after ``waited``
+        seconds: the limiter's state and the likely cause, as in the warning (a timeout
+        shorter than ``warn_after`` never shows the warning)."""
         return (
             f"{what} on table {self.name!r} was blocked by its rate limiter for {waited}s "
-            f"({self.state()}): {self.likely_cause(what)}"
+            f"({self.state()}): {self.likely_cause(what, n)}"
         )
 
     def state(self) -> str:
@@ -101,11 +101,12 @@ class Admission:
             f"samples={lim.samples}, {lim!r}"
         )
 
-    def likely_cause(self, what: str) -> str:
-        """Why a ``what`` ("insert" or "sample") on this table is held back, in words: who
-        is not doing their part ("no sampler is consuming this queue", ...)."""
+    def likely_cause(self, what: str, n: int = 1) -> str:
+        """Why a ``what`` ("insert" or "sample") of ``n`` items on this table is held
+        back, in words: who is not doing their part ("no sampler is consuming this queue",
+        ...)."""
         lim = self.rate_limiter
-        if what == "insert" and lim.can_insert(1, self.index.size):
+        if what == "insert" and lim.can_insert(n, self.index.size):
             blocker = self.store.overwrite.blocker
             cause = (
                 f"the store's rows hold items of queue table {blocker!r}: no sampler is "
@@ -137,6 +138,7 @@ class Admission:
         waiter: waiting.BlockedCall | None,
         timeout: float | None,
         what: str,
+        n: int = 1,
     ) -> waiting.BlockedCall | None:
         """Wait on the store's condition until ``allowed()`` (lock held); returns the
         call's :class:`BlockedCall` (``None`` if it never had to wait), to be passed to
@@ -156,7 +158,7 @@ class Admission:
             waiter = waiter or self.blocked_call(timeout, what)
             if not waiter.wait():
                 waiter.settle()
-                raise RateLimiterTimeoutError(self.timeout_message(what, timeout))
+                raise RateLimiterTimeoutError(self.timeout_message(what, timeout, n))
 
     def admit(
         self, n: int, waiter: waiting.BlockedCall | None, timeout: float | None
@@ -164,7 +166,7 @@ class Admission:
         """Wait until the rate limiter admits ``n`` inserts (lock held)."""
         limiter, index = self.rate_limiter, self.index
         allowed = lambda: limiter.can_insert(n, index.size)  # noqa: E731
-        return self.wait_until(allowed, waiter, timeout, "insert")
+        return self.wait_until(allowed, waiter, timeout, "insert", n)
 
     def admit_samples(self, n: int, timeout: float | None) -> None:
         """Wait until the rate limiter admits a sample of ``n`` items from a non-empty

@@ -82,6 +82,7 @@ class Job:
     """
 
     counter = "insert_blocked_s"
+    n = 1  # items the call inserts or samples at once (for its timeout message)
 
     def __init__(self, table: Table, deadline: float | None):
         self.table = table
@@ -97,7 +98,8 @@ class Job:
     def timeout_message(self, waited: float) -> str:
         """The table's own timeout message: its limiter's state and the likely cause."""
         with self.table.lock:
-            return self.table.admission.timeout_message(self.what, round(waited, 3))
+            return self.table.admission.timeout_message(self.what, round(waited, 3), self.n)
+
 
     what = "insert"
 
@@ -176,6 +178,7 @@ class WriteJob(Job):
             raise
         if keys is None:
             self.table = s.blocker
+            self.n = int(self.chunk.counts[s.tables.index(s.blocker)])
             return None
         s.pending.popleft()
         if first and s.registered and self.on_first_apply is not None:

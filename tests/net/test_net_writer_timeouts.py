@@ -18,9 +18,11 @@ from rlreplay import (
     Fifo,
     ItemLayout,
     NStepTransitionAdder,
+    RateLimiterTimeoutError,
     ReplayTimeoutError,
     SampleToInsertRatio,
     Table,
+    TrajectoryWriter,
 )
 from rlreplay.net import Client, Server
 
@@ -290,3 +292,35 @@ def test_wherever_timeouts_fall_the_remote_adder_stores_what_in_process_does(see
     )
     assert got_created == created
     assert got == expected
+
+
+def test_items_the_ratio_holds_back_in_process_time_out_blaming_the_learner_when_one_fits():
+    table = limited_rows_table()
+    writer = TrajectoryWriter(table, history=16)
+    writer.append_batch({"obs": np.zeros((13, 2), np.float32)})
+    writer.create_items(table, starts=np.arange(-13, -3))  # 10 items
+    with pytest.raises(RateLimiterTimeoutError, match="learner") as caught:
+        writer.create_items(table, starts=[-3, -2, -1], timeout=0.02)
+    assert "queue" not in str(caught.value)
+    assert table.size == 10
+
+
+def test_a_chunk_the_ratio_holds_back_times_out_blaming_the_learner_even_when_one_item_fits():
+    table = limited_rows_table()  # admits 12 items before any sample
+    server = Server([table], recheck_s=0.01).start()
+    try:
+        client = Client(server.address)
+        with client.trajectory_writer("rows", history=16, chunk_steps=16) as writer:
+            writer.append_batch({"obs": np.zeros((13, 2), np.float32)})
+            for first in (-13, -10, -7, -4):  # 3 + 3 + 3 + 1 = 10 items stored
+                writer.create_items("rows", starts=np.arange(first, min(first + 3, -3)))
+            writer.flush(timeout=5.0)
+            writer.create_items("rows", starts=[-3, -2, -1])  # 13 > 12, though 11 fits
+            with pytest.raises(ReplayTimeoutError, match="learner") as caught:
+                writer.flush(timeout=0.05)
+            assert "queue" not in str(caught.value)
+            table.sample(2, timeout=5.0)
+            writer.flush(timeout=5.0)
+        assert table.size == 13
+    finally:
+        server.stop()
