@@ -38,8 +38,6 @@ last update spent outside ``update``: getting batches from replay and publishing
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import functools
 import importlib.util
 import math
@@ -53,7 +51,7 @@ import rlreplay
 import rlreplay.runtime as rt
 from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.runtime import report
-from rlreplay.runtime.config import BACKENDS
+from rlreplay.runtime.flags import flag, parse_flags
 
 ENV_ID = "Pendulum-v1"
 OBS_DIM = 3
@@ -127,23 +125,18 @@ class Args:
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidArgumentError(f"{_flag(name)}={describe(value)} must be an int >= 1")
+                raise InvalidArgumentError(f"{flag(name)}={describe(value)} must be an int >= 1")
         for name in ("policy_lr", "q_lr", "alpha_lr"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0.0 < value < math.inf:
-                raise InvalidArgumentError(f"{_flag(name)}={describe(value)} must be a number > 0")
+                raise InvalidArgumentError(f"{flag(name)}={describe(value)} must be a number > 0")
         for name, low_open in (("tau", True), ("gamma", False)):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not (
                 (0.0 < value <= 1.0) if low_open else (0.0 <= value <= 1.0)
             ):
                 bounds = "(0, 1]" if low_open else "[0, 1]"
-                raise InvalidArgumentError(f"{_flag(name)}={describe(value)} must be in {bounds}")
-
-
-def _flag(name: str) -> str:
-    """The command-line flag of the :class:`Args` field ``name``."""
-    return "--" + name.replace("_", "-")
+                raise InvalidArgumentError(f"{flag(name)}={describe(value)} must be in {bounds}")
 
 
 # ------------------------------------------------------------------ environments
@@ -354,23 +347,9 @@ class SacLearner:
 
 # ------------------------------------------------------------------ the run
 def parse_args(argv: list[str] | None = None) -> Args:
-    """:class:`Args` from command-line flags (every field is a ``--flag``).
-
-    Raises:
-        SystemExit: for an unknown flag or a value of the wrong type (argparse's message).
-        InvalidArgumentError: for a value out of range (see :class:`Args`).
-    """
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
-    for field in dataclasses.fields(Args):
-        flag = _flag(field.name)
-        default = field.default
-        if isinstance(default, bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
-        elif field.name == "backend":
-            parser.add_argument(flag, choices=BACKENDS, default=default)
-        else:
-            parser.add_argument(flag, type=type(default), default=default)
-    return Args(**vars(parser.parse_args(argv)))
+    """:class:`Args` from command-line flags (every field is a ``--flag``; see
+    :func:`rlreplay.runtime.flags.parse_flags`)."""
+    return parse_flags(Args, argv, __doc__.splitlines()[0])
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -414,27 +393,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         publish_every=args.publish_every,
         prefetch=args.prefetch,
         progress=args.progress,
+        stats_every_steps=args.eval_every,  # evaluations at the same steps anywhere
         out_dir=args.out or None,
     )
     learner = SacLearner(args)
-    next_eval = args.eval_every
 
-    def on_stats(row: dict[str, Any], weights: Any) -> dict[str, Any]:
-        """Evaluate the newest weights every ``eval_every`` env steps and once the actors
-        are done; other rows get ``eval_return = None`` (an empty cell in metrics.csv)."""
-        nonlocal next_eval
-        steps = row["env_steps"]
-        if weights is None or (steps < next_eval and steps < args.total_steps):
-            return {"eval_return": None}
-        while next_eval <= steps:
-            next_eval += args.eval_every
-        params = weights.params
-        value = report.evaluate(
+    def evaluate(params: dict[str, np.ndarray]) -> float:
+        """Mean return of the deterministic (mean) action over ``eval_episodes`` episodes."""
+        return report.evaluate(
             make_eval_env,
             lambda obs: greedy_action(params, obs[None])[0],
             episodes=args.eval_episodes,
         )
-        return {"eval_return": value}
 
     result = rt.run(
         config,
@@ -443,7 +413,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         learner=learner,
         replay=replay,
         total_env_steps=args.total_steps,
-        on_stats=on_stats,
+        on_stats=report.Evaluations(evaluate, args.eval_every),
     )
     summary = report.summarize(result.rows, TARGET_RETURN, config.ratio)
     run_summary = result.summary

@@ -158,7 +158,8 @@ def _run_concurrent(
         stop.set()
         weights.close()
         actors.stop()
-        thread.join(5.0)
+        if thread.ident is not None:  # started
+            thread.join(5.0)
         reporter.close()
         if server is not None:
             server.stop()
