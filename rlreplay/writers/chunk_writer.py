@@ -52,26 +52,155 @@ class Chunk:
             rows, ``starts`` relative to the chunk's last row (``-1`` is that row).
     """
 
-    __slots__ = ("appended", "items_done", "jobs", "jobs_done", "rows", "switch")
+    __slots__ = ("appended", "items_done", "jobs", "jobs_done", "owned", "rows", "switch")
 
     def __init__(
         self,
         rows: dict[str, np.ndarray] | None,
         switch: bool,
         jobs: list[tuple[Any, int, np.ndarray, np.ndarray]],
+        owned: bool = False,
     ):
         self.rows = rows
         self.switch = switch
         self.jobs = jobs
+        self.owned = owned  # the rows are the chunk's own, not views of an adder's buffers
         self.appended = rows is None
         self.jobs_done = 0  # jobs whose items all exist
         self.items_done = 0  # items of the current job created one by one
 
     def detach(self) -> Chunk:
         """Own the rows (the adder's buffers they view will change)."""
-        if self.rows is not None and not self.appended:
+        if self.rows is not None and not self.appended and not self.owned:
             self.rows = {p: np.array(a) for p, a in self.rows.items()}
+            self.owned = True
         return self
+
+
+class ChunkBatch:
+    """The writer work of one adder call, joined into as few chunks as the writer allows.
+
+    An adder call may hand over rows of several environments (each one that ended an
+    episode or filled a chunk). Each environment's part (a *piece*: its rows, whether they
+    continue the previous piece's stream, the items over them) is copied here when it is
+    made, since the adder's buffers change right after, and consecutive pieces are joined
+    into one :class:`Chunk`: one ``append_batch`` of their rows one after another and one
+    ``create_items`` per table. The store then holds exactly the rows and items it would
+    hold with one chunk per piece: a piece that does not continue the one before it already
+    carries the context rows its items need, and item starts, relative to the piece's last
+    row, are shifted by the rows appended after it in the same chunk. Only the writer's
+    episode marks differ: ``end_episode`` comes before a chunk, not between its pieces, so
+    the writer keeps the earlier pieces' rows retained until the next chunk (no item
+    reaches them: a piece that does not continue the one before it has its items within
+    its own rows, as it had after ``end_episode``).
+
+    A chunk reaches back at most ``limit`` rows from its end (rows and item starts alike),
+    the history the adder asks of its writer; a piece that would exceed it starts the
+    next chunk. One ``create_items`` call holds the items of whole pieces, at most
+    ``max_items`` of them or the largest piece's (and at most a table's ``max_size``):
+    no more than one environment's chunk creates, so a rate limiter that admits the
+    items of one environment's chunk at once admits every call.
+
+    Args:
+        limit: rows a chunk may reach back from its end (the adder's ``capacity``).
+        max_items: items one ``create_items`` call may hold (the adder's ``chunk_length``).
+    """
+
+    def __init__(self, limit: int, max_items: int):
+        self.limit = limit
+        self.max_items = max_items
+        self._chunks: list[Chunk] = []
+        self._reset()
+
+    def _reset(self) -> None:
+        self._buffers: dict[str, np.ndarray] | None = None
+        self._rows = 0  # rows in the open chunk
+        self._reach = 0  # rows the open chunk reaches back from its end
+        self._switch = False
+        self._pieces: list[tuple[int, list[tuple[Any, int, np.ndarray, np.ndarray]]]] = []
+
+    def add(
+        self,
+        rows: dict[str, np.ndarray] | None,
+        switch: bool,
+        jobs: list[tuple[Any, int, np.ndarray, np.ndarray]],
+    ) -> None:
+        """Add one piece: ``rows`` (views, copied now) and ``jobs`` as :class:`Chunk` takes
+        them, ``starts`` relative to the piece's last row."""
+        n = 0 if rows is None else len(next(iter(rows.values())))
+        reach = n
+        for _, _, starts, _ in jobs:
+            reach = max(reach, -int(starts.min()))
+        if self._pieces and max(self._reach + n, reach) > self.limit:
+            self._close()
+        if not self._pieces:
+            self._switch = switch
+        if n:
+            if self._buffers is None:
+                self._buffers = {
+                    p: np.empty((self.limit, *a.shape[1:]), dtype=a.dtype) for p, a in rows.items()
+                }
+            at = self._rows
+            for p, a in rows.items():
+                self._buffers[p][at : at + n] = a
+        self._rows += n
+        self._reach = max(self._reach + n, reach)
+        self._pieces.append((self._rows, jobs))
+
+    def _close(self) -> None:
+        """Turn the open pieces into a chunk."""
+        if not self._pieces:
+            return
+        total = self._rows
+        rows = None
+        if total:
+            rows = {p: b[:total] for p, b in self._buffers.items()}
+        merged: dict[int, tuple[Any, int, list[np.ndarray], list[np.ndarray]]] = {}
+        for end, jobs in self._pieces:
+            shift = total - end  # rows appended after this piece in the chunk
+            for table, span, starts, extents in jobs:
+                job = merged.setdefault(id(table), (table, span, [], []))
+                job[2].append(starts - shift if shift else starts)
+                job[3].append(extents)
+        joined = []
+        for table, span, parts, extents in merged.values():
+            for lo, hi in _packs([len(p) for p in parts], self._cap(table, parts)):
+                joined.append((table, span, _join(parts[lo:hi]), _join(extents[lo:hi])))
+        self._chunks.append(Chunk(rows, self._switch, joined, owned=True))
+        self._reset()
+
+    def _cap(self, table: Any, parts: list[np.ndarray]) -> int:
+        """Items one ``create_items`` call for ``table`` may hold: ``max_items`` or the
+        largest piece's items, at most the table's ``max_size`` (a piece is never split,
+        so a piece over ``max_size`` fails in the writer as it would alone)."""
+        cap = max(self.max_items, max(len(p) for p in parts))
+        size = getattr(table, "max_size", None)
+        if isinstance(size, (int, np.integer)) and size > 0:
+            cap = min(cap, int(size))
+        return cap
+
+    def take(self) -> list[Chunk]:
+        """The chunks of the pieces added so far, oldest first; the batch is empty after."""
+        self._close()
+        chunks, self._chunks = self._chunks, []
+        return chunks
+
+
+def _packs(counts: list[int], cap: int) -> list[tuple[int, int]]:
+    """Consecutive runs ``[lo, hi)`` of pieces, each holding at most ``cap`` items (or one
+    piece over ``cap``)."""
+    packs, lo, total = [], 0, 0
+    for k, n in enumerate(counts):
+        if k > lo and total + n > cap:
+            packs.append((lo, k))
+            lo, total = k, 0
+        total += n
+    packs.append((lo, len(counts)))
+    return packs
+
+
+def _join(parts: list[np.ndarray]) -> np.ndarray:
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 class ChunkWriter:
@@ -107,6 +236,11 @@ class ChunkWriter:
         except ReplayTimeoutError as exc:
             self.pending.append(chunk.detach())
             self.failure = exc
+
+    def submit_batch(self, batch: ChunkBatch) -> None:
+        """Hand over the chunks of ``batch`` (see :meth:`submit`); the batch is emptied."""
+        for chunk in batch.take():
+            self.submit(chunk)
 
     def drain(self, timeout: float | None) -> None:
         """Hand the pending chunks over, oldest first, until one times out again (the

@@ -47,7 +47,7 @@ from rlreplay.writers.adder_writer import (
     writer_store,
 )
 from rlreplay.writers.autoreset import final_obs_source, mode_name
-from rlreplay.writers.chunk_writer import Chunk, ChunkWriter, check_priority
+from rlreplay.writers.chunk_writer import ChunkBatch, ChunkWriter, check_priority
 from rlreplay.writers.episode_rows import EpisodeRows
 from rlreplay.writers.sequence_items import SequenceItems
 from rlreplay.writers.step_inputs import StepInputs
@@ -161,6 +161,7 @@ class StreamAdder:
         self._rows = EpisodeRows(self._inputs.signature, self._inputs.paths, n, self.capacity)
         self._last_stream: tuple[int, int] | None = None  # stream of the last chunk
         self._chunks = ChunkWriter(writer, priority, timeout)
+        self._batch = ChunkBatch(self.capacity, chunk_length)  # the current call's chunks
         self.copied_rows = 0
         self.appended_rows = 0
         self.episodes = 0
@@ -201,6 +202,7 @@ class StreamAdder:
         if len(open_):
             self._finish(open_, np.zeros(len(open_), dtype=bool))
         self._start(idx, first)
+        self._chunks.submit_batch(self._batch)
         self._chunks.raise_failure()
 
     def _start(self, idx: np.ndarray, obs: dict[str, np.ndarray]) -> None:
@@ -293,6 +295,7 @@ class StreamAdder:
         ready = self._ready_rows(np.arange(self.num_envs), None)
         for i in np.flatnonzero(self._active & (ready - self._appended >= self.chunk_length)):
             self._flush_env(int(i), ended=False, terminated=False)
+        self._chunks.submit_batch(self._batch)
         self._chunks.raise_failure()
 
     def end_episode(self, terminated: bool = False, env_ids: Any = None) -> None:
@@ -316,6 +319,7 @@ class StreamAdder:
         idx = idx[self._active[idx]]
         if len(idx):
             self._finish(idx, np.full(len(idx), bool(terminated)))
+        self._chunks.submit_batch(self._batch)
         self._chunks.raise_failure()
 
     def _finish(self, idx: np.ndarray, terminated: np.ndarray) -> None:
@@ -360,7 +364,7 @@ class StreamAdder:
             if len(starts):
                 jobs.append((table, span, starts - hi, lengths))
         if rows is not None or jobs:
-            self._chunks.submit(Chunk(rows, switch, jobs))
+            self._batch.add(rows, switch, jobs)
         if not ended:
             self._rows.keep_from(i, max(0, hi - (self.span - 1)))
 
@@ -377,6 +381,7 @@ class StreamAdder:
         self._chunks.drain(self.timeout if timeout is None else timeout)
         for i in np.flatnonzero(self._active):
             self._flush_env(int(i), ended=False, terminated=False)
+        self._chunks.submit_batch(self._batch)
         self._chunks.raise_failure()
         self.writer.flush(timeout)
 
