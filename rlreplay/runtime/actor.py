@@ -23,8 +23,10 @@ from rlreplay.runtime.config import POLICY_VERSION, RuntimeConfig
 
 # Slots of an actor's counters array (a plain array in threads, shared memory across
 # processes): read by the statistics, written only by the actor.
-ENV_STEPS, BLOCKED_S, SYNCS, VERSION, EPISODES, RETURN_SUM = range(6)
-NUM_COUNTERS = 6
+# FINISHED is 1 once the actor handed every step over; WAITING is 1 while it waits for
+# newer weights (max_policy_lag), so the driver can tell a deadlock from slow progress.
+ENV_STEPS, BLOCKED_S, SYNCS, VERSION, EPISODES, RETURN_SUM, FINISHED, WAITING = range(8)
+NUM_COUNTERS = 8
 # Outside the inline backend an adder waits at most this long per call, then the actor
 # checks for a stop request and hands the rest over again.
 WRITE_SLICE_S = 0.25
@@ -139,7 +141,7 @@ class Actor:
         if lag is None or self._since_sync < self.config.weight_sync_period:
             return False
         latest = self.weights.latest()
-        return latest is None or latest.version < self.version + 1 - lag
+        return latest is None or latest.version <= self.version
 
     def ready(self) -> bool:
         """False when the lag bound makes the next step wait for newer weights; the
@@ -162,8 +164,12 @@ class Actor:
         else:
             self._write(self.adder.flush)
             start = time.monotonic()
-            latest = self.weights.wait_for(self.version + 1 - lag, self.config.timeout_s)
-            self.counters[BLOCKED_S] += time.monotonic() - start
+            self.counters[WAITING] = 1
+            try:
+                latest = self.weights.wait_for(self.version + 1, self.config.timeout_s)
+            finally:
+                self.counters[WAITING] = 0
+                self.counters[BLOCKED_S] += time.monotonic() - start
         if latest is not None and latest.version != self.version:
             self._load(latest)
         else:
@@ -199,10 +205,14 @@ class Actor:
         """End open episodes (as truncated) and hand every buffered step over."""
         self.finished = True
         self._write(self.adder.close, retry=self.adder.close)
+        if not self.blocked:
+            self.counters[FINISHED] = 1
 
     def drain(self) -> None:
         """Inline backend: hand over again what the table refused (sets :attr:`blocked`)."""
         self._write(self.adder.close if self.finished else self.adder.flush)
+        if self.finished and not self.blocked:
+            self.counters[FINISHED] = 1
 
     def _write(self, call: Callable[[], None], retry: Callable[[], None] | None = None) -> None:
         """Run an adder call. Inline, a refused write only sets :attr:`blocked` (its rows

@@ -15,13 +15,14 @@ import pickle
 import queue
 import signal
 import threading
+import time
 import traceback
 from typing import Any
 
 import numpy as np
 
 from rlreplay.errors import ClosedError, ComponentFailedError, InvalidArgumentError
-from rlreplay.runtime.actor import NUM_COUNTERS, ActorRecipe
+from rlreplay.runtime.actor import ENV_STEPS, FINISHED, NUM_COUNTERS, ActorRecipe
 
 # Steps of history a remote writer keeps for the adder at most (long rollouts fit).
 _MAX_HISTORY = 4096
@@ -39,7 +40,6 @@ class ThreadActors:
         self._counters = np.zeros((n, NUM_COUNTERS))
         self._threads: list[threading.Thread] = []
         self._errors: dict[int, BaseException] = {}
-        self._finished: set[int] = set()
 
     def start(self) -> None:
         for i in range(self.recipe.config.num_actors):
@@ -55,7 +55,6 @@ class ThreadActors:
                 index, self.table, self.weights, self._counters[index], self._stop
             )
             actor.run()
-            self._finished.add(index)
         except ClosedError:
             if not self._stop.is_set():
                 self._errors[index] = ClosedError("the table or weights closed under the actor")
@@ -66,10 +65,10 @@ class ThreadActors:
         return self._counters
 
     def done(self) -> bool:
-        return len(self._finished) == self.recipe.config.num_actors
+        return bool(self._counters[:, FINISHED].all())
 
     def check(self) -> None:
-        for index, error in sorted(self._errors.items()):
+        for index, error in sorted(list(self._errors.items())):
             raise ComponentFailedError(
                 f"actor {index}", f"{type(error).__name__}: {error}"
             ) from error
@@ -93,11 +92,11 @@ def _actor_process(
         client = Client(address)
         described = client.describe(table)
         capacity, span = described["store_capacity"], described["span"]
-        # As much history as the adder may want (at most _MAX_HISTORY), leaving a quarter
-        # of the store for chunks in flight, and never less than one item.
-        history = max(span, min(_MAX_HISTORY, capacity - max(1, capacity // 4)))
+        # The writers of one store share half of it for the steps they retain.
+        share = (capacity // 2) // recipe.config.num_actors
+        history = max(span, min(_MAX_HISTORY, share))
         writer = client.trajectory_writer(table, history=history)
-        actor = recipe.build(index, writer, RemoteWeights(client), counters, stop)
+        actor = recipe.build(index, writer, RemoteWeights(client, stop=stop), counters, stop)
         actor.run()
     except ClosedError:
         if not stop.is_set():
@@ -149,10 +148,8 @@ class ProcessActors:
         return self._counters
 
     def done(self) -> bool:
-        return bool(self._procs) and all(
-            p.exitcode == 0 and self._counters[i, 0] >= self.recipe.quota
-            for i, p in enumerate(self._procs)
-        )
+        """Every actor handed its last step over (its process may still be exiting)."""
+        return bool(self._procs) and bool(self._counters[:, FINISHED].all())
 
     def check(self) -> None:
         try:
@@ -168,7 +165,7 @@ class ProcessActors:
             code = proc.exitcode
             if code is None or self._stop.is_set():
                 continue
-            if code != 0 or self._counters[index, 0] < self.recipe.quota:
+            if code != 0 or not self._counters[index, FINISHED]:
                 try:  # the traceback may still be on its way
                     index, text = self._errors.get(timeout=0.5)
                 except queue.Empty:
@@ -179,13 +176,15 @@ class ProcessActors:
                 raise ComponentFailedError(
                     f"actor {index}",
                     f"its process (pid {proc.pid}) ended ({how}) after "
-                    f"{int(self._counters[index, 0])} of {self.recipe.quota} env steps",
+                    f"{int(self._counters[index, ENV_STEPS])} of {self.recipe.quota} env steps",
                 )
 
     def stop(self, timeout: float = 5.0) -> None:
+        """Ask every actor to stop, wait ``timeout`` s for all together, kill the rest."""
         self._stop.set()
+        deadline = time.monotonic() + timeout
         for proc in self._procs:
-            proc.join(timeout)
+            proc.join(max(0.0, deadline - time.monotonic()))
         for proc in self._procs:
             if proc.is_alive():
                 os.kill(proc.pid, signal.SIGKILL)

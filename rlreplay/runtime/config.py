@@ -112,9 +112,10 @@ class RuntimeConfig:
             pulls of new weights.
         publish_every: learner updates between weight publications.
         prefetch: batches the learner's iterator keeps ready (threads, processes).
-        max_policy_lag: ``None``, or how many newer weight versions an actor may act with
-            stale weights: ``0`` makes each sync period wait for weights newer than the
-            ones it used (on-policy training).
+        max_policy_lag: ``None`` (actors never wait for weights), or ``0``: each sync
+            period waits for weights newer than the ones the previous period used
+            (on-policy training; with one batch of items per period and actor, every
+            sampled item was acted by the learner's current weights).
         stats_every_s: seconds between statistics rows.
         stats_every_steps: also a row each time the env steps reach a multiple of this
             (``None``: by time only). Rows there make evaluations in ``on_stats`` land at
@@ -165,12 +166,12 @@ class RuntimeConfig:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise InvalidArgumentError(f"seed={describe(self.seed)} must be an int >= 0")
         if self.max_policy_lag is not None and (
-            isinstance(self.max_policy_lag, bool)
-            or not isinstance(self.max_policy_lag, int)
-            or self.max_policy_lag < 0
+            isinstance(self.max_policy_lag, bool) or self.max_policy_lag != 0
         ):
             raise InvalidArgumentError(
-                f"max_policy_lag={describe(self.max_policy_lag)} must be None or an int >= 0"
+                f"max_policy_lag={describe(self.max_policy_lag)} must be None (actors never "
+                "wait for weights) or 0 (each sync period waits for weights newer than the "
+                "previous one used: on-policy training)"
             )
         if self.samples_per_insert is not None and self.updates_per_env_step is not None:
             raise InvalidArgumentError(
@@ -207,10 +208,21 @@ def build_table(config: RuntimeConfig, replay: ReplaySpec) -> Table:
             replay spec cannot build (bad layout, sizes).
     """
     if replay.on_policy:
+        if config.ratio is not None:
+            raise InvalidArgumentError(
+                f"samples_per_insert={config.samples_per_insert} / updates_per_env_step="
+                f"{config.updates_per_env_step} set a ratio, but an on-policy queue table "
+                "samples each item exactly once; leave both None"
+            )
         size = max(replay.max_size, config.batch_size)
+        span = replay.layout.span if replay.layout is not None else 1
+        # Room for the queued items and, beside them, each actor's writer.
+        capacity = max(2 * size, (size + 1) * span) + config.num_actors * (
+            ITEMS_PER_INSERT + 2 * span
+        )
         return Table.queue(
             replay.name, size, signature=replay.signature, layout=replay.layout,
-            seed=config.seed,
+            capacity=capacity, seed=config.seed,
         )
     ratio = config.ratio
     if ratio is None:

@@ -13,10 +13,12 @@ side can move the run raises instead of hanging.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from rlreplay.core.table import Table
-from rlreplay.errors import ComponentFailedError, DeadlockError, ReplayError
+from rlreplay.errors import ComponentFailedError, DeadlockError
 from rlreplay.runtime.actor import NUM_COUNTERS, Actor, ActorRecipe
 from rlreplay.runtime.config import RuntimeConfig
 from rlreplay.runtime.learner import Learner
@@ -56,7 +58,7 @@ def run_inline(
                 actor = recipe.build(i, table, learner.weights, counters[i], _NeverStop())
                 actors.append(actor)
                 actor.start()
-            except ReplayError as error:
+            except Exception as error:
                 raise _failed(f"actor {i}", error) from error
         batch = config.batch_size
         while max_updates is None or learner.updates < max_updates:
@@ -99,6 +101,7 @@ def run_inline(
                     raise _failed(f"actor {actor.index}", error) from error
             if reporter.due():
                 reporter.emit()
+        learner.publish_last()
         learner.close()
         reporter.emit(final=True)
         return RunResult(reporter.rows, reporter.summary(table), table)
@@ -106,3 +109,5 @@ def run_inline(
         for actor in actors:
             actor.env.close()
         reporter.close()
+        with contextlib.suppress(Exception):  # raised above already, on the normal path
+            learner.close()

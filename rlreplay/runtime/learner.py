@@ -78,7 +78,7 @@ class PrioritySender:
             self._queue.put((keys, priorities), timeout=60.0)
 
     def close(self, timeout: float = 5.0) -> None:
-        """Apply what is queued and stop the thread."""
+        """Apply what is queued and stop the thread (idempotent)."""
         if self._queue is not None and self._thread is not None and self._thread.is_alive():
             with contextlib.suppress(queue.Full):
                 self._queue.put(None, timeout=timeout)
@@ -183,6 +183,7 @@ class Learner:
             self.table, config.batch_size, prefetch=config.prefetch, timeout=0.1
         ) as batches:
             last = time.monotonic()
+            inserts = self.table.info().inserts
             while not stop.is_set() and (max_updates is None or self.updates < max_updates):
                 try:
                     batch = next(batches)
@@ -190,6 +191,9 @@ class Learner:
                     self.wait_s = batches.wait_s
                     if done():
                         break
+                    now = self.table.info().inserts
+                    if now != inserts:  # the actors make progress (a long warm-up, say)
+                        inserts, last = now, time.monotonic()
                     if time.monotonic() - last > config.timeout_s:
                         raise ReplayTimeoutError(
                             f"the learner received no batch for {config.timeout_s}s while "
@@ -202,3 +206,10 @@ class Learner:
                 self.wait_s = batches.wait_s
                 self.update(batch)
                 last = time.monotonic()
+        self.publish_last()
+
+    def publish_last(self) -> None:
+        """Publish the final weights if updates happened since the last publication, so
+        the run ends with what the learner learned."""
+        if self.updates % self.config.publish_every:
+            self.publish()

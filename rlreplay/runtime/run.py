@@ -11,14 +11,15 @@ process before it propagates.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from rlreplay.core.table import Table
-from rlreplay.errors import ComponentFailedError, InvalidArgumentError, describe
-from rlreplay.runtime.actor import ActorRecipe, actor_quota
+from rlreplay.errors import ComponentFailedError, DeadlockError, InvalidArgumentError, describe
+from rlreplay.runtime.actor import FINISHED, WAITING, ActorRecipe, actor_quota
 from rlreplay.runtime.actor_groups import ProcessActors, ThreadActors
 from rlreplay.runtime.config import ReplaySpec, RuntimeConfig, build_table
 from rlreplay.runtime.inline import run_inline
@@ -136,7 +137,16 @@ def _run_concurrent(
     learner.publish()
     thread = threading.Thread(target=learn, name="rlreplay-learner", daemon=True)
     reporter = Reporter(config, table, learner, actors.counters, total_env_steps, on_stats)
-    try:
+    stall = StallWatch(config, table, learner, actors)
+    with contextlib.ExitStack() as cleanup:  # runs in reverse: actors, learner, then server
+        if server is not None:
+            cleanup.callback(server.stop)
+        cleanup.callback(reporter.close)
+        cleanup.callback(_suppressed, learner.close)
+        cleanup.callback(_join_started, thread)
+        cleanup.callback(actors.stop)
+        cleanup.callback(weights.close)
+        cleanup.callback(stop.set)
         actors.start()
         thread.start()
         while True:
@@ -149,17 +159,63 @@ def _run_concurrent(
                 ) from error
             if not thread.is_alive():
                 break  # drained after the actors finished, or max_updates reached
+            stall.check()
             if reporter.due():
                 reporter.emit()
         learner.close()
         reporter.emit(final=True)
         return RunResult(reporter.rows, reporter.summary(table), table)
-    finally:
-        stop.set()
-        weights.close()
-        actors.stop()
-        if thread.ident is not None:  # started
-            thread.join(5.0)
-        reporter.close()
-        if server is not None:
-            server.stop()
+
+
+def _suppressed(call: Any) -> None:
+    with contextlib.suppress(Exception):  # already raised on the normal path
+        call()
+
+
+def _join_started(thread: threading.Thread) -> None:
+    if thread.ident is not None:
+        thread.join(5.0)
+
+
+class StallWatch:
+    """Tells an on-policy deadlock from slow progress: every actor waits for newer
+    weights, the table allows no sample and the learner made no update, for 2 s.
+
+    Raises (from :meth:`check`):
+        DeadlockError: naming the cause (one sync period must yield a batch).
+    """
+
+    STALL_S = 2.0
+
+    def __init__(self, config: RuntimeConfig, table: Table, learner: Learner, actors: Any):
+        self.config = config
+        self.table = table
+        self.learner = learner
+        self.actors = actors
+        self._since: float | None = None
+        self._updates = -1
+
+    def check(self) -> None:
+        if self.config.max_policy_lag is None:
+            return
+        counters = self.actors.counters()
+        waiting = (counters[:, WAITING] == 1) | (counters[:, FINISHED] == 1)
+        stuck = (
+            bool(waiting.all())
+            and not bool(counters[:, FINISHED].all())
+            and not self.table.can_sample(self.config.batch_size)
+            and self.learner.updates == self._updates
+        )
+        self._updates = self.learner.updates
+        if not stuck:
+            self._since = None
+            return
+        now = time.monotonic()
+        self._since = self._since or now
+        if now - self._since > self.STALL_S:
+            raise DeadlockError(
+                f"the run can make no progress: every actor waits for newer weights and the "
+                f"table allows no sample of batch_size={self.config.batch_size} "
+                f"({self.table.info().size} items wait); with max_policy_lag=0 each sync "
+                "period (weight_sync_period env steps, all actors) must yield a batch"
+            )

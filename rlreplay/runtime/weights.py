@@ -170,7 +170,8 @@ class RemoteWeights:
     only when a newer version was published.
     """
 
-    def __init__(self, client: Any, table: str = WEIGHTS_TABLE) -> None:
+    def __init__(self, client: Any, table: str = WEIGHTS_TABLE, stop: Any = None) -> None:
+        self.stop = stop  # an event: waiting ends with ClosedError once it is set
         self.client = client
         self.table = table
         self._latest: WeightsSnapshot | None = None
@@ -192,12 +193,15 @@ class RemoteWeights:
 
         Raises:
             ReplayTimeoutError: if no such version is published within ``timeout`` s.
+            ClosedError: if ``stop`` was set while waiting.
         """
         deadline = time.monotonic() + timeout
         while True:
             latest = self.latest()
             if latest is not None and latest.version >= min_version:
                 return latest
+            if self.stop is not None and self.stop.is_set():
+                raise ClosedError("the run stopped while waiting for new weights")
             if time.monotonic() >= deadline:
                 have = None if latest is None else latest.version
                 raise ReplayTimeoutError(
