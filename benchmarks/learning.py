@@ -65,17 +65,19 @@ def judge(agent: str, runs: list[dict]) -> dict:
     for r in runs:
         reached = r.get("steps_to_target")
         in_budget = reached is not None and reached <= steps
-        in_time = wall is None or (r.get("wall_s") or float("inf")) <= wall
+        # The whole process counts (interpreter start, imports, evaluations), as `time`
+        # would show a user; the run's own wall_s is reported beside it.
+        in_time = wall is None or (r.get("process_s") or float("inf")) <= wall
         r["passed"] = bool(in_budget and in_time and "error" not in r)
         ok += r["passed"]
     finals = [r["final_eval_return"] for r in runs if r.get("final_eval_return") is not None]
-    walls = [r["wall_s"] for r in runs if r.get("wall_s") is not None]
+    walls = [r["process_s"] for r in runs if r.get("process_s") is not None]
     return {
         "agent": agent, "target": target, "step_budget": steps, "wall_budget_s": wall,
         "seeds": len(runs), "passed": ok,
         "final_eval_mean": sum(finals) / len(finals) if finals else None,
         "final_eval_min": min(finals) if finals else None,
-        "wall_s_max": max(walls) if walls else None,
+        "process_s_max": max(walls) if walls else None,
         "runs": runs,
     }
 
@@ -133,14 +135,14 @@ def main(argv: list[str] | None = None) -> dict:
         if not args.quick:
             plot(agent, outs, AGENTS[agent][1], ROOT / "docs" / f"learning_{agent}.png")
     print(f"\n{'agent':<6} {'target':>8} {'budget':>9} {'passed':>8} {'final mean':>11} "
-          f"{'final min':>10} {'wall max s':>11}")
+          f"{'final min':>10} {'process s':>11}")
     for r in results:
         def fmt(v):
             return "-" if v is None else f"{v:.1f}"
 
         print(f"{r['agent']:<6} {r['target']:>8.0f} {r['step_budget']:>9} "
               f"{r['passed']:>4}/{r['seeds']:<3} {fmt(r['final_eval_mean']):>11} "
-              f"{fmt(r['final_eval_min']):>10} {fmt(r['wall_s_max']):>11}")
+              f"{fmt(r['final_eval_min']):>10} {fmt(r['process_s_max']):>11}")
     RESULTS.mkdir(parents=True, exist_ok=True)
     name = "learning_quick.json" if args.quick else "learning.json"
     (RESULTS / name).write_text(json.dumps({"quick": args.quick, "agents": results}, indent=1))
