@@ -104,11 +104,18 @@ class ChunkBatch:
     Args:
         limit: rows a chunk may reach back from its end (the adder's ``capacity``).
         max_items: items one ``create_items`` call may hold (the adder's ``chunk_length``).
+        tables: the writer's tables, whose ``max_size`` applies to items of a table given
+            by name.
     """
 
-    def __init__(self, limit: int, max_items: int):
+    def __init__(self, limit: int, max_items: int, tables: Any = ()):
         self.limit = limit
         self.max_items = max_items
+        self._sizes = {
+            t.name: int(t.max_size)
+            for t in tables
+            if isinstance(getattr(t, "max_size", None), (int, np.integer))
+        }
         self._chunks: list[Chunk] = []
         self._reset()
 
@@ -174,9 +181,9 @@ class ChunkBatch:
         largest piece's items, at most the table's ``max_size`` (a piece is never split,
         so a piece over ``max_size`` fails in the writer as it would alone)."""
         cap = max(self.max_items, max(len(p) for p in parts))
-        size = getattr(table, "max_size", None)
-        if isinstance(size, (int, np.integer)) and size > 0:
-            cap = min(cap, int(size))
+        size = self._sizes.get(getattr(table, "name", table))
+        if size is not None and size > 0:
+            cap = min(cap, size)
         return cap
 
     def take(self) -> list[Chunk]:

@@ -161,7 +161,7 @@ class StreamAdder:
         self._rows = EpisodeRows(self._inputs.signature, self._inputs.paths, n, self.capacity)
         self._last_stream: tuple[int, int] | None = None  # stream of the last chunk
         self._chunks = ChunkWriter(writer, priority, timeout)
-        self._batch = ChunkBatch(self.capacity, chunk_length)  # the current call's chunks
+        self._batch = ChunkBatch(self.capacity, chunk_length, writer.tables)  # this call's chunks
         self.copied_rows = 0
         self.appended_rows = 0
         self.episodes = 0

@@ -15,12 +15,13 @@ from test_adder_timeouts import drain
 from rlreplay import (
     Fifo,
     NStepTransitionAdder,
-    RateLimiterTimeoutError,
+    ReplayTimeoutError,
     SequenceAdder,
     SequenceItems,
     Table,
     TrajectoryWriter,
 )
+from rlreplay.net import Client, Server
 
 SIG = NStepTransitionAdder.signature(obs=((3,), "float32"), action="int64")
 
@@ -115,27 +116,97 @@ def test_one_add_makes_one_append_and_one_create_items_per_table_for_all_envs():
 
 
 def play(
-    num_envs, mode, seed, n, stack, chunk, max_len, ops, joined, queue_size=4096, consume=None
+    num_envs,
+    mode,
+    seed,
+    n,
+    stack,
+    chunk,
+    max_len,
+    ops,
+    joined,
+    queue_size=4096,
+    consume=None,
+    remote=False,
 ):
     """Feed CountingEnv steps and random flush/end_episode/reset calls (``ops[t]``: 0 a
     step only, 1 then flush, 2 then end_episode and reset of env 0, 3 then reset of env 0
     (its open episode ends as truncated)) to an
     adder over an n-step table and a queue of sequences; ``consume(t)``: take the queue's
-    items after step ``t``. Returns the items of both tables, oldest first, the adder,
-    and the timeouts met."""
-    envs, obs = make_vec(num_envs, mode, seed=seed, max_len=max_len)
+    items after step ``t``; ``remote``: through a server's remote writer. Returns the
+    items of both tables, oldest first, the adder, and the timeouts met."""
     replay, queue = make_tables(queue_size, stack, n)
+    if not remote:
+        return _play(
+            TrajectoryWriter([replay, queue], history=256),
+            replay,
+            queue,
+            0.003,
+            num_envs,
+            mode,
+            seed,
+            n,
+            stack,
+            chunk,
+            max_len,
+            ops,
+            joined,
+            consume,
+        )
+    server = Server([replay, queue], recheck_s=0.01).start()
+    try:
+        writer = Client(server.address).trajectory_writer(
+            ["replay", "queue"], history=256, chunk_steps=16, max_in_flight=1, timeout=0.05
+        )
+        with writer:
+            return _play(
+                writer,
+                replay,
+                queue,
+                0.02,
+                num_envs,
+                mode,
+                seed,
+                n,
+                stack,
+                chunk,
+                max_len,
+                ops,
+                joined,
+                consume,
+            )
+    finally:
+        server.stop()
+
+
+def _play(
+    writer,
+    replay,
+    queue,
+    timeout,
+    num_envs,
+    mode,
+    seed,
+    n,
+    stack,
+    chunk,
+    max_len,
+    ops,
+    joined,
+    consume,
+):
+    envs, obs = make_vec(num_envs, mode, seed=seed, max_len=max_len)
     adder = NStepTransitionAdder(
-        TrajectoryWriter([replay, queue], history=256),
+        writer,
         n=n,
         discount=0.9,
         stack=stack,
         num_envs=num_envs,
         autoreset_mode=mode,
         chunk_length=chunk,
-        timeout=0.003,
-        tables=[replay],
-        sequence_tables={queue: SequenceItems(3, 2)},
+        timeout=timeout,
+        tables=["replay"],
+        sequence_tables={"queue": SequenceItems(3, 2)},
     )
     if not joined:
         one_chunk_per_env(adder)
@@ -147,7 +218,7 @@ def play(
         nonlocal timeouts
         try:
             f(*args)
-        except RateLimiterTimeoutError:
+        except ReplayTimeoutError:
             timeouts += 1
 
     call(adder.reset, obs)
@@ -167,7 +238,7 @@ def play(
         try:
             adder.close()
             break
-        except RateLimiterTimeoutError:
+        except ReplayTimeoutError:
             timeouts += 1
             drain(queue, taken)
     drain(queue, taken)
@@ -238,3 +309,30 @@ def test_a_queue_smaller_than_the_joined_items_gets_them_in_calls_it_can_admit()
     blocked = play(*args, joined=True, queue_size=3, consume=lambda t: True)
     assert blocked[3] > 0, "the queue must have blocked the adder"
     assert_same(blocked, expected)
+
+
+def remote_case(num_envs, mode, seed, n, stack, chunk, max_len, ops, period) -> int:
+    """Joined chunks through a remote writer whose queue is drained every ``period`` steps
+    store the items of one chunk per env through a local writer that never waits (the
+    queue holds at least a remote writer chunk's items: the remote writer joins the items
+    of several calls into one chunk, which the server refuses when it holds more than a
+    table's ``max_size``, whatever the adder does). Returns the timeouts met."""
+    args = (num_envs, mode, seed, n, stack, chunk, max_len, ops)
+    expected = play(*args, joined=False)
+    consume = lambda t: t % period == period - 1  # noqa: E731
+    blocked = play(*args, joined=True, queue_size=32, consume=consume, remote=True)
+    assert_same(blocked, expected)
+    return blocked[3]
+
+
+@settings(max_examples=6, deadline=None)
+@given(**CASES, period=st.integers(10, 40))
+def test_joined_chunks_through_a_remote_writer_that_times_out_store_the_items_of_one_chunk_per_env(
+    num_envs, mode, seed, n, stack, chunk, max_len, ops, period
+):
+    remote_case(num_envs, mode, seed, n, stack, chunk, max_len, ops, period)
+
+
+def test_a_remote_writer_that_times_out_gets_the_items_of_joined_chunks_once():
+    timeouts = remote_case(4, "next_step", 3, 2, 1, 8, 5, [0] * 40, period=25)
+    assert timeouts > 0, "the queue must have blocked the adder"
