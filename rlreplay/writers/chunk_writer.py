@@ -82,17 +82,21 @@ class ChunkBatch:
 
     An adder call may hand over rows of several environments (each one that ended an
     episode or filled a chunk). Each environment's part (a *piece*: its rows, whether they
-    continue the previous piece's stream, the items over them) is copied here when it is
-    made, since the adder's buffers change right after, and consecutive pieces are joined
-    into one :class:`Chunk`: one ``append_batch`` of their rows one after another and one
-    ``create_items`` per table. The store then holds exactly the rows and items it would
-    hold with one chunk per piece: a piece that does not continue the one before it already
-    carries the context rows its items need, and item starts, relative to the piece's last
-    row, are shifted by the rows appended after it in the same chunk. Only the writer's
-    episode marks differ: ``end_episode`` comes before a chunk, not between its pieces, so
-    the writer keeps the earlier pieces' rows retained until the next chunk (no item
-    reaches them: a piece that does not continue the one before it has its items within
-    its own rows, as it had after ``end_episode``).
+    continue the previous piece's stream, the items over them) is added here, and
+    consecutive pieces are joined into one :class:`Chunk`: one ``append_batch`` of their
+    rows one after another and one ``create_items`` per table. The store then holds
+    exactly the rows and items it would hold with one chunk per piece: a piece that does
+    not continue the one before it already carries the context rows its items need, and
+    item starts, relative to the piece's last row, are shifted by the rows appended after
+    it in the same chunk. Only the writer's episode marks differ: ``end_episode`` comes
+    before a chunk, not between its pieces, so the writer keeps the earlier pieces' rows
+    retained until the next chunk (no item reaches them: a piece that does not continue
+    the one before it has its items within its own rows, as it had after ``end_episode``).
+
+    Pieces view the adder's buffers, which must stay unchanged until :meth:`take` (the
+    adder drops rows from its buffers after handing the batch over); a joined chunk owns
+    a copy of its rows, a chunk of one piece views them (and copies them if it has to
+    wait, see :meth:`Chunk.detach`).
 
     A chunk reaches back at most ``limit`` rows from its end (rows and item starts alike),
     the history the adder asks of its writer; a piece that would exceed it starts the
@@ -120,11 +124,10 @@ class ChunkBatch:
         self._reset()
 
     def _reset(self) -> None:
-        self._buffers: dict[str, np.ndarray] | None = None
         self._rows = 0  # rows in the open chunk
         self._reach = 0  # rows the open chunk reaches back from its end
         self._switch = False
-        self._pieces: list[tuple[int, list[tuple[Any, int, np.ndarray, np.ndarray]]]] = []
+        self._pieces: list[tuple[dict[str, np.ndarray] | None, int, list[Any]]] = []
 
     def add(
         self,
@@ -132,47 +135,46 @@ class ChunkBatch:
         switch: bool,
         jobs: list[tuple[Any, int, np.ndarray, np.ndarray]],
     ) -> None:
-        """Add one piece: ``rows`` (views, copied now) and ``jobs`` as :class:`Chunk` takes
-        them, ``starts`` relative to the piece's last row."""
+        """Add one piece: ``rows`` (views, unchanged until :meth:`take`) and ``jobs`` as
+        :class:`Chunk` takes them, ``starts`` relative to the piece's last row."""
         n = 0 if rows is None else len(next(iter(rows.values())))
         reach = n
+        seen = None
         for _, _, starts, _ in jobs:
-            reach = max(reach, -int(starts.min()))
+            if starts is not seen and len(starts):  # tables often share one starts array
+                reach = max(reach, -int(starts.min()))
+                seen = starts
         if self._pieces and max(self._reach + n, reach) > self.limit:
             self._close()
         if not self._pieces:
             self._switch = switch
-        if n:
-            if self._buffers is None:
-                self._buffers = {
-                    p: np.empty((self.limit, *a.shape[1:]), dtype=a.dtype) for p, a in rows.items()
-                }
-            at = self._rows
-            for p, a in rows.items():
-                self._buffers[p][at : at + n] = a
         self._rows += n
         self._reach = max(self._reach + n, reach)
-        self._pieces.append((self._rows, jobs))
+        self._pieces.append((rows, self._rows, jobs))
 
     def _close(self) -> None:
         """Turn the open pieces into a chunk."""
         if not self._pieces:
             return
+        if len(self._pieces) == 1:  # nothing to join
+            rows, _, jobs = self._pieces[0]
+            self._chunks.append(Chunk(rows, self._switch, jobs))
+            self._reset()
+            return
         total = self._rows
-        rows = None
-        if total:
-            rows = {p: b[:total] for p, b in self._buffers.items()}
+        parts = [r for r, _, _ in self._pieces if r is not None]
+        rows = {p: np.concatenate([r[p] for r in parts]) for p in parts[0]} if parts else None
         merged: dict[int, tuple[Any, int, list[np.ndarray], list[np.ndarray]]] = {}
-        for end, jobs in self._pieces:
+        for _, end, jobs in self._pieces:
             shift = total - end  # rows appended after this piece in the chunk
             for table, span, starts, extents in jobs:
                 job = merged.setdefault(id(table), (table, span, [], []))
                 job[2].append(starts - shift if shift else starts)
                 job[3].append(extents)
         joined = []
-        for table, span, parts, extents in merged.values():
-            for lo, hi in _packs([len(p) for p in parts], self._cap(table, parts)):
-                joined.append((table, span, _join(parts[lo:hi]), _join(extents[lo:hi])))
+        for table, span, starts, extents in merged.values():
+            for lo, hi in _packs([len(s) for s in starts], self._cap(table, starts)):
+                joined.append((table, span, _join(starts[lo:hi]), _join(extents[lo:hi])))
         self._chunks.append(Chunk(rows, self._switch, joined, owned=True))
         self._reset()
 
@@ -188,6 +190,8 @@ class ChunkBatch:
 
     def take(self) -> list[Chunk]:
         """The chunks of the pieces added so far, oldest first; the batch is empty after."""
+        if not self._pieces and not self._chunks:
+            return []
         self._close()
         chunks, self._chunks = self._chunks, []
         return chunks

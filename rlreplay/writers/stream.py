@@ -162,6 +162,7 @@ class StreamAdder:
         self._last_stream: tuple[int, int] | None = None  # stream of the last chunk
         self._chunks = ChunkWriter(writer, priority, timeout)
         self._batch = ChunkBatch(self.capacity, chunk_length, writer.tables)  # this call's chunks
+        self._drops: list[tuple[int, int]] = []  # (env, first row kept; -1: all) after it
         self.copied_rows = 0
         self.appended_rows = 0
         self.episodes = 0
@@ -201,8 +202,8 @@ class StreamAdder:
         open_ = idx[self._active[idx]]
         if len(open_):
             self._finish(open_, np.zeros(len(open_), dtype=bool))
+            self._hand_over()
         self._start(idx, first)
-        self._chunks.submit_batch(self._batch)
         self._chunks.raise_failure()
 
     def _start(self, idx: np.ndarray, obs: dict[str, np.ndarray]) -> None:
@@ -285,18 +286,38 @@ class StreamAdder:
             self._rows.write(idx, self.pad + self._steps[idx], final)
             if len(ended):
                 self._finish(ended, term[ended])
-                if self.mode == "next_step":
-                    self._awaiting_reset[ended] = True
-                else:
-                    self._start(ended, {p: a[ended] for p, a in obs.items()})
-        if resetting is not None and resetting.any():
-            restart = np.flatnonzero(resetting)
+        self._flush_ready()
+        self._hand_over()  # one chunk (as the writer's history allows) for every env
+        restart = np.flatnonzero(resetting) if resetting is not None else _NO_ENVS
+        if self.mode == "same_step":
+            restart = ended
+        elif len(ended):
+            self._awaiting_reset[ended] = True
+        if len(restart):
             self._start(restart, {p: a[restart] for p, a in obs.items()})
+            if self.pad >= self.chunk_length:  # new episodes' padding rows fill a chunk
+                self._flush_ready()
+                self._hand_over()
+        self._chunks.raise_failure()
+
+    def _flush_ready(self) -> None:
+        """Hand over the rows of every open episode holding a chunk of complete rows."""
         ready = self._ready_rows(np.arange(self.num_envs), None)
         for i in np.flatnonzero(self._active & (ready - self._appended >= self.chunk_length)):
             self._flush_env(int(i), ended=False, terminated=False)
-        self._chunks.submit_batch(self._batch)
-        self._chunks.raise_failure()
+
+    def _hand_over(self) -> None:
+        """Hand the call's chunks to the writer, then drop the rows they no longer need
+        from the buffers (their pieces view them until then)."""
+        try:
+            self._chunks.submit_batch(self._batch)
+        finally:
+            for i, row in self._drops:
+                if row < 0:
+                    self._rows.clear(i)
+                else:
+                    self._rows.keep_from(i, row)
+            self._drops.clear()
 
     def end_episode(self, terminated: bool = False, env_ids: Any = None) -> None:
         """End open episodes now (e.g. a time limit the environment does not report).
@@ -319,14 +340,14 @@ class StreamAdder:
         idx = idx[self._active[idx]]
         if len(idx):
             self._finish(idx, np.full(len(idx), bool(terminated)))
-        self._chunks.submit_batch(self._batch)
+            self._hand_over()
         self._chunks.raise_failure()
 
     def _finish(self, idx: np.ndarray, terminated: np.ndarray) -> None:
         for i, term in zip(idx.tolist(), terminated.tolist()):
             self._flush_env(i, ended=True, terminated=bool(term))
             self._active[i] = False
-            self._rows.clear(i)
+            self._drops.append((i, -1))
             self.episodes += 1
 
     # -------------------------------------------------------------- appending
@@ -366,7 +387,7 @@ class StreamAdder:
         if rows is not None or jobs:
             self._batch.add(rows, switch, jobs)
         if not ended:
-            self._rows.keep_from(i, max(0, hi - (self.span - 1)))
+            self._drops.append((i, max(0, hi - (self.span - 1))))
 
     def flush(self, timeout: float | None = None) -> None:
         """Append every complete buffered row and create the items it allows, then flush
@@ -381,7 +402,7 @@ class StreamAdder:
         self._chunks.drain(self.timeout if timeout is None else timeout)
         for i in np.flatnonzero(self._active):
             self._flush_env(int(i), ended=False, terminated=False)
-        self._chunks.submit_batch(self._batch)
+        self._hand_over()
         self._chunks.raise_failure()
         self.writer.flush(timeout)
 
