@@ -106,7 +106,8 @@ class ChunkBatch:
     items of one environment's chunk at once admits every call.
 
     Args:
-        limit: rows a chunk may reach back from its end (the adder's ``capacity``).
+        limit: rows a chunk may reach back from its end (the writer's ``history``, at
+            least the adder's ``capacity``).
         max_items: items one ``create_items`` call may hold (the adder's ``chunk_length``).
         tables: the writer's tables, whose ``max_size`` applies to items of a table given
             by name.

@@ -161,7 +161,9 @@ class StreamAdder:
         self._rows = EpisodeRows(self._inputs.signature, self._inputs.paths, n, self.capacity)
         self._last_stream: tuple[int, int] | None = None  # stream of the last chunk
         self._chunks = ChunkWriter(writer, priority, timeout)
-        self._batch = ChunkBatch(self.capacity, chunk_length, writer.tables)  # this call's chunks
+        history = getattr(writer, "history", None)
+        reach = max(self.capacity, history) if isinstance(history, int) else self.capacity
+        self._batch = ChunkBatch(reach, chunk_length, writer.tables)  # this call's chunks
         self._drops: list[tuple[int, int]] = []  # (env, first row kept; -1: all) after it
         self.copied_rows = 0
         self.appended_rows = 0
