@@ -17,7 +17,9 @@ Rows are held per environment (:class:`~rlreplay.writers.episode_rows.EpisodeRow
 write per field per call, vectorised over environments) and handed to the writer in
 chunks of about ``chunk_length`` rows (:class:`~rlreplay.writers.chunk_writer.ChunkWriter`,
 which keeps them across writer timeouts): a row is appended once every stored field of
-it is known (an n-step return needs ``n`` rewards). Items never span two episodes.
+it is known (an n-step return needs ``n`` rewards). What one call completes for all
+environments goes over joined (:class:`~rlreplay.writers.chunk_writer.ChunkBatch`).
+Items never span two episodes.
 
 Chunks of different environments interleave in the store and an item must be
 contiguous there, so a chunk that does not continue its environment's previous one is
