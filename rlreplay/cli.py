@@ -89,11 +89,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
         args.agent, seed=args.seed, total_steps=args.total_steps, backend=args.backend,
         out=args.out,
     )
+    target = summary.get("samples_per_insert_target")
+    observed = summary.get("samples_per_insert_observed")
+    ratio = (
+        "on-policy: each item sampled once" if target is None
+        else f"samples per insert {observed or 0:.2f} (target {target:g})"
+    )
     print(
-        f"done: {summary.get('env_steps')} env steps in {summary.get('wall_s', 0):.0f}s, "
-        f"final evaluation return {summary.get('final_eval_return')}, samples per insert "
-        f"{summary.get('samples_per_insert_observed')} (target "
-        f"{summary.get('samples_per_insert_target')})"
+        f"done: {summary.get('env_steps')} env steps in {summary.get('wall_s') or 0:.0f}s, "
+        f"final evaluation return {summary.get('final_eval_return')}, {ratio}"
     )
     return 0
 

@@ -185,6 +185,12 @@ class Actor:
             self.sync()
         out = self.policy(self._obs, self.env_steps)
         action, extras = out if isinstance(out, tuple) else (out, {})
+        if np.shape(action)[:1] != (self.num_envs,):
+            raise InvalidArgumentError(
+                f"the policy returned actions {describe(action)} of shape {np.shape(action)} "
+                f"for {self.num_envs} envs; return one action per env (first axis "
+                f"{self.num_envs}), as a numpy array"
+            )
         next_obs, reward, terminated, truncated, info = self.env.step(action)
         extras = {**extras, POLICY_VERSION: np.full(self.num_envs, self.version, np.int64)}
         self._write(
@@ -294,6 +300,12 @@ class ActorRecipe:
         env = self.make_env(seed)
         try:
             policy = self.make_policy(index, config.num_actors, seed)
+            if not callable(policy) or not callable(getattr(policy, "set_params", None)):
+                raise InvalidArgumentError(
+                    f"make_policy(index, num_actors, seed) returned {describe(policy)}, which "
+                    "is not a policy (callable as policy(obs, env_steps), with set_params); "
+                    "give the policy class or a factory, not an instance"
+                )
             num_envs = getattr(env, "num_envs", None)
             adder = self.adder(writer, num_envs=num_envs, timeout=adder_timeout(config))
             return Actor(index, env, policy, adder, weights, config, self.quota, counters, stop)

@@ -9,6 +9,7 @@ process died) and ``stop(timeout)`` (nothing is left running when it returns).
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import pickle
@@ -88,6 +89,7 @@ def _actor_process(
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver stops actors through `stop`
     counters = np.frombuffer(raw, dtype=np.float64).reshape(-1, NUM_COUNTERS)[index]
+    writer = None
     try:
         client = Client(address)
         described = client.describe(table)
@@ -106,6 +108,11 @@ def _actor_process(
         if not stop.is_set():
             errors.put((index, traceback.format_exc()))
         raise SystemExit(1) from None
+    finally:
+        if writer is not None and stop.is_set():
+            # Stopped: what the writer still holds is not wanted; do not wait at exit.
+            with contextlib.suppress(Exception):
+                writer.close(timeout=0.05)
 
 
 class ProcessActors:
@@ -173,10 +180,16 @@ class ProcessActors:
                 else:
                     raise ComponentFailedError(f"actor {index}", f"(pid {proc.pid})\n{text}")
                 how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+                steps = int(self._counters[index, ENV_STEPS])
+                hint = (
+                    "; a process that dies before its first step often means the script "
+                    "starting the run lacks an `if __name__ == \"__main__\":` guard"
+                    if steps == 0 and code > 0 else ""
+                )
                 raise ComponentFailedError(
                     f"actor {index}",
-                    f"its process (pid {proc.pid}) ended ({how}) after "
-                    f"{int(self._counters[index, ENV_STEPS])} of {self.recipe.quota} env steps",
+                    f"its process (pid {proc.pid}) ended ({how}) after {steps} of "
+                    f"{self.recipe.quota} env steps{hint}",
                 )
 
     def stop(self, timeout: float = 5.0) -> None:

@@ -102,10 +102,11 @@ class Learner:
 
     def __init__(self, logic: LearnerLogic, table: Any, weights: Any, config: RuntimeConfig):
         for name in ("update", "params"):
-            if not callable(getattr(logic, name, None)):
+            if isinstance(logic, type) or not callable(getattr(logic, name, None)):
                 raise InvalidArgumentError(
-                    f"learner={describe(logic)} has no {name}() method; a learner provides "
-                    "update(batch) -> priorities | None and params() -> dict of arrays"
+                    f"learner={describe(logic)} is not a learner instance with {name}(); give "
+                    "an instance providing update(batch) -> priorities | None and params() "
+                    "-> dict of arrays"
                 )
         self.logic = logic
         self.table = table

@@ -108,6 +108,7 @@ class StatsSinks:
     def __init__(self, total_env_steps: int, progress: bool, out_dir: str | None):
         self._bar = None
         self._print = False
+        self._last_eval: float | None = None
         if progress:
             if importlib.util.find_spec("tqdm") is not None:
                 from tqdm import tqdm
@@ -133,12 +134,17 @@ class StatsSinks:
 
     def write(self, row: dict[str, Any]) -> None:
         """Show and record one row."""
+        value = row.get("eval_return")
+        if isinstance(value, (int, float)) and np.isfinite(value):
+            self._last_eval = float(value)
+        shown = {**row, "eval_return": self._last_eval}  # the last evaluation stays shown
         if self._bar is not None:
             self._bar.n = min(row["env_steps"], self._bar.total)
-            self._bar.set_postfix_str(short(row), refresh=False)
+            self._bar.set_postfix_str(short(shown), refresh=False)
             self._bar.refresh()
         elif self._print:
-            print(f"steps {row['env_steps']:>9d}  {short(row)}", flush=True)
+            print(f"steps {row['env_steps']:>9d} {row['env_steps_per_s']:.0f} steps/s "
+                  f"{short(shown)}", flush=True)
         if self.out_dir is not None:
             self._rows.append(row)
             if self._csv is None or any(k not in self._columns for k in row):
@@ -175,15 +181,11 @@ class StatsSinks:
 
 
 def short(row: dict[str, Any]) -> str:
-    """The figures a progress bar shows."""
-    parts = [
-        f"{row['env_steps_per_s']:.0f} steps/s",
-        f"{row['updates_per_s']:.0f} upd/s",
-        f"spi {row['samples_per_insert_total']:.1f}",
-        f"lag {row['policy_lag_mean']:.1f}",
-    ]
-    for key in ("eval_return", "train_return"):
+    """The figures a progress bar shows (the bar itself shows env steps and steps/s):
+    updates/s, samples per insert held so far, the last evaluation and training return."""
+    parts = [f"{row['updates_per_s']:.0f} upd/s", f"spi {row['samples_per_insert_total']:.1f}"]
+    for key, name in (("eval_return", "eval"), ("train_return", "ret")):
         value = row.get(key)
-        if isinstance(value, float) and np.isfinite(value):
-            parts.append(f"{key.split('_')[0]} {value:.1f}")
-    return " | ".join(parts)
+        if isinstance(value, (int, float)) and np.isfinite(value):
+            parts.append(f"{name} {value:.0f}")
+    return " ".join(parts)

@@ -408,7 +408,7 @@ class StreamAdder:
             self._flush_env(int(i), ended=False, terminated=False)
         self._hand_over()
         self._chunks.raise_failure()
-        self.writer.flush(timeout)
+        self.writer.flush(self.timeout if timeout is None else timeout)
 
     def close(self) -> None:
         """End every open episode as truncated, flush and close the writer.
