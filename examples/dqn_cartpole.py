@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,9 +39,9 @@ import numpy as np
 
 import rlreplay
 import rlreplay.runtime as rt
-from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.errors import InvalidArgumentError
 from rlreplay.runtime import report
-from rlreplay.runtime.flags import flag, parse_flags
+from rlreplay.runtime.flags import check_ranges, parse_flags
 
 ENV_ID = "CartPole-v1"
 OBS_DIM = 4
@@ -116,21 +115,13 @@ class Args:
         Raises:
             InvalidArgumentError: naming the flag, its value and the range it must be in.
         """
-        for name in (
-            "total_steps", "num_envs", "num_actors", "buffer_size", "n_step", "hidden",
-            "target_update_every", "eps_decay_steps", "eval_every", "eval_episodes",
-        ):  # fmt: skip
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidArgumentError(f"{flag(name)}={describe(value)} must be an int >= 1")
-        for name in ("lr", "max_grad_norm"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not 0.0 < value < math.inf:
-                raise InvalidArgumentError(f"{flag(name)}={describe(value)} must be a number > 0")
-        for name in ("gamma", "eps_start", "eps_end", "priority_exponent", "beta_start"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-                raise InvalidArgumentError(f"{flag(name)}={describe(value)} must be in [0, 1]")
+        check_ranges(
+            self,
+            counts=("total_steps", "num_envs", "num_actors", "buffer_size", "n_step", "hidden",
+                    "target_update_every", "eps_decay_steps", "eval_every", "eval_episodes"),
+            positive=("lr", "max_grad_norm"),
+            fractions=("gamma", "eps_start", "eps_end", "priority_exponent", "beta_start"),
+        )
 
 
 # ------------------------------------------------------------------ environments

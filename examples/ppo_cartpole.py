@@ -40,9 +40,8 @@ from torch import nn
 
 import rlreplay.runtime as rt
 from rlreplay import RolloutAdder
-from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.runtime import report
-from rlreplay.runtime.flags import parse_flags
+from rlreplay.runtime.flags import check_ranges, parse_flags
 
 OBS_SHAPE = (4,)
 NUM_ACTIONS = 2
@@ -364,27 +363,18 @@ def parse_args(argv: list[str] | None = None) -> Args:
     return parse_flags(Args, argv, __doc__.splitlines()[0])
 
 
-POSITIVE_INTS = (
-    "total_steps", "num_actors", "num_envs", "num_steps", "update_epochs", "num_minibatches",
-    "eval_every", "eval_episodes",
-)  # fmt: skip
-
-
 def check_args(args: Args) -> None:
     """Refuse values the run cannot use, before anything starts.
 
     Raises:
         InvalidArgumentError: naming the flag, its value and what it must be.
     """
-    for name in POSITIVE_INTS:
-        value = getattr(args, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            flag = "--" + name.replace("_", "-")
-            raise InvalidArgumentError(f"{flag}={describe(value)} must be an int >= 1")
-    for name in ("gamma", "gae_lambda"):
-        if not 0.0 <= getattr(args, name) <= 1.0:
-            flag = "--" + name.replace("_", "-")
-            raise InvalidArgumentError(f"{flag}={getattr(args, name)} must be in [0, 1]")
+    check_ranges(
+        args,
+        counts=("total_steps", "num_actors", "num_envs", "num_steps", "update_epochs",
+                "num_minibatches", "eval_every", "eval_episodes"),
+        fractions=("gamma", "gae_lambda"),
+    )
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -49,9 +49,9 @@ import numpy as np
 
 import rlreplay
 import rlreplay.runtime as rt
-from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.errors import InvalidArgumentError
 from rlreplay.runtime import report
-from rlreplay.runtime.flags import flag, parse_flags
+from rlreplay.runtime.flags import check_ranges, parse_flags
 
 ENV_ID = "Pendulum-v1"
 OBS_DIM = 3
@@ -115,28 +115,14 @@ class Args:
         Raises:
             InvalidArgumentError: naming the flag, its value and the range it must be in.
         """
-        for name in (
-            "total_steps",
-            "num_envs",
-            "buffer_size",
-            "hidden",
-            "eval_every",
-            "eval_episodes",
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidArgumentError(f"{flag(name)}={describe(value)} must be an int >= 1")
-        for name in ("policy_lr", "q_lr", "alpha_lr"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not 0.0 < value < math.inf:
-                raise InvalidArgumentError(f"{flag(name)}={describe(value)} must be a number > 0")
-        for name, low_open in (("tau", True), ("gamma", False)):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not (
-                (0.0 < value <= 1.0) if low_open else (0.0 <= value <= 1.0)
-            ):
-                bounds = "(0, 1]" if low_open else "[0, 1]"
-                raise InvalidArgumentError(f"{flag(name)}={describe(value)} must be in {bounds}")
+        check_ranges(
+            self,
+            counts=("total_steps", "num_envs", "buffer_size", "hidden", "eval_every",
+                    "eval_episodes"),
+            positive=("policy_lr", "q_lr", "alpha_lr"),
+            fractions=("gamma",),
+            open_fractions=("tau",),
+        )
 
 
 # ------------------------------------------------------------------ environments

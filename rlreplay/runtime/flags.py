@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
+from collections.abc import Iterable
 from typing import Any, TypeVar
 
+from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.runtime.config import BACKENDS
 
 T = TypeVar("T")
@@ -41,3 +44,36 @@ def parse_flags(args_class: type[T], argv: list[str] | None, description: str = 
             kind = type(default) if default is not None else str
             parser.add_argument(flag(field.name), type=kind, default=default)
     return args_class(**vars(parser.parse_args(argv)))
+
+
+def check_ranges(
+    args: Any,
+    *,
+    counts: Iterable[str] = (),
+    positive: Iterable[str] = (),
+    fractions: Iterable[str] = (),
+    open_fractions: Iterable[str] = (),
+) -> None:
+    """Refuse hyperparameters out of range, naming the flag: ``counts`` must be ints >= 1,
+    ``positive`` finite numbers > 0, ``fractions`` in [0, 1], ``open_fractions`` in (0, 1].
+
+    Raises:
+        InvalidArgumentError: for the first field out of its range.
+    """
+    for name in counts:
+        value = getattr(args, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidArgumentError(f"{flag(name)}={describe(value)} must be an int >= 1")
+    for name in positive:
+        value = getattr(args, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            0.0 < value < math.inf
+        ):
+            raise InvalidArgumentError(f"{flag(name)}={describe(value)} must be a number > 0")
+    for names, zero_ok, bounds in ((fractions, True, "[0, 1]"), (open_fractions, False, "(0, 1]")):
+        for name in names:
+            value = getattr(args, name)
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            above = number and (value >= 0.0 if zero_ok else value > 0.0)
+            if not (above and value <= 1.0):
+                raise InvalidArgumentError(f"{flag(name)}={describe(value)} must be in {bounds}")

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from rlreplay.errors import InvalidArgumentError
-from rlreplay.runtime.flags import flag, parse_flags
+from rlreplay.runtime.flags import check_ranges, flag, parse_flags
 from rlreplay.runtime.report import Evaluations
 
 
@@ -53,3 +53,27 @@ def test_evaluations_refuse_bad_arguments():
         Evaluations(lambda p: 0.0, every=0)
     with pytest.raises(InvalidArgumentError, match="evaluate_params"):
         Evaluations("greedy", every=10)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [("total_steps", 0, "--total-steps=0 must be an int >= 1"),
+     ("total_steps", True, "--total-steps=True must be an int >= 1"),
+     ("lr", float("inf"), "--lr=inf must be a number > 0"),
+     ("gamma", 1.5, "--gamma=1.5 must be in [0, 1]"),
+     ("tau", 0.0, "--tau=0.0 must be in (0, 1]")],
+    ids=["zero-count", "bool-count", "infinite-rate", "gamma-above-one", "zero-tau"],
+)
+def test_check_ranges_names_the_flag_out_of_range(field, value, said):
+    args = SimpleNamespace(total_steps=10, lr=1e-3, gamma=0.99, tau=0.005)
+    setattr(args, field, value)
+    with pytest.raises(InvalidArgumentError) as info:
+        check_ranges(args, counts=("total_steps",), positive=("lr",), fractions=("gamma",),
+                     open_fractions=("tau",))
+    assert said in str(info.value)
+
+
+def test_check_ranges_accepts_the_bounds():
+    args = SimpleNamespace(n=1, lr=1e-9, gamma=0.0, tau=1.0)
+    check_ranges(args, counts=("n",), positive=("lr",), fractions=("gamma",),
+                 open_fractions=("tau",))
