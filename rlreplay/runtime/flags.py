@@ -8,8 +8,12 @@ runtime's backends. Abbreviations are refused, so a typo never silently sets ano
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
+import inspect
+import itertools
 import math
+import textwrap
 from collections.abc import Iterable
 from typing import Any, TypeVar
 
@@ -24,6 +28,28 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def field_docs(args_class: type) -> dict[str, str]:
+    """The docstring under each field of ``args_class`` and its bases (the string literal
+    right after the field's line), for ``--help``; empty where the source is unavailable."""
+    docs: dict[str, str] = {}
+    for cls in reversed(args_class.__mro__):
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for field, doc in itertools.pairwise(body):
+            if (
+                isinstance(field, ast.AnnAssign)
+                and isinstance(field.target, ast.Name)
+                and isinstance(doc, ast.Expr)
+                and isinstance(doc.value, ast.Constant)
+                and isinstance(doc.value.value, str)
+            ):
+                docs[field.target.id] = " ".join(doc.value.value.split())
+    return docs
+
+
 def parse_flags(args_class: type[T], argv: list[str] | None, description: str = "") -> T:
     """An ``args_class`` instance from ``argv`` (``None``: ``sys.argv[1:]``).
 
@@ -31,18 +57,27 @@ def parse_flags(args_class: type[T], argv: list[str] | None, description: str = 
         SystemExit: for an unknown flag or a value of the wrong type (argparse's message).
         Whatever ``args_class`` raises for values out of range (its ``__post_init__``).
     """
-    parser = argparse.ArgumentParser(description=description, allow_abbrev=False)
+    parser = argparse.ArgumentParser(
+        description=description,
+        allow_abbrev=False,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    docs = field_docs(args_class)
     for field in dataclasses.fields(args_class):  # type: ignore[arg-type]
         default: Any = field.default
+        help_text = docs.get(field.name, " ")
         if isinstance(default, bool):
             parser.add_argument(
-                flag(field.name), action=argparse.BooleanOptionalAction, default=default
+                flag(field.name), action=argparse.BooleanOptionalAction, default=default,
+                help=help_text,
             )
         elif field.name == "backend":
-            parser.add_argument(flag(field.name), choices=BACKENDS, default=default)
+            parser.add_argument(
+                flag(field.name), choices=BACKENDS, default=default, help=help_text
+            )
         else:
             kind = type(default) if default is not None else str
-            parser.add_argument(flag(field.name), type=kind, default=default)
+            parser.add_argument(flag(field.name), type=kind, default=default, help=help_text)
     return args_class(**vars(parser.parse_args(argv)))
 
 

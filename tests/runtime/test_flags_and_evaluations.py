@@ -77,3 +77,16 @@ def test_check_ranges_accepts_the_bounds():
     args = SimpleNamespace(n=1, lr=1e-9, gamma=0.0, tau=1.0)
     check_ranges(args, counts=("n",), positive=("lr",), fractions=("gamma",),
                  open_fractions=("tau",))
+
+
+def test_help_shows_each_fields_docstring_and_default(capsys):
+    with pytest.raises(SystemExit):
+        parse_flags(Documented, ["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--total-steps TOTAL_STEPS env steps to train for (default: 100)" in text
+
+
+@dataclass
+class Documented:
+    total_steps: int = 100
+    """env steps to train for"""
