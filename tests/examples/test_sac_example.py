@@ -17,7 +17,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("gymnasium")
 
-from rlreplay import InvalidArgumentError, Sample, SampleInfo  # noqa: E402
+from batches import uniform_sample  # noqa: E402
+
+from rlreplay import InvalidArgumentError, Sample  # noqa: E402
 
 PATH = Path(__file__).resolve().parents[2] / "examples" / "sac_pendulum.py"
 
@@ -63,17 +65,8 @@ def fake_batch(rng: np.random.Generator, size: int) -> Sample:
         "reward": rng.standard_normal(size).astype(np.float32),
         "discount": np.full(size, 0.99, np.float32),
         "next_obs": rng.standard_normal((size, sac.OBS_DIM)).astype(np.float32),
-        "policy_version": np.zeros(size, np.int64),
     }
-    info = SampleInfo(
-        keys=np.arange(size, dtype=np.uint64),
-        probabilities=np.full(size, 1.0 / size),
-        table_size=size,
-        priorities=np.ones(size),
-        times_sampled=np.ones(size, np.int64),
-        min_probability=1.0 / size,
-    )
-    return Sample(data, info)
+    return uniform_sample(data)
 
 
 # ---------------------------------------------------------------------------- acting
