@@ -46,8 +46,7 @@ class EpisodeRows:
     def column(self, path: str, i: int, rows: np.ndarray) -> np.ndarray:
         """Field ``path`` of environment ``i`` at episode ``rows`` (any shape; rows not
         held read the nearest held slot, for callers that mask them)."""
-        slots = np.clip(rows - int(self.base[i]), 0, self.capacity - 1)
-        return self.arrays[path][i][slots]
+        return self.arrays[path][i].take(rows - int(self.base[i]), axis=0, mode="clip")
 
     def keep_from(self, i: int, row: int) -> None:
         """Drop environment ``i``'s rows before episode row ``row``."""

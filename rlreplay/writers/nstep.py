@@ -91,6 +91,7 @@ class NStepTransitionAdder(StreamAdder):
         super().__init__(writer, **kwargs)
         self._next_item = np.zeros(self.num_envs, dtype=np.int64)
         self._powers = self.discount ** np.arange(n + 1)
+        self._offsets = np.arange(n)
 
     # ---------------------------------------------------------- construction
     @staticmethod
@@ -132,18 +133,20 @@ class NStepTransitionAdder(StreamAdder):
     def _computed(
         self, i: int, lo: int, hi: int, ended: bool, terminated: bool
     ) -> dict[str, np.ndarray]:
-        n, total = self.n, int(self._steps[i])
-        t = np.arange(lo, hi) - self.pad
-        src = t[:, None] + np.arange(n)
+        n, pad, total = self.n, self.pad, int(self._steps[i])
+        t = np.arange(lo - pad, hi - pad)
+        src = t[:, None] + self._offsets
         valid = (t[:, None] >= 0) & (src < total)
-        rewards = self._rows.column("reward", i, src + self.pad).astype(np.float64)
+        rewards = self._rows.column("reward", i, src + pad).astype(np.float64, copy=False)
         ret = np.where(valid, rewards, 0.0) @ self._powers[:n]
-        m = np.clip(total - t, 0, n) if ended else np.full(len(t), n)
-        disc = self._powers[m]
-        real = (t >= 0) & (t < total)
-        if ended and terminated:
-            disc = np.where(t + n >= total, 0.0, disc)
-        disc = np.where(real, disc, 0.0)
+        if ended:
+            # m = min(n, steps left); rows outside the episode are zeroed below.
+            disc = self._powers[np.minimum(np.maximum(total - t, 0), n)]
+            if terminated:
+                disc[t + n >= total] = 0.0
+        else:
+            disc = np.full(len(t), self._powers[n])
+        disc[(t < 0) | (t >= total)] = 0.0
         return {
             "n_step_return": ret.astype(np.float32),
             "discount": disc.astype(np.float32),
@@ -155,7 +158,10 @@ class NStepTransitionAdder(StreamAdder):
         first = int(self._next_item[i])
         total = int(self._steps[i])
         stop = total if ended else max(first, appended - self.n - self.stack + 1)
-        t = np.arange(first, stop)
-        extent = self.stack + (np.minimum(self.n, total - t) if ended else self.n)
+        t = np.arange(first, stop, dtype=np.int64)
+        if ended:
+            extent = self.stack + np.minimum(self.n, total - t)
+        else:
+            extent = np.full(len(t), self.stack + self.n, dtype=np.int64)
         self._next_item[i] = 0 if ended else stop
-        return t, np.broadcast_to(extent, t.shape).astype(np.int64)
+        return t, extent

@@ -75,7 +75,8 @@ class StepInputs:
         self._step_names = {p: self._arg_path(p) for p in self.paths}
         self._step = Signature(unflatten({a: signature[p] for p, a in self._step_names.items()}))
         self._obs = Signature(unflatten({p: signature[p] for p in self.obs_paths}))
-        self._flat_step = all(SEPARATOR not in a for a in self._step_names.values())
+        self._field_args = [(p, a) for p, a in self._step_names.items() if p not in self.obs_paths]
+        self._obs_args = [(p, self._step_names[p]) for p in self.obs_paths]
         self._plain = sorted(self.paths) == ["action", "obs", "reward"] and not stacked_obs
         self._flag_shape = (num_envs,) if batched else ()
         self._one_flag = {flag: np.full(1, flag) for flag in (False, True)}
@@ -116,8 +117,11 @@ class StepInputs:
                 {"action": checked["action"], "reward": checked["reward"]},
                 {"obs": checked["next_obs"]},
             )
-        if self._flat_step and not extras and not self.stacked_obs:
+        if not self.stacked_obs:
+            # No name holds a separator: the nested dict is the flat one (extras nest).
             data: dict[str, Any] = {"action": action, "reward": reward, "next_obs": next_obs}
+            if extras:
+                data["extras"] = extras
         else:
             flat = {"action": action, "reward": reward}
             flat.update(self._obs_entries(next_obs, "next_obs", "next_obs"))
@@ -125,9 +129,8 @@ class StepInputs:
                 flat["extras"] = extras
             data = unflatten(flat)
         checked = self._check(self._step, data, "add()")
-        names = self._step_names
-        fields = {p: checked[names[p]] for p in self.paths if p not in self.obs_paths}
-        obs = {p: checked[names[p]] for p in self.obs_paths}
+        fields = {p: checked[a] for p, a in self._field_args}
+        obs = {p: checked[a] for p, a in self._obs_args}
         return fields, obs
 
     def observations(self, obs: Any, count: int, argument: str) -> dict[str, np.ndarray]:

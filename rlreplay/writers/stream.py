@@ -306,9 +306,11 @@ class StreamAdder:
 
     def _flush_ready(self) -> None:
         """Hand over the rows of every open episode holding a chunk of complete rows."""
-        ready = self._ready_rows(np.arange(self.num_envs), None)
-        for i in np.flatnonzero(self._active & (ready - self._appended >= self.chunk_length)):
-            self._flush_env(int(i), ended=False, terminated=False)
+        ready = self._ready_rows(slice(None), None)
+        full = self._active & (ready - self._appended >= self.chunk_length)
+        if full.any():
+            for i in np.flatnonzero(full).tolist():
+                self._flush_env(i, ended=False, terminated=False)
 
     def _hand_over(self) -> None:
         """Hand the call's chunks to the writer, then drop the rows they no longer need
@@ -355,7 +357,7 @@ class StreamAdder:
             self.episodes += 1
 
     # -------------------------------------------------------------- appending
-    def _ready_rows(self, idx: np.ndarray, ended: bool | None) -> np.ndarray:
+    def _ready_rows(self, idx: np.ndarray | slice, ended: bool | None) -> np.ndarray:
         """Episode rows whose every field is known (all rows once the episode ended)."""
         if ended:
             return self.pad + self._steps[idx] + 1
@@ -365,7 +367,9 @@ class StreamAdder:
         """Hand env ``i``'s complete rows and the items they allow to the writer (kept
         pending on a writer timeout, see :class:`ChunkWriter`)."""
         lo = int(self._appended[i])
-        hi = int(self._ready_rows(np.array([i]), ended)[0])
+        steps = int(self._steps[i])
+        # _ready_rows for one env, without building arrays
+        hi = self.pad + (steps + 1 if ended else max(0, steps - self.lag + 1))
         stream = (i, int(self._serial[i]))
         rows, switch = None, False
         if hi > lo:
@@ -383,7 +387,6 @@ class StreamAdder:
         anchors, extents = self._items(i, hi, ended, terminated)
         if len(anchors):
             jobs += [(t, span, anchors - hi, extents) for t, span in zip(self.tables, self._spans)]
-        steps = int(self._steps[i])
         for (table, rule), span in zip(self._sequences, self._sequence_spans):
             starts, lengths = rule.items(i, hi, self.pad, steps, ended)
             if len(starts):
