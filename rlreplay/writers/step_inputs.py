@@ -76,6 +76,14 @@ class StepInputs:
         self._step = Signature(unflatten({a: signature[p] for p, a in self._step_names.items()}))
         self._obs = Signature(unflatten({p: signature[p] for p in self.obs_paths}))
         self._field_args = [(p, a) for p, a in self._step_names.items() if p not in self.obs_paths]
+        # With one observation array and extras named without nesting, add()'s arguments
+        # go to the check as the flat dict it works on (no flattening per call).
+        self._flat_extras = (
+            self.obs_paths == ("obs",)
+            and not stacked_obs
+            and all(SEPARATOR not in p for p in self.extras)
+        )
+        self._extra_args = {p: self._step_names[p] for p in self.extras}
         self._obs_args = [(p, self._step_names[p]) for p in self.obs_paths]
         self._plain = sorted(self.paths) == ["action", "obs", "reward"] and not stacked_obs
         self._flag_shape = (num_envs,) if batched else ()
@@ -117,12 +125,23 @@ class StepInputs:
                 {"action": checked["action"], "reward": checked["reward"]},
                 {"obs": checked["next_obs"]},
             )
-        if not self.stacked_obs:
+        data: dict[str, Any] | None = None
+        if (
+            self._flat_extras
+            and type(extras) is dict
+            and extras.keys() == self._extra_args.keys()
+        ):
+            data = {"action": action, "reward": reward, "next_obs": next_obs}
+            for p, a in self._extra_args.items():
+                data[a] = extras[p]
+            if not all(type(v) is np.ndarray for v in data.values()):
+                data = None  # other values take the nested form (and its error messages)
+        if data is None and not self.stacked_obs:
             # No name holds a separator: the nested dict is the flat one (extras nest).
-            data: dict[str, Any] = {"action": action, "reward": reward, "next_obs": next_obs}
+            data = {"action": action, "reward": reward, "next_obs": next_obs}
             if extras:
                 data["extras"] = extras
-        else:
+        elif data is None:
             flat = {"action": action, "reward": reward}
             flat.update(self._obs_entries(next_obs, "next_obs", "next_obs"))
             if extras:
@@ -243,10 +262,13 @@ class StepInputs:
         """After ``sig`` refused ``data``: raise naming the first field whose leading axis
         is not ``count`` environments, if there is one (a clearer error than the
         signature's, which compares fields with each other)."""
-        try:
-            flat = flatten(data) if isinstance(data, Mapping) else {}
-        except InvalidArgumentError:
-            return
+        if isinstance(data, Mapping) and any(SEPARATOR in k for k in data):
+            flat = data  # already flat (see step())
+        else:
+            try:
+                flat = flatten(data) if isinstance(data, Mapping) else {}
+            except InvalidArgumentError:
+                return
         for path in sig.paths:
             shape = np.shape(flat[path]) if path in flat else None
             if shape is not None and shape[:1] != (count,):
