@@ -43,10 +43,10 @@ class EpisodeRows:
         b = int(self.base[i])
         return {p: a[i, lo - b : hi - b] for p, a in self.arrays.items()}
 
-    def column(self, path: str, i: int, rows: np.ndarray) -> np.ndarray:
-        """Field ``path`` of environment ``i`` at episode ``rows`` (any shape; rows not
-        held read the nearest held slot, for callers that mask them)."""
-        return self.arrays[path][i].take(rows - int(self.base[i]), axis=0, mode="clip")
+    def field(self, path: str, i: int, lo: int, hi: int) -> np.ndarray:
+        """View of field ``path`` at episode rows ``[lo, hi)`` of environment ``i``."""
+        b = int(self.base[i])
+        return self.arrays[path][i, lo - b : hi - b]
 
     def keep_from(self, i: int, row: int) -> None:
         """Drop environment ``i``'s rows before episode row ``row``."""

@@ -91,7 +91,7 @@ class NStepTransitionAdder(StreamAdder):
         super().__init__(writer, **kwargs)
         self._next_item = np.zeros(self.num_envs, dtype=np.int64)
         self._powers = self.discount ** np.arange(n + 1)
-        self._offsets = np.arange(n)
+        self._windows = np.arange(self.capacity)[:, None] + np.arange(n)
 
     # ---------------------------------------------------------- construction
     @staticmethod
@@ -134,19 +134,25 @@ class NStepTransitionAdder(StreamAdder):
         self, i: int, lo: int, hi: int, ended: bool, terminated: bool
     ) -> dict[str, np.ndarray]:
         n, pad, total = self.n, self.pad, int(self._steps[i])
-        t = np.arange(lo - pad, hi - pad)
-        src = t[:, None] + self._offsets
-        valid = (t[:, None] >= 0) & (src < total)
-        rewards = self._rows.column("reward", i, src + pad).astype(np.float64, copy=False)
-        ret = np.where(valid, rewards, 0.0) @ self._powers[:n]
-        if ended:
-            # m = min(n, steps left); rows outside the episode are zeroed below.
-            disc = self._powers[np.minimum(np.maximum(total - t, 0), n)]
-            if terminated:
-                disc[t + n >= total] = 0.0
+        t0, m = lo - pad, hi - lo  # step of row lo (< 0: padding rows), rows
+        lead = min(max(-t0, 0), m)  # padding rows: no item is anchored there
+        # Rewards of steps t0 .. t0 + m + n - 2, zero outside the episode; row k's return
+        # is the window r[k : k + n] weighted by discount powers.
+        r = np.zeros(m + n - 1)
+        first, stop = max(t0, 0), min(t0 + m + n - 1, total)
+        if stop > first:
+            r[first - t0 : stop - t0] = self._rows.field("reward", i, first + pad, stop + pad)
+        ret = r[self._windows[:m]] @ self._powers[:n]
+        ret[:lead] = 0.0
+        if ended:  # discount**m with m = min(n, steps left)
+            left = total - np.arange(t0, t0 + m)
+            disc = self._powers[np.minimum(np.maximum(left, 0), n)]
+            if terminated:  # no bootstrapping from a terminal state
+                disc[max(total - n - t0, 0) :] = 0.0
         else:
-            disc = np.full(len(t), self._powers[n])
-        disc[(t < 0) | (t >= total)] = 0.0
+            disc = np.full(m, self._powers[n])
+        disc[:lead] = 0.0
+        disc[max(total - t0, 0) :] = 0.0  # the final row: no step taken there
         return {
             "n_step_return": ret.astype(np.float32),
             "discount": disc.astype(np.float32),
