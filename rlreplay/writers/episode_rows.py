@@ -38,6 +38,23 @@ class EpisodeRows:
         for path, arr in values.items():
             self.arrays[path][idx, slots] = arr
 
+    def write_step(
+        self,
+        idx: np.ndarray,
+        rows: np.ndarray,
+        fields: Mapping[str, np.ndarray],
+        obs: Mapping[str, np.ndarray],
+    ) -> None:
+        """Write one step of environments ``idx``: ``fields[p][k]`` into episode row
+        ``rows[k]`` of environment ``idx[k]`` and the observation it led to, ``obs[p][k]``,
+        into the row after it (:meth:`write` twice, locating the slots once)."""
+        slots = rows - self.base[idx]
+        for path, arr in fields.items():
+            self.arrays[path][idx, slots] = arr
+        slots += 1
+        for path, arr in obs.items():
+            self.arrays[path][idx, slots] = arr
+
     def rows(self, i: int, lo: int, hi: int) -> dict[str, np.ndarray]:
         """Views of episode rows ``[lo, hi)`` of environment ``i``, per field."""
         b = int(self.base[i])

@@ -285,14 +285,18 @@ class StreamAdder:
             if not whole:
                 fields = {p: a[idx] for p, a in fields.items()}
                 final = {p: a[idx] for p, a in final.items()}
-            self._rows.write(idx, self.pad + self._steps[idx], fields)
-            self._steps[idx] += 1
-            self._rows.write(idx, self.pad + self._steps[idx], final)
+            self._rows.write_step(idx, self.pad + self._steps[idx], fields, final)
+            if whole:
+                self._steps += 1
+            else:
+                self._steps[idx] += 1
             if len(ended):
                 self._finish(ended, term[ended])
         self._flush_ready()
         self._hand_over()  # one chunk (as the writer's history allows) for every env
-        restart = np.flatnonzero(resetting) if resetting is not None else _NO_ENVS
+        restart = _NO_ENVS
+        if resetting is not None and resetting.any():
+            restart = np.flatnonzero(resetting)
         if self.mode == "same_step":
             restart = ended
         elif len(ended):
