@@ -92,6 +92,7 @@ class NStepTransitionAdder(StreamAdder):
         self._next_item = np.zeros(self.num_envs, dtype=np.int64)
         self._powers = self.discount ** np.arange(n + 1)
         self._windows = np.arange(self.capacity)[:, None] + np.arange(n)
+        self._tail = self._powers[np.minimum(np.arange(self.capacity + 1), n)]
 
     # ---------------------------------------------------------- construction
     @staticmethod
@@ -144,9 +145,8 @@ class NStepTransitionAdder(StreamAdder):
             r[first - t0 : stop - t0] = self._rows.field("reward", i, first + pad, stop + pad)
         ret = r[self._windows[:m]] @ self._powers[:n]
         ret[:lead] = 0.0
-        if ended:  # discount**m with m = min(n, steps left)
-            left = total - np.arange(t0, t0 + m)
-            disc = self._powers[np.minimum(np.maximum(left, 0), n)]
+        if ended:  # discount**min(n, steps left); row k leaves m - 1 - k (the last: 0)
+            disc = self._tail[m - 1 :: -1].copy()
             if terminated:  # no bootstrapping from a terminal state
                 disc[max(total - n - t0, 0) :] = 0.0
         else:

@@ -310,8 +310,14 @@ class StreamAdder:
 
     def _flush_ready(self) -> None:
         """Hand over the rows of every open episode holding a chunk of complete rows."""
-        ready = self._ready_rows(slice(None), None)
-        full = self._active & (ready - self._appended >= self.chunk_length)
+        if self.pad < self.chunk_length:
+            # ready - appended >= chunk_length with ready = pad + max(0, steps - lag + 1):
+            # before lag - 1 steps only padding rows are ready, fewer than a chunk.
+            gap = self.chunk_length + self.lag - 1 - self.pad
+            full = self._active & (self._steps - self._appended >= gap)
+        else:
+            ready = self._ready_rows(slice(None), None)
+            full = self._active & (ready - self._appended >= self.chunk_length)
         if full.any():
             for i in np.flatnonzero(full).tolist():
                 self._flush_env(i, ended=False, terminated=False)
