@@ -14,6 +14,7 @@ side can move the run raises instead of hanging.
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import numpy as np
 
@@ -23,12 +24,6 @@ from rlreplay.runtime.actor import NUM_COUNTERS, Actor, ActorRecipe
 from rlreplay.runtime.config import RuntimeConfig
 from rlreplay.runtime.learner import Learner
 from rlreplay.runtime.reporter import OnStats, Reporter
-
-
-class _NeverStop:
-    @staticmethod
-    def is_set() -> bool:
-        return False
 
 
 def _failed(component: str, error: BaseException) -> ComponentFailedError:
@@ -51,11 +46,12 @@ def run_inline(
 
     counters = np.zeros((config.num_actors, NUM_COUNTERS))
     actors: list[Actor] = []
+    never_stop = threading.Event()  # inline runs end by themselves
     reporter = Reporter(config, table, learner, lambda: counters, total_env_steps, on_stats)
     try:
         for i in range(config.num_actors):
             try:
-                actor = recipe.build(i, table, learner.weights, counters[i], _NeverStop())
+                actor = recipe.build(i, table, learner.weights, counters[i], never_stop)
                 actors.append(actor)
                 actor.start()
             except Exception as error:

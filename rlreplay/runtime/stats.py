@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.runtime.actor import BLOCKED_S, ENV_STEPS, EPISODES, RETURN_SUM, SYNCS, VERSION
+from rlreplay.runtime.actor import BLOCKED_S, ENV_STEPS, EPISODES, RETURN_SUM, SYNCS
 
 log = logging.getLogger("rlreplay.runtime")
 
@@ -65,7 +65,7 @@ class StatsRecorder:
             "samples": float(info.samples),
             "size": float(info.size),
             "syncs": float(c[:, SYNCS].sum()),
-            "version": float(c[:, VERSION].min()) if len(c) else -1.0,
+            "actors": float(max(1, len(c))),
         }
 
     def row(self) -> dict[str, Any]:
@@ -73,7 +73,6 @@ class StatsRecorder:
         now, last = self._snapshot(), self._last
         self._last = now
         dt = max(now["t"] - last["t"], 1e-9)
-        num_actors = max(1, len(self.counters()))
         lags = self.learner.take_lags()
         episodes = now["episodes"] - last["episodes"]
         return {
@@ -88,7 +87,7 @@ class StatsRecorder:
             "samples_per_insert_total": _ratio(now["samples"], now["inserts"]),
             "learner_wait_frac": min(1.0, (now["wait_s"] - last["wait_s"]) / dt),
             "actor_blocked_frac": min(
-                1.0, (now["blocked_s"] - last["blocked_s"]) / (dt * num_actors)
+                1.0, (now["blocked_s"] - last["blocked_s"]) / (dt * now["actors"])
             ),
             "weight_syncs": int(now["syncs"]),
             "weight_version": self.learner.version,
