@@ -29,6 +29,12 @@ class DeadlockError(InvalidArgumentError):
     """A configuration or request that could never make progress (it would wait forever)."""
 
 
+class DatasetError(InvalidArgumentError):
+    """A dataset cannot be exported or imported as asked: the stored steps lack what the
+    format needs (e.g. episode boundaries), or a dataset file is not one rlreplay can read
+    or does not fit the table it is imported into. Nothing was written or inserted."""
+
+
 class ReplayTimeoutError(ReplayError, TimeoutError):
     """A blocking call waited for its whole ``timeout`` without being allowed to proceed."""
 
