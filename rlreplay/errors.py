@@ -43,6 +43,23 @@ class RateLimiterTimeoutError(ReplayTimeoutError):
     """The rate limiter kept an insert or a sample blocked until ``timeout`` expired."""
 
 
+class InsufficientMemoryError(InvalidArgumentError):
+    """A store or table configuration needs more memory than the machine has available.
+
+    Raised at construction, before anything is allocated (numpy would hand out the
+    memory lazily, and the process would be killed once the buffer fills).
+
+    Attributes:
+        needed_bytes: bytes the configuration allocates.
+        available_bytes: bytes available to it (see :mod:`rlreplay.core.memory`).
+    """
+
+    def __init__(self, message: str, needed_bytes: int = 0, available_bytes: int = 0):
+        super().__init__(message)
+        self.needed_bytes = needed_bytes
+        self.available_bytes = available_bytes
+
+
 class EmptyTableError(ReplayError):
     """A call needs items but the table holds none that it may use."""
 

@@ -124,7 +124,7 @@ CONFIG_ERRORS = {
     "store_too_large_for_memory": (
         "[[table]]\nname = 't'\nmax_size = 2_000_000_000\n"
         "signature = { obs = { shape = [1_000_000], dtype = 'float64' } }\n",
-        ["table[0] 't'", "Unable to allocate", "smaller capacity"],
+        ["table[0] 't'", "needs 14551.92 TiB", "available", "lower capacity"],
     ),
     "queue_with_a_sampler": (
         TABLE.replace("max_size = 10\n", "")

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rlreplay.core import waiting
+from rlreplay.core import memory, waiting
 from rlreplay.core._compiled import load_kernel
 from rlreplay.core.overwrite import OverwriteProtocol
 from rlreplay.core.specs import Signature
@@ -46,9 +46,14 @@ class StepStore:
         signature: field specs of one step (nested dicts allowed).
         capacity: number of steps kept; older steps are overwritten.
         lanes: number of lockstep streams (1 for a plain stream).
+        capacity_bytes: instead of ``capacity``: the bytes the columns may take; the
+            capacity is the most steps (a multiple of ``lanes``) that fit.
 
     Raises:
-        InvalidArgumentError: if ``capacity`` is not a positive multiple of ``lanes``.
+        InvalidArgumentError: if ``capacity`` is not a positive multiple of ``lanes``, or
+            neither or both of ``capacity`` and ``capacity_bytes`` are given.
+        InsufficientMemoryError: if the columns need more memory than is available (see
+            :mod:`rlreplay.core.memory`); nothing is allocated.
 
     Example:
         >>> store = StepStore({"obs": ((4,), "float32")}, capacity=8)
@@ -58,10 +63,24 @@ class StepStore:
         3
     """
 
-    def __init__(self, signature: Mapping[str, Any] | Signature, capacity: int, lanes: int = 1):
+    def __init__(
+        self,
+        signature: Mapping[str, Any] | Signature,
+        capacity: int | None = None,
+        lanes: int = 1,
+        *,
+        capacity_bytes: int | None = None,
+    ):
         self.signature = Signature(signature)
         if not isinstance(lanes, (int, np.integer)) or lanes < 1 or lanes > 65535:
             raise InvalidArgumentError(f"lanes={describe(lanes)} must be an int in [1, 65535]")
+        if (capacity is None) == (capacity_bytes is None):
+            raise InvalidArgumentError(
+                "give one of capacity= (steps) or capacity_bytes= (bytes of the columns)"
+            )
+        row_bytes = self.signature.step_nbytes
+        if capacity_bytes is not None:
+            capacity = memory.rows_for_bytes(capacity_bytes, row_bytes, lanes, "capacity_bytes")
         if (
             not isinstance(capacity, (int, np.integer))
             or capacity < 1
@@ -72,6 +91,12 @@ class StepStore:
                 f"capacity={describe(capacity)} must be a positive int below 2**31 and a "
                 f"multiple of lanes={lanes}"
             )
+        memory.check_fits(
+            self,
+            int(capacity) * row_bytes,
+            f"a step store of {int(capacity)} steps of {row_bytes} bytes",
+            "lower capacity=, or give capacity_bytes= (a byte budget resolved to steps)",
+        )
         self.capacity = int(capacity)
         self.lanes = int(lanes)
         self.columns: dict[str, np.ndarray] = {

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.core import ordered_tables, table_inserts, waiting
+from rlreplay.core import memory, ordered_tables, table_inserts, waiting
 from rlreplay.core.admission import Admission, check_warn_after
 from rlreplay.core.item_draws import DrawPlan
 from rlreplay.core.item_slots import SLOT_STATE, ItemIndex
@@ -69,6 +69,9 @@ class Table:
         name: table name (used by servers, checkpoints and error messages).
         signature: step fields, when the table should create its own store.
         capacity: steps the table's own store keeps (default ``max_size``).
+        capacity_bytes: instead of ``capacity``: the bytes the table's own store and its
+            item index may take together; the capacity (and the default ``max_size``) is
+            the most steps that fit (see :mod:`rlreplay.core.memory`).
         store: an existing :class:`StepStore` to share with other tables.
         layout: item layout (default: one stored step per item, field by field).
         sampler: selector that samples (default :class:`Uniform`).
@@ -94,6 +97,8 @@ class Table:
 
     Raises:
         InvalidArgumentError: for inconsistent arguments (each message says which).
+        InsufficientMemoryError: if the store or the item index needs more memory than is
+            available; nothing is allocated.
         DeadlockError: if the rate limiter's ``min_size_to_sample`` exceeds ``max_size``, or
             it wants more samples per insert than ``max_times_sampled`` allows.
 
@@ -112,6 +117,7 @@ class Table:
         *,
         signature: Mapping[str, Any] | Signature | None = None,
         capacity: int | None = None,
+        capacity_bytes: int | None = None,
         store: StepStore | None = None,
         layout: ItemLayout | None = None,
         sampler: Selector | None = None,
@@ -126,6 +132,10 @@ class Table:
     ):
         if not isinstance(name, str) or not name:
             raise InvalidArgumentError(f"name={describe(name)} must be a non-empty string")
+        if capacity_bytes is not None:
+            capacity = memory.table_rows(
+                signature, capacity, store, capacity_bytes, sampler, remover, layout
+            )
         store = resolve_store(signature, capacity, store, max_size)
         self.name = name
         self.store = store
@@ -139,6 +149,7 @@ class Table:
         remover = remover if remover is not None else Fifo()
         self.rate_limiter = rate_limiter if rate_limiter is not None else MinSize(1)
         check_components(sampler, remover, self.rate_limiter, self.max_size, max_times_sampled)
+        memory.check_index(self, cap, sampler, remover, self.layout.variable)
         self.max_times_sampled = max_times_sampled
         self.on_overwrite = on_overwrite
         self.rng = np.random.default_rng(seed)

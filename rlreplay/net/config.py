@@ -4,7 +4,7 @@ Format (TOML shown; any mapping of the same shape works)::
 
     [[store]]                      # optional: steps shared by several tables
     name = "steps"
-    capacity = 100000
+    capacity = 100000              # or: capacity_bytes = N (a byte budget, resolved to steps)
     signature = { obs = { shape = [4], dtype = "float32" }, reward = "float32" }
 
     [[table]]
@@ -35,6 +35,7 @@ TOML syntax errors, the line and column.
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import sys
@@ -56,11 +57,11 @@ LIMITERS = {
     "RateLimiter": RateLimiter,
 }
 TOP_KEYS = {"store", "table"}
-STORE_KEYS = {"name", "capacity", "signature", "lanes"}
+STORE_KEYS = {"name", "capacity", "capacity_bytes", "signature", "lanes"}
 TABLE_KEYS = {
-    "name", "store", "signature", "capacity", "max_size", "layout", "sampler", "remover",
-    "rate_limiter", "max_times_sampled", "default_priority", "on_overwrite", "seed", "kind",
-    "size", "warn_after",
+    "name", "store", "signature", "capacity", "capacity_bytes", "max_size", "layout",
+    "sampler", "remover", "rate_limiter", "max_times_sampled", "default_priority",
+    "on_overwrite", "seed", "kind", "size", "warn_after",
 }  # fmt: skip
 KINDS = ("table", "queue", "stack")
 ORDERED_FIXED = {
@@ -222,7 +223,9 @@ def _build(where: str, make: Any, *args: Any, **kwargs: Any) -> Any:
         message = str(exc)
         if message.startswith(where):
             raise
-        raise InvalidArgumentError(f"{where}: {message}") from None
+        named = copy.copy(exc)  # the same class and attributes (e.g. the bytes needed)
+        named.args = (f"{where}: {message}",)
+        raise named from None
     except (TypeError, ValueError, KeyError) as exc:
         raise InvalidArgumentError(f"{where}: {type(exc).__name__}: {exc}") from None
     except MemoryError as exc:
@@ -235,15 +238,26 @@ def _store(entry: Mapping[str, Any], where: str, stores: dict[str, StepStore]) -
     """The store an entry describes; ``stores`` are the ones already built (a name is
     refused before its store's memory is allocated)."""
     _check_keys(entry, STORE_KEYS, where)
-    missing = [k for k in ("name", "capacity", "signature") if k not in entry]
+    missing = [k for k in ("name", "signature") if k not in entry]
+    if "capacity" not in entry and "capacity_bytes" not in entry:
+        missing.append("capacity")
     if missing:
-        raise InvalidArgumentError(f"{where} needs name, capacity and signature; missing {missing}")
+        raise InvalidArgumentError(
+            f"{where} needs name, capacity (or capacity_bytes) and signature; missing {missing}"
+        )
     if not isinstance(entry["name"], str):
         raise InvalidArgumentError(f'{where} needs name = "..." (a string)')
     if entry["name"] in stores:
         raise InvalidArgumentError(f"{where}: another [[store]] has this name")
     signature = _build(where, _signature, entry["signature"], where)
-    return _build(where, StepStore, signature, entry["capacity"], entry.get("lanes", 1))
+    return _build(
+        where,
+        StepStore,
+        signature,
+        entry.get("capacity"),
+        entry.get("lanes", 1),
+        capacity_bytes=entry.get("capacity_bytes"),
+    )
 
 
 def _table(entry: Mapping[str, Any], where: str, stores: dict[str, StepStore]) -> Table:
@@ -278,8 +292,9 @@ def _table(entry: Mapping[str, Any], where: str, stores: dict[str, StepStore]) -
     else:
         signature = _build(where, _signature, entry.get("signature"), where)
         kwargs["signature"] = signature
-        if "capacity" in entry:
-            kwargs["capacity"] = entry["capacity"]
+        for key in ("capacity", "capacity_bytes"):
+            if key in entry:
+                kwargs[key] = entry[key]
     layout = _build(where, _layout, entry.get("layout"), signature, where)
     if layout is not None:
         kwargs["layout"] = layout
