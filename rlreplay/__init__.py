@@ -25,6 +25,7 @@ from rlreplay.errors import (
     ResourceLimitError,
     ServerRestartedError,
     ServerUnavailableError,
+    ShardUnavailableError,
     SignatureError,
 )
 from rlreplay.iterators import ReplayIterator, learn_while_can_sample
@@ -49,6 +50,10 @@ def __getattr__(name: str):
         import rlreplay.net
 
         return getattr(rlreplay.net, name)
+    if name == "ShardedClient":  # also the network layer's extra
+        import rlreplay.distributed
+
+        return rlreplay.distributed.ShardedClient
     raise AttributeError(f"module 'rlreplay' has no attribute {name!r}")
 
 
@@ -91,6 +96,8 @@ __all__ = [
     "Server",
     "ServerRestartedError",
     "ServerUnavailableError",
+    "ShardUnavailableError",
+    "ShardedClient",
     "Signature",
     "SignatureError",
     "Stack",

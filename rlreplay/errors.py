@@ -135,6 +135,26 @@ class ServerUnavailableError(ReplayTimeoutError, ConnectionError):
         self.reason = reason
 
 
+class ShardUnavailableError(ServerUnavailableError):
+    """One replay server (shard) of a :class:`~rlreplay.ShardedClient` did not answer.
+
+    Raised under the client's ``on_shard_down="fail"`` policy (and under ``"skip"`` when
+    no shard is reachable). The call changed nothing on the shard that failed; on other
+    shards, see the call's documentation.
+
+    Attributes:
+        shard: the shard's index in the client's address list.
+        address: the shard's address.
+    """
+
+    def __init__(
+        self, message: str = "", reason: str | None = None, shard: int = -1, address: str = ""
+    ):
+        super().__init__(message, reason)
+        self.shard = shard
+        self.address = address
+
+
 class ServerRestartedError(ServerUnavailableError):
     """The replay server restarted while a call was outstanding (its epoch changed).
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.core.selectors import Prioritized
 from rlreplay.core.table import Table
 from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.net.chunk_checks import Chunk
@@ -68,8 +69,35 @@ def sample_reply(table: Table, n: int) -> Reply:
         priorities=info.priorities,
         times_sampled=np.asarray(info.times_sampled, dtype=np.int64),
     )
-    header = {"table_size": int(info.table_size), "min_probability": float(info.min_probability)}
+    header = {
+        "table_size": int(info.table_size),
+        "min_probability": float(info.min_probability),
+        "mass": sampler_mass(table),
+    }
     return header, arrays
+
+
+def sampler_mass(table: Table) -> float:
+    """The total selection weight of ``table``'s sampler (lock held): the sum of
+    ``priority ** priority_exponent`` for a prioritized sampler, the item count for any
+    other. A sharded client splits a batch over shards in proportion to it."""
+    sampler = table.index.sampler
+    if isinstance(sampler, Prioritized):
+        return float(sampler.sums.root)
+    return float(table.index.size)
+
+
+def sampler_state(table: Table) -> dict[str, Any]:
+    """What a sharded client needs to split a batch over shards, read under the lock:
+    the size, the sampler's mass and config and the smallest selection probability."""
+    with table.lock:
+        return {
+            "table_size": int(table.index.size),
+            "mass": sampler_mass(table),
+            "min_probability": float(table.index.sampler.min_probability()),
+            "sampler": table.index.sampler.config(),
+            "store_capacity": int(table.store.capacity),
+        }
 
 
 class Job:

@@ -77,14 +77,29 @@ class TableOperations:
         deadline = handlers.deadline_of(header, time.monotonic())
         updated = None
         if arrays:  # a priority update carried by the request: applied first, at once
-            keys, prios = arrays.get("update/keys"), arrays.get("update/priorities")
-            if keys is None or prios is None:
-                raise ProtocolError(
-                    "a sample request carries an update as both 'update/keys' and "
-                    f"'update/priorities'; it has {sorted(arrays)}"
-                )
-            updated = int(table.update_priorities(keys, prios))
+            updated = self._carried_update(table, arrays)
         return handlers.SampleJob(table, n, deadline, updated)
+
+    def _op_sampler_state(self, header, arrays):
+        """Size, sampler mass and config of a table (for a sharded client), after the
+        priority update the request may carry (as a sample request's)."""
+        table = self._table(header)
+        reply = {}
+        if arrays:
+            reply["updated"] = self._carried_update(table, arrays)
+        reply.update(handlers.sampler_state(table))
+        return reply, None
+
+    def _carried_update(self, table: Table, arrays: dict) -> int:
+        """Apply the priority update a request carries as ``update/keys`` and
+        ``update/priorities``; the count updated."""
+        keys, prios = arrays.get("update/keys"), arrays.get("update/priorities")
+        if keys is None or prios is None:
+            raise ProtocolError(
+                "a request carries an update as both 'update/keys' and "
+                f"'update/priorities'; it has {sorted(arrays)}"
+            )
+        return int(table.update_priorities(keys, prios))
 
     def _op_insert(self, header, arrays):
         table = self._table(header)

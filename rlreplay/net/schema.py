@@ -125,6 +125,7 @@ HEADERS: dict[str, dict[str, tuple[Check, bool]]] = {
     "can_sample": {"table": (_table, True), "n": (_count, False)},
     "insert": {"table": (_table, True), "priority": (_priority, False), **_TIMEOUT},
     "sample": {"table": (_table, True), "batch_size": (_count, True), **_TIMEOUT},
+    "sampler_state": {"table": (_table, True)},
     "update_priorities": {"table": (_table, True)},
     "delete": {"table": (_table, True)},
     "reset": {"table": (_table, True)},
@@ -152,6 +153,7 @@ _USER, _LIB = InvalidArgumentError, ProtocolError
 ARRAYS: dict[str, dict[str, tuple[str, tuple[int, ...] | None, type]]] = {
     "insert": {"priorities": (_NUM, None, _USER)},
     "sample": {"update/keys": (_INT, None, _USER), "update/priorities": (_NUM, None, _USER)},
+    "sampler_state": {"update/keys": (_INT, None, _USER), "update/priorities": (_NUM, None, _USER)},
     "update_priorities": {"keys": (_INT, None, _USER), "priorities": (_NUM, None, _USER)},
     "delete": {"keys": (_INT, None, _USER)},
     "write": {

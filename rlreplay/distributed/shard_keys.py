@@ -1,0 +1,104 @@
+"""Keys of a sharded table: a shard's own item key with the shard's index in it.
+
+A table's key is ``generation << 32 | slot`` (see :mod:`rlreplay.core.keys`), with the
+slot below the table's store capacity. With ``n`` shards, :class:`ShardKeys` writes the
+shard's index into the top ``bits = ceil(log2(n))`` bits of the 32-bit slot field, which
+every shard's store capacity leaves free (checked when a table is first used). A key is
+therefore still a non-negative int64 that names one item, now on one shard: priority
+updates and deletes are routed by it, and a key of one shard never reaches another. The
+generation stamp stays as it is, so a stale key is still recognised by its shard.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rlreplay.core.keys import SLOT_BITS, check_priorities
+from rlreplay.errors import InvalidArgumentError, describe
+
+
+class ShardKeys:
+    """Translation between a shard's keys and the sharded client's keys.
+
+    Args:
+        num_shards: shards of the client (>= 1).
+
+    Example:
+        >>> keys = ShardKeys(4)
+        >>> g = keys.to_global(np.array([7], np.int64), 2)
+        >>> keys.split(g)[1][0], int(keys.shard_of(g)[0])
+        (7, 2)
+    """
+
+    def __init__(self, num_shards: int):
+        self.num_shards = num_shards
+        self.bits = (num_shards - 1).bit_length()
+        self.shift = SLOT_BITS - self.bits
+        self.max_capacity = 1 << self.shift
+        self._mask = np.int64(((1 << self.bits) - 1) << self.shift)
+
+    def check_capacity(self, capacity: int, table: str, address: str) -> None:
+        """Refuse a shard whose slots would reach into the shard bits.
+
+        Raises:
+            InvalidArgumentError: if ``capacity`` is above ``2 ** (32 - bits)``.
+        """
+        if capacity > self.max_capacity:
+            raise InvalidArgumentError(
+                f"table {table!r} at {address} has store_capacity={capacity}; with "
+                f"{self.num_shards} shards a shard's keys leave {self.shift} bits for the slot, "
+                f"so a shard's store holds at most {self.max_capacity} rows: use smaller "
+                "stores (and more shards), or fewer shards"
+            )
+
+    def to_global(self, keys: np.ndarray, shard: int) -> np.ndarray:
+        """``keys`` of ``shard`` as the client's keys (a new int64 array)."""
+        return np.asarray(keys, dtype=np.int64) | np.int64(shard << self.shift)
+
+    def shard_of(self, keys: np.ndarray) -> np.ndarray:
+        """The shard index of each of the client's ``keys``."""
+        return (keys & self._mask) >> self.shift
+
+    def split(self, keys: Any, argument: str = "keys") -> tuple[np.ndarray, np.ndarray]:
+        """Validate the client's ``keys``; returns ``(shards, local keys)`` as int64.
+
+        Raises:
+            InvalidArgumentError: for keys that are not a 1-d integer array, negative, or
+                naming a shard this client does not have.
+        """
+        arr = np.asarray(keys)
+        if arr.ndim == 0:
+            arr = arr.reshape(1)
+        if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+            raise InvalidArgumentError(
+                f"{argument} must be a 1-d array of int64 item keys (as in Sample.info.keys), "
+                f"got {describe(arr)}"
+            )
+        arr = arr.astype(np.int64, copy=False)
+        shards = self.shard_of(arr)
+        bad = (arr < 0) | (shards >= self.num_shards)
+        if bad.any():
+            raise InvalidArgumentError(
+                f"{argument} contains {describe(arr[bad][:4].tolist())}, which are not keys of "
+                f"this sharded table ({self.num_shards} shards); pass keys taken from its "
+                "samples or inserts"
+            )
+        return shards, arr & ~self._mask
+
+    def group(self, keys: Any, values: Any | None = None, argument: str = "keys"):
+        """The client's ``keys`` (and per-key ``values``, or one value for all) grouped by
+        shard: ``{shard: (local keys, values or None)}``, each group in the given order.
+
+        Raises:
+            InvalidArgumentError: as :meth:`split`, and for ``values`` that are not finite
+                priorities >= 0, one per key or one for all.
+        """
+        shards, local = self.split(keys, argument)
+        vals = None if values is None else check_priorities(values, len(local))
+        groups = {}
+        for shard in np.unique(shards).tolist():
+            mask = shards == shard
+            groups[int(shard)] = (local[mask], None if vals is None else vals[mask])
+        return groups

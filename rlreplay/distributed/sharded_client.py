@@ -1,0 +1,408 @@
+"""The sharded client: several replay servers behind the calls of one table.
+
+See :class:`ShardedClient`; how a batch is split over shards is in
+:mod:`rlreplay.distributed.shard_draws`, the keys in :mod:`rlreplay.distributed.shard_keys`.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from rlreplay.core.sample import Sample
+from rlreplay.core.table_checks import check_timeout
+from rlreplay.core.table_info import TableInfo
+from rlreplay.distributed.shard_health import ShardHealth
+from rlreplay.distributed.shard_keys import ShardKeys
+from rlreplay.distributed.sharded_sampling import ShardedSampler, check_batch_size
+from rlreplay.distributed.sharded_table import ShardedTable, ShardWriter
+from rlreplay.errors import InvalidArgumentError, ServerUnavailableError, describe
+from rlreplay.net.client import Client
+from rlreplay.net.payloads import checked_update
+
+# TableInfo fields that add up over shards; the others are taken from the first shard.
+_SUMMED = (
+    "size", "max_size", "store_capacity", "stored_steps", "inserts", "samples", "deletes",
+    "evictions", "overwrite_evictions", "relocations", "stale_updates", "stale_deletes",
+    "insert_blocked_s", "sample_blocked_s", "index_bytes",
+)
+
+
+class ShardedClient:
+    """Several replay servers (shards) serving the same tables, used as one.
+
+    Each shard is an ordinary :class:`~rlreplay.Server` holding part of the items. The
+    client has the calls of a :class:`~rlreplay.Client`:
+
+    * ``insert`` sends each call's rows to one shard (the one this client has sent the
+      fewest rows), and :meth:`trajectory_writer` puts each writer on one shard (in turn,
+      from ``first_shard``), so a writer's steps stay together.
+    * ``sample`` draws from every shard at once, in proportion to each shard's size
+      (uniform sampler) or priority mass (prioritized): the batch, its probabilities and
+      its importance weights are those of one table holding every item (probabilities
+      ``P(i) = p_i ** alpha / sum over all shards``, ``table_size`` the total). See
+      :mod:`rlreplay.distributed.shard_draws` for the method and its one caveat.
+    * Keys carry their shard (:mod:`rlreplay.distributed.shard_keys`):
+      ``update_priorities`` and ``delete`` go to the shard owning each key.
+    * :meth:`sample_iterator` keeps batches in flight with requests to all shards out at
+      once and carries priority updates with them.
+
+    Args:
+        addresses: one address per shard (``tcp://host:port``, ``host:port``, ``ipc://...``).
+        on_shard_down: ``"fail"`` (default): a shard that does not answer makes the call
+            raise :class:`~rlreplay.errors.ShardUnavailableError`; ``"skip"``: leave it out
+            for ``retry_down_s`` seconds and go on with the others (samples are then drawn
+            over the reachable items, with probabilities over those).
+        retry_down_s: see ``on_shard_down``.
+        first_shard: the shard this client's first writer and insert use (spread several
+            actors' clients by giving each its own).
+        seed: seeds the splits of batches over shards (None: fresh entropy).
+        server_public_key: one key for every shard, or a list with one per shard (CURVE).
+        **client_kwargs: passed to each shard's :class:`~rlreplay.Client`
+            (``client_secret_key``, ``call_timeout``, ``liveness_s``, ``diagnose_timeout``).
+
+    Raises:
+        InvalidArgumentError: for no addresses, a repeated address, a bad policy or key list.
+
+    Example:
+        >>> client = ShardedClient([a.address, b.address])          # doctest: +SKIP
+        >>> client.insert("replay", rows, priorities=1.0)            # doctest: +SKIP
+        >>> batch = client.sample("replay", 256, timeout=5.0)        # doctest: +SKIP
+        >>> client.update_priorities("replay", batch.info.keys, td)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        addresses: Sequence[str],
+        *,
+        on_shard_down: str = "fail",
+        retry_down_s: float = 5.0,
+        first_shard: int = 0,
+        seed: int | None = None,
+        server_public_key: Any = None,
+        **client_kwargs: Any,
+    ):
+        if isinstance(addresses, str) or not isinstance(addresses, Sequence) or not addresses:
+            raise InvalidArgumentError(
+                f"addresses={describe(addresses)} must be a non-empty list of shard addresses"
+            )
+        n = len(addresses)
+        keys = server_public_key
+        if not isinstance(keys, (list, tuple)):
+            keys = [keys] * n
+        if len(keys) != n:
+            raise InvalidArgumentError(
+                f"server_public_key has {len(keys)} keys for {n} shards; give one per shard "
+                "(or one for all)"
+            )
+        if isinstance(first_shard, bool) or not isinstance(first_shard, int) or first_shard < 0:
+            raise InvalidArgumentError(f"first_shard={describe(first_shard)} must be an int >= 0")
+        self.shards = [
+            Client(a, server_public_key=k, **client_kwargs) for a, k in zip(addresses, keys)
+        ]
+        self.addresses = [c.address for c in self.shards]
+        if len(set(self.addresses)) != n:
+            raise InvalidArgumentError(
+                f"addresses={self.addresses} repeat a server; give each shard once"
+            )
+        self.health = ShardHealth(self.addresses, on_shard_down, retry_down_s)
+        self.keys = ShardKeys(n)
+        self.first_shard = first_shard % n
+        self._init = {
+            "addresses": list(addresses),
+            "on_shard_down": on_shard_down,
+            "retry_down_s": retry_down_s,
+            "first_shard": first_shard,
+            "seed": seed,
+            "server_public_key": server_public_key,
+            **client_kwargs,
+        }
+        self._rng = np.random.default_rng(seed)
+        self._samplers: dict[str, ShardedSampler] = {}
+        self._sent_rows = np.zeros(n, np.int64)
+        self._writers = 0
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------ handles
+    def __getstate__(self) -> dict:
+        return dict(self._init)
+
+    def __setstate__(self, state: dict) -> None:
+        state = dict(state)
+        self.__init__(state.pop("addresses"), **state)
+
+    @property
+    def num_shards(self) -> int:
+        return len(self.shards)
+
+    def close(self) -> None:
+        """Close this process's sockets to every shard."""
+        for client in self.shards:
+            client.close()
+
+    def __enter__(self) -> ShardedClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"ShardedClient({self.addresses!r})"
+
+    def table(self, name: str) -> ShardedTable:
+        """A handle with the calls of a local :class:`~rlreplay.Table` (for the runtime's
+        learner and for code written against a table)."""
+        self.describe(name)
+        return ShardedTable(self, name)
+
+    def shard_of(self, keys: Any) -> np.ndarray:
+        """The shard index of each key (from this client's samples or inserts)."""
+        return self.keys.split(keys)[0]
+
+    # ------------------------------------------------------------- describe
+    def describe(self, table: str) -> dict[str, Any]:
+        """The description of ``table`` (as :meth:`Client.describe`) from the first
+        reachable shard.
+
+        Raises:
+            InvalidArgumentError: if shards describe ``table`` differently.
+        """
+        descriptions = self._each(lambda c: c.describe(table))
+        first = next(iter(descriptions.values()))
+        for shard, desc in descriptions.items():
+            self.keys.check_capacity(desc["store_capacity"], table, self.addresses[shard])
+            for key in ("signature", "layout"):
+                if desc[key] != first[key]:
+                    raise InvalidArgumentError(
+                        f"table {table!r} has another {key} at {self.addresses[shard]} than at "
+                        f"{self.addresses[next(iter(descriptions))]}; every shard must serve "
+                        "the same table"
+                    )
+        return first
+
+    def signature(self, table: str):
+        return self.shards[self.health.live()[0]].signature(table)
+
+    def _each(self, call) -> dict[int, Any]:
+        """``call(client)`` on every reachable shard, in turn; results by shard."""
+        out = {}
+        for shard in self.health.live():
+            try:
+                out[shard] = call(self.shards[shard])
+            except ServerUnavailableError as error:
+                self.health.failed(shard, error)
+        if not out:
+            self.health.live()  # raises: every shard is down
+        return out
+
+    # --------------------------------------------------------------- inserts
+    def _next_insert_shard(self, exclude: set[int]) -> int:
+        live = [s for s in self.health.live() if s not in exclude]
+        if not live:
+            self.health.live()
+            raise ServerUnavailableError("no replay shard took the insert")
+        n = self.num_shards
+        return min(live, key=lambda s: (self._sent_rows[s], (s - self.first_shard) % n))
+
+    def insert(
+        self, table: str, rows: Any, priorities: Any = None, *, timeout: float | None = None
+    ) -> np.ndarray:
+        """:meth:`Client.insert` on one shard; returns the new items' keys.
+
+        The rows go to the reachable shard this client has sent the fewest rows. Under
+        ``on_shard_down="skip"`` an insert a shard did not answer goes to another (it was
+        not applied there, and never will be).
+
+        Raises:
+            as :meth:`Client.insert`; ShardUnavailableError for a shard down (``"fail"``).
+        """
+        timeout = check_timeout(timeout)
+        tried: set[int] = set()
+        while True:
+            with self._lock:
+                shard = self._next_insert_shard(tried)
+            try:
+                keys = self.shards[shard].insert(table, rows, priorities, timeout=timeout)
+            except ServerUnavailableError as error:
+                tried.add(shard)
+                self.health.failed(shard, error)
+                continue
+            with self._lock:
+                self._sent_rows[shard] += len(keys)
+            return self.keys.to_global(keys, shard)
+
+    def trajectory_writer(
+        self, tables: str | Sequence[str], *, shard: int | None = None, **kwargs: Any
+    ) -> ShardWriter:
+        """A :class:`~rlreplay.RemoteTrajectoryWriter` on one shard (its keys are this
+        client's keys): ``shard``, or the next one in turn from ``first_shard``.
+
+        Raises:
+            InvalidArgumentError: for a ``shard`` this client does not have.
+        """
+        if shard is None:
+            with self._lock:
+                shard = (self.first_shard + self._writers) % self.num_shards
+                self._writers += 1
+        elif isinstance(shard, bool) or not isinstance(shard, int) or not (
+            0 <= shard < self.num_shards
+        ):
+            raise InvalidArgumentError(
+                f"shard={describe(shard)} must be an int in [0, {self.num_shards})"
+            )
+        writer = self.shards[shard].trajectory_writer(tables, **kwargs)
+        return ShardWriter(writer, shard, self.keys)
+
+    # -------------------------------------------------------------- sampling
+    def _sampler(self, table: str) -> ShardedSampler:
+        with self._lock:
+            sampler = self._samplers.get(table)
+            if sampler is None:
+                if not isinstance(table, str) or not table:
+                    raise InvalidArgumentError(f"table={describe(table)} must be a table's name")
+                sampler = ShardedSampler(table, self.shards, self.keys, self.health, self._rng)
+                self._samplers[table] = sampler
+            return sampler
+
+    def sample(
+        self,
+        table: str,
+        batch_size: int,
+        *,
+        timeout: float | None = None,
+        update: tuple[Any, Any] | None = None,
+    ) -> Sample:
+        """A batch drawn over all shards as one table holding every item would draw it.
+
+        Args:
+            table: the table's name on every shard.
+            batch_size: items to draw.
+            timeout: seconds each shard's rate limiter may block its part (None: no limit).
+            update: ``(keys, priorities)`` applied before sampling, each key's update
+                carried by the request to its shard.
+
+        Raises:
+            InvalidArgumentError: for a bad batch size, timeout or update, or shards whose
+                samplers are not both Uniform or both Prioritized alike.
+            RateLimiterTimeoutError: if a shard's part waited ``timeout`` seconds (the
+                other shards' parts were drawn and are dropped).
+            ShardUnavailableError: for a shard down (``"fail"``), or every shard down.
+        """
+        batch_size = check_batch_size(batch_size)
+        timeout = check_timeout(timeout)
+        updates = self.route_update(update)
+        return self._sampler(table).sample(batch_size, timeout, updates)
+
+    def route_update(self, update: Any) -> dict[int, tuple[np.ndarray, np.ndarray]] | None:
+        """``(keys, priorities)`` checked and grouped by shard (local keys).
+
+        Raises:
+            InvalidArgumentError: for keys or priorities a table would refuse.
+        """
+        if update is None:
+            return None
+        if not isinstance(update, tuple) or len(update) != 2:
+            raise InvalidArgumentError(
+                f"update={describe(update)} must be a (keys, priorities) pair or None"
+            )
+        keys, priorities = checked_update(*update)
+        return self.keys.group(keys, priorities)
+
+    def sample_iterator(self, table: str, batch_size: int, **kwargs: Any):
+        """A :class:`~rlreplay.distributed.ShardedSampleIterator` over ``table``."""
+        from rlreplay.distributed.sharded_iterator import ShardedSampleIterator
+
+        return ShardedSampleIterator(self, table, batch_size, **kwargs)
+
+    # ------------------------------------------------------- keys to shards
+    def update_priorities(self, table: str, keys: Any, priorities: Any, *, wait: bool = True):
+        """:meth:`Client.update_priorities`, each key's update sent to its shard (all
+        shards' requests in flight at once).
+
+        Returns:
+            How many items were updated (None with ``wait=False``).
+
+        Raises:
+            InvalidArgumentError: for keys or priorities a table refuses (checked for all
+                keys before any is sent; a shard that refuses its keys changes nothing).
+        """
+        groups = self.keys.group(*checked_update(keys, priorities))
+        return self._routed("update_priorities", table, groups, wait)
+
+    def delete(self, table: str, keys: Any) -> int:
+        """:meth:`Client.delete`, each key sent to its shard; how many items were removed."""
+        groups = self.keys.group(keys)
+        return self._routed("delete", table, groups, True)
+
+    def _routed(self, op: str, table: str, groups: dict, wait: bool) -> int | None:
+        sent = {}
+        for shard, (local, values) in groups.items():
+            if self.health.is_down(shard):
+                self.health.failed(shard, ServerUnavailableError("taken for down"))
+                continue
+            arrays = {"keys": local}
+            if values is not None:
+                arrays["priorities"] = values
+            header: dict[str, Any] = {"op": op, "table": table}
+            if not wait:
+                header["noreply"] = True
+            try:
+                sent[shard] = self.shards[shard]._transport.send(header, arrays)
+            except ServerUnavailableError as error:
+                self.health.failed(shard, error)
+        if not wait:
+            return None
+        count = 0
+        for shard, rid in sent.items():
+            client = self.shards[shard]
+            try:
+                count += int(client._transport.wait(rid, client.call_timeout)[0]["count"])
+            except ServerUnavailableError as error:
+                self.health.failed(shard, error)
+        return count
+
+    # ------------------------------------------------------------ the rest
+    def reset(self, table: str) -> None:
+        """:meth:`Client.reset` on every reachable shard."""
+        self._each(lambda c: c.reset(table))
+
+    def shard_info(self, table: str) -> dict[int, TableInfo]:
+        """Each reachable shard's :class:`TableInfo` of ``table``, by shard index."""
+        return self._each(lambda c: c.info(table))
+
+    def server_info(self, table: str | None = None) -> dict[int, dict[str, dict]]:
+        """Each reachable shard's :meth:`Client.server_info`, by shard index."""
+        return self._each(lambda c: c.server_info(table))
+
+    def info(self, table: str) -> TableInfo:
+        """``table``'s :class:`TableInfo` over the reachable shards: counts and sizes
+        summed, configuration from the first."""
+        infos = list(self.shard_info(table).values())
+        merged = infos[0].to_dict()
+        for name in _SUMMED:
+            merged[name] = sum(getattr(i, name) for i in infos)
+        return TableInfo(**merged)
+
+    def can_insert(self, table: str, num_inserts: int = 1) -> bool:
+        """Whether the shard the next insert goes to would take ``num_inserts`` now."""
+        with self._lock:
+            shard = self._next_insert_shard(set())
+        return self.shards[shard].can_insert(table, num_inserts)
+
+    def can_sample(self, table: str, num_samples: int = 1) -> bool:
+        """Whether every reachable shard holding items could now draw its expected part
+        of ``num_samples`` (rounded up); the split itself is random, so this is a guide."""
+        states = self.shard_info(table)
+        total = sum(i.size for i in states.values())
+        if total == 0:
+            return False
+        for shard, info in states.items():
+            if info.size and not self.shards[shard].can_sample(
+                table, max(1, math.ceil(num_samples * info.size / total))
+            ):
+                return False
+        return True

@@ -1,0 +1,95 @@
+"""A learner's sample stream over shards, with several batches in flight."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from rlreplay.core.sample import Sample
+from rlreplay.core.table_checks import check_timeout
+from rlreplay.distributed.sharded_sampling import Round, check_batch_size
+from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.net.payloads import checked_update
+
+
+class ShardedSampleIterator:
+    """Yields batches drawn over all shards, ``in_flight`` batches outstanding.
+
+    Each batch is one round: its requests to every shard are sent together, and the
+    next batches' rounds are sent before this one's replies are awaited, so no shard
+    waits for another and the network works while the learner computes. Priority updates
+    given to :meth:`update_priorities` are grouped by shard and carried by the next
+    round's request to that shard. A round's split uses the masses the shards reported
+    last (``in_flight`` rounds back at most; see :mod:`rlreplay.distributed.shard_draws`).
+
+    Args:
+        client: the :class:`~rlreplay.ShardedClient`.
+        table: the table's name.
+        batch_size: items per batch.
+        in_flight: batches kept outstanding (>= 1).
+        timeout: seconds each shard's part may wait for its rate limiter (None: no limit).
+
+    Raises (from ``next``): as :meth:`ShardedClient.sample`.
+
+    Example:
+        >>> with client.sample_iterator("replay", 256, in_flight=2) as it:  # doctest: +SKIP
+        ...     for batch in it:
+        ...         it.update_priorities(batch.info.keys, learn(batch))
+    """
+
+    def __init__(
+        self, client, table: str, batch_size: int, *, in_flight: int = 2,
+        timeout: float | None = None,
+    ):
+        if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1:
+            raise InvalidArgumentError(f"in_flight={describe(in_flight)} must be an int >= 1")
+        self.client = client
+        self.table = table
+        self.batch_size = check_batch_size(batch_size)
+        self.in_flight = in_flight
+        self.timeout = check_timeout(timeout)
+        self._sampler = client._sampler(table)
+        self._rounds: deque[Round] = deque()
+        self._updates: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+
+    def update_priorities(self, keys: Any, priorities: Any) -> None:
+        """Queue new priorities; each shard's go with the next request to that shard.
+
+        Raises:
+            InvalidArgumentError: at once, for keys not of this client or priorities that
+                are not finite, >= 0 and one per key.
+        """
+        for shard, pair in self.client.keys.group(*checked_update(keys, priorities)).items():
+            self._updates.setdefault(shard, []).append(pair)
+
+    def _take(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        updates, self._updates = self._updates, {}
+        return {
+            s: (np.concatenate([k for k, _ in u]), np.concatenate([p for _, p in u]))
+            for s, u in updates.items()
+        }
+
+    def __iter__(self) -> ShardedSampleIterator:
+        return self
+
+    def __next__(self) -> Sample:
+        while len(self._rounds) < self.in_flight:
+            self._rounds.append(self._sampler.send(self.batch_size, self.timeout, self._take()))
+        return self._sampler.finish(self._rounds.popleft())
+
+    def close(self, wait: bool = True) -> None:
+        """Forget the batches in flight and send the queued updates (``wait``: wait for
+        the shards to apply them)."""
+        while self._rounds:
+            self._sampler.forget(self._rounds.popleft())
+        for shard, (keys, prios) in self._take().items():
+            ours = self.client.keys.to_global(keys, shard)
+            self.client.update_priorities(self.table, ours, prios, wait=wait)
+
+    def __enter__(self) -> ShardedSampleIterator:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.close(wait=exc_type is None)

@@ -1,0 +1,264 @@
+"""Sample rounds over shards: requests to every shard in flight at once, replies merged.
+
+A *round* is one batch: the batch split over the shards (see
+:mod:`rlreplay.distributed.shard_draws`), a ``sample`` request to each shard that draws
+items and a ``sampler_state`` request to every other reachable shard (so every shard's
+mass is known again after every batch), all sent before any reply is awaited. Priority
+updates ride on the round's request to their shard. A learner's iterator keeps several
+rounds in flight; :meth:`ShardedSampler.sample` sends one round and waits for it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rlreplay.core.sample import Sample
+from rlreplay.distributed.shard_draws import ShardState, check_samplers, merge, split
+from rlreplay.distributed.shard_health import ShardHealth
+from rlreplay.distributed.shard_keys import ShardKeys
+from rlreplay.errors import InvalidArgumentError, RateLimiterTimeoutError, ServerUnavailableError
+from rlreplay.net.payloads import update_arrays
+
+Updates = dict[int, tuple[np.ndarray, np.ndarray]]
+_POLL_S = (0.005, 0.1)  # first and longest pause between polls while no shard holds items
+
+
+@dataclass
+class Round:
+    """One batch's requests: per shard, its request id and how many items it draws."""
+
+    batch_size: int
+    timeout: float | None
+    until: float | None
+    shares: np.ndarray
+    counts: np.ndarray
+    rids: dict[int, int] = field(default_factory=dict)
+
+
+class ShardedSampler:
+    """Draws batches of one table over all shards (its lock guards the split's random
+    generator and the shards' states, so threads may share it).
+
+    Args:
+        table: the table's name on every shard.
+        shards: one :class:`~rlreplay.Client` per shard.
+        keys: the key translation of the sharded client.
+        health: the shard-down policy and the shards taken for down.
+        rng: draws the splits and the batches' order.
+    """
+
+    def __init__(
+        self,
+        table: str,
+        shards: list,
+        keys: ShardKeys,
+        health: ShardHealth,
+        rng: np.random.Generator,
+    ):
+        self.table = table
+        self.shards = shards
+        self.keys = keys
+        self.health = health
+        self.rng = rng
+        self.states = [ShardState() for _ in shards]
+        self._sampler: dict | None = None  # the sampler config every shard must have
+        self._known: set[int] = set()  # shards whose state was heard since they came up
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ rounds
+    def send(
+        self,
+        batch_size: int,
+        timeout: float | None,
+        updates: Updates | None = None,
+        *,
+        shares: np.ndarray | None = None,
+    ) -> Round:
+        """Send one round's requests (waiting only to learn the shards' masses when
+        none is known, or none holds items).
+
+        Args:
+            shares: split with these shares instead of the latest masses (a batch's
+                top-up after a shard went down keeps the shares of its first part).
+
+        Raises:
+            RateLimiterTimeoutError: if no shard held an item for ``timeout`` seconds.
+            ShardUnavailableError: as the policy says.
+        """
+        tr0 = self.shards[0]._transport
+        until = tr0.until(timeout)
+        updates = dict(updates or {})
+        if shares is None:
+            shares = self._shares(until, timeout, updates)
+        with self._lock:
+            counts = split(batch_size, shares, self.rng)
+        rnd = Round(batch_size, timeout, until, shares, counts)
+        try:
+            for shard in self.health.live():
+                self._send_one(rnd, shard, updates.pop(shard, None))
+        except BaseException:
+            self.forget(rnd)
+            raise
+        return rnd
+
+    def _shares(self, until: float | None, timeout: float | None, updates: Updates) -> np.ndarray:
+        """The split's shares from the latest masses of the reachable shards, probing
+        shards not heard from yet, and polling while no shard holds items."""
+        pause = _POLL_S[0]
+        while True:
+            live = self.health.live()
+            unknown = [s for s in live if s not in self._known]
+            if unknown:
+                self._probe(unknown, until, updates)
+                live = self.health.live()
+            masses = np.zeros(len(self.shards))
+            with self._lock:
+                for s in live:
+                    masses[s] = self.states[s].mass
+            total = masses.sum()
+            if total > 0:
+                return masses / total
+            if until is not None and time.monotonic() + pause > until:
+                raise RateLimiterTimeoutError(
+                    f"no shard of table {self.table!r} held an item it could sample within "
+                    f"{timeout}s (shards {[c.address for c in self.shards]})"
+                )
+            time.sleep(pause)
+            pause = min(2 * pause, _POLL_S[1])
+            self._known.difference_update(live)  # poll them again
+
+    def _probe(self, shards: list[int], until: float | None, updates: Updates) -> None:
+        """Learn ``shards``' states, all requests in flight at once."""
+        rnd = Round(0, None, until, np.zeros(len(self.shards)), np.zeros(len(self.shards), int))
+        try:
+            for shard in shards:
+                self._send_one(rnd, shard, updates.pop(shard, None))
+        except BaseException:
+            self.forget(rnd)
+            raise
+        self._collect(rnd)
+
+    def _send_one(self, rnd: Round, shard: int, update: Any) -> None:
+        client = self.shards[shard]
+        k = int(rnd.counts[shard])
+        header: dict[str, Any] = {"op": "sample" if k else "sampler_state", "table": self.table}
+        if k:
+            header["batch_size"] = k
+        arrays = update_arrays(*update, prefix="update/") if update is not None else None
+        try:
+            tr = client._transport
+            if k:
+                rnd.rids[shard] = tr.send(header, arrays, until=rnd.until, timeout=rnd.timeout)
+            else:
+                rnd.rids[shard] = tr.send(header, arrays, until=rnd.until)
+        except ServerUnavailableError as error:
+            self._down(shard, error)
+            rnd.rids.pop(shard, None)
+            rnd.counts[shard] = -k  # lost: drawn again over the others (see finish)
+
+    def _down(self, shard: int, error: ServerUnavailableError) -> None:
+        self.health.failed(shard, error)  # raises under "fail"
+        with self._lock:
+            self.states[shard] = ShardState()
+            self._known.discard(shard)
+
+    def _collect(self, rnd: Round) -> list[tuple[int, dict]]:
+        """Every reply of ``rnd``: the shards' states updated, the drawn parts returned.
+        A shard that does not answer has its count made negative (lost)."""
+        parts = []
+        pending = dict(rnd.rids)
+        rnd.rids.clear()
+        try:
+            for shard, rid in list(pending.items()):
+                del pending[shard]
+                try:
+                    header, arrays = self.shards[shard]._transport.wait_until(rid, rnd.until)
+                except ServerUnavailableError as error:
+                    self._down(shard, error)
+                    rnd.counts[shard] = -rnd.counts[shard]
+                    continue
+                self.health.answered(shard)
+                self._observe(shard, header)
+                if rnd.counts[shard] > 0:
+                    parts.append((shard, arrays))
+        finally:
+            for shard, rid in pending.items():  # an error left these unread
+                self.shards[shard]._channel().forget([rid])
+        return parts
+
+    def _observe(self, shard: int, header: dict) -> None:
+        """Take a reply's state; a shard's first state reply is checked too.
+
+        Raises:
+            InvalidArgumentError: for a shard whose sampler differs from the others', or
+                whose store is too large for the shard bits of the keys.
+        """
+        config = header.get("sampler")
+        if config is not None:
+            client = self.shards[shard]
+            self.keys.check_capacity(int(header["store_capacity"]), self.table, client.address)
+            with self._lock:
+                first = self._sampler = self._sampler or config
+            check_samplers([first, config], self.table, [self.shards[0].address, client.address])
+            with self._lock:
+                self._known.add(shard)
+        with self._lock:
+            self.states[shard].observe(header)
+
+    def finish(self, rnd: Round) -> Sample:
+        """Wait for ``rnd``'s replies and merge them into one batch.
+
+        Items a shard that went down should have drawn are drawn again over the shards
+        that answered, with the round's shares renormalised over those (so every item of
+        the batch is drawn from the distribution conditioned on the reachable shards).
+
+        Raises:
+            RateLimiterTimeoutError: if a shard's rate limiter held its part back for the
+                round's ``timeout`` (the other shards' parts are dropped).
+            ShardUnavailableError: under ``"fail"``, for a shard that did not answer (the
+                other shards' parts are dropped); under ``"skip"``, if none answered.
+        """
+        parts = self._collect(rnd)
+        shares = rnd.shares
+        lost = int(-rnd.counts[rnd.counts < 0].sum())
+        while lost:
+            alive = shares.copy()
+            alive[rnd.counts < 0] = 0.0
+            if not alive.sum() > 0:  # nothing drawn survived: a new batch over the rest
+                return self.finish(self.send(rnd.batch_size, rnd.timeout))
+            shares = alive / alive.sum()
+            again = self.send(lost, rnd.timeout, shares=shares)
+            parts += self._collect(again)
+            rnd.counts[again.counts < 0] = -1
+            lost = int(-again.counts[again.counts < 0].sum())
+        return merge(parts, shares, self.states, self.keys.to_global, self.rng)
+
+    def sample(self, batch_size: int, timeout: float | None, updates: Updates | None) -> Sample:
+        """One batch (one round trip to every shard once their masses are known)."""
+        return self.finish(self.send(batch_size, timeout, updates))
+
+    def forget(self, rnd: Round) -> None:
+        """Drop ``rnd``'s replies when they arrive."""
+        for shard, rid in rnd.rids.items():
+            self.shards[shard]._channel().forget([rid])
+        rnd.rids.clear()
+
+
+def check_batch_size(batch_size: Any) -> int:
+    """``batch_size`` as an int >= 1.
+
+    Raises:
+        InvalidArgumentError: otherwise (each shard checks its own part's limit).
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
+        raise InvalidArgumentError(f"batch_size={batch_size!r} must be an int >= 1")
+    if batch_size < 1:
+        raise InvalidArgumentError(f"batch_size={batch_size!r} must be an int >= 1")
+    return int(batch_size)
+
+

@@ -1,0 +1,91 @@
+"""Handles over a :class:`~rlreplay.distributed.ShardedClient`: a table's calls, and a
+writer on one shard whose keys are the sharded client's."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rlreplay.core.sample import Sample
+from rlreplay.core.table_info import TableInfo
+from rlreplay.distributed.shard_keys import ShardKeys
+
+if TYPE_CHECKING:
+    from rlreplay.distributed.sharded_client import ShardedClient
+
+
+class ShardedTable:
+    """A sharded table with the calls of a local :class:`~rlreplay.Table`, so code
+    written against a table (the runtime's learner, :class:`~rlreplay.ReplayIterator`)
+    runs against shards unchanged (see :meth:`ShardedClient.table`)."""
+
+    def __init__(self, client: ShardedClient, name: str):
+        self.client, self.name = client, name
+
+    def insert(self, rows, priorities=None, *, timeout=None) -> np.ndarray:
+        return self.client.insert(self.name, rows, priorities, timeout=timeout)
+
+    def sample(self, batch_size: int, *, timeout: float | None = None) -> Sample:
+        return self.client.sample(self.name, batch_size, timeout=timeout)
+
+    def update_priorities(self, keys, priorities) -> int:
+        return self.client.update_priorities(self.name, keys, priorities)
+
+    def delete(self, keys) -> int:
+        return self.client.delete(self.name, keys)
+
+    def reset(self) -> None:
+        self.client.reset(self.name)
+
+    def info(self) -> TableInfo:
+        return self.client.info(self.name)
+
+    def can_insert(self, num_inserts: int = 1) -> bool:
+        return self.client.can_insert(self.name, num_inserts)
+
+    def can_sample(self, num_samples: int = 1) -> bool:
+        return self.client.can_sample(self.name, num_samples)
+
+    def __len__(self) -> int:
+        return self.info().size
+
+    def __repr__(self) -> str:
+        return f"ShardedTable({self.name!r} over {self.client.addresses!r})"
+
+
+class ShardWriter:
+    """A :class:`~rlreplay.RemoteTrajectoryWriter` on one shard, whose :attr:`keys` are
+    the sharded client's keys (they carry the shard). Every other call is the writer's.
+
+    Attributes:
+        writer: the shard's writer.
+        shard: the shard's index.
+    """
+
+    def __init__(self, writer: Any, shard: int, keys: ShardKeys):
+        self.writer = writer
+        self.shard = shard
+        self._keys = keys
+
+    @property
+    def keys(self) -> list[np.ndarray] | None:
+        """Keys of acknowledged items, one array per chunk (with ``keep_keys=True``)."""
+        local = self.writer.keys
+        if local is None:
+            return None
+        return [self._keys.to_global(k, self.shard) for k in local]
+
+    def __getattr__(self, name: str) -> Any:
+        # append, append_batch, create_item(s), end_episode, flush, close and the
+        # writer's counters: the shard's writer's own (its docs apply).
+        return getattr(self.writer, name)
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(self, exc_type, *exc: object) -> None:
+        self.writer.__exit__(exc_type, *exc)
+
+    def __repr__(self) -> str:
+        return f"ShardWriter(shard {self.shard}, {self.writer!r})"

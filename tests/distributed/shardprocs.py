@@ -1,0 +1,76 @@
+"""Replay shards in their own processes for the sharded-client tests (importable by
+spawned children)."""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import signal
+import time
+from collections.abc import Iterator
+from typing import Any
+
+CTX = mp.get_context("spawn")
+START_TIMEOUT_S = 60.0
+ROWS = {"x": "int64", "obs": {"shape": [2], "dtype": "float32"}}
+
+
+def table(name: str, **entry: Any) -> dict:
+    """A [[table]] entry over ``ROWS`` (max_size 1000 unless given)."""
+    return {"name": name, "signature": ROWS, "max_size": 1000, "capacity": 1000, **entry}
+
+
+def serve(cfg: dict, out: Any, stop: Any) -> None:
+    """Child process: serve ``cfg`` until ``stop`` is set (or SIGTERM)."""
+    from rlreplay.net import Server, tables_from_config
+
+    try:
+        server = Server(tables_from_config(cfg)).start()
+    except Exception as exc:  # reported to the parent, which fails the test
+        out.put(("error", f"{type(exc).__name__}: {exc}"))
+        return
+    signal.signal(signal.SIGTERM, lambda *a: stop.set())
+    out.put(("ok", server.address))
+    deadline = time.monotonic() + 300.0
+    while not stop.is_set() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    server.stop()
+
+
+@contextlib.contextmanager
+def shards(configs: list[dict]) -> Iterator[list[tuple[str, Any]]]:
+    """One server process per config (started together); yields ``[(address, process)]``
+    and always stops them."""
+    started = []
+    try:
+        for cfg in configs:
+            out, stop = CTX.Queue(), CTX.Event()
+            proc = CTX.Process(target=serve, args=(cfg, out, stop), daemon=True)
+            proc.start()
+            started.append((proc, out, stop))
+        addresses = []
+        for proc, out, _ in started:
+            status, value = out.get(timeout=START_TIMEOUT_S)
+            if status != "ok":
+                raise RuntimeError(f"shard process failed: {value}")
+            addresses.append((value, proc))
+        yield addresses
+    finally:
+        for _, _, stop in started:
+            stop.set()
+        for proc, _, _ in started:
+            proc.join(10.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5.0)
+
+
+def insert_through(client: Any, table: str, n: int, out: Any) -> None:
+    """Child: insert ``n`` rows through a sharded client that came pickled."""
+    import numpy as np
+
+    try:
+        keys = client.insert(table, {"x": np.arange(n), "obs": np.zeros((n, 2), np.float32)})
+        out.put(("ok", keys.tolist()))
+    except Exception as exc:
+        out.put(("error", f"{type(exc).__name__}: {exc}"))

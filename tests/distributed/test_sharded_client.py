@@ -1,0 +1,217 @@
+"""ShardedClient against real shard processes: the batch, its probabilities and its
+importance weights equal one big table's; keys route to their shard; writers stay on one
+shard; the learner's iterator keeps every shard busy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from shardprocs import CTX, insert_through, shards, table
+
+from rlreplay import Prioritized, Table, Uniform
+from rlreplay.distributed import ShardedClient
+from rlreplay.errors import InvalidArgumentError
+
+scipy_stats = pytest.importorskip("scipy.stats")
+
+NUM_SHARDS = 3
+ALPHA = 0.7
+CONFIGS = [
+    {
+        "table": [
+            table("prio", sampler={"type": "Prioritized", "priority_exponent": ALPHA}, seed=s),
+            table("uni", seed=s),
+            table("fifo", sampler={"type": "Fifo"}, seed=s),
+            table("seq", layout={"type": "transition", "n_step": 1, "next_fields": ["obs"]},
+                  seed=s),
+        ]
+    }
+    for s in range(NUM_SHARDS)
+]
+
+
+@pytest.fixture(scope="module")
+def addresses():
+    with shards(CONFIGS) as started:
+        yield [address for address, _ in started]
+
+
+@pytest.fixture
+def client(addresses):
+    c = ShardedClient(addresses, seed=1, call_timeout=20.0)
+    for name in ("prio", "uni", "fifo", "seq"):
+        c.reset(name)
+    yield c
+    c.close()
+
+
+def rows(first: int, n: int) -> dict[str, np.ndarray]:
+    x = np.arange(first, first + n)
+    return {"x": x, "obs": np.stack([x, x], 1).astype(np.float32)}
+
+
+def fill(client: ShardedClient, name: str, calls: list[int], prio=None) -> np.ndarray:
+    """Insert rows ``0..sum(calls)`` in calls of the given sizes (x = row id; priority
+    ``prio(x)``); returns the keys in row order."""
+    keys, first = [], 0
+    for n in calls:
+        x = np.arange(first, first + n)
+        keys.append(client.insert(name, rows(first, n), None if prio is None else prio(x)))
+        first += n
+    return np.concatenate(keys)
+
+
+def one_big_table(name: str, sampler, prio=None, n: int = 0) -> Table:
+    big = Table(name, signature={"x": "int64", "obs": ((2,), "float32")}, max_size=1000,
+                sampler=sampler, seed=0)
+    x = np.arange(n)
+    big.insert(rows(0, n), None if prio is None else prio(x))
+    return big
+
+
+def prio_of(x: np.ndarray) -> np.ndarray:
+    return 0.5 + (x % 7) * 1.3 + (x % 3)
+
+
+CASES = {
+    "prioritized": ("prio", Prioritized(ALPHA), prio_of),
+    "uniform": ("uni", Uniform(), None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_probabilities_and_weights_equal_one_big_tables(client, case):
+    name, sampler, prio = CASES[case]
+    keys = fill(client, name, [7, 13, 4, 9, 11, 6], prio)  # shards of 18, 19 and 13 items
+    assert np.bincount(client.shard_of(keys)).tolist() == [18, 19, 13]
+    big = one_big_table(name, sampler, prio, 50)
+    probs = big.index.sampler.probabilities(np.arange(50)) if prio else np.full(50, 1 / 50)
+    batch = client.sample(name, 300, timeout=5.0)
+    x = batch.data["x"]
+    np.testing.assert_array_equal(batch.data["obs"][:, 0], x)  # rows intact
+    np.testing.assert_allclose(batch.info.probabilities, probs[x], rtol=1e-6, atol=0)
+    assert batch.info.table_size == 50
+    ref = big.sample(8)
+    assert batch.info.min_probability == pytest.approx(ref.info.min_probability, rel=1e-6)
+    w = (50 * probs[x]) ** -0.4
+    for normalize, expected in (("none", w), ("batch", w / w.max()),
+                                ("table", w / (50 * probs.min()) ** -0.4)):
+        got = batch.importance_weights(0.4, normalize)
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_sampling_distribution_passes_chi_square_against_one_big_table(client, case):
+    name, sampler, prio = CASES[case]
+    keys = fill(client, name, [5, 11, 8, 6, 10], prio)  # shards of 21, 11 and 8 items
+    big = one_big_table(name, sampler, prio, 40)
+    expected = big.index.sampler.probabilities(np.arange(40)) if prio else np.full(40, 1 / 40)
+    counts = np.zeros(40)
+    with client.sample_iterator(name, 500, in_flight=3, timeout=5.0) as it:
+        for _ in range(40):
+            counts += np.bincount(next(it).data["x"], minlength=40)
+    draws = counts.sum()
+    assert draws == 20_000
+    assert scipy_stats.chisquare(counts, expected * draws).pvalue > 1e-3
+    big_counts = sum(np.bincount(big.sample(500).data["x"], minlength=40) for _ in range(40))
+    assert scipy_stats.chi2_contingency([counts, big_counts]).pvalue > 1e-3
+    # The test has the power to reject the per-shard draw (each shard an equal share of
+    # the batch, weights normalised within it) that this client replaces.
+    shard = client.shard_of(keys)
+    per_shard = np.zeros(40)
+    for s in range(NUM_SHARDS):
+        mine = shard == s
+        per_shard[mine] = expected[mine] / expected[mine].sum() / NUM_SHARDS
+    assert scipy_stats.chisquare(counts, per_shard * draws).pvalue < 1e-6
+
+
+def test_keys_carry_their_shard_and_route_updates_and_deletes(client):
+    keys = fill(client, "prio", [10, 10, 10], lambda x: np.ones(len(x)))
+    assert np.bincount(client.shard_of(keys)).tolist() == [10, 10, 10]
+    assert len(np.unique(keys)) == 30
+    # x = 0..9 on shard 0: raise their priority; the batch then comes from them.
+    assert client.update_priorities("prio", keys[:10], 1e6) == 10
+    batch = client.sample("prio", 100, timeout=5.0)
+    assert (batch.data["x"] < 10).mean() > 0.95
+    assert (client.shard_of(batch.info.keys) == 0).mean() > 0.95
+    # a learner's update carried by the next sample request reaches the right shards
+    client.sample("prio", 4, timeout=5.0, update=(keys[:10], np.full(10, 1e-9)))
+    assert client.shard_info("prio")[0].samples >= 100
+    assert client.delete("prio", keys[10:15]) == 5  # shard 1 only
+    assert [i.size for i in client.shard_info("prio").values()] == [10, 5, 10]
+    assert client.info("prio").size == 25
+    assert client.delete("prio", keys[10:15]) == 0  # stale keys: skipped
+    sizes_before = client.info("prio").size
+    with pytest.raises(InvalidArgumentError, match="not keys of this sharded table"):
+        client.update_priorities("prio", np.array([keys[0], 3 << 30]), [1.0, 1.0])
+    with pytest.raises(InvalidArgumentError, match="priorities"):
+        client.update_priorities("prio", keys[:2], [1.0, -1.0])
+    assert client.info("prio").size == sizes_before
+
+
+def test_a_writers_steps_stay_on_one_shard_and_writers_take_turns(client):
+    counts = []
+    for w in range(NUM_SHARDS + 1):
+        with client.trajectory_writer("seq", keep_keys=True) as writer:
+            for i in range(6):
+                writer.append({"x": np.int64(100 * w + i), "obs": np.zeros(2, np.float32)})
+                if i:
+                    writer.create_item("seq")
+            writer.flush(timeout=10.0)
+            keys = np.concatenate(writer.keys)
+        assert len(keys) == 5 and len(set(client.shard_of(keys).tolist())) == 1
+        counts.append(int(client.shard_of(keys)[0]))
+    assert counts == [0, 1, 2, 0]
+    batch = client.sample("seq", 64, timeout=5.0)
+    # next_obs of every item is its own writer's next step (steps never mixed)
+    assert [i.size for i in client.shard_info("seq").values()] == [10, 5, 5]
+    assert batch.data["x"].shape == (64,)
+
+
+def test_learner_iterator_keeps_a_request_to_every_shard_in_flight(client):
+    fill(client, "uni", [10, 10, 10])
+    with client.sample_iterator("uni", 16, in_flight=3, timeout=5.0) as it:
+        first = next(it)
+        assert len(first) == 16
+        rounds = list(it._rounds)
+        assert len(rounds) == 2  # two batches outstanding
+        for rnd in rounds:  # each with one request to every shard, sent already
+            assert sorted(rnd.rids) == [0, 1, 2]
+        it.update_priorities(first.info.keys, 1.0)
+        assert sorted(it._updates) == [0, 1, 2]  # queued per shard
+        next(it)
+        assert it._updates == {}  # carried by the round just sent
+    assert client.shard_info("uni")[0].samples + client.shard_info("uni")[1].samples > 0
+
+
+def test_samplers_that_cannot_be_split_are_refused(client):
+    fill(client, "fifo", [3, 3, 3])
+    with pytest.raises(InvalidArgumentError, match="Uniform or Prioritized"):
+        client.sample("fifo", 2, timeout=2.0)
+
+
+def test_constructor_refuses_bad_arguments(addresses):
+    cases = [
+        ((), {}, "non-empty list"),
+        ("tcp://127.0.0.1:1", {}, "non-empty list"),
+        ([addresses[0], addresses[0]], {}, "repeat a server"),
+        (addresses, {"on_shard_down": "ignore"}, "choose one of"),
+        (addresses, {"server_public_key": [None]}, "one per shard"),
+        (addresses, {"first_shard": -1}, "first_shard"),
+    ]
+    for addrs, kwargs, message in cases:
+        with pytest.raises(InvalidArgumentError, match=message):
+            ShardedClient(addrs, **kwargs)
+
+
+def test_a_pickled_client_inserts_from_another_process(client):
+    out = CTX.Queue()
+    proc = CTX.Process(target=insert_through, args=(client, "uni", 7, out), daemon=True)
+    proc.start()
+    try:
+        status, keys = out.get(timeout=60.0)
+    finally:
+        proc.join(10.0)
+    assert status == "ok", keys
+    assert len(keys) == 7 and client.info("uni").size == 7
+    assert client.delete("uni", keys) == 7
