@@ -264,15 +264,18 @@ def import_npz(
         meta = _meta(data, path)
         _check_signature(meta, store, path)
         n = meta["end_id"] - meta["first_id"]
+        if n > store.capacity:
+            raise DatasetError(
+                f"dataset {describe(str(path))} holds {n} steps, more than the store's "
+                f"capacity={store.capacity}; import into a larger store, or export a range "
+                "of at most capacity steps (first_id/end_id)"
+            )
         plans = [_item_plan(meta, data, t, n, path) for t in tables]
         steps = {p: data[f"steps/{p}"] for p in store.signature.paths}
     if any(len(a) != n for a in steps.values()):
-        raise DatasetError(f"dataset {describe(str(path))} has columns of different lengths")
-    if n > store.capacity:
         raise DatasetError(
-            f"dataset {describe(str(path))} holds {n} steps, more than the store's "
-            f"capacity={store.capacity}; import into a larger store, or export a range of "
-            "at most capacity steps (first_id/end_id)"
+            f"dataset {describe(str(path))} has columns of different lengths; the file is "
+            "damaged: export it again"
         )
     with store.mutex:
         if n and not store.overwrite.has_room(n):

@@ -1,0 +1,283 @@
+"""Columnar datasets (.npz): exact round trips of steps and items, ranges, and refusals
+that insert nothing."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from rlreplay import (
+    DatasetError,
+    Fifo,
+    InvalidArgumentError,
+    ItemLayout,
+    NStepTransitionAdder,
+    Prioritized,
+    SampleToInsertRatio,
+    SignatureError,
+    StepStore,
+    Table,
+)
+from rlreplay.checkpoint.columnar import export_npz, import_npz, read_npz_meta
+from rlreplay.checkpoint.table_contents import read_items, step_range
+
+SIG = {"obs": ((3,), "float32"), "action": "int64", "reward": "float32"}
+
+
+def filled_table(seed: int = 0, **kwargs) -> Table:
+    """A prioritized table whose ring has wrapped, sampled a little."""
+    kwargs.setdefault("capacity", 64)
+    kwargs.setdefault("max_size", 50)
+    table = Table("replay", signature=SIG, sampler=Prioritized(0.6), seed=seed, **kwargs)
+    rng = np.random.default_rng(seed)
+    for _ in range(3):
+        table.insert(
+            {
+                "obs": rng.normal(size=(30, 3)),
+                "action": rng.integers(0, 4, 30),
+                "reward": rng.normal(size=30),
+            },
+            priorities=rng.random(30) + 0.1,
+        )
+    table.sample(8)
+    return table
+
+
+def stored(store: StepStore) -> dict[str, np.ndarray]:
+    return store.read(np.arange(store.oldest_id, store.next_id))
+
+
+def test_npz_round_trip_restores_steps_items_and_priorities_exactly(tmp_path):
+    table = filled_table()
+    path = export_npz(table, tmp_path / "replay")
+    assert path == tmp_path / "replay.npz"
+    copy = Table("replay", signature=SIG, capacity=64, max_size=50, sampler=Prioritized(0.6))
+    keys = import_npz(path, copy)["replay"]
+
+    for field, column in stored(table.store).items():
+        np.testing.assert_array_equal(stored(copy.store)[field], column)
+        assert stored(copy.store)[field].dtype == column.dtype
+    # the i-th new key names the item made from the i-th exported one
+    with np.load(path, allow_pickle=False) as data:
+        records = read_items(copy, _span(copy.store))
+        np.testing.assert_array_equal(records.keys, keys)
+        np.testing.assert_array_equal(records.priorities, data["tables/replay/priority"])
+        np.testing.assert_array_equal(records.anchor_ids, data["tables/replay/anchor"])
+    again = export_npz(copy, tmp_path / "again.npz")
+    with np.load(path, allow_pickle=False) as a, np.load(again, allow_pickle=False) as b:
+        for name in a.files:
+            if name in ("meta", "tables/replay/key", "tables/replay/times_sampled"):
+                continue
+            np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+        np.testing.assert_array_equal(b["tables/replay/key"], keys)
+        assert not b["tables/replay/times_sampled"].any()  # fresh items
+    assert copy.size == table.size == 50
+    assert copy.update_priorities(keys[:3], [5.0, 6.0, 7.0]) == 3
+
+
+def test_npz_is_plain_numpy_readable_without_pickle(tmp_path):
+    table = filled_table()
+    path = export_npz(table, tmp_path / "d.npz", item_data=True)
+    with np.load(path, allow_pickle=False) as data:
+        meta = json.loads(str(data["meta"]))
+        assert meta["format"] == "rlreplay-columnar" and meta["version"] == 1
+        assert data["steps/obs"].shape == (64, 3)
+        assert data["tables/replay/data/obs"].shape == (50, 3)
+        anchors = data["tables/replay/anchor"]
+        np.testing.assert_array_equal(data["tables/replay/data/obs"], data["steps/obs"][anchors])
+        assert (np.diff(anchors) > 0).all()  # oldest anchor first
+        assert all(data[f].dtype != object for f in data.files)
+
+
+def shared_tables() -> tuple[Table, Table, NStepTransitionAdder]:
+    """An n-step table (per-item extents) and a FIFO sequence table over one store."""
+    sig = NStepTransitionAdder.signature(obs=((2,), "float32"), action="int64")
+    store = StepStore(sig, capacity=256)
+    nstep = Table(
+        "nstep",
+        store=store,
+        layout=NStepTransitionAdder.layout(sig, n=3),
+        sampler=Prioritized(1.0),
+        max_size=200,
+        seed=1,
+    )
+    seq = Table("seq", store=store, layout=ItemLayout.sequence(sig, 4), remover=Fifo(), seed=2)
+    adder = NStepTransitionAdder(nstep, n=3, discount=0.9)
+    return nstep, seq, adder
+
+
+def play(adder: NStepTransitionAdder, seq: Table, steps: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    adder.reset(rng.normal(size=2))
+    for t in range(steps):
+        done = t % 11 == 10
+        adder.add(int(rng.integers(3)), float(rng.normal()), rng.normal(size=2), done, False)
+        if done:
+            adder.reset(rng.normal(size=2))
+    adder.flush()
+    store = seq.store
+    seq.create_items(np.arange(store.oldest_id, store.next_id - 4, 5))
+
+
+def test_npz_round_trip_of_several_tables_over_one_store_keeps_each_items_data(tmp_path):
+    nstep, seq, adder = shared_tables()
+    play(adder, seq, 120, seed=3)
+    nstep.update_priorities(nstep.sample(10).info.keys, np.arange(1.0, 11.0))
+    path = export_npz([nstep, seq], tmp_path / "shared.npz", item_data=True)
+
+    nstep2, seq2, _ = shared_tables()
+    keys = import_npz(path, [nstep2, seq2])
+    assert len(keys["nstep"]) == nstep.size and len(keys["seq"]) == seq.size
+    for old, new in ((nstep, nstep2), (seq, seq2)):
+        a = read_items(old, _span(old.store), with_data=True)
+        b = read_items(new, _span(new.store), with_data=True)
+        np.testing.assert_array_equal(a.extents, b.extents)
+        np.testing.assert_array_equal(a.priorities, b.priorities)
+        for name in a.data:
+            np.testing.assert_array_equal(a.data[name], b.data[name], err_msg=name)
+    # a sample of the imported items reads the data exported with them
+    with np.load(path, allow_pickle=False) as data:
+        batch = nstep2.sample(5)
+        at = np.searchsorted(keys["nstep"], batch.info.keys)
+        assert (keys["nstep"][at] == batch.info.keys).all()
+        for name in ("obs", "next_obs", "reward", "discount"):
+            np.testing.assert_array_equal(batch.data[name], data[f"tables/nstep/data/{name}"][at])
+
+
+def _span(store: StepStore):
+    return step_range(store, None, None)
+
+
+def test_npz_range_exports_the_steps_between_two_insert_counts_and_items_inside(tmp_path):
+    table = Table("t", signature=SIG, max_size=100, layout=ItemLayout.transition(SIG, "obs"))
+    steps = {"obs": np.arange(90.0).reshape(30, 3), "action": np.arange(30), "reward": np.ones(30)}
+    table.store.append(steps)
+    table.create_items(np.arange(0, 29))
+    path = export_npz(table, tmp_path / "r.npz", first_id=10, end_id=20)
+    with np.load(path, allow_pickle=False) as data:
+        np.testing.assert_array_equal(data["steps/action"], np.arange(10, 20))
+        # a transition reads its anchor and the next step: anchors 10..18 lie inside
+        np.testing.assert_array_equal(data["tables/t/anchor"], np.arange(0, 9))
+    copy = Table("t", signature=SIG, max_size=100, layout=ItemLayout.transition(SIG, "obs"))
+    assert len(import_npz(path, copy)["t"]) == 9
+    batch = copy.sample(8).data
+    np.testing.assert_array_equal(batch["next_obs"] - batch["obs"], np.full((8, 3), 3.0))
+
+
+@pytest.mark.parametrize(
+    "first_id, end_id",
+    [(-1, None), (None, 91), (20, 10), (1.5, None), (True, None)],
+)
+def test_npz_range_outside_the_stored_steps_is_refused(tmp_path, first_id, end_id):
+    table = filled_table(capacity=128, max_size=100)  # holds ids [0, 90)
+    with pytest.raises(InvalidArgumentError) as info:
+        export_npz(table, tmp_path / "x.npz", first_id=first_id, end_id=end_id)
+    assert "first_id" in str(info.value) or "end_id" in str(info.value)
+    assert not (tmp_path / "x.npz").exists()
+
+
+def test_npz_of_a_lanes_store_keeps_lanes_and_refuses_another(tmp_path):
+    store = StepStore(SIG, capacity=40, lanes=2)
+    table = Table("t", store=store, layout=ItemLayout.sequence(SIG, 3), max_size=40)
+    store.append({"obs": np.zeros((20, 3)), "action": np.arange(20), "reward": np.ones(20)})
+    table.create_items(np.arange(0, 14))
+    with pytest.raises(InvalidArgumentError, match="lanes"):
+        export_npz(table, tmp_path / "odd.npz", first_id=1)
+    path = export_npz(table, tmp_path / "lanes.npz", first_id=2)
+    copy = Table("t", store=StepStore(SIG, 40, lanes=2), layout=ItemLayout.sequence(SIG, 3))
+    assert len(import_npz(path, copy)["t"]) == 12
+    np.testing.assert_array_equal(stored(copy.store)["action"], np.arange(2, 20))
+    one_lane = Table("t", signature=SIG, max_size=40, layout=ItemLayout.sequence(SIG, 3))
+    with pytest.raises(DatasetError, match="lanes=2"):
+        import_npz(path, one_lane)
+    assert one_lane.store.next_id == 0
+
+
+SIGNATURE_CASES = {
+    "dtype": ({**SIG, "action": "int32"}, "'action'.*int64.*int32"),
+    "shape": ({**SIG, "obs": ((4,), "float32")}, r"'obs'.*\(3,\).*\(4,\)"),
+    "missing column": ({"obs": ((3,), "float32"), "action": "int64"}, "'reward'.*lacks"),
+    "extra column": ({**SIG, "done": "bool"}, r"\['done'\].*lacks"),
+}
+
+
+@pytest.mark.parametrize("case", list(SIGNATURE_CASES))
+def test_npz_import_into_another_signature_is_refused_naming_the_column(tmp_path, case):
+    path = export_npz(filled_table(), tmp_path / "d.npz")
+    signature, pattern = SIGNATURE_CASES[case]
+    other = Table("replay", signature=signature, max_size=50, capacity=64)
+    other.insert(
+        {p: np.zeros((2, *s.shape), s.dtype) for p, s in other.store.signature.fields.items()}
+    )
+    with pytest.raises(SignatureError, match=pattern) as info:
+        import_npz(path, other)
+    assert "build the table with the dataset's signature" in str(info.value)
+    assert other.store.next_id == 2 and other.size == 2  # nothing inserted
+    # what the message says to do works
+    fixed = Table("replay", signature=read_npz_meta(path)["signature"], max_size=50, capacity=64)
+    assert len(import_npz(path, fixed)["replay"]) == 50
+
+
+def test_npz_import_refusals_insert_nothing(tmp_path):
+    path = export_npz(filled_table(), tmp_path / "d.npz")
+    cases = [
+        (Table("other", signature=SIG, capacity=64, max_size=50), "no items of table 'other'"),
+        (Table("replay", signature=SIG, capacity=32, max_size=32), "capacity=32"),
+        (Table("replay", signature=SIG, capacity=64, max_size=20), "max_size=20"),
+        (
+            Table("replay", signature=SIG, capacity=64, layout=ItemLayout.sequence(SIG, 2)),
+            "layout",
+        ),
+        (
+            Table(
+                "replay",
+                signature=SIG,
+                capacity=64,
+                rate_limiter=SampleToInsertRatio(1.0, 1, 5.0),
+            ),
+            "rate limiter",
+        ),
+    ]
+    for table, pattern in cases:
+        with pytest.raises(DatasetError, match=pattern):
+            import_npz(path, table)
+        assert table.store.next_id == 0 and table.size == 0
+
+
+def test_npz_import_does_not_overwrite_a_queues_unconsumed_items(tmp_path):
+    path = export_npz(filled_table(), tmp_path / "d.npz")
+    store = StepStore(SIG, capacity=64)
+    queue = Table.queue("q", 64, store=store)
+    replay = Table("replay", store=store, max_size=50)
+    queue.insert(
+        {"obs": np.zeros((10, 3)), "action": np.zeros(10, np.int64), "reward": np.zeros(10)}
+    )
+    with pytest.raises(DatasetError, match="queue"):
+        import_npz(path, replay)
+    assert store.next_id == 10 and queue.size == 10 and replay.size == 0
+    queue.sample(10)
+    assert len(import_npz(path, replay)["replay"]) == 50
+
+
+def test_npz_import_of_other_files_is_refused(tmp_path):
+    table = Table("replay", signature=SIG, capacity=64, max_size=50)
+    np.savez(tmp_path / "plain.npz", x=np.zeros(3))
+    (tmp_path / "text.npz").write_text("not a zip")
+    with pytest.raises(DatasetError, match="not an rlreplay columnar dataset"):
+        import_npz(tmp_path / "plain.npz", table)
+    with pytest.raises(DatasetError, match="cannot be read"):
+        import_npz(tmp_path / "text.npz", table)
+    meta = {"format": "rlreplay-columnar", "version": 99}
+    np.savez(tmp_path / "future.npz", meta=np.array(json.dumps(meta)))
+    with pytest.raises(DatasetError, match="version 99"):
+        import_npz(tmp_path / "future.npz", table)
+    assert table.store.next_id == 0
+
+
+def test_npz_steps_only_into_a_store(tmp_path):
+    path = export_npz(filled_table(), tmp_path / "d.npz")
+    store = StepStore(SIG, capacity=64)
+    assert import_npz(path, store) == {}
+    np.testing.assert_array_equal(stored(store)["obs"], stored(filled_table().store)["obs"])
