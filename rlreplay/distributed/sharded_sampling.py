@@ -23,6 +23,7 @@ from rlreplay.distributed.shard_health import ShardHealth
 from rlreplay.distributed.shard_keys import ShardKeys
 from rlreplay.errors import InvalidArgumentError, RateLimiterTimeoutError, ServerUnavailableError
 from rlreplay.net.payloads import update_arrays
+from rlreplay.net.transport import CALL
 
 Updates = dict[int, tuple[np.ndarray, np.ndarray]]
 _POLL_S = (0.005, 0.1)  # first and longest pause between polls while no shard holds items
@@ -91,13 +92,14 @@ class ShardedSampler:
             ShardUnavailableError: as the policy says.
         """
         tr0 = self.shards[0]._transport
-        until = tr0.until(timeout)
         updates = dict(updates or {})
         if shares is None:
-            shares = self._shares(until, timeout, updates)
+            shares = self._shares(tr0.until(timeout), timeout, updates)
         with self._lock:
             counts = split(batch_size, shares, self.rng)
-        rnd = Round(batch_size, timeout, until, shares, counts)
+        self._greet(self.health.live())
+        # The rate limiters' wait starts now (handshakes and probes have their own).
+        rnd = Round(batch_size, timeout, tr0.until(timeout), shares, counts)
         try:
             for shard in self.health.live():
                 self._send_one(rnd, shard, updates.pop(shard, None))
@@ -114,7 +116,7 @@ class ShardedSampler:
             live = self.health.live()
             unknown = [s for s in live if s not in self._known]
             if unknown:
-                self._probe(unknown, until, updates)
+                self._probe(unknown, updates)
                 live = self.health.live()
             masses = np.zeros(len(self.shards))
             with self._lock:
@@ -132,9 +134,13 @@ class ShardedSampler:
             pause = min(2 * pause, _POLL_S[1])
             self._known.difference_update(live)  # poll them again
 
-    def _probe(self, shards: list[int], until: float | None, updates: Updates) -> None:
-        """Learn ``shards``' states, all requests in flight at once."""
+    def _probe(self, shards: list[int], updates: Updates) -> None:
+        """Learn ``shards``' states, all requests in flight at once (each shard's
+        ``call_timeout`` bounds the wait, as for any call that never blocks)."""
+        self._greet(shards)
+        until = self.shards[0]._transport.until(CALL)
         rnd = Round(0, None, until, np.zeros(len(self.shards)), np.zeros(len(self.shards), int))
+        shards = [s for s in shards if not self.health.is_down(s)]
         try:
             for shard in shards:
                 self._send_one(rnd, shard, updates.pop(shard, None))
@@ -142,6 +148,26 @@ class ShardedSampler:
             self.forget(rnd)
             raise
         self._collect(rnd)
+
+    def _greet(self, shards: list[int]) -> None:
+        """Open this thread's connection to each of ``shards`` not yet greeted, their
+        handshakes in flight together (a shard that never answers must not use up the
+        deadline of the others' handshakes), each within the ``call_timeout``."""
+        until = self.shards[0]._transport.until(CALL)
+        pings = {}
+        for shard in shards:
+            tr = self.shards[shard]._transport
+            if not tr.channel().greeted:
+                pings[shard] = tr.send({"op": "ping"}, until=until)
+        for shard, rid in pings.items():
+            tr = self.shards[shard]._transport
+            tr.channel().receive()
+            try:
+                tr.wait_until(rid, until)
+            except ServerUnavailableError as error:
+                self._down(shard, error)
+                continue
+            tr.channel().greeted = True
 
     def _send_one(self, rnd: Round, shard: int, update: Any) -> None:
         client = self.shards[shard]
@@ -176,8 +202,12 @@ class ShardedSampler:
         try:
             for shard, rid in list(pending.items()):
                 del pending[shard]
+                client = self.shards[shard]
+                # Replies that arrived while an earlier shard was awaited are taken first:
+                # a shard that never answers must not use up the others' deadline.
+                client._channel().receive()
                 try:
-                    header, arrays = self.shards[shard]._transport.wait_until(rid, rnd.until)
+                    header, arrays = client._transport.wait_until(rid, rnd.until)
                 except ServerUnavailableError as error:
                     self._down(shard, error)
                     rnd.counts[shard] = -rnd.counts[shard]

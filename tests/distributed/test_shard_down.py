@@ -1,0 +1,80 @@
+"""A shard whose server process was killed: a typed error naming it ("fail"), or
+batches over the reachable shards with their probabilities ("skip")."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from shardprocs import shards, table
+
+from rlreplay import Prioritized, Table
+from rlreplay.distributed import ShardedClient
+from rlreplay.errors import ServerUnavailableError, ShardUnavailableError
+
+ALPHA = 0.6
+CONFIG = {"table": [table("prio", sampler={"type": "Prioritized", "priority_exponent": ALPHA})]}
+FAST = {"call_timeout": 2.0, "liveness_s": 0.5, "diagnose_timeout": 0.1}
+
+
+def rows(first: int, n: int) -> dict[str, np.ndarray]:
+    x = np.arange(first, first + n)
+    return {"x": x, "obs": np.stack([x, x], 1).astype(np.float32)}
+
+
+@pytest.fixture
+def three_shards_one_killed():
+    """Three shards holding x = 0..29 (10 each, priority 1 + x); shard 1 then killed."""
+    with shards([CONFIG] * 3) as started:
+        addresses = [a for a, _ in started]
+        loader = ShardedClient(addresses, **FAST)
+        keys = np.concatenate(
+            [loader.insert("prio", rows(10 * i, 10), 1.0 + np.arange(10 * i, 10 * i + 10))
+             for i in range(3)]
+        )
+        assert loader.shard_of(keys).tolist() == [0] * 10 + [1] * 10 + [2] * 10
+        loader.close()
+        started[1][1].kill()
+        started[1][1].join(10.0)
+        yield addresses, keys
+
+
+def test_fail_policy_raises_a_typed_error_naming_the_shard(three_shards_one_killed):
+    addresses, keys = three_shards_one_killed
+    client = ShardedClient(addresses, on_shard_down="fail", **FAST)
+    start = time.monotonic()
+    with pytest.raises(ShardUnavailableError) as caught:
+        client.sample("prio", 16, timeout=1.0)
+    assert caught.value.shard == 1 and caught.value.address == client.addresses[1]
+    assert isinstance(caught.value, ServerUnavailableError)
+    assert time.monotonic() - start < 10.0
+    with pytest.raises(ShardUnavailableError) as caught:
+        client.update_priorities("prio", keys[8:12], 5.0)
+    assert caught.value.shard == 1
+    client.close()
+
+
+def test_skip_policy_samples_the_reachable_shards_with_their_probabilities(
+    three_shards_one_killed,
+):
+    addresses, keys = three_shards_one_killed
+    client = ShardedClient(addresses, on_shard_down="skip", retry_down_s=60.0, seed=3, **FAST)
+    batches = [client.sample("prio", 64, timeout=1.0) for _ in range(3)]
+    assert client.health.is_down(1)
+    # one big table holding what is reachable: x = 0..9 and 20..29
+    reach = np.r_[0:10, 20:30]
+    big = Table("prio", signature={"x": "int64"}, max_size=100, sampler=Prioritized(ALPHA))
+    big.insert({"x": reach}, 1.0 + reach)
+    probs = dict(zip(reach.tolist(), big.index.sampler.probabilities(np.arange(20))))
+    for batch in batches:
+        x = batch.data["x"]
+        assert len(x) == 64 and not np.isin(x, np.r_[10:20]).any()
+        np.testing.assert_allclose(batch.info.probabilities, [probs[v] for v in x], rtol=1e-6)
+        assert batch.info.table_size == 20
+    # inserts go to the shards that answer; updates of the lost shard's keys are skipped
+    new = client.insert("prio", rows(100, 5), 1.0)
+    assert set(client.shard_of(new).tolist()) <= {0, 2}
+    assert client.update_priorities("prio", keys[8:12], 2.0) == 2
+    assert client.info("prio").size == 25
+    client.close()
