@@ -268,6 +268,7 @@ def test_dict_observations_are_stored_per_key_and_served_as_next_obs_paths():
     adder.reset(obs(0))
     for t in range(1, 4):
         adder.add([t, t], [1.0, 1.0], obs(t), [t == 3] * 2, [False, False])
+    adder.flush()
     data = table.sample(table.size).tree()
     np.testing.assert_array_equal(data["next_obs"]["pos"][:, 0], data["obs"]["pos"][:, 0] + 1)
     np.testing.assert_array_equal(

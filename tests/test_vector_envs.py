@@ -93,6 +93,7 @@ def test_truncated_episodes_bootstrap_from_the_true_final_observation(mode):
     for _ in range(steps):
         obs, reward, term, trunc, info = envs.step(np.zeros(2, dtype=np.int64))
         adder.add(np.zeros(2, dtype=np.int64), reward, obs, term, trunc, info)
+    adder.flush()  # the last episodes' items may still be staged
     size = table.size
     data = table.sample(size).data
     # Every episode is cut at 4 steps: items from t=1..3 end at the final obs t=4.

@@ -26,9 +26,15 @@ def writer_store(writer: Any) -> StepStore | None:
     return tables[0].store if tables else getattr(writer, "store", None)
 
 
-def adder_writer(writer: Any, capacity: int) -> Any:
+# A writer an adder creates holds back at most this share of its store (see adder_writer).
+_HISTORY_SHARE = 8
+
+
+def adder_writer(writer: Any, capacity: int, wanted: int | None = None) -> Any:
     """``writer`` itself, or a :class:`TrajectoryWriter` over the given tables, keeping
-    the ``capacity`` rows the adder may still reach back to.
+    the ``capacity`` rows the adder may still reach back to, or up to ``wanted`` rows
+    (what it stages, handed over as one chunk) when that is at most an eighth of the
+    store (other writers on the store keep room for their own history).
 
     Raises:
         InvalidArgumentError: if the store or the writer's history is shorter than
@@ -43,7 +49,8 @@ def adder_writer(writer: Any, capacity: int) -> Any:
                 f"that need {capacity} (span - 1 + chunk_length + lag + pad + 2); "
                 "lower chunk_length or enlarge the store"
             )
-        writer = TrajectoryWriter(tables, history=capacity)
+        history = max(capacity, min(wanted or capacity, store.capacity // _HISTORY_SHARE))
+        writer = TrajectoryWriter(tables, history=history)
     history = getattr(writer, "history", None)
     if history is not None and history < capacity:
         raise InvalidArgumentError(

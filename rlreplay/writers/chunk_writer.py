@@ -17,6 +17,7 @@ returns took all of it; ``end_episode`` twice in a row is ``end_episode`` once.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from typing import Any
 
@@ -64,13 +65,13 @@ class Chunk:
         self.rows = rows
         self.switch = switch
         self.jobs = jobs
-        self.owned = owned  # the rows are the chunk's own, not views of an adder's buffers
+        self.owned = owned  # the rows are the chunk's own, not views of a staging buffer
         self.appended = rows is None
         self.jobs_done = 0  # jobs whose items all exist
         self.items_done = 0  # items of the current job created one by one
 
     def detach(self) -> Chunk:
-        """Own the rows (the adder's buffers they view will change)."""
+        """Own the rows (the staging buffer they view will be reused)."""
         if self.rows is not None and not self.appended and not self.owned:
             self.rows = {p: np.array(a) for p, a in self.rows.items()}
             self.owned = True
@@ -78,32 +79,33 @@ class Chunk:
 
 
 class ChunkBatch:
-    """The writer work of one adder call, joined into as few chunks as the writer allows.
+    """The writer work of the pieces an adder staged, joined into as few chunks as the
+    writer allows.
 
-    An adder call may hand over rows of several environments (each one that ended an
-    episode or filled a chunk). Each environment's part (a *piece*: its rows, whether they
-    continue the previous piece's stream, the items over them) is added here, and
-    consecutive pieces are joined into one :class:`Chunk`: one ``append_batch`` of their
-    rows one after another and one ``create_items`` per table. The store then holds
-    exactly the rows and items it would hold with one chunk per piece: a piece that does
-    not continue the one before it already carries the context rows its items need, and
-    item starts, relative to the piece's last row, are shifted by the rows appended after
-    it in the same chunk. Only the writer's episode marks differ: ``end_episode`` comes
-    before a chunk, not between its pieces, so the writer keeps the earlier pieces' rows
-    retained until the next chunk (no item reaches them: a piece that does not continue
-    the one before it has its items within its own rows, as it had after ``end_episode``).
+    Each environment's part (a *piece*: its rows, whether they continue the previous
+    piece's stream, the items over them) is added here, its rows copied into the batch's
+    staging buffer (one slice copy per field), and consecutive pieces are joined into one
+    :class:`Chunk`: one ``append_batch`` of their rows one after another and one
+    ``create_items`` per table. The store then holds exactly the rows and items it would
+    hold with one chunk per piece: a piece that does not continue the one before it
+    already carries the context rows its items need, and item starts, relative to the
+    piece's last row, are shifted by the rows appended after it in the same chunk. Only
+    the writer's episode marks differ: ``end_episode`` comes before a chunk, not between
+    its pieces, so the writer keeps the earlier pieces' rows retained until the next
+    chunk (no item reaches them: a piece that does not continue the one before it has its
+    items within its own rows, as it had after ``end_episode``).
 
-    Pieces view the adder's buffers, which must stay unchanged until :meth:`take` (the
-    adder drops rows from its buffers after handing the batch over); a joined chunk owns
-    a copy of its rows, a chunk of one piece views them (and copies them if it has to
-    wait, see :meth:`Chunk.detach`).
+    The chunks :meth:`take` returns view the staging buffer, which the next :meth:`add`
+    reuses: they are handed over at once, and one that has to wait copies its rows
+    (:meth:`Chunk.detach`).
 
     A chunk reaches back at most ``limit`` rows from its end (rows and item starts alike),
     the history the adder asks of its writer; a piece that would exceed it starts the
     next chunk. One ``create_items`` call holds the items of whole pieces, at most
     ``max_items`` of them or the largest piece's (and at most a table's ``max_size``):
     no more than one environment's chunk creates, so a rate limiter that admits the
-    items of one environment's chunk at once admits every call.
+    items of one environment's chunk at once admits every call. A local table whose
+    limiter never blocks inserts takes all of a chunk's items in one call.
 
     Args:
         limit: rows a chunk may reach back from its end (the writer's ``history``, at
@@ -121,14 +123,33 @@ class ChunkBatch:
             for t in tables
             if isinstance(getattr(t, "max_size", None), (int, np.integer))
         }
+        # Tables whose rate limiter never blocks an insert (known for local tables only).
+        self._unlimited = {
+            t.name
+            for t in tables
+            if math.isinf(getattr(getattr(t, "rate_limiter", None), "max_diff", 0.0))
+        }
         self._chunks: list[Chunk] = []
+        self._stage: dict[str, np.ndarray] = {}  # path -> [stage rows, ...]
+        self._used = 0  # staged rows, in closed chunks and the open one
         self._reset()
 
+    @property
+    def empty(self) -> bool:
+        """True when nothing is staged."""
+        return not self._pieces and not self._chunks
+
+    @property
+    def staged_rows(self) -> int:
+        """Rows staged since the last :meth:`take`."""
+        return self._used
+
     def _reset(self) -> None:
+        self._first = self._used  # staging row of the open chunk's first row
         self._rows = 0  # rows in the open chunk
         self._reach = 0  # rows the open chunk reaches back from its end
         self._switch = False
-        self._pieces: list[tuple[dict[str, np.ndarray] | None, int, list[Any]]] = []
+        self._pieces: list[tuple[int, list[Any]]] = []
 
     def add(
         self,
@@ -136,7 +157,7 @@ class ChunkBatch:
         switch: bool,
         jobs: list[tuple[Any, int, np.ndarray, np.ndarray]],
     ) -> None:
-        """Add one piece: ``rows`` (views, unchanged until :meth:`take`) and ``jobs`` as
+        """Add one piece: ``rows`` (copied into the staging buffer now) and ``jobs`` as
         :class:`Chunk` takes them, ``starts`` relative to the piece's last row."""
         n = 0 if rows is None else len(next(iter(rows.values())))
         reach = n
@@ -149,24 +170,40 @@ class ChunkBatch:
             self._close()
         if not self._pieces:
             self._switch = switch
+        if n:
+            self._copy(rows, n)
         self._rows += n
         self._reach = max(self._reach + n, reach)
-        self._pieces.append((rows, self._rows, jobs))
+        self._pieces.append((self._rows, jobs))
+
+    def _copy(self, rows: dict[str, np.ndarray], n: int) -> None:
+        """Copy ``n`` rows into the staging buffer (grown, doubling, when it is full)."""
+        used, stage = self._used, self._stage
+        if not stage or used + n > len(next(iter(stage.values()))):
+            size = max(2 * (used + n), 256)
+            grown = {p: np.empty((size, *a.shape[1:]), a.dtype) for p, a in rows.items()}
+            for p, a in stage.items():
+                grown[p][:used] = a[:used]  # closed chunks keep viewing the old arrays
+            self._stage = stage = grown
+        for p, a in rows.items():
+            stage[p][used : used + n] = a
+        self._used = used + n
 
     def _close(self) -> None:
         """Turn the open pieces into a chunk."""
         if not self._pieces:
             return
+        rows = None
+        if self._rows:
+            lo, hi = self._first, self._first + self._rows
+            rows = {p: a[lo:hi] for p, a in self._stage.items()}
         if len(self._pieces) == 1:  # nothing to join
-            rows, _, jobs = self._pieces[0]
-            self._chunks.append(Chunk(rows, self._switch, jobs))
+            self._chunks.append(Chunk(rows, self._switch, self._pieces[0][1]))
             self._reset()
             return
         total = self._rows
-        parts = [r for r, _, _ in self._pieces if r is not None]
-        rows = {p: np.concatenate([r[p] for r in parts]) for p in parts[0]} if parts else None
         merged: dict[int, tuple[Any, int, list[np.ndarray], list[np.ndarray]]] = {}
-        for _, end, jobs in self._pieces:
+        for end, jobs in self._pieces:
             shift = total - end  # rows appended after this piece in the chunk
             for table, span, starts, extents in jobs:
                 job = merged.setdefault(id(table), (table, span, [], []))
@@ -176,25 +213,33 @@ class ChunkBatch:
         for table, span, starts, extents in merged.values():
             for lo, hi in _packs([len(s) for s in starts], self._cap(table, starts)):
                 joined.append((table, span, _join(starts[lo:hi]), _join(extents[lo:hi])))
-        self._chunks.append(Chunk(rows, self._switch, joined, owned=True))
+        self._chunks.append(Chunk(rows, self._switch, joined))
         self._reset()
 
     def _cap(self, table: Any, parts: list[np.ndarray]) -> int:
         """Items one ``create_items`` call for ``table`` may hold: ``max_items`` or the
-        largest piece's items, at most the table's ``max_size`` (a piece is never split,
-        so a piece over ``max_size`` fails in the writer as it would alone)."""
-        cap = max(self.max_items, max(len(p) for p in parts))
-        size = self._sizes.get(getattr(table, "name", table))
+        largest piece's items (every item for a table whose limiter never blocks), at
+        most the table's ``max_size`` (a piece is never split, so a piece over
+        ``max_size`` fails in the writer as it would alone)."""
+        name = getattr(table, "name", table)
+        if name in self._unlimited:
+            cap = sum(len(p) for p in parts)
+        else:
+            cap = max(self.max_items, max(len(p) for p in parts))
+        size = self._sizes.get(name)
         if size is not None and size > 0:
             cap = min(cap, size)
         return cap
 
     def take(self) -> list[Chunk]:
-        """The chunks of the pieces added so far, oldest first; the batch is empty after."""
-        if not self._pieces and not self._chunks:
+        """The chunks of the pieces added so far, oldest first (their rows view the
+        staging buffer until the next :meth:`add`); the batch is empty after."""
+        if self.empty:
             return []
         self._close()
         chunks, self._chunks = self._chunks, []
+        self._used = 0
+        self._reset()
         return chunks
 
 

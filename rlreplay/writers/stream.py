@@ -14,12 +14,12 @@ of one episode are, in order:
   truncation) with zero action, reward and extras.
 
 Rows are held per environment (:class:`~rlreplay.writers.episode_rows.EpisodeRows`, one
-write per field per call, vectorised over environments) and handed to the writer in
-chunks of about ``chunk_length`` rows (:class:`~rlreplay.writers.chunk_writer.ChunkWriter`,
-which keeps them across writer timeouts): a row is appended once every stored field of
-it is known (an n-step return needs ``n`` rewards). What one call completes for all
-environments goes over joined (:class:`~rlreplay.writers.chunk_writer.ChunkBatch`).
-Items never span two episodes.
+write per field per call, vectorised over environments) and completed in pieces of about
+``chunk_length`` rows: a row is complete once every stored field of it is known (an
+n-step return needs ``n`` rewards). Completed pieces are staged and handed to the writer
+in bulk every ``hand_over_every`` calls (:mod:`rlreplay.writers.hand_over`; joined by
+:class:`~rlreplay.writers.chunk_writer.ChunkBatch`, kept across writer timeouts by
+:class:`~rlreplay.writers.chunk_writer.ChunkWriter`). Items never span two episodes.
 
 Chunks of different environments interleave in the store and an item must be
 contiguous there, so a chunk that does not continue its environment's previous one is
@@ -49,8 +49,9 @@ from rlreplay.writers.adder_writer import (
     writer_store,
 )
 from rlreplay.writers.autoreset import final_obs_source, mode_name
-from rlreplay.writers.chunk_writer import ChunkBatch, ChunkWriter, check_priority
+from rlreplay.writers.chunk_writer import check_priority
 from rlreplay.writers.episode_rows import EpisodeRows
+from rlreplay.writers.hand_over import HandOver, check_every
 from rlreplay.writers.sequence_items import SequenceItems
 from rlreplay.writers.step_inputs import StepInputs
 
@@ -78,6 +79,11 @@ class StreamAdder:
         timeout: seconds each writer call may wait for rate limiters and queues. A call
             that times out keeps its step: what the writer could not take yet is handed
             over first by the next call (see :class:`ChunkWriter`); do not repeat it.
+        hand_over_every: adder calls completed rows are staged for before they go to
+            the writer in one go (default 16 with a batch axis, 1 without): items reach
+            their tables at most ``hand_over_every - 1`` calls after their rows are
+            complete, and at every ``flush``, ``end_episode``, ``reset`` and ``close``
+            (see :mod:`rlreplay.writers.hand_over`).
         sequence_tables: more tables (or names) to fill with sequence items over the same
             rows, each with its :class:`SequenceItems` rule (e.g. a FIFO queue of
             sequences next to a prioritized table of n-step transitions).
@@ -102,6 +108,7 @@ class StreamAdder:
         chunk_length: int | None = None,
         timeout: float | None = None,
         sequence_tables: Mapping[Table | str, SequenceItems] | None = None,
+        hand_over_every: int | None = None,
     ):
         # Each adder keeps its own copy of a rule: a rule holds per-environment positions.
         self._sequences = [(t, copy.copy(r)) for t, r in (sequence_tables or {}).items()]
@@ -126,6 +133,7 @@ class StreamAdder:
             )
         check_priority(priority)
         timeout = check_timeout(timeout)
+        every = check_every(hand_over_every, num_envs is not None)
         self.batched = num_envs is not None
         self.num_envs = num_envs or 1
         self.mode = mode_name(autoreset_mode)
@@ -140,7 +148,10 @@ class StreamAdder:
             self.batched,
             bool(getattr(self, "stacked_obs", False)),
         )
-        writer = adder_writer(writer, self.capacity)
+        # A writer the adder creates keeps the rows of what it stages, when the store
+        # is large enough (so that the staged pieces go over as one chunk).
+        staged = self.capacity + every * self.num_envs + self.capacity
+        writer = adder_writer(writer, self.capacity, staged)
         self.writer = writer
         if tables is None:
             seq = [t for t, _ in self._sequences]
@@ -162,11 +173,18 @@ class StreamAdder:
         self._serial = np.zeros(n, dtype=np.int64)  # episodes started per environment
         self._rows = EpisodeRows(self._inputs.signature, self._inputs.paths, n, self.capacity)
         self._last_stream: tuple[int, int] | None = None  # stream of the last chunk
-        self._chunks = ChunkWriter(writer, priority, timeout)
         history = getattr(writer, "history", None)
         reach = max(self.capacity, history) if isinstance(history, int) else self.capacity
-        self._batch = ChunkBatch(reach, chunk_length, writer.tables)  # this call's chunks
-        self._drops: list[tuple[int, int]] = []  # (env, first row kept; -1: all) after it
+        self._out = HandOver(
+            writer,
+            priority,
+            timeout,
+            reach=reach,
+            chunk_length=chunk_length,
+            every=every,
+            rows_per_call=self.num_envs,
+        )
+        self._chunks = self._out.chunks
         self.copied_rows = 0
         self.appended_rows = 0
         self.episodes = 0
@@ -181,6 +199,12 @@ class StreamAdder:
         """Chunks of rows and items kept after a writer timeout, handed over first by
         the next call (0 when the writer has taken everything)."""
         return len(self._chunks.pending)
+
+    @property
+    def staged_rows(self) -> int:
+        """Completed rows staged for the writer (handed over within ``hand_over_every``
+        calls, or by :meth:`flush`)."""
+        return self._out.staged_rows
 
     # --------------------------------------------------------------- episodes
     def reset(self, obs: Any, env_ids: Any = None) -> None:
@@ -206,8 +230,9 @@ class StreamAdder:
         open_ = idx[self._active[idx]]
         if len(open_):
             self._finish(open_, np.zeros(len(open_), dtype=bool))
-            self._hand_over()
+            self._out.release(self._rows)
         self._start(idx, first)
+        self._out.end_call(force=True)
         self._chunks.raise_failure()
 
     def _start(self, idx: np.ndarray, obs: dict[str, np.ndarray]) -> None:
@@ -293,7 +318,7 @@ class StreamAdder:
             if len(ended):
                 self._finish(ended, term[ended])
         self._flush_ready()
-        self._hand_over()  # one chunk (as the writer's history allows) for every env
+        self._out.release(self._rows)
         restart = _NO_ENVS
         if resetting is not None and resetting.any():
             restart = np.flatnonzero(resetting)
@@ -305,7 +330,8 @@ class StreamAdder:
             self._start(restart, {p: a[restart] for p, a in obs.items()})
             if self.pad >= self.chunk_length:  # new episodes' padding rows fill a chunk
                 self._flush_ready()
-                self._hand_over()
+                self._out.release(self._rows)
+        self._out.end_call(force=False)
         self._chunks.raise_failure()
 
     def _flush_ready(self) -> None:
@@ -321,19 +347,6 @@ class StreamAdder:
         if full.any():
             for i in np.flatnonzero(full).tolist():
                 self._flush_env(i, ended=False, terminated=False)
-
-    def _hand_over(self) -> None:
-        """Hand the call's chunks to the writer, then drop the rows they no longer need
-        from the buffers (their pieces view them until then)."""
-        try:
-            self._chunks.submit_batch(self._batch)
-        finally:
-            for i, row in self._drops:
-                if row < 0:
-                    self._rows.clear(i)
-                else:
-                    self._rows.keep_from(i, row)
-            self._drops.clear()
 
     def end_episode(self, terminated: bool = False, env_ids: Any = None) -> None:
         """End open episodes now (e.g. a time limit the environment does not report).
@@ -356,14 +369,15 @@ class StreamAdder:
         idx = idx[self._active[idx]]
         if len(idx):
             self._finish(idx, np.full(len(idx), bool(terminated)))
-            self._hand_over()
+            self._out.release(self._rows)
+        self._out.end_call(force=True)
         self._chunks.raise_failure()
 
     def _finish(self, idx: np.ndarray, terminated: np.ndarray) -> None:
         for i, term in zip(idx.tolist(), terminated.tolist()):
             self._flush_env(i, ended=True, terminated=bool(term))
             self._active[i] = False
-            self._drops.append((i, -1))
+            self._out.drops.append((i, -1))
             self.episodes += 1
 
     # -------------------------------------------------------------- appending
@@ -402,9 +416,9 @@ class StreamAdder:
             if len(starts):
                 jobs.append((table, span, starts - hi, lengths))
         if rows is not None or jobs:
-            self._batch.add(rows, switch, jobs)
+            self._out.stage(rows, switch, jobs)
         if not ended:
-            self._drops.append((i, max(0, hi - (self.span - 1))))
+            self._out.drops.append((i, max(0, hi - (self.span - 1))))
 
     def flush(self, timeout: float | None = None) -> None:
         """Append every complete buffered row and create the items it allows, then flush
@@ -419,7 +433,8 @@ class StreamAdder:
         self._chunks.drain(self.timeout if timeout is None else timeout)
         for i in np.flatnonzero(self._active):
             self._flush_env(int(i), ended=False, terminated=False)
-        self._hand_over()
+        self._out.release(self._rows)
+        self._out.end_call(force=True)
         self._chunks.raise_failure()
         self.writer.flush(self.timeout if timeout is None else timeout)
 

@@ -71,7 +71,7 @@ def make_tables(queue_size: int = 4096, stack: int = 1, n: int = 2) -> tuple[Tab
 def one_chunk_per_env(adder: NStepTransitionAdder) -> None:
     """Make ``adder`` hand each environment's rows over as a chunk of their own (the
     reference the joined chunks must match)."""
-    batch = adder._batch
+    batch = adder._out.batch
     add = batch.add
 
     def add_alone(*args):
@@ -93,6 +93,7 @@ def test_one_add_makes_one_append_and_one_create_items_per_table_for_all_envs():
         chunk_length=64,
         tables=[replay],
         sequence_tables={queue: SequenceItems(3, 2)},
+        hand_over_every=1,
     )
     adder.reset(obs)
     rng = np.random.default_rng(5)

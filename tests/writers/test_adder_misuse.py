@@ -364,11 +364,13 @@ def test_actions_that_do_not_fit_a_uint8_column_are_refused_at_add(action, accep
     step = (np.ones(2), np.ones((2, 3), np.float32), np.ones(2, bool), np.zeros(2, bool))
     if accepted:
         adder.add(action, *step)
+        adder.flush()
         assert sorted(items(table)["action"].tolist()) == sorted(action.astype(int).tolist())
         return
     with pytest.raises(SignatureError, match="action"):
         adder.add(action, *step)
     adder.add(np.array([7, 8]), *step)
+    adder.flush()
     assert sorted(items(table)["action"].tolist()) == [7, 8]
 
 
