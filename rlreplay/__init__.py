@@ -3,6 +3,7 @@
 The embedded default is an in-process :class:`Table`; see the README for the tour.
 """
 
+from rlreplay import checkpoint
 from rlreplay.core.layout import ItemLayout, Window
 from rlreplay.core.rate_limiters import MinSize, Queue, RateLimiter, SampleToInsertRatio, Stack
 from rlreplay.core.sample import Sample, SampleInfo
@@ -12,6 +13,11 @@ from rlreplay.core.storage import StepStore
 from rlreplay.core.table import Table, TableInfo
 from rlreplay.errors import (
     AddressInUseError,
+    CheckpointCorruptError,
+    CheckpointError,
+    CheckpointMismatchError,
+    CheckpointNotFoundError,
+    CheckpointVersionError,
     ClosedError,
     ComponentFailedError,
     DatasetError,
@@ -60,6 +66,11 @@ def __getattr__(name: str):
 
 __all__ = [
     "AddressInUseError",
+    "CheckpointCorruptError",
+    "CheckpointError",
+    "CheckpointMismatchError",
+    "CheckpointNotFoundError",
+    "CheckpointVersionError",
     "Client",
     "ClosedError",
     "ComponentFailedError",
@@ -111,5 +122,6 @@ __all__ = [
     "Uniform",
     "Window",
     "__version__",
+    "checkpoint",
     "learn_while_can_sample",
 ]

@@ -100,6 +100,33 @@ def _summary(value: object) -> str | None:
     return f"{type(value).__name__} of shape {shape}, {dtype}"
 
 
+class CheckpointError(ReplayError):
+    """A checkpoint could not be written or restored; the message says why and what to do.
+
+    Restoring never changes a table when it raises one of these.
+    """
+
+
+class CheckpointNotFoundError(CheckpointError):
+    """No complete, valid checkpoint is where restore looked (the message lists what was
+    skipped and why)."""
+
+
+class CheckpointCorruptError(CheckpointError):
+    """A checkpoint is incomplete or damaged: a file is missing, has another size or fails
+    its checksum, or the manifest cannot be read."""
+
+
+class CheckpointVersionError(CheckpointError):
+    """A checkpoint was written in a format version this rlreplay does not read."""
+
+
+class CheckpointMismatchError(CheckpointError):
+    """A checkpoint's table definitions differ from the ones given to restore (signature,
+    capacity, layout, selectors, limiter, sizes); pass ``adapt=True`` where the message
+    says a difference can be adapted."""
+
+
 class ProtocolError(ReplayError):
     """A network message was malformed or spoke another protocol version."""
 

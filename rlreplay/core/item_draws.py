@@ -60,6 +60,11 @@ class DrawPlan:
         self._gather_plan = self._plan_gather()
         self._batch_buffers = BatchBuffers()
 
+    def replan(self) -> None:
+        """Take the store's columns afresh (lock held): a checkpoint restore replaced
+        them (with memory-mapped files, say)."""
+        self._gather_plan = self._plan_gather()
+
     def draw(self, n: int) -> Sample:
         """Sample ``n`` items (the table has checked that it may); items that reach
         ``max_times_sampled`` are removed from the index."""

@@ -411,6 +411,66 @@ class ItemIndex:
         self.size = 0
         self.max_priority = 1.0
 
+    # ------------------------------------------------------------ checkpoints
+    def state(self) -> dict[str, Any]:
+        """A snapshot (copies, lock held) of every slot's item state, the size, the
+        counters, the generation origin and both selectors' states, for checkpoints;
+        :meth:`load_state` puts it back."""
+        out: dict[str, Any] = {
+            "priority": self.priority.copy(),
+            "generation": self.generation.copy(),
+            "times_sampled": self.times_sampled.copy(),
+            "live": self.live.copy(),
+            "size": self.size,
+            "max_priority": self.max_priority,
+            "origin": self.origin,
+            "counts": dict(self.counts),
+            "sampler": self.sampler.state(),
+            "remover": self.remover.state(),
+        }
+        if self.extent is not None:
+            out["extent"] = self.extent.copy()
+        return out
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Put back what :meth:`state` returned, for an index of the same capacity and
+        extents (lock held).
+
+        Raises:
+            InvalidArgumentError: if an array does not fit this index, or the live flags
+                disagree with the size; nothing changes then (the selectors check their
+                own states).
+        """
+        cap = self.capacity
+        names = ["priority", "generation", "times_sampled", "live"]
+        names += ["extent"] if self.extent is not None else []
+        for name in names:
+            arr = state.get(name)
+            if not isinstance(arr, np.ndarray) or arr.shape != (cap,):
+                raise InvalidArgumentError(
+                    f"item state {name!r} is {describe(arr)}; this index needs an array of "
+                    f"{cap} entries (one per slot)"
+                )
+        size = int(state["size"])
+        if int(np.count_nonzero(state["live"])) != size or not 0 <= state["origin"] < GENERATIONS:
+            raise InvalidArgumentError(
+                f"item state holds {int(np.count_nonzero(state['live']))} live slots but "
+                f"size={size}, or origin={state['origin']} is out of range: it is not an "
+                "index's state"
+            )
+        self.priority[:] = state["priority"]
+        self.generation[:] = state["generation"]
+        self.times_sampled[:] = state["times_sampled"]
+        self.live[:] = state["live"]
+        if self.extent is not None:
+            self.extent[:] = state["extent"]
+        self.size = size
+        self.max_priority = float(state["max_priority"])
+        self.origin = int(state["origin"])
+        self.counts.update({name: int(state["counts"].get(name, 0)) for name in COUNTERS})
+        self.sampler.load_state(state["sampler"])
+        self.remover.load_state(state["remover"])
+
     def nbytes(self) -> int:
         """Bytes of item bookkeeping (per-slot state, sampler and remover indexes)."""
         own = self.slot_state.nbytes + self.live.nbytes

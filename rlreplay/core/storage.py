@@ -115,6 +115,10 @@ class StepStore:
         # one-row insert read it with the lock held).
         self.compiled_writes = False
         self.overwrite = OverwriteProtocol(self)
+        # Core-internal: a checkpoint streaming the columns in the background sets this to
+        # an object whose ``before_write(first_id, n)`` and ``before_reset()`` copy aside
+        # the rows a write or reset is about to change, before it changes them (lock held).
+        self.guard: Any = None
         self.choose_row_writer([])
 
     # ----------------------------------------------------------------- queries
@@ -157,6 +161,46 @@ class StepStore:
     def read_range(self, first: int, n: int) -> dict[str, np.ndarray]:
         """Copy of the ``n`` steps from id ``first`` on (stored; lock held)."""
         return self.read_rows((first + np.arange(n)) % self.capacity)
+
+    # ------------------------------------------------------------- checkpoints
+    def state(self) -> dict[str, Any]:
+        """The store's bookkeeping for checkpoints (lock held): the next step id and the
+        steps relocated so far. The columns are not part of it: a checkpoint streams them
+        itself (see :mod:`rlreplay.checkpoint`)."""
+        return {"next_id": self.next_id, "relocated_steps": self.overwrite.relocated_steps}
+
+    def load_state(
+        self, state: Mapping[str, Any], columns: Mapping[str, np.ndarray] | None = None
+    ) -> None:
+        """Put back what :meth:`state` returned; ``columns`` (one array of
+        ``(capacity, *shape)`` per field, e.g. memory-mapped files) replace the store's
+        own arrays when given. Writers' retained steps are released: they belonged to
+        the steps this replaces.
+
+        Raises:
+            InvalidArgumentError: if ``next_id`` is negative or a column does not match
+                its field's shape and dtype; nothing changes then.
+        """
+        next_id = state["next_id"]
+        if not isinstance(next_id, (int, np.integer)) or next_id < 0:
+            raise InvalidArgumentError(f"next_id={describe(next_id)} must be an int >= 0")
+        if columns is not None:
+            for path, spec in self.signature.fields.items():
+                col = columns.get(path)
+                want = (self.capacity, *spec.shape)
+                if col is None or col.shape != want or col.dtype != spec.dtype:
+                    raise InvalidArgumentError(
+                        f"column {path!r} is {describe(col)}; it must be an array of shape "
+                        f"{want} and dtype {spec.dtype}"
+                    )
+            self.columns = {path: columns[path] for path in self.signature.fields}
+            self._column_tuple = tuple(self.columns.values())
+        with self.mutex:
+            for retention in self.overwrite.retentions():
+                retention.release()
+            self.next_id = int(next_id)
+            self.overwrite.relocated_steps = int(state.get("relocated_steps", 0))
+            self.lock.notify_all()
 
     # ---------------------------------------------------------------- mutation
     def attach(self, table: Table) -> weakref.ref:
@@ -259,6 +303,8 @@ class StepStore:
         if n is None:
             n = len(next(iter(arrays.values())))
         first = self.next_id
+        if self.guard is not None:
+            self.guard.before_write(first, n)
         start = first % self.capacity
         end = start + n
         # A float beyond a float column's range is stored as +-inf (the casting rule in
@@ -283,6 +329,8 @@ class StepStore:
         ``overwrite.sole``); returns the step's id, or ``None`` with nothing written when
         the step needs validation."""
         first = self.next_id
+        if self.guard is not None:
+            self.guard.before_write(first, 1)
         row = first % self.capacity
         if not _kernel.put_row(np.ndarray, self._column_tuple, self._path_tuple, row, step):
             return None
@@ -294,6 +342,8 @@ class StepStore:
         nothing written when they wrap or need validation."""
         first = self.next_id
         start = first % self.capacity
+        if start + n <= self.capacity and self.guard is not None:
+            self.guard.before_write(first, n)
         if start + n > self.capacity or not _kernel.put_rows(
             np.ndarray, self._column_tuple, self._path_tuple, start, n, steps
         ):
@@ -305,6 +355,8 @@ class StepStore:
         """Forget every step (the arrays keep their memory); attached tables are reset and
         writers' retained steps released."""
         with self.mutex:
+            if self.guard is not None:
+                self.guard.before_reset()
             for table in self.overwrite.tables():
                 table.reset_locked()
             for retention in self.overwrite.retentions():

@@ -102,10 +102,20 @@ class Selector:
         raise NotImplementedError
 
     def state(self) -> dict[str, Any]:
-        """Arrays and scalars that describe the index, for checkpoints."""
+        """A snapshot (copies) of the index as arrays and scalars, for checkpoints:
+        :meth:`load_state` on a selector bound to the same capacity restores it exactly
+        (the same picks for the same random draws)."""
         raise NotImplementedError
 
     def load_state(self, state: dict[str, Any]) -> None:
+        """Put back what :meth:`state` returned (the selector is bound to the same
+        capacity)."""
+        raise NotImplementedError
+
+    def rebuild_order(self) -> np.ndarray:
+        """The held slots in an order that rebuilds an equivalent index when inserted one
+        after another into an empty selector (with their priorities): how a checkpoint
+        moves items to other slots (a store of another capacity)."""
         raise NotImplementedError
 
     def config(self) -> dict[str, Any]:

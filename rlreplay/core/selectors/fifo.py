@@ -216,7 +216,18 @@ class _InsertionOrder(OrderedSelector):
         return out
 
     def state(self) -> dict[str, Any]:
-        return {"order": self._oldest_first()}
+        """The links as they are (copies: O(capacity) memory copies, no walk)."""
+        return {
+            "prev": self.prev.copy(),
+            "next": self.next.copy(),
+            "head": self.head,
+            "tail": self.tail,
+            "size": self.size,
+        }
+
+    def rebuild_order(self) -> np.ndarray:
+        """Oldest first (a walk along the links)."""
+        return self._oldest_first()
 
     def _oldest_first(self) -> np.ndarray:
         out = np.empty(self.size, dtype=np.int64)
@@ -227,8 +238,13 @@ class _InsertionOrder(OrderedSelector):
         return out
 
     def load_state(self, state: dict[str, Any]) -> None:
-        self.clear()
-        self.insert(np.asarray(state["order"], dtype=np.int64), np.empty(0))
+        """Raises ValueError if the links do not fit the bound capacity."""
+        if state["prev"].shape != self.prev.shape or state["next"].shape != self.next.shape:
+            raise ValueError(f"links of shape {state['prev'].shape} for {self.prev.shape}")
+        self.prev[:] = state["prev"]
+        self.next[:] = state["next"]
+        self.head, self.tail = int(state["head"]), int(state["tail"])
+        self.size = int(state["size"])
 
     def nbytes(self) -> int:
         return self.prev.nbytes + self.next.nbytes

@@ -138,9 +138,23 @@ class _Heap(OrderedSelector):
         return np.concatenate([below, ties])
 
     def state(self) -> dict[str, Any]:
-        return {"key": self.key, "seq": self.seq, "counter": self.counter, "size": self.size}
+        """Keys and stamps per slot (copies); the tree follows from them."""
+        return {
+            "key": self.key.copy(),
+            "seq": self.seq.copy(),
+            "counter": self.counter,
+            "size": self.size,
+        }
+
+    def rebuild_order(self) -> np.ndarray:
+        """Held slots by stamp: re-inserted in this order they keep their tie order."""
+        held = np.flatnonzero(self.seq != _NO_SEQ)
+        return held[np.argsort(self.seq[held], kind="stable")]
 
     def load_state(self, state: dict[str, Any]) -> None:
+        """Raises ValueError if the arrays do not fit the bound capacity."""
+        if state["key"].shape != self.key.shape or state["seq"].shape != self.seq.shape:
+            raise ValueError(f"heap state of shape {state['key'].shape} for {self.key.shape}")
         self.key[:] = state["key"]
         self.seq[:] = state["seq"]
         self.counter = int(state["counter"])

@@ -140,15 +140,35 @@ class Prioritized(Selector):
         return self.sums.levels[0][slots] / self.sums.root
 
     def state(self) -> dict[str, Any]:
-        return {"weights": self.sums.leaves.copy(), "held": self.held.copy()}
+        """Every node of both trees (copies, level after level), so that a restored
+        tree has the very sums this one has (a tree rebuilt from its leaves may round
+        its sums differently), and the held flags."""
+        return {
+            "sums": np.concatenate(self.sums.levels),
+            "mins": np.concatenate(self.mins.levels[1:]),
+            "held": self.held.copy(),
+        }
+
+    def rebuild_order(self) -> np.ndarray:
+        return np.flatnonzero(self.held)
 
     def load_state(self, state: dict[str, Any]) -> None:
-        w = np.asarray(state["weights"], dtype=np.float64)
-        self.sums.leaves[:] = w
-        self.sums.rebuild()
-        self.mins.rebuild()
+        """Raises ValueError if the trees do not fit the bound capacity."""
+        sums, mins = state["sums"], state["mins"]
+        sum_levels, min_levels = self.sums.levels, self.mins.levels[1:]
+        if (
+            sums.shape != (sum(len(v) for v in sum_levels),)
+            or mins.shape != (sum(len(v) for v in min_levels),)
+            or state["held"].shape != self.held.shape
+        ):
+            raise ValueError(f"trees of {sums.shape} and {mins.shape} nodes for another size")
+        for levels, flat in ((sum_levels, sums), (min_levels, mins)):
+            at = 0
+            for level in levels:
+                level[:] = flat[at : at + len(level)]
+                at += len(level)
         self.held[:] = state["held"]
-        self.size = int(self.held.sum())
+        self.size = int(np.count_nonzero(self.held))
 
     def config(self) -> dict[str, Any]:
         return {"type": "Prioritized", "priority_exponent": self.priority_exponent}

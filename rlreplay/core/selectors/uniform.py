@@ -96,7 +96,11 @@ class Uniform(Selector):
         return self.dense[: self.size].copy()
 
     def state(self) -> dict[str, Any]:
-        return {"dense": self.dense[: self.size].copy(), "where": self.where}
+        """The held slots in draw order (``where`` follows from them)."""
+        return {"dense": self.dense[: self.size].copy()}
+
+    def rebuild_order(self) -> np.ndarray:
+        return self.dense[: self.size].astype(np.int64)
 
     def load_state(self, state: dict[str, Any]) -> None:
         dense = np.asarray(state["dense"], dtype=np.int32)

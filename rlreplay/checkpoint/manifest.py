@@ -1,0 +1,240 @@
+"""The checkpoint format: file names, the manifest, array files and their checksums.
+
+A checkpoint is a directory holding one ``.npy`` file per array (each step column of each
+store, and each per-slot array of each table's parts) plus ``manifest.json``. The
+manifest says what was written and how to check it:
+
+* ``format`` (``"rlreplay-checkpoint"``) and ``format_version`` (:data:`FORMAT_VERSION`);
+* ``created_at`` (UTC, ISO 8601), ``created_unix`` and ``rlreplay_version``;
+* ``stores``: per store its ``signature``, ``capacity``, ``lanes``, ``state`` (next step
+  id, relocated steps) and ``columns`` (field path to file name);
+* ``tables``: per table its ``name``, ``store`` (index into ``stores``), ``definition``
+  (layout, selectors, limiter, sizes) and ``state``: the parts' states as JSON, where
+  each array is ``{"file": name}``;
+* ``files``: per file its ``bytes``, ``crc32`` (zlib's, of the whole file), ``dtype``
+  and ``shape``;
+* ``writers``: the note on writers open during the checkpoint (see the package docs).
+
+Nothing is pickled: arrays are plain ``.npy`` files (loaded with ``allow_pickle=False``,
+memory-mappable), everything else is JSON (Python's ``json``, which writes the limiter's
+infinite bounds as ``Infinity``).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import zlib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlreplay.errors import CheckpointCorruptError, CheckpointVersionError
+
+FORMAT = "rlreplay-checkpoint"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+CHUNK_BYTES = 8 << 20  # streamed reads, writes and checksums go this many bytes at a time
+
+
+def npy_header(shape: tuple[int, ...], dtype: np.dtype) -> bytes:
+    """The ``.npy`` header (format 1.0, or 2.0 when that is too long) of a C-ordered
+    array of ``shape`` and ``dtype``."""
+    header = {
+        "descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+        "fortran_order": False,
+        "shape": tuple(int(s) for s in shape),
+    }
+    buf = io.BytesIO()
+    try:
+        np.lib.format.write_array_header_1_0(buf, header)
+    except ValueError:
+        buf = io.BytesIO()
+        np.lib.format.write_array_header_2_0(buf, header)
+    return buf.getvalue()
+
+
+def write_small_array(path: Path, arr: np.ndarray) -> dict[str, Any]:
+    """Write ``arr`` as ``.npy``, fsync it; returns its manifest entry."""
+    arr = np.ascontiguousarray(arr)
+    header = npy_header(arr.shape, arr.dtype)
+    data = memoryview(arr.reshape(-1).view(np.uint8)) if arr.size else memoryview(b"")
+    with open(path, "wb") as f:
+        f.write(header)
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    crc = zlib.crc32(data, zlib.crc32(header))
+    return entry(len(header) + len(data), crc, arr.dtype, arr.shape)
+
+
+def entry(nbytes: int, crc: int, dtype: np.dtype, shape: tuple[int, ...]) -> dict[str, Any]:
+    """A ``files`` entry of the manifest."""
+    return {
+        "bytes": int(nbytes),
+        "crc32": int(crc),
+        "dtype": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+        "shape": [int(s) for s in shape],
+    }
+
+
+def file_crc(path: Path, progress: Callable[[int], None] | None = None) -> tuple[int, int]:
+    """``(bytes, crc32)`` of a whole file, read in chunks."""
+    crc, total = 0, 0
+    with open(path, "rb", buffering=0) as f:
+        buf = bytearray(CHUNK_BYTES)
+        view = memoryview(buf)
+        while True:
+            got = f.readinto(buf)
+            if not got:
+                return total, crc
+            crc = zlib.crc32(view[:got], crc)
+            total += got
+            if progress is not None:
+                progress(got)
+
+
+# ------------------------------------------------------------------ state <-> JSON
+def flatten_state(state: Mapping[str, Any], prefix: str, arrays: dict[str, np.ndarray]) -> dict:
+    """``state`` as JSON: each array is moved to ``arrays`` under a file name made from
+    ``prefix`` and its key path and replaced by ``{"file": name}``; numpy scalars become
+    Python numbers."""
+    out: dict[str, Any] = {}
+    for key, value in state.items():
+        name = f"{prefix}.{key}"
+        if isinstance(value, np.ndarray):
+            arrays[name + ".npy"] = value
+            out[key] = {"file": name + ".npy"}
+        elif isinstance(value, Mapping):
+            out[key] = flatten_state(value, name, arrays)
+        else:
+            out[key] = value.item() if isinstance(value, np.generic) else value
+    return out
+
+
+def unflatten_state(data: Mapping[str, Any], load: Callable[[str], np.ndarray]) -> dict:
+    """Inverse of :func:`flatten_state`: ``{"file": name}`` becomes ``load(name)``."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, Mapping) and set(value) == {"file"}:
+            out[key] = load(value["file"])
+        elif isinstance(value, Mapping):
+            out[key] = unflatten_state(value, load)
+        else:
+            out[key] = value
+    return out
+
+
+# ------------------------------------------------------------------ reading and checks
+def write_manifest(directory: Path, manifest: Mapping[str, Any]) -> None:
+    """Write ``manifest.json`` into ``directory`` and fsync it."""
+    path = directory / MANIFEST
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=1, sort_keys=False)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_manifest(directory: Path) -> dict[str, Any]:
+    """The manifest of the checkpoint in ``directory``, its format checked.
+
+    Raises:
+        CheckpointCorruptError: if it is missing or not a checkpoint manifest.
+        CheckpointVersionError: if it was written in another format version.
+    """
+    path = directory / MANIFEST
+    try:
+        with open(path, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except FileNotFoundError:
+        raise CheckpointCorruptError(
+            f"{directory} holds no {MANIFEST}: it is not a complete checkpoint (a save that "
+            "never finished); restore from another checkpoint"
+        ) from None
+    except (OSError, ValueError) as exc:
+        raise CheckpointCorruptError(
+            f"{path} cannot be read as JSON ({exc}); the checkpoint is damaged: restore from "
+            "another checkpoint"
+        ) from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise CheckpointCorruptError(
+            f"{path} is not an rlreplay checkpoint manifest (format "
+            f"{describe_field(manifest, 'format')}); point restore at a checkpoint directory "
+            "or the directory holding them"
+        )
+    version = manifest.get("format_version")
+    if version != FORMAT_VERSION:
+        raise CheckpointVersionError(
+            f"{directory} is in checkpoint format version {version!r}, but this rlreplay "
+            f"reads version {FORMAT_VERSION}; restore it with the rlreplay version that wrote "
+            f"it ({manifest.get('rlreplay_version')!r}) and export its data, or take a new "
+            "checkpoint"
+        )
+    for key in ("stores", "tables", "files"):
+        if not isinstance(manifest.get(key), (list, dict)):
+            raise CheckpointCorruptError(f"{path} has no valid {key!r} entry; it is damaged")
+    return manifest
+
+
+def describe_field(manifest: Any, key: str) -> str:
+    return repr(manifest.get(key)) if isinstance(manifest, dict) else "missing"
+
+
+def check_files(
+    directory: Path,
+    manifest: Mapping[str, Any],
+    skip_crc: set[str] = frozenset(),
+    progress: Callable[[int], None] | None = None,
+) -> None:
+    """Check that every file the manifest lists is there with its size and checksum
+    (files in ``skip_crc`` by size only).
+
+    Raises:
+        CheckpointCorruptError: naming the first file that is missing or differs.
+    """
+    for name, info in manifest["files"].items():
+        path = directory / name
+        try:
+            size = path.stat().st_size
+        except OSError:
+            raise CheckpointCorruptError(
+                f"{path} is missing; the checkpoint {directory} is incomplete: restore from "
+                "another checkpoint"
+            ) from None
+        if size != info["bytes"]:
+            raise CheckpointCorruptError(
+                f"{path} holds {size} bytes, the manifest says {info['bytes']}; the "
+                f"checkpoint {directory} is damaged: restore from another checkpoint"
+            )
+        if name in skip_crc:
+            continue
+        _, crc = file_crc(path, progress)
+        if crc != info["crc32"]:
+            raise CheckpointCorruptError(
+                f"{path} fails its checksum (crc32 {crc:#010x}, the manifest says "
+                f"{info['crc32']:#010x}); the checkpoint {directory} is damaged: restore from "
+                "another checkpoint"
+            )
+
+
+def load_array(directory: Path, name: str, info: Mapping[str, Any], mmap: bool) -> np.ndarray:
+    """The array in file ``name``, checked against its manifest entry; memory-mapped
+    copy-on-write when ``mmap`` (writes change memory, never the file).
+
+    Raises:
+        CheckpointCorruptError: if the file's array differs from its entry.
+    """
+    path = directory / name
+    try:
+        arr = np.load(path, mmap_mode="c" if mmap else None, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise CheckpointCorruptError(f"{path} is not a readable .npy file ({exc})") from None
+    if list(arr.shape) != info["shape"] or np.lib.format.dtype_to_descr(arr.dtype) != info["dtype"]:
+        raise CheckpointCorruptError(
+            f"{path} holds {arr.dtype}{list(arr.shape)}, the manifest says "
+            f"{info['dtype']}{info['shape']}; the checkpoint is damaged"
+        )
+    return arr.view(np.ndarray) if mmap else arr

@@ -1,0 +1,383 @@
+"""Restoring tables from a checkpoint: choose it, check it, load it, build or fill tables.
+
+:func:`restore` takes a checkpoint directory, or a directory of checkpoints (it then
+takes the newest one that is complete and passes its checks, and skips the others with a
+warning). Without ``tables`` it builds the tables (and their shared stores) from the
+manifest; with ``tables`` it checks their definitions against the checkpoint's and loads
+the checkpoint into them. Everything is read and checked before any table changes, so a
+failed restore changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+import zlib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlreplay.checkpoint import adapt as adapting
+from rlreplay.checkpoint import retention
+from rlreplay.checkpoint.definitions import (
+    compare,
+    refuse,
+    store_definition,
+    table_definition,
+)
+from rlreplay.checkpoint.manifest import (
+    CHUNK_BYTES,
+    MANIFEST,
+    check_files,
+    load_array,
+    read_manifest,
+    unflatten_state,
+)
+from rlreplay.checkpoint.progress import Progress
+from rlreplay.checkpoint.snapshot import as_tables
+from rlreplay.core.layout import ItemLayout
+from rlreplay.core.rate_limiters import RateLimiter
+from rlreplay.core.selectors import selector_from_config
+from rlreplay.core.specs import Signature
+from rlreplay.core.storage import StepStore
+from rlreplay.core.table import Table
+from rlreplay.errors import (
+    CheckpointCorruptError,
+    CheckpointMismatchError,
+    CheckpointNotFoundError,
+    InvalidArgumentError,
+    describe,
+)
+
+
+def read_column(directory: Path, name: str, info: Mapping[str, Any], progress) -> np.ndarray:
+    """A column file read into memory, checksummed as it is read.
+
+    Raises:
+        CheckpointCorruptError: if the file differs from its manifest entry.
+    """
+    path = directory / name
+    with open(path, "rb", buffering=0) as f:
+        try:
+            version = np.lib.format.read_magic(f)
+            read_header = (
+                np.lib.format.read_array_header_1_0
+                if version == (1, 0)
+                else np.lib.format.read_array_header_2_0
+            )
+            shape, fortran, dtype = read_header(f)
+        except (OSError, ValueError) as exc:
+            raise CheckpointCorruptError(f"{path} is not a readable .npy file ({exc})") from None
+        if (
+            fortran
+            or list(shape) != info["shape"]
+            or np.lib.format.dtype_to_descr(dtype) != info["dtype"]
+        ):
+            raise CheckpointCorruptError(
+                f"{path} holds {dtype}{list(shape)}, the manifest says "
+                f"{info['dtype']}{info['shape']}; the checkpoint is damaged"
+            )
+        offset = f.tell()
+        f.seek(0)
+        crc = zlib.crc32(f.read(offset))
+        arr = np.empty(shape, dtype)
+        view = memoryview(arr.reshape(-1).view(np.uint8)) if arr.size else memoryview(b"")
+        at = 0
+        while at < len(view):
+            got = f.readinto(view[at : at + CHUNK_BYTES])
+            if not got:
+                break
+            crc = zlib.crc32(view[at : at + got], crc)
+            at += got
+            if progress is not None:
+                progress(got)
+    if at != len(view) or crc != info["crc32"]:
+        raise CheckpointCorruptError(
+            f"{path} fails its checksum or is short; the checkpoint {directory} is damaged: "
+            "restore from another checkpoint"
+        )
+    return arr
+
+
+class Loaded:
+    """A checkpoint read into memory (or mapped): manifest, states, columns."""
+
+    def __init__(self, directory: Path, manifest: dict, mmap: bool, verify: bool, progress):
+        self.directory = directory
+        self.manifest = manifest
+        files = manifest["files"]
+        column_files = {n for s in manifest["stores"] for n in s["columns"].values()}
+        # Small files first (every byte checked); columns as they are read.
+        check_files(directory, manifest, skip_crc=column_files)
+        total = sum(files[n]["bytes"] for n in column_files)
+        bar = Progress(progress, total if not mmap or verify else 0, "restore")
+        try:
+            if mmap and verify:
+                check_files(
+                    directory, {"files": {n: files[n] for n in column_files}}, progress=bar.update
+                )
+            self.columns: list[dict[str, np.ndarray]] = []
+            for s in manifest["stores"]:
+                cols = {}
+                for path, name in s["columns"].items():
+                    if mmap:
+                        cols[path] = load_array(directory, name, files[name], mmap=True)
+                    else:
+                        cols[path] = read_column(directory, name, files[name], bar.update)
+                self.columns.append(cols)
+        finally:
+            bar.close()
+
+        def load(name: str) -> np.ndarray:
+            if name not in files:
+                raise CheckpointCorruptError(f"{directory}: {name} is not in the manifest")
+            return load_array(directory, name, files[name], mmap=False)
+
+        self.states = [unflatten_state(t["state"], load) for t in manifest["tables"]]
+        extra = manifest.get("extra")
+        self.extra = None if extra is None else unflatten_state(extra, load)
+
+
+def _candidates(root: Path) -> list[Path]:
+    if (root / MANIFEST).exists():
+        return [root]
+    found = retention.published(root)
+    if not found:
+        raise CheckpointNotFoundError(
+            f"{root} holds no checkpoint (no {MANIFEST} and no ckpt-* directories); give the "
+            "directory a save wrote into, or one of its ckpt-* directories"
+        )
+    return found
+
+
+def load(root: Path, mmap: bool, verify: bool | None, progress: bool) -> Loaded:
+    """The newest valid checkpoint at ``root`` (itself, or the newest under it).
+
+    Raises:
+        CheckpointNotFoundError: if none under ``root`` is complete and valid.
+        CheckpointCorruptError: if ``root`` itself is a damaged checkpoint.
+        CheckpointVersionError: if the checkpoint chosen is of another format version.
+    """
+    full = (not mmap) if verify is None else bool(verify)
+    candidates = _candidates(root)
+    skipped = []
+    for directory in candidates:
+        try:
+            return Loaded(directory, read_manifest(directory), mmap, full, progress)
+        except CheckpointCorruptError as exc:
+            if len(candidates) == 1 and directory == root:
+                raise
+            warnings.warn(f"skipping checkpoint {directory.name}: {exc}", stacklevel=3)
+            skipped.append(f"{directory.name}: {exc}")
+    raise CheckpointNotFoundError(
+        f"no complete, valid checkpoint under {root}; skipped: " + " | ".join(skipped)
+    )
+
+
+def _check_path(path: Any) -> Path:
+    if not isinstance(path, (str, os.PathLike)):
+        raise InvalidArgumentError(f"path={describe(path)} must be a directory path")
+    root = Path(path)
+    if not root.is_dir():
+        raise CheckpointNotFoundError(
+            f"{root} is not a directory; give the directory a save wrote into"
+        )
+    return root
+
+
+# ------------------------------------------------------------------ building tables
+def _build(loaded: Loaded) -> dict[str, Table]:
+    """New stores and tables from the manifest, holding the checkpoint's state."""
+    manifest = loaded.manifest
+    stores = []
+    for s, cols in zip(manifest["stores"], loaded.columns):
+        store = StepStore(Signature.from_json(s["signature"]), s["capacity"], s["lanes"])
+        store.load_state(s["state"], columns=cols)
+        stores.append(store)
+    out = {}
+    for t, state in zip(manifest["tables"], loaded.states):
+        d, store = t["definition"], stores[t["store"]]
+        table = Table(
+            t["name"],
+            store=store,
+            layout=ItemLayout.from_json(d["layout"], store.signature),
+            sampler=selector_from_config(d["sampler"]),
+            remover=selector_from_config(d["remover"]),
+            max_size=d["max_size"],
+            rate_limiter=RateLimiter(**d["rate_limiter"]),
+            max_times_sampled=d["max_times_sampled"],
+            default_priority=d["default_priority"],
+            on_overwrite=d["on_overwrite"],
+            warn_after=d.get("warn_after"),
+        )
+        _load_table(table, state)
+        out[table.name] = table
+    return out
+
+
+def _load_table(table: Table, state: dict[str, Any]) -> None:
+    """Put a table's saved state into it (its store's lock held or not yet shared)."""
+    table.index.load_state(state["index"])
+    table.rate_limiter.load_state(state["rate_limiter"])
+    table.rng.bit_generator.state = state["rng"]
+    table.draws.replan()
+
+
+# ------------------------------------------------------------------ into given tables
+def _plan_into(loaded: Loaded, given: list[Table], adapt: bool) -> list[tuple]:
+    """Check ``given`` against the checkpoint; returns per given store ``(store,
+    state, columns, [(table, table_state)])`` ready to swap in.
+
+    Raises:
+        CheckpointMismatchError: for tables missing from the checkpoint, another grouping
+            over stores, other tables on a store, or definitions that differ (beyond
+            what ``adapt`` allows).
+    """
+    manifest = loaded.manifest
+    by_name = {t["name"]: i for i, t in enumerate(manifest["tables"])}
+    missing = [t.name for t in given if t.name not in by_name]
+    if missing:
+        raise CheckpointMismatchError(
+            f"tables {missing} are not in the checkpoint {loaded.directory.name}, which holds "
+            f"{sorted(by_name)}; pass only tables it holds"
+        )
+    groups: dict[int, tuple[StepStore, list[Table]]] = {}
+    for t in given:
+        si = manifest["tables"][by_name[t.name]]["store"]
+        store, members = groups.setdefault(si, (t.store, []))
+        if store is not t.store:
+            raise CheckpointMismatchError(
+                f"table {t.name!r} shares a store with {members[0].name!r} in the checkpoint "
+                "but not in the tables given; build them over one store"
+            )
+        members.append(t)
+    if len({id(s) for s, _ in groups.values()}) != len(groups):
+        raise CheckpointMismatchError(
+            "tables given over one store were over different stores in the checkpoint; "
+            "build them as the checkpoint had them"
+        )
+    plans = []
+    for si, (store, members) in groups.items():
+        others = [t.name for t in store.overwrite.tables() if t not in members]
+        if others:
+            raise CheckpointMismatchError(
+                f"tables {others} use the store of {[t.name for t in members]} but are not "
+                "restored; pass them too (if the checkpoint holds them) or close them"
+            )
+        saved_store = manifest["stores"][si]
+        where = f"store of {members[0].name!r}"
+        diffs = compare(
+            where,
+            {k: saved_store[k] for k in ("signature", "capacity", "lanes")},
+            store_definition(store),
+        )
+        table_diffs = [
+            compare(t.name, manifest["tables"][by_name[t.name]]["definition"], table_definition(t))
+            for t in members
+        ]
+        refuse(diffs + [d for ds in table_diffs for d in ds], adapt, loaded.directory.name)
+        old, new = saved_store["capacity"], store.capacity
+        next_id = saved_store["state"]["next_id"]
+        columns = loaded.columns[si]
+        if old != new:
+            adapting.check_capacity(members[0].name, next_id, old, new)
+            columns = adapting.move_columns(columns, next_id, old, new)
+        swaps = []
+        for t, ds in zip(members, table_diffs):
+            i = by_name[t.name]
+            state = dict(loaded.states[i])
+            if ds or old != new:
+                state["index"] = adapting.adapt_index(
+                    t.name,
+                    state["index"],
+                    manifest["tables"][i]["definition"],
+                    table_definition(t),
+                    next_id,
+                    old,
+                    new,
+                )
+            swaps.append((t, state))
+        plans.append((store, saved_store["state"], columns, swaps))
+    return plans
+
+
+def _swap(plans: list[tuple]) -> None:
+    """Load the planned states into the given stores and tables, each store under its
+    lock (nothing here fails for a checked plan)."""
+    for store, state, columns, swaps in plans:
+        with store.mutex:
+            store.load_state(state, columns=columns)
+            for table, table_state in swaps:
+                _load_table(table, table_state)
+            store.lock.notify_all()
+
+
+def restore(
+    path: str | os.PathLike,
+    tables: Table | Sequence[Table] | Mapping[str, Table] | None = None,
+    *,
+    adapt: bool = False,
+    mmap: bool = False,
+    verify: bool | None = None,
+    progress: bool = False,
+) -> dict[str, Table]:
+    """Restore tables from the checkpoint at ``path``.
+
+    Args:
+        path: a checkpoint directory (``ckpt-*``), or the directory saves wrote into
+            (the newest complete, valid checkpoint there is taken; damaged or incomplete
+            ones are skipped with a warning).
+        tables: tables to load the checkpoint into, built with the definitions you want
+            (their stores shared as in the checkpoint); their definitions are checked
+            against the checkpoint's. ``None`` builds the tables from the checkpoint.
+        adapt: take differences that can be adapted (another capacity or max_size that
+            holds what was saved, another rate limiter or selector arguments).
+        mmap: serve the step columns straight from the checkpoint's files, mapped
+            copy-on-write (writes change memory only, never the files); the first sample
+            comes without reading the files first.
+        verify: check every file's checksum (default: yes, except the column files of an
+            ``mmap`` restore, whose sizes and headers are checked).
+        progress: show a progress bar (tqdm, when installed).
+
+    Returns:
+        The tables by name (the given objects when ``tables`` is given).
+
+    Raises:
+        CheckpointNotFoundError: if no complete, valid checkpoint is at ``path``.
+        CheckpointCorruptError: if the checkpoint directory given is damaged.
+        CheckpointVersionError: if it is of another format version.
+        CheckpointMismatchError: if the tables given do not match it.
+        InvalidArgumentError: for bad arguments. Nothing changes when any of these is
+            raised.
+    """
+    root = _check_path(path)
+    given = None if tables is None else as_tables(tables)
+    loaded = load(root, bool(mmap), verify, bool(progress))
+    if given is None:
+        return _build(loaded)
+    plans = _plan_into(loaded, given, bool(adapt))
+    _swap(plans)
+    return {t.name: t for t in given}
+
+
+def restore_with_extra(
+    path: str | os.PathLike,
+    tables: Table | Sequence[Table] | Mapping[str, Table],
+    *,
+    adapt: bool = False,
+    progress: bool = False,
+) -> tuple[Path, dict[str, Table], dict[str, Any] | None]:
+    """:func:`restore` into ``tables``, also returning the directory of the checkpoint
+    restored (the newest valid one when ``path`` holds several) and the ``extra`` state
+    saved with it (``None`` if none was).
+
+    Raises:
+        as :func:`restore`; nothing changes when it raises.
+    """
+    root = _check_path(path)
+    given = as_tables(tables)
+    loaded = load(root, False, None, bool(progress))
+    _swap(_plan_into(loaded, given, bool(adapt)))
+    return loaded.directory, {t.name: t for t in given}, loaded.extra

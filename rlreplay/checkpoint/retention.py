@@ -1,0 +1,109 @@
+"""Where checkpoints live in their directory, which is newest, and keeping the last K.
+
+A checkpoint directory (the ``path`` given to save) holds one subdirectory per published
+checkpoint, ``ckpt-<sequence>`` with an 8-digit sequence number that grows by one per
+save, and, while a save is under way, its temporary sibling
+``.tmp-ckpt-<sequence>-<pid>-<token>``. A save becomes visible by one atomic rename of
+its temporary directory, so a directory named ``ckpt-*`` was complete when it appeared;
+restore still checks its manifest and checksums, and skips (with a warning) any that
+fail. Pruning renames a checkpoint to ``.del-*`` before deleting it, so a half-deleted
+one is never taken for a checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+from rlreplay.errors import InvalidArgumentError, describe
+
+PREFIX = "ckpt-"
+_NAME = re.compile(r"^ckpt-(\d{8,})$")
+_TEMP = re.compile(r"^\.tmp-ckpt-\d+-(\d+)-[0-9a-f]+$")
+
+
+def check_keep(keep: object) -> int | None:
+    """Validate ``keep`` (an int >= 1, or ``None`` to keep every checkpoint).
+
+    Raises:
+        InvalidArgumentError: for anything else.
+    """
+    if keep is None:
+        return None
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+        raise InvalidArgumentError(
+            f"keep={describe(keep)} must be an int >= 1 (how many of the newest checkpoints "
+            "to keep) or None to keep them all"
+        )
+    return keep
+
+
+def name_of(sequence: int) -> str:
+    return f"{PREFIX}{sequence:08d}"
+
+
+def sequence_of(path: Path) -> int | None:
+    """The sequence number of a published checkpoint's directory, else ``None``."""
+    match = _NAME.match(path.name)
+    return int(match.group(1)) if match else None
+
+
+def published(root: Path) -> list[Path]:
+    """The published checkpoint directories under ``root``, newest first."""
+    if not root.is_dir():
+        return []
+    found = [(sequence_of(p), p) for p in root.iterdir() if p.is_dir()]
+    return [p for seq, p in sorted((f for f in found if f[0] is not None), reverse=True)]
+
+
+def next_sequence(root: Path) -> int:
+    """One more than the newest sequence number under ``root`` (temporary ones
+    included, so two saves in progress do not aim at one name)."""
+    top = 0
+    for p in root.iterdir():
+        seq = sequence_of(p)
+        if seq is None and p.name.startswith(".tmp-" + PREFIX):
+            digits = p.name[len(".tmp-" + PREFIX) :].split("-", 1)[0]
+            seq = int(digits) if digits.isdigit() else None
+        if seq is not None:
+            top = max(top, seq)
+    return top + 1
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def prune(root: Path, keep: int | None) -> list[Path]:
+    """Delete all but the ``keep`` newest published checkpoints, and temporary
+    directories left by saves whose process has died; returns what was deleted."""
+    doomed = published(root)[keep:] if keep is not None else []
+    for p in root.iterdir():
+        match = _TEMP.match(p.name)
+        if match and int(match.group(1)) != os.getpid() and not _alive(int(match.group(1))):
+            doomed.append(p)
+    for p in doomed:
+        trash = p.with_name(f".del-{p.name.lstrip('.')}-{os.getpid()}")
+        try:
+            os.rename(p, trash)
+        except OSError:
+            continue  # someone else is deleting it
+        shutil.rmtree(trash, ignore_errors=True)
+    return doomed
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a directory's entries (a new file, a rename) durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,278 @@
+"""Saving tables: capture, stream, publish atomically, keep the last K.
+
+:func:`save` runs in the calling thread; every other thread keeps using the tables
+meanwhile (the store's lock is held only to capture the per-item state and to copy each
+chunk of rows, see :mod:`~rlreplay.checkpoint.snapshot` and
+:mod:`~rlreplay.checkpoint.streaming`). :func:`start_save` runs it in a background
+thread and returns a :class:`PendingSave`.
+
+Publishing: everything is written into a temporary sibling directory, each file fsynced,
+the manifest last, the directory fsynced, then renamed to ``ckpt-<sequence>`` in one
+atomic step and the parent fsynced. A crash at any moment leaves either the complete
+checkpoint or a temporary directory that restore never looks at (and a later save
+deletes once its process is gone).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import secrets
+import shutil
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rlreplay.checkpoint import retention
+from rlreplay.checkpoint.manifest import (
+    FORMAT,
+    FORMAT_VERSION,
+    flatten_state,
+    write_manifest,
+    write_small_array,
+)
+from rlreplay.checkpoint.progress import Progress
+from rlreplay.checkpoint.snapshot import Snapshot, as_tables, capture
+from rlreplay.core.table import Table
+from rlreplay.errors import CheckpointError, InvalidArgumentError, describe
+
+# Saves in one process run one at a time (a store streams one checkpoint at a time).
+_SAVING = threading.Lock()
+
+WRITERS_NOTE = (
+    "Items the writers created and steps they appended before this checkpoint's moment "
+    "are saved; the writers themselves (steps retained for an episode in progress) are not: "
+    "after a restore, writers start new episodes."
+)
+
+
+def _check_path(path: Any) -> Path:
+    if not isinstance(path, (str, os.PathLike)):
+        raise InvalidArgumentError(
+            f"path={describe(path)} must be a directory path (str or os.PathLike); "
+            "checkpoints are written as subdirectories of it"
+        )
+    root = Path(path)
+    if root.exists() and not root.is_dir():
+        raise InvalidArgumentError(
+            f"path={str(root)!r} is a file; give a directory to hold the checkpoints"
+        )
+    return root
+
+
+class SaveStats:
+    """Figures of one save: bytes written, the longest lock holds, aside copies."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+        self.capture_held_s = 0.0
+        self.chunk_held_s = 0.0
+        self.aside_peak_bytes = 0
+        self.path: Path | None = None
+        # Set once the checkpoint's moment is taken (or the save failed before it).
+        self.captured = threading.Event()
+
+
+def save(
+    tables: Table | Sequence[Table] | Mapping[str, Table],
+    path: str | os.PathLike,
+    *,
+    keep: int | None = None,
+    progress: bool = False,
+    stats: SaveStats | None = None,
+    extra: Callable[[], Mapping[str, Any]] | None = None,
+) -> Path:
+    """Save ``tables`` (and the stores under them) as a new checkpoint under ``path``.
+
+    Tables over one store are saved as of one moment; tables over different stores each
+    as of their store's moment, one after another. Other threads keep inserting and
+    sampling meanwhile; what they do after the moment is not in this checkpoint.
+
+    Args:
+        tables: a table, or a list or dict of tables with distinct names.
+        path: directory of checkpoints (created if missing); the checkpoint is its new
+            subdirectory ``ckpt-<sequence>``.
+        keep: keep only this many newest checkpoints under ``path`` (``None``: all).
+        progress: show a progress bar (tqdm, when installed).
+        stats: filled with the save's figures when given.
+        extra: called right after the tables' state is taken, in the same thread; what
+            it returns (a dict of JSON values, numpy arrays and dicts of those) is saved
+            with the checkpoint (the manifest's ``extra``) and returned by
+            :func:`~rlreplay.checkpoint.restore.restore_with_extra`. A server saves its
+            writers' streams this way.
+
+    Returns:
+        The published checkpoint's directory.
+
+    Raises:
+        InvalidArgumentError: for bad ``tables``, ``path`` or ``keep`` (nothing written).
+        ClosedError: if a table is closed.
+        CheckpointError: if another save of the same store is under way.
+        OSError: if writing fails (the temporary directory is removed; nothing is
+            published).
+    """
+    items = as_tables(tables)
+    root = _check_path(path)
+    keep = retention.check_keep(keep)
+    stats = stats if stats is not None else SaveStats()
+    with _SAVING:
+        root.mkdir(parents=True, exist_ok=True)
+        seq = retention.next_sequence(root)
+        tmp = root / f".tmp-{retention.name_of(seq)}-{os.getpid()}-{secrets.token_hex(4)}"
+        tmp.mkdir()
+        try:
+            snap = capture(items, tmp)
+            try:
+                extra_state = None if extra is None else extra()
+                stats.captured.set()
+                manifest = _write(snap, tmp, progress, stats, extra_state)
+            finally:
+                snap.release()
+            write_manifest(tmp, manifest)
+            retention.fsync_dir(tmp)
+            final = _publish(root, tmp, seq)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        retention.prune(root, keep)
+    stats.path = final
+    return final
+
+
+def _write(
+    snap: Snapshot, tmp: Path, progress: bool, stats: SaveStats, extra: Any = None
+) -> dict[str, Any]:
+    """Write every array of ``snap`` (and of ``extra``) into ``tmp``; returns the
+    manifest."""
+    arrays: dict[str, Any] = {}
+    tables = [
+        {
+            "name": ts.table.name,
+            "store": ts.store,
+            "definition": ts.definition,
+            "state": flatten_state(ts.state, f"t{i}", arrays),
+        }
+        for i, ts in enumerate(snap.tables)
+    ]
+    extra_json = None if extra is None else flatten_state(extra, "x", arrays)
+    files: dict[str, Any] = {}
+    for name, arr in arrays.items():
+        files[name] = write_small_array(tmp / name, arr)
+    total = sum(s.store.nbytes for s in snap.stores)
+    bar = Progress(progress, total, "checkpoint")
+    try:
+        for s in snap.stores:
+            entries = s.stream.write(bar.update)
+            for path, name in s.column_files.items():
+                files[name] = entries[path]
+            stats.chunk_held_s = max(stats.chunk_held_s, s.stream.held_s)
+            stats.aside_peak_bytes = max(stats.aside_peak_bytes, s.stream.aside_peak_bytes)
+    finally:
+        bar.close()
+    stats.capture_held_s = snap.held_s
+    stats.bytes = sum(f["bytes"] for f in files.values())
+    created = datetime.datetime.fromtimestamp(snap.created_unix, datetime.timezone.utc)
+    from rlreplay import __version__
+
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "created_at": created.isoformat(),
+        "created_unix": snap.created_unix,
+        "rlreplay_version": __version__,
+        "stores": [
+            {**s.definition, "state": s.state, "columns": s.column_files} for s in snap.stores
+        ],
+        "tables": tables,
+        "files": files,
+        "writers": WRITERS_NOTE,
+        **({} if extra_json is None else {"extra": extra_json}),
+    }
+
+
+def _publish(root: Path, tmp: Path, seq: int) -> Path:
+    """Rename ``tmp`` to the first free ``ckpt-<sequence>`` from ``seq`` on (another
+    process may publish into ``root`` too); fsync ``root``."""
+    for attempt in range(1000):
+        final = root / retention.name_of(seq + attempt)
+        if final.exists():
+            continue
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if final.exists():  # taken meanwhile: try the next number
+                continue
+            raise
+        retention.fsync_dir(root)
+        return final
+    raise CheckpointError(f"no free checkpoint name under {root} after {seq}")
+
+
+class PendingSave:
+    """A :func:`save` running in a background thread (from :func:`start_save`)."""
+
+    def __init__(self, tables: Any, path: Any, keep: int | None, progress: bool, extra: Any = None):
+        self.stats = SaveStats()
+        self._result: Path | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run,
+            args=(tables, path, keep, progress, extra),
+            daemon=True,
+            name="rlreplay-checkpoint",
+        )
+        self._thread.start()
+
+    def _run(self, tables: Any, path: Any, keep: int | None, progress: bool, extra: Any) -> None:
+        try:
+            self._result = save(
+                tables, path, keep=keep, progress=progress, stats=self.stats, extra=extra
+            )
+        except BaseException as exc:  # handed to the caller by result()
+            self._error = exc
+        finally:
+            self.stats.captured.set()
+
+    def done(self) -> bool:
+        """Whether the save has finished (published or failed)."""
+        return not self._thread.is_alive()
+
+    def result(self, timeout: float | None = None) -> Path:
+        """Wait up to ``timeout`` seconds (``None``: without limit) and return the
+        checkpoint's directory.
+
+        Raises:
+            TimeoutError: if the save has not finished within ``timeout``.
+            Exception: what the save raised.
+        """
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError(f"the checkpoint is still being written after {timeout}s")
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+
+def start_save(
+    tables: Table | Sequence[Table] | Mapping[str, Table],
+    path: str | os.PathLike,
+    *,
+    keep: int | None = None,
+    progress: bool = False,
+    extra: Callable[[], Mapping[str, Any]] | None = None,
+) -> PendingSave:
+    """:func:`save` in a background thread; the arguments are checked first. Returns
+    once the checkpoint's moment is taken (the tables' small per-item state, and
+    ``extra``), so the checkpoint holds what the caller did before the call.
+
+    Raises:
+        InvalidArgumentError: as :func:`save`, before the thread starts.
+    """
+    as_tables(tables)
+    _check_path(path)
+    retention.check_keep(keep)
+    pending = PendingSave(tables, path, keep, progress, extra)
+    pending.stats.captured.wait()
+    return pending

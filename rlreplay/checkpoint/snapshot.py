@@ -1,0 +1,144 @@
+"""The moment of a checkpoint: every part's state taken under its store's lock.
+
+For each store, with its lock held: the store's bookkeeping (:meth:`StepStore.state`),
+and for each of the tables being saved over it, its item index (per-slot priorities,
+generations, times sampled, live flags and extents; size, counters, generation origin;
+both selectors' states), its rate limiter's counters and its random generator's state.
+These are copies (per slot, a few dozen bytes); the step columns are not copied here but
+streamed afterwards by a :class:`~rlreplay.checkpoint.streaming.ColumnStream`, installed
+as the store's guard in the same lock hold so that the files show the columns as of
+this moment.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlreplay.checkpoint.definitions import store_definition, table_definition
+from rlreplay.checkpoint.streaming import ColumnStream
+from rlreplay.core.storage import StepStore
+from rlreplay.core.table import Table
+from rlreplay.errors import CheckpointError, ClosedError, InvalidArgumentError, describe
+
+
+def table_state(table: Table) -> dict[str, Any]:
+    """The table's parts' states (lock held): index, rate limiter, random generator."""
+    return {
+        "index": table.index.state(),
+        "rate_limiter": table.rate_limiter.state(),
+        "rng": table.rng.bit_generator.state,
+    }
+
+
+def as_tables(tables: Table | Sequence[Table] | Mapping[str, Table]) -> list[Table]:
+    """``tables`` as a list of distinct tables with distinct names.
+
+    Raises:
+        InvalidArgumentError: for an empty or malformed argument, or two tables sharing a
+            name (a checkpoint names its tables).
+    """
+    if isinstance(tables, Table):
+        items = [tables]
+    elif isinstance(tables, Mapping):
+        items = list(tables.values())
+    elif isinstance(tables, Sequence) and not isinstance(tables, (str, bytes)):
+        items = list(tables)
+    else:
+        items = None
+    if not items or not all(isinstance(t, Table) for t in items):
+        raise InvalidArgumentError(
+            f"tables={describe(tables)} must be a Table, or a non-empty list or dict of Tables"
+        )
+    names = [t.name for t in items]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise InvalidArgumentError(
+            f"tables holds several tables named {dupes}; a checkpoint tells tables apart by "
+            "name, so give each table its own name"
+        )
+    return items
+
+
+@dataclass
+class StoreSnapshot:
+    """One store at the checkpoint's moment: definition, bookkeeping, column stream."""
+
+    store: StepStore
+    definition: dict[str, Any]
+    state: dict[str, Any]
+    stream: ColumnStream
+    column_files: dict[str, str]
+
+
+@dataclass
+class TableSnapshot:
+    """One table at the checkpoint's moment."""
+
+    table: Table
+    store: int  # index into the snapshot's stores
+    definition: dict[str, Any]
+    state: dict[str, Any]
+
+
+@dataclass
+class Snapshot:
+    """Every part's state at the checkpoint's moment (one moment per store)."""
+
+    stores: list[StoreSnapshot] = field(default_factory=list)
+    tables: list[TableSnapshot] = field(default_factory=list)
+    created_unix: float = 0.0
+    held_s: float = 0.0  # the longest lock hold of the capture, in seconds
+
+    def release(self) -> None:
+        """Take the column streams off their stores (after streaming, or on failure)."""
+        for s in self.stores:
+            with s.store.mutex:
+                if s.store.guard is s.stream:
+                    s.store.guard = None
+
+
+def capture(tables: list[Table], directory: Path) -> Snapshot:
+    """Take every part's state of ``tables`` and install the column streams that will
+    write into ``directory``.
+
+    Raises:
+        ClosedError: if a table is closed (nothing is captured then).
+        CheckpointError: if a store is being checkpointed already.
+    """
+    stores: list[StepStore] = []
+    for t in tables:
+        if not any(t.store is s for s in stores):
+            stores.append(t.store)
+    snap = Snapshot(created_unix=time.time())
+    try:
+        for si, store in enumerate(stores):
+            files = {p: f"s{si}.c{ci}.npy" for ci, p in enumerate(store.signature.fields)}
+            paths = {p: directory / name for p, name in files.items()}
+            mine = [t for t in tables if t.store is store]
+            with store.mutex:
+                t0 = time.perf_counter()
+                for t in mine:
+                    if t.closed:
+                        raise ClosedError(f"table {t.name!r} is closed; it cannot be saved")
+                if store.guard is not None:
+                    raise CheckpointError(
+                        "a checkpoint of this store is being written already; wait for it "
+                        "to finish before taking another"
+                    )
+                stream = ColumnStream(store, paths)
+                state = store.state()
+                states = [table_state(t) for t in mine]
+                store.guard = stream
+                snap.held_s = max(snap.held_s, time.perf_counter() - t0)
+            snap.stores.append(StoreSnapshot(store, store_definition(store), state, stream, files))
+            for t, st in zip(mine, states):
+                snap.tables.append(TableSnapshot(t, si, table_definition(t), st))
+    except BaseException:
+        snap.release()
+        raise
+    snap.tables.sort(key=lambda ts: tables.index(ts.table))
+    return snap
