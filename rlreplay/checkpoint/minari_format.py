@@ -118,8 +118,9 @@ def export_minari(
         root: directory Minari keeps datasets in (default: Minari's own).
         fields: role to column name, for columns not named as in
             :data:`~rlreplay.checkpoint.episode_columns.DEFAULT_FIELDS`.
-        observation_space, action_space: gymnasium spaces; inferred from the data when
-            left out (see :func:`~rlreplay.checkpoint.episode_columns.infer_space`).
+        observation_space, action_space: gymnasium spaces; when left out, the spaces of
+            the ``env`` passed in ``metadata``, else inferred from the data (see
+            :func:`~rlreplay.checkpoint.episode_columns.infer_space`).
         first_id, end_id: the step ids (insert counts) ``[first_id, end_id)`` to read.
         **metadata: passed to ``minari.create_dataset_from_buffers`` (``env``,
             ``algorithm_name``, ``author``, ``description``, ...).
@@ -129,13 +130,22 @@ def export_minari(
 
     Raises:
         DatasetError: if the store lacks the episode columns (the message lists what is
-            required), its rows do not continue each other, or no whole episode is in
-            the range.
+            required), its rows do not continue each other, no whole episode is in the
+            range, or the dataset exists already.
         InvalidArgumentError: for a bad ``source``, ``fields`` or range.
     """
     minari = _minari()
     store = _source_store(source)
     roles = resolve_fields(store.signature, fields, "export")
+    with _datasets_root(root):
+        from minari.storage.datasets_root_dir import get_dataset_path
+
+        if isinstance(dataset_id, str) and get_dataset_path(dataset_id).exists():
+            raise DatasetError(
+                f"a Minari dataset {dataset_id!r} exists already under "
+                f"{get_dataset_path()}; choose another id or version (e.g. '-v1'), or "
+                "delete it first (minari.delete_dataset)"
+            )
     names = {**DEFAULT_FIELDS, **(fields or {})}
     needed = [p for paths in roles.values() for p in paths]
     with store.mutex:
@@ -157,8 +167,11 @@ def export_minari(
         )
     obs_all = nest(names["observation"], roles["observation"], data)
     act_all = nest(names["action"], roles["action"], data)
-    observation_space = observation_space or infer_space(obs_all)
-    action_space = action_space or infer_space(act_all)
+    env_given = metadata.get("env") is not None  # Minari then takes the env's spaces
+    if observation_space is None and not env_given:
+        observation_space = infer_space(obs_all)
+    if action_space is None and not env_given:
+        action_space = infer_space(act_all)
     kwargs = dict(metadata)
     params = inspect.signature(minari.create_dataset_from_buffers).parameters
     if "jpeg_encoding" in params:

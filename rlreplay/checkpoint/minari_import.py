@@ -107,7 +107,8 @@ def import_minari(
         target: a :class:`Table` of step rows, or an adder.
         root: directory Minari keeps datasets in (default: Minari's own).
         fields: role to column name, as for :func:`export_minari` (tables only).
-        priority: priority of the new items (default: the table's).
+        priority: priority of the new items of a table (default: the table's); an
+            adder gives its items its own ``priority``.
 
     Returns:
         :class:`MinariImport`.

@@ -172,6 +172,17 @@ def test_minari_export_leaves_out_episodes_cut_by_the_ring_or_still_running(tmp_
     assert_same_episodes(dataset, whole)
 
 
+def test_minari_export_takes_the_envs_spaces_and_refuses_an_existing_id():
+    table = rows_table()
+    table.insert(step_rows(cartpole_episodes(3)))
+    dataset = export_minari(table, "env-v0", env="CartPole-v1", **META)
+    env = gym.make("CartPole-v1")
+    assert dataset.observation_space == env.observation_space
+    with pytest.raises(DatasetError, match="exists already"):
+        export_minari(table, "env-v0", **META)
+    assert minari.load_dataset("env-v0").total_episodes == 3
+
+
 def test_minari_export_of_a_range_starting_after_an_episode_end_keeps_that_episode():
     episodes = cartpole_episodes(5, seed=7)
     table = rows_table()
