@@ -30,10 +30,11 @@ from pathlib import Path
 
 import numpy as np
 
-from rlreplay.checkpoint.manifest import CHUNK_BYTES, entry, npy_header
+from rlreplay.checkpoint.manifest import entry, npy_header
 from rlreplay.core.storage import StepStore
 
 _BLOCK_BYTES = 4 << 20  # the aside copy is kept in blocks of about this many bytes
+CHUNK_BYTES = 8 << 20  # rows copied under the store's lock at a time (and written at once)
 
 
 class ColumnStream:
@@ -45,13 +46,14 @@ class ColumnStream:
         held_s: the longest time one chunk's copy held the store's lock, in seconds.
     """
 
-    def __init__(self, store: StepStore, files: dict[str, Path], chunk_bytes: int = CHUNK_BYTES):
+    def __init__(self, store: StepStore, files: dict[str, Path], chunk_bytes: int | None = None):
         self.store = store
         self.files = files
         self.capacity = cap = store.capacity
         self.base = store.next_id
         self.start = self.base % cap  # the row the first write after the moment changes
         self.row_bytes = sum(c[:1].nbytes for c in store.columns.values()) or 1
+        chunk_bytes = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
         self.chunk_rows = max(1, min(cap, chunk_bytes // self.row_bytes))
         self.block_rows = max(16, min(4096, _BLOCK_BYTES // self.row_bytes))
         self.done = 0  # rows [0, done) are copied out of the store

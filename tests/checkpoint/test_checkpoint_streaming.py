@@ -1,0 +1,155 @@
+"""The column files hold the columns as of the checkpoint's moment, whatever is written
+while they stream: every write path copies aside the rows it is about to change."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from rlreplay import Fifo, StepStore, Table, TrajectoryWriter, checkpoint
+from rlreplay.checkpoint import streaming
+from rlreplay.checkpoint.streaming import ColumnStream
+
+SIG = {"step": "int64", "obs": ((3,), "float32")}
+ROW_BYTES = 8 + 12
+
+
+def rows(first: int, n: int) -> dict[str, np.ndarray]:
+    ids = np.arange(first, first + n, dtype=np.int64)
+    return {"step": ids, "obs": np.repeat(ids[:, None], 3, axis=1).astype(np.float32)}
+
+
+class Feeder:
+    """Writes between chunks: each call of the stream's progress callback writes the
+    next batch of the plan (its sizes cycle), as another thread would."""
+
+    def __init__(self, write, sizes: list[int], calls: int):
+        self.write, self.sizes, self.calls, self.n, self.next = write, sizes, calls, 0, 1000
+
+    def __call__(self, _nbytes: int) -> None:
+        if self.n < self.calls:
+            size = self.sizes[self.n % len(self.sizes)]
+            self.write(self.next, size)
+            self.next += size
+            self.n += 1
+
+
+def stream_while(store: StepStore, tmp_path, feeder: Feeder, chunk_rows: int = 5):
+    """Stream ``store``'s columns with ``feeder`` writing between chunks; returns the
+    columns as they were at the moment and as the files hold them."""
+    files = {p: tmp_path / f"c{i}.npy" for i, p in enumerate(store.columns)}
+    with store.mutex:
+        moment = {p: c.copy() for p, c in store.columns.items()}
+        stream = ColumnStream(store, files, chunk_bytes=chunk_rows * ROW_BYTES)
+        store.guard = stream
+    try:
+        stream.write(feeder)
+    finally:
+        store.guard = None
+    saved = {p: np.load(f, allow_pickle=False) for p, f in files.items()}
+    return moment, saved, stream
+
+
+def one_table(capacity: int = 40) -> Table:
+    table = Table("t", signature=SIG, max_size=capacity, seed=0)
+    table.insert(rows(0, capacity))
+    table.insert(rows(capacity, capacity // 2))  # wrapped: the moment's start is mid-ring
+    return table
+
+
+CASES = {
+    # one-row inserts: the compiled put_row path
+    "one_row_inserts": ([1], 16),
+    # batches that do not wrap: put_rows; and ones that do: write_locked
+    "batches": ([3, 7, 11], 12),
+    # more than the capacity written before the stream ends: rows overwritten twice
+    "lapping_the_ring": ([13], 16),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_inserts_during_the_stream_leave_the_moment_in_the_files(case, tmp_path):
+    sizes, calls = CASES[case]
+    table = one_table()
+    feeder = Feeder(lambda first, n: table.insert(rows(first, n)), sizes, calls)
+    moment, saved, stream = stream_while(table.store, tmp_path, feeder)
+    assert feeder.n == calls  # the writes really happened during the stream
+    for path in moment:
+        np.testing.assert_array_equal(saved[path], moment[path])
+    assert not np.array_equal(table.store.columns["step"], moment["step"])
+    assert stream.aside_peak_bytes > 0
+
+
+def test_writes_through_the_overwrite_protocol_and_a_writer_leave_the_moment(tmp_path):
+    store = StepStore(SIG, 48)
+    rows_table = Table("rows", store=store, max_size=30, seed=1)
+    stack = Table.stack("stack", 6, store=store, seed=2)  # relocates its items' steps
+    rows_table.insert(rows(0, 20))
+    rows_table.insert(rows(20, 20))
+    with TrajectoryWriter(stack) as w:
+        for i in range(4):
+            w.append({"step": np.int64(100 + i), "obs": np.zeros(3, np.float32)})
+            w.create_item(stack, start=-1)
+
+    def write(first: int, n: int) -> None:
+        with TrajectoryWriter([rows_table, stack]) as w:
+            w.append_batch(rows(first, n))
+            w.create_item(rows_table, start=-1)
+
+    moment, saved, _ = stream_while(store, tmp_path, Feeder(write, [5, 9], 10))
+    assert store.overwrite.relocated_steps > 0
+    for path in moment:
+        np.testing.assert_array_equal(saved[path], moment[path])
+
+
+def test_a_store_reset_during_the_stream_leaves_the_moment(tmp_path):
+    table = one_table()
+    calls = []
+
+    def write(first: int, n: int) -> None:
+        if not calls:
+            table.store.reset()
+        calls.append(n)
+        table.insert(rows(first, n))
+
+    moment, saved, _ = stream_while(table.store, tmp_path, Feeder(write, [4], 6))
+    assert len(calls) == 6
+    for path in moment:
+        np.testing.assert_array_equal(saved[path], moment[path])
+
+
+def test_a_save_while_another_thread_inserts_restores_the_moment_it_took(tmp_path, monkeypatch):
+    """Integration: checkpoint.save in one thread, inserts in another; the restored
+    table equals the table as of the save's moment (rows consistent, items and steps)."""
+    monkeypatch.setattr(streaming, "CHUNK_BYTES", 64 * ROW_BYTES)
+    table = Table("t", signature=SIG, max_size=4000, remover=Fifo(), seed=0)
+    table.insert(rows(0, 4000))
+    stop = threading.Event()
+    inserted = [4000]
+
+    def insert_forever() -> None:
+        deadline = time.monotonic() + 20
+        while not stop.is_set() and time.monotonic() < deadline:
+            table.insert(rows(inserted[0], 7))
+            inserted[0] += 7
+
+    worker = threading.Thread(target=insert_forever)
+    worker.start()
+    try:
+        time.sleep(0.01)
+        path = checkpoint.save(table, tmp_path)
+    finally:
+        stop.set()
+        worker.join(30)
+    restored = Table.restore(path)
+    cols = restored.store.columns
+    np.testing.assert_array_equal(cols["obs"], np.repeat(cols["step"][:, None], 3, axis=1))
+    # The saved steps are one contiguous run of ids ending at the moment's next id.
+    next_id = restored.store.next_id
+    ids = np.sort(cols["step"])
+    np.testing.assert_array_equal(ids, np.arange(next_id - 4000, next_id))
+    np.testing.assert_array_equal(cols["step"] % 4000, np.arange(4000))
+    assert restored.size == 4000 and inserted[0] > next_id  # inserts went on during the save
