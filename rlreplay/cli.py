@@ -8,6 +8,7 @@
                    [--max-parked-per-client N] [--parked-expiry-s S]
     rlreplay info ADDRESS [TABLE] [--server-key FILE] [--client-key FILE] [--timeout S]
     rlreplay info --build
+    rlreplay export CHECKPOINT (--npz FILE | --minari DATASET_ID) [--tables NAME,...]
     rlreplay keygen DIR [--name NAME]
     rlreplay --version
 
@@ -32,6 +33,7 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
+from rlreplay import cli_export
 from rlreplay.cli_args import USAGE, Parser, port_number, positive, size_bytes
 
 FAILED = 1  # it ran, and the server (or the operation) failed
@@ -393,7 +395,13 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------- main
-SUBCOMMANDS = (add_demo, add_serve_parser, add_info_parser, add_keygen_parser)
+SUBCOMMANDS = (
+    add_demo,
+    add_serve_parser,
+    add_info_parser,
+    cli_export.add_export_parser,
+    add_keygen_parser,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
