@@ -141,7 +141,7 @@ class Loaded:
 
 
 def _candidates(root: Path) -> list[Path]:
-    if (root / MANIFEST).exists():
+    if (root / MANIFEST).exists() or retention.sequence_of(root) is not None:
         return [root]
     found = retention.published(root)
     if not found:

@@ -1,0 +1,201 @@
+"""The checkpoint format on disk: pickle-free files, checksums, atomic publishing, keep K,
+and restore picking the newest complete, valid checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlreplay import (
+    CheckpointCorruptError,
+    CheckpointNotFoundError,
+    CheckpointVersionError,
+    InvalidArgumentError,
+    Prioritized,
+    Table,
+    checkpoint,
+)
+
+SIG = {"step": "int64", "obs": ((3,), "float32")}
+
+
+def rows(first: int, n: int) -> dict[str, np.ndarray]:
+    ids = np.arange(first, first + n, dtype=np.int64)
+    return {"step": ids, "obs": np.repeat(ids[:, None], 3, axis=1).astype(np.float32)}
+
+
+def make(n: int = 20) -> Table:
+    table = Table("t", signature=SIG, max_size=32, sampler=Prioritized(0.5), seed=3)
+    table.insert(rows(0, n), np.linspace(0.1, 2.0, n))
+    return table
+
+
+def test_a_checkpoint_is_npy_files_and_a_manifest_listing_their_sizes_and_checksums(tmp_path):
+    table = make()
+    path = table.checkpoint(tmp_path)
+    assert path.parent == tmp_path and path.name == "ckpt-00000001"
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["format"] == "rlreplay-checkpoint"
+    assert manifest["format_version"] == checkpoint.FORMAT_VERSION
+    assert manifest["created_at"].endswith("+00:00")
+    (store,) = manifest["stores"]
+    assert store["capacity"] == 32 and store["state"]["next_id"] == 20
+    (saved,) = manifest["tables"]
+    assert saved["name"] == "t" and saved["definition"]["sampler"]["type"] == "Prioritized"
+    on_disk = {p.name for p in path.iterdir()} - {"manifest.json"}
+    assert on_disk == set(manifest["files"])
+    for name, info in manifest["files"].items():
+        assert name.endswith(".npy")
+        assert (path / name).stat().st_size == info["bytes"]
+        arr = np.load(path / name, allow_pickle=False, mmap_mode="r")  # no pickle anywhere
+        assert list(arr.shape) == info["shape"]
+    steps = np.load(path / store["columns"]["step"], allow_pickle=False)
+    np.testing.assert_array_equal(steps[:20], np.arange(20))
+
+
+def test_keep_leaves_the_newest_checkpoints(tmp_path):
+    table = make()
+    paths = [table.checkpoint(tmp_path, keep=2) for _ in range(4)]
+    assert checkpoint.list_checkpoints(tmp_path) == paths[:1:-1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-00000003", "ckpt-00000004"]
+
+
+def test_a_temporary_directory_is_never_restored_and_a_dead_saves_one_is_removed(tmp_path):
+    table = make()
+    first = table.checkpoint(tmp_path)
+    table.insert(rows(20, 5))
+    # A save that died before its rename: a later checkpoint than the published one.
+    dead = tmp_path / ".tmp-ckpt-00000002-999999999-abcd"
+    dead.mkdir()
+    (dead / "manifest.json").write_text("{}")
+    assert Table.restore(tmp_path).store.next_id == 20
+    second = table.checkpoint(tmp_path)
+    assert second.name == "ckpt-00000003" and first.exists() and not dead.exists()
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["truncated_column", "flipped_byte", "missing_file", "no_manifest", "bad_json"],
+)
+def test_a_damaged_newest_checkpoint_is_skipped_with_a_warning(tmp_path, damage):
+    table = make()
+    table.checkpoint(tmp_path)
+    table.insert(rows(20, 5))
+    newest = table.checkpoint(tmp_path)
+    manifest = json.loads((newest / "manifest.json").read_text())
+    column = newest / manifest["stores"][0]["columns"]["obs"]
+    if damage == "truncated_column":
+        with open(column, "r+b") as f:
+            f.truncate(column.stat().st_size - 4)
+    elif damage == "flipped_byte":
+        data = bytearray(column.read_bytes())
+        data[-3] ^= 0xFF
+        column.write_bytes(bytes(data))
+    elif damage == "missing_file":
+        os.remove(newest / "t0.index.priority.npy")
+    elif damage == "no_manifest":
+        os.remove(newest / "manifest.json")
+    else:
+        (newest / "manifest.json").write_text('{"format": "rlreplay-checkpoint", ')
+    with pytest.warns(UserWarning, match="skipping checkpoint ckpt-00000002"):
+        restored = Table.restore(tmp_path)
+    assert restored.store.next_id == 20  # the older, valid one
+    with pytest.raises(CheckpointCorruptError, match=r"restore from another checkpoint|damaged"):
+        Table.restore(newest)
+
+
+def test_a_flipped_byte_in_an_item_array_is_caught_by_its_checksum(tmp_path):
+    path = make().checkpoint(tmp_path)
+    target = path / "t0.index.sampler.sums.npy"
+    data = bytearray(target.read_bytes())
+    data[-1] ^= 0x01
+    target.write_bytes(bytes(data))
+    with pytest.raises(CheckpointCorruptError, match="fails its checksum"):
+        Table.restore(path)
+
+
+def test_a_memory_mapped_restore_checks_sizes_and_can_check_checksums(tmp_path):
+    path = make().checkpoint(tmp_path)
+    manifest = json.loads((path / "manifest.json").read_text())
+    column = path / manifest["stores"][0]["columns"]["obs"]
+    data = bytearray(column.read_bytes())
+    data[-3] ^= 0xFF
+    column.write_bytes(bytes(data))
+    assert Table.restore(path, mmap=True).size == 20  # sizes and headers only, by default
+    with pytest.raises(CheckpointCorruptError, match="fails its checksum"):
+        Table.restore(path, mmap=True, verify=True)
+
+
+def test_another_format_version_is_refused_saying_what_to_do(tmp_path):
+    path = make().checkpoint(tmp_path)
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["format_version"] = checkpoint.FORMAT_VERSION + 1
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointVersionError, match=r"format version 2.*rlreplay version"):
+        Table.restore(tmp_path)
+
+
+def test_no_checkpoint_anywhere_is_a_typed_error_naming_what_was_skipped(tmp_path):
+    with pytest.raises(CheckpointNotFoundError, match="holds no checkpoint"):
+        Table.restore(tmp_path)
+    with pytest.raises(CheckpointNotFoundError, match="not a directory"):
+        Table.restore(tmp_path / "missing")
+    path = make().checkpoint(tmp_path)
+    os.remove(path / "manifest.json")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(CheckpointNotFoundError, match=r"ckpt-00000001: .*no manifest.json"):
+            Table.restore(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda t, p: checkpoint.save([], p),
+        lambda t, p: checkpoint.save([t, t], p),
+        lambda t, p: checkpoint.save(t, 42),
+        lambda t, p: checkpoint.save(t, p / "file.txt"),
+        lambda t, p: t.checkpoint(p, keep=0),
+        lambda t, p: checkpoint.start_save(t, p, keep="2"),
+    ],
+    ids=["no_tables", "same_name_twice", "path_not_a_path", "path_a_file", "keep_0", "keep_str"],
+)
+def test_bad_save_arguments_are_refused_before_anything_is_written(tmp_path, call):
+    table = make()
+    (tmp_path / "file.txt").write_text("x")
+    with pytest.raises(InvalidArgumentError):
+        call(table, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file.txt"]
+
+
+def test_a_closed_table_is_not_saved(tmp_path):
+    from rlreplay import ClosedError
+
+    table = make()
+    table.close()
+    with pytest.raises(ClosedError):
+        table.checkpoint(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == []
+
+
+def test_a_background_save_returns_its_path_and_its_figures(tmp_path):
+    table = make()
+    pending = checkpoint.start_save(table, tmp_path, keep=1)
+    path = pending.result(timeout=30)
+    assert pending.done() and path == Path(tmp_path) / "ckpt-00000001"
+    assert pending.stats.bytes == sum(
+        p.stat().st_size for p in path.iterdir() if p.suffix == ".npy"
+    )
+    assert pending.stats.capture_held_s < 1.0
+
+
+def test_progress_shows_a_bar_when_tqdm_is_installed(tmp_path, capsys):
+    pytest.importorskip("tqdm")
+    path = make().checkpoint(tmp_path, progress=True)
+    Table.restore(path, progress=True)
+    assert "checkpoint" in capsys.readouterr().err
