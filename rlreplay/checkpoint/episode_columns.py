@@ -88,8 +88,9 @@ def resolve_fields(
             f"columns are {list(signature.paths)}. Episodes are read from step rows with an "
             "observation, action, reward, terminated and truncated flag and the next "
             "observation per step (see rlreplay.checkpoint.episode_columns); store those "
-            "columns, or name yours with fields={role: column}. Adder tables keep episodes "
-            "in their own row layout: export those with export_npz"
+            "columns, or name yours with fields={role: column}. An EpisodeAdder table "
+            "exports its items as episodes; other adder tables keep episodes in rows that "
+            "cannot be read back as whole episodes: export those with export_npz"
         )
     for role in SCALAR_ROLES:
         path = resolved[role]

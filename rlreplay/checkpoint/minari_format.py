@@ -23,18 +23,18 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.checkpoint.episode_columns import (
-    DEFAULT_FIELDS,
-    infer_space,
-    nest,
-    resolve_fields,
+from rlreplay.checkpoint.episode_columns import DEFAULT_FIELDS, infer_space, resolve_fields
+from rlreplay.checkpoint.episodes_out import (
+    episodes_from_items,
+    episodes_from_rows,
+    is_episode_table,
 )
 from rlreplay.checkpoint.table_contents import step_range
 from rlreplay.core.storage import StepStore
 from rlreplay.core.table import Table
 from rlreplay.errors import DatasetError, InvalidArgumentError, describe
 
-__all__ = ["episode_bounds", "export_minari", "load_dataset"]
+__all__ = ["export_minari", "load_dataset"]
 
 _ROOT_LOCK = threading.Lock()
 
@@ -66,20 +66,6 @@ def _minari() -> Any:
     return minari
 
 
-def episode_bounds(done: np.ndarray, start_known: bool) -> tuple[np.ndarray, np.ndarray]:
-    """``(starts, ends)`` (inclusive) of the whole episodes in one stream's rows.
-
-    ``done[t]`` marks a row that ended its episode. Rows after the last such row belong
-    to an episode still running and are left out; so are the rows before the first one
-    unless ``start_known`` (the stream's first row starts an episode).
-    """
-    ends = np.flatnonzero(done)
-    starts = np.concatenate([[0], ends[:-1] + 1]).astype(np.int64) if len(ends) else ends
-    if len(ends) and not start_known:
-        starts, ends = starts[1:], ends[1:]
-    return starts, ends
-
-
 def _source_store(source: Any) -> StepStore:
     if isinstance(source, Table):
         return source.store
@@ -102,18 +88,24 @@ def export_minari(
     end_id: int | None = None,
     **metadata: Any,
 ) -> Any:
-    """Write the whole episodes in a store's step rows as a Minari dataset.
+    """Write the whole episodes held in replay as a Minari dataset.
 
-    Each lane of the store is one stream of steps; an episode is its rows up to and
-    including a row with ``terminated`` or ``truncated`` set, and its observations are
-    the rows' observations plus the last row's next observation. Rows of an episode that
-    had not ended are left out, and so are the rows before the first episode end unless
-    the range starts at step 0 or right after a stored step that ended an episode (the
-    episode's start may have been overwritten). Consecutive rows of an episode must
-    continue each other (``next_obs`` of one is ``obs`` of the next), which is checked.
+    From step rows (a :class:`StepStore`, or a table over one): each lane of the store is
+    one stream of steps; an episode is its rows up to and including a row with
+    ``terminated`` or ``truncated`` set, and its observations are the rows' observations
+    plus the last row's next observation. Rows of an episode that had not ended are left
+    out, and so are the rows before the first episode end unless the range starts at
+    step 0 or right after a stored step that ended an episode (the episode's start may
+    have been overwritten). Consecutive rows of an episode must continue each other
+    (``next_obs`` of one is ``obs`` of the next), which is checked.
+
+    From an :class:`~rlreplay.writers.EpisodeAdder` table: each of its items whose rows
+    lie in the range is one episode (see :mod:`rlreplay.checkpoint.episodes_out` for
+    what that requires).
 
     Args:
-        source: a :class:`Table` (its store's steps are exported) or a :class:`StepStore`.
+        source: a :class:`StepStore` or a :class:`Table` (an EpisodeAdder table's items,
+            else its store's step rows).
         dataset_id: Minari's dataset id, e.g. ``"cartpole/random-v0"``; it must not exist.
         root: directory Minari keeps datasets in (default: Minari's own).
         fields: role to column name, for columns not named as in
@@ -130,54 +122,59 @@ def export_minari(
 
     Raises:
         DatasetError: if the store lacks the episode columns (the message lists what is
-            required), its rows do not continue each other, no whole episode is in the
-            range, or the dataset exists already.
-        InvalidArgumentError: for a bad ``source``, ``fields`` or range.
+            required), its rows do not continue each other, an EpisodeAdder table's items
+            may split episodes, no whole episode is in the range, or the dataset exists
+            already.
+        InvalidArgumentError: for a bad ``source``, ``dataset_id``, ``fields`` or range.
     """
     minari = _minari()
     store = _source_store(source)
-    roles = resolve_fields(store.signature, fields, "export")
-    with _datasets_root(root):
-        from minari.storage.datasets_root_dir import get_dataset_path
-
-        if isinstance(dataset_id, str) and get_dataset_path(dataset_id).exists():
-            raise DatasetError(
-                f"a Minari dataset {dataset_id!r} exists already under "
-                f"{get_dataset_path()}; choose another id or version (e.g. '-v1'), or "
-                "delete it first (minari.delete_dataset)"
-            )
-    names = {**DEFAULT_FIELDS, **(fields or {})}
-    needed = [p for paths in roles.values() for p in paths]
-    with store.mutex:
-        span = step_range(store, first_id, end_id)
-        rows = np.arange(span.first_id, span.end_id, dtype=np.int64) % store.capacity
-        data = {p: store.columns[p][rows] for p in needed}
-        before = span.first_id - store.lanes + np.arange(store.lanes)
-        stored_before = before >= store.oldest_id
-        done_before = np.zeros(store.lanes, dtype=bool)
-        if stored_before.any():
-            prev = before[stored_before] % store.capacity
-            flags = [store.columns[roles[r][0]][prev] != 0 for r in ("terminated", "truncated")]
-            done_before[stored_before] = flags[0] | flags[1]
-    buffers = _episodes(data, roles, names, store.lanes, span.first_id, done_before)
-    if not buffers:
+    from_items = isinstance(source, Table) and is_episode_table(source)
+    if from_items and fields is not None:
+        raise InvalidArgumentError(
+            f"fields={describe(fields)} names step-row columns; table {source.name!r} is an "
+            "EpisodeAdder table, whose columns are the adder's (obs, action, reward, "
+            "discount): leave fields out"
+        )
+    if not from_items:
+        roles = resolve_fields(store.signature, fields, "export")
+    _check_new(minari, dataset_id, root)
+    span = step_range(store, first_id, end_id)
+    if from_items:
+        episodes = episodes_from_items(source, span)
+    else:
+        names = {**DEFAULT_FIELDS, **(fields or {})}
+        episodes = episodes_from_rows(store, roles, names, span)
+    if not episodes:
         raise DatasetError(
             f"steps [{span.first_id}, {span.end_id}) hold no whole episode (none ends with "
             "terminated or truncated set after a known start); nothing was written"
         )
-    obs_all = nest(names["observation"], roles["observation"], data)
-    act_all = nest(names["action"], roles["action"], data)
     env_given = metadata.get("env") is not None  # Minari then takes the env's spaces
     if observation_space is None and not env_given:
-        observation_space = infer_space(obs_all)
+        observation_space = infer_space(_joined([e.observations for e in episodes]))
     if action_space is None and not env_given:
-        action_space = infer_space(act_all)
+        action_space = infer_space(_joined([e.actions for e in episodes]))
     kwargs = dict(metadata)
     params = inspect.signature(minari.create_dataset_from_buffers).parameters
     if "jpeg_encoding" in params:
         kwargs.setdefault("jpeg_encoding", False)  # lossless, as stored
     if "data_format" in params:
         kwargs.setdefault("data_format", "hdf5")
+    from minari.data_collector import EpisodeBuffer
+
+    buffers = [
+        EpisodeBuffer(
+            id=number,
+            observations=e.observations,
+            actions=e.actions,
+            rewards=e.rewards,
+            terminations=e.terminations,
+            truncations=e.truncations,
+            infos={},  # Minari's reader expects a dict
+        )
+        for number, e in enumerate(episodes)
+    ]
     with _datasets_root(root):
         return minari.create_dataset_from_buffers(
             dataset_id,
@@ -188,76 +185,29 @@ def export_minari(
         )
 
 
-def _episodes(
-    data: dict[str, np.ndarray],
-    roles: dict[str, list[str]],
-    names: dict[str, str],
-    lanes: int,
-    first_id: int,
-    done_before: np.ndarray,
-) -> list[Any]:
-    """Minari episode buffers of the whole episodes in ``data`` (rows in step-id order)."""
-    from minari.data_collector import EpisodeBuffer
+def _check_new(minari: Any, dataset_id: Any, root: str | os.PathLike | None) -> None:
+    """Refuse a dataset id that exists already, before anything is read."""
+    from minari.storage.datasets_root_dir import get_dataset_path
 
-    term = data[roles["terminated"][0]] != 0
-    trunc = data[roles["truncated"][0]] != 0
-    n = len(term)
-    found: list[tuple[int, np.ndarray]] = []  # (first step id, row indices) per episode
-    for lane in range(lanes):
-        lane_rows = np.arange(lane, n, lanes)
-        start_known = first_id == 0 or bool(done_before[lane])
-        starts, ends = episode_bounds((term | trunc)[lane_rows], start_known)
-        _check_continuity(data, roles, lane_rows, term | trunc, first_id)
-        for s, e in zip(starts, ends):
-            idx = lane_rows[s : e + 1]
-            found.append((first_id + int(idx[0]), idx))
-    found.sort(key=lambda f: f[0])
-    buffers = []
-    for number, (_, idx) in enumerate(found):
-        obs = {p: data[p][idx] for p in roles["observation"]}
-        last = {
-            o: data[x][idx[-1:]] for o, x in zip(roles["observation"], roles["next_observation"])
-        }
-        observations = {p: np.concatenate([obs[p], last[p]]) for p in obs}
-        buffers.append(
-            EpisodeBuffer(
-                id=number,
-                observations=nest(names["observation"], roles["observation"], observations),
-                actions=nest(
-                    names["action"], roles["action"], {p: data[p][idx] for p in roles["action"]}
-                ),
-                rewards=data[roles["reward"][0]][idx],
-                terminations=term[idx],
-                truncations=trunc[idx],
-                infos={},  # Minari's reader expects a dict
-            )
+    if not isinstance(dataset_id, str) or not dataset_id:
+        raise InvalidArgumentError(
+            f"dataset_id={describe(dataset_id)} must be a Minari dataset id such as "
+            "'cartpole/random-v0'"
         )
-    return buffers
-
-
-def _check_continuity(
-    data: dict[str, np.ndarray],
-    roles: dict[str, list[str]],
-    lane_rows: np.ndarray,
-    done: np.ndarray,
-    first_id: int,
-) -> None:
-    """Refuse rows of one stream where a step's next observation is not the next row's
-    observation within an episode (several environments' steps interleaved in a lane)."""
-    inner = lane_rows[:-1][~done[lane_rows[:-1]]]  # rows followed by their episode's next
-    lanes_step = lane_rows[1] - lane_rows[0] if len(lane_rows) > 1 else 1
-    for o, x in zip(roles["observation"], roles["next_observation"]):
-        a, b = data[x][inner], data[o][inner + lanes_step]
-        same = a == b if a.dtype.kind != "f" else (a == b) | (np.isnan(a) & np.isnan(b))
-        bad = np.flatnonzero(~same.reshape(len(inner), -1).all(axis=1))
-        if len(bad):
-            step = first_id + int(inner[bad[0]])
+    with _datasets_root(root):
+        if get_dataset_path(dataset_id).exists():
             raise DatasetError(
-                f"step {step}'s {x!r} differs from the next step's {o!r} in the same lane, "
-                "though the episode had not ended: the rows are not one environment's "
-                "consecutive steps. Store each environment's steps in order (a vector "
-                "environment's as lanes of one store, StepStore(..., lanes=num_envs))"
+                f"a Minari dataset {dataset_id!r} exists already under "
+                f"{get_dataset_path()}; choose another id or version (e.g. '-v1'), or "
+                "delete it first (minari.delete_dataset)"
             )
+
+
+def _joined(values: list[Any]) -> Any:
+    """Episodes' observations (or actions) joined along steps, nested dicts kept."""
+    if isinstance(values[0], Mapping):
+        return {k: _joined([v[k] for v in values]) for k in values[0]}
+    return np.concatenate(values)
 
 
 def load_dataset(dataset: Any, root: str | os.PathLike | None = None) -> Any:

@@ -14,6 +14,8 @@ gym = pytest.importorskip("gymnasium")
 
 from rlreplay import (  # noqa: E402
     DatasetError,
+    EpisodeAdder,
+    InvalidArgumentError,
     NStepTransitionAdder,
     SignatureError,
     StepStore,
@@ -233,6 +235,43 @@ def test_minari_export_refusals_write_nothing(minari_root):
     with pytest.raises(DatasetError, match="no whole episode"):
         export_minari(running, "z-v0", **META)
     assert not any((minari_root / n).exists() for n in ("x-v0", "y-v0", "z-v0"))
+
+
+def episode_adder_table(max_length: int) -> tuple[Table, EpisodeAdder]:
+    sig = EpisodeAdder.signature(obs=((4,), "float32"), action="int64")
+    table = Table("episodes", signature=sig, capacity=4000, max_size=200,
+                  layout=EpisodeAdder.layout(sig, max_length))  # fmt: skip
+    return table, EpisodeAdder(table, max_length=max_length, discount=0.99)
+
+
+def play_into(adder, episodes: list[dict]) -> None:
+    for ep in episodes:
+        adder.reset(ep["observations"][0])
+        for t in range(len(ep["actions"])):
+            adder.add(ep["actions"][t], ep["rewards"][t], ep["observations"][t + 1],
+                      ep["terminations"][t], ep["truncations"][t])  # fmt: skip
+    adder.flush()
+
+
+def test_minari_export_of_an_episode_adder_table_reads_one_episode_per_item():
+    episodes = cartpole_episodes(12, seed=5)
+    table, adder = episode_adder_table(max_length=32)  # episodes of at most 30 steps
+    play_into(adder, episodes)
+    dataset = export_minari(table, "adder-v0", **META)
+    # the adder keeps one flag: a step that both terminated and truncated is terminal
+    for ep in episodes:
+        ep["truncations"] = ep["truncations"] & ~ep["terminations"]
+    assert any(ep["truncations"][-1] for ep in episodes)
+    assert_same_episodes(dataset, episodes)
+    with pytest.raises(InvalidArgumentError, match="EpisodeAdder table"):
+        export_minari(table, "adder-v1", fields={"observation": "obs"}, **META)
+
+
+def test_minari_export_of_an_episode_adder_table_refuses_items_that_may_split_episodes():
+    table, adder = episode_adder_table(max_length=10)
+    play_into(adder, cartpole_episodes(3, seed=5))
+    with pytest.raises(DatasetError, match="max_length=10 rows"):
+        export_minari(table, "split-v0", **META)
 
 
 def test_minari_export_and_import_with_renamed_and_nested_columns():

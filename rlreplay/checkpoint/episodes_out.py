@@ -1,0 +1,226 @@
+"""Whole episodes read out of replay, for the Minari export.
+
+Two sources hold episodes in a way that can be read back without guessing:
+
+* **step rows** (:func:`episodes_from_rows`): one row per environment step with the
+  columns of :mod:`rlreplay.checkpoint.episode_columns`; an episode is the rows of one
+  lane up to a row with ``terminated`` or ``truncated`` set;
+* **an** :class:`~rlreplay.writers.EpisodeAdder` **table** (:func:`episodes_from_items`):
+  each item is one episode's rows (``T`` step rows and the final observation's row),
+  when the adder's ``max_length`` exceeds every episode's rows (else an episode is split
+  over several items, which the items alone cannot join: refused).
+
+Other adder tables (n-step transitions, sequences) store episodes in rows that chunks of
+several environments interleave, with copied context rows: no episode can be read from
+them with certainty, so they are refused (export them with ``export_npz``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rlreplay.checkpoint.episode_columns import nest
+from rlreplay.checkpoint.table_contents import StepRange, read_items
+from rlreplay.core.storage import StepStore
+from rlreplay.core.table import Table
+from rlreplay.errors import DatasetError
+
+__all__ = [
+    "Episode",
+    "episode_bounds",
+    "episodes_from_items",
+    "episodes_from_rows",
+    "is_episode_table",
+]
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One whole episode of ``T`` steps, as Minari stores it.
+
+    Attributes:
+        first_id: step id of its first stored row (episodes are exported in this order).
+        observations: ``[T + 1, ...]`` (or a nested dict of such arrays).
+        actions: ``[T, ...]`` (or a nested dict).
+        rewards, terminations, truncations: ``[T]``.
+    """
+
+    first_id: int
+    observations: Any
+    actions: Any
+    rewards: np.ndarray
+    terminations: np.ndarray
+    truncations: np.ndarray
+
+
+def episode_bounds(done: np.ndarray, start_known: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(starts, ends)`` (inclusive) of the whole episodes in one stream's rows.
+
+    ``done[t]`` marks a row that ended its episode. Rows after the last such row belong
+    to an episode still running and are left out; so are the rows before the first one
+    unless ``start_known`` (the stream's first row starts an episode).
+    """
+    ends = np.flatnonzero(done)
+    starts = np.concatenate([[0], ends[:-1] + 1]).astype(np.int64) if len(ends) else ends
+    if len(ends) and not start_known:
+        starts, ends = starts[1:], ends[1:]
+    return starts, ends
+
+
+def episodes_from_rows(
+    store: StepStore, roles: dict[str, list[str]], names: dict[str, str], span: StepRange
+) -> list[Episode]:
+    """The whole episodes in the step rows ``span`` selects (see the module), oldest first.
+
+    Rows before the first episode end are kept only when ``span`` starts at step 0 or
+    right after a stored step that ended an episode (else that episode's start may have
+    been overwritten or lie outside the range).
+
+    Raises:
+        DatasetError: where a step's next observation is not the next row's observation
+            within an episode (several environments' steps interleaved in one lane).
+    """
+    needed = [p for paths in roles.values() for p in paths]
+    lanes = store.lanes
+    with store.mutex:
+        rows = np.arange(span.first_id, span.end_id, dtype=np.int64) % store.capacity
+        data = {p: store.columns[p][rows] for p in needed}
+        before = span.first_id - lanes + np.arange(lanes)  # each lane's step before
+        done_before = np.zeros(lanes, dtype=bool)
+        stored = before >= store.oldest_id
+        for role in ("terminated", "truncated"):
+            flags = store.columns[roles[role][0]][before[stored] % store.capacity]
+            done_before[stored] |= flags != 0
+    done = (data[roles["terminated"][0]] != 0) | (data[roles["truncated"][0]] != 0)
+    found: list[np.ndarray] = []  # row indices of each episode
+    for lane in range(lanes):
+        lane_rows = np.arange(lane, len(done), lanes)
+        _check_continuity(data, roles, lane_rows, done, lanes, span.first_id)
+        start_known = span.first_id == 0 or bool(done_before[lane])
+        starts, ends = episode_bounds(done[lane_rows], start_known)
+        found.extend(lane_rows[s : e + 1] for s, e in zip(starts, ends))
+    found.sort(key=lambda idx: int(idx[0]))
+    episodes = []
+    for idx in found:
+        last = idx[-1:]
+        observations = {
+            o: np.concatenate([data[o][idx], data[x][last]])
+            for o, x in zip(roles["observation"], roles["next_observation"])
+        }
+        episodes.append(
+            Episode(
+                first_id=span.first_id + int(idx[0]),
+                observations=nest(names["observation"], roles["observation"], observations),
+                actions=nest(
+                    names["action"], roles["action"], {p: data[p][idx] for p in roles["action"]}
+                ),
+                rewards=data[roles["reward"][0]][idx],
+                terminations=data[roles["terminated"][0]][idx] != 0,
+                truncations=data[roles["truncated"][0]][idx] != 0,
+            )
+        )
+    return episodes
+
+
+def _check_continuity(
+    data: dict[str, np.ndarray],
+    roles: dict[str, list[str]],
+    lane_rows: np.ndarray,
+    done: np.ndarray,
+    lanes: int,
+    first_id: int,
+) -> None:
+    """Refuse rows of one lane where a step's next observation is not the next row's
+    observation though the episode had not ended."""
+    inner = lane_rows[:-1][~done[lane_rows[:-1]]]  # rows followed by their episode's next
+    for o, x in zip(roles["observation"], roles["next_observation"]):
+        a, b = data[x][inner], data[o][inner + lanes]
+        same = a == b if a.dtype.kind != "f" else (a == b) | (np.isnan(a) & np.isnan(b))
+        bad = np.flatnonzero(~same.reshape(len(inner), -1).all(axis=1))
+        if len(bad):
+            raise DatasetError(
+                f"step {first_id + int(inner[bad[0]])}'s {x!r} differs from the next step's "
+                f"{o!r} in the same lane, though the episode had not ended: the rows are not "
+                "one environment's consecutive steps. Store each environment's steps in "
+                "order (a vector environment's as lanes of one store, StepStore(..., "
+                "lanes=num_envs))"
+            )
+
+
+def is_episode_table(table: Table) -> bool:
+    """Whether ``table`` has :class:`~rlreplay.writers.EpisodeAdder`'s layout."""
+    from rlreplay.writers import EpisodeAdder
+
+    signature = table.store.signature
+    paths = signature.paths
+    if not ("reward" in paths and "discount" in paths and _prefixed(paths, "obs")):
+        return False
+    if not _prefixed(paths, "action"):
+        return False
+    expected = EpisodeAdder.layout(signature, table.layout.span)
+    return table.layout.to_json() == expected.to_json()
+
+
+def _prefixed(paths: tuple[str, ...], name: str) -> list[str]:
+    return [p for p in paths if p == name or p.startswith(name + "/")]
+
+
+def episodes_from_items(table: Table, span: StepRange) -> list[Episode]:
+    """The episodes an :class:`~rlreplay.writers.EpisodeAdder` table's items hold, for
+    the items whose rows lie in ``span``, oldest first.
+
+    An episode ended by ``terminated`` is told from one ``truncated`` by its last step's
+    ``discount`` (0 when terminal): an episode whose last step was both reads as
+    terminated only, and an adder made with ``discount=0`` cannot tell them apart (its
+    episodes all read as terminated).
+
+    Raises:
+        DatasetError: if an item holds ``max_length`` rows (it may be part of a longer
+            episode).
+    """
+    store, max_rows = table.store, table.layout.span
+    signature = store.signature
+    obs_paths, action_paths = (
+        _prefixed(signature.paths, "obs"),
+        _prefixed(signature.paths, "action"),
+    )
+    with store.mutex:
+        items = read_items(table, span)
+        full = np.flatnonzero(items.extents >= max_rows)
+        if len(full):
+            raise DatasetError(
+                f"table {table.name!r} holds items of max_length={max_rows} rows (the one "
+                f"anchored at step {int(items.anchor_ids[full[0]])} first): such an item may "
+                "be part of a longer episode, which its items alone cannot join. Use an "
+                "EpisodeAdder whose max_length exceeds every episode's steps + 1, or export "
+                "with export_npz"
+            )
+        keep = items.extents >= 2  # a step and the final observation
+        anchors, extents = items.anchor_ids[keep], items.extents[keep]
+        offsets = np.repeat(np.cumsum(extents) - extents, extents)
+        steps = np.arange(int(extents.sum())) - offsets  # row within its item
+        rows = (np.repeat(anchors, extents) + steps * store.lanes) % store.capacity
+        data = {
+            p: store.columns[p][rows] for p in [*obs_paths, *action_paths, "reward", "discount"]
+        }
+    episodes = []
+    for first, lo, n in zip(anchors, np.cumsum(extents) - extents, extents):
+        steps_of = slice(lo, lo + n - 1)  # the final row holds only the last observation
+        terminal = bool(data["discount"][lo + n - 2] == 0)
+        flags = np.zeros(n - 1, dtype=bool)
+        terminations, truncations = flags.copy(), flags.copy()
+        (terminations if terminal else truncations)[-1] = True
+        episodes.append(
+            Episode(
+                first_id=int(first),
+                observations=nest("obs", obs_paths, {p: data[p][lo : lo + n] for p in obs_paths}),
+                actions=nest("action", action_paths, {p: data[p][steps_of] for p in action_paths}),
+                rewards=data["reward"][steps_of],
+                terminations=terminations,
+                truncations=truncations,
+            )
+        )
+    return episodes
