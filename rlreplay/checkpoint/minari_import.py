@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.checkpoint.episode_columns import DEFAULT_FIELDS, leaves, resolve_fields
+from rlreplay.checkpoint.episode_columns import DEFAULT_FIELDS, leaves, nest, resolve_fields
 from rlreplay.checkpoint.minari_format import load_dataset
 from rlreplay.core.specs import cast_problem
 from rlreplay.core.storage import StepStore
@@ -50,7 +50,11 @@ class _EpisodeSteps:
     next_obs: dict[str, np.ndarray]  # the same paths -> the observation it led to
     action: dict[str, np.ndarray]
     scalars: dict[str, np.ndarray]  # "reward", "terminated", "truncated"
-    episodes: int
+    lengths: np.ndarray  # steps of each episode
+
+    @property
+    def episodes(self) -> int:
+        return len(self.lengths)
 
 
 def _read_episodes(dataset: Any, obs_prefix: str, action_prefix: str) -> _EpisodeSteps:
@@ -63,9 +67,9 @@ def _read_episodes(dataset: Any, obs_prefix: str, action_prefix: str) -> _Episod
         for path, arr in arrays.items():
             parts[part].setdefault(path, []).append(np.asarray(arr))
 
-    episodes = 0
+    lengths = []
     for ep in dataset.iterate_episodes():
-        episodes += 1
+        lengths.append(len(ep.rewards))
         obs = leaves(ep.observations, obs_prefix)
         put("obs", {p: a[:-1] for p, a in obs.items()})
         put("next_obs", {p: a[1:] for p, a in obs.items()})
@@ -75,9 +79,9 @@ def _read_episodes(dataset: Any, obs_prefix: str, action_prefix: str) -> _Episod
             {"reward": ep.rewards, "terminated": ep.terminations, "truncated": ep.truncations},
         )
     joined = {k: {p: np.concatenate(v) for p, v in d.items()} for k, d in parts.items()}
-    if not episodes:
+    if not lengths:
         raise DatasetError("the dataset holds no episodes; nothing to import")
-    return _EpisodeSteps(**joined, episodes=episodes)
+    return _EpisodeSteps(**joined, lengths=np.asarray(lengths, dtype=np.int64))
 
 
 def import_minari(
@@ -236,29 +240,23 @@ def _into_adder(dataset: Any, adder: Any) -> MinariImport:
                 f"{spec.dtype}{'' if not problem else f' (the data {problem})'}; build "
                 "the adder's table with the dataset's shapes and dtypes"
             )
+    obs, next_obs = _steps(data.obs, "obs"), _steps(data.next_obs, "obs")
+    action = _steps(data.action, "action")
+    reward, terminated, truncated = (data.scalars[k] for k in ("reward", "terminated", "truncated"))
     before = adder.items_created
-    episodes = steps = 0
-    for ep in dataset.iterate_episodes():
-        adder.reset(_first(ep.observations))
-        for t in range(len(ep.rewards)):
-            adder.add(
-                _at(ep.actions, t),
-                ep.rewards[t],
-                _at(ep.observations, t + 1),
-                bool(ep.terminations[t]),
-                bool(ep.truncations[t]),
-            )
-        episodes += 1
-        steps += len(ep.rewards)
+    starts = np.cumsum(data.lengths) - data.lengths
+    for start, length in zip(starts.tolist(), data.lengths.tolist()):
+        adder.reset(obs(start))
+        for t in range(start, start + length):
+            adder.add(action(t), reward[t], next_obs(t), bool(terminated[t]), bool(truncated[t]))
     adder.flush()
-    return MinariImport(episodes, steps, None, adder.items_created - before)
+    return MinariImport(data.episodes, len(reward), None, adder.items_created - before)
 
 
-def _at(value: Any, t: int) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _at(v, t) for k, v in value.items()}
-    return value[t]
-
-
-def _first(value: Any) -> Any:
-    return _at(value, 0)
+def _steps(arrays: dict[str, np.ndarray], prefix: str) -> Any:
+    """A function of ``t`` giving step ``t`` of a role's columns: one array's row, or the
+    nested dict of rows."""
+    paths = sorted(arrays)
+    if paths == [prefix]:
+        return arrays[prefix].__getitem__
+    return lambda t: nest(prefix, paths, {p: arrays[p][t] for p in paths})
