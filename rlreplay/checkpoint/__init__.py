@@ -31,11 +31,16 @@ what to do, another format version, a damaged checkpoint given by name (in a dir
 of checkpoints damaged ones are skipped with a warning), and tables whose definitions
 differ, unless ``adapt=True`` and the difference can be adapted.
 
+Datasets (:mod:`rlreplay.checkpoint.datasets`) move experience instead: ``export_npz`` /
+``import_npz`` (any table, one ``.npz``) and ``export_minari`` / ``import_minari`` (whole
+episodes, the Minari format); see docs/checkpoints.md, "Datasets".
+
 Serving goes on while a checkpoint is written: the store's lock is held to copy the small
 per-item state, then for one chunk copy at a time while the columns stream to disk; rows
 that writes would change before they are streamed are copied aside first.
 """
 
+from rlreplay.checkpoint.datasets import export_minari, export_npz, import_minari, import_npz
 from rlreplay.checkpoint.manifest import FORMAT_VERSION
 from rlreplay.checkpoint.restore import restore
 from rlreplay.checkpoint.retention import published as list_checkpoints
@@ -45,6 +50,10 @@ __all__ = [
     "FORMAT_VERSION",
     "PendingSave",
     "SaveStats",
+    "export_minari",
+    "export_npz",
+    "import_minari",
+    "import_npz",
     "list_checkpoints",
     "restore",
     "save",
