@@ -58,9 +58,11 @@ class ShardedClient:
             for ``retry_down_s`` seconds and go on with the others (samples are then drawn
             over the reachable items, with probabilities over those).
         retry_down_s: see ``on_shard_down``.
-        first_shard: the shard this client's first writer and insert use (spread several
-            actors' clients by giving each its own).
-        seed: seeds the splits of batches over shards (None: fresh entropy).
+        first_shard: the shard this client's first writer and insert use (None: drawn
+            at random, so that many actors' clients spread over the shards; each
+            unpickled copy draws its own unless ``seed`` is given).
+        seed: seeds the splits of batches over shards and the ``first_shard`` drawn
+            (None: fresh entropy).
         server_public_key: one key for every shard, or a list with one per shard (CURVE).
         **client_kwargs: passed to each shard's :class:`~rlreplay.Client`
             (``client_secret_key``, ``call_timeout``, ``liveness_s``, ``diagnose_timeout``).
@@ -81,7 +83,7 @@ class ShardedClient:
         *,
         on_shard_down: str = "fail",
         retry_down_s: float = 5.0,
-        first_shard: int = 0,
+        first_shard: int | None = None,
         seed: int | None = None,
         server_public_key: Any = None,
         **client_kwargs: Any,
@@ -99,8 +101,12 @@ class ShardedClient:
                 f"server_public_key has {len(keys)} keys for {n} shards; give one per shard "
                 "(or one for all)"
             )
-        if isinstance(first_shard, bool) or not isinstance(first_shard, int) or first_shard < 0:
-            raise InvalidArgumentError(f"first_shard={describe(first_shard)} must be an int >= 0")
+        if first_shard is not None and (
+            isinstance(first_shard, bool) or not isinstance(first_shard, int) or first_shard < 0
+        ):
+            raise InvalidArgumentError(
+                f"first_shard={describe(first_shard)} must be None or an int >= 0"
+            )
         self.shards = [
             Client(a, server_public_key=k, **client_kwargs) for a, k in zip(addresses, keys)
         ]
@@ -111,7 +117,9 @@ class ShardedClient:
             )
         self.health = ShardHealth(self.addresses, on_shard_down, retry_down_s)
         self.keys = ShardKeys(n)
-        self.first_shard = first_shard % n
+        self._rng = np.random.default_rng(seed)
+        # Clients of many actors (each unpickled) spread their writers over the shards.
+        self.first_shard = int(self._rng.integers(n)) if first_shard is None else first_shard % n
         self._init = {
             "addresses": list(addresses),
             "on_shard_down": on_shard_down,
@@ -121,7 +129,6 @@ class ShardedClient:
             "server_public_key": server_public_key,
             **client_kwargs,
         }
-        self._rng = np.random.default_rng(seed)
         self._samplers: dict[str, ShardedSampler] = {}
         self._sent_rows = np.zeros(n, np.int64)
         self._writers = 0

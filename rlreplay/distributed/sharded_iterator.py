@@ -10,7 +10,12 @@ import numpy as np
 from rlreplay.core.sample import Sample
 from rlreplay.core.table_checks import check_timeout
 from rlreplay.distributed.sharded_sampling import Round, check_batch_size
-from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.errors import (
+    InvalidArgumentError,
+    ReplayTimeoutError,
+    ServerUnavailableError,
+    describe,
+)
 from rlreplay.net.payloads import checked_update
 
 
@@ -31,7 +36,9 @@ class ShardedSampleIterator:
         in_flight: batches kept outstanding (>= 1).
         timeout: seconds each shard's part may wait for its rate limiter (None: no limit).
 
-    Raises (from ``next``): as :meth:`ShardedClient.sample`.
+    Raises (from ``next``): as :meth:`ShardedClient.sample`. A batch that a shard's rate
+    limiter held back past ``timeout`` keeps the parts other shards drew, and the next
+    ``next`` completes it.
 
     Example:
         >>> with client.sample_iterator("replay", 256, in_flight=2) as it:  # doctest: +SKIP
@@ -77,7 +84,13 @@ class ShardedSampleIterator:
     def __next__(self) -> Sample:
         while len(self._rounds) < self.in_flight:
             self._rounds.append(self._sampler.send(self.batch_size, self.timeout, self._take()))
-        return self._sampler.finish(self._rounds.popleft())
+        rnd = self._rounds.popleft()
+        try:
+            return self._sampler.finish(rnd)
+        except ReplayTimeoutError as error:
+            if rnd.held and not isinstance(error, ServerUnavailableError):
+                self._rounds.appendleft(rnd)  # the next call completes this batch
+            raise
 
     def close(self, wait: bool = True) -> None:
         """Forget the batches in flight and send the queued updates (``wait``: wait for

@@ -21,7 +21,12 @@ from rlreplay.core.sample import Sample
 from rlreplay.distributed.shard_draws import ShardState, check_samplers, merge, split
 from rlreplay.distributed.shard_health import ShardHealth
 from rlreplay.distributed.shard_keys import ShardKeys
-from rlreplay.errors import InvalidArgumentError, RateLimiterTimeoutError, ServerUnavailableError
+from rlreplay.errors import (
+    InvalidArgumentError,
+    RateLimiterTimeoutError,
+    ReplayTimeoutError,
+    ServerUnavailableError,
+)
 from rlreplay.net.payloads import update_arrays
 from rlreplay.net.transport import CALL
 
@@ -31,14 +36,27 @@ _POLL_S = (0.005, 0.1)  # first and longest pause between polls while no shard h
 
 @dataclass
 class Round:
-    """One batch's requests: per shard, its request id and how many items it draws."""
+    """One batch's requests and what came back so far.
+
+    Attributes:
+        shares: the ``q_s`` the batch is drawn with (renormalised when a shard is lost).
+        asked: per shard with a request out, how many items it asked (0: state only).
+        parts: ``(shard, reply arrays)`` of the parts drawn so far.
+        held: per shard whose rate limiter held its part back past the deadline, the
+            items still to come from it: finishing the round again asks for them.
+        lost: items that shards which went down were to draw (drawn again elsewhere).
+    """
 
     batch_size: int
     timeout: float | None
     until: float | None
     shares: np.ndarray
-    counts: np.ndarray
+    asked: dict[int, int] = field(default_factory=dict)
     rids: dict[int, int] = field(default_factory=dict)
+    parts: list[tuple[int, dict]] = field(default_factory=list)
+    held: dict[int, int] = field(default_factory=dict)
+    lost: int = 0
+    error: BaseException | None = None
 
 
 class ShardedSampler:
@@ -69,6 +87,7 @@ class ShardedSampler:
         self.states = [ShardState() for _ in shards]
         self._sampler: dict | None = None  # the sampler config every shard must have
         self._known: set[int] = set()  # shards whose state was heard since they came up
+        self._held: Round | None = None  # a batch a limiter held back, for the next call
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ rounds
@@ -99,10 +118,10 @@ class ShardedSampler:
             counts = split(batch_size, shares, self.rng)
         self._greet(self.health.live())
         # The rate limiters' wait starts now (handshakes and probes have their own).
-        rnd = Round(batch_size, timeout, tr0.until(timeout), shares, counts)
+        rnd = Round(batch_size, timeout, tr0.until(timeout), shares)
         try:
             for shard in self.health.live():
-                self._send_one(rnd, shard, updates.pop(shard, None))
+                self._send_one(rnd, shard, int(counts[shard]), updates.pop(shard, None))
         except BaseException:
             self.forget(rnd)
             raise
@@ -139,11 +158,11 @@ class ShardedSampler:
         ``call_timeout`` bounds the wait, as for any call that never blocks)."""
         self._greet(shards)
         until = self.shards[0]._transport.until(CALL)
-        rnd = Round(0, None, until, np.zeros(len(self.shards)), np.zeros(len(self.shards), int))
-        shards = [s for s in shards if not self.health.is_down(s)]
+        rnd = Round(0, None, until, np.zeros(len(self.shards)))
         try:
             for shard in shards:
-                self._send_one(rnd, shard, updates.pop(shard, None))
+                if not self.health.is_down(shard):
+                    self._send_one(rnd, shard, 0, updates.pop(shard, None))
         except BaseException:
             self.forget(rnd)
             raise
@@ -169,23 +188,23 @@ class ShardedSampler:
                 continue
             tr.channel().greeted = True
 
-    def _send_one(self, rnd: Round, shard: int, update: Any) -> None:
-        client = self.shards[shard]
-        k = int(rnd.counts[shard])
+    def _send_one(self, rnd: Round, shard: int, k: int, update: Any = None) -> None:
+        """Ask ``shard`` for ``k`` items (0: its state), carrying ``update``."""
         header: dict[str, Any] = {"op": "sample" if k else "sampler_state", "table": self.table}
         if k:
             header["batch_size"] = k
         arrays = update_arrays(*update, prefix="update/") if update is not None else None
+        tr = self.shards[shard]._transport
         try:
-            tr = client._transport
             if k:
-                rnd.rids[shard] = tr.send(header, arrays, until=rnd.until, timeout=rnd.timeout)
+                rid = tr.send(header, arrays, until=rnd.until, timeout=rnd.timeout)
             else:
-                rnd.rids[shard] = tr.send(header, arrays, until=rnd.until)
+                rid = tr.send(header, arrays, until=rnd.until)
         except ServerUnavailableError as error:
             self._down(shard, error)
-            rnd.rids.pop(shard, None)
-            rnd.counts[shard] = -k  # lost: drawn again over the others (see finish)
+            rnd.lost += k  # drawn again over the others (see finish)
+            return
+        rnd.rids[shard], rnd.asked[shard] = rid, k
 
     def _down(self, shard: int, error: ServerUnavailableError) -> None:
         self.health.failed(shard, error)  # raises under "fail"
@@ -193,16 +212,17 @@ class ShardedSampler:
             self.states[shard] = ShardState()
             self._known.discard(shard)
 
-    def _collect(self, rnd: Round) -> list[tuple[int, dict]]:
-        """Every reply of ``rnd``: the shards' states updated, the drawn parts returned.
-        A shard that does not answer has its count made negative (lost)."""
-        parts = []
+    def _collect(self, rnd: Round) -> None:
+        """Every reply of ``rnd``: the shards' states updated, the drawn parts added to
+        ``rnd.parts``; a part held back by its limiter goes to ``rnd.held``, one a shard
+        that went down was to draw to ``rnd.lost``."""
         pending = dict(rnd.rids)
         rnd.rids.clear()
         try:
             for shard, rid in list(pending.items()):
                 del pending[shard]
                 client = self.shards[shard]
+                k = rnd.asked.pop(shard)
                 # Replies that arrived while an earlier shard was awaited are taken first:
                 # a shard that never answers must not use up the others' deadline.
                 client._channel().receive()
@@ -210,16 +230,20 @@ class ShardedSampler:
                     header, arrays = client._transport.wait_until(rid, rnd.until)
                 except ServerUnavailableError as error:
                     self._down(shard, error)
-                    rnd.counts[shard] = -rnd.counts[shard]
+                    rnd.lost += k
+                    continue
+                except ReplayTimeoutError as error:  # its limiter held the part back
+                    if k:
+                        rnd.held[shard] = k
+                        rnd.error = rnd.error or error
                     continue
                 self.health.answered(shard)
                 self._observe(shard, header)
-                if rnd.counts[shard] > 0:
-                    parts.append((shard, arrays))
+                if k:
+                    rnd.parts.append((shard, arrays))
         finally:
             for shard, rid in pending.items():  # an error left these unread
                 self.shards[shard]._channel().forget([rid])
-        return parts
 
     def _observe(self, shard: int, header: dict) -> None:
         """Take a reply's state; a shard's first state reply is checked too.
@@ -249,28 +273,61 @@ class ShardedSampler:
 
         Raises:
             RateLimiterTimeoutError: if a shard's rate limiter held its part back for the
-                round's ``timeout`` (the other shards' parts are dropped).
+                round's ``timeout``. The round keeps the parts that came, and finishing it
+                again asks only the shards that held theirs back (nothing drawn is lost,
+                and the batch keeps its split).
             ShardUnavailableError: under ``"fail"``, for a shard that did not answer (the
                 other shards' parts are dropped); under ``"skip"``, if none answered.
         """
-        parts = self._collect(rnd)
-        shares = rnd.shares
-        lost = int(-rnd.counts[rnd.counts < 0].sum())
-        while lost:
-            alive = shares.copy()
-            alive[rnd.counts < 0] = 0.0
-            if not alive.sum() > 0:  # nothing drawn survived: a new batch over the rest
-                return self.finish(self.send(rnd.batch_size, rnd.timeout))
-            shares = alive / alive.sum()
-            again = self.send(lost, rnd.timeout, shares=shares)
-            parts += self._collect(again)
-            rnd.counts[again.counts < 0] = -1
-            lost = int(-again.counts[again.counts < 0].sum())
-        return merge(parts, shares, self.states, self.keys.to_global, self.rng)
+        tr0 = self.shards[0]._transport
+        while True:
+            if not rnd.rids and (rnd.held or rnd.lost):
+                rnd.until, rnd.error = tr0.until(rnd.timeout), None
+                asks, rnd.held = rnd.held, {}
+                if rnd.lost:
+                    alive = rnd.shares.copy()
+                    for shard in range(len(alive)):
+                        if self.health.is_down(shard):
+                            alive[shard] = 0.0
+                    if not alive.sum() > 0:  # nothing drawn survives: a new batch
+                        return self.finish(self.send(rnd.batch_size, rnd.timeout))
+                    rnd.shares = alive / alive.sum()
+                    with self._lock:
+                        again = split(rnd.lost, rnd.shares, self.rng)
+                    rnd.lost = 0
+                    for shard in np.flatnonzero(again).tolist():
+                        asks[shard] = asks.get(shard, 0) + int(again[shard])
+                self._greet(list(asks))
+                for shard, k in asks.items():
+                    self._send_one(rnd, shard, k)
+            self._collect(rnd)
+            if rnd.held:
+                raise rnd.error  # type: ignore[misc]
+            if not rnd.lost:
+                return merge(rnd.parts, rnd.shares, self.states, self.keys.to_global, self.rng)
 
     def sample(self, batch_size: int, timeout: float | None, updates: Updates | None) -> Sample:
-        """One batch (one round trip to every shard once their masses are known)."""
-        return self.finish(self.send(batch_size, timeout, updates))
+        """One batch (one round trip to every shard once their masses are known). A
+        batch that a shard's limiter held back is completed by the next call (which
+        then sends ``updates`` with a priority update of its own)."""
+        with self._lock:
+            rnd, self._held = self._held, None
+        if rnd is None or rnd.batch_size != batch_size:
+            rnd = self.send(batch_size, timeout, updates)
+        elif updates:
+            self._send_updates(updates)
+        rnd.timeout = timeout
+        try:
+            return self.finish(rnd)
+        except ReplayTimeoutError as error:
+            if rnd.held and not isinstance(error, ServerUnavailableError):
+                with self._lock:
+                    self._held = rnd
+            raise
+
+    def _send_updates(self, updates: Updates) -> None:
+        """Priority updates on their own, as state requests carrying them."""
+        self._probe([s for s in updates if not self.health.is_down(s)], dict(updates))
 
     def forget(self, rnd: Round) -> None:
         """Drop ``rnd``'s replies when they arrive."""

@@ -28,7 +28,7 @@ def three_shards_one_killed():
     """Three shards holding x = 0..29 (10 each, priority 1 + x); shard 1 then killed."""
     with shards([CONFIG] * 3) as started:
         addresses = [a for a, _ in started]
-        loader = ShardedClient(addresses, **FAST)
+        loader = ShardedClient(addresses, first_shard=0, **FAST)
         keys = np.concatenate(
             [loader.insert("prio", rows(10 * i, 10), 1.0 + np.arange(10 * i, 10 * i + 10))
              for i in range(3)]

@@ -10,7 +10,7 @@ from shardprocs import CTX, insert_through, shards, table
 
 from rlreplay import Prioritized, Table, Uniform
 from rlreplay.distributed import ShardedClient
-from rlreplay.errors import InvalidArgumentError
+from rlreplay.errors import InvalidArgumentError, RateLimiterTimeoutError
 
 scipy_stats = pytest.importorskip("scipy.stats")
 
@@ -22,6 +22,7 @@ CONFIGS = [
             table("prio", sampler={"type": "Prioritized", "priority_exponent": ALPHA}, seed=s),
             table("uni", seed=s),
             table("fifo", sampler={"type": "Fifo"}, seed=s),
+            table("held", rate_limiter={"type": "MinSize", "min_size_to_sample": 5}, seed=s),
             table("seq", layout={"type": "transition", "n_step": 1, "next_fields": ["obs"]},
                   seed=s),
         ]
@@ -38,8 +39,8 @@ def addresses():
 
 @pytest.fixture
 def client(addresses):
-    c = ShardedClient(addresses, seed=1, call_timeout=20.0)
-    for name in ("prio", "uni", "fifo", "seq"):
+    c = ShardedClient(addresses, seed=1, first_shard=0, call_timeout=20.0)
+    for name in ("prio", "uni", "fifo", "seq", "held"):
         c.reset(name)
     yield c
     c.close()
@@ -215,3 +216,24 @@ def test_a_pickled_client_inserts_from_another_process(client):
     assert status == "ok", keys
     assert len(keys) == 7 and client.info("uni").size == 7
     assert client.delete("uni", keys) == 7
+
+
+def test_a_batch_one_shards_limiter_holds_back_is_completed_not_drawn_again(client):
+    client.shards[0].insert("held", rows(0, 10))  # shard 0 may be sampled
+    client.shards[1].insert("held", rows(10, 2))  # shard 1 waits for 5 items
+    for _ in range(2):  # the batch of 64 needs both shards (all but surely)
+        with pytest.raises(RateLimiterTimeoutError):
+            client.sample("held", 64, timeout=0.3)
+    drawn = client.shard_info("held")[0].samples
+    assert 0 < drawn < 64  # shard 0's part, drawn once and kept
+    client.shards[1].insert("held", rows(12, 3))
+    batch = client.sample("held", 64, timeout=5.0)
+    assert len(batch) == 64
+    infos = client.shard_info("held")
+    assert infos[0].samples == drawn and infos[0].samples + infos[1].samples == 64
+    # Split with the sizes known when the batch began (10 and 2 items), each part drawn
+    # from its shard as it was then: the probabilities are those the items were drawn with.
+    x = batch.data["x"]
+    np.testing.assert_allclose(batch.info.probabilities[x < 10], 10 / 12 / 10)
+    np.testing.assert_allclose(batch.info.probabilities[x >= 10], 2 / 12 / 5)
+    assert batch.info.table_size == 15

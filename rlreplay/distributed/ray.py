@@ -1,0 +1,268 @@
+"""Replay shards as Ray actors: placed across a cluster's nodes, served to Ray tasks and
+actors through a :class:`~rlreplay.ShardedClient` that pickles as its addresses.
+
+Ray is only the cluster manager here: it starts one replay :class:`~rlreplay.Server`
+per shard inside a Ray actor, on the node its placement group bundle names, and stops it.
+Steps, samples and weights then travel over the replay servers' own sockets (ZeroMQ),
+never as Ray calls (a Ray call costs about a millisecond here; a replay request tens of
+microseconds). Needs the ``ray`` extra (``pip install 'rlreplay[ray]'``); importing
+:mod:`rlreplay` or :mod:`rlreplay.distributed` does not import Ray.
+
+Example:
+    >>> import ray                                                       # doctest: +SKIP
+    >>> ray.init()                                                       # doctest: +SKIP
+    >>> shards = start_shards(config, num_shards=2)                      # doctest: +SKIP
+    >>> client = shards.client()    # pass it into Ray tasks and actors  # doctest: +SKIP
+    >>> shards.shutdown()                                                # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from rlreplay.distributed.sharded_client import ShardedClient
+from rlreplay.errors import InvalidArgumentError, ReplayTimeoutError, describe
+
+STRATEGIES = ("SPREAD", "STRICT_SPREAD", "PACK", "STRICT_PACK")
+_WILDCARDS = ("0.0.0.0", "*", "::")
+
+
+def import_ray() -> Any:
+    """The ``ray`` module.
+
+    Raises:
+        ImportError: naming the extra to install when Ray is missing.
+    """
+    try:
+        import ray
+    except ImportError as exc:
+        raise ImportError(
+            "rlreplay.distributed.ray needs Ray; install it with "
+            "python -m pip install 'rlreplay[ray]'"
+        ) from exc
+    return ray
+
+
+class ShardHost:
+    """The body of one shard's Ray actor: a replay server over the tables ``build()``
+    returns (built inside the actor, on its node).
+
+    Args:
+        build: picklable callable returning the shard's list of tables.
+        index: the shard's index (names its checkpoint folder).
+        bind: host the server binds (``"127.0.0.1"``; ``"0.0.0.0"`` to serve other nodes,
+            with CURVE keys in ``server_kwargs`` or ``insecure=True``).
+        server_kwargs: more :class:`~rlreplay.Server` arguments.
+        checkpoint_dir: folder whose ``shard-<index>`` subfolder holds this shard's
+            checkpoints (restored at start), or None.
+    """
+
+    def __init__(
+        self,
+        build: Callable[[], list],
+        index: int,
+        bind: str,
+        server_kwargs: dict,
+        checkpoint_dir: str | None,
+    ):
+        self.index = index
+        self.server = None
+        self._error: BaseException | None = None
+        try:
+            self._address = self._start(build, bind, server_kwargs, checkpoint_dir)
+        except Exception as error:  # re-raised by address(): Ray keeps a method's error
+            self._error = error  # type, but not a failed constructor's
+
+    def _start(self, build, bind: str, server_kwargs: dict, checkpoint_dir: str | None) -> str:
+        from rlreplay.net.server import Server
+
+        kwargs = dict(server_kwargs)
+        if checkpoint_dir is not None:
+            kwargs["checkpoint_dir"] = os.path.join(checkpoint_dir, f"shard-{self.index}")
+        self.server = Server(build(), bind=bind, **kwargs).start()
+        address = self.server.address
+        host = address.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
+        if host in _WILDCARDS:  # reachable from other nodes at this node's address
+            ray = import_ray()
+            port = address.rsplit(":", 1)[1]
+            address = f"tcp://{ray.util.get_node_ip_address()}:{port}"
+        return address
+
+    def address(self) -> str:
+        """The server's address, reachable from the cluster.
+
+        Raises:
+            Exception: what building the tables or starting the server raised.
+        """
+        if self._error is not None:
+            raise self._error
+        return self._address
+
+    def node_id(self) -> str:
+        return import_ray().get_runtime_context().get_node_id()
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+
+class TablesFromConfig:
+    """A picklable ``build`` for :class:`ShardHost`: the tables of a ``tables.toml``-shaped
+    mapping (see :func:`rlreplay.net.tables_from_config`)."""
+
+    def __init__(self, config: Mapping[str, Any]):
+        self.config = config
+
+    def __call__(self) -> list:
+        from rlreplay.net.config import tables_from_config
+
+        return tables_from_config(self.config)
+
+
+class RayShards:
+    """Replay shards running as Ray actors (see :func:`start_shards`).
+
+    Attributes:
+        addresses: each shard's address.
+        actors: each shard's Ray actor handle.
+        node_ids: the Ray node each shard runs on.
+    """
+
+    def __init__(self, actors: list, addresses: list[str], node_ids: list[str], group: Any,
+                 client_kwargs: dict):
+        self.actors = actors
+        self.addresses = addresses
+        self.node_ids = node_ids
+        self._group = group
+        self._client_kwargs = client_kwargs
+        self._stopped = False
+
+    def client(self, **kwargs: Any) -> ShardedClient:
+        """A :class:`~rlreplay.ShardedClient` over the shards (``kwargs`` override the
+        ``client_kwargs`` given to :func:`start_shards`). It pickles as its addresses, so
+        it can be passed into Ray tasks and actors, which connect on first use."""
+        return ShardedClient(self.addresses, **{**self._client_kwargs, **kwargs})
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Stop every shard's server, end its actor and free the placement group
+        (idempotent). Shards that do not stop within ``timeout`` seconds are killed."""
+        if self._stopped:
+            return
+        self._stopped = True
+        ray = import_ray()
+        refs = [a.stop.remote() for a in self.actors]
+        try:
+            ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        finally:
+            for actor in self.actors:
+                ray.kill(actor)
+            if self._group is not None:
+                ray.util.remove_placement_group(self._group)
+
+    def __enter__(self) -> RayShards:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        return f"RayShards({self.addresses!r})"
+
+
+def start_shards(
+    tables: Mapping[str, Any] | Callable[[int], Callable[[], list]],
+    num_shards: int,
+    *,
+    num_cpus: float = 1.0,
+    resources: Mapping[str, float] | None = None,
+    strategy: str = "SPREAD",
+    bind: str = "127.0.0.1",
+    server_kwargs: Mapping[str, Any] | None = None,
+    checkpoint_dir: str | os.PathLike | None = None,
+    client_kwargs: Mapping[str, Any] | None = None,
+    start_timeout: float = 120.0,
+) -> RayShards:
+    """Start ``num_shards`` replay servers as Ray actors, placed by a placement group.
+
+    Each shard gets one bundle ``{"CPU": num_cpus, **resources}``; ``strategy="SPREAD"``
+    puts the bundles on different nodes where it can (``"STRICT_SPREAD"``: must), so a
+    custom resource such as ``{"replay": 1}`` declared only by the replay nodes puts
+    the shards there. Call ``ray.init(...)`` first.
+
+    Args:
+        tables: a ``tables.toml``-shaped mapping every shard builds its tables from, or
+            ``tables(index)`` returning a picklable no-argument builder for shard
+            ``index`` (e.g. to seed shards apart or give each its share of a size).
+        num_shards: shards to start (>= 1).
+        num_cpus: CPUs each shard's bundle reserves.
+        resources: custom resources each shard's bundle reserves.
+        strategy: the placement group's strategy, one of ``STRATEGIES``.
+        bind: host each server binds (see :class:`ShardHost`).
+        server_kwargs: more :class:`~rlreplay.Server` arguments (CURVE keys, limits).
+        checkpoint_dir: a folder every node can reach; shard ``i`` keeps its checkpoints
+            in ``shard-<i>`` there (restored when it starts again).
+        client_kwargs: defaults for :meth:`RayShards.client`.
+        start_timeout: seconds to wait for the placement and the servers.
+
+    Returns:
+        The :class:`RayShards` (call :meth:`RayShards.shutdown`, or use it in ``with``).
+
+    Raises:
+        InvalidArgumentError: for bad arguments, or tables a shard refuses (the shard's
+            own error, re-raised by Ray as a subclass of it).
+        ReplayTimeoutError: if the cluster cannot place the bundles within
+            ``start_timeout`` (say which resources are missing).
+        ImportError: without Ray.
+    """
+    if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1:
+        raise InvalidArgumentError(f"num_shards={describe(num_shards)} must be an int >= 1")
+    if strategy not in STRATEGIES:
+        raise InvalidArgumentError(f"strategy={strategy!r} is unknown; choose one of {STRATEGIES}")
+    if isinstance(num_cpus, bool) or not isinstance(num_cpus, (int, float)) or num_cpus < 0:
+        raise InvalidArgumentError(f"num_cpus={describe(num_cpus)} must be a number >= 0")
+    resources = dict(resources or {})
+    if any(not isinstance(v, (int, float)) or v < 0 for v in resources.values()):
+        raise InvalidArgumentError(f"resources={resources} must map names to amounts >= 0")
+    if isinstance(tables, Mapping):
+        builders = [TablesFromConfig(tables)] * num_shards
+    elif callable(tables):
+        builders = [tables(i) for i in range(num_shards)]
+    else:
+        raise InvalidArgumentError(
+            f"tables={describe(tables)} must be a tables.toml-shaped mapping or a callable"
+        )
+    ray = import_ray()
+    from ray.util.placement_group import placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    bundle = {"CPU": float(num_cpus), **{k: float(v) for k, v in resources.items()}}
+    group = placement_group([dict(bundle) for _ in range(num_shards)], strategy=strategy)
+    ready, _ = ray.wait([group.ready()], timeout=start_timeout)
+    if not ready:
+        ray.util.remove_placement_group(group)
+        raise ReplayTimeoutError(
+            f"Ray could not place {num_shards} replay shards of {bundle} each "
+            f"({strategy}) within {start_timeout}s; the cluster has "
+            f"{ray.available_resources()} available"
+        )
+    host = ray.remote(num_cpus=0, max_concurrency=2)(ShardHost)
+    folder = None if checkpoint_dir is None else os.fspath(checkpoint_dir)
+    actors = [
+        host.options(
+            scheduling_strategy=PlacementGroupSchedulingStrategy(group, i),
+            num_cpus=float(num_cpus),
+            resources={k: float(v) for k, v in resources.items()} or None,
+        ).remote(builders[i], i, bind, dict(server_kwargs or {}), folder)
+        for i in range(num_shards)
+    ]
+    try:
+        addresses = ray.get([a.address.remote() for a in actors], timeout=start_timeout)
+        node_ids = ray.get([a.node_id.remote() for a in actors], timeout=start_timeout)
+    except BaseException:
+        for actor in actors:
+            ray.kill(actor)
+        ray.util.remove_placement_group(group)
+        raise
+    return RayShards(actors, addresses, node_ids, group, dict(client_kwargs or {}))
