@@ -4,6 +4,7 @@ that insert nothing."""
 from __future__ import annotations
 
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -281,3 +282,32 @@ def test_npz_steps_only_into_a_store(tmp_path):
     store = StepStore(SIG, capacity=64)
     assert import_npz(path, store) == {}
     np.testing.assert_array_equal(stored(store)["obs"], stored(filled_table().store)["obs"])
+
+
+def test_npz_export_while_a_writer_inserts_is_one_consistent_snapshot(tmp_path):
+    sig = {"step": "int64", "obs": ((3,), "float32")}
+    table = Table("t", signature=sig, capacity=256, max_size=200, sampler=Prioritized(1.0))
+    stop = threading.Event()
+
+    def write() -> None:
+        for batch in range(2000):  # bounded; each row carries its own step id
+            if stop.is_set():
+                return
+            ids = np.arange(batch * 8, batch * 8 + 8)
+            table.insert({"step": ids, "obs": np.repeat(ids[:, None], 3, 1)}, ids % 7 + 1.0)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        for k in range(5):
+            path = export_npz(table, tmp_path / f"snap{k}.npz")
+            with np.load(path, allow_pickle=False) as data:
+                meta = json.loads(str(data["meta"]))
+                steps = data["steps/step"]
+                np.testing.assert_array_equal(steps, np.arange(meta["first_id"], meta["end_id"]))
+                anchors = data["tables/t/anchor"]
+                np.testing.assert_array_equal(data["tables/t/priority"], steps[anchors] % 7 + 1.0)
+    finally:
+        stop.set()
+        writer.join(timeout=30)
+    assert not writer.is_alive()

@@ -132,6 +132,7 @@ def test_minari_round_trip_of_20_cartpole_episodes_read_by_minari_itself(minari_
     assert dataset.total_steps == table.store.num_steps
     assert dataset.observation_space == env.observation_space
     assert_same_episodes(dataset, episodes)
+    assert "infos=dict" in repr(next(iter(dataset.iterate_episodes())))  # Minari's own repr
 
     again = rows_table()
     result = import_minari("cartpole/random-v0", again)
