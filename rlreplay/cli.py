@@ -6,6 +6,8 @@
                    [--curve-secret FILE] [--authorized-keys DIR] [--metrics-port N]
                    [--max-message-bytes SIZE] [--max-unread-bytes SIZE]
                    [--max-parked-per-client N] [--parked-expiry-s S]
+                   [--checkpoint-dir DIR [--checkpoint-every S] [--keep K]]
+    rlreplay checkpoint ADDRESS [--timeout S] [--server-key FILE] [--client-key FILE]
     rlreplay info ADDRESS [TABLE] [--server-key FILE] [--client-key FILE] [--timeout S]
     rlreplay info --build
     rlreplay export CHECKPOINT (--npz FILE | --minari DATASET_ID) [--tables NAME,...]
@@ -33,7 +35,7 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-from rlreplay import cli_export
+from rlreplay import cli_checkpoint, cli_export
 from rlreplay.cli_args import USAGE, Parser, port_number, positive, size_bytes
 
 FAILED = 1  # it ran, and the server (or the operation) failed
@@ -158,6 +160,7 @@ def add_serve_parser(sub: Any) -> None:
         parse = size_bytes if name.endswith("_bytes") else positive(kind)
         metavar = "SIZE" if name.endswith("_bytes") else "N"
         p.add_argument(flag, type=parse, default=None, metavar=metavar, help=help_text)
+    cli_checkpoint.add_serve_flags(p)
     p.set_defaults(func=cmd_serve)
 
 
@@ -244,6 +247,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from rlreplay.net.config import load_config
 
     check_serve_options(args)
+    checkpoint_kwargs = cli_checkpoint.serve_kwargs(args)
     tables = load_config(args.config)
     server = net.Server(
         tables,
@@ -254,6 +258,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         insecure=args.insecure,
         metrics_port=args.metrics_port,
         **{n: getattr(args, n) for n, _, _ in SERVER_LIMITS if getattr(args, n) is not None},
+        **checkpoint_kwargs,
     )
     try:
         server.start()
@@ -274,6 +279,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    if server.checkpoints.restored_from is not None:
+        print(f"restored {server.checkpoints.restored_from}", flush=True)
     print(f"serving {', '.join(t.name for t in tables)} on {server.address}", flush=True)
     server.wait()
     server.stop()
@@ -399,6 +406,7 @@ SUBCOMMANDS = (
     add_demo,
     add_serve_parser,
     add_info_parser,
+    cli_checkpoint.add_checkpoint_parser,
     cli_export.add_export_parser,
     add_keygen_parser,
 )

@@ -49,7 +49,11 @@ class Chunk:
         c.first, c.n = header["first"], header["n"]
         seq = header.get("seq")
         c.seq = session.next_seq if seq is None else seq  # older clients send no seq
-        c.restart = bool(header.get("restart")) or (seq is None and c.first != session.applied)
+        c.restart = (
+            bool(header.get("restart"))
+            or (seq is None and c.first != session.applied)
+            or session.skipped(seq)
+        )
         store = session.store
         if c.n > store.capacity - session.history:
             raise InvalidArgumentError(

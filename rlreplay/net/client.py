@@ -354,6 +354,28 @@ class Client:
         header = {"op": "info"} if table is None else {"op": "info", "table": table}
         return self._transport.call(header)[0]["tables"]
 
+    def checkpoint(self, timeout: float | None = None) -> str:
+        """Have the server save a checkpoint of all its tables and writer streams, and
+        wait until it is published; returns its directory on the server's machine.
+
+        The checkpoint holds everything the server acknowledged before this call (a
+        checkpoint already under way is finished first). The server goes on serving
+        meanwhile. Needs a server started with ``checkpoint_dir`` (``rlreplay serve
+        --checkpoint-dir DIR``).
+
+        Args:
+            timeout: seconds to wait (``None``: as long as the server answers pings).
+
+        Raises:
+            InvalidArgumentError: if the server has no checkpoint directory.
+            CheckpointError: if the checkpoint could not be written (nothing published).
+            ReplayTimeoutError: if it was not published within ``timeout`` (the server
+                goes on writing it).
+            ServerUnavailableError: if the server did not answer.
+        """
+        timeout = check_timeout(timeout)
+        return str(self._transport.call({"op": "checkpoint"}, timeout=timeout)[0]["path"])
+
     # -------------------------------------------------------------- helpers
     def table(self, name: str):
         """A :class:`RemoteTable`: the exact method signatures of a local :class:`Table`."""

@@ -17,7 +17,12 @@ import numpy as np
 
 from rlreplay.core.selectors import Prioritized
 from rlreplay.core.table import Table
-from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.errors import (
+    InvalidArgumentError,
+    RateLimiterTimeoutError,
+    ReplayTimeoutError,
+    describe,
+)
 from rlreplay.net.chunk_checks import Chunk
 from rlreplay.net.ingest import WriterSession
 
@@ -109,7 +114,7 @@ class Job:
         deadline: ``time.monotonic()`` value after which it gets a timeout reply (or None).
     """
 
-    counter = "insert_blocked_s"
+    counter: str | None = "insert_blocked_s"  # None: no limiter's blocked time to count
     n = 1  # items the call inserts or samples at once (for its timeout message)
 
     def __init__(self, table: Table, deadline: float | None):
@@ -127,6 +132,10 @@ class Job:
         """The table's own timeout message: its limiter's state and the likely cause."""
         with self.table.lock:
             return self.table.admission.timeout_message(self.what, round(waited, 3), self.n)
+
+    def timeout_error(self, waited: float) -> ReplayTimeoutError:
+        """The error a call parked past its deadline is answered with."""
+        return RateLimiterTimeoutError(self.timeout_message(waited))
 
 
     what = "insert"

@@ -87,6 +87,9 @@ class WriterSession:
         self.recent: list[np.ndarray] = [np.zeros(0, np.int64) for _ in tables]
         self.replies: OrderedDict[int, np.ndarray] = OrderedDict()
         self.pending: deque = deque()  # WriteJobs of this writer, oldest first
+        # Restored from a server checkpoint, no chunk applied since: chunks the server
+        # applied after the checkpoint were lost with it (see :meth:`skipped`).
+        self.resumed = False
 
     @property
     def registered(self) -> bool:
@@ -125,6 +128,14 @@ class WriterSession:
             )
         return keys
 
+    def skipped(self, seq: int | None) -> bool:
+        """Whether chunk ``seq`` comes after chunks this session never applied because
+        it was restored from a server checkpoint: the server that stopped applied them
+        after the checkpoint, and they were lost with it. Such a chunk is taken as the
+        start of a new episode (its items cannot reach the lost steps), once; its writer
+        never sends them again (they were acknowledged)."""
+        return self.resumed and seq is not None and seq > self.next_seq
+
     def check_next(self, chunk: Chunk) -> None:
         """Check that ``chunk`` continues this writer's stream of applied chunks.
 
@@ -132,6 +143,8 @@ class WriterSession:
             InvalidArgumentError: if it does not (an earlier chunk of this writer was not
                 applied); nothing of it is applied.
         """
+        if self.skipped(chunk.seq):
+            return
         if chunk.seq != self.next_seq or (chunk.first != self.applied and not chunk.restart):
             raise InvalidArgumentError(
                 f"writer chunk {chunk.seq} (stream steps from {chunk.first}) was not applied: "
@@ -182,6 +195,7 @@ class WriterSession:
             self.episode_start = self._last_start(chunk)
         self.applied = chunk.first + chunk.n
         self.next_seq = chunk.seq + 1
+        self.resumed = False
         self.replies[chunk.seq] = keys
         while len(self.replies) > KEPT_REPLIES:
             self.replies.popitem(last=False)
@@ -199,6 +213,56 @@ class WriterSession:
         if self.retention is not None:
             with self.store.mutex:
                 self.retention.release()
+
+    # ------------------------------------------------------------ checkpoints
+    def state(self) -> dict:
+        """The stream's position for a server checkpoint (store lock held, on the
+        dispatcher thread): what a restored server needs to answer this writer's chunks
+        as this one would (its retained steps as store ids, the anchors of recent items,
+        the replies kept for chunks sent again). Chunks waiting are not part of it: they
+        were not applied, and the writer sends them again."""
+        own = self.retention
+        seqs = np.fromiter(self.replies, np.int64, len(self.replies))
+        kept = list(self.replies.values())
+        return {
+            "tables": [t.name for t in self.tables],
+            "history": self.history,
+            "next_seq": self.next_seq,
+            "applied": self.applied,
+            "episode_start": self.episode_start,
+            "resumed": self.resumed,
+            "retention": None if own is None else [own.first, own.count],
+            "recent": {str(t): r for t, r in enumerate(self.recent)},  # per table index
+            "reply_seqs": seqs,
+            "reply_counts": np.array([len(k) for k in kept], np.int64),
+            "reply_keys": np.concatenate(kept) if kept else np.zeros(0, np.int64),
+        }
+
+    @classmethod
+    def from_state(cls, tables: list[Table], state: dict) -> WriterSession:
+        """The session :meth:`state` describes, over the restored ``tables``, retaining
+        again the steps it retained (store lock taken). Its next chunk may skip chunks
+        (see :meth:`skipped`)."""
+        session = cls(tables, int(state["history"]))
+        session.next_seq = int(state["next_seq"])
+        session.applied = int(state["applied"])
+        session.episode_start = int(state["episode_start"])
+        session.resumed = True
+        recent = state["recent"]
+        session.recent = [np.asarray(recent[str(t)], np.int64) for t in range(len(tables))]
+        ends = np.cumsum(np.asarray(state["reply_counts"], np.int64))
+        keys = np.asarray(state["reply_keys"], np.int64)
+        for seq, end, n in zip(state["reply_seqs"], ends, state["reply_counts"]):
+            session.replies[int(seq)] = keys[end - n : end].copy()
+        if state["retention"] is not None:
+            first, count = (int(v) for v in state["retention"])
+            with session.store.mutex:
+                own = session.retention = session.store.overwrite.retain(session.history)
+                if count and session.store.is_stored(first) and session.store.is_stored(
+                    first + count - 1
+                ):
+                    own.extend(first, count)
+        return session
 
     # --------------------------------------------------------------- planning
     def _new_episode(self, chunk: Chunk) -> bool:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from rlreplay.errors import RateLimiterTimeoutError, ReplayError, ReplayTimeoutError
+from rlreplay.errors import ReplayError, ReplayTimeoutError
 from rlreplay.net.handlers import Job, WriteJob
 from rlreplay.net.limits import ClientLedger
 
@@ -84,8 +84,7 @@ class ParkedCalls:
             if job.deadline is not None:
                 if now < job.deadline:
                     continue
-                waited = now - job.parked_at
-                self._drop(job, RateLimiterTimeoutError(job.timeout_message(waited)))
+                self._drop(job, job.timeout_error(now - job.parked_at))
                 continue
             silent = self.clients.silent_for(job.client, now)
             if silent >= self.expiry_s:
@@ -113,6 +112,8 @@ class ParkedCalls:
         self._jobs.remove(job)
         self.clients.unpark(job.client)
         waited = time.monotonic() - job.parked_at
+        if job.counter is None:
+            return waited
         with job.table.lock:
             lim = job.table.rate_limiter
             setattr(lim, job.counter, getattr(lim, job.counter) + waited)

@@ -141,6 +141,7 @@ HEADERS: dict[str, dict[str, tuple[Check, bool]]] = {
         **_TIMEOUT,
     },
     "close_writer": {"writer": (_writer, True)},
+    "checkpoint": {**_TIMEOUT},
 }
 COMMON: dict[str, tuple[Check, bool]] = {"noreply": (_flag, False)}
 

@@ -25,6 +25,7 @@ of unread replies, parked calls, and parked calls of clients that went silent.
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import threading
 import time
@@ -42,6 +43,7 @@ from rlreplay.errors import (
     describe,
 )
 from rlreplay.net import auth, handlers, schema, wire
+from rlreplay.net.checkpoints import ServerCheckpoints
 from rlreplay.net.limits import ClientLedger, check_envelope, check_limit
 from rlreplay.net.operations import TableOperations
 from rlreplay.net.parking import ParkedCalls, cap_deadline
@@ -49,6 +51,7 @@ from rlreplay.net.sessions import MAX_WRITERS_PER_CLIENT, WriterSessions
 
 log = logging.getLogger("rlreplay.net")
 
+CHECKPOINT_STOP_S = 5.0  # seconds a stopping server waits for a checkpoint under way
 MUTATING = {"insert", "sample", "delete", "reset", "write", "update_priorities"}
 OLDEST_VERSION = min(wire.SUPPORTED_VERSIONS)
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
@@ -85,12 +88,21 @@ class Server(TableOperations):
             one beyond it closes that client's least recently used writer with no chunk
             waiting, or is refused (ResourceLimitError) when each has one (see
             :mod:`rlreplay.net.sessions`).
+        checkpoint_dir: directory of checkpoints: ``start()`` restores the newest valid
+            one into ``tables`` (and the writers' streams), and checkpoints are saved
+            there on request (:meth:`Client.checkpoint`) and every
+            ``checkpoint_every_s`` seconds, keeping the newest ``keep_checkpoints``
+            (``None``: all). Serving goes on while one is written (see
+            :mod:`rlreplay.net.checkpoints`).
+        checkpoint_every_s: seconds between periodic checkpoints (``None``: only on
+            request).
+        keep_checkpoints: how many of the newest checkpoints to keep.
 
     Raises:
         InvalidArgumentError: for ``tables`` that is not a list of tables, duplicate table
             names, a ``bind`` that holds a port, a non-loopback ``bind`` without
             ``curve_secret_key`` and without ``insecure=True``, or a limit that is not a
-            positive number.
+            positive number, or checkpoint options that are not valid.
 
     Example:
         >>> with Server([table]) as server:                       # doctest: +SKIP
@@ -114,12 +126,16 @@ class Server(TableOperations):
         max_parked_per_client: int = 1000,
         parked_expiry_s: float = 300.0,
         max_writers_per_client: int = MAX_WRITERS_PER_CLIENT,
+        checkpoint_dir: str | os.PathLike | None = None,
+        checkpoint_every_s: float | None = None,
+        keep_checkpoints: int | None = None,
     ):
         check_limit("max_message_bytes", max_message_bytes, 1024, integer=True)
         check_limit("max_unread_bytes", max_unread_bytes, 0, integer=True)
         check_limit("max_parked_per_client", max_parked_per_client, 1, integer=True)
         check_limit("parked_expiry_s", parked_expiry_s, 0.001)
         check_limit("max_writers_per_client", max_writers_per_client, 1, integer=True)
+        self.checkpoints = ServerCheckpoints(checkpoint_dir, checkpoint_every_s, keep_checkpoints)
         given, tables = tables, list(tables) if isinstance(tables, (list, tuple)) else None
         if tables is None and isinstance(given, Iterable) and not isinstance(given, str):
             tables = list(given)  # e.g. a dict's .values()
@@ -179,14 +195,20 @@ class Server(TableOperations):
     def start(self) -> Server:
         """Bind the socket and start serving in a background thread; returns ``self``.
 
+        With a ``checkpoint_dir``, the newest valid checkpoint there is restored into the
+        tables (and the writers' streams) first.
+
         Raises:
             ClosedError: if the server was already started.
+            CheckpointError: if the checkpoint directory holds checkpoints but none that
+                is valid and matches the tables (nothing is restored; nothing served).
             AddressInUseError: if another socket holds the address (choose another port).
             InvalidArgumentError: if the address cannot be bound otherwise, or a key file
                 is missing or malformed.
         """
         if self._thread is not None:
             raise ClosedError("the server was already started; create a new Server")
+        self.checkpoints.restore(self.tables, self._sessions)
         self._ctx = zmq.Context()
         self._auth = None
         self.epoch = secrets.randbits(63)
@@ -279,9 +301,12 @@ class Server(TableOperations):
         poller.register(wake, zmq.POLLIN)
         self._started.set()
         next_snapshot = 0.0
+        checkpoints = self.checkpoints
         try:
             while not self._stopping.is_set():
                 now = time.monotonic()
+                if checkpoints.enabled:
+                    checkpoints.tick(self.tables, self._sessions, now)
                 if now >= next_snapshot:
                     self._snapshot(now)
                     next_snapshot = now + 1.0
@@ -311,6 +336,7 @@ class Server(TableOperations):
             log.exception("rlreplay server dispatcher failed")
         finally:
             self._parked.close(ClosedError("the server is stopping"))
+            checkpoints.close(CHECKPOINT_STOP_S)
             sock.close(linger=0)
             wake.close(linger=0)
 
@@ -400,6 +426,10 @@ class Server(TableOperations):
             exc = ReplayError(f"internal server error: {exc!r}")
             self._reply_error(identity, rid, exc, version)
         return True
+
+    def _op_checkpoint(self, header: dict, arrays: dict) -> handlers.Job:
+        deadline = handlers.deadline_of(header, time.monotonic())
+        return self.checkpoints.request(deadline, self.tables, self._sessions)
 
     def _snapshot(self, now: float) -> None:
         for name, t in self.tables.items():

@@ -151,6 +151,31 @@ class WriterSessions:
                 held -= other.retained
                 other.release()
 
+    def state(self) -> list[dict]:
+        """Every session's :meth:`WriterSession.state` with its writer id (``"id"``: 16
+        bytes as hex, or an int from older clients), least recently used first, for a
+        server checkpoint (store locks held, on the dispatcher thread)."""
+        out = []
+        for key, entry in self._entries.items():
+            state = entry.session.state()
+            state["id"] = key.hex() if isinstance(key, bytes) else key
+            out.append(state)
+        return out
+
+    def load_state(self, states: list[dict], tables: dict[str, Any], now: float) -> None:
+        """Keep the sessions :meth:`state` described (over the restored ``tables`` by
+        name), in place of any held now; they belong to no client connection until their
+        writers send again (the first chunk is answered as the server that saved them
+        would have, or, after chunks lost with that server, as a new episode)."""
+        for key in list(self._entries):
+            self.close(key)
+        for state in states:
+            key = state["id"]
+            key = bytes.fromhex(key) if isinstance(key, str) else int(key)
+            session = WriterSession.from_state([tables[n] for n in state["tables"]], state)
+            self._entries[key] = _Entry(session, b"", now)
+            self._per_client[b""] = self._per_client.get(b"", 0) + 1
+
     def release_idle(self, now: float) -> None:
         """Let go of the retained steps of writers silent for ``WRITER_IDLE_S`` with no
         chunk waiting (a writer process that vanished would otherwise hold them, and make

@@ -43,6 +43,7 @@ ERROR_CODES: dict[int, type[errors.ReplayError]] = {
     10: errors.ServerUnavailableError,
     11: errors.ServerRestartedError,
     12: errors.ResourceLimitError,
+    13: errors.CheckpointError,
 }
 CODE_OF: dict[type, int] = {cls: code for code, cls in ERROR_CODES.items()}
 INTERNAL_ERROR = 1  # an unexpected server-side failure; reported as ReplayError

@@ -1,0 +1,122 @@
+"""Checkpoints on the command line: ``rlreplay serve``'s checkpoint flags, and
+``rlreplay checkpoint ADDRESS``.
+
+    rlreplay serve --config tables.toml --checkpoint-dir DIR [--checkpoint-every S] [--keep K]
+    rlreplay checkpoint ADDRESS [--timeout S] [--server-key FILE] [--client-key FILE]
+
+``serve`` restores the newest valid checkpoint in ``DIR`` at start (and says so), saves
+one every ``S`` seconds while serving and keeps the newest ``K``. ``checkpoint`` asks a
+running server to save one now and prints its directory once it is published.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rlreplay.cli_args import positive
+
+
+def add_serve_flags(p: argparse.ArgumentParser) -> None:
+    """The checkpoint flags of ``rlreplay serve``."""
+    p.add_argument(
+        "--checkpoint-dir",
+        default=None,
+        metavar="DIR",
+        help="restore the newest valid checkpoint in DIR at start, and save checkpoints there",
+    )
+    p.add_argument(
+        "--checkpoint-every",
+        type=positive(float),
+        default=None,
+        metavar="S",
+        help="seconds between checkpoints (needs --checkpoint-dir; default: only when asked "
+        "by `rlreplay checkpoint`)",
+    )
+    p.add_argument(
+        "--keep",
+        type=positive(int),
+        default=None,
+        metavar="K",
+        help="keep only the K newest checkpoints (needs --checkpoint-dir; default: all)",
+    )
+
+
+def serve_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The Server keyword arguments of the checkpoint flags.
+
+    Raises:
+        CommandError: for ``--checkpoint-every`` or ``--keep`` without ``--checkpoint-dir``.
+    """
+    from rlreplay.cli import CommandError
+
+    if args.checkpoint_dir is None:
+        given = [f for f, v in (("--checkpoint-every", args.checkpoint_every),
+                                ("--keep", args.keep)) if v is not None]  # fmt: skip
+        if given:
+            raise CommandError(
+                f"{' and '.join(given)} need --checkpoint-dir DIR (where checkpoints are saved)"
+            )
+        return {}
+    return {
+        "checkpoint_dir": args.checkpoint_dir,
+        "checkpoint_every_s": args.checkpoint_every,
+        "keep_checkpoints": args.keep,
+    }
+
+
+def add_checkpoint_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "checkpoint", help="have a running server save a checkpoint now; prints its directory"
+    )
+    p.add_argument("address", metavar="ADDRESS", help="tcp://host:port, host:port or ipc:///path")
+    p.add_argument(
+        "--timeout",
+        type=positive(float),
+        default=600.0,
+        metavar="S",
+        help="seconds to wait for the checkpoint to be published",
+    )
+    p.add_argument(
+        "--server-key", default=None, metavar="FILE", help="server public .key (CURVE servers)"
+    )
+    p.add_argument(
+        "--client-key", default=None, metavar="FILE", help="client .key_secret (CURVE servers)"
+    )
+    p.set_defaults(func=cmd_checkpoint)
+
+
+def cmd_checkpoint(args: argparse.Namespace) -> int:
+    from rlreplay.cli import (
+        FAILED,
+        INFO_DIAGNOSE_S,
+        CommandError,
+        check_key_files,
+        import_net,
+        why_unreachable,
+    )
+
+    net = import_net("checkpoint")
+    import zmq
+
+    from rlreplay.errors import ServerRestartedError, ServerUnavailableError
+
+    check_key_files(server_key=args.server_key, client_key=args.client_key)
+    client = net.Client(
+        args.address,
+        server_public_key=args.server_key,
+        client_secret_key=args.client_key,
+        diagnose_timeout=INFO_DIAGNOSE_S,
+    )
+    try:
+        path = client.checkpoint(timeout=args.timeout)
+    except ServerRestartedError as exc:
+        raise CommandError(f"the server restarted during the checkpoint: {exc}", FAILED) from None
+    except ServerUnavailableError as exc:
+        raise CommandError(why_unreachable(args, exc), FAILED) from None
+    except zmq.ZMQError as exc:
+        raise CommandError(f"cannot connect to {args.address}: {exc}") from None
+    finally:
+        client.close()
+    print(path)
+    return 0

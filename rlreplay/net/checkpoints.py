@@ -1,0 +1,279 @@
+"""Server checkpoints: a server's tables and its writers' streams, saved while it serves.
+
+A :class:`~rlreplay.Server` given a ``checkpoint_dir`` saves every table it serves (and
+the stores under them) with :mod:`rlreplay.checkpoint`, every ``checkpoint_every_s``
+seconds and when a client asks (``client.checkpoint()``, ``rlreplay checkpoint
+ADDRESS``), keeping the newest ``keep_checkpoints``. When it starts, it restores the
+newest valid checkpoint in that directory (one that fails its checks is skipped with a
+warning).
+
+The moment. A checkpoint's moment is taken on the server's dispatcher thread, between two
+requests: the small per-item state of every table under its store's lock, and the state
+of every remote writer's stream (:meth:`~rlreplay.net.sessions.WriterSessions.state`:
+its position, the steps it retains, the replies kept for chunks sent again). No request
+runs meanwhile, so the streams match the tables exactly: every chunk applied before the
+moment is in the checkpoint with its reply, none after. The step columns are then
+streamed to disk by a background thread while the dispatcher goes on serving (the store
+copies aside, first, rows it overwrites before they are written, see
+:mod:`rlreplay.checkpoint.streaming`); the checkpoint is published by one atomic rename.
+
+After a restart from a checkpoint, a writer sends again every chunk it had not seen
+acknowledged. A chunk applied before the moment is answered with its first reply (its
+items are not created twice); the next one is applied as if nothing happened. Chunks
+the stopped server applied *after* the moment were acknowledged but are lost with it:
+the restored stream takes the writer's next chunk as a new episode (its items cannot
+reach the lost steps; a chunk whose items do is refused and the writer drops it, as for
+any refused chunk). Nothing acknowledged before the newest checkpoint's moment is lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rlreplay.errors import CheckpointError, InvalidArgumentError, ReplayTimeoutError, describe
+from rlreplay.net.handlers import Job, Reply
+
+if TYPE_CHECKING:
+    from rlreplay.core.table import Table
+    from rlreplay.net.sessions import WriterSessions
+
+log = logging.getLogger("rlreplay.net")
+
+SERVER_STATE = "server"  # the manifest's extra section holding the writers' streams
+
+
+def check_options(
+    directory: Any, every_s: Any, keep: Any
+) -> tuple[Path | None, float | None, int | None]:
+    """Validate a server's checkpoint options.
+
+    Raises:
+        InvalidArgumentError: for a directory that is not a path (or is a file), a period
+            that is not a positive number, a ``keep`` that is not an int >= 1, or a period
+            or ``keep`` without a directory.
+    """
+    if directory is None:
+        if every_s is not None or keep is not None:
+            raise InvalidArgumentError(
+                "checkpoint_every_s and keep_checkpoints need checkpoint_dir= (the directory "
+                "the server saves its checkpoints to)"
+            )
+        return None, None, None
+    if not isinstance(directory, (str, os.PathLike)) or not str(directory):
+        raise InvalidArgumentError(
+            f"checkpoint_dir={describe(directory)} must be a directory path (str or PathLike)"
+        )
+    root = Path(directory)
+    if root.exists() and not root.is_dir():
+        raise InvalidArgumentError(
+            f"checkpoint_dir={str(root)!r} is a file; give a directory to hold checkpoints"
+        )
+    if every_s is not None and (
+        not isinstance(every_s, (int, float))
+        or isinstance(every_s, bool)
+        or not math.isfinite(every_s)
+        or every_s <= 0
+    ):
+        raise InvalidArgumentError(
+            f"checkpoint_every_s={describe(every_s)} must be a number of seconds > 0, or None "
+            "to checkpoint only when a client asks"
+        )
+    if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
+        raise InvalidArgumentError(
+            f"keep_checkpoints={describe(keep)} must be an int >= 1 (the newest checkpoints "
+            "kept), or None to keep them all"
+        )
+    return root, None if every_s is None else float(every_s), keep
+
+
+def enumerate_str(items: list) -> list[tuple[str, Any]]:
+    """``items`` keyed by their position as a string (checkpoint states are dicts)."""
+    return [(str(i), item) for i, item in enumerate(items)]
+
+
+class ServerCheckpoints:
+    """The checkpoints of one server: periodic ones, requested ones, and the restore at
+    start. Every method runs on the server's dispatcher thread, except :meth:`restore`
+    (before it starts) and :meth:`close` (as it stops).
+
+    Args:
+        directory: where checkpoints are saved (``None``: the server saves none).
+        every_s: seconds between periodic checkpoints (``None``: only on request).
+        keep: the newest checkpoints kept (``None``: all).
+
+    Attributes:
+        restored_from: the checkpoint restored at start, if any.
+        saved: checkpoints published since start; ``last_path`` the newest of them.
+        failures: saves that failed (each logged).
+        longest_capture_s: the longest time a capture held the dispatcher, in seconds.
+    """
+
+    def __init__(self, directory: Any, every_s: Any = None, keep: Any = None):
+        self.directory, self.every_s, self.keep = check_options(directory, every_s, keep)
+        self._pending: Any = None  # the save being streamed, if any
+        self._next_due = math.inf
+        self.restored_from: Path | None = None
+        self.saved = 0
+        self.failures = 0
+        self.last_path: Path | None = None
+        self.longest_capture_s = 0.0
+
+    @property
+    def enabled(self) -> bool:
+        return self.directory is not None
+
+    @property
+    def busy(self) -> bool:
+        """Whether a save is being streamed now."""
+        return self._pending is not None and not self._pending.done()
+
+    # -------------------------------------------------------------- restore
+    def restore(self, tables: dict[str, Table], sessions: WriterSessions) -> Path | None:
+        """Restore the newest valid checkpoint in the directory into ``tables`` (in
+        place; their definitions must match the checkpoint's) and ``sessions``; returns
+        its path, or ``None`` when the directory holds no checkpoint yet.
+
+        Raises:
+            CheckpointError: if checkpoints are there but none is valid, or the newest
+                valid one holds other tables or definitions (the message says which and
+                what to do); nothing is restored then.
+        """
+        if not self.enabled:
+            return None
+        from rlreplay.checkpoint import list_checkpoints
+        from rlreplay.checkpoint.restore import restore_with_extra
+
+        self._next_due = self._due_from(time.monotonic())
+        if not list_checkpoints(self.directory):
+            return None
+        path, _, extra = restore_with_extra(self.directory, list(tables.values()))
+        saved = (extra or {}).get(SERVER_STATE, {}).get("writers", {})
+        states = [saved[k] for k in sorted(saved, key=int)]  # least recently used first
+        usable = [s for s in states if all(n in tables for n in s["tables"])]
+        if len(usable) < len(states):
+            log.warning(
+                "%d writer stream(s) in %s name tables this server does not serve; their "
+                "writers start afresh",
+                len(states) - len(usable),
+                path,
+            )
+        sessions.load_state(usable, tables, time.monotonic())
+        self.restored_from = path
+        log.info("restored %s (%d writer streams)", path, len(usable))
+        return path
+
+    # ----------------------------------------------------------------- saving
+    def _due_from(self, now: float) -> float:
+        return math.inf if self.every_s is None else now + self.every_s
+
+    def tick(self, tables: dict[str, Table], sessions: WriterSessions, now: float) -> None:
+        """Start a periodic checkpoint if one is due and none is being written."""
+        if now < self._next_due or self.busy:
+            return
+        self._finish()
+        self._next_due = self._due_from(now)
+        try:
+            self.start(tables, sessions)
+        except CheckpointError as exc:  # e.g. an in-process save of the same store
+            self.failures += 1
+            log.warning("periodic checkpoint skipped: %s", exc)
+
+    def start(self, tables: dict[str, Table], sessions: WriterSessions) -> Any:
+        """Take the checkpoint's moment now (tables and writer streams) and stream it in
+        the background; returns the pending save.
+
+        Raises:
+            InvalidArgumentError: if the server has no checkpoint directory.
+            CheckpointError: if a checkpoint of one of the stores is being written.
+        """
+        if not self.enabled:
+            raise InvalidArgumentError(
+                "this server saves no checkpoints: start it with checkpoint_dir= (rlreplay "
+                "serve --checkpoint-dir DIR)"
+            )
+        from rlreplay import checkpoint
+
+        t0 = time.perf_counter()
+        self._pending = checkpoint.start_save(
+            list(tables.values()),
+            self.directory,
+            keep=self.keep,
+            extra=lambda: {SERVER_STATE: {"writers": dict(enumerate_str(sessions.state()))}},
+        )
+        self.longest_capture_s = max(self.longest_capture_s, time.perf_counter() - t0)
+        return self._pending
+
+    def _finish(self) -> None:
+        """Account for the previous save once it is done."""
+        pending = self._pending
+        if pending is None or not pending.done():
+            return
+        self._pending = None
+        try:
+            self.last_path = pending.result(0)
+            self.saved += 1
+        except Exception as exc:
+            self.failures += 1
+            log.error("checkpoint failed: %s", exc)
+
+    def close(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for a save being written (the server stops)."""
+        if self._pending is not None:
+            try:
+                self._pending.result(timeout)
+            except Exception as exc:
+                log.warning("the checkpoint under way when the server stopped: %s", exc)
+            self._finish()
+
+    def request(self, deadline: float | None, tables: dict, sessions: WriterSessions) -> Job:
+        """A client's ``checkpoint`` request: a job answered with the checkpoint's path
+        once it is published (a save under way is awaited first, so the new checkpoint
+        holds everything acknowledged before the request)."""
+        if not self.enabled:
+            self.start(tables, sessions)  # raises, naming the missing directory
+        return CheckpointJob(self, deadline, tables, sessions)
+
+
+class CheckpointJob(Job):
+    """A ``checkpoint`` request, parked until its checkpoint is published.
+
+    It is answered with ``{"path": ...}``; when its deadline passes first it gets a
+    :class:`~rlreplay.errors.ReplayTimeoutError` (the checkpoint is still written).
+    """
+
+    what = "checkpoint"
+    counter = None  # no rate limiter's blocked time
+
+    def __init__(self, owner: ServerCheckpoints, deadline: float | None, tables, sessions):
+        super().__init__(None, deadline)  # type: ignore[arg-type]
+        self.owner, self.tables, self.sessions = owner, tables, sessions
+        self.save: Any = None
+
+    def attempt(self) -> Reply | None:
+        owner = self.owner
+        if self.save is None:
+            if owner.busy:
+                return None  # another save streams these stores now: take ours after it
+            owner._finish()
+            self.save = owner.start(self.tables, self.sessions)
+        if not self.save.done():
+            return None
+        owner._finish()
+        try:
+            path = self.save.result(0)
+        except (CheckpointError, InvalidArgumentError):
+            raise
+        except Exception as exc:  # e.g. the disk is full: answered as a CheckpointError
+            raise CheckpointError(f"the checkpoint could not be written: {exc!r}") from exc
+        return {"path": str(path)}, None
+
+    def timeout_error(self, waited: float) -> ReplayTimeoutError:
+        return ReplayTimeoutError(
+            f"the checkpoint was not published within {waited:.3g}s (it goes on being "
+            "written; give checkpoint() a longer timeout)"
+        )
