@@ -34,7 +34,7 @@ from rlreplay.checkpoint.manifest import entry, npy_header
 from rlreplay.core.storage import StepStore
 
 _BLOCK_BYTES = 4 << 20  # the aside copy is kept in blocks of about this many bytes
-CHUNK_BYTES = 8 << 20  # rows copied under the store's lock at a time (and written at once)
+CHUNK_BYTES = 2 << 20  # rows copied under the store's lock at a time (and written at once)
 
 
 class ColumnStream:
@@ -151,7 +151,9 @@ class ColumnStream:
         store = self.store
         cap = self.capacity
         columns = store.columns
-        bufs = {p: np.zeros((self.chunk_rows, *c.shape[1:]), c.dtype) for p, c in columns.items()}
+        bufs = {p: np.empty((self.chunk_rows, *c.shape[1:]), c.dtype) for p, c in columns.items()}
+        for buf in bufs.values():  # touched here, so no copy under the lock faults pages in
+            buf.reshape(-1).view(np.uint8).fill(0)
         crcs, sizes = {}, {}
         with contextlib.ExitStack() as files:
             handles = {p: files.enter_context(open(self.files[p], "wb")) for p in columns}
