@@ -140,7 +140,8 @@ def infer_space(value: Any) -> Any:
     Floats become an unbounded ``Box``; a scalar integer column of values >= 0 becomes
     ``Discrete(max + 1)`` (its largest value in the data: give the space when the data
     may miss the largest action); other integers become a ``Box`` over their dtype's
-    range; bools become ``MultiBinary``; nested dicts become ``Dict`` spaces.
+    range; bool arrays become ``MultiBinary`` (a scalar bool ``Discrete(2)``); nested
+    dicts become ``Dict`` spaces.
     """
     from gymnasium import spaces
 
@@ -151,7 +152,7 @@ def infer_space(value: Any) -> Any:
     if dtype.kind == "f":
         return spaces.Box(-np.inf, np.inf, shape, dtype)
     if dtype.kind == "b":
-        return spaces.MultiBinary(list(shape) if shape else 1)
+        return spaces.MultiBinary(list(shape)) if shape else spaces.Discrete(2)
     if dtype.kind in "iu":
         if shape == () and (arr.size == 0 or arr.min() >= 0):
             return spaces.Discrete(int(arr.max()) + 1 if arr.size else 1)

@@ -405,3 +405,28 @@ def test_minari_import_through_an_adder_of_another_obs_shape_is_refused_first(
     with pytest.raises(SignatureError, match=r"'obs'.*\(4,\).*\(3,\)"):
         import_minari(dataset, NStepTransitionAdder(table, n=1, discount=0.99))
     assert table.store.next_id == 0
+
+
+SPACE_CASES = {
+    "floats": (np.zeros((5, 3), np.float32), gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)),
+    "scalar ints >= 0": (np.array([0, 3, 1]), gym.spaces.Discrete(4)),
+    "negative ints": (
+        np.array([-1, 2], np.int32),
+        gym.spaces.Box(-(2**31), 2**31 - 1, (), np.int32),
+    ),
+    "images": (np.zeros((2, 4, 4), np.uint8), gym.spaces.Box(0, 255, (4, 4), np.uint8)),
+    "bool vectors": (np.zeros((2, 3), bool), gym.spaces.MultiBinary([3])),
+    "scalar bools": (np.zeros(2, bool), gym.spaces.Discrete(2)),
+    "nested": (
+        {"a": np.zeros((2, 1), np.float64)},
+        gym.spaces.Dict({"a": gym.spaces.Box(-np.inf, np.inf, (1,), np.float64)}),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(SPACE_CASES))
+def test_inferred_spaces(case):
+    from rlreplay.checkpoint.episode_columns import infer_space
+
+    data, space = SPACE_CASES[case]
+    assert infer_space(data) == space
