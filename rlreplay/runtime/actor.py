@@ -107,15 +107,21 @@ class Actor:
         self._obs: Any = None
         self._returns = np.zeros(num_envs)
         self._since_sync = 0
+        self._sync_period = config.weight_sync_period
+        # The actor's own count (mirrored into counters[ENV_STEPS] for the statistics).
+        self._env_steps = int(counters[ENV_STEPS])
+        # The extras of a policy that returns none: the version column, one read-only
+        # array per loaded version (an adder may keep a reference to it).
+        self._extras: dict[str, np.ndarray] = {}
 
     @property
     def env_steps(self) -> int:
-        return int(self.counters[ENV_STEPS])
+        return self._env_steps
 
     @property
     def done(self) -> bool:
         """True once the quota is reached."""
-        return self.env_steps >= self.quota
+        return self._env_steps >= self.quota
 
     def start(self) -> None:
         """Reset the env (seeded) and the adder, and load the first weights.
@@ -131,6 +137,9 @@ class Actor:
     def _load(self, snapshot: Any) -> None:
         self.policy.set_params(dict(snapshot.params))
         self.version = snapshot.version
+        column = np.full(self.num_envs, self.version, np.int64)
+        column.flags.writeable = False
+        self._extras = {POLICY_VERSION: column}
         self.counters[VERSION] = snapshot.version
         self.counters[SYNCS] += 1
         self._since_sync = 0
@@ -181,30 +190,38 @@ class Actor:
         Raises:
             RateLimiterTimeoutError: if the table kept the write blocked ``timeout_s``.
         """
-        if self._since_sync >= self.config.weight_sync_period:
+        if self._since_sync >= self._sync_period:
             self.sync()
-        out = self.policy(self._obs, self.env_steps)
-        action, extras = out if isinstance(out, tuple) else (out, {})
-        if np.shape(action)[:1] != (self.num_envs,):
+        out = self.policy(self._obs, self._env_steps)
+        if type(out) is tuple:
+            action, extras = out
+            extras = {**extras, **self._extras}
+        else:
+            action, extras = out, self._extras
+        shape = action.shape if type(action) is np.ndarray else np.shape(action)
+        if shape[:1] != (self.num_envs,):
             raise InvalidArgumentError(
-                f"the policy returned actions {describe(action)} of shape {np.shape(action)} "
+                f"the policy returned actions {describe(action)} of shape {shape} "
                 f"for {self.num_envs} envs; return one action per env (first axis "
                 f"{self.num_envs}), as a numpy array"
             )
         next_obs, reward, terminated, truncated, info = self.env.step(action)
-        extras = {**extras, POLICY_VERSION: np.full(self.num_envs, self.version, np.int64)}
-        self._write(
-            lambda: self.adder.add(action, reward, next_obs, terminated, truncated, info,
-                                   extras=extras)
-        )
+        start = time.monotonic()
+        try:
+            self.adder.add(action, reward, next_obs, terminated, truncated, info, extras=extras)
+            self.blocked = False
+        except ReplayTimeoutError:
+            self._blocked(start, None)
         self._returns += reward
-        ended = np.logical_or(terminated, truncated)
-        if ended.any():
+        arrays = type(terminated) is np.ndarray and type(truncated) is np.ndarray
+        if not arrays or terminated.any() or truncated.any():
+            ended = np.logical_or(terminated, truncated)
             self.counters[EPISODES] += int(ended.sum())
             self.counters[RETURN_SUM] += float(self._returns[ended].sum())
             self._returns[ended] = 0.0
         self._obs = next_obs
-        self.counters[ENV_STEPS] += self.num_envs
+        self._env_steps += self.num_envs
+        self.counters[ENV_STEPS] = self._env_steps
         self._since_sync += self.num_envs
 
     def finish(self) -> None:
@@ -231,15 +248,19 @@ class Actor:
             ClosedError: if the run stopped while the write was blocked.
         """
         start = time.monotonic()
-        retry = retry or self.adder.flush
         try:
             call()
             self.blocked = False
             return
         except ReplayTimeoutError:
-            if self.config.backend == "inline":
-                self.blocked = True
-                return
+            self._blocked(start, retry)
+
+    def _blocked(self, start: float, retry: Callable[[], None] | None) -> None:
+        """After an adder call that started at ``start`` timed out: see :meth:`_write`."""
+        if self.config.backend == "inline":
+            self.blocked = True
+            return
+        retry = retry or self.adder.flush
         while True:
             waited = time.monotonic() - start
             if self.stop.is_set():

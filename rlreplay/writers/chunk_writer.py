@@ -113,10 +113,19 @@ class ChunkBatch:
         max_items: items one ``create_items`` call may hold (the adder's ``chunk_length``).
         tables: the writer's tables, whose ``max_size`` applies to items of a table given
             by name.
+        fields: path to ``(shape, dtype)`` of the rows staged (:meth:`reserve`); rows
+            given to :meth:`add` as arrays may bring their own.
     """
 
-    def __init__(self, limit: int, max_items: int, tables: Any = ()):
+    def __init__(
+        self,
+        limit: int,
+        max_items: int,
+        tables: Any = (),
+        fields: dict[str, tuple[tuple[int, ...], np.dtype]] | None = None,
+    ):
         self.limit = limit
+        self._fields = dict(fields or {})
         self.max_items = max_items
         self._sizes = {
             t.name: int(t.max_size)
@@ -151,15 +160,38 @@ class ChunkBatch:
         self._switch = False
         self._pieces: list[tuple[int, list[Any]]] = []
 
+    def reserve(self, n: int) -> dict[str, np.ndarray]:
+        """Views of the staging buffer where the next piece's ``n`` rows go: fill them,
+        then :meth:`add` the piece with ``rows=n``."""
+        used = self._used
+        stage = self._stage
+        if not stage or used + n > len(next(iter(stage.values()))):
+            size = max(2 * (used + n), 256)
+            fields = self._fields.items()
+            grown = {p: np.empty((size, *shape), dtype) for p, (shape, dtype) in fields}
+            for p, a in stage.items():
+                grown[p][:used] = a[:used]  # closed chunks keep viewing the old arrays
+            self._stage = stage = grown
+        return {p: a[used : used + n] for p, a in stage.items()}
+
     def add(
         self,
-        rows: dict[str, np.ndarray] | None,
+        rows: dict[str, np.ndarray] | int | None,
         switch: bool,
         jobs: list[tuple[Any, int, np.ndarray, np.ndarray]],
     ) -> None:
-        """Add one piece: ``rows`` (copied into the staging buffer now) and ``jobs`` as
-        :class:`Chunk` takes them, ``starts`` relative to the piece's last row."""
-        n = 0 if rows is None else len(next(iter(rows.values())))
+        """Add one piece: ``rows`` (arrays, copied into the staging buffer now, or the
+        number of rows filled in through :meth:`reserve`) and ``jobs`` as :class:`Chunk`
+        takes them, ``starts`` relative to the piece's last row."""
+        if isinstance(rows, dict):
+            n = len(next(iter(rows.values())))
+            for p, a in rows.items():
+                self._fields.setdefault(p, (a.shape[1:], a.dtype))
+            if n:
+                for p, view in self.reserve(n).items():
+                    view[...] = rows[p]
+        else:
+            n = rows or 0
         reach = n
         seen = None
         for _, _, starts, _ in jobs:
@@ -170,24 +202,10 @@ class ChunkBatch:
             self._close()
         if not self._pieces:
             self._switch = switch
-        if n:
-            self._copy(rows, n)
+        self._used += n
         self._rows += n
         self._reach = max(self._reach + n, reach)
         self._pieces.append((self._rows, jobs))
-
-    def _copy(self, rows: dict[str, np.ndarray], n: int) -> None:
-        """Copy ``n`` rows into the staging buffer (grown, doubling, when it is full)."""
-        used, stage = self._used, self._stage
-        if not stage or used + n > len(next(iter(stage.values()))):
-            size = max(2 * (used + n), 256)
-            grown = {p: np.empty((size, *a.shape[1:]), a.dtype) for p, a in rows.items()}
-            for p, a in stage.items():
-                grown[p][:used] = a[:used]  # closed chunks keep viewing the old arrays
-            self._stage = stage = grown
-        for p, a in rows.items():
-            stage[p][used : used + n] = a
-        self._used = used + n
 
     def _close(self) -> None:
         """Turn the open pieces into a chunk."""

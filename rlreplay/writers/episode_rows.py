@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -31,6 +31,11 @@ class EpisodeRows:
             for p in paths
         }
         self.base = np.zeros(num_envs, dtype=np.int64)  # episode row held in slot 0
+        # Each buffer as [num_envs * capacity, *shape] (views): one index per row written.
+        self._flat = {
+            p: a.reshape(num_envs * capacity, *a.shape[2:]) for p, a in self.arrays.items()
+        }
+        self._offsets = np.arange(num_envs, dtype=np.int64) * capacity
 
     def write(self, idx: np.ndarray, rows: np.ndarray, values: Mapping[str, np.ndarray]) -> None:
         """Write ``values[p][k]`` into episode row ``rows[k]`` of environment ``idx[k]``."""
@@ -55,10 +60,39 @@ class EpisodeRows:
         for path, arr in obs.items():
             self.arrays[path][idx, slots] = arr
 
+    def write_all(
+        self,
+        rows: np.ndarray,
+        fields: Mapping[str, np.ndarray],
+        obs: Mapping[str, np.ndarray],
+    ) -> None:
+        """:meth:`write_step` for every environment (``rows[i]`` for environment ``i``)."""
+        slots = rows - self.base
+        slots += self._offsets  # flat positions in [num_envs * capacity]
+        flat = self._flat
+        for path, arr in fields.items():
+            flat[path][slots] = arr
+        slots += 1
+        for path, arr in obs.items():
+            flat[path][slots] = arr
+
+    def zero_fields(self, idx: np.ndarray, row: int, paths: Iterable[str]) -> None:
+        """Zero fields ``paths`` of episode row ``row`` of environments ``idx`` (whose
+        episodes start at row 0)."""
+        slots = self._offsets[idx] + row
+        for path in paths:
+            self._flat[path][slots] = 0
+
     def rows(self, i: int, lo: int, hi: int) -> dict[str, np.ndarray]:
         """Views of episode rows ``[lo, hi)`` of environment ``i``, per field."""
         b = int(self.base[i])
         return {p: a[i, lo - b : hi - b] for p, a in self.arrays.items()}
+
+    def copy_rows(self, i: int, lo: int, hi: int, out: Mapping[str, np.ndarray]) -> None:
+        """Copy episode rows ``[lo, hi)`` of environment ``i`` into ``out`` (per field)."""
+        b = int(self.base[i])
+        for p, a in self.arrays.items():
+            out[p][...] = a[i, lo - b : hi - b]
 
     def field(self, path: str, i: int, lo: int, hi: int) -> np.ndarray:
         """View of field ``path`` at episode rows ``[lo, hi)`` of environment ``i``."""

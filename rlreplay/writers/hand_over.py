@@ -68,6 +68,7 @@ class HandOver:
         every: adder calls a staged piece may wait (see the module docstring).
         rows_per_call: rows one call may complete (the adder's ``num_envs``); staged
             rows past ``every * rows_per_call`` are handed over at once.
+        fields: path to ``(shape, dtype)`` of the stored rows.
     """
 
     def __init__(
@@ -80,9 +81,10 @@ class HandOver:
         chunk_length: int,
         every: int,
         rows_per_call: int,
+        fields: dict[str, tuple[tuple[int, ...], np.dtype]],
     ):
         self.chunks = ChunkWriter(writer, priority, timeout)
-        self.batch = ChunkBatch(reach, chunk_length, writer.tables)
+        self.batch = ChunkBatch(reach, chunk_length, writer.tables, fields)
         self.every = every
         self.max_rows = every * rows_per_call
         self._calls = 0  # adder calls since the oldest staged piece
@@ -95,13 +97,17 @@ class HandOver:
         """Rows staged and not yet handed to the writer."""
         return self.batch.staged_rows
 
+    def reserve(self, n: int) -> dict[str, np.ndarray]:
+        """Where the next piece's ``n`` rows go (see :meth:`ChunkBatch.reserve`)."""
+        return self.batch.reserve(n)
+
     def stage(
         self,
-        rows: dict[str, np.ndarray] | None,
+        rows: dict[str, np.ndarray] | int | None,
         switch: bool,
         jobs: list[tuple[Any, int, np.ndarray, np.ndarray]],
     ) -> None:
-        """Stage one piece (``rows`` are copied now, see :meth:`ChunkBatch.add`)."""
+        """Stage one piece (see :meth:`ChunkBatch.add`)."""
         self.batch.add(rows, switch, jobs)
 
     def release(self, rows: Any) -> None:

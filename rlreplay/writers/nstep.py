@@ -132,8 +132,8 @@ class NStepTransitionAdder(StreamAdder):
 
     # ------------------------------------------------------------ computing
     def _computed(
-        self, i: int, lo: int, hi: int, ended: bool, terminated: bool
-    ) -> dict[str, np.ndarray]:
+        self, i: int, lo: int, hi: int, ended: bool, terminated: bool, out: dict[str, np.ndarray]
+    ) -> None:
         n, pad, total = self.n, self.pad, int(self._steps[i])
         t0, m = lo - pad, hi - lo  # step of row lo (< 0: padding rows), rows
         lead = min(max(-t0, 0), m)  # padding rows: no item is anchored there
@@ -143,20 +143,19 @@ class NStepTransitionAdder(StreamAdder):
         first, stop = max(t0, 0), min(t0 + m + n - 1, total)
         if stop > first:
             r[first - t0 : stop - t0] = self._rows.field("reward", i, first + pad, stop + pad)
-        ret = r[self._windows[:m]] @ self._powers[:n]
+        # float64 values are rounded to the float32 columns as they are written.
+        ret = out["n_step_return"]
+        ret[...] = r[self._windows[:m]] @ self._powers[:n]
         ret[:lead] = 0.0
+        disc = out["discount"]
         if ended:  # discount**min(n, steps left); row k leaves m - 1 - k (the last: 0)
-            disc = self._tail[m - 1 :: -1].copy()
+            disc[...] = self._tail[m - 1 :: -1]
             if terminated:  # no bootstrapping from a terminal state
                 disc[max(total - n - t0, 0) :] = 0.0
         else:
-            disc = np.full(m, self._powers[n])
+            disc[...] = self._powers[n]
         disc[:lead] = 0.0
         disc[max(total - t0, 0) :] = 0.0  # the final row: no step taken there
-        return {
-            "n_step_return": ret.astype(np.float32),
-            "discount": disc.astype(np.float32),
-        }
 
     def _items(
         self, i: int, appended: int, ended: bool, terminated: bool

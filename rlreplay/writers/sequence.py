@@ -100,8 +100,8 @@ class SequenceAdder(StreamAdder):
         return ItemLayout(windows, sig, mask_field="mask" if pad_end else None)
 
     def _computed(
-        self, i: int, lo: int, hi: int, ended: bool, terminated: bool
-    ) -> dict[str, np.ndarray]:
+        self, i: int, lo: int, hi: int, ended: bool, terminated: bool, out: dict[str, np.ndarray]
+    ) -> None:
         t = np.arange(lo, hi)
         total = int(self._steps[i])
         disc = np.full(len(t), self.discount, dtype=np.float32)
@@ -109,7 +109,7 @@ class SequenceAdder(StreamAdder):
             disc[t >= total] = 0.0
             if terminated:
                 disc[t == total - 1] = 0.0
-        return {"discount": disc}
+        out["discount"][...] = disc
 
     def _items(
         self, i: int, appended: int, ended: bool, terminated: bool

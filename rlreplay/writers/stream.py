@@ -171,6 +171,8 @@ class StreamAdder:
         self._steps = np.zeros(n, dtype=np.int64)  # transitions in the current episode
         self._appended = np.zeros(n, dtype=np.int64)  # episode rows appended so far
         self._serial = np.zeros(n, dtype=np.int64)  # episodes started per environment
+        self._stepping = 0  # environments active or waiting for their reset
+        self._waiting = _NO_ENVS  # environments waiting for their reset (next-step mode)
         self._rows = EpisodeRows(self._inputs.signature, self._inputs.paths, n, self.capacity)
         self._last_stream: tuple[int, int] | None = None  # stream of the last chunk
         history = getattr(writer, "history", None)
@@ -183,6 +185,7 @@ class StreamAdder:
             chunk_length=chunk_length,
             every=every,
             rows_per_call=self.num_envs,
+            fields={p: (s.shape, s.dtype) for p, s in self._inputs.signature.fields.items()},
         )
         self._chunks = self._out.chunks
         self.copied_rows = 0
@@ -232,6 +235,7 @@ class StreamAdder:
             self._finish(open_, np.zeros(len(open_), dtype=bool))
             self._out.release(self._rows)
         self._start(idx, first)
+        self._count_stepping()
         self._out.end_call(force=True)
         self._chunks.raise_failure()
 
@@ -287,7 +291,66 @@ class StreamAdder:
         """
         fields, obs = self._inputs.step(action, reward, next_obs, extras)
         term = self._inputs.flags(terminated, "terminated")
-        done = term | self._inputs.flags(truncated, "truncated")
+        trunc = self._inputs.flags(truncated, "truncated")
+        if self._stepping == self.num_envs:
+            self._add_all(fields, obs, term, trunc, info)
+        else:
+            self._add_some(fields, obs, term, trunc, info)
+        self._out.end_call(force=False)
+        self._chunks.raise_failure()
+
+    def _add_all(
+        self,
+        fields: dict[str, np.ndarray],
+        obs: dict[str, np.ndarray],
+        term: np.ndarray,
+        trunc: np.ndarray,
+        info: Any,
+    ) -> None:
+        """:meth:`add` when every environment steps or starts a new episode (the common
+        case): the step is written for every environment at once. An environment that
+        waits for its reset (next-step mode) gets its ignored step's values written into
+        its cleared buffer, where the new episode's first step overwrites them."""
+        any_done = bool(term.any() or trunc.any())
+        ended = _NO_ENVS
+        if any_done:
+            done = term | trunc
+            ended = np.flatnonzero(done & self._active if len(self._waiting) else done)
+        source = final_obs_source(self.mode, info, any_done)
+        final = obs
+        if source is not None and len(ended):
+            final = self._inputs.final_observations(obs, source, ended)
+        # Everything is checked: the adder changes from here on.
+        self._chunks.drain(self.timeout)
+        self._rows.write_all(self.pad + self._steps, fields, final)
+        self._steps += 1
+        if len(ended):
+            self._finish(ended, term[ended])
+        self._flush_ready()
+        self._out.release(self._rows)
+        restart = ended if self.mode == "same_step" else self._waiting
+        if self.mode == "next_step":
+            if len(restart):  # the ignored step's values: zeros again (a final row's)
+                self._rows.zero_fields(restart, self.pad, fields)
+            self._awaiting_reset[ended] = True
+            self._waiting = ended
+        if len(restart):
+            self._start(restart, {p: a[restart] for p, a in obs.items()})
+            if self.pad >= self.chunk_length:  # new episodes' padding rows fill a chunk
+                self._flush_ready()
+                self._out.release(self._rows)
+
+    def _add_some(
+        self,
+        fields: dict[str, np.ndarray],
+        obs: dict[str, np.ndarray],
+        term: np.ndarray,
+        trunc: np.ndarray,
+        info: Any,
+    ) -> None:
+        """:meth:`add` when some environments have no open episode (before their
+        :meth:`reset`, or after :meth:`end_episode`): those are left alone."""
+        done = term | trunc
         if self.mode == "next_step":
             resetting = self._awaiting_reset.copy()
             valid = self._active & ~resetting
@@ -306,15 +369,10 @@ class StreamAdder:
         self._chunks.drain(self.timeout)
         idx = np.flatnonzero(valid)
         if len(idx):
-            whole = len(idx) == self.num_envs  # every env steps: no selection needed
-            if not whole:
-                fields = {p: a[idx] for p, a in fields.items()}
-                final = {p: a[idx] for p, a in final.items()}
+            fields = {p: a[idx] for p, a in fields.items()}
+            final = {p: a[idx] for p, a in final.items()}
             self._rows.write_step(idx, self.pad + self._steps[idx], fields, final)
-            if whole:
-                self._steps += 1
-            else:
-                self._steps[idx] += 1
+            self._steps[idx] += 1
             if len(ended):
                 self._finish(ended, term[ended])
         self._flush_ready()
@@ -331,8 +389,13 @@ class StreamAdder:
             if self.pad >= self.chunk_length:  # new episodes' padding rows fill a chunk
                 self._flush_ready()
                 self._out.release(self._rows)
-        self._out.end_call(force=False)
-        self._chunks.raise_failure()
+        self._count_stepping()
+
+    def _count_stepping(self) -> None:
+        """Recount the environments that step (an open episode, or waiting for the reset
+        of a next-step env): :meth:`add` writes them all at once when all do."""
+        self._stepping = int(np.count_nonzero(self._active | self._awaiting_reset))
+        self._waiting = np.flatnonzero(self._awaiting_reset)
 
     def _flush_ready(self) -> None:
         """Hand over the rows of every open episode holding a chunk of complete rows."""
@@ -370,15 +433,20 @@ class StreamAdder:
         if len(idx):
             self._finish(idx, np.full(len(idx), bool(terminated)))
             self._out.release(self._rows)
+            self._count_stepping()
         self._out.end_call(force=True)
         self._chunks.raise_failure()
 
     def _finish(self, idx: np.ndarray, terminated: np.ndarray) -> None:
+        """End the episodes of environments ``idx``: stage their last rows and items; their
+        buffers are cleared (at the next release) and their step counts restart at 0."""
         for i, term in zip(idx.tolist(), terminated.tolist()):
             self._flush_env(i, ended=True, terminated=bool(term))
-            self._active[i] = False
             self._out.drops.append((i, -1))
-            self.episodes += 1
+        self._active[idx] = False
+        self._steps[idx] = 0
+        self._appended[idx] = 0
+        self.episodes += len(idx)
 
     # -------------------------------------------------------------- appending
     def _ready_rows(self, idx: np.ndarray | slice, ended: bool | None) -> np.ndarray:
@@ -395,15 +463,17 @@ class StreamAdder:
         # _ready_rows for one env, without building arrays
         hi = self.pad + (steps + 1 if ended else max(0, steps - self.lag + 1))
         stream = (i, int(self._serial[i]))
-        rows, switch = None, False
+        rows, switch = 0, False
         if hi > lo:
             first = lo
             if self._last_stream != stream:
                 first = max(0, lo - (self.span - 1))
                 switch = True
                 self.copied_rows += lo - first
-            rows = self._rows.rows(i, first, hi)
-            rows.update(self._computed(i, first, hi, ended, terminated))
+            rows = hi - first
+            out = self._out.reserve(rows)  # the rows go straight to the staging buffer
+            self._rows.copy_rows(i, first, hi, out)
+            self._computed(i, first, hi, ended, terminated, out)
             self._last_stream = stream
             self.appended_rows += hi - first
             self._appended[i] = hi
@@ -415,7 +485,7 @@ class StreamAdder:
             starts, lengths = rule.items(i, hi, self.pad, steps, ended)
             if len(starts):
                 jobs.append((table, span, starts - hi, lengths))
-        if rows is not None or jobs:
+        if rows or jobs:
             self._out.stage(rows, switch, jobs)
         if not ended:
             self._out.drops.append((i, max(0, hi - (self.span - 1))))
@@ -457,10 +527,10 @@ class StreamAdder:
 
     # ------------------------------------------------------------ subclasses
     def _computed(
-        self, i: int, lo: int, hi: int, ended: bool, terminated: bool
-    ) -> dict[str, np.ndarray]:
-        """Stored columns computed by the adder for episode rows ``[lo, hi)``."""
-        return {}
+        self, i: int, lo: int, hi: int, ended: bool, terminated: bool, out: dict[str, np.ndarray]
+    ) -> None:
+        """Write the stored columns the adder computes for episode rows ``[lo, hi)`` into
+        ``out`` (path to ``[hi - lo, ...]`` views of the staging buffer)."""
 
     def _items(
         self, i: int, appended: int, ended: bool, terminated: bool
