@@ -238,20 +238,30 @@ def start_shards(
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     bundle = {"CPU": float(num_cpus), **{k: float(v) for k, v in resources.items()}}
-    group = placement_group([dict(bundle) for _ in range(num_shards)], strategy=strategy)
-    ready, _ = ray.wait([group.ready()], timeout=start_timeout)
-    if not ready:
-        ray.util.remove_placement_group(group)
-        raise ReplayTimeoutError(
-            f"Ray could not place {num_shards} replay shards of {bundle} each "
-            f"({strategy}) within {start_timeout}s; the cluster has "
-            f"{ray.available_resources()} available"
-        )
+    group = None
+    if any(bundle.values()):
+        group = placement_group([dict(bundle) for _ in range(num_shards)], strategy=strategy)
+        ready, _ = ray.wait([group.ready()], timeout=start_timeout)
+        if not ready:
+            ray.util.remove_placement_group(group)
+            raise ReplayTimeoutError(
+                f"Ray could not place {num_shards} replay shards of {bundle} each "
+                f"({strategy}) within {start_timeout}s; the cluster has "
+                f"{ray.available_resources()} available"
+            )
+
+    def where(i: int) -> Any:
+        # Shards that reserve nothing need no placement group (Ray refuses empty
+        # bundles): they are spread, or packed, by Ray's own scheduler.
+        if group is not None:
+            return PlacementGroupSchedulingStrategy(group, i)
+        return "SPREAD" if "SPREAD" in strategy else "DEFAULT"
+
     host = ray.remote(num_cpus=0, max_concurrency=2)(ShardHost)
     folder = None if checkpoint_dir is None else os.fspath(checkpoint_dir)
     actors = [
         host.options(
-            scheduling_strategy=PlacementGroupSchedulingStrategy(group, i),
+            scheduling_strategy=where(i),
             num_cpus=float(num_cpus),
             resources={k: float(v) for k, v in resources.items()} or None,
         ).remote(builders[i], i, bind, dict(server_kwargs or {}), folder)
@@ -263,6 +273,7 @@ def start_shards(
     except BaseException:
         for actor in actors:
             ray.kill(actor)
-        ray.util.remove_placement_group(group)
+        if group is not None:
+            ray.util.remove_placement_group(group)
         raise
     return RayShards(actors, addresses, node_ids, group, dict(client_kwargs or {}))

@@ -21,7 +21,7 @@ from rlreplay.core.specs import Signature
 from rlreplay.core.table import Table
 from rlreplay.errors import InvalidArgumentError, describe
 
-BACKENDS = ("inline", "threads", "processes")
+BACKENDS = ("inline", "threads", "processes", "ray")
 POLICY_VERSION = "policy_version"
 # Rows an adder appends per environment in one chunk at most (its default chunk_length):
 # one insert may create that many items at once, so the limiter's buffer must admit them.
@@ -95,8 +95,10 @@ class RuntimeConfig:
     Args:
         backend: ``"inline"`` (one thread; actor and learner alternate as the limiter
             allows, so a seeded run is exactly reproducible), ``"threads"`` (actors and
-            learner in threads of this process) or ``"processes"`` (a replay server on
-            loopback, actors as processes).
+            learner in threads of this process), ``"processes"`` (a replay server on
+            loopback, actors as processes) or ``"ray"`` (``replay_shards`` replay servers
+            and the actors as Ray actors, the learner here; see
+            :mod:`rlreplay.distributed.ray_backend`).
         num_actors: actors, each with its own vector env and seed.
         seed: base seed; actor ``i`` uses ``seed + 1000 * (i + 1)``.
         batch_size: items per learner batch.
@@ -125,6 +127,8 @@ class RuntimeConfig:
         out_dir: where ``metrics.csv`` (and TensorBoard events, when installed) go.
         timeout_s: the longest any component waits before the run fails with an error
             saying which and why.
+        replay_shards: replay servers the table is sharded over (``"ray"`` backend only),
+            each with its share of ``max_size`` and ``min_size_to_sample``.
 
     Raises:
         InvalidArgumentError: for an unknown backend, a bad number, or a ratio given
@@ -148,6 +152,7 @@ class RuntimeConfig:
     progress: bool = True
     out_dir: str | None = None
     timeout_s: float = 60.0
+    replay_shards: int = 1
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -155,8 +160,13 @@ class RuntimeConfig:
                 f"backend={describe(self.backend)} is unknown; choose one of {BACKENDS}"
             )
         for name in ("num_actors", "batch_size", "min_size_to_sample", "weight_sync_period",
-                     "publish_every", "prefetch"):
+                     "publish_every", "prefetch", "replay_shards"):
             _positive(name, getattr(self, name), integer=True)
+        if self.replay_shards > 1 and self.backend != "ray":
+            raise InvalidArgumentError(
+                f"replay_shards={self.replay_shards} shards the table over replay servers, "
+                f"which only backend='ray' starts (backend={self.backend!r}); use 1"
+            )
         for name in ("stats_every_s", "timeout_s"):
             _positive(name, getattr(self, name))
         _positive("stats_every_steps", self.stats_every_steps, integer=True, allow_none=True)

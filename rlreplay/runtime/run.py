@@ -92,11 +92,14 @@ def run(
     if not isinstance(config, RuntimeConfig):
         raise InvalidArgumentError(f"config={describe(config)} must be a RuntimeConfig")
     _check_args(total_env_steps, max_updates, on_stats, replay)
-    table = build_table(config, replay)
     recipe = ActorRecipe(
         config, make_env, make_policy, replay.adder,
         actor_quota(total_env_steps, config.num_actors),
     )
+    if config.backend == "ray":  # the table lives on the shards the backend starts
+        return _run_concurrent(config, recipe, replay, learner, total_env_steps, on_stats,
+                               max_updates)
+    table = build_table(config, replay)
     if config.backend == "inline":
         weights = Weights()
         parts = Learner(learner, table, weights, config)
@@ -106,14 +109,24 @@ def run(
 
 
 def _run_concurrent(
-    config: RuntimeConfig, recipe: ActorRecipe, table: Table, logic: LearnerLogic,
+    config: RuntimeConfig, recipe: ActorRecipe, table: Any, logic: LearnerLogic,
     total_env_steps: int, on_stats: OnStats | None, max_updates: int | None,
 ) -> RunResult:
-    """The threads and processes backends: actors apart, the learner in a thread here,
-    this thread watching both."""
+    """The threads, processes and ray backends: actors apart, the learner in a thread
+    here, this thread watching both (``table``: the replay spec for ray)."""
     stop = threading.Event()
     server = None
-    if config.backend == "processes":
+    if config.backend == "ray":
+        from rlreplay.distributed.ray_backend import RayDeployment
+
+        server = RayDeployment(config, recipe, table, logic.params())
+        table, weights, actors = server.table, server.weights, server.actors
+        try:
+            learner = Learner(logic, table, weights, config)
+        except BaseException:
+            server.stop()
+            raise
+    elif config.backend == "processes":
         from rlreplay.net.server import Server
 
         first = logic.params()

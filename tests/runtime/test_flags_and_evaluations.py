@@ -29,7 +29,7 @@ def test_every_field_is_a_flag_of_its_defaults_type():
     assert flag("total_steps") == "--total-steps"
 
 
-@pytest.mark.parametrize("argv", [["--total"], ["--backend", "ray"], ["--total-steps", "x"],
+@pytest.mark.parametrize("argv", [["--total"], ["--backend", "dask"], ["--total-steps", "x"],
                                   ["--nope", "1"]],
                          ids=["abbreviation", "unknown-backend", "wrong-type", "unknown-flag"])
 def test_mistyped_flags_are_refused(argv, capsys):

@@ -19,7 +19,7 @@ ADDER = functools.partial(rr.NStepTransitionAdder, n=1, discount=0.9)
 @pytest.mark.parametrize(
     ("kwargs", "names"),
     [
-        ({"backend": "ray"}, "backend='ray'"),
+        ({"backend": "dask"}, "backend='dask'"),
         ({"num_actors": 0}, "num_actors=0"),
         ({"batch_size": 2.5}, "batch_size=2.5"),
         ({"weight_sync_period": -1}, "weight_sync_period=-1"),

@@ -1,0 +1,44 @@
+"""The ray backend's configuration, checked without Ray: how the table is divided over
+shards, and replay_shards refused where no backend starts shards."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+import rlreplay as rr
+import rlreplay.runtime as rt
+from rlreplay.distributed.ray_backend import ShardTables, shard_config
+from rlreplay.errors import InvalidArgumentError
+
+SIG = rr.NStepTransitionAdder.signature(
+    obs=((4,), "float32"), action="int64", extras={rt.POLICY_VERSION: "int64"}
+)
+REPLAY = rt.ReplaySpec(
+    signature=SIG, layout=rr.NStepTransitionAdder.layout(SIG, n=2),
+    adder=functools.partial(rr.NStepTransitionAdder, n=2, discount=0.99), max_size=1001,
+    sampler=rr.Prioritized(0.6),
+)
+
+
+@pytest.mark.parametrize("backend", ["inline", "threads", "processes"])
+def test_replay_shards_need_the_ray_backend(backend):
+    with pytest.raises(InvalidArgumentError, match="replay_shards=2.*backend='ray'"):
+        rt.RuntimeConfig(backend=backend, replay_shards=2, samples_per_insert=4.0)
+    with pytest.raises(InvalidArgumentError, match="replay_shards"):
+        rt.RuntimeConfig(backend="ray", replay_shards=0, samples_per_insert=4.0)
+
+
+def test_each_shard_holds_its_share_of_the_table_at_the_same_ratio():
+    config = rt.RuntimeConfig(backend="ray", replay_shards=2, num_actors=3,
+                              samples_per_insert=4.0, min_size_to_sample=101, seed=5)
+    shards = [shard_config(config, REPLAY, i) for i in range(2)]
+    for index, (cfg, replay) in enumerate(shards):
+        assert replay.max_size == 501 and cfg.min_size_to_sample == 51
+        assert cfg.ratio == 4.0 and cfg.num_actors == 2
+        assert cfg.error_buffer == config.limiter_buffer()
+        tables = ShardTables(config, REPLAY, index, {"w": [1.0]})()
+        assert [t.name for t in tables] == (["replay", "weights"] if index == 0 else ["replay"])
+        assert tables[0].max_size == 501
+    assert shards[0][0].seed != shards[1][0].seed  # shards draw apart
