@@ -36,18 +36,10 @@ from types import ModuleType
 from typing import Any
 
 from rlreplay import cli_checkpoint, cli_export
-from rlreplay.cli_args import USAGE, Parser, port_number, positive, size_bytes
+from rlreplay.cli_args import USAGE, CommandError, Parser, port_number, positive, size_bytes
 
 FAILED = 1  # it ran, and the server (or the operation) failed
 NET_MODULES = ("zmq", "msgpack", "tomli")
-
-
-class CommandError(Exception):
-    """A user error the command reports in one line and exits with ``code``."""
-
-    def __init__(self, message: str, code: int = USAGE):
-        super().__init__(message)
-        self.code = code
 
 
 def check_key_files(**flags: str | None) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from rlreplay.cli_args import positive
+from rlreplay.cli_args import CommandError, positive
 
 
 def add_serve_flags(p: argparse.ArgumentParser) -> None:
@@ -48,8 +48,6 @@ def serve_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     Raises:
         CommandError: for ``--checkpoint-every`` or ``--keep`` without ``--checkpoint-dir``.
     """
-    from rlreplay.cli import CommandError
-
     if args.checkpoint_dir is None:
         given = [f for f, v in (("--checkpoint-every", args.checkpoint_every),
                                 ("--keep", args.keep)) if v is not None]  # fmt: skip
@@ -87,14 +85,7 @@ def add_checkpoint_parser(sub: Any) -> None:
 
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:
-    from rlreplay.cli import (
-        FAILED,
-        INFO_DIAGNOSE_S,
-        CommandError,
-        check_key_files,
-        import_net,
-        why_unreachable,
-    )
+    from rlreplay.cli import FAILED, INFO_DIAGNOSE_S, check_key_files, import_net, why_unreachable
 
     net = import_net("checkpoint")
     import zmq
