@@ -43,6 +43,15 @@ class EpisodeRows:
         for path, arr in values.items():
             self.arrays[path][idx, slots] = arr
 
+    def write_first(self, idx: np.ndarray, count: int, obs: Mapping[str, np.ndarray]) -> None:
+        """Write ``obs[p][k]`` into episode rows ``0 .. count - 1`` of environment
+        ``idx[k]``, whose episode starts (``base`` 0)."""
+        self.base[idx] = 0
+        slots = self._offsets[idx]
+        for r in range(count):
+            for path, arr in obs.items():
+                self._flat[path][slots + r] = arr
+
     def write_step(
         self,
         idx: np.ndarray,

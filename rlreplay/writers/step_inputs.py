@@ -86,6 +86,14 @@ class StepInputs:
         self._extra_args = {p: self._step_names[p] for p in self.extras}
         self._obs_args = [(p, self._step_names[p]) for p in self.obs_paths]
         self._plain = sorted(self.paths) == ["action", "obs", "reward"] and not stacked_obs
+        # The fast check (a batch axis, one observation array, extras without nesting):
+        # every value an array of its column's shape, of a dtype the signature's check
+        # admitted before on its dtype alone (see _admit); anything else takes the full
+        # check, which names what it refuses.
+        self._admitted: dict[str, set[np.dtype]] | None = None
+        if batched and self._flat_extras:
+            self._admitted = {p: {signature[p].dtype} for p in self.paths}
+            self._shapes = {p: (num_envs, *signature[p].shape) for p in self.paths}
         self._flag_shape = (num_envs,) if batched else ()
         self._one_flag = {flag: np.full(1, flag) for flag in (False, True)}
         for arr in self._one_flag.values():
@@ -114,6 +122,54 @@ class StepInputs:
                 does not fit its column (the signature's rules).
             InvalidArgumentError: for a batch of the wrong number of environments.
         """
+        if self._admitted is not None:
+            fast = self._step_fast(action, reward, next_obs, extras)
+            if fast is not None:
+                return fast
+        fields, obs = self._step_checked(action, reward, next_obs, extras)
+        if self._admitted is not None:
+            self._admit(fields)
+            self._admit(obs)
+        return fields, obs
+
+    def _step_fast(
+        self, action: Any, reward: Any, next_obs: Any, extras: Any
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None:
+        """:meth:`step` for values the full check is known to admit (arrays of their
+        columns' shapes and of admitted dtypes), ``None`` for any other."""
+        if extras is None:
+            extras = {}
+        if type(extras) is not dict or len(extras) != len(self.extras):
+            return None
+        fields = {"action": action, "reward": reward}
+        for p in self.extras:
+            value = extras.get(p)
+            if value is None:
+                return None
+            fields[p] = value
+        shapes, admitted = self._shapes, self._admitted
+        for p, v in fields.items():
+            if type(v) is not np.ndarray or v.shape != shapes[p] or v.dtype not in admitted[p]:
+                return None
+        v = next_obs
+        if type(v) is not np.ndarray or v.shape != shapes["obs"] or v.dtype not in admitted["obs"]:
+            return None
+        return fields, {"obs": next_obs}
+
+    def _admit(self, checked: dict[str, np.ndarray]) -> None:
+        """Remember the dtypes of values the full check admitted when the signature's rule
+        decides on the dtypes alone (all but integers narrowed to a smaller integer type,
+        whose values are scanned, and objects)."""
+        for p, arr in checked.items():
+            src, col = arr.dtype, self.signature[p].dtype
+            narrowed = src.kind in "iu" and col.kind in "iu" and not np.can_cast(src, col)
+            if src.kind != "O" and not narrowed:
+                self._admitted[p].add(src)
+
+    def _step_checked(
+        self, action: Any, reward: Any, next_obs: Any, extras: Mapping[str, Any] | None
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """:meth:`step` through the signature's full check."""
         if extras is not None and not isinstance(extras, Mapping):
             raise InvalidArgumentError(
                 f"extras={describe(extras)} must be a dict of per-step fields or None"

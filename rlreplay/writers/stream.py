@@ -250,8 +250,7 @@ class StreamAdder:
         self._rows.base[idx] = 0
         self._appended[idx] = 0
         self._serial[idx] += 1
-        for r in range(self.pad + 1):
-            self._rows.write(idx, np.full(len(idx), r), obs)
+        self._rows.write_first(idx, self.pad + 1, obs)
 
     def add(
         self,
