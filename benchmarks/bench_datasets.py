@@ -22,6 +22,7 @@ import platform
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -67,6 +68,30 @@ def filled(steps: int) -> Table:
     return table
 
 
+def longest_insert_wait(table: Table, during) -> tuple[float, int]:
+    """Run ``during()`` while another thread inserts one row at a time into ``table``;
+    returns the longest single insert (seconds) and how many inserts ran."""
+    row = {k: np.zeros(table.store.signature[k].shape, table.store.signature[k].dtype)
+           for k in SIG}  # fmt: skip
+    longest, count, stop = [0.0], [0], threading.Event()
+
+    def insert() -> None:
+        while not stop.is_set() and count[0] < 1_000_000:
+            start = time.perf_counter()
+            table.insert(row)
+            longest[0] = max(longest[0], time.perf_counter() - start)
+            count[0] += 1
+
+    thread = threading.Thread(target=insert)
+    thread.start()
+    try:
+        during()
+    finally:
+        stop.set()
+        thread.join()
+    return longest[0], count[0]
+
+
 def timed(fn):
     start = time.perf_counter()
     out = fn()
@@ -90,6 +115,10 @@ def main() -> None:
         rows.append(("np.load of the step columns (floor)", t, f"{mb / t:.0f} MB/s"))
         path, t = timed(lambda: export_npz(table, folder / "replay.npz"))
         rows.append(("export_npz (steps, items, priorities)", t, f"{mb / t:.0f} MB/s"))
+        wait, count = longest_insert_wait(table, lambda: export_npz(table, folder / "w.npz"))
+        rows.append(
+            (f"longest insert during export_npz ({count} inserts)", wait, "one chunk's copy")
+        )
         copy = Table("replay", signature=SIG, max_size=steps, sampler=Prioritized(0.6))
         _, t = timed(lambda: import_npz(path, copy))
         rows.append(("import_npz (validated, items re-created)", t, f"{mb / t:.0f} MB/s"))

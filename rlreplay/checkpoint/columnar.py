@@ -30,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.checkpoint.table_contents import read_items, read_steps, step_range
+from rlreplay.checkpoint.table_contents import item_data as gather_items
+from rlreplay.checkpoint.table_contents import read_items, read_steps
 from rlreplay.core.layout import ItemLayout
 from rlreplay.core.specs import Signature
 from rlreplay.core.storage import StepStore
@@ -86,8 +87,9 @@ def export_npz(
 ) -> Path:
     """Write a table's (or several tables') stored steps and items to one ``.npz`` file.
 
-    The steps and each table's items are read under the store's lock (one copy each), so
-    the file is a consistent snapshot while writers and samplers go on.
+    The file is a consistent snapshot of one moment while writers and samplers go on:
+    the items' per-item state is read in one lock hold, the steps a chunk per lock hold
+    (see :func:`~rlreplay.checkpoint.table_contents.read_steps`).
 
     Args:
         source: a :class:`Table`, tables over one store, or a :class:`StepStore` (steps
@@ -106,11 +108,17 @@ def export_npz(
         InvalidArgumentError: for a bad ``source`` or range.
     """
     store, tables = _as_tables(source, "source")
-    span = step_range(store, first_id, end_id)
     path = Path(path)
     if path.suffix != ".npz":
         path = path.with_name(path.name + ".npz")
     arrays: dict[str, np.ndarray] = {}
+    # The items and the steps from one moment (the steps a chunk per lock hold).
+    span, steps, records = read_steps(
+        store,
+        first_id,
+        end_id,
+        first_hold=lambda span: {t.name: read_items(t, span) for t in tables},
+    )
     meta: dict[str, Any] = {
         "format": FORMAT,
         "version": VERSION,
@@ -120,24 +128,26 @@ def export_npz(
         "end_id": span.end_id,
         "tables": {},
     }
-    with store.mutex:  # the steps and every table's items from one moment
-        for field, column in read_steps(store, span).items():
-            arrays[f"steps/{field}"] = column
-        for table in tables:
-            records = read_items(table, span, with_data=item_data)
-            prefix = f"tables/{table.name}/"
-            arrays[prefix + "anchor"] = (records.anchor_ids - span.first_id).astype(np.int64)
-            arrays[prefix + "extent"] = records.extents.astype(np.int64)
-            arrays[prefix + "key"] = records.keys
-            arrays[prefix + "priority"] = records.priorities
-            arrays[prefix + "times_sampled"] = records.times_sampled
-            for name, data in (records.data or {}).items():
-                arrays[f"{prefix}data/{name}"] = data
-            meta["tables"][table.name] = {
-                "layout": table.layout.to_json(),
-                "items": len(records.keys),
-                "item_data": sorted(records.data or {}),
-            }
+    for field, column in steps.items():
+        arrays[f"steps/{field}"] = column
+    for table in tables:
+        items = records[table.name]
+        prefix = f"tables/{table.name}/"
+        arrays[prefix + "anchor"] = items.anchor_ids - span.first_id
+        arrays[prefix + "extent"] = items.extents
+        arrays[prefix + "key"] = items.keys
+        arrays[prefix + "priority"] = items.priorities
+        arrays[prefix + "times_sampled"] = items.times_sampled
+        data = {}
+        if item_data:
+            data = gather_items(table.layout, steps, store.lanes, items, span.first_id)
+        for name, values in data.items():
+            arrays[f"{prefix}data/{name}"] = values
+        meta["tables"][table.name] = {
+            "layout": table.layout.to_json(),
+            "items": len(items.keys),
+            "item_data": sorted(data),
+        }
     arrays["meta"] = np.array(json.dumps(meta))
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from rlreplay.checkpoint.episode_columns import nest
-from rlreplay.checkpoint.table_contents import StepRange, read_items
+from rlreplay.checkpoint.table_contents import StepRange, read_items, read_steps
 from rlreplay.core.storage import StepStore
 from rlreplay.core.table import Table
 from rlreplay.errors import DatasetError
@@ -71,9 +71,14 @@ def episode_bounds(done: np.ndarray, start_known: bool) -> tuple[np.ndarray, np.
 
 
 def episodes_from_rows(
-    store: StepStore, roles: dict[str, list[str]], names: dict[str, str], span: StepRange
-) -> list[Episode]:
-    """The whole episodes in the step rows ``span`` selects (see the module), oldest first.
+    store: StepStore,
+    roles: dict[str, list[str]],
+    names: dict[str, str],
+    first_id: int | None,
+    end_id: int | None,
+) -> tuple[StepRange, list[Episode]]:
+    """``(span, episodes)``: the range ``[first_id, end_id)`` of step rows (default: all
+    stored) and the whole episodes in it (see the module), oldest first.
 
     Rows before the first episode end are kept only when ``span`` starts at step 0 or
     right after a stored step that ended an episode (else that episode's start may have
@@ -85,15 +90,18 @@ def episodes_from_rows(
     """
     needed = [p for paths in roles.values() for p in paths]
     lanes = store.lanes
-    with store.mutex:
-        rows = np.arange(span.first_id, span.end_id, dtype=np.int64) % store.capacity
-        data = {p: store.columns[p][rows] for p in needed}
-        before = span.first_id - lanes + np.arange(lanes)  # each lane's step before
+
+    def ended_before(span: StepRange) -> np.ndarray:
+        """Whether each lane's step before the range is stored and ended an episode."""
+        before = span.first_id - lanes + np.arange(lanes)
         done_before = np.zeros(lanes, dtype=bool)
         stored = before >= store.oldest_id
         for role in ("terminated", "truncated"):
             flags = store.columns[roles[role][0]][before[stored] % store.capacity]
             done_before[stored] |= flags != 0
+        return done_before
+
+    span, data, done_before = read_steps(store, first_id, end_id, needed, ended_before)
     done = (data[roles["terminated"][0]] != 0) | (data[roles["truncated"][0]] != 0)
     found: list[np.ndarray] = []  # row indices of each episode
     for lane in range(lanes):
@@ -122,7 +130,7 @@ def episodes_from_rows(
                 truncations=data[roles["truncated"][0]][idx] != 0,
             )
         )
-    return episodes
+    return span, episodes
 
 
 def _check_continuity(
@@ -168,9 +176,12 @@ def _prefixed(paths: tuple[str, ...], name: str) -> list[str]:
     return [p for p in paths if p == name or p.startswith(name + "/")]
 
 
-def episodes_from_items(table: Table, span: StepRange) -> list[Episode]:
-    """The episodes an :class:`~rlreplay.writers.EpisodeAdder` table's items hold, for
-    the items whose rows lie in ``span``, oldest first.
+def episodes_from_items(
+    table: Table, first_id: int | None, end_id: int | None
+) -> tuple[StepRange, list[Episode]]:
+    """``(span, episodes)``: the range ``[first_id, end_id)`` (default: all stored) and
+    the episodes an :class:`~rlreplay.writers.EpisodeAdder` table's items whose rows lie
+    in it hold, oldest first.
 
     An episode ended by ``terminated`` is told from one ``truncated`` by its last step's
     ``discount`` (0 when terminal): an episode whose last step was both reads as
@@ -187,25 +198,25 @@ def episodes_from_items(table: Table, span: StepRange) -> list[Episode]:
         _prefixed(signature.paths, "obs"),
         _prefixed(signature.paths, "action"),
     )
-    with store.mutex:
-        items = read_items(table, span)
-        full = np.flatnonzero(items.extents >= max_rows)
-        if len(full):
-            raise DatasetError(
-                f"table {table.name!r} holds items of max_length={max_rows} rows (the one "
-                f"anchored at step {int(items.anchor_ids[full[0]])} first): such an item may "
-                "be part of a longer episode, which its items alone cannot join. Use an "
-                "EpisodeAdder whose max_length exceeds every episode's steps + 1, or export "
-                "with export_npz"
-            )
-        keep = items.extents >= 2  # a step and the final observation
-        anchors, extents = items.anchor_ids[keep], items.extents[keep]
-        offsets = np.repeat(np.cumsum(extents) - extents, extents)
-        steps = np.arange(int(extents.sum())) - offsets  # row within its item
-        rows = (np.repeat(anchors, extents) + steps * store.lanes) % store.capacity
-        data = {
-            p: store.columns[p][rows] for p in [*obs_paths, *action_paths, "reward", "discount"]
-        }
+    fields = [*obs_paths, *action_paths, "reward", "discount"]
+    span, copied, items = read_steps(
+        store, first_id, end_id, fields, lambda span: read_items(table, span)
+    )
+    full = np.flatnonzero(items.extents >= max_rows)
+    if len(full):
+        raise DatasetError(
+            f"table {table.name!r} holds items of max_length={max_rows} rows (the one "
+            f"anchored at step {int(items.anchor_ids[full[0]])} first): such an item may "
+            "be part of a longer episode, which its items alone cannot join. Use an "
+            "EpisodeAdder whose max_length exceeds every episode's steps + 1, or export "
+            "with export_npz"
+        )
+    keep = items.extents >= 2  # a step and the final observation
+    anchors, extents = items.anchor_ids[keep], items.extents[keep]
+    offsets = np.repeat(np.cumsum(extents) - extents, extents)
+    steps = np.arange(int(extents.sum())) - offsets  # row within its item
+    rows = np.repeat(anchors - span.first_id, extents) + steps * store.lanes
+    data = {p: column[rows] for p, column in copied.items()}
     episodes = []
     for first, lo, n in zip(anchors, np.cumsum(extents) - extents, extents):
         steps_of = slice(lo, lo + n - 1)  # the final row holds only the last observation
@@ -223,4 +234,4 @@ def episodes_from_items(table: Table, span: StepRange) -> list[Episode]:
                 truncations=truncations,
             )
         )
-    return episodes
+    return span, episodes

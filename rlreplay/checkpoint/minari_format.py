@@ -139,12 +139,12 @@ def export_minari(
     if not from_items:
         roles = resolve_fields(store.signature, fields, "export")
     _check_new(minari, dataset_id, root)
-    span = step_range(store, first_id, end_id)
+    step_range(store, first_id, end_id)  # a bad range is refused before anything is read
     if from_items:
-        episodes = episodes_from_items(source, span)
+        span, episodes = episodes_from_items(source, first_id, end_id)
     else:
         names = {**DEFAULT_FIELDS, **(fields or {})}
-        episodes = episodes_from_rows(store, roles, names, span)
+        span, episodes = episodes_from_rows(store, roles, names, first_id, end_id)
     if not episodes:
         raise DatasetError(
             f"steps [{span.first_id}, {span.end_id}) hold no whole episode (none ends with "

@@ -1,9 +1,10 @@
 """What a table holds, read out in step order: a range of stored steps and the items on it.
 
 The dataset formats (``columnar``, ``minari_format``) read a store's steps and a table's
-items through this module, each read one vectorised copy taken with the store's lock
-held, so a consistent snapshot is read while writers and samplers go on (they wait only
-for the copy). Nothing here changes a table or a store.
+items through this module: the items' small per-item state in one pass with the store's
+lock held, the steps a chunk per lock hold (stored rows never change until overwritten),
+so a consistent snapshot is read while writers and samplers go on, each waiting at most
+one chunk's copy. Nothing here changes a table or a store.
 
 A *range* of a store is given by step ids, the store's insert counts: step ``i`` is the
 ``i``-th step ever appended, so ``first_id``/``end_id`` select the steps inserted between
@@ -13,17 +14,24 @@ by wall-clock time, store a time column and select with it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import TypeVar
 
 import numpy as np
 
 from rlreplay.core.gather import gather_variable
 from rlreplay.core.keys import make_keys
+from rlreplay.core.layout import ItemLayout
 from rlreplay.core.storage import StepStore
 from rlreplay.core.table import Table
 from rlreplay.errors import InvalidArgumentError, describe
 
-__all__ = ["ItemRecords", "StepRange", "read_items", "read_steps", "step_range"]
+__all__ = ["ItemRecords", "StepRange", "item_data", "read_items", "read_steps", "step_range"]
+
+CHUNK_BYTES = 4 << 20  # the most step bytes one lock hold copies
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -48,7 +56,6 @@ class ItemRecords:
         keys: int64 keys the table issued for them.
         priorities: float64 priorities.
         times_sampled: uint32 times each was sampled.
-        data: the items' layout outputs (``[n, ...]`` per output field) when asked for.
     """
 
     anchor_ids: np.ndarray
@@ -56,7 +63,6 @@ class ItemRecords:
     keys: np.ndarray
     priorities: np.ndarray
     times_sampled: np.ndarray
-    data: dict[str, np.ndarray] | None = None
 
 
 def _check_id(name: str, value: object, lo: int, hi: int, lanes: int) -> int:
@@ -92,25 +98,92 @@ def step_range(store: StepStore, first_id: int | None, end_id: int | None) -> St
     return StepRange(first, end)
 
 
-def read_steps(store: StepStore, span: StepRange) -> dict[str, np.ndarray]:
-    """Copies of the steps ``span`` selects, field path to ``[n, ...]`` array in id order.
+def read_steps(
+    store: StepStore,
+    first_id: int | None = None,
+    end_id: int | None = None,
+    fields: Sequence[str] | None = None,
+    first_hold: Callable[[StepRange], T] | None = None,
+) -> tuple[StepRange, dict[str, np.ndarray], T | None]:
+    """Copies of the steps ``[first_id, end_id)`` (:func:`step_range`), one snapshot.
 
-    Raises:
-        InvalidArgumentError: if some of them were overwritten since ``span`` was made.
-    """
-    with store.mutex:
-        _check_still_stored(store, span)
-        rows = np.arange(span.first_id, span.end_id, dtype=np.int64) % store.capacity
-        return store.read_rows(rows)
-
-
-def read_items(table: Table, span: StepRange, with_data: bool = False) -> ItemRecords:
-    """The items of ``table`` whose every step lies in ``span``, oldest anchor first.
+    A stored row never changes until the store overwrites it, oldest first. So the copy
+    is taken one chunk of about ``CHUNK_BYTES`` at a time, oldest first, each with the
+    lock held after checking that the rows not yet copied are still stored: writers and
+    samplers wait for one chunk's copy, never for the whole range, and the result is
+    what one copy taken at the first lock hold would hold. That hold also makes the
+    range and runs ``first_hold(span)`` (read the items there, for a snapshot of items
+    and steps from one moment).
 
     Args:
-        table: the table.
-        span: a range of its store's steps (:func:`step_range`).
-        with_data: also read each item's layout outputs (what a sample of it returns).
+        store: the store.
+        first_id, end_id: the range (``None``: the oldest stored step, the next id).
+        fields: the field paths to copy (default: all).
+        first_hold: called with the range in the first lock hold; its result is returned.
+
+    Returns:
+        ``(span, steps, first_hold(span))``: the range, field path to ``[n, ...]`` array
+        in id order, and ``first_hold``'s result (``None`` without it).
+
+    Raises:
+        InvalidArgumentError: for a bad range, or if steps not yet copied were
+            overwritten (writers lapped the copy: export a newer range, or pause them).
+    """
+    paths = list(store.columns) if fields is None else list(fields)
+    row_bytes = max(1, sum(store.columns[p][:1].nbytes for p in paths))
+    chunk = max(store.lanes, CHUNK_BYTES // row_bytes // store.lanes * store.lanes)
+    with store.mutex:
+        span = step_range(store, first_id, end_id)
+        extra = None if first_hold is None else first_hold(span)
+        out = {
+            p: np.empty((span.size, *store.columns[p].shape[1:]), store.columns[p].dtype)
+            for p in paths
+        }
+        lo = _copy_chunk(store, span, paths, out, 0, chunk)
+    while lo < span.size:
+        with store.mutex:
+            _check_still_stored(store, StepRange(span.first_id + lo, span.end_id))
+            lo = _copy_chunk(store, span, paths, out, lo, chunk)
+    return span, out, extra
+
+
+def _copy_chunk(
+    store: StepStore,
+    span: StepRange,
+    paths: list[str],
+    out: dict[str, np.ndarray],
+    lo: int,
+    chunk: int,
+) -> int:
+    """Copy rows ``[lo, lo + chunk)`` of ``span`` into ``out`` (lock held); returns the end."""
+    hi = min(span.size, lo + chunk)
+    start = (span.first_id + lo) % store.capacity
+    split = min(hi - lo, store.capacity - start)  # rows before the ring wraps
+    for p in paths:
+        col, dst = store.columns[p], out[p]
+        dst[lo : lo + split] = col[start : start + split]
+        dst[lo + split : hi] = col[: hi - lo - split]
+    return hi
+
+
+def item_data(
+    layout: ItemLayout,
+    steps: Mapping[str, np.ndarray],
+    lanes: int,
+    records: ItemRecords,
+    first_id: int,
+) -> dict[str, np.ndarray]:
+    """The layout outputs of ``records``' items (what sampling them returns), read from
+    ``steps``, a copy of the steps from ``first_id`` on (:func:`read_steps`)."""
+    n = len(next(iter(steps.values())))
+    copy = SimpleNamespace(columns=steps, lanes=lanes, capacity=max(n, 1))
+    anchors = records.anchor_ids - first_id  # rows of the copy: no wrap-around
+    return gather_variable(copy, layout, anchors, records.extents)  # type: ignore[arg-type]
+
+
+def read_items(table: Table, span: StepRange) -> ItemRecords:
+    """The items of ``table`` whose every step lies in ``span``, oldest anchor first (the
+    per-item state only: one pass over the table's slots with the lock held).
 
     Raises:
         InvalidArgumentError: if steps of ``span`` were overwritten since it was made.
@@ -127,17 +200,12 @@ def read_items(table: Table, span: StepRange, with_data: bool = False) -> ItemRe
         keep = (anchors >= span.first_id) & (last < span.end_id)
         order = np.argsort(anchors[keep], kind="stable")
         slots, anchors, extents = slots[keep][order], anchors[keep][order], extents[keep][order]
-        data = None
-        if with_data:
-            data = gather_variable(store, table.layout, slots, extents)
-            data = {name: np.array(arr) for name, arr in data.items()}
         return ItemRecords(
             anchor_ids=anchors,
             extents=extents,
             keys=make_keys(slots, index.generation[slots], index.origin),
             priorities=index.priority[slots].copy(),
             times_sampled=index.times_sampled[slots].copy(),
-            data=data,
         )
 
 
