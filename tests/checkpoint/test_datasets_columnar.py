@@ -21,6 +21,7 @@ from rlreplay import (
     StepStore,
     Table,
 )
+from rlreplay.checkpoint import table_contents
 from rlreplay.checkpoint.columnar import export_npz, import_npz, read_npz_meta
 from rlreplay.checkpoint.table_contents import read_items, step_range
 
@@ -314,3 +315,35 @@ def test_npz_export_while_a_writer_inserts_is_one_consistent_snapshot(tmp_path):
         stop.set()
         writer.join(timeout=30)
     assert not writer.is_alive()
+
+
+@pytest.mark.parametrize("lanes", [1, 2])
+def test_steps_copied_in_small_chunks_equal_one_copy_across_the_ring_wrap(monkeypatch, lanes):
+    store = StepStore(SIG, capacity=60, lanes=lanes)
+    for first in range(0, 100, 20):  # wraps the ring
+        ids = np.arange(first, first + 20)
+        store.append({"obs": np.repeat(ids[:, None], 3, 1), "action": ids, "reward": ids})
+    monkeypatch.setattr(table_contents, "CHUNK_BYTES", 7 * 24)  # a few rows per lock hold
+    span, steps, _ = table_contents.read_steps(store, None, None)
+    ids = np.arange(store.oldest_id, store.next_id)
+    assert (span.first_id, span.end_id) == (40, 100)
+    for field, column in store.read(ids).items():
+        np.testing.assert_array_equal(steps[field], column)
+
+
+def test_steps_overwritten_before_they_are_copied_are_refused(monkeypatch):
+    store = StepStore(SIG, capacity=40)
+    rows = {"obs": np.zeros((40, 3)), "action": np.arange(40), "reward": np.zeros(40)}
+    store.append(rows)
+    monkeypatch.setattr(table_contents, "CHUNK_BYTES", 10 * 24)  # 10 rows per lock hold
+    copy_chunk = table_contents._copy_chunk
+
+    def lapped(*args):  # a writer appends between the first and the second hold
+        end = copy_chunk(*args)
+        if end == 10:
+            store.append({k: v[:15] for k, v in rows.items()})
+        return end
+
+    monkeypatch.setattr(table_contents, "_copy_chunk", lapped)
+    with pytest.raises(InvalidArgumentError, match=r"no longer all stored"):
+        table_contents.read_steps(store, None, None)
