@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -94,7 +95,7 @@ def export_npz(
     Args:
         source: a :class:`Table`, tables over one store, or a :class:`StepStore` (steps
             only).
-        path: the file to write (``.npz`` is appended by numpy when missing); it is
+        path: the file to write (``.npz`` is appended when missing); it is
             written beside and renamed into place, so a reader never sees half a file.
         first_id, end_id: the step ids (insert counts) ``[first_id, end_id)`` to export;
             default every stored step. Items are exported when all their steps lie in
@@ -149,7 +150,7 @@ def export_npz(
             "item_data": sorted(data),
         }
     arrays["meta"] = np.array(json.dumps(meta))
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         with open(tmp, "wb") as f:
             np.savez(f, **arrays)
