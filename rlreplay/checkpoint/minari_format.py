@@ -1,10 +1,10 @@
-"""Minari datasets out of and into replay: the gymnasium ecosystem's offline-RL format.
+"""Minari datasets out of replay: the gymnasium ecosystem's offline-RL format.
 
-:func:`export_minari` writes the episodes held in a store's step rows (see
-:mod:`rlreplay.checkpoint.episode_columns` for the columns required) as a Minari dataset
-that ``minari.load_dataset`` reads. :func:`import_minari` pre-fills replay from a Minari
-dataset: directly into a table of step rows (one item per step), or through an adder,
-which turns the episodes into its own items (n-step transitions, sequences, episodes).
+:func:`export_minari` writes the whole episodes held in a store's step rows (see
+:mod:`rlreplay.checkpoint.episode_columns` for the columns required) or in an
+``EpisodeAdder`` table's items (:mod:`rlreplay.checkpoint.episodes_out`) as a Minari
+dataset that ``minari.load_dataset`` reads. The way back is
+:mod:`rlreplay.checkpoint.minari_import`; :func:`load_dataset` is shared by both.
 
 Minari (``pip install "rlreplay[minari]"``, which brings h5py for its storage) is
 imported when these functions are called. Minari keeps datasets under a root directory
