@@ -255,7 +255,7 @@ def create_items(
                 "items only over steps already appended and not yet overwritten"
             )
         slots = ids % store.capacity
-        if index.live[slots].any() or len(np.unique(slots)) != n:
+        if index.live[slots].any() or not _distinct(ids, slots, store.capacity):
             raise InvalidArgumentError(
                 f"table {table.name!r} already holds an item anchored at one of steps "
                 f"{describe(ids.tolist())}; a table holds at most one item per anchor step"
@@ -266,6 +266,14 @@ def create_items(
         limiter.inserts += n
         store.wake_waiters()
         return keys
+
+
+def _distinct(ids: np.ndarray, slots: np.ndarray, capacity: int) -> bool:
+    """Whether step ids ``ids`` fall on distinct ``slots``: increasing ids spanning less than
+    ``capacity`` do (what writers create, checked in one pass), others are counted."""
+    if len(ids) < 2 or (ids[-1] - ids[0] < capacity and (ids[1:] > ids[:-1]).all()):
+        return True
+    return len(np.unique(slots)) == len(ids)
 
 
 def create_one(table: Table, anchor_id: int, priority: Any, timeout: float | None) -> int:
