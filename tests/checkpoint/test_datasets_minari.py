@@ -268,6 +268,20 @@ def test_minari_export_of_an_episode_adder_table_reads_one_episode_per_item():
         export_minari(table, "adder-v1", fields={"observation": "obs"}, **META)
 
 
+def test_minari_round_trip_of_an_episode_adder_table_through_a_new_episode_adder():
+    episodes = cartpole_episodes(8, seed=6)
+    table, adder = episode_adder_table(max_length=32)
+    play_into(adder, episodes)
+    dataset = export_minari(table, "adder-round-v0", **META)
+    again, again_adder = episode_adder_table(max_length=32)
+    result = import_minari(dataset, again_adder)
+    assert result.items == table.size == again.size == 8
+    ids = np.arange(table.store.next_id)
+    assert again.store.next_id == table.store.next_id
+    for field, column in table.store.read(ids).items():
+        np.testing.assert_array_equal(again.store.read(ids)[field], column, err_msg=field)
+
+
 def test_minari_export_of_an_episode_adder_table_refuses_items_that_may_split_episodes():
     table, adder = episode_adder_table(max_length=10)
     play_into(adder, cartpole_episodes(3, seed=5))
