@@ -209,7 +209,7 @@ def _check_signature(meta: Mapping[str, Any], store: StepStore, path: Any) -> No
     ours = store.signature
     fix = (
         "build the table with the dataset's signature "
-        "(rlreplay.checkpoint.read_npz_meta(path)['signature'])"
+        "(rlreplay.checkpoint.datasets.read_npz_meta(path)['signature'])"
     )
     for field in theirs.paths:
         if field not in ours:

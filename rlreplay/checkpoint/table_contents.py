@@ -70,10 +70,10 @@ def _check_id(name: str, value: object, lo: int, hi: int, lanes: int) -> int:
         raise InvalidArgumentError(f"{name}={describe(value)} must be an int step id")
     value = int(value)
     if not lo <= value <= hi or value % lanes:
+        overwritten = f"; steps before {lo} were overwritten" if lo else ""
         raise InvalidArgumentError(
             f"{name}={value} must be a step id in the stored range [{lo}, {hi}] (the store's "
-            f"oldest_id and next_id) and a multiple of lanes={lanes}; steps before "
-            f"{lo} were overwritten"
+            f"oldest_id and next_id) and a multiple of lanes={lanes}{overwritten}"
         )
     return value
 
