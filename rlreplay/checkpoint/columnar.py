@@ -176,7 +176,7 @@ def read_npz_meta(path: str | os.PathLike) -> dict[str, Any]:
 def _open(path: str | os.PathLike):
     try:
         return np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, TypeError) as exc:
         raise DatasetError(
             f"path={describe(str(path))} cannot be read as an .npz file ({exc}); give a file "
             "written by rlreplay.checkpoint.export_npz"

@@ -126,6 +126,12 @@ def import_minari(
     from rlreplay.writers.stream import StreamAdder
 
     if isinstance(target, StreamAdder):
+        if fields is not None or priority is not None:
+            raise InvalidArgumentError(
+                "fields and priority are for a table of step rows; an adder takes the "
+                "dataset's observations and actions as its obs and action and gives its "
+                "items its own priority: leave them out"
+            )
         return _into_adder(load_dataset(dataset, root), target)
     if not isinstance(target, Table):
         raise InvalidArgumentError(

@@ -416,8 +416,11 @@ def test_minari_import_through_an_adder_of_another_obs_shape_is_refused_first(
     dataset, _ = cartpole_dataset
     sig = NStepTransitionAdder.signature(obs=((3,), "float32"), action="int64")
     table = Table("n", signature=sig, capacity=500, layout=NStepTransitionAdder.layout(sig, 1))
+    adder = NStepTransitionAdder(table, n=1, discount=0.99)
     with pytest.raises(SignatureError, match=r"'obs'.*\(4,\).*\(3,\)"):
-        import_minari(dataset, NStepTransitionAdder(table, n=1, discount=0.99))
+        import_minari(dataset, adder)
+    with pytest.raises(InvalidArgumentError, match="leave them out"):
+        import_minari(dataset, adder, priority=2.0)
     assert table.store.next_id == 0
 
 
