@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from rlreplay.cli_args import CommandError
+
 
 def _step_id(text: str) -> int:
     """An argparse type: a step id (an integer >= 0)."""
@@ -64,8 +66,6 @@ def _chosen(tables: dict, names: str | None, minari: bool) -> list:
     Raises:
         CommandError: for unknown names, or tables over several stores.
     """
-    from rlreplay.cli import CommandError
-
     if names is None:
         chosen = list(tables.values())
         if len({id(t.store) for t in chosen}) > 1:
@@ -88,8 +88,6 @@ def _chosen(tables: dict, names: str | None, minari: bool) -> list:
 
 def _fields(pairs: list[str]) -> dict[str, str] | None:
     """``--field ROLE=COLUMN`` pairs as export_minari's ``fields``."""
-    from rlreplay.cli import CommandError
-
     out = {}
     for pair in pairs:
         role, _, column = pair.partition("=")
@@ -102,7 +100,6 @@ def _fields(pairs: list[str]) -> dict[str, str] | None:
 def cmd_export(args: argparse.Namespace) -> int:
     """Restore the checkpoint memory-mapped and export the chosen tables."""
     from rlreplay.checkpoint import restore
-    from rlreplay.cli import CommandError
 
     if args.minari is None and (args.field or args.minari_root):
         raise CommandError("--field and --minari-root go with --minari DATASET_ID")
