@@ -26,6 +26,7 @@ import os
 import time
 import zlib
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -145,15 +146,26 @@ class ColumnStream:
                 del self.blocks[block]
                 self.aside_bytes -= self.block_rows * self.row_bytes
 
+    def _buffers(self) -> dict[str, np.ndarray]:
+        """One chunk's rows per column, touched here so that no copy under the lock
+        faults pages in."""
+        bufs = {
+            p: np.empty((self.chunk_rows, *c.shape[1:]), c.dtype)
+            for p, c in self.store.columns.items()
+        }
+        for buf in bufs.values():
+            buf.reshape(-1).view(np.uint8).fill(0)
+        return bufs
+
     def write(self, progress: Callable[[int], None] | None = None) -> dict[str, dict]:
         """Write every column's file; returns their manifest entries. Takes the store's
-        lock for each chunk's copy only."""
+        lock for each chunk's copy only. Two sets of chunk buffers: while a second
+        thread writes one chunk to the files (and checksums it), this one copies the
+        next; ``progress`` is called from that second thread."""
         store = self.store
         cap = self.capacity
         columns = store.columns
-        bufs = {p: np.empty((self.chunk_rows, *c.shape[1:]), c.dtype) for p, c in columns.items()}
-        for buf in bufs.values():  # touched here, so no copy under the lock faults pages in
-            buf.reshape(-1).view(np.uint8).fill(0)
+        sets = [self._buffers(), self._buffers()]
         crcs, sizes = {}, {}
         with contextlib.ExitStack() as files:
             handles = {p: files.enter_context(open(self.files[p], "wb")) for p in columns}
@@ -161,23 +173,34 @@ class ColumnStream:
                 header = npy_header(col.shape, col.dtype)
                 handles[path].write(header)
                 crcs[path], sizes[path] = zlib.crc32(header), len(header)
-            r0 = 0
-            while r0 < cap:
-                r1 = min(cap, r0 + self.chunk_rows)
-                with store.mutex:
-                    t0 = time.perf_counter()
-                    self._copy_chunk(r0, r1, bufs)
-                    self.done = r1
-                    self._release(r1)
-                    self.held_s = max(self.held_s, time.perf_counter() - t0)
+
+            def emit(bufs: dict[str, np.ndarray], n: int) -> None:
                 for path, f in handles.items():
-                    data = memoryview(bufs[path][: r1 - r0].reshape(-1).view(np.uint8))
+                    data = memoryview(bufs[path][:n].reshape(-1).view(np.uint8))
                     f.write(data)
                     crcs[path] = zlib.crc32(data, crcs[path])
                     sizes[path] += len(data)
                     if progress is not None:
                         progress(len(data))
-                r0 = r1
+
+            with ThreadPoolExecutor(1) as pool:
+                written: list[Future] = []
+                r0 = 0
+                while r0 < cap:
+                    r1 = min(cap, r0 + self.chunk_rows)
+                    bufs = sets[len(written) % 2]
+                    if len(written) >= 2:
+                        written[-2].result()  # that chunk is on its way: its buffers are free
+                    with store.mutex:
+                        t0 = time.perf_counter()
+                        self._copy_chunk(r0, r1, bufs)
+                        self.done = r1
+                        self._release(r1)
+                        self.held_s = max(self.held_s, time.perf_counter() - t0)
+                    written.append(pool.submit(emit, bufs, r1 - r0))
+                    r0 = r1
+                for future in written[-2:]:
+                    future.result()
             for f in handles.values():
                 f.flush()
                 os.fsync(f.fileno())
