@@ -13,9 +13,15 @@ the policy differs. The ratio of updates to env steps is held by the table's rat
 so adding actors adds throughput only until the learner is the bottleneck; on a 2-core
 machine one core runs the learner and the server, the other the actors.
 
+With ``--backend ray`` the table is sharded over ``--replay-shards`` replay servers (2 by
+default) running as Ray actors, the actors are Ray actors writing each to one shard, and
+the learner samples all shards at once with the global priorities
+(:class:`rlreplay.ShardedClient`); it starts a local Ray unless one is running.
+
 Run it::
 
     python examples/apex_dqn.py --num-actors 2 --out runs/apex_dqn
+    python examples/apex_dqn.py --backend ray --replay-shards 2   # needs rlreplay[ray]
     python examples/apex_dqn.py --scaling 1 2 4      # throughput table for 1, 2, 4 actors
 """
 
@@ -45,11 +51,14 @@ class ApexArgs(dqn.Args):
     """DQN's flags with Ape-X's defaults, plus the epsilon ladder."""
 
     backend: str = "processes"
-    """runtime backend: processes (actors as processes, a replay server), threads, inline"""
+    """runtime backend: processes (actors as processes, a replay server), ray (replay
+    shards and actors as Ray actors on a local or running Ray), threads, inline"""
     out: str = "runs/apex_dqn"
     """folder for metrics.csv, summary.json and learning_curve.png ('' writes nothing)"""
     num_actors: int = 2
     """actor processes"""
+    replay_shards: int = 2
+    """replay servers the table is sharded over (--backend ray only)"""
     eps_base: float = 0.4
     """epsilon of the most exploring env"""
     eps_alpha: float = 7.0

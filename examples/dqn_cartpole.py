@@ -66,6 +66,8 @@ class Args:
     """envs in each actor's vector env (one batched policy call steps them all)"""
     num_actors: int = 1
     """actors, each with its own vector env and seed"""
+    replay_shards: int = 1
+    """replay servers the table is sharded over (--backend ray only)"""
     buffer_size: int = 50_000
     """most n-step transitions the replay table holds"""
     batch_size: int = 64
@@ -118,7 +120,8 @@ class Args:
         check_ranges(
             self,
             counts=("total_steps", "num_envs", "num_actors", "buffer_size", "n_step", "hidden",
-                    "target_update_every", "eps_decay_steps", "eval_every", "eval_episodes"),
+                    "target_update_every", "eps_decay_steps", "eval_every", "eval_episodes",
+                    "replay_shards"),
             positive=("lr", "max_grad_norm"),
             fractions=("gamma", "eps_start", "eps_end", "priority_exponent", "beta_start"),
         )
@@ -312,6 +315,7 @@ def train(args: Args, policy: type[QPolicy] = QPolicy) -> dict[str, Any]:
     config = rt.RuntimeConfig(
         backend=args.backend,
         num_actors=args.num_actors,
+        replay_shards=args.replay_shards if args.backend == "ray" else 1,
         seed=args.seed,
         batch_size=args.batch_size,
         updates_per_env_step=args.updates_per_env_step,

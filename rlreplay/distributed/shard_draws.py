@@ -19,6 +19,15 @@ round trip. The probability reported for an item is always ``q_s * P_s(i)`` with
 ``q_s`` that was used and the ``P_s(i)`` the shard drew with, so it is exactly the
 probability with which the item was selected, and importance weights built from it
 (with ``N = sum_s N_s``) correct for the distribution actually drawn.
+
+Rate limiters. Each shard's limiter admits or holds back its own part. A shard whose
+limiter admits no sample now (its *credit*, reported with every reply, is 0) gets no
+part: the split runs over the shards that can be sampled, which is the distribution
+conditioned on them (while every shard is held back, the split runs over all and the
+batch waits). A part that its shard holds back past the call's timeout is kept waiting
+while the shard's credit could cover it, and otherwise drawn again over the other shards
+(conditioned as for a shard that went down). So a learner is never stopped by one shard
+whose writers finished while others still take inserts.
 """
 
 from __future__ import annotations
@@ -42,12 +51,14 @@ class ShardState:
     table_size: int = 0
     mass: float = 0.0
     min_probability: float = 0.0
+    credit: int = 0  # the most items its rate limiter would let one sample take
 
     def observe(self, header: dict) -> None:
-        """Take the size, mass and smallest probability a reply carries."""
+        """Take the size, mass, smallest probability and credit a reply carries."""
         self.table_size = int(header["table_size"])
         self.min_probability = float(header["min_probability"])
         self.mass = float(header["mass"])
+        self.credit = int(header.get("credit", 2**31))
 
 
 def split(batch_size: int, masses: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -233,7 +233,9 @@ class ShardedClient:
             with self._lock:
                 shard = self._next_insert_shard(tried)
             try:
-                keys = self.shards[shard].insert(table, rows, priorities, timeout=timeout)
+                keys = self.shards[shard].insert(
+                    table, rows, priorities, timeout=timeout, wait=True
+                )
             except ServerUnavailableError as error:
                 tried.add(shard)
                 self.health.failed(shard, error)

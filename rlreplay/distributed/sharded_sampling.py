@@ -45,6 +45,8 @@ class Round:
         held: per shard whose rate limiter held its part back past the deadline, the
             items still to come from it: finishing the round again asks for them.
         lost: items that shards which went down were to draw (drawn again elsewhere).
+        excluded: shards left out of this batch because their limiters held their parts
+            back and their credit could not cover them.
     """
 
     batch_size: int
@@ -56,6 +58,7 @@ class Round:
     parts: list[tuple[int, dict]] = field(default_factory=list)
     held: dict[int, int] = field(default_factory=dict)
     lost: int = 0
+    excluded: set[int] = field(default_factory=set)
     error: BaseException | None = None
 
 
@@ -138,11 +141,15 @@ class ShardedSampler:
                 self._probe(unknown, updates)
                 live = self.health.live()
             masses = np.zeros(len(self.shards))
+            credit = np.zeros(len(self.shards), dtype=bool)
             with self._lock:
                 for s in live:
                     masses[s] = self.states[s].mass
+                    credit[s] = self.states[s].credit > 0
+            if (masses * credit).sum() > 0:  # over the shards whose limiters admit samples
+                masses *= credit
             total = masses.sum()
-            if total > 0:
+            if total > 0:  # (none admits any: over all, and the batch waits)
                 return masses / total
             if until is not None and time.monotonic() + pause > until:
                 raise RateLimiterTimeoutError(
@@ -282,12 +289,12 @@ class ShardedSampler:
         tr0 = self.shards[0]._transport
         while True:
             if not rnd.rids and (rnd.held or rnd.lost):
+                asks = self._reassign_held(rnd)
                 rnd.until, rnd.error = tr0.until(rnd.timeout), None
-                asks, rnd.held = rnd.held, {}
                 if rnd.lost:
                     alive = rnd.shares.copy()
                     for shard in range(len(alive)):
-                        if self.health.is_down(shard):
+                        if self.health.is_down(shard) or shard in rnd.excluded:
                             alive[shard] = 0.0
                     if not alive.sum() > 0:  # nothing drawn survives: a new batch
                         return self.finish(self.send(rnd.batch_size, rnd.timeout))
@@ -305,6 +312,30 @@ class ShardedSampler:
                 raise rnd.error  # type: ignore[misc]
             if not rnd.lost:
                 return merge(rnd.parts, rnd.shares, self.states, self.keys.to_global, self.rng)
+
+    def _reassign_held(self, rnd: Round) -> dict[int, int]:
+        """Decide, for each part held back last time, whether to ask its shard again
+        (its credit covers the part, or no other shard could take it) or to draw it
+        again over the other shards (moved to ``rnd.lost``, the shard excluded)."""
+        held, rnd.held = rnd.held, {}
+        if not held:
+            return {}
+        self._probe(list(held), {})  # their credits now
+        asks = {}
+        for shard, k in held.items():
+            others = [
+                o for o in range(len(self.shards))
+                if o != shard and rnd.shares[o] > 0 and o not in rnd.excluded
+                and not self.health.is_down(o)
+            ]
+            if self.states[shard].credit >= k or not others:
+                asks[shard] = k
+            else:  # conditioned on the other shards: none of its items may stay either
+                rnd.excluded.add(shard)
+                kept = [(o, a) for o, a in rnd.parts if o != shard]
+                rnd.lost += k + sum(len(a["keys"]) for o, a in rnd.parts if o == shard)
+                rnd.parts = kept
+        return asks
 
     def sample(self, batch_size: int, timeout: float | None, updates: Updates | None) -> Sample:
         """One batch (one round trip to every shard once their masses are known). A

@@ -78,8 +78,28 @@ def sample_reply(table: Table, n: int) -> Reply:
         "table_size": int(info.table_size),
         "min_probability": float(info.min_probability),
         "mass": sampler_mass(table),
+        "credit": sample_credit(table),
     }
     return header, arrays
+
+
+def sample_credit(table: Table) -> int:
+    """The most items ``table``'s rate limiter would let one sample take now (lock held;
+    0 while it blocks every sample). A sharded client leaves shards without credit out
+    of a batch's split instead of waiting on them."""
+    lim, size = table.rate_limiter, table.index.size
+    if size == 0 or not lim.can_sample(1, size):
+        return 0
+    low, high = 1, table.max_size
+    if lim.can_sample(high, size):
+        return high
+    while high - low > 1:  # can_sample is monotonic in the count
+        mid = (low + high) // 2
+        if lim.can_sample(mid, size):
+            low = mid
+        else:
+            high = mid
+    return low
 
 
 def sampler_mass(table: Table) -> float:
@@ -102,6 +122,7 @@ def sampler_state(table: Table) -> dict[str, Any]:
             "min_probability": float(table.index.sampler.min_probability()),
             "sampler": table.index.sampler.config(),
             "store_capacity": int(table.store.capacity),
+            "credit": sample_credit(table),
         }
 
 

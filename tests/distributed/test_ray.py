@@ -146,3 +146,16 @@ def test_runtime_ray_backend_names_an_actor_that_raises():
         rt.run(config, make_env=parts.make_env, make_policy=parts.CrashingPolicy,
                learner=parts.CountingLearner(), replay=parts.replay(), total_env_steps=20_000)
     assert info.value.component.startswith("actor ")
+
+
+def test_apex_example_runs_with_the_ray_backend_on_two_shards(tmp_path):
+    pytest.importorskip("torch")
+    from rlreplay.examples import apex_dqn as apex
+
+    out = tmp_path / "run"
+    summary = apex.main(["--backend", "ray", "--replay-shards", "2", "--total-steps", "800",
+                         "--learning-starts", "200", "--hidden", "16", "--no-progress",
+                         "--eval-episodes", "1", "--out", str(out)])
+    assert summary["env_steps"] == 800 and summary["backend"] == "ray"
+    assert summary["updates"] > 0
+    assert (out / "metrics.csv").exists()

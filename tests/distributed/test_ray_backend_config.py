@@ -24,7 +24,7 @@ REPLAY = rt.ReplaySpec(
 
 @pytest.mark.parametrize("backend", ["inline", "threads", "processes"])
 def test_replay_shards_need_the_ray_backend(backend):
-    with pytest.raises(InvalidArgumentError, match="replay_shards=2.*backend='ray'"):
+    with pytest.raises(InvalidArgumentError, match=r"replay_shards=2.*backend='ray'"):
         rt.RuntimeConfig(backend=backend, replay_shards=2, samples_per_insert=4.0)
     with pytest.raises(InvalidArgumentError, match="replay_shards"):
         rt.RuntimeConfig(backend="ray", replay_shards=0, samples_per_insert=4.0)

@@ -23,6 +23,9 @@ CONFIGS = [
             table("uni", seed=s),
             table("fifo", sampler={"type": "Fifo"}, seed=s),
             table("held", rate_limiter={"type": "MinSize", "min_size_to_sample": 5}, seed=s),
+            table("ratio", sampler={"type": "Prioritized", "priority_exponent": 1.0}, seed=s,
+                  rate_limiter={"type": "SampleToInsertRatio", "samples_per_insert": 1.0,
+                                "min_size_to_sample": 1, "error_buffer": 10.0}),
             table("seq", layout={"type": "transition", "n_step": 1, "next_fields": ["obs"]},
                   seed=s),
         ]
@@ -40,7 +43,7 @@ def addresses():
 @pytest.fixture
 def client(addresses):
     c = ShardedClient(addresses, seed=1, first_shard=0, call_timeout=20.0)
-    for name in ("prio", "uni", "fifo", "seq", "held"):
+    for name in ("prio", "uni", "fifo", "seq", "held", "ratio"):
         c.reset(name)
     yield c
     c.close()
@@ -218,22 +221,66 @@ def test_a_pickled_client_inserts_from_another_process(client):
     assert client.delete("uni", keys) == 7
 
 
-def test_a_batch_one_shards_limiter_holds_back_is_completed_not_drawn_again(client):
-    client.shards[0].insert("held", rows(0, 10))  # shard 0 may be sampled
-    client.shards[1].insert("held", rows(10, 2))  # shard 1 waits for 5 items
-    for _ in range(2):  # the batch of 64 needs both shards (all but surely)
-        with pytest.raises(RateLimiterTimeoutError):
-            client.sample("held", 64, timeout=0.3)
-    drawn = client.shard_info("held")[0].samples
-    assert 0 < drawn < 64  # shard 0's part, drawn once and kept
-    client.shards[1].insert("held", rows(12, 3))
-    batch = client.sample("held", 64, timeout=5.0)
-    assert len(batch) == 64
-    infos = client.shard_info("held")
-    assert infos[0].samples == drawn and infos[0].samples + infos[1].samples == 64
-    # Split with the sizes known when the batch began (10 and 2 items), each part drawn
-    # from its shard as it was then: the probabilities are those the items were drawn with.
+def test_a_shard_whose_limiter_admits_no_sample_is_left_out_of_the_split(client):
+    client.shards[0].insert("held", rows(0, 10))  # may be sampled
+    client.shards[1].insert("held", rows(10, 2))  # waits for 5 items: no credit
+    batch = client.sample("held", 64, timeout=2.0)
+    assert len(batch) == 64 and (batch.data["x"] < 10).all()
+    np.testing.assert_allclose(batch.info.probabilities, 1 / 10)  # over what can be drawn
+    assert batch.info.table_size == 12
+    client.shards[1].insert("held", rows(12, 3))  # now it may be sampled too
+    x = np.concatenate([client.sample("held", 64, timeout=2.0).data["x"] for _ in range(4)])
+    assert (x >= 10).mean() == pytest.approx(5 / 15, abs=0.1)
+
+
+def ratio_shards(client, prio0: float, prio1: float, n1: int = 2) -> None:
+    """Shard 0: 10 items of priority prio0 (may sample 19 items: inserts - samples + 9);
+    shard 1: n1 items of priority prio1 (may sample n1 + 9)."""
+    client.shards[0].insert("ratio", rows(0, 10), prio0)
+    client.shards[1].insert("ratio", rows(10, n1), prio1)
+
+
+def test_a_part_its_shards_limiter_holds_back_waits_then_is_completed_once(client):
+    ratio_shards(client, 1.0, 100.0)  # shard 1 is to draw ~15 of 16: more than its 11
+    with pytest.raises(RateLimiterTimeoutError):
+        client.sample("ratio", 16, timeout=0.3)
+    drawn = client.shard_info("ratio")[0].samples
+    assert drawn < 16 and client.shard_info("ratio")[1].samples == 0
+    client.shards[1].insert("ratio", rows(12, 8), 100.0)  # its credit now covers the part
+    batch = client.sample("ratio", 16, timeout=5.0)
+    infos = client.shard_info("ratio")
+    assert len(batch) == 16 and infos[0].samples == drawn  # shard 0's part kept, not redrawn
+    assert infos[0].samples + infos[1].samples == 16
+    # split with the masses known when the batch began (10 vs 200), each part drawn from
+    # its shard as it was then
     x = batch.data["x"]
-    np.testing.assert_allclose(batch.info.probabilities[x < 10], 10 / 12 / 10)
-    np.testing.assert_allclose(batch.info.probabilities[x >= 10], 2 / 12 / 5)
-    assert batch.info.table_size == 15
+    np.testing.assert_allclose(batch.info.probabilities[x < 10], 10 / 210 / 10)
+    np.testing.assert_allclose(batch.info.probabilities[x >= 10], 200 / 210 / 10)
+
+
+def test_a_held_part_its_shard_cannot_cover_is_drawn_from_the_other_shards(client):
+    ratio_shards(client, 1.0, 100.0)
+    with pytest.raises(RateLimiterTimeoutError):
+        client.sample("ratio", 16, timeout=0.3)
+    batch = client.sample("ratio", 16, timeout=5.0)  # shard 1 left out of this batch
+    assert len(batch) == 16 and (batch.data["x"] < 10).all()
+    np.testing.assert_allclose(batch.info.probabilities, 1 / 10)
+    infos = client.shard_info("ratio")
+    assert infos[0].samples == 16 and infos[1].samples == 0
+
+
+def test_writers_of_one_shard_finishing_first_do_not_stop_the_learner(client):
+    # Shard 0 holds the heavy items but may sample 19 more; then only shard 1 can give.
+    ratio_shards(client, 100.0, 1.0, n1=10)
+    got, timeouts = 0, 0
+    for _ in range(12):
+        try:
+            got += len(client.sample("ratio", 8, timeout=0.3))
+        except RateLimiterTimeoutError:
+            timeouts += 1
+        if got == 32:
+            break
+    infos = client.shard_info("ratio")
+    assert got == 32, (got, timeouts, infos)
+    assert infos[0].samples <= 19 and infos[0].samples + infos[1].samples == 32
+    assert timeouts <= 2
