@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import zmq
 
@@ -43,6 +45,7 @@ class Channel:
         self.max_message_bytes: int | None = None  # the server's limit, once known
         self.clock_offset = 0.0  # server clock minus this clock, a lower bound
         self.last_heard = time.monotonic()
+        self.inserts: Any = None  # the thread's InsertPipeline, once it inserts
         self._open()
 
     def _open(self) -> None:
@@ -59,6 +62,10 @@ class Channel:
         self.pending.pop(rid, None)
         if self.replies.pop(rid, None) is None:
             self.abandoned.add(rid)
+
+    def has_message(self) -> bool:
+        """Whether a reply waits to be received (no wait)."""
+        return bool(self.sock.getsockopt(_EVENTS) & _POLLIN)
 
     def receive(self) -> None:
         """Move every waiting reply into ``replies`` (dropping abandoned ones)."""
@@ -116,8 +123,11 @@ class Channel:
         request with ServerUnavailableError, and open a fresh socket.
 
         A request still queued when its call gave up would otherwise reach the server
-        later, after the caller was told it failed.
+        later, after the caller was told it failed. Replies that already arrived are kept
+        first (e.g. acknowledgements of pipelined inserts nobody waited for yet).
         """
+        with contextlib.suppress(Exception):  # a malformed reply must not stop the reset
+            self.receive()
         self.fail(list(self.pending), _UNAVAILABLE, message)
         self.abandoned.clear()
         self.sock.close(linger=0)

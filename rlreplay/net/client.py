@@ -7,12 +7,14 @@ actor and reconnects there.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from rlreplay.core.keys import check_priorities
 from rlreplay.core.sample import Sample
 from rlreplay.core.specs import Signature
 from rlreplay.core.table_checks import check_timeout
@@ -20,6 +22,7 @@ from rlreplay.core.table_info import TableInfo
 from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.net import auth
 from rlreplay.net.channel import Channel
+from rlreplay.net.inserts import InsertPlan, InsertReceipt
 from rlreplay.net.payloads import as_sample, rows_arrays, update_arrays
 from rlreplay.net.transport import CALL, DIAGNOSE_S, REPLY_GRACE_S, Transport
 
@@ -61,7 +64,8 @@ class Client:
 
     Example:
         >>> client = Client(server.address)                       # doctest: +SKIP
-        >>> keys = client.insert("replay", {"obs": obs_batch})    # doctest: +SKIP
+        >>> client.insert("replay", {"obs": obs, "reward": 1.0})  # doctest: +SKIP
+        >>> client.flush(timeout=5.0)   # every insert acknowledged  # doctest: +SKIP
         >>> batch = client.sample("replay", 256, timeout=5.0)     # doctest: +SKIP
     """
 
@@ -101,6 +105,7 @@ class Client:
             float(diagnose_timeout),
         )
         self._descriptions: dict[str, dict] | None = None
+        self._plans: dict[str, InsertPlan] = {}
 
     # ------------------------------------------------------------ pickling
     def __getstate__(self) -> dict:
@@ -131,9 +136,20 @@ class Client:
         """A waiting call pings after this many silent seconds (see the class)."""
         return self._transport.liveness_s
 
-    def close(self) -> None:
-        """Close this process's sockets (a later call opens new ones)."""
-        self._transport.close()
+    def close(self, timeout: float | None = None) -> None:
+        """Send the rows this thread's inserts hold and wait for their acknowledgement
+        (at most ``timeout`` seconds, default ``call_timeout``), then close this process's
+        sockets (a later call opens new ones).
+
+        Raises:
+            as :meth:`flush`; the sockets are closed all the same.
+        """
+        ch = getattr(self._transport._local, "channel", None)
+        try:
+            if ch is not None and ch.inserts is not None and ch.pid == os.getpid():
+                ch.inserts.flush(self.call_timeout if timeout is None else check_timeout(timeout))
+        finally:
+            self._transport.close()
 
     def __enter__(self) -> Client:
         return self
@@ -186,37 +202,89 @@ class Client:
         priorities: Any = None,
         *,
         timeout: float | None = None,
-    ) -> np.ndarray:
-        """:meth:`Table.insert` on the server's ``table``; returns the new keys.
+        wait: bool = False,
+    ) -> InsertReceipt | np.ndarray:
+        """:meth:`Table.insert` on the server's ``table``, pipelined: returns at once.
 
-        ``timeout`` bounds the whole call (fetching the table's description the first
-        time included), plus ``REPLY_GRACE_S`` for the server's answer.
+        The call checks the rows (and priorities) completely, then hands them over
+        without waiting for the server: while fewer than two insert messages of this
+        thread await acknowledgement they are sent at once, else single rows are held
+        and coalesced into one message, sent as soon as an acknowledgement arrives.
+        Rows held go out before any other request of this thread, so the thread reads
+        its own writes. :meth:`flush` waits until all are acknowledged; ``close()`` and
+        interpreter exit send what is held. See :mod:`rlreplay.net.inserts`.
+
+        Errors are never lost: rows the server refused (a rate limiter ``timeout``, the
+        server restarted or unavailable) raise their typed error from this thread's next
+        call or :meth:`flush`, saying how many rows were not inserted; those rows are
+        applied by no server later.
+
+        Args:
+            table: the table's name.
+            rows: one row (no batch axis) or rows with a leading batch axis.
+            priorities: one per row, one for all, or ``None`` (the table's default).
+            timeout: seconds the server's rate limiter may block these rows (``None``:
+                no limit); it also bounds this call's own wait for room (when two
+                messages are out and the held rows fill one) or, with ``wait``, the
+                whole call.
+            wait: wait for the acknowledgement and return the keys (one round trip).
+
+        Returns:
+            An :class:`~rlreplay.net.inserts.InsertReceipt` (``receipt.keys(timeout)``
+            waits for the keys); with ``wait=True`` the new keys.
 
         Raises:
-            InvalidArgumentError: for rows, priorities or a timeout that the table would
-                refuse (nothing is sent).
-            RateLimiterTimeoutError: if the rate limiter blocked the insert for ``timeout``.
-            ServerUnavailableError: if the server did not answer (the insert was not
+            SignatureError, InvalidArgumentError: for rows, priorities or a timeout the
+                table would refuse (nothing is taken).
+            RateLimiterTimeoutError: with ``wait``, if the limiter blocked the rows for
+                ``timeout``; else raised later, as above.
+            ServerUnavailableError: if the server did not answer (these rows were not
                 applied and never will be; ServerRestartedError if it restarted).
         """
         timeout = check_timeout(timeout)
-        until = self._transport.until(timeout)
+        tr = self._transport
+        until = tr.until(timeout)
+        if wait:
+            desc = self._describe(table, until)
+            sig = Signature.from_json(desc["signature"])
+            arrays = rows_arrays(sig, rows, desc["is_rows"], table)
+            header: dict[str, Any] = {"op": "insert", "table": table}
+            if priorities is not None:
+                n = len(next(iter(arrays.values())))
+                arrays["priorities"] = check_priorities(priorities, n)
+            return tr.call(header, arrays, timeout, until)[1]["keys"]
+        plan = self._plans.get(table)
+        if plan is None:
+            plan = self._insert_plan(table, until)
+        return tr.inserts().add(plan, rows, priorities, timeout, until)
+
+    def _insert_plan(self, table: str, until: Any) -> InsertPlan:
         desc = self._describe(table, until)
-        sig = Signature.from_json(desc["signature"])
-        arrays = rows_arrays(sig, rows, desc["is_rows"], table)
-        header: dict[str, Any] = {"op": "insert", "table": table}
-        if priorities is not None:
-            try:
-                prios = np.asarray(priorities, dtype=np.float64)
-            except (TypeError, ValueError):
-                raise InvalidArgumentError(
-                    f"priorities={describe(priorities)} must be a number or one number per row"
-                ) from None
-            if prios.ndim == 0:
-                header["priority"] = float(prios)
-            else:
-                arrays["priorities"] = prios
-        return self._transport.call(header, arrays, timeout, until)[1]["keys"]
+        plan = InsertPlan(table, desc, self._transport.channel().max_message_bytes)
+        self._plans[table] = plan
+        return plan
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Send the rows this thread's inserts hold and wait until the server has
+        answered every insert of this thread.
+
+        Args:
+            timeout: seconds to wait (``None``: while the server answers pings).
+
+        Returns:
+            Rows acknowledged by this wait.
+
+        Raises:
+            ReplayTimeoutError: if not all were answered in time; nothing is dropped (the
+                rows may still be stored: flush again).
+            RateLimiterTimeoutError, ServerUnavailableError, InvalidArgumentError, ...:
+                the error of rows the server refused (raised once), saying how many.
+        """
+        timeout = check_timeout(timeout)
+        ch = self._transport.channel()
+        if ch.inserts is None:
+            return 0
+        return ch.inserts.flush(timeout)
 
     def sample(
         self,

@@ -112,8 +112,21 @@ class Transport:
             for ch in self._channels:
                 if ch.pid == os.getpid():
                     ch.sock.close(linger=0)
+                    if ch.inserts is not None:
+                        from rlreplay.net.inserts import discard
+
+                        discard(ch.inserts)
             self._channels = []
         self._local = threading.local()
+
+    def inserts(self) -> Any:
+        """This thread's :class:`~rlreplay.net.inserts.InsertPipeline`."""
+        ch = self.channel()
+        if ch.inserts is None:
+            from rlreplay.net.inserts import InsertPipeline
+
+            ch.inserts = InsertPipeline(self, ch)
+        return ch.inserts
 
     # ------------------------------------------------------------- messaging
     def until(self, timeout: Any) -> float | None:
@@ -132,6 +145,7 @@ class Transport:
         until: Any = CALL,
         expires: float | None = None,
         timeout: Any = CALL,
+        hooked: bool = True,
     ) -> int:
         """Send a request without waiting for its reply; returns its id.
 
@@ -147,6 +161,9 @@ class Transport:
                 request (this client stops waiting for it then); None: no such limit.
             timeout: seconds the server may block the request, sent as ``"timeout"``,
                 shortened to what is left before ``until`` (default: the header's own).
+            hooked: first send the rows this thread's pipelined inserts hold (so the server
+                takes them first) and raise what the server refused of them (except for
+                writer chunks); False for the pipeline's own messages.
 
         Raises:
             ServerUnavailableError: if the server did not answer the handshake or take the
@@ -156,7 +173,11 @@ class Transport:
         if until is CALL:
             until = time.monotonic() + self.call_timeout
         ch = self.channel()
-        ping = header.get("op") == "ping"
+        op = header.get("op")
+        ping = op == "ping"
+        inserts = ch.inserts
+        if hooked and inserts is not None and not ping and inserts.waiting:
+            inserts.before_request(raise_failed=op != "write" and op != "close_writer")
         if not ping and not ch.greeted:
             self.wait_until(self.send({"op": "ping"}, until=until), until)
             ch.greeted = True
@@ -202,13 +223,17 @@ class Transport:
         """Wait up to ``timeout`` seconds for the reply to ``rid`` (see :meth:`wait_until`)."""
         return self.wait_until(rid, None if timeout is None else time.monotonic() + timeout)
 
-    def wait_until(self, rid: int, until: float | None) -> tuple[dict, dict]:
+    def wait_until(
+        self, rid: int, until: float | None, abandon: bool = True
+    ) -> tuple[dict, dict]:
         """Wait for the reply to ``rid``; raise its typed error if it failed.
 
         Args:
             until: ``time.monotonic()`` to give up at; ``None`` waits as long as the server
                 answers pings. A ping goes out ``REPLY_GRACE_S`` before a bounded wait
                 ends, to tell a live but busy server (ReplayTimeoutError) from a dead one.
+            abandon: on ReplayTimeoutError, drop the reply when it comes (False: keep
+                waiting for it later, as pipelined inserts do).
 
         Raises:
             ServerUnavailableError: if the server did not answer at all. The socket is
@@ -225,7 +250,8 @@ class Transport:
             silent = now - max(ch.last_heard, start)
             if until is not None and now >= until:
                 if ch.last_heard > ping_sent:
-                    ch.abandon(rid)
+                    if abandon:
+                        ch.abandon(rid)
                     raise ReplayTimeoutError(
                         f"the replay server at {self.address} answers, but this call "
                         f"did not complete within {until - start:.3g}s"
