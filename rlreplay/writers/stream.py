@@ -21,10 +21,11 @@ in bulk every ``hand_over_every`` calls (:mod:`rlreplay.writers.hand_over`; join
 :class:`~rlreplay.writers.chunk_writer.ChunkBatch`, kept across writer timeouts by
 :class:`~rlreplay.writers.chunk_writer.ChunkWriter`). Items never span two episodes.
 
-Chunks of different environments interleave in the store and an item must be
-contiguous there, so a chunk that does not continue its environment's previous one is
-preceded by the last ``span - 1`` rows of that episode again (``copied_rows``): an
-overhead of ``(span - 1) / chunk_length`` with several environments (see docs/adders.md).
+Pieces of different environments interleave in the store, so a piece that does not
+continue its environment's previous one repeats the last ``span - 1`` rows of its episode
+(``copied_rows``: an overhead of ``(span - 1) / chunk_length`` with several environments;
+see :mod:`rlreplay.writers.pieces` and docs/adders.md). What a checked step does to each
+environment's episode is :class:`~rlreplay.writers.episode_steps.EpisodeSteps`' part.
 
 Autoreset modes: see :mod:`rlreplay.writers.autoreset`. Every call's arguments are
 checked (:class:`~rlreplay.writers.step_inputs.StepInputs`) before anything changes.
@@ -48,14 +49,14 @@ from rlreplay.writers.adder_writer import (
     writer_signature,
     writer_store,
 )
-from rlreplay.writers.autoreset import final_obs_source, mode_name
+from rlreplay.writers.autoreset import mode_name
 from rlreplay.writers.chunk_writer import check_priority
 from rlreplay.writers.episode_rows import EpisodeRows
+from rlreplay.writers.episode_steps import EpisodeSteps
 from rlreplay.writers.hand_over import HandOver, check_every
+from rlreplay.writers.pieces import EpisodePieces
 from rlreplay.writers.sequence_items import SequenceItems
 from rlreplay.writers.step_inputs import StepInputs
-
-_NO_ENVS = np.zeros(0, dtype=np.int64)
 
 
 class StreamAdder:
@@ -166,15 +167,7 @@ class StreamAdder:
         for _, rule in self._sequences:
             rule.bind(self.num_envs)
         n = self.num_envs
-        self._active = np.zeros(n, dtype=bool)
-        self._awaiting_reset = np.zeros(n, dtype=bool)
-        self._steps = np.zeros(n, dtype=np.int64)  # transitions in the current episode
-        self._appended = np.zeros(n, dtype=np.int64)  # episode rows appended so far
-        self._serial = np.zeros(n, dtype=np.int64)  # episodes started per environment
-        self._stepping = 0  # environments active or waiting for their reset
-        self._waiting = _NO_ENVS  # environments waiting for their reset (next-step mode)
         self._rows = EpisodeRows(self._inputs.signature, self._inputs.paths, n, self.capacity)
-        self._last_stream: tuple[int, int] | None = None  # stream of the last chunk
         history = getattr(writer, "history", None)
         reach = max(self.capacity, history) if isinstance(history, int) else self.capacity
         self._out = HandOver(
@@ -188,9 +181,31 @@ class StreamAdder:
             fields={p: (s.shape, s.dtype) for p, s in self._inputs.signature.fields.items()},
         )
         self._chunks = self._out.chunks
-        self.copied_rows = 0
-        self.appended_rows = 0
-        self.episodes = 0
+        self._episodes = EpisodeSteps(
+            n, self.mode, self.pad, chunk_length, self._inputs, self._rows, self._out, timeout
+        )
+        self._pieces = self._episodes.pieces = EpisodePieces(self, self._out)
+        # The episodes' state, read by the pieces and the subclasses' columns and items.
+        self._active = self._episodes.active
+        self._steps = self._episodes.steps
+        self._appended = self._episodes.appended
+        self._serial = self._episodes.serial
+
+    @property
+    def episodes(self) -> int:
+        """Episodes ended so far."""
+        return self._episodes.episodes
+
+    @property
+    def appended_rows(self) -> int:
+        """Rows handed to the writer (staged included), context rows included."""
+        return self._pieces.appended_rows
+
+    @property
+    def copied_rows(self) -> int:
+        """Context rows appended again before a piece that continues an episode after
+        another stream's rows (see :mod:`rlreplay.writers.pieces`)."""
+        return self._pieces.copied_rows
 
     @property
     def items_created(self) -> int:
@@ -230,27 +245,15 @@ class StreamAdder:
         idx = self._inputs.env_ids(env_ids)
         first = self._inputs.observations(obs, len(idx), "reset()")
         self._chunks.drain(self.timeout)
-        open_ = idx[self._active[idx]]
+        episodes = self._episodes
+        open_ = idx[episodes.active[idx]]
         if len(open_):
-            self._finish(open_, np.zeros(len(open_), dtype=bool))
+            episodes.finish(open_, np.zeros(len(open_), dtype=bool))
             self._out.release(self._rows)
-        self._start(idx, first)
-        self._count_stepping()
+        episodes.start(idx, first)
+        episodes.count_stepping()
         self._out.end_call(force=True)
         self._chunks.raise_failure()
-
-    def _start(self, idx: np.ndarray, obs: dict[str, np.ndarray]) -> None:
-        """Start episodes of environments ``idx`` with first observations ``obs[p][k]``
-        for ``idx[k]``."""
-        if len(idx) == 0:
-            return
-        self._active[idx] = True
-        self._awaiting_reset[idx] = False
-        self._steps[idx] = 0
-        self._rows.base[idx] = 0
-        self._appended[idx] = 0
-        self._serial[idx] += 1
-        self._rows.write_first(idx, self.pad + 1, obs)
 
     def add(
         self,
@@ -291,124 +294,9 @@ class StreamAdder:
         fields, obs = self._inputs.step(action, reward, next_obs, extras)
         term = self._inputs.flags(terminated, "terminated")
         trunc = self._inputs.flags(truncated, "truncated")
-        if self._stepping == self.num_envs:
-            self._add_all(fields, obs, term, trunc, info)
-        else:
-            self._add_some(fields, obs, term, trunc, info)
+        self._episodes.record(fields, obs, term, trunc, info)
         self._out.end_call(force=False)
         self._chunks.raise_failure()
-
-    def _add_all(
-        self,
-        fields: dict[str, np.ndarray],
-        obs: dict[str, np.ndarray],
-        term: np.ndarray,
-        trunc: np.ndarray,
-        info: Any,
-    ) -> None:
-        """:meth:`add` when every environment steps or starts a new episode (the common
-        case): the step is written for every environment at once. An environment that
-        waits for its reset (next-step mode) gets its ignored step's values written into
-        its cleared buffer, where the new episode's first step overwrites them."""
-        any_done = bool(term.any() or trunc.any())
-        ended = _NO_ENVS
-        if any_done:
-            done = term | trunc
-            ended = np.flatnonzero(done & self._active if len(self._waiting) else done)
-        source = final_obs_source(self.mode, info, any_done)
-        final = obs
-        if source is not None and len(ended):
-            final = self._inputs.final_observations(obs, source, ended)
-        # Everything is checked: the adder changes from here on.
-        self._chunks.drain(self.timeout)
-        self._rows.write_all(self.pad + self._steps, fields, final)
-        self._steps += 1
-        if len(ended):
-            self._finish(ended, term[ended])
-        self._flush_ready()
-        self._out.release(self._rows)
-        restart = ended if self.mode == "same_step" else self._waiting
-        if self.mode == "next_step":
-            if len(restart):  # the ignored step's values: zeros again (a final row's)
-                self._rows.zero_fields(restart, self.pad, fields)
-            self._awaiting_reset[ended] = True
-            self._waiting = ended
-        if len(restart):
-            self._start(restart, {p: a[restart] for p, a in obs.items()})
-            if self.pad >= self.chunk_length:  # new episodes' padding rows fill a chunk
-                self._flush_ready()
-                self._out.release(self._rows)
-
-    def _add_some(
-        self,
-        fields: dict[str, np.ndarray],
-        obs: dict[str, np.ndarray],
-        term: np.ndarray,
-        trunc: np.ndarray,
-        info: Any,
-    ) -> None:
-        """:meth:`add` when some environments have no open episode (before their
-        :meth:`reset`, or after :meth:`end_episode`): those are left alone."""
-        done = term | trunc
-        if self.mode == "next_step":
-            resetting = self._awaiting_reset.copy()
-            valid = self._active & ~resetting
-        else:
-            resetting = None
-            valid = self._active.copy()
-        if not valid.any() and (resetting is None or not resetting.any()):
-            raise InvalidArgumentError("add() was called before reset(); call reset(obs) first")
-        any_done = bool(done.any())
-        ended = np.flatnonzero(valid & done) if any_done else _NO_ENVS
-        source = final_obs_source(self.mode, info, any_done)
-        final = obs
-        if source is not None and len(ended):
-            final = self._inputs.final_observations(obs, source, ended)
-        # Everything is checked: the adder changes from here on.
-        self._chunks.drain(self.timeout)
-        idx = np.flatnonzero(valid)
-        if len(idx):
-            fields = {p: a[idx] for p, a in fields.items()}
-            final = {p: a[idx] for p, a in final.items()}
-            self._rows.write_step(idx, self.pad + self._steps[idx], fields, final)
-            self._steps[idx] += 1
-            if len(ended):
-                self._finish(ended, term[ended])
-        self._flush_ready()
-        self._out.release(self._rows)
-        restart = _NO_ENVS
-        if resetting is not None and resetting.any():
-            restart = np.flatnonzero(resetting)
-        if self.mode == "same_step":
-            restart = ended
-        elif len(ended):
-            self._awaiting_reset[ended] = True
-        if len(restart):
-            self._start(restart, {p: a[restart] for p, a in obs.items()})
-            if self.pad >= self.chunk_length:  # new episodes' padding rows fill a chunk
-                self._flush_ready()
-                self._out.release(self._rows)
-        self._count_stepping()
-
-    def _count_stepping(self) -> None:
-        """Recount the environments that step (an open episode, or waiting for the reset
-        of a next-step env): :meth:`add` writes them all at once when all do."""
-        self._stepping = int(np.count_nonzero(self._active | self._awaiting_reset))
-        self._waiting = np.flatnonzero(self._awaiting_reset)
-
-    def _flush_ready(self) -> None:
-        """Hand over the rows of every open episode holding a chunk of complete rows."""
-        if self.pad < self.chunk_length:
-            # ready - appended >= chunk_length with ready = pad + max(0, steps - lag + 1):
-            # before lag - 1 steps only padding rows are ready, fewer than a chunk.
-            gap = self.chunk_length + self.lag - 1 - self.pad
-            full = self._active & (self._steps - self._appended >= gap)
-        else:
-            ready = self._ready_rows(slice(None), None)
-            full = self._active & (ready - self._appended >= self.chunk_length)
-        if full.any():
-            for i in np.flatnonzero(full).tolist():
-                self._flush_env(i, ended=False, terminated=False)
 
     def end_episode(self, terminated: bool = False, env_ids: Any = None) -> None:
         """End open episodes now (e.g. a time limit the environment does not report).
@@ -428,66 +316,13 @@ class StreamAdder:
             )
         idx = self._inputs.env_ids(env_ids)
         self._chunks.drain(self.timeout)
-        idx = idx[self._active[idx]]
+        idx = idx[self._episodes.active[idx]]
         if len(idx):
-            self._finish(idx, np.full(len(idx), bool(terminated)))
+            self._episodes.finish(idx, np.full(len(idx), bool(terminated)))
             self._out.release(self._rows)
-            self._count_stepping()
+            self._episodes.count_stepping()
         self._out.end_call(force=True)
         self._chunks.raise_failure()
-
-    def _finish(self, idx: np.ndarray, terminated: np.ndarray) -> None:
-        """End the episodes of environments ``idx``: stage their last rows and items; their
-        buffers are cleared (at the next release) and their step counts restart at 0."""
-        for i, term in zip(idx.tolist(), terminated.tolist()):
-            self._flush_env(i, ended=True, terminated=bool(term))
-            self._out.drops.append((i, -1))
-        self._active[idx] = False
-        self._steps[idx] = 0
-        self._appended[idx] = 0
-        self.episodes += len(idx)
-
-    # -------------------------------------------------------------- appending
-    def _ready_rows(self, idx: np.ndarray | slice, ended: bool | None) -> np.ndarray:
-        """Episode rows whose every field is known (all rows once the episode ended)."""
-        if ended:
-            return self.pad + self._steps[idx] + 1
-        return self.pad + np.maximum(0, self._steps[idx] - self.lag + 1)
-
-    def _flush_env(self, i: int, ended: bool, terminated: bool) -> None:
-        """Hand env ``i``'s complete rows and the items they allow to the writer (kept
-        pending on a writer timeout, see :class:`ChunkWriter`)."""
-        lo = int(self._appended[i])
-        steps = int(self._steps[i])
-        # _ready_rows for one env, without building arrays
-        hi = self.pad + (steps + 1 if ended else max(0, steps - self.lag + 1))
-        stream = (i, int(self._serial[i]))
-        rows, switch = 0, False
-        if hi > lo:
-            first = lo
-            if self._last_stream != stream:
-                first = max(0, lo - (self.span - 1))
-                switch = True
-                self.copied_rows += lo - first
-            rows = hi - first
-            out = self._out.reserve(rows)  # the rows go straight to the staging buffer
-            self._rows.copy_rows(i, first, hi, out)
-            self._computed(i, first, hi, ended, terminated, out)
-            self._last_stream = stream
-            self.appended_rows += hi - first
-            self._appended[i] = hi
-        jobs = []
-        anchors, extents = self._items(i, hi, ended, terminated)
-        if len(anchors):
-            jobs += [(t, span, anchors - hi, extents) for t, span in zip(self.tables, self._spans)]
-        for (table, rule), span in zip(self._sequences, self._sequence_spans):
-            starts, lengths = rule.items(i, hi, self.pad, steps, ended)
-            if len(starts):
-                jobs.append((table, span, starts - hi, lengths))
-        if rows or jobs:
-            self._out.stage(rows, switch, jobs)
-        if not ended:
-            self._out.drops.append((i, max(0, hi - (self.span - 1))))
 
     def flush(self, timeout: float | None = None) -> None:
         """Append every complete buffered row and create the items it allows, then flush
@@ -500,8 +335,8 @@ class StreamAdder:
         """
         timeout = check_timeout(timeout)
         self._chunks.drain(self.timeout if timeout is None else timeout)
-        for i in np.flatnonzero(self._active):
-            self._flush_env(int(i), ended=False, terminated=False)
+        for i in np.flatnonzero(self._episodes.active):
+            self._pieces.cut(int(i), ended=False, terminated=False)
         self._out.release(self._rows)
         self._out.end_call(force=True)
         self._chunks.raise_failure()
