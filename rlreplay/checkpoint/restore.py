@@ -47,6 +47,7 @@ from rlreplay.errors import (
     CheckpointCorruptError,
     CheckpointMismatchError,
     CheckpointNotFoundError,
+    ClosedError,
     InvalidArgumentError,
     describe,
 )
@@ -241,11 +242,15 @@ def _plan_into(loaded: Loaded, given: list[Table], adapt: bool) -> list[tuple]:
     state, columns, [(table, table_state)])`` ready to swap in.
 
     Raises:
+        ClosedError: if a given table is closed.
         CheckpointMismatchError: for tables missing from the checkpoint, another grouping
             over stores, other tables on a store, or definitions that differ (beyond
             what ``adapt`` allows).
     """
     manifest = loaded.manifest
+    closed = [t.name for t in given if t.closed]
+    if closed:
+        raise ClosedError(f"tables {closed} are closed; build new tables to restore into")
     by_name = {t["name"]: i for i, t in enumerate(manifest["tables"])}
     missing = [t.name for t in given if t.name not in by_name]
     if missing:

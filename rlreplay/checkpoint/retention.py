@@ -50,8 +50,10 @@ def sequence_of(path: Path) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def published(root: Path) -> list[Path]:
-    """The published checkpoint directories under ``root``, newest first."""
+def published(root: str | os.PathLike) -> list[Path]:
+    """The published checkpoint directories under ``root``, newest first (restore
+    checks each before it takes one)."""
+    root = Path(root)
     if not root.is_dir():
         return []
     found = [(sequence_of(p), p) for p in root.iterdir() if p.is_dir()]

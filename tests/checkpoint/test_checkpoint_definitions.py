@@ -207,3 +207,25 @@ def test_a_writer_open_during_a_checkpoint_has_its_items_and_steps_saved(tmp_pat
         writer.append({"step": np.int64(51), "obs": np.ones(3, np.float32)})
         writer.create_item(restored, start=-2)
     assert restored.size == 5 and table.size == 5
+
+
+def test_a_closed_table_is_not_restored_into(tmp_path):
+    from rlreplay import ClosedError
+
+    _, path = saved(tmp_path)
+    closed = build()
+    closed.close()
+    with pytest.raises(ClosedError, match="closed"):
+        Table.restore(path, into=closed)
+
+
+def test_a_store_of_several_lanes_round_trips(tmp_path):
+    store = StepStore(SIG, 24, lanes=2)
+    table = Table("lanes", store=store, max_size=20, sampler=Prioritized(1.0), seed=4)
+    for first in range(0, 40, 8):
+        table.insert(rows(first, 8), np.arange(1.0, 9.0))
+    restored = Table.restore(table.checkpoint(tmp_path))
+    assert restored.store.lanes == 2 and restored.store.next_id == store.next_id
+    a, b = table.sample(12), restored.sample(12)
+    np.testing.assert_array_equal(a.info.keys, b.info.keys)
+    np.testing.assert_array_equal(a.data["step"], b.data["step"])

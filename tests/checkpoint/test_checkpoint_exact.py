@@ -36,7 +36,7 @@ def continue_both(config: str, before: list, after: list, mmap: bool = False) ->
 
 @pytest.mark.parametrize("config", sorted(CONFIGS))
 @settings(
-    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
 )
 @given(before=OPS, after=OPS)
 def test_restored_tables_answer_every_call_as_the_saved_ones(config, before, after):

@@ -61,7 +61,7 @@ def test_a_checkpoint_is_npy_files_and_a_manifest_listing_their_sizes_and_checks
 def test_keep_leaves_the_newest_checkpoints(tmp_path):
     table = make()
     paths = [table.checkpoint(tmp_path, keep=2) for _ in range(4)]
-    assert checkpoint.list_checkpoints(tmp_path) == paths[:1:-1]
+    assert checkpoint.list_checkpoints(str(tmp_path)) == paths[:1:-1]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-00000003", "ckpt-00000004"]
 
 
