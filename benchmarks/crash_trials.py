@@ -424,8 +424,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the kill moments")
     parser.add_argument("--store-mib", type=float, default=40.0, help="store size per trial")
     parser.add_argument("--out", type=Path, default=RESULTS, help="JSON results file")
+    parser.add_argument(
+        "--append",
+        action="store_true",
+        help="add these trials to those already in --out (run in batches on a shared "
+        "machine, with a new --seed each); the summary covers all of them",
+    )
     args = parser.parse_args(argv)
     started = time.time()
+    earlier: list = []
+    seeds = [args.seed]
+    if args.append and args.out.exists():
+        old = json.loads(args.out.read_text())
+        earlier, seeds = old["trials"], [*old["summary"]["seeds"], args.seed]
     rows = []
     header = (f"{'trial':>5} {'every':>6} {'kill':>6} {'saving':>6} {'ckpts':>5} "
               f"{'items':>6} {'acked':>6} {'missing':>7} {'dup':>4} {'bad':>4} "
@@ -449,6 +460,8 @@ def main(argv: list[str] | None = None) -> int:
             )
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    took = round(time.time() - started, 1)
+    rows = earlier + rows
     bad = [r for r in rows if failed(r)]
     summary = {
         "trials": len(rows),
@@ -460,8 +473,8 @@ def main(argv: list[str] | None = None) -> int:
         "restarts_served": sum(bool(r.get("restart", {}).get("sampled")) for r in rows),
         "max_restore_s": max((r.get("restore_s", 0.0) for r in rows), default=0.0),
         "store_mib": args.store_mib,
-        "seed": args.seed,
-        "seconds": round(time.time() - started, 1),
+        "seeds": seeds,
+        "seconds_this_run": took,
         "cpus": os.cpu_count(),
         "python": sys.version.split()[0],
     }
