@@ -199,3 +199,41 @@ def test_progress_shows_a_bar_when_tqdm_is_installed(tmp_path, capsys):
     path = make().checkpoint(tmp_path, progress=True)
     Table.restore(path, progress=True)
     assert "checkpoint" in capsys.readouterr().err
+
+
+def test_a_save_failing_mid_stream_publishes_nothing_and_leaves_the_store_as_it_was(
+    tmp_path, monkeypatch
+):
+    from rlreplay.checkpoint import streaming
+
+    table = make(20)
+    table.checkpoint(tmp_path)
+    calls = []
+    copy_chunk = streaming.ColumnStream._copy_chunk
+
+    def failing(self, r0, r1, out):
+        calls.append(r0)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return copy_chunk(self, r0, r1, out)
+
+    monkeypatch.setattr(streaming, "CHUNK_BYTES", 4 * 20)
+    monkeypatch.setattr(streaming.ColumnStream, "_copy_chunk", failing)
+    with pytest.raises(OSError, match="No space"):
+        table.checkpoint(tmp_path)
+    assert table.store.guard is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-00000001"]
+    table.insert(rows(20, 4))  # the table goes on
+    assert Table.restore(tmp_path).store.next_id == 20
+
+
+def test_a_memory_mapped_table_keeps_serving_after_its_files_are_pruned(tmp_path):
+    path = make(20).checkpoint(tmp_path)
+    mapped = Table.restore(path, mmap=True)
+    mapped.insert(rows(20, 4))  # copy-on-write: the file does not change
+    assert np.load(path / "s0.c0.npy", allow_pickle=False)[20:24].tolist() == [0] * 4
+    mapped.checkpoint(tmp_path, keep=1)  # deletes the directory it is mapped from
+    assert not path.exists()
+    batch = mapped.sample(16)
+    np.testing.assert_array_equal(batch.data["obs"][:, 0], batch.data["step"])
+    assert Table.restore(tmp_path).store.next_id == 24
