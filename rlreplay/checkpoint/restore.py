@@ -11,31 +11,18 @@ failed restore changes nothing.
 from __future__ import annotations
 
 import os
-import warnings
-import zlib
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from rlreplay.checkpoint import adapt as adapting
-from rlreplay.checkpoint import retention
 from rlreplay.checkpoint.definitions import (
     compare,
     refuse,
     store_definition,
     table_definition,
 )
-from rlreplay.checkpoint.manifest import (
-    MANIFEST,
-    check_files,
-    load_array,
-    read_manifest,
-    unflatten_state,
-)
-from rlreplay.checkpoint.progress import Progress
+from rlreplay.checkpoint.loading import Loaded, check_path, load
 from rlreplay.checkpoint.snapshot import as_tables
 from rlreplay.core.layout import ItemLayout
 from rlreplay.core.rate_limiters import RateLimiter
@@ -43,159 +30,7 @@ from rlreplay.core.selectors import selector_from_config
 from rlreplay.core.specs import Signature
 from rlreplay.core.storage import StepStore
 from rlreplay.core.table import Table
-from rlreplay.errors import (
-    CheckpointCorruptError,
-    CheckpointMismatchError,
-    CheckpointNotFoundError,
-    ClosedError,
-    InvalidArgumentError,
-    describe,
-)
-
-READ_BYTES = 64 << 20  # a column file is read this many bytes at a time
-
-
-def _chain_crc(data: memoryview, before: Future) -> int:
-    return zlib.crc32(data, before.result())
-
-
-def read_column(directory: Path, name: str, info: Mapping[str, Any], progress) -> np.ndarray:
-    """A column file read into memory, checksummed as it is read.
-
-    Raises:
-        CheckpointCorruptError: if the file differs from its manifest entry.
-    """
-    path = directory / name
-    with open(path, "rb", buffering=0) as f:
-        try:
-            version = np.lib.format.read_magic(f)
-            read_header = (
-                np.lib.format.read_array_header_1_0
-                if version == (1, 0)
-                else np.lib.format.read_array_header_2_0
-            )
-            shape, fortran, dtype = read_header(f)
-        except (OSError, ValueError) as exc:
-            raise CheckpointCorruptError(f"{path} is not a readable .npy file ({exc})") from None
-        if (
-            fortran
-            or list(shape) != info["shape"]
-            or np.lib.format.dtype_to_descr(dtype) != info["dtype"]
-        ):
-            raise CheckpointCorruptError(
-                f"{path} holds {dtype}{list(shape)}, the manifest says "
-                f"{info['dtype']}{info['shape']}; the checkpoint is damaged"
-            )
-        offset = f.tell()
-        f.seek(0)
-        arr = np.empty(shape, dtype)
-        view = memoryview(arr.reshape(-1).view(np.uint8)) if arr.size else memoryview(b"")
-        # The checksum runs in a second thread, a chunk behind the reads (both release
-        # the GIL): one after the other they would take the sum of their times.
-        with ThreadPoolExecutor(1) as pool:
-            crc = pool.submit(zlib.crc32, f.read(offset))
-            at = 0
-            while at < len(view):
-                got = f.readinto(view[at : at + READ_BYTES])
-                if not got:
-                    break
-                crc = pool.submit(_chain_crc, view[at : at + got], crc)
-                at += got
-                if progress is not None:
-                    progress(got)
-            crc = crc.result()
-    if at != len(view) or crc != info["crc32"]:
-        raise CheckpointCorruptError(
-            f"{path} fails its checksum or is short; the checkpoint {directory} is damaged: "
-            "restore from another checkpoint"
-        )
-    return arr
-
-
-class Loaded:
-    """A checkpoint read into memory (or mapped): manifest, states, columns."""
-
-    def __init__(self, directory: Path, manifest: dict, mmap: bool, verify: bool, progress):
-        self.directory = directory
-        self.manifest = manifest
-        files = manifest["files"]
-        column_files = {n for s in manifest["stores"] for n in s["columns"].values()}
-        # Small files first (every byte checked); columns as they are read.
-        check_files(directory, manifest, skip_crc=column_files)
-        total = sum(files[n]["bytes"] for n in column_files)
-        bar = Progress(progress, total if not mmap or verify else 0, "restore")
-        try:
-            if mmap and verify:
-                check_files(
-                    directory, {"files": {n: files[n] for n in column_files}}, progress=bar.update
-                )
-            self.columns: list[dict[str, np.ndarray]] = []
-            for s in manifest["stores"]:
-                cols = {}
-                for path, name in s["columns"].items():
-                    if mmap:
-                        cols[path] = load_array(directory, name, files[name], mmap=True)
-                    else:
-                        cols[path] = read_column(directory, name, files[name], bar.update)
-                self.columns.append(cols)
-        finally:
-            bar.close()
-
-        def load(name: str) -> np.ndarray:
-            if name not in files:
-                raise CheckpointCorruptError(f"{directory}: {name} is not in the manifest")
-            return load_array(directory, name, files[name], mmap=False)
-
-        self.states = [unflatten_state(t["state"], load) for t in manifest["tables"]]
-        extra = manifest.get("extra")
-        self.extra = None if extra is None else unflatten_state(extra, load)
-
-
-def _candidates(root: Path) -> list[Path]:
-    if (root / MANIFEST).exists() or retention.sequence_of(root) is not None:
-        return [root]
-    found = retention.published(root)
-    if not found:
-        raise CheckpointNotFoundError(
-            f"{root} holds no checkpoint (no {MANIFEST} and no ckpt-* directories); give the "
-            "directory a save wrote into, or one of its ckpt-* directories"
-        )
-    return found
-
-
-def load(root: Path, mmap: bool, verify: bool | None, progress: bool) -> Loaded:
-    """The newest valid checkpoint at ``root`` (itself, or the newest under it).
-
-    Raises:
-        CheckpointNotFoundError: if none under ``root`` is complete and valid.
-        CheckpointCorruptError: if ``root`` itself is a damaged checkpoint.
-        CheckpointVersionError: if the checkpoint chosen is of another format version.
-    """
-    full = (not mmap) if verify is None else bool(verify)
-    candidates = _candidates(root)
-    skipped = []
-    for directory in candidates:
-        try:
-            return Loaded(directory, read_manifest(directory), mmap, full, progress)
-        except CheckpointCorruptError as exc:
-            if len(candidates) == 1 and directory == root:
-                raise
-            warnings.warn(f"skipping checkpoint {directory.name}: {exc}", stacklevel=3)
-            skipped.append(f"{directory.name}: {exc}")
-    raise CheckpointNotFoundError(
-        f"no complete, valid checkpoint under {root}; skipped: " + " | ".join(skipped)
-    )
-
-
-def _check_path(path: Any) -> Path:
-    if not isinstance(path, (str, os.PathLike)):
-        raise InvalidArgumentError(f"path={describe(path)} must be a directory path")
-    root = Path(path)
-    if not root.is_dir():
-        raise CheckpointNotFoundError(
-            f"{root} is not a directory; give the directory a save wrote into"
-        )
-    return root
+from rlreplay.errors import CheckpointMismatchError, ClosedError
 
 
 # ------------------------------------------------------------------ building tables
@@ -367,7 +202,7 @@ def restore(
         InvalidArgumentError: for bad arguments. Nothing changes when any of these is
             raised.
     """
-    root = _check_path(path)
+    root = check_path(path)
     given = None if tables is None else as_tables(tables)
     loaded = load(root, bool(mmap), verify, bool(progress))
     if given is None:
@@ -391,7 +226,7 @@ def restore_with_extra(
     Raises:
         as :func:`restore`; nothing changes when it raises.
     """
-    root = _check_path(path)
+    root = check_path(path)
     given = as_tables(tables)
     loaded = load(root, False, None, bool(progress))
     _swap(_plan_into(loaded, given, bool(adapt)))
