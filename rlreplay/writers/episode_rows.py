@@ -45,8 +45,7 @@ class EpisodeRows:
 
     def write_first(self, idx: np.ndarray, count: int, obs: Mapping[str, np.ndarray]) -> None:
         """Write ``obs[p][k]`` into episode rows ``0 .. count - 1`` of environment
-        ``idx[k]``, whose episode starts (``base`` 0)."""
-        self.base[idx] = 0
+        ``idx[k]``, whose episode starts (``base`` 0, see :meth:`clear`)."""
         slots = self._offsets[idx]
         for r in range(count):
             for path, arr in obs.items():

@@ -108,14 +108,14 @@ class EpisodeSteps:
         trunc: np.ndarray,
         info: Any,
     ) -> None:
-        """:meth:`StreamAdder.add` when every environment steps or starts a new episode (the common
-        case): the step is written for every environment at once. An environment that
-        waits for its reset (next-step mode) gets its ignored step's values written into
-        its cleared buffer, where the new episode's first step overwrites them."""
-        any_done = bool(term.any() or trunc.any())
+        """:meth:`StreamAdder.add` when every environment steps or starts a new episode
+        (the common case): the step is written for every environment at once. An
+        environment that waits for its reset (next-step mode) gets its ignored step's
+        values written into its cleared buffer, where they are zeroed again."""
+        done = term | trunc
+        any_done = bool(done.any())
         ended = _NO_ENVS
         if any_done:
-            done = term | trunc
             ended = np.flatnonzero(done & self.active if len(self.waiting) else done)
         source = final_obs_source(self.mode, info, any_done)
         final = obs
@@ -135,8 +135,12 @@ class EpisodeSteps:
                 self.rows.zero_fields(restart, self.pad, fields)
             self.awaiting_reset[ended] = True
             self.waiting = ended
-        if len(restart):
-            self.start(restart, {p: a[restart] for p, a in obs.items()})
+        if len(restart):  # finished: no steps, nothing appended, rows cleared
+            self.active[restart] = True
+            self.awaiting_reset[restart] = False
+            self.steps[restart] = 0  # a waiting env's ignored step was counted
+            self.serial[restart] += 1
+            self.rows.write_first(restart, self.pad + 1, {p: a[restart] for p, a in obs.items()})
             if self.pad >= self.chunk_length:  # new episodes' padding rows fill a chunk
                 self.pieces.flush_ready()
                 self.out.release(self.rows)

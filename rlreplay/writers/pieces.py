@@ -41,15 +41,24 @@ class EpisodePieces:
         self.last_stream: tuple[int, int] | None = None  # stream of the last piece
         self.copied_rows = 0
         self.appended_rows = 0
+        # A lower bound on the calls of flush_ready before an open episode can hold a
+        # chunk of complete rows (its steps past what was appended grow by at most one
+        # between calls, and only shrink otherwise).
+        self._countdown = 0
 
     def flush_ready(self) -> None:
         """Cut a piece for every open episode holding a chunk of complete rows."""
         a = self.adder
         if a.pad < a.chunk_length:
+            self._countdown -= 1
+            if self._countdown > 0:
+                return
             # ready - appended >= chunk_length with ready = pad + max(0, steps - lag + 1):
             # before lag - 1 steps only padding rows are ready, fewer than a chunk.
             gap = a.chunk_length + a.lag - 1 - a.pad
-            full = a._active & (a._steps - a._appended >= gap)
+            behind = np.where(a._active, a._steps - a._appended, 0)
+            full = behind >= gap
+            self._countdown = 1 if full.any() else gap - int(behind.max())
         else:
             ready = a.pad + np.maximum(0, a._steps - a.lag + 1)
             full = a._active & (ready - a._appended >= a.chunk_length)
