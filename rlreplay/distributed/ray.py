@@ -100,6 +100,10 @@ class ShardHost:
             raise self._error
         return self._address
 
+    def pid(self) -> int:
+        """The process the shard serves from (for measuring its CPU)."""
+        return os.getpid()
+
     def node_id(self) -> str:
         return import_ray().get_runtime_context().get_node_id()
 

@@ -117,6 +117,8 @@ def merge(
         The sample, with probabilities ``q_s * P_s(i)``, ``table_size = sum_s N_s`` and
         ``min_probability`` the smallest ``q_s * P_min,s`` over shards that could be drawn.
     """
+    if len(parts) == 1:  # one shard's draws are already in a random order: no copies
+        return _one_part(*parts[0], shares, states, to_global)
     lengths = [len(arrays["keys"]) for _, arrays in parts]
     total = sum(lengths)
     order = rng.permutation(total)
@@ -139,17 +141,27 @@ def merge(
         probabilities[at] = shares[shard] * arrays["probabilities"]
         priorities[at] = arrays["priorities"]
         times[at] = arrays["times_sampled"]
+    info = SampleInfo(keys, probabilities, priorities, times, *_sizes(shares, states))
+    return Sample(data, info)
+
+
+def _one_part(shard: int, arrays: dict, shares: np.ndarray, states: list[ShardState],
+              to_global) -> Sample:
+    data = {name[5:]: a for name, a in arrays.items() if name.startswith("data/")}
+    probabilities = arrays["probabilities"] * shares[shard]
+    info = SampleInfo(
+        to_global(arrays["keys"], shard), probabilities, arrays["priorities"],
+        arrays["times_sampled"], *_sizes(shares, states),
+    )
+    return Sample(data, info)
+
+
+def _sizes(shares: np.ndarray, states: list[ShardState]) -> tuple[int, float]:
+    """The batch's ``table_size`` (all shards' items) and ``min_probability`` (the
+    smallest ``q_s * P_min,s`` over shards that could be drawn)."""
     drawable = [
         shares[s] * st.min_probability
         for s, st in enumerate(states)
         if shares[s] > 0 and st.table_size > 0 and st.min_probability > 0
     ]
-    info = SampleInfo(
-        keys,
-        probabilities,
-        priorities,
-        times,
-        sum(st.table_size for st in states),
-        min(drawable) if drawable else 0.0,
-    )
-    return Sample(data, info)
+    return sum(st.table_size for st in states), min(drawable) if drawable else 0.0

@@ -229,6 +229,7 @@ def test_a_shard_whose_limiter_admits_no_sample_is_left_out_of_the_split(client)
     np.testing.assert_allclose(batch.info.probabilities, 1 / 10)  # over what can be drawn
     assert batch.info.table_size == 12
     client.shards[1].insert("held", rows(12, 3))  # now it may be sampled too
+    client.sample("held", 64, timeout=2.0)  # (split as the last replies said; learns it)
     x = np.concatenate([client.sample("held", 64, timeout=2.0).data["x"] for _ in range(4)])
     assert (x >= 10).mean() == pytest.approx(5 / 15, abs=0.1)
 
