@@ -218,6 +218,7 @@ class InsertPipeline:
         self.in_flight: deque[_Batch] = deque()
         self.failed: list[_Batch] = []  # refused, not yet raised to the caller
         _OPEN.add(self)
+        _register_exit()
 
     @property
     def waiting(self) -> bool:
@@ -527,3 +528,14 @@ def _flush_at_exit(budget_s: float = EXIT_FLUSH_S) -> None:
 
 
 atexit.register(_flush_at_exit)
+_exit_registered: list[int] = []
+
+
+def _register_exit() -> None:
+    """Also flush when a ``multiprocessing`` child ends (it exits without ``atexit``)."""
+    if os.getpid() in _exit_registered:
+        return
+    _exit_registered.append(os.getpid())
+    from multiprocessing import util
+
+    util.Finalize(None, _flush_at_exit, exitpriority=10)

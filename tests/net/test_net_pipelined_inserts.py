@@ -257,6 +257,26 @@ def test_a_process_that_exits_without_flushing_has_its_rows_sent(address):
     reader.close()
 
 
+def insert_and_return(address: str, n: int) -> None:
+    """Child: insert ``n`` rows and end without flushing."""
+    c = rlreplay.Client(address)
+    for i in range(n):
+        c.insert("gym", step(i))
+
+
+def test_a_multiprocessing_child_that_ends_without_flushing_has_its_rows_sent(address):
+    from netprocs import CTX
+
+    rlreplay.Client(address).reset("gym")
+    proc = CTX.Process(target=insert_and_return, args=(address, 300))
+    proc.start()
+    proc.join(60.0)
+    assert proc.exitcode == 0
+    reader = rlreplay.Client(address)
+    assert reader.info("gym").size == 300
+    reader.close()
+
+
 def test_a_receipt_is_waited_for_in_the_thread_that_inserted(client):
     receipt = client.insert("gym", step(0))
     caught: list = []
