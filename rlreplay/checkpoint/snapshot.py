@@ -25,10 +25,11 @@ from rlreplay.core.table import Table
 from rlreplay.errors import CheckpointError, ClosedError, InvalidArgumentError, describe
 
 
-def table_state(table: Table) -> dict[str, Any]:
-    """The table's parts' states (lock held): index, rate limiter, random generator."""
+def table_state(table: Table, buffers: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The table's parts' states (lock held): index (copied into ``buffers`` from
+    ``table.index.state_buffers()`` when given), rate limiter, random generator."""
     return {
-        "index": table.index.state(),
+        "index": table.index.state(buffers),
         "rate_limiter": table.rate_limiter.state(),
         "rng": table.rng.bit_generator.state,
     }
@@ -119,6 +120,8 @@ def capture(tables: list[Table], directory: Path) -> Snapshot:
             files = {p: f"s{si}.c{ci}.npy" for ci, p in enumerate(store.signature.fields)}
             paths = {p: directory / name for p, name in files.items()}
             mine = [t for t in tables if t.store is store]
+            # Made before the lock, so that the copies under it write mapped memory.
+            buffers = [t.index.state_buffers() for t in mine]
             with store.mutex:
                 t0 = time.perf_counter()
                 for t in mine:
@@ -131,7 +134,7 @@ def capture(tables: list[Table], directory: Path) -> Snapshot:
                     )
                 stream = ColumnStream(store, paths)
                 state = store.state()
-                states = [table_state(t) for t in mine]
+                states = [table_state(t, b) for t, b in zip(mine, buffers)]
                 store.guard = stream
                 snap.held_s = max(snap.held_s, time.perf_counter() - t0)
             snap.stores.append(StoreSnapshot(store, store_definition(store), state, stream, files))

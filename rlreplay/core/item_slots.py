@@ -34,6 +34,7 @@ from rlreplay.core.keys import (
     unissued,
 )
 from rlreplay.core.selectors import Selector
+from rlreplay.core.selectors.base import copy_into, touched
 from rlreplay.errors import InvalidArgumentError, describe
 
 _kernel = load_kernel("rlreplay.core._slots")
@@ -412,27 +413,42 @@ class ItemIndex:
         self.max_priority = 1.0
 
     # ------------------------------------------------------------ checkpoints
-    def state(self) -> dict[str, Any]:
+    def state(self, into: dict[str, Any] | None = None) -> dict[str, Any]:
         """A snapshot (copies, lock held) of every slot's item state, the size, the
         counters, the generation origin and both selectors' states, for checkpoints;
-        :meth:`load_state` puts it back."""
+        :meth:`load_state` puts it back. ``into``: arrays from :meth:`state_buffers` to
+        copy into instead of allocating."""
+        into = into or {}
         # One copy of the records' bytes (a structured copy, or one per field, costs
         # several times more); the fields are views of it.
-        records = self.slot_bytes.copy().view(SLOT_STATE)
+        records = copy_into(self.slot_bytes, into, "records").view(SLOT_STATE)
         out: dict[str, Any] = {
             "priority": records["priority"],
             "generation": records["generation"],
             "times_sampled": records["times_sampled"],
-            "live": self.live.copy(),
+            "live": copy_into(self.live, into, "live"),
             "size": self.size,
             "max_priority": self.max_priority,
             "origin": self.origin,
             "counts": dict(self.counts),
-            "sampler": self.sampler.state(),
-            "remover": self.remover.state(),
+            "sampler": self.sampler.state(into.get("sampler")),
+            "remover": self.remover.state(into.get("remover")),
         }
         if self.extent is not None:
-            out["extent"] = self.extent.copy()
+            out["extent"] = copy_into(self.extent, into, "extent")
+        return out
+
+    def state_buffers(self) -> dict[str, Any]:
+        """Arrays :meth:`state` can copy into, made (and written once) outside the
+        table's lock; see :meth:`Selector.state_buffers`."""
+        out: dict[str, Any] = {
+            "records": touched(self.slot_bytes.shape, np.uint8),
+            "live": touched(self.live.shape, bool),
+            "sampler": self.sampler.state_buffers(),
+            "remover": self.remover.state_buffers(),
+        }
+        if self.extent is not None:
+            out["extent"] = touched(self.extent.shape, self.extent.dtype)
         return out
 
     def load_state(self, state: dict[str, Any]) -> None:

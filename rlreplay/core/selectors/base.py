@@ -13,6 +13,22 @@ from typing import Any
 import numpy as np
 
 
+def touched(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """An array whose memory has been written once (its pages are mapped)."""
+    out = np.empty(shape, dtype)
+    out.reshape(-1).view(np.uint8).fill(0)
+    return out
+
+
+def copy_into(source: np.ndarray, into: dict[str, np.ndarray] | None, name: str) -> np.ndarray:
+    """A copy of ``source``: written into ``into[name]`` when there is one."""
+    out = None if into is None else into.get(name)
+    if out is None:
+        return source.copy()
+    np.copyto(out, source)
+    return out
+
+
 class Selector:
     """Base class. Subclasses state the cost of each operation in their docstring.
 
@@ -101,11 +117,19 @@ class Selector:
         """Smallest selection probability of any held slot (for importance weights)."""
         raise NotImplementedError
 
-    def state(self) -> dict[str, Any]:
+    def state(self, into: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
         """A snapshot (copies) of the index as arrays and scalars, for checkpoints:
         :meth:`load_state` on a selector bound to the same capacity restores it exactly
-        (the same picks for the same random draws)."""
+        (the same picks for the same random draws). ``into``: arrays from
+        :meth:`state_buffers` to copy into instead of allocating."""
         raise NotImplementedError
+
+    def state_buffers(self) -> dict[str, np.ndarray]:
+        """Arrays :meth:`state` can copy into, allocated and written once here: a
+        checkpoint makes them before it takes the table's lock, so that the copies under
+        the lock write memory that is already mapped (first writes to fresh memory cost
+        several times more)."""
+        return {}
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Put back what :meth:`state` returned (the selector is bound to the same

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.core.selectors.base import OrderedSelector
+from rlreplay.core.selectors.base import OrderedSelector, copy_into, touched
 
 NIL = -1
 _LOOP_LIMIT = 16  # below this many deletions, unlinking one by one is fastest
@@ -215,15 +215,19 @@ class _InsertionOrder(OrderedSelector):
             s = int(step[s])
         return out
 
-    def state(self) -> dict[str, Any]:
+    def state(self, into: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
         """The links as they are (copies: O(capacity) memory copies, no walk)."""
         return {
-            "prev": self.prev.copy(),
-            "next": self.next.copy(),
+            "prev": copy_into(self.prev, into, "prev"),
+            "next": copy_into(self.next, into, "next"),
             "head": self.head,
             "tail": self.tail,
             "size": self.size,
         }
+
+    def state_buffers(self) -> dict[str, np.ndarray]:
+        links = (("prev", self.prev), ("next", self.next))
+        return {name: touched(a.shape, a.dtype) for name, a in links}
 
     def rebuild_order(self) -> np.ndarray:
         """Oldest first (a walk along the links)."""

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.core.selectors.base import OrderedSelector
+from rlreplay.core.selectors.base import OrderedSelector, copy_into, touched
 from rlreplay.core.selectors.sum_tree import FANOUT
 
 EMPTY = -1
@@ -137,14 +137,18 @@ class _Heap(OrderedSelector):
             ties = ties[np.argsort(self.seq[slots[ties]])[: k - len(below)]]
         return np.concatenate([below, ties])
 
-    def state(self) -> dict[str, Any]:
+    def state(self, into: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
         """Keys and stamps per slot (copies); the tree follows from them."""
         return {
-            "key": self.key.copy(),
-            "seq": self.seq.copy(),
+            "key": copy_into(self.key, into, "key"),
+            "seq": copy_into(self.seq, into, "seq"),
             "counter": self.counter,
             "size": self.size,
         }
+
+    def state_buffers(self) -> dict[str, np.ndarray]:
+        arrays = (("key", self.key), ("seq", self.seq))
+        return {name: touched(a.shape, a.dtype) for name, a in arrays}
 
     def rebuild_order(self) -> np.ndarray:
         """Held slots by stamp: re-inserted in this order they keep their tie order."""

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.core.selectors.base import Selector
+from rlreplay.core.selectors.base import Selector, copy_into, touched
 from rlreplay.core.selectors.sum_tree import KaryTree
 from rlreplay.errors import EmptyTableError, InvalidArgumentError, describe
 
@@ -139,14 +139,24 @@ class Prioritized(Selector):
     def probabilities(self, slots: np.ndarray) -> np.ndarray:
         return self.sums.levels[0][slots] / self.sums.root
 
-    def state(self) -> dict[str, Any]:
+    def state(self, into: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
         """Every node of both trees (copies, level after level), so that a restored
         tree has the very sums this one has (a tree rebuilt from its leaves may round
         its sums differently), and the held flags."""
+        into = into or {}
         return {
-            "sums": np.concatenate(self.sums.levels),
-            "mins": np.concatenate(self.mins.levels[1:]),
-            "held": self.held.copy(),
+            "sums": np.concatenate(self.sums.levels, out=into.get("sums")),
+            "mins": np.concatenate(self.mins.levels[1:], out=into.get("mins")),
+            "held": copy_into(self.held, into, "held"),
+        }
+
+    def state_buffers(self) -> dict[str, np.ndarray]:
+        sums = sum(len(v) for v in self.sums.levels)
+        mins = sum(len(v) for v in self.mins.levels[1:])
+        return {
+            "sums": touched((sums,), np.float64),
+            "mins": touched((mins,), np.float64),
+            "held": touched(self.held.shape, bool),
         }
 
     def rebuild_order(self) -> np.ndarray:

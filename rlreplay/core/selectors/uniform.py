@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.core.selectors.base import Selector
+from rlreplay.core.selectors.base import Selector, copy_into, touched
 
 
 class Uniform(Selector):
@@ -95,9 +95,15 @@ class Uniform(Selector):
     def held(self) -> np.ndarray:
         return self.dense[: self.size].copy()
 
-    def state(self) -> dict[str, Any]:
+    def state(self, into: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
         """The held slots in draw order (``where`` follows from them)."""
-        return {"dense": self.dense[: self.size].copy()}
+        held = self.dense[: self.size]
+        if into is not None and "dense" in into:
+            return {"dense": copy_into(held, {"dense": into["dense"][: self.size]}, "dense")}
+        return {"dense": held.copy()}
+
+    def state_buffers(self) -> dict[str, np.ndarray]:
+        return {"dense": touched(self.dense.shape, self.dense.dtype)}
 
     def rebuild_order(self) -> np.ndarray:
         return self.dense[: self.size].astype(np.int64)
