@@ -16,20 +16,14 @@ import numpy as np
 from rlreplay.core.sample import Sample
 from rlreplay.core.table_checks import check_timeout
 from rlreplay.core.table_info import TableInfo
+from rlreplay.distributed.routed_calls import merged_info, routed_call
 from rlreplay.distributed.shard_health import ShardHealth
 from rlreplay.distributed.shard_keys import ShardKeys
 from rlreplay.distributed.sharded_sampling import ShardedSampler, check_batch_size
-from rlreplay.distributed.sharded_table import ShardedTable, ShardWriter
+from rlreplay.distributed.sharded_table import ShardedTable, ShardReceipt, ShardWriter
 from rlreplay.errors import InvalidArgumentError, ServerUnavailableError, describe
 from rlreplay.net.client import Client
 from rlreplay.net.payloads import checked_update
-
-# TableInfo fields that add up over shards; the others are taken from the first shard.
-_SUMMED = (
-    "size", "max_size", "store_capacity", "stored_steps", "inserts", "samples", "deletes",
-    "evictions", "overwrite_evictions", "relocations", "stale_updates", "stale_deletes",
-    "insert_blocked_s", "sample_blocked_s", "index_bytes",
-)
 
 
 class ShardedClient:
@@ -216,13 +210,19 @@ class ShardedClient:
         return min(live, key=lambda s: (self._sent_rows[s], (s - self.first_shard) % n))
 
     def insert(
-        self, table: str, rows: Any, priorities: Any = None, *, timeout: float | None = None
-    ) -> np.ndarray:
-        """:meth:`Client.insert` on one shard; returns the new items' keys.
+        self, table: str, rows: Any, priorities: Any = None, *,
+        timeout: float | None = None, wait: bool = True,
+    ) -> np.ndarray | ShardReceipt:
+        """:meth:`Client.insert` on one shard: the reachable shard this client has sent
+        the fewest rows.
 
-        The rows go to the reachable shard this client has sent the fewest rows. Under
-        ``on_shard_down="skip"`` an insert a shard did not answer goes to another (it was
-        not applied there, and never will be).
+        Args:
+            wait: wait for the shard's acknowledgement and return the keys (default).
+                Under ``on_shard_down="skip"`` rows a shard did not take go to another
+                (they were not applied there, and never will be). ``False``: the shard
+                client's pipelined insert, returning a :class:`ShardReceipt` at once
+                (errors come from that shard client's next call or :meth:`flush`, and
+                are not sent elsewhere).
 
         Raises:
             as :meth:`Client.insert`; ShardUnavailableError for a shard down (``"fail"``).
@@ -232,10 +232,14 @@ class ShardedClient:
         while True:
             with self._lock:
                 shard = self._next_insert_shard(tried)
+            client = self.shards[shard]
             try:
-                keys = self.shards[shard].insert(
-                    table, rows, priorities, timeout=timeout, wait=True
-                )
+                if not wait:
+                    receipt = client.insert(table, rows, priorities, timeout=timeout)
+                    with self._lock:
+                        self._sent_rows[shard] += len(receipt)
+                    return ShardReceipt(receipt, shard, self.keys)
+                keys = client.insert(table, rows, priorities, timeout=timeout, wait=True)
             except ServerUnavailableError as error:
                 tried.add(shard)
                 self.health.failed(shard, error)
@@ -243,6 +247,12 @@ class ShardedClient:
             with self._lock:
                 self._sent_rows[shard] += len(keys)
             return self.keys.to_global(keys, shard)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """:meth:`Client.flush` on every shard: pipelined inserts of this thread sent and
+        acknowledged (raises the first error one of them met)."""
+        for client in self.shards:
+            client.flush(timeout)
 
     def trajectory_writer(
         self, tables: str | Sequence[str], *, shard: int | None = None, **kwargs: Any
@@ -340,39 +350,12 @@ class ShardedClient:
                 keys before any is sent; a shard that refuses its keys changes nothing).
         """
         groups = self.keys.group(*checked_update(keys, priorities))
-        return self._routed("update_priorities", table, groups, wait)
+        return routed_call(self.shards, self.health, "update_priorities", table, groups, wait)
 
     def delete(self, table: str, keys: Any) -> int:
         """:meth:`Client.delete`, each key sent to its shard; how many items were removed."""
         groups = self.keys.group(keys)
-        return self._routed("delete", table, groups, True)
-
-    def _routed(self, op: str, table: str, groups: dict, wait: bool) -> int | None:
-        sent = {}
-        for shard, (local, values) in groups.items():
-            if self.health.is_down(shard):
-                self.health.failed(shard, ServerUnavailableError("taken for down"))
-                continue
-            arrays = {"keys": local}
-            if values is not None:
-                arrays["priorities"] = values
-            header: dict[str, Any] = {"op": op, "table": table}
-            if not wait:
-                header["noreply"] = True
-            try:
-                sent[shard] = self.shards[shard]._transport.send(header, arrays)
-            except ServerUnavailableError as error:
-                self.health.failed(shard, error)
-        if not wait:
-            return None
-        count = 0
-        for shard, rid in sent.items():
-            client = self.shards[shard]
-            try:
-                count += int(client._transport.wait(rid, client.call_timeout)[0]["count"])
-            except ServerUnavailableError as error:
-                self.health.failed(shard, error)
-        return count
+        return routed_call(self.shards, self.health, "delete", table, groups, True)
 
     # ------------------------------------------------------------ the rest
     def reset(self, table: str) -> None:
@@ -390,11 +373,7 @@ class ShardedClient:
     def info(self, table: str) -> TableInfo:
         """``table``'s :class:`TableInfo` over the reachable shards: counts and sizes
         summed, configuration from the first."""
-        infos = list(self.shard_info(table).values())
-        merged = infos[0].to_dict()
-        for name in _SUMMED:
-            merged[name] = sum(getattr(i, name) for i in infos)
-        return TableInfo(**merged)
+        return merged_info(list(self.shard_info(table).values()))
 
     def can_insert(self, table: str, num_inserts: int = 1) -> bool:
         """Whether the shard the next insert goes to would take ``num_inserts`` now."""

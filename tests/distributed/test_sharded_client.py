@@ -285,3 +285,12 @@ def test_writers_of_one_shard_finishing_first_do_not_stop_the_learner(client):
     assert got == 32, (got, timeouts, infos)
     assert infos[0].samples <= 19 and infos[0].samples + infos[1].samples == 32
     assert timeouts <= 2
+
+
+def test_pipelined_inserts_return_receipts_whose_keys_carry_the_shard(client):
+    receipts = [client.insert("uni", rows(5 * i, 5), wait=False) for i in range(3)]
+    client.flush(10.0)
+    keys = [r.keys(5.0) for r in receipts]
+    assert [len(r) for r in receipts] == [5, 5, 5]
+    assert [set(client.shard_of(k).tolist()) for k in keys] == [{0}, {1}, {2}]
+    assert client.delete("uni", np.concatenate(keys)) == 15
