@@ -149,6 +149,28 @@ class RayShards:
         it can be passed into Ray tasks and actors, which connect on first use."""
         return ShardedClient(self.addresses, **{**self._client_kwargs, **kwargs})
 
+    def checkpoint(self, timeout: float | None = 60.0) -> list[str]:
+        """Have every shard save a checkpoint (shards started with ``checkpoint_dir``)
+        and wait until each is published; returns each shard's checkpoint folder. The
+        shards go on serving meanwhile; all requests are in flight at once.
+
+        Raises:
+            InvalidArgumentError: if the shards have no checkpoint folder.
+            ReplayTimeoutError, ServerUnavailableError: as :meth:`Client.checkpoint`.
+        """
+        from rlreplay.net.client import Client
+
+        clients = [Client(a, **self._client_kwargs) for a in self.addresses]
+        try:
+            rids = [c._transport.send({"op": "checkpoint"}, timeout=timeout) for c in clients]
+            return [
+                str(c._transport.wait(rid, None if timeout is None else timeout + 1.0)[0]["path"])
+                for c, rid in zip(clients, rids)
+            ]
+        finally:
+            for client in clients:
+                client.close()
+
     def shutdown(self, timeout: float = 10.0) -> None:
         """Stop every shard's server, end its actor and free the placement group
         (idempotent). Shards that do not stop within ``timeout`` seconds are killed."""

@@ -299,22 +299,41 @@ class ShardedClient:
 
         Args:
             table: the table's name on every shard.
-            batch_size: items to draw.
+            batch_size: items to draw (at most the smallest shard's ``max_size``, and each
+                shard's rate limiter must admit a whole batch at once).
             timeout: seconds each shard's rate limiter may block its part (None: no limit).
             update: ``(keys, priorities)`` applied before sampling, each key's update
                 carried by the request to its shard.
 
         Raises:
-            InvalidArgumentError: for a bad batch size, timeout or update, or shards whose
-                samplers are not both Uniform or both Prioritized alike.
+            InvalidArgumentError: for a bad batch size (see above), timeout or update, or
+                shards whose samplers are not both Uniform or both Prioritized alike.
             RateLimiterTimeoutError: if a shard's part waited ``timeout`` seconds (the
                 other shards' parts were drawn and are dropped).
             ShardUnavailableError: for a shard down (``"fail"``), or every shard down.
         """
-        batch_size = check_batch_size(batch_size)
+        batch_size = self.check_batch(table, batch_size)
         timeout = check_timeout(timeout)
         updates = self.route_update(update)
         return self._sampler(table).sample(batch_size, timeout, updates)
+
+    def check_batch(self, table: str, batch_size: Any) -> int:
+        """``batch_size`` checked against every shard: any shard may be asked for the
+        whole batch (the split is random), so it must fit each shard's ``max_size``.
+
+        Raises:
+            InvalidArgumentError: for a batch size that is not an int >= 1, or above the
+                smallest shard's ``max_size``.
+        """
+        batch_size = check_batch_size(batch_size)
+        largest = min(d["max_size"] for d in self._each(lambda c: c.describe(table)).values())
+        if batch_size > largest:
+            raise InvalidArgumentError(
+                f"batch_size={batch_size} is above max_size={largest} of a shard of table "
+                f"{table!r}; any shard may be asked for a whole batch (the split over "
+                "shards is random), so give shards max_size >= batch_size"
+            )
+        return batch_size
 
     def route_update(self, update: Any) -> dict[int, tuple[np.ndarray, np.ndarray]] | None:
         """``(keys, priorities)`` checked and grouped by shard (local keys).

@@ -9,7 +9,7 @@ import numpy as np
 
 from rlreplay.core.sample import Sample
 from rlreplay.core.table_checks import check_timeout
-from rlreplay.distributed.sharded_sampling import Round, check_batch_size
+from rlreplay.distributed.sharded_sampling import Round
 from rlreplay.errors import (
     InvalidArgumentError,
     ReplayTimeoutError,
@@ -54,7 +54,7 @@ class ShardedSampleIterator:
             raise InvalidArgumentError(f"in_flight={describe(in_flight)} must be an int >= 1")
         self.client = client
         self.table = table
-        self.batch_size = check_batch_size(batch_size)
+        self.batch_size = client.check_batch(table, batch_size)
         self.in_flight = in_flight
         self.timeout = check_timeout(timeout)
         self._sampler = client._sampler(table)

@@ -159,3 +159,22 @@ def test_apex_example_runs_with_the_ray_backend_on_two_shards(tmp_path):
     assert summary["env_steps"] == 800 and summary["backend"] == "ray"
     assert summary["updates"] > 0
     assert (out / "metrics.csv").exists()
+
+
+def test_shards_checkpoint_to_the_given_folder_and_restore_from_it(tmp_path):
+    shards = start_shards(CONFIG, 2, num_cpus=0, checkpoint_dir=tmp_path)
+    try:
+        client = shards.client(first_shard=0)
+        for first in (0, 10):
+            client.insert("t", {"x": np.arange(first, first + 10)}, 1.0)
+        paths = shards.checkpoint(timeout=60.0)
+    finally:
+        shards.shutdown()
+    assert [Path(p).parent.name for p in paths] == ["shard-0", "shard-1"]
+    again = start_shards(CONFIG, 2, num_cpus=0, checkpoint_dir=tmp_path)
+    try:
+        client = again.client()
+        assert [i.size for i in client.shard_info("t").values()] == [10, 10]
+        assert set(client.sample("t", 100, timeout=5.0).data["x"].tolist()) <= set(range(20))
+    finally:
+        again.shutdown()

@@ -194,6 +194,16 @@ def test_samplers_that_cannot_be_split_are_refused(client):
         client.sample("fifo", 2, timeout=2.0)
 
 
+def test_a_batch_must_fit_every_shard_since_any_may_draw_all_of_it(client):
+    fill(client, "uni", [10, 10, 10])
+    for bad in (0, 1001, 2.0, True):
+        with pytest.raises(InvalidArgumentError, match="batch_size"):
+            client.sample("uni", bad, timeout=2.0)
+        with pytest.raises(InvalidArgumentError, match="batch_size"):
+            client.sample_iterator("uni", bad)
+    assert len(client.sample("uni", 1000, timeout=5.0)) == 1000
+
+
 def test_constructor_refuses_bad_arguments(addresses):
     cases = [
         ((), {}, "non-empty list"),
