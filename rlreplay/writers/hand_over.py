@@ -13,9 +13,11 @@ as the writer's ``history`` allows, once every ``every`` adder calls.
 Bounded delay: a piece staged by an adder call is handed over by that call or one of the
 next ``every - 1`` calls (earlier once ``every * num_envs`` rows are staged), and by every
 ``flush()``, ``end_episode()``, ``reset()`` and ``close()``. Items therefore reach the
-table at most ``every - 1`` vector steps after their rows were complete (an n-step row is
-complete ``n - 1`` steps after it was taken, see the adders' ``chunk_length``). With
-``every=1`` each call hands over what it completed, as a writer without staging would.
+table at most ``every - 1`` vector steps after their piece was cut: an n-step row is
+complete ``n - 1`` steps after it was taken and an open episode is cut once it holds
+``chunk_length`` complete rows, so without flushes an item waits at most
+``chunk_length + n - 1 + every - 1`` steps. With ``every=1`` each call hands over what
+it completed.
 
 What the writer could not take (a timeout) stays pending in order, as
 :class:`~rlreplay.writers.chunk_writer.ChunkWriter` describes; staging changes only when
