@@ -173,7 +173,7 @@ def test_flags_fill_args_and_unknown_flags_are_refused():
     with pytest.raises(SystemExit):
         dqn.parse_args(["--total-step", "5"])
     with pytest.raises(SystemExit):
-        dqn.parse_args(["--backend", "ray"])
+        dqn.parse_args(["--backend", "cluster"])
 
 
 BAD_FLAGS = {

@@ -200,7 +200,7 @@ def test_out_of_range_flags_are_refused_naming_the_flag_before_anything_runs(fla
 
 def test_an_unknown_backend_is_refused_with_the_valid_ones(capsys):
     with pytest.raises(SystemExit):
-        sac.parse_args(["--backend", "ray"])
+        sac.parse_args(["--backend", "cluster"])
     assert "inline" in capsys.readouterr().err
 
 
