@@ -22,8 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.core.selectors import Prioritized, Uniform
 from rlreplay.distributed.ray import RayShards, import_ray, start_shards
-from rlreplay.errors import ClosedError, ComponentFailedError
+from rlreplay.errors import ClosedError, ComponentFailedError, InvalidArgumentError
 from rlreplay.runtime.actor import FINISHED, NUM_COUNTERS, ActorRecipe
 from rlreplay.runtime.config import ReplaySpec, RuntimeConfig, build_table
 from rlreplay.runtime.weights import WEIGHTS_TABLE, TableWeights, weights_table
@@ -46,6 +47,29 @@ def shard_config(config: RuntimeConfig, replay: ReplaySpec, index: int):
         error_buffer=config.limiter_buffer(),
     )
     return shard, dataclasses.replace(replay, max_size=max(1, math.ceil(replay.max_size / n)))
+
+
+def check_shardable(config: RuntimeConfig, replay: ReplaySpec) -> None:
+    """Refuse a table that cannot be sharded, before anything starts.
+
+    Raises:
+        InvalidArgumentError: for ``replay_shards > 1`` with an on-policy queue table or
+            a sampler other than Uniform or Prioritized (their order or choice of items
+            cannot be split over shards).
+    """
+    if config.replay_shards == 1:
+        return
+    if replay.on_policy:
+        raise InvalidArgumentError(
+            f"replay_shards={config.replay_shards} cannot shard an on-policy queue table "
+            "(its items are sampled once, in order); use replay_shards=1"
+        )
+    if replay.sampler is not None and not isinstance(replay.sampler, (Uniform, Prioritized)):
+        raise InvalidArgumentError(
+            f"replay_shards={config.replay_shards} samples over shards with a Uniform or "
+            f"Prioritized sampler, not {replay.sampler!r}; use one of those or "
+            "replay_shards=1"
+        )
 
 
 class ShardTables:
@@ -185,6 +209,7 @@ class RayDeployment:
 
     def __init__(self, config: RuntimeConfig, recipe: ActorRecipe, replay: ReplaySpec,
                  first: dict):
+        check_shardable(config, replay)
         ray = import_ray()
         self._own_ray = not ray.is_initialized()
         if self._own_ray:
@@ -196,7 +221,11 @@ class RayDeployment:
                 lambda i: ShardTables(config, replay, i, first), n, num_cpus=0
             )
             self.client = self.shards.client(first_shard=0, seed=config.seed)
-            self.table = self.client.table(replay.name)
+            # one shard: its own table's calls (any sampler, queues included)
+            self.table = (
+                self.client.table(replay.name) if n > 1
+                else self.client.shards[0].table(replay.name)
+            )
             self.weights = TableWeights(self.client.shards[0].table(WEIGHTS_TABLE))
             self.actors = RayActors(recipe, self.client, replay.name)
         except BaseException:

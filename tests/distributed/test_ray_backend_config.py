@@ -3,13 +3,14 @@ shards, and replay_shards refused where no backend starts shards."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import pytest
 
 import rlreplay as rr
 import rlreplay.runtime as rt
-from rlreplay.distributed.ray_backend import ShardTables, shard_config
+from rlreplay.distributed.ray_backend import ShardTables, check_shardable, shard_config
 from rlreplay.errors import InvalidArgumentError
 
 SIG = rr.NStepTransitionAdder.signature(
@@ -42,3 +43,15 @@ def test_each_shard_holds_its_share_of_the_table_at_the_same_ratio():
         assert [t.name for t in tables] == (["replay", "weights"] if index == 0 else ["replay"])
         assert tables[0].max_size == 501
     assert shards[0][0].seed != shards[1][0].seed  # shards draw apart
+
+
+def test_tables_that_cannot_be_sharded_are_refused_before_anything_starts():
+    config = rt.RuntimeConfig(backend="ray", replay_shards=2, samples_per_insert=4.0)
+    queue = dataclasses.replace(REPLAY, on_policy=True)
+    with pytest.raises(InvalidArgumentError, match="on-policy"):
+        check_shardable(config, queue)
+    with pytest.raises(InvalidArgumentError, match="Uniform or Prioritized"):
+        check_shardable(config, dataclasses.replace(REPLAY, sampler=rr.MaxHeap()))
+    check_shardable(config, REPLAY)
+    one = rt.RuntimeConfig(backend="ray", replay_shards=1, samples_per_insert=4.0)
+    check_shardable(one, queue)  # one shard: served as it is
