@@ -6,7 +6,6 @@ See :class:`ShardedClient`; how a batch is split over shards is in
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -401,15 +400,15 @@ class ShardedClient:
         return self.shards[shard].can_insert(table, num_inserts)
 
     def can_sample(self, table: str, num_samples: int = 1) -> bool:
-        """Whether every reachable shard holding items could now draw its expected part
-        of ``num_samples`` (rounded up); the split itself is random, so this is a guide."""
-        states = self.shard_info(table)
-        total = sum(i.size for i in states.values())
-        if total == 0:
-            return False
-        for shard, info in states.items():
-            if info.size and not self.shards[shard].can_sample(
-                table, max(1, math.ceil(num_samples * info.size / total))
-            ):
-                return False
-        return True
+        """Whether a sample of ``num_samples`` would be served now without waiting for
+        inserts: some reachable shard holding items has the credit (its rate limiter
+        admits) for the whole batch, so however the batch splits, its parts can be drawn
+        there (see :mod:`rlreplay.distributed.shard_draws`). One round trip to every
+        shard, all at once."""
+        sampler = self._sampler(table)
+        sampler._probe(self.health.live(), {})
+        return any(
+            st.mass > 0 and st.credit >= num_samples
+            for s, st in enumerate(sampler.states)
+            if not self.health.is_down(s)
+        )

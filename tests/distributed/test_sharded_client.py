@@ -283,6 +283,7 @@ def test_a_held_part_its_shard_cannot_cover_is_drawn_from_the_other_shards(clien
 def test_writers_of_one_shard_finishing_first_do_not_stop_the_learner(client):
     # Shard 0 holds the heavy items but may sample 19 more; then only shard 1 can give.
     ratio_shards(client, 100.0, 1.0, n1=10)
+    assert client.can_sample("ratio", 19) and not client.can_sample("ratio", 20)
     got, timeouts = 0, 0
     for _ in range(12):
         try:
@@ -295,6 +296,7 @@ def test_writers_of_one_shard_finishing_first_do_not_stop_the_learner(client):
     assert got == 32, (got, timeouts, infos)
     assert infos[0].samples <= 19 and infos[0].samples + infos[1].samples == 32
     assert timeouts <= 2
+    assert client.can_sample("ratio", 1) and not client.can_sample("ratio", 19 + 19 - 31)
 
 
 def test_pipelined_inserts_return_receipts_whose_keys_carry_the_shard(client):
