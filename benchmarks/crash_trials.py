@@ -332,13 +332,21 @@ def check_restart(cfg: dict, directory: Path) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ one trial
-def trial(rng: random.Random, root: Path, store_mib: float) -> dict[str, Any]:
-    """One trial in a fresh directory under ``root``; returns its figures."""
+def saving(directory: Path) -> bool:
+    """Whether a save is under way in ``directory`` (its temporary directory is there)."""
+    return directory.is_dir() and any(p.name.startswith(".tmp-") for p in directory.iterdir())
+
+
+def trial(
+    rng: random.Random, root: Path, store_mib: float, kill_range: tuple = (0.3, 2.5)
+) -> dict[str, Any]:
+    """One trial in a fresh directory under ``root``, the server killed a random number
+    of seconds in ``kill_range`` after the clients start; returns its figures."""
     pad = 1024
     max_size = max(20_000, int(store_mib * 2**20 / (pad + 20)))
     cfg = config(max_size, pad)
     every = rng.uniform(0.1, 0.5)
-    kill_after = rng.uniform(0.3, 2.5)
+    kill_after = rng.uniform(*kill_range)
     directory = root / f"trial-{rng.randrange(1 << 30)}"
     proc, address, _ = start_server(
         cfg, free_port(), checkpoint_dir=str(directory), checkpoint_every_s=every,
@@ -356,7 +364,7 @@ def trial(rng: random.Random, root: Path, store_mib: float) -> dict[str, Any]:
                for w in (1, 2)]  # fmt: skip
     threads.append(run("sampler", sample_loop, address, stop, 60.0))
     time.sleep(kill_after)
-    streaming = any(p.name.startswith(".tmp-") for p in directory.iterdir())
+    streaming = saving(directory)
     kill(proc)
     killed_at = time.time()
     time.sleep(0.2)
@@ -366,9 +374,7 @@ def trial(rng: random.Random, root: Path, store_mib: float) -> dict[str, Any]:
     row: dict[str, Any] = {
         "every_s": round(every, 3),
         "kill_after_s": round(kill_after, 3),
-        "killed_while_saving": streaming or any(
-            p.name.startswith(".tmp-") for p in directory.iterdir()
-        ),
+        "killed_while_saving": streaming or saving(directory),
     }
     acks = {}
     for w in (1, 2):
@@ -406,13 +412,19 @@ def failed(row: dict[str, Any]) -> bool:
     )
 
 
-def run_trials(trials: int, seed: int, store_mib: float, root: Path | None = None) -> list:
-    """Run ``trials`` trials (seeded); returns their rows."""
+def run_trials(
+    trials: int,
+    seed: int,
+    store_mib: float,
+    root: Path | None = None,
+    kill_range: tuple = (0.3, 2.5),
+) -> list:
+    """Run ``trials`` trials (seeded; see :func:`trial`); returns their rows."""
     rng = random.Random(seed)
     own = root is None
     root = Path(tempfile.mkdtemp(prefix="crash-trials-")) if own else root
     try:
-        return [trial(rng, root, store_mib) for _ in range(trials)]
+        return [trial(rng, root, store_mib, kill_range) for _ in range(trials)]
     finally:
         if own:
             shutil.rmtree(root, ignore_errors=True)

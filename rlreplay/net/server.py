@@ -88,15 +88,11 @@ class Server(TableOperations):
             one beyond it closes that client's least recently used writer with no chunk
             waiting, or is refused (ResourceLimitError) when each has one (see
             :mod:`rlreplay.net.sessions`).
-        checkpoint_dir: directory of checkpoints: ``start()`` restores the newest valid
-            one into ``tables`` (and the writers' streams), and checkpoints are saved
-            there on request (:meth:`Client.checkpoint`) and every
-            ``checkpoint_every_s`` seconds, keeping the newest ``keep_checkpoints``
-            (``None``: all). Serving goes on while one is written (see
-            :mod:`rlreplay.net.checkpoints`).
-        checkpoint_every_s: seconds between periodic checkpoints (``None``: only on
-            request).
-        keep_checkpoints: how many of the newest checkpoints to keep.
+        checkpoint_dir, checkpoint_every_s, keep_checkpoints: ``start()`` restores the
+            newest valid checkpoint in ``checkpoint_dir`` (tables and writer streams);
+            one is saved there on request (:meth:`Client.checkpoint`) and every
+            ``checkpoint_every_s`` seconds (``None``: on request only), keeping the newest
+            ``keep_checkpoints`` (``None``: all); see :mod:`rlreplay.net.checkpoints`.
 
     Raises:
         InvalidArgumentError: for ``tables`` that is not a list of tables, duplicate table
