@@ -407,9 +407,7 @@ def trial(
 
 
 def failed(row: dict[str, Any]) -> bool:
-    return bool(
-        row.get("error") or row.get("bad") or row.get("duplicates") or row.get("missing")
-    )
+    return bool(row.get("error") or row.get("bad") or row.get("duplicates") or row.get("missing"))
 
 
 def run_trials(

@@ -164,9 +164,7 @@ def test_checkpoint_of_other_tables_is_refused_at_start_and_nothing_is_served(tm
 
 def test_serving_goes_on_while_a_checkpoint_is_written(tmp_path):
     """A 64 MiB store: sample calls keep being answered while its columns stream."""
-    table = rlreplay.Table(
-        "big", signature={"frame": ((64, 64), "float32")}, max_size=4096, seed=1
-    )
+    table = rlreplay.Table("big", signature={"frame": ((64, 64), "float32")}, max_size=4096, seed=1)
     table.insert({"frame": np.ones((4096, 64, 64), np.float32)})
     with rlreplay.Server([table], checkpoint_dir=tmp_path / "ckpt") as server:
         client = rlreplay.Client(server.address)
@@ -315,3 +313,16 @@ def test_rlreplay_checkpoint_of_a_dead_address_says_nothing_is_listening():
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 1 and len(lines) == 1, result.stderr
     assert lines[0].startswith("rlreplay checkpoint: error:") and address in lines[0]
+
+
+def test_checkpoint_that_cannot_be_written_is_answered_with_checkpoint_error(tmp_path):
+    table = row_table()
+    table.insert(rows(10))
+    with rlreplay.Server([table], checkpoint_dir=tmp_path / "taken" / "ckpt") as server:
+        (tmp_path / "taken").write_text("a file where the directory should go")
+        client = rlreplay.Client(server.address)
+        with pytest.raises(rlreplay.CheckpointError, match="could not be written"):
+            client.checkpoint(timeout=30.0)
+        assert client.info("t").size == 10  # and the server goes on serving
+        client.close()
+        assert server.checkpoints.failures == 1

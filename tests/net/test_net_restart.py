@@ -61,9 +61,7 @@ def test_writers_and_samplers_go_on_across_a_restart_from_the_checkpoint(tmp_pat
     proc, address, restored = start_server(cfg, port, checkpoint_dir=str(ckpt))
     assert restored is None  # nothing to restore yet
     writers = [
-        CTX.Process(
-            target=write_steps, args=(address, w, 600, out, 90.0, None, 0.01), daemon=True
-        )
+        CTX.Process(target=write_steps, args=(address, w, 600, out, 90.0, None, 0.01), daemon=True)
         for w in (1, 2)
     ]
     sampler = CTX.Process(target=sample_until, args=(address, stop, out, 90.0), daemon=True)
