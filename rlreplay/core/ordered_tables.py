@@ -44,7 +44,8 @@ def _ordered(
 ) -> Table:
     """A table of ``size`` items, each sampled once, in ``selector``'s order; a table
     creating its own store sizes it for ``size`` items of its layout's span plus one."""
-    if "signature" in kwargs and "store" not in kwargs and isinstance(size, int):
+    own_store = "store" not in kwargs and "capacity_bytes" not in kwargs
+    if "signature" in kwargs and own_store and isinstance(size, int):
         layout = kwargs.get("layout")
         span = layout.span if isinstance(layout, ItemLayout) else 1
         kwargs.setdefault("capacity", max(2 * size, (size + 1) * span))

@@ -184,3 +184,9 @@ def test_served_configuration_takes_capacity_bytes():
     a, b = tables_from_config(cfg)
     assert a.store.capacity == 1000
     assert 0 < b.store.capacity < 1000  # its item index takes part of the budget
+
+
+def test_queue_takes_capacity_bytes_for_its_own_store():
+    queue = rlreplay.Table.queue("q", 10, signature={"x": "float32"}, capacity_bytes=4000)
+    assert queue.max_size == 10 and 10 < queue.store.capacity < 1000
+
