@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -84,13 +84,6 @@ class EpisodeRows:
         for path, arr in obs.items():
             flat[path][slots] = arr
 
-    def zero_fields(self, idx: np.ndarray, row: int, paths: Iterable[str]) -> None:
-        """Zero fields ``paths`` of episode row ``row`` of environments ``idx`` (whose
-        episodes start at row 0)."""
-        slots = self._offsets[idx] + row
-        for path in paths:
-            self._flat[path][slots] = 0
-
     def rows(self, i: int, lo: int, hi: int) -> dict[str, np.ndarray]:
         """Views of episode rows ``[lo, hi)`` of environment ``i``, per field."""
         b = int(self.base[i])
@@ -118,8 +111,9 @@ class EpisodeRows:
             held[self.capacity - shift :] = 0
         self.base[i] = row
 
-    def clear(self, i: int) -> None:
-        """Forget environment ``i``'s episode (its next one starts at row 0)."""
+    def clear(self, idx: np.ndarray) -> None:
+        """Forget the episodes of environments ``idx`` (their next ones start at row 0,
+        every row zero: a final row's fields stay zero)."""
         for arr in self.arrays.values():
-            arr[i] = 0
-        self.base[i] = 0
+            arr[idx] = 0
+        self.base[idx] = 0

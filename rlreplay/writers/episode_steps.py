@@ -92,10 +92,10 @@ class EpisodeSteps:
         for ``idx[k]``."""
         if len(idx) == 0:
             return
+        self.rows.clear(idx)
         self.active[idx] = True
         self.awaiting_reset[idx] = False
         self.steps[idx] = 0
-        self.rows.base[idx] = 0
         self.appended[idx] = 0
         self.serial[idx] += 1
         self.rows.write_first(idx, self.pad + 1, obs)
@@ -111,7 +111,7 @@ class EpisodeSteps:
         """:meth:`StreamAdder.add` when every environment steps or starts a new episode
         (the common case): the step is written for every environment at once. An
         environment that waits for its reset (next-step mode) gets its ignored step's
-        values written into its cleared buffer, where they are zeroed again."""
+        values written into its old buffer, which is cleared as its new episode starts."""
         done = term | trunc
         any_done = bool(done.any())
         ended = _NO_ENVS
@@ -131,11 +131,10 @@ class EpisodeSteps:
         self.out.release(self.rows)
         restart = ended if self.mode == "same_step" else self.waiting
         if self.mode == "next_step":
-            if len(restart):  # the ignored step's values: zeros again (a final row's)
-                self.rows.zero_fields(restart, self.pad, fields)
             self.awaiting_reset[ended] = True
             self.waiting = ended
-        if len(restart):  # finished: no steps, nothing appended, rows cleared
+        if len(restart):  # finished: nothing appended; the ignored steps' rows are cleared
+            self.rows.clear(restart)
             self.active[restart] = True
             self.awaiting_reset[restart] = False
             self.steps[restart] = 0  # a waiting env's ignored step was counted
@@ -203,11 +202,13 @@ class EpisodeSteps:
         self.waiting = np.flatnonzero(self.awaiting_reset)
 
     def finish(self, idx: np.ndarray, terminated: np.ndarray) -> None:
-        """End the episodes of environments ``idx``: stage their last rows and items; their
-        buffers are cleared (at the next release) and their step counts restart at 0."""
+        """End the episodes of environments ``idx``: stage their last rows and items. Their
+        buffers are cleared when their next episodes start; until then a step written for
+        every environment lands in their first rows (step count and ``base`` 0)."""
         self.pieces.end(idx, terminated)
         self.active[idx] = False
         self.steps[idx] = 0
         self.appended[idx] = 0
+        self.rows.base[idx] = 0
         self.episodes += len(idx)
 

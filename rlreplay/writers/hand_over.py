@@ -90,8 +90,8 @@ class HandOver:
         self.every = every
         self.max_rows = every * rows_per_call
         self._calls = 0  # adder calls since the oldest staged piece
-        # (env, first episode row kept; -1: all) to drop from the adder's buffers once
-        # the call's pieces are staged
+        # (env, first episode row kept) to drop from the adder's buffers once the call's
+        # pieces are staged
         self.drops: list[tuple[int, int]] = []
 
     @property
@@ -116,10 +116,7 @@ class HandOver:
         """Drop the rows the adder no longer needs from its buffers (``rows``, its
         :class:`~rlreplay.writers.episode_rows.EpisodeRows`): staged pieces hold copies."""
         for i, row in self.drops:
-            if row < 0:
-                rows.clear(i)
-            else:
-                rows.keep_from(i, row)
+            rows.keep_from(i, row)
         self.drops.clear()
 
     def end_call(self, force: bool) -> None:

@@ -68,11 +68,9 @@ class EpisodePieces:
 
     def end(self, idx: np.ndarray, terminated: np.ndarray) -> None:
         """Cut the last piece of the episodes of environments ``idx`` (``terminated[k]``
-        for ``idx[k]``) and drop their rows from the adder's buffers (at the next
-        :meth:`HandOver.release`)."""
+        for ``idx[k]``); their rows are then staged and the adder's buffers free."""
         for i, term in zip(idx.tolist(), terminated.tolist()):
             self.cut(i, ended=True, terminated=bool(term))
-            self.out.drops.append((i, -1))
 
     def cut(self, i: int, ended: bool, terminated: bool) -> None:
         """Cut env ``i``'s piece: its rows complete since the last one (all of them when
