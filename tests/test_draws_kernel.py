@@ -10,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlreplay import ItemLayout, StepStore, Table
+from rlreplay import ItemLayout, Prioritized, StepStore, Table
 from rlreplay.core import item_draws
+from rlreplay.core.keys import make_keys
 from rlreplay.core.table import SLOT_STATE
 
 kernel = pytest.importorskip("rlreplay.core._draws")
@@ -49,13 +50,22 @@ def layouts(signature) -> dict[str, ItemLayout]:
     }
 
 
-def filled_pair(layout_name: str, lanes: int, max_times_sampled: int = 0):
-    """Two identical tables over identical stores whose ring has wrapped."""
+def filled_pair(layout_name: str, lanes: int, max_times_sampled: int = 0, sampler=None):
+    """Two identical tables over identical stores whose ring has wrapped (``sampler``: a
+    function making each table's sampler; uniform tables keep 8-byte slot records,
+    prioritized ones 16-byte records with the priority)."""
     tables = []
     for _ in range(2):
         store = StepStore(SIGNATURE, CAPACITY, lanes=lanes)
         layout = layouts(store.signature)[layout_name]
-        table = Table("t", store=store, layout=layout, seed=7, max_times_sampled=max_times_sampled)
+        table = Table(
+            "t",
+            store=store,
+            layout=layout,
+            seed=7,
+            max_times_sampled=max_times_sampled,
+            sampler=None if sampler is None else sampler(),
+        )
         first = 0
         for n in (24, 24, 16):  # 64 steps into a ring of 40: the newest rows wrap
             store.append(steps(first, n))
@@ -63,6 +73,10 @@ def filled_pair(layout_name: str, lanes: int, max_times_sampled: int = 0):
             anchors = np.arange(store.oldest_id, store.next_id - (layout.span - 1) * lanes)
             fresh = anchors[~table.index.live[anchors % CAPACITY]]
             table.create_items(fresh)
+        if sampler is not None:  # priorities that tell the items apart
+            slots = np.flatnonzero(table.index.live)
+            keys = make_keys(slots, table.index.generation[slots], table.index.origin)
+            table.update_priorities(keys, 1.0 + slots % 7)
         tables.append(table)
     return tables
 
@@ -76,10 +90,14 @@ def assert_same_sample(a, b) -> None:
         np.testing.assert_array_equal(getattr(a.info, field), getattr(b.info, field))
 
 
+SAMPLERS = {"uniform": None, "prioritized": lambda: Prioritized(0.6)}
+
+
+@pytest.mark.parametrize("sampler", sorted(SAMPLERS))
 @pytest.mark.parametrize("lanes", [1, 2])
 @pytest.mark.parametrize("layout_name", ["rows", "transition", "n-step-3", "sequence-4"])
-def test_kernel_samples_equal_numpy_samples(layout_name, lanes, monkeypatch):
-    fast, slow = filled_pair(layout_name, lanes)
+def test_kernel_samples_equal_numpy_samples(layout_name, lanes, sampler, monkeypatch):
+    fast, slow = filled_pair(layout_name, lanes, sampler=SAMPLERS[sampler])
     for batch in (1, 5, 40):  # 40 draws from fewer items: slots repeat within a batch
         a = fast.sample(batch)
         with monkeypatch.context() as m:

@@ -14,6 +14,7 @@ from rlreplay import (
     ItemLayout,
     Lifo,
     MaxHeap,
+    MinHeap,
     Prioritized,
     Queue,
     RateLimiterTimeoutError,
@@ -227,7 +228,11 @@ def test_update_with_a_mix_of_stale_and_live_keys_applies_only_the_live_ones(mak
     ids=["max seen (PER)", "fixed"],
 )
 def test_default_priority(default_priority, expected, make_table):
-    table = make_table(max_size=10, sampler=Lifo(), default_priority=default_priority)
+    # A MinHeap remover uses priorities, so the table keeps them (a Lifo table with a
+    # Fifo remover keeps none: they read as 1.0).
+    table = make_table(
+        max_size=10, sampler=Lifo(), remover=MinHeap(), default_priority=default_priority
+    )
     got = []
     table.insert(rows(0, 1))
     got.append(table.sample(1).info.priorities[0])

@@ -1,11 +1,12 @@
 /*
  * Shared by rlreplay's compiled modules (_draws.c, _slots.c).
  *
- * SlotState               one record of a table's per-slot item state (see table.py).
+ * SlotRecords             a table's per-slot item records (see item_slots.py): 8 bytes
+ *                         (generation, times sampled) or 16 (and the priority).
  * format_is(fmt, codes)   whether a struct format is one of the one-letter codes.
  * get_buffer(...)         a C-contiguous buffer of an array argument, checked; on failure
  *                         a TypeError naming the argument, and nothing acquired.
- * get_slot_states(...)    the table's records, passed as their bytes (uint8).
+ * get_slot_records(...)   the table's records, passed as their bytes (uint8).
  * stream_copy(to, from, n) memcpy with streaming stores, for large copies.
  */
 
@@ -16,13 +17,34 @@
 #include <stdint.h>
 #include <string.h>
 
-/* The layout of ItemIndex.slot_state's dtype: priority f8, generation u4, times_sampled u4.
- * One record per slot, so an item's state is one cache line read, not three. */
+/* The layout of ItemIndex.slot_state's dtype: generation u4, times_sampled u4 and, in the
+ * 16-byte records of tables whose selectors use priorities, priority f8. One record per
+ * slot, so an item's state is one cache line read, not three; tables whose selectors
+ * ignore priorities keep no priority (8-byte records). */
 typedef struct {
-    double priority;
     uint32_t generation;
     uint32_t times_sampled;
 } SlotState;
+
+/* The records of a table's slots: `stride` bytes each (8 or 16); the priority, when the
+ * records hold one, is the double at byte 8. */
+typedef struct {
+    char *base;
+    Py_ssize_t stride;
+    int has_priority;
+} SlotRecords;
+
+static inline SlotState *
+slot_record(const SlotRecords *r, int64_t slot)
+{
+    return (SlotState *)(r->base + slot * r->stride);
+}
+
+static inline double *
+slot_priority(const SlotRecords *r, int64_t slot)
+{
+    return (double *)(r->base + slot * r->stride + 8);
+}
 
 /* Keys and generations (see keys.py): key = generation << 32 | slot. A record's generation
  * field counts the slot's items, 1 .. 2**31 - 1 and round again (0: none yet); its top bit
@@ -127,21 +149,31 @@ get_buffer(PyObject *obj, Py_buffer *view, int writable, const char *codes, Py_s
     return 0;
 }
 
-/* The records of a table's slots from their bytes (a uint8 array); *count gets the slots. */
+/* The records of a table's slots from their bytes: a uint8 array of shape (slots, 8) or
+ * (slots, 16), or one-dimensional holding 16-byte records; *count gets the slots. */
 static inline int
-get_slot_states(PyObject *obj, Py_buffer *view, Py_ssize_t *count)
+get_slot_records(PyObject *obj, Py_buffer *view, SlotRecords *records, Py_ssize_t *count)
 {
-    if (get_buffer(obj, view, 1, "B", 1, "state") < 0) {
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_ND | PyBUF_WRITABLE;
+    if (PyObject_GetBuffer(obj, view, flags) < 0) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError, "state must be a writable C-contiguous array");
         return -1;
     }
-    if (view->len % (Py_ssize_t)sizeof(SlotState) != 0 ||
-        ((uintptr_t)view->buf % _Alignof(SlotState)) != 0) {
-        PyErr_Format(PyExc_TypeError, "state must be the bytes of aligned %zd-byte slot records",
-                     (Py_ssize_t)sizeof(SlotState));
+    Py_ssize_t stride = view->ndim == 2 ? view->shape[1] : 16;
+    if (view->itemsize != 1 || !format_is(view->format, "B") || view->ndim < 1 ||
+        view->ndim > 2 || (stride != 8 && stride != 16) || view->len % stride != 0 ||
+        ((uintptr_t)view->buf % 8) != 0) {
+        PyErr_SetString(PyExc_TypeError,
+                        "state must be the bytes of aligned slot records: uint8 of shape "
+                        "(slots, 8) or (slots, 16), or one-dimensional of 16-byte records");
         PyBuffer_Release(view);
         return -1;
     }
-    *count = view->len / (Py_ssize_t)sizeof(SlotState);
+    records->base = (char *)view->buf;
+    records->stride = stride;
+    records->has_priority = stride == 16;
+    *count = view->len / stride;
     return 0;
 }
 

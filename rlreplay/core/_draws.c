@@ -12,8 +12,10 @@
  * mark_sampled(slots, state, keys, priorities, times_out, origin=0)
  *     The per-item bookkeeping of a draw in one pass over the slots' records (state: the
  *     bytes of ItemIndex.slot_state, see _common.h): the key (generation << 32 | slot, the
- *     generation moved by the table's generation origin, see keys.py), the priority, and the sample count, incremented once per draw in batch
- *     order so that a slot drawn twice sees its count as of each draw.
+ *     generation moved by the table's generation origin, see keys.py), the priority (left
+ *     as the caller filled it when the records hold none), and the sample count,
+ *     incremented once per draw in batch order so that a slot drawn twice sees its count
+ *     as of each draw.
  *
  * Every buffer must be C-contiguous. Indices are checked before anything is written
  * (ValueError when out of range, TypeError for a wrong buffer kind); the GIL is released
@@ -271,7 +273,8 @@ mark_sampled(PyObject *self, PyObject *args)
     static const Py_ssize_t sizes[4] = {8, 8, 8, 4};
     static const int writable[4] = {0, 1, 1, 1};
     Py_ssize_t cap;
-    if (get_slot_states(objs[1], &sv, &cap) < 0) {
+    SlotRecords records;
+    if (get_slot_records(objs[1], &sv, &records, &cap) < 0) {
         return NULL;
     }
     for (int a = 0; a < 4; a++) {
@@ -295,19 +298,20 @@ mark_sampled(PyObject *self, PyObject *args)
         }
     }
     if (problem == NULL) {
-        SlotState *state = (SlotState *)sv.buf;
         int64_t *keys = (int64_t *)v[1].buf;
         double *prios = (double *)v[2].buf;
         uint32_t *times_out = (uint32_t *)v[3].buf;
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t i = 0; i < n; i++) {
             if (i + AHEAD < n) {
-                PREFETCH_W(state + slots[i + AHEAD]);
+                PREFETCH_W(slot_record(&records, slots[i + AHEAD]));
             }
             int64_t s = slots[i];
-            SlotState *rec = state + s;
+            SlotState *rec = slot_record(&records, s);
             keys[i] = make_key(rec->generation, s, origin);
-            prios[i] = rec->priority;
+            if (records.has_priority) {
+                prios[i] = *slot_priority(&records, s);
+            }
             times_out[i] = ++rec->times_sampled;
         }
         Py_END_ALLOW_THREADS
@@ -336,7 +340,8 @@ static PyMethodDef methods[] = {
      "mark_sampled(slots, state, keys, priorities, times_out, origin=0): for each drawn slot "
      "s, in order, with its record in state (the bytes of the slot records): keys[i] = "
      "the key of s (its generation moved by origin, see keys.py), priorities[i] = "
-     "priority, times_sampled += 1 and times_out[i] = times_sampled.\n"
+     "priority (records of 16 bytes; else left as given), times_sampled += 1 and "
+     "times_out[i] = times_sampled.\n"
      "slots and keys are int64, priorities float64, times_out uint32.\n"
      "Raises TypeError for a wrong buffer kind, ValueError for wrong sizes, a slot out of "
      "range or an origin outside 0 .. 2**31 - 2 (nothing is written then)."},

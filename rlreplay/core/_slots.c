@@ -17,14 +17,14 @@
  *     which names the bad entries in its error.
  *
  *     Buffers must be C-contiguous: keys and out_slots int64, state the bytes of the
- *     slots' records (see _common.h), live bool, values and out_values float64 (both None,
+ *     slots' records (uint8 of shape (slots, 8) or (slots, 16), see _common.h), live bool, values and out_values float64 (both None,
  *     or both given).
  *
  * claim_range(start, keys_out, state, live, priorities, fill, origin=0)
  *     New items in the slots start .. start + n - 1 (n = len(keys_out)): each slot's
  *     generation steps to the next (2**31 - 1 is followed by 1, see keys.py), its
- *     priority becomes priorities[i] (or fill when priorities is None), its sample count 0, it is marked live, and its key
- *     goes to keys_out[i]. Raises ValueError, writing nothing, when the range leaves the
+ *     priority (in records that hold one) becomes priorities[i] (or fill when priorities is
+ *     None), its sample count 0, it is marked live, and its key goes to keys_out[i]. Raises ValueError, writing nothing, when the range leaves the
  *     table or the sizes disagree.
  *
  * The caller holds the lock that protects the per-slot arrays.
@@ -85,11 +85,12 @@ held_slots(PyObject *self, PyObject *args)
     PyObject *result = NULL;
     int64_t *set = NULL;
     Py_ssize_t cap = 0;
+    SlotRecords records;
     for (int a = 0; a < 6; a++) {
         if (objs[a] == Py_None) {
             continue;
         }
-        int failed = a == 1 ? get_slot_states(objs[a], &v[a], &cap)
+        int failed = a == 1 ? get_slot_records(objs[a], &v[a], &records, &cap)
                             : get_buffer(objs[a], &v[a], writable[a], codes[a], sizes[a],
                                          names[a]);
         if (failed < 0) {
@@ -108,7 +109,6 @@ held_slots(PyObject *self, PyObject *args)
         goto done;
     }
     const int64_t *keys = (const int64_t *)v[0].buf;
-    const SlotState *state = (const SlotState *)v[1].buf;
     const char *live = (const char *)v[2].buf;
     const double *values = with_values ? (const double *)v[3].buf : NULL;
     int64_t *out_slots = (int64_t *)v[4].buf;
@@ -118,7 +118,7 @@ held_slots(PyObject *self, PyObject *args)
         int64_t slot = k & SLOT_MASK;
         if (k < 0 || slot >= cap ||
             generation_unissued(relative_generation(k >> SLOT_BITS, origin),
-                                state[slot].generation) ||
+                                slot_record(&records, slot)->generation) ||
             (with_values && !(values[i] >= 0.0 && values[i] < INFINITY))) {
             result = Py_NewRef(Py_None);
             goto done;
@@ -139,7 +139,8 @@ held_slots(PyObject *self, PyObject *args)
     /* Backwards, so the last key of a slot is the one kept; reversed afterwards. */
     for (Py_ssize_t i = n - 1; i >= 0; i--) {
         int64_t slot = keys[i] & SLOT_MASK;
-        if (!live[slot] || (int64_t)(state[slot].generation & GENERATION_MASK) !=
+        uint32_t field = slot_record(&records, slot)->generation;
+        if (!live[slot] || (int64_t)(field & GENERATION_MASK) !=
                                relative_generation(keys[i] >> SLOT_BITS, origin)) {
             stale++;
         }
@@ -186,12 +187,13 @@ claim_range(PyObject *self, PyObject *args)
     }
     Py_buffer kv, sv, lv, pv;
     Py_ssize_t cap;
+    SlotRecords records;
     int has_prios = prios_obj != Py_None;
     PyObject *result = NULL;
     if (get_buffer(keys_obj, &kv, 1, "ql", 8, "keys_out") < 0) {
         return NULL;
     }
-    if (get_slot_states(state_obj, &sv, &cap) < 0) {
+    if (get_slot_records(state_obj, &sv, &records, &cap) < 0) {
         PyBuffer_Release(&kv);
         return NULL;
     }
@@ -219,13 +221,15 @@ claim_range(PyObject *self, PyObject *args)
     }
     else {
         int64_t *keys = (int64_t *)kv.buf;
-        SlotState *rec = (SlotState *)sv.buf + start;
         const double *given = has_prios ? (const double *)pv.buf : NULL;
         for (Py_ssize_t i = 0; i < n; i++) {
-            uint32_t g = next_generation(rec[i].generation);
-            rec[i].generation = g;
-            rec[i].priority = given ? given[i] : fill;
-            rec[i].times_sampled = 0;
+            SlotState *rec = slot_record(&records, start + i);
+            uint32_t g = next_generation(rec->generation);
+            rec->generation = g;
+            rec->times_sampled = 0;
+            if (records.has_priority) {
+                *slot_priority(&records, start + i) = given ? given[i] : fill;
+            }
             keys[i] = make_key(g, start + i, (uint32_t)origin);
         }
         memset((char *)lv.buf + start, 1, (size_t)n);
@@ -252,8 +256,8 @@ static PyMethodDef methods[] = {
     {"claim_range", claim_range, METH_VARARGS,
      "claim_range(start, keys_out, state, live, priorities, fill, origin=0): "
      "new items in slots start .. start + len(keys_out) - 1: next generation, priority "
-     "priorities[i] (fill when None), times 0, live; their keys (for the table's generation "
-     "origin) written to keys_out.\n"
+     "priorities[i] (fill when None; in records of 16 bytes), times 0, live; their keys "
+     "(for the table's generation origin) written to keys_out.\n"
      "Raises TypeError for a wrong buffer kind, ValueError for a range outside the table or "
      "wrong sizes (nothing is written then)."},
     {NULL, NULL, 0, NULL},

@@ -18,7 +18,7 @@ import numpy as np
 from rlreplay.core._compiled import load_kernel
 from rlreplay.core.batch_buffers import BatchBuffers
 from rlreplay.core.gather import gather_variable
-from rlreplay.core.item_slots import ItemIndex
+from rlreplay.core.item_slots import UNKEPT_PRIORITY, ItemIndex
 from rlreplay.core.keys import has_duplicates, make_keys
 from rlreplay.core.layout import ItemLayout
 from rlreplay.core.sample import Sample, SampleInfo
@@ -97,7 +97,9 @@ class DrawPlan:
         if _kernel is not None:
             slots = np.ascontiguousarray(slots, dtype=np.int64)
             n = len(slots)
-            keys, priorities = np.empty(n, dtype=np.int64), np.empty(n)
+            keys = np.empty(n, dtype=np.int64)
+            # Records without priorities leave them as filled here.
+            priorities = np.empty(n) if index.keeps_priorities else np.full(n, UNKEPT_PRIORITY)
             times = np.empty(n, dtype=np.uint32)
             _kernel.mark_sampled(slots, index.slot_bytes, keys, priorities, times, index.origin)
             return keys, priorities, times

@@ -1,14 +1,14 @@
 """The item index: a table's items, one per anchor slot, and the state that goes with them.
 
 A table holds at most one item per anchor step, in the slot equal to the anchor's row in
-the step store. :class:`ItemIndex` owns everything per slot (a 16-byte record of
-priority, generation and times sampled; the live flag; the item's extent for layouts with
-per-item extents), the sampler and the remover (the selectors) and the table's size and
-counters, and keeps them in agreement: every method leaves ``size``, the live flags and
-both selectors consistent, or raises before changing anything. The table calls it with
-its lock held; the overwrite protocol (overwrite.py) calls :meth:`ItemIndex.evict_rows`,
-:meth:`~ItemIndex.detach_for_move` and :meth:`~ItemIndex.attach_moved` for rows the store
-is about to overwrite.
+the step store. :class:`ItemIndex` owns everything per slot (a record of generation,
+times sampled and, where a selector uses priorities, the priority: 16 bytes, or 8; the
+live flag; the item's extent for layouts with per-item extents), the sampler and the
+remover (the selectors) and the table's size and counters, and keeps them in agreement:
+every method leaves ``size``, the live flags and both selectors consistent, or raises
+before changing anything. The table calls it with its lock held; the overwrite protocol
+(overwrite.py) calls :meth:`ItemIndex.evict_rows`, :meth:`~ItemIndex.detach_for_move`
+and :meth:`~ItemIndex.attach_moved` for rows the store is about to overwrite.
 """
 
 from __future__ import annotations
@@ -39,8 +39,24 @@ from rlreplay.errors import InvalidArgumentError, describe
 
 _kernel = load_kernel("rlreplay.core._slots")
 
-# Per-slot item state (the compiled loops in _draws.c and _slots.c rely on this layout).
-SLOT_STATE = np.dtype([("priority", "<f8"), ("generation", "<u4"), ("times_sampled", "<u4")])
+# Per-slot item state (the compiled loops in _draws.c and _slots.c rely on these layouts:
+# the first 8 bytes alike, the priority at byte 8 where there is one).
+SLOT_STATE = np.dtype([("generation", "<u4"), ("times_sampled", "<u4"), ("priority", "<f8")])
+SLOT_STATE_UNPRIORITIZED = np.dtype([("generation", "<u4"), ("times_sampled", "<u4")])
+UNKEPT_PRIORITY = 1.0
+"""What the priority of every item reads as in a table that keeps no priorities."""
+
+
+def keeps_priorities(sampler: Any, remover: Any) -> bool:
+    """Whether a table with these selectors keeps its items' priorities: unless both
+    ignore them (``uses_priorities``: Uniform, Fifo and Lifo do), so a uniform table
+    spends no 8 bytes per slot on numbers nothing reads."""
+    return getattr(sampler, "uses_priorities", True) or getattr(remover, "uses_priorities", True)
+
+
+def slot_record_dtype(sampler: Any, remover: Any) -> np.dtype:
+    """The per-slot record of a table with these selectors (16 or 8 bytes)."""
+    return SLOT_STATE if keeps_priorities(sampler, remover) else SLOT_STATE_UNPRIORITIZED
 
 COUNTERS = (
     "deletes",
@@ -70,7 +86,12 @@ class ItemIndex:
 
     Attributes (read by the table and the draws; changed only through the methods):
         size, live, priority, generation, times_sampled, slot_bytes, extent, counts,
-        max_priority, origin.
+        max_priority, origin, keeps_priorities.
+
+    Priorities: when neither selector uses them (``Uniform``, ``Fifo``, ``Lifo``), the
+    index keeps none (its records take 8 bytes per slot, not 16): priorities given to
+    inserts and updates are checked, then dropped, and every item's priority reads as
+    :data:`UNKEPT_PRIORITY` (``priority`` is then a read-only array of it).
     """
 
     def __init__(
@@ -95,19 +116,26 @@ class ItemIndex:
         self.span = span
         self.default_priority = default_priority
         self.rng = rng
-        # One 16-byte record per slot, so a sampled item's state is one cache line, not
-        # three; ``priority``, ``generation`` and ``times_sampled`` are views of its
-        # fields and ``slot_bytes`` its bytes, as the compiled loops take them.
-        self.slot_state = np.zeros(capacity, dtype=SLOT_STATE)
-        self.priority = self.slot_state["priority"]
+        # One record per slot, so a sampled item's state is one cache line, not three;
+        # ``priority``, ``generation`` and ``times_sampled`` are views of its fields and
+        # ``slot_bytes`` its bytes (slots x record bytes), as the compiled loops take them.
+        record = slot_record_dtype(sampler, remover)
+        self.keeps_priorities = "priority" in record.names
+        self.slot_state = np.zeros(capacity, dtype=record)
+        if self.keeps_priorities:
+            self.priority = self.slot_state["priority"]
+        else:
+            self.priority = np.broadcast_to(np.float64(UNKEPT_PRIORITY), (capacity,))
         self.generation = self.slot_state["generation"]
         self.times_sampled = self.slot_state["times_sampled"]
-        self.slot_bytes = self.slot_state.view(np.uint8)
+        self.slot_bytes = self.slot_state.view(np.uint8).reshape(capacity, record.itemsize)
         self.live = np.zeros(capacity, dtype=bool)
         # Memoryviews of the same arrays: one-slot reads and writes through them cost a
         # third of numpy's scalar indexing (the one-row insert does several).
-        self._slot_views = tuple(
-            memoryview(a) for a in (self.generation, self.priority, self.times_sampled)
+        self._slot_views = (
+            memoryview(self.generation),
+            memoryview(self.priority) if self.keeps_priorities else None,
+            memoryview(self.times_sampled),
         )
         self._live_view = memoryview(self.live)
         self.extent = np.zeros(capacity, dtype=np.int32) if variable else None
@@ -175,7 +203,8 @@ class ItemIndex:
                 prios = np.full(n, fill, dtype=np.float64)
             generations = next_generations(self.generation[at])
             self.generation[at] = generations
-            self.priority[at] = prios
+            if self.keeps_priorities:
+                self.priority[at] = prios
             self.times_sampled[at] = 0
             self.live[at] = True
             keys = make_keys(slots, generations, self.origin)
@@ -208,7 +237,8 @@ class ItemIndex:
         if not generation & GENERATION_MASK:  # past the last generation: 1 again (keys.py)
             generation = CYCLED | 1
         generations[slot] = generation
-        priorities[slot] = prio
+        if priorities is not None:
+            priorities[slot] = prio
         times[slot] = 0
         self._live_view[slot] = True
         if replacing:
@@ -317,7 +347,8 @@ class ItemIndex:
         self.sampler.move(old, new, priority)
         self.remover.move(old, new, priority)
         self.generation[new] = next_generation(int(self.generation[new]))
-        self.priority[new] = priority
+        if self.keeps_priorities:
+            self.priority[new] = priority
         self.times_sampled[new] = times
         if self.extent is not None:
             self.extent[new] = span
@@ -328,7 +359,8 @@ class ItemIndex:
     def update(self, slots: np.ndarray, prios: np.ndarray) -> None:
         """Set the priorities of held items (distinct slots)."""
         if len(slots):
-            self.priority[slots] = prios
+            if self.keeps_priorities:
+                self.priority[slots] = prios
             self.max_priority = max(self.max_priority, float(prios.max()))
             self.sampler.update(slots, prios)
             self.remover.update(slots, prios)
@@ -421,9 +453,16 @@ class ItemIndex:
         into = into or {}
         # One copy of the records' bytes (a structured copy, or one per field, costs
         # several times more); the fields are views of it.
-        records = copy_into(self.slot_bytes, into, "records").view(SLOT_STATE)
+        records = copy_into(self.slot_bytes, into, "records").reshape(-1)
+        records = records.view(self.slot_state.dtype)
+        if self.keeps_priorities:
+            priority = records["priority"]
+        else:  # the constant every priority reads as (a buffer filled outside the lock)
+            priority = into.get("priority")
+            if priority is None:
+                priority = np.full(self.capacity, UNKEPT_PRIORITY)
         out: dict[str, Any] = {
-            "priority": records["priority"],
+            "priority": priority,
             "generation": records["generation"],
             "times_sampled": records["times_sampled"],
             "live": copy_into(self.live, into, "live"),
@@ -447,6 +486,8 @@ class ItemIndex:
             "sampler": self.sampler.state_buffers(),
             "remover": self.remover.state_buffers(),
         }
+        if not self.keeps_priorities:
+            out["priority"] = np.full(self.capacity, UNKEPT_PRIORITY)
         if self.extent is not None:
             out["extent"] = touched(self.extent.shape, self.extent.dtype)
         return out
@@ -477,7 +518,8 @@ class ItemIndex:
                 f"size={size}, or origin={state['origin']} is out of range: it is not an "
                 "index's state"
             )
-        self.priority[:] = state["priority"]
+        if self.keeps_priorities:
+            self.priority[:] = state["priority"]
         self.generation[:] = state["generation"]
         self.times_sampled[:] = state["times_sampled"]
         self.live[:] = state["live"]

@@ -166,10 +166,13 @@ def selector_slot_bytes(selector: Any) -> float:
 
 
 def index_slot_bytes(sampler: Any, remover: Any, variable: bool) -> float:
-    """Bytes per slot of a table's item index: the 16-byte slot record, the live flag, an
-    int32 extent for layouts with per-item extents, and both selectors' indexes."""
+    """Bytes per slot of a table's item index: the slot record (16 bytes, or 8 where
+    neither selector uses priorities), the live flag, an int32 extent for layouts with
+    per-item extents, and both selectors' indexes."""
+    from rlreplay.core.item_slots import slot_record_dtype
+
     return (
-        16
+        slot_record_dtype(sampler, remover).itemsize
         + 1
         + (4 if variable else 0)
         + selector_slot_bytes(sampler)
@@ -225,7 +228,10 @@ def table_rows(
         )
     sampler = Uniform() if sampler is None else sampler
     remover = Fifo() if remover is None else remover
-    per_slot = 16 + 1 + (4 if getattr(layout, "variable", False) else 0)
+    from rlreplay.core.item_slots import slot_record_dtype
+
+    per_slot = slot_record_dtype(sampler, remover).itemsize + 1
+    per_slot += 4 if getattr(layout, "variable", False) else 0
     for selector in (sampler, remover):
         if isinstance(selector, Selector):
             per_slot += selector_slot_bytes(selector)

@@ -38,6 +38,10 @@ class Selector:
 
     deterministic: bool = False
     name: str = "selector"
+    uses_priorities: bool = True
+    """Whether the selector's choices depend on priorities; a table whose sampler and
+    remover both ignore them keeps no priorities (see :class:`~rlreplay.core.item_slots.
+    ItemIndex`)."""
 
     def bind(self, capacity: int) -> None:
         """Allocate the index for ``capacity`` slots (called once by the table)."""

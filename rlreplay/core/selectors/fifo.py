@@ -19,7 +19,9 @@ class _InsertionOrder(OrderedSelector):
     vectorised pointer jumping), update O(1) (priorities do not affect the order),
     first(k) O(k). An updated item keeps its place: order is by insertion only.
     """
+
     newest_first = False
+    uses_priorities = False
 
     def bind(self, capacity: int) -> None:
         self.prev = np.full(capacity, NIL, dtype=np.int32)

@@ -18,6 +18,7 @@ class Uniform(Selector):
     """
 
     name = "uniform"
+    uses_priorities = False
 
     def bind(self, capacity: int) -> None:
         self.dense = np.zeros(capacity, dtype=np.int32)
