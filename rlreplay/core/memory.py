@@ -157,30 +157,35 @@ def format_bytes(n: float) -> str:
     return f"{n:.2f} TiB"  # not reached
 
 
-def selector_slot_bytes(selector: Any) -> float:
-    """Index bytes per slot of ``selector``'s kind, measured on a copy bound to
-    :data:`PROBE_SLOTS` slots (the selector itself is left untouched)."""
-    probe = copy.copy(selector)
-    probe.bind(PROBE_SLOTS)
-    return probe.nbytes() / PROBE_SLOTS
+def index_slot_bytes(sampler: Any, remover: Any, variable: bool, evicts: bool = True) -> float:
+    """Bytes per slot of a table's item index, measured on an :class:`ItemIndex` of
+    :data:`PROBE_SLOTS` slots built with copies of the selectors (they are left
+    untouched), so the estimate follows the index's own layout: the slot record, the live
+    flag, the extents of layouts with per-item extents, the sampler's index and the
+    remover's when it is used (``evicts``: the table's ``max_size`` is below its
+    capacity)."""
+    from rlreplay.core.item_slots import ItemIndex
 
-
-def index_slot_bytes(sampler: Any, remover: Any, variable: bool) -> float:
-    """Bytes per slot of a table's item index: the slot record (16 bytes, or 8 where
-    neither selector uses priorities), the live flag, an int32 extent for layouts with
-    per-item extents, and both selectors' indexes."""
-    from rlreplay.core.item_slots import slot_record_dtype
-
-    return (
-        slot_record_dtype(sampler, remover).itemsize
-        + 1
-        + (4 if variable else 0)
-        + selector_slot_bytes(sampler)
-        + (selector_slot_bytes(remover))
+    probe = ItemIndex(
+        PROBE_SLOTS,
+        copy.copy(sampler),
+        copy.copy(remover),
+        PROBE_SLOTS // 2 if evicts else PROBE_SLOTS,
+        span=1,
+        variable=variable,
+        default_priority=None,
+        rng=np.random.default_rng(0),
     )
+    arrays = (probe.slot_state, probe.live, probe.extent)
+    total = sum(a.nbytes for a in arrays if a is not None) + probe.sampler.nbytes()
+    if getattr(probe, "remover_active", True):
+        total += probe.remover.nbytes()
+    return total / PROBE_SLOTS
 
 
-def check_index(owner: Any, capacity: int, sampler: Any, remover: Any, variable: bool) -> None:
+def check_index(
+    owner: Any, capacity: int, sampler: Any, remover: Any, variable: bool, max_size: int
+) -> None:
     """:func:`check_fits` for the item index of table ``owner`` over ``capacity`` slots
     (measured only when a generous bound of 128 bytes per slot reaches
     :data:`CHECKED_BYTES`).
@@ -190,7 +195,7 @@ def check_index(owner: Any, capacity: int, sampler: Any, remover: Any, variable:
     """
     if capacity * 128 < CHECKED_BYTES:
         return
-    per_slot = index_slot_bytes(sampler, remover, variable)
+    per_slot = index_slot_bytes(sampler, remover, variable, max_size < capacity)
     check_fits(
         owner,
         math.ceil(capacity * per_slot),
@@ -209,10 +214,12 @@ def table_rows(
     sampler: Any,
     remover: Any,
     layout: Any,
+    max_size: Any,
 ) -> int:
     """The capacity a table's own store gets from ``capacity_bytes``: the most steps
-    whose columns and item-index slots fit in it (selectors that are not selector
-    instances count nothing here; the table refuses them next).
+    whose columns and item-index slots fit in it (an index as the table would build it:
+    its remover counted when ``max_size`` is given, since it may then evict; selectors
+    that are not selector instances count nothing here, the table refuses them next).
 
     Raises:
         InvalidArgumentError: with ``capacity=`` or ``store=`` also given, without
@@ -226,15 +233,10 @@ def table_rows(
             "capacity_bytes= sizes the table's own store: give it with signature= and "
             "without capacity= or store= (a shared store takes its own capacity_bytes=)"
         )
-    sampler = Uniform() if sampler is None else sampler
-    remover = Fifo() if remover is None else remover
-    from rlreplay.core.item_slots import slot_record_dtype
-
-    per_slot = slot_record_dtype(sampler, remover).itemsize + 1
-    per_slot += 4 if getattr(layout, "variable", False) else 0
-    for selector in (sampler, remover):
-        if isinstance(selector, Selector):
-            per_slot += selector_slot_bytes(selector)
+    sampler = sampler if isinstance(sampler, Selector) else Uniform()
+    remover = remover if isinstance(remover, Selector) else Fifo()
+    variable = bool(getattr(layout, "variable", False))
+    per_slot = index_slot_bytes(sampler, remover, variable, max_size is not None)
     row_bytes = Signature(signature).step_nbytes + per_slot
     return rows_for_bytes(capacity_bytes, row_bytes, 1, "capacity_bytes")
 

@@ -134,7 +134,7 @@ class Table:
             raise InvalidArgumentError(f"name={describe(name)} must be a non-empty string")
         if capacity_bytes is not None:
             capacity = memory.table_rows(
-                signature, capacity, store, capacity_bytes, sampler, remover, layout
+                signature, capacity, store, capacity_bytes, sampler, remover, layout, max_size
             )
         store = resolve_store(signature, capacity, store, max_size)
         self.name = name
@@ -149,7 +149,7 @@ class Table:
         remover = remover if remover is not None else Fifo()
         self.rate_limiter = rate_limiter if rate_limiter is not None else MinSize(1)
         check_components(sampler, remover, self.rate_limiter, self.max_size, max_times_sampled)
-        memory.check_index(self, cap, sampler, remover, self.layout.variable)
+        memory.check_index(self, cap, sampler, remover, self.layout.variable, self.max_size)
         self.max_times_sampled = max_times_sampled
         self.on_overwrite = on_overwrite
         self.rng = np.random.default_rng(seed)

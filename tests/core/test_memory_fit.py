@@ -122,7 +122,9 @@ def test_table_capacity_bytes_counts_its_store_and_item_index(sampler):
     )
     index = table.index
     used = table.store.nbytes + index.slot_state.nbytes + index.live.nbytes
-    used += index.sampler.nbytes() + index.remover.nbytes()
+    used += index.sampler.nbytes()
+    if getattr(index, "remover_active", True):  # a table that never evicts binds no remover
+        used += index.remover.nbytes()
     assert used <= budget
     assert budget - used < budget / 100  # within 1% of it (tree levels round up)
     assert table.max_size == table.store.capacity  # max_size defaults to what fits
@@ -189,4 +191,21 @@ def test_served_configuration_takes_capacity_bytes():
 def test_queue_takes_capacity_bytes_for_its_own_store():
     queue = rlreplay.Table.queue("q", 10, signature={"x": "float32"}, capacity_bytes=4000)
     assert queue.max_size == 10 and 10 < queue.store.capacity < 1000
+
+
+@pytest.mark.parametrize("max_size", [None, 500])
+def test_item_index_estimate_matches_the_index_the_table_builds(max_size):
+    """The estimate probes a real item index, so it follows its layout (record size,
+    whether the remover is bound) whatever the selectors."""
+    for sampler in (rlreplay.Uniform(), rlreplay.Prioritized(0.6), rlreplay.MinHeap()):
+        table = rlreplay.Table(
+            "t", signature={"x": "uint8"}, capacity=1 << 16, max_size=max_size, sampler=sampler
+        )
+        index = table.index
+        used = index.slot_state.nbytes + index.live.nbytes + index.sampler.nbytes()
+        if getattr(index, "remover_active", True):
+            used += index.remover.nbytes()
+        evicts = table.max_size < table.store.capacity
+        estimate = memory.index_slot_bytes(sampler, rlreplay.Fifo(), False, evicts) * (1 << 16)
+        assert abs(estimate - used) <= used / 100, (type(sampler).__name__, estimate, used)
 
