@@ -1,8 +1,8 @@
 """Memory fit: refuse, before allocating, a store or table that cannot fit in memory.
 
 A step store preallocates ``capacity x shape`` per field and a table's item index
-``capacity`` slots (a 16-byte record, a live flag, an extent for per-item layouts, and
-the sampler's and remover's indexes). numpy takes fresh zeroed memory from the operating
+``capacity`` slots (a slot record, a live flag, an extent for per-item layouts, and
+the selectors' indexes; measured per slot on a small index built the same way). numpy takes fresh zeroed memory from the operating
 system lazily, so an allocation larger than the machine "succeeds" and the process is
 killed hours later, when the buffer fills. :func:`check_fits` refuses such a
 configuration at construction instead, with the bytes needed and available
