@@ -93,6 +93,10 @@ class NStepTransitionAdder(StreamAdder):
         self._powers = self.discount ** np.arange(n + 1)
         self._windows = np.arange(self.capacity)[:, None] + np.arange(n)
         self._tail = self._powers[np.minimum(np.arange(self.capacity + 1), n)]
+        # Extents of the last c items of an ended episode: _extents[-1 - c : -1] (read-only;
+        # the item with k steps left spans stack + min(n, k) rows).
+        self._extents = (self.stack + np.minimum(np.arange(self.capacity + 1), n))[::-1].copy()
+        self._extents.flags.writeable = False
 
     # ---------------------------------------------------------- construction
     @staticmethod
@@ -164,7 +168,10 @@ class NStepTransitionAdder(StreamAdder):
         total = int(self._steps[i])
         stop = total if ended else max(first, appended - self.n - self.stack + 1)
         t = np.arange(first, stop, dtype=np.int64)
-        if ended:
+        count = stop - first
+        if ended and 0 < count < len(self._extents):
+            extent = self._extents[-1 - count : -1]
+        elif ended:
             extent = self.stack + np.minimum(self.n, total - t)
         else:
             extent = np.full(len(t), self.stack + self.n, dtype=np.int64)
