@@ -173,7 +173,9 @@ class PrioritizedTableModel(RuleBasedStateMachine):
     def sizes_agree(self):
         info = self.table.info()
         assert info.size == len(self.table) == len(self.items) == self.table.sampler.size
-        assert self.table.remover.size == len(self.items)
+        if self.table.index.remover_active:  # else idle: max_size reaches capacity
+            assert self.table.remover.size == len(self.items)
+        assert self.table.index.remover_active == (self.max_size < self.capacity)
         assert info.size <= self.max_size
         assert self.table.store.next_id == self.next_step
 

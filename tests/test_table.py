@@ -480,7 +480,8 @@ def test_a_batch_that_runs_out_of_positive_priorities_is_cut_short_and_keeps_ind
     assert sorted(batch.data["step"].tolist()) == [0, 2]
     assert table.size == table.sampler.size == 1 and table.info().samples == 2
     assert table.delete(keys) == 1
-    assert table.size == table.sampler.size == table.remover.size == 0
+    assert table.size == table.sampler.size == 0
+    assert not table.index.remover_active  # max_size reaches capacity: the remover idles
 
 
 def test_can_sample_is_false_when_every_prioritized_item_has_priority_zero():

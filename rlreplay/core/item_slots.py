@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.core import idle_remover
 from rlreplay.core._compiled import load_kernel
 from rlreplay.core.keys import (
     CYCLED,
@@ -86,7 +87,11 @@ class ItemIndex:
 
     Attributes (read by the table and the draws; changed only through the methods):
         size, live, priority, generation, times_sampled, slot_bytes, extent, counts,
-        max_priority, origin, keeps_priorities.
+        max_priority, origin, keeps_priorities, remover_active.
+
+    Remover: a table whose ``max_size`` reaches ``capacity`` never asks its remover for
+    victims (see :mod:`rlreplay.core.idle_remover`): the remover is left unbound and idle
+    (``remover_active`` False), costing no memory and no work per insert.
 
     Priorities: when neither selector uses them (``Uniform``, ``Fifo``, ``Lifo``), the
     index keeps none (its records take 8 bytes per slot, not 16): priorities given to
@@ -140,7 +145,12 @@ class ItemIndex:
         self._live_view = memoryview(self.live)
         self.extent = np.zeros(capacity, dtype=np.int32) if variable else None
         sampler.bind(capacity)
-        remover.bind(capacity)
+        self.remover_active = not idle_remover.remover_is_idle(capacity, max_size)
+        # The remover's calls go to ``_remover``: None while it is idle.
+        self._remover = remover if self.remover_active else None
+        if self._remover is not None:
+            remover.bind(capacity)
+        self._newest = capacity - 1  # the slot of the item inserted last (idle order)
         self.size = 0
         self.max_priority = 1.0
         self.counts = dict.fromkeys(COUNTERS, 0)
@@ -208,13 +218,17 @@ class ItemIndex:
             self.times_sampled[at] = 0
             self.live[at] = True
             keys = make_keys(slots, generations, self.origin)
+        remover = self._remover
         if replacing:
             self.sampler.replace(slots, prios)
-            self.remover.replace(slots, prios)
+            if remover is not None:
+                remover.replace(slots, prios)
         else:
             self.sampler.insert(slots, prios)
-            self.remover.insert(slots, prios)
+            if remover is not None:
+                remover.insert(slots, prios)
             self.size += n
+        self._newest = int(slots[-1]) if start is None else start + n - 1
         return keys
 
     def claim_one(self, slot: int, prio: float | None) -> int:
@@ -241,15 +255,19 @@ class ItemIndex:
             priorities[slot] = prio
         times[slot] = 0
         self._live_view[slot] = True
+        self._newest = slot
+        remover = self._remover
         if replacing:
             self.sampler.replace_one(slot, prio)
-            self.remover.replace_one(slot, prio)
+            if remover is not None:
+                remover.replace_one(slot, prio)
         elif victim >= 0:  # the victim leaves each selector as the new item comes in
             self.sampler.evict_insert_one(victim, slot, prio)
-            self.remover.evict_insert_one(victim, slot, prio)
+            remover.evict_insert_one(victim, slot, prio)  # active: it chose the victim
         else:
             self.sampler.insert_one(slot, prio)
-            self.remover.insert_one(slot, prio)
+            if remover is not None:
+                remover.insert_one(slot, prio)
         generation = (generation & GENERATION_MASK) + self.origin  # the key's (keys.py)
         if generation > GENERATIONS:
             generation -= GENERATIONS
@@ -272,7 +290,8 @@ class ItemIndex:
                 f"slots {describe(slots[:8].tolist())} do not all hold items; nothing was removed"
             )
         self.sampler.delete(slots)
-        self.remover.delete(slots)
+        if self._remover is not None:
+            self._remover.delete(slots)
         self.live[slots] = False
         self.size -= len(slots)
 
@@ -281,7 +300,8 @@ class ItemIndex:
         if len(slots) == 1:
             slot = int(slots[0])
             self.sampler.delete_one(slot)
-            self.remover.delete_one(slot)
+            if self._remover is not None:
+                self._remover.delete_one(slot)
             self._live_view[slot] = False
             self.size -= 1
         else:
@@ -316,7 +336,8 @@ class ItemIndex:
         if n == 1:
             if self._live_view[start]:
                 self.sampler.delete_one(start)
-                self.remover.delete_one(start)
+                if self._remover is not None:
+                    self._remover.delete_one(start)
                 self._live_view[start] = False
                 self.size -= 1
                 self.counts["overwrite_evictions"] += 1
@@ -345,7 +366,8 @@ class ItemIndex:
         same priority, times sampled and place in the selectors' order; a new key."""
         priority, times, span = state
         self.sampler.move(old, new, priority)
-        self.remover.move(old, new, priority)
+        if self._remover is not None:
+            self._remover.move(old, new, priority)
         self.generation[new] = next_generation(int(self.generation[new]))
         if self.keeps_priorities:
             self.priority[new] = priority
@@ -363,7 +385,8 @@ class ItemIndex:
                 self.priority[slots] = prios
             self.max_priority = max(self.max_priority, float(prios.max()))
             self.sampler.update(slots, prios)
-            self.remover.update(slots, prios)
+            if self._remover is not None:
+                self._remover.update(slots, prios)
 
     def held(self, keys: Any, priorities: Any, stale_counter: str):
         """``(slots, priorities)`` of the held items that ``keys`` name, each slot once (the
@@ -440,7 +463,8 @@ class ItemIndex:
         """Remove every item (counters and generations stay)."""
         self.live.fill(False)
         self.sampler.clear()
-        self.remover.clear()
+        if self._remover is not None:
+            self._remover.clear()
         self.size = 0
         self.max_priority = 1.0
 
@@ -469,9 +493,10 @@ class ItemIndex:
             "size": self.size,
             "max_priority": self.max_priority,
             "origin": self.origin,
+            "newest": self._newest,
             "counts": dict(self.counts),
             "sampler": self.sampler.state(into.get("sampler")),
-            "remover": self.remover.state(into.get("remover")),
+            "remover": self._remover_state(into.get("remover")),
         }
         if self.extent is not None:
             out["extent"] = copy_into(self.extent, into, "extent")
@@ -484,7 +509,11 @@ class ItemIndex:
             "records": touched(self.slot_bytes.shape, np.uint8),
             "live": touched(self.live.shape, bool),
             "sampler": self.sampler.state_buffers(),
-            "remover": self.remover.state_buffers(),
+            "remover": (
+                self.remover.state_buffers()
+                if self.remover_active
+                else idle_remover.bound_copy(self.remover, self.capacity).state_buffers()
+            ),
         }
         if not self.keeps_priorities:
             out["priority"] = np.full(self.capacity, UNKEPT_PRIORITY)
@@ -528,11 +557,23 @@ class ItemIndex:
         self.size = size
         self.max_priority = float(state["max_priority"])
         self.origin = int(state["origin"])
+        self._newest = int(state.get("newest", cap - 1)) % cap  # an order hint only
         self.counts.update({name: int(state["counts"].get(name, 0)) for name in COUNTERS})
         self.sampler.load_state(state["sampler"])
-        self.remover.load_state(state["remover"])
+        if self._remover is not None:  # an idle remover keeps no state to load
+            self._remover.load_state(state["remover"])
 
     def nbytes(self) -> int:
         """Bytes of item bookkeeping (per-slot state, sampler and remover indexes)."""
         own = self.slot_state.nbytes + self.live.nbytes
-        return own + self.sampler.nbytes() + self.remover.nbytes()
+        remover = self.remover.nbytes() if self.remover_active else 0
+        return own + self.sampler.nbytes() + remover
+
+    def _remover_state(self, into: dict[str, Any] | None) -> dict[str, Any]:
+        """The remover's state; an idle remover's is made now, holding the items in
+        :func:`~rlreplay.core.idle_remover.idle_order`."""
+        if self.remover_active:
+            return self.remover.state(into)
+        return idle_remover.idle_state(
+            self.remover, self.live, self._newest, self.priority, into
+        )

@@ -143,3 +143,53 @@ def test_index_state_restores_exactly(sampler):
     np.testing.assert_array_equal(state["priority"], a.index.priority)
     b.rng.bit_generator.state = a.rng.bit_generator.state  # the table's, not the index's
     assert a.sample(8).info.keys.tolist() == b.sample(8).info.keys.tolist()
+
+
+# ---------------------------------------------------------------- idle removers
+BYTES_PER_ITEM = {  # sampler -> (most index bytes per item with an idle Fifo remover)
+    "uniform": (Uniform, 24),
+    "prioritized": (lambda: Prioritized(0.6), 28),
+}
+
+
+@pytest.mark.parametrize("sampler", sorted(BYTES_PER_ITEM))
+def test_a_table_that_never_evicts_by_choice_binds_no_remover(sampler):
+    make, most = BYTES_PER_ITEM[sampler]
+    table = Table("t", signature=SIG, max_size=1 << 14, sampler=make())
+    assert not table.index.remover_active
+    assert not hasattr(table.remover, "prev")  # the Fifo's links were never made
+    assert table.index_nbytes() / table.max_size <= most
+    for _ in range(3):  # the ring goes round three times
+        table.insert({"x": np.arange(1 << 14)})
+    assert len(table) == 1 << 14 and table.info().overwrite_evictions == 2 << 14
+    assert table.info().evictions == 0  # the remover was never asked
+
+
+def test_a_table_that_may_evict_keeps_its_remover_and_evicts_the_oldest():
+    table = Table("t", signature=SIG, capacity=16, max_size=8, seed=0)
+    assert table.index.remover_active and table.remover.size == 0
+    table.insert({"x": np.arange(6)})
+    table.insert({"x": np.arange(6, 10)})
+    assert table.remover.size == 8 and table.info().evictions == 2
+    steps = set(table.sample(8).data["x"].tolist())
+    assert steps <= set(range(2, 10))
+
+
+def test_an_idle_removers_saved_state_holds_the_items_oldest_first():
+    idle = Table("t", signature=SIG, max_size=16, seed=0)
+    keys = idle.insert({"x": np.arange(16)})
+    keys = np.r_[keys, idle.insert({"x": np.arange(4)})]  # slots 0..3 again: 3 is newest
+    idle.delete(keys[[6, 9]])  # slots 6 and 9
+    state = idle.index.state(idle.index.state_buffers())
+    # An index of the same slots whose remover is active takes the saved order.
+    active = Table("t", signature=SIG, capacity=16, max_size=15, seed=0)
+    assert active.index.remover_active
+    active.index.load_state(state)
+    expected = [4, 5, 7, 8, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3]
+    assert active.remover.first(14).tolist() == expected
+    assert active.remover.size == len(idle) == 14
+    # And back: an idle index ignores the saved remover's state.
+    again = Table("t", signature=SIG, max_size=16, seed=0)
+    again.index.load_state(active.index.state())
+    np.testing.assert_array_equal(again.index.live, idle.index.live)
+    assert again.index.state()["remover"]["prev"].tolist() == state["remover"]["prev"].tolist()
