@@ -57,18 +57,24 @@ def npy_header(shape: tuple[int, ...], dtype: np.dtype) -> bytes:
     return buf.getvalue()
 
 
-def write_small_array(path: Path, arr: np.ndarray) -> dict[str, Any]:
-    """Write ``arr`` as ``.npy``, fsync it; returns its manifest entry."""
-    arr = np.ascontiguousarray(arr)
+def write_array(path: Path, arr: np.ndarray) -> dict[str, Any]:
+    """Write ``arr`` as ``.npy`` and fsync it; returns its manifest entry. A strided
+    array (a field of the item records) is written a chunk at a time, never copied
+    whole."""
     header = npy_header(arr.shape, arr.dtype)
-    data = memoryview(arr.reshape(-1).view(np.uint8)) if arr.size else memoryview(b"")
+    crc, size = zlib.crc32(header), len(header)
+    rows = max(1, CHUNK_BYTES // max(1, arr[:1].nbytes)) if arr.ndim else 1
     with open(path, "wb") as f:
         f.write(header)
-        f.write(data)
+        for start in range(0, len(arr) if arr.ndim else 1, rows):
+            part = np.ascontiguousarray(arr[start : start + rows] if arr.ndim else arr)
+            data = memoryview(part.reshape(-1).view(np.uint8))
+            f.write(data)
+            crc = zlib.crc32(data, crc)
+            size += len(data)
         f.flush()
         os.fsync(f.fileno())
-    crc = zlib.crc32(data, zlib.crc32(header))
-    return entry(len(header) + len(data), crc, arr.dtype, arr.shape)
+    return entry(size, crc, arr.dtype, arr.shape)
 
 
 def entry(nbytes: int, crc: int, dtype: np.dtype, shape: tuple[int, ...]) -> dict[str, Any]:

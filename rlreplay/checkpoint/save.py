@@ -29,8 +29,8 @@ from rlreplay.checkpoint.manifest import (
     FORMAT,
     FORMAT_VERSION,
     flatten_state,
+    write_array,
     write_manifest,
-    write_small_array,
 )
 from rlreplay.checkpoint.progress import Progress
 from rlreplay.checkpoint.snapshot import Snapshot, as_tables, capture
@@ -158,7 +158,7 @@ def _write(
     extra_json = None if extra is None else flatten_state(extra, "x", arrays)
     files: dict[str, Any] = {}
     for name, arr in arrays.items():
-        files[name] = write_small_array(tmp / name, arr)
+        files[name] = write_array(tmp / name, arr)
     total = sum(s.store.nbytes for s in snap.stores)
     bar = Progress(progress, total, "checkpoint")
     try:
