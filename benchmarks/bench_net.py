@@ -31,6 +31,24 @@ are full before measuring (writers evict the oldest items). Workloads:
 
 In process every ``sample+update`` row runs ``Table.sample`` then
 ``Table.update_priorities`` on the same table.
+
+Single remote calls, with the inputs a user's loop passes:
+
+* ``insert one row``: ``client.insert("gym", row, priorities=1.0)`` once per row of a
+  gymnasium loop (``np.float32[4]`` observation, ``np.int64`` action, ``np.float64``
+  reward, ``np.bool_`` or ``bool`` done) into a prioritized table; pipelined (the call does
+  not wait for the server), with ``client.flush()`` at the end inside the timing. In
+  process: ``Table.insert(row, priorities=1.0)``.
+* ``insert one row, awaited``: the same with ``wait=True`` (one round trip per row).
+* ``update_priorities 256``: ``client.update_priorities("prio", keys, priorities)`` of 256
+  keys, awaited (one round trip per call).
+
+With ``--reverb-python`` (default: ``$RLREPLAY_REVERB_PYTHON``, else
+``/tmp/reverbenv/bin/python`` when it exists) the same calls are measured on Reverb in the
+same run by ``benchmarks/anchors/reverb_calls.py`` and printed beside ours. For every
+1-client row the CPU time of the server process and of the client process per operation is
+printed too (all their threads, ZeroMQ's included): on a loaded machine it says what a free
+core would give.
 """
 
 from __future__ import annotations
@@ -40,6 +58,7 @@ import json
 import multiprocessing as mp
 import os
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -56,6 +75,8 @@ SIZES = {"100B": 24, "4KB": 1023, "40KB": 10239}  # float32 obs length; + 4 B re
 CAPACITY = {"100B": 1 << 20, "4KB": 1 << 15, "40KB": 1 << 12}
 BATCH = 256
 PRIO_SIZE = 1 << 20
+GYM_SIGNATURE = {"obs": ((4,), "float32"), "action": "int64", "reward": "float32", "done": "bool"}
+TICK = os.sysconf("SC_CLK_TCK")
 
 
 def signature(size: str) -> dict:
@@ -71,10 +92,15 @@ def make_tables() -> list[Table]:
     tables.append(
         Table("prio", signature=signature("100B"), max_size=PRIO_SIZE, sampler=Prioritized(0.6))
     )
+    tables.append(
+        Table("gym", signature=GYM_SIGNATURE, max_size=1 << 16, sampler=Prioritized(0.6))
+    )
     return tables
 
 
 def prefill(table: Table) -> None:
+    if table.name == "gym":
+        return  # the insert workloads fill it
     n, chunk = table.max_size, min(table.max_size, 4096)
     dim = table.store.signature["obs"].shape[0]
     rng = np.random.default_rng(0)
@@ -94,6 +120,27 @@ def serve(out, stop, bind) -> None:
     server.stop()
 
 
+def gym_rows(n: int) -> list[dict]:
+    """Rows as a gymnasium loop gives them: numpy scalars, numpy and Python bools."""
+    rng = np.random.default_rng(3)
+    return [
+        {
+            "obs": rng.random(4, dtype=np.float32),
+            "action": np.int64(i % 2),
+            "reward": np.float64(1.0),
+            "done": np.bool_(i % 50 == 49) if i % 2 else bool(i % 50 == 49),
+        }
+        for i in range(n)
+    ]
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds of process ``pid`` so far (all its threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
 def steps_block(size: str, n: int) -> dict:
     rng = np.random.default_rng(1)
     return {"obs": rng.random((n, SIZES[size]), dtype=np.float32), "reward": np.ones(n, "f4")}
@@ -102,11 +149,25 @@ def steps_block(size: str, n: int) -> dict:
 # ------------------------------------------------------------ client workloads
 def work(kind: str, target, size: str, duration: float) -> int:
     """Run one workload for ``duration`` seconds; returns items (or cycles) done."""
-    block = steps_block(size, BATCH)
+    block = steps_block(size if size in SIZES else "100B", BATCH)
     steps = [{"obs": block["obs"][i], "reward": block["reward"][i]} for i in range(BATCH)]
     done = 0
     end = time.perf_counter() + duration
-    if kind == "write":
+    if kind.startswith("insert one row"):
+        insert, flush = target()
+        rows = gym_rows(BATCH)
+        while time.perf_counter() < end:
+            for row in rows:
+                insert(row)
+            done += BATCH
+        flush()
+    elif kind == "update_priorities 256":
+        update, keys = target()
+        prios = np.random.default_rng(2).random(len(keys)) + 0.01
+        while time.perf_counter() < end:
+            update(keys, prios)
+            done += 1
+    elif kind == "write":
         writer = target()
         while time.perf_counter() < end:
             for st in steps:
@@ -165,6 +226,16 @@ def work(kind: str, target, size: str, duration: float) -> int:
 
 
 def remote_target(client: rlreplay.Client, kind: str, size: str):
+    if kind == "insert one row":
+        return lambda: (
+            lambda r: client.insert("gym", r, priorities=1.0),
+            lambda: client.flush(60.0),
+        )
+    if kind == "insert one row, awaited":
+        return lambda: (lambda r: client.insert("gym", r, priorities=1.0, wait=True), _nothing)
+    if kind == "update_priorities 256":
+        keys = client.sample("prio", BATCH).info.keys
+        return lambda: (lambda k, p: client.update_priorities("prio", k, p), keys)
     if kind in ("write", "write_batch"):
         history = BATCH if kind == "write_batch" else None
         chunk = min(1024, max(BATCH, (8 << 20) // item_bytes(size)))
@@ -187,19 +258,27 @@ def remote_target(client: rlreplay.Client, kind: str, size: str):
     )
 
 
+def _nothing() -> None:
+    pass
+
+
 def client_proc(address, kind, size, duration, go, out) -> None:
     client = rlreplay.Client(address)
     client.ping()
     target = remote_target(client, kind, size)
-    out.put(("ready", 0, 0.0))
+    out.put(("ready", 0, 0.0, 0.0))
     go.wait()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), process_cpu_s(os.getpid())
     try:
         done = work(kind, target, size, duration)
     except Exception as exc:  # reported, so the benchmark fails instead of hanging
-        out.put(("error", f"{type(exc).__name__}: {exc}", 0.0))
+        out.put(("error", f"{type(exc).__name__}: {exc}", 0.0, 0.0))
         return
-    out.put(("done", done, time.perf_counter() - start))
+    out.put(("done", done, time.perf_counter() - start, process_cpu_s(os.getpid()) - cpu))
+
+
+SERVER_PID: list[int] = []  # the server process, for its CPU time
+CPU: dict = {}  # (kind, size) -> (server, client) CPU seconds per operation, 1 client
 
 
 def remote(address: str, kind: str, size: str, clients: int, duration: float) -> float:
@@ -212,20 +291,31 @@ def remote(address: str, kind: str, size: str, clients: int, duration: float) ->
         p.start()
     for _ in procs:
         assert out.get(timeout=60)[0] == "ready"
+    server_cpu = process_cpu_s(SERVER_PID[0]) if SERVER_PID else 0.0
     go.set()
     results = [out.get(timeout=duration + 120) for _ in procs]
+    server_cpu = process_cpu_s(SERVER_PID[0]) - server_cpu if SERVER_PID else 0.0
     for p in procs:
         p.join(30)
     failed = [r[1] for r in results if r[0] != "done"]
     failed += [f"no work done in {r[2]:.3g}s" for r in results if r[0] == "done" and r[1] == 0]
     if failed:
         raise RuntimeError(f"{kind} {size} x{clients} failed: {failed[0]}")
-    return sum(r[1] for r in results) / max(r[2] for r in results)
+    done = sum(r[1] for r in results)
+    if clients == 1:
+        CPU[(kind, size)] = (server_cpu / done, results[0][3] / done)
+    return done / max(r[2] for r in results)
 
 
 def local(tables: dict, kind: str, size: str, duration: float) -> float:
-    table = tables["prio" if kind.startswith("sample+update") else size]
-    if kind in ("write", "write_batch"):
+    learner = kind.startswith("sample+update") or kind == "update_priorities 256"
+    table = tables["prio" if learner else size]
+    if kind.startswith("insert one row"):
+        target = lambda: (lambda r: table.insert(r, priorities=1.0), _nothing)  # noqa: E731
+    elif kind == "update_priorities 256":
+        keys = table.sample(BATCH).info.keys
+        target = lambda: (table.update_priorities, keys)  # noqa: E731
+    elif kind in ("write", "write_batch"):
         history = BATCH if kind == "write_batch" else 1
         target = lambda: TrajectoryWriter(table, history=history)  # noqa: E731
     elif kind == "sample":
@@ -288,12 +378,20 @@ LEARNER_KINDS = (
     "sample+update one trip",
     "sample+update one trip x2",
 )
+SINGLE_CALLS = ("insert one row", "insert one row, awaited", "update_priorities 256")
+# Reverb's figures from earlier runs on this machine (issue table), used when Reverb is not
+# measured in the same run: client.insert 2.3k-2.7k rows/s, update of 256 1.7k-3.3k/s.
+REVERB_EARLIER = {"insert_rows_per_s": 2_700, "update_256_per_s": 3_300}
 TARGETS = {  # (kind, size, clients) -> (target, unit)
+    # >= 10x Reverb's client.insert (2.3k-2.7k rows/s): >= 27k rows/s
+    ("insert one row", "gym", 1): (27_000, "rows/s"),
+    # >= 3x Reverb's awaited priority update of 256 (1.7k-3.3k/s)
+    ("update_priorities 256", "100B", 1): (9_900, "calls/s"),
+    # the learner loop over TCP
+    ("sample+update one trip x2", "100B", 1): (5_000, "cycles/s"),
     ("write", "100B", 1): (175_000, "steps/s"),
     ("sample", "100B", 1): (175_000, "items/s"),
     ("sample", "40KB", 1): (1e9, "B/s"),
-    # A learner's loop: SampleIterator, 2 in flight, priorities sent with the next request.
-    ("sample+update one trip x2", "100B", 1): (1_900, "cycles/s"),
 }
 
 
@@ -307,6 +405,11 @@ def main() -> None:
     parser.add_argument(
         "--repeat", type=int, default=1, help="measure each cell this many times; report median"
     )
+    parser.add_argument(
+        "--reverb-python",
+        default=os.environ.get("RLREPLAY_REVERB_PYTHON", "/tmp/reverbenv/bin/python"),
+        help="interpreter with dm-reverb installed, to measure Reverb's calls in the same run",
+    )
     args = parser.parse_args()
     duration = 0.3 if args.quick else args.duration
     client_counts = (1,) if args.quick else (1, 2, 4)
@@ -317,12 +420,14 @@ def main() -> None:
     out_path = args.out or str(Path(__file__).parent / "results" / f"bench_net_{transport}.json")
     server = CTX.Process(target=serve, args=(out, stop, bind), daemon=True)
     server.start()
+    SERVER_PID.append(server.pid)
     tables = {t.name: t for t in make_tables()}
     for t in tables.values():
         prefill(t)
     address = out.get(timeout=300)
 
     plan = [(k, s) for k in ("write", "write_batch", "sample") for s in SIZES]
+    plan += [(k, "gym") for k in SINGLE_CALLS[:2]] + [(SINGLE_CALLS[2], "100B")]
     plan += [(k, "100B") for k in LEARNER_KINDS]
     if args.only:
         plan = [(k, s) for k, s in plan if args.only in f"{k} {s}"]
@@ -336,6 +441,11 @@ def main() -> None:
                 row["runs"][n] = runs
                 row["remote"][n] = float(np.median(runs))
             row["load_average"] = os.getloadavg()
+            if (kind, size) in CPU:
+                row["cpu_us_per_op"] = {
+                    "server": CPU[kind, size][0] * 1e6,
+                    "client": CPU[kind, size][1] * 1e6,
+                }
             rows.append(row)
             print_row(row, client_counts)
     finally:
@@ -343,7 +453,11 @@ def main() -> None:
         server.join(30)
         if server.is_alive():
             server.kill()
+    reverb = None
+    if any(k in SINGLE_CALLS or k == "sample+update one trip x2" for k, _ in plan):
+        reverb = reverb_anchor(args.reverb_python, duration)
     report = {
+        "reverb": reverb,
         "machine": {
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
@@ -354,7 +468,7 @@ def main() -> None:
         "duration_s": duration,
         "batch": BATCH,
         "rows": rows,
-        "targets": check_targets(rows),
+        "targets": check_targets(rows) + reverb_lines(rows, reverb),
     }
     Path(out_path).parent.mkdir(parents=True, exist_ok=True)
     Path(out_path).write_text(json.dumps(report, indent=2))
@@ -366,8 +480,55 @@ def main() -> None:
 HEADER_PRINTED = []
 
 
+def reverb_anchor(python: str, duration: float) -> dict | None:
+    """Reverb's single calls measured now by ``anchors/reverb_calls.py`` (None without an
+    interpreter that has Reverb)."""
+    if not python or not Path(python).exists():
+        return None
+    script = Path(__file__).parent / "anchors" / "reverb_calls.py"
+    try:
+        done = subprocess.run(
+            [python, str(script), "--duration", str(duration)],
+            capture_output=True, text=True, timeout=600, check=False,
+        )  # fmt: skip
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+    except (subprocess.TimeoutExpired, ValueError, IndexError):
+        return None
+    return None if "skipped" in result else result
+
+
+def reverb_lines(rows: list[dict], reverb: dict | None) -> list[str]:
+    """Our single calls against Reverb's: measured in this run, or the earlier figures."""
+    source = "Reverb in this run" if reverb else "Reverb's earlier figures (not measured now)"
+    anchor = reverb or REVERB_EARLIER
+    pairs = [
+        ("insert one row", "insert_rows_per_s", "rows/s"),
+        ("update_priorities 256", "update_256_per_s", "calls/s"),
+        ("sample+update one trip x2", "learner_cycles_per_s", "cycles/s"),
+    ]
+    lines = []
+    for kind, key, unit in pairs:
+        row = next((r for r in rows if r["workload"] == kind), None)
+        if row is None or key not in anchor:
+            continue
+        ours = row["remote"][min(row["remote"])]
+        lines.append(
+            f"{kind}: {ours:,.0f} {unit} vs {source} {anchor[key]:,.0f}: "
+            f"{ours / anchor[key]:.1f}x"
+        )
+    return lines
+
+
+def row_unit(workload: str) -> str:
+    if workload.startswith("sample+update"):
+        return "cycles/s"
+    if workload.startswith("insert one row"):
+        return "rows/s"
+    return "calls/s" if workload == "update_priorities 256" else "items/s"
+
+
 def print_row(row: dict, counts) -> None:
-    unit = "cycles/s" if row["workload"].startswith("sample+update") else "items/s"
+    unit = row_unit(row["workload"])
     if not HEADER_PRINTED:
         cols = ["workload", "item", "unit", "in-process"] + [f"{n} client(s)" for n in counts]
         cols.append("MB/s (1 client)")
@@ -380,6 +541,9 @@ def print_row(row: dict, counts) -> None:
     if len(runs) > 1:
         cells[-1] += f"  (1 client: {min(runs):,.0f}..{max(runs):,.0f})"
     cells[-1] += f"  load {row['load_average'][0]:.2f}"
+    if "cpu_us_per_op" in row:
+        cpu = row["cpu_us_per_op"]
+        cells[-1] += f"  cpu/op: server {cpu['server']:.0f} us, client {cpu['client']:.0f} us"
     print(f"{cells[0]:<26}" + "  ".join(f"{c:>15}" for c in cells[1:]), flush=True)
 
 
