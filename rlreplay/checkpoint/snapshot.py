@@ -29,7 +29,7 @@ def table_state(table: Table, buffers: dict[str, Any] | None = None) -> dict[str
     """The table's parts' states (lock held): index (copied into ``buffers`` from
     ``table.index.state_buffers()`` when given), rate limiter, random generator."""
     return {
-        "index": table.index.state(buffers),
+        "index": table.index.state(buffers, idle_remover_later=True),
         "rate_limiter": table.rate_limiter.state(),
         "rng": table.rng.bit_generator.state,
     }
@@ -137,6 +137,11 @@ def capture(tables: list[Table], directory: Path) -> Snapshot:
                 states = [table_state(t, b) for t, b in zip(mine, buffers)]
                 store.guard = stream
                 snap.held_s = max(snap.held_s, time.perf_counter() - t0)
+            for t, st, b in zip(mine, states, buffers):  # after the lock: an index build
+                if st["index"]["remover"] is None:
+                    st["index"]["remover"] = t.index.idle_remover_state(
+                        st["index"], (b or {}).get("remover")
+                    )
             snap.stores.append(StoreSnapshot(store, store_definition(store), state, stream, files))
             for t, st in zip(mine, states):
                 snap.tables.append(TableSnapshot(t, si, table_definition(t), st))

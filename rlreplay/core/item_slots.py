@@ -469,11 +469,15 @@ class ItemIndex:
         self.max_priority = 1.0
 
     # ------------------------------------------------------------ checkpoints
-    def state(self, into: dict[str, Any] | None = None) -> dict[str, Any]:
+    def state(
+        self, into: dict[str, Any] | None = None, *, idle_remover_later: bool = False
+    ) -> dict[str, Any]:
         """A snapshot (copies, lock held) of every slot's item state, the size, the
         counters, the generation origin and both selectors' states, for checkpoints;
         :meth:`load_state` puts it back. ``into``: arrays from :meth:`state_buffers` to
-        copy into instead of allocating."""
+        copy into instead of allocating. ``idle_remover_later``: leave an idle
+        remover's state ``None``, for :meth:`idle_remover_state` to make from the
+        snapshot after the lock is released (it costs an index build, not a copy)."""
         into = into or {}
         # One copy of the records' bytes (a structured copy, or one per field, costs
         # several times more); the fields are views of it.
@@ -496,7 +500,11 @@ class ItemIndex:
             "newest": self._newest,
             "counts": dict(self.counts),
             "sampler": self.sampler.state(into.get("sampler")),
-            "remover": self._remover_state(into.get("remover")),
+            "remover": (
+                None
+                if idle_remover_later and not self.remover_active
+                else self._remover_state(into.get("remover"))
+            ),
         }
         if self.extent is not None:
             out["extent"] = copy_into(self.extent, into, "extent")
@@ -568,6 +576,16 @@ class ItemIndex:
         own = self.slot_state.nbytes + self.live.nbytes
         remover = self.remover.nbytes() if self.remover_active else 0
         return own + self.sampler.nbytes() + remover
+
+    def idle_remover_state(
+        self, state: dict[str, Any], into: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The idle remover's state for a snapshot :meth:`state` took with
+        ``idle_remover_later=True``, made from the snapshot's own arrays (no lock
+        needed: it reads nothing of the live index)."""
+        return idle_remover.idle_state(
+            self.remover, state["live"], state["newest"], state["priority"], into
+        )
 
     def _remover_state(self, into: dict[str, Any] | None) -> dict[str, Any]:
         """The remover's state; an idle remover's is made now, holding the items in

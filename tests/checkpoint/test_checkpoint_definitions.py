@@ -229,3 +229,16 @@ def test_a_store_of_several_lanes_round_trips(tmp_path):
     a, b = table.sample(12), restored.sample(12)
     np.testing.assert_array_equal(a.info.keys, b.info.keys)
     np.testing.assert_array_equal(a.data["step"], b.data["step"])
+
+
+def test_a_full_tables_idle_remover_restores_into_a_larger_table_oldest_first(tmp_path):
+    full = build(capacity=30, max_size=30, sampler=Uniform(), remover=Fifo())
+    assert not full.index.remover_active  # never asked for victims: idle
+    full.insert(rows(0, 20))
+    full.insert(rows(20, 20))  # wrapped: steps 10..39 held
+    larger = build(capacity=64, max_size=32, sampler=Uniform(), remover=Fifo())
+    Table.restore(full.checkpoint(tmp_path), into=larger, adapt=True)
+    assert larger.index.remover_active and larger.size == 30
+    larger.insert(rows(40, 4))  # two over max_size: the two oldest go
+    held = sorted(larger.store.columns["step"][np.flatnonzero(larger.index.live)].tolist())
+    assert held == list(range(12, 44))
