@@ -406,6 +406,9 @@ def main() -> None:
         "--repeat", type=int, default=1, help="measure each cell this many times; report median"
     )
     parser.add_argument(
+        "--clients", default=None, help="client process counts, e.g. 1 or 1,2,4 (default 1,2,4)"
+    )
+    parser.add_argument(
         "--reverb-python",
         default=os.environ.get("RLREPLAY_REVERB_PYTHON", "/tmp/reverbenv/bin/python"),
         help="interpreter with dm-reverb installed, to measure Reverb's calls in the same run",
@@ -413,6 +416,8 @@ def main() -> None:
     args = parser.parse_args()
     duration = 0.3 if args.quick else args.duration
     client_counts = (1,) if args.quick else (1, 2, 4)
+    if args.clients:
+        client_counts = tuple(int(n) for n in args.clients.split(","))
 
     out, stop = CTX.Queue(), CTX.Event()
     transport = "ipc" if args.ipc else "tcp"
