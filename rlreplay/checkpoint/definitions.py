@@ -7,8 +7,8 @@ checkpoint's: every difference is refused with :class:`CheckpointMismatchError`,
 those :func:`compare` marks adaptable when the user passes ``adapt=True``:
 
 * a larger (or smaller) ``capacity``, if it holds every stored step: the steps and
-  items move to their new rows (item keys issued before change: they are refused
-  afterwards as keys of another table);
+  items move to their new rows, so item keys issued before the save are refused
+  afterwards as keys of another table;
 * another ``max_size``, if it holds every item;
 * another rate limiter (its counters carry over) and another ``priority_exponent`` or
   ``default_priority`` (the selectors are rebuilt from the items' priorities).
