@@ -123,8 +123,12 @@ class ShardedSampler:
         # The rate limiters' wait starts now (handshakes and probes have their own).
         rnd = Round(batch_size, timeout, tr0.until(timeout), shares)
         try:
-            for shard in self.health.live():
-                self._send_one(rnd, shard, int(counts[shard]), updates.pop(shard, None))
+            live = set(self.health.live())
+            for shard in range(len(self.shards)):
+                if shard in live:
+                    self._send_one(rnd, shard, int(counts[shard]), updates.pop(shard, None))
+                else:  # went down while greeted: its part is drawn over the others
+                    rnd.lost += int(counts[shard])
         except BaseException:
             self.forget(rnd)
             raise
