@@ -188,6 +188,19 @@ def test_learner_iterator_keeps_a_request_to_every_shard_in_flight(client):
     assert client.shard_info("uni")[0].samples + client.shard_info("uni")[1].samples > 0
 
 
+def test_iterator_updates_reach_each_keys_shard(client):
+    keys = fill(client, "prio", [10, 10, 10], lambda x: np.ones(len(x)))
+    with client.sample_iterator("prio", 32, in_flight=2, timeout=5.0) as it:
+        batch = next(it)
+        it.update_priorities(keys, 1.0 + np.arange(30))  # carried by the next round
+        next(it)
+        it.update_priorities(keys[:5], 0.5)  # queued: sent by close()
+    batch = client.sample("prio", 500, timeout=5.0)
+    got = dict(zip(batch.data["x"].tolist(), batch.info.priorities.tolist()))
+    assert all(p == (0.5 if x < 5 else 1.0 + x) for x, p in got.items())
+    assert len(got) > 20
+
+
 def test_samplers_that_cannot_be_split_are_refused(client):
     fill(client, "fifo", [3, 3, 3])
     with pytest.raises(InvalidArgumentError, match="Uniform or Prioritized"):
