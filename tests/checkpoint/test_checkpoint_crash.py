@@ -4,6 +4,7 @@ loadable and consistent: a half-written one is never taken."""
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -49,6 +50,8 @@ def test_killing_a_process_mid_save_never_leaves_a_half_checkpoint_to_load(tmp_p
             [sys.executable, "-c", CHILD, str(root)], stdout=subprocess.PIPE, text=True
         )
         try:
+            ready, _, _ = select.select([child.stdout], [], [], 60.0)
+            assert ready, "the child published no checkpoint within 60 s"
             first_line = child.stdout.readline()  # one checkpoint is published
             assert first_line.strip(), "the child died before its first checkpoint"
             time.sleep(float(rng.uniform(0.05, 0.6)))  # somewhere inside a later save
