@@ -93,11 +93,14 @@ def _scalar_check(dtype: np.dtype):
     the signature's casting rule admits unchanged (``None`` from the test: take the
     general path, which converts or refuses with the signature's own message)."""
     kind = dtype.kind
-    numbers = (int, float, bool, np.bool_, np.integer, np.floating)
+    numbers = (int, float, bool, np.bool_, np.integer, np.floating)  # never complex
     if kind == "b":
         return lambda v: type(v) is bool or type(v) is np.bool_
     if kind in "fc":
-        return lambda v: isinstance(v, numbers) and not isinstance(v, np.complexfloating)
+        # a Python int beyond 64 bits takes the general path (converted there or refused)
+        return lambda v: (
+            isinstance(v, numbers) and (type(v) is not int or -(2**63) <= v < 2**63)
+        )
     info = np.iinfo(dtype)
     lo, hi = info.min, info.max
 
@@ -353,10 +356,12 @@ class InsertPipeline:
         expires = None
         if b.timeout is not None:
             expires = time.monotonic() + b.timeout + _grace()
+        arrays = b.wire_arrays()
+        b.parts, b.prios, b.arrays = [], [], None  # the message holds the rows now
         try:
             b.rid = self.transport.send(
                 header,
-                b.wire_arrays(),
+                arrays,
                 until=until,
                 expires=expires,
                 timeout=b.timeout,
@@ -367,11 +372,12 @@ class InsertPipeline:
             raise self._report([b]) from None
         self.in_flight.append(b)
 
-    def before_request(self, raise_failed: bool) -> None:
+    def before_request(self, raise_failed: bool, until: float | None) -> None:
         """Another request of this thread goes out: send the rows held first (so the
-        server takes them first), and raise what the server refused (``raise_failed``)."""
+        server takes them first; within that request's ``until``), and raise what the
+        server refused (``raise_failed``)."""
         if self.open is not None:
-            self._send_open(None)
+            self._send_open(until)
         if raise_failed and self.failed:
             self.raise_failed()
 

@@ -182,7 +182,7 @@ class Transport:
                 # so that they do not pass for a sign of life while this request waits
                 ch.receive()
             if hooked and not ping and inserts.waiting:
-                inserts.before_request(raise_failed=op != "write" and op != "close_writer")
+                inserts.before_request(op != "write" and op != "close_writer", until)
         if not ping and not ch.greeted:
             self.wait_until(self.send({"op": "ping"}, until=until), until)
             ch.greeted = True
