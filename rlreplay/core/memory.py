@@ -2,8 +2,9 @@
 
 A step store preallocates ``capacity x shape`` per field and a table's item index
 ``capacity`` slots (a slot record, a live flag, an extent for per-item layouts, and
-the selectors' indexes; measured per slot on a small index built the same way). numpy takes fresh zeroed memory from the operating
-system lazily, so an allocation larger than the machine "succeeds" and the process is
+the selectors' indexes; measured per slot on a small index built the same way). numpy
+takes fresh zeroed memory from the operating system lazily, so an allocation larger
+than the machine "succeeds" and the process is
 killed hours later, when the buffer fills. :func:`check_fits` refuses such a
 configuration at construction instead, with the bytes needed and available
 (:class:`~rlreplay.errors.InsufficientMemoryError`), and :func:`rows_for_bytes` turns a
