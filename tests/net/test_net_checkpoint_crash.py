@@ -65,11 +65,11 @@ def test_writers_killed_mid_episode_leave_no_partial_item_and_the_server_keeps_s
                     time.sleep(0.05)
                 time.sleep(rng.uniform(0.05, 0.6))
                 kill(p)
-            result = out.get(timeout=60.0)  # the survivor's (the sampler waits for stop)
+            got = [out.get(timeout=60.0)]  # the survivor's, unless the sampler failed
             stop.set()
-            sampled = out.get(timeout=30.0)
-            if result[0] == "ok" and len(result) == 5:
-                result, sampled = sampled, result
+            got.append(out.get(timeout=30.0))
+            result = next(r for r in got if len(r) == 6)  # a writer's report has 6 fields
+            sampled = next(r for r in got if len(r) == 5)
             path = client.checkpoint(timeout=30.0)
         finally:
             stop.set()

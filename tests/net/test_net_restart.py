@@ -79,11 +79,11 @@ def test_writers_and_samplers_go_on_across_a_restart_from_the_checkpoint(tmp_pat
         time.sleep(1.0)  # clients fail their calls meanwhile
         proc, _, restored = start_server(cfg, port, checkpoint_dir=str(ckpt))
         assert restored == first
-        results = [out.get(timeout=120.0) for _ in writers]
+        got = [out.get(timeout=120.0) for _ in writers]  # the sampler runs until stop ...
         stop.set()
-        sampled = out.get(timeout=30.0)
-        if results[0][0] == "ok" and len(results[0]) == 5:  # the sampler reported first
-            results[0], sampled = sampled, results[0]
+        got.append(out.get(timeout=30.0))  # ... unless it failed: then it came first
+        results = [r for r in got if len(r) == 6]  # writers report 6 fields, the sampler 5
+        sampled = next(r for r in got if len(r) == 5)
         final = call_after_restart(lambda: client.checkpoint(timeout=30.0))
     finally:
         stop.set()
