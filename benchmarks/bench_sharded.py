@@ -23,6 +23,9 @@ shard processes used (user + system, from ``/proc``) per 100k items/s, the scali
 for sizing a cluster. On a machine with few cores, more shards cannot add cores: the
 client and the shards share them, and the figures say what each part costs.
 
+``sharded/k`` rows sample the same shards with ``batches_per_request=k`` (``--batches-per-
+request``, 4 by default): one request per shard draws ``k`` batches, cut into slices.
+
 With ``--ray`` the 2-shard topology is also started as Ray actors
 (:func:`rlreplay.distributed.ray.start_shards` on a local Ray) and measured with the same
 client process; the target is >= 80 % of the same topology without Ray.
@@ -104,7 +107,8 @@ def prefill(addresses: list[str]) -> None:
         client.close()
 
 
-def work(kind: str, addresses: list[str], plain: bool, duration: float, out) -> None:
+def work(kind: str, addresses: list[str], plain: bool, duration: float, out,
+         per_request: int = 1) -> None:
     """Client process: run ``kind`` for ``duration`` seconds; reports items, wall and CPU."""
     from rlreplay.distributed import ShardedClient
     from rlreplay.net import Client
@@ -123,7 +127,8 @@ def work(kind: str, addresses: list[str], plain: bool, duration: float, out) -> 
             done += BATCH
         client.flush(30.0)
     else:
-        with client.sample_iterator(table, BATCH, in_flight=2, timeout=10.0) as it:
+        extra = {} if plain else {"batches_per_request": per_request}
+        with client.sample_iterator(table, BATCH, in_flight=2, timeout=10.0, **extra) as it:
             next(it)
             start, cpu = time.perf_counter(), time.process_time()
             while time.perf_counter() - start < duration:
@@ -135,9 +140,9 @@ def work(kind: str, addresses: list[str], plain: bool, duration: float, out) -> 
 
 
 def measure(kind: str, addresses: list[str], pids: list[int], plain: bool,
-            duration: float) -> dict:
+            duration: float, per_request: int = 1) -> dict:
     out = CTX.Queue()
-    proc = CTX.Process(target=work, args=(kind, addresses, plain, duration, out))
+    proc = CTX.Process(target=work, args=(kind, addresses, plain, duration, out, per_request))
     before = [cpu_seconds(p) for p in pids]
     proc.start()
     done, wall, client_cpu = out.get(timeout=duration + 120)
@@ -178,14 +183,22 @@ def stop_processes(started: list) -> None:
             proc.kill()
 
 
-def run_topology(name: str, n: int, plain: bool, duration: float, workloads) -> list[dict]:
+def run_topology(name: str, n: int, plain: bool, duration: float, workloads,
+                 per_request: int = 1) -> list[dict]:
     addresses, pids, started = start_processes(n)
     try:
         prefill(addresses)
-        return [
+        rows_out = [
             {"topology": name, "shards": n, **measure(k, addresses, pids, plain, duration)}
             for k in workloads
         ]
+        if per_request > 1:  # the same shards, each request drawing several batches
+            rows_out += [
+                {"topology": f"sharded/{per_request}", "shards": n,
+                 **measure(k, addresses, pids, plain, duration, per_request)}
+                for k in workloads if k != "insert"
+            ]
+        return rows_out
     finally:
         stop_processes(started)
 
@@ -218,19 +231,22 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--shards", default="1,2,4", help="shard counts to measure")
     parser.add_argument("--only", default=None, help="workloads whose name contains this")
     parser.add_argument("--ray", action="store_true", help="also the 2-shard Ray deployment")
+    parser.add_argument("--batches-per-request", type=int, default=4,
+                        help="also sample with this many batches per request (1: not)")
     parser.add_argument("--out", default=None, help="JSON path (default benchmarks/results/)")
     args = parser.parse_args(argv)
     workloads = [w for w in WORKLOADS if args.only is None or args.only in w]
     counts = [int(c) for c in args.shards.split(",")]
     rows_out = run_topology("server", 1, True, args.duration, workloads)
     for n in counts:
-        rows_out += run_topology("sharded", n, False, args.duration, workloads)
+        rows_out += run_topology("sharded", n, False, args.duration, workloads,
+                                 args.batches_per_request)
     if args.ray:
         rows_out += run_ray(2, args.duration, workloads)
-    print(f"{'topology':<10}{'shards':>7}  {'workload':<15}{'items/s':>10}"
+    print(f"{'topology':<12}{'shards':>5}  {'workload':<15}{'items/s':>10}"
           f"{'client CPU':>12}{'shard CPU':>11}{'per shard':>11}  (CPU s/s per 100k items/s)")
     for r in rows_out:
-        print(f"{r['topology']:<10}{r['shards']:>7}  {r['workload']:<15}"
+        print(f"{r['topology']:<12}{r['shards']:>5}  {r['workload']:<15}"
               f"{r['items_per_s']:>10.0f}{r['client_cpu_per_100k']:>12.2f}"
               f"{r['shard_cpu_per_100k']:>11.2f}{r['shard_cpu_per_100k_per_shard']:>11.2f}")
     report = {

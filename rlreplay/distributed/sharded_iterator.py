@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.core.sample import Sample
+from rlreplay.core.sample import Sample, SampleInfo
 from rlreplay.core.table_checks import check_timeout
 from rlreplay.distributed.sharded_sampling import Round
 from rlreplay.errors import (
@@ -33,8 +33,15 @@ class ShardedSampleIterator:
         client: the :class:`~rlreplay.ShardedClient`.
         table: the table's name.
         batch_size: items per batch.
-        in_flight: batches kept outstanding (>= 1).
+        in_flight: requests kept outstanding (>= 1).
         timeout: seconds each shard's part may wait for its rate limiter (None: no limit).
+        batches_per_request: batches each round draws at once (>= 1), cut into
+            ``batch_size`` slices. A round of ``k * batch_size`` draws is ``k`` rounds of
+            ``batch_size`` in one (its items are independent draws in a random order, so
+            every slice is a batch as one round would give), at one request per shard
+            for ``k`` batches; priority updates then reach the shards every ``k`` batches,
+            and each shard must admit ``k * batch_size`` items at once (``max_size``,
+            rate limiter).
 
     Raises (from ``next``): as :meth:`ShardedClient.sample`. A batch that a shard's rate
     limiter held back past ``timeout`` keeps the parts other shards drew, and the next
@@ -48,13 +55,18 @@ class ShardedSampleIterator:
 
     def __init__(
         self, client, table: str, batch_size: int, *, in_flight: int = 2,
-        timeout: float | None = None,
+        timeout: float | None = None, batches_per_request: int = 1,
     ):
-        if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1:
-            raise InvalidArgumentError(f"in_flight={describe(in_flight)} must be an int >= 1")
+        for name, value in (("in_flight", in_flight), ("batches_per_request",
+                                                      batches_per_request)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidArgumentError(f"{name}={describe(value)} must be an int >= 1")
         self.client = client
         self.table = table
         self.batch_size = client.check_batch(table, batch_size)
+        self.batches_per_request = batches_per_request
+        self._request_size = client.check_batch(table, batch_size * batches_per_request)
+        self._ready: deque[Sample] = deque()
         self.in_flight = in_flight
         self.timeout = check_timeout(timeout)
         self._sampler = client._sampler(table)
@@ -82,19 +94,28 @@ class ShardedSampleIterator:
         return self
 
     def __next__(self) -> Sample:
+        if self._ready:
+            return self._ready.popleft()
         while len(self._rounds) < self.in_flight:
-            self._rounds.append(self._sampler.send(self.batch_size, self.timeout, self._take()))
+            self._rounds.append(
+                self._sampler.send(self._request_size, self.timeout, self._take())
+            )
         rnd = self._rounds.popleft()
         try:
-            return self._sampler.finish(rnd)
+            sample = self._sampler.finish(rnd)
         except ReplayTimeoutError as error:
             if rnd.held and not isinstance(error, ServerUnavailableError):
                 self._rounds.appendleft(rnd)  # the next call completes this batch
             raise
+        if self.batches_per_request == 1:
+            return sample
+        self._ready.extend(slices(sample, self.batch_size))
+        return self._ready.popleft()
 
     def close(self, wait: bool = True) -> None:
         """Forget the batches in flight and send the queued updates (``wait``: wait for
         the shards to apply them)."""
+        self._ready.clear()
         while self._rounds:
             self._sampler.forget(self._rounds.popleft())
         for shard, (keys, prios) in self._take().items():
@@ -106,3 +127,19 @@ class ShardedSampleIterator:
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
         self.close(wait=exc_type is None)
+
+
+def slices(sample: Sample, size: int) -> list[Sample]:
+    """``sample`` cut into consecutive batches of ``size`` items (views, the last one
+    shorter when the sample is), each with the sample's table size and smallest
+    probability."""
+    info = sample.info
+    out = []
+    for start in range(0, len(info.keys), size):
+        part = slice(start, start + size)
+        out.append(Sample(
+            {k: v[part] for k, v in sample.data.items()},
+            SampleInfo(info.keys[part], info.probabilities[part], info.priorities[part],
+                       info.times_sampled[part], info.table_size, info.min_probability),
+        ))
+    return out

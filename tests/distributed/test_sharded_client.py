@@ -188,6 +188,30 @@ def test_learner_iterator_keeps_a_request_to_every_shard_in_flight(client):
     assert client.shard_info("uni")[0].samples + client.shard_info("uni")[1].samples > 0
 
 
+def test_iterator_drawing_several_batches_per_request_keeps_the_distribution(client):
+    fill(client, "prio", [5, 11, 8, 6, 10], prio_of)
+    big = one_big_table("prio", Prioritized(ALPHA), prio_of, 40)
+    expected = big.index.sampler.probabilities(np.arange(40))
+    counts, sizes = np.zeros(40), []
+    with client.sample_iterator("prio", 250, in_flight=2, timeout=5.0,
+                                batches_per_request=4) as it:
+        for _ in range(80):
+            batch = next(it)
+            sizes.append(len(batch))
+            x = batch.data["x"]
+            np.testing.assert_allclose(batch.info.probabilities, expected[x], rtol=1e-6)
+            counts += np.bincount(x, minlength=40)
+        in_flight = list(it._rounds)
+    assert sizes == [250] * 80 and all(r.batch_size == 1000 for r in in_flight)
+    assert scipy_stats.chisquare(counts, expected * 20_000).pvalue > 1e-3
+    shard_samples = sum(i.samples for i in client.shard_info("prio").values())
+    # 20 requests of 1000 taken, one more in flight (sampled already: sent earlier on the
+    # same connections as the info calls)
+    assert len(in_flight) == 1 and shard_samples == 21_000
+    with pytest.raises(InvalidArgumentError, match="batch_size=1250"):
+        client.sample_iterator("prio", 250, batches_per_request=5)  # 1250 > max_size
+
+
 def test_iterator_updates_reach_each_keys_shard(client):
     keys = fill(client, "prio", [10, 10, 10], lambda x: np.ones(len(x)))
     with client.sample_iterator("prio", 32, in_flight=2, timeout=5.0) as it:
