@@ -154,8 +154,11 @@ class Client:
     def __enter__(self) -> Client:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:  # an error is on its way: do not wait for the server on top of it
+            self._transport.close()
 
     # Used by the writer and the iterator, which build their own requests.
     def _channel(self) -> Channel:

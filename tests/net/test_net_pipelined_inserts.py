@@ -244,6 +244,19 @@ def test_close_sends_the_rows_held(address):
     reader.close()
 
 
+def test_leaving_a_with_block_by_an_error_does_not_wait_for_a_dead_server():
+    with served(TABLES) as (address, proc):
+        client = rlreplay.Client(address, call_timeout=20.0)
+        client.insert("gym", step(0), wait=True)
+        proc.kill()
+        proc.join(10.0)
+        start = time.monotonic()
+        with pytest.raises(KeyError), client:
+            client.insert("gym", step(1))  # never acknowledged
+            raise KeyError("the caller's own error")
+        assert time.monotonic() - start < 5.0
+
+
 def test_a_process_that_exits_without_flushing_has_its_rows_sent(address):
     rlreplay.Client(address).reset("gym")
     code = (
