@@ -91,6 +91,12 @@ def check_options(
     return root, None if every_s is None else float(every_s), keep
 
 
+def stores_busy(tables: dict[str, Table]) -> bool:
+    """Whether a checkpoint streams one of the tables' stores now (an in-process save:
+    starting one now would keep the dispatcher waiting until it is written)."""
+    return any(t.store.guard is not None for t in tables.values())
+
+
 def enumerate_str(items: list) -> list[tuple[str, Any]]:
     """``items`` keyed by their position as a string (checkpoint states are dicts)."""
     return [(str(i), item) for i, item in enumerate(items)]
@@ -172,8 +178,9 @@ class ServerCheckpoints:
         return math.inf if self.every_s is None else now + self.every_s
 
     def tick(self, tables: dict[str, Table], sessions: WriterSessions, now: float) -> None:
-        """Start a periodic checkpoint if one is due and none is being written."""
-        if now < self._next_due or self.busy:
+        """Start a periodic checkpoint if one is due and none is being written (by this
+        server, or by an in-process save of the same tables, which it waits for)."""
+        if now < self._next_due or self.busy or stores_busy(tables):
             return
         self._finish()
         self._next_due = self._due_from(now)
@@ -257,7 +264,7 @@ class CheckpointJob(Job):
     def attempt(self) -> Reply | None:
         owner = self.owner
         if self.save is None:
-            if owner.busy:
+            if owner.busy or stores_busy(self.tables):
                 return None  # another save streams these stores now: take ours after it
             owner._finish()
             self.save = owner.start(self.tables, self.sessions)

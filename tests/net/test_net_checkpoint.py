@@ -326,3 +326,30 @@ def test_checkpoint_that_cannot_be_written_is_answered_with_checkpoint_error(tmp
         assert client.info("t").size == 10  # and the server goes on serving
         client.close()
         assert server.checkpoints.failures == 1
+
+
+def test_checkpoint_asked_during_an_in_process_save_waits_for_it_while_serving(tmp_path):
+    """A save of the same tables in the server's process (streaming a 64 MiB store) is
+    waited for by the server's checkpoint without holding up other requests."""
+    table = rlreplay.Table("big", signature={"frame": ((64, 64), "float32")}, max_size=4096)
+    table.insert({"frame": np.ones((4096, 64, 64), np.float32)})
+    with rlreplay.Server([table], checkpoint_dir=tmp_path / "served") as server:
+        client = rlreplay.Client(server.address)
+        client.ping()
+        began = time.monotonic()
+        local = rlreplay.checkpoint.start_save([table], tmp_path / "local")
+        asked: list = []
+        waiter = threading.Thread(target=lambda: asked.append(client.checkpoint(timeout=60.0)))
+        waiter.start()
+        other = rlreplay.Client(server.address)
+        start = time.monotonic()
+        assert other.info("big").size == 4096  # answered while both saves are under way
+        assert time.monotonic() - start < 2.0
+        assert local.result(60.0).is_dir()
+        local_s = time.monotonic() - began
+        waiter.join(60.0)
+        assert Path(asked[0], "manifest.json").is_file()
+        other.close()
+        client.close()
+        # the dispatcher waited for the local save between requests, never inside one
+        assert server.checkpoints.longest_capture_s < local_s / 2, local_s
