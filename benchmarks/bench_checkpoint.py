@@ -12,9 +12,10 @@ checkpoint. Figures:
 
 * ``held_up_ms``: the longest any table call took while the checkpoint was written, next
   to the longest in the same load without a checkpoint (``baseline_ms``: the GIL and the
-  two cores shared by both threads set that floor); ``capture_held_ms`` and
-  ``chunk_held_ms``: the longest the checkpoint itself held the store's lock (the
-  per-item state capture; one chunk's copy);
+  two cores shared by both threads set that floor; on a machine busy with other work a
+  thread may also wait for a core); ``capture_held_ms`` and ``chunk_held_ms``: the
+  longest the checkpoint itself held the store's lock (the per-item state capture; one
+  chunk's copy), what the checkpoint alone holds calls up by;
 * ``save_gbps``: checkpoint bytes over the save's wall time (fsync included), next to
   this disk's write speed (``disk_write_gbps``: one file of the same size, fsynced);
 * ``restore_gbps``: bytes over the wall time of ``Table.restore`` from files evicted from
@@ -22,6 +23,7 @@ checkpoint. Figures:
   (``disk_read_gbps``);
 * ``mmap_first_sample_s``: a memory-mapped restore from cold files until its first
   sample of 32 returns;
+* ``load_average``: the machine's load average during the run (others' work included);
 * ``peak_extra_mb``: the process's peak resident memory during the save above its
   resident memory before (``/proc/self/clear_refs``), and ``aside_peak_mb``, the rows
   copied aside because the actor overwrote them before they were streamed.
@@ -185,6 +187,7 @@ def run(args: argparse.Namespace) -> dict:
     t0 = time.perf_counter()
     table = build(args.gb, row_bytes)
     fill_s = time.perf_counter() - t0
+    load_before = os.getloadavg()[0]
     out: dict = {
         "table_gb": table.store.nbytes / 2**30,
         "rows": table.store.capacity,
@@ -232,6 +235,7 @@ def run(args: argparse.Namespace) -> dict:
         mapped.sample(32)
         out["mmap_first_sample_s"] = time.perf_counter() - m0
         del mapped
+        out["load_average"] = max(load_before, os.getloadavg()[0])
     finally:
         if not args.dir:
             shutil.rmtree(root, ignore_errors=True)
@@ -255,6 +259,7 @@ ROWS = [
     ("mmap_first_sample_s", "mmap restore to first sample, cold (s)", "{:.3f}"),
     ("peak_extra_mb", "peak extra resident memory during save (MB)", "{:.0f}"),
     ("aside_peak_mb", "rows copied aside, peak (MB)", "{:.1f}"),
+    ("load_average", "machine load average (2 cores; others' work)", "{:.1f}"),
 ]
 
 
