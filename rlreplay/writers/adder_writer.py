@@ -26,15 +26,17 @@ def writer_store(writer: Any) -> StepStore | None:
     return tables[0].store if tables else getattr(writer, "store", None)
 
 
-# A writer an adder creates holds back at most this share of its store (see adder_writer).
-_HISTORY_SHARE = 8
+# A writer an adder creates holds back at most 1/_HISTORY_SHARE of its store beyond the
+# adder's capacity, so that many writers (one per actor) still fit (see adder_writer).
+_HISTORY_SHARE = 32
 
 
 def adder_writer(writer: Any, capacity: int, wanted: int | None = None) -> Any:
     """``writer`` itself, or a :class:`TrajectoryWriter` over the given tables, keeping
     the ``capacity`` rows the adder may still reach back to, or up to ``wanted`` rows
-    (what it stages, handed over as one chunk) when that is at most an eighth of the
-    store (other writers on the store keep room for their own history).
+    (what it stages, handed over as one chunk) as far as 1/32 of the store allows: each
+    writer's retained rows are protected from overwriting, and a store must hold every
+    writer's plus an append, so many writers on one store keep room.
 
     Raises:
         InvalidArgumentError: if the store or the writer's history is shorter than

@@ -189,3 +189,31 @@ def test_a_dtype_admitted_once_still_has_narrowed_values_checked():
     adder.add(np.array([3, 4], np.uint8), np.ones(2, np.float32), obs, ~no, no)
     adder.flush()
     assert sorted(table.sample(table.size).data["action"].tolist()) == [1, 2, 3, 4]
+
+
+def test_many_batched_adders_over_one_store_keep_room_for_each_other():
+    """Each adder's writer keeps the staged rows' history only as far as a small share of
+    the store allows: twelve actors' adders over one store all keep writing."""
+    replay = Table(
+        "replay",
+        signature=SIG,
+        capacity=2048,
+        layout=NStepTransitionAdder.layout(SIG, 3),
+    )
+    adders, envs = [], []
+    for k in range(12):
+        env, first = make_vec(16, "next_step", seed=k, max_len=6)
+        adder = NStepTransitionAdder(replay, n=3, discount=0.9, num_envs=16)
+        adder.reset(first)
+        adders.append(adder)
+        envs.append(env)
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        for adder, env in zip(adders, envs):
+            action = rng.integers(5, size=16)
+            next_obs, reward, term, trunc, info = env.step(action)
+            adder.add(action, reward, next_obs, term, trunc, info)
+    for adder, env in zip(adders, envs):
+        adder.close()
+        env.close()
+    assert replay.size > 0 and sum(a.items_created for a in adders) > 12 * 40
