@@ -150,7 +150,8 @@ class NStepTransitionAdder(StreamAdder):
         # float64 values are rounded to the float32 columns as they are written.
         ret = out["n_step_return"]
         ret[...] = r[self._windows[:m]] @ self._powers[:n]
-        ret[:lead] = 0.0
+        if lead:
+            ret[:lead] = 0.0
         disc = out["discount"]
         if ended:  # discount**min(n, steps left); row k leaves m - 1 - k (the last: 0)
             disc[...] = self._tail[m - 1 :: -1]
@@ -158,7 +159,8 @@ class NStepTransitionAdder(StreamAdder):
                 disc[max(total - n - t0, 0) :] = 0.0
         else:
             disc[...] = self._powers[n]
-        disc[:lead] = 0.0
+        if lead:
+            disc[:lead] = 0.0
         disc[max(total - t0, 0) :] = 0.0  # the final row: no step taken there
 
     def _items(
