@@ -42,14 +42,28 @@ def _chain_crc(data: memoryview, before: Future) -> int:
     return zlib.crc32(data, before.result())
 
 
-def read_column(directory: Path, name: str, info: Mapping[str, Any], progress) -> np.ndarray:
-    """A column file read into memory, checksummed as it is read.
+def read_array(directory: Path, name: str, info: Mapping[str, Any], progress=None) -> np.ndarray:
+    """An array file read into memory, checked against its manifest entry (size, header,
+    crc32) as it is read: one pass over the file.
 
     Raises:
-        CheckpointCorruptError: if the file differs from its manifest entry.
+        CheckpointCorruptError: if the file is missing or differs from its entry.
     """
     path = directory / name
-    with open(path, "rb", buffering=0) as f:
+    try:
+        f = open(path, "rb", buffering=0)  # noqa: SIM115 (closed below, on every path)
+    except OSError:
+        raise CheckpointCorruptError(
+            f"{path} is missing; the checkpoint {directory} is incomplete: restore from "
+            "another checkpoint"
+        ) from None
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if size != info["bytes"]:
+            raise CheckpointCorruptError(
+                f"{path} holds {size} bytes, the manifest says {info['bytes']}; the "
+                f"checkpoint {directory} is damaged: restore from another checkpoint"
+            )
         try:
             version = np.lib.format.read_magic(f)
             read_header = (
@@ -71,22 +85,32 @@ def read_column(directory: Path, name: str, info: Mapping[str, Any], progress) -
             )
         offset = f.tell()
         f.seek(0)
+        header = f.read(offset)
         arr = np.empty(shape, dtype)
         view = memoryview(arr.reshape(-1).view(np.uint8)) if arr.size else memoryview(b"")
-        # The checksum runs in a second thread, a chunk behind the reads (both release
-        # the GIL): one after the other they would take the sum of their times.
-        with ThreadPoolExecutor(1) as pool:
-            crc = pool.submit(zlib.crc32, f.read(offset))
+        if len(view) <= READ_BYTES:
             at = 0
             while at < len(view):
-                got = f.readinto(view[at : at + READ_BYTES])
+                got = f.readinto(view[at:])
                 if not got:
                     break
-                crc = pool.submit(_chain_crc, view[at : at + got], crc)
                 at += got
-                if progress is not None:
-                    progress(got)
-            crc = crc.result()
+            crc = zlib.crc32(view[:at], zlib.crc32(header))
+        else:
+            # The checksum runs in a second thread, a chunk behind the reads (both
+            # release the GIL): one after the other they would take the sum of their times.
+            with ThreadPoolExecutor(1) as pool:
+                pending = pool.submit(zlib.crc32, header)
+                at = 0
+                while at < len(view):
+                    got = f.readinto(view[at : at + READ_BYTES])
+                    if not got:
+                        break
+                    pending = pool.submit(_chain_crc, view[at : at + got], pending)
+                    at += got
+                    if progress is not None:
+                        progress(got)
+                crc = pending.result()
     if at != len(view) or crc != info["crc32"]:
         raise CheckpointCorruptError(
             f"{path} fails its checksum or is short; the checkpoint {directory} is damaged: "
@@ -103,15 +127,13 @@ class Loaded:
         self.manifest = manifest
         files = manifest["files"]
         column_files = {n for s in manifest["stores"] for n in s["columns"].values()}
-        # Small files first (every byte checked); columns as they are read.
-        check_files(directory, manifest, skip_crc=column_files)
         total = sum(files[n]["bytes"] for n in column_files)
         bar = Progress(progress, total if not mmap or verify else 0, "restore")
         try:
-            if mmap and verify:
-                check_files(
-                    directory, {"files": {n: files[n] for n in column_files}}, progress=bar.update
-                )
+            if mmap:  # mapped, not read: sizes (and with verify, checksums) first
+                columns_only = {"files": {n: files[n] for n in column_files}}
+                skip = set() if verify else column_files
+                check_files(directory, columns_only, skip_crc=skip, progress=bar.update)
             self.columns: list[dict[str, np.ndarray]] = []
             for s in manifest["stores"]:
                 cols = {}
@@ -119,7 +141,7 @@ class Loaded:
                     if mmap:
                         cols[path] = load_array(directory, name, files[name], mmap=True)
                     else:
-                        cols[path] = read_column(directory, name, files[name], bar.update)
+                        cols[path] = read_array(directory, name, files[name], bar.update)
                 self.columns.append(cols)
         finally:
             bar.close()
@@ -127,7 +149,7 @@ class Loaded:
         def load(name: str) -> np.ndarray:
             if name not in files:
                 raise CheckpointCorruptError(f"{directory}: {name} is not in the manifest")
-            return load_array(directory, name, files[name], mmap=False)
+            return read_array(directory, name, files[name])
 
         self.states = [unflatten_state(t["state"], load) for t in manifest["tables"]]
         extra = manifest.get("extra")
