@@ -144,6 +144,8 @@ def _check_continuity(
     """Refuse rows of one lane where a step's next observation is not the next row's
     observation though the episode had not ended."""
     inner = lane_rows[:-1][~done[lane_rows[:-1]]]  # rows followed by their episode's next
+    if not len(inner):  # no row is followed by its episode's next (e.g. an empty store)
+        return
     for o, x in zip(roles["observation"], roles["next_observation"]):
         a, b = data[x][inner], data[o][inner + lanes]
         same = a == b if a.dtype.kind != "f" else (a == b) | (np.isnan(a) & np.isnan(b))

@@ -239,6 +239,15 @@ def test_minari_export_refusals_write_nothing(minari_root):
     assert not any((minari_root / n).exists() for n in ("x-v0", "y-v0", "z-v0"))
 
 
+def test_minari_export_of_an_empty_table_or_one_unfinished_row_is_refused(minari_root):
+    one_row = rows_table()
+    one_row.insert({k: v[:1] for k, v in step_rows(cartpole_episodes(1)).items()})
+    for name, table in (("empty-v0", rows_table()), ("one-v0", one_row)):
+        with pytest.raises(DatasetError, match="no whole episode"):
+            export_minari(table, name, **META)
+        assert not (minari_root / name).exists()
+
+
 def episode_adder_table(max_length: int) -> tuple[Table, EpisodeAdder]:
     sig = EpisodeAdder.signature(obs=((4,), "float32"), action="int64")
     table = Table("episodes", signature=sig, capacity=4000, max_size=200,
