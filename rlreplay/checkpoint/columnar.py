@@ -33,6 +33,7 @@ import numpy as np
 
 from rlreplay.checkpoint.table_contents import item_data as gather_items
 from rlreplay.checkpoint.table_contents import read_items, read_steps
+from rlreplay.core.keys import check_priorities
 from rlreplay.core.layout import ItemLayout
 from rlreplay.core.specs import Signature
 from rlreplay.core.storage import StepStore
@@ -319,7 +320,8 @@ def _item_plan(
 
     Raises:
         DatasetError: for a table the dataset lacks, another layout, items reaching
-            outside the steps, or more items than ``max_size``.
+            outside the steps, priorities that are not finite and >= 0, or more items
+            than ``max_size``.
     """
     entry = meta["tables"].get(table.name)
     if entry is None:
@@ -349,5 +351,11 @@ def _item_plan(
             f"items of table {table.name!r} in dataset {describe(str(path))} reach outside "
             f"its {n} steps; the file is damaged: export it again"
         )
+    try:
+        prios = check_priorities(prios, len(anchors), f"tables/{table.name}/priority")
+    except InvalidArgumentError as exc:
+        raise DatasetError(
+            f"dataset {describe(str(path))}: {exc}; the file is damaged: export it again"
+        ) from exc
     lengths = extents if table.index.extent is not None else None
-    return anchors.astype(np.int64), prios.astype(np.float64), lengths
+    return anchors.astype(np.int64), prios, lengths

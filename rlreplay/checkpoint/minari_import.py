@@ -16,6 +16,7 @@ import numpy as np
 
 from rlreplay.checkpoint.episode_columns import DEFAULT_FIELDS, leaves, nest, resolve_fields
 from rlreplay.checkpoint.minari_format import load_dataset
+from rlreplay.core.keys import check_priorities
 from rlreplay.core.specs import cast_problem
 from rlreplay.core.storage import StepStore
 from rlreplay.core.table import Table
@@ -121,7 +122,7 @@ def import_minari(
         SignatureError: if the data do not fit the target's columns.
         DatasetError: if the table lacks episode columns or is not of rows, or the data
             do not fit its capacity, ``max_size`` or rate limiter now.
-        InvalidArgumentError: for a bad ``dataset`` or ``target``.
+        InvalidArgumentError: for a bad ``dataset``, ``target`` or ``priority``.
     """
     from rlreplay.writers.stream import StreamAdder
 
@@ -165,11 +166,12 @@ def import_minari(
     for role in ("reward", "terminated", "truncated"):
         _check_cast(rows[roles[role][0]], roles[role][0], store, table.name)
     n = len(data.scalars["reward"])
+    prios = None if priority is None else check_priorities(priority, n, "priority")
     _check_room(table, n)
     with store.mutex:
         _check_room(table, n)  # again, with the lock held until the items exist
         first = store.append(rows)
-        keys = table.create_items(np.arange(first, first + n), priority)
+        keys = table.create_items(np.arange(first, first + n), prios)
     return MinariImport(data.episodes, n, keys, len(keys))
 
 

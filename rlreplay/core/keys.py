@@ -160,9 +160,13 @@ def check_priorities(priorities: object, n: int, argument: str = "priorities") -
     """Validate ``n`` priorities: finite and >= 0. Returns a float64 array.
 
     Raises:
-        InvalidArgumentError: on a wrong length, NaN, infinity or a negative value.
+        InvalidArgumentError: on a value that is not numbers, a wrong length, NaN,
+            infinity or a negative value.
     """
-    p = np.asarray(priorities, dtype=np.float64) if priorities is not None else None
+    try:
+        p = np.asarray(priorities, dtype=np.float64) if priorities is not None else None
+    except (TypeError, ValueError):  # e.g. a string, or ragged lists
+        p = None
     if p is None or p.ndim > 1:
         raise InvalidArgumentError(
             f"{argument} must be a number or a 1-d array of {n} numbers, got {describe(priorities)}"

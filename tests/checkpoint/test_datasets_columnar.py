@@ -251,6 +251,18 @@ def test_npz_import_refusals_insert_nothing(tmp_path):
         assert table.store.next_id == 0 and table.size == 0
 
 
+def test_npz_import_of_a_file_with_bad_priorities_appends_no_steps(tmp_path):
+    path = export_npz(filled_table(), tmp_path / "d.npz")
+    with np.load(path, allow_pickle=False) as data:
+        arrays = dict(data)
+    arrays["tables/replay/priority"] = -arrays["tables/replay/priority"] - 1.0
+    np.savez(tmp_path / "damaged.npz", **arrays)
+    table = Table("replay", signature=SIG, capacity=64, max_size=50)
+    with pytest.raises(DatasetError, match=r"tables/replay/priority .*damaged"):
+        import_npz(tmp_path / "damaged.npz", table)
+    assert table.store.next_id == 0 and table.size == 0
+
+
 def test_npz_import_does_not_overwrite_a_queues_unconsumed_items(tmp_path):
     path = export_npz(filled_table(), tmp_path / "d.npz")
     store = StepStore(SIG, capacity=64)

@@ -420,6 +420,15 @@ def test_minari_import_refusals_insert_nothing(cartpole_dataset, case):
     assert table.store.next_id == 0 and table.size == 0
 
 
+@pytest.mark.parametrize("priority", [-1.0, float("nan"), "high", [1.0, 2.0]])
+def test_minari_import_with_a_bad_priority_appends_no_steps(cartpole_dataset, priority):
+    dataset, _ = cartpole_dataset
+    table = rows_table()
+    with pytest.raises(InvalidArgumentError, match="priority"):
+        import_minari(dataset, table, priority=priority)
+    assert table.store.next_id == 0 and table.size == 0
+
+
 def test_minari_import_through_an_adder_of_another_obs_shape_is_refused_first(
     cartpole_dataset,
 ):

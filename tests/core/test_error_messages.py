@@ -183,3 +183,14 @@ def test_the_remote_writer_says_the_same():
             assert len(table) == 1
         finally:
             client.close()
+
+
+@pytest.mark.parametrize("priorities", ["high", [[1.0], [2.0, 3.0]], {"p": 1.0}])
+def test_priorities_that_are_not_numbers_are_an_invalid_argument_naming_them(priorities):
+    table = Table("t", signature=SIG, max_size=8, sampler=rlreplay.Prioritized(0.6))
+    rows = {"obs": np.zeros((2, 4), np.float32), "act": np.zeros(2, np.int64),
+            "rew": np.zeros(2, np.float32)}  # fmt: skip
+    with pytest.raises(InvalidArgumentError, match="priorities must be a number") as info:
+        table.insert(rows, priorities=priorities)
+    one_line(str(info.value))
+    assert table.size == 0 and table.store.next_id == 0
