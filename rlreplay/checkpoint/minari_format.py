@@ -187,12 +187,17 @@ def export_minari(
 
 def _check_new(minari: Any, dataset_id: Any, root: str | os.PathLike | None) -> None:
     """Refuse a dataset id that exists already, before anything is read."""
+    from minari.dataset.minari_dataset import parse_dataset_id
     from minari.storage.datasets_root_dir import get_dataset_path
 
-    if not isinstance(dataset_id, str) or not dataset_id:
+    try:
+        well_formed = isinstance(dataset_id, str) and bool(parse_dataset_id(dataset_id))
+    except (TypeError, ValueError):  # Minari's own check of the id's form
+        well_formed = False
+    if not well_formed:
         raise InvalidArgumentError(
-            f"dataset_id={describe(dataset_id)} must be a Minari dataset id such as "
-            "'cartpole/random-v0'"
+            f"dataset_id={describe(dataset_id)} must be a Minari dataset id of the form "
+            "'(namespace/)name-v<version>', such as 'cartpole/random-v0'"
         )
     with _datasets_root(root):
         if get_dataset_path(dataset_id).exists():

@@ -239,6 +239,15 @@ def test_minari_export_refusals_write_nothing(minari_root):
     assert not any((minari_root / n).exists() for n in ("x-v0", "y-v0", "z-v0"))
 
 
+@pytest.mark.parametrize("dataset_id", ["c/r-v0", "no-version", "", None])
+def test_minari_export_refuses_a_malformed_dataset_id_before_reading(minari_root, dataset_id):
+    table = rows_table()
+    table.insert(step_rows(cartpole_episodes(2)))
+    with pytest.raises(InvalidArgumentError, match=r"dataset_id=.*namespace/"):
+        export_minari(table, dataset_id, **META)
+    assert not minari_root.exists() or not any(minari_root.iterdir())
+
+
 def test_minari_export_of_an_empty_table_or_one_unfinished_row_is_refused(minari_root):
     one_row = rows_table()
     one_row.insert({k: v[:1] for k, v in step_rows(cartpole_episodes(1)).items()})
