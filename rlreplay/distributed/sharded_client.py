@@ -306,10 +306,15 @@ class ShardedClient:
 
         Raises:
             InvalidArgumentError: for a bad batch size (see above), timeout or update, or
-                shards whose samplers are not both Uniform or both Prioritized alike.
-            RateLimiterTimeoutError: if a shard's part waited ``timeout`` seconds (the
-                other shards' parts were drawn and are dropped).
-            ShardUnavailableError: for a shard down (``"fail"``), or every shard down.
+                shards whose samplers are not both Uniform or both Prioritized alike
+                (checked before anything is sent), or an update key its shard never
+                issued: that shard changes nothing, but the other shards may have applied
+                their updates and drawn their parts (dropped; see docs/distributed.md).
+            RateLimiterTimeoutError: if a shard's part waited ``timeout`` seconds; the
+                other shards' parts are kept and the next call with the same
+                ``batch_size`` completes the batch (see :meth:`ShardedSampler.finish`).
+            ShardUnavailableError: for a shard down (``"fail"``; the other shards' parts
+                were drawn and are dropped), or every shard down.
         """
         batch_size = self.check_batch(table, batch_size)
         timeout = check_timeout(timeout)
@@ -364,8 +369,12 @@ class ShardedClient:
             How many items were updated (None with ``wait=False``).
 
         Raises:
-            InvalidArgumentError: for keys or priorities a table refuses (checked for all
-                keys before any is sent; a shard that refuses its keys changes nothing).
+            InvalidArgumentError: for keys or priorities that are malformed or name no
+                shard of this client (checked for all keys before any is sent), or keys
+                a shard never issued: that shard changes nothing, the others may have
+                applied theirs.
+            ShardUnavailableError: for a shard down (``"fail"``; the others may have
+                applied theirs).
         """
         groups = self.keys.group(*checked_update(keys, priorities))
         return routed_call(self.shards, self.health, "update_priorities", table, groups, wait)
