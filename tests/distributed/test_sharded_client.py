@@ -11,6 +11,7 @@ from shardprocs import CTX, insert_through, shards, table
 from rlreplay import Prioritized, Table, Uniform
 from rlreplay.distributed import ShardedClient
 from rlreplay.errors import InvalidArgumentError, RateLimiterTimeoutError
+from rlreplay.net import Server
 
 scipy_stats = pytest.importorskip("scipy.stats")
 
@@ -151,6 +152,25 @@ def test_keys_carry_their_shard_and_route_updates_and_deletes(client):
     with pytest.raises(InvalidArgumentError, match="priorities"):
         client.update_priorities("prio", keys[:2], [1.0, -1.0])
     assert client.info("prio").size == sizes_before
+
+
+def test_inserts_and_writers_refuse_a_store_whose_slots_reach_the_shard_bits():
+    """With 4097 shards a key keeps 19 slot bits: a store of 2**20 rows would issue keys
+    naming another shard. Refused before the shard takes a row (the other addresses are
+    never contacted: the rows go to shard 0)."""
+    big = Table("big", signature={"x": "int64"}, max_size=8, capacity=1 << 20)
+    server = Server([big]).start()
+    try:
+        addresses = [server.address] + [f"ipc:///nowhere/shard-{i}" for i in range(4096)]
+        many = ShardedClient(addresses, first_shard=0, call_timeout=10.0)
+        with pytest.raises(InvalidArgumentError, match="store_capacity=1048576"):
+            many.insert("big", {"x": np.arange(3)})
+        with pytest.raises(InvalidArgumentError, match="store_capacity=1048576"):
+            many.trajectory_writer("big", shard=0)
+        many.close()
+        assert big.size == 0 and big.store.next_id == 0
+    finally:
+        server.stop()
 
 
 def test_a_writers_steps_stay_on_one_shard_and_writers_take_turns(client):
