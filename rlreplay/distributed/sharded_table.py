@@ -3,52 +3,20 @@ writer on one shard whose keys are the sharded client's."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from rlreplay.core.sample import Sample
-from rlreplay.core.table_info import TableInfo
 from rlreplay.distributed.shard_keys import ShardKeys
-
-if TYPE_CHECKING:
-    from rlreplay.distributed.sharded_client import ShardedClient
+from rlreplay.net.remote_table import RemoteTable
 
 
-class ShardedTable:
+class ShardedTable(RemoteTable):
     """A sharded table with the calls of a local :class:`~rlreplay.Table`, so code
     written against a table (the runtime's learner, :class:`~rlreplay.ReplayIterator`)
-    runs against shards unchanged (see :meth:`ShardedClient.table`)."""
-
-    def __init__(self, client: ShardedClient, name: str):
-        self.client, self.name = client, name
-
-    def insert(self, rows, priorities=None, *, timeout=None) -> np.ndarray:
-        return self.client.insert(self.name, rows, priorities, timeout=timeout, wait=True)
-
-    def sample(self, batch_size: int, *, timeout: float | None = None) -> Sample:
-        return self.client.sample(self.name, batch_size, timeout=timeout)
-
-    def update_priorities(self, keys, priorities) -> int:
-        return self.client.update_priorities(self.name, keys, priorities)
-
-    def delete(self, keys) -> int:
-        return self.client.delete(self.name, keys)
-
-    def reset(self) -> None:
-        self.client.reset(self.name)
-
-    def info(self) -> TableInfo:
-        return self.client.info(self.name)
-
-    def can_insert(self, num_inserts: int = 1) -> bool:
-        return self.client.can_insert(self.name, num_inserts)
-
-    def can_sample(self, num_samples: int = 1) -> bool:
-        return self.client.can_sample(self.name, num_samples)
-
-    def __len__(self) -> int:
-        return self.info().size
+    runs against shards unchanged (see :meth:`ShardedClient.table`). Its calls are a
+    :class:`~rlreplay.net.RemoteTable`'s, made on the sharded client, which has the same
+    calls as one server's client."""
 
     def __repr__(self) -> str:
         return f"ShardedTable({self.name!r} over {self.client.addresses!r})"

@@ -173,6 +173,18 @@ def test_inserts_and_writers_refuse_a_store_whose_slots_reach_the_shard_bits():
         server.stop()
 
 
+def test_a_table_handle_has_a_local_tables_calls_over_all_shards(client):
+    replay = client.table("uni")
+    keys = np.concatenate([replay.insert(rows(10 * i, 10)) for i in range(NUM_SHARDS)])
+    assert sorted(set(client.shard_of(keys).tolist())) == list(range(NUM_SHARDS))
+    assert len(replay) == 30 and replay.info().size == 30
+    assert replay.layout.span == 1 and replay.can_sample(8)
+    batch = replay.sample(8, timeout=5.0)
+    assert batch.info.table_size == 30
+    assert replay.delete(batch.info.keys[:1]) == 1
+    assert "ShardedTable('uni' over" in repr(replay)
+
+
 def test_a_writers_steps_stay_on_one_shard_and_writers_take_turns(client):
     counts = []
     for w in range(NUM_SHARDS + 1):
