@@ -129,13 +129,11 @@ def current_generations(fields: np.ndarray) -> np.ndarray:
     return fields.astype(np.int64) & GENERATION_MASK
 
 
-def split_keys(keys: object, capacity: int, argument: str = "keys") -> tuple[np.ndarray, ...]:
-    """Validate ``keys`` and return ``(keys, slots, generations)`` as int64 arrays.
+def key_array(keys: object, argument: str = "keys") -> np.ndarray:
+    """``keys`` as a 1-d int64 array (a single key as one element).
 
     Raises:
-        InvalidArgumentError: if ``keys`` is not a 1-d integer array or names a slot that
-            no table of this capacity has (it was not produced by this table). The
-            generations are the keys' own (see :func:`relative_generations`).
+        InvalidArgumentError: if ``keys`` is not an integer scalar or 1-d integer array.
     """
     arr = np.asarray(keys)
     if arr.ndim == 0:
@@ -145,7 +143,18 @@ def split_keys(keys: object, capacity: int, argument: str = "keys") -> tuple[np.
             f"{argument} must be a 1-d array of int64 item keys (as in Sample.info.keys), "
             f"got {describe(arr)}"
         )
-    arr = arr.astype(np.int64, copy=False)
+    return arr.astype(np.int64, copy=False)
+
+
+def split_keys(keys: object, capacity: int, argument: str = "keys") -> tuple[np.ndarray, ...]:
+    """Validate ``keys`` and return ``(keys, slots, generations)`` as int64 arrays.
+
+    Raises:
+        InvalidArgumentError: if ``keys`` is not a 1-d integer array or names a slot that
+            no table of this capacity has (it was not produced by this table). The
+            generations are the keys' own (see :func:`relative_generations`).
+    """
+    arr = key_array(keys, argument)
     slots = arr & SLOT_MASK
     bad = (arr < 0) | (slots >= capacity)
     if bad.any():

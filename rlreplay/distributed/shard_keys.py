@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.core.keys import SLOT_BITS, check_priorities
+from rlreplay.core.keys import SLOT_BITS, check_priorities, key_array
 from rlreplay.errors import InvalidArgumentError, describe
 
 
@@ -28,7 +28,7 @@ class ShardKeys:
     Example:
         >>> keys = ShardKeys(4)
         >>> g = keys.to_global(np.array([7], np.int64), 2)
-        >>> keys.split(g)[1][0], int(keys.shard_of(g)[0])
+        >>> int(keys.split(g)[1][0]), int(keys.shard_of(g)[0])
         (7, 2)
     """
 
@@ -68,15 +68,7 @@ class ShardKeys:
             InvalidArgumentError: for keys that are not a 1-d integer array, negative, or
                 naming a shard this client does not have.
         """
-        arr = np.asarray(keys)
-        if arr.ndim == 0:
-            arr = arr.reshape(1)
-        if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
-            raise InvalidArgumentError(
-                f"{argument} must be a 1-d array of int64 item keys (as in Sample.info.keys), "
-                f"got {describe(arr)}"
-            )
-        arr = arr.astype(np.int64, copy=False)
+        arr = key_array(keys, argument)
         shards = self.shard_of(arr)
         bad = (arr < 0) | (shards >= self.num_shards)
         if bad.any():
