@@ -53,6 +53,18 @@ class ShardKeys:
                 "stores (and more shards), or fewer shards"
             )
 
+    def check_shard_tables(self, client: Any, tables: Any) -> None:
+        """:meth:`check_capacity` for ``tables`` of the shard ``client`` serves (their
+        descriptions are cached by the shard's client, whose inserts read them anyway).
+
+        Raises:
+            InvalidArgumentError: as :meth:`check_capacity`, or for an unknown table.
+        """
+        for table in tables:
+            if isinstance(table, str):  # (other values: the shard's client says why)
+                capacity = client.describe(table)["store_capacity"]
+                self.check_capacity(capacity, table, client.address)
+
     def to_global(self, keys: np.ndarray, shard: int) -> np.ndarray:
         """``keys`` of ``shard`` as the client's keys (a new int64 array)."""
         return np.asarray(keys, dtype=np.int64) | np.int64(shard << self.shift)

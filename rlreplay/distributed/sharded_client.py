@@ -233,7 +233,7 @@ class ShardedClient:
                 shard = self._next_insert_shard(tried)
             client = self.shards[shard]
             try:
-                self._check_keys_fit(client, [table])  # before the shard issues any key
+                self.keys.check_shard_tables(client, [table])  # before it issues a key
                 if not wait:
                     receipt = client.insert(table, rows, priorities, timeout=timeout)
                     with self._lock:
@@ -274,23 +274,10 @@ class ShardedClient:
                 f"shard={describe(shard)} must be an int in [0, {self.num_shards})"
             )
         client = self.shards[shard]
-        self._check_keys_fit(client, [tables] if isinstance(tables, str) else list(tables))
+        self.keys.check_shard_tables(client, [tables] if isinstance(tables, str) else tables)
         writer = client.trajectory_writer(tables, **kwargs)
         return ShardWriter(writer, shard, self.keys)
 
-    def _check_keys_fit(self, client: Client, tables: list) -> None:
-        """Refuse tables of ``client``'s shard whose slots would reach into the shard
-        bits of the keys (their description is cached by the shard's client, which its
-        inserts and writers read anyway).
-
-        Raises:
-            InvalidArgumentError: as :meth:`ShardKeys.check_capacity`, or for an unknown
-                table.
-        """
-        for table in tables:
-            if isinstance(table, str):  # (other values: the shard's client says why)
-                capacity = client.describe(table)["store_capacity"]
-                self.keys.check_capacity(capacity, table, client.address)
 
     # -------------------------------------------------------------- sampling
     def _sampler(self, table: str) -> ShardedSampler:
