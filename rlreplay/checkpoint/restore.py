@@ -39,8 +39,10 @@ def _build(loaded: Loaded) -> dict[str, Table]:
     manifest = loaded.manifest
     stores = []
     for s, cols in zip(manifest["stores"], loaded.columns):
-        store = StepStore(Signature.from_json(s["signature"]), s["capacity"], s["lanes"])
-        store.load_state(s["state"], columns=cols)
+        store = StepStore(
+            Signature.from_json(s["signature"]), s["capacity"], s["lanes"], columns=cols
+        )
+        store.load_state(s["state"])
         stores.append(store)
     out = {}
     for t, state in zip(manifest["tables"], loaded.states):

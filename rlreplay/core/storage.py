@@ -48,11 +48,16 @@ class StepStore:
         lanes: number of lockstep streams (1 for a plain stream).
         capacity_bytes: instead of ``capacity``: the bytes the columns may take; the
             capacity is the most steps (a multiple of ``lanes``) that fit.
+        columns: arrays to hold the steps instead of new ones, one of
+            ``(capacity, *shape)`` per field (e.g. a checkpoint's memory-mapped files).
+            They are not counted against available memory: their pages belong to files
+            or were allocated already.
 
     Raises:
         InvalidArgumentError: if ``capacity`` is not a positive multiple of ``lanes``, or
-            neither or both of ``capacity`` and ``capacity_bytes`` are given.
-        InsufficientMemoryError: if the columns need more memory than is available (see
+            neither or both of ``capacity`` and ``capacity_bytes`` are given, or a given
+            column does not match its field's shape and dtype.
+        InsufficientMemoryError: if new columns need more memory than is available (see
             :mod:`rlreplay.core.memory`); nothing is allocated.
 
     Example:
@@ -70,6 +75,7 @@ class StepStore:
         lanes: int = 1,
         *,
         capacity_bytes: int | None = None,
+        columns: Mapping[str, np.ndarray] | None = None,
     ):
         self.signature = Signature(signature)
         if not isinstance(lanes, (int, np.integer)) or lanes < 1 or lanes > 65535:
@@ -91,18 +97,21 @@ class StepStore:
                 f"capacity={describe(capacity)} must be a positive int below 2**31 and a "
                 f"multiple of lanes={lanes}"
             )
-        memory.check_fits(
-            self,
-            int(capacity) * row_bytes,
-            f"a step store of {int(capacity)} steps of {row_bytes} bytes",
-            "lower capacity=, or give capacity_bytes= (a byte budget resolved to steps)",
-        )
         self.capacity = int(capacity)
         self.lanes = int(lanes)
-        self.columns: dict[str, np.ndarray] = {
-            path: np.zeros((self.capacity, *spec.shape), dtype=spec.dtype)
-            for path, spec in self.signature.fields.items()
-        }
+        if columns is not None:
+            self.columns: dict[str, np.ndarray] = self._checked_columns(columns)
+        else:
+            memory.check_fits(
+                self,
+                self.capacity * row_bytes,
+                f"a step store of {self.capacity} steps of {row_bytes} bytes",
+                "lower capacity=, or give capacity_bytes= (a byte budget resolved to steps)",
+            )
+            self.columns = {
+                path: np.zeros((self.capacity, *spec.shape), dtype=spec.dtype)
+                for path, spec in self.signature.fields.items()
+            }
         self.next_id = 0
         # Every mutation holds ``mutex``; blocked calls wait on ``lock``, a condition over
         # it. Entering the mutex itself costs a third of entering the condition.
@@ -185,15 +194,7 @@ class StepStore:
         if not isinstance(next_id, (int, np.integer)) or next_id < 0:
             raise InvalidArgumentError(f"next_id={describe(next_id)} must be an int >= 0")
         if columns is not None:
-            for path, spec in self.signature.fields.items():
-                col = columns.get(path)
-                want = (self.capacity, *spec.shape)
-                if col is None or col.shape != want or col.dtype != spec.dtype:
-                    raise InvalidArgumentError(
-                        f"column {path!r} is {describe(col)}; it must be an array of shape "
-                        f"{want} and dtype {spec.dtype}"
-                    )
-            self.columns = {path: columns[path] for path in self.signature.fields}
+            self.columns = self._checked_columns(columns)
             self._column_tuple = tuple(self.columns.values())
         with self.mutex:
             for retention in self.overwrite.retentions():
@@ -201,6 +202,23 @@ class StepStore:
             self.next_id = int(next_id)
             self.overwrite.relocated_steps = int(state.get("relocated_steps", 0))
             self.lock.notify_all()
+
+    def _checked_columns(self, columns: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``columns`` in field order, each checked to be ``(capacity, *shape)`` of its
+        field's dtype.
+
+        Raises:
+            InvalidArgumentError: naming the first column that does not match.
+        """
+        for path, spec in self.signature.fields.items():
+            col = columns.get(path)
+            want = (self.capacity, *spec.shape)
+            if col is None or col.shape != want or col.dtype != spec.dtype:
+                raise InvalidArgumentError(
+                    f"column {path!r} is {describe(col)}; it must be an array of shape "
+                    f"{want} and dtype {spec.dtype}"
+                )
+        return {path: columns[path] for path in self.signature.fields}
 
     # ---------------------------------------------------------------- mutation
     def attach(self, table: Table) -> weakref.ref:

@@ -237,3 +237,21 @@ def test_a_memory_mapped_table_keeps_serving_after_its_files_are_pruned(tmp_path
     batch = mapped.sample(16)
     np.testing.assert_array_equal(batch.data["obs"][:, 0], batch.data["step"])
     assert Table.restore(tmp_path).store.next_id == 24
+
+
+def test_a_memory_mapped_restore_is_not_refused_for_columns_larger_than_free_memory(
+    tmp_path, monkeypatch
+):
+    big = Table(
+        "big", signature={"frame": ((1024,), "uint8")}, max_size=4096, capacity=4096, seed=0
+    )  # 4 MiB of columns: above the size the memory check looks at
+    big.insert({"frame": np.full((8, 1024), 7, np.uint8)})
+    path = big.checkpoint(tmp_path)
+    from rlreplay.core import memory
+    from rlreplay.errors import InsufficientMemoryError
+
+    monkeypatch.setattr(memory, "available_bytes", lambda: 1 << 20)  # 1 MiB free
+    mapped = Table.restore(path, mmap=True)  # the pages are the file's, not new memory
+    assert mapped.size == 8 and int(mapped.sample(4).data["frame"].min()) == 7
+    with pytest.raises(InsufficientMemoryError):  # new memory is still checked
+        Table("new", signature={"frame": ((1024,), "uint8")}, max_size=4096, capacity=4096)
