@@ -115,7 +115,7 @@ class Actor:
         self._env_steps = int(counters[ENV_STEPS])
         # The extras of a policy that returns none: the version column, one read-only
         # array per loaded version (an adder may keep a reference to it).
-        self._extras: dict[str, np.ndarray] = {}
+        self._extras = self._version_extras()
 
     @property
     def env_steps(self) -> int:
@@ -140,12 +140,15 @@ class Actor:
     def _load(self, snapshot: Any) -> None:
         self.policy.set_params(dict(snapshot.params))
         self.version = snapshot.version
-        column = np.full(self.num_envs, self.version, np.int64)
-        column.flags.writeable = False
-        self._extras = {POLICY_VERSION: column}
+        self._extras = self._version_extras()
         self.counters[VERSION] = snapshot.version
         self.counters[SYNCS] += 1
         self._since_sync = 0
+
+    def _version_extras(self) -> dict[str, np.ndarray]:
+        column = np.full(self.num_envs, self.version, np.int64)
+        column.flags.writeable = False
+        return {POLICY_VERSION: column}
 
     def needs_newer_weights(self) -> bool:
         """True when the lag bound makes the next step wait for a newer version."""
