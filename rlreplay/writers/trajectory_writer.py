@@ -221,9 +221,15 @@ class TrajectoryWriter:
             return table.create_item(anchor, priority, length=length, timeout=timeout)
 
     def _admit(self, table: Table, n: int, timeout: float | None) -> None:
-        """Wait until ``table``'s rate limiter admits ``n`` items (store lock held)."""
+        """Wait until ``table``'s rate limiter admits ``n`` items (store lock held).
+
+        Raises:
+            DeadlockError: for ``n`` items the limiter could never admit at once, however
+                much is sampled (a wait for them would never end).
+        """
         if table.admission.can_insert(n, 0):
             return
+        table.rate_limiter.check_insert_batch(n)
         waiter = table.admission.admit(n, None, timeout)
         if waiter is not None:
             waiter.settle()
