@@ -67,21 +67,23 @@ class Admission:
         self.warn_after = warn_after
         self.closed = False
 
-    def blocked_call(self, timeout: float | None, what: str) -> waiting.BlockedCall:
-        """The waiting of one blocked ``what`` ("insert" or "sample") on this table."""
+    def blocked_call(self, timeout: float | None, what: str, n: int = 1) -> waiting.BlockedCall:
+        """The waiting of one blocked ``what`` ("insert" or "sample") of ``n`` items on
+        this table."""
         return waiting.BlockedCall(
             self.store.lock,
             timeout,
             self.warn_after,
-            lambda: self.describe(what),
+            lambda: self.describe(what, n),
             (self.rate_limiter, f"{what}_blocked_s"),
         )
 
-    def describe(self, what: str) -> str:
-        """The warning of a call blocked for ``warn_after`` seconds: who blocks and why."""
+    def describe(self, what: str, n: int = 1) -> str:
+        """The warning of a call of ``n`` items blocked for ``warn_after`` seconds: who
+        blocks and why."""
         return (
             f"{what} on table {self.name!r} has been blocked for over {self.warn_after:g}s "
-            f"({self.state()}): {self.likely_cause(what)}"
+            f"({self.state()}): {self.likely_cause(what, n)}"
         )
 
     def timeout_message(self, what: str, waited: float | None, n: int = 1) -> str:
@@ -155,7 +157,7 @@ class Admission:
                 raise ClosedError(f"table {self.name!r} is closed")
             if allowed():
                 return waiter
-            waiter = waiter or self.blocked_call(timeout, what)
+            waiter = waiter or self.blocked_call(timeout, what, n)
             if not waiter.wait():
                 waiter.settle()
                 raise RateLimiterTimeoutError(self.timeout_message(what, timeout, n))
