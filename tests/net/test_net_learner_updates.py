@@ -25,6 +25,8 @@ TABLES = config(
         "name": "gated",
         "signature": STEP_SIGNATURE,
         "max_size": 100,
+        # A sampler that uses priorities: a uniform table keeps none to read back.
+        "sampler": {"type": "Prioritized", "priority_exponent": 1.0},
         "rate_limiter": {"type": "MinSize", "min_size_to_sample": 5},
     },
 )
