@@ -159,8 +159,14 @@ class InsertReceipt:
         self._pipeline, self._batch, self._start, self._stop = pipeline, batch, start, stop
 
     def done(self) -> bool:
-        """Whether the server answered (acknowledged, or refused) these rows."""
+        """Whether the server answered (acknowledged, or refused) these rows.
+
+        Raises:
+            InvalidArgumentError: if called from another thread than the insert's (the
+                answers arrive on that thread's socket, which only it may read).
+        """
         b = self._batch
+        self._pipeline._check_thread()
         if b.keys is None and b.error is None and b.rid is not None:
             self._pipeline.collect()
         return b.keys is not None or b.error is not None
@@ -524,13 +530,13 @@ def _flush_at_exit(budget_s: float = EXIT_FLUSH_S) -> None:
     all (failures are logged, never raised)."""
     end = time.monotonic() + budget_s
     for p in list(_OPEN):
-        if p.pid != os.getpid() or not p.held_rows:
-            continue
+        if p.pid != os.getpid() or not (p.held_rows or p.failed):
+            continue  # refusals read (by a receipt's done()) but never raised are reported
         try:
             p.thread = threading.get_ident()  # its thread has ended: exit runs on this one
             p.flush(max(0.001, end - time.monotonic()))
         except Exception as exc:  # at exit: report, never raise
-            log.warning("rows inserted through a client could not be sent at exit: %s", exc)
+            log.warning("at exit, rows inserted through a client were not stored: %s", exc)
 
 
 atexit.register(_flush_at_exit)

@@ -317,3 +317,36 @@ def test_a_message_holds_no_more_rows_than_the_limiter_admits_at_once(client):
     window = client.describe("ratio")["insert_window"]
     assert window is not None and plan.cap == window
     assert client._insert_plan("gym", None).cap == inserts.MAX_BATCH_ROWS
+
+
+def test_a_refusal_collected_but_never_raised_is_logged_when_the_process_exits(client, address):
+    # the receipt's done() reads both refusals; no later call raises them, so exit must
+    code = (
+        "import time, numpy as np, rlreplay\n"
+        f"c = rlreplay.Client({address!r})\n"
+        "row = {'obs': np.zeros(4, np.float32), 'action': 0, 'reward': 0.5, 'done': False}\n"
+        "c.insert('ratio', {k: np.stack([v] * 3) for k, v in row.items()}, wait=True)\n"
+        "r = [c.insert('ratio', row, timeout=0.2) for _ in range(2)]\n"
+        "deadline = time.monotonic() + 10.0\n"
+        "while not r[-1].done() and time.monotonic() < deadline:\n"
+        "    time.sleep(0.05)\n"
+        "assert r[0].done() and r[-1].done()\n"
+    )
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": root}
+    done = subprocess.run(
+        [sys.executable, "-c", code], timeout=60, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert "2 row(s) of earlier insert calls to 'ratio' were not inserted" in done.stderr
+    assert client.info("ratio").size == 3
+
+
+def test_a_receipts_done_is_asked_in_the_thread_that_inserted(client):
+    receipt = client.insert("gym", step(0))
+    caught: list = []
+    t = threading.Thread(target=lambda: caught.append(_raises(receipt.done)))
+    t.start()
+    t.join(10.0)
+    assert caught and isinstance(caught[0], InvalidArgumentError)
+    assert len(receipt.keys(5.0)) == 1 and receipt.done()
