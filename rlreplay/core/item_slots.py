@@ -9,6 +9,12 @@ every method leaves ``size``, the live flags and both selectors consistent, or r
 before changing anything. The table calls it with its lock held; the overwrite protocol
 (overwrite.py) calls :meth:`ItemIndex.evict_rows`, :meth:`~ItemIndex.detach_for_move`
 and :meth:`~ItemIndex.attach_moved` for rows the store is about to overwrite.
+
+Its parts: the per-slot arrays and their layout are a
+:class:`~rlreplay.core.slot_records.SlotRecords` it owns (and writes in place), the
+lookup of the items keys name is :mod:`rlreplay.core.held_keys`, and its checkpoint
+state is made and checked by :mod:`rlreplay.core.item_state`. The compiled loops of
+``_slots.c`` are bound here (``_kernel``; ``None`` without a compiler: the numpy twins).
 """
 
 from __future__ import annotations
@@ -17,47 +23,29 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.core import idle_remover
+from rlreplay.core import held_keys, idle_remover, item_state
 from rlreplay.core._compiled import load_kernel
 from rlreplay.core.keys import (
     CYCLED,
     GENERATION_MASK,
     GENERATIONS,
     SLOT_BITS,
-    check_priorities,
-    current_generations,
-    has_duplicates,
     make_keys,
     next_generation,
     next_generations,
-    relative_generations,
-    split_keys,
-    unissued,
 )
 from rlreplay.core.selectors import Selector
-from rlreplay.core.selectors.base import copy_into, touched
+from rlreplay.core.slot_records import (  # noqa: F401 (the record layout, named here too)
+    SLOT_STATE,
+    SLOT_STATE_UNPRIORITIZED,
+    UNKEPT_PRIORITY,
+    SlotRecords,
+    keeps_priorities,
+    slot_record_dtype,
+)
 from rlreplay.errors import InvalidArgumentError, describe
 
 _kernel = load_kernel("rlreplay.core._slots")
-
-# Per-slot item state (the compiled loops in _draws.c and _slots.c rely on these layouts:
-# the first 8 bytes alike, the priority at byte 8 where there is one).
-SLOT_STATE = np.dtype([("generation", "<u4"), ("times_sampled", "<u4"), ("priority", "<f8")])
-SLOT_STATE_UNPRIORITIZED = np.dtype([("generation", "<u4"), ("times_sampled", "<u4")])
-UNKEPT_PRIORITY = 1.0
-"""What the priority of every item reads as in a table that keeps no priorities."""
-
-
-def keeps_priorities(sampler: Any, remover: Any) -> bool:
-    """Whether a table with these selectors keeps its items' priorities: unless both
-    ignore them (``uses_priorities``: Uniform, Fifo and Lifo do), so a uniform table
-    spends no 8 bytes per slot on numbers nothing reads."""
-    return getattr(sampler, "uses_priorities", True) or getattr(remover, "uses_priorities", True)
-
-
-def slot_record_dtype(sampler: Any, remover: Any) -> np.dtype:
-    """The per-slot record of a table with these selectors (16 or 8 bytes)."""
-    return SLOT_STATE if keeps_priorities(sampler, remover) else SLOT_STATE_UNPRIORITIZED
 
 COUNTERS = (
     "deletes",
@@ -121,29 +109,17 @@ class ItemIndex:
         self.span = span
         self.default_priority = default_priority
         self.rng = rng
-        # One record per slot, so a sampled item's state is one cache line, not three;
-        # ``priority``, ``generation`` and ``times_sampled`` are views of its fields and
-        # ``slot_bytes`` its bytes (slots x record bytes), as the compiled loops take them.
-        record = slot_record_dtype(sampler, remover)
-        self.keeps_priorities = "priority" in record.names
-        self.slot_state = np.zeros(capacity, dtype=record)
-        if self.keeps_priorities:
-            self.priority = self.slot_state["priority"]
-        else:
-            self.priority = np.broadcast_to(np.float64(UNKEPT_PRIORITY), (capacity,))
-        self.generation = self.slot_state["generation"]
-        self.times_sampled = self.slot_state["times_sampled"]
-        self.slot_bytes = self.slot_state.view(np.uint8).reshape(capacity, record.itemsize)
-        self.live = np.zeros(capacity, dtype=bool)
-        # Memoryviews of the same arrays: one-slot reads and writes through them cost a
-        # third of numpy's scalar indexing (the one-row insert does several).
-        self._slot_views = (
-            memoryview(self.generation),
-            memoryview(self.priority) if self.keeps_priorities else None,
-            memoryview(self.times_sampled),
+        # The per-slot arrays are the records' (written in place, never replaced); the
+        # index holds references to them so its calls reach them with no indirection.
+        self.records = records = SlotRecords(
+            capacity, slot_record_dtype(sampler, remover), variable
         )
-        self._live_view = memoryview(self.live)
-        self.extent = np.zeros(capacity, dtype=np.int32) if variable else None
+        self.keeps_priorities = records.keeps_priorities
+        self.slot_state, self.slot_bytes = records.slot_state, records.slot_bytes
+        self.priority, self.generation = records.priority, records.generation
+        self.times_sampled = records.times_sampled
+        self.live, self.extent = records.live, records.extent
+        self._slot_views, self._live_view = records.slot_views, records.live_view
         sampler.bind(capacity)
         self.remover_active = not idle_remover.remover_is_idle(capacity, max_size)
         # The remover's calls go to ``_remover``: None while it is idle.
@@ -391,72 +367,19 @@ class ItemIndex:
     def held(self, keys: Any, priorities: Any, stale_counter: str):
         """``(slots, priorities)`` of the held items that ``keys`` name, each slot once (the
         last key for it wins); keys of items no longer held are skipped and counted in
-        ``stale_counter``. ``priorities`` is ``None`` for deletes.
+        ``stale_counter``. ``priorities`` is ``None`` for deletes (see
+        :mod:`rlreplay.core.held_keys`).
 
         Raises:
             InvalidArgumentError: for keys this table never issued or invalid priorities;
                 nothing is counted or changed then.
         """
         deleting = stale_counter == "stale_deletes"
-        if (
-            _kernel is not None
-            and type(keys) is np.ndarray
-            and keys.dtype == np.int64
-            and keys.ndim == 1
-            and keys.flags.c_contiguous
-        ):
-            n = len(keys)
-            values = None
-            if not deleting and type(priorities) is np.ndarray:
-                values = np.ascontiguousarray(priorities, dtype=np.float64)
-            if deleting or (values is not None and values.shape == (n,)):
-                out_slots = np.empty(n, dtype=np.int64)
-                out_values = None if deleting else np.empty(n)
-                held = _kernel.held_slots(
-                    keys, self.slot_bytes, self.live, values, out_slots, out_values, self.origin
-                )
-                if held is not None:  # else a bad entry: the path below names it
-                    kept, stale = held
-                    if stale:
-                        self.counts[stale_counter] += stale
-                    return out_slots[:kept], None if deleting else out_values[:kept]
-        keys, slots, gens = split_keys(keys, self.capacity)
-        prios = None if deleting else check_priorities(priorities, len(keys))
-        return self._current(keys, slots, gens, prios, stale_counter)
-
-    def _current(self, keys, slots, gens, values, stale_counter):
-        """Keep the last occurrence of each held key; count the stale ones.
-
-        Raises:
-            InvalidArgumentError: for a key this table never issued (generation 0, or
-                outside the generations it issued for the slot while the slot has not
-                cycled: a key of another table, see keys.py); nothing is counted or
-                changed then.
-        """
-        fields = self.generation[slots]
-        gens = relative_generations(gens, self.origin)
-        never = unissued(gens, fields)
-        if never.any():
-            raise InvalidArgumentError(
-                f"keys contains {describe(keys[never][:4].tolist())}, which are not keys of "
-                "this table (it never issued them: keys of another table, or made up); pass "
-                "keys taken from this table's samples or inserts"
-            )
-        held = self.live[slots] & (current_generations(fields) == gens)
-        n_held = int(np.count_nonzero(held))
-        if n_held != len(slots):
-            self.counts[stale_counter] += len(slots) - n_held
-            slots = slots[held]
-            values = None if values is None else values[held]
-        if len(slots) > 1 and has_duplicates(slots):
-            order = np.argsort(slots, kind="stable")
-            ordered = slots[order]
-            last = np.empty(len(slots), dtype=bool)
-            last[-1] = True
-            np.not_equal(ordered[1:], ordered[:-1], out=last[:-1])
-            keep = order[last]  # the last occurrence of each slot, in slot order
-            slots = slots[keep]
-            values = None if values is None else values[keep]
+        slots, values, stale = held_keys.held(
+            _kernel, self.records, self.origin, keys, priorities, deleting
+        )
+        if stale:
+            self.counts[stale_counter] += stale
         return slots, values
 
     def reset(self) -> None:
@@ -469,6 +392,11 @@ class ItemIndex:
         self.max_priority = 1.0
 
     # ------------------------------------------------------------ checkpoints
+    @property
+    def newest(self) -> int:
+        """The slot of the item inserted last (the order an idle remover's state uses)."""
+        return self._newest
+
     def state(
         self, into: dict[str, Any] | None = None, *, idle_remover_later: bool = False
     ) -> dict[str, Any]:
@@ -478,56 +406,12 @@ class ItemIndex:
         copy into instead of allocating. ``idle_remover_later``: leave an idle
         remover's state ``None``, for :meth:`idle_remover_state` to make from the
         snapshot after the lock is released (it costs an index build, not a copy)."""
-        into = into or {}
-        # One copy of the records' bytes (a structured copy, or one per field, costs
-        # several times more); the fields are views of it.
-        records = copy_into(self.slot_bytes, into, "records").reshape(-1)
-        records = records.view(self.slot_state.dtype)
-        if self.keeps_priorities:
-            priority = records["priority"]
-        else:  # the constant every priority reads as (a buffer filled outside the lock)
-            priority = into.get("priority")
-            if priority is None:
-                priority = np.full(self.capacity, UNKEPT_PRIORITY)
-        out: dict[str, Any] = {
-            "priority": priority,
-            "generation": records["generation"],
-            "times_sampled": records["times_sampled"],
-            "live": copy_into(self.live, into, "live"),
-            "size": self.size,
-            "max_priority": self.max_priority,
-            "origin": self.origin,
-            "newest": self._newest,
-            "counts": dict(self.counts),
-            "sampler": self.sampler.state(into.get("sampler")),
-            "remover": (
-                None
-                if idle_remover_later and not self.remover_active
-                else self._remover_state(into.get("remover"))
-            ),
-        }
-        if self.extent is not None:
-            out["extent"] = copy_into(self.extent, into, "extent")
-        return out
+        return item_state.snapshot(self, into, idle_remover_later)
 
     def state_buffers(self) -> dict[str, Any]:
         """Arrays :meth:`state` can copy into, made (and written once) outside the
         table's lock; see :meth:`Selector.state_buffers`."""
-        out: dict[str, Any] = {
-            "records": touched(self.slot_bytes.shape, np.uint8),
-            "live": touched(self.live.shape, bool),
-            "sampler": self.sampler.state_buffers(),
-            "remover": (
-                self.remover.state_buffers()
-                if self.remover_active
-                else idle_remover.bound_copy(self.remover, self.capacity).state_buffers()
-            ),
-        }
-        if not self.keeps_priorities:
-            out["priority"] = np.full(self.capacity, UNKEPT_PRIORITY)
-        if self.extent is not None:
-            out["extent"] = touched(self.extent.shape, self.extent.dtype)
-        return out
+        return item_state.snapshot_buffers(self)
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Put back what :meth:`state` returned, for an index of the same capacity and
@@ -538,44 +422,16 @@ class ItemIndex:
                 disagree with the size; nothing changes then (the selectors check their
                 own states).
         """
-        cap = self.capacity
-        names = ["priority", "generation", "times_sampled", "live"]
-        names += ["extent"] if self.extent is not None else []
-        for name in names:
-            arr = state.get(name)
-            if not isinstance(arr, np.ndarray) or arr.shape != (cap,):
-                raise InvalidArgumentError(
-                    f"item state {name!r} is {describe(arr)}; this index needs an array of "
-                    f"{cap} entries (one per slot)"
-                )
-        size = int(state["size"])
-        if int(np.count_nonzero(state["live"])) != size or not 0 <= state["origin"] < GENERATIONS:
-            raise InvalidArgumentError(
-                f"item state holds {int(np.count_nonzero(state['live']))} live slots but "
-                f"size={size}, or origin={state['origin']} is out of range: it is not an "
-                "index's state"
-            )
-        if self.keeps_priorities:
-            self.priority[:] = state["priority"]
-        self.generation[:] = state["generation"]
-        self.times_sampled[:] = state["times_sampled"]
-        self.live[:] = state["live"]
-        if self.extent is not None:
-            self.extent[:] = state["extent"]
+        size = item_state.check(self, state)
+        self.records.load_state(state)
         self.size = size
         self.max_priority = float(state["max_priority"])
         self.origin = int(state["origin"])
-        self._newest = int(state.get("newest", cap - 1)) % cap  # an order hint only
+        self._newest = int(state.get("newest", self.capacity - 1)) % self.capacity  # a hint
         self.counts.update({name: int(state["counts"].get(name, 0)) for name in COUNTERS})
         self.sampler.load_state(state["sampler"])
         if self._remover is not None:  # an idle remover keeps no state to load
             self._remover.load_state(state["remover"])
-
-    def nbytes(self) -> int:
-        """Bytes of item bookkeeping (per-slot state, sampler and remover indexes)."""
-        own = self.slot_state.nbytes + self.live.nbytes
-        remover = self.remover.nbytes() if self.remover_active else 0
-        return own + self.sampler.nbytes() + remover
 
     def idle_remover_state(
         self, state: dict[str, Any], into: dict[str, Any] | None = None
@@ -583,15 +439,9 @@ class ItemIndex:
         """The idle remover's state for a snapshot :meth:`state` took with
         ``idle_remover_later=True``, made from the snapshot's own arrays (no lock
         needed: it reads nothing of the live index)."""
-        return idle_remover.idle_state(
-            self.remover, state["live"], state["newest"], state["priority"], into
-        )
+        return item_state.idle_remover_state(self, state, into)
 
-    def _remover_state(self, into: dict[str, Any] | None) -> dict[str, Any]:
-        """The remover's state; an idle remover's is made now, holding the items in
-        :func:`~rlreplay.core.idle_remover.idle_order`."""
-        if self.remover_active:
-            return self.remover.state(into)
-        return idle_remover.idle_state(
-            self.remover, self.live, self._newest, self.priority, into
-        )
+    def nbytes(self) -> int:
+        """Bytes of item bookkeeping (per-slot state, sampler and remover indexes)."""
+        remover = self.remover.nbytes() if self.remover_active else 0
+        return self.records.nbytes() + self.sampler.nbytes() + remover

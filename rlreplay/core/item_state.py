@@ -1,0 +1,98 @@
+"""The item index's checkpoint state: a snapshot of every part of it, checked and restored.
+
+An :class:`~rlreplay.core.item_slots.ItemIndex`'s state is its per-slot records (see
+:class:`~rlreplay.core.slot_records.SlotRecords`), its size, counters, largest priority,
+generation origin and newest slot, and both selectors' states. These functions make that
+snapshot (with the table's lock held, copying into buffers made before it was taken) and
+check one before it is put back; a remover left idle keeps no state, so its state is made
+from the snapshot, after the lock is released. They read the index, never change it: the
+index puts a checked state back itself (:meth:`~rlreplay.core.item_slots.ItemIndex.
+load_state`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rlreplay.core import idle_remover
+from rlreplay.core.keys import GENERATIONS
+from rlreplay.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from rlreplay.core.item_slots import ItemIndex
+
+
+def snapshot(
+    index: ItemIndex, into: dict[str, Any] | None, idle_remover_later: bool
+) -> dict[str, Any]:
+    """The state of ``index`` (copies; lock held); see :meth:`ItemIndex.state`."""
+    into = into or {}
+    out: dict[str, Any] = index.records.state(into)
+    out.update(
+        size=index.size,
+        max_priority=index.max_priority,
+        origin=index.origin,
+        newest=index.newest,
+        counts=dict(index.counts),
+        sampler=index.sampler.state(into.get("sampler")),
+        remover=(
+            None
+            if idle_remover_later and not index.remover_active
+            else remover_state(index, into.get("remover"))
+        ),
+    )
+    if "extent" in out:  # last, as the index has always listed it
+        out["extent"] = out.pop("extent")
+    return out
+
+
+def snapshot_buffers(index: ItemIndex) -> dict[str, Any]:
+    """Arrays :func:`snapshot` can copy into, made (and written once) outside the
+    table's lock; see :meth:`Selector.state_buffers`."""
+    out = index.records.state_buffers()
+    out["sampler"] = index.sampler.state_buffers()
+    if index.remover_active:
+        out["remover"] = index.remover.state_buffers()
+    else:
+        out["remover"] = idle_remover.bound_copy(index.remover, index.capacity).state_buffers()
+    return out
+
+
+def check(index: ItemIndex, state: dict[str, Any]) -> int:
+    """Check that ``state`` fits ``index`` (arrays of one entry per slot, live flags that
+    agree with the size, an origin in range); returns its size.
+
+    Raises:
+        InvalidArgumentError: naming what does not fit (the selectors check their own
+            states when they load them).
+    """
+    index.records.check_state(state)
+    size = int(state["size"])
+    live = int(np.count_nonzero(state["live"]))
+    if live != size or not 0 <= state["origin"] < GENERATIONS:
+        raise InvalidArgumentError(
+            f"item state holds {live} live slots but size={size}, or "
+            f"origin={state['origin']} is out of range: it is not an index's state"
+        )
+    return size
+
+
+def remover_state(index: ItemIndex, into: dict[str, Any] | None) -> dict[str, Any]:
+    """The remover's state; an idle remover's is made now, holding the items in
+    :func:`~rlreplay.core.idle_remover.idle_order`."""
+    if index.remover_active:
+        return index.remover.state(into)
+    return idle_remover.idle_state(index.remover, index.live, index.newest, index.priority, into)
+
+
+def idle_remover_state(
+    index: ItemIndex, state: dict[str, Any], into: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The idle remover's state for a snapshot taken with ``idle_remover_later=True``,
+    made from the snapshot's own arrays (no lock needed: it reads nothing of the live
+    index)."""
+    return idle_remover.idle_state(
+        index.remover, state["live"], state["newest"], state["priority"], into
+    )

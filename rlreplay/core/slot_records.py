@@ -1,0 +1,153 @@
+"""The item index's per-slot records: their layout, the arrays holding them, their state.
+
+A table keeps, for every anchor slot, one record (generation, times sampled and, where a
+selector uses priorities, the priority: 16 bytes, or 8), a live flag and, for layouts with
+per-item extents, the item's extent. :class:`SlotRecords` owns these arrays, so that a
+sampled item's state is one cache line (not three) and the compiled loops in ``_draws.c``
+and ``_slots.c`` can take the records' bytes as they are; it copies, checks and restores
+them for checkpoints. The rules that keep them in agreement with the selectors and the
+table's size are the item index's (item_slots.py), which writes them in place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rlreplay.core.selectors.base import copy_into, touched
+from rlreplay.errors import InvalidArgumentError, describe
+
+# Per-slot item state (the compiled loops in _draws.c and _slots.c rely on these layouts:
+# the first 8 bytes alike, the priority at byte 8 where there is one).
+SLOT_STATE = np.dtype([("generation", "<u4"), ("times_sampled", "<u4"), ("priority", "<f8")])
+SLOT_STATE_UNPRIORITIZED = np.dtype([("generation", "<u4"), ("times_sampled", "<u4")])
+UNKEPT_PRIORITY = 1.0
+"""What the priority of every item reads as in a table that keeps no priorities."""
+
+
+def keeps_priorities(sampler: Any, remover: Any) -> bool:
+    """Whether a table with these selectors keeps its items' priorities: unless both
+    ignore them (``uses_priorities``: Uniform, Fifo and Lifo do), so a uniform table
+    spends no 8 bytes per slot on numbers nothing reads."""
+    return getattr(sampler, "uses_priorities", True) or getattr(remover, "uses_priorities", True)
+
+
+def slot_record_dtype(sampler: Any, remover: Any) -> np.dtype:
+    """The per-slot record of a table with these selectors (16 or 8 bytes)."""
+    return SLOT_STATE if keeps_priorities(sampler, remover) else SLOT_STATE_UNPRIORITIZED
+
+
+class SlotRecords:
+    """One record, one live flag and (``variable``) one extent per slot.
+
+    Args:
+        capacity: slots.
+        record: :data:`SLOT_STATE`, or :data:`SLOT_STATE_UNPRIORITIZED` for a table that
+            keeps no priorities (see :func:`slot_record_dtype`).
+        variable: whether items have per-item extents (``from_end``/``pad`` windows).
+
+    Attributes (arrays allocated once and only ever written in place, so holders of
+    references to them, the item index and the draws, always see the current values):
+        slot_state: the records; ``generation``, ``times_sampled`` and ``priority`` are
+            views of its fields (``priority`` a read-only array of
+            :data:`UNKEPT_PRIORITY` when the records keep none) and ``slot_bytes`` its
+            bytes (slots x record bytes), as the compiled loops take them.
+        live: whether each slot holds an item.
+        extent: per-item extents, or ``None``.
+        slot_views: memoryviews of ``generation``, ``priority`` (``None`` when not kept)
+            and ``times_sampled``; ``live_view`` of ``live``: one-slot reads and writes
+            through them cost a third of numpy's scalar indexing (the one-row insert does
+            several).
+    """
+
+    def __init__(self, capacity: int, record: np.dtype, variable: bool):
+        self.capacity = capacity
+        self.keeps_priorities = "priority" in record.names
+        self.slot_state = np.zeros(capacity, dtype=record)
+        if self.keeps_priorities:
+            self.priority = self.slot_state["priority"]
+        else:
+            self.priority = np.broadcast_to(np.float64(UNKEPT_PRIORITY), (capacity,))
+        self.generation = self.slot_state["generation"]
+        self.times_sampled = self.slot_state["times_sampled"]
+        self.slot_bytes = self.slot_state.view(np.uint8).reshape(capacity, record.itemsize)
+        self.live = np.zeros(capacity, dtype=bool)
+        self.slot_views = (
+            memoryview(self.generation),
+            memoryview(self.priority) if self.keeps_priorities else None,
+            memoryview(self.times_sampled),
+        )
+        self.live_view = memoryview(self.live)
+        self.extent = np.zeros(capacity, dtype=np.int32) if variable else None
+
+    def nbytes(self) -> int:
+        """Bytes of the records and live flags."""
+        return self.slot_state.nbytes + self.live.nbytes
+
+    # ------------------------------------------------------------ checkpoints
+    def state(self, into: dict[str, Any]) -> dict[str, Any]:
+        """Copies of the per-slot arrays (``priority``, ``generation``, ``times_sampled``,
+        ``live`` and, with extents, ``extent``), into the arrays of :meth:`state_buffers`
+        found in ``into`` (else newly allocated)."""
+        # One copy of the records' bytes (a structured copy, or one per field, costs
+        # several times more); the fields are views of it.
+        records = copy_into(self.slot_bytes, into, "records").reshape(-1)
+        records = records.view(self.slot_state.dtype)
+        if self.keeps_priorities:
+            priority = records["priority"]
+        else:  # the constant every priority reads as (a buffer filled outside the lock)
+            priority = into.get("priority")
+            if priority is None:
+                priority = np.full(self.capacity, UNKEPT_PRIORITY)
+        out: dict[str, Any] = {
+            "priority": priority,
+            "generation": records["generation"],
+            "times_sampled": records["times_sampled"],
+            "live": copy_into(self.live, into, "live"),
+        }
+        if self.extent is not None:
+            out["extent"] = copy_into(self.extent, into, "extent")
+        return out
+
+    def state_buffers(self) -> dict[str, Any]:
+        """Arrays :meth:`state` can copy into, made (and written once) outside the
+        table's lock."""
+        out: dict[str, Any] = {
+            "records": touched(self.slot_bytes.shape, np.uint8),
+            "live": touched(self.live.shape, bool),
+        }
+        if not self.keeps_priorities:
+            out["priority"] = np.full(self.capacity, UNKEPT_PRIORITY)
+        if self.extent is not None:
+            out["extent"] = touched(self.extent.shape, self.extent.dtype)
+        return out
+
+    def check_state(self, state: dict[str, Any]) -> None:
+        """Check that ``state`` holds every per-slot array these records need.
+
+        Raises:
+            InvalidArgumentError: naming the first array missing or not of one entry per
+                slot.
+        """
+        cap = self.capacity
+        names = ["priority", "generation", "times_sampled", "live"]
+        names += ["extent"] if self.extent is not None else []
+        for name in names:
+            arr = state.get(name)
+            if not isinstance(arr, np.ndarray) or arr.shape != (cap,):
+                raise InvalidArgumentError(
+                    f"item state {name!r} is {describe(arr)}; this index needs an array of "
+                    f"{cap} entries (one per slot)"
+                )
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Put back the arrays of a ``state`` that :meth:`check_state` accepted (in place:
+        references to the arrays stay valid)."""
+        if self.keeps_priorities:
+            self.priority[:] = state["priority"]
+        self.generation[:] = state["generation"]
+        self.times_sampled[:] = state["times_sampled"]
+        self.live[:] = state["live"]
+        if self.extent is not None:
+            self.extent[:] = state["extent"]
