@@ -37,8 +37,9 @@ from rlreplay.checkpoint.snapshot import Snapshot, as_tables, capture
 from rlreplay.core.table import Table
 from rlreplay.errors import CheckpointError, InvalidArgumentError, describe
 
-# Saves in one process run one at a time (a store streams one checkpoint at a time).
-_SAVING = threading.Lock()
+# Held while a save names its checkpoint and takes its moment, and while it prunes; a
+# store streams one checkpoint at a time (its guard), saves of other stores go on together.
+_NAMING = threading.Lock()
 
 WRITERS_NOTE = (
     "Items the writers created and steps they appended before this checkpoint's moment "
@@ -116,7 +117,10 @@ def save(
     root = _check_path(path)
     keep = retention.check_keep(keep)
     stats = stats if stats is not None else SaveStats()
-    with _SAVING:
+    # Naming and the moment under one process-wide lock, so that a later sequence number
+    # never holds an earlier moment; the columns stream without it, so a long save never
+    # holds up another save's moment (a server's dispatcher takes it between requests).
+    with _NAMING:
         root.mkdir(parents=True, exist_ok=True)
         seq = retention.next_sequence(root)
         tmp = root / f".tmp-{retention.name_of(seq)}-{os.getpid()}-{secrets.token_hex(4)}"
@@ -125,16 +129,25 @@ def save(
             snap = capture(items, tmp)
             try:
                 extra_state = None if extra is None else extra()
-                stats.captured.set()
-                manifest = _write(snap, tmp, progress, stats, extra_state)
-            finally:
+            except BaseException:
                 snap.release()
-            write_manifest(tmp, manifest)
-            retention.fsync_dir(tmp)
-            final = _publish(root, tmp, seq)
+                raise
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+    stats.captured.set()
+    try:
+        try:
+            manifest = _write(snap, tmp, progress, stats, extra_state)
+        finally:
+            snap.release()
+        write_manifest(tmp, manifest)
+        retention.fsync_dir(tmp)
+        final = _publish(root, tmp, seq)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    with _NAMING:
         retention.prune(root, keep)
     stats.path = final
     return final

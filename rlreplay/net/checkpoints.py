@@ -267,7 +267,12 @@ class CheckpointJob(Job):
             if owner.busy or stores_busy(self.tables):
                 return None  # another save streams these stores now: take ours after it
             owner._finish()
-            self.save = owner.start(self.tables, self.sessions)
+            try:
+                self.save = owner.start(self.tables, self.sessions)
+            except CheckpointError:
+                if stores_busy(self.tables):
+                    return None  # an in-process save of these stores began meanwhile
+                raise
         if not self.save.done():
             return None
         owner._finish()

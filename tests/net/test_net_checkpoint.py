@@ -353,3 +353,26 @@ def test_checkpoint_asked_during_an_in_process_save_waits_for_it_while_serving(t
         client.close()
         # the dispatcher waited for the local save between requests, never inside one
         assert server.checkpoints.longest_capture_s < local_s / 2, local_s
+
+
+def test_checkpoint_during_an_in_process_save_of_other_tables_does_not_wait_for_it(tmp_path):
+    """A save of a table the server does not serve (streaming a 64 MiB store in the same
+    process) neither holds up the server's dispatcher nor its checkpoint."""
+    other_table = rlreplay.Table("big", signature={"frame": ((64, 64), "float32")}, max_size=4096)
+    other_table.insert({"frame": np.ones((4096, 64, 64), np.float32)})
+    table = row_table()
+    table.insert(rows(10))
+    with rlreplay.Server([table], checkpoint_dir=tmp_path / "served") as server:
+        client = rlreplay.Client(server.address)
+        client.ping()
+        began = time.monotonic()
+        local = rlreplay.checkpoint.start_save([other_table], tmp_path / "local")
+        path = client.checkpoint(timeout=60.0)
+        asked_s = time.monotonic() - began
+        assert local.result(60.0).is_dir()
+        local_s = time.monotonic() - began
+        assert Path(path, "manifest.json").is_file()
+        client.close()
+        # neither the capture nor the checkpoint waited for the other save to be written
+        assert server.checkpoints.longest_capture_s < local_s / 2, local_s
+        assert asked_s < local_s, (asked_s, local_s)
