@@ -16,7 +16,8 @@ same definition from it. One file holds, for a range of one store's steps:
   outputs, what sampling it returns (e.g. ``obs`` and ``next_obs`` of a transition).
 
 Imported items get new keys (returned, aligned with the file's ``key`` arrays) and start
-with ``times_sampled`` 0; their priorities are kept. Parquet is not offered: it would
+with ``times_sampled`` 0; their priorities are kept (a table that keeps no priorities,
+uniform and FIFO/LIFO, exports 1.0 for each). Parquet is not offered: it would
 add pyarrow, which nothing else here needs.
 """
 

@@ -19,7 +19,8 @@ class SampleInfo:
     Attributes:
         keys: int64 item keys, for :meth:`Table.update_priorities` and :meth:`Table.delete`.
         probabilities: probability with which each item was selected in this draw.
-        priorities: the items' priorities when sampled.
+        priorities: the items' priorities when sampled (1.0 from a table that keeps
+            none: its sampler and remover both ignore priorities).
         times_sampled: how often each item has been sampled, this sample included.
         table_size: items in the table when the batch was drawn.
         min_probability: smallest selection probability of any item then in the table.

@@ -45,6 +45,10 @@ class Table:
     item to evict when an insert would exceed ``max_size``. Items are also removed when
     they have been sampled ``max_times_sampled`` times, when deleted, and before the store
     overwrites their oldest step (or, with ``on_overwrite="block"``, the store waits).
+    A table whose sampler and remover both ignore priorities (``Uniform``, ``Fifo``,
+    ``Lifo``) keeps none, to save 8 bytes per item: the priorities it is given are
+    checked, then dropped, and read back as 1.0 (``sample().info.priorities``, dataset
+    exports); give it a ``Prioritized`` or heap selector to keep them.
 
     The *rate limiter* blocks inserts that run too far ahead of samples and samples that
     run too far ahead of inserts; every blocking call takes a ``timeout`` in seconds, the
@@ -344,6 +348,9 @@ class Table:
     # ------------------------------------------------------ priorities, deletes
     def update_priorities(self, keys: Any, priorities: Any) -> int:
         """Set new priorities; keys of items no longer held are skipped and counted.
+
+        A table that keeps no priorities (sampler and remover both ignore them, see the
+        class docstring) checks them and drops them.
 
         Duplicate keys: the last priority given wins.
 
