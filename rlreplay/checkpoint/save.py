@@ -35,7 +35,7 @@ from rlreplay.checkpoint.manifest import (
 from rlreplay.checkpoint.progress import Progress
 from rlreplay.checkpoint.snapshot import Snapshot, as_tables, capture
 from rlreplay.core.table import Table
-from rlreplay.errors import CheckpointError, InvalidArgumentError, describe
+from rlreplay.errors import CheckpointError, InvalidArgumentError, ReplayTimeoutError, describe
 
 # Held while a save names its checkpoint and takes its moment, and while it prunes; a
 # store streams one checkpoint at a time (its guard), saves of other stores go on together.
@@ -256,12 +256,16 @@ class PendingSave:
         checkpoint's directory.
 
         Raises:
-            TimeoutError: if the save has not finished within ``timeout``.
+            ReplayTimeoutError: (a ``TimeoutError``) if the save has not finished within
+                ``timeout``; it goes on, ask again.
             Exception: what the save raised.
         """
         self._thread.join(timeout)
         if self._thread.is_alive():
-            raise TimeoutError(f"the checkpoint is still being written after {timeout}s")
+            raise ReplayTimeoutError(
+                f"the checkpoint is still being written after timeout={timeout}s; it goes on: "
+                "call result() again, with a longer timeout"
+            )
         if self._error is not None:
             raise self._error
         assert self._result is not None

@@ -13,10 +13,12 @@ import pytest
 
 from rlreplay import (
     CheckpointCorruptError,
+    CheckpointError,
     CheckpointNotFoundError,
     CheckpointVersionError,
     InvalidArgumentError,
     Prioritized,
+    ReplayTimeoutError,
     Table,
     checkpoint,
 )
@@ -255,3 +257,18 @@ def test_a_memory_mapped_restore_is_not_refused_for_columns_larger_than_free_mem
     assert mapped.size == 8 and int(mapped.sample(4).data["frame"].min()) == 7
     with pytest.raises(InsufficientMemoryError):  # new memory is still checked
         Table("new", signature={"frame": ((1024,), "uint8")}, max_size=4096, capacity=4096)
+
+
+def test_a_save_still_streaming_times_out_typed_and_a_second_save_of_its_store_is_refused(
+    tmp_path,
+):
+    big = Table("big", signature={"frame": ((64, 64), "float32")}, max_size=4096)
+    big.insert({"frame": np.ones((4096, 64, 64), np.float32)})  # 64 MiB to stream
+    pending = checkpoint.start_save(big, tmp_path / "a")
+    with pytest.raises(ReplayTimeoutError, match="still being written"):
+        pending.result(timeout=0)
+    with pytest.raises(CheckpointError, match="being written already"):
+        big.checkpoint(tmp_path / "b")
+    assert list((tmp_path / "b").iterdir()) == []  # nothing left behind
+    assert pending.result(timeout=60).is_dir()
+    assert Table.restore(tmp_path / "a").size == 4096
