@@ -17,6 +17,10 @@ were not inserted; a message refused is applied by no server later (request ids,
 expiry times, see ``docs/protocol.md``). Every call takes all of its rows or none: it is
 checked completely, and waits it needs (for room when ``IN_FLIGHT`` messages are out and a
 message is full) happen before it takes anything.
+
+Here is the sending, receiving and waiting (:class:`InsertPipeline`, one per thread);
+the checks of a call's rows and the table's limits are :mod:`rlreplay.net.insert_rows`,
+the messages held and the receipts returned :mod:`rlreplay.net.insert_receipts`.
 """
 
 from __future__ import annotations
@@ -31,10 +35,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from rlreplay.core.keys import check_priorities
-from rlreplay.core.specs import Signature
 from rlreplay.errors import (
     ClosedError,
     InvalidArgumentError,
@@ -43,7 +44,14 @@ from rlreplay.errors import (
     ServerUnavailableError,
 )
 from rlreplay.net import wire
-from rlreplay.net.payloads import rows_arrays
+from rlreplay.net.insert_receipts import InsertBatch, InsertReceipt
+from rlreplay.net.insert_rows import (  # noqa: F401 (the limits and the plan, named here too)
+    MAX_BATCH_BYTES,
+    MAX_BATCH_ROWS,
+    InsertPlan,
+    batch_rows,
+    single_row,
+)
 
 if TYPE_CHECKING:
     from rlreplay.net.channel import Channel
@@ -52,152 +60,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("rlreplay.net")
 
 IN_FLIGHT = 2  # insert messages out before single rows are held and coalesced
-MAX_BATCH_ROWS = 1024  # rows coalesced into one message at most
-MAX_BATCH_BYTES = 1 << 20  # bytes of row data in one coalesced message at most
 EXIT_FLUSH_S = 5.0  # seconds spent at interpreter exit sending the rows still held
-
-
-class InsertPlan:
-    """What a client needs to check and coalesce rows for one table (from ``describe``).
-
-    Attributes:
-        fields: ``(path, shape, dtype, scalar_check)`` per signature field.
-        cap: most rows coalesced into one message for this table.
-    """
-
-    def __init__(self, name: str, desc: dict, max_message_bytes: int | None):
-        self.name = name
-        self.signature = Signature.from_json(desc["signature"])
-        self.is_rows = bool(desc["is_rows"])
-        self.max_size = int(desc["max_size"])
-        self.lanes = int(desc.get("lanes", 1))
-        self.fields = [
-            (p, s.shape, s.dtype, _scalar_check(s.dtype) if not s.shape else None)
-            for p, s in self.signature.fields.items()
-        ]
-        self.paths = set(self.signature.paths)
-        row_bytes = max(1, self.signature.step_nbytes)
-        limit = MAX_BATCH_BYTES
-        if max_message_bytes is not None:
-            limit = min(limit, max_message_bytes // 2)
-        window = desc.get("insert_window")
-        cap = min(MAX_BATCH_ROWS, self.max_size, max(1, limit // row_bytes))
-        if window is not None:
-            cap = min(cap, int(window))
-        # a lane store takes whole rows of lanes only; single rows are never coalesced there
-        self.cap = max(1, cap) if self.lanes == 1 else 0
-
-
-def _scalar_check(dtype: np.dtype):
-    """A fast test for a scalar field of ``dtype``: which Python and numpy scalar types
-    the signature's casting rule admits unchanged (``None`` from the test: take the
-    general path, which converts or refuses with the signature's own message)."""
-    kind = dtype.kind
-    numbers = (int, float, bool, np.bool_, np.integer, np.floating)  # never complex
-    if kind == "b":
-        return lambda v: type(v) is bool or type(v) is np.bool_
-    if kind in "fc":
-        # a Python int beyond 64 bits takes the general path (converted there or refused)
-        return lambda v: (
-            isinstance(v, numbers) and (type(v) is not int or -(2**63) <= v < 2**63)
-        )
-    info = np.iinfo(dtype)
-    lo, hi = info.min, info.max
-
-    def integer(v: Any) -> bool:
-        t = type(v)
-        if t is bool or t is np.bool_:
-            return True
-        return (t is int or isinstance(v, np.integer)) and lo <= v <= hi
-
-    return integer
-
-
-class _Batch:
-    """Rows of one message: held (``rid`` None), sent, then acknowledged or failed."""
-
-    __slots__ = ("arrays", "error", "keys", "n", "parts", "plan", "prio", "prios", "reported",
-                 "rid", "timeout")  # fmt: skip
-
-    def __init__(self, plan: InsertPlan, timeout: float | None, prio: bool):
-        self.plan, self.timeout, self.prio = plan, timeout, prio
-        self.parts: list[list] = [[] for _ in plan.fields]
-        self.prios: list[float] = []
-        self.arrays: dict | None = None  # a batched call's own arrays (never coalesced)
-        self.n = 0
-        self.rid: int | None = None
-        self.keys: np.ndarray | None = None
-        self.error: ReplayError | None = None
-        self.reported = False
-
-    def wire_arrays(self) -> dict[str, np.ndarray]:
-        if self.arrays is not None:
-            return self.arrays
-        out = {}
-        n = self.n
-        for parts, (path, shape, dtype, _) in zip(self.parts, self.plan.fields):
-            if shape:
-                out["data/" + path] = np.frombuffer(b"".join(parts), dtype).reshape(n, *shape)
-            else:
-                out["data/" + path] = np.array(parts, dtype=dtype)
-        if self.prio:
-            out["priorities"] = np.array(self.prios, dtype=np.float64)
-        return out
-
-
-class InsertReceipt:
-    """What a pipelined :meth:`Client.insert` returns: its rows, acknowledged later.
-
-    ``keys()`` waits for the acknowledgement and returns the rows' keys (or raises the
-    error that kept them out); ``done()`` says whether it arrived. Waiting for a receipt
-    sends the rows still held first. A receipt is waited for in the thread that inserted.
-    """
-
-    __slots__ = ("_batch", "_pipeline", "_start", "_stop")
-
-    def __init__(self, pipeline: InsertPipeline, batch: _Batch, start: int, stop: int):
-        self._pipeline, self._batch, self._start, self._stop = pipeline, batch, start, stop
-
-    def done(self) -> bool:
-        """Whether the server answered (acknowledged, or refused) these rows.
-
-        Raises:
-            InvalidArgumentError: if called from another thread than the insert's (the
-                answers arrive on that thread's socket, which only it may read).
-        """
-        b = self._batch
-        self._pipeline._check_thread()
-        if b.keys is None and b.error is None and b.rid is not None:
-            self._pipeline.collect()
-        return b.keys is not None or b.error is not None
-
-    def keys(self, timeout: float | None = None) -> np.ndarray:
-        """The rows' keys, waiting up to ``timeout`` seconds (``None``: while the server
-        answers pings) for the acknowledgement.
-
-        Raises:
-            ReplayTimeoutError: if it did not arrive in time (the rows may still be stored;
-                ask again).
-            the error that kept the rows out (RateLimiterTimeoutError,
-                ServerUnavailableError, InvalidArgumentError, ...).
-            InvalidArgumentError: if called from another thread than the insert's.
-        """
-        self._pipeline.wait_for(self._batch, timeout)
-        b = self._batch
-        if b.error is not None:
-            b.reported = True
-            raise b.error
-        return b.keys[self._start : self._stop]
-
-    def __len__(self) -> int:
-        return self._stop - self._start
-
-    def __repr__(self) -> str:
-        state = "done" if self._batch.keys is not None else "pending"
-        if self._batch.error is not None:
-            state = f"failed: {type(self._batch.error).__name__}"
-        rows = self._stop - self._start
-        return f"InsertReceipt({rows} rows of {self._batch.plan.name!r}, {state})"
 
 
 def discard(pipeline: InsertPipeline) -> None:
@@ -223,9 +86,9 @@ class InsertPipeline:
         self.transport, self.channel = transport, channel
         self.thread = threading.get_ident()
         self.pid = os.getpid()
-        self.open: _Batch | None = None  # single rows held, not yet sent
-        self.in_flight: deque[_Batch] = deque()
-        self.failed: list[_Batch] = []  # refused, not yet raised to the caller
+        self.open: InsertBatch | None = None  # single rows held, not yet sent
+        self.in_flight: deque[InsertBatch] = deque()
+        self.failed: list[InsertBatch] = []  # refused, not yet raised to the caller
         _OPEN.add(self)
         _register_exit()
 
@@ -259,17 +122,9 @@ class InsertPipeline:
                 before ``until`` (nothing taken).
         """
         self._check_thread()
-        row = self._single_row(plan, rows) if plan.cap else None
+        row = single_row(plan, rows) if plan.cap else None
         if row is None:
-            arrays = rows_arrays(plan.signature, rows, plan.is_rows, plan.name)
-            n = len(next(iter(arrays.values())))
-            if n < 1 or n > plan.max_size or n % plan.lanes:
-                raise InvalidArgumentError(
-                    f"rows hold {n} rows; insert between 1 and max_size={plan.max_size} at once"
-                    + (f", a multiple of the store's lanes={plan.lanes}" if plan.lanes > 1 else "")
-                )
-            if priorities is not None:
-                arrays["priorities"] = check_priorities(priorities, n)
+            arrays, n = batch_rows(plan, rows, priorities)
             return self._add_batch(plan, arrays, n, timeout, until)
         prio = None
         if priorities is not None:
@@ -284,7 +139,7 @@ class InsertPipeline:
             self._send_open(until)
             b = None
         if b is None:
-            b = self.open = _Batch(plan, timeout, has_prio)
+            b = self.open = InsertBatch(plan, timeout, has_prio)
         for parts, value in zip(b.parts, row):
             parts.append(value)
         if has_prio:
@@ -295,41 +150,6 @@ class InsertPipeline:
             self._send_open(until)
         return receipt
 
-    def _single_row(self, plan: InsertPlan, rows: Any) -> list | None:
-        """One row's values to hold (array fields as bytes), or None when ``rows`` is
-        not one row without a batch axis (then the general path checks it)."""
-        if type(rows) is not dict or rows.keys() != plan.paths:
-            return self._single_row_checked(plan, rows)
-        values = []
-        for path, shape, dtype, scalar_ok in plan.fields:
-            v = rows[path]
-            if shape:
-                if type(v) is not np.ndarray or v.shape != shape or v.dtype != dtype:
-                    return self._single_row_checked(plan, rows)
-                values.append(v.tobytes())
-            elif scalar_ok(v):
-                values.append(v)
-            elif type(v) is np.ndarray and v.shape == () and v.dtype == dtype:
-                values.append(v[()])
-            else:
-                return self._single_row_checked(plan, rows)
-        return values
-
-    def _single_row_checked(self, plan: InsertPlan, rows: Any) -> list | None:
-        """The general path for one row: the signature's own checks (and messages)."""
-        if not isinstance(rows, Mapping):
-            return None  # rows_arrays raises the signature's message
-        first_path, _, _, _ = plan.fields[0]
-        probe = rows.get(first_path) if "/" not in first_path else None
-        if probe is None or np.ndim(probe) != len(plan.signature.fields[first_path].shape):
-            return None  # a batch axis, or nested fields: the batch path
-        flat = plan.signature.check_step(rows, "rows")
-        values = []
-        for path, shape, dtype, _ in plan.fields:
-            arr = np.asarray(flat[path], dtype=dtype)
-            values.append(arr.tobytes() if shape else arr[()])
-        return values
-
     def _add_batch(
         self, plan: InsertPlan, arrays: dict, n: int, timeout: float | None, until: float | None
     ) -> InsertReceipt:
@@ -339,7 +159,7 @@ class InsertPipeline:
             self._make_room(until)
             self._send_open(until)
         self._make_room(until)
-        b = _Batch(plan, timeout, "priorities" in arrays)
+        b = InsertBatch(plan, timeout, "priorities" in arrays)
         b.arrays, b.n = arrays, n
         self.open = b
         self._send_open(until)
@@ -401,7 +221,7 @@ class InsertPipeline:
             if reply is not None:
                 self._resolve(b, *reply)
 
-    def _resolve(self, b: _Batch, header: dict, arrays: dict) -> None:
+    def _resolve(self, b: InsertBatch, header: dict, arrays: dict) -> None:
         if b in self.in_flight:
             self.in_flight.remove(b)
         if header.get("ok"):
@@ -409,7 +229,7 @@ class InsertPipeline:
         else:
             self._fail(b, wire.error_from_code(header.get("code"), str(header.get("message", ""))))
 
-    def _fail(self, b: _Batch, exc: ReplayError) -> None:
+    def _fail(self, b: InsertBatch, exc: ReplayError) -> None:
         b.error = exc
         self.failed.append(b)
 
@@ -445,7 +265,7 @@ class InsertPipeline:
         if pending:
             raise self._report(pending)
 
-    def _report(self, batches: list[_Batch]) -> ReplayError:
+    def _report(self, batches: list[InsertBatch]) -> ReplayError:
         for b in batches:
             b.reported = True
         rows = sum(b.n for b in batches)
@@ -460,7 +280,7 @@ class InsertPipeline:
         return type(first)(f"{what} were not inserted and never will be: {first}")
 
     # ---------------------------------------------------------------- waiting
-    def wait_for(self, batch: _Batch, timeout: float | None) -> None:
+    def wait_for(self, batch: InsertBatch, timeout: float | None) -> None:
         """Wait until ``batch`` is answered (sending it first if it is held)."""
         self._check_thread()
         until = None if timeout is None else time.monotonic() + timeout
