@@ -42,13 +42,15 @@ _ROOT_LOCK = threading.Lock()
 @contextmanager
 def _datasets_root(root: str | os.PathLike | None) -> Iterator[None]:
     """Point Minari at ``root`` for the calls inside (Minari reads the root from the
-    ``MINARI_DATASETS_PATH`` environment variable only); one such call at a time."""
+    ``MINARI_DATASETS_PATH`` environment variable only); one such call at a time. A
+    relative ``root`` is made absolute first: Minari joins a relative root to a path that
+    already holds it and fails to find the file it has just written."""
     if root is None:
         yield
         return
     with _ROOT_LOCK:
         old = os.environ.get("MINARI_DATASETS_PATH")
-        os.environ["MINARI_DATASETS_PATH"] = os.fspath(root)
+        os.environ["MINARI_DATASETS_PATH"] = os.path.abspath(os.fspath(root))
         try:
             yield
         finally:

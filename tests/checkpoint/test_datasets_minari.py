@@ -155,6 +155,17 @@ def test_minari_spaces_are_inferred_when_not_given(tmp_path):
     )
 
 
+def test_minari_export_and_import_under_a_relative_root(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    table = rows_table()
+    table.insert(step_rows(cartpole_episodes(2)))
+    dataset = export_minari(table, "relative/root-v0", root="datasets", **META)
+    assert dataset.total_episodes == 2
+    assert (tmp_path / "datasets" / "relative" / "root-v0" / "data").is_dir()
+    result = import_minari("relative/root-v0", rows_table(), root="datasets")
+    assert result.episodes == 2
+
+
 def test_minari_export_leaves_out_episodes_cut_by_the_ring_or_still_running(tmp_path):
     episodes = cartpole_episodes(6, seed=4)
     lengths = [len(e["actions"]) for e in episodes]
