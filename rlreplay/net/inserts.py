@@ -64,13 +64,18 @@ EXIT_FLUSH_S = 5.0  # seconds spent at interpreter exit sending the rows still h
 
 
 def discard(pipeline: InsertPipeline) -> None:
-    """``pipeline``'s socket was closed: nothing of it is sent at exit (rows it still
-    held are logged as lost)."""
+    """``pipeline``'s socket was closed: nothing of it is sent at exit. Rows it still held
+    or awaited are logged as lost (another thread's, or this thread's when it left a
+    ``with`` block by an error or its flush at ``close`` failed)."""
     _OPEN.discard(pipeline)
-    if pipeline.held_rows and threading.get_ident() != pipeline.thread:
+    held = pipeline.open.n if pipeline.open is not None else 0
+    sent = pipeline.held_rows - held
+    if held or sent:
         log.warning(
-            "closing the client dropped %d inserted row(s) another thread had not flushed",
-            pipeline.held_rows,
+            "closing the client dropped %d inserted row(s) not yet sent and %d sent but not "
+            "acknowledged (these may be stored or not); flush() before closing to know",
+            held,
+            sent,
         )
 
 

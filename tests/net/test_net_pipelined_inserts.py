@@ -350,3 +350,19 @@ def test_a_receipts_done_is_asked_in_the_thread_that_inserted(client):
     t.join(10.0)
     assert caught and isinstance(caught[0], InvalidArgumentError)
     assert len(receipt.keys(5.0)) == 1 and receipt.done()
+
+
+def test_leaving_a_with_block_by_an_error_logs_the_rows_it_dropped(address, caplog):
+    client = rlreplay.Client(address, call_timeout=10.0)
+    client.reset("ratio")
+    client.insert("ratio", {k: np.stack([step(i)[k] for i in range(3)]) for k in GYM},
+                  wait=True)  # the limiter admits no more: the next rows stay out
+    with caplog.at_level("WARNING", logger="rlreplay.net"), pytest.raises(KeyError), client:
+        for i in range(5):
+            client.insert("ratio", step(i))  # 2 sent (parked), 3 held
+        raise KeyError("the caller's own error")
+    assert "dropped 3 inserted row(s) not yet sent and 2 sent" in caplog.text
+    reader = rlreplay.Client(address)
+    assert reader.info("ratio").size == 3
+    reader.reset("ratio")  # the parked rows' calls end with it
+    reader.close()
