@@ -108,12 +108,11 @@ def export_npz(
         The path written.
 
     Raises:
-        InvalidArgumentError: for a bad ``source`` or range.
+        InvalidArgumentError: for a bad ``source``, range or ``path`` (not a path, a
+            folder that does not exist, or a directory in the way); nothing is read then.
     """
     store, tables = _as_tables(source, "source")
-    path = Path(path)
-    if path.suffix != ".npz":
-        path = path.with_name(path.name + ".npz")
+    path = _output_path(path)
     arrays: dict[str, np.ndarray] = {}
     # The items and the steps from one moment (the steps a chunk per lock hold).
     span, steps, records = read_steps(
@@ -163,6 +162,34 @@ def export_npz(
         if tmp.exists():
             tmp.unlink()
     return path
+
+
+def _output_path(path: Any) -> Path:
+    """The ``.npz`` file ``export_npz`` writes for ``path``, checked before any step is read.
+
+    Raises:
+        InvalidArgumentError: if ``path`` is not a path, its folder does not exist, or a
+            directory has its name.
+    """
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise InvalidArgumentError(
+            f"path={describe(path)} must be the path of the .npz file to write (str or "
+            "os.PathLike)"
+        )
+    out = Path(path)
+    if out.suffix != ".npz":
+        out = out.with_name(out.name + ".npz")
+    if not out.parent.is_dir():
+        raise InvalidArgumentError(
+            f"path={describe(os.fspath(path))}: the folder {describe(str(out.parent))} does "
+            "not exist; create it first or give a path in an existing folder"
+        )
+    if out.is_dir():
+        raise InvalidArgumentError(
+            f"path={describe(os.fspath(path))}: {describe(str(out))} is a directory; give "
+            "the path of a file to write"
+        )
+    return out
 
 
 def read_npz_meta(path: str | os.PathLike) -> dict[str, Any]:

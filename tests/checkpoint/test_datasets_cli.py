@@ -88,6 +88,7 @@ def test_export_minari_writes_the_episodes_of_a_tables_rows(checkpoint, tmp_path
         (["--npz", "x.npz", "--field", "action=a"], "--field and --minari-root go with"),
         (["--minari", "m-v0", "--item-data"], "--item-data goes with --npz"),
         (["--minari", "m-v0", "--tables", "rows,pairs"], "name one table"),
+        (["--npz", "no/such/x.npz"], "the folder 'no/such' does not exist"),
     ],
 )
 def test_export_mistakes_are_one_line_and_write_nothing(checkpoint, tmp_path, capsys, args,

@@ -183,6 +183,24 @@ def test_npz_range_outside_the_stored_steps_is_refused(tmp_path, first_id, end_i
     assert not (tmp_path / "x.npz").exists()
 
 
+@pytest.mark.parametrize(
+    "path, message",
+    [
+        ("no/such/x.npz", "the folder 'no/such' does not exist"),
+        ("folder.npz", "is a directory"),
+        (3, "must be the path of the .npz file"),
+        ("", "must be the path of the .npz file"),
+    ],
+)
+def test_npz_export_to_a_path_it_cannot_write_is_refused_first(tmp_path, monkeypatch, path,
+                                                                message):  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "folder.npz").mkdir()
+    with pytest.raises(InvalidArgumentError, match=message):
+        export_npz(filled_table(), path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder.npz"]
+
+
 def test_npz_of_a_lanes_store_keeps_lanes_and_refuses_another(tmp_path):
     store = StepStore(SIG, capacity=40, lanes=2)
     table = Table("t", store=store, layout=ItemLayout.sequence(SIG, 3), max_size=40)
