@@ -225,6 +225,7 @@ def table_rows(
     Raises:
         InvalidArgumentError: with ``capacity=`` or ``store=`` also given, without
             ``signature=``, or for a ``capacity_bytes`` too small for one step.
+        InsufficientMemoryError: for a ``capacity_bytes`` larger than the memory available.
     """
     from rlreplay.core.selectors import Fifo, Selector, Uniform
     from rlreplay.core.specs import Signature
@@ -239,7 +240,14 @@ def table_rows(
     variable = bool(getattr(layout, "variable", False))
     per_slot = index_slot_bytes(sampler, remover, variable, max_size is not None)
     row_bytes = Signature(signature).step_nbytes + per_slot
-    return rows_for_bytes(capacity_bytes, row_bytes, 1, "capacity_bytes")
+    rows = rows_for_bytes(capacity_bytes, row_bytes, 1, "capacity_bytes")
+    check_fits(  # checked here too, so that the message names the argument given
+        None,
+        math.ceil(rows * row_bytes),
+        f"a table of {rows} steps of {row_bytes:.1f} bytes (columns and item index)",
+        f"lower capacity_bytes={capacity_bytes} to what is available",
+    )
+    return rows
 
 
 def rows_for_bytes(capacity_bytes: Any, row_bytes: float, lanes: int, name: str) -> int:

@@ -106,7 +106,9 @@ class StepStore:
                 self,
                 self.capacity * row_bytes,
                 f"a step store of {self.capacity} steps of {row_bytes} bytes",
-                "lower capacity=, or give capacity_bytes= (a byte budget resolved to steps)",
+                "lower capacity=, or give capacity_bytes= (a byte budget resolved to steps)"
+                if capacity_bytes is None
+                else f"lower capacity_bytes={capacity_bytes} to what is available",
             )
             self.columns = {
                 path: np.zeros((self.capacity, *spec.shape), dtype=spec.dtype)

@@ -54,6 +54,22 @@ def test_configuration_larger_than_memory_is_refused_with_bytes_needed_and_avail
     assert time.monotonic() - start < 5.0  # refused before anything was written
 
 
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: rlreplay.StepStore(BIG_ROW, capacity_bytes=1 << 60),
+        lambda: rlreplay.Table("t", signature=BIG_ROW, capacity_bytes=1 << 60),
+    ],
+    ids=["store", "table"],
+)
+def test_a_capacity_bytes_larger_than_memory_is_refused_naming_capacity_bytes(build):
+    available_or_skip()
+    with pytest.raises(InsufficientMemoryError) as err:
+        build()
+    assert f"lower capacity_bytes={1 << 60}" in str(err.value)
+    assert "give capacity_bytes=" not in str(err.value)  # the user did give it
+
+
 def test_item_index_larger_than_memory_is_refused_when_its_store_fits():
     avail = available_or_skip()
     capacity = 2**31 - 1  # 2 GiB of one-byte steps; the index needs ~40 bytes per slot
