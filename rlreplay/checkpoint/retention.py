@@ -6,8 +6,9 @@ save, and, while a save is under way, its temporary sibling
 ``.tmp-ckpt-<sequence>-<pid>-<token>``. A save becomes visible by one atomic rename of
 its temporary directory, so a directory named ``ckpt-*`` was complete when it appeared;
 restore still checks its manifest and checksums, and skips (with a warning) any that
-fail. Pruning renames a checkpoint to ``.del-*`` before deleting it, so a half-deleted
-one is never taken for a checkpoint.
+fail. Pruning renames a checkpoint to ``.del-<name>-<pid>`` before deleting it, so a
+half-deleted one is never taken for a checkpoint; a later save finishes deleting those
+(and temporary directories) of processes that died.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from rlreplay.errors import InvalidArgumentError, describe
 PREFIX = "ckpt-"
 _NAME = re.compile(r"^ckpt-(\d{8,})$")
 _TEMP = re.compile(r"^\.tmp-ckpt-\d+-(\d+)-[0-9a-f]+$")
+_TRASH = re.compile(r"^\.del-.+-(\d+)$")  # a deletion under way: .del-<name>-<pid>
 
 
 def check_keep(keep: object) -> int | None:
@@ -85,13 +87,17 @@ def _alive(pid: int) -> bool:
 
 
 def prune(root: Path, keep: int | None) -> list[Path]:
-    """Delete all but the ``keep`` newest published checkpoints, and temporary
-    directories left by saves whose process has died; returns what was deleted."""
+    """Delete all but the ``keep`` newest published checkpoints, and the temporary
+    directories and half-deleted ones left by processes that died while saving or
+    pruning; returns what was deleted."""
     doomed = published(root)[keep:] if keep is not None else []
-    for p in root.iterdir():
-        match = _TEMP.match(p.name)
-        if match and int(match.group(1)) != os.getpid() and not _alive(int(match.group(1))):
-            doomed.append(p)
+    trashed = []
+    for p in list(root.iterdir()):
+        temp, trash = _TEMP.match(p.name), _TRASH.match(p.name)
+        pid = int((temp or trash).group(1)) if temp or trash else None
+        if pid is None or pid == os.getpid() or _alive(pid):
+            continue
+        (doomed if temp else trashed).append(p)
     for p in doomed:
         trash = p.with_name(f".del-{p.name.lstrip('.')}-{os.getpid()}")
         try:
@@ -99,7 +105,9 @@ def prune(root: Path, keep: int | None) -> list[Path]:
         except OSError:
             continue  # someone else is deleting it
         shutil.rmtree(trash, ignore_errors=True)
-    return doomed
+    for p in trashed:  # already renamed away (never taken for a checkpoint): finish it
+        shutil.rmtree(p, ignore_errors=True)
+    return doomed + trashed
 
 
 def fsync_dir(path: Path) -> None:

@@ -272,3 +272,18 @@ def test_a_save_still_streaming_times_out_typed_and_a_second_save_of_its_store_i
     assert list((tmp_path / "b").iterdir()) == []  # nothing left behind
     assert pending.result(timeout=60).is_dir()
     assert Table.restore(tmp_path / "a").size == 4096
+
+
+def test_a_checkpoint_half_deleted_by_a_dead_process_is_removed_by_the_next_save(tmp_path):
+    table = make()
+    first = table.checkpoint(tmp_path)
+    # A prune killed while deleting: its checkpoint renamed away, partly deleted.
+    half = tmp_path / ".del-ckpt-00000000-999999999"
+    half.mkdir()
+    (half / "s0.c0.npy").write_bytes(b"partial")
+    mine = tmp_path / f".del-ckpt-00000007-{os.getpid()}"  # this process deletes it itself
+    mine.mkdir()
+    assert Table.restore(tmp_path).store.next_id == 20
+    second = table.checkpoint(tmp_path, keep=2)
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == sorted([first.name, second.name, mine.name])
