@@ -53,7 +53,8 @@ def serve_kwargs(args: argparse.Namespace) -> dict[str, Any]:
                                 ("--keep", args.keep)) if v is not None]  # fmt: skip
         if given:
             raise CommandError(
-                f"{' and '.join(given)} need --checkpoint-dir DIR (where checkpoints are saved)"
+                f"{' and '.join(given)} need{'s' if len(given) == 1 else ''} --checkpoint-dir "
+                "DIR (where checkpoints are saved)"
             )
         return {}
     return {

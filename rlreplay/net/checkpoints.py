@@ -35,7 +35,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlreplay.errors import CheckpointError, InvalidArgumentError, ReplayTimeoutError, describe
+from rlreplay.errors import (
+    CheckpointError,
+    CheckpointMismatchError,
+    InvalidArgumentError,
+    ReplayTimeoutError,
+    describe,
+)
 from rlreplay.net.handlers import Job, Reply
 
 if TYPE_CHECKING:
@@ -157,7 +163,17 @@ class ServerCheckpoints:
         self._next_due = self._due_from(time.monotonic())
         if not list_checkpoints(self.directory):
             return None
-        path, _, extra = restore_with_extra(self.directory, list(tables.values()))
+        try:
+            path, _, extra = restore_with_extra(self.directory, list(tables.values()))
+        except CheckpointMismatchError as exc:
+            raise CheckpointMismatchError(
+                f"{exc}. A server restores into the tables it serves and takes no adapt=: "
+                "serve the definitions the checkpoint was saved with, or give another "
+                f"checkpoint directory than {str(self.directory)!r}; to change a "
+                "definition, restore the checkpoint in Python with "
+                "rlreplay.checkpoint.restore(path, tables, adapt=True) into tables built as "
+                "now and save them with rlreplay.checkpoint.save into the new directory"
+            ) from None
         saved = (extra or {}).get(SERVER_STATE, {}).get("writers", {})
         states = [saved[k] for k in sorted(saved, key=int)]  # least recently used first
         usable = [s for s in states if all(n in tables for n in s["tables"])]

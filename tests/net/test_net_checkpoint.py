@@ -157,9 +157,12 @@ def test_checkpoint_of_other_tables_is_refused_at_start_and_nothing_is_served(tm
         rlreplay.Client(server.address).checkpoint(timeout=30.0)
     other = row_table(max_size=500)
     server = rlreplay.Server([other], checkpoint_dir=ckpt)
-    with pytest.raises(CheckpointMismatchError, match="max_size"):
+    with pytest.raises(CheckpointMismatchError, match="max_size") as info:
         server.start()
     assert server.address is None and other.size == 0
+    # A server takes no adapt=: the message says what a server's user can do instead.
+    assert "A server restores into the tables it serves and takes no adapt=" in str(info.value)
+    assert str(ckpt) in str(info.value)
 
 
 def test_serving_goes_on_while_a_checkpoint_is_written(tmp_path):
@@ -255,8 +258,11 @@ def test_rlreplay_serve_restores_and_saves_and_rlreplay_checkpoint_asks_for_one(
 
 
 CLI_MISTAKES = {
-    "keep_without_directory": (["--keep", "2"], 2, "--keep need --checkpoint-dir"),
-    "period_without_directory": (["--checkpoint-every", "5"], 2, "--checkpoint-every need"),
+    "keep_without_directory": (["--keep", "2"], 2, "--keep needs --checkpoint-dir"),
+    "period_without_directory": (["--checkpoint-every", "5"], 2, "--checkpoint-every needs"),
+    "both_without_directory": (
+        ["--checkpoint-every", "5", "--keep", "2"], 2, "--checkpoint-every and --keep need --"
+    ),
     "negative_period": (["--checkpoint-dir", "d", "--checkpoint-every", "-1"], 2, "-1 must be"),
 }
 
