@@ -182,7 +182,46 @@ def read_manifest(directory: Path) -> dict[str, Any]:
     for key in ("stores", "tables", "files"):
         if not isinstance(manifest.get(key), (list, dict)):
             raise CheckpointCorruptError(f"{path} has no valid {key!r} entry; it is damaged")
+    _check_entries(path, manifest)
     return manifest
+
+
+# The entries each store, table and file of a manifest has (what restore reads).
+_ENTRIES = {
+    "stores": ("signature", "capacity", "lanes", "state", "columns"),
+    "tables": ("name", "store", "definition", "state"),
+    "files": ("bytes", "crc32", "dtype", "shape"),
+}
+_TABLE_STATE = ("index", "rate_limiter", "rng")
+
+
+def _check_entries(path: Path, manifest: Mapping[str, Any]) -> None:
+    """Refuse a manifest that parses but lacks what restore reads (a damaged or edited
+    file), before anything reads it, so a directory of checkpoints skips it.
+
+    Raises:
+        CheckpointCorruptError: naming the first missing entry.
+    """
+    files = manifest["files"]
+    groups = {
+        "stores": enumerate(manifest["stores"]) if isinstance(manifest["stores"], list) else None,
+        "tables": enumerate(manifest["tables"]) if isinstance(manifest["tables"], list) else None,
+        "files": files.items() if isinstance(files, dict) else None,
+    }
+    for group, entries in groups.items():
+        if entries is None:
+            raise CheckpointCorruptError(f"{path}: {group!r} has the wrong type; it is damaged")
+        for name, entry in entries:
+            needed = _ENTRIES[group] + (_TABLE_STATE if group == "tables" else ())
+            have = dict(entry) if isinstance(entry, dict) else {}
+            if group == "tables" and isinstance(have.get("state"), dict):
+                have.update(have["state"])
+            missing = [k for k in needed if k not in have]
+            if missing:
+                raise CheckpointCorruptError(
+                    f"{path}: {group} entry {name!r} lacks {missing}; the checkpoint is "
+                    "damaged: restore from another checkpoint"
+                )
 
 
 def describe_field(manifest: Any, key: str) -> str:

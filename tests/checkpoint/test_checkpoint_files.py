@@ -287,3 +287,28 @@ def test_a_checkpoint_half_deleted_by_a_dead_process_is_removed_by_the_next_save
     second = table.checkpoint(tmp_path, keep=2)
     left = sorted(p.name for p in tmp_path.iterdir())
     assert left == sorted([first.name, second.name, mine.name])
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda m: m["tables"][0]["state"].pop("index"),
+        lambda m: m["stores"][0].pop("columns"),
+        lambda m: next(iter(m["files"].values())).pop("crc32"),
+        lambda m: m.update(tables={"0": None}),
+    ],
+    ids=["table state", "store columns", "file checksum", "tables type"],
+)
+def test_a_manifest_that_parses_but_lacks_entries_is_skipped_as_damaged(tmp_path, damage):
+    table = make()
+    first = table.checkpoint(tmp_path)
+    table.insert(rows(20, 5))
+    second = table.checkpoint(tmp_path)
+    manifest = json.loads((second / "manifest.json").read_text())
+    damage(manifest)
+    (second / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.warns(UserWarning, match="skipping checkpoint ckpt-00000002.*damaged"):
+        assert Table.restore(tmp_path).store.next_id == 20  # the older one, whole
+    with pytest.raises(CheckpointCorruptError, match="damaged"):
+        Table.restore(second)
+    assert first.exists()
