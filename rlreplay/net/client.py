@@ -3,6 +3,11 @@
 A client is a cheap handle. It opens its socket lazily in the process that uses it, and it
 pickles as its address (plus CURVE keys), so it can be handed to another process or a Ray
 actor and reconnects there.
+
+Its parts: the sockets and request ids (:mod:`rlreplay.net.transport`), what it knows of
+the served tables (:mod:`rlreplay.net.served_tables`), the requests of calls that carry
+arrays (:mod:`rlreplay.net.table_requests`) and the pipelined inserts
+(:mod:`rlreplay.net.inserts`).
 """
 
 from __future__ import annotations
@@ -14,7 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.core.keys import check_priorities
 from rlreplay.core.sample import Sample
 from rlreplay.core.specs import Signature
 from rlreplay.core.table_checks import check_timeout
@@ -23,7 +27,9 @@ from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.net import auth
 from rlreplay.net.channel import Channel
 from rlreplay.net.inserts import InsertPlan, InsertReceipt
-from rlreplay.net.payloads import as_sample, rows_arrays, update_arrays
+from rlreplay.net.payloads import as_sample, update_arrays
+from rlreplay.net.served_tables import ServedTables
+from rlreplay.net.table_requests import insert_request, plain_int, sample_request
 from rlreplay.net.transport import CALL, DIAGNOSE_S, REPLY_GRACE_S, Transport
 
 __all__ = ["REPLY_GRACE_S", "Client"]
@@ -104,8 +110,8 @@ class Client:
             float(liveness_s),
             float(diagnose_timeout),
         )
-        self._descriptions: dict[str, dict] | None = None
-        self._plans: dict[str, InsertPlan] = {}
+        self._tables = ServedTables(self.address, self._transport)
+        self._plans = self._tables.plans  # the same dictionary: insert's one lookup
 
     # ------------------------------------------------------------ pickling
     def __getstate__(self) -> dict:
@@ -186,14 +192,7 @@ class Client:
 
     def _describe(self, table: str, until: Any) -> dict[str, Any]:
         """:meth:`describe`, fetched (once) within the caller's ``until``."""
-        if self._descriptions is None:
-            self._descriptions = self._transport.call({"op": "describe"}, until=until)[0]["tables"]
-        if table not in self._descriptions:
-            raise InvalidArgumentError(
-                f"table {describe(table)} is not served at {self.address}; tables: "
-                f"{sorted(self._descriptions)}"
-            )
-        return self._descriptions[table]
+        return self._tables.describe(table, until)
 
     def signature(self, table: str) -> Signature:
         return Signature.from_json(self.describe(table)["signature"])
@@ -248,13 +247,7 @@ class Client:
         tr = self._transport
         until = tr.until(timeout)
         if wait:
-            desc = self._describe(table, until)
-            sig = Signature.from_json(desc["signature"])
-            arrays = rows_arrays(sig, rows, desc["is_rows"], table)
-            header: dict[str, Any] = {"op": "insert", "table": table}
-            if priorities is not None:
-                n = len(next(iter(arrays.values())))
-                arrays["priorities"] = check_priorities(priorities, n)
+            header, arrays = insert_request(self._describe(table, until), table, rows, priorities)
             return tr.call(header, arrays, timeout, until)[1]["keys"]
         plan = self._plans.get(table)
         if plan is None:
@@ -262,10 +255,8 @@ class Client:
         return tr.inserts().add(plan, rows, priorities, timeout, until)
 
     def _insert_plan(self, table: str, until: Any) -> InsertPlan:
-        desc = self._describe(table, until)
-        plan = InsertPlan(table, desc, self._transport.channel().max_message_bytes)
-        self._plans[table] = plan
-        return plan
+        """The insert plan of ``table``, made on its first insert (see ServedTables)."""
+        return self._tables.plan(table, until)
 
     def flush(self, timeout: float | None = None) -> int:
         """Send the rows this thread's inserts hold and wait until the server has
@@ -332,18 +323,8 @@ class Client:
         """
         timeout = check_timeout(timeout)
         until = self._transport.until(timeout)
-        header, arrays = self._sample_request(table, batch_size, update)
+        header, arrays = sample_request(table, batch_size, update)
         return as_sample(*self._transport.call(header, arrays, timeout, until))
-
-    def _sample_request(self, table: str, batch_size: Any, update: Any) -> tuple[dict, dict]:
-        header = {"op": "sample", "table": table, "batch_size": _plain_int(batch_size)}
-        if update is None:
-            return header, {}
-        if not isinstance(update, tuple) or len(update) != 2:
-            raise InvalidArgumentError(
-                f"update={describe(update)} must be a (keys, priorities) pair or None"
-            )
-        return header, update_arrays(*update, prefix="update/")
 
     def sample_async(
         self,
@@ -364,7 +345,7 @@ class Client:
             ServerUnavailableError: if the request could not be sent within ``timeout``.
         """
         timeout = check_timeout(timeout)
-        header, arrays = self._sample_request(table, batch_size, update)
+        header, arrays = sample_request(table, batch_size, update)
         tr = self._transport
         return tr.send(header, arrays, until=tr.until(timeout), timeout=timeout)
 
@@ -406,12 +387,12 @@ class Client:
 
     def can_insert(self, table: str, num_inserts: int = 1) -> bool:
         """:meth:`Table.can_insert` on the server's ``table``."""
-        header = {"op": "can_insert", "table": table, "n": _plain_int(num_inserts)}
+        header = {"op": "can_insert", "table": table, "n": plain_int(num_inserts)}
         return bool(self._transport.call(header)[0]["result"])
 
     def can_sample(self, table: str, num_samples: int = 1) -> bool:
         """:meth:`Table.can_sample` on the server's ``table``."""
-        header = {"op": "can_sample", "table": table, "n": _plain_int(num_samples)}
+        header = {"op": "can_sample", "table": table, "n": plain_int(num_samples)}
         return bool(self._transport.call(header)[0]["result"])
 
     def info(self, table: str) -> TableInfo:
@@ -469,9 +450,3 @@ class Client:
 
     def __repr__(self) -> str:
         return f"Client({self.address!r})"
-
-
-def _plain_int(value: Any) -> Any:
-    """A numpy integer as a Python int (what the wire carries); anything else unchanged,
-    for the server to check."""
-    return int(value) if isinstance(value, np.integer) else value
