@@ -73,7 +73,7 @@ class InsertReceipt:
                 answers arrive on that thread's socket, which only it may read).
         """
         b = self._batch
-        self._pipeline._check_thread()
+        self._pipeline.check_thread()
         if b.keys is None and b.error is None and b.rid is not None:
             self._pipeline.collect()
         return b.keys is not None or b.error is not None

@@ -126,7 +126,7 @@ class InsertPipeline:
             ReplayTimeoutError, ServerUnavailableError: if room for the rows did not come
                 before ``until`` (nothing taken).
         """
-        self._check_thread()
+        self.check_thread()
         row = single_row(plan, rows) if plan.cap else None
         if row is None:
             arrays, n = batch_rows(plan, rows, priorities)
@@ -287,7 +287,7 @@ class InsertPipeline:
     # ---------------------------------------------------------------- waiting
     def wait_for(self, batch: InsertBatch, timeout: float | None) -> None:
         """Wait until ``batch`` is answered (sending it first if it is held)."""
-        self._check_thread()
+        self.check_thread()
         until = None if timeout is None else time.monotonic() + timeout
         if batch is self.open:
             self._send_open(until)
@@ -310,7 +310,7 @@ class InsertPipeline:
                 nothing is dropped (the rows may still be stored; flush again).
             the error of rows the server refused (each error is raised once).
         """
-        self._check_thread()
+        self.check_thread()
         until = None if timeout is None else time.monotonic() + timeout
         self._send_open(until)
         done = 0
@@ -327,7 +327,14 @@ class InsertPipeline:
         self.raise_failed()
         return done
 
-    def _check_thread(self) -> None:
+    def check_thread(self) -> None:
+        """Check that the caller is the thread (and process) that inserted: the answers
+        arrive on that thread's socket, which only it may read.
+
+        Raises:
+            ClosedError: in another process (a forked child).
+            InvalidArgumentError: in another thread.
+        """
         if self.pid != os.getpid():
             raise ClosedError(
                 "these inserts were made in another process; a receipt belongs to the process "
