@@ -138,6 +138,7 @@ def save(
     stats.captured.set()
     try:
         try:
+            snap.finish()
             manifest = _write(snap, tmp, progress, stats, extra_state)
         finally:
             snap.release()

@@ -93,6 +93,16 @@ class Snapshot:
     tables: list[TableSnapshot] = field(default_factory=list)
     created_unix: float = 0.0
     held_s: float = 0.0  # the longest lock hold of the capture, in seconds
+    # (table, index state, buffers) of idle removers whose state finish() still makes
+    idle_removers: list[tuple[Table, dict[str, Any], Any]] = field(default_factory=list)
+
+    def finish(self) -> None:
+        """Make the idle removers' states (an index build over every item) from the
+        captured arrays: it reads nothing live, so it runs after the moment is taken
+        and the caller (a server's dispatcher) goes on."""
+        for table, index_state, into in self.idle_removers:
+            index_state["remover"] = table.index.idle_remover_state(index_state, into)
+        self.idle_removers = []
 
     def release(self) -> None:
         """Take the column streams off their stores (after streaming, or on failure)."""
@@ -137,11 +147,9 @@ def capture(tables: list[Table], directory: Path) -> Snapshot:
                 states = [table_state(t, b) for t, b in zip(mine, buffers)]
                 store.guard = stream
                 snap.held_s = max(snap.held_s, time.perf_counter() - t0)
-            for t, st, b in zip(mine, states, buffers):  # after the lock: an index build
-                if st["index"]["remover"] is None:
-                    st["index"]["remover"] = t.index.idle_remover_state(
-                        st["index"], (b or {}).get("remover")
-                    )
+            for t, st, b in zip(mine, states, buffers):
+                if st["index"]["remover"] is None:  # built by finish(), after the moment
+                    snap.idle_removers.append((t, st["index"], (b or {}).get("remover")))
             snap.stores.append(StoreSnapshot(store, store_definition(store), state, stream, files))
             for t, st in zip(mine, states):
                 snap.tables.append(TableSnapshot(t, si, table_definition(t), st))
