@@ -140,6 +140,7 @@ class ChunkBatch:
         }
         self._chunks: list[Chunk] = []
         self._stage: dict[str, np.ndarray] = {}  # path -> [stage rows, ...]
+        self._size = 0  # rows the staging buffer holds (0: not allocated yet)
         self._used = 0  # staged rows, in closed chunks and the open one
         self._reset()
 
@@ -165,14 +166,16 @@ class ChunkBatch:
         then :meth:`add` the piece with ``rows=n``."""
         used = self._used
         stage = self._stage
-        if not stage or used + n > len(next(iter(stage.values()))):
+        if used + n > self._size:
             size = max(2 * (used + n), 256)
             fields = self._fields.items()
             grown = {p: np.empty((size, *shape), dtype) for p, (shape, dtype) in fields}
             for p, a in stage.items():
                 grown[p][:used] = a[:used]  # closed chunks keep viewing the old arrays
             self._stage = stage = grown
-        return {p: a[used : used + n] for p, a in stage.items()}
+            self._size = size
+        end = used + n
+        return {p: a[used:end] for p, a in stage.items()}
 
     def add(
         self,
@@ -182,7 +185,7 @@ class ChunkBatch:
     ) -> None:
         """Add one piece: ``rows`` (arrays, copied into the staging buffer now, or the
         number of rows filled in through :meth:`reserve`) and ``jobs`` as :class:`Chunk`
-        takes them, ``starts`` relative to the piece's last row."""
+        takes them, ``starts`` relative to the piece's last row and ascending."""
         if isinstance(rows, dict):
             n = len(next(iter(rows.values())))
             for p, a in rows.items():
@@ -196,7 +199,7 @@ class ChunkBatch:
         seen = None
         for _, _, starts, _ in jobs:
             if starts is not seen and len(starts):  # tables often share one starts array
-                reach = max(reach, -int(starts.min()))
+                reach = max(reach, -int(starts[0]))  # starts ascend: the first is the least
                 seen = starts
         if self._pieces and max(self._reach + n, reach) > self.limit:
             self._close()

@@ -91,14 +91,15 @@ class EpisodeRows:
 
     def copy_rows(self, i: int, lo: int, hi: int, out: Mapping[str, np.ndarray]) -> None:
         """Copy episode rows ``[lo, hi)`` of environment ``i`` into ``out`` (per field)."""
-        b = int(self.base[i])
-        for p, a in self.arrays.items():
-            out[p][...] = a[i, lo - b : hi - b]
+        start = int(self._offsets[i] - self.base[i])  # flat position of episode row 0
+        lo, hi = start + lo, start + hi
+        for p, a in self._flat.items():
+            out[p][:] = a[lo:hi]
 
     def field(self, path: str, i: int, lo: int, hi: int) -> np.ndarray:
         """View of field ``path`` at episode rows ``[lo, hi)`` of environment ``i``."""
-        b = int(self.base[i])
-        return self.arrays[path][i, lo - b : hi - b]
+        start = int(self._offsets[i] - self.base[i])  # flat position of episode row 0
+        return self._flat[path][start + lo : start + hi]
 
     def keep_from(self, i: int, row: int) -> None:
         """Drop environment ``i``'s rows before episode row ``row``."""
@@ -111,7 +112,7 @@ class EpisodeRows:
             held[self.capacity - shift :] = 0
         self.base[i] = row
 
-    def clear(self, idx: np.ndarray) -> None:
+    def clear(self, idx: np.ndarray | slice) -> None:
         """Forget the episodes of environments ``idx`` (their next ones start at row 0,
         every row zero: a final row's fields stay zero)."""
         for arr in self.arrays.values():

@@ -123,7 +123,7 @@ class EpisodeSteps:
             final = self.inputs.final_observations(obs, source, ended)
         # Everything is checked: the adder changes from here on.
         self.out.chunks.drain(self.timeout)
-        self.rows.write_all(self.pad + self.steps, fields, final)
+        self.rows.write_all(self.pad + self.steps if self.pad else self.steps, fields, final)
         self.steps += 1
         if len(ended):
             self.finish(ended, term[ended])
@@ -134,12 +134,13 @@ class EpisodeSteps:
             self.awaiting_reset[ended] = True
             self.waiting = ended
         if len(restart):  # finished: nothing appended; the ignored steps' rows are cleared
-            self.rows.clear(restart)
-            self.active[restart] = True
-            self.awaiting_reset[restart] = False
-            self.steps[restart] = 0  # a waiting env's ignored step was counted
-            self.serial[restart] += 1
-            self.rows.write_first(restart, self.pad + 1, {p: a[restart] for p, a in obs.items()})
+            sel = _selector(restart)
+            self.rows.clear(sel)
+            self.active[sel] = True
+            self.awaiting_reset[sel] = False
+            self.steps[sel] = 0  # a waiting env's ignored step was counted
+            self.serial[sel] += 1
+            self.rows.write_first(restart, self.pad + 1, {p: a[sel] for p, a in obs.items()})
             if self.pad >= self.chunk_length:  # new episodes' padding rows fill a chunk
                 self.pieces.flush_ready()
                 self.out.release(self.rows)
@@ -206,9 +207,19 @@ class EpisodeSteps:
         buffers are cleared when their next episodes start; until then a step written for
         every environment lands in their first rows (step count and ``base`` 0)."""
         self.pieces.end(idx, terminated)
-        self.active[idx] = False
-        self.steps[idx] = 0
-        self.appended[idx] = 0
-        self.rows.base[idx] = 0
+        sel = _selector(idx)
+        self.active[sel] = False
+        self.steps[sel] = 0
+        self.appended[sel] = 0
+        self.rows.base[sel] = 0
         self.episodes += len(idx)
+
+
+def _selector(idx: np.ndarray) -> np.ndarray | slice:
+    """``idx`` (distinct environments) as an index: one environment as a slice,
+    which numpy reads and writes through without the cost of an index array."""
+    if len(idx) == 1:
+        j = int(idx[0])
+        return slice(j, j + 1)
+    return idx
 

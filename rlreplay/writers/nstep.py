@@ -91,8 +91,12 @@ class NStepTransitionAdder(StreamAdder):
         super().__init__(writer, **kwargs)
         self._next_item = np.zeros(self.num_envs, dtype=np.int64)
         self._powers = self.discount ** np.arange(n + 1)
+        self._weights = self._powers[:n]  # of a return's n rewards
         self._windows = np.arange(self.capacity)[:, None] + np.arange(n)
+        # discount**min(n, k) for a row with k steps left; 0 for the final row (k = 0),
+        # where no step was taken.
         self._tail = self._powers[np.minimum(np.arange(self.capacity + 1), n)]
+        self._tail[0] = 0.0
         # Extents of the last c items of an ended episode: _extents[-1 - c : -1] (read-only;
         # the item with k steps left spans stack + min(n, k) rows).
         self._extents = (self.stack + np.minimum(np.arange(self.capacity + 1), n))[::-1].copy()
@@ -149,19 +153,20 @@ class NStepTransitionAdder(StreamAdder):
             r[first - t0 : stop - t0] = self._rows.field("reward", i, first + pad, stop + pad)
         # float64 values are rounded to the float32 columns as they are written.
         ret = out["n_step_return"]
-        ret[...] = r[self._windows[:m]] @ self._powers[:n]
+        ret[:] = r[self._windows[:m]] @ self._weights
         if lead:
             ret[:lead] = 0.0
         disc = out["discount"]
+        # An ended piece's last row is its final row (discount 0: no step taken there);
+        # an open episode's rows are all steps with n rewards known.
         if ended:  # discount**min(n, steps left); row k leaves m - 1 - k (the last: 0)
-            disc[...] = self._tail[m - 1 :: -1]
+            disc[:] = self._tail[m - 1 :: -1]
             if terminated:  # no bootstrapping from a terminal state
                 disc[max(total - n - t0, 0) :] = 0.0
         else:
-            disc[...] = self._powers[n]
+            disc[:] = self._powers[n]
         if lead:
             disc[:lead] = 0.0
-        disc[max(total - t0, 0) :] = 0.0  # the final row: no step taken there
 
     def _items(
         self, i: int, appended: int, ended: bool, terminated: bool

@@ -97,7 +97,8 @@ class EpisodePieces:
         jobs = []
         anchors, extents = a._items(i, hi, ended, terminated)
         if len(anchors):
-            jobs += [(t, span, anchors - hi, extents) for t, span in zip(a.tables, a._spans)]
+            starts = anchors - hi  # one array for every table (nobody writes to it)
+            jobs += [(t, span, starts, extents) for t, span in zip(a.tables, a._spans)]
         for (table, rule), span in zip(a._sequences, a._sequence_spans):
             starts, lengths = rule.items(i, hi, a.pad, steps, ended)
             if len(starts):
