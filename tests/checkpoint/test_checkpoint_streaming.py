@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from rlreplay import Fifo, StepStore, Table, TrajectoryWriter, checkpoint
+from rlreplay import Fifo, MaxHeap, StepStore, Table, TrajectoryWriter, checkpoint
 from rlreplay.checkpoint import streaming
 from rlreplay.checkpoint.streaming import ColumnStream
 
@@ -157,13 +157,14 @@ def test_a_save_while_another_thread_inserts_restores_the_moment_it_took(tmp_pat
 
 def test_a_saves_moment_does_not_wait_for_the_idle_removers_index_build(tmp_path):
     """start_save (a server's dispatcher) returns once the per-item state is copied; the
-    order a full table's idle remover saves is built from that copy afterwards."""
-    n = 2_000_000
-    table = Table("full", signature={"x": "float32"}, capacity=n, seed=0)  # idle remover
-    table.insert({"x": np.zeros(n, np.float32)})
-    assert not table.index.remover_active
+    order a full table's idle remover saves (here a heap: an O(n log n) build) is made
+    from that copy afterwards."""
+    n = 1_000_000
+    table = Table("full", signature={"x": "float32"}, capacity=n, remover=MaxHeap(), seed=0)
+    table.insert({"x": np.zeros(n, np.float32)}, np.random.default_rng(0).uniform(0.1, 2, n))
+    assert not table.index.remover_active  # full at capacity: the remover is idle
     builds, moments = [], []
-    for _ in range(3):
+    for _ in range(5):
         state = table.index.state(idle_remover_later=True)
         start = time.perf_counter()
         table.index.idle_remover_state(state)
