@@ -164,14 +164,17 @@ def test_a_saves_moment_does_not_wait_for_the_idle_removers_index_build(tmp_path
     table.insert({"x": np.zeros(n, np.float32)}, np.random.default_rng(0).uniform(0.1, 2, n))
     assert not table.index.remover_active  # full at capacity: the remover is idle
     builds, moments = [], []
+    buffers = table.index.state_buffers()  # as the capture does: copies into written memory
+    state = table.index.state(buffers, idle_remover_later=True)
     for _ in range(5):
-        state = table.index.state(idle_remover_later=True)
         start = time.perf_counter()
-        table.index.idle_remover_state(state)
+        table.index.idle_remover_state(state, buffers.get("remover"))
         builds.append(time.perf_counter() - start)
         start = time.perf_counter()
         pending = checkpoint.start_save(table, tmp_path, keep=1)
         moments.append(time.perf_counter() - start)
         pending.result(60.0)
-    assert min(moments) < min(builds), (moments, builds)
+    # each save next to a build, under the same load: the moment takes a fraction of it
+    ratios = sorted(m / b for m, b in zip(moments, builds))
+    assert ratios[len(ratios) // 2] < 0.7, (moments, builds)
     assert Table.restore(tmp_path).size == n
