@@ -189,8 +189,9 @@ def restore(
         mmap: serve the step columns straight from the checkpoint's files, mapped
             copy-on-write (writes change memory only, never the files); the first sample
             comes without reading the files first.
-        verify: check every file's checksum (default: yes, except the column files of an
-            ``mmap`` restore, whose sizes and headers are checked).
+        verify: check the checksums of an ``mmap`` restore's column files too (default:
+            their sizes and headers only). A restore that reads the files checks every
+            checksum as it reads them, whatever ``verify`` says.
         progress: show a progress bar (tqdm, when installed).
 
     Returns:
