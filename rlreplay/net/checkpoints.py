@@ -151,12 +151,14 @@ class ServerCheckpoints:
         its path, or ``None`` when the directory holds no checkpoint yet.
 
         Raises:
+            InvalidArgumentError: if the directory cannot be created or written.
             CheckpointError: if checkpoints are there but none is valid, or the newest
                 valid one holds other tables or definitions (the message says which and
                 what to do); nothing is restored then.
         """
         if not self.enabled:
             return None
+        self._check_writable()
         from rlreplay.checkpoint import list_checkpoints
         from rlreplay.checkpoint.restore import restore_with_extra
 
@@ -188,6 +190,26 @@ class ServerCheckpoints:
         self.restored_from = path
         log.info("restored %s (%d writer streams)", path, len(usable))
         return path
+
+    def _check_writable(self) -> None:
+        """Create the checkpoint directory if needed and check that this process may
+        write there, so that a server never starts whose every checkpoint would fail.
+
+        Raises:
+            InvalidArgumentError: naming the directory and the operating system's reason.
+        """
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InvalidArgumentError(
+                f"checkpoint_dir={str(self.directory)!r} cannot be created ({exc.strerror}); "
+                "give a directory this process can create or write"
+            ) from None
+        if not os.access(self.directory, os.W_OK | os.X_OK):
+            raise InvalidArgumentError(
+                f"checkpoint_dir={str(self.directory)!r} is not writable by this process; "
+                "give a directory it can write"
+            )
 
     # ----------------------------------------------------------------- saving
     def _due_from(self, now: float) -> float:

@@ -149,6 +149,19 @@ def test_server_refuses_a_directory_that_is_a_file(tmp_path):
         rlreplay.Server([row_table()], checkpoint_dir=tmp_path / "f")
 
 
+def test_server_refuses_at_start_a_directory_it_cannot_create(tmp_path):
+    (tmp_path / "f").write_text("")
+    server = rlreplay.Server([row_table()], checkpoint_dir=tmp_path / "f" / "ckpts")
+    with pytest.raises(InvalidArgumentError, match="cannot be created"):
+        server.start()  # not at its first checkpoint, minutes later
+    assert server.address is None
+
+
+def test_server_creates_its_checkpoint_directory_at_start(tmp_path):
+    with rlreplay.Server([row_table()], checkpoint_dir=tmp_path / "a" / "b"):
+        assert (tmp_path / "a" / "b").is_dir()
+
+
 def test_checkpoint_of_other_tables_is_refused_at_start_and_nothing_is_served(tmp_path):
     ckpt = tmp_path / "ckpt"
     table = row_table(max_size=1000)
@@ -325,6 +338,8 @@ def test_checkpoint_that_cannot_be_written_is_answered_with_checkpoint_error(tmp
     table = row_table()
     table.insert(rows(10))
     with rlreplay.Server([table], checkpoint_dir=tmp_path / "taken" / "ckpt") as server:
+        (tmp_path / "taken" / "ckpt").rmdir()  # made at start; taken away since
+        (tmp_path / "taken").rmdir()
         (tmp_path / "taken").write_text("a file where the directory should go")
         client = rlreplay.Client(server.address)
         with pytest.raises(rlreplay.CheckpointError, match="could not be written"):
