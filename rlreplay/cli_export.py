@@ -100,12 +100,16 @@ def _fields(pairs: list[str]) -> dict[str, str] | None:
 def cmd_export(args: argparse.Namespace) -> int:
     """Restore the checkpoint memory-mapped and export the chosen tables."""
     from rlreplay.checkpoint import restore
+    from rlreplay.errors import CheckpointNotFoundError
 
     if args.minari is None and (args.field or args.minari_root):
         raise CommandError("--field and --minari-root go with --minari DATASET_ID")
     if args.npz is None and args.item_data:
         raise CommandError("--item-data goes with --npz FILE")
-    tables = restore(args.checkpoint, mmap=True)
+    try:
+        tables = restore(args.checkpoint, mmap=True)
+    except CheckpointNotFoundError as exc:  # a wrong CHECKPOINT argument: exit status 2
+        raise CommandError(str(exc)) from None
     chosen = _chosen(tables, args.tables, args.minari is not None)
     span = {"first_id": args.first_id, "end_id": args.end_id}
     if args.npz is not None:

@@ -319,7 +319,11 @@ class CheckpointJob(Job):
         except (CheckpointError, InvalidArgumentError):
             raise
         except Exception as exc:  # e.g. the disk is full: answered as a CheckpointError
-            raise CheckpointError(f"the checkpoint could not be written: {exc!r}") from exc
+            where = f" into {str(owner.directory)!r}" if owner.directory is not None else ""
+            raise CheckpointError(
+                f"the checkpoint could not be written{where}: {exc!r}; nothing was published "
+                "(the server goes on serving; free the disk or fix the directory, then ask again)"
+            ) from exc
         return {"path": str(path)}, None
 
     def timeout_error(self, waited: float) -> ReplayTimeoutError:

@@ -342,8 +342,9 @@ def test_checkpoint_that_cannot_be_written_is_answered_with_checkpoint_error(tmp
         (tmp_path / "taken").rmdir()
         (tmp_path / "taken").write_text("a file where the directory should go")
         client = rlreplay.Client(server.address)
-        with pytest.raises(rlreplay.CheckpointError, match="could not be written"):
+        with pytest.raises(rlreplay.CheckpointError, match="could not be written") as info:
             client.checkpoint(timeout=30.0)
+        assert str(tmp_path / "taken" / "ckpt") in str(info.value)  # says where
         assert client.info("t").size == 10  # and the server goes on serving
         client.close()
         assert server.checkpoints.failures == 1
