@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from rlreplay.checkpoint import adapt as adapting
 from rlreplay.checkpoint.definitions import (
     compare,
@@ -30,7 +32,12 @@ from rlreplay.core.selectors import selector_from_config
 from rlreplay.core.specs import Signature
 from rlreplay.core.storage import StepStore
 from rlreplay.core.table import Table
-from rlreplay.errors import CheckpointMismatchError, ClosedError
+from rlreplay.errors import (
+    CheckpointMismatchError,
+    ClosedError,
+    InvalidArgumentError,
+    describe,
+)
 
 
 # ------------------------------------------------------------------ building tables
@@ -166,6 +173,19 @@ def _swap(plans: list[tuple]) -> None:
             store.lock.notify_all()
 
 
+def _check_flags(**flags: Any) -> None:
+    """Refuse a flag of :func:`restore` that is not a bool (``verify`` may be None): a
+    string such as ``adapt="no"`` would otherwise count as true.
+
+    Raises:
+        InvalidArgumentError: naming the flag and its value.
+    """
+    for name, value in flags.items():
+        if not isinstance(value, (bool, np.bool_)) and not (name == "verify" and value is None):
+            allowed = "True, False or None" if name == "verify" else "True or False"
+            raise InvalidArgumentError(f"{name}={describe(value)} must be {allowed}")
+
+
 def restore(
     path: str | os.PathLike,
     tables: Table | Sequence[Table] | Mapping[str, Table] | None = None,
@@ -205,6 +225,7 @@ def restore(
         InvalidArgumentError: for bad arguments. Nothing changes when any of these is
             raised.
     """
+    _check_flags(adapt=adapt, mmap=mmap, progress=progress, verify=verify)
     root = check_path(path)
     given = None if tables is None else as_tables(tables)
     loaded = load(root, bool(mmap), verify, bool(progress))

@@ -119,6 +119,18 @@ def _items(table: Table) -> tuple[np.ndarray, np.ndarray]:
     return steps, table.index.priority[slots]
 
 
+@pytest.mark.parametrize(
+    "flag", [{"adapt": "no"}, {"mmap": 1}, {"progress": "yes"}, {"verify": "no"}]
+)
+def test_restore_flags_that_are_not_bools_are_refused_before_anything_changes(tmp_path, flag):
+    saved(tmp_path)
+    into = build(capacity=80, max_size=60)
+    (name, value), = flag.items()
+    with pytest.raises(InvalidArgumentError, match=f"{name}={value!r} must be True"):
+        Table.restore(tmp_path, into=into, **flag)  # "no" would have counted as true
+    assert into.size == 0
+
+
 def test_a_larger_capacity_keeps_the_order_and_refuses_keys_from_before(tmp_path):
     table, path = saved(tmp_path)
     old_keys = table.sample(4).info.keys
