@@ -334,6 +334,41 @@ def why_unreachable(args: argparse.Namespace, error: Exception) -> str:
     return f"{type(error).__name__}: {error}"
 
 
+def call_server(args: argparse.Namespace, command: str, call: Any, **client_args: Any) -> Any:
+    """``call(client)`` on a client of the server at ``args.address`` (with the command's
+    key flags), closed afterwards; what it returns.
+
+    Raises:
+        CommandError: one line for a missing key file, a server that cannot be reached or
+            restarted during the call (exit status ``FAILED``), or an address ZeroMQ
+            refuses.
+    """
+    net = import_net(command)
+    import zmq
+
+    from rlreplay.errors import ServerRestartedError, ServerUnavailableError
+
+    check_key_files(server_key=args.server_key, client_key=args.client_key)
+    client = net.Client(
+        args.address,
+        server_public_key=args.server_key,
+        client_secret_key=args.client_key,
+        diagnose_timeout=INFO_DIAGNOSE_S,
+        **client_args,
+    )
+    try:
+        return call(client)
+    except ServerRestartedError as exc:
+        why = f"the server restarted during `rlreplay {command}`: {exc}"
+        raise CommandError(why, FAILED) from None
+    except ServerUnavailableError as exc:
+        raise CommandError(why_unreachable(args, exc), FAILED) from None
+    except zmq.ZMQError as exc:
+        raise CommandError(f"cannot connect to {args.address}: {exc}") from None
+    finally:
+        client.close()
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     from rlreplay.cli_output import format_build, format_info
 
@@ -349,27 +384,9 @@ def cmd_info(args: argparse.Namespace) -> int:
         if args.build:
             return 0
         raise CommandError("give the server's ADDRESS (tcp://host:port), or --build")
-    net = import_net("info")
-    import zmq
-
-    check_key_files(server_key=args.server_key, client_key=args.client_key)
-    from rlreplay.errors import ServerUnavailableError
-
-    client = net.Client(
-        args.address,
-        server_public_key=args.server_key,
-        client_secret_key=args.client_key,
-        call_timeout=args.timeout,
-        diagnose_timeout=INFO_DIAGNOSE_S,
+    stats = call_server(
+        args, "info", lambda client: client.server_info(args.table), call_timeout=args.timeout
     )
-    try:
-        stats = client.server_info(args.table)
-    except ServerUnavailableError as exc:
-        raise CommandError(why_unreachable(args, exc), FAILED) from None
-    except zmq.ZMQError as exc:
-        raise CommandError(f"cannot connect to {args.address}: {exc}") from None
-    finally:
-        client.close()
     print(format_info(stats))
     return 0
 

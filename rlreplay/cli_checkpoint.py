@@ -86,29 +86,8 @@ def add_checkpoint_parser(sub: Any) -> None:
 
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:
-    from rlreplay.cli import FAILED, INFO_DIAGNOSE_S, check_key_files, import_net, why_unreachable
+    from rlreplay.cli import call_server
 
-    net = import_net("checkpoint")
-    import zmq
-
-    from rlreplay.errors import ServerRestartedError, ServerUnavailableError
-
-    check_key_files(server_key=args.server_key, client_key=args.client_key)
-    client = net.Client(
-        args.address,
-        server_public_key=args.server_key,
-        client_secret_key=args.client_key,
-        diagnose_timeout=INFO_DIAGNOSE_S,
-    )
-    try:
-        path = client.checkpoint(timeout=args.timeout)
-    except ServerRestartedError as exc:
-        raise CommandError(f"the server restarted during the checkpoint: {exc}", FAILED) from None
-    except ServerUnavailableError as exc:
-        raise CommandError(why_unreachable(args, exc), FAILED) from None
-    except zmq.ZMQError as exc:
-        raise CommandError(f"cannot connect to {args.address}: {exc}") from None
-    finally:
-        client.close()
+    path = call_server(args, "checkpoint", lambda client: client.checkpoint(timeout=args.timeout))
     print(path)
     return 0
