@@ -75,7 +75,9 @@ class ItemIndex:
 
     Attributes (read by the table and the draws; changed only through the methods):
         size, live, priority, generation, times_sampled, slot_bytes, extent, counts,
-        max_priority, origin, keeps_priorities, remover_active.
+        max_priority, origin, keeps_priorities, remover_active; ``live_in`` and
+        ``any_live_in`` are :class:`~rlreplay.core.slot_records.SlotRecords`'
+        (slots holding items among a range of rows, and whether any does).
 
     Remover: a table whose ``max_size`` reaches ``capacity`` never asks its remover for
     victims (see :mod:`rlreplay.core.idle_remover`): the remover is left unbound and idle
@@ -120,6 +122,9 @@ class ItemIndex:
         self.times_sampled = records.times_sampled
         self.live, self.extent = records.live, records.extent
         self._slot_views, self._live_view = records.slot_views, records.live_view
+        # The records' queries of the live flags, bound here (the overwrite protocol calls
+        # ``index.live_in`` / ``index.any_live_in`` for the rows it is about to overwrite).
+        self.live_in, self.any_live_in = records.live_in, records.any_live_in
         sampler.bind(capacity)
         self.remover_active = not idle_remover.remover_is_idle(capacity, max_size)
         # The remover's calls go to ``_remover``: None while it is idle.
@@ -283,26 +288,6 @@ class ItemIndex:
         else:
             self.remove(slots)
         self.counts["overwrite_evictions"] += len(slots)
-
-    def live_in(self, start: int, n: int) -> np.ndarray:
-        """Slots holding items among rows ``[start, start + n)`` (wrapping), in row order."""
-        cap = self.capacity
-        n = min(n, cap)
-        end = start + n
-        if end <= cap:
-            return np.flatnonzero(self.live[start:end]) + start
-        return np.concatenate(
-            [np.flatnonzero(self.live[start:]) + start, np.flatnonzero(self.live[: end - cap])]
-        )
-
-    def any_live_in(self, start: int, n: int) -> bool:
-        """Whether an item is anchored on rows ``[start, start + n)`` (wrapping)."""
-        cap = self.capacity
-        n = min(n, cap)
-        end = start + n
-        if end <= cap:
-            return bool(self.live[start:end].any())
-        return bool(self.live[start:].any() or self.live[: end - cap].any())
 
     def evict_rows(self, start: int, n: int) -> None:
         """Remove the items anchored on rows ``[start, start + n)`` (wrapping), which the

@@ -81,6 +81,26 @@ class SlotRecords:
         self.live_view = memoryview(self.live)
         self.extent = np.zeros(capacity, dtype=np.int32) if variable else None
 
+    def live_in(self, start: int, n: int) -> np.ndarray:
+        """Slots holding items among rows ``[start, start + n)`` (wrapping), in row order."""
+        cap = self.capacity
+        n = min(n, cap)
+        end = start + n
+        if end <= cap:
+            return np.flatnonzero(self.live[start:end]) + start
+        return np.concatenate(
+            [np.flatnonzero(self.live[start:]) + start, np.flatnonzero(self.live[: end - cap])]
+        )
+
+    def any_live_in(self, start: int, n: int) -> bool:
+        """Whether an item is anchored on rows ``[start, start + n)`` (wrapping)."""
+        cap = self.capacity
+        n = min(n, cap)
+        end = start + n
+        if end <= cap:
+            return bool(self.live[start:end].any())
+        return bool(self.live[start:].any() or self.live[: end - cap].any())
+
     def nbytes(self) -> int:
         """Bytes of the records and live flags."""
         return self.slot_state.nbytes + self.live.nbytes
