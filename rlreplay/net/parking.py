@@ -5,6 +5,13 @@ its deadline, attempted again after every request that may have changed a table,
 answered when it completes, when its deadline passes (RateLimiterTimeoutError), when its
 client has been silent for too long (a call parked without a deadline), or when the server
 stops (ClosedError).
+
+Nothing hangs silently here either: a call parked longer than its table's ``warn_after``
+logs one warning on the server's log, with the text an in-process blocked call logs (the
+table, its limiter's state and the likely cause, from the table's own
+:class:`~rlreplay.core.admission.Admission`), and the time a call has waited counts as its
+limiter's ``insert_blocked_s`` / ``sample_blocked_s`` while it is still parked (so a
+server's ``info`` shows a call that has been blocked for minutes).
 """
 
 from __future__ import annotations
@@ -21,6 +28,9 @@ from rlreplay.net.limits import ClientLedger
 log = logging.getLogger("rlreplay.net")
 
 Reply = Callable[..., None]
+
+# Least interval between two passes of :meth:`ParkedCalls.watch` over the parked calls.
+WATCH_S = 0.1
 
 
 class ParkedCalls:
@@ -39,6 +49,7 @@ class ParkedCalls:
         self.expiry_s = expiry_s
         self._reply, self._reply_error = reply, reply_error
         self._jobs: list[Job] = []
+        self._next_watch = 0.0
 
     def __len__(self) -> int:
         return len(self._jobs)
@@ -49,6 +60,8 @@ class ParkedCalls:
     def park(self, job: Job, client: bytes, now: float) -> None:
         """Keep ``job`` (of ``client``) until it completes or expires."""
         job.parked_at = now
+        job.accounted_at = now  # blocked time up to here is already counted
+        job.warned = False
         job.client = client
         self.clients.park(client, now)
         self._jobs.append(job)
@@ -96,6 +109,27 @@ class ParkedCalls:
                     ),
                 )
 
+    def watch(self, now: float) -> None:
+        """Count the time each parked call has waited so far as its limiter's blocked
+        time, and log the one warning of each call parked longer than its table's
+        ``warn_after`` (the in-process warning's text: who blocks and the likely cause).
+        Does nothing if the last pass was less than :data:`WATCH_S` seconds ago."""
+        if now < self._next_watch:
+            return
+        self._next_watch = now + WATCH_S
+        for job in list(self._jobs):
+            if job.counter is None:  # not blocked by a table (a checkpoint being written)
+                continue
+            self._account(job, now)
+            if job.warned:
+                continue
+            warn_after = job.table.warn_after
+            if warn_after is not None and now - job.parked_at >= warn_after:
+                job.warned = True
+                with job.table.lock:
+                    message = job.table.admission.describe(job.what, job.n)
+                log.warning("parked %s", message)
+
     def close(self, exc: ReplayError) -> None:
         """Answer every parked call with ``exc`` (the server is stopping)."""
         for job in list(self._jobs):
@@ -111,13 +145,20 @@ class ParkedCalls:
         """Unpark ``job`` and count the time it waited as the limiter's blocked time."""
         self._jobs.remove(job)
         self.clients.unpark(job.client)
-        waited = time.monotonic() - job.parked_at
-        if job.counter is None:
-            return waited
+        now = time.monotonic()
+        self._account(job, now)
+        return now - job.parked_at
+
+    def _account(self, job: Job, now: float) -> None:
+        """Add the time ``job`` waited since it was last counted to its limiter's blocked
+        time (the table of a writer's chunk is the one that blocks it now)."""
+        waited = now - job.accounted_at
+        job.accounted_at = now
+        if job.counter is None or waited <= 0.0:
+            return
         with job.table.lock:
             lim = job.table.rate_limiter
             setattr(lim, job.counter, getattr(lim, job.counter) + waited)
-        return waited
 
 
 def cap_deadline(job: Job, expires: Any) -> None:

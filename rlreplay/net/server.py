@@ -325,6 +325,7 @@ class Server(TableOperations):
                     # must not be run by the retry after a long stall of this process.
                     self._parked.expire(time.monotonic())
                     self._parked.retry()
+                    self._parked.watch(time.monotonic())
         except zmq.ContextTerminated:
             pass
         except BaseException as exc:  # keep the reason for the log

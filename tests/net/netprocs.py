@@ -133,3 +133,12 @@ def blocked_sample(address: str, table: str, timeout: float, out: Any) -> None:
         out.put(("ok", len(s), time.monotonic() - start))
     except Exception as exc:
         out.put((type(exc).__name__, str(exc), time.monotonic() - start))
+
+
+def serve_logging(cfg: dict, out: Any, stop: Any, kwargs: dict, log_path: str) -> None:
+    """Child process: :func:`serve`, with the server's log (level INFO) written to
+    ``log_path`` as the ``rlreplay serve`` command writes it to stderr."""
+    import logging
+
+    logging.basicConfig(filename=log_path, level=logging.INFO, format="%(levelname)s %(message)s")
+    serve(cfg, out, stop, kwargs)
