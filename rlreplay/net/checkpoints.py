@@ -24,6 +24,14 @@ the stopped server applied *after* the moment were acknowledged but are lost wit
 the restored stream takes the writer's next chunk as a new episode (its items cannot
 reach the lost steps; a chunk whose items do is refused and the writer drops it, as for
 any refused chunk). Nothing acknowledged before the newest checkpoint's moment is lost.
+
+Idle servers write nothing. A periodic checkpoint is skipped when nothing changed since
+the last checkpoint's moment: no request that may change a table was served (inserts,
+samples, which change ``times_sampled`` and the limiter's counts, priority updates,
+deletes, resets, writer chunks), and no table's counters (inserts, samples, size,
+deletes, evictions, the store's next step id, the sampler's total weight) nor the number
+of writer streams differ from what they were then (which catches changes made in process
+to a served table). A requested checkpoint (``client.checkpoint()``) is always written.
 """
 
 from __future__ import annotations
@@ -42,7 +50,7 @@ from rlreplay.errors import (
     ReplayTimeoutError,
     describe,
 )
-from rlreplay.net.handlers import Job, Reply
+from rlreplay.net.handlers import Job, Reply, sampler_mass
 
 if TYPE_CHECKING:
     from rlreplay.core.table import Table
@@ -103,6 +111,30 @@ def stores_busy(tables: dict[str, Table]) -> bool:
     return any(t.store.guard is not None for t in tables.values())
 
 
+def fingerprint(tables: dict[str, Table], sessions: WriterSessions) -> tuple:
+    """What a checkpoint of ``tables`` and ``sessions`` holds, in a few counters: equal
+    fingerprints mean nothing a checkpoint saves changed in between (a sample changes the
+    limiter's ``samples``; a priority update the sampler's total weight; an appended step
+    the store's next step id). Takes each table's lock in turn."""
+    parts: list[Any] = [len(sessions), sessions.dropped]
+    for name in sorted(tables):
+        t = tables[name]
+        with t.lock:
+            lim, index = t.rate_limiter, t.index
+            parts.append(
+                (
+                    name,
+                    lim.inserts,
+                    lim.samples,
+                    index.size,
+                    tuple(sorted(index.counts.items())),
+                    t.store.next_id,
+                    sampler_mass(t),
+                )
+            )
+    return tuple(parts)
+
+
 def enumerate_str(items: list) -> list[tuple[str, Any]]:
     """``items`` keyed by their position as a string (checkpoint states are dicts)."""
     return [(str(i), item) for i, item in enumerate(items)]
@@ -121,6 +153,9 @@ class ServerCheckpoints:
     Attributes:
         restored_from: the checkpoint restored at start, if any.
         saved: checkpoints published since start; ``last_path`` the newest of them.
+        skipped: periodic checkpoints not written because nothing had changed.
+        changed: set by the server when it served a request that may change a table;
+            cleared at each checkpoint's moment.
         failures: saves that failed (each logged).
         longest_capture_s: the longest time a capture held the dispatcher, in seconds.
     """
@@ -131,6 +166,9 @@ class ServerCheckpoints:
         self._next_due = math.inf
         self.restored_from: Path | None = None
         self.saved = 0
+        self.skipped = 0
+        self.changed = True
+        self._moment: tuple | None = None  # the fingerprint of the last checkpoint's moment
         self.failures = 0
         self.last_path: Path | None = None
         self.longest_capture_s = 0.0
@@ -138,6 +176,12 @@ class ServerCheckpoints:
     @property
     def enabled(self) -> bool:
         return self.directory is not None
+
+    @property
+    def next_due(self) -> float:
+        """``time.monotonic()`` value when the next periodic checkpoint is due (``inf``:
+        none is)."""
+        return self._next_due
 
     @property
     def busy(self) -> bool:
@@ -222,6 +266,10 @@ class ServerCheckpoints:
             return
         self._finish()
         self._next_due = self._due_from(now)
+        if not self.changed and self._moment == fingerprint(tables, sessions):
+            self.skipped += 1
+            log.debug("periodic checkpoint skipped: nothing changed since the last one")
+            return
         try:
             self.start(tables, sessions)
         except CheckpointError as exc:  # e.g. an in-process save of the same store
@@ -230,7 +278,7 @@ class ServerCheckpoints:
 
     def start(self, tables: dict[str, Table], sessions: WriterSessions) -> Any:
         """Take the checkpoint's moment now (tables and writer streams) and stream it in
-        the background; returns the pending save.
+        the background; returns the pending save. Always writes, changed or not.
 
         Raises:
             InvalidArgumentError: if the server has no checkpoint directory.
@@ -244,6 +292,7 @@ class ServerCheckpoints:
         from rlreplay import checkpoint
 
         t0 = time.perf_counter()
+        moment = fingerprint(tables, sessions)
         self._pending = checkpoint.start_save(
             list(tables.values()),
             self.directory,
@@ -251,6 +300,7 @@ class ServerCheckpoints:
             extra=lambda: {SERVER_STATE: {"writers": dict(enumerate_str(sessions.state()))}},
         )
         self.longest_capture_s = max(self.longest_capture_s, time.perf_counter() - t0)
+        self._moment, self.changed = moment, False  # dispatcher thread: no request ran between
         return self._pending
 
     def _finish(self) -> None:
@@ -264,6 +314,7 @@ class ServerCheckpoints:
             self.saved += 1
         except Exception as exc:
             self.failures += 1
+            self.changed = True  # nothing was published: the next periodic one is written
             log.error("checkpoint failed: %s", exc)
 
     def close(self, timeout: float) -> None:

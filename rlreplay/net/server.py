@@ -307,6 +307,8 @@ class Server(TableOperations):
                     self._snapshot(now)
                     next_snapshot = now + 1.0
                 wait = next_snapshot - now
+                if now < checkpoints.next_due:  # wake for a periodic checkpoint when due
+                    wait = min(wait, checkpoints.next_due - now)
                 if self._parked:
                     wait = min(wait, self.recheck_s)
                     deadline = self._parked.next_deadline()
@@ -319,7 +321,8 @@ class Server(TableOperations):
                     for _ in range(256):
                         if not sock.getsockopt(_EVENTS) & _POLLIN:
                             break
-                        self._handle(sock.recv_multipart(copy=False))
+                        if self._handle(sock.recv_multipart(copy=False)):
+                            checkpoints.changed = True
                 if self._parked:
                     # Expire first: a call past its deadline (or whose client went silent)
                     # must not be run by the retry after a long stall of this process.
