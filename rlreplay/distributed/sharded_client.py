@@ -16,6 +16,7 @@ from rlreplay.core.sample import Sample
 from rlreplay.core.table_checks import check_timeout
 from rlreplay.core.table_info import TableInfo
 from rlreplay.distributed.routed_calls import merged_info, routed_call
+from rlreplay.distributed.shard_checkpoints import checkpoint_shards
 from rlreplay.distributed.shard_health import ShardHealth
 from rlreplay.distributed.shard_keys import ShardKeys
 from rlreplay.distributed.sharded_sampling import ShardedSampler, check_batch_size
@@ -392,6 +393,28 @@ class ShardedClient:
     def reset(self, table: str) -> None:
         """:meth:`Client.reset` on every reachable shard."""
         self._each(lambda c: c.reset(table))
+
+    def checkpoint(self, timeout: float | None = None) -> dict[int, str]:
+        """:meth:`Client.checkpoint` on every reachable shard, all requests in flight at
+        once; returns each shard's checkpoint directory (on its machine) by shard index.
+
+        Each checkpoint holds what its shard acknowledged before the request reached it.
+        Under ``on_shard_down="skip"`` a shard that does not answer is left out of the
+        result; any other failure is raised after every shard answered, naming the shard
+        and the checkpoints the others published.
+
+        Args:
+            timeout: seconds to wait for each shard (``None``: as long as it answers).
+
+        Raises:
+            InvalidArgumentError: for a bad ``timeout``, or a shard started without a
+                checkpoint directory.
+            CheckpointError: if a shard's checkpoint could not be written.
+            ReplayTimeoutError: if a shard did not publish within ``timeout``.
+            ShardUnavailableError: for a shard down under ``"fail"`` (or all down).
+        """
+        timeout = check_timeout(timeout)
+        return checkpoint_shards(self.shards, self.health, timeout)
 
     def shard_info(self, table: str) -> dict[int, TableInfo]:
         """Each reachable shard's :class:`TableInfo` of ``table``, by shard index."""

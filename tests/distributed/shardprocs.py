@@ -20,12 +20,13 @@ def table(name: str, **entry: Any) -> dict:
     return {"name": name, "signature": ROWS, "max_size": 1000, "capacity": 1000, **entry}
 
 
-def serve(cfg: dict, out: Any, stop: Any) -> None:
-    """Child process: serve ``cfg`` until ``stop`` is set (or SIGTERM)."""
+def serve(cfg: dict, out: Any, stop: Any, kwargs: dict | None = None) -> None:
+    """Child process: serve ``cfg`` (``Server`` options ``kwargs``) until ``stop`` is set
+    (or SIGTERM)."""
     from rlreplay.net import Server, tables_from_config
 
     try:
-        server = Server(tables_from_config(cfg)).start()
+        server = Server(tables_from_config(cfg), **(kwargs or {})).start()
     except Exception as exc:  # reported to the parent, which fails the test
         out.put(("error", f"{type(exc).__name__}: {exc}"))
         return
@@ -38,14 +39,17 @@ def serve(cfg: dict, out: Any, stop: Any) -> None:
 
 
 @contextlib.contextmanager
-def shards(configs: list[dict]) -> Iterator[list[tuple[str, Any]]]:
-    """One server process per config (started together); yields ``[(address, process)]``
-    and always stops them."""
+def shards(
+    configs: list[dict], options: list[dict] | None = None
+) -> Iterator[list[tuple[str, Any]]]:
+    """One server process per config (started together, with the ``Server`` options
+    ``options[i]`` if given); yields ``[(address, process)]`` and always stops them."""
     started = []
     try:
-        for cfg in configs:
+        for i, cfg in enumerate(configs):
             out, stop = CTX.Queue(), CTX.Event()
-            proc = CTX.Process(target=serve, args=(cfg, out, stop), daemon=True)
+            kwargs = options[i] if options else None
+            proc = CTX.Process(target=serve, args=(cfg, out, stop, kwargs), daemon=True)
             proc.start()
             started.append((proc, out, stop))
         addresses = []

@@ -1,0 +1,93 @@
+"""Checkpoints of every shard of a sharded client, asked for at once.
+
+Each shard is a :class:`~rlreplay.Server` with its own ``checkpoint_dir``; a sharded
+checkpoint is one checkpoint per shard, each holding what its shard acknowledged before
+the request reached it (shards are independent servers: there is no common moment).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlreplay.distributed.shard_health import ShardHealth
+from rlreplay.errors import ReplayError, ServerUnavailableError, ShardUnavailableError
+
+
+def checkpoint_shards(shards: list, health: ShardHealth, timeout: float | None) -> dict[int, str]:
+    """Ask every reachable shard for a checkpoint, every request in flight before any
+    reply is awaited, and wait for them all; returns each shard's checkpoint directory (on
+    its server's machine) by shard index.
+
+    A shard that does not answer is left out under ``on_shard_down="skip"``; every other
+    failure is raised once every request has been answered (or timed out), so the shards
+    that could save have published their checkpoints by then.
+
+    Raises:
+        ShardUnavailableError: for a shard down under ``"fail"`` (or every shard down).
+        InvalidArgumentError: for a shard started without a checkpoint directory.
+        CheckpointError: for a shard whose checkpoint could not be written.
+        ReplayTimeoutError: for a shard that did not publish within ``timeout`` (it goes
+            on writing it).
+        Each names the shard, its address and the checkpoints the other shards published.
+    """
+    errors: dict[int, BaseException] = {}
+    sent: dict[int, tuple[int, Any]] = {}
+    for shard in health.live():
+        transport = shards[shard]._transport
+        until = transport.until(timeout)  # when waiting for this shard's reply ends
+        try:
+            # on its way within the client's call_timeout (a shard down is found out then),
+            # not within ``timeout``: a dead shard must not use up the others' time
+            rid = transport.send({"op": "checkpoint"}, expires=until, timeout=timeout)
+            sent[shard] = (rid, until)
+        except ServerUnavailableError as error:
+            note_down(health, shard, error, errors)
+    paths: dict[int, str] = {}
+    for shard, (rid, until) in sent.items():
+        try:
+            paths[shard] = str(shards[shard]._transport.wait_until(rid, until)[0]["path"])
+            health.answered(shard)
+        except ServerUnavailableError as error:
+            note_down(health, shard, error, errors)
+        except ReplayError as error:
+            errors[shard] = error
+    if errors:
+        shard = min(errors)
+        raise shard_error(errors[shard], shard, health.addresses[shard], paths)
+    if not paths:
+        health.live()  # raises: every shard is down
+    return paths
+
+
+def note_down(
+    health: ShardHealth, shard: int, error: ServerUnavailableError, errors: dict
+) -> None:
+    """Note that ``shard`` did not answer; under ``"fail"`` keep the error for later."""
+    try:
+        health.failed(shard, error)
+    except ShardUnavailableError as failure:
+        errors[shard] = failure
+
+
+def shard_error(
+    error: BaseException, shard: int, address: str, paths: dict[int, str]
+) -> BaseException:
+    """``error`` of ``shard``, of the same class, naming the shard and what the others
+    published (a ShardUnavailableError already names its shard)."""
+    if isinstance(error, ShardUnavailableError):
+        prefix = ""
+    else:
+        prefix = f"replay shard {shard} at {address}: "
+    others = (
+        f"; the other shards published {paths}" if paths else "; no shard published a checkpoint"
+    )
+    message = f"{prefix}{error}{others}"
+    try:
+        if isinstance(error, ShardUnavailableError):
+            new = ShardUnavailableError(message, error.reason, error.shard, error.address)
+        else:
+            new = type(error)(message)
+    except TypeError:  # an error class with another constructor: raise it as it is
+        return error
+    new.__cause__ = error
+    return new
