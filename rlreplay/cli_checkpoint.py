@@ -86,7 +86,7 @@ def add_checkpoint_parser(sub: Any) -> None:
 
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:
-    from rlreplay.cli import call_server
+    from rlreplay.cli_remote import call_server
 
     path = call_server(args, "checkpoint", lambda client: client.checkpoint(timeout=args.timeout))
     print(path)

@@ -1,0 +1,156 @@
+"""Reaching a running server from the command line: the key-file checks, the ``net``
+extra's import, one call on a client with one-line errors, and ``rlreplay info``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+from types import ModuleType
+from typing import Any
+
+from rlreplay.cli_args import CommandError, positive
+
+FAILED = 1  # it ran, and the server (or the operation) failed
+NET_MODULES = ("zmq", "msgpack", "tomli")
+
+
+def check_key_files(**flags: str | None) -> None:
+    """Refuse, naming the flag, a key file that does not exist (``curve_secret="x"`` is the
+    flag ``--curve-secret x``).
+
+    Raises:
+        CommandError: for a path given that is not a file.
+    """
+    for name, path in flags.items():
+        if path is not None and not os.path.isfile(path):
+            flag = "--" + name.replace("_", "-")
+            missing = "is a folder, not a key file" if os.path.isdir(path) else "does not exist"
+            raise CommandError(
+                f"{flag} {path}: the file {missing}; give a key file written by "
+                "`rlreplay keygen DIR` (NAME.key is public, NAME.key_secret secret)"
+            )
+
+
+def import_net(command: str) -> ModuleType:
+    """``rlreplay.net``, or a one-line error saying how to install the ``net`` extra."""
+    try:
+        return importlib.import_module("rlreplay.net")
+    except ImportError as exc:
+        if exc.name not in NET_MODULES:
+            raise
+        raise CommandError(
+            f"`rlreplay {command}` needs the net extra (module {exc.name!r} is missing): "
+            'pip install "rlreplay[net]"'
+        ) from None
+
+
+def add_info_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "info", help="print the tables of a running server, or (--build) the compiled kernels"
+    )
+    p.add_argument(
+        "address", nargs="?", metavar="ADDRESS", help="tcp://host:port, host:port or ipc:///path"
+    )
+    p.add_argument(
+        "table", nargs="?", metavar="TABLE", help="only this table (default: every table)"
+    )
+    p.add_argument(
+        "--server-key", default=None, metavar="FILE", help="server public .key (CURVE servers)"
+    )
+    p.add_argument(
+        "--client-key", default=None, metavar="FILE", help="client .key_secret (CURVE servers)"
+    )
+    p.add_argument(
+        "--timeout",
+        type=positive(float),
+        default=5.0,
+        metavar="S",
+        help="seconds to wait for the server",
+    )
+    p.add_argument(
+        "--build", action="store_true", help="which compiled kernels are active, and why not"
+    )
+    p.set_defaults(func=cmd_info)
+
+
+# ``info`` is where a user asks why a server cannot be reached: it watches the handshake
+# of a failed connection longer than a library call does (which keeps 0.25 s).
+INFO_DIAGNOSE_S = 2.0
+
+# The command's flags, named in the reasons a server could not be reached.
+CREDENTIAL_FLAGS = {
+    "server_key": "--server-key",
+    "server_key_example": "--server-key SERVER.key",
+    "client_key": "--client-key",
+    "client_key_example": "--client-key CLIENT.key_secret",
+    "authorized_keys": "--authorized-keys",
+}
+
+
+def why_unreachable(args: argparse.Namespace, error: Exception) -> str:
+    """One line on why ``info`` got no reply: the reason the client found after the call
+    failed (:attr:`ServerUnavailableError.reason`), with this command's flags."""
+    from rlreplay.net import auth
+
+    why = auth.unreachable_reason(getattr(error, "reason", None), CREDENTIAL_FLAGS)
+    if why is not None:
+        return f"cannot query the replay server at {args.address}: {why}"
+    return f"{type(error).__name__}: {error}"
+
+
+def call_server(args: argparse.Namespace, command: str, call: Any, **client_args: Any) -> Any:
+    """``call(client)`` on a client of the server at ``args.address`` (with the command's
+    key flags), closed afterwards; what it returns.
+
+    Raises:
+        CommandError: one line for a missing key file, a server that cannot be reached or
+            restarted during the call (exit status ``FAILED``), or an address ZeroMQ
+            refuses.
+    """
+    net = import_net(command)
+    import zmq
+
+    from rlreplay.errors import ServerRestartedError, ServerUnavailableError
+
+    check_key_files(server_key=args.server_key, client_key=args.client_key)
+    client = net.Client(
+        args.address,
+        server_public_key=args.server_key,
+        client_secret_key=args.client_key,
+        diagnose_timeout=INFO_DIAGNOSE_S,
+        **client_args,
+    )
+    try:
+        return call(client)
+    except ServerRestartedError as exc:
+        why = f"the server restarted during `rlreplay {command}`: {exc}"
+        raise CommandError(why, FAILED) from None
+    except ServerUnavailableError as exc:
+        raise CommandError(why_unreachable(args, exc), FAILED) from None
+    except zmq.ZMQError as exc:
+        raise CommandError(f"cannot connect to {args.address}: {exc}") from None
+    finally:
+        client.close()
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from rlreplay.cli_output import format_build, format_info
+
+    if args.build and args.address is not None:
+        given = " ".join(a for a in (args.address, args.table) if a is not None)
+        raise CommandError(
+            f"--build takes no ADDRESS or TABLE (got {given!r}): run `rlreplay info --build` "
+            "and `rlreplay info ADDRESS` separately"
+        )
+    if args.build:
+        print(format_build())
+    if args.address is None:
+        if args.build:
+            return 0
+        raise CommandError("give the server's ADDRESS (tcp://host:port), or --build")
+    stats = call_server(
+        args, "info", lambda client: client.server_info(args.table), call_timeout=args.timeout
+    )
+    print(format_info(stats))
+    return 0
