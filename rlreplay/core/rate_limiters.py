@@ -141,6 +141,30 @@ class RateLimiter:
                 "samples; insert smaller batches or widen the limiter's error buffer"
             )
 
+    def insert_window(self) -> float:
+        """The most items one insert may hold and still be admitted from every state a
+        writer may wait in (``math.inf``: inserts never block).
+
+        Once sampling runs, ``diff`` falls no lower than ``min_diff``, so at most
+        ``(max_diff - min_diff) / samples_per_insert`` items go in at once; while the table
+        fills (one item short of ``min_size_to_sample``, when no sample can make room, and
+        where a queue's sampler leaves it) at most ``max_diff / samples_per_insert -
+        min_size_to_sample + 1``. Writers that split their items into batches of this size
+        never ask for a batch :meth:`check_insert_batch` refuses or one that waits for a
+        sample that cannot come.
+
+        Returns:
+            an int >= 1, or ``math.inf``.
+        """
+        spi = self.samples_per_insert
+        window = min(
+            (self.max_diff - self.min_diff) / spi,
+            self.max_diff / spi - self.min_size_to_sample + 1,
+        )
+        if not math.isfinite(window):
+            return math.inf
+        return max(1, int(window))
+
     # Bookkeeping ---------------------------------------------------------------
     def reset(self) -> None:
         self.inserts = 0

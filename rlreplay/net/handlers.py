@@ -8,7 +8,6 @@ return ``None`` and attempts them again whenever a table changes, until their de
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -52,15 +51,10 @@ def insert_window(table: Table) -> int | None:
     once sampling runs, and while the table fills up to ``min_size_to_sample`` (when no
     sample can make room) what it admits one item short of that size.
     """
-    lim = table.rate_limiter
-    spi = lim.samples_per_insert
-    window = min(
-        (lim.max_diff - lim.min_diff) / spi,
-        lim.max_diff / spi - lim.min_size_to_sample + 1,
-    )
-    if not math.isfinite(window) or window >= table.max_size:
+    window = table.rate_limiter.insert_window()
+    if window >= table.max_size:
         return None
-    return max(1, int(window))
+    return int(window)
 
 
 def sample_reply(table: Table, n: int) -> Reply:

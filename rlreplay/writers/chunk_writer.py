@@ -105,7 +105,12 @@ class ChunkBatch:
     ``max_items`` of them or the largest piece's (and at most a table's ``max_size``):
     no more than one environment's chunk creates, so a rate limiter that admits the
     items of one environment's chunk at once admits every call. A local table whose
-    limiter never blocks inserts takes all of a chunk's items in one call.
+    limiter never blocks inserts takes all of a chunk's items in one call; one whose
+    limiter admits fewer items at once than its ``max_size`` (its
+    :meth:`~rlreplay.core.rate_limiters.RateLimiter.insert_window`) takes them in
+    consecutive packs of that many, pieces split where a pack ends: a larger call would
+    be refused (``DeadlockError``) or wait for samples that could never come. The items
+    and their order are the same either way.
 
     Args:
         limit: rows a chunk may reach back from its end (the writer's ``history``, at
@@ -132,12 +137,19 @@ class ChunkBatch:
             for t in tables
             if isinstance(getattr(t, "max_size", None), (int, np.integer))
         }
-        # Tables whose rate limiter never blocks an insert (known for local tables only).
-        self._unlimited = {
-            t.name
-            for t in tables
-            if math.isinf(getattr(getattr(t, "rate_limiter", None), "max_diff", 0.0))
-        }
+        # Tables whose rate limiter never blocks an insert, and the items the others'
+        # admit at once where that is below their max_size (known for local tables only).
+        self._unlimited: set[str] = set()
+        self._windows: dict[str, int] = {}
+        for t in tables:
+            window = getattr(getattr(t, "rate_limiter", None), "insert_window", None)
+            window = window() if window is not None else None
+            if window is None:
+                continue
+            if math.isinf(window):
+                self._unlimited.add(t.name)
+            elif window < self._sizes.get(t.name, window + 1):
+                self._windows[t.name] = int(window)
         self._chunks: list[Chunk] = []
         self._stage: dict[str, np.ndarray] = {}  # path -> [stage rows, ...]
         self._size = 0  # rows the staging buffer holds (0: not allocated yet)
@@ -219,7 +231,7 @@ class ChunkBatch:
             lo, hi = self._first, self._first + self._rows
             rows = {p: a[lo:hi] for p, a in self._stage.items()}
         if len(self._pieces) == 1:  # nothing to join
-            self._chunks.append(Chunk(rows, self._switch, self._pieces[0][1]))
+            self._chunks.append(Chunk(rows, self._switch, self._split(self._pieces[0][1])))
             self._reset()
             return
         total = self._rows
@@ -232,10 +244,29 @@ class ChunkBatch:
                 job[3].append(extents)
         joined = []
         for table, span, starts, extents in merged.values():
+            window = self._windows.get(getattr(table, "name", table))
+            if window is not None:  # consecutive packs the limiter admits
+                joined.extend(self._split([(table, span, _join(starts), _join(extents))]))
+                continue
             for lo, hi in _packs([len(s) for s in starts], self._cap(table, starts)):
                 joined.append((table, span, _join(starts[lo:hi]), _join(extents[lo:hi])))
         self._chunks.append(Chunk(rows, self._switch, joined))
         self._reset()
+
+    def _split(
+        self, jobs: list[tuple[Any, int, np.ndarray, np.ndarray]]
+    ) -> list[tuple[Any, int, np.ndarray, np.ndarray]]:
+        """``jobs`` with those over their table's insert window cut into consecutive
+        packs of that many items (views, in order)."""
+        out = []
+        for table, span, starts, extents in jobs:
+            window = self._windows.get(getattr(table, "name", table))
+            if window is None or len(starts) <= window:
+                out.append((table, span, starts, extents))
+                continue
+            for lo in range(0, len(starts), window):
+                out.append((table, span, starts[lo : lo + window], extents[lo : lo + window]))
+        return out
 
     def _cap(self, table: Any, parts: list[np.ndarray]) -> int:
         """Items one ``create_items`` call for ``table`` may hold: ``max_items`` or the
