@@ -42,6 +42,7 @@ class Channel:
         self.pending: dict[int, int | None] = {}  # request id -> epoch it was sent under
         self.epoch: int | None = None
         self.greeted = False  # a handshake ping was answered on this socket
+        self.waiting_since: float | None = None  # when the wait under way began, if any
         self.max_message_bytes: int | None = None  # the server's limit, once known
         self.clock_offset = 0.0  # server clock minus this clock, a lower bound
         self.last_heard = time.monotonic()

@@ -53,8 +53,8 @@ class Client:
             server's authorized folder); default: an ephemeral key pair.
         call_timeout: seconds to wait for calls that never block on a rate limiter
             (``info``, ``update_priorities``, ...) before :class:`ServerUnavailableError`.
-        liveness_s: while a call waits without a timeout, the server is pinged after this
-            many silent seconds, and declared unavailable after twice as many.
+        liveness_s: while a call waits without a timeout, the server is pinged after half
+            this many silent seconds, and declared unavailable after twice as many.
         diagnose_timeout: seconds spent, after a call got no answer, watching a new
             connection's handshake to say why (0 to skip); a loaded machine may need more
             than the default to tell a refused credential from silence.

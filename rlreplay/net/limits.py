@@ -16,6 +16,7 @@ not for this server or too late (:func:`check_envelope`).
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 import zmq
@@ -78,6 +79,25 @@ def check_envelope(header: dict, op: str, epoch: int, now: float) -> float | Non
     return float(expires)
 
 
+def check_lease(header: dict) -> float | None:
+    """The request's ``lease`` (in the server's ``time.monotonic()`` clock), or None.
+
+    Each message of a client carries ``lease``: a time before which its client cannot have
+    declared the server unavailable and dropped its socket (see
+    :meth:`rlreplay.net.transport.Transport.lease_of`). The server never applies a call
+    parked without a timeout past the latest lease of its socket.
+
+    Raises:
+        ProtocolError: for a ``lease`` that is not a number.
+    """
+    lease = header.get("lease")
+    if lease is None:
+        return None
+    if not isinstance(lease, (int, float)) or isinstance(lease, bool):
+        raise ProtocolError(f"request field 'lease' is {describe(lease)}, not a number")
+    return float(lease)
+
+
 class ClientLedger:
     """Unread reply bytes, parked calls and last contact of each client of a server.
 
@@ -96,6 +116,7 @@ class ClientLedger:
         self._unread_bytes: dict[bytes, int] = {}
         self._parked: dict[bytes, int] = {}
         self._seen: dict[bytes, float] = {}
+        self._leases: dict[bytes, float] = {}
         self.refused = 0  # requests refused for a limit since the server started
 
     # ----------------------------------------------------------------- checks
@@ -158,6 +179,16 @@ class ClientLedger:
         else:
             self._parked.pop(client, None)
             self._seen.pop(client, None)
+            self._leases.pop(client, None)
+
+    def renew(self, client: bytes, lease: float) -> None:
+        """Note a ``lease`` sent by ``client`` (kept only while it has parked calls)."""
+        if client in self._parked and lease > self._leases.get(client, -math.inf):
+            self._leases[client] = lease
+
+    def lease_of(self, client: bytes) -> float:
+        """The latest lease ``client`` sent since it parked a call (-inf if none)."""
+        return self._leases.get(client, -math.inf)
 
     def heard(self, client: bytes, now: float) -> None:
         """Note a message from ``client`` (kept only while it has parked calls)."""

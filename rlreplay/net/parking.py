@@ -57,9 +57,11 @@ class ParkedCalls:
     def __iter__(self) -> Iterator[Job]:
         return iter(list(self._jobs))
 
-    def park(self, job: Job, client: bytes, now: float) -> None:
-        """Keep ``job`` (of ``client``) until it completes or expires."""
+    def park(self, job: Job, client: bytes, now: float, lease: float | None = None) -> None:
+        """Keep ``job`` (of ``client``) until it completes or expires; ``lease``: the
+        request's own lease (see :func:`~rlreplay.net.limits.check_lease`), or None."""
         job.parked_at = now
+        job.lease = lease
         job.accounted_at = now  # blocked time up to here is already counted
         job.warned = False
         job.client = client
@@ -92,13 +94,26 @@ class ParkedCalls:
 
     def expire(self, now: float) -> None:
         """Answer calls past their deadline, and drop calls parked without one whose client
-        has sent nothing for ``expiry_s`` seconds."""
+        may have given up on this server (past the latest lease it sent: such a call is
+        never applied later) or has sent nothing for ``expiry_s`` seconds."""
         for job in list(self._jobs):
             if job.deadline is not None:
                 if now < job.deadline:
                     continue
                 self._drop(job, job.timeout_error(now - job.parked_at))
                 continue
+            if job.lease is not None:
+                lease = max(job.lease, self.clients.lease_of(job.client))
+                if now >= lease:
+                    self._drop(
+                        job,
+                        ReplayTimeoutError(
+                            f"the {job.what} was dropped: its client may have given up on "
+                            f"this server {now - lease:.3g}s ago (its lease was not renewed: "
+                            "nothing was sent or waited for on its socket since)"
+                        ),
+                    )
+                    continue
             silent = self.clients.silent_for(job.client, now)
             if silent >= self.expiry_s:
                 self._drop(
@@ -165,3 +180,19 @@ def cap_deadline(job: Job, expires: Any) -> None:
     """End ``job`` no later than ``expires`` (when its client stops waiting), if given."""
     if expires is not None:
         job.deadline = expires if job.deadline is None else min(job.deadline, expires)
+
+
+def refuse_lapsed(job: Job, lease: float | None, now: float) -> None:
+    """Refuse ``job``, which has no deadline, if its request arrived after its ``lease``
+    (its client may have given up on this server and reported it failed).
+
+    Raises:
+        ReplayTimeoutError: the request arrived after its lease; nothing was applied.
+    """
+    if job.deadline is None and lease is not None and now >= lease:
+        if isinstance(job, WriteJob):
+            job.abort()
+        raise ReplayTimeoutError(
+            f"the {job.what} reached the server {now - lease:.3g}s after its client could "
+            "have given up on this server; it was not applied"
+        )

@@ -44,9 +44,9 @@ from rlreplay.errors import (
 )
 from rlreplay.net import auth, handlers, schema, wire
 from rlreplay.net.checkpoints import ServerCheckpoints
-from rlreplay.net.limits import ClientLedger, check_envelope, check_limit
+from rlreplay.net.limits import ClientLedger, check_envelope, check_lease, check_limit
 from rlreplay.net.operations import TableOperations
-from rlreplay.net.parking import ParkedCalls, cap_deadline
+from rlreplay.net.parking import ParkedCalls, cap_deadline, refuse_lapsed
 from rlreplay.net.sessions import MAX_WRITERS_PER_CLIENT, WriterSessions
 
 log = logging.getLogger("rlreplay.net")
@@ -84,6 +84,9 @@ class Server(TableOperations):
             ReplayTimeoutError) once its client has sent nothing for this many seconds.
             Waiting clients ping every ``liveness_s`` (default 5 s), so only clients that
             vanished (or stopped reading for this long) lose their calls.
+            Sooner, such a call is dropped once the latest lease of its client's socket
+            (the time before which that client cannot have given up on this server) has
+            passed: it is never applied after its client may have reported it failed.
         max_writers_per_client: remote writers one client may keep on the server; a new
             one beyond it closes that client's least recently used writer with no chunk
             waiting, or is refused (ResourceLimitError) when each has one (see
@@ -405,15 +408,19 @@ class Server(TableOperations):
             now = time.monotonic()
             self.clients.heard(client, now)
             expires = check_envelope(header, op, self.epoch, now)
+            lease = check_lease(header)
+            if lease is not None:
+                self.clients.renew(client, lease)
             self.clients.admit(client, op)
             self._caller = client
             result = method(header, arrays)
             if isinstance(result, handlers.Job):
                 result.identity, result.rid, result.version = identity, rid, version
                 cap_deadline(result, expires)
+                refuse_lapsed(result, lease, now)
                 reply = result.attempt()
                 if reply is None:
-                    self._parked.park(result, client, time.monotonic())
+                    self._parked.park(result, client, time.monotonic(), lease)
                 else:
                     self._reply(identity, rid, *reply, version)
             elif not header.get("noreply"):

@@ -59,8 +59,8 @@ class Transport:
         server_key: the server's CURVE public key, or None.
         client_keys: this client's CURVE key pair (with ``server_key``).
         call_timeout: seconds calls that never block wait for their reply.
-        liveness_s: a waiting call pings after this many silent seconds; a call without a
-            timeout declares the server unavailable after twice as many.
+        liveness_s: a call without a timeout declares the server unavailable after twice
+            this many seconds without a reply; a waiting call pings after half as many.
     """
 
     def __init__(
@@ -200,6 +200,8 @@ class Transport:
             # quarter of the time left) is left for the reply to travel back.
             margin = min(EXPIRY_MARGIN_S, max(expires - time.monotonic(), 0.0) / 4)
             header["expires"] = expires - margin + ch.clock_offset
+        if ch.greeted:
+            header["lease"] = self.lease_of(ch)
         frames = wire.encode(header, arrays)
         if arrays and ch.max_message_bytes is not None:
             self.check_size(frames, ch.max_message_bytes)
@@ -215,6 +217,22 @@ class Transport:
             sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
         ch.sent(rid)
         return rid
+
+    def lease_of(self, ch: Channel) -> float:
+        """The ``lease`` a message on ``ch`` carries: a time (in the server's clock, as
+        ``ch`` underestimates it, so early) before which no wait without a deadline on
+        ``ch`` can declare the server unavailable. Such a wait gives up after
+        ``2 * liveness_s`` without a reply, counted from its start or its last reply, so a
+        message sent outside a wait gives ``now + 2 * liveness_s`` (later waits start
+        later), and a ping inside a wait ``max(last reply, start) + 2 * liveness_s``,
+        both less a margin. The server never applies a call parked without a timeout past
+        the latest lease of its socket (the socket may have been dropped, the call
+        reported failed).
+        """
+        since = ch.waiting_since
+        base = time.monotonic() if since is None else max(ch.last_heard, since)
+        margin = min(EXPIRY_MARGIN_S, self.liveness_s / 4)
+        return base + 2 * self.liveness_s - margin + ch.clock_offset
 
     def check_size(self, frames: list, limit: int) -> None:
         size = wire.frames_nbytes(frames)
@@ -248,8 +266,20 @@ class Transport:
             ReplayTimeoutError: if the server answers but this call did not complete.
         """
         start = time.monotonic()
-        last_ping = ping_sent = -float("inf")
         ch = self.channel()
+        outer = ch.waiting_since
+        ch.waiting_since = start if outer is None else outer
+        try:
+            return self._wait(ch, rid, until, abandon, start)
+        finally:
+            ch.waiting_since = outer
+
+    def _wait(
+        self, ch: Channel, rid: int, until: float | None, abandon: bool, start: float
+    ) -> tuple[dict, dict]:
+        """The loop of :meth:`wait_until` (``ch.waiting_since`` set)."""
+        last_ping = ping_sent = -float("inf")
+        ping_s = self.liveness_s / 2
         while rid not in ch.replies:
             now = time.monotonic()
             silent = now - max(ch.last_heard, start)
@@ -272,15 +302,17 @@ class Transport:
                     f"the replay server at {self.address} stopped answering "
                     f"({silent:.3g}s without a reply to a ping)",
                 )
-            wait = self.liveness_s
+            wait = ping_s
             if until is not None:
                 if until - now <= REPLY_GRACE_S and ping_sent < start:
                     # the last ping tells a busy server from a dead one at the deadline
                     ping_sent = last_ping = now
                     ch.abandon(self.send({"op": "ping"}, until=until))
                 wait = min(wait, until - now - (REPLY_GRACE_S if ping_sent < start else 0.0))
-            if silent >= self.liveness_s and now - last_ping >= self.liveness_s:
-                # pings while waiting also reveal a restarted server (its epoch)
+            if silent >= ping_s and now - last_ping >= ping_s:
+                # Pings while waiting also reveal a restarted server (its epoch), and renew
+                # this socket's lease (see lease_of): every half liveness_s, so that the
+                # next lease reaches the server before the last one ends.
                 last_ping = now
                 ch.abandon(self.send({"op": "ping"}, until=until))
             if ch.wait(wait):
