@@ -15,6 +15,7 @@ import argparse
 from typing import Any
 
 from rlreplay.cli_args import CommandError, positive
+from rlreplay.cli_remote import add_key_flags, call_server
 
 
 def add_serve_flags(p: argparse.ArgumentParser) -> None:
@@ -76,18 +77,11 @@ def add_checkpoint_parser(sub: Any) -> None:
         metavar="S",
         help="seconds to wait for the checkpoint to be published",
     )
-    p.add_argument(
-        "--server-key", default=None, metavar="FILE", help="server public .key (CURVE servers)"
-    )
-    p.add_argument(
-        "--client-key", default=None, metavar="FILE", help="client .key_secret (CURVE servers)"
-    )
+    add_key_flags(p)
     p.set_defaults(func=cmd_checkpoint)
 
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:
-    from rlreplay.cli_remote import call_server
-
     path = call_server(args, "checkpoint", lambda client: client.checkpoint(timeout=args.timeout))
     print(path)
     return 0

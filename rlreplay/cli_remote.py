@@ -45,6 +45,16 @@ def import_net(command: str) -> ModuleType:
         ) from None
 
 
+def add_key_flags(parser: argparse.ArgumentParser) -> None:
+    """The key flags of a command that reaches a server, as :func:`call_server` reads them."""
+    parser.add_argument(
+        "--server-key", default=None, metavar="FILE", help="server public .key (CURVE servers)"
+    )
+    parser.add_argument(
+        "--client-key", default=None, metavar="FILE", help="client .key_secret (CURVE servers)"
+    )
+
+
 def add_info_parser(sub: Any) -> None:
     p = sub.add_parser(
         "info", help="print the tables of a running server, or (--build) the compiled kernels"
@@ -55,12 +65,7 @@ def add_info_parser(sub: Any) -> None:
     p.add_argument(
         "table", nargs="?", metavar="TABLE", help="only this table (default: every table)"
     )
-    p.add_argument(
-        "--server-key", default=None, metavar="FILE", help="server public .key (CURVE servers)"
-    )
-    p.add_argument(
-        "--client-key", default=None, metavar="FILE", help="client .key_secret (CURVE servers)"
-    )
+    add_key_flags(p)
     p.add_argument(
         "--timeout",
         type=positive(float),
