@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing as mp
-import signal
-import time
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+
+# The network tests' server process (spawned children get this path too).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "net"))
+from netprocs import serve
 
 CTX = mp.get_context("spawn")
 START_TIMEOUT_S = 60.0
@@ -18,24 +22,6 @@ ROWS = {"x": "int64", "obs": {"shape": [2], "dtype": "float32"}}
 def table(name: str, **entry: Any) -> dict:
     """A [[table]] entry over ``ROWS`` (max_size 1000 unless given)."""
     return {"name": name, "signature": ROWS, "max_size": 1000, "capacity": 1000, **entry}
-
-
-def serve(cfg: dict, out: Any, stop: Any, kwargs: dict | None = None) -> None:
-    """Child process: serve ``cfg`` (``Server`` options ``kwargs``) until ``stop`` is set
-    (or SIGTERM)."""
-    from rlreplay.net import Server, tables_from_config
-
-    try:
-        server = Server(tables_from_config(cfg), **(kwargs or {})).start()
-    except Exception as exc:  # reported to the parent, which fails the test
-        out.put(("error", f"{type(exc).__name__}: {exc}"))
-        return
-    signal.signal(signal.SIGTERM, lambda *a: stop.set())
-    out.put(("ok", server.address))
-    deadline = time.monotonic() + 300.0
-    while not stop.is_set() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    server.stop()
 
 
 @contextlib.contextmanager
@@ -48,7 +34,7 @@ def shards(
     try:
         for i, cfg in enumerate(configs):
             out, stop = CTX.Queue(), CTX.Event()
-            kwargs = options[i] if options else None
+            kwargs = (options[i] if options else None) or {}
             proc = CTX.Process(target=serve, args=(cfg, out, stop, kwargs), daemon=True)
             proc.start()
             started.append((proc, out, stop))
