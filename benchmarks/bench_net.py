@@ -65,6 +65,8 @@ from pathlib import Path
 
 import numpy as np
 
+from rlreplay.runtime.stop_flag import StopFlag
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import rlreplay
@@ -282,7 +284,7 @@ CPU: dict = {}  # (kind, size) -> (server, client) CPU seconds per operation, 1 
 
 
 def remote(address: str, kind: str, size: str, clients: int, duration: float) -> float:
-    out, go = CTX.Queue(), CTX.Event()
+    out, go = CTX.Queue(), StopFlag(CTX)
     procs = [
         CTX.Process(target=client_proc, args=(address, kind, size, duration, go, out))
         for _ in range(clients)
@@ -419,7 +421,7 @@ def main() -> None:
     if args.clients:
         client_counts = tuple(int(n) for n in args.clients.split(","))
 
-    out, stop = CTX.Queue(), CTX.Event()
+    out, stop = CTX.Queue(), StopFlag(CTX)
     transport = "ipc" if args.ipc else "tcp"
     bind = f"ipc:///tmp/rlreplay-bench-{os.getpid()}.sock" if args.ipc else "127.0.0.1"
     out_path = args.out or str(Path(__file__).parent / "results" / f"bench_net_{transport}.json")

@@ -47,6 +47,8 @@ from pathlib import Path
 
 import numpy as np
 
+from rlreplay.runtime.stop_flag import StopFlag
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 CTX = mp.get_context("spawn")
@@ -166,7 +168,7 @@ def measure(kind: str, addresses: list[str], pids: list[int], plain: bool,
 def start_processes(n: int) -> tuple[list[str], list[int], list]:
     started = []
     for seed in range(n):
-        out, stop = CTX.Queue(), CTX.Event()
+        out, stop = CTX.Queue(), StopFlag(CTX)
         proc = CTX.Process(target=serve, args=(seed, out, stop), daemon=True)
         proc.start()
         started.append((proc, out, stop))

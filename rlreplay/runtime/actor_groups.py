@@ -24,6 +24,7 @@ import numpy as np
 
 from rlreplay.errors import ClosedError, ComponentFailedError, InvalidArgumentError
 from rlreplay.runtime.actor import ENV_STEPS, FINISHED, NUM_COUNTERS, ActorRecipe
+from rlreplay.runtime.stop_flag import StopFlag
 
 # Steps of history a remote writer keeps for the adder at most (long rollouts fit).
 _MAX_HISTORY = 4096
@@ -135,7 +136,7 @@ class ProcessActors:
         n = recipe.config.num_actors
         self._raw = self._ctx.RawArray("d", n * NUM_COUNTERS)
         self._counters = np.frombuffer(self._raw, dtype=np.float64).reshape(n, NUM_COUNTERS)
-        self._stop = self._ctx.Event()
+        self._stop = StopFlag(self._ctx)  # a killed actor cannot wedge it (see StopFlag)
         self._errors = self._ctx.Queue()
         self._procs: list[Any] = []
 

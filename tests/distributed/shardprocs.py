@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from rlreplay.runtime.stop_flag import StopFlag
+
 # The network tests' server process (spawned children get this path too).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "net"))
 from netprocs import serve
@@ -33,7 +35,7 @@ def shards(
     started = []
     try:
         for i, cfg in enumerate(configs):
-            out, stop = CTX.Queue(), CTX.Event()
+            out, stop = CTX.Queue(), StopFlag(CTX)
             kwargs = (options[i] if options else None) or {}
             proc = CTX.Process(target=serve, args=(cfg, out, stop, kwargs), daemon=True)
             proc.start()

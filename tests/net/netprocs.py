@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.runtime.stop_flag import StopFlag
+
 CTX = mp.get_context("spawn")
 START_TIMEOUT_S = 30.0
 
@@ -34,17 +36,14 @@ def serve(cfg: dict, out: Any, stop: Any, kwargs: dict) -> None:
         return
     signal.signal(signal.SIGTERM, lambda *a: stop.set())
     out.put(("ok", server.address))
-    # Poll instead of stop.wait(): a killed waiter would leave the Event unusable.
-    deadline = time.monotonic() + 300.0
-    while not stop.is_set() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    stop.wait(300.0)  # a StopFlag: this process may be killed while it waits
     server.stop()
 
 
 @contextlib.contextmanager
 def served(cfg: dict, **kwargs: Any) -> Iterator[tuple[str, Any]]:
     """Run a server in its own process; yields ``(address, process)`` and always stops it."""
-    out, stop = CTX.Queue(), CTX.Event()
+    out, stop = CTX.Queue(), StopFlag(CTX)
     proc = CTX.Process(target=serve, args=(cfg, out, stop, kwargs), daemon=True)
     proc.start()
     try:

@@ -22,6 +22,7 @@ from checkpoint_procs import (
 
 import rlreplay
 from benchmarks import crash_trials
+from rlreplay.runtime.stop_flag import StopFlag
 
 
 def free_port() -> int:
@@ -43,7 +44,7 @@ def test_server_killed_at_random_moments_leaves_a_valid_complete_newest_checkpoi
 
 def test_writers_killed_mid_episode_leave_no_partial_item_and_the_server_keeps_serving(tmp_path):
     rng = random.Random(0)
-    out, stop = CTX.Queue(), CTX.Event()
+    out, stop = CTX.Queue(), StopFlag(CTX)
     with server_process(config(), free_port(), checkpoint_dir=str(tmp_path)) as (_, address, _):
         sampler = CTX.Process(target=sample_until, args=(address, stop, out, 60.0), daemon=True)
         doomed = [

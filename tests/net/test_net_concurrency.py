@@ -8,6 +8,7 @@ import numpy as np
 from netprocs import CTX, STEP_SIGNATURE, config, run_sampler, run_writer, served
 
 import rlreplay
+from rlreplay.runtime.stop_flag import StopFlag
 
 WRITERS, SAMPLERS = 4, 2
 STEPS, EPISODE = 600, 37
@@ -33,7 +34,7 @@ CONFIG = config(
 def test_writers_and_samplers_keep_the_ratio_and_every_acknowledged_item():
     with served(CONFIG) as (address, _):
         client = rlreplay.Client(address)
-        out, stop = CTX.Queue(), CTX.Event()
+        out, stop = CTX.Queue(), StopFlag(CTX)
         writers = [
             CTX.Process(target=run_writer, args=(address, "ratio", w, STEPS, EPISODE, out))
             for w in range(WRITERS)

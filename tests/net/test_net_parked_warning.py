@@ -10,6 +10,7 @@ import numpy as np
 from netprocs import CTX, START_TIMEOUT_S, config, serve_logging
 
 from rlreplay.net import Client
+from rlreplay.runtime.stop_flag import StopFlag
 
 CONFIG = config(
     {
@@ -37,7 +38,7 @@ def read(path) -> str:
 
 def test_a_parked_insert_warns_once_on_the_server_log_and_counts_blocked_time(tmp_path):
     log_path = tmp_path / "server.log"
-    out, stop = CTX.Queue(), CTX.Event()
+    out, stop = CTX.Queue(), StopFlag(CTX)
     proc = CTX.Process(
         target=serve_logging, args=(CONFIG, out, stop, {}, str(log_path)), daemon=True
     )

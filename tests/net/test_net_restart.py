@@ -27,6 +27,7 @@ from checkpoint_procs import (
 
 import rlreplay
 from rlreplay.errors import InvalidArgumentError, ServerRestartedError
+from rlreplay.runtime.stop_flag import StopFlag
 
 
 def free_port() -> int:
@@ -57,7 +58,7 @@ def call_after_restart(call):
 def test_writers_and_samplers_go_on_across_a_restart_from_the_checkpoint(tmp_path):
     port, ckpt = free_port(), tmp_path / "ckpt"
     cfg = config()
-    out, stop = CTX.Queue(), CTX.Event()
+    out, stop = CTX.Queue(), StopFlag(CTX)
     proc, address, restored = start_server(cfg, port, checkpoint_dir=str(ckpt))
     assert restored is None  # nothing to restore yet
     writers = [
