@@ -7,6 +7,7 @@ See :class:`ShardedClient`; how a batch is split over shards is in
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -249,11 +250,30 @@ class ShardedClient:
                 self._sent_rows[shard] += len(keys)
             return self.keys.to_global(keys, shard)
 
-    def flush(self, timeout: float | None = None) -> None:
-        """:meth:`Client.flush` on every shard: pipelined inserts of this thread sent and
-        acknowledged (raises the first error one of them met)."""
+    def flush(self, timeout: float | None = None) -> int:
+        """:meth:`Client.flush` on every shard: this thread's pipelined inserts sent and
+        acknowledged; the rows acknowledged by this wait.
+
+        Args:
+            timeout: seconds for all shards together (``None``: each shard as long as it
+                answers pings).
+
+        Raises:
+            the first error a shard met (as :meth:`Client.flush`), once every shard was
+            flushed, so one shard's error never leaves another's rows unsent.
+        """
+        timeout = check_timeout(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        acknowledged, first_error = 0, None
         for client in self.shards:
-            client.flush(timeout)
+            left = None if deadline is None else max(1e-3, deadline - time.monotonic())
+            try:
+                acknowledged += client.flush(left)
+            except Exception as error:  # raised below, after the other shards
+                first_error = first_error or error
+        if first_error is not None:
+            raise first_error
+        return acknowledged
 
     def trajectory_writer(
         self, tables: str | Sequence[str], *, shard: int | None = None, **kwargs: Any

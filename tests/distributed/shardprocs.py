@@ -14,7 +14,7 @@ from rlreplay.runtime.stop_flag import StopFlag
 
 # The network tests' server process (spawned children get this path too).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "net"))
-from netprocs import serve
+from netprocs import serve, wait_until_stopped  # noqa: F401  (re-exported for the shard tests)
 
 CTX = mp.get_context("spawn")
 START_TIMEOUT_S = 60.0

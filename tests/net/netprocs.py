@@ -141,3 +141,18 @@ def serve_logging(cfg: dict, out: Any, stop: Any, kwargs: dict, log_path: str) -
 
     logging.basicConfig(filename=log_path, level=logging.INFO, format="%(levelname)s %(message)s")
     serve(cfg, out, stop, kwargs)
+
+
+def wait_until_stopped(pid: int, limit_s: float = 10.0) -> None:
+    """Wait until every thread of process ``pid`` is stopped (``kill`` only queues the
+    signal: a busy machine may let the server answer one more request first)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        states = []
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/stat") as f:
+                states.append(f.read().rsplit(")", 1)[1].split()[0])
+        if all(state in "tT" for state in states):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} did not stop within {limit_s}s")

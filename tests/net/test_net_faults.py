@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 import zmq
-from netprocs import STEP_SIGNATURE, config, served
+from netprocs import STEP_SIGNATURE, config, served, wait_until_stopped
 
 import rlreplay
 from rlreplay.errors import (
@@ -142,21 +142,6 @@ def test_insert_that_raised_while_the_server_was_down_is_not_applied_after_resta
         assert_stays(lambda: fresh.info("t").size, 0)
         fresh.close()
     client.close()
-
-
-def wait_until_stopped(pid: int, limit_s: float = 10.0) -> None:
-    """Wait until every thread of process ``pid`` is stopped (``kill`` only queues the
-    signal: a busy machine may let the server answer one more request first)."""
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        states = []
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/stat") as f:
-                states.append(f.read().rsplit(")", 1)[1].split()[0])
-        if all(state in "tT" for state in states):
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"process {pid} did not stop within {limit_s}s")
 
 
 def test_insert_that_raised_while_the_server_was_stalled_is_not_applied_when_it_resumes():
