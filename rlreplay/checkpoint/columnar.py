@@ -202,13 +202,32 @@ def read_npz_meta(path: str | os.PathLike) -> dict[str, Any]:
         return _meta(data, path)
 
 
+ZIP_MAGIC = b"PK\x03\x04"  # an .npz file is a zip archive
+
+
 def _open(path: str | os.PathLike):
+    """The ``.npz`` archive at ``path``, opened without pickle.
+
+    Raises:
+        DatasetError: if it cannot be read, or is not an ``.npz`` archive (looked at
+            before numpy, whose advice for other files is to allow pickle).
+    """
+    advice = "give a file written by rlreplay.checkpoint.export_npz"
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(len(ZIP_MAGIC))
+    except OSError as exc:
+        raise DatasetError(f"path={describe(str(path))} cannot be read ({exc}); {advice}") from exc
+    if magic != ZIP_MAGIC:
+        raise DatasetError(
+            f"path={describe(str(path))} is not an .npz archive (it starts with {magic!r}, "
+            f"not a zip header); {advice}"
+        )
     try:
         return np.load(path, allow_pickle=False)
     except (OSError, ValueError, TypeError) as exc:
         raise DatasetError(
-            f"path={describe(str(path))} cannot be read as an .npz file ({exc}); give a file "
-            "written by rlreplay.checkpoint.export_npz"
+            f"path={describe(str(path))} cannot be read as an .npz file ({exc}); {advice}"
         ) from exc
 
 
