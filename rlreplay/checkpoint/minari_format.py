@@ -224,7 +224,7 @@ def load_dataset(dataset: Any, root: str | os.PathLike | None = None) -> Any:
 
     Raises:
         InvalidArgumentError: for anything else.
-        FileNotFoundError: (Minari's) for an id not found under the root.
+        DatasetError: for an id not found under the root.
     """
     minari = _minari()
     if isinstance(dataset, minari.MinariDataset):
@@ -235,7 +235,15 @@ def load_dataset(dataset: Any, root: str | os.PathLike | None = None) -> Any:
             data = path / "data" if (path / "data").is_dir() else path
             return minari.MinariDataset(data)
         with _datasets_root(root):
-            return minari.load_dataset(dataset)
+            try:
+                return minari.load_dataset(dataset)
+            except FileNotFoundError as exc:
+                where = os.environ.get("MINARI_DATASETS_PATH", "Minari's default root")
+                raise DatasetError(
+                    f"dataset={describe(dataset)} is not a Minari dataset id found under "
+                    f"{where}; download it first (`minari download {dataset}`), "
+                    "give the root it lies under (root=...), or the path of its directory"
+                ) from exc
     raise InvalidArgumentError(
         f"dataset={describe(dataset)} must be a minari.MinariDataset, a dataset id or the "
         "path of a dataset's directory"

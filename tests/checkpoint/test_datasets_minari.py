@@ -486,3 +486,11 @@ def test_inferred_spaces(case):
 
     data, space = SPACE_CASES[case]
     assert infer_space(data) == space
+
+
+def test_minari_import_of_an_unknown_id_names_it_and_what_to_do(minari_root):
+    table = rows_table()
+    with pytest.raises(DatasetError, match=r"'no/such-dataset-v0'.*minari download") as caught:
+        import_minari("no/such-dataset-v0", table, root=minari_root)
+    assert str(minari_root) in str(caught.value)
+    assert table.store.next_id == 0
