@@ -65,9 +65,10 @@ class DrawPlan:
         them (with memory-mapped files, say)."""
         self._gather_plan = self._plan_gather()
 
-    def draw(self, n: int) -> Sample:
+    def draw(self, n: int, buffers: BatchBuffers | None = None) -> Sample:
         """Sample ``n`` items (the table has checked that it may); items that reach
-        ``max_times_sampled`` are removed from the index."""
+        ``max_times_sampled`` are removed from the index. ``buffers`` (anything with
+        ``empty(shape, dtype)``) gives the output arrays; default the plan's own."""
         index = self.index
         sampler = index.sampler
         size = index.size
@@ -83,7 +84,7 @@ class DrawPlan:
                 if (counts > left).any():
                     slots, probabilities = self._sequential_picks(n)
         keys, priorities, times = self._mark_sampled(slots)
-        data = self._gather(slots)
+        data = self._gather(slots, buffers)
         if self.max_times_sampled:
             done = np.unique(slots[times >= self.max_times_sampled])
             if len(done):
@@ -176,12 +177,12 @@ class DrawPlan:
                 plan.append((name, col, 0, steps))
         return plan
 
-    def _gather(self, slots: np.ndarray) -> dict[str, np.ndarray]:
+    def _gather(self, slots: np.ndarray, buffers: BatchBuffers | None) -> dict[str, np.ndarray]:
         extent = self.index.extent
         if extent is not None:
             return gather_variable(self.store, self.layout, slots, extent[slots])
         cap = self.store.capacity
-        buffers = self._batch_buffers
+        buffers = self._batch_buffers if buffers is None else buffers
         if _kernel is not None:
             slots = np.ascontiguousarray(slots, dtype=np.int64)
         out: dict[str, np.ndarray] = {}

@@ -308,7 +308,9 @@ class Table:
         return table_inserts.create_items(self, anchor_ids, priorities, lengths, timeout)
 
     # ----------------------------------------------------------------- sampling
-    def sample(self, batch_size: int, *, timeout: float | None = None) -> Sample:
+    def sample(
+        self, batch_size: int, *, timeout: float | None = None, buffers: Any = None
+    ) -> Sample:
         """Draw ``batch_size`` items (with replacement for random samplers).
 
         A batch behaves as ``batch_size`` consecutive single samples: an item that reaches
@@ -319,6 +321,10 @@ class Table:
         Args:
             batch_size: items to draw, ``1 <= batch_size <= max_size``.
             timeout: seconds to wait for the rate limiter (``None``: without limit).
+            buffers: where the batch's arrays are written: an object whose
+                ``empty(shape, dtype)`` returns an array no one else uses (a server
+                gathers straight into a client's shared memory this way); default: the
+                table's reusable output arrays.
 
         Returns:
             :class:`Sample` with ``data`` (``[B, ...]`` per layout field) and ``info``.
@@ -340,7 +346,7 @@ class Table:
         with self.mutex:
             if self.closed or not (index.size > 0 and limiter.can_sample(n, index.size)):
                 self.admission.admit_samples(n, timeout)
-            sample = self.draws.draw(n)
+            sample = self.draws.draw(n, buffers)
             limiter.samples += len(sample.info.keys)
             self.store.wake_waiters()
             return sample

@@ -47,6 +47,7 @@ class Channel:
         self.clock_offset = 0.0  # server clock minus this clock, a lower bound
         self.last_heard = time.monotonic()
         self.inserts: Any = None  # the thread's InsertPipeline, once it inserts
+        self.shm: Any = None  # the thread's shared-memory reply slots (rlreplay.net.shm)
         self._open()
 
     def _open(self) -> None:

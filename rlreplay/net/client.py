@@ -27,8 +27,9 @@ from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.net import auth
 from rlreplay.net.channel import Channel
 from rlreplay.net.inserts import InsertPlan, InsertReceipt
-from rlreplay.net.payloads import as_sample, update_arrays
+from rlreplay.net.payloads import update_arrays
 from rlreplay.net.served_tables import ServedTables
+from rlreplay.net.shm import SharedMemoryReplies
 from rlreplay.net.table_requests import insert_request, plain_int, sample_request
 from rlreplay.net.transport import CALL, DIAGNOSE_S, REPLY_GRACE_S, Transport
 
@@ -58,9 +59,15 @@ class Client:
         diagnose_timeout: seconds spent, after a call got no answer, watching a new
             connection's handshake to say why (0 to skip); a loaded machine may need more
             than the default to tell a refused credential from silence.
+        shared_memory: whether sampled batches come through shared memory instead of the
+            socket (same host only; see :mod:`rlreplay.net.shm`): ``None`` (default)
+            for ``ipc://`` and loopback addresses where the server can map this
+            process's segments, else the socket; ``False`` never; ``True`` always
+            (:class:`~rlreplay.errors.InvalidArgumentError` where it cannot be used).
 
     Raises:
-        InvalidArgumentError: for a malformed address or unreadable key files.
+        InvalidArgumentError: for a malformed address or unreadable key files, or
+            ``shared_memory=True`` on a platform without ``/dev/shm``.
 
     A call that gets no answer raises :class:`~rlreplay.errors.ServerUnavailableError`
     within its timeout; the client then checks the connection (at most
@@ -84,6 +91,7 @@ class Client:
         call_timeout: float = 30.0,
         liveness_s: float = 5.0,
         diagnose_timeout: float = DIAGNOSE_S,
+        shared_memory: bool | None = None,
     ):
         self.address = auth.normalize_address(address)
         self._server_key = auth.public_key(server_public_key)
@@ -110,6 +118,7 @@ class Client:
             float(liveness_s),
             float(diagnose_timeout),
         )
+        self._shm = SharedMemoryReplies(self.address, shared_memory, self._transport)
         self._tables = ServedTables(self.address, self._transport)
         self._plans = self._tables.plans  # the same dictionary: insert's one lookup
 
@@ -122,6 +131,7 @@ class Client:
             "call_timeout": self.call_timeout,
             "liveness_s": self.liveness_s,
             "diagnose_timeout": self._transport.diagnose_s,
+            "shared_memory": self._shm.mode,
         }
 
     def __setstate__(self, state: dict) -> None:
@@ -324,7 +334,9 @@ class Client:
         timeout = check_timeout(timeout)
         until = self._transport.until(timeout)
         header, arrays = sample_request(table, batch_size, update)
-        return as_sample(*self._transport.call(header, arrays, timeout, until))
+        shm = self._shm
+        rid = shm.send(header, arrays, until=until, expires=until, timeout=timeout)
+        return shm.sample(self._transport.wait_until(rid, until))
 
     def sample_async(
         self,
@@ -346,13 +358,12 @@ class Client:
         """
         timeout = check_timeout(timeout)
         header, arrays = sample_request(table, batch_size, update)
-        tr = self._transport
-        return tr.send(header, arrays, until=tr.until(timeout), timeout=timeout)
+        return self._shm.send(header, arrays, until=self._transport.until(timeout), timeout=timeout)
 
     def sample_result(self, rid: int, timeout: float | None = None) -> Sample:
         """The sample requested as ``rid`` (waits up to ``timeout`` + a short grace)."""
         tr = self._transport
-        return as_sample(*tr.wait_until(rid, tr.until(check_timeout(timeout))))
+        return self._shm.sample(tr.wait_until(rid, tr.until(check_timeout(timeout))))
 
     def update_priorities(self, table: str, keys: Any, priorities: Any, *, wait: bool = True):
         """:meth:`Table.update_priorities`: one priority per key, or one for all keys.

@@ -24,6 +24,7 @@ from rlreplay.errors import (
 )
 from rlreplay.net.chunk_checks import Chunk
 from rlreplay.net.ingest import WriterSession
+from rlreplay.net.shm_server import SlotTarget
 
 Reply = tuple[dict[str, Any], dict[str, np.ndarray] | None]
 
@@ -57,10 +58,15 @@ def insert_window(table: Table) -> int | None:
     return int(window)
 
 
-def sample_reply(table: Table, n: int) -> Reply:
-    """Sample ``n`` items now (the caller checked the limiter under the lock)."""
-    s = table.sample(n)
-    arrays = {"data/" + k: v for k, v in s.data.items()}
+def sample_reply(table: Table, n: int, target: SlotTarget | None = None) -> Reply:
+    """Sample ``n`` items now (the caller checked the limiter under the lock); with a
+    ``target``, the data arrays are gathered into the client's shared memory."""
+    if target is None:
+        s = table.sample(n)
+        arrays = {"data/" + k: v for k, v in s.data.items()}
+    else:
+        s = table.sample(n, buffers=target.buffers)
+        placed, arrays = target.place(s.data)
     info = s.info
     arrays.update(
         keys=info.keys,
@@ -74,6 +80,8 @@ def sample_reply(table: Table, n: int) -> Reply:
         "mass": sampler_mass(table),
         "credit": sample_credit(table),
     }
+    if target is not None:
+        header.update(placed)
     return header, arrays
 
 
@@ -160,16 +168,24 @@ class SampleJob(Job):
     counter = "sample_blocked_s"
     what = "sample"
 
-    def __init__(self, table: Table, n: int, deadline: float | None, updated: int | None = None):
+    def __init__(
+        self,
+        table: Table,
+        n: int,
+        deadline: float | None,
+        updated: int | None = None,
+        target: SlotTarget | None = None,
+    ):
         super().__init__(table, deadline)
         self.n = n
         self.updated = updated
+        self.target = target  # the client's shared memory for the data, if any
 
     def attempt(self) -> Reply | None:
         t = self.table
         with t.lock:
             if t.size > 0 and t.rate_limiter.can_sample(self.n, t.size):
-                reply = sample_reply(t, self.n)
+                reply = sample_reply(t, self.n, self.target)
                 if self.updated is not None:
                     reply[0]["updated"] = self.updated
                 return reply

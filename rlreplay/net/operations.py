@@ -18,6 +18,7 @@ from rlreplay.errors import InvalidArgumentError, ProtocolError, describe
 from rlreplay.net import handlers
 from rlreplay.net.ingest import WriterSession
 from rlreplay.net.sessions import WriterSessions
+from rlreplay.net.shm_server import SharedSegments
 
 
 class TableOperations:
@@ -27,6 +28,7 @@ class TableOperations:
 
     tables: dict[str, Table]
     _sessions: WriterSessions
+    _shm: SharedSegments
     _caller: bytes
 
     def _table(self, header: dict) -> Table:
@@ -74,11 +76,13 @@ class TableOperations:
     def _op_sample(self, header, arrays):
         table = self._table(header)
         n = handlers.check_batch_size(header.get("batch_size"), table)
-        deadline = handlers.deadline_of(header, time.monotonic())
+        now = time.monotonic()
+        deadline = handlers.deadline_of(header, now)
+        target = self._shm.target(self._caller, header.get("shm"), now)
         updated = None
         if arrays:  # a priority update carried by the request: applied first, at once
             updated = self._carried_update(table, arrays)
-        return handlers.SampleJob(table, n, deadline, updated)
+        return handlers.SampleJob(table, n, deadline, updated, target)
 
     def _op_sampler_state(self, header, arrays):
         """Size, sampler mass and config of a table (for a sharded client), after the

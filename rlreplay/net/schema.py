@@ -124,7 +124,12 @@ HEADERS: dict[str, dict[str, tuple[Check, bool]]] = {
     "can_insert": {"table": (_table, True), "n": (_count, False)},
     "can_sample": {"table": (_table, True), "n": (_count, False)},
     "insert": {"table": (_table, True), "priority": (_priority, False), **_TIMEOUT},
-    "sample": {"table": (_table, True), "batch_size": (_count, True), **_TIMEOUT},
+    "sample": {
+        "table": (_table, True),
+        "batch_size": (_count, True),
+        "shm": (_stream, False),
+        **_TIMEOUT,
+    },
     "sampler_state": {"table": (_table, True)},
     "update_priorities": {"table": (_table, True)},
     "delete": {"table": (_table, True)},
@@ -142,6 +147,9 @@ HEADERS: dict[str, dict[str, tuple[Check, bool]]] = {
     },
     "close_writer": {"writer": (_writer, True)},
     "checkpoint": {**_TIMEOUT},
+    # fields checked by rlreplay.net.shm_server, the one place that reads them
+    "shm_attach": {},
+    "shm_detach": {},
 }
 COMMON: dict[str, tuple[Check, bool]] = {"noreply": (_flag, False)}
 

@@ -48,6 +48,7 @@ from rlreplay.net.limits import ClientLedger, check_envelope, check_lease, check
 from rlreplay.net.operations import TableOperations
 from rlreplay.net.parking import ParkedCalls, cap_deadline, refuse_lapsed
 from rlreplay.net.sessions import MAX_WRITERS_PER_CLIENT, WriterSessions
+from rlreplay.net.shm_server import SharedSegments
 
 log = logging.getLogger("rlreplay.net")
 
@@ -184,6 +185,7 @@ class Server(TableOperations):
             self.clients, self.parked_expiry_s, self._reply, self._reply_error
         )
         self._sessions = WriterSessions(max_writers_per_client)
+        self._shm = SharedSegments()  # clients' shared memory for sample replies
         self._caller = b""  # routing id of the client whose request is being served
         self._rates = {n: deque(maxlen=12) for n in self.tables}
         self._metrics_server = None
@@ -339,6 +341,7 @@ class Server(TableOperations):
             log.exception("rlreplay server dispatcher failed")
         finally:
             self._parked.close(ClosedError("the server is stopping"))
+            self._shm.clear()
             checkpoints.close(CHECKPOINT_STOP_S)
             sock.close(linger=0)
             wake.close(linger=0)
@@ -434,6 +437,13 @@ class Server(TableOperations):
             self._reply_error(identity, rid, exc, version)
         return True
 
+    def _op_shm_attach(self, header: dict, arrays: dict) -> tuple[dict, None]:
+        """Map a same-host client's shared-memory segment (see :mod:`rlreplay.net.shm`)."""
+        return self._shm.attach(self._caller, header, time.monotonic()), None
+
+    def _op_shm_detach(self, header: dict, arrays: dict) -> tuple[dict, None]:
+        return self._shm.detach(self._caller, header), None
+
     def _op_checkpoint(self, header: dict, arrays: dict) -> handlers.Job:
         deadline = handlers.deadline_of(header, time.monotonic())
         return self.checkpoints.request(deadline, self.tables, self._sessions)
@@ -443,4 +453,5 @@ class Server(TableOperations):
             lim = t.rate_limiter
             self._rates[name].append((now, lim.inserts, lim.samples))
         self._sessions.forget_idle(now)
+        self._shm.forget_idle(now)
         self.clients.prune()

@@ -1,0 +1,189 @@
+"""Sample replies through shared memory: same data as the socket, held batches never
+overwritten, several threads and learners, fallback, and nothing leaked by kill -9."""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+from netprocs import CTX, config, served
+from shm_procs import FRAME_SIGNATURE, consistent, frames_rows, hold_batches, shm_entries
+
+import rlreplay
+from rlreplay.errors import InvalidArgumentError
+from rlreplay.net import shm
+from rlreplay.net.shm import is_shared
+from rlreplay.net.shm_segments import available
+from rlreplay.runtime.stop_flag import StopFlag
+
+pytestmark = pytest.mark.skipif(not available(), reason="needs a writable /dev/shm")
+
+ITEMS = 200
+
+
+def frames_table(name: str = "frames", **extra) -> dict:
+    return {"name": name, "signature": FRAME_SIGNATURE, "capacity": ITEMS, "seed": 7, **extra}
+
+
+CONFIG = config(frames_table(), frames_table("prio", sampler={"type": "Prioritized"}))
+
+
+def filled(address: str, **kwargs) -> rlreplay.Client:
+    client = rlreplay.Client(address, **kwargs)
+    for table in ("frames", "prio"):
+        client.insert(table, frames_rows(0, ITEMS), wait=True)
+    return client
+
+
+def test_batches_equal_the_socket_paths_for_the_same_seed():
+    samples = {}
+    for mode in (True, False):
+        with served(CONFIG) as (address, _):
+            client = filled(address, shared_memory=mode)
+            it = client.sample_iterator("prio", 16, in_flight=2)
+            got = [client.sample("frames", 16) for _ in range(3)]
+            for _ in range(3):
+                batch = next(it)
+                it.update_priorities(batch.info.keys, batch.data["step"] % 5 + 1.0)
+                got.append(batch)
+            it.close()
+            samples[mode] = got
+    # the first reply of a table and batch size sizes the slots (two were in flight)
+    expected = [False, True, True, False, False, True]
+    assert [is_shared(b.data["obs"]) for b in samples[True]] == expected
+    assert not any(is_shared(b.data["obs"]) for b in samples[False])
+    for a, b in zip(samples[True], samples[False]):
+        assert consistent(a) and consistent(b)
+        for field in ("obs", "step"):
+            np.testing.assert_array_equal(a.data[field], b.data[field])
+        np.testing.assert_array_equal(a.info.keys, b.info.keys)
+        np.testing.assert_array_equal(a.info.probabilities, b.info.probabilities)
+        np.testing.assert_array_equal(a.info.times_sampled, b.info.times_sampled)
+
+
+def test_a_held_batch_is_never_overwritten_and_a_full_ring_falls_back_to_the_socket():
+    with served(CONFIG) as (address, _):
+        client = filled(address, shared_memory=True)
+        client.sample("frames", 32)
+        first = client.sample("frames", 32)
+        view = first.data["obs"][::2]  # a view keeps the slot leased too
+        expected = view.copy()
+        del first
+        held = [client.sample("frames", 32) for _ in range(shm.MAX_SLOTS + 3)]
+        shared = [is_shared(b.data["obs"]) for b in held]
+        # one slot holds `view`; the others hold batches, the rest came by socket
+        assert shared == [True] * (shm.MAX_SLOTS - 1) + [False] * 4
+        assert all(consistent(b) for b in held)
+        np.testing.assert_array_equal(view, expected)
+        with client.sample_iterator("frames", 32, in_flight=4) as it:
+            for _ in range(20):
+                batch = next(it)
+                assert consistent(batch)
+        np.testing.assert_array_equal(view, expected)
+        assert all(consistent(b) for b in held)
+        # dropped batches free their slots: the ring serves again, without growing
+        del held, view, batch
+        gc.collect()
+        again = [client.sample("frames", 32) for _ in range(4)]
+        assert all(is_shared(b.data["obs"]) for b in again)
+        assert len(client._channel().shm.slots) == shm.MAX_SLOTS
+
+
+def test_threads_of_one_client_and_a_second_learner_sample_at_once():
+    with served(CONFIG) as (address, _):
+        client = filled(address)  # automatic on a loopback address
+        other = rlreplay.Client(address)
+        results, errors = [], []
+
+        def learn(c: rlreplay.Client) -> None:
+            try:
+                for _ in range(30):
+                    batch = c.sample("frames", 24)
+                    results.append((is_shared(batch.data["obs"]), consistent(batch)))
+            except Exception as exc:  # reported by the assertion below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=learn, args=(c,)) for c in (client, client, other)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60.0)
+        assert not errors
+        assert len(results) == 90 and all(ok for _, ok in results)
+        assert sum(shared for shared, _ in results) == 90 - 3  # each thread's first
+
+
+def test_disabled_or_remote_uses_the_socket_and_required_checks_its_argument():
+    with pytest.raises(InvalidArgumentError, match="shared_memory='yes'"):
+        rlreplay.Client("tcp://127.0.0.1:5000", shared_memory="yes")
+    assert not rlreplay.Client("tcp://10.1.2.3:5000")._shm.enabled
+    assert rlreplay.Client("ipc:///tmp/x")._shm.enabled
+    with served(CONFIG) as (address, _):
+        client = filled(address, shared_memory=False)
+        batches = [client.sample("frames", 16) for _ in range(3)]
+        assert not any(is_shared(b.data["obs"]) for b in batches)
+        assert all(consistent(b) for b in batches)
+        assert client._channel().shm is None
+
+
+def test_a_server_on_another_host_is_used_through_the_socket(monkeypatch):
+    # The server refuses segments of a client whose boot id is not its own.
+    monkeypatch.setattr(shm, "boot_id", lambda: "another-host")
+    before = shm_entries()
+    with served(CONFIG) as (address, _):
+        client = filled(address)
+        batches = [client.sample("frames", 16) for _ in range(3)]
+        assert not any(is_shared(b.data["obs"]) for b in batches)
+        assert all(consistent(b) for b in batches)
+        assert "another host" in client._shm.failure
+        required = rlreplay.Client(address, shared_memory=True)
+        required.sample("frames", 16)
+        with pytest.raises(InvalidArgumentError, match="shared_memory=True"):
+            required.sample("frames", 16)
+    assert shm_entries() == before  # refused segments are unlinked too
+
+
+def test_kill_9_of_a_client_or_of_the_server_leaks_no_segment():
+    before = shm_entries()
+    with served(CONFIG) as (address, server):
+        client = filled(address, shared_memory=True)
+        client.sample("frames", 8)
+        mine = client.sample("frames", 8)
+        assert is_shared(mine.data["obs"])
+        out, stop = CTX.Queue(), StopFlag(CTX)
+        procs = [
+            CTX.Process(target=hold_batches, args=(address, "frames", 3, out, stop))
+            for _ in range(2)
+        ]
+        for p in procs:
+            p.start()
+        try:
+            reports = [out.get(timeout=60.0) for _ in procs]
+            assert all(r[0] == "ok" and r[2] and r[3] for r in reports), reports
+            assert shm_entries() == before  # attached segments are unlinked at once
+            os.kill(procs[0].pid, signal.SIGKILL)
+            procs[0].join(10.0)
+            assert shm_entries() == before
+            # the server goes on serving the others
+            assert consistent(client.sample("frames", 8))
+            os.kill(server.pid, signal.SIGKILL)
+            server.join(10.0)
+            assert shm_entries() == before
+            # a batch held when the server died stays readable: the memory is this
+            # process's mapping now
+            assert consistent(mine)
+        finally:
+            stop.set()
+            for p in procs:
+                p.join(10.0)
+                if p.is_alive():
+                    p.kill()
+    deadline = time.monotonic() + 5.0
+    while shm_entries() != before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert shm_entries() == before
