@@ -23,6 +23,10 @@ checkpoint. Figures:
   (``disk_read_gbps``);
 * ``mmap_first_sample_s``: a memory-mapped restore from cold files until its first
   sample of 32 returns;
+* ``incremental_*`` and ``full_*``: after ``--new-fraction`` of the rows are inserted
+  anew, a second checkpoint into the same directory (it links the chunks no insert
+  changed) next to a full one of the same state into a new directory, both without
+  the load: bytes written and wall seconds, and their ratios;
 * ``load_average``: the machine's load average during the run (others' work included);
 * ``peak_extra_mb``: the process's peak resident memory during the save above its
   resident memory before (``/proc/self/clear_refs``), and ``aside_peak_mb``, the rows
@@ -180,6 +184,35 @@ def disk_read_gbps(paths: list[Path]) -> float:
     return total / (time.perf_counter() - t0) / 1e9
 
 
+def incremental(table: Table, root: Path, fraction: float) -> dict:
+    """A second checkpoint into ``root`` (beside the first) after ``fraction`` of the
+    rows were inserted anew, next to a full checkpoint of the same state into a new
+    directory; no other load, the same table. Bytes written and wall seconds of each."""
+    n = max(1, int(table.store.capacity * fraction))
+    row_bytes = table.store.columns["obs"].shape[1]
+    for first in range(0, n, 4096):
+        k = min(4096, n - first)
+        table.insert(
+            {"obs": np.full((k, row_bytes), 7, np.uint8), "reward": np.ones(k, np.float32)}
+        )
+    figures = {}
+    for name, directory in (("incremental", root), ("full", root / "full")):
+        stats = checkpoint.SaveStats()
+        t0 = time.perf_counter()
+        path = checkpoint.save(table, directory, stats=stats)
+        figures[f"{name}_save_s"] = time.perf_counter() - t0
+        figures[f"{name}_written_gb"] = stats.bytes / 1e9
+        if name == "incremental":
+            figures["incremental_reused_gb"] = stats.reused_bytes / 1e9
+            shutil.rmtree(path)  # the first checkpoint stays the one restored below
+    shutil.rmtree(root / "full")
+    figures["incremental_bytes_ratio"] = figures["incremental_written_gb"] / figures[
+        "full_written_gb"
+    ]
+    figures["incremental_time_ratio"] = figures["incremental_save_s"] / figures["full_save_s"]
+    return figures
+
+
 def run(args: argparse.Namespace) -> dict:
     root = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="bench_ckpt_"))
     root.mkdir(parents=True, exist_ok=True)
@@ -221,6 +254,7 @@ def run(args: argparse.Namespace) -> dict:
         files = sorted(path.glob("*.npy"))
         out["disk_write_gbps"] = disk_write_gbps(root, stats.bytes)
         out["disk_read_gbps"] = disk_read_gbps(files)
+        out.update(incremental(table, root, args.new_fraction))
         del table, load
         evict(files)
         r0 = time.perf_counter()
@@ -259,6 +293,13 @@ ROWS = [
     ("mmap_first_sample_s", "mmap restore to first sample, cold (s)", "{:.3f}"),
     ("peak_extra_mb", "peak extra resident memory during save (MB)", "{:.0f}"),
     ("aside_peak_mb", "rows copied aside, peak (MB)", "{:.1f}"),
+    ("full_written_gb", "full save, no load: written (GB)", "{:.3f}"),
+    ("full_save_s", "full save, no load: wall time (s)", "{:.2f}"),
+    ("incremental_written_gb", "second save after new rows: written (GB)", "{:.3f}"),
+    ("incremental_reused_gb", "second save: linked from the first (GB)", "{:.3f}"),
+    ("incremental_save_s", "second save: wall time (s)", "{:.2f}"),
+    ("incremental_bytes_ratio", "second save / full: bytes written", "{:.3f}"),
+    ("incremental_time_ratio", "second save / full: wall time", "{:.3f}"),
     ("load_average", "machine load average (2 cores; others' work)", "{:.1f}"),
 ]
 
@@ -276,6 +317,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("--dir", default=None, help="directory for the checkpoint (default: temp)")
     p.add_argument("--baseline-s", type=float, default=1.0, help="seconds of load without")
+    p.add_argument(
+        "--new-fraction",
+        type=float,
+        default=0.01,
+        help="rows inserted anew before the incremental second checkpoint (0.01: 1%%)",
+    )
     p.add_argument(
         "--out", default=str(Path(__file__).parent / "results" / "bench_checkpoint.json")
     )

@@ -23,9 +23,10 @@ generator's state. After a restore the same calls give the same results as witho
 save. Writers open during a save: their steps and items up to the checkpoint's moment are
 saved, the writers themselves are not (see ``docs/checkpoints.md``).
 
-Format: a directory per checkpoint holding one ``.npy`` file per array and
-``manifest.json`` (format version, definitions, per-file sizes and crc32 checksums; see
-:mod:`rlreplay.checkpoint.manifest`), written beside and published by one atomic rename.
+Format: a directory per checkpoint holding ``.npy`` files (each per-item array, each
+chunk of each step column) and ``manifest.json`` (format version, definitions, per-file
+sizes and crc32 checksums; see :mod:`rlreplay.checkpoint.manifest`), written beside and
+published by one atomic rename.
 Restore refuses, with a :class:`~rlreplay.errors.CheckpointError` subclass saying why and
 what to do, another format version, a damaged checkpoint given by name (in a directory
 of checkpoints damaged ones are skipped with a warning), and tables whose definitions
@@ -37,7 +38,9 @@ episodes, the Minari format); see docs/checkpoints.md, "Datasets".
 
 Serving goes on while a checkpoint is written: the store's lock is held to copy the small
 per-item state, then for one chunk copy at a time while the columns stream to disk; rows
-that writes would change before they are streamed are copied aside first.
+that writes would change before they are streamed are copied aside first. Chunks no write
+changed since the newest checkpoint in the same directory are hard links to its files
+(:mod:`rlreplay.checkpoint.increments`).
 """
 
 from rlreplay.checkpoint.datasets import export_minari, export_npz, import_minari, import_npz

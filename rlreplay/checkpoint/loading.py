@@ -27,6 +27,7 @@ from rlreplay.checkpoint.manifest import (
     read_manifest,
     unflatten_state,
 )
+from rlreplay.checkpoint.mapping import map_parts
 from rlreplay.checkpoint.progress import Progress
 from rlreplay.errors import (
     CheckpointCorruptError,
@@ -42,9 +43,16 @@ def _chain_crc(data: memoryview, before: Future) -> int:
     return zlib.crc32(data, before.result())
 
 
-def read_array(directory: Path, name: str, info: Mapping[str, Any], progress=None) -> np.ndarray:
-    """An array file read into memory, checked against its manifest entry (size, header,
-    crc32) as it is read: one pass over the file.
+def read_array(
+    directory: Path,
+    name: str,
+    info: Mapping[str, Any],
+    progress=None,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """An array file read into memory (into ``out`` when given: a C-contiguous array of
+    the file's shape, e.g. a column's rows of one chunk), checked against its manifest
+    entry (size, header, crc32) as it is read: one pass over the file.
 
     Raises:
         CheckpointCorruptError: if the file is missing or differs from its entry.
@@ -86,7 +94,9 @@ def read_array(directory: Path, name: str, info: Mapping[str, Any], progress=Non
         offset = f.tell()
         f.seek(0)
         header = f.read(offset)
-        arr = np.empty(shape, dtype)
+        arr = np.empty(shape, dtype) if out is None else out
+        if arr.shape != tuple(shape) or arr.dtype != dtype or not arr.flags.c_contiguous:
+            raise CheckpointCorruptError(f"{path} holds {dtype}{list(shape)}, not a part here")
         view = memoryview(arr.reshape(-1).view(np.uint8)) if arr.size else memoryview(b"")
         if len(view) <= READ_BYTES:
             at = 0
@@ -119,6 +129,77 @@ def read_array(directory: Path, name: str, info: Mapping[str, Any], progress=Non
     return arr
 
 
+def column_names(store: Mapping[str, Any]) -> dict[str, list[str]]:
+    """A manifest store's column files, field path to its chunk files (format version 1
+    names one file per column)."""
+    return {p: [v] if isinstance(v, str) else list(v) for p, v in store["columns"].items()}
+
+
+def _chunk_shapes(directory: Path, store: Mapping[str, Any], files: Mapping[str, Any]) -> dict:
+    """Per field path, the shape and dtype of the whole column its chunk files make.
+
+    Raises:
+        CheckpointCorruptError: if the chunks do not make a column of the store's
+            capacity (a damaged manifest).
+    """
+    out = {}
+    for path, names in column_names(store).items():
+        try:
+            infos = [files[n] for n in names]
+            rows = sum(int(i["shape"][0]) for i in infos)
+            tails = {tuple(i["shape"][1:]) for i in infos}
+            dtypes = {i["dtype"] for i in infos}
+            ok = rows == store["capacity"] and len(tails) == 1 and len(dtypes) == 1
+        except (KeyError, TypeError, IndexError, ValueError):
+            ok = False
+        if not ok:
+            raise CheckpointCorruptError(
+                f"{directory}: the files of column {path!r} do not make a column of "
+                f"{store.get('capacity')} rows; the checkpoint is damaged: restore from "
+                "another checkpoint"
+            )
+        dtype = np.lib.format.descr_to_dtype(dtypes.pop())
+        out[path] = ((rows, *tails.pop()), dtype)
+    return out
+
+
+def _map_column(directory: Path, names: list[str], files: Mapping[str, Any], shape, dtype):
+    """A column mapped from its chunk files, copy-on-write (one file: np.load's
+    mapping); ``None`` where they cannot be mapped side by side.
+
+    Raises:
+        CheckpointCorruptError: if a file's header differs from its manifest entry.
+    """
+    if len(names) == 1:
+        return load_array(directory, names[0], files[names[0]], mmap=True)
+    parts = []
+    for name in names:
+        path, info = directory / name, files[name]
+        try:
+            with open(path, "rb") as f:
+                version = np.lib.format.read_magic(f)
+                read_header = (
+                    np.lib.format.read_array_header_1_0
+                    if version == (1, 0)
+                    else np.lib.format.read_array_header_2_0
+                )
+                file_shape, fortran, file_dtype = read_header(f)
+                offset = f.tell()
+        except (OSError, ValueError) as exc:
+            raise CheckpointCorruptError(f"{path} is not a readable .npy file ({exc})") from None
+        if (
+            fortran
+            or list(file_shape) != info["shape"]
+            or np.lib.format.dtype_to_descr(file_dtype) != info["dtype"]
+        ):
+            raise CheckpointCorruptError(
+                f"{path} holds {file_dtype}{list(file_shape)}, the manifest says "
+                f"{info['dtype']}{info['shape']}; the checkpoint is damaged"
+            )
+        parts.append((path, offset, info["bytes"] - offset))
+    return map_parts(parts, shape, dtype)
+
+
 class Loaded:
     """A checkpoint read into memory (or mapped): manifest, states, columns."""
 
@@ -126,7 +207,8 @@ class Loaded:
         self.directory = directory
         self.manifest = manifest
         files = manifest["files"]
-        column_files = {n for s in manifest["stores"] for n in s["columns"].values()}
+        shapes = [_chunk_shapes(directory, s, files) for s in manifest["stores"]]
+        column_files = {n for s in manifest["stores"] for v in column_names(s).values() for n in v}
         total = sum(files[n]["bytes"] for n in column_files)
         bar = Progress(progress, total if not mmap or verify else 0, "restore")
         try:
@@ -135,13 +217,21 @@ class Loaded:
                 skip = set() if verify else column_files
                 check_files(directory, columns_only, skip_crc=skip, progress=bar.update)
             self.columns: list[dict[str, np.ndarray]] = []
-            for s in manifest["stores"]:
+            for s, shape in zip(manifest["stores"], shapes):
                 cols = {}
-                for path, name in s["columns"].items():
+                for path, names in column_names(s).items():
+                    col = None
                     if mmap:
-                        cols[path] = load_array(directory, name, files[name], mmap=True)
-                    else:
-                        cols[path] = read_array(directory, name, files[name], bar.update)
+                        col = _map_column(directory, names, files, *shape[path])
+                    if col is None:
+                        col = np.empty(*shape[path])
+                        at = 0
+                        for name in names:
+                            rows = files[name]["shape"][0]
+                            part = col[at : at + rows]
+                            read_array(directory, name, files[name], bar.update, out=part)
+                            at += rows
+                    cols[path] = col
                 self.columns.append(cols)
         finally:
             bar.close()

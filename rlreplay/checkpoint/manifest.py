@@ -7,7 +7,10 @@ manifest says what was written and how to check it:
 * ``format`` (``"rlreplay-checkpoint"``) and ``format_version`` (:data:`FORMAT_VERSION`);
 * ``created_at`` (UTC, ISO 8601), ``created_unix`` and ``rlreplay_version``;
 * ``stores``: per store its ``signature``, ``capacity``, ``lanes``, ``state`` (next step
-  id, relocated steps) and ``columns`` (field path to file name);
+  id, relocated steps), ``columns`` (field path to the list of its chunk files, each of
+  ``chunk_rows`` rows, the last one of the rest; version 1: one file name) and
+  ``increments`` (the store's ``identity`` and write ``generation`` at the moment, see
+  :mod:`rlreplay.checkpoint.increments`);
 * ``tables``: per table its ``name``, ``store`` (index into ``stores``), ``definition``
   (layout, selectors, limiter, sizes) and ``state``: the parts' states as JSON, where
   each array is ``{"file": name}``;
@@ -25,6 +28,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import struct
 import zlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -35,14 +39,18 @@ import numpy as np
 from rlreplay.errors import CheckpointCorruptError, CheckpointVersionError
 
 FORMAT = "rlreplay-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# Versions this rlreplay reads: 1 wrote each column as one file (a file name in a store's
+# ``columns``), 2 as a list of chunk files.
+READABLE_VERSIONS = (1, 2)
 MANIFEST = "manifest.json"
 CHUNK_BYTES = 8 << 20  # streamed reads, writes and checksums go this many bytes at a time
 
 
-def npy_header(shape: tuple[int, ...], dtype: np.dtype) -> bytes:
+def npy_header(shape: tuple[int, ...], dtype: np.dtype, align: int = 0) -> bytes:
     """The ``.npy`` header (format 1.0, or 2.0 when that is too long) of a C-ordered
-    array of ``shape`` and ``dtype``."""
+    array of ``shape`` and ``dtype``; padded with spaces to a multiple of ``align``
+    bytes when given (a column chunk's data then starts on a page, to be mapped)."""
     header = {
         "descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
         "fortran_order": False,
@@ -54,7 +62,17 @@ def npy_header(shape: tuple[int, ...], dtype: np.dtype) -> bytes:
     except ValueError:
         buf = io.BytesIO()
         np.lib.format.write_array_header_2_0(buf, header)
-    return buf.getvalue()
+    out = buf.getvalue()
+    if align and len(out) % align:
+        # magic (6), version (2), length (2 in 1.0, 4 in 2.0), then the dict padded with
+        # spaces and ended by a newline: pad the dict further, fix the length.
+        fmt = "<H" if out[6] == 1 else "<I"
+        start = 6 + 2 + struct.calcsize(fmt)
+        total = -(-len(out) // align) * align
+        body = out[start:].rstrip(b" \n")
+        body += b" " * (total - start - len(body) - 1) + b"\n"
+        out = out[:8] + struct.pack(fmt, len(body)) + body
+    return out
 
 
 def write_array(path: Path, arr: np.ndarray) -> dict[str, Any]:
@@ -172,12 +190,12 @@ def read_manifest(directory: Path) -> dict[str, Any]:
             "or the directory holding them"
         )
     version = manifest.get("format_version")
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS:
         raise CheckpointVersionError(
             f"{directory} is in checkpoint format version {version!r}, but this rlreplay "
-            f"reads version {FORMAT_VERSION}; restore it with the rlreplay version that wrote "
-            f"it ({manifest.get('rlreplay_version')!r}) and export its data, or take a new "
-            "checkpoint"
+            f"reads versions {list(READABLE_VERSIONS)}; restore it with the rlreplay version "
+            f"that wrote it ({manifest.get('rlreplay_version')!r}) and export its data, or take "
+            "a new checkpoint"
         )
     for key in ("stores", "tables", "files"):
         if not isinstance(manifest.get(key), (list, dict)):

@@ -24,7 +24,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rlreplay.checkpoint import retention
+import numpy as np
+
+from rlreplay.checkpoint import increments, retention
 from rlreplay.checkpoint.manifest import (
     FORMAT,
     FORMAT_VERSION,
@@ -63,10 +65,24 @@ def _check_path(path: Any) -> Path:
 
 
 class SaveStats:
-    """Figures of one save: bytes written, the longest lock holds, aside copies."""
+    """Figures of one save: bytes written, the longest lock holds, aside copies.
+
+    Attributes:
+        bytes: bytes this save wrote (files reused from the previous checkpoint not
+            counted).
+        reused_bytes: bytes of column files linked (or copied) from the previous
+            checkpoint instead (see :mod:`~rlreplay.checkpoint.increments`).
+        total_bytes: bytes of every file the checkpoint lists.
+        capture_held_s, chunk_held_s: the longest lock holds (the moment's capture, one
+            piece of the columns' copy), in seconds.
+        aside_peak_bytes: the most bytes of rows copied aside at once.
+        path: the published checkpoint.
+    """
 
     def __init__(self) -> None:
         self.bytes = 0
+        self.reused_bytes = 0
+        self.total_bytes = 0
         self.capture_held_s = 0.0
         self.chunk_held_s = 0.0
         self.aside_peak_bytes = 0
@@ -126,7 +142,7 @@ def save(
         tmp = root / f".tmp-{retention.name_of(seq)}-{os.getpid()}-{secrets.token_hex(4)}"
         tmp.mkdir()
         try:
-            snap = capture(items, tmp)
+            snap = capture(items, tmp, increments.previous_stores(root))
             try:
                 extra_state = None if extra is None else extra()
             except BaseException:
@@ -170,22 +186,31 @@ def _write(
         for i, ts in enumerate(snap.tables)
     ]
     extra_json = None if extra is None else flatten_state(extra, "x", arrays)
+    reused: dict[Path, dict] = {}
+    for s in snap.stores:  # first, while no row is streamed (a chunk left out streams)
+        if s.previous is not None and s.reusable is not None and len(s.reusable):
+            chunks, entries, nbytes = increments.reuse(s.previous, s.reusable, s.stream.files)
+            s.stream.skip(np.asarray(chunks, np.int64))
+            reused.update(entries)
+            stats.reused_bytes += nbytes
     files: dict[str, Any] = {}
     for name, arr in arrays.items():
         files[name] = write_array(tmp / name, arr)
-    total = sum(s.store.nbytes for s in snap.stores)
-    bar = Progress(progress, total, "checkpoint")
+    total = sum(s.store.nbytes for s in snap.stores) - stats.reused_bytes
+    bar = Progress(progress, max(0, total), "checkpoint")
     try:
         for s in snap.stores:
-            entries = s.stream.write(bar.update)
-            for path, name in s.column_files.items():
-                files[name] = entries[path]
+            entries = {**s.stream.write(bar.update), **reused}
+            for path, names in s.column_files.items():
+                for name, target in zip(names, s.stream.files[path]):
+                    files[name] = entries[target]
             stats.chunk_held_s = max(stats.chunk_held_s, s.stream.held_s)
             stats.aside_peak_bytes = max(stats.aside_peak_bytes, s.stream.aside_peak_bytes)
     finally:
         bar.close()
     stats.capture_held_s = snap.held_s
-    stats.bytes = sum(f["bytes"] for f in files.values())
+    stats.total_bytes = sum(f["bytes"] for f in files.values())
+    stats.bytes = stats.total_bytes - stats.reused_bytes
     created = datetime.datetime.fromtimestamp(snap.created_unix, datetime.timezone.utc)
     from rlreplay import __version__
 
@@ -196,7 +221,14 @@ def _write(
         "created_unix": snap.created_unix,
         "rlreplay_version": __version__,
         "stores": [
-            {**s.definition, "state": s.state, "columns": s.column_files} for s in snap.stores
+            {
+                **s.definition,
+                "state": s.state,
+                "columns": s.column_files,
+                "chunk_rows": s.store.chunk_rows,
+                "increments": s.increments,
+            }
+            for s in snap.stores
         ],
         "tables": tables,
         "files": files,

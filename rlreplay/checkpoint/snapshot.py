@@ -18,7 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from rlreplay.checkpoint.definitions import store_definition, table_definition
+from rlreplay.checkpoint.increments import Previous
 from rlreplay.checkpoint.streaming import ColumnStream
 from rlreplay.core.storage import StepStore
 from rlreplay.core.table import Table
@@ -72,7 +75,10 @@ class StoreSnapshot:
     definition: dict[str, Any]
     state: dict[str, Any]
     stream: ColumnStream
-    column_files: dict[str, str]
+    column_files: dict[str, list[str]]  # field path to its chunk files' names
+    increments: dict[str, Any]  # the store's identity and write generation at the moment
+    previous: Previous | None = None  # the newest checkpoint's copy of this store
+    reusable: np.ndarray | None = None  # chunks unchanged since ``previous``
 
 
 @dataclass
@@ -112,9 +118,21 @@ class Snapshot:
                     s.store.guard = None
 
 
-def capture(tables: list[Table], directory: Path) -> Snapshot:
+def column_files(si: int, store: StepStore) -> dict[str, list[str]]:
+    """The file names of store ``si``'s columns, one per chunk of ``store.chunk_rows``."""
+    n = len(store.chunk_generations)
+    return {
+        p: [f"s{si}.c{ci}.k{k:06d}.npy" for k in range(n)]
+        for ci, p in enumerate(store.signature.fields)
+    }
+
+
+def capture(
+    tables: list[Table], directory: Path, previous: Mapping[str, Previous] | None = None
+) -> Snapshot:
     """Take every part's state of ``tables`` and install the column streams that will
-    write into ``directory``.
+    write into ``directory``; for a store in ``previous`` (by identity: the newest
+    checkpoint's stores), note the chunks unchanged since.
 
     Raises:
         ClosedError: if a table is closed (nothing is captured then).
@@ -127,8 +145,8 @@ def capture(tables: list[Table], directory: Path) -> Snapshot:
     snap = Snapshot(created_unix=time.time())
     try:
         for si, store in enumerate(stores):
-            files = {p: f"s{si}.c{ci}.npy" for ci, p in enumerate(store.signature.fields)}
-            paths = {p: directory / name for p, name in files.items()}
+            files = column_files(si, store)
+            paths = {p: [directory / n for n in names] for p, names in files.items()}
             mine = [t for t in tables if t.store is store]
             # Made before the lock, so that the copies under it write mapped memory.
             buffers = [t.index.state_buffers() for t in mine]
@@ -143,6 +161,10 @@ def capture(tables: list[Table], directory: Path) -> Snapshot:
                         "to finish before taking another"
                     )
                 stream = ColumnStream(store, paths)
+                generation = store.stamp_chunks()
+                increments = {"store": store.identity, "generation": generation}
+                prev = (previous or {}).get(store.identity)
+                reusable = None if prev is None else prev.reusable(store)
                 state = store.state()
                 states = [table_state(t, b) for t, b in zip(mine, buffers)]
                 store.guard = stream
@@ -150,7 +172,18 @@ def capture(tables: list[Table], directory: Path) -> Snapshot:
             for t, st, b in zip(mine, states, buffers):
                 if st["index"]["remover"] is None:  # built by finish(), after the moment
                     snap.idle_removers.append((t, st["index"], (b or {}).get("remover")))
-            snap.stores.append(StoreSnapshot(store, store_definition(store), state, stream, files))
+            snap.stores.append(
+                StoreSnapshot(
+                    store,
+                    store_definition(store),
+                    state,
+                    stream,
+                    files,
+                    increments,
+                    prev,
+                    reusable,
+                )
+            )
             for t, st in zip(mine, states):
                 snap.tables.append(TableSnapshot(t, si, table_definition(t), st))
     except BaseException:

@@ -2,9 +2,11 @@
 
 A checkpoint takes the small per-item state of its tables under the store's lock, then
 streams the step columns without holding it for long: :class:`ColumnStream` copies a
-chunk of rows (a few MB) under the lock into a reused buffer, releases the lock, and
-writes the chunk (with its checksum) to the column's ``.npy`` file; rows go in file order,
-so each file is written front to back.
+piece of rows (a few MB) under the lock into a reused buffer, releases the lock, and
+writes the piece (with its checksum) to its file. Each column is written as files of the
+store's ``chunk_rows`` rows (``.npy`` files whose data start on a page), chunk after
+chunk, each front to back. Chunks the previous checkpoint holds unchanged are not
+streamed (:meth:`ColumnStream.skip`; see :mod:`~rlreplay.checkpoint.increments`).
 
 Writes go on meanwhile. The stream is installed as the store's ``guard``: before the
 store writes rows (any append, insert, writer chunk or relocation) it calls
@@ -13,8 +15,9 @@ stream has not written yet. Writes after the checkpoint's moment overwrite rows 
 ring order from ``base % capacity`` on (``base`` being the store's next id then), so the
 rows copied aside are the first ``W`` in that order, ``W`` the writes since the moment
 (at most ``capacity``); they are kept in blocks indexed by that order. A chunk's row
-comes from the aside copy if it was overwritten, from the column otherwise. A reset of
-the store copies every row not yet streamed aside at once. So every file holds exactly
+comes from the aside copy if it was overwritten, from the column otherwise. Rows of
+chunks that are skipped or streamed already are not copied aside. A reset of the store
+copies every row not yet streamed aside at once. So every file holds exactly
 the column at the checkpoint's moment, and the extra memory is the rows overwritten
 ahead of the stream (none when nothing is written during the checkpoint).
 """
@@ -32,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from rlreplay.checkpoint.manifest import entry, npy_header
-from rlreplay.core.storage import StepStore
+from rlreplay.core.storage import CHECKPOINT_CHUNK_ALIGN, StepStore
 
 _BLOCK_BYTES = 4 << 20  # the aside copy is kept in blocks of about this many bytes
 CHUNK_BYTES = 2 << 20  # rows copied under the store's lock at a time (and written at once)
@@ -40,17 +43,23 @@ CHUNK_BYTES = 2 << 20  # rows copied under the store's lock at a time (and writt
 
 class ColumnStream:
     """The columns of ``store`` as of construction (call with the store's lock held),
-    written by :meth:`write` into ``files`` (field path to file path).
+    written by :meth:`write` into ``files`` (field path to the file path of each chunk
+    of ``store.chunk_rows`` rows); ``chunk_bytes``: the most bytes copied per lock hold.
 
     Attributes:
         aside_peak_bytes: the most bytes the aside copies held at once.
         held_s: the longest time one chunk's copy held the store's lock, in seconds.
     """
 
-    def __init__(self, store: StepStore, files: dict[str, Path], chunk_bytes: int | None = None):
+    def __init__(
+        self, store: StepStore, files: dict[str, list[Path]], chunk_bytes: int | None = None
+    ):
         self.store = store
         self.files = files
         self.capacity = cap = store.capacity
+        self.file_rows = store.chunk_rows
+        # chunks still to be streamed (not skipped, not written yet)
+        self.pending = np.ones(len(store.chunk_generations), bool)
         self.base = store.next_id
         self.start = self.base % cap  # the row the first write after the moment changes
         self.row_bytes = sum(c[:1].nbytes for c in store.columns.values()) or 1
@@ -83,10 +92,23 @@ class ColumnStream:
             stop = min(k1, (block + 1) * self.block_rows)
             row = (start + k) % cap
             stop = min(stop, k + cap - row)  # not across the ring's end
-            if row + (stop - k) > done:  # some of these rows are not streamed yet
+            if self._needed(max(row, done), row + (stop - k)):
                 self._keep(block, k, row, stop - k)
             k = stop
         self.overwritten = k1
+
+    def _needed(self, lo: int, hi: int) -> bool:
+        """Whether rows ``[lo, hi)`` (``lo >= done``) hold some row still to stream."""
+        if lo >= hi:
+            return False
+        fr = self.file_rows
+        return bool(self.pending[lo // fr : (hi - 1) // fr + 1].any())
+
+    def skip(self, chunks: np.ndarray) -> None:
+        """Do not stream ``chunks`` (their files come from the previous checkpoint): their
+        rows are no longer copied aside. Call before :meth:`write`."""
+        with self.store.mutex:
+            self.pending[np.asarray(chunks, np.int64)] = False
 
     def _keep(self, block: int, k: int, row: int, n: int) -> None:
         rows = self.blocks.get(block)
@@ -157,54 +179,99 @@ class ColumnStream:
             buf.reshape(-1).view(np.uint8).fill(0)
         return bufs
 
-    def write(self, progress: Callable[[int], None] | None = None) -> dict[str, dict]:
-        """Write every column's file; returns their manifest entries. Takes the store's
-        lock for each chunk's copy only. Two sets of chunk buffers: while a second
-        thread writes one chunk to the files (and checksums it), this one copies the
-        next; ``progress`` is called from that second thread."""
+    def write(self, progress: Callable[[int], None] | None = None) -> dict[Path, dict]:
+        """Write the files of every chunk not skipped; returns their manifest entries by
+        file path. Takes the store's lock for each piece's copy only. Two sets of piece
+        buffers: while a second thread writes one piece to its files (and checksums it),
+        this one copies the next; ``progress`` is called from that second thread."""
         store = self.store
-        cap = self.capacity
+        cap, fr = self.capacity, self.file_rows
         columns = store.columns
+        chunks = np.flatnonzero(self.pending).tolist()
         sets = [self._buffers(), self._buffers()]
-        crcs, sizes = {}, {}
-        with contextlib.ExitStack() as files:
-            handles = {p: files.enter_context(open(self.files[p], "wb")) for p in columns}
-            for path, col in columns.items():
-                header = npy_header(col.shape, col.dtype)
-                handles[path].write(header)
-                crcs[path], sizes[path] = zlib.crc32(header), len(header)
-
-            def emit(bufs: dict[str, np.ndarray], n: int) -> None:
-                for path, f in handles.items():
-                    data = memoryview(bufs[path][:n].reshape(-1).view(np.uint8))
-                    f.write(data)
-                    crcs[path] = zlib.crc32(data, crcs[path])
-                    sizes[path] += len(data)
-                    if progress is not None:
-                        progress(len(data))
-
+        out = Emitter(self.files, columns, fr, cap, progress)
+        try:
+            with store.mutex:  # rows before the first chunk to stream are never needed
+                self.done = max(self.done, chunks[0] * fr if chunks else cap)
+                self._release(self.done)
             with ThreadPoolExecutor(1) as pool:
                 written: list[Future] = []
-                r0 = 0
-                while r0 < cap:
-                    r1 = min(cap, r0 + self.chunk_rows)
-                    bufs = sets[len(written) % 2]
-                    if len(written) >= 2:
-                        written[-2].result()  # that chunk is on its way: its buffers are free
-                    with store.mutex:
-                        t0 = time.perf_counter()
-                        self._copy_chunk(r0, r1, bufs)
-                        self.done = r1
-                        self._release(r1)
-                        self.held_s = max(self.held_s, time.perf_counter() - t0)
-                    written.append(pool.submit(emit, bufs, r1 - r0))
-                    r0 = r1
+                for i, c in enumerate(chunks):
+                    c0, c1 = c * fr, min(cap, (c + 1) * fr)
+                    after = chunks[i + 1] * fr if i + 1 < len(chunks) else cap
+                    for r0 in range(c0, c1, self.chunk_rows):
+                        r1 = min(c1, r0 + self.chunk_rows)
+                        bufs = sets[len(written) % 2]
+                        if len(written) >= 2:
+                            written[-2].result()  # that piece is on its way: buffers free
+                        with store.mutex:
+                            t0 = time.perf_counter()
+                            self._copy_chunk(r0, r1, bufs)
+                            if r1 == c1:  # the chunk is copied: on to the next one to stream
+                                self.pending[c] = False
+                                r1 = after
+                            self.done = r1
+                            self._release(r1)
+                            self.held_s = max(self.held_s, time.perf_counter() - t0)
+                        written.append(pool.submit(out.emit, bufs, c, r0, min(r1, c1)))
                 for future in written[-2:]:
                     future.result()
-            for f in handles.values():
+        finally:
+            out.close()
+        return out.entries
+
+
+class Emitter:
+    """Writes a stream's pieces into the chunk files, in order (one thread): opens a
+    chunk's files at its first row (never through an existing name: a file of the
+    previous checkpoint may be linked there), fsyncs and closes them after its last."""
+
+    def __init__(
+        self,
+        files: dict[str, list[Path]],
+        columns: dict[str, np.ndarray],
+        file_rows: int,
+        capacity: int,
+        progress: Callable[[int], None] | None,
+    ):
+        self.files, self.columns = files, columns
+        self.file_rows, self.capacity = file_rows, capacity
+        self.progress = progress
+        self.handles: dict[str, object] = {}
+        self.crcs: dict[str, int] = {}
+        self.sizes: dict[str, int] = {}
+        self.entries: dict[Path, dict] = {}
+
+    def emit(self, bufs: dict[str, np.ndarray], c: int, r0: int, r1: int) -> None:
+        """Write rows ``[r0, r1)`` of chunk ``c`` from ``bufs``."""
+        c0, c1 = c * self.file_rows, min(self.capacity, (c + 1) * self.file_rows)
+        if r0 == c0:
+            for path, col in self.columns.items():
+                f = self.handles[path] = open(self.files[path][c], "xb")  # noqa: SIM115
+                header = npy_header((c1 - c0, *col.shape[1:]), col.dtype, CHECKPOINT_CHUNK_ALIGN)
+                f.write(header)
+                self.crcs[path], self.sizes[path] = zlib.crc32(header), len(header)
+        for path, f in self.handles.items():
+            data = memoryview(bufs[path][: r1 - r0].reshape(-1).view(np.uint8))
+            f.write(data)
+            self.crcs[path] = zlib.crc32(data, self.crcs[path])
+            self.sizes[path] += len(data)
+            if self.progress is not None:
+                self.progress(len(data))
+        if r1 == c1:
+            for path, f in self.handles.items():
                 f.flush()
                 os.fsync(f.fileno())
-        return {
-            path: entry(sizes[path], crcs[path], col.dtype, col.shape)
-            for path, col in columns.items()
-        }
+                f.close()
+                col = self.columns[path]
+                self.entries[self.files[path][c]] = entry(
+                    self.sizes[path], self.crcs[path], col.dtype, (c1 - c0, *col.shape[1:])
+                )
+            self.handles = {}
+
+    def close(self) -> None:
+        """Close the files of a chunk left half written (a failed save)."""
+        for f in self.handles.values():
+            with contextlib.suppress(OSError):
+                f.close()
+        self.handles = {}

@@ -19,7 +19,9 @@ the condition over it that blocked calls wait on).
 
 from __future__ import annotations
 
+import math
 import threading
+import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +39,27 @@ if TYPE_CHECKING:
     from rlreplay.core.table import Table
 
 _kernel = load_kernel("rlreplay.core._store")
+
+# Checkpoints write each column in files of ``chunk_rows`` rows (see
+# :func:`checkpoint_chunk_rows`): about this many bytes of all columns per chunk, each
+# chunk's bytes of each column a multiple of ``CHECKPOINT_CHUNK_ALIGN`` (a memory page)
+# so that a memory-mapped restore can map the files of a column side by side.
+CHECKPOINT_CHUNK_BYTES = 16 << 20
+CHECKPOINT_CHUNK_ALIGN = 4096
+
+
+def checkpoint_chunk_rows(signature: Signature, capacity: int) -> int:
+    """Rows per checkpoint chunk of a store: about ``CHECKPOINT_CHUNK_BYTES`` of all its
+    columns, a multiple of the fewest rows whose bytes are a multiple of
+    ``CHECKPOINT_CHUNK_ALIGN`` in every column; ``capacity`` (one chunk) when that is
+    not smaller."""
+    unit = 1
+    for spec in signature.fields.values():
+        row = max(1, int(np.prod(spec.shape, dtype=np.int64)) * np.dtype(spec.dtype).itemsize)
+        need = CHECKPOINT_CHUNK_ALIGN // math.gcd(row, CHECKPOINT_CHUNK_ALIGN)
+        unit = unit * need // math.gcd(unit, need)
+    rows = -(-max(1, CHECKPOINT_CHUNK_BYTES // max(1, signature.step_nbytes)) // unit) * unit
+    return min(rows, capacity)
 
 
 class StepStore:
@@ -130,6 +153,17 @@ class StepStore:
         # an object whose ``before_write(first_id, n)`` and ``before_reset()`` copy aside
         # the rows a write or reset is about to change, before it changes them (lock held).
         self.guard: Any = None
+        # Which rows changed between two checkpoints: the rows are cut into chunks of
+        # ``chunk_rows``, each stamped with the write generation of its last write (see
+        # :meth:`stamp_chunks`). A checkpoint records the generation at its moment and
+        # ``identity`` (this store's contents: new with every store and with columns
+        # replaced by ``load_state``); the next checkpoint of the store reuses the files
+        # of the chunks stamped no later.
+        self.chunk_rows = checkpoint_chunk_rows(self.signature, self.capacity)
+        self.chunk_generations = np.zeros(-(-self.capacity // self.chunk_rows), np.int64)
+        self.write_generation = 0
+        self.identity = uuid.uuid4().hex
+        self._stamped_to = 0  # steps before this id are stamped
         self.choose_row_writer([])
 
     # ----------------------------------------------------------------- queries
@@ -180,6 +214,27 @@ class StepStore:
         itself (see :mod:`rlreplay.checkpoint`)."""
         return {"next_id": self.next_id, "relocated_steps": self.overwrite.relocated_steps}
 
+    def stamp_chunks(self) -> int:
+        """Bring ``chunk_generations`` up to date (lock held) and return the current
+        write generation: the chunks of the steps written since the last call get a new
+        generation. Every write is at the head (ids ``[_stamped_to, next_id)``, in ring
+        order), so the writes themselves pay nothing for this."""
+        n = self.next_id - self._stamped_to
+        if n > 0:
+            g = self.write_generation = self.write_generation + 1
+            cr = self.chunk_rows
+            start = self._stamped_to % self.capacity
+            end = start + n
+            if n >= self.capacity:
+                self.chunk_generations[:] = g
+            elif end <= self.capacity:
+                self.chunk_generations[start // cr : (end - 1) // cr + 1] = g
+            else:
+                self.chunk_generations[start // cr :] = g
+                self.chunk_generations[: (end - self.capacity - 1) // cr + 1] = g
+        self._stamped_to = self.next_id
+        return self.write_generation
+
     def load_state(
         self, state: Mapping[str, Any], columns: Mapping[str, np.ndarray] | None = None
     ) -> None:
@@ -198,10 +253,15 @@ class StepStore:
         if columns is not None:
             self.columns = self._checked_columns(columns)
             self._column_tuple = tuple(self.columns.values())
+            with self.mutex:  # other contents: no chunk matches an earlier checkpoint
+                self.identity = uuid.uuid4().hex
+                self.write_generation += 1
+                self.chunk_generations[:] = self.write_generation
         with self.mutex:
+            self.stamp_chunks()
             for retention in self.overwrite.retentions():
                 retention.release()
-            self.next_id = int(next_id)
+            self.next_id = self._stamped_to = int(next_id)
             self.overwrite.relocated_steps = int(state.get("relocated_steps", 0))
             self.lock.notify_all()
 
@@ -381,7 +441,8 @@ class StepStore:
                 table.reset_locked()
             for retention in self.overwrite.retentions():
                 retention.release()
-            self.next_id = 0
+            self.stamp_chunks()
+            self.next_id = self._stamped_to = 0
             self.lock.notify_all()
 
     def __repr__(self) -> str:

@@ -37,20 +37,41 @@ class Feeder:
             self.n += 1
 
 
-def stream_while(store: StepStore, tmp_path, feeder: Feeder, chunk_rows: int = 5):
-    """Stream ``store``'s columns with ``feeder`` writing between chunks; returns the
-    columns as they were at the moment and as the files hold them."""
-    files = {p: tmp_path / f"c{i}.npy" for i, p in enumerate(store.columns)}
+def stream_while(store: StepStore, tmp_path, feeder: Feeder, chunk_rows: int = 5, skip: tuple = ()):
+    """Stream ``store``'s columns with ``feeder`` writing between pieces, leaving out the
+    file chunks ``skip``; returns the columns as they were at the moment and as the
+    files hold them (the rows of skipped chunks left out of both)."""
+    n = len(store.chunk_generations)
+    files = {p: [tmp_path / f"c{i}.{k}.npy" for k in range(n)] for i, p in enumerate(store.columns)}
     with store.mutex:
         moment = {p: c.copy() for p, c in store.columns.items()}
         stream = ColumnStream(store, files, chunk_bytes=chunk_rows * ROW_BYTES)
         store.guard = stream
+    stream.skip(np.array(skip, np.int64))
     try:
         stream.write(feeder)
     finally:
         store.guard = None
-    saved = {p: np.load(f, allow_pickle=False) for p, f in files.items()}
-    return moment, saved, stream
+    kept = [k for k in range(n) if k not in skip]
+    fr = store.chunk_rows
+    rows_kept = np.concatenate([np.arange(k * fr, min(store.capacity, (k + 1) * fr)) for k in kept])
+    saved = {
+        p: np.concatenate([np.load(f[k], allow_pickle=False) for k in kept])
+        for p, f in files.items()
+    }
+    assert not any(f[k].exists() for f in files.values() for k in skip)
+    return {p: c[rows_kept] for p, c in moment.items()}, saved, stream
+
+
+@pytest.fixture(params=["one_file", "chunk_files_of_8_rows"])
+def file_chunks(request, monkeypatch):
+    """Columns written as one file each, or as files of 8 rows (stores made after)."""
+    if request.param == "chunk_files_of_8_rows":
+        from rlreplay.core import storage
+
+        monkeypatch.setattr(storage, "CHECKPOINT_CHUNK_ALIGN", 1)
+        monkeypatch.setattr(storage, "CHECKPOINT_CHUNK_BYTES", 8 * ROW_BYTES)
+    return request.param
 
 
 def one_table(capacity: int = 40) -> Table:
@@ -70,20 +91,24 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("skip", [(), (1, 3)], ids=["all_chunks", "chunks_1_3_skipped"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_inserts_during_the_stream_leave_the_moment_in_the_files(case, tmp_path):
+def test_inserts_during_the_stream_leave_the_moment_in_the_files(case, skip, file_chunks, tmp_path):
     sizes, calls = CASES[case]
     table = one_table()
+    if len(table.store.chunk_generations) == 1 and skip:
+        pytest.skip("one file chunk: nothing to skip")
     feeder = Feeder(lambda first, n: table.insert(rows(first, n)), sizes, calls)
-    moment, saved, stream = stream_while(table.store, tmp_path, feeder)
-    assert feeder.n == calls  # the writes really happened during the stream
+    moment, saved, stream = stream_while(table.store, tmp_path, feeder, skip=skip)
+    # the writes really happened during the stream (one per piece written)
+    assert feeder.n == calls if not skip else feeder.n >= 8
     for path in moment:
         np.testing.assert_array_equal(saved[path], moment[path])
     assert not np.array_equal(table.store.columns["step"], moment["step"])
     assert stream.aside_peak_bytes > 0
 
 
-def test_writes_through_the_overwrite_protocol_and_a_writer_leave_the_moment(tmp_path):
+def test_writes_through_the_overwrite_protocol_and_a_writer_leave_the_moment(file_chunks, tmp_path):
     store = StepStore(SIG, 48)
     rows_table = Table("rows", store=store, max_size=30, seed=1)
     stack = Table.stack("stack", 6, store=store, seed=2)  # relocates its items' steps
@@ -105,7 +130,7 @@ def test_writes_through_the_overwrite_protocol_and_a_writer_leave_the_moment(tmp
         np.testing.assert_array_equal(saved[path], moment[path])
 
 
-def test_a_store_reset_during_the_stream_leaves_the_moment(tmp_path):
+def test_a_store_reset_during_the_stream_leaves_the_moment(file_chunks, tmp_path):
     table = one_table()
     calls = []
 
