@@ -23,10 +23,10 @@ checkpoint. Figures:
   (``disk_read_gbps``);
 * ``mmap_first_sample_s``: a memory-mapped restore from cold files until its first
   sample of 32 returns;
-* ``incremental_*`` and ``full_*``: after ``--new-fraction`` of the rows are inserted
-  anew, a second checkpoint into the same directory (it links the chunks no insert
-  changed) next to a full one of the same state into a new directory, both without
-  the load: bytes written and wall seconds, and their ratios;
+* ``full_*`` and ``incremental_*``: a full checkpoint into a new directory, then
+  ``--new-fraction`` of the rows inserted anew and a second checkpoint into the same
+  directory (it links the chunks no insert changed), both without the load: bytes
+  written and wall seconds, and their ratios;
 * ``load_average``: the machine's load average during the run (others' work included);
 * ``peak_extra_mb``: the process's peak resident memory during the save above its
   resident memory before (``/proc/self/clear_refs``), and ``aside_peak_mb``, the rows
@@ -185,30 +185,29 @@ def disk_read_gbps(paths: list[Path]) -> float:
 
 
 def incremental(table: Table, root: Path, fraction: float) -> dict:
-    """A second checkpoint into ``root`` (beside the first) after ``fraction`` of the
-    rows were inserted anew, next to a full checkpoint of the same state into a new
-    directory; no other load, the same table. Bytes written and wall seconds of each."""
-    n = max(1, int(table.store.capacity * fraction))
-    row_bytes = table.store.columns["obs"].shape[1]
-    for first in range(0, n, 4096):
-        k = min(4096, n - first)
-        table.insert(
-            {"obs": np.full((k, row_bytes), 7, np.uint8), "reward": np.ones(k, np.float32)}
-        )
+    """A full checkpoint into a new directory, then ``fraction`` of the rows inserted
+    anew, then a second checkpoint into the same directory (it links the chunks no
+    insert changed); no other load. Bytes written and wall seconds of each."""
+    directory = root / "incremental"
     figures = {}
-    for name, directory in (("incremental", root), ("full", root / "full")):
+    for name in ("full", "incremental"):
+        if name == "incremental":
+            n = max(1, int(table.store.capacity * fraction))
+            row_bytes = table.store.columns["obs"].shape[1]
+            for first in range(0, n, 4096):
+                k = min(4096, n - first)
+                obs = np.full((k, row_bytes), 7, np.uint8)
+                table.insert({"obs": obs, "reward": np.ones(k, np.float32)})
         stats = checkpoint.SaveStats()
         t0 = time.perf_counter()
-        path = checkpoint.save(table, directory, stats=stats)
+        checkpoint.save(table, directory, stats=stats)
         figures[f"{name}_save_s"] = time.perf_counter() - t0
         figures[f"{name}_written_gb"] = stats.bytes / 1e9
-        if name == "incremental":
-            figures["incremental_reused_gb"] = stats.reused_bytes / 1e9
-            shutil.rmtree(path)  # the first checkpoint stays the one restored below
-    shutil.rmtree(root / "full")
-    figures["incremental_bytes_ratio"] = figures["incremental_written_gb"] / figures[
-        "full_written_gb"
-    ]
+        figures[f"{name}_reused_gb"] = stats.reused_bytes / 1e9
+    shutil.rmtree(directory)
+    figures["incremental_bytes_ratio"] = (
+        figures["incremental_written_gb"] / figures["full_written_gb"]
+    )
     figures["incremental_time_ratio"] = figures["incremental_save_s"] / figures["full_save_s"]
     return figures
 
