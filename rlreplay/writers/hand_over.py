@@ -89,7 +89,10 @@ class HandOver:
         self.batch = ChunkBatch(reach, chunk_length, writer.tables, fields)
         self.every = every
         self.max_rows = every * rows_per_call
-        self._calls = 0  # adder calls since the oldest staged piece
+        self._calls = 0  # adder calls since the oldest staged piece or recorded call
+        # The adder's calls recorded but not settled yet (an n-step adder's NStepBlock, or
+        # None): they may have cut pieces, settled before the stage is counted or handed over.
+        self.deferred: Any = None
         # (env, first episode row kept) to drop from the adder's buffers once the call's
         # pieces are staged
         self.drops: list[tuple[int, int]] = []
@@ -122,11 +125,15 @@ class HandOver:
     def end_call(self, force: bool) -> None:
         """End an adder call: hand the staged pieces over if ``force``, or if they have
         waited ``every`` calls or fill the stage. A writer timeout is kept for
-        :meth:`ChunkWriter.raise_failure`."""
-        if self.batch.empty:
+        :meth:`ChunkWriter.raise_failure`. Recorded calls count as staged pieces; they
+        are settled before a hand-over."""
+        recorded = self.deferred is not None and self.deferred.calls > 0
+        if self.batch.empty and not recorded:
             self._calls = 0
             return
         self._calls += 1
         if force or self._calls >= self.every or self.batch.staged_rows >= self.max_rows:
             self._calls = 0
+            if recorded:
+                self.deferred.settle()
             self.chunks.submit_batch(self.batch)

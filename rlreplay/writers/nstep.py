@@ -10,6 +10,7 @@ import numpy as np
 from rlreplay.core.layout import ItemLayout, Window
 from rlreplay.core.specs import Signature
 from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.writers.nstep_blocks import NStepBlock
 from rlreplay.writers.stream import StreamAdder
 
 COMPUTED = ("n_step_return", "discount")
@@ -139,6 +140,13 @@ class NStepTransitionAdder(StreamAdder):
         return ItemLayout(windows, sig, span=n + stack)
 
     # ------------------------------------------------------------ computing
+    def _new_block(self, every: int) -> NStepBlock | None:
+        # Sequence rules keep per-piece state of their own, and padding rows that fill a
+        # chunk are cut as an episode starts (both rare): those take the per-call path.
+        if self.batched and not self._sequences and self.pad < self.chunk_length:
+            return NStepBlock(self, every)
+        return None
+
     def _computed(
         self, i: int, lo: int, hi: int, ended: bool, terminated: bool, out: dict[str, np.ndarray]
     ) -> None:

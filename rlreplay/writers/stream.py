@@ -187,24 +187,40 @@ class StreamAdder:
         self._pieces = self._episodes.pieces = EpisodePieces(self, self._out)
         # The episodes' state, read by the pieces and the subclasses' columns and items.
         self._active = self._episodes.active
-        self._steps = self._episodes.steps
         self._appended = self._episodes.appended
         self._serial = self._episodes.serial
+        # Calls recorded in blocks and settled a block at a time (see _new_block).
+        self._block = self._new_block(every)
+        self._out.deferred = self._block
+
+    @property
+    def _steps(self) -> np.ndarray:
+        """Steps of each environment's current episode (recorded calls settled)."""
+        self._settle()
+        return self._episodes.steps
+
+    def _settle(self) -> None:
+        """Do what the calls recorded in the current block do (see :meth:`_new_block`)."""
+        if self._block is not None:
+            self._block.settle()
 
     @property
     def episodes(self) -> int:
         """Episodes ended so far."""
+        self._settle()
         return self._episodes.episodes
 
     @property
     def appended_rows(self) -> int:
         """Rows handed to the writer (staged included), context rows included."""
+        self._settle()
         return self._pieces.appended_rows
 
     @property
     def copied_rows(self) -> int:
         """Context rows appended again before a piece that continues an episode after
         another stream's rows (see :mod:`rlreplay.writers.pieces`)."""
+        self._settle()
         return self._pieces.copied_rows
 
     @property
@@ -222,6 +238,7 @@ class StreamAdder:
     def staged_rows(self) -> int:
         """Completed rows staged for the writer (handed over within ``hand_over_every``
         calls, or by :meth:`flush`)."""
+        self._settle()
         return self._out.staged_rows
 
     # --------------------------------------------------------------- episodes
@@ -244,6 +261,7 @@ class StreamAdder:
         """
         idx = self._inputs.env_ids(env_ids)
         first = self._inputs.observations(obs, len(idx), "reset()")
+        self._settle()
         self._chunks.drain(self.timeout)
         episodes = self._episodes
         open_ = idx[episodes.active[idx]]
@@ -294,7 +312,10 @@ class StreamAdder:
         fields, obs = self._inputs.step(action, reward, next_obs, extras)
         term = self._inputs.flags(terminated, "terminated")
         trunc = self._inputs.flags(truncated, "truncated")
-        self._episodes.record(fields, obs, term, trunc, info)
+        block = self._block
+        if block is None or not block.record(fields, obs, term, trunc, info):
+            self._settle()
+            self._episodes.record(fields, obs, term, trunc, info)
         self._out.end_call(force=False)
         self._chunks.raise_failure()
 
@@ -315,6 +336,7 @@ class StreamAdder:
                 f"terminated={describe(terminated)} must be a bool (True: no bootstrapping)"
             )
         idx = self._inputs.env_ids(env_ids)
+        self._settle()
         self._chunks.drain(self.timeout)
         idx = idx[self._episodes.active[idx]]
         if len(idx):
@@ -334,6 +356,7 @@ class StreamAdder:
                 pending for the next call).
         """
         timeout = check_timeout(timeout)
+        self._settle()
         self._chunks.drain(self.timeout if timeout is None else timeout)
         for i in np.flatnonzero(self._episodes.active):
             self._pieces.cut(int(i), ended=False, terminated=False)
@@ -360,6 +383,13 @@ class StreamAdder:
         self.close()
 
     # ------------------------------------------------------------ subclasses
+    def _new_block(self, every: int) -> Any:
+        """What records this adder's calls and settles them a block of ``every`` calls at
+        a time (an object with ``calls``, ``record(fields, obs, term, trunc, info) ->
+        bool`` and ``settle()``, see :class:`~rlreplay.writers.nstep_blocks.NStepBlock`),
+        or ``None``: every call goes through :class:`EpisodeSteps` at once."""
+        return None
+
     def _computed(
         self, i: int, lo: int, hi: int, ended: bool, terminated: bool, out: dict[str, np.ndarray]
     ) -> None:

@@ -1,0 +1,164 @@
+"""A batched n-step adder records its calls in blocks and settles them a block at a time
+(:mod:`rlreplay.writers.nstep_blocks`): the tables must then hold exactly what the
+per-call path stores (same rows, same items in the same order, same counters), over
+random episode ends, truncations, both autoreset modes, frame stacks, chunk lengths,
+block sizes and the calls that settle a block early (flush, end_episode, reset, a call
+where some environments do not step)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rlreplay import Fifo, NStepTransitionAdder, Table
+from rlreplay.writers.nstep_blocks import NStepBlock
+
+SIG = NStepTransitionAdder.signature(
+    obs=((2,), "float32"), action="int64", extras={"version": "int64"}
+)
+
+
+class PerCallAdder(NStepTransitionAdder):
+    """The reference: every call goes through the per-call path."""
+
+    def _new_block(self, every):
+        return None
+
+
+def play(cls, case: dict) -> tuple[list[dict], dict]:
+    """Feed ``case``'s steps to an adder of class ``cls``; the table's items oldest first
+    and the adder's counters."""
+    n, stack, num_envs, mode = case["n"], case["stack"], case["num_envs"], case["mode"]
+    table = Table(
+        "replay",
+        signature=SIG,
+        capacity=1 << 15,
+        layout=NStepTransitionAdder.layout(SIG, n, stack=stack),
+        sampler=Fifo(),
+        max_times_sampled=1,
+    )
+    adder = cls(
+        table,
+        n=n,
+        discount=0.9,
+        stack=stack,
+        num_envs=num_envs,
+        autoreset_mode=mode,
+        chunk_length=case["chunk"],
+        hand_over_every=case["every"],
+    )
+    rng = np.random.default_rng(case["seed"])
+    counter = iter(range(1, 1 << 30))
+
+    def observe(k: int) -> np.ndarray:
+        return np.array([[next(counter), 0.5] for _ in range(k)], np.float32)
+
+    adder.reset(observe(num_envs))
+    p_term, p_trunc = case["p_term"], case["p_trunc"]
+    for t in range(case["steps"]):
+        action = rng.integers(5, size=num_envs)
+        reward = rng.normal(size=num_envs).astype(np.float32)
+        term = rng.random(num_envs) < p_term
+        trunc = (rng.random(num_envs) < p_trunc) & ~term
+        next_obs = observe(num_envs)
+        info = {}
+        if mode == "same_step" and (term | trunc).any():
+            info = {"final_obs": observe(num_envs)}
+        extras = {"version": np.full(num_envs, t, np.int64)}
+        adder.add(action, reward, next_obs, term, trunc, info, extras=extras)
+        op = case["ops"].get(t)
+        if op == "flush":
+            adder.flush()
+        elif op == "end_episode":
+            adder.end_episode(bool(t % 2), [t % num_envs])
+            adder.reset(observe(1), [t % num_envs])
+        elif op == "reset":
+            adder.reset(observe(1), [t % num_envs])
+        elif op == "end_then_reset" and num_envs > 1:  # env 0 does not step for a while
+            adder.end_episode(False, [0])
+            for _ in range(2):
+                action = rng.integers(5, size=num_envs)
+                adder.add(
+                    action,
+                    np.ones(num_envs),
+                    observe(num_envs),
+                    np.zeros(num_envs, bool),
+                    np.zeros(num_envs, bool),
+                    {"final_obs": observe(num_envs)} if mode == "same_step" else {},
+                    extras={"version": action},
+                )
+            adder.reset(observe(1), [0])
+    adder.close()
+    items = table.sample(table.size).data if table.size else {}
+    counters = {
+        c: getattr(adder, c) for c in ("appended_rows", "copied_rows", "items_created", "episodes")
+    }
+    return items, counters
+
+
+cases = st.fixed_dictionaries(
+    {
+        "n": st.integers(1, 4),
+        "stack": st.integers(1, 3),
+        "num_envs": st.integers(1, 6),
+        "mode": st.sampled_from(["next_step", "same_step"]),
+        "chunk": st.sampled_from([3, 4, 8, 64]),
+        "every": st.integers(1, 9),
+        "seed": st.integers(0, 2**16),
+        "p_term": st.sampled_from([0.0, 0.05, 0.3, 0.7]),
+        "p_trunc": st.sampled_from([0.0, 0.1, 0.5]),
+        "steps": st.integers(0, 60),
+        "ops": st.dictionaries(
+            st.integers(0, 59),
+            st.sampled_from(["flush", "end_episode", "reset", "end_then_reset"]),
+            max_size=3,
+        ),
+    }
+)
+
+
+def assert_same(case: dict) -> None:
+    want, want_counters = play(PerCallAdder, case)
+    got, got_counters = play(NStepTransitionAdder, case)
+    assert got.keys() == want.keys()
+    for key in want:
+        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+    assert got_counters == want_counters
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=cases)
+def test_block_path_stores_what_the_per_call_path_stores(case):
+    assert_same(case)
+
+
+@pytest.mark.parametrize("mode", ["next_step", "same_step"])
+@pytest.mark.parametrize("stack", [1, 2])
+def test_block_path_over_many_short_episodes_and_long_ones(mode, stack):
+    """Episodes of one step next to episodes that fill several chunks, over blocks of
+    the default size."""
+    for p_term in (0.9, 0.02):
+        assert_same(
+            {
+                "n": 3,
+                "stack": stack,
+                "num_envs": 16,
+                "mode": mode,
+                "chunk": 4,
+                "every": 16,
+                "seed": 7,
+                "p_term": p_term,
+                "p_trunc": 0.05,
+                "steps": 150,
+                "ops": {},
+            }
+        )
+
+
+def test_a_batched_nstep_adder_records_its_calls_in_blocks():
+    table = Table("t", signature=SIG, capacity=4096, layout=NStepTransitionAdder.layout(SIG, 2))
+    adder = NStepTransitionAdder(table, n=2, discount=0.9, num_envs=4)
+    assert isinstance(adder._block, NStepBlock)
+    assert PerCallAdder(table, n=2, discount=0.9, num_envs=4)._block is None
