@@ -29,7 +29,7 @@ from rlreplay.net.channel import Channel
 from rlreplay.net.inserts import InsertPlan, InsertReceipt
 from rlreplay.net.payloads import update_arrays
 from rlreplay.net.served_tables import ServedTables
-from rlreplay.net.shm import SharedMemoryReplies
+from rlreplay.net.shm import SharedMemoryPath
 from rlreplay.net.table_requests import insert_request, plain_int, sample_request
 from rlreplay.net.transport import CALL, DIAGNOSE_S, REPLY_GRACE_S, Transport
 
@@ -118,7 +118,9 @@ class Client:
             float(liveness_s),
             float(diagnose_timeout),
         )
-        self._shm = SharedMemoryReplies(self.address, shared_memory, self._transport)
+        self._shm = SharedMemoryPath(self.address, shared_memory, self._transport)
+        if self._shm.enabled:
+            self._transport.shm = self._shm
         self._tables = ServedTables(self.address, self._transport)
         self._plans = self._tables.plans  # the same dictionary: insert's one lookup
 
@@ -335,7 +337,7 @@ class Client:
         until = self._transport.until(timeout)
         header, arrays = sample_request(table, batch_size, update)
         shm = self._shm
-        rid = shm.send(header, arrays, until=until, expires=until, timeout=timeout)
+        rid = shm.send_sample(header, arrays, until=until, expires=until, timeout=timeout)
         return shm.sample(self._transport.wait_until(rid, until))
 
     def sample_async(
@@ -358,7 +360,8 @@ class Client:
         """
         timeout = check_timeout(timeout)
         header, arrays = sample_request(table, batch_size, update)
-        return self._shm.send(header, arrays, until=self._transport.until(timeout), timeout=timeout)
+        until = self._transport.until(timeout)
+        return self._shm.send_sample(header, arrays, until=until, timeout=timeout)
 
     def sample_result(self, rid: int, timeout: float | None = None) -> Sample:
         """The sample requested as ``rid`` (waits up to ``timeout`` + a short grace)."""

@@ -405,10 +405,12 @@ class Server(TableOperations):
                     f"max_message_bytes={self.max_message_bytes}; send less per request"
                 )
             arrays = wire.decode_arrays(header, body)
-            op = schema.check_request(header, arrays)  # every field, before any handler
-            method = self._ops[op]
             client = identity.bytes
             now = time.monotonic()
+            if "shm_in" in header:  # arrays a same-host client placed in its shared memory
+                self._shm.request_arrays(client, header, arrays, self.epoch, now)
+            op = schema.check_request(header, arrays)  # every field, before any handler
+            method = self._ops[op]
             self.clients.heard(client, now)
             expires = check_envelope(header, op, self.epoch, now)
             lease = check_lease(header)

@@ -1,22 +1,26 @@
-"""Same-host shared memory for sample replies: the client's side.
+"""Same-host shared memory for sample replies and for inserted rows: the client's side.
 
-A learner on the server's host need not receive each batch through the socket. Its
-:class:`~rlreplay.Client` keeps, per thread, a small ring of *reply slots*: each slot is a
-shared-memory segment the client created and the server mapped
-(:mod:`rlreplay.net.shm_segments`, :mod:`rlreplay.net.shm_server`). A sample request names
-a free slot; the server gathers the batch straight into it and replies with the header
-only (plus the small per-item arrays: keys, probabilities, ...). The returned
-:class:`~rlreplay.Sample`'s data arrays are views on the slot. The server keeps every
-semantic: it owns the tables, selectors, rate limiters and keys, exactly as for a socket
-reply.
+A learner or an actor on the server's host need not pass its large arrays through the
+socket. Its :class:`~rlreplay.Client` keeps, per thread, a small ring of *slots*: each slot
+is a shared-memory segment the client created and the server mapped
+(:mod:`rlreplay.net.shm_segments`, :mod:`rlreplay.net.shm_server`). The server keeps every
+semantic: it owns the tables, selectors, rate limiters and keys, exactly as for the socket.
 
-**Held batches are never overwritten.** A slot is leased to one request; it is free again
-only when (a) that request's reply arrived or can no longer arrive from a server that
-could write the slot, and (b) no array viewing the batch is left (a
-``weakref.finalize`` on the array every view of the slot shares as its base: slicing,
-``np.asarray`` or ``torch.from_numpy`` of any data array keeps the slot leased). When
-every slot is leased, another is created (up to :data:`MAX_SLOTS` per thread) and past
-that the batch comes through the socket: a sample never waits for a slot.
+- **Samples**: a sample request names a free slot; the server gathers the batch straight
+  into it and replies with the header only (plus the small per-item arrays: keys,
+  probabilities, ...). The :class:`~rlreplay.Sample`'s data arrays are views on the slot.
+- **Inserts and writer chunks**: their large arrays (at least ``wire.ZERO_COPY_BYTES``)
+  are copied into a free slot and the request names the slot instead of carrying them;
+  the server reads them from there (it copies them into the table's store, as it does
+  from a socket frame) before it answers.
+
+**Nothing is overwritten under its reader.** A slot is leased to one request and is free
+again only once (a) that request's reply arrived, or no reply can arrive any more from a
+server that could still read or write the slot, and (b) for a sample, no array viewing the
+batch is left (a ``weakref.finalize`` on the array every view of the batch shares as its
+base: slicing, ``np.asarray`` or ``torch.from_numpy`` of any data array keeps the slot
+leased). When every slot is leased another is attached (up to :data:`MAX_SLOTS` per
+thread), and past that the arrays go through the socket: no call waits for a slot.
 
 **No crash leaks a segment.** The server unlinks a segment as soon as it mapped it, and
 the client once the server answered; from then on the memory belongs to the two mappings
@@ -33,23 +37,35 @@ it and raises :class:`~rlreplay.errors.InvalidArgumentError` when it cannot be u
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from typing import Any
 
 import numpy as np
 
 from rlreplay.core.sample import Sample
-from rlreplay.errors import InvalidArgumentError, ProtocolError, ReplayError, describe
+from rlreplay.errors import (
+    InvalidArgumentError,
+    ProtocolError,
+    ReplayError,
+    ResourceLimitError,
+    ServerUnavailableError,
+    describe,
+)
 from rlreplay.net import auth, wire
 from rlreplay.net.channel import Channel
 from rlreplay.net.payloads import as_sample
-from rlreplay.net.shm_segments import Segment, available, boot_id
+from rlreplay.net.shm_segments import Segment, aligned, available, boot_id, check_entries
+from rlreplay.net.shm_server import IDLE_S
 
-MAX_SLOTS = 8  # reply slots per thread (a learner's in-flight requests plus held batches)
+MAX_SLOTS = 8  # slots per thread (a learner's in-flight requests plus held batches)
 SLOT_ROUNDING = 1 << 16  # slot sizes are multiples of this many bytes
+PLACED_OPS = ("insert", "write")  # requests whose large arrays travel in a slot
+# A thread's slots unused for this long are dropped and attached afresh: the server
+# forgets them after IDLE_S, and a request must never name a slot it forgot.
+RENEW_S = IDLE_S / 2
 
 _FREE, _REQUESTED, _HELD = 0, 1, 2
-
 
 # id -> weak reference of each leased batch's base array (every view of the batch's data
 # has it as its ``base``), while the batch lives
@@ -57,8 +73,8 @@ _ROOTS: dict[int, weakref.ref] = {}
 
 
 def is_shared(array: Any) -> bool:
-    """Whether ``array`` (a sampled data array, or any view of one) lies in a reply slot
-    of this process: the batch came through shared memory."""
+    """Whether ``array`` (a sampled data array, or any view of one) lies in a slot of
+    this process: the batch came through shared memory."""
     if not isinstance(array, np.ndarray):
         return False
     for candidate in (array, array.base):
@@ -69,7 +85,7 @@ def is_shared(array: Any) -> bool:
 
 
 class _Slot:
-    """One reply slot: a segment the server mapped under ``token``."""
+    """One slot: a segment the server mapped under ``token``."""
 
     __slots__ = ("lease", "rid", "segment", "state", "token")
 
@@ -84,11 +100,12 @@ class _Slot:
             self.state = _FREE
 
 
-class ReplySlots:
-    """One thread's reply slots on one connection (its channel's socket).
+class SlotRing:
+    """One thread's slots on one connection (its channel's socket): used by that thread
+    only, but for the finalizers that free slots of dropped batches.
 
     Args:
-        transport: the client's transport (for ``shm_attach``/``shm_detach`` calls).
+        transport: the client's transport (for ``shm_attach``/``shm_detach``).
         channel: the thread's channel; the slots are valid for its current socket only.
     """
 
@@ -97,72 +114,77 @@ class ReplySlots:
         self._sock = channel.sock
         self.slots: list[_Slot] = []
         self.need: dict[tuple[str, int], int] = {}  # (table, batch size) -> bytes
-        self._requests: dict[int, tuple[tuple[str, int], _Slot | None]] = {}
+        self._requests: dict[int, tuple[tuple[str, int] | None, _Slot | None]] = {}
+        self.last_used = time.monotonic()
+        self._epoch: int | None = None  # of the server that attached the slots
 
-    def valid(self) -> bool:
+    def usable(self, now: float) -> bool:
         """Whether the slots still belong to the channel's socket (a reset opens a new
-        connection, which the server knows nothing of)."""
-        return self._channel.sock is self._sock
+        connection, which the server knows nothing of), to the server that attached them
+        (not one restarted since), and were used recently enough that it still maps them."""
+        ch = self._channel
+        return (
+            ch.sock is self._sock
+            and (self._epoch is None or ch.epoch == self._epoch)
+            and now - self.last_used < RENEW_S
+        )
 
     # ------------------------------------------------------------- leases
-    def lease(self, header: dict, until: Any) -> _Slot | None:
-        """Name a slot in a sample request ``header`` (``"shm": token``); None, with
-        ``"shm": 0`` (the server then tells how many bytes the batch needs), when this
-        table and batch size were not seen yet or no slot can be had.
+    def lease(self, need: int, until: Any) -> _Slot | None:
+        """A free slot of at least ``need`` bytes, leased (attaching one if needed);
+        None when every slot is leased.
 
         Raises:
-            InvalidArgumentError, ServerUnavailableError: from attaching a new slot
-                (see :class:`SharedMemoryReplies`).
+            ReplayError, OSError: from attaching a new slot (the caller decides).
         """
+        self.last_used = time.monotonic()
         self._reclaim()
-        if type(header.get("batch_size")) is not int:
-            return None  # the server refuses it; nothing to size
-        key = (header["table"], header["batch_size"])
-        need = self.need.get(key)
-        slot = None
-        if need is not None:
-            slot = self._free_slot(need)
-            if slot is None:
-                slot = self._new_slot(need, until)
-        header["shm"] = 0 if slot is None else slot.token
+        fits = [s for s in self.slots if s.state == _FREE and s.segment.nbytes >= need]
+        slot = min(fits, key=lambda s: s.segment.nbytes) if fits else self._attach(need, until)
         if slot is not None:
             slot.state, slot.rid = _REQUESTED, None
         return slot
 
-    def sent(self, slot: _Slot | None, header: dict, rid: int) -> None:
-        """The request with ``header`` went out as ``rid``."""
+    def sent(self, slot: _Slot | None, key: tuple[str, int] | None, rid: int) -> None:
+        """The request that leased ``slot`` (a sample of ``key``, or None) went out as
+        ``rid``."""
         if slot is not None:
             slot.rid = rid
-        self._requests[rid] = ((header["table"], header["batch_size"]), slot)
+        if slot is not None or key is not None:
+            self._requests[rid] = (key, slot)
 
     def unsent(self, slot: _Slot | None) -> None:
-        """The request was never sent: its slot is free again."""
-        if slot is not None and slot.rid is None:
+        """The request that leased ``slot`` was never sent: the slot is free again."""
+        if slot is not None and slot.state == _REQUESTED and slot.rid is None:
             slot.state = _FREE
 
     def _reclaim(self) -> None:
-        """Free slots whose request was answered (or failed) without a batch viewing
-        them, and forget requests no reply can come for any more."""
+        """Free the slots of requests no reply will come for (nor be read from the slot)."""
         ch = self._channel
         for rid in [r for r in self._requests if _settled(ch, r)]:
             _, slot = self._requests.pop(rid)
             if slot is not None and slot.state == _REQUESTED and slot.rid == rid:
                 slot.state = _FREE
 
-    def _free_slot(self, need: int) -> _Slot | None:
-        fits = [s for s in self.slots if s.state == _FREE and s.segment.nbytes >= need]
-        return min(fits, key=lambda s: s.segment.nbytes) if fits else None
+    def renewed(self) -> SlotRing:
+        """A ring for the channel's current socket that goes on with this one's
+        knowledge: batch sizes, and the requests still out (their replies may name
+        slots of this ring, which stay mapped here but are never leased again)."""
+        ring = SlotRing(self._transport, self._channel)
+        ring.need, ring._requests = self.need, self._requests
+        return ring
 
-    def _new_slot(self, need: int, until: Any) -> _Slot | None:
+    def _attach(self, need: int, until: Any) -> _Slot | None:
         """Attach another slot of at least ``need`` bytes (replacing a free slot too
         small for it when the ring is full); None when every slot is leased."""
         if len(self.slots) >= MAX_SLOTS:
-            small = [s for s in self.slots if s.state == _FREE]
-            if not small:
+            free = [s for s in self.slots if s.state == _FREE]
+            if not free:
                 return None
-            self.detach(small[:1])
+            self.detach(free[:1])
         nbytes = -(-need // SLOT_ROUNDING) * SLOT_ROUNDING
         segment = Segment.create(nbytes)
+        tr = self._transport
         try:
             header = {
                 "op": "shm_attach",
@@ -171,11 +193,15 @@ class ReplySlots:
                 "nonce": segment.nonce,
                 "boot_id": boot_id(),
             }
-            token = self._transport.call(header, until=until)[0]["token"]
+            rid = tr.send(header, until=until, expires=until, hooked=False)
+            token = tr.wait_until(rid, until)[0]["token"]
         finally:
             segment.unlink()
         if type(token) is not int or token < 1:
             raise ProtocolError(f"shm_attach answered token {describe(token)}")
+        if self._epoch is not None and self._channel.epoch != self._epoch:
+            self.slots = []  # the server restarted: the others are not its own
+        self._epoch = self._channel.epoch
         slot = _Slot(segment, token)
         self.slots.append(slot)
         return slot
@@ -184,21 +210,21 @@ class ReplySlots:
         """Drop ``slots`` here and at the server (batches viewing them stay valid)."""
         for slot in slots:
             self.slots.remove(slot)
-        if slots and self.valid():
-            header = {"op": "shm_detach", "tokens": [s.token for s in slots], "noreply": True}
-            self._transport.send(header)
+        if slots and self._channel.sock is self._sock and self._channel.epoch == self._epoch:
+            tokens = [s.token for s in slots]
+            self._transport.send({"op": "shm_detach", "tokens": tokens, "noreply": True},
+                                 hooked=False)
 
-    # ------------------------------------------------------------- replies
+    # ------------------------------------------------------------- samples
     def sample(self, header: dict, arrays: dict) -> Sample:
         """The :class:`Sample` of a reply; its data arrays view the slot the reply names."""
-        rid = header.get("id")
-        key, slot = self._requests.pop(rid, (None, None))
+        key, slot = self._requests.pop(header.get("id"), (None, None))
         need = header.get("shm_need")
         if key is not None and type(need) is int and need > 0:
             self.need[key] = need
         entries = header.get("shm")
         if header.get("shm_lost"):
-            self.lost()
+            self.slots = []  # the server forgot them: attach new ones on demand
         if entries is None or slot is None:
             if slot is not None and slot.state == _REQUESTED:
                 slot.state = _FREE
@@ -206,7 +232,7 @@ class ReplySlots:
                 raise ProtocolError("a reply names a shared-memory slot its request did not")
             return as_sample(header, arrays)
         try:
-            checked = _entries(entries, slot.segment.nbytes)
+            checked = check_entries(entries, slot.segment.nbytes)
         except ProtocolError:
             slot.state = _FREE
             raise
@@ -219,10 +245,17 @@ class ReplySlots:
         weakref.finalize(root, slot.release, slot.lease, id(root))
         return as_sample(header, arrays)
 
-    def lost(self) -> None:
-        """The server forgot this connection's slots (idle, or restarted): drop them all;
-        new ones are attached on demand."""
-        self.slots = []
+    # ------------------------------------------------------------- requests
+    def place(self, slot: _Slot, header: dict, large: list[tuple[str, np.ndarray]]) -> None:
+        """Copy ``large`` arrays into ``slot`` and name them in ``header["shm_in"]``."""
+        data, entries, off = slot.segment.data, [], 0
+        for name, a in large:
+            a = np.ascontiguousarray(a)
+            dest = data[off : off + a.nbytes].view(a.dtype).reshape(a.shape)
+            np.copyto(dest, a, casting="no")
+            entries.append([name, a.dtype.str, list(a.shape), off])
+            off = aligned(off + a.nbytes)
+        header["shm_in"] = [slot.token, entries]
 
 
 def _settled(ch: Channel, rid: int) -> bool:
@@ -230,35 +263,8 @@ def _settled(ch: Channel, rid: int) -> bool:
     return rid not in ch.pending and rid not in ch.abandoned and rid not in ch.replies
 
 
-def _entries(entries: Any, nbytes: int) -> list[tuple]:
-    """Checked ``[name, dtype, shape, offset]`` entries of a reply, with byte counts.
-
-    Raises:
-        ProtocolError: for an entry that is malformed or does not fit the slot.
-    """
-    out = []
-    if not isinstance(entries, list):
-        raise ProtocolError(f"reply field 'shm' is {describe(entries)}, not a list")
-    for entry in entries:
-        try:
-            name, dtype_str, shape, off = entry
-            dtype = wire._dtype(dtype_str)
-            shape = tuple(shape)
-            if not isinstance(name, str) or dtype is None or type(off) is not int:
-                raise ValueError(entry)
-            if not all(type(d) is int and 0 <= d <= wire.MAX_DIM for d in shape):
-                raise ValueError(entry)
-            size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-            if off < 0 or off + size > nbytes or off % dtype.alignment:
-                raise ValueError(entry)
-        except (TypeError, ValueError):
-            raise ProtocolError(f"malformed shared-memory entry {describe(entry)}") from None
-        out.append((name, dtype, shape, off, size))
-    return out
-
-
-class SharedMemoryReplies:
-    """A client's choice of reply path for samples, and its threads' reply slots.
+class SharedMemoryPath:
+    """A client's choice of path for large arrays, and its threads' slot rings.
 
     Args:
         address: the client's server address.
@@ -286,59 +292,101 @@ class SharedMemoryReplies:
         self._lock = threading.Lock()
         self.failure: str | None = None  # why the server could not map a segment
 
-    def slots(self, ch: Channel) -> ReplySlots | None:
-        """The reply slots of the thread whose channel is ``ch`` (None: not used)."""
+    def ring(self, ch: Channel) -> SlotRing | None:
+        """The slots of the thread whose channel is ``ch`` (None: not used)."""
         if not self.enabled:
             return None
-        slots = ch.shm
-        if slots is None or not slots.valid():
-            slots = ch.shm = ReplySlots(self._transport, ch)
-        return slots
+        ring = ch.shm
+        if ring is None:
+            ring = ch.shm = SlotRing(self._transport, ch)
+        elif not ring.usable(time.monotonic()):
+            ring.detach(list(ring.slots))
+            ring = ch.shm = ring.renewed()
+        return ring
 
-    def send(self, header: dict, arrays: dict, **send_kw: Any) -> int:
-        """Send a sample request, naming a reply slot when one can be had; its id."""
-        tr = self._transport
-        ch = tr.channel()
-        slots = self.slots(ch)
-        if slots is None:
-            return tr.send(header, arrays, **send_kw)
-        slot = self._lease(slots, header, send_kw.get("until"))
+    def _lease(self, ring: SlotRing, need: int, until: Any) -> _Slot | None:
+        """``ring.lease``, with what attaching may raise turned into this client's policy:
+        None (the socket) for a server at its limit, and for a server that cannot map
+        this client's segments (from now on; an error with ``shared_memory=True``)."""
         try:
-            rid = tr.send(header, arrays, **send_kw)
-        except BaseException:
-            slots.unsent(slot)
-            raise
-        slots.sent(slot, header, rid)
-        return rid
-
-    def _lease(self, slots: ReplySlots, header: dict, until: Any) -> _Slot | None:
-        try:
-            return slots.lease(header, until)
+            return ring.lease(need, until)
         except (ReplayError, OSError) as exc:
-            if isinstance(exc, wire.errors.ServerUnavailableError):
+            if isinstance(exc, ServerUnavailableError):
                 raise
-            if isinstance(exc, wire.errors.ResourceLimitError):
-                header["shm"] = 0
+            if isinstance(exc, ResourceLimitError):
                 return None
             with self._lock:
                 self.failure = f"{type(exc).__name__}: {exc}"
                 if self.mode is True:
                     raise InvalidArgumentError(
-                        f"shared_memory=True, but samples cannot come through shared "
+                        f"shared_memory=True, but arrays cannot travel through shared "
                         f"memory: {self.failure}; use shared_memory=None to fall back to "
                         "the socket"
                     ) from None
                 self.enabled = False
-            header.pop("shm", None)
             return None
+
+    # ------------------------------------------------------------- samples
+    def send_sample(self, header: dict, arrays: dict, **send_kw: Any) -> int:
+        """Send a sample request, naming a slot for its data when one can be had (with
+        ``"shm": 0`` when the batch's size is not known yet: the reply says it); its id."""
+        tr = self._transport
+        ring = self.ring(tr.channel())
+        if ring is None:
+            return tr.send(header, arrays, **send_kw)
+        batch = header.get("batch_size")
+        key = (header["table"], batch) if type(batch) is int else None
+        need = ring.need.get(key) if key is not None else None
+        slot = None if need is None else self._lease(ring, need, send_kw.get("until"))
+        if self.enabled:
+            header["shm"] = 0 if slot is None else slot.token
+        try:
+            rid = tr.send(header, arrays, **send_kw)
+        except BaseException:
+            ring.unsent(slot)
+            raise
+        ring.sent(slot, key, rid)
+        return rid
 
     def sample(self, reply: tuple[dict, dict]) -> Sample:
         """The :class:`Sample` of a sample reply (views on a slot, or socket arrays)."""
         header, arrays = reply
-        ch = self._transport.channel()
-        slots = ch.shm
-        if slots is None or not slots.valid():
+        ring = self._transport.channel().shm
+        if ring is None:
             if header.get("shm") is not None:
                 raise ProtocolError("a reply names a shared-memory slot this thread has not")
             return as_sample(header, arrays)
-        return slots.sample(header, arrays)
+        return ring.sample(header, arrays)
+
+    # ------------------------------------------------------------- requests
+    def place(
+        self, ch: Channel, header: dict, arrays: dict, until: Any
+    ) -> tuple[dict, _Slot | None]:
+        """Move the large arrays of an insert or writer request into a slot (the request
+        then names it in ``"shm_in"``); returns the arrays left for the socket and the
+        slot (for :meth:`sent`). Arrays stay for the socket when no slot can be had, or
+        when the request is larger than the server accepts (the socket's check says so).
+        """
+        # a request sent again (a writer's chunk after a lost reply) names its new slot
+        header.pop("shm_in", None)
+        ring = self.ring(ch)
+        if ring is None:
+            return arrays, None
+        large = [(n, a) for n, a in arrays.items() if a.nbytes >= wire.ZERO_COPY_BYTES]
+        if not large:
+            return arrays, None
+        total = sum(a.nbytes for a in arrays.values())
+        if ch.max_message_bytes is not None and total > ch.max_message_bytes:
+            return arrays, None
+        slot = self._lease(ring, sum(aligned(a.nbytes) for _, a in large), until)
+        if slot is None:
+            return arrays, None
+        ring.place(slot, header, large)
+        placed = {n for n, _ in large}
+        return {n: a for n, a in arrays.items() if n not in placed}, slot
+
+    def sent(self, ch: Channel, slot: _Slot, rid: int) -> None:
+        """The request that :meth:`place` filled ``slot`` for went out as ``rid``."""
+        ring = ch.shm
+        if ring is not None:
+            ring.sent(slot, None, rid)

@@ -20,14 +20,18 @@ those.
 from __future__ import annotations
 
 import contextlib
+import math
 import mmap
 import os
 import re
 import secrets
 import stat
 import sys
+from typing import Any
 
 import numpy as np
+
+from rlreplay.errors import ProtocolError, describe
 
 SHM_DIR = "/dev/shm"
 PREFIX = "rlreplay-"
@@ -168,3 +172,44 @@ def sweep_stale() -> int:
             os.unlink(_path(name))
             removed += 1
     return removed
+
+
+ALIGN = 64  # arrays in a segment start at multiples of this many bytes
+
+
+def aligned(nbytes: int) -> int:
+    """``nbytes`` rounded up to a multiple of :data:`ALIGN`."""
+    return -(-nbytes // ALIGN) * ALIGN
+
+
+def check_entries(entries: Any, nbytes: int) -> list[tuple[str, np.dtype, tuple, int, int]]:
+    """Checked ``[name, dtype, shape, offset]`` entries that place arrays in a segment's
+    data area of ``nbytes`` bytes; each returned with its byte count.
+
+    Raises:
+        ProtocolError: for an entry that is malformed, of a dtype that may not cross the
+            wire, or that does not fit the data area.
+    """
+    from rlreplay.net import wire
+
+    if not isinstance(entries, list) or len(entries) > 4096:
+        raise ProtocolError(f"shared-memory entries {describe(entries)} are not a list")
+    out = []
+    for entry in entries:
+        try:
+            name, dtype_str, shape, off = entry
+            dtype = wire._dtype(dtype_str)
+            shape = tuple(shape)
+            if not isinstance(name, str) or dtype is None or type(off) is not int:
+                raise ValueError(entry)
+            if len(shape) > wire.MAX_DIMS:
+                raise ValueError(entry)
+            if not all(type(d) is int and 0 <= d <= wire.MAX_DIM for d in shape):
+                raise ValueError(entry)
+            size = math.prod(shape) * dtype.itemsize
+            if off < 0 or off + size > nbytes or off % dtype.alignment:
+                raise ValueError(entry)
+        except (TypeError, ValueError):
+            raise ProtocolError(f"malformed shared-memory entry {describe(entry)}") from None
+        out.append((name, dtype, shape, off, size))
+    return out

@@ -27,16 +27,17 @@ import numpy as np
 
 from rlreplay.errors import InvalidArgumentError, ProtocolError, ResourceLimitError, describe
 from rlreplay.net import wire
-from rlreplay.net.shm_segments import MAX_SEGMENT_BYTES, NONCE_BYTES, Segment, boot_id
+from rlreplay.net.shm_segments import (
+    MAX_SEGMENT_BYTES,
+    NONCE_BYTES,
+    Segment,
+    aligned,
+    boot_id,
+    check_entries,
+)
 
-ALIGN = 64  # arrays in a segment start at multiples of this many bytes
 IDLE_S = 60.0  # a connection's segments are dropped after this long without use
 MAX_SEGMENTS_PER_CLIENT = 64
-
-
-def aligned(nbytes: int) -> int:
-    """``nbytes`` rounded up to a multiple of :data:`ALIGN`."""
-    return -(-nbytes // ALIGN) * ALIGN
 
 
 class SlotTarget:
@@ -198,6 +199,37 @@ class SharedSegments:
             return SlotTarget(None, lost=True)
         self._last_use[client] = now
         return SlotTarget(segment)
+
+    def request_arrays(
+        self, client: bytes, header: dict, arrays: dict, epoch: int | None, now: float
+    ) -> None:
+        """Add to a request's ``arrays`` those its ``"shm_in": [token, entries]`` places in
+        one of the client's segments: read-only views, valid while the request is served
+        (its client reuses the memory only once the reply arrived).
+
+        Raises:
+            ProtocolError: for a malformed ``shm_in``, or an array also carried in frames.
+            InvalidArgumentError: for a token this connection did not attach (the server
+                forgot its segments after ``IDLE_S`` seconds unused): nothing is applied.
+        """
+        spec = header.pop("shm_in")
+        if not isinstance(spec, list) or len(spec) != 2 or type(spec[0]) is not int:
+            raise ProtocolError(f"request field 'shm_in' is {describe(spec)}")
+        segment = self._clients.get(client, {}).get(spec[0])
+        if segment is None:
+            if header.get("epoch", epoch) != epoch:
+                return  # meant for an earlier server: refused as such by the envelope check
+            raise InvalidArgumentError(
+                f"the request's arrays are in shared memory this server does not map (token "
+                f"{spec[0]}, forgotten after {IDLE_S:g}s unused); nothing was applied"
+            )
+        self._last_use[client] = now
+        for name, dtype, shape, off, size in check_entries(spec[1], segment.nbytes):
+            if name in arrays:
+                raise ProtocolError(f"array {name!r} is given twice")
+            a = segment.data[off : off + size].view(dtype).reshape(shape)
+            a.flags.writeable = False
+            arrays[name] = a
 
     def forget_idle(self, now: float, idle_s: float = IDLE_S) -> None:
         """Drop the segments of connections that used none for ``idle_s`` seconds."""

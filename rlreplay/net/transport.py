@@ -81,6 +81,7 @@ class Transport:
         self._local = threading.local()
         self._channels: list[Channel] = []
         self._ids = itertools.count(1)
+        self.shm: Any = None  # the client's shared-memory path (rlreplay.net.shm), if used
 
     # -------------------------------------------------------------- socket
     def connect(self) -> zmq.Socket:
@@ -202,6 +203,10 @@ class Transport:
             header["expires"] = expires - margin + ch.clock_offset
         if ch.greeted:
             header["lease"] = self.lease_of(ch)
+        slot = None
+        if arrays and self.shm is not None and (op == "insert" or op == "write"):
+            # large arrays of a same-host client travel in its shared memory
+            arrays, slot = self.shm.place(ch, header, arrays, until)
         frames = wire.encode(header, arrays)
         if arrays and ch.max_message_bytes is not None:
             self.check_size(frames, ch.max_message_bytes)
@@ -216,6 +221,8 @@ class Transport:
                 )
             sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
         ch.sent(rid)
+        if slot is not None:
+            self.shm.sent(ch, slot, rid)
         return rid
 
     def lease_of(self, ch: Channel) -> float:

@@ -15,7 +15,7 @@ from netprocs import CTX, config, served
 from shm_procs import FRAME_SIGNATURE, consistent, frames_rows, hold_batches, shm_entries
 
 import rlreplay
-from rlreplay.errors import InvalidArgumentError
+from rlreplay.errors import InvalidArgumentError, ProtocolError
 from rlreplay.net import shm
 from rlreplay.net.shm import is_shared
 from rlreplay.net.shm_segments import available
@@ -187,3 +187,75 @@ def test_kill_9_of_a_client_or_of_the_server_leaks_no_segment():
     while shm_entries() != before and time.monotonic() < deadline:
         time.sleep(0.05)
     assert shm_entries() == before
+
+
+QUEUE = config(
+    {
+        "name": "queue",
+        "signature": FRAME_SIGNATURE,
+        "capacity": 2000,
+        "max_size": 400,
+        "sampler": {"type": "Fifo"},
+        "remover": {"type": "Fifo"},
+        "max_times_sampled": 1,
+        "rate_limiter": {"type": "Queue", "size": 400},
+    }
+)
+ROWS = 200  # 200 frames of 432 bytes: large enough to travel in shared memory
+
+
+def test_inserts_and_writer_chunks_travel_in_shared_memory_and_a_parked_one_keeps_its_slot():
+    with served(QUEUE) as (address, _):
+        client = rlreplay.Client(address, shared_memory=True)
+        # two inserts fill the queue; two more are parked by its rate limiter with their
+        # rows in this client's slots, which later inserts must not reuse
+        for first in range(0, 4 * ROWS, ROWS):
+            client.insert("queue", frames_rows(first, ROWS), timeout=30.0)
+        ring = client._channel().shm
+        # the first two were answered at once, so their slots carry the two parked ones
+        assert [s.state for s in ring.slots] == [shm._REQUESTED] * 2
+        reader = rlreplay.Client(address, shared_memory=False)
+        steps = []
+        for _ in range(8):
+            batch = reader.sample("queue", 100, timeout=30.0)
+            assert consistent(batch)
+            steps.extend(batch.data["step"].tolist())
+        client.flush(timeout=30.0)
+        assert steps == list(range(4 * ROWS))  # every row, in order, none overwritten
+        # once acknowledged, the slots serve again: the ring does not grow
+        slots = len(ring.slots)
+        for first in range(0, 2 * ROWS, ROWS):
+            client.insert("queue", frames_rows(first, ROWS), wait=True)
+            assert consistent(reader.sample("queue", ROWS, timeout=30.0))
+        assert len(client._channel().shm.slots) == slots
+        # a trajectory writer's chunks go the same way
+        with client.trajectory_writer("queue", chunk_steps=ROWS) as writer:
+            rows = frames_rows(0, 2 * ROWS)
+            for i in range(2 * ROWS):
+                writer.append({"obs": rows["obs"][i], "step": rows["step"][i]})
+                writer.create_item("queue", priority=1.0)
+            writer.flush(timeout=30.0)
+        got = reader.sample("queue", 2 * ROWS, timeout=30.0)
+        assert consistent(got) and got.data["step"].tolist() == list(range(2 * ROWS))
+
+
+def test_the_server_checks_what_a_request_places_in_shared_memory():
+    with served(QUEUE) as (address, _):
+        client = rlreplay.Client(address, shared_memory=True)
+        client.insert("queue", frames_rows(0, ROWS), wait=True)  # attaches a slot
+        token = client._channel().shm.slots[0].token
+        tr = client._transport
+        cases = {
+            "unknown token": ([token + 100, []], InvalidArgumentError, "does not map"),
+            "past the slot": (
+                [token, [["data/obs", "|u1", [10**6, 12, 12, 3], 0]]],
+                ProtocolError,
+                "malformed shared-memory entry",
+            ),
+            "not a pair": ([token], ProtocolError, "shm_in"),
+        }
+        for spec, error, match in cases.values():
+            header = {"op": "insert", "table": "queue", "shm_in": spec}
+            with pytest.raises(error, match=match):
+                tr.call(header, {"data/step": np.zeros(1, np.int64)})
+        assert client.info("queue").size == ROWS  # none of them inserted anything
