@@ -15,7 +15,7 @@ from netprocs import CTX, config, served
 from shm_procs import FRAME_SIGNATURE, consistent, frames_rows, hold_batches, shm_entries
 
 import rlreplay
-from rlreplay.errors import InvalidArgumentError, ProtocolError
+from rlreplay.errors import InvalidArgumentError, ProtocolError, ServerRestartedError
 from rlreplay.net import shm
 from rlreplay.net.shm import is_shared
 from rlreplay.net.shm_segments import available
@@ -245,6 +245,7 @@ def test_the_server_checks_what_a_request_places_in_shared_memory():
         client.insert("queue", frames_rows(0, ROWS), wait=True)  # attaches a slot
         token = client._channel().shm.slots[0].token
         tr = client._transport
+        tr.shm = None  # send the requests below as written, as a faulty client would
         cases = {
             "unknown token": ([token + 100, []], InvalidArgumentError, "does not map"),
             "past the slot": (
@@ -259,3 +260,24 @@ def test_the_server_checks_what_a_request_places_in_shared_memory():
             with pytest.raises(error, match=match):
                 tr.call(header, {"data/step": np.zeros(1, np.int64)})
         assert client.info("queue").size == ROWS  # none of them inserted anything
+
+
+def test_after_a_server_restart_the_client_attaches_new_slots(tmp_path):
+    bind = f"ipc://{tmp_path}/server"
+    client = rlreplay.Client(bind, shared_memory=True)
+    for restarted in (False, True):  # the second server knows nothing of the first's slots
+        with served(QUEUE, bind=bind) as (address, _):
+            assert address == bind
+            for first in (0, ROWS):
+                try:
+                    keys = client.insert("queue", frames_rows(first, ROWS), wait=True)
+                except ServerRestartedError:  # addressed to the server before
+                    keys = client.insert("queue", frames_rows(first, ROWS), wait=True)
+                assert len(keys) == ROWS
+            batches = [client.sample("queue", 50, timeout=10.0) for _ in range(4)]
+            # the first batch of the first server sizes the slots; the client remembers it
+            assert [is_shared(b.data["obs"]) for b in batches] == [restarted, True, True, True]
+            assert all(consistent(b) for b in batches)
+            assert [int(b.data["step"][0]) for b in batches] == [0, 50, 100, 150]
+            del batches  # free slots: the next server must not be sent their old tokens
+            gc.collect()
