@@ -93,7 +93,8 @@ class Segment:
         once the server answered).
 
         Raises:
-            OSError: if the file cannot be created or sized (``/dev/shm`` full, say).
+            OSError: if the file cannot be created or its memory reserved (``/dev/shm``
+                full: ENOSPC).
         """
         global _swept
         if not _swept:
@@ -104,6 +105,9 @@ class Segment:
         fd = os.open(_path(name), os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
             os.ftruncate(fd, HEADER_BYTES + nbytes)
+            # Reserve the pages now: a write to a page a full /dev/shm (a container's
+            # 64 MiB, say) cannot provide would kill the writing process with SIGBUS.
+            os.posix_fallocate(fd, 0, HEADER_BYTES + nbytes)
             mm = mmap.mmap(fd, HEADER_BYTES + nbytes)
         except BaseException:
             os.close(fd)
