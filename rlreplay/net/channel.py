@@ -46,6 +46,9 @@ class Channel:
         self.max_message_bytes: int | None = None  # the server's limit, once known
         self.clock_offset = 0.0  # server clock minus this clock, a lower bound
         self.last_heard = time.monotonic()
+        # The latest lease a message on this socket carried, in this process's clock:
+        # once it has passed the server refuses whatever of them it had not started.
+        self.latest_lease = -float("inf")
         self.inserts: Any = None  # the thread's InsertPipeline, once it inserts
         self.shm: Any = None  # the thread's shared-memory reply slots (rlreplay.net.shm)
         self._open()
@@ -135,6 +138,7 @@ class Channel:
         self.sock.close(linger=0)
         self.epoch = None  # learnt again (by a handshake) before the next request
         self.greeted = False
+        self.latest_lease = -float("inf")
         self._open()
 
     def wait(self, seconds: float) -> bool:

@@ -8,14 +8,17 @@ A :class:`Transport` sends requests and waits for their replies on behalf of a
   send (a full queue), the wait, and the pings that tell a busy server from a dead one;
 - every request carries the server epoch it is meant for and the time its caller stops
   waiting, so a restarted server refuses it and no server starts it after that time;
-- when the server does not answer, the thread's socket is dropped with everything still
-  queued in it, so a call that raised is never applied later;
+- a call with a deadline that gets no answer fails alone (its ``expires`` keeps any server
+  from starting it later); when a call without one hears nothing for ``2 * liveness_s``,
+  the thread's socket is dropped with everything still queued in it, after the lease past
+  which the server refuses those requests, so a call that raised is never applied later;
 - a reply with a new epoch fails every request the old server had taken
   (:class:`~rlreplay.errors.ServerRestartedError`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import threading
@@ -26,7 +29,12 @@ from typing import Any
 import numpy as np
 import zmq
 
-from rlreplay.errors import InvalidArgumentError, ReplayTimeoutError, ServerUnavailableError
+from rlreplay.errors import (
+    InvalidArgumentError,
+    ReplayTimeoutError,
+    ServerRestartedError,
+    ServerUnavailableError,
+)
 from rlreplay.net import auth, wire
 from rlreplay.net.channel import Channel
 
@@ -185,7 +193,9 @@ class Transport:
             if hooked and not ping and inserts.waiting:
                 inserts.before_request(op != "write" and op != "close_writer", until)
         if not ping and not ch.greeted:
-            self.wait_until(self.send({"op": "ping"}, until=until), until)
+            # a reply with a new epoch fails what the old server took, this ping included
+            with contextlib.suppress(ServerRestartedError):
+                self.wait_until(self.send({"op": "ping"}, until=until), until)
             ch.greeted = True
         if timeout is not CALL:
             if timeout is not None and until is not None:
@@ -202,7 +212,8 @@ class Transport:
             margin = min(EXPIRY_MARGIN_S, max(expires - time.monotonic(), 0.0) / 4)
             header["expires"] = expires - margin + ch.clock_offset
         if ch.greeted:
-            header["lease"] = self.lease_of(ch)
+            header["lease"] = lease = self.lease_of(ch)
+            ch.latest_lease = max(ch.latest_lease, lease - ch.clock_offset)
         slot = None
         if arrays and self.shm is not None and (op == "insert" or op == "write"):
             # large arrays of a same-host client travel in its shared memory
@@ -266,11 +277,14 @@ class Transport:
                 waiting for it later, as pipelined inserts do).
 
         Raises:
-            ServerUnavailableError: if the server did not answer at all. The socket is
-                then dropped with everything still queued in it, and every other request
-                outstanding on it fails the same way: none of them is applied later.
+            ServerUnavailableError: if the server did not answer at all. By ``until``:
+                this call fails alone (see :meth:`_no_answer`); without a deadline, after
+                ``2 * liveness_s`` of silence, the socket is dropped with everything still
+                queued in it and every other request outstanding on it fails the same way.
+                Either way none of them is applied later.
             ServerRestartedError: if the server restarted since the request was sent.
-            ReplayTimeoutError: if the server answers but this call did not complete.
+            ReplayTimeoutError: if the server answers but this call did not complete, or
+                (``abandon`` False) did not answer by ``until``.
         """
         start = time.monotonic()
         ch = self.channel()
@@ -298,8 +312,10 @@ class Transport:
                         f"the replay server at {self.address} answers, but this call "
                         f"did not complete within {until - start:.3g}s"
                     )
-                self._unavailable(
+                self._no_answer(
                     ch,
+                    rid,
+                    abandon,
                     f"no reply from the replay server at {self.address} within "
                     f"{until - start:.3g}s",
                 )
@@ -329,21 +345,55 @@ class Transport:
             raise wire.error_from_code(header.get("code"), str(header.get("message", "")))
         return header, arrays
 
+    def _no_answer(self, ch: Channel, rid: int, abandon: bool, message: str) -> None:
+        """A wait with a deadline ended without an answer, not even to its last ping.
+
+        Once the latest lease this socket sent has passed, the server refuses whatever of
+        its requests it had not started, so the socket is dropped and all of them fail
+        (:meth:`_unavailable`). Before that, only this call fails: its request carries
+        ``expires``, so no server starts it later, while the socket may carry requests
+        without a deadline (a thread's pipelined inserts) that a stalled server could still
+        apply when it resumes, and must not be reported failed. The next request first
+        learns the server's epoch again. (What leases cover: ``docs/protocol.md``.)
+
+        Raises:
+            ReplayTimeoutError: for a wait that keeps its request (``abandon`` False, a
+                pipelined insert's): it is still on its way and may yet be stored.
+            ServerUnavailableError: otherwise, with why where it can tell (as
+                :meth:`_unavailable`).
+        """
+        if time.monotonic() >= ch.latest_lease:
+            self._unavailable(ch, message)  # the server refuses all of them from now on
+        # The next request first pings: a server that restarted meanwhile shows its new
+        # epoch (failing what the old one had taken) before that request is stamped.
+        ch.greeted = False
+        if not abandon:
+            raise ReplayTimeoutError(
+                f"{message}; the request is still on its way and may yet be stored: wait "
+                "for it again"
+            )
+        ch.abandon(rid)
+        raise self._diagnosed(message) from None
+
     def _unavailable(self, ch: Channel, message: str) -> None:
         """Drop the channel's socket and queued requests; raise ServerUnavailableError.
 
         The socket is dropped first, so nothing it queued can reach a server that comes
-        back. Then, the call having failed, a short look at a new connection's handshake
-        (at most ``diagnose_s``) tells why, where it can: nothing accepts connections at the
-        address, or which CURVE credential the server refused. It is in the message, and
-        in the error's ``reason``.
+        back; then :meth:`_diagnosed` says why the server did not answer.
         """
         ch.reset(message)
+        raise self._diagnosed(message) from None
+
+    def _diagnosed(self, message: str) -> ServerUnavailableError:
+        """The ServerUnavailableError of a call that got no answer: ``message`` and why,
+        where a short look at a new connection's handshake (at most ``diagnose_s``) can
+        tell: nothing accepts connections at the address, or which CURVE credential the
+        server refused (also the error's ``reason``)."""
         verdict = self.diagnose()
         why = auth.unreachable_reason(verdict)
         if why is None:
             why = "server down, unreachable, or rejecting this client's credentials"
-        raise ServerUnavailableError(f"{message}: {why}", verdict) from None
+        return ServerUnavailableError(f"{message}: {why}", verdict)
 
     def diagnose(self, timeout: float | None = None) -> str | None:
         """A :func:`~rlreplay.net.auth.diagnose_connection` verdict for this client's address
