@@ -51,3 +51,22 @@ def hold_batches(address: str, table: str, held: int, out: Any, stop: Any) -> No
         return
     stop.wait(120.0)
     del batches
+
+
+def write_frames(address: str, table: str, first: int, n: int, out: Any) -> None:
+    """Child: append steps ``first .. first + n`` (one item each) with a trajectory writer
+    whose chunks travel in shared memory; reports whether they did."""
+    from rlreplay.net import Client
+
+    try:
+        client = Client(address, shared_memory=True)
+        rows = frames_rows(first, n)
+        with client.trajectory_writer(table, chunk_steps=200) as writer:  # 86 KB chunks
+            for i in range(n):
+                writer.append({"obs": rows["obs"][i], "step": rows["step"][i]})
+                writer.create_item(table, priority=1.0)
+            writer.flush(timeout=60.0)
+        placed = bool(client._channel().shm.slots)
+        out.put(("ok", first, placed))
+    except Exception as exc:
+        out.put(("error", first, f"{type(exc).__name__}: {exc}"))

@@ -12,7 +12,14 @@ import time
 import numpy as np
 import pytest
 from netprocs import CTX, config, served
-from shm_procs import FRAME_SIGNATURE, consistent, frames_rows, hold_batches, shm_entries
+from shm_procs import (
+    FRAME_SIGNATURE,
+    consistent,
+    frames_rows,
+    hold_batches,
+    shm_entries,
+    write_frames,
+)
 
 import rlreplay
 from rlreplay.errors import InvalidArgumentError, ProtocolError, ServerRestartedError
@@ -281,3 +288,54 @@ def test_after_a_server_restart_the_client_attaches_new_slots(tmp_path):
             assert [int(b.data["step"][0]) for b in batches] == [0, 50, 100, 150]
             del batches  # free slots: the next server must not be sent their old tokens
             gc.collect()
+
+
+def test_several_writer_processes_and_learners_at_once():
+    cfg = config(frames_table("many", capacity=4000))
+    with served(cfg) as (address, _):
+        out = CTX.Queue()
+        writers = [
+            CTX.Process(target=write_frames, args=(address, "many", w * 1000, 600, out))
+            for w in range(3)
+        ]
+        for p in writers:
+            p.start()
+        learner = rlreplay.Client(address, shared_memory=True)
+        try:
+            checked = 0
+            deadline = time.monotonic() + 60.0
+            while checked < 40 and time.monotonic() < deadline:
+                if learner.info("many").size >= 64:
+                    batch = learner.sample("many", 64)
+                    assert consistent(batch)
+                    checked += 1
+            reports = [out.get(timeout=60.0) for _ in writers]
+        finally:
+            for p in writers:
+                p.join(10.0)
+                if p.is_alive():
+                    p.kill()
+        assert all(r[0] == "ok" and r[2] for r in reports), reports
+        assert learner.info("many").size == 1800
+        everything = learner.sample("many", 1800)
+        assert consistent(everything) and checked == 40
+        steps = set(everything.data["step"].tolist())
+        assert steps <= {w * 1000 + i for w in range(3) for i in range(600)}
+
+
+def test_the_server_forgets_the_segments_of_a_silent_connection():
+    from rlreplay.net.shm_segments import Segment, boot_id
+    from rlreplay.net.shm_server import IDLE_S, SharedSegments
+
+    segments, created = SharedSegments(), Segment.create(4096)
+    before = shm_entries()
+    header = {"name": created.name, "nbytes": 4096, "nonce": created.nonce, "boot_id": boot_id()}
+    token = segments.attach(b"client", header, now=100.0)["token"]
+    assert created.name not in shm_entries()  # the server unlinked it at once
+    assert len(segments) == 1 and segments.target(b"client", token, 100.0).segment is not None
+    assert segments.target(b"other", token, 100.0).lost  # another connection's token
+    segments.forget_idle(100.0 + IDLE_S / 2)
+    assert len(segments) == 1
+    segments.forget_idle(100.0 + IDLE_S / 2 + IDLE_S + 1)
+    assert len(segments) == 0 and segments.target(b"client", token, 200.0).lost
+    assert shm_entries() <= before
