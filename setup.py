@@ -28,5 +28,6 @@ setup(
         Extension(
             "rlreplay.core._store", ["rlreplay/core/_store.c"], depends=[COMMON], optional=True
         ),
+        Extension("rlreplay.writers._blocks", ["rlreplay/writers/_blocks.c"], optional=True),
     ]
 )

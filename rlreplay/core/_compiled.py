@@ -1,11 +1,12 @@
 """Loading the optional compiled kernels, and reporting which ones are active.
 
 The package's install builds small C extensions (``rlreplay/core/_store.c``, ``_draws.c``,
-``_slots.c``, ``rlreplay/core/selectors/_sumtree.c``) when a C compiler is present. Each has
-a numpy equivalent with the same results, used when the kernel was not built, when it fails
-to import, or when the environment variable ``RLREPLAY_NO_EXTENSION=1`` is set at import
-(tests run both paths and compare them). :func:`kernel_status` says which path each kernel
-takes in this process and why (``rlreplay info --build`` prints it).
+``_slots.c``, ``rlreplay/core/selectors/_sumtree.c``, ``rlreplay/writers/_blocks.c``) when a
+C compiler is present. Each has a numpy equivalent with the same results, used when the
+kernel was not built, when it fails to import, or when the environment variable
+``RLREPLAY_NO_EXTENSION=1`` is set at import (tests run both paths and compare them).
+:func:`kernel_status` says which path each kernel takes in this process and why
+(``rlreplay info --build`` prints it).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ KERNELS = (
     "rlreplay.core._draws",
     "rlreplay.core._slots",
     "rlreplay.core.selectors._sumtree",
+    "rlreplay.writers._blocks",
 )
 """Every compiled kernel, in the order :func:`kernel_status` reports them."""
 

@@ -171,7 +171,7 @@ class ChunkBatch:
         self._rows = 0  # rows in the open chunk
         self._reach = 0  # rows the open chunk reaches back from its end
         self._switch = False
-        self._pieces: list[tuple[int, list[Any]]] = []
+        self._pieces: list[tuple[int, list[Any], list[int] | None]] = []
 
     def reserve(self, n: int) -> dict[str, np.ndarray]:
         """Views of the staging buffer where the next piece's ``n`` rows go: fill them,
@@ -220,7 +220,33 @@ class ChunkBatch:
         self._used += n
         self._rows += n
         self._reach = max(self._reach + n, reach)
-        self._pieces.append((self._rows, jobs))
+        self._pieces.append((self._rows, jobs, None))
+
+    def add_pieces(
+        self,
+        rows: int,
+        switch: bool,
+        jobs: list[tuple[Any, int, np.ndarray, np.ndarray]],
+        counts: list[int],
+    ) -> bool:
+        """Add consecutive pieces at once, as :meth:`add` of each would: ``rows`` rows in
+        all, filled in through :meth:`reserve`, ``switch`` the first piece's, each job's
+        ``starts`` relative to the *last* piece's last row, ``counts`` the items of each
+        piece that has items (the same for every table). Returns ``False`` and adds
+        nothing when adding them one by one would close a chunk among them (they reach
+        back past ``limit``): the caller adds them one by one then."""
+        reach = rows
+        if jobs and len(jobs[0][2]):
+            reach = max(reach, -int(jobs[0][2].min()))
+        if max(self._reach + rows, reach) > self.limit:
+            return False
+        if not self._pieces:
+            self._switch = switch
+        self._used += rows
+        self._rows += rows
+        self._reach = max(self._reach + rows, reach)
+        self._pieces.append((self._rows, jobs, counts))
+        return True
 
     def _close(self) -> None:
         """Turn the open pieces into a chunk."""
@@ -230,26 +256,31 @@ class ChunkBatch:
         if self._rows:
             lo, hi = self._first, self._first + self._rows
             rows = {p: a[lo:hi] for p, a in self._stage.items()}
-        if len(self._pieces) == 1:  # nothing to join
-            self._chunks.append(Chunk(rows, self._switch, self._split(self._pieces[0][1])))
+        first = self._pieces[0]
+        if len(self._pieces) == 1 and (first[2] is None or len(first[2]) <= 1):
+            self._chunks.append(Chunk(rows, self._switch, self._split(first[1])))  # one piece
             self._reset()
             return
         total = self._rows
-        merged: dict[int, tuple[Any, int, list[np.ndarray], list[np.ndarray]]] = {}
-        for end, jobs in self._pieces:
-            shift = total - end  # rows appended after this piece in the chunk
+        merged: dict[int, tuple[Any, int, list[np.ndarray], list[np.ndarray], list[int]]] = {}
+        for end, jobs, counts in self._pieces:
+            shift = total - end  # rows appended after these pieces in the chunk
             for table, span, starts, extents in jobs:
-                job = merged.setdefault(id(table), (table, span, [], []))
+                job = merged.setdefault(id(table), (table, span, [], [], []))
                 job[2].append(starts - shift if shift else starts)
                 job[3].append(extents)
+                job[4].extend([len(starts)] if counts is None else counts)
         joined = []
-        for table, span, starts, extents in merged.values():
+        for table, span, starts, extents, counts in merged.values():
             window = self._windows.get(getattr(table, "name", table))
+            every_start, every_extent = _join(starts), _join(extents)
             if window is not None:  # consecutive packs the limiter admits
-                joined.extend(self._split([(table, span, _join(starts), _join(extents))]))
+                joined.extend(self._split([(table, span, every_start, every_extent)]))
                 continue
-            for lo, hi in _packs([len(s) for s in starts], self._cap(table, starts)):
-                joined.append((table, span, _join(starts[lo:hi]), _join(extents[lo:hi])))
+            bounds = np.cumsum([0, *counts]).tolist()
+            for lo, hi in _packs(counts, self._cap(table, counts)):
+                a, b = bounds[lo], bounds[hi]
+                joined.append((table, span, every_start[a:b], every_extent[a:b]))
         self._chunks.append(Chunk(rows, self._switch, joined))
         self._reset()
 
@@ -268,16 +299,13 @@ class ChunkBatch:
                 out.append((table, span, starts[lo : lo + window], extents[lo : lo + window]))
         return out
 
-    def _cap(self, table: Any, parts: list[np.ndarray]) -> int:
+    def _cap(self, table: Any, counts: list[int]) -> int:
         """Items one ``create_items`` call for ``table`` may hold: ``max_items`` or the
         largest piece's items (every item for a table whose limiter never blocks), at
         most the table's ``max_size`` (a piece is never split, so a piece over
         ``max_size`` fails in the writer as it would alone)."""
         name = getattr(table, "name", table)
-        if name in self._unlimited:
-            cap = sum(len(p) for p in parts)
-        else:
-            cap = max(self.max_items, max(len(p) for p in parts))
+        cap = sum(counts) if name in self._unlimited else max(self.max_items, max(counts))
         size = self._sizes.get(name)
         if size is not None and size > 0:
             cap = min(cap, size)

@@ -99,6 +99,7 @@ class EpisodeSteps:
         self.appended[idx] = 0
         self.serial[idx] += 1
         self.rows.write_first(idx, self.pad + 1, obs)
+        self.pieces.started()
 
     def step_all(
         self,
@@ -141,6 +142,7 @@ class EpisodeSteps:
             self.steps[sel] = 0  # a waiting env's ignored step was counted
             self.serial[sel] += 1
             self.rows.write_first(restart, self.pad + 1, {p: a[sel] for p, a in obs.items()})
+            self.pieces.started()
             if self.pad >= self.chunk_length:  # new episodes' padding rows fill a chunk
                 self.pieces.flush_ready()
                 self.out.release(self.rows)

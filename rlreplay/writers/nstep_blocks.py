@@ -35,7 +35,11 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.core._compiled import load_kernel
 from rlreplay.writers.autoreset import final_obs_source
+
+# The compiled plan of a block (rlreplay/writers/_blocks.c), or None: the numpy settle.
+_kernel = load_kernel("rlreplay.writers._blocks")
 
 _NO_ENDS = np.zeros(0, dtype=bool)
 
@@ -89,6 +93,22 @@ class NStepBlock:
             p: np.zeros((e, self.width, *sig[p].shape), dtype=sig[p].dtype) for p in inputs.paths
         }
         self._flat = {p: s.reshape(e * self.width, *s.shape[2:]) for p, s in self.scratch.items()}
+        # The compiled plan's outputs (see _settle_compiled), sized for the worst block.
+        self._plan = None if _kernel is None else _kernel.plan
+        most = e * (cap + k * (2 + a.pad + a.span)) + 16
+        self._params = np.zeros(13, dtype=np.int64)
+        self._plan_out = {
+            "steps": np.zeros(2 * k * e, dtype=np.int64),
+            "firsts": np.zeros(2 * k * e * (a.pad + 1), dtype=np.int64),
+            "rows": np.zeros(most, dtype=np.int64),
+            "left": np.zeros(most, dtype=np.int64),
+            "disc": np.zeros(most, dtype=np.float64),
+            "pieces": np.zeros(3 * (k + 1) * e, dtype=np.int64),
+            "rel": np.zeros(most, dtype=np.int64),
+            "ext": np.zeros(most, dtype=np.int64),
+            "held": np.zeros(2 * e, dtype=np.int64),
+        }
+        self._cap_range = np.arange(cap)
 
     # ---------------------------------------------------------------- record
     def record(
@@ -153,6 +173,153 @@ class NStepBlock:
             return
         self.calls = 0
         self.rows = 0
+        if self._plan is not None:
+            self._settle_compiled(K)
+        else:
+            self._settle_numpy(K)
+
+    def _settle_compiled(self, K: int) -> None:
+        """:meth:`settle` with the compiled plan (``rlreplay.writers._blocks``): the
+        kernel replays the calls' bookkeeping; numpy moves the rows, one gather or
+        scatter per field."""
+        a = self.adder
+        episodes, rows, pieces = a._episodes, a._rows, a._pieces
+        E, W, pad, n = a.num_envs, self.width, a.pad, a.n
+        flat = self._flat
+        # Rows held from before the block go first in each env's scratch rows; stored
+        # fields are zero wherever no step is written (final and padding rows).
+        held = int((pad + episodes.steps - rows.base).max()) + 1
+        fresh = min(W, held + K * (2 + pad) + 2)
+        awaiting = episodes.awaiting_reset
+        for p in self.field_paths:
+            scratch = self.scratch[p]
+            scratch[:, :held] = rows.arrays[p][:, :held]
+            scratch[:, held:fresh] = 0
+            if awaiting.any():
+                scratch[awaiting, :held] = 0
+        for p in self.obs_paths:
+            self.scratch[p][:, :held] = rows.arrays[p][:, :held]
+        last = pieces.last_stream
+        params = self._params
+        params[:] = (
+            K,
+            E,
+            pad,
+            n,
+            a.lag,
+            a.chunk_length,
+            a.span,
+            a.stack,
+            self.same_step,
+            W,
+            *(last or (0, 0)),
+            last is not None,
+        )
+        o = self._plan_out
+        steps, firsts, count, npieces, nitems, copied, ended, last_e, last_s, has_last = self._plan(
+            params,
+            self.ended.view(np.uint8),
+            self.terminated.view(np.uint8),
+            a._powers,
+            episodes.steps,
+            episodes.appended,
+            episodes.serial,
+            a._next_item,
+            rows.base,
+            awaiting.view(np.uint8),
+            o["steps"],
+            o["firsts"],
+            o["rows"],
+            o["left"],
+            o["disc"],
+            o["pieces"],
+            o["rel"],
+            o["ext"],
+            o["held"],
+        )
+        # Each step's fields into its row, the observation it led to into the next row.
+        moves = o["steps"][: 2 * steps].reshape(steps, 2)
+        src, dst = moves[:, 0], moves[:, 1]
+        every = steps == K * E
+        for p in self.field_paths:
+            block = self.fields[p][:K].reshape(K * E, *flat[p].shape[1:])
+            flat[p][dst] = block if every else block[src]
+        dst = dst + 1
+        for p in self.obs_paths:
+            block = self.obs[p][:K].reshape(K * E, *flat[p].shape[1:])
+            flat[p][dst] = block if every else block[src]
+        if firsts:  # a new episode's first observation, on its padding rows and first row
+            moves = o["firsts"][: 2 * firsts].reshape(firsts, 2)
+            source = self.reset_obs if self.same_step else self.obs
+            for p in self.obs_paths:
+                block = source[p][:K].reshape(K * E, *flat[p].shape[1:])
+                flat[p][moves[:, 1]] = block[moves[:, 0]]
+        # The pieces' rows, their computed columns and their items, staged at once.
+        if count:
+            out = a._out.reserve(count)
+            pos = o["rows"][:count]
+            for p, f in flat.items():
+                np.take(f, pos, axis=0, out=out[p])
+            window = np.minimum(pos[:, None] + np.arange(n), len(flat["reward"]) - 1)
+            r = flat["reward"][window].astype(np.float64)
+            r[o["left"][:count, None] <= np.arange(n)] = 0.0
+            out["n_step_return"][:] = r @ a._weights
+            out["discount"][:] = o["disc"][:count]
+        if npieces:
+            self._stage_pieces(
+                o["pieces"][: 3 * npieces].reshape(npieces, 3),
+                count,
+                o["rel"][:nitems].copy(),
+                o["ext"][:nitems].copy(),
+            )
+        # The rows each env still holds, back to its buffer (from position 0).
+        held_rows = o["held"].reshape(E, 2)
+        at = np.minimum(held_rows[:, :1] + self._cap_range, len(flat["reward"]) - 1)
+        beyond = self._cap_range >= held_rows[:, 1:]
+        for p, arr in rows.arrays.items():
+            np.take(flat[p], at, axis=0, out=arr)
+            if p in self.fields:
+                arr[beyond] = 0
+        episodes.active[:] = ~awaiting
+        episodes.waiting = np.flatnonzero(awaiting)
+        episodes.episodes += ended
+        pieces.copied_rows += copied
+        pieces.appended_rows += count
+        pieces.last_stream = (last_e, last_s) if has_last else None
+        pieces._countdown = 0
+
+    def _stage_pieces(
+        self, info: np.ndarray, rows: int, starts: np.ndarray, extents: np.ndarray
+    ) -> None:
+        """Stage pieces planned by the kernel: ``info[k]`` = (rows, switch, items) of
+        piece ``k``, ``starts`` (relative to each piece's last row) and ``extents`` of
+        their items, in order. One entry of the batch for all of them when the writer's
+        history allows, else piece by piece (what :class:`ChunkBatch` does either way)."""
+        a = self.adder
+        batch = a._out.batch
+        counts = info[:, 0]
+        items = info[:, 2]
+        after = rows - np.cumsum(counts)  # rows staged after each piece
+        tables = list(zip(a.tables, a._spans))
+        if len(starts):
+            joined = starts - np.repeat(after, items)
+            jobs = [(t, span, joined, extents) for t, span in tables]
+        else:
+            jobs = []
+        with_items = items[items > 0].tolist()
+        if batch.add_pieces(rows, bool(info[0, 1]), jobs, with_items):
+            return
+        ends = np.cumsum(items).tolist()
+        for (c, sw, k), end in zip(info.tolist(), ends):
+            piece = []
+            if k:
+                piece = [
+                    (t, span, starts[end - k : end], extents[end - k : end]) for t, span in tables
+                ]
+            batch.add(c, bool(sw), piece)
+
+    def _settle_numpy(self, K: int) -> None:
+        """:meth:`settle` in numpy alone (the compiled plan's twin)."""
         a = self.adder
         episodes = a._episodes
         rows = a._rows

@@ -66,6 +66,11 @@ class EpisodePieces:
             for i in np.flatnonzero(full).tolist():
                 self.cut(i, ended=False, terminated=False)
 
+    def started(self) -> None:
+        """Episodes started: a new episode's padding rows count as complete, so it may
+        hold a chunk sooner than the countdown assumed; recount at the next call."""
+        self._countdown = 0
+
     def end(self, idx: np.ndarray, terminated: np.ndarray) -> None:
         """Cut the last piece of the episodes of environments ``idx`` (``terminated[k]``
         for ``idx[k]``); their rows are then staged and the adder's buffers free."""

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlreplay import Fifo, NStepTransitionAdder, Table
+from rlreplay.core._compiled import kernel_status
 from rlreplay.writers.nstep_blocks import NStepBlock
 
 SIG = NStepTransitionAdder.signature(
@@ -25,6 +26,16 @@ class PerCallAdder(NStepTransitionAdder):
 
     def _new_block(self, every):
         return None
+
+
+class NumpyTwinAdder(NStepTransitionAdder):
+    """Blocks settled by the numpy twin of the compiled plan."""
+
+    def _new_block(self, every):
+        block = super()._new_block(every)
+        if block is not None:
+            block._plan = None
+        return block
 
 
 def play(cls, case: dict) -> tuple[list[dict], dict]:
@@ -120,12 +131,14 @@ cases = st.fixed_dictionaries(
 
 
 def assert_same(case: dict) -> None:
+    """The compiled plan (when built) and its numpy twin store what the per-call path does."""
     want, want_counters = play(PerCallAdder, case)
-    got, got_counters = play(NStepTransitionAdder, case)
-    assert got.keys() == want.keys()
-    for key in want:
-        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
-    assert got_counters == want_counters
+    for cls in (NStepTransitionAdder, NumpyTwinAdder):
+        got, got_counters = play(cls, case)
+        assert got.keys() == want.keys()
+        for key in want:
+            np.testing.assert_array_equal(got[key], want[key], err_msg=f"{cls.__name__} {key}")
+        assert got_counters == want_counters, cls.__name__
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -161,4 +174,27 @@ def test_a_batched_nstep_adder_records_its_calls_in_blocks():
     table = Table("t", signature=SIG, capacity=4096, layout=NStepTransitionAdder.layout(SIG, 2))
     adder = NStepTransitionAdder(table, n=2, discount=0.9, num_envs=4)
     assert isinstance(adder._block, NStepBlock)
+    # The compiled plan serves where the kernel is built and not disabled.
+    kernel = kernel_status(["rlreplay.writers._blocks"])[0]
+    assert (adder._block._plan is not None) == kernel.active
     assert PerCallAdder(table, n=2, discount=0.9, num_envs=4)._block is None
+
+
+@pytest.mark.parametrize("cls", [PerCallAdder, NStepTransitionAdder])
+def test_a_new_episode_with_padding_rows_is_cut_once_it_holds_a_chunk(cls):
+    """Padding rows (frame stacks) count as complete: an episode started by reset() is
+    cut at the first call where its rows fill a chunk, even when the other episodes were
+    all just cut (they need several more calls: the per-call path skipped its check)."""
+    table = Table("t", signature=SIG, capacity=4096, layout=NStepTransitionAdder.layout(SIG, 1, 3))
+    adder = cls(table, n=1, discount=0.9, stack=3, num_envs=2, chunk_length=3, hand_over_every=1)
+    obs = np.zeros((2, 2), np.float32)
+    adder.reset(obs)
+    no = np.zeros(2, bool)
+    step = (np.zeros(2, np.int64), np.ones(2, np.float32), obs, no, no)
+    for _ in range(5):
+        adder.add(*step, extras={"version": np.zeros(2, np.int64)})
+    adder.reset(obs[:1] + 1, [0])  # truncates env 0's episode, starts a new one
+    before = adder.appended_rows
+    adder.add(*step, extras={"version": np.zeros(2, np.int64)})
+    # two padding rows and the first step's row: a chunk of 3 complete rows
+    assert adder.appended_rows - before == 3
