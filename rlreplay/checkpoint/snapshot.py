@@ -8,6 +8,13 @@ These are copies (per slot, a few dozen bytes); the step columns are not copied 
 streamed afterwards by a :class:`~rlreplay.checkpoint.streaming.ColumnStream`, installed
 as the store's guard in the same lock hold so that the files show the columns as of
 this moment.
+
+A large index (many items) is not copied in that one hold: its per-slot arrays (records,
+live flags, extents, a prioritized sampler's trees) are copied a slice per lock hold
+first, the index noting the slots its mutations change meanwhile
+(:mod:`rlreplay.core.slot_changes`), and the moment's hold copies again only what those
+slots changed, with the rest of the state. Table calls wait for one slice, or for the
+moment's hold, never for the whole copy.
 """
 
 from __future__ import annotations
@@ -23,16 +30,30 @@ import numpy as np
 from rlreplay.checkpoint.definitions import store_definition, table_definition
 from rlreplay.checkpoint.increments import Previous
 from rlreplay.checkpoint.streaming import ColumnStream
+from rlreplay.core import item_state
 from rlreplay.core.storage import StepStore
 from rlreplay.core.table import Table
 from rlreplay.errors import CheckpointError, ClosedError, InvalidArgumentError, describe
 
+# An index whose per-item state is larger than this is copied a slice at a time (with
+# the lock released between slices), then finished at the moment; a smaller one is
+# copied whole at the moment.
+SLICED_ABOVE_BYTES = 32 << 20
+SLICE_BYTES = 4 << 20  # bytes one lock hold of the sliced copy copies
 
-def table_state(table: Table, buffers: dict[str, Any] | None = None) -> dict[str, Any]:
+
+def table_state(
+    table: Table, buffers: dict[str, Any] | None = None, sliced: tuple | None = None
+) -> dict[str, Any]:
     """The table's parts' states (lock held): index (copied into ``buffers`` from
-    ``table.index.state_buffers()`` when given), rate limiter, random generator."""
+    ``table.index.state_buffers()`` when given; finished from ``sliced``, what
+    :func:`_copy_in_slices` copied, when given), rate limiter, random generator."""
+    if sliced is not None:
+        index = item_state.finish_sliced_snapshot(table.index, *sliced, buffers, True)
+    else:
+        index = table.index.state(buffers, idle_remover_later=True)
     return {
-        "index": table.index.state(buffers, idle_remover_later=True),
+        "index": index,
         "rate_limiter": table.rate_limiter.state(),
         "rng": table.rng.bit_generator.state,
     }
@@ -118,6 +139,58 @@ class Snapshot:
                     s.store.guard = None
 
 
+def _check(store: StepStore, tables: list[Table]) -> None:
+    """Refuse closed tables and a store another checkpoint streams (lock held).
+
+    Raises:
+        ClosedError: if a table is closed.
+        CheckpointError: if the store is being checkpointed already.
+    """
+    for t in tables:
+        if t.closed:
+            raise ClosedError(f"table {t.name!r} is closed; it cannot be saved")
+    if store.guard is not None:
+        raise CheckpointError(
+            "a checkpoint of this store is being written already; wait for it to finish "
+            "before taking another"
+        )
+
+
+def _copy_in_slices(
+    store: StepStore, tables: list[Table], buffers: list[Any], snap: Snapshot
+) -> list[tuple] | None:
+    """For tables whose per-item state exceeds ``SLICED_ABOVE_BYTES``: copy it a slice of
+    ``SLICE_BYTES`` per lock hold, the index noting the slots changed meanwhile; returns
+    per table what :func:`~rlreplay.core.item_state.finish_sliced_snapshot` finishes at
+    the moment (``None``: small, taken whole at the moment).
+
+    Raises:
+        ClosedError, CheckpointError: as :func:`_check` (nothing left noting changes).
+    """
+    if sum(t.index.nbytes() for t in tables) <= SLICED_ABOVE_BYTES:
+        return None
+    with store.mutex:
+        t0 = time.perf_counter()
+        _check(store, tables)
+        sliced = [item_state.start_sliced_snapshot(t.index, b) for t, b in zip(tables, buffers)]
+        snap.held_s = max(snap.held_s, time.perf_counter() - t0)
+    try:
+        for _, parts in sliced:
+            for source, copy, _ in parts:
+                step = max(1, SLICE_BYTES // max(1, source[:1].nbytes))
+                for a in range(0, len(source), step):
+                    with store.mutex:
+                        t0 = time.perf_counter()
+                        copy[a : a + step] = source[a : a + step]
+                        snap.held_s = max(snap.held_s, time.perf_counter() - t0)
+    except BaseException:
+        with store.mutex:
+            for t in tables:
+                item_state.abandon_sliced_snapshot(t.index)
+        raise
+    return [(out, parts) for out, parts in sliced]
+
+
 def column_files(si: int, store: StepStore) -> dict[str, list[str]]:
     """The file names of store ``si``'s columns, one per chunk of ``store.chunk_rows``."""
     n = len(store.chunk_generations)
@@ -150,23 +223,26 @@ def capture(
             mine = [t for t in tables if t.store is store]
             # Made before the lock, so that the copies under it write mapped memory.
             buffers = [t.index.state_buffers() for t in mine]
+            sliced = _copy_in_slices(store, mine, buffers, snap)
             with store.mutex:
                 t0 = time.perf_counter()
-                for t in mine:
-                    if t.closed:
-                        raise ClosedError(f"table {t.name!r} is closed; it cannot be saved")
-                if store.guard is not None:
-                    raise CheckpointError(
-                        "a checkpoint of this store is being written already; wait for it "
-                        "to finish before taking another"
-                    )
+                try:
+                    _check(store, mine)
+                except BaseException:
+                    if sliced is not None:
+                        for t in mine:
+                            item_state.abandon_sliced_snapshot(t.index)
+                    raise
                 stream = ColumnStream(store, paths)
                 generation = store.stamp_chunks()
                 increments = {"store": store.identity, "generation": generation}
                 prev = (previous or {}).get(store.identity)
                 reusable = None if prev is None else prev.reusable(store)
                 state = store.state()
-                states = [table_state(t, b) for t, b in zip(mine, buffers)]
+                states = [
+                    table_state(t, b, None if sliced is None else sliced[i])
+                    for i, (t, b) in enumerate(zip(mine, buffers))
+                ]
                 store.guard = stream
                 snap.held_s = max(snap.held_s, time.perf_counter() - t0)
             for t, st, b in zip(mine, states, buffers):

@@ -35,6 +35,7 @@ from rlreplay.core.keys import (
     next_generations,
 )
 from rlreplay.core.selectors import Selector
+from rlreplay.core.slot_changes import SlotChanges
 from rlreplay.core.slot_records import (  # noqa: F401 (the record layout, named here too)
     SLOT_STATE,
     SLOT_STATE_UNPRIORITIZED,
@@ -135,6 +136,9 @@ class ItemIndex:
         self.size = 0
         self.max_priority = 1.0
         self.counts = dict.fromkeys(COUNTERS, 0)
+        # While a checkpoint copies the per-slot state in slices: the slots each mutation
+        # below changes are noted here (see :mod:`rlreplay.core.slot_changes`).
+        self.changes: SlotChanges | None = None
 
     # --------------------------------------------------------------- creation
     def _fill(self) -> float:
@@ -155,6 +159,8 @@ class ItemIndex:
         ``evict_insert_one`` as the new item comes in (for ``Prioritized``, one compiled
         call for both leaves in both trees)."""
         victim = int(self.remover.choose_victims(1, self.rng)[0])
+        if self.changes is not None:
+            self.changes.note_one(victim)
         self._live_view[victim] = False
         self.counts["evictions"] += 1
         return victim
@@ -172,6 +178,8 @@ class ItemIndex:
         """
         n = len(slots)
         fill = self._fill()
+        if self.changes is not None:
+            self.changes.note(slots)
         if prios is not None:
             self.max_priority = max(self.max_priority, float(prios.max()))
         at = slots if start is None else slice(start, start + n)
@@ -219,6 +227,8 @@ class ItemIndex:
             prio = self.max_priority if fill is None else float(fill)
         elif prio > self.max_priority:
             self.max_priority = prio
+        if self.changes is not None:
+            self.changes.note_one(slot)
         replacing = self._live_view[slot]
         victim = -1
         if replacing:
@@ -270,6 +280,8 @@ class ItemIndex:
             raise InvalidArgumentError(
                 f"slots {describe(slots[:8].tolist())} do not all hold items; nothing was removed"
             )
+        if self.changes is not None:
+            self.changes.note(slots)
         self.sampler.delete(slots)
         if self._remover is not None:
             self._remover.delete(slots)
@@ -280,6 +292,8 @@ class ItemIndex:
         """Remove held items whose rows are overwritten (counted as overwrite evictions)."""
         if len(slots) == 1:
             slot = int(slots[0])
+            if self.changes is not None:
+                self.changes.note_one(slot)
             self.sampler.delete_one(slot)
             if self._remover is not None:
                 self._remover.delete_one(slot)
@@ -296,6 +310,8 @@ class ItemIndex:
             return
         if n == 1:
             if self._live_view[start]:
+                if self.changes is not None:
+                    self.changes.note_one(start)
                 self.sampler.delete_one(start)
                 if self._remover is not None:
                     self._remover.delete_one(start)
@@ -319,6 +335,8 @@ class ItemIndex:
         its selector entries for :meth:`attach_moved`; returns ``(span, state)``."""
         span = int(self.spans(np.array([slot]))[0])
         state = (float(self.priority[slot]), int(self.times_sampled[slot]), span)
+        if self.changes is not None:
+            self.changes.note_one(slot)
         self.live[slot] = False
         return span, state
 
@@ -326,6 +344,9 @@ class ItemIndex:
         """The item taken off ``old`` now lives at ``new``, where its steps were copied:
         same priority, times sampled and place in the selectors' order; a new key."""
         priority, times, span = state
+        if self.changes is not None:
+            self.changes.note_one(old)
+            self.changes.note_one(new)
         self.sampler.move(old, new, priority)
         if self._remover is not None:
             self._remover.move(old, new, priority)
@@ -342,6 +363,8 @@ class ItemIndex:
     def update(self, slots: np.ndarray, prios: np.ndarray) -> None:
         """Set the priorities of held items (distinct slots)."""
         if len(slots):
+            if self.changes is not None:
+                self.changes.note(slots)
             if self.keeps_priorities:
                 self.priority[slots] = prios
             self.max_priority = max(self.max_priority, float(prios.max()))
@@ -369,6 +392,8 @@ class ItemIndex:
 
     def reset(self) -> None:
         """Remove every item (counters and generations stay)."""
+        if self.changes is not None:
+            self.changes.note_all()
         self.live.fill(False)
         self.sampler.clear()
         if self._remover is not None:
@@ -408,6 +433,8 @@ class ItemIndex:
                 own states).
         """
         size = item_state.check(self, state)
+        if self.changes is not None:
+            self.changes.note_all()
         self.records.load_state(state)
         self.size = size
         self.max_priority = float(state["max_priority"])

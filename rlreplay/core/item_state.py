@@ -18,6 +18,7 @@ import numpy as np
 
 from rlreplay.core import idle_remover
 from rlreplay.core.keys import GENERATIONS
+from rlreplay.core.slot_changes import SlotChanges
 from rlreplay.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -46,6 +47,74 @@ def snapshot(
     if "extent" in out:  # last, as the index has always listed it
         out["extent"] = out.pop("extent")
     return out
+
+
+# A part of a sliced snapshot with at most this many entries is copied whole at the moment
+# (the top levels of a sum tree, which some updates recompute whole).
+WHOLE_ENTRIES = 1 << 16
+
+
+def start_sliced_snapshot(index: ItemIndex, into: dict[str, Any] | None) -> tuple[dict, list]:
+    """The first step of a snapshot taken in slices (lock held): the state's per-slot
+    arrays, not filled yet (records, live flags, extents and, where the sampler offers
+    them, its arrays: see :meth:`Selector.state_parts`), and the parts that fill them,
+    ``(array, its copy, slots per entry)``. From now on the index notes the slots its
+    mutations change. The caller copies the parts, a slice per lock hold, then calls
+    :func:`finish_sliced_snapshot` with the lock held (the moment), or
+    :func:`abandon_sliced_snapshot`."""
+    into = into or {}
+    out, parts = index.records.state_parts(into)
+    sampler = index.sampler.state_parts(into.get("sampler"))
+    if sampler is not None:
+        out["sampler"], more = sampler
+        parts = parts + more
+    index.changes = SlotChanges()
+    return out, parts
+
+
+def finish_sliced_snapshot(
+    index: ItemIndex,
+    out: dict[str, Any],
+    parts: list[tuple],
+    into: dict[str, Any] | None,
+    idle_remover_later: bool,
+) -> dict[str, Any]:
+    """The snapshot's moment (lock held): the entries of the parts that the slots changed
+    since :func:`start_sliced_snapshot` are copied again (small parts whole; every
+    part whole after a reset or a restore), and the rest of the state is taken as
+    :func:`snapshot` takes it. Returns what :func:`snapshot` would return now."""
+    changes, index.changes = index.changes, None
+    slots = None if changes is None or changes.everything else changes.slots()
+    for source, copy, per_entry in parts:
+        if slots is None or len(source) <= WHOLE_ENTRIES:
+            np.copyto(copy, source)
+        elif len(slots):
+            at = slots if per_entry == 1 else np.unique(slots // per_entry)
+            copy[at] = source[at]
+    into = into or {}
+    sampler = out.pop("sampler", None)
+    extent = out.pop("extent", None)
+    out.update(
+        size=index.size,
+        max_priority=index.max_priority,
+        origin=index.origin,
+        newest=index.newest,
+        counts=dict(index.counts),
+        sampler=sampler if sampler is not None else index.sampler.state(into.get("sampler")),
+        remover=(
+            None
+            if idle_remover_later and not index.remover_active
+            else remover_state(index, into.get("remover"))
+        ),
+    )
+    if extent is not None:  # last, as the index has always listed it
+        out["extent"] = extent
+    return out
+
+
+def abandon_sliced_snapshot(index: ItemIndex) -> None:
+    """Stop noting changes for a sliced snapshot that will not finish (lock held)."""
+    index.changes = None
 
 
 def snapshot_buffers(index: ItemIndex) -> dict[str, Any]:

@@ -130,6 +130,33 @@ class SlotRecords:
             out["extent"] = copy_into(self.extent, into, "extent")
         return out
 
+    def state_parts(self, into: dict[str, Any]) -> tuple[dict[str, Any], list[tuple]]:
+        """:meth:`state`'s arrays, not filled yet (in the arrays of :meth:`state_buffers`
+        found in ``into``), and how to fill them: ``(array, its copy in the state, slots
+        per entry)``, for a checkpoint that copies them in slices (see
+        :mod:`rlreplay.core.slot_changes`)."""
+        records = into.get("records")
+        if records is None:
+            records = np.empty_like(self.slot_bytes)
+        view = records.reshape(-1).view(self.slot_state.dtype)
+        priority = view["priority"] if self.keeps_priorities else into.get("priority")
+        if priority is None:
+            priority = np.full(self.capacity, UNKEPT_PRIORITY)
+        live = into.get("live")
+        live = np.empty_like(self.live) if live is None else live
+        out: dict[str, Any] = {
+            "priority": priority,
+            "generation": view["generation"],
+            "times_sampled": view["times_sampled"],
+            "live": live,
+        }
+        parts = [(self.slot_bytes, records, 1), (self.live, live, 1)]
+        if self.extent is not None:
+            extent = into.get("extent")
+            out["extent"] = extent = np.empty_like(self.extent) if extent is None else extent
+            parts.append((self.extent, extent, 1))
+        return out, parts
+
     def state_buffers(self) -> dict[str, Any]:
         """Arrays :meth:`state` can copy into, made (and written once) outside the
         table's lock."""

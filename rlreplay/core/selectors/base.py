@@ -128,6 +128,15 @@ class Selector:
         :meth:`state_buffers` to copy into instead of allocating."""
         raise NotImplementedError
 
+    def state_parts(self, into: dict[str, np.ndarray] | None) -> tuple[dict, list] | None:
+        """:meth:`state` not filled yet, and how to fill it: ``(state, parts)``, each part
+        ``(array, its copy in the state, slots per entry)``, where a change to slot ``s``
+        changes at most entry ``s // slots_per_entry`` of the array (or a whole array
+        of few entries). A checkpoint copies such a state in slices, then again the
+        entries of the slots changed meanwhile (see :mod:`rlreplay.core.slot_changes`).
+        ``None`` (the default): the state is taken whole, by :meth:`state`."""
+        return None
+
     def state_buffers(self) -> dict[str, np.ndarray]:
         """Arrays :meth:`state` can copy into, allocated and written once here: a
         checkpoint makes them before it takes the table's lock, so that the copies under

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from rlreplay.core.selectors.base import Selector, copy_into, touched
-from rlreplay.core.selectors.sum_tree import KaryTree
+from rlreplay.core.selectors.sum_tree import FANOUT, KaryTree
 from rlreplay.errors import EmptyTableError, InvalidArgumentError, describe
 
 
@@ -149,6 +149,28 @@ class Prioritized(Selector):
             "mins": np.concatenate(self.mins.levels[1:], out=into.get("mins")),
             "held": copy_into(self.held, into, "held"),
         }
+
+    def state_parts(self, into: dict[str, np.ndarray] | None) -> tuple[dict, list]:
+        """:meth:`state`'s arrays as parts: a change to slot ``s`` writes leaf ``s``, its
+        ancestors (entry ``s // 16**level`` of each level, in both trees) and
+        ``held[s]``; levels small enough to be recomputed whole are copied whole."""
+        into = into or {}
+        sums = into.get("sums")
+        if sums is None:
+            sums = np.empty(sum(len(v) for v in self.sums.levels))
+        mins = into.get("mins")
+        if mins is None:
+            mins = np.empty(sum(len(v) for v in self.mins.levels[1:]))
+        held = into.get("held")
+        held = np.empty_like(self.held) if held is None else held
+        parts = []
+        for flat, levels, first in ((sums, self.sums.levels, 0), (mins, self.mins.levels, 1)):
+            at = 0
+            for level, nodes in enumerate(levels[first:], start=first):
+                parts.append((nodes, flat[at : at + len(nodes)], FANOUT**level))
+                at += len(nodes)
+        parts.append((self.held, held, 1))
+        return {"sums": sums, "mins": mins, "held": held}, parts
 
     def state_buffers(self) -> dict[str, np.ndarray]:
         sums = sum(len(v) for v in self.sums.levels)
