@@ -54,7 +54,7 @@ static PyObject *
 plan(PyObject *self, PyObject *args)
 {
     static const char *names[NBUF] = {
-        "params", "ended", "terminated", "powers", "steps", "appended", "serial", "next_item",
+        "params", "truncated", "terminated", "powers", "steps", "appended", "serial", "next_item",
         "base", "awaiting", "steps_out", "first_out", "rows_out", "left_out", "disc_out",
         "pieces_out", "rel_out", "ext_out", "held_out"};
     static const Py_ssize_t item[NBUF] = {8, 1, 1, 8, 8, 8, 8, 8, 8, 1, 8, 8, 8, 8, 8, 8, 8, 8,
@@ -104,7 +104,7 @@ plan(PyObject *self, PyObject *args)
         release_all(&b);
         return NULL;
     }
-    const uint8_t *ended = (const uint8_t *)b.view[1].buf;
+    const uint8_t *trunc = (const uint8_t *)b.view[1].buf;
     const uint8_t *term = (const uint8_t *)b.view[2].buf;
     const double *powers = (const double *)b.view[3].buf;
     int64_t *steps = (int64_t *)b.view[4].buf, *appended = (int64_t *)b.view[5].buf;
@@ -214,7 +214,7 @@ plan(PyObject *self, PyObject *args)
             ok &= put(&steps_out, i * W + cur[i]);
             steps[i] += 1;
             cur[i] += 1;
-            if (!ended[src]) {
+            if (!term[src] && !trunc[src]) {
                 continue;
             }
             CUT(i, 1, term[src]);
@@ -235,7 +235,9 @@ plan(PyObject *self, PyObject *args)
             }
         }
         for (int64_t i = 0; i < E && ok; i++) { /* open episodes holding a full chunk */
-            if (awaiting[i] || ended[k * E + i]) {
+            /* not an env whose episode ended in this call (now waiting, or restarted with
+             * no step yet: neither holds a chunk) */
+            if (awaiting[i] || (same_step && (term[k * E + i] || trunc[k * E + i]))) {
                 continue;
             }
             int64_t ready = pad + (steps[i] - lag + 1 > 0 ? steps[i] - lag + 1 : 0);
@@ -263,7 +265,7 @@ plan(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {
     {"plan", plan, METH_VARARGS,
-     "plan(params, ended, terminated, powers, steps, appended, serial, next_item, base, "
+     "plan(params, truncated, terminated, powers, steps, appended, serial, next_item, base, "
      "awaiting, steps_out, first_out, rows_out, left_out, disc_out, pieces_out, rel_out, "
      "ext_out, held_out) -> (steps, firsts, rows, pieces, items, copied_rows, episodes, "
      "last_env, last_serial, has_last): the plan of one block of an n-step adder's calls "

@@ -81,10 +81,9 @@ class NStepBlock:
         self.reset_obs = {p: block(p) for p in self.obs_paths} if self.same_step else {}
         self.has_reset = np.zeros(k, dtype=bool)
         self.terminated = np.zeros((k, e), dtype=bool)
-        self.ended = np.zeros((k, e), dtype=bool)
+        self.truncated = np.zeros((k, e), dtype=bool)
         self._no_ends = np.zeros(e, dtype=bool)
         self._no_ends.flags.writeable = False
-        self._awaiting = self._no_ends  # envs whose next step is ignored (next-step mode)
         # Scratch rows per environment: held rows, then the block's, then room to read a
         # held buffer's worth past them.
         cap = a._rows.capacity
@@ -130,17 +129,21 @@ class NStepBlock:
         episodes = a._episodes
         if episodes.stepping != a.num_envs:
             return False
-        if self.calls == 0:
-            self._awaiting = episodes.awaiting_reset.copy() if not self.same_step else self._no_ends
-        done = term | trunc
-        any_done = bool(done.any())
-        ended = done & ~self._awaiting if any_done else self._no_ends
-        source = final_obs_source(a.mode, info, any_done)
         final = obs
-        if source is not None:
-            idx = np.flatnonzero(ended)
-            if len(idx):
-                final = a._inputs.final_observations(obs, source, idx)
+        ends = 0
+        if self.same_step or not (info is None or (type(info) is dict and not info)):
+            # The info dict's final observations: read in same-step mode, refused in
+            # next-step mode for an episode that ended (the env is in the other mode).
+            # Which episodes end is settled with the block (the step after an end is
+            # ignored in next-step mode).
+            done = term | trunc
+            any_done = bool(done.any())
+            source = final_obs_source(a.mode, info, any_done)
+            if source is not None:
+                idx = np.flatnonzero(done)  # same-step: every done episode ends
+                ends = len(idx)
+                if ends:
+                    final = a._inputs.final_observations(obs, source, idx)
         # Everything is checked: the adder changes from here on.
         a._chunks.drain(a.timeout)
         k = self.calls
@@ -153,13 +156,9 @@ class NStepBlock:
                 self.reset_obs[p][k] = v
         self.has_reset[k] = final is not obs
         self.terminated[k] = term
-        self.ended[k] = ended
-        if not self.same_step:
-            self._awaiting = ended
+        self.truncated[k] = trunc
         self.calls = k + 1
-        self.rows += a.num_envs
-        if any_done:
-            self.rows += int(np.count_nonzero(ended)) * (1 + a.pad)
+        self.rows += a.num_envs + ends * (1 + a.pad)
         if self.calls == self.size or self.rows >= self.max_rows:
             self.settle()
         return True
@@ -191,11 +190,12 @@ class NStepBlock:
         held = int((pad + episodes.steps - rows.base).max()) + 1
         fresh = min(W, held + K * (2 + pad) + 2)
         awaiting = episodes.awaiting_reset
+        stale = awaiting.any()  # rows of an ended episode, not to be read again
         for p in self.field_paths:
             scratch = self.scratch[p]
             scratch[:, :held] = rows.arrays[p][:, :held]
             scratch[:, held:fresh] = 0
-            if awaiting.any():
+            if stale:
                 scratch[awaiting, :held] = 0
         for p in self.obs_paths:
             self.scratch[p][:, :held] = rows.arrays[p][:, :held]
@@ -218,7 +218,7 @@ class NStepBlock:
         o = self._plan_out
         steps, firsts, count, npieces, nitems, copied, ended, last_e, last_s, has_last = self._plan(
             params,
-            self.ended.view(np.uint8),
+            self.truncated.view(np.uint8),
             self.terminated.view(np.uint8),
             a._powers,
             episodes.steps,
@@ -326,7 +326,15 @@ class NStepBlock:
         pieces = a._pieces
         E, W = a.num_envs, self.width
         pad, n, lag, chunk, span, stack = a.pad, a.n, a.lag, a.chunk_length, a.span, a.stack
-        ended = self.ended[:K]
+        # Episodes that end: done, unless the step is the ignored one after an end.
+        done = self.terminated[:K] | self.truncated[:K]
+        if self.same_step:
+            ended = done
+        else:
+            ended = done.copy()
+            ended[0] &= ~episodes.awaiting_reset
+            for k in range(1, K):
+                ended[k] &= ~ended[k - 1]
         envs = np.arange(E, dtype=np.int64)
 
         # -- which calls step, where each env's rows go in the scratch buffer
