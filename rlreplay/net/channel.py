@@ -10,7 +10,7 @@ from typing import Any
 
 import zmq
 
-from rlreplay.net import wire
+from rlreplay.net import framing, wire
 
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 _RESTARTED = wire.CODE_OF[wire.errors.ServerRestartedError]
@@ -78,7 +78,7 @@ class Channel:
         # EVENTS tells whether a message waits, far cheaper than the exception that a
         # non-blocking receive raises when none does.
         while sock.getsockopt(_EVENTS) & _POLLIN:
-            frames = sock.recv_multipart(copy=False)
+            frames = framing.receive(sock)
             now = self.last_heard = time.monotonic()
             header, arrays = wire.decode(frames)
             rid = header.get("id")

@@ -42,7 +42,7 @@ from rlreplay.errors import (
     ReplayError,
     describe,
 )
-from rlreplay.net import auth, handlers, schema, wire
+from rlreplay.net import auth, framing, handlers, schema, wire
 from rlreplay.net.checkpoints import ServerCheckpoints
 from rlreplay.net.limits import ClientLedger, check_envelope, check_lease, check_limit
 from rlreplay.net.operations import TableOperations
@@ -326,7 +326,7 @@ class Server(TableOperations):
                     for _ in range(256):
                         if not sock.getsockopt(_EVENTS) & _POLLIN:
                             break
-                        if self._handle(sock.recv_multipart(copy=False)):
+                        if self._handle(framing.receive(sock)):
                             checkpoints.changed = True
                 if self._parked:
                     # Expire first: a call past its deadline (or whose client went silent)
@@ -354,7 +354,7 @@ class Server(TableOperations):
             nbytes = wire.frames_nbytes(frames)
         try:
             if nbytes < wire.ZERO_COPY_BYTES:
-                self._sock.send_multipart([identity, *frames], zmq.NOBLOCK, copy=False)
+                framing.send(self._sock, frames, identity)
                 return
             # The last frame leaves last: once ZeroMQ releases it, the reply is sent.
             frames[-1] = zmq.Frame(frames[-1], copy=False, track=True)

@@ -35,7 +35,7 @@ from rlreplay.errors import (
     ServerRestartedError,
     ServerUnavailableError,
 )
-from rlreplay.net import auth, wire
+from rlreplay.net import auth, framing, wire
 from rlreplay.net.channel import Channel
 
 # Extra seconds a client waits past a call's timeout for the server's own timeout reply.
@@ -223,14 +223,14 @@ class Transport:
             self.check_size(frames, ch.max_message_bytes)
         sock = ch.sock
         try:
-            sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
+            framing.send(sock, frames)
         except zmq.Again:
             left = 2 * self.liveness_s if until is None else until - time.monotonic()
             if left <= 0 or not sock.poll(max(1, int(left * 1000)), zmq.POLLOUT):
                 self._unavailable(
                     ch, f"could not send to {self.address} within {max(left, 0):.3g}s"
                 )
-            sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
+            framing.send(sock, frames)
         ch.sent(rid)
         if slot is not None:
             self.shm.sent(ch, slot, rid)

@@ -1,0 +1,73 @@
+"""Sending and receiving one message's frames (rlreplay.net.framing) on real sockets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import zmq
+
+from rlreplay.net import framing, wire
+
+
+@pytest.fixture
+def pair():
+    ctx = zmq.Context()
+    router, dealer = ctx.socket(zmq.ROUTER), ctx.socket(zmq.DEALER)
+    for s in (router, dealer):
+        s.setsockopt(zmq.LINGER, 0)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    dealer.connect(f"tcp://127.0.0.1:{port}")
+    yield router, dealer
+    router.close()
+    dealer.close()
+    ctx.term()
+
+
+def _receive(sock: zmq.Socket) -> list:
+    assert sock.poll(5000), "no message within 5 s"
+    return framing.receive(sock)
+
+
+def test_a_message_of_small_and_large_frames_arrives_whole_and_in_order(pair):
+    router, dealer = pair
+    big = np.arange(wire.ZERO_COPY_BYTES // 8 * 3, dtype=np.int64)  # goes without a copy
+    header, arrays = {"op": "update_priorities", "table": "t"}, {
+        "keys": np.arange(256, dtype=np.int64),
+        "priorities": np.linspace(0.0, 1.0, 256),
+        "big": big,
+    }
+    frames = wire.encode(header, arrays)
+    assert type(frames[0]) is bytes and isinstance(frames[-1], np.ndarray)
+    framing.send(dealer, frames)
+    got = _receive(router)
+    assert all(isinstance(f, zmq.Frame) for f in got)
+    identity, body = got[0], got[1:]
+    h, a = wire.decode(body)
+    assert h["op"] == "update_priorities" and h["table"] == "t"
+    for name, arr in arrays.items():
+        np.testing.assert_array_equal(a[name], arr)
+    # a reply through the routing id received as a Frame reaches the sender
+    framing.send(router, wire.encode({"id": 1, "ok": True}), identity)
+    reply = _receive(dealer)
+    assert wire.decode(reply)[0]["ok"] is True
+
+
+def test_a_single_frame_message_and_an_empty_frame(pair):
+    router, dealer = pair
+    framing.send(dealer, [b""])
+    got = _receive(router)
+    assert len(got) == 2 and got[1].bytes == b""
+    framing.send(dealer, [b"a", b"", b"c"])
+    assert [f.bytes for f in _receive(router)[1:]] == [b"a", b"", b"c"]
+
+
+def test_send_raises_again_when_the_message_cannot_be_queued():
+    ctx = zmq.Context()
+    lonely = ctx.socket(zmq.DEALER)  # no peer: a DEALER cannot queue anything
+    lonely.setsockopt(zmq.LINGER, 0)
+    try:
+        with pytest.raises(zmq.Again):
+            framing.send(lonely, [b"header", b"body"])
+    finally:
+        lonely.close()
+        ctx.term()
