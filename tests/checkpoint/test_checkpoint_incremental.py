@@ -214,3 +214,28 @@ def test_two_saves_in_a_row_restore_every_call_as_the_saved_tables(config, befor
         expected = run(tables, after, copy.deepcopy(memory))
         got = run(restored, after, copy.deepcopy(memory))
     assert got == expected
+
+
+def test_a_format_version_1_checkpoint_one_file_per_column_still_restores(tmp_path):
+    """Version 1 named one file per column (a string in ``columns``); it restores."""
+    table = Table("t", signature=SIG, capacity=64, max_size=64, seed=0)
+    table.insert(rows(0, 40))
+    path = table.checkpoint(tmp_path)
+    manifest = json.loads((path / "manifest.json").read_text())
+    (store,) = manifest["stores"]
+    for field, (name,) in store["columns"].items():
+        old = name.replace(".k000000", "")
+        os.rename(path / name, path / old)
+        manifest["files"][old] = manifest["files"].pop(name)
+        store["columns"][field] = old
+    del store["chunk_rows"], store["increments"]
+    manifest["format_version"] = 1
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    restored = Table.restore(path, verify=True)
+    for p, col in table.store.columns.items():
+        np.testing.assert_array_equal(restored.store.columns[p], col)
+    mapped = Table.restore(path, mmap=True)
+    np.testing.assert_array_equal(mapped.store.columns["reward"], table.store.columns["reward"])
+    # a save after it (into the same directory) writes everything: nothing to link from
+    _, stats = save(restored, tmp_path)
+    assert stats.reused_bytes == 0
