@@ -12,6 +12,7 @@ Received arrays are views over the received frames (no copy). See ``docs/protoco
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -97,8 +98,21 @@ def encode(
             meta = _pack(arrays, frames)
         header["arrays"] = meta
     header["v"] = version
-    frames[0] = msgpack.packb(header, use_bin_type=True)
+    frames[0] = _packer().pack(header)
     return frames
+
+
+_LOCAL = threading.local()
+
+
+def _packer() -> msgpack.Packer:
+    """This thread's msgpack packer (``msgpack.packb`` makes a new one per call, a third
+    of the cost of packing a request's header; a packer holds a buffer, so one per
+    thread)."""
+    packer = getattr(_LOCAL, "packer", None)
+    if packer is None:
+        packer = _LOCAL.packer = msgpack.Packer(use_bin_type=True)
+    return packer
 
 
 def frames_nbytes(frames: Sequence[Any]) -> int:
@@ -120,26 +134,38 @@ _PAD = bytes(ALIGN)
 def _pack(arrays: Mapping[str, np.ndarray], frames: list) -> list:
     """Version 2 layout, appended to ``frames``: the arrays under ``ZERO_COPY_BYTES`` share
     frame 1 (each at an offset aligned to ``ALIGN`` bytes), each larger one follows in a
-    frame of its own. Returns the ``"arrays"`` entries, in the order of ``arrays``."""
-    contiguous = [(name, _contiguous(a)) for name, a in arrays.items()]
-    first_large = 2 if any(a.nbytes < ZERO_COPY_BYTES for _, a in contiguous) else 1
-    meta, parts, large = [], [], []
+    frame of its own. Returns the ``"arrays"`` entries, in the order of ``arrays``.
+
+    One pass over the arrays (a request's few small arrays are its common case): a large
+    array's frame number depends on whether any array is small, so it is noted as
+    ``-1 - k`` (the k-th large one) and settled at the end."""
+    meta: list = []
+    parts: list = []
+    large: list = []
     offset = 0
-    for name, a in contiguous:
-        if a.nbytes >= ZERO_COPY_BYTES:
-            meta.append((name, a.dtype.str, a.shape, first_large + len(large), 0))
+    for name, a in arrays.items():
+        if type(a) is not np.ndarray or not a.flags.c_contiguous:
+            a = _contiguous(a)
+        nbytes = a.nbytes
+        if nbytes >= ZERO_COPY_BYTES:
+            meta.append([name, a.dtype.str, a.shape, -1 - len(large), 0])
             large.append(a)
             continue
-        meta.append((name, a.dtype.str, a.shape, 1, offset))
+        meta.append([name, a.dtype.str, a.shape, 1, offset])
         parts.append(a)  # bytes.join reads any C-contiguous buffer
-        offset += a.nbytes
+        offset += nbytes
         pad = -offset % ALIGN
         if pad:
             parts.append(_PAD[:pad])
             offset += pad
     if parts:
         frames.append(b"".join(parts))
-    frames.extend(large)
+    if large:
+        first_large = 2 if parts else 1
+        for entry in meta:
+            if entry[3] < 0:
+                entry[3] = first_large - 1 - entry[3]
+        frames.extend(large)
     return meta
 
 
@@ -223,33 +249,40 @@ def decode_arrays(header: dict[str, Any], frames: Sequence[Any]) -> dict[str, np
             else:
                 name, dtype_str, shape, index, offset = entry
             dtype = _DTYPES.get(dtype_str) or _dtype(dtype_str)
-            if not isinstance(shape, list) or len(shape) > MAX_DIMS:
+            if type(shape) is not list:
                 raise ValueError(shape)
-            if not all(type(d) is int and 0 <= d <= MAX_DIM for d in shape):
+            if len(shape) == 1:  # the common case, checked without a generator
+                count = shape[0]
+                if type(count) is not int or not 0 <= count <= MAX_DIM:
+                    raise ValueError(shape)
+            elif len(shape) > MAX_DIMS or not all(
+                type(d) is int and 0 <= d <= MAX_DIM for d in shape
+            ):
                 raise ValueError(shape)
-            shape = tuple(shape)
+            else:
+                count = math.prod(shape)
             if type(offset) is not int or type(index) is not int or index < 1:
                 raise ValueError(entry)
             buf = buffers[index]
         except Exception:
             raise errors.ProtocolError(f"malformed array entry {errors.describe(entry)}") from None
-        if dtype is None or not isinstance(name, str):
+        if dtype is None or type(name) is not str:
             raise errors.ProtocolError(
                 f"array {errors.describe(name)} has dtype {errors.describe(dtype_str)}, not allowed"
             )
         if name in arrays:
             raise errors.ProtocolError(f"array {name!r} is given twice")
-        nbytes = buf.nbytes if isinstance(buf, memoryview) else len(buf)
-        count = math.prod(shape)
+        nbytes = buf.nbytes if type(buf) is memoryview else len(buf)
         size = count * dtype.itemsize
         fits = size == nbytes if version == 1 else offset >= 0 and offset + size <= nbytes
         if not fits or offset % dtype.alignment:
             raise errors.ProtocolError(
-                f"array {name!r} declares shape {shape} of {dtype} at frame {index!r}, byte "
-                f"{offset!r}, but that frame holds {nbytes} bytes (offsets are multiples of "
-                "the dtype's alignment)"
+                f"array {name!r} declares shape {tuple(shape)} of {dtype} at frame {index!r}, "
+                f"byte {offset!r}, but that frame holds {nbytes} bytes (offsets are multiples "
+                "of the dtype's alignment)"
             )
-        arrays[name] = np.frombuffer(buf, dtype=dtype, count=count, offset=offset).reshape(shape)
+        a = np.frombuffer(buf, dtype, count, offset)  # keywords cost numpy 0.3 us more
+        arrays[name] = a if len(shape) == 1 else a.reshape(shape)
     return arrays
 
 
@@ -272,4 +305,5 @@ def _dtype(text: Any) -> np.dtype | None:
 
 
 def _bytes(frame: Any) -> bytes | memoryview:
-    return frame.buffer if hasattr(frame, "buffer") else frame
+    """The bytes of a received frame: a ``zmq.Frame``'s buffer (no copy), else the frame."""
+    return getattr(frame, "buffer", frame)

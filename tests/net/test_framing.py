@@ -71,3 +71,31 @@ def test_send_raises_again_when_the_message_cannot_be_queued():
     finally:
         lonely.close()
         ctx.term()
+
+
+@pytest.mark.parametrize(
+    "sizes",
+    [
+        pytest.param((10, 20_000, 3, 30_000), id="large-among-small"),
+        pytest.param((20_000, 30_000), id="only-large"),
+        pytest.param((3, 5, 7), id="only-small"),
+        pytest.param((30_000, 1), id="large-first"),
+    ],
+)
+def test_encoded_arrays_decode_to_themselves_whatever_their_sizes_and_order(sizes):
+    """Large arrays (>= ZERO_COPY_BYTES) get frames of their own after the one packed
+    frame of the small ones; decode finds each where the header says."""
+    rng = np.random.default_rng(0)
+    arrays = {f"a{i}": rng.random(n) for i, n in enumerate(sizes)}
+    arrays["odd"] = np.arange(3, dtype=np.int8)  # pads the next array to 8 bytes
+    arrays["grid"] = np.arange(12, dtype=np.float32).reshape(3, 4)[:, ::2]  # not contiguous
+    arrays["scalar"] = np.array(2.5)
+    frames = wire.encode({"op": "x"}, arrays)
+    large = sum(a.nbytes >= wire.ZERO_COPY_BYTES for a in arrays.values())
+    assert len(frames) == 2 + large  # header, packed small ones, one per large
+    received = [f.tobytes() if isinstance(f, np.ndarray) else f for f in frames]  # as bytes
+    _, got = wire.decode(received)
+    assert list(got) == list(arrays)
+    for name, arr in arrays.items():
+        assert got[name].shape == arr.shape and got[name].dtype == arr.dtype
+        np.testing.assert_array_equal(got[name], arr)
