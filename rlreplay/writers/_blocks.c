@@ -14,9 +14,10 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 enum { K_, E_, PAD, N_, LAG, CHUNK, SPAN, STACK, SAME_STEP, WIDTH, LAST_E, LAST_S, HAS_LAST,
-       NPARAMS };
+       CAP, NPARAMS };
 
 #define NBUF 19
 
@@ -55,7 +56,7 @@ plan(PyObject *self, PyObject *args)
 {
     static const char *names[NBUF] = {
         "params", "truncated", "terminated", "powers", "steps", "appended", "serial", "next_item",
-        "base", "awaiting", "steps_out", "first_out", "rows_out", "left_out", "disc_out",
+        "base", "awaiting", "steps_out", "first_out", "rows_out", "window_out", "disc_out",
         "pieces_out", "rel_out", "ext_out", "held_out"};
     static const Py_ssize_t item[NBUF] = {8, 1, 1, 8, 8, 8, 8, 8, 8, 1, 8, 8, 8, 8, 8, 8, 8, 8,
                                           8};
@@ -94,12 +95,12 @@ plan(PyObject *self, PyObject *args)
     const int64_t K = prm[K_], E = prm[E_], pad = prm[PAD], n = prm[N_], lag = prm[LAG];
     const int64_t chunk = prm[CHUNK], span = prm[SPAN], stack = prm[STACK];
     const int same_step = prm[SAME_STEP] != 0;
-    const int64_t W = prm[WIDTH];
+    const int64_t W = prm[WIDTH], cap = prm[CAP];
     int64_t last_e = prm[LAST_E], last_s = prm[LAST_S];
     int has_last = prm[HAS_LAST] != 0;
     if (K < 0 || E < 1 || LEN(1) < K * E || LEN(2) < K * E || LEN(3) < n + 1 || LEN(4) < E ||
-        LEN(5) < E || LEN(6) < E || LEN(7) < E || LEN(8) < E || LEN(9) < E || LEN(18) < 2 * E ||
-        LEN(13) < LEN(12) || LEN(14) < LEN(12) || LEN(17) < LEN(16)) {
+        LEN(5) < E || LEN(6) < E || LEN(7) < E || LEN(8) < E || LEN(9) < E || LEN(18) < E * (cap + 1) ||
+        LEN(13) < LEN(12) * n || LEN(14) < LEN(12) || LEN(17) < LEN(16)) {
         PyErr_SetString(PyExc_ValueError, "an array is shorter than the block needs");
         release_all(&b);
         return NULL;
@@ -111,10 +112,14 @@ plan(PyObject *self, PyObject *args)
     int64_t *serial = (int64_t *)b.view[6].buf, *next_item = (int64_t *)b.view[7].buf;
     int64_t *base = (int64_t *)b.view[8].buf;
     uint8_t *awaiting = (uint8_t *)b.view[9].buf;
-    Out steps_out = {(int64_t *)b.view[10].buf, 0, LEN(10)};
-    Out first_out = {(int64_t *)b.view[11].buf, 0, LEN(11)};
+    /* (source, destination) pairs: sources in the first half, destinations in the second */
+    Out steps_src = {(int64_t *)b.view[10].buf, 0, LEN(10) / 2};
+    Out steps_dst = {(int64_t *)b.view[10].buf + LEN(10) / 2, 0, LEN(10) / 2};
+    Out first_src = {(int64_t *)b.view[11].buf, 0, LEN(11) / 2};
+    Out first_dst = {(int64_t *)b.view[11].buf + LEN(11) / 2, 0, LEN(11) / 2};
     Out rows_out = {(int64_t *)b.view[12].buf, 0, LEN(12)};
-    int64_t *left_out = (int64_t *)b.view[13].buf;
+    int64_t *window_out = (int64_t *)b.view[13].buf;
+    const int64_t zero = E * W - 1; /* a scratch row never written: its reward is 0 */
     double *disc_out = (double *)b.view[14].buf;
     Out pieces_out = {(int64_t *)b.view[15].buf, 0, LEN(15)};
     Out rel_out = {(int64_t *)b.view[16].buf, 0, LEN(16)};
@@ -168,7 +173,8 @@ plan(PyObject *self, PyObject *args)
                 else {                                                                       \
                     d = powers[n];                                                           \
                 }                                                                            \
-                left_out[at] = left;                                                         \
+                for (int64_t j = 0; j < n; j++)                                              \
+                    window_out[at * n + j] = j < left ? (i) * W + z[i] + r + j : zero;       \
                 disc_out[at] = d;                                                            \
             }                                                                                \
             has_last = 1;                                                                    \
@@ -180,7 +186,7 @@ plan(PyObject *self, PyObject *args)
         int64_t stop = (is_end) ? total : (hi - n - stack + 1 > fi ? hi - n - stack + 1 : fi); \
         for (int64_t t = fi; t < stop && ok; t++) {                                          \
             Py_ssize_t at = rel_out.n;                                                       \
-            ok &= put(&rel_out, t - hi);                                                     \
+            ok &= put(&rel_out, t - hi + rows_out.n); /* minus all rows, below */           \
             if (ok) ext_out[at] = stack + ((is_end) ? (total - t < n ? total - t : n) : n);  \
         }                                                                                    \
         next_item[i] = (is_end) ? 0 : stop;                                                  \
@@ -200,8 +206,8 @@ plan(PyObject *self, PyObject *args)
             int64_t src = k * E + i;
             if (!same_step && awaiting[i]) { /* the ignored step starts the next episode */
                 for (int64_t j = 0; j <= pad; j++) {
-                    ok &= put(&first_out, src);
-                    ok &= put(&first_out, i * W + cur[i] + j);
+                    ok &= put(&first_src, src);
+                    ok &= put(&first_dst, i * W + cur[i] + j);
                 }
                 awaiting[i] = 0;
                 serial[i] += 1;
@@ -210,8 +216,8 @@ plan(PyObject *self, PyObject *args)
                 cur[i] += pad;
                 continue;
             }
-            ok &= put(&steps_out, src);
-            ok &= put(&steps_out, i * W + cur[i]);
+            ok &= put(&steps_src, src);
+            ok &= put(&steps_dst, i * W + cur[i]);
             steps[i] += 1;
             cur[i] += 1;
             if (!term[src] && !trunc[src]) {
@@ -222,8 +228,8 @@ plan(PyObject *self, PyObject *args)
             steps[i] = appended[i] = next_item[i] = base[i] = 0;
             if (same_step) { /* the returned observation starts the next episode now */
                 for (int64_t j = 0; j <= pad; j++) {
-                    ok &= put(&first_out, src);
-                    ok &= put(&first_out, i * W + cur[i] + 1 + j);
+                    ok &= put(&first_src, src);
+                    ok &= put(&first_dst, i * W + cur[i] + 1 + j);
                 }
                 serial[i] += 1;
                 z[i] = cur[i] + 1;
@@ -247,9 +253,16 @@ plan(PyObject *self, PyObject *args)
         }
     }
 #undef CUT
-    for (int64_t i = 0; i < E; i++) { /* the rows each env still holds */
-        held_out[2 * i] = i * W + z[i] + base[i];
-        held_out[2 * i + 1] = awaiting[i] ? 0 : pad + steps[i] + 1 - base[i];
+    /* item starts relative to the block's last staged row */
+    for (Py_ssize_t k = 0; k < rel_out.n; k++) {
+        rel_out.p[k] -= rows_out.n;
+    }
+    for (int64_t i = 0; i < E; i++) { /* the rows each env still holds, and where */
+        int64_t from = awaiting[i] ? i * W : i * W + z[i] + base[i];
+        for (int64_t j = 0; j < cap; j++) {
+            held_out[i * cap + j] = from + j;
+        }
+        held_out[E * cap + i] = awaiting[i] ? 0 : pad + steps[i] + 1 - base[i];
     }
     PyMem_Free(cur);
     release_all(&b);
@@ -257,16 +270,91 @@ plan(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "an output array is too short for the block");
         return NULL;
     }
-    return Py_BuildValue("nnnnnLLLLi", steps_out.n / 2, first_out.n / 2, rows_out.n,
+    return Py_BuildValue("nnnnnLLLLi", steps_src.n, first_src.n, rows_out.n,
                          pieces_out.n / 3, rel_out.n, (long long)copied, (long long)episodes,
                          (long long)last_e, (long long)last_s, has_last);
 #undef LEN
 }
 
+/* copy_rows(dst, dst_rows, src, src_rows, offset): dst[dst_rows[k] + offset] = src[src_rows[k]]
+ * for every k, rows of the two arrays' first axis (a None index: rows 0, 1, ...). */
+static PyObject *
+copy_rows(PyObject *self, PyObject *args)
+{
+    PyObject *dst_obj, *dst_idx_obj, *src_obj, *src_idx_obj;
+    Py_ssize_t offset;
+    if (!PyArg_ParseTuple(args, "OOOOn:copy_rows", &dst_obj, &dst_idx_obj, &src_obj,
+                          &src_idx_obj, &offset)) {
+        return NULL;
+    }
+    Py_buffer v[4];
+    int got = 0;
+    PyObject *objs[4] = {dst_obj, src_obj, dst_idx_obj, src_idx_obj};
+    int flags[4] = {PyBUF_C_CONTIGUOUS | PyBUF_ND | PyBUF_WRITABLE, PyBUF_C_CONTIGUOUS | PyBUF_ND,
+                    PyBUF_C_CONTIGUOUS | PyBUF_ND, PyBUF_C_CONTIGUOUS | PyBUF_ND};
+    int have[4] = {1, 1, dst_idx_obj != Py_None, src_idx_obj != Py_None};
+    PyObject *result = NULL;
+    for (int j = 0; j < 4; j++) {
+        if (!have[j]) {
+            continue;
+        }
+        if (PyObject_GetBuffer(objs[j], &v[j], flags[j]) < 0) {
+            goto done;
+        }
+        got |= 1 << j;
+        if (j >= 2 && v[j].itemsize != 8) {
+            PyErr_SetString(PyExc_TypeError, "row indexes must be int64");
+            goto done;
+        }
+        if (j < 2 && v[j].ndim < 1) {
+            PyErr_SetString(PyExc_ValueError, "dst and src must have a first axis");
+            goto done;
+        }
+    }
+    Py_ssize_t dst_n = v[0].shape[0], src_n = v[1].shape[0];
+    Py_ssize_t row = dst_n ? v[0].len / dst_n : 0;
+    if (src_n && v[1].len / src_n != row) {
+        PyErr_SetString(PyExc_ValueError, "dst and src rows differ in size");
+        goto done;
+    }
+    Py_ssize_t m = have[2] ? v[2].len / 8 : (have[3] ? v[3].len / 8 : src_n);
+    if ((have[2] && v[2].len / 8 != m) || (have[3] && v[3].len / 8 != m)) {
+        PyErr_SetString(PyExc_ValueError, "dst_rows and src_rows differ in length");
+        goto done;
+    }
+    const int64_t *di = have[2] ? (const int64_t *)v[2].buf : NULL;
+    const int64_t *si = have[3] ? (const int64_t *)v[3].buf : NULL;
+    char *dst = (char *)v[0].buf;
+    const char *src = (const char *)v[1].buf;
+    for (Py_ssize_t k = 0; k < m; k++) {
+        int64_t d = (di ? di[k] : k) + offset, s_ = si ? si[k] : k;
+        if (d < 0 || d >= dst_n || s_ < 0 || s_ >= src_n) {
+            PyErr_Format(PyExc_IndexError, "row %lld -> %lld is outside src (%zd) or dst (%zd)",
+                         (long long)s_, (long long)d, src_n, dst_n);
+            goto done;
+        }
+        memcpy(dst + d * row, src + s_ * row, (size_t)row);
+    }
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    for (int j = 0; j < 4; j++) {
+        if (got & (1 << j)) {
+            PyBuffer_Release(&v[j]);
+        }
+    }
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"copy_rows", copy_rows, METH_VARARGS,
+     "copy_rows(dst, dst_rows, src, src_rows, offset): dst[dst_rows[k] + offset] = "
+     "src[src_rows[k]] for every k (rows of the first axis; None: rows 0, 1, ...); both "
+     "arrays C-contiguous with rows of one size, the indexes int64.\n"
+     "Raises IndexError for a row outside either array (rows before it are copied)."},
     {"plan", plan, METH_VARARGS,
      "plan(params, truncated, terminated, powers, steps, appended, serial, next_item, base, "
-     "awaiting, steps_out, first_out, rows_out, left_out, disc_out, pieces_out, rel_out, "
+     "awaiting, steps_out, first_out, rows_out, window_out, disc_out, pieces_out, rel_out, "
      "ext_out, held_out) -> (steps, firsts, rows, pieces, items, copied_rows, episodes, "
      "last_env, last_serial, has_last): the plan of one block of an n-step adder's calls "
      "(see NStepBlock._settle_compiled); updates the episode state arrays in place."},

@@ -94,18 +94,26 @@ class NStepBlock:
         self._flat = {p: s.reshape(e * self.width, *s.shape[2:]) for p, s in self.scratch.items()}
         # The compiled plan's outputs (see _settle_compiled), sized for the worst block.
         self._plan = None if _kernel is None else _kernel.plan
+        self._copy_rows = None if _kernel is None else _kernel.copy_rows
+        # The block's rows per field as [every * num_envs, ...] (views): the steps' values
+        # (fields, observations after them) and a new episode's first observation.
+        self._rows_of = {
+            p: b.reshape(k * e, *b.shape[2:]) for p, b in (*self.fields.items(), *self.obs.items())
+        }
+        first = self.reset_obs if self.same_step else self.obs
+        self._first_of = {p: b.reshape(k * e, *b.shape[2:]) for p, b in first.items()}
         most = e * (cap + k * (2 + a.pad + a.span)) + 16
-        self._params = np.zeros(13, dtype=np.int64)
+        self._params = np.zeros(14, dtype=np.int64)
         self._plan_out = {
             "steps": np.zeros(2 * k * e, dtype=np.int64),
             "firsts": np.zeros(2 * k * e * (a.pad + 1), dtype=np.int64),
             "rows": np.zeros(most, dtype=np.int64),
-            "left": np.zeros(most, dtype=np.int64),
+            "window": np.zeros(most * a.n, dtype=np.int64),
             "disc": np.zeros(most, dtype=np.float64),
             "pieces": np.zeros(3 * (k + 1) * e, dtype=np.int64),
             "rel": np.zeros(most, dtype=np.int64),
             "ext": np.zeros(most, dtype=np.int64),
-            "held": np.zeros(2 * e, dtype=np.int64),
+            "held": np.zeros(e * (cap + 1), dtype=np.int64),
         }
         self._cap_range = np.arange(cap)
 
@@ -214,6 +222,7 @@ class NStepBlock:
             W,
             *(last or (0, 0)),
             last is not None,
+            rows.capacity,
         )
         o = self._plan_out
         steps, firsts, count, npieces, nitems, copied, ended, last_e, last_s, has_last = self._plan(
@@ -230,7 +239,7 @@ class NStepBlock:
             o["steps"],
             o["firsts"],
             o["rows"],
-            o["left"],
+            o["window"],
             o["disc"],
             o["pieces"],
             o["rel"],
@@ -238,32 +247,29 @@ class NStepBlock:
             o["held"],
         )
         # Each step's fields into its row, the observation it led to into the next row.
-        moves = o["steps"][: 2 * steps].reshape(steps, 2)
-        src, dst = moves[:, 0], moves[:, 1]
-        every = steps == K * E
+        copy = self._copy_rows
+        half = len(o["steps"]) // 2
+        src = None if steps == K * E else o["steps"][:steps]  # None: every call's steps
+        dst = o["steps"][half : half + steps]
         for p in self.field_paths:
-            block = self.fields[p][:K].reshape(K * E, *flat[p].shape[1:])
-            flat[p][dst] = block if every else block[src]
-        dst = dst + 1
+            copy(flat[p], dst, self._rows_of[p], src, 0)
         for p in self.obs_paths:
-            block = self.obs[p][:K].reshape(K * E, *flat[p].shape[1:])
-            flat[p][dst] = block if every else block[src]
+            copy(flat[p], dst, self._rows_of[p], src, 1)
         if firsts:  # a new episode's first observation, on its padding rows and first row
-            moves = o["firsts"][: 2 * firsts].reshape(firsts, 2)
-            source = self.reset_obs if self.same_step else self.obs
+            half = len(o["firsts"]) // 2
+            src, dst = o["firsts"][:firsts], o["firsts"][half : half + firsts]
             for p in self.obs_paths:
-                block = source[p][:K].reshape(K * E, *flat[p].shape[1:])
-                flat[p][moves[:, 1]] = block[moves[:, 0]]
+                copy(flat[p], dst, self._first_of[p], src, 0)
         # The pieces' rows, their computed columns and their items, staged at once.
         if count:
             out = a._out.reserve(count)
             pos = o["rows"][:count]
             for p, f in flat.items():
-                np.take(f, pos, axis=0, out=out[p])
-            window = np.minimum(pos[:, None] + np.arange(n), len(flat["reward"]) - 1)
-            r = flat["reward"][window].astype(np.float64)
-            r[o["left"][:count, None] <= np.arange(n)] = 0.0
-            out["n_step_return"][:] = r @ a._weights
+                copy(out[p], None, f, pos, 0)
+            # [rows, n] windows of float64 rewards (zero past an episode's end) times
+            # discount powers: the per-piece cut's product, rounded to float32 alike
+            window = o["window"][: count * n].reshape(count, n)
+            out["n_step_return"][:] = flat["reward"][window].astype(np.float64) @ a._weights
             out["discount"][:] = o["disc"][:count]
         if npieces:
             self._stage_pieces(
@@ -273,11 +279,11 @@ class NStepBlock:
                 o["ext"][:nitems].copy(),
             )
         # The rows each env still holds, back to its buffer (from position 0).
-        held_rows = o["held"].reshape(E, 2)
-        at = np.minimum(held_rows[:, :1] + self._cap_range, len(flat["reward"]) - 1)
-        beyond = self._cap_range >= held_rows[:, 1:]
+        cap = rows.capacity
+        at = o["held"][: E * cap]
+        beyond = self._cap_range >= o["held"][E * cap :, None]
         for p, arr in rows.arrays.items():
-            np.take(flat[p], at, axis=0, out=arr)
+            copy(arr.reshape(-1, *arr.shape[2:]), None, flat[p], at, 0)
             if p in self.fields:
                 arr[beyond] = 0
         episodes.active[:] = ~awaiting
@@ -292,23 +298,20 @@ class NStepBlock:
         self, info: np.ndarray, rows: int, starts: np.ndarray, extents: np.ndarray
     ) -> None:
         """Stage pieces planned by the kernel: ``info[k]`` = (rows, switch, items) of
-        piece ``k``, ``starts`` (relative to each piece's last row) and ``extents`` of
-        their items, in order. One entry of the batch for all of them when the writer's
-        history allows, else piece by piece (what :class:`ChunkBatch` does either way)."""
+        piece ``k``, ``starts`` (relative to the last piece's last row) and ``extents``
+        of their items, in order. One entry of the batch for all of them when the
+        writer's history allows, else piece by piece (what :class:`ChunkBatch` does
+        either way)."""
         a = self.adder
         batch = a._out.batch
-        counts = info[:, 0]
         items = info[:, 2]
-        after = rows - np.cumsum(counts)  # rows staged after each piece
         tables = list(zip(a.tables, a._spans))
-        if len(starts):
-            joined = starts - np.repeat(after, items)
-            jobs = [(t, span, joined, extents) for t, span in tables]
-        else:
-            jobs = []
-        with_items = items[items > 0].tolist()
-        if batch.add_pieces(rows, bool(info[0, 1]), jobs, with_items):
+        jobs = [(t, span, starts, extents) for t, span in tables] if len(starts) else []
+        if batch.add_pieces(rows, bool(info[0, 1]), jobs, items[items > 0].tolist()):
             return
+        # Piece by piece: starts relative to each piece's own last row.
+        after = np.repeat(rows - np.cumsum(info[:, 0]), items)  # rows staged after it
+        starts = starts + after
         ends = np.cumsum(items).tolist()
         for (c, sw, k), end in zip(info.tolist(), ends):
             piece = []

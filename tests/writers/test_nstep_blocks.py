@@ -45,7 +45,7 @@ def play(cls, case: dict) -> tuple[list[dict], dict]:
     table = Table(
         "replay",
         signature=SIG,
-        capacity=1 << 15,
+        capacity=case.get("capacity", 1 << 15),  # small: pieces staged one by one
         layout=NStepTransitionAdder.layout(SIG, n, stack=stack),
         sampler=Fifo(),
         max_times_sampled=1,
@@ -121,6 +121,7 @@ cases = st.fixed_dictionaries(
         "p_term": st.sampled_from([0.0, 0.05, 0.3, 0.7]),
         "p_trunc": st.sampled_from([0.0, 0.1, 0.5]),
         "steps": st.integers(0, 60),
+        "capacity": st.sampled_from([1 << 15, 1 << 15, 512]),
         "ops": st.dictionaries(
             st.integers(0, 59),
             st.sampled_from(["flush", "end_episode", "reset", "end_then_reset"]),
