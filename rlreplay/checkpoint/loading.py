@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import warnings
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -43,19 +43,58 @@ def _chain_crc(data: memoryview, before: Future) -> int:
     return zlib.crc32(data, before.result())
 
 
-def read_array(
-    directory: Path,
-    name: str,
-    info: Mapping[str, Any],
-    progress=None,
-    out: np.ndarray | None = None,
-) -> np.ndarray:
-    """An array file read into memory (into ``out`` when given: a C-contiguous array of
-    the file's shape, e.g. a column's rows of one chunk), checked against its manifest
-    entry (size, header, crc32) as it is read: one pass over the file.
+def read_array(directory: Path, name: str, info: Mapping[str, Any], progress=None) -> np.ndarray:
+    """An array file read into memory, checked against its manifest entry (size, header,
+    crc32) as it is read: one pass over the file.
 
     Raises:
         CheckpointCorruptError: if the file is missing or differs from its entry.
+    """
+    with ThreadPoolExecutor(1) as pool:
+        arr, check = _read_into(directory, name, info, None, pool, progress)
+        check()
+    return arr
+
+
+def read_column(
+    directory: Path, names: list[str], files: Mapping[str, Any], out: np.ndarray, progress=None
+) -> None:
+    """Read a column's chunk files, in order, into ``out`` (their rows one after
+    another), each checked against its manifest entry. The checksums run in a second
+    thread a piece behind the reads, across the files (both release the GIL): one after
+    the other they would take the sum of their times.
+
+    Raises:
+        CheckpointCorruptError: if a file is missing or differs from its entry.
+    """
+    with ThreadPoolExecutor(1) as pool:
+        checks = []
+        at = 0
+        for name in names:
+            rows = files[name]["shape"][0]
+            checks.append(
+                _read_into(directory, name, files[name], out[at : at + rows], pool, progress)[1]
+            )
+            at += rows
+        for check in checks:
+            check()
+
+
+def _read_into(
+    directory: Path,
+    name: str,
+    info: Mapping[str, Any],
+    out: np.ndarray | None,
+    pool: ThreadPoolExecutor,
+    progress,
+) -> tuple[np.ndarray, Callable[[], None]]:
+    """Read the file into ``out`` (a C-contiguous array of its shape; new when ``None``),
+    its checksum computed in ``pool``; returns the array and the check, which waits for
+    that checksum.
+
+    Raises:
+        CheckpointCorruptError: if the file is missing, or its size or header differs
+            from its entry (the check raises it for the checksum).
     """
     path = directory / name
     try:
@@ -98,35 +137,25 @@ def read_array(
         if arr.shape != tuple(shape) or arr.dtype != dtype or not arr.flags.c_contiguous:
             raise CheckpointCorruptError(f"{path} holds {dtype}{list(shape)}, not a part here")
         view = memoryview(arr.reshape(-1).view(np.uint8)) if arr.size else memoryview(b"")
-        if len(view) <= READ_BYTES:
-            at = 0
-            while at < len(view):
-                got = f.readinto(view[at:])
-                if not got:
-                    break
-                at += got
-            crc = zlib.crc32(view[:at], zlib.crc32(header))
-        else:
-            # The checksum runs in a second thread, a chunk behind the reads (both
-            # release the GIL): one after the other they would take the sum of their times.
-            with ThreadPoolExecutor(1) as pool:
-                pending = pool.submit(zlib.crc32, header)
-                at = 0
-                while at < len(view):
-                    got = f.readinto(view[at : at + READ_BYTES])
-                    if not got:
-                        break
-                    pending = pool.submit(_chain_crc, view[at : at + got], pending)
-                    at += got
-                    if progress is not None:
-                        progress(got)
-                crc = pending.result()
-    if at != len(view) or crc != info["crc32"]:
-        raise CheckpointCorruptError(
-            f"{path} fails its checksum or is short; the checkpoint {directory} is damaged: "
-            "restore from another checkpoint"
-        )
-    return arr
+        pending = pool.submit(zlib.crc32, header)
+        at = 0
+        while at < len(view):
+            got = f.readinto(view[at : at + READ_BYTES])
+            if not got:
+                break
+            pending = pool.submit(_chain_crc, view[at : at + got], pending)
+            at += got
+            if progress is not None:
+                progress(got)
+
+    def check() -> None:
+        if at != len(view) or pending.result() != info["crc32"]:
+            raise CheckpointCorruptError(
+                f"{path} fails its checksum or is short; the checkpoint {directory} is "
+                "damaged: restore from another checkpoint"
+            )
+
+    return arr, check
 
 
 def column_names(store: Mapping[str, Any]) -> dict[str, list[str]]:
@@ -225,12 +254,7 @@ class Loaded:
                         col = _map_column(directory, names, files, *shape[path])
                     if col is None:
                         col = np.empty(*shape[path])
-                        at = 0
-                        for name in names:
-                            rows = files[name]["shape"][0]
-                            part = col[at : at + rows]
-                            read_array(directory, name, files[name], bar.update, out=part)
-                            at += rows
+                        read_column(directory, names, files, col, bar.update)
                     cols[path] = col
                 self.columns.append(cols)
         finally:

@@ -239,3 +239,22 @@ def test_a_format_version_1_checkpoint_one_file_per_column_still_restores(tmp_pa
     # a save after it (into the same directory) writes everything: nothing to link from
     _, stats = save(restored, tmp_path)
     assert stats.reused_bytes == 0
+
+
+def test_a_restore_shows_progress_over_every_chunk_file(chunks_of_64kb, tmp_path, monkeypatch):
+    from rlreplay.checkpoint import loading
+
+    counted: list[int] = []
+
+    class Recording:
+        def __init__(self, enabled: bool, total: int, what: str):
+            self.update = counted.append if enabled else None
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(loading, "Progress", Recording)
+    table = large_table(8 * CHUNK_ROWS)
+    path, _ = save(table, tmp_path)
+    Table.restore(path, progress=True)
+    assert sum(counted) == table.store.nbytes  # every column byte, chunk after chunk
