@@ -73,8 +73,10 @@ class SaveStats:
         reused_bytes: bytes of column files linked (or copied) from the previous
             checkpoint instead (see :mod:`~rlreplay.checkpoint.increments`).
         total_bytes: bytes of every file the checkpoint lists.
-        capture_held_s, chunk_held_s: the longest lock holds (the moment's capture, one
-            piece of the columns' copy), in seconds.
+        capture_held_s, chunk_held_s: the longest lock holds, in seconds: of the
+            per-item state's capture (the moment's hold, or one slice of a large index,
+            see :mod:`~rlreplay.checkpoint.snapshot`) and of one piece of the columns'
+            copy.
         aside_peak_bytes: the most bytes of rows copied aside at once.
         path: the published checkpoint.
     """
