@@ -171,6 +171,15 @@ def test_block_path_over_many_short_episodes_and_long_ones(mode, stack):
         )
 
 
+@pytest.mark.parametrize("side, blocks", [(16, True), (32, False), (84, False)])
+def test_adders_of_large_rows_take_the_per_call_path(side, blocks):
+    """A block copies held rows in and out: images take the per-call path (items alike)."""
+    sig = NStepTransitionAdder.signature(obs=((side, side), "uint8"), action="int64")
+    table = Table("t", signature=sig, capacity=4096, layout=NStepTransitionAdder.layout(sig, 2))
+    adder = NStepTransitionAdder(table, n=2, discount=0.9, num_envs=4)
+    assert (adder._block is not None) == blocks
+
+
 def test_a_batched_nstep_adder_records_its_calls_in_blocks():
     table = Table("t", signature=SIG, capacity=4096, layout=NStepTransitionAdder.layout(SIG, 2))
     adder = NStepTransitionAdder(table, n=2, discount=0.9, num_envs=4)
