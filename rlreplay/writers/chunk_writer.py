@@ -277,6 +277,11 @@ class ChunkBatch:
             if window is not None:  # consecutive packs the limiter admits
                 joined.extend(self._split([(table, span, every_start, every_extent)]))
                 continue
+            if getattr(table, "name", table) in self._unlimited and len(starts) > 1:
+                sizes = self._sizes.get(getattr(table, "name", table))
+                if sizes is None or sizes <= 0 or sizes >= len(every_start):
+                    joined.append((table, span, every_start, every_extent))  # one pack
+                    continue
             bounds = np.cumsum([0, *counts]).tolist()
             for lo, hi in _packs(counts, self._cap(table, counts)):
                 a, b = bounds[lo], bounds[hi]
