@@ -102,6 +102,28 @@ def test_single_rows_are_coalesced_while_messages_are_in_flight(client):
     assert max(len(r._batch.keys) for r in receipts) <= inserts.MAX_BATCH_ROWS
 
 
+def test_single_rows_are_held_while_one_insert_message_awaits_its_acknowledgement(client):
+    """A row goes out at once only while no insert message is out; rows given while one
+    is out travel together in the next message, so a server that answers quickly does
+    not get a message per row (whose cost, not the rows', bounded the loop)."""
+    client.insert("ratio", {k: np.stack([step(i)[k] for i in range(3)]) for k in GYM},
+                  wait=True)  # the limiter admits no more until a sample: the next is parked
+    cap = client._insert_plan("ratio", None).cap  # rows one message may hold here
+    assert cap > 1
+    first = client.insert("ratio", step(3), timeout=5.0)
+    rest = [client.insert("ratio", step(4 + i), timeout=5.0) for i in range(cap)]
+    assert first._batch.rid is not None  # sent at once
+    assert len({id(r._batch) for r in rest}) == 1 and rest[0]._batch is not first._batch
+    assert rest[0]._batch.rid is None  # held: nothing else was sent meanwhile
+    for _ in range(50):  # samples admit the rest
+        if client.info("ratio").size == 4 + cap:
+            break
+        client.sample("ratio", 1, timeout=5.0)
+    client.flush(timeout=10.0)
+    assert client.info("ratio").size == 4 + cap
+    assert all(len(r.keys(timeout=1.0)) == 1 for r in [first, *rest])
+
+
 def test_priorities_travel_with_their_rows(client):
     for i in range(40):
         client.insert("prio", step(i), priorities=1.0 if i == 17 else 0.0)
@@ -158,7 +180,8 @@ def test_rows_the_limiter_refuses_raise_at_the_next_call_counted_and_are_never_s
     receipts = [client.insert("ratio", step(i), timeout=0.3) for i in range(3)]
     for r in receipts:
         r.keys(timeout=5.0)
-    receipts += [client.insert("ratio", step(i), timeout=0.3) for i in range(inserts.IN_FLIGHT)]
+    # the first is sent at once, the second held while it is out (sent by flush)
+    receipts += [client.insert("ratio", step(i), timeout=0.3) for i in range(2)]
     with pytest.raises(RateLimiterTimeoutError, match=r"2 row\(s\) of earlier insert calls"):
         client.flush(timeout=10.0)
     stored = [r for r in receipts if r._batch.keys is not None]
@@ -176,9 +199,10 @@ def test_rows_the_limiter_refuses_raise_at_the_next_call_counted_and_are_never_s
 def test_the_next_call_raises_what_the_server_refused_and_takes_nothing(client):
     client.insert("ratio", {k: np.stack([step(i)[k] for i in range(3)]) for k in GYM},
                   wait=True)  # the limiter admits no more
-    for i in range(inserts.IN_FLIGHT):  # each sent at once, each refused after 0.2 s
-        client.insert("ratio", step(i), timeout=0.2)
-    time.sleep(1.0)  # their refusals arrive meanwhile
+    # sent at once as one message (a batch axis), refused after 0.2 s
+    client.insert("ratio", {k: np.stack([step(i)[k] for i in range(2)]) for k in GYM},
+                  timeout=0.2)
+    time.sleep(1.0)  # the refusal arrives meanwhile
     with pytest.raises(RateLimiterTimeoutError, match=r"2 row\(s\) of earlier insert"):
         client.insert("gym", step(0))
     assert client.info("gym").size == 0  # the call that raised took nothing
@@ -320,13 +344,14 @@ def test_a_message_holds_no_more_rows_than_the_limiter_admits_at_once(client):
 
 
 def test_a_refusal_collected_but_never_raised_is_logged_when_the_process_exits(client, address):
-    # the receipt's done() reads both refusals; no later call raises them, so exit must
+    # the receipt's done() reads the refusal of 2 rows sent at once (one call with a batch
+    # axis); no later call raises it, so exit must
     code = (
         "import time, numpy as np, rlreplay\n"
         f"c = rlreplay.Client({address!r})\n"
         "row = {'obs': np.zeros(4, np.float32), 'action': 0, 'reward': 0.5, 'done': False}\n"
         "c.insert('ratio', {k: np.stack([v] * 3) for k, v in row.items()}, wait=True)\n"
-        "r = [c.insert('ratio', row, timeout=0.2) for _ in range(2)]\n"
+        "r = [c.insert('ratio', {k: np.stack([v] * 2) for k, v in row.items()}, timeout=0.2)]\n"
         "deadline = time.monotonic() + 10.0\n"
         "while not r[-1].done() and time.monotonic() < deadline:\n"
         "    time.sleep(0.05)\n"
@@ -359,9 +384,11 @@ def test_leaving_a_with_block_by_an_error_logs_the_rows_it_dropped(address, capl
                   wait=True)  # the limiter admits no more: the next rows stay out
     with caplog.at_level("WARNING", logger="rlreplay.net"), pytest.raises(KeyError), client:
         for i in range(5):
-            client.insert("ratio", step(i))  # 2 sent (parked), 3 held
+            # 1 sent at once (parked), 3 held fill a message (the limiter's window) that
+            # goes out as the second, 1 held
+            client.insert("ratio", step(i))
         raise KeyError("the caller's own error")
-    assert "dropped 3 inserted row(s) not yet sent and 2 sent" in caplog.text
+    assert "dropped 1 inserted row(s) not yet sent and 4 sent" in caplog.text
     reader = rlreplay.Client(address)
     assert reader.info("ratio").size == 3
     reader.reset("ratio")  # the parked rows' calls end with it
