@@ -160,6 +160,11 @@ BAD_CALLS = {
                      InvalidArgumentError),
     "negative priority": (lambda c: c.insert("prio", step(0), priorities=-1.0),
                           InvalidArgumentError),
+    "infinite priority": (lambda c: c.insert("prio", step(0), priorities=float("inf")),
+                          InvalidArgumentError),
+    "negative numpy priority": (lambda c: c.insert("prio", step(0),
+                                                   priorities=np.float64(-0.5)),
+                                InvalidArgumentError),
     "an unknown table": (lambda c: c.insert("nope", step(0)), InvalidArgumentError),
     "a bad timeout": (lambda c: c.insert("gym", step(0), timeout=-1), InvalidArgumentError),
 }  # fmt: skip
