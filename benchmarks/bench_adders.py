@@ -5,7 +5,10 @@ autoreset) to an NStepTransitionAdder(n=3) over one table and reports environmen
 steps per second and the share of stored rows that are re-appended context. Two more rows
 use short episodes (10-35 steps, as a random CartPole policy plays them), where episodes
 of several environments end in most calls: what one call hands over for every
-environment goes to the writer as one chunk, and ``chunks/call`` shows how many.
+environment goes to the writer as one chunk, and ``chunks/call`` shows how many. The
+short-episode rows are measured on both of the adder's paths: ``blocks`` (calls recorded
+and settled every ``hand_over_every`` calls, see :mod:`rlreplay.writers.nstep_blocks`;
+the default for small rows) and ``per-call`` (each call's episodes cut as they end).
 
 Run: ``python benchmarks/bench_adders.py [--env-steps N]`` (``--help`` for the options).
 Prints a table and writes JSON to benchmarks/results/bench_adders.json.
@@ -35,13 +38,23 @@ class CountingWriter(TrajectoryWriter):
         return super().append_batch(steps, timeout=timeout)
 
 
-def run(num_envs: int, chunk: int, env_steps: int = 60_000, lengths=(50, 150)) -> dict:
+class PerCallAdder(NStepTransitionAdder):
+    """The n-step adder on its per-call path."""
+
+    def _new_block(self, every):
+        return None
+
+
+def run(
+    num_envs: int, chunk: int, env_steps: int = 60_000, lengths=(50, 150), per_call=False
+) -> dict:
     sig = NStepTransitionAdder.signature(obs=((8,), "float32"), action="int64")
     table = Table(
         "t", signature=sig, capacity=2 * env_steps, layout=NStepTransitionAdder.layout(sig, n=3)
     )
     writer = CountingWriter(table, history=chunk + 16)  # what the adder keeps, and more
-    adder = NStepTransitionAdder(writer, n=3, discount=0.99, num_envs=num_envs, chunk_length=chunk)
+    cls = PerCallAdder if per_call else NStepTransitionAdder
+    adder = cls(writer, n=3, discount=0.99, num_envs=num_envs, chunk_length=chunk)
     rng = np.random.default_rng(0)
     obs = rng.normal(size=(num_envs, 8)).astype(np.float32)
     left = rng.integers(*lengths, size=num_envs)
@@ -60,6 +73,7 @@ def run(num_envs: int, chunk: int, env_steps: int = 60_000, lengths=(50, 150)) -
     return {
         "num_envs": num_envs,
         "chunk_length": chunk,
+        "path": "per-call" if adder._block is None else "blocks",
         "episode_steps": list(lengths),
         "chunks_per_call": writer.appends / calls,
         "env_steps_per_s": calls * num_envs / elapsed,
@@ -88,15 +102,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     rows = [run(n, c, args.env_steps) for n in (1, 8, 64) for c in (16, 64)]
-    rows += [run(16, c, args.env_steps, lengths=(10, 35)) for c in (16, 64)]
+    for per_call in (False, True):
+        rows += [run(16, c, args.env_steps, (10, 35), per_call) for c in (16, 64)]
     print(
-        f"{'envs':>5s} {'chunk':>6s} {'episode':>8s} {'steps/s':>10s} {'copied':>7s} "
-        f"{'chunks/call':>12s}"
+        f"{'envs':>5s} {'chunk':>6s} {'episode':>8s} {'path':>9s} {'steps/s':>10s} "
+        f"{'copied':>7s} {'chunks/call':>12s}"
     )
     for r in rows:
         lo, hi = r["episode_steps"]
         print(
-            f"{r['num_envs']:5d} {r['chunk_length']:6d} {f'{lo}-{hi}':>8s} "
+            f"{r['num_envs']:5d} {r['chunk_length']:6d} {f'{lo}-{hi}':>8s} {r['path']:>9s} "
             f"{r['env_steps_per_s']:10.0f} {r['copied_share']:7.1%} {r['chunks_per_call']:12.2f}"
         )
     out = Path(__file__).parent / "results"

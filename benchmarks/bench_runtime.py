@@ -12,10 +12,13 @@ on one core; BLAS limited to one thread). Three parts:
 
 1. ``actor``: env steps/s of the raw vector env (``envs.step(random actions)``) against the
    runtime's :class:`~rlreplay.runtime.actor.Actor` loop writing through the adder into a
-   table whose limiter never blocks (``MinSize(1)``, no learner), and against the same loop
-   with an adder whose calls do nothing (the actor's own cost). Rounds of the three loops
-   alternate: steps/s is the best round, the ratio to raw the median of the ratios within
-   a round. Target: the actor loop keeps >= 80% of the raw env's steps/s.
+   table whose limiter never blocks (``MinSize(1)``, no learner), against the same loop
+   with an adder whose calls do nothing (the actor's own cost), and with the n-step adder
+   on its per-call path (what it did before it recorded its calls in blocks, see
+   :mod:`rlreplay.writers.nstep_blocks`; still the path of sequence tables and large rows).
+   Rounds of the four loops alternate: steps/s is the best round, the ratio to raw the
+   median of the ratios within a round. Target: the actor loop keeps >= 80% of the raw
+   env's steps/s.
 2. ``ratio``: for each backend and each ``samples_per_insert`` target, one ``rt.run`` of
    about ``--duration`` seconds (its env steps are sized from a short probe run) with
    statistics rows every ``--window`` seconds. The first row (warm-up: the table fills to
@@ -117,6 +120,14 @@ class NullAdder:
         pass
 
 
+class PerCallNStepAdder(rr.NStepTransitionAdder):
+    """The n-step adder on its per-call path (each call's episodes cut as they end, as
+    for sequence tables and large rows): the block path's before, measured beside it."""
+
+    def _new_block(self, every: int) -> None:
+        return None
+
+
 class QLearner:
     """One SGD step of a 4-256-256-2 numpy Q-network on a Huber TD loss against a target
     network refreshed every 200 updates: about 1 ms per batch of 64 on one core."""
@@ -214,8 +225,10 @@ def bench_actor(args: argparse.Namespace) -> dict:
     table = free_table()
     adder = rr.NStepTransitionAdder(table, num_envs=NUM_ENVS, n=N_STEP, discount=0.99,
                                     timeout=0.25)
+    per_call = PerCallNStepAdder(free_table(), num_envs=NUM_ENVS, n=N_STEP, discount=0.99,
+                                 timeout=0.25)
     loops = {"raw": raw, "actor+adder": _actor(adder).step, "actor (null adder)":
-             _actor(NullAdder()).step}
+             _actor(NullAdder()).step, "actor+adder, per-call path": _actor(per_call).step}
     rounds: dict[str, list[float]] = {name: [] for name in loops}
     for step in loops.values():
         _steps_per_s(step, 0.2)  # warm-up
@@ -228,11 +241,16 @@ def bench_actor(args: argparse.Namespace) -> dict:
         best = max(rounds[name])
         rows.append({"loop": name, "steps_per_s": best, "rounds": rounds[name],
                      "us_per_vector_step": NUM_ENVS / best * 1e6, "ratio_to_raw": ratio,
-                     "pass": None if name == "raw" else bool(ratio >= ACTOR_TARGET)})
+                     "pass": None if name in ("raw", "actor+adder, per-call path")
+                     else bool(ratio >= ACTOR_TARGET)})
     envs.close()
     # The budget: what the loop may add to the raw env's vector step and stay at the target.
     raw_us = rows[0]["us_per_vector_step"]
+    block = adder._block
+    path = "per-call" if block is None else (
+        "blocks, compiled plan" if block._plan is not None else "blocks, numpy plan")
     return {"target_ratio": ACTOR_TARGET, "items_inserted": table.info().inserts,
+            "adder_path": path,
             "hand_over_every": adder._out.every, "adder_rows_appended": adder.appended_rows,
             "budget_us_per_vector_step": raw_us / ACTOR_TARGET - raw_us, "rows": rows}
 
@@ -408,17 +426,18 @@ def _print(result: dict) -> None:
 def _print_actor(result: dict) -> None:
     print(f"\nactor loop, CartPole-v1 x{NUM_ENVS} sync, random policy "
           f"(target >= {ACTOR_TARGET:.0%} of raw)")
-    print(f"{'loop':<22} {'steps/s':>10} {'us/step':>8} {'of raw':>7}  result")
+    print(f"{'loop':<28} {'steps/s':>10} {'us/step':>8} {'of raw':>7}  result")
     rows = result["actor"]["rows"]
     for r in rows:
         verdict = "" if r["pass"] is None else ("PASS" if r["pass"] else "FAIL")
-        print(f"{r['loop']:<22} {r['steps_per_s']:10,.0f} {r['us_per_vector_step']:8.1f} "
+        print(f"{r['loop']:<28} {r['steps_per_s']:10,.0f} {r['us_per_vector_step']:8.1f} "
               f"{r['ratio_to_raw']:6.0%}  {verdict}")
     raw_us = rows[0]["us_per_vector_step"]
     print(f"(us per vector step of {NUM_ENVS} envs, best rounds; the target allows "
           f"{result['actor']['budget_us_per_vector_step']:.1f} us over the raw env's "
           f"{raw_us:.1f}; the adder stages rows for "
-          f"{result['actor']['hand_over_every']} vector steps)")
+          f"{result['actor']['hand_over_every']} vector steps, its path: "
+          f"{result['actor']['adder_path']})")
 
 
 def _print_ratio(result: dict) -> None:

@@ -33,7 +33,7 @@ def test_quick_run_writes_every_part_of_the_report(tmp_path, capsys):
         report
     )
     loops = {row["loop"]: row for row in report["actor"]["rows"]}
-    assert set(loops) == {"raw", "actor+adder", "actor (null adder)"}
+    assert set(loops) == {"raw", "actor+adder", "actor (null adder)", "actor+adder, per-call path"}
     for row in loops.values():
         assert row["steps_per_s"] > 0
         assert set(row) >= {"rounds", "ratio_to_raw", "pass"}
