@@ -29,6 +29,10 @@ environment's episode is :class:`~rlreplay.writers.episode_steps.EpisodeSteps`' 
 
 Autoreset modes: see :mod:`rlreplay.writers.autoreset`. Every call's arguments are
 checked (:class:`~rlreplay.writers.step_inputs.StepInputs`) before anything changes.
+
+An adder may record its calls and settle them a block at a time instead
+(:meth:`StreamAdder._new_block`; the n-step adder's
+:class:`~rlreplay.writers.nstep_blocks.NStepBlock`): what reaches the writer is the same.
 """
 
 from __future__ import annotations
