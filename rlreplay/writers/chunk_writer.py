@@ -17,6 +17,7 @@ returns took all of it; ``end_episode`` twice in a row is ``end_episode`` once.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import deque
 from typing import Any
@@ -277,12 +278,13 @@ class ChunkBatch:
             if window is not None:  # consecutive packs the limiter admits
                 joined.extend(self._split([(table, span, every_start, every_extent)]))
                 continue
-            if getattr(table, "name", table) in self._unlimited and len(starts) > 1:
-                sizes = self._sizes.get(getattr(table, "name", table))
-                if sizes is None or sizes <= 0 or sizes >= len(every_start):
+            name = getattr(table, "name", table)
+            if name in self._unlimited:
+                size = self._sizes.get(name)
+                if size is None or size <= 0 or size >= len(every_start):
                     joined.append((table, span, every_start, every_extent))  # one pack
                     continue
-            bounds = np.cumsum([0, *counts]).tolist()
+            bounds = [0, *itertools.accumulate(counts)]
             for lo, hi in _packs(counts, self._cap(table, counts)):
                 a, b = bounds[lo], bounds[hi]
                 joined.append((table, span, every_start[a:b], every_extent[a:b]))
