@@ -45,8 +45,6 @@ from rlreplay.writers.nstep_block_numpy import settle as settle_numpy
 # The compiled plan of a block (rlreplay/writers/_blocks.c), or None: the numpy settle.
 _kernel = load_kernel("rlreplay.writers._blocks")
 
-_NO_ENDS = np.zeros(0, dtype=bool)
-
 
 class NStepBlock:
     """Records the calls of a batched :class:`~rlreplay.writers.nstep.NStepTransitionAdder`
@@ -83,7 +81,6 @@ class NStepBlock:
         self.obs = {p: block(p) for p in self.obs_paths}  # the observation after each step
         # same-step mode: observations as returned (reset ones for ended episodes)
         self.reset_obs = {p: block(p) for p in self.obs_paths} if self.same_step else {}
-        self.has_reset = np.zeros(k, dtype=bool)
         self.terminated = np.zeros((k, e), dtype=bool)
         self.truncated = np.zeros((k, e), dtype=bool)
         self._no_ends = np.zeros(e, dtype=bool)
@@ -166,7 +163,6 @@ class NStepBlock:
         if final is not obs:
             for p, v in obs.items():
                 self.reset_obs[p][k] = v
-        self.has_reset[k] = final is not obs
         self.terminated[k] = term
         self.truncated[k] = trunc
         self.calls = k + 1
