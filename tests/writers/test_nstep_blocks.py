@@ -208,3 +208,71 @@ def test_a_new_episode_with_padding_rows_is_cut_once_it_holds_a_chunk(cls):
     adder.add(*step, extras={"version": np.zeros(2, np.int64)})
     # two padding rows and the first step's row: a chunk of 3 complete rows
     assert adder.appended_rows - before == 3
+
+
+def queue_play(cls, mode: str, queue_size: int, consume_every: int, seed: int):
+    """N-step items through a queue of ``queue_size`` drained every ``consume_every``
+    calls (0: a queue large enough never to block); the items taken, oldest first, and
+    the timeouts met."""
+    from rlreplay import RateLimiterTimeoutError
+
+    size = queue_size or 1 << 14
+    queue = Table.queue("q", size, signature=SIG, layout=NStepTransitionAdder.layout(SIG, 2))
+    adder = cls(
+        queue, n=2, discount=0.9, num_envs=4, autoreset_mode=mode, timeout=0.002, hand_over_every=5
+    )
+    rng = np.random.default_rng(seed)
+    obs = rng.normal(size=(4, 2)).astype(np.float32)
+    adder.reset(obs)
+    taken, timeouts = [], 0
+
+    def drain():
+        while queue.size:
+            data = queue.sample(1).data
+            taken.append((data["obs"][0].tolist(), float(data["reward"][0])))
+
+    for t in range(80):
+        term = rng.random(4) < 0.2
+        next_obs = rng.normal(size=(4, 2)).astype(np.float32)
+        info = (
+            {"final_obs": rng.normal(size=(4, 2)).astype(np.float32)}
+            if (mode == "same_step" and term.any())
+            else {}
+        )
+        try:
+            adder.add(
+                rng.integers(5, size=4),
+                rng.normal(size=4).astype(np.float32),
+                next_obs,
+                term,
+                np.zeros(4, bool),
+                info,
+                extras={"version": np.full(4, t)},
+            )
+        except RateLimiterTimeoutError:
+            timeouts += 1
+        if consume_every and t % consume_every == consume_every - 1:
+            drain()
+    for _ in range(400):
+        try:
+            adder.close()
+            break
+        except RateLimiterTimeoutError:
+            timeouts += 1
+            drain()
+    drain()
+    return taken, timeouts
+
+
+@pytest.mark.parametrize("mode", ["next_step", "same_step"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_blocks_through_a_queue_that_times_out_give_the_items_of_a_writer_that_never_waits(
+    mode, seed
+):
+    """Settled blocks whose hand-over the queue refuses stay pending, in order, and go
+    over once it has room: the items taken are those of the per-call path into a queue
+    that never blocks."""
+    want, none = queue_play(PerCallAdder, mode, 0, 0, seed)
+    got, timeouts = queue_play(NStepTransitionAdder, mode, 24, 7, seed)
+    assert none == 0 and timeouts > 0, "the queue must have blocked the adder"
+    assert got == want
