@@ -19,7 +19,7 @@
 enum { K_, E_, PAD, N_, LAG, CHUNK, SPAN, STACK, SAME_STEP, WIDTH, LAST_E, LAST_S, HAS_LAST,
        CAP, NPARAMS };
 
-#define NBUF 19
+#define NBUF 20
 
 typedef struct {
     Py_buffer view[NBUF];
@@ -57,14 +57,14 @@ plan(PyObject *self, PyObject *args)
     static const char *names[NBUF] = {
         "params", "truncated", "terminated", "powers", "steps", "appended", "serial", "next_item",
         "base", "awaiting", "steps_out", "first_out", "rows_out", "window_out", "disc_out",
-        "pieces_out", "rel_out", "ext_out", "held_out"};
+        "pieces_out", "rel_out", "ext_out", "held_out", "origin"};
     static const Py_ssize_t item[NBUF] = {8, 1, 1, 8, 8, 8, 8, 8, 8, 1, 8, 8, 8, 8, 8, 8, 8, 8,
-                                          8};
+                                          8, 8};
     PyObject *obj[NBUF];
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOOOOOO:plan", &obj[0], &obj[1], &obj[2], &obj[3],
-                          &obj[4], &obj[5], &obj[6], &obj[7], &obj[8], &obj[9], &obj[10],
-                          &obj[11], &obj[12], &obj[13], &obj[14], &obj[15], &obj[16], &obj[17],
-                          &obj[18])) {
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOOOOOOO:plan", &obj[0], &obj[1], &obj[2],
+                          &obj[3], &obj[4], &obj[5], &obj[6], &obj[7], &obj[8], &obj[9],
+                          &obj[10], &obj[11], &obj[12], &obj[13], &obj[14], &obj[15], &obj[16],
+                          &obj[17], &obj[18], &obj[19])) {
         return NULL;
     }
     Buffers b = {.acquired = 0};
@@ -99,7 +99,7 @@ plan(PyObject *self, PyObject *args)
     int64_t last_e = prm[LAST_E], last_s = prm[LAST_S];
     int has_last = prm[HAS_LAST] != 0;
     if (K < 0 || E < 1 || LEN(1) < K * E || LEN(2) < K * E || LEN(3) < n + 1 || LEN(4) < E ||
-        LEN(5) < E || LEN(6) < E || LEN(7) < E || LEN(8) < E || LEN(9) < E || LEN(18) < E * (cap + 1) ||
+        LEN(5) < E || LEN(6) < E || LEN(7) < E || LEN(8) < E || LEN(9) < E || LEN(18) < E * (cap + 1) || LEN(19) < E ||
         LEN(13) < LEN(12) * n || LEN(14) < LEN(12) || LEN(17) < LEN(16)) {
         PyErr_SetString(PyExc_ValueError, "an array is shorter than the block needs");
         release_all(&b);
@@ -125,6 +125,9 @@ plan(PyObject *self, PyObject *args)
     Out rel_out = {(int64_t *)b.view[16].buf, 0, LEN(16)};
     int64_t *ext_out = (int64_t *)b.view[17].buf;
     int64_t *held_out = (int64_t *)b.view[18].buf;
+    /* origin[i]: scratch position (within env i's W rows) of its first held row (of a
+     * waiting env: where its next episode starts); updated for the next block */
+    int64_t *origin = (int64_t *)b.view[19].buf;
 
     /* cur: scratch position (within the env's W rows) of the current row, the one whose
      * observation is known and whose step comes next; z: position of episode row 0. An
@@ -136,8 +139,8 @@ plan(PyObject *self, PyObject *args)
     }
     int64_t *z = cur + E;
     for (int64_t i = 0; i < E; i++) {
-        cur[i] = awaiting[i] ? 0 : pad + steps[i] - base[i];
-        z[i] = -base[i];
+        cur[i] = awaiting[i] ? origin[i] : origin[i] + pad + steps[i] - base[i];
+        z[i] = origin[i] - base[i];
     }
     int64_t copied = 0, episodes = 0;
     int ok = 1;
@@ -258,9 +261,10 @@ plan(PyObject *self, PyObject *args)
         rel_out.p[k] -= rows_out.n;
     }
     for (int64_t i = 0; i < E; i++) { /* the rows each env still holds, and where */
-        int64_t from = awaiting[i] ? i * W : i * W + z[i] + base[i];
-        for (int64_t j = 0; j < cap; j++) {
-            held_out[i * cap + j] = from + j;
+        int64_t from = awaiting[i] ? cur[i] : z[i] + base[i];
+        origin[i] = from;
+        for (int64_t j = 0; j < cap; j++) { /* (rows past the env's W are never held) */
+            held_out[i * cap + j] = i * W + (from + j < W ? from + j : W - 1);
         }
         held_out[E * cap + i] = awaiting[i] ? 0 : pad + steps[i] + 1 - base[i];
     }
@@ -355,7 +359,7 @@ static PyMethodDef methods[] = {
     {"plan", plan, METH_VARARGS,
      "plan(params, truncated, terminated, powers, steps, appended, serial, next_item, base, "
      "awaiting, steps_out, first_out, rows_out, window_out, disc_out, pieces_out, rel_out, "
-     "ext_out, held_out) -> (steps, firsts, rows, pieces, items, copied_rows, episodes, "
+     "ext_out, held_out, origin) -> (steps, firsts, rows, pieces, items, copied_rows, episodes, "
      "last_env, last_serial, has_last): the plan of one block of an n-step adder's calls "
      "(see NStepBlock._settle_compiled); updates the episode state arrays in place."},
     {NULL, NULL, 0, NULL},

@@ -85,10 +85,11 @@ class NStepBlock:
         self.truncated = np.zeros((k, e), dtype=bool)
         self._no_ends = np.zeros(e, dtype=bool)
         self._no_ends.flags.writeable = False
-        # Scratch rows per environment: held rows, then the block's, then room to read a
-        # held buffer's worth past them.
+        # Scratch rows per environment: the rows it holds stay there from block to block
+        # and each block's rows go after them, until they reach the end (then the held
+        # rows move back to the front: about every cap / every blocks).
         cap = a._rows.capacity
-        self.width = 2 * cap + k * (2 + a.pad) + 2
+        self.width = 3 * cap + 2 * k * (2 + a.pad) + 2
         self.scratch = {
             p: np.zeros((e, self.width, *sig[p].shape), dtype=sig[p].dtype) for p in inputs.paths
         }
@@ -117,6 +118,10 @@ class NStepBlock:
             "held": np.zeros(e * (cap + 1), dtype=np.int64),
         }
         self._cap_range = np.arange(cap)
+        # Where each env's held rows are in its scratch rows (see _load), when they are
+        # there rather than in the episode rows (_in_scratch).
+        self._origin = np.zeros(e, dtype=np.int64)
+        self._in_scratch = False
 
     # ---------------------------------------------------------------- record
     def record(
@@ -185,6 +190,47 @@ class NStepBlock:
         else:
             settle_numpy(self, K)
 
+    def sync(self) -> None:
+        """Settle, and give the episode rows their held rows back (what the per-call path
+        reads and writes): before ``reset``, ``end_episode``, ``flush``, a call in which
+        some environments do not step, and reads of the adder's counters."""
+        self.settle()
+        if self._in_scratch:
+            self._write_back()
+
+    def _write_back(self) -> None:
+        """Copy each env's held rows from its scratch rows to its episode rows (from
+        position 0; stored fields zero past them), as the last plan placed them."""
+        rows, o = self.adder._rows, self._plan_out
+        cap, e = rows.capacity, self.adder.num_envs
+        at = o["held"][: e * cap]
+        beyond = self._cap_range >= o["held"][e * cap :, None]
+        for p, arr in rows.arrays.items():
+            self._copy_rows(arr.reshape(-1, *arr.shape[2:]), None, self._flat[p], at, 0)
+            if p in self.fields:
+                arr[beyond] = 0
+        self._in_scratch = False
+
+    def _load(self) -> None:
+        """Put each env's held rows first in its scratch rows (position 0 holds episode
+        row ``base``), stored fields zero past them (final and padding rows are never
+        written), and make the scratch rows where the next plans find them."""
+        a = self.adder
+        episodes, rows = a._episodes, a._rows
+        held = int((a.pad + episodes.steps - rows.base).max()) + 1
+        awaiting = episodes.awaiting_reset
+        stale = awaiting.any()  # rows of an ended episode, not to be read again
+        for p in self.field_paths:
+            scratch = self.scratch[p]
+            scratch[:, :held] = rows.arrays[p][:, :held]
+            scratch[:, held:] = 0
+            if stale:
+                scratch[awaiting, :held] = 0
+        for p in self.obs_paths:
+            self.scratch[p][:, :held] = rows.arrays[p][:, :held]
+        self._origin[:] = 0
+        self._in_scratch = True
+
     def _settle_compiled(self, K: int) -> None:
         """:meth:`settle` with the compiled plan (``rlreplay.writers._blocks``): the
         kernel replays the calls' bookkeeping; numpy moves the rows, one gather or
@@ -193,20 +239,15 @@ class NStepBlock:
         episodes, rows, pieces = a._episodes, a._rows, a._pieces
         E, W, pad, n = a.num_envs, self.width, a.pad, a.n
         flat = self._flat
-        # Rows held from before the block go first in each env's scratch rows; stored
-        # fields are zero wherever no step is written (final and padding rows).
-        held = int((pad + episodes.steps - rows.base).max()) + 1
-        fresh = min(W, held + K * (2 + pad) + 2)
         awaiting = episodes.awaiting_reset
-        stale = awaiting.any()  # rows of an ended episode, not to be read again
-        for p in self.field_paths:
-            scratch = self.scratch[p]
-            scratch[:, :held] = rows.arrays[p][:, :held]
-            scratch[:, held:fresh] = 0
-            if stale:
-                scratch[awaiting, :held] = 0
-        for p in self.obs_paths:
-            self.scratch[p][:, :held] = rows.arrays[p][:, :held]
+        # Held rows stay in the scratch rows from block to block; the block's rows go
+        # after them. Where they would not fit, the held rows move back to the front.
+        if self._in_scratch:
+            end = self._origin + np.where(awaiting, 0, pad + episodes.steps - rows.base + 1)
+            if int(end.max()) + K * (2 + pad) + 2 > W:
+                self._write_back()
+        if not self._in_scratch:
+            self._load()
         last = pieces.last_stream
         params = self._params
         params[:] = (
@@ -245,6 +286,7 @@ class NStepBlock:
             o["rel"],
             o["ext"],
             o["held"],
+            self._origin,
         )
         # Each step's fields into its row, the observation it led to into the next row.
         copy = self._copy_rows
@@ -278,14 +320,6 @@ class NStepBlock:
                 o["rel"][:nitems].copy(),
                 o["ext"][:nitems].copy(),
             )
-        # The rows each env still holds, back to its buffer (from position 0).
-        cap = rows.capacity
-        at = o["held"][: E * cap]
-        beyond = self._cap_range >= o["held"][E * cap :, None]
-        for p, arr in rows.arrays.items():
-            copy(arr.reshape(-1, *arr.shape[2:]), None, flat[p], at, 0)
-            if p in self.fields:
-                arr[beyond] = 0
         episodes.active[:] = ~awaiting
         episodes.waiting = np.flatnonzero(awaiting)
         episodes.episodes += ended

@@ -206,7 +206,7 @@ class StreamAdder:
     def _settle(self) -> None:
         """Do what the calls recorded in the current block do (see :meth:`_new_block`)."""
         if self._block is not None:
-            self._block.settle()
+            self._block.sync()
 
     @property
     def episodes(self) -> int:
@@ -390,8 +390,9 @@ class StreamAdder:
     def _new_block(self, every: int) -> Any:
         """What records this adder's calls and settles them a block of ``every`` calls at
         a time (an object with ``calls``, ``record(fields, obs, term, trunc, info) ->
-        bool`` and ``settle()``, see :class:`~rlreplay.writers.nstep_blocks.NStepBlock`),
-        or ``None``: every call goes through :class:`EpisodeSteps` at once."""
+        bool``, ``settle()`` and ``sync()``, which also brings the episode rows up to
+        date, see :class:`~rlreplay.writers.nstep_blocks.NStepBlock`), or ``None``: every
+        call goes through :class:`EpisodeSteps` at once."""
         return None
 
     def _computed(
