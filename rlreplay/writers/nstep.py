@@ -16,7 +16,7 @@ from rlreplay.writers.stream import StreamAdder
 COMPUTED = ("n_step_return", "discount")
 # Largest stored row (bytes, every input field) for which a batched adder records its calls
 # in blocks (see NStepBlock): measured with 16 envs, a block is faster up to 32x32 uint8
-# observations (28 against 37 us a call) and slower from 48x48 on (58 against 33).
+# observations (35 against 39 us a call) and slower from 48x48 on (79 against 59).
 BLOCK_ROW_BYTES = 1024
 
 
@@ -147,8 +147,8 @@ class NStepTransitionAdder(StreamAdder):
     def _new_block(self, every: int) -> NStepBlock | None:
         # Sequence rules keep per-piece state of their own, and padding rows that fill a
         # chunk are cut as an episode starts (both rare): those take the per-call path.
-        # So do large rows (images): a block copies each environment's held rows in and
-        # out of its scratch rows, which costs more than it saves past about 1 KiB a row.
+        # So do large rows (images): a block copies each row into the block, its scratch
+        # rows and the stage, which costs more than it saves past about 1 KiB a row.
         sig = self._inputs.signature
         row_bytes = sum(
             sig[p].dtype.itemsize * int(np.prod(sig[p].shape)) for p in self._inputs.paths
