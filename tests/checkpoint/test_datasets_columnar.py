@@ -302,11 +302,11 @@ def test_npz_import_of_other_files_is_refused(tmp_path):
     (tmp_path / "text.npz").write_text("not a zip")
     with pytest.raises(DatasetError, match="not an rlreplay columnar dataset"):
         import_npz(tmp_path / "plain.npz", table)
-    with pytest.raises(DatasetError, match="not an .npz archive") as caught:
+    with pytest.raises(DatasetError, match=r"not an \.npz archive") as caught:
         import_npz(tmp_path / "text.npz", table)
     assert "pickle" not in str(caught.value)  # numpy's advice for such files is unsafe
     np.save(tmp_path / "array.npy", np.zeros(3))  # a single-array file, not an archive
-    with pytest.raises(DatasetError, match="not an .npz archive"):
+    with pytest.raises(DatasetError, match=r"not an \.npz archive"):
         import_npz(tmp_path / "array.npy", table)
     with pytest.raises(DatasetError, match="cannot be read"):
         import_npz(tmp_path / "missing.npz", table)
