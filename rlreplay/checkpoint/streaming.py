@@ -38,17 +38,18 @@ from rlreplay.checkpoint.manifest import entry, npy_header
 from rlreplay.core.storage import CHECKPOINT_CHUNK_ALIGN, StepStore
 
 _BLOCK_BYTES = 4 << 20  # the aside copy is kept in blocks of about this many bytes
-CHUNK_BYTES = 2 << 20  # rows copied under the store's lock at a time (and written at once)
+CHUNK_BYTES = 2 << 20  # bytes of rows copied under the store's lock at a time (a piece)
 
 
 class ColumnStream:
     """The columns of ``store`` as of construction (call with the store's lock held),
     written by :meth:`write` into ``files`` (field path to the file path of each chunk
-    of ``store.chunk_rows`` rows); ``chunk_bytes``: the most bytes copied per lock hold.
+    of ``store.chunk_rows`` rows); ``chunk_bytes``: the most bytes copied per lock hold
+    (a piece of ``piece_rows`` rows).
 
     Attributes:
         aside_peak_bytes: the most bytes the aside copies held at once.
-        held_s: the longest time one chunk's copy held the store's lock, in seconds.
+        held_s: the longest time one piece's copy held the store's lock, in seconds.
     """
 
     def __init__(
@@ -64,7 +65,7 @@ class ColumnStream:
         self.start = self.base % cap  # the row the first write after the moment changes
         self.row_bytes = sum(c[:1].nbytes for c in store.columns.values()) or 1
         chunk_bytes = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
-        self.chunk_rows = max(1, min(cap, chunk_bytes // self.row_bytes))
+        self.piece_rows = max(1, min(cap, chunk_bytes // self.row_bytes))
         self.block_rows = max(16, min(4096, _BLOCK_BYTES // self.row_bytes))
         self.done = 0  # rows [0, done) are copied out of the store
         self.overwritten = 0  # W: rows, in ring order from ``start``, written since the moment
@@ -169,10 +170,10 @@ class ColumnStream:
                 self.aside_bytes -= self.block_rows * self.row_bytes
 
     def _buffers(self) -> dict[str, np.ndarray]:
-        """One chunk's rows per column, touched here so that no copy under the lock
+        """One piece's rows per column, touched here so that no copy under the lock
         faults pages in."""
         bufs = {
-            p: np.empty((self.chunk_rows, *c.shape[1:]), c.dtype)
+            p: np.empty((self.piece_rows, *c.shape[1:]), c.dtype)
             for p, c in self.store.columns.items()
         }
         for buf in bufs.values():
@@ -199,8 +200,8 @@ class ColumnStream:
                 for i, c in enumerate(chunks):
                     c0, c1 = c * fr, min(cap, (c + 1) * fr)
                     after = chunks[i + 1] * fr if i + 1 < len(chunks) else cap
-                    for r0 in range(c0, c1, self.chunk_rows):
-                        r1 = min(c1, r0 + self.chunk_rows)
+                    for r0 in range(c0, c1, self.piece_rows):
+                        r1 = min(c1, r0 + self.piece_rows)
                         bufs = sets[len(written) % 2]
                         if len(written) >= 2:
                             written[-2].result()  # that piece is on its way: buffers free
