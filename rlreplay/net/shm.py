@@ -60,7 +60,6 @@ from rlreplay.net.shm_server import IDLE_S
 
 MAX_SLOTS = 8  # slots per thread (a learner's in-flight requests plus held batches)
 SLOT_ROUNDING = 1 << 16  # slot sizes are multiples of this many bytes
-PLACED_OPS = ("insert", "write")  # requests whose large arrays travel in a slot
 # A thread's slots unused for this long are dropped and attached afresh: the server
 # forgets them after IDLE_S, and a request must never name a slot it forgot.
 RENEW_S = IDLE_S / 2
@@ -372,7 +371,11 @@ class SharedMemoryPath:
         ring = self.ring(ch)
         if ring is None:
             return arrays, None
-        large = [(n, a) for n, a in arrays.items() if a.nbytes >= wire.ZERO_COPY_BYTES]
+        large = [
+            (n, a)
+            for n, a in arrays.items()
+            if a.nbytes >= wire.ZERO_COPY_BYTES and n.startswith("data/")
+        ]
         if not large:
             return arrays, None
         total = sum(a.nbytes for a in arrays.values())

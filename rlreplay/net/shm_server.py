@@ -37,6 +37,7 @@ from rlreplay.net.shm_segments import (
 )
 
 IDLE_S = 60.0  # a connection's segments are dropped after this long without use
+PLACED_OPS = ("insert", "write")  # requests whose step data may come in shared memory
 MAX_SEGMENTS_PER_CLIENT = 64
 
 
@@ -207,12 +208,23 @@ class SharedSegments:
         one of the client's segments: read-only views, valid while the request is served
         (its client reuses the memory only once the reply arrived).
 
+        Only the step data of inserts and writer chunks (``data/...`` arrays) may come
+        this way: the server copies them into the store without reading their values, so
+        a client that changed them while the request is served would only change its own
+        rows; every array the server checks (keys, anchors, priorities) comes in frames.
+
         Raises:
-            ProtocolError: for a malformed ``shm_in``, or an array also carried in frames.
+            ProtocolError: for a malformed ``shm_in``, another operation or array name, or
+                an array also carried in frames.
             InvalidArgumentError: for a token this connection did not attach (the server
                 forgot its segments after ``IDLE_S`` seconds unused): nothing is applied.
         """
         spec = header.pop("shm_in")
+        if header.get("op") not in PLACED_OPS:
+            raise ProtocolError(
+                f"a {describe(header.get('op'))} request cannot place arrays in shared memory "
+                f"(only {', '.join(PLACED_OPS)})"
+            )
         if not isinstance(spec, list) or len(spec) != 2 or type(spec[0]) is not int:
             raise ProtocolError(f"request field 'shm_in' is {describe(spec)}")
         segment = self._clients.get(client, {}).get(spec[0])
@@ -225,6 +237,8 @@ class SharedSegments:
             )
         self._last_use[client] = now
         for name, dtype, shape, off, size in check_entries(spec[1], segment.nbytes):
+            if not name.startswith("data/"):
+                raise ProtocolError(f"array {name!r} cannot come through shared memory")
             if name in arrays:
                 raise ProtocolError(f"array {name!r} is given twice")
             a = segment.data[off : off + size].view(dtype).reshape(shape)

@@ -261,11 +261,19 @@ def test_the_server_checks_what_a_request_places_in_shared_memory():
                 "malformed shared-memory entry",
             ),
             "not a pair": ([token], ProtocolError, "shm_in"),
+            "not step data": (
+                [token, [["priorities", "<f8", [4], 0]]],
+                ProtocolError,
+                "cannot come through shared memory",
+            ),
         }
         for spec, error, match in cases.values():
             header = {"op": "insert", "table": "queue", "shm_in": spec}
             with pytest.raises(error, match=match):
                 tr.call(header, {"data/step": np.zeros(1, np.int64)})
+        header = {"op": "update_priorities", "table": "queue", "shm_in": [token, []]}
+        with pytest.raises(ProtocolError, match="only insert, write"):
+            tr.call(header, {"keys": np.zeros(1, np.int64), "priorities": np.ones(1)})
         assert client.info("queue").size == ROWS  # none of them inserted anything
 
 
