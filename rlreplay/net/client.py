@@ -222,9 +222,9 @@ class Client:
 
         The call checks the rows (and priorities) completely, then hands them over
         without waiting for the server: while no insert message of this thread awaits
-        acknowledgement they are sent at once, else single rows are held and coalesced
-        into one message, sent with the first call after the acknowledgement arrives
-        (or once full, while fewer than two messages are out).
+        acknowledgement (and none left in the last 0.2 ms) they are sent at once, else
+        single rows are held and coalesced into one message, sent with the first call
+        after that (or once full, while fewer than two messages are out).
         Rows held go out before any other request of this thread, so the thread reads
         its own writes. :meth:`flush` waits until all are acknowledged; ``close()`` and
         interpreter exit send what is held. See :mod:`rlreplay.net.inserts`.

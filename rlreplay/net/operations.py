@@ -118,8 +118,11 @@ class TableOperations:
 
     def _op_update_priorities(self, header, arrays):
         table = self._table(header)
-        keys = arrays.get("keys", np.zeros(0, np.int64))
-        prios = arrays.get("priorities", np.zeros(0))
+        keys, prios = arrays.get("keys"), arrays.get("priorities")
+        if keys is None:  # an update of no keys
+            keys = np.zeros(0, np.int64)
+        if prios is None:
+            prios = np.zeros(0)
         return {"count": int(table.update_priorities(keys, prios))}, None
 
     def _op_delete(self, header, arrays):

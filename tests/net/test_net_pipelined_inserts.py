@@ -124,6 +124,23 @@ def test_single_rows_are_held_while_one_insert_message_awaits_its_acknowledgemen
     assert all(len(r.keys(timeout=1.0)) == 1 for r in [first, *rest])
 
 
+def test_rows_given_soon_after_a_message_left_wait_for_the_next_one(client, monkeypatch):
+    """Within COALESCE_S of the last message, rows are held even when it was already
+    acknowledged (a quick server would otherwise get a message per row); after it, a
+    row goes out at once."""
+    monkeypatch.setattr(inserts, "COALESCE_S", 60.0)
+    first = client.insert("gym", step(0))
+    first.keys(timeout=5.0)  # acknowledged: nothing is in flight
+    held = [client.insert("gym", step(1 + i)) for i in range(3)]
+    assert len({id(r._batch) for r in held}) == 1 and held[0]._batch.rid is None
+    assert client.flush(timeout=5.0) == 3  # flush sends them, as one message
+    monkeypatch.setattr(inserts, "COALESCE_S", 0.0)
+    client.insert("gym", step(4)).keys(timeout=5.0)
+    assert client.insert("gym", step(5))._batch.rid is not None  # sent at once
+    client.flush(timeout=5.0)
+    assert client.info("gym").size == 6
+
+
 def test_priorities_travel_with_their_rows(client):
     for i in range(40):
         client.insert("prio", step(i), priorities=1.0 if i == 17 else 0.0)
