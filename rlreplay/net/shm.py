@@ -9,8 +9,10 @@ semantic: it owns the tables, selectors, rate limiters and keys, exactly as for 
 - **Samples**: a sample request names a free slot; the server gathers the batch straight
   into it and replies with the header only (plus the small per-item arrays: keys,
   probabilities, ...). The :class:`~rlreplay.Sample`'s data arrays are views on the slot.
-- **Inserts and writer chunks**: their large arrays (at least ``wire.ZERO_COPY_BYTES``)
-  are copied into a free slot and the request names the slot instead of carrying them;
+  The first reply for a table and batch size says how many bytes the batch needs;
+  batches under :data:`MIN_BYTES` keep going through the socket.
+- **Inserts and writer chunks**: their large arrays (at least :data:`MIN_BYTES`) are
+  copied into a free slot and the request names the slot instead of carrying them;
   the server reads them from there (it copies them into the table's store, as it does
   from a socket frame) before it answers.
 
@@ -59,6 +61,9 @@ from rlreplay.net.shm_segments import Segment, aligned, available, boot_id, chec
 from rlreplay.net.shm_server import IDLE_S
 
 MAX_SLOTS = 8  # slots per thread (a learner's in-flight requests plus held batches)
+# Batches (and arrays of inserts) smaller than this go through the socket: there the
+# bookkeeping of a slot costs more than the copies it saves.
+MIN_BYTES = wire.ZERO_COPY_BYTES
 SLOT_ROUNDING = 1 << 16  # slot sizes are multiples of this many bytes
 # A thread's slots unused for this long are dropped and attached afresh: the server
 # forgets them after IDLE_S, and a request must never name a slot it forgot.
@@ -336,6 +341,8 @@ class SharedMemoryPath:
         batch = header.get("batch_size")
         key = (header["table"], batch) if type(batch) is int else None
         need = ring.need.get(key) if key is not None else None
+        if need is not None and need < MIN_BYTES:
+            return tr.send(header, arrays, **send_kw)  # a small batch: the socket
         slot = None if need is None else self._lease(ring, need, send_kw.get("until"))
         if self.enabled:
             header["shm"] = 0 if slot is None else slot.token
@@ -374,7 +381,7 @@ class SharedMemoryPath:
         large = [
             (n, a)
             for n, a in arrays.items()
-            if a.nbytes >= wire.ZERO_COPY_BYTES and n.startswith("data/")
+            if a.nbytes >= MIN_BYTES and n.startswith("data/")
         ]
         if not large:
             return arrays, None

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-FRAME = [12, 12, 3]
+FRAME = [32, 32, 3]  # 3 KiB: a batch of 32 (96 KiB) travels in shared memory
 FRAME_SIGNATURE = {"obs": {"shape": FRAME, "dtype": "uint8"}, "step": "int64"}
 
 
@@ -42,8 +42,8 @@ def hold_batches(address: str, table: str, held: int, out: Any, stop: Any) -> No
 
     try:
         client = Client(address, shared_memory=True)
-        client.sample(table, 8)  # learns the slot size
-        batches = [client.sample(table, 8) for _ in range(held)]
+        client.sample(table, 32)  # learns the slot size
+        batches = [client.sample(table, 32) for _ in range(held)]
         shared = all(is_shared(b.data["obs"]) for b in batches)
         out.put(("ok", os.getpid(), shared, all(consistent(b) for b in batches)))
     except Exception as exc:
@@ -61,7 +61,7 @@ def write_frames(address: str, table: str, first: int, n: int, out: Any) -> None
     try:
         client = Client(address, shared_memory=True)
         rows = frames_rows(first, n)
-        with client.trajectory_writer(table, chunk_steps=200) as writer:  # 86 KB chunks
+        with client.trajectory_writer(table, chunk_steps=64) as writer:  # 192 KiB chunks
             for i in range(n):
                 writer.append({"obs": rows["obs"][i], "step": rows["step"][i]})
                 writer.create_item(table, priority=1.0)

@@ -52,8 +52,8 @@ def test_batches_equal_the_socket_paths_for_the_same_seed():
     for mode in (True, False):
         with served(CONFIG) as (address, _):
             client = filled(address, shared_memory=mode)
-            it = client.sample_iterator("prio", 16, in_flight=2)
-            got = [client.sample("frames", 16) for _ in range(3)]
+            it = client.sample_iterator("prio", 32, in_flight=2)
+            got = [client.sample("frames", 32) for _ in range(3)]
             for _ in range(3):
                 batch = next(it)
                 it.update_priorities(batch.info.keys, batch.data["step"] % 5 + 1.0)
@@ -132,10 +132,16 @@ def test_disabled_or_remote_uses_the_socket_and_required_checks_its_argument():
     assert rlreplay.Client("ipc:///tmp/x")._shm.enabled
     with served(CONFIG) as (address, _):
         client = filled(address, shared_memory=False)
-        batches = [client.sample("frames", 16) for _ in range(3)]
+        batches = [client.sample("frames", 32) for _ in range(3)]
         assert not any(is_shared(b.data["obs"]) for b in batches)
         assert all(consistent(b) for b in batches)
         assert client._channel().shm is None
+        # batches under MIN_BYTES take the socket, where a slot would cost more than it saves
+        small = rlreplay.Client(address, shared_memory=True)
+        assert shm.MIN_BYTES > 8 * 3072
+        batches = [small.sample("frames", 8) for _ in range(3)]
+        assert not any(is_shared(b.data["obs"]) for b in batches)
+        assert all(consistent(b) for b in batches) and not small._channel().shm.slots
 
 
 def test_a_server_on_another_host_is_used_through_the_socket(monkeypatch):
@@ -144,14 +150,14 @@ def test_a_server_on_another_host_is_used_through_the_socket(monkeypatch):
     before = shm_entries()
     with served(CONFIG) as (address, _):
         client = filled(address)
-        batches = [client.sample("frames", 16) for _ in range(3)]
+        batches = [client.sample("frames", 32) for _ in range(3)]
         assert not any(is_shared(b.data["obs"]) for b in batches)
         assert all(consistent(b) for b in batches)
         assert "another host" in client._shm.failure
         required = rlreplay.Client(address, shared_memory=True)
-        required.sample("frames", 16)
+        required.sample("frames", 32)
         with pytest.raises(InvalidArgumentError, match="shared_memory=True"):
-            required.sample("frames", 16)
+            required.sample("frames", 32)
     assert shm_entries() == before  # refused segments are unlinked too
 
 
@@ -159,8 +165,8 @@ def test_kill_9_of_a_client_or_of_the_server_leaks_no_segment():
     before = shm_entries()
     with served(CONFIG) as (address, server):
         client = filled(address, shared_memory=True)
-        client.sample("frames", 8)
-        mine = client.sample("frames", 8)
+        client.sample("frames", 32)
+        mine = client.sample("frames", 32)
         assert is_shared(mine.data["obs"])
         out, stop = CTX.Queue(), StopFlag(CTX)
         procs = [
@@ -177,7 +183,7 @@ def test_kill_9_of_a_client_or_of_the_server_leaks_no_segment():
             procs[0].join(10.0)
             assert shm_entries() == before
             # the server goes on serving the others
-            assert consistent(client.sample("frames", 8))
+            assert consistent(client.sample("frames", 32))
             os.kill(server.pid, signal.SIGKILL)
             server.join(10.0)
             assert shm_entries() == before
@@ -208,7 +214,7 @@ QUEUE = config(
         "rate_limiter": {"type": "Queue", "size": 400},
     }
 )
-ROWS = 200  # 200 frames of 432 bytes: large enough to travel in shared memory
+ROWS = 200  # 200 frames of 3 KiB: large enough to travel in shared memory
 
 
 def test_inserts_and_writer_chunks_travel_in_shared_memory_and_a_parked_one_keeps_its_slot():
