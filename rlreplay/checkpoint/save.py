@@ -35,7 +35,7 @@ from rlreplay.checkpoint.manifest import (
     write_manifest,
 )
 from rlreplay.checkpoint.progress import Progress
-from rlreplay.checkpoint.snapshot import Snapshot, as_tables, capture
+from rlreplay.checkpoint.snapshot import Capture, Snapshot, as_tables
 from rlreplay.core.table import Table
 from rlreplay.errors import CheckpointError, InvalidArgumentError, ReplayTimeoutError, describe
 
@@ -93,6 +93,140 @@ class SaveStats:
         self.captured = threading.Event()
 
 
+class StepwiseSave:
+    """A save whose capture the caller takes a step at a time (see
+    :class:`~rlreplay.checkpoint.snapshot.Capture`); :func:`save` takes the steps back to
+    back, a server's dispatcher one between two requests, so that no request waits for
+    more than one step. The last step is the checkpoint's moment: the checkpoint is
+    named, each store's moment taken (one short lock hold each) and ``extra`` called,
+    with no other save taking its moment meanwhile. :meth:`write` then streams the
+    columns and publishes the checkpoint.
+
+    Args:
+        tables, path, keep, progress, extra: as :func:`save`.
+        stats: filled with the save's figures (a new :class:`SaveStats` when ``None``).
+        slice_bytes: bytes one step of a large index's capture copies (default
+            ``snapshot.SLICE_BYTES``).
+        buffers_in_thread: make the capture's buffers in a helper thread while
+            :meth:`step` returns at once.
+
+    Raises:
+        InvalidArgumentError: for bad ``tables``, ``path`` or ``keep`` (nothing written).
+    """
+
+    def __init__(
+        self,
+        tables: Table | Sequence[Table] | Mapping[str, Table],
+        path: str | os.PathLike,
+        *,
+        keep: int | None = None,
+        progress: bool = False,
+        stats: SaveStats | None = None,
+        extra: Callable[[], Mapping[str, Any]] | None = None,
+        slice_bytes: int | None = None,
+        buffers_in_thread: bool = False,
+    ):
+        self.tables = as_tables(tables)
+        self.root = _check_path(path)
+        self.keep = retention.check_keep(keep)
+        self.progress = progress
+        self.stats = stats if stats is not None else SaveStats()
+        self.extra = extra
+        self.capture = Capture(
+            self.tables, slice_bytes=slice_bytes, buffers_in_thread=buffers_in_thread
+        )
+        self._moment: tuple[Snapshot, Path, int, Any] | None = None  # until written
+        self.moment_taken = False
+        self.failed = False
+
+    @property
+    def done(self) -> bool:
+        """Whether the checkpoint's moment is taken (or a step failed)."""
+        return self.moment_taken or self.failed
+
+    def step(self) -> None:
+        """Take the capture's next step; the last one takes the checkpoint's moment.
+
+        Raises:
+            ClosedError: if a table is closed.
+            CheckpointError: if another save of the same store is under way.
+            OSError: if the checkpoint's temporary directory cannot be made.
+            A step that raises abandons the save (nothing is written; :attr:`done`).
+        """
+        if self.done:
+            return
+        try:
+            if not self.capture.ready:
+                self.capture.step()
+            else:
+                self._take_moment()
+        except BaseException:
+            self.failed = True
+            self.capture.abandon()
+            self.stats.captured.set()
+            raise
+
+    def _take_moment(self) -> None:
+        # Naming and the moment under one process-wide lock, so that a later sequence
+        # number never holds an earlier moment; the columns stream without it.
+        with _NAMING:
+            self.root.mkdir(parents=True, exist_ok=True)
+            seq = retention.next_sequence(self.root)
+            tmp = self.root / f".tmp-{retention.name_of(seq)}-{os.getpid()}-{secrets.token_hex(4)}"
+            tmp.mkdir()
+            try:
+                snap = self.capture.moment(tmp, increments.previous_stores(self.root))
+                try:
+                    extra_state = None if self.extra is None else self.extra()
+                except BaseException:
+                    snap.release()
+                    raise
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+        self._moment = (snap, tmp, seq, extra_state)
+        self.moment_taken = True
+        self.stats.captured.set()
+
+    def abandon(self) -> None:
+        """Give up a save whose moment is not taken (the indexes stop noting changes)."""
+        if not self.done:
+            self.failed = True
+            self.capture.abandon()
+            self.stats.captured.set()
+
+    def write(self) -> Path:
+        """Stream the columns, write the manifest and publish the checkpoint (after the
+        moment: :attr:`done` and not failed); returns its directory.
+
+        Raises:
+            CheckpointError: if the moment was not taken.
+            OSError: if writing fails (the temporary directory is removed; nothing is
+                published).
+        """
+        if self._moment is None:
+            raise CheckpointError("the save has no moment to write: step() it until done")
+        snap, tmp, seq, extra_state = self._moment
+        self._moment = None  # written once
+        stats = self.stats
+        try:
+            try:
+                snap.finish()
+                manifest = _write(snap, tmp, self.progress, stats, extra_state)
+            finally:
+                snap.release()
+            write_manifest(tmp, manifest)
+            retention.fsync_dir(tmp)
+            final = _publish(self.root, tmp, seq)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        with _NAMING:
+            retention.prune(self.root, self.keep)
+        stats.path = final
+        return final
+
+
 def save(
     tables: Table | Sequence[Table] | Mapping[str, Table],
     path: str | os.PathLike,
@@ -105,8 +239,8 @@ def save(
     """Save ``tables`` (and the stores under them) as a new checkpoint under ``path``.
 
     Tables over one store are saved as of one moment; tables over different stores each
-    as of their store's moment, one after another. Other threads keep inserting and
-    sampling meanwhile; what they do after the moment is not in this checkpoint.
+    as of their store's moment, one right after another. Other threads keep inserting
+    and sampling meanwhile; what they do after the moment is not in this checkpoint.
 
     Args:
         tables: a table, or a list or dict of tables with distinct names.
@@ -131,45 +265,10 @@ def save(
         OSError: if writing fails (the temporary directory is removed; nothing is
             published).
     """
-    items = as_tables(tables)
-    root = _check_path(path)
-    keep = retention.check_keep(keep)
-    stats = stats if stats is not None else SaveStats()
-    # Naming and the moment under one process-wide lock, so that a later sequence number
-    # never holds an earlier moment; the columns stream without it, so a long save never
-    # holds up another save's moment (a server's dispatcher takes it between requests).
-    with _NAMING:
-        root.mkdir(parents=True, exist_ok=True)
-        seq = retention.next_sequence(root)
-        tmp = root / f".tmp-{retention.name_of(seq)}-{os.getpid()}-{secrets.token_hex(4)}"
-        tmp.mkdir()
-        try:
-            snap = capture(items, tmp, increments.previous_stores(root))
-            try:
-                extra_state = None if extra is None else extra()
-            except BaseException:
-                snap.release()
-                raise
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-    stats.captured.set()
-    try:
-        try:
-            snap.finish()
-            manifest = _write(snap, tmp, progress, stats, extra_state)
-        finally:
-            snap.release()
-        write_manifest(tmp, manifest)
-        retention.fsync_dir(tmp)
-        final = _publish(root, tmp, seq)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    with _NAMING:
-        retention.prune(root, keep)
-    stats.path = final
-    return final
+    steps = StepwiseSave(tables, path, keep=keep, progress=progress, stats=stats, extra=extra)
+    while not steps.done:
+        steps.step()
+    return steps.write()
 
 
 def _write(
@@ -258,32 +357,68 @@ def _publish(root: Path, tmp: Path, seq: int) -> Path:
 
 
 class PendingSave:
-    """A :func:`save` running in a background thread (from :func:`start_save`)."""
+    """A save written in a background thread (from :func:`start_save`, or from a
+    :class:`StepwiseSave` whose capture the caller steps with :meth:`step`).
 
-    def __init__(self, tables: Any, path: Any, keep: int | None, progress: bool, extra: Any = None):
-        self.stats = SaveStats()
+    Args:
+        steps: the save.
+        capture_here: the caller takes the capture's steps (:meth:`step`); the thread
+            starts once the moment is taken. Otherwise the thread takes them too.
+    """
+
+    def __init__(self, steps: StepwiseSave, *, capture_here: bool = False):
+        self.steps = steps
+        self.stats = steps.stats
         self._result: Path | None = None
         self._error: BaseException | None = None
-        self._thread = threading.Thread(
-            target=self._run,
-            args=(tables, path, keep, progress, extra),
-            daemon=True,
-            name="rlreplay-checkpoint",
-        )
+        self._thread: threading.Thread | None = None
+        if not capture_here:
+            self._start()
+
+    def _start(self) -> None:
+        self._thread = threading.Thread(target=self._run, daemon=True, name="rlreplay-checkpoint")
         self._thread.start()
 
-    def _run(self, tables: Any, path: Any, keep: int | None, progress: bool, extra: Any) -> None:
+    def _run(self) -> None:
         try:
-            self._result = save(
-                tables, path, keep=keep, progress=progress, stats=self.stats, extra=extra
-            )
+            while not self.steps.done:
+                self.steps.step()
+            self._result = self.steps.write()
         except BaseException as exc:  # handed to the caller by result()
             self._error = exc
         finally:
             self.stats.captured.set()
 
+    @property
+    def capturing(self) -> bool:
+        """Whether the caller still has capture steps to take (:meth:`step`)."""
+        return self._thread is None and self._error is None
+
+    def step(self) -> None:
+        """Take the capture's next step in the calling thread; once the moment is taken,
+        the columns are written in a background thread. A failure is kept for
+        :meth:`result` (the save is then done)."""
+        if not self.capturing:
+            return
+        try:
+            self.steps.step()
+        except Exception as exc:
+            self._error = exc
+            return
+        if self.steps.done:
+            self._start()
+
+    def abandon(self) -> None:
+        """Give up the capture if its moment is not taken yet (:meth:`result` then
+        raises a :class:`~rlreplay.errors.CheckpointError`)."""
+        if self.capturing:
+            self.steps.abandon()
+            self._error = CheckpointError("the checkpoint was abandoned before its moment")
+
     def done(self) -> bool:
         """Whether the save has finished (published or failed)."""
+        if self._thread is None:
+            return self._error is not None
         return not self._thread.is_alive()
 
     def result(self, timeout: float | None = None) -> Path:
@@ -295,8 +430,9 @@ class PendingSave:
                 ``timeout``; it goes on, ask again.
             Exception: what the save raised.
         """
-        self._thread.join(timeout)
-        if self._thread.is_alive():
+        if self._thread is not None:
+            self._thread.join(timeout)
+        if not self.done():
             raise ReplayTimeoutError(
                 f"the checkpoint is still being written after timeout={timeout}s; it goes on: "
                 "call result() again, with a longer timeout"
@@ -322,9 +458,8 @@ def start_save(
     Raises:
         InvalidArgumentError: as :func:`save`, before the thread starts.
     """
-    as_tables(tables)
-    _check_path(path)
-    retention.check_keep(keep)
-    pending = PendingSave(tables, path, keep, progress, extra)
+    pending = PendingSave(
+        StepwiseSave(tables, path, keep=keep, progress=progress, extra=extra)
+    )
     pending.stats.captured.wait()
     return pending

@@ -19,6 +19,7 @@ moment's hold, never for the whole copy.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -139,8 +140,9 @@ class Snapshot:
                     s.store.guard = None
 
 
-def _check(store: StepStore, tables: list[Table]) -> None:
-    """Refuse closed tables and a store another checkpoint streams (lock held).
+def _check(store: StepStore, tables: list[Table], starting: bool = False) -> None:
+    """Refuse closed tables and a store another checkpoint streams, or (``starting`` a
+    sliced copy) whose index another capture copies in slices now (lock held).
 
     Raises:
         ClosedError: if a table is closed.
@@ -149,46 +151,11 @@ def _check(store: StepStore, tables: list[Table]) -> None:
     for t in tables:
         if t.closed:
             raise ClosedError(f"table {t.name!r} is closed; it cannot be saved")
-    if store.guard is not None:
+    if store.guard is not None or (starting and any(t.index.changes is not None for t in tables)):
         raise CheckpointError(
             "a checkpoint of this store is being written already; wait for it to finish "
             "before taking another"
         )
-
-
-def _copy_in_slices(
-    store: StepStore, tables: list[Table], buffers: list[Any], snap: Snapshot
-) -> list[tuple] | None:
-    """For tables whose per-item state exceeds ``SLICED_ABOVE_BYTES``: copy it a slice of
-    ``SLICE_BYTES`` per lock hold, the index noting the slots changed meanwhile; returns
-    per table what :func:`~rlreplay.core.item_state.finish_sliced_snapshot` finishes at
-    the moment (``None``: small, taken whole at the moment).
-
-    Raises:
-        ClosedError, CheckpointError: as :func:`_check` (nothing left noting changes).
-    """
-    if sum(t.index.nbytes() for t in tables) <= SLICED_ABOVE_BYTES:
-        return None
-    with store.mutex:
-        t0 = time.perf_counter()
-        _check(store, tables)
-        sliced = [item_state.start_sliced_snapshot(t.index, b) for t, b in zip(tables, buffers)]
-        snap.held_s = max(snap.held_s, time.perf_counter() - t0)
-    try:
-        for _, parts in sliced:
-            for source, copy, _ in parts:
-                step = max(1, SLICE_BYTES // max(1, source[:1].nbytes))
-                for a in range(0, len(source), step):
-                    with store.mutex:
-                        t0 = time.perf_counter()
-                        copy[a : a + step] = source[a : a + step]
-                        snap.held_s = max(snap.held_s, time.perf_counter() - t0)
-    except BaseException:
-        with store.mutex:
-            for t in tables:
-                item_state.abandon_sliced_snapshot(t.index)
-        raise
-    return [(out, parts) for out, parts in sliced]
 
 
 def column_files(si: int, store: StepStore) -> dict[str, list[str]]:
@@ -200,70 +167,218 @@ def column_files(si: int, store: StepStore) -> dict[str, list[str]]:
     }
 
 
+class Capture:
+    """The capture of ``tables``' state, taken a step at a time: the one mechanism under
+    every save (:func:`capture` takes its steps back to back; a server's dispatcher takes
+    one between requests, so that requests go on being served during the copy).
+
+    Steps, each short: make the buffers the copies go into (outside any lock; with
+    ``buffers_in_thread``, in a helper thread while :meth:`step` returns at once, since
+    first writes to fresh memory are slow), then, for the indexes whose per-item state
+    exceeds ``SLICED_ABOVE_BYTES``, start noting their changed slots (one short hold per
+    store) and copy ``slice_bytes`` per step under the store's lock. When :attr:`ready`,
+    :meth:`moment` takes the checkpoint's moment: one short hold per store copying again
+    what changed meanwhile and the rest of the state.
+
+    Args:
+        tables: the tables (distinct, see :func:`as_tables`).
+        slice_bytes: bytes one step copies (default ``SLICE_BYTES``).
+        buffers_in_thread: make the buffers in a helper thread.
+
+    Attributes:
+        held_s: the longest lock hold of the capture so far, in seconds.
+    """
+
+    def __init__(
+        self, tables: list[Table], *, slice_bytes: int | None = None, buffers_in_thread=False
+    ):
+        self.tables = tables
+        self.slice_bytes = max(1, int(SLICE_BYTES if slice_bytes is None else slice_bytes))
+        self.held_s = 0.0
+        self.stores: list[StepStore] = []
+        for t in tables:
+            if not any(t.store is s for s in self.stores):
+                self.stores.append(t.store)
+        self._in_thread = buffers_in_thread
+        self._maker: threading.Thread | None = None
+        self._buffers: list[list[Any]] | None = None  # per store, per table of it
+        self._error: BaseException | None = None
+        self._sliced: list[list[tuple] | None] | None = None  # per store, once started
+        self._work: list[tuple] = []  # (store, source, copy, first, end), last first
+        self.taken = False  # the moment is taken, or the capture was abandoned
+
+    def mine(self, store: StepStore) -> list[Table]:
+        return [t for t in self.tables if t.store is store]
+
+    @property
+    def ready(self) -> bool:
+        """Whether every step before the moment is done."""
+        return self._sliced is not None and not self._work
+
+    def _hold(self, t0: float) -> None:
+        self.held_s = max(self.held_s, time.perf_counter() - t0)
+
+    def _make_buffers(self) -> None:
+        try:  # made before any lock, so that the copies under it write mapped memory
+            self._buffers = [[t.index.state_buffers() for t in self.mine(s)] for s in self.stores]
+        except BaseException as exc:  # handed to the capturing thread by step()
+            self._error = exc
+
+    def step(self) -> None:
+        """Take the next step (at most one slice's lock hold); nothing once :attr:`ready`.
+
+        Raises:
+            ClosedError: if a table is closed.
+            CheckpointError: if a store is being checkpointed already (the capture is
+                abandoned then).
+            MemoryError: if the buffers cannot be made.
+        """
+        if self.taken or self.ready:
+            return
+        if self._buffers is None:
+            if not self._in_thread:
+                self._make_buffers()
+            elif self._maker is None:
+                self._maker = threading.Thread(
+                    target=self._make_buffers, daemon=True, name="rlreplay-capture-buffers"
+                )
+                self._maker.start()
+                return
+            elif self._maker.is_alive():
+                return
+            if self._error is not None:
+                self.taken = True
+                raise self._error
+        if self._sliced is None:
+            self._start()
+            return
+        store, source, copy, a, b = self._work.pop()
+        with store.mutex:
+            t0 = time.perf_counter()
+            copy[a:b] = source[a:b]
+            self._hold(t0)
+
+    def _start(self) -> None:
+        """Start noting changes in each large index (one hold per store) and plan its
+        slices."""
+        self._sliced = []
+        assert self._buffers is not None
+        try:
+            for store, buffers in zip(self.stores, self._buffers):
+                mine = self.mine(store)
+                if sum(t.index.nbytes() for t in mine) <= SLICED_ABOVE_BYTES:
+                    self._sliced.append(None)
+                    continue
+                with store.mutex:
+                    t0 = time.perf_counter()
+                    _check(store, mine, starting=True)
+                    sliced = []
+                    for t, b in zip(mine, buffers):
+                        sliced.append(item_state.start_sliced_snapshot(t.index, b))
+                    self._sliced.append(sliced)
+                    self._hold(t0)
+                for _, parts in sliced:
+                    for source, copy, _ in parts:
+                        step = max(1, self.slice_bytes // max(1, source[:1].nbytes))
+                        for a in range(0, len(source), step):
+                            self._work.append((store, source, copy, a, a + step))
+        except BaseException:
+            self.abandon()
+            raise
+        self._work.reverse()
+
+    def abandon(self) -> None:
+        """Stop the capture (the indexes stop noting changes); the moment is not taken."""
+        self._work = []
+        for store, sliced in zip(self.stores, self._sliced or []):
+            if sliced is not None:
+                with store.mutex:
+                    for t in self.mine(store):
+                        item_state.abandon_sliced_snapshot(t.index)
+        self._sliced = self._sliced or []
+        self.taken = True
+
+    def moment(self, directory: Path, previous: Mapping[str, Previous] | None = None) -> Snapshot:
+        """Take the checkpoint's moment (one hold per store, once :attr:`ready`) and
+        install the column streams that will write into ``directory``; for a store in
+        ``previous`` (by identity: the newest checkpoint's stores), note the chunks
+        unchanged since.
+
+        Raises:
+            ClosedError: if a table is closed (nothing is captured then).
+            CheckpointError: if a store is being checkpointed already, or the capture is
+                not :attr:`ready`.
+        """
+        if self.taken or not self.ready:
+            raise CheckpointError("the capture is not ready for its moment: step() it first")
+        assert self._buffers is not None and self._sliced is not None
+        snap = Snapshot(created_unix=time.time())
+        try:
+            for si, (store, buffers) in enumerate(zip(self.stores, self._buffers)):
+                self._store_moment(snap, si, store, buffers, directory, previous)
+        except BaseException:
+            self.abandon()
+            snap.release()
+            raise
+        self.taken = True
+        snap.held_s = self.held_s
+        snap.tables.sort(key=lambda ts: self.tables.index(ts.table))
+        return snap
+
+    def _store_moment(
+        self,
+        snap: Snapshot,
+        si: int,
+        store: StepStore,
+        buffers: list[Any],
+        directory: Path,
+        previous: Mapping[str, Previous] | None,
+    ) -> None:
+        files = column_files(si, store)
+        paths = {p: [directory / n for n in names] for p, names in files.items()}
+        mine = self.mine(store)
+        sliced = self._sliced[si] if self._sliced is not None else None
+        with store.mutex:
+            t0 = time.perf_counter()
+            _check(store, mine)
+            stream = ColumnStream(store, paths)
+            generation = store.stamp_chunks()
+            increments = {"store": store.identity, "generation": generation}
+            prev = (previous or {}).get(store.identity)
+            reusable = None if prev is None else prev.reusable(store)
+            state = store.state()
+            states = [
+                table_state(t, b, None if sliced is None else sliced[i])
+                for i, (t, b) in enumerate(zip(mine, buffers))
+            ]
+            if sliced is not None and self._sliced is not None:
+                self._sliced[si] = None  # finished: nothing of it left to abandon
+            store.guard = stream
+            self._hold(t0)
+        for t, st, b in zip(mine, states, buffers):
+            if st["index"]["remover"] is None:  # built by finish(), after the moment
+                snap.idle_removers.append((t, st["index"], (b or {}).get("remover")))
+        snap.stores.append(
+            StoreSnapshot(
+                store, store_definition(store), state, stream, files, increments, prev, reusable
+            )
+        )
+        for t, st in zip(mine, states):
+            snap.tables.append(TableSnapshot(t, si, table_definition(t), st))
+
+
 def capture(
     tables: list[Table], directory: Path, previous: Mapping[str, Previous] | None = None
 ) -> Snapshot:
-    """Take every part's state of ``tables`` and install the column streams that will
-    write into ``directory``; for a store in ``previous`` (by identity: the newest
-    checkpoint's stores), note the chunks unchanged since.
+    """Take every part's state of ``tables`` (a :class:`Capture`'s steps back to back,
+    then its moment) and install the column streams that will write into
+    ``directory``; see :meth:`Capture.moment`.
 
     Raises:
         ClosedError: if a table is closed (nothing is captured then).
         CheckpointError: if a store is being checkpointed already.
     """
-    stores: list[StepStore] = []
-    for t in tables:
-        if not any(t.store is s for s in stores):
-            stores.append(t.store)
-    snap = Snapshot(created_unix=time.time())
-    try:
-        for si, store in enumerate(stores):
-            files = column_files(si, store)
-            paths = {p: [directory / n for n in names] for p, names in files.items()}
-            mine = [t for t in tables if t.store is store]
-            # Made before the lock, so that the copies under it write mapped memory.
-            buffers = [t.index.state_buffers() for t in mine]
-            sliced = _copy_in_slices(store, mine, buffers, snap)
-            with store.mutex:
-                t0 = time.perf_counter()
-                try:
-                    _check(store, mine)
-                except BaseException:
-                    if sliced is not None:
-                        for t in mine:
-                            item_state.abandon_sliced_snapshot(t.index)
-                    raise
-                stream = ColumnStream(store, paths)
-                generation = store.stamp_chunks()
-                increments = {"store": store.identity, "generation": generation}
-                prev = (previous or {}).get(store.identity)
-                reusable = None if prev is None else prev.reusable(store)
-                state = store.state()
-                states = [
-                    table_state(t, b, None if sliced is None else sliced[i])
-                    for i, (t, b) in enumerate(zip(mine, buffers))
-                ]
-                store.guard = stream
-                snap.held_s = max(snap.held_s, time.perf_counter() - t0)
-            for t, st, b in zip(mine, states, buffers):
-                if st["index"]["remover"] is None:  # built by finish(), after the moment
-                    snap.idle_removers.append((t, st["index"], (b or {}).get("remover")))
-            snap.stores.append(
-                StoreSnapshot(
-                    store,
-                    store_definition(store),
-                    state,
-                    stream,
-                    files,
-                    increments,
-                    prev,
-                    reusable,
-                )
-            )
-            for t, st in zip(mine, states):
-                snap.tables.append(TableSnapshot(t, si, table_definition(t), st))
-    except BaseException:
-        snap.release()
-        raise
-    snap.tables.sort(key=lambda ts: tables.index(ts.table))
-    return snap
+    c = Capture(tables)
+    while not c.ready:
+        c.step()
+    return c.moment(directory, previous)
