@@ -99,3 +99,12 @@ def test_encoded_arrays_decode_to_themselves_whatever_their_sizes_and_order(size
     for name, arr in arrays.items():
         assert got[name].shape == arr.shape and got[name].dtype == arr.dtype
         np.testing.assert_array_equal(got[name], arr)
+
+
+def test_a_header_that_cannot_be_packed_leaves_the_next_message_intact():
+    """Headers are packed by a packer kept per thread: a failed pack must not leave
+    bytes behind in it for the next message."""
+    with pytest.raises(TypeError):
+        wire.encode({"op": "ping", "bad": object()})
+    header, _ = wire.decode(wire.encode({"op": "ping", "id": 3}))
+    assert header == {"op": "ping", "id": 3, "v": wire.PROTOCOL_VERSION}
