@@ -7,12 +7,20 @@ ADDRESS``), keeping the newest ``keep_checkpoints``. When it starts, it restores
 newest valid checkpoint in that directory (one that fails its checks is skipped with a
 warning).
 
-The moment. A checkpoint's moment is taken on the server's dispatcher thread, between two
-requests: the small per-item state of every table under its store's lock, and the state
-of every remote writer's stream (:meth:`~rlreplay.net.sessions.WriterSessions.state`:
-its position, the steps it retains, the replies kept for chunks sent again). No request
-runs meanwhile, so the streams match the tables exactly: every chunk applied before the
-moment is in the checkpoint with its reply, none after. The step columns are then
+The capture. The dispatcher takes a checkpoint's capture a step at a time between
+requests (:class:`~rlreplay.checkpoint.save.StepwiseSave`, the mechanism under every
+save): the buffers are made in a helper thread, then a large index's per-item state is
+copied a slice (:data:`~rlreplay.checkpoint.snapshot.SLICE_BYTES`) per step while the
+index notes the slots that the requests served meanwhile change. A request waits for
+one step (at most ``STEP_S`` of steps, then one more), never for the whole copy.
+
+The moment. The capture's last step is the checkpoint's moment, taken on the dispatcher
+thread between two requests: what changed since the slices were copied and the rest of
+the per-item state of every table under its store's lock, and the state of every remote
+writer's stream (:meth:`~rlreplay.net.sessions.WriterSessions.state`: its position, the
+steps it retains, the replies kept for chunks sent again). No request runs meanwhile, so
+the streams match the tables exactly: every chunk applied before the moment is in the
+checkpoint with its reply, none after. The step columns are then
 streamed to disk by a background thread while the dispatcher goes on serving (the store
 copies aside, first, rows it overwrites before they are written, see
 :mod:`rlreplay.checkpoint.streaming`); the checkpoint is published by one atomic rename.
@@ -57,6 +65,10 @@ if TYPE_CHECKING:
     from rlreplay.net.sessions import WriterSessions
 
 log = logging.getLogger("rlreplay.net")
+
+# The dispatcher takes capture steps until this many seconds are spent, then serves what
+# waits: a request waits for at most this plus one step (a slice's copy, ~1 ms).
+STEP_S = 0.001
 
 SERVER_STATE = "server"  # the manifest's extra section holding the writers' streams
 
@@ -106,9 +118,9 @@ def check_options(
 
 
 def stores_busy(tables: dict[str, Table]) -> bool:
-    """Whether a checkpoint streams one of the tables' stores now (an in-process save:
-    starting one now would keep the dispatcher waiting until it is written)."""
-    return any(t.store.guard is not None for t in tables.values())
+    """Whether a checkpoint streams one of the tables' stores now, or copies one of
+    their indexes in slices (an in-process save: a second one would be refused)."""
+    return any(t.store.guard is not None or t.index.changes is not None for t in tables.values())
 
 
 def fingerprint(tables: dict[str, Table], sessions: WriterSessions) -> tuple:
@@ -157,12 +169,14 @@ class ServerCheckpoints:
         changed: set by the server when it served a request that may change a table;
             cleared at each checkpoint's moment.
         failures: saves that failed (each logged).
-        longest_capture_s: the longest time a capture held the dispatcher, in seconds.
+        longest_capture_s: the longest time the capture's steps held the dispatcher at
+            once, in seconds.
+        capture_steps: capture steps taken (several per checkpoint of a large index).
     """
 
     def __init__(self, directory: Any, every_s: Any = None, keep: Any = None):
         self.directory, self.every_s, self.keep = check_options(directory, every_s, keep)
-        self._pending: Any = None  # the save being streamed, if any
+        self._pending: Any = None  # the save being captured or streamed, if any
         self._next_due = math.inf
         self.restored_from: Path | None = None
         self.saved = 0
@@ -172,6 +186,7 @@ class ServerCheckpoints:
         self.failures = 0
         self.last_path: Path | None = None
         self.longest_capture_s = 0.0
+        self.capture_steps = 0
 
     @property
     def enabled(self) -> bool:
@@ -185,8 +200,14 @@ class ServerCheckpoints:
 
     @property
     def busy(self) -> bool:
-        """Whether a save is being streamed now."""
+        """Whether a save is being captured or streamed now."""
         return self._pending is not None and not self._pending.done()
+
+    @property
+    def capturing(self) -> bool:
+        """Whether a save's capture has steps left for the dispatcher (:meth:`tick`
+        takes them; the dispatcher does not wait for requests meanwhile)."""
+        return self._pending is not None and self._pending.capturing
 
     # -------------------------------------------------------------- restore
     def restore(self, tables: dict[str, Table], sessions: WriterSessions) -> Path | None:
@@ -261,7 +282,11 @@ class ServerCheckpoints:
 
     def tick(self, tables: dict[str, Table], sessions: WriterSessions, now: float) -> None:
         """Start a periodic checkpoint if one is due and none is being written (by this
-        server, or by an in-process save of the same tables, which it waits for)."""
+        server, or by an in-process save of the same tables, which it waits for), and
+        take the steps of a capture under way."""
+        if self.capturing:
+            self.advance(tables, sessions)
+            return
         if now < self._next_due or self.busy or stores_busy(tables):
             return
         self._finish()
@@ -270,38 +295,62 @@ class ServerCheckpoints:
             self.skipped += 1
             log.debug("periodic checkpoint skipped: nothing changed since the last one")
             return
-        try:
-            self.start(tables, sessions)
-        except CheckpointError as exc:  # e.g. an in-process save of the same store
-            self.failures += 1
-            log.warning("periodic checkpoint skipped: %s", exc)
+        self.start(tables, sessions)  # a failure is counted and logged by advance()
 
     def start(self, tables: dict[str, Table], sessions: WriterSessions) -> Any:
-        """Take the checkpoint's moment now (tables and writer streams) and stream it in
-        the background; returns the pending save. Always writes, changed or not.
+        """Start a checkpoint: its capture's first steps are taken now, the others by
+        :meth:`tick` between requests; its moment (tables and writer streams) is the
+        last step, and the columns are then streamed in the background. Returns the
+        pending save. Always writes, changed or not.
 
         Raises:
-            InvalidArgumentError: if the server has no checkpoint directory.
-            CheckpointError: if a checkpoint of one of the stores is being written.
+            InvalidArgumentError: if the server has no checkpoint directory (errors of
+                the capture itself are kept in the pending save).
         """
         if not self.enabled:
             raise InvalidArgumentError(
                 "this server saves no checkpoints: start it with checkpoint_dir= (rlreplay "
                 "serve --checkpoint-dir DIR)"
             )
-        from rlreplay import checkpoint
+        from rlreplay.checkpoint.save import PendingSave, StepwiseSave
 
-        t0 = time.perf_counter()
-        moment = fingerprint(tables, sessions)
-        self._pending = checkpoint.start_save(
+        steps = StepwiseSave(
             list(tables.values()),
             self.directory,
             keep=self.keep,
             extra=lambda: {SERVER_STATE: {"writers": dict(enumerate_str(sessions.state()))}},
+            buffers_in_thread=True,
         )
+        pending = self._pending = PendingSave(steps, capture_here=True)
+        self.advance(tables, sessions)
+        return pending  # a capture that failed is counted, its error kept in it
+
+    def advance(self, tables: dict[str, Table], sessions: WriterSessions) -> None:
+        """Take capture steps for up to ``STEP_S`` seconds (dispatcher thread, between
+        requests). When the moment is taken, note what it holds (no request ran between
+        the moment and this). A capture that fails is counted and logged here."""
+        pending = self._pending
+        t0 = time.perf_counter()
+        while pending is not None and pending.capturing:
+            pending.step()
+            self.capture_steps += 1
+            if time.perf_counter() - t0 >= STEP_S or pending.steps.capture.waiting:
+                break
         self.longest_capture_s = max(self.longest_capture_s, time.perf_counter() - t0)
-        self._moment, self.changed = moment, False  # dispatcher thread: no request ran between
-        return self._pending
+        if pending is None or pending.capturing:
+            return
+        if pending.steps.moment_taken:
+            self._moment, self.changed = fingerprint(tables, sessions), False
+        elif self._pending is pending:
+            # failed before its moment: nothing was published; requests asking for this
+            # checkpoint get the error from the pending save
+            self._pending = None
+            self.failures += 1
+            self.changed = True
+            try:
+                pending.result(0)
+            except Exception as exc:
+                log.error("checkpoint failed before its moment: %s", exc)
 
     def _finish(self) -> None:
         """Account for the previous save once it is done."""
@@ -320,6 +369,7 @@ class ServerCheckpoints:
     def close(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for a save being written (the server stops)."""
         if self._pending is not None:
+            self._pending.abandon()  # a capture not at its moment yet is given up
             try:
                 self._pending.result(timeout)
             except Exception as exc:
@@ -367,7 +417,12 @@ class CheckpointJob(Job):
         owner._finish()
         try:
             path = self.save.result(0)
-        except (CheckpointError, InvalidArgumentError):
+        except CheckpointError:
+            if not self.save.steps.moment_taken and stores_busy(self.tables):
+                self.save = None  # an in-process save took these stores first: ours after it
+                return None
+            raise
+        except InvalidArgumentError:
             raise
         except Exception as exc:  # e.g. the disk is full: answered as a CheckpointError
             where = f" into {str(owner.directory)!r}" if owner.directory is not None else ""
