@@ -319,6 +319,8 @@ class Server(TableOperations):
                     deadline = self._parked.next_deadline()
                     if deadline is not None:
                         wait = min(wait, max(0.0, deadline - now))
+                if checkpoints.capturing:  # its next steps come after what waits now
+                    wait = 0.0
                 events = dict(poller.poll(int(wait * 1000) + 1))
                 if sock in events:
                     # EVENTS says whether another message waits, which costs far less than
