@@ -172,6 +172,8 @@ class ServerCheckpoints:
         longest_capture_s: the longest time the capture's steps held the dispatcher at
             once, in seconds.
         capture_steps: capture steps taken (several per checkpoint of a large index).
+        capture_began_unix: ``time.time()`` when the newest checkpoint's capture began
+            (its moment is the manifest's ``created_unix``).
     """
 
     def __init__(self, directory: Any, every_s: Any = None, keep: Any = None):
@@ -187,6 +189,7 @@ class ServerCheckpoints:
         self.last_path: Path | None = None
         self.longest_capture_s = 0.0
         self.capture_steps = 0
+        self.capture_began_unix: float | None = None
 
     @property
     def enabled(self) -> bool:
@@ -321,6 +324,7 @@ class ServerCheckpoints:
             extra=lambda: {SERVER_STATE: {"writers": dict(enumerate_str(sessions.state()))}},
             buffers_in_thread=True,
         )
+        self.capture_began_unix = time.time()
         pending = self._pending = PendingSave(steps, capture_here=True)
         self.advance(tables, sessions)
         return pending  # a capture that failed is counted, its error kept in it

@@ -18,9 +18,10 @@ from hypothesis import strategies as st
 
 from rlreplay import Prioritized, StepStore, Table, TrajectoryWriter, checkpoint
 from rlreplay.checkpoint import snapshot
-from rlreplay.checkpoint.save import SaveStats
+from rlreplay.checkpoint.save import SaveStats, StepwiseSave
 from rlreplay.core import item_state
 from rlreplay.core.selectors import sum_tree
+from rlreplay.errors import CheckpointError
 
 OPS = st.lists(
     st.tuples(st.sampled_from(KINDS), st.integers(0, 2), st.integers(1, 9)),
@@ -220,3 +221,38 @@ def test_a_save_taken_in_slices_restores_every_call_as_the_saved_tables(config, 
         expected = run(tables, ops[30:], copy.deepcopy(memory))
         got = run(restored, ops[30:], copy.deepcopy(memory))
     assert got == expected
+
+
+def test_a_stepwise_save_taken_between_calls_holds_its_moment_and_refuses_a_second_capture(
+    tmp_path, monkeypatch
+):
+    """A save whose capture steps are taken between table calls (as a server's dispatcher
+    takes them) restores bit for bit the state at its last step; a second save of the
+    same index while the first copies it in slices is refused (it would take over the
+    slots the index notes for the first) and the first still finishes exactly."""
+    monkeypatch.setattr(snapshot, "SLICED_ABOVE_BYTES", -1)
+    table = Table("t", signature={"x": "float32"}, capacity=5000, sampler=Prioritized(0.6), seed=0)
+    rng = np.random.default_rng(2)
+    table.insert({"x": np.arange(3000, dtype=np.float32)}, rng.uniform(0.1, 2, 3000))
+    first = StepwiseSave(table, tmp_path / "a", slice_bytes=512)
+    steps = 0
+    while not first.capture.ready:
+        first.step()
+        steps += 1
+        table.insert({"x": np.float32(steps)}, float(rng.uniform(0.1, 2)))
+        s = table.sample(4)
+        table.update_priorities(s.info.keys, rng.uniform(0.1, 2, 4))
+        if steps == 3:
+            second = StepwiseSave(table, tmp_path / "b", slice_bytes=512)
+            with pytest.raises(CheckpointError, match="being written already"):
+                while not second.done:
+                    second.step()
+            assert table.index.changes is not None  # the first's notes are kept
+    assert steps > 20  # many slices, calls between them
+    first.step()  # the moment
+    assert first.done
+    expected = table.index.state()
+    table.insert({"x": np.float32(-1)}, 5.0)  # after the moment: not in the checkpoint
+    restored = Table.restore(first.write())
+    assert_same_state(restored.index.state(), expected)
+    assert table.index.changes is None
