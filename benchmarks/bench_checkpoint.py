@@ -1,6 +1,7 @@
 """Checkpoints of a large prioritized table while it serves: pauses, throughput, memory.
 
 Run: python -m benchmarks.bench_checkpoint [--gb 4] [--row-kb 16 0.25] [--dir DIR]
+     python -m benchmarks.bench_checkpoint --server [--items N] [--rounds 2]
 
 A rows table of ``--gb`` GB (rows of ``--row-kb`` KB of uint8 plus a float32 reward; a
 ``Prioritized(0.6)`` sampler, as PER uses; one run per row size: the per-item state the
@@ -325,7 +326,25 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--out", default=str(Path(__file__).parent / "results" / "bench_checkpoint.json")
     )
+    p.add_argument(
+        "--server",
+        action="store_true",
+        help="instead: a server's clients' longest call while it checkpoints --items small "
+        "items, step-wise capture against one dispatcher turn (benchmarks/"
+        "checkpoint_server_case.py)",
+    )
+    p.add_argument("--items", type=int, default=16_519_104, help="items of the --server table")
+    p.add_argument("--rounds", type=int, default=2, help="--server checkpoints per way")
     args = p.parse_args(argv)
+    if args.server:
+        from benchmarks import checkpoint_server_case as case
+
+        result = case.run(args.items, args.rounds, args.baseline_s, args.dir)
+        case.report(result)
+        out = Path(args.out).with_name("bench_checkpoint_server.json")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2) + "\n")
+        return
     runs = []
     for row_kb in args.row_kb:
         runs.append(run(argparse.Namespace(**{**vars(args), "row_kb": row_kb})))
