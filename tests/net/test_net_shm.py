@@ -353,3 +353,32 @@ def test_the_server_forgets_the_segments_of_a_silent_connection():
     segments.forget_idle(100.0 + IDLE_S / 2 + IDLE_S + 1)
     assert len(segments) == 0 and segments.target(b"client", token, 200.0).lost
     assert shm_entries() <= before
+
+
+FRAME_SPEC = {"obs": ((32, 32, 3), "uint8"), "step": "int64"}
+
+
+def test_a_sample_gathers_into_the_buffers_it_is_given():
+    from rlreplay.net.shm_segments import Segment
+    from rlreplay.net.shm_server import SlotTarget
+
+    table = rlreplay.Table("t", signature=FRAME_SPEC, capacity=64, seed=3)
+    table.insert(frames_rows(0, 64))
+    segment = Segment.create(1 << 20)
+    segment.unlink()
+    target = SlotTarget(segment)
+    batch = table.sample(40, buffers=target)
+    header, rest = target.place(batch.data)
+    assert not rest and sorted(e[0] for e in header["shm"]) == ["obs", "step"]
+    for name, dtype, shape, off in header["shm"]:
+        assert np.shares_memory(batch.data[name], segment.data)
+        view = segment.data[off:].view(dtype)[: int(np.prod(shape))].reshape(shape)
+        np.testing.assert_array_equal(view, batch.data[name])
+    assert consistent(batch)
+    # a batch larger than the segment: what does not fit is an ordinary array, sent as such
+    tiny = Segment.create(4096)
+    tiny.unlink()
+    small = SlotTarget(tiny)
+    header, rest = small.place(table.sample(40, buffers=small).data)
+    assert [e[0] for e in header["shm"]] == ["step"] and list(rest) == ["data/obs"]
+    assert header["shm_need"] >= 40 * 3072 + 40 * 8
