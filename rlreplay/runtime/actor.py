@@ -218,13 +218,14 @@ class Actor:
             self.blocked = False
         except ReplayTimeoutError:
             self._blocked(start, None)
-        self._returns += reward
-        arrays = type(terminated) is np.ndarray and type(truncated) is np.ndarray
-        if not arrays or terminated.any() or truncated.any():
-            ended = np.logical_or(terminated, truncated)
-            self.counters[EPISODES] += int(ended.sum())
-            self.counters[RETURN_SUM] += float(self._returns[ended].sum())
-            self._returns[ended] = 0.0
+        returns = self._returns
+        returns += reward
+        ended = np.logical_or(terminated, truncated)
+        if ended.any():  # (one check of both flags: the loop's own cost counts)
+            counters = self.counters
+            counters[EPISODES] += np.count_nonzero(ended)
+            counters[RETURN_SUM] += returns[ended].sum()
+            returns[ended] = 0.0
         self._obs = next_obs
         self._env_steps += self.num_envs
         self.counters[ENV_STEPS] = self._env_steps

@@ -159,7 +159,11 @@ class NStepBlock:
                 if ends:
                     final = a._inputs.final_observations(obs, source, idx)
         # Everything is checked: the adder changes from here on.
-        a._chunks.drain(a.timeout)
+        chunks = a._chunks
+        if chunks.pending:  # what the writer did not take yet goes first
+            chunks.drain(a.timeout)
+        else:
+            chunks.failure = None
         k = self.calls
         for p, v in fields.items():
             self.fields[p][k] = v
