@@ -45,9 +45,10 @@ changed since the newest checkpoint in the same directory are hard links to its 
 
 from rlreplay.checkpoint.datasets import export_minari, export_npz, import_minari, import_npz
 from rlreplay.checkpoint.manifest import FORMAT_VERSION
+from rlreplay.checkpoint.pending import PendingSave, start_save
 from rlreplay.checkpoint.restore import restore
 from rlreplay.checkpoint.retention import published as list_checkpoints
-from rlreplay.checkpoint.save import PendingSave, SaveStats, save, start_save
+from rlreplay.checkpoint.save import SaveStats, save
 
 __all__ = [
     "FORMAT_VERSION",

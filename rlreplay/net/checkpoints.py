@@ -315,7 +315,8 @@ class ServerCheckpoints:
                 "this server saves no checkpoints: start it with checkpoint_dir= (rlreplay "
                 "serve --checkpoint-dir DIR)"
             )
-        from rlreplay.checkpoint.save import PendingSave, StepwiseSave
+        from rlreplay.checkpoint.pending import PendingSave
+        from rlreplay.checkpoint.save import StepwiseSave
 
         steps = StepwiseSave(
             list(tables.values()),
