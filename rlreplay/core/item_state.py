@@ -18,7 +18,7 @@ import numpy as np
 
 from rlreplay.core import idle_remover
 from rlreplay.core.keys import GENERATIONS
-from rlreplay.core.slot_changes import SlotChanges
+from rlreplay.core.slot_changes import SlotChanges, sorted_unique
 from rlreplay.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ def finish_sliced_snapshot(
         if slots is None or len(source) <= WHOLE_ENTRIES:
             np.copyto(copy, source)
         elif len(slots):
-            at = slots if per_entry == 1 else np.unique(slots // per_entry)
+            at = slots if per_entry == 1 else sorted_unique(slots // per_entry)
             copy[at] = source[at]
     into = into or {}
     sampler = out.pop("sampler", None)

@@ -41,4 +41,12 @@ class SlotChanges:
     def slots(self) -> np.ndarray:
         """Every slot noted, each once, sorted."""
         parts = [*self._arrays, np.array(self._ones, dtype=np.int64)]
-        return np.unique(np.concatenate(parts))
+        return sorted_unique(np.sort(np.concatenate(parts)))
+
+
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """``np.unique`` of sorted ``values``, without ``np.unique``'s first-call import of
+    ``numpy.ma`` (5-15 ms, too long for a checkpoint's moment under the store's lock)."""
+    if len(values) < 2:
+        return values
+    return values[np.concatenate(([True], values[1:] != values[:-1]))]

@@ -5,6 +5,8 @@ state at that moment, whatever the calls between the slices did."""
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -256,3 +258,40 @@ def test_a_stepwise_save_taken_between_calls_holds_its_moment_and_refuses_a_seco
     restored = Table.restore(first.write())
     assert_same_state(restored.index.state(), expected)
     assert table.index.changes is None
+
+
+MOMENT_IN_A_FRESH_PROCESS = """
+import sys, tempfile
+import numpy as np
+from rlreplay import Prioritized, Table
+from rlreplay.checkpoint import snapshot
+from rlreplay.checkpoint.save import StepwiseSave
+from rlreplay.core import item_state
+snapshot.SLICED_ABOVE_BYTES = -1
+item_state.WHOLE_ENTRIES = 0  # every tree level copied again by slot
+t = Table("t", signature={"x": "float32"}, capacity=4096, sampler=Prioritized(0.6), seed=0)
+t.insert({"x": np.zeros(3000, np.float32)}, np.linspace(0.1, 2, 3000))
+s = StepwiseSave(t, tempfile.mkdtemp(), slice_bytes=1024)
+while not s.capture.ready:
+    s.step()
+    t.insert({"x": np.float32(1)}, 0.5)
+    t.update_priorities(t.sample(4).info.keys, np.full(4, 0.7))
+before = set(sys.modules)
+s.step()
+assert s.done
+print(sorted(set(sys.modules) - before))
+s.write()
+"""
+
+
+def test_a_sliced_moment_imports_no_module_under_the_lock():
+    """``np.unique`` imports ``numpy.ma`` on its first call (5-15 ms): the moment of a
+    sliced capture, taken with the store's lock held, must not be where that happens."""
+    out = subprocess.run(
+        [sys.executable, "-c", MOMENT_IN_A_FRESH_PROCESS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout
