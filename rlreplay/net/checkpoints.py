@@ -373,8 +373,11 @@ class ServerCheckpoints:
 
     def close(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for a save being written (the server stops)."""
+        if self._pending is not None and self._pending.capturing:
+            self._pending.abandon()  # nothing of it written yet: given up, not failed
+            self._pending = None
+            log.info("the checkpoint being captured when the server stopped was given up")
         if self._pending is not None:
-            self._pending.abandon()  # a capture not at its moment yet is given up
             try:
                 self._pending.result(timeout)
             except Exception as exc:

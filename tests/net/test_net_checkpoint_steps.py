@@ -154,3 +154,36 @@ def test_a_server_serves_between_the_capture_steps_and_saves_exactly_its_moment(
     writer = check_checkpoint(path, {1: written[0][2]})
     assert writer["bad"] == writer["duplicates"] == writer["missing"] == 0, writer
     assert writer["acked_before"] > 0, writer
+
+
+def test_a_server_stopped_during_a_capture_gives_it_up_and_its_tables_save_again(
+    tmp_path, monkeypatch
+):
+    """Stopping between two capture steps: the index stops noting changed slots (else it
+    would note them forever and refuse every later save of it), nothing is published,
+    and the table saves in process afterwards."""
+    from rlreplay.checkpoint import snapshot
+    from rlreplay.net import checkpoints
+
+    monkeypatch.setattr(snapshot, "SLICED_ABOVE_BYTES", 0)
+    monkeypatch.setattr(snapshot, "SLICE_BYTES", 64)
+    monkeypatch.setattr(checkpoints, "STEP_S", 0.0)  # one step per dispatcher turn
+    table = rlreplay.Table(
+        "t", signature={"x": "float32"}, max_size=50_000, sampler=rlreplay.Prioritized(0.6)
+    )
+    table.insert({"x": np.zeros(20_000, np.float32)})
+    server = rlreplay.Server([table], checkpoint_dir=tmp_path / "served", checkpoint_every_s=0.01)
+    server.start()
+    try:
+        end = time.monotonic() + 20.0
+        while table.index.changes is None and time.monotonic() < end:
+            time.sleep(0.001)
+        assert server.checkpoints.capturing and table.index.changes is not None
+    finally:
+        server.stop()
+    assert table.index.changes is None and table.store.guard is None
+    assert server.checkpoints.failures == 0 and server.checkpoints.saved == 0
+    assert not rlreplay.checkpoint.list_checkpoints(tmp_path / "served")
+    table.insert({"x": np.ones(5, np.float32)})
+    restored = rlreplay.Table.restore(rlreplay.checkpoint.save(table, tmp_path / "local"))
+    assert restored.size == table.size == 20_005
