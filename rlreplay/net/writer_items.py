@@ -36,7 +36,7 @@ def check_writer_args(
         The table names, their item spans, ``history`` and ``chunk_steps`` (defaults
         filled in), and the most items one chunk may hold: a chunk is admitted whole, so
         it holds at most what the smallest window of its tables' rate limiters admits at
-        once.
+        once, and no more than the smallest ``max_size`` of its tables.
 
     Raises:
         InvalidArgumentError: for unknown tables, a table named twice, tables on different
@@ -74,9 +74,10 @@ def check_writer_args(
         raise InvalidArgumentError(
             f"max_in_flight={describe(max_in_flight)} must be an int in [1, {MAX_IN_FLIGHT}]"
         )
-    windows = [d.get("insert_window") for d in descs]
-    max_items = min([w for w in windows if w is not None], default=1 << 62)
-    return names, spans, history, chunk_steps, max_items
+    # the server refuses a chunk creating more items in a table than its max_size
+    limits = [int(d["max_size"]) for d in descs]
+    limits += [int(d["insert_window"]) for d in descs if d.get("insert_window") is not None]
+    return names, spans, history, chunk_steps, min(limits)
 
 
 def _per_item(values: Any, n: int, name: str) -> list:

@@ -6,6 +6,8 @@ times out."""
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 from counting_env import make_vec
 from hypothesis import given, settings
@@ -313,11 +315,9 @@ def test_a_queue_smaller_than_the_joined_items_gets_them_in_calls_it_can_admit()
 
 
 def remote_case(num_envs, mode, seed, n, stack, chunk, max_len, ops, period) -> int:
-    """Joined chunks through a remote writer whose queue is drained every ``period`` steps
-    store the items of one chunk per env through a local writer that never waits (the
-    queue holds at least a remote writer chunk's items: the remote writer joins the items
-    of several calls into one chunk, which the server refuses when it holds more than a
-    table's ``max_size``, whatever the adder does). Returns the timeouts met."""
+    """Joined chunks through a remote writer whose queue (``max_size`` 32) is drained
+    every ``period`` steps store the items of one chunk per env through a local writer
+    that never waits. Returns the timeouts met."""
     args = (num_envs, mode, seed, n, stack, chunk, max_len, ops)
     expected = play(*args, joined=False)
     consume = lambda t: t % period == period - 1  # noqa: E731
@@ -332,6 +332,14 @@ def test_joined_chunks_through_a_remote_writer_that_times_out_store_the_items_of
     num_envs, mode, seed, n, stack, chunk, max_len, ops, period
 ):
     remote_case(num_envs, mode, seed, n, stack, chunk, max_len, ops, period)
+
+
+def test_a_remote_writer_joining_more_items_than_the_queue_holds_sends_them_in_chunks():
+    """Five envs of one-step episodes join 40 or more items within a hand-over: the remote
+    writer cuts its chunks at the queue's max_size (the server refuses a larger chunk)."""
+    rnd = random.Random(4)
+    ops = [rnd.choice([0, 0, 0, 0, 1, 2, 3]) for _ in range(40)]
+    remote_case(5, "same_step", 4, 1, 1, 1, 1, ops, period=10)
 
 
 def test_a_remote_writer_that_times_out_gets_the_items_of_joined_chunks_once():
