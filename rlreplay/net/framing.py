@@ -22,6 +22,8 @@ from typing import Any
 
 import zmq
 
+from rlreplay.net.wire import ZERO_COPY_BYTES
+
 _MORE = int(zmq.NOBLOCK | zmq.SNDMORE)
 _LAST = int(zmq.NOBLOCK)
 
@@ -30,9 +32,10 @@ def send(sock: zmq.Socket, frames: Sequence[Any], first: Any = None) -> None:
     """Queue ``frames`` (``first`` before them, if given: a ROUTER's routing id) as one
     message, without blocking.
 
-    ``bytes`` frames are copied (cheaper than a zero-copy ``Frame`` for the small frames
-    that :func:`rlreplay.net.wire.encode` makes ``bytes``); anything else (a numpy array, a
-    ``zmq.Frame``) is handed over without a copy.
+    ``bytes`` frames under ``ZERO_COPY_BYTES`` are copied (cheaper than a zero-copy
+    ``Frame`` for the small frames that :func:`rlreplay.net.wire.encode` makes ``bytes``);
+    anything else (a larger packed frame, a numpy array, a ``zmq.Frame``) is handed over
+    without a copy.
 
     Raises:
         zmq.Again: if the socket's queue is full; nothing of the message was queued
@@ -46,7 +49,7 @@ def send(sock: zmq.Socket, frames: Sequence[Any], first: Any = None) -> None:
             sock.send(first, _MORE, copy=False)
     for i, frame in enumerate(frames):
         flags = _MORE if i < last else _LAST
-        if type(frame) is bytes:
+        if type(frame) is bytes and len(frame) < ZERO_COPY_BYTES:
             sock.send(frame, flags)
         else:
             sock.send(frame, flags, copy=False)

@@ -52,6 +52,19 @@ def test_a_message_of_small_and_large_frames_arrives_whole_and_in_order(pair):
     assert wire.decode(reply)[0]["ok"] is True
 
 
+def test_a_packed_frame_larger_than_the_copy_limit_arrives_intact(pair):
+    """Many small arrays make one packed ``bytes`` frame larger than ZERO_COPY_BYTES,
+    which goes without a copy (a writer chunk of many columns)."""
+    router, dealer = pair
+    arrays = {f"c{i}": np.full(1000, i, dtype=np.float64) for i in range(20)}
+    frames = wire.encode({"op": "write"}, arrays)
+    assert type(frames[1]) is bytes and len(frames[1]) > wire.ZERO_COPY_BYTES
+    framing.send(dealer, frames)
+    _, got = wire.decode(_receive(router)[1:])
+    for name, arr in arrays.items():
+        np.testing.assert_array_equal(got[name], arr)
+
+
 def test_a_single_frame_message_and_an_empty_frame(pair):
     router, dealer = pair
     framing.send(dealer, [b""])
