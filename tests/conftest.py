@@ -7,8 +7,16 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from hypothesis import settings
 
 from rlreplay import Table
+
+# Property tests draw the same examples on every run, so a run fails only where the code
+# changed, never on a rare example met once; `pytest --hypothesis-profile=explore` draws
+# fresh examples (and more of them) to look for new failures.
+settings.register_profile("repeatable", derandomize=True)
+settings.register_profile("explore", max_examples=500)
+settings.load_profile("repeatable")
 
 ROW_SIGNATURE = {"step": "int64", "obs": ((3,), "float32")}
 
