@@ -251,9 +251,12 @@ class StepStore:
         if not isinstance(next_id, (int, np.integer)) or next_id < 0:
             raise InvalidArgumentError(f"next_id={describe(next_id)} must be an int >= 0")
         if columns is not None:
-            self.columns = self._checked_columns(columns)
-            self._column_tuple = tuple(self.columns.values())
+            checked = self._checked_columns(columns)
             with self.mutex:  # other contents: no chunk matches an earlier checkpoint
+                if self.guard is not None:  # a checkpoint streaming the old columns
+                    self.guard.before_reset()
+                self.columns = checked
+                self._column_tuple = tuple(self.columns.values())
                 self.identity = uuid.uuid4().hex
                 self.write_generation += 1
                 self.chunk_generations[:] = self.write_generation
