@@ -351,6 +351,11 @@ class Client:
     ) -> int:
         """Send a sample request (and ``update``, see :meth:`sample`) without waiting.
 
+        With a ``timeout``, no server starts the request later than ``timeout`` (plus
+        ``REPLY_GRACE_S``) from now, as for :meth:`sample`: a :meth:`sample_result` that
+        hears nothing by then raises ServerUnavailableError, and neither the sample nor
+        the update is applied afterwards.
+
         Returns:
             The request's id, for :meth:`sample_result`.
 
@@ -362,7 +367,9 @@ class Client:
         timeout = check_timeout(timeout)
         header, arrays = sample_request(table, batch_size, update)
         until = self._transport.until(timeout)
-        return self._shm.send_sample(header, arrays, until=until, timeout=timeout)
+        return self._shm.send_sample(
+            header, arrays, until=until, expires=until, timeout=timeout
+        )
 
     def sample_result(self, rid: int, timeout: float | None = None) -> Sample:
         """The sample requested as ``rid`` (waits up to ``timeout`` + a short grace)."""

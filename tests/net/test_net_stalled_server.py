@@ -62,3 +62,19 @@ def test_a_timed_call_without_answer_fails_alone(stalled):
     assert len(receipt.keys(timeout=10.0)) == 3
     assert client.info("t").size == 5
     assert len(client.sample("t", 2, timeout=5.0)) == 2
+
+
+def test_an_async_sample_that_got_no_answer_is_never_applied_later(stalled):
+    client, stop, resume = stalled
+    keys = client.sample("t", 2, timeout=5.0).info.keys
+    samples = client.info("t").samples
+    stop()
+    rid = client.sample_async("t", 1, timeout=0.5, update=(keys, 9.0))
+    with pytest.raises(ServerUnavailableError):
+        client.sample_result(rid, timeout=0.5)
+    resume()
+    # the resumed server refuses the request it reached after its client gave up
+    info = client.info("t")
+    assert info.samples == samples
+    batch = client.sample("t", 2, timeout=5.0)
+    assert not np.any(batch.info.priorities == 9.0)
