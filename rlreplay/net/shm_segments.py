@@ -124,8 +124,9 @@ class Segment:
 
         Raises:
             ValueError: for a name that is not a segment's, a file that is not a regular
-                file of at least the announced size, or a header without the nonce (the
-                file is not the client's: another host's ``/dev/shm``, say).
+                file of at least the announced size, not owned by this process's user or
+                open to other users (its mode is not 600), or a header without the nonce
+                (the file is not the client's: another host's ``/dev/shm``, say).
             OSError: if the file cannot be opened or mapped (another user's, say).
         """
         if not isinstance(name, str) or not NAME_RE.fullmatch(name):
@@ -137,6 +138,14 @@ class Segment:
                 raise ValueError(
                     f"segment {name!r} holds {st.st_size} bytes, not the "
                     f"{HEADER_BYTES + nbytes} announced"
+                )
+            # Only a process of this user may hand this process memory to write into: a
+            # file another user owns, or one others may open, could be changed or shrunk
+            # under the mapping (a server running as root opens any file).
+            if st.st_uid != os.geteuid() or st.st_mode & 0o077:
+                raise ValueError(
+                    f"segment {name!r} is owned by uid {st.st_uid} with mode "
+                    f"{stat.S_IMODE(st.st_mode):o}, not by uid {os.geteuid()} with mode 600"
                 )
             mm = mmap.mmap(fd, HEADER_BYTES + nbytes)
         finally:

@@ -382,3 +382,46 @@ def test_a_sample_gathers_into_the_buffers_it_is_given():
     header, rest = small.place(table.sample(40, buffers=small).data)
     assert [e[0] for e in header["shm"]] == ["step"] and list(rest) == ["data/obs"]
     assert header["shm_need"] >= 40 * 3072 + 40 * 8
+
+
+def _segment_file(mode: int, owner: int | None) -> tuple[str, bytes]:
+    """A segment file with a valid header, ``mode`` and (as root) ``owner``."""
+    from rlreplay.net import shm_segments as seg
+
+    name = f"{seg.PREFIX}{os.getpid()}-{os.urandom(8).hex()}"
+    nonce = os.urandom(seg.NONCE_BYTES)
+    fd = os.open(os.path.join(seg.SHM_DIR, name), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.ftruncate(fd, seg.HEADER_BYTES + 65536)
+        os.write(fd, seg.MAGIC + nonce)
+        os.fchmod(fd, mode)
+        if owner is not None:
+            os.fchown(fd, owner, owner)
+    finally:
+        os.close(fd)
+    return name, nonce
+
+
+def test_the_server_maps_only_segments_of_its_own_user_closed_to_others():
+    from rlreplay.net.shm_segments import SHM_DIR, boot_id
+
+    cases = {"open to others": (0o666, None), "group-readable": (0o640, None)}
+    if os.geteuid() == 0:  # a server running as root opens any user's file
+        cases["another user's"] = (0o600, 54321)
+    with served(QUEUE) as (address, _):
+        tr = rlreplay.Client(address, shared_memory=False)._transport
+        for mode, owner in cases.values():
+            name, nonce = _segment_file(mode, owner)
+            try:
+                header = {"op": "shm_attach", "name": name, "nbytes": 65536, "nonce": nonce,
+                          "boot_id": boot_id()}
+                with pytest.raises(InvalidArgumentError, match="mode 600"):
+                    tr.call(header)
+            finally:
+                if os.path.exists(os.path.join(SHM_DIR, name)):
+                    os.unlink(os.path.join(SHM_DIR, name))
+        name, nonce = _segment_file(0o600, None)  # the client's own: mapped
+        header = {"op": "shm_attach", "name": name, "nbytes": 65536, "nonce": nonce,
+                  "boot_id": boot_id()}
+        assert tr.call(header)[0]["token"] >= 1
+        assert not os.path.exists(os.path.join(SHM_DIR, name))  # the server unlinked it
