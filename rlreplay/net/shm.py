@@ -38,6 +38,7 @@ it and raises :class:`~rlreplay.errors.InvalidArgumentError` when it cannot be u
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import weakref
@@ -69,7 +70,22 @@ SLOT_ROUNDING = 1 << 16  # slot sizes are multiples of this many bytes
 # forgets them after IDLE_S, and a request must never name a slot it forgot.
 RENEW_S = IDLE_S / 2
 
-_FREE, _REQUESTED, _HELD = 0, 1, 2
+_FREE, _REQUESTED, _HELD, _RETIRED = 0, 1, 2, 3
+
+# Times this process forked. A slot's memory is shared with a forked child, not copied
+# on write: a batch held at a fork is the child's too, so its slot is never leased again
+# (it is retired when the parent's batch goes), or the parent's next batch would change
+# the child's.
+_forks = 0
+
+
+def _count_fork() -> None:
+    global _forks
+    _forks += 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_parent=_count_fork)
 
 # id -> weak reference of each leased batch's base array (every view of the batch's data
 # has it as its ``base``), while the batch lives
@@ -91,17 +107,18 @@ def is_shared(array: Any) -> bool:
 class _Slot:
     """One slot: a segment the server mapped under ``token``."""
 
-    __slots__ = ("lease", "rid", "segment", "state", "token")
+    __slots__ = ("forks", "lease", "rid", "segment", "state", "token")
 
     def __init__(self, segment: Segment, token: int):
         self.segment, self.token = segment, token
-        self.state, self.rid, self.lease = _FREE, None, 0
+        self.state, self.rid, self.lease, self.forks = _FREE, None, 0, 0
 
     def release(self, lease: int, root_id: int) -> None:
         """The batch of ``lease`` is gone (a finalizer, in any thread)."""
         _ROOTS.pop(root_id, None)
         if self.lease == lease and self.state == _HELD:
-            self.state = _FREE
+            # held across a fork: the child may still read the batch
+            self.state = _FREE if self.forks == _forks else _RETIRED
 
 
 class SlotRing:
@@ -163,12 +180,16 @@ class SlotRing:
             slot.state = _FREE
 
     def _reclaim(self) -> None:
-        """Free the slots of requests no reply will come for (nor be read from the slot)."""
+        """Free the slots of requests no reply will come for (nor be read from the slot),
+        and drop those retired (a forked child may still read their batch)."""
         ch = self._channel
         for rid in [r for r in self._requests if _settled(ch, r)]:
             _, slot = self._requests.pop(rid)
             if slot is not None and slot.state == _REQUESTED and slot.rid == rid:
                 slot.state = _FREE
+        retired = [s for s in self.slots if s.state == _RETIRED]
+        if retired:
+            self.detach(retired)
 
     def renewed(self) -> SlotRing:
         """A ring for the channel's current socket that goes on with this one's
@@ -244,7 +265,7 @@ class SlotRing:
         for name, dtype, shape, off, nbytes in checked:
             arrays["data/" + name] = root[off : off + nbytes].view(dtype).reshape(shape)
         slot.lease += 1
-        slot.state = _HELD
+        slot.state, slot.forks = _HELD, _forks
         _ROOTS[id(root)] = weakref.ref(root)
         weakref.finalize(root, slot.release, slot.lease, id(root))
         return as_sample(header, arrays)

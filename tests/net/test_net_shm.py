@@ -425,3 +425,39 @@ def test_the_server_maps_only_segments_of_its_own_user_closed_to_others():
                   "boot_id": boot_id()}
         assert tr.call(header)[0]["token"] >= 1
         assert not os.path.exists(os.path.join(SHM_DIR, name))  # the server unlinked it
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_batch_held_across_a_fork_is_never_overwritten_in_the_child():
+    # The slot's memory is shared with a forked child (not copied on write): once the
+    # parent drops the batch its slot is retired, never leased again.
+    with served(QUEUE) as (address, _):
+        client = rlreplay.Client(address, shared_memory=True)
+        client.insert("queue", frames_rows(0, ROWS), wait=True)
+        client.sample("queue", 32, timeout=10.0)
+        batch = client.sample("queue", 32, timeout=10.0)
+        assert is_shared(batch.data["obs"])
+        expected = batch.data["step"].copy()
+        to_child, from_parent = os.pipe()
+        to_parent, from_child = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child reads its inherited batch once the parent sampled more
+            try:
+                os.read(to_child, 1)
+                same = np.array_equal(batch.data["step"], expected) and consistent(batch)
+                os.write(from_child, b"1" if same else b"0")
+            finally:
+                os._exit(0)
+        try:
+            del batch
+            gc.collect()
+            later = [client.sample("queue", 32, timeout=10.0) for _ in range(3)]
+            del later
+            gc.collect()
+            assert is_shared(client.sample("queue", 32, timeout=10.0).data["obs"])
+            os.write(from_parent, b"x")
+            assert os.read(to_parent, 1) == b"1"
+        finally:
+            os.waitpid(pid, 0)
+            for fd in (to_child, from_parent, to_parent, from_child):
+                os.close(fd)
