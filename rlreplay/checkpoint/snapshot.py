@@ -183,7 +183,8 @@ class Capture:
     Args:
         tables: the tables (distinct, see :func:`as_tables`).
         slice_bytes: bytes one step copies (default ``SLICE_BYTES``).
-        buffers_in_thread: make the buffers in a helper thread.
+        buffers_in_thread: make the buffers in a helper thread (for an index over
+            ``SLICED_ABOVE_BYTES``; a small one's are made by the first step).
 
     Attributes:
         held_s: the longest lock hold of the capture so far, in seconds.
@@ -199,7 +200,9 @@ class Capture:
         for t in tables:
             if not any(t.store is s for s in self.stores):
                 self.stores.append(t.store)
-        self._in_thread = buffers_in_thread
+        # (a small index's buffers are made at once: a thread would only add a wait)
+        big = sum(t.index.nbytes() for t in tables) > SLICED_ABOVE_BYTES
+        self._in_thread = buffers_in_thread and big
         self._maker: threading.Thread | None = None
         self._buffers: list[list[Any]] | None = None  # per store, per table of it
         self._error: BaseException | None = None
@@ -209,6 +212,11 @@ class Capture:
 
     def mine(self, store: StepStore) -> list[Table]:
         return [t for t in self.tables if t.store is store]
+
+    @property
+    def waiting(self) -> bool:
+        """Whether the next step waits for the helper thread making the buffers."""
+        return self._maker is not None and self._maker.is_alive()
 
     @property
     def ready(self) -> bool:
