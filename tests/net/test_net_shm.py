@@ -82,6 +82,9 @@ def test_a_held_batch_is_never_overwritten_and_a_full_ring_falls_back_to_the_soc
         expected = view.copy()
         del first
         held = [client.sample("frames", 32) for _ in range(shm.MAX_SLOTS + 3)]
+        # a slot overwritten by a later batch would still be consistent (its frames and
+        # steps both replaced): compare with copies
+        copies = [b.data["step"].copy() for b in held]
         shared = [is_shared(b.data["obs"]) for b in held]
         # one slot holds `view`; the others hold batches, the rest came by socket
         assert shared == [True] * (shm.MAX_SLOTS - 1) + [False] * 4
@@ -93,6 +96,8 @@ def test_a_held_batch_is_never_overwritten_and_a_full_ring_falls_back_to_the_soc
                 assert consistent(batch)
         np.testing.assert_array_equal(view, expected)
         assert all(consistent(b) for b in held)
+        for b, steps in zip(held, copies):
+            np.testing.assert_array_equal(b.data["step"], steps)
         # dropped batches free their slots: the ring serves again, without growing
         del held, view, batch
         gc.collect()
