@@ -38,6 +38,7 @@ it and raises :class:`~rlreplay.errors.InvalidArgumentError` when it cannot be u
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
@@ -69,6 +70,10 @@ SLOT_ROUNDING = 1 << 16  # slot sizes are multiples of this many bytes
 # A thread's slots unused for this long are dropped and attached afresh: the server
 # forgets them after IDLE_S, and a request must never name a slot it forgot.
 RENEW_S = IDLE_S / 2
+# After /dev/shm had no room for a slot (a container's 64 MiB, say), a thread's requests
+# take the socket for this many seconds before it tries to reserve a slot again.
+NO_ROOM_RETRY_S = 1.0
+_NO_ROOM = (errno.ENOSPC, errno.ENOMEM)
 
 _FREE, _REQUESTED, _HELD, _RETIRED = 0, 1, 2, 3
 
@@ -138,6 +143,7 @@ class SlotRing:
         self._requests: dict[int, tuple[tuple[str, int] | None, _Slot | None]] = {}
         self.last_used = time.monotonic()
         self._epoch: int | None = None  # of the server that attached the slots
+        self.no_room_until = -float("inf")  # no new slot before then (/dev/shm was full)
 
     def usable(self, now: float) -> bool:
         """Whether the slots still belong to the channel's socket (a reset opens a new
@@ -206,6 +212,9 @@ class SlotRing:
             free = [s for s in self.slots if s.state == _FREE]
             if not free:
                 return None
+        if time.monotonic() < self.no_room_until:
+            return None
+        if len(self.slots) >= MAX_SLOTS:
             self.detach(free[:1])
         nbytes = -(-need // SLOT_ROUNDING) * SLOT_ROUNDING
         segment = Segment.create(nbytes)
@@ -339,6 +348,12 @@ class SharedMemoryPath:
             if isinstance(exc, ServerUnavailableError):
                 raise
             if isinstance(exc, ResourceLimitError):
+                return None
+            if isinstance(exc, OSError) and exc.errno in _NO_ROOM:
+                # /dev/shm full for now: the socket this time, not from now on (a
+                # thread's slots or another program may free their room)
+                ring.no_room_until = time.monotonic() + NO_ROOM_RETRY_S
+                self.failure = f"{type(exc).__name__}: {exc}"
                 return None
             with self._lock:
                 self.failure = f"{type(exc).__name__}: {exc}"

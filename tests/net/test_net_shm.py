@@ -466,3 +466,29 @@ def test_a_batch_held_across_a_fork_is_never_overwritten_in_the_child():
             os.waitpid(pid, 0)
             for fd in (to_child, from_parent, to_parent, from_child):
                 os.close(fd)
+
+
+def test_a_full_dev_shm_sends_through_the_socket_until_a_slot_fits_again(monkeypatch):
+    # A container's /dev/shm (64 MiB by default) may be full for a while: the requests
+    # meanwhile take the socket, and shared memory serves again once a slot fits.
+    import errno
+
+    real = os.posix_fallocate
+
+    def full(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(shm, "NO_ROOM_RETRY_S", 0.2)
+    with served(CONFIG) as (address, _):
+        filled(address)
+        client = rlreplay.Client(address)  # no slot yet
+        client.sample("frames", 32)  # the first reply sizes the slots
+        monkeypatch.setattr(os, "posix_fallocate", full)
+        batches = [client.sample("frames", 32) for _ in range(2)]
+        assert not any(is_shared(b.data["obs"]) for b in batches)
+        assert all(consistent(b) for b in batches)
+        assert "No space left" in client._shm.failure
+        monkeypatch.setattr(os, "posix_fallocate", real)
+        time.sleep(0.3)
+        assert is_shared(client.sample("frames", 32).data["obs"])
+        assert client._shm.enabled
