@@ -207,7 +207,8 @@ class SlotRing:
 
     def _attach(self, need: int, until: Any) -> _Slot | None:
         """Attach another slot of at least ``need`` bytes (replacing a free slot too
-        small for it when the ring is full); None when every slot is leased."""
+        small for it when the ring is full); None when every slot is leased, or while
+        ``/dev/shm`` had no room for one a moment ago (``no_room_until``)."""
         if len(self.slots) >= MAX_SLOTS:
             free = [s for s in self.slots if s.state == _FREE]
             if not free:
@@ -340,8 +341,9 @@ class SharedMemoryPath:
 
     def _lease(self, ring: SlotRing, need: int, until: Any) -> _Slot | None:
         """``ring.lease``, with what attaching may raise turned into this client's policy:
-        None (the socket) for a server at its limit, and for a server that cannot map
-        this client's segments (from now on; an error with ``shared_memory=True``)."""
+        None (the socket) for a server at its limit or a full ``/dev/shm`` (this time),
+        and for a server that cannot map this client's segments (from now on; an error
+        with ``shared_memory=True``)."""
         try:
             return ring.lease(need, until)
         except (ReplayError, OSError) as exc:
