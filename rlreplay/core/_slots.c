@@ -27,6 +27,18 @@
  *     None), its sample count 0, it is marked live, and its key goes to keys_out[i]. Raises ValueError, writing nothing, when the range leaves the
  *     table or the sizes disagree.
  *
+ * claim_slots(slots, keys_out, state, live, priorities, fill, origin=0)
+ *     claim_range for the distinct slots listed in slots (int64, C-contiguous): keys_out[i]
+ *     is the key of slots[i]. Raises ValueError, writing nothing, when a slot lies outside
+ *     the table or the sizes disagree.
+ *
+ * sparse_delete(dense, where, size, slots) -> new size
+ *     Takes the distinct held slots (int64) out of a sparse set (dense int32: the held
+ *     slots in its first `size` entries; where int32: each slot's position in dense) as
+ *     Uniform.delete's numpy path does: the holes they leave below the new size, in the
+ *     order of slots, take the kept entries of the tail in tail order. Raises ValueError,
+ *     writing nothing, when a slot is not held or the sizes disagree.
+ *
  * The caller holds the lock that protects the per-slot arrays.
  */
 
@@ -174,21 +186,20 @@ done:
     return result;
 }
 
+/* claim_range (slots_obj NULL: the slots start .. start + n - 1) and claim_slots (the
+ * slots listed in slots_obj): checks everything, then writes. */
 static PyObject *
-claim_range(PyObject *self, PyObject *args)
+claim_common(Py_ssize_t start, PyObject *slots_obj, PyObject *keys_obj, PyObject *state_obj,
+             PyObject *live_obj, PyObject *prios_obj, double fill, Py_ssize_t origin)
 {
-    Py_ssize_t start, origin = 0;
-    double fill;
-    PyObject *keys_obj, *state_obj, *live_obj, *prios_obj;
-    if (!PyArg_ParseTuple(args, "nOOOOd|n:claim_range", &start, &keys_obj, &state_obj,
-                          &live_obj, &prios_obj, &fill, &origin) ||
-        check_origin(origin) < 0) {
+    if (check_origin(origin) < 0) {
         return NULL;
     }
-    Py_buffer kv, sv, lv, pv;
+    Py_buffer kv, sv, lv, pv, xv;
     Py_ssize_t cap;
     SlotRecords records;
     int has_prios = prios_obj != Py_None;
+    int listed = slots_obj != NULL;
     PyObject *result = NULL;
     if (get_buffer(keys_obj, &kv, 1, "ql", 8, "keys_out") < 0) {
         return NULL;
@@ -208,32 +219,67 @@ claim_range(PyObject *self, PyObject *args)
         PyBuffer_Release(&kv);
         return NULL;
     }
+    if (listed && get_buffer(slots_obj, &xv, 0, "ql", 8, "slots") < 0) {
+        if (has_prios) {
+            PyBuffer_Release(&pv);
+        }
+        PyBuffer_Release(&lv);
+        PyBuffer_Release(&sv);
+        PyBuffer_Release(&kv);
+        return NULL;
+    }
     Py_ssize_t n = kv.shape[0];
+    const int64_t *slots = listed ? (const int64_t *)xv.buf : NULL;
+    Py_ssize_t outside = -1;
+    if (listed) {
+        for (Py_ssize_t i = 0; i < xv.shape[0] && outside < 0; i++) {
+            if (slots[i] < 0 || slots[i] >= cap) {
+                outside = i;
+            }
+        }
+    }
     if (lv.shape[0] != cap) {
         PyErr_SetString(PyExc_ValueError, "state and live must have one entry per slot");
     }
-    else if (start < 0 || n > cap - start) {
+    else if (!listed && (start < 0 || n > cap - start)) {
         PyErr_Format(PyExc_ValueError, "slots [%zd, %zd) leave the table's %zd slots", start,
                      start + n, cap);
+    }
+    else if (listed && xv.shape[0] != n) {
+        PyErr_SetString(PyExc_ValueError, "slots and keys_out must have one entry per new item");
+    }
+    else if (outside >= 0) {
+        PyErr_Format(PyExc_ValueError, "slot %lld leaves the table's %zd slots",
+                     (long long)slots[outside], cap);
     }
     else if (has_prios && pv.shape[0] != n) {
         PyErr_SetString(PyExc_ValueError, "priorities must have one entry per new item");
     }
     else {
         int64_t *keys = (int64_t *)kv.buf;
+        char *live = (char *)lv.buf;
         const double *given = has_prios ? (const double *)pv.buf : NULL;
         for (Py_ssize_t i = 0; i < n; i++) {
-            SlotState *rec = slot_record(&records, start + i);
+            Py_ssize_t slot = listed ? (Py_ssize_t)slots[i] : start + i;
+            SlotState *rec = slot_record(&records, slot);
             uint32_t g = next_generation(rec->generation);
             rec->generation = g;
             rec->times_sampled = 0;
             if (records.has_priority) {
-                *slot_priority(&records, start + i) = given ? given[i] : fill;
+                *slot_priority(&records, slot) = given ? given[i] : fill;
             }
-            keys[i] = make_key(g, start + i, (uint32_t)origin);
+            keys[i] = make_key(g, slot, (uint32_t)origin);
+            if (listed) {
+                live[slot] = 1;
+            }
         }
-        memset((char *)lv.buf + start, 1, (size_t)n);
+        if (!listed) {
+            memset(live + start, 1, (size_t)n);
+        }
         result = Py_NewRef(Py_None);
+    }
+    if (listed) {
+        PyBuffer_Release(&xv);
     }
     if (has_prios) {
         PyBuffer_Release(&pv);
@@ -241,6 +287,110 @@ claim_range(PyObject *self, PyObject *args)
     PyBuffer_Release(&lv);
     PyBuffer_Release(&sv);
     PyBuffer_Release(&kv);
+    return result;
+}
+
+static PyObject *
+claim_range(PyObject *self, PyObject *args)
+{
+    Py_ssize_t start, origin = 0;
+    double fill;
+    PyObject *keys_obj, *state_obj, *live_obj, *prios_obj;
+    if (!PyArg_ParseTuple(args, "nOOOOd|n:claim_range", &start, &keys_obj, &state_obj,
+                          &live_obj, &prios_obj, &fill, &origin)) {
+        return NULL;
+    }
+    return claim_common(start, NULL, keys_obj, state_obj, live_obj, prios_obj, fill, origin);
+}
+
+static PyObject *
+claim_slots(PyObject *self, PyObject *args)
+{
+    Py_ssize_t origin = 0;
+    double fill;
+    PyObject *slots_obj, *keys_obj, *state_obj, *live_obj, *prios_obj;
+    if (!PyArg_ParseTuple(args, "OOOOOd|n:claim_slots", &slots_obj, &keys_obj, &state_obj,
+                          &live_obj, &prios_obj, &fill, &origin)) {
+        return NULL;
+    }
+    return claim_common(0, slots_obj, keys_obj, state_obj, live_obj, prios_obj, fill, origin);
+}
+
+/* sparse_delete(dense, where, size, slots) -> new size: see the comment at the top. */
+static PyObject *
+sparse_delete(PyObject *self, PyObject *args)
+{
+    Py_ssize_t size;
+    PyObject *dense_obj, *where_obj, *slots_obj;
+    if (!PyArg_ParseTuple(args, "OOnO:sparse_delete", &dense_obj, &where_obj, &size,
+                          &slots_obj)) {
+        return NULL;
+    }
+    Py_buffer dv, wv, xv;
+    if (get_buffer(dense_obj, &dv, 1, "i", 4, "dense") < 0) {
+        return NULL;
+    }
+    if (get_buffer(where_obj, &wv, 1, "i", 4, "where") < 0) {
+        PyBuffer_Release(&dv);
+        return NULL;
+    }
+    if (get_buffer(slots_obj, &xv, 0, "ql", 8, "slots") < 0) {
+        PyBuffer_Release(&wv);
+        PyBuffer_Release(&dv);
+        return NULL;
+    }
+    int32_t *dense = (int32_t *)dv.buf, *where = (int32_t *)wv.buf;
+    const int64_t *slots = (const int64_t *)xv.buf;
+    Py_ssize_t cap = dv.shape[0], k = xv.shape[0];
+    PyObject *result = NULL;
+    Py_ssize_t bad = -1;
+    if (wv.shape[0] == cap && size >= k && size <= cap) {
+        for (Py_ssize_t i = 0; i < k && bad < 0; i++) {
+            int64_t s = slots[i];
+            if (s < 0 || s >= cap || where[s] < 0 || where[s] >= size || dense[where[s]] != s) {
+                bad = i;
+            }
+        }
+    }
+    if (wv.shape[0] != cap) {
+        PyErr_SetString(PyExc_ValueError, "dense and where must have one entry per slot");
+    }
+    else if (size < k || size > cap) {
+        PyErr_Format(PyExc_ValueError, "size %zd cannot hold %zd held slots", size, k);
+    }
+    else if (bad >= 0) {
+        PyErr_Format(PyExc_ValueError, "slot %lld is not held", (long long)slots[bad]);
+    }
+    else {
+        Py_ssize_t new_size = size - k, t = new_size;
+        for (Py_ssize_t i = 0; i < k; i++) {  /* mark the deleted entries of the tail */
+            int32_t p = where[slots[i]];
+            if (p >= new_size) {
+                dense[p] = EMPTY;
+            }
+        }
+        for (Py_ssize_t i = 0; i < k; i++) {  /* holes in slot order take the kept tail */
+            int32_t p = where[slots[i]];
+            if (p < new_size) {
+                while (dense[t] == EMPTY) {
+                    t++;
+                }
+                int32_t keeper = dense[t++];
+                dense[p] = keeper;
+                where[keeper] = p;
+            }
+        }
+        for (Py_ssize_t i = 0; i < k; i++) {  /* the tail as it was (past the new size) */
+            int32_t p = where[slots[i]];
+            if (p >= new_size) {
+                dense[p] = (int32_t)slots[i];
+            }
+        }
+        result = PyLong_FromSsize_t(new_size);
+    }
+    PyBuffer_Release(&xv);
+    PyBuffer_Release(&wv);
+    PyBuffer_Release(&dv);
     return result;
 }
 
@@ -259,6 +409,17 @@ static PyMethodDef methods[] = {
      "priorities[i] (fill when None; in records of 16 bytes), times 0, live; their keys "
      "(for the table's generation origin) written to keys_out.\n"
      "Raises TypeError for a wrong buffer kind, ValueError for a range outside the table or "
+     "wrong sizes (nothing is written then)."},
+    {"sparse_delete", sparse_delete, METH_VARARGS,
+     "sparse_delete(dense, where, size, slots) -> new size: the distinct held slots taken "
+     "out of a sparse set as Uniform.delete's numpy path does.\n"
+     "Raises TypeError for a wrong buffer kind, ValueError for a slot not held or wrong "
+     "sizes (nothing is written then)."},
+    {"claim_slots", claim_slots, METH_VARARGS,
+     "claim_slots(slots, keys_out, state, live, priorities, fill, origin=0): "
+     "claim_range for the distinct slots listed in slots (int64), keys_out[i] the key of "
+     "slots[i].\n"
+     "Raises TypeError for a wrong buffer kind, ValueError for a slot outside the table or "
      "wrong sizes (nothing is written then)."},
     {NULL, NULL, 0, NULL},
 };

@@ -191,12 +191,22 @@ class ItemIndex:
             if held:
                 self.evict_slots(slots[self.live[at]])
             self._make_room_for(n)
-        if start is not None and _kernel is not None:
+        if _kernel is not None:
             keys = np.empty(n, dtype=np.int64)
             if prios is not None:
                 prios = np.ascontiguousarray(prios, dtype=np.float64)
-            _kernel.claim_range(start, keys, self.slot_bytes, self.live, prios, fill, self.origin)
-            prios = self.priority[start : start + n]
+            if start is not None:
+                _kernel.claim_range(
+                    start, keys, self.slot_bytes, self.live, prios, fill, self.origin
+                )
+                prios = self.priority[start : start + n]
+            else:
+                slots = np.ascontiguousarray(slots, dtype=np.int64)
+                _kernel.claim_slots(
+                    slots, keys, self.slot_bytes, self.live, prios, fill, self.origin
+                )
+                if prios is None:
+                    prios = np.full(n, fill, dtype=np.float64)
         else:
             if prios is None:
                 prios = np.full(n, fill, dtype=np.float64)
@@ -280,6 +290,10 @@ class ItemIndex:
             raise InvalidArgumentError(
                 f"slots {describe(slots[:8].tolist())} do not all hold items; nothing was removed"
             )
+        self._drop(slots)
+
+    def _drop(self, slots: np.ndarray) -> None:
+        """:meth:`remove` without its checks: ``slots`` (int64, distinct) all hold items."""
         if self.changes is not None:
             self.changes.note(slots)
         self.sampler.delete(slots)
@@ -289,7 +303,11 @@ class ItemIndex:
         self.size -= len(slots)
 
     def evict_slots(self, slots: np.ndarray) -> None:
-        """Remove held items whose rows are overwritten (counted as overwrite evictions)."""
+        """Remove held items whose rows are overwritten (counted as overwrite evictions).
+
+        ``slots`` (int64, distinct) must all hold items: the callers take them from
+        :attr:`live`, so they are not checked again.
+        """
         if len(slots) == 1:
             slot = int(slots[0])
             if self.changes is not None:
@@ -300,7 +318,7 @@ class ItemIndex:
             self._live_view[slot] = False
             self.size -= 1
         else:
-            self.remove(slots)
+            self._drop(slots)
         self.counts["overwrite_evictions"] += len(slots)
 
     def evict_rows(self, start: int, n: int) -> None:

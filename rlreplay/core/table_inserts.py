@@ -195,7 +195,8 @@ def check_lengths(table: Table, lengths: Any, n: int) -> np.ndarray:
         raise InvalidArgumentError(
             f"lengths={describe(lengths)} must be {n} ints (one per item) or one int"
         )
-    arr = np.broadcast_to(arr.astype(np.int64), (n,))
+    # One per item: as int64 (no copy when it is already); one for all: filled.
+    arr = arr.astype(np.int64, copy=False) if arr.ndim else np.full(n, arr.astype(np.int64))
     if n and (arr.min() < 1 or arr.max() > span):
         raise InvalidArgumentError(
             f"lengths={describe(arr.tolist())} must lie in [1, {span}] (the layout's span)"

@@ -150,6 +150,13 @@ class _InsertionOrder(OrderedSelector):
         a contiguous range of rows) is one chain and needs no jumping at all.
         """
         k = len(slots)
+        first, last = int(slots[0]), int(slots[-1])
+        if (self.next[slots[:-1]] == slots[1:]).all():
+            # Given in list order, each the next of the one before: one chain (the usual
+            # case: a range of rows evicted, its items linked in the order they came in).
+            before, after = int(self.prev[first]), int(self.next[last])
+            self._link(before, after)
+            return
         lo, hi = int(slots.min()), int(slots.max())
         if hi - lo + 1 == k:  # distinct slots spanning k values: the range [lo, hi]
             order = None
@@ -194,6 +201,11 @@ class _InsertionOrder(OrderedSelector):
             if (~has_q).any():
                 self.tail = int(p[~has_q][0])
             return
+        self._link(before, after)
+
+    def _link(self, before: int, after: int) -> None:
+        """Link ``before`` to ``after`` (either ``NIL``: the list's end) across an
+        unlinked chain."""
         if before == NIL:
             self.head = after
         else:

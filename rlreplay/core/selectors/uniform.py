@@ -6,7 +6,11 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.core._compiled import load_kernel
 from rlreplay.core.selectors.base import Selector, copy_into, touched
+
+# sparse_delete: a batch delete in one call (None without the extension: the numpy path).
+_kernel = load_kernel("rlreplay.core._slots")
 
 
 class Uniform(Selector):
@@ -47,6 +51,10 @@ class Uniform(Selector):
         k = len(slots)
         if k == 1:
             self.delete_one(int(slots[0]))
+            return
+        if _kernel is not None:
+            slots = np.ascontiguousarray(slots, dtype=np.int64)
+            self.size = _kernel.sparse_delete(self.dense, self.where, self.size, slots)
             return
         new_size = self.size - k
         positions = self.where[slots]
