@@ -231,7 +231,8 @@ class Transport:
                     ch, f"could not send to {self.address} within {max(left, 0):.3g}s"
                 )
             framing.send(sock, frames)
-        ch.sent(rid)
+        if not header.get("noreply"):  # no reply comes: nothing to wait for or to fail
+            ch.sent(rid)
         if slot is not None:
             self.shm.sent(ch, slot, rid)
         return rid

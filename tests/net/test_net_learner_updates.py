@@ -52,6 +52,19 @@ def fresh_tables(client):
     yield
 
 
+def test_updates_sent_without_waiting_leave_nothing_behind_in_the_client(client):
+    """A learner sends millions of unawaited updates: none is kept as a request awaiting
+    a reply (no reply ever comes), so the client's memory stays flat."""
+    keys = client.insert("prio", rows(10), wait=True)
+    channel = client._channel()
+    before = len(channel.pending), len(channel.replies)
+    for i in range(500):
+        assert client.update_priorities("prio", keys, np.full(10, 1.0 + i), wait=False) is None
+    assert client.info("prio").size == 10  # a call after them: all were taken
+    assert (len(channel.pending), len(channel.replies)) == before
+    assert np.allclose(client.sample("prio", 10, timeout=5.0).info.priorities, 500.0)
+
+
 def test_update_with_a_sample_is_applied_before_that_sample(client):
     keys = client.insert("prio", rows(2), priorities=[1.0, 0.0], wait=True)
     batch = client.sample("prio", 20, timeout=5.0, update=(keys, [0.0, 1.0]))
