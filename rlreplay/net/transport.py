@@ -23,6 +23,7 @@ import itertools
 import os
 import threading
 import time
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -56,6 +57,34 @@ class _CallTimeout:
 
 
 CALL: Any = _CallTimeout()
+
+
+# Milliseconds a closed socket may take to deliver its last shm_detach (in ZeroMQ's
+# background thread: closing does not wait).
+DETACH_LINGER_MS = 200
+
+
+class _ThreadEnd:
+    """Kept in a thread's locals beside its channel: collected when the thread ends."""
+
+
+def _thread_ended(ref: weakref.ref, ch: Channel) -> None:
+    """A thread that used ``ch`` ended: release its shared-memory slots (unless its
+    client closed meanwhile, or this is a forked child that must not use the socket)."""
+    transport = ref()
+    if transport is None or ch.pid != os.getpid() or ch.shm is None:
+        return
+    # bounded: a collection may run this in a thread that holds the lock
+    if not transport._lock.acquire(timeout=1.0):
+        return  # the server forgets the slots after IDLE_S unused
+    try:
+        if not any(c is ch for c in transport._channels):
+            return
+        ring, ch.shm = ch.shm, None
+    finally:
+        transport._lock.release()
+    with contextlib.suppress(Exception):  # a finalizer must not raise
+        ring.release()
 
 
 class Transport:
@@ -111,16 +140,27 @@ class Transport:
         ch = getattr(self._local, "channel", None)
         if ch is None or ch.pid != os.getpid():
             ch = self._local.channel = Channel(self.connect)
+            # Dropped with the thread's locals when the thread ends: its shared-memory
+            # slots are released then, not when the client closes.
+            self._local.end = end = _ThreadEnd()
+            weakref.finalize(end, _thread_ended, weakref.ref(self), ch).atexit = False
             with self._lock:
                 self._channels = [c for c in self._channels if c.pid == ch.pid] + [ch]
         return ch
 
     def close(self) -> None:
-        """Close this process's sockets (a later call opens new ones)."""
+        """Close this process's sockets (a later call opens new ones), telling the server
+        to unmap their shared-memory slots without waiting for it (the message gets
+        ``DETACH_LINGER_MS`` to leave)."""
         with self._lock:
             for ch in self._channels:
                 if ch.pid == os.getpid():
-                    ch.sock.close(linger=0)
+                    ring, ch.shm = ch.shm, None
+                    if ring is not None and ring.slots:
+                        ring.release()
+                        ch.sock.close(linger=DETACH_LINGER_MS)
+                    else:
+                        ch.sock.close(linger=0)
                     if ch.inserts is not None:
                         from rlreplay.net.inserts import discard
 

@@ -23,7 +23,7 @@ from shm_procs import (
 
 import rlreplay
 from rlreplay.errors import InvalidArgumentError, ProtocolError, ServerRestartedError
-from rlreplay.net import shm
+from rlreplay.net import shm, shm_ring
 from rlreplay.net.shm import is_shared
 from rlreplay.net.shm_segments import available
 from rlreplay.runtime.stop_flag import StopFlag
@@ -151,7 +151,7 @@ def test_disabled_or_remote_uses_the_socket_and_required_checks_its_argument():
 
 def test_a_server_on_another_host_is_used_through_the_socket(monkeypatch):
     # The server refuses segments of a client whose boot id is not its own.
-    monkeypatch.setattr(shm, "boot_id", lambda: "another-host")
+    monkeypatch.setattr(shm_ring, "boot_id", lambda: "another-host")
     before = shm_entries()
     with served(CONFIG) as (address, _):
         client = filled(address)
@@ -231,7 +231,7 @@ def test_inserts_and_writer_chunks_travel_in_shared_memory_and_a_parked_one_keep
             client.insert("queue", frames_rows(first, ROWS), timeout=30.0)
         ring = client._channel().shm
         # the first two were answered at once, so their slots carry the two parked ones
-        assert [s.state for s in ring.slots] == [shm._REQUESTED] * 2
+        assert [s.state for s in ring.slots] == [shm_ring._REQUESTED] * 2
         reader = rlreplay.Client(address, shared_memory=False)
         steps = []
         for _ in range(8):
@@ -492,3 +492,110 @@ def test_a_full_dev_shm_sends_through_the_socket_until_a_slot_fits_again(monkeyp
         time.sleep(0.3)
         assert is_shared(client.sample("frames", 32).data["obs"])
         assert client._shm.enabled
+
+
+def server_slots(pid: int) -> set[str]:
+    """Names of this library's segments that process ``pid`` maps now."""
+    with open(f"/proc/{pid}/maps") as maps:
+        return {
+            line.split("/dev/shm/")[1].split()[0]
+            for line in maps
+            if "/dev/shm/rlreplay-" in line
+        }
+
+
+def wait_for(check, seconds: float = 5.0) -> bool:
+    """Whether ``check()`` became true within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs /proc")
+def test_a_closed_client_has_the_server_unmap_its_slots_at_once():
+    with served(CONFIG) as (address, proc):
+        filled(address).close()
+        assert wait_for(lambda: not server_slots(proc.pid))
+        own = server_slots(os.getpid())
+        client = rlreplay.Client(address, shared_memory=True)
+        client.sample("frames", 32)
+        held = [client.sample("frames", 32) for _ in range(4)]
+        assert all(is_shared(b.data["obs"]) for b in held)
+        assert len(server_slots(proc.pid)) >= 4
+        client.close()
+        del held
+        gc.collect()
+        # well before the server forgets idle segments (IDLE_S), and without a reply
+        assert wait_for(lambda: not server_slots(proc.pid))
+        assert server_slots(os.getpid()) <= own  # the client's own mappings went too
+        client.sample("frames", 32)  # a closed client reopens: this sizes the new slots
+        assert is_shared(client.sample("frames", 32).data["obs"])
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs /proc")
+def test_the_slots_of_a_thread_that_ended_are_released():
+    with served(CONFIG) as (address, proc):
+        client = filled(address, shared_memory=True)
+        client.sample("frames", 32)
+        assert is_shared(client.sample("frames", 32).data["obs"])
+        gc.collect()
+        mine = server_slots(proc.pid)
+        shared = []
+
+        def learn() -> None:
+            for _ in range(3):
+                shared.append(is_shared(client.sample("frames", 32).data["obs"]))
+
+        for _ in range(3):
+            t = threading.Thread(target=learn)
+            t.start()
+            t.join(30.0)
+        assert shared == [False, True, True] * 3  # each thread's first sizes its slots
+        assert wait_for(lambda: server_slots(proc.pid) <= mine)
+        assert is_shared(client.sample("frames", 32).data["obs"])  # the main thread's stay
+        client.close()
+
+
+def test_the_process_slot_budget_sends_past_it_through_the_socket(monkeypatch):
+    with served(CONFIG) as (address, _):
+        filled(address).close()
+        client = rlreplay.Client(address)
+        client.sample("frames", 32)  # the first reply sizes the slots
+        need = client._channel().shm.need[("frames", 32)]
+        slot_bytes = -(-need // shm_ring.SLOT_ROUNDING) * shm_ring.SLOT_ROUNDING
+        gc.collect()
+        budget = shm_ring.budget_bytes()
+        monkeypatch.setattr(shm_ring.BUDGET, "limit", shm_ring.BUDGET.used + 2 * slot_bytes)
+        held = [client.sample("frames", 32) for _ in range(5)]
+        assert [is_shared(b.data["obs"]) for b in held] == [True, True, False, False, False]
+        assert all(consistent(b) for b in held)
+        del held
+        gc.collect()
+        again = [client.sample("frames", 32) for _ in range(2)]  # freed slots serve again
+        assert all(is_shared(b.data["obs"]) for b in again)
+        monkeypatch.setattr(shm_ring.BUDGET, "limit", budget)
+        client.close()
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [("1000", 1000), ("0", 1 << 62), ("lots", None), ("-5", None)],
+)
+def test_the_slot_budget_variable_is_checked_when_a_client_is_made(monkeypatch, value, expected):
+    monkeypatch.setattr(shm_ring.BUDGET, "limit", None)
+    monkeypatch.setenv(shm_ring.BUDGET_VARIABLE, value)
+    if expected is None:
+        with pytest.raises(InvalidArgumentError, match=shm_ring.BUDGET_VARIABLE):
+            rlreplay.Client("ipc:///tmp/rlreplay-budget-test", shared_memory=True)
+        assert shm_ring.BUDGET.limit is None
+    else:
+        rlreplay.Client("ipc:///tmp/rlreplay-budget-test", shared_memory=True).close()
+        assert shm_ring.budget_bytes() == expected
+    monkeypatch.delenv(shm_ring.BUDGET_VARIABLE)
+    monkeypatch.setattr(shm_ring.BUDGET, "limit", None)
+    st = os.statvfs("/dev/shm")
+    default = min(shm_ring.DEFAULT_BUDGET_BYTES, st.f_bavail * st.f_frsize // 4)
+    assert abs(shm_ring.budget_bytes() - default) <= 64 << 20
