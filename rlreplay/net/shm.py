@@ -24,6 +24,11 @@ base: slicing, ``np.asarray`` or ``torch.from_numpy`` of any data array keeps th
 leased). When every slot is leased another is attached (up to :data:`MAX_SLOTS` per
 thread), and past that the arrays go through the socket: no call waits for a slot.
 
+**Slots are released when no longer wanted**: a closed client's and an ended thread's at
+once (a ``shm_detach`` nobody waits for), and the process's slots together never take more
+of ``/dev/shm`` than its budget (:func:`~rlreplay.net.shm_ring.budget_bytes`): past it, the
+socket.
+
 **No crash leaks a segment.** The server unlinks a segment as soon as it mapped it, and
 the client once the server answered; from then on the memory belongs to the two mappings
 and the kernel frees it when the last goes, whichever process is killed. See
