@@ -390,6 +390,13 @@ class StepStore:
             self.guard.before_write(first, n)
         start = first % self.capacity
         end = start + n
+        # Arrays that fit the columns as they are (what validation returns) in one compiled
+        # call when they do not wrap; it writes nothing when one does not fit.
+        if end <= self.capacity and _kernel is not None and _kernel.put_rows(
+            np.ndarray, self._column_tuple, self._path_tuple, start, n, arrays
+        ):
+            self.next_id = first + n
+            return first
         # A float beyond a float column's range is stored as +-inf (the casting rule in
         # specs.py), silently, as the compiled writes store it.
         with np.errstate(over="ignore"):
