@@ -31,22 +31,32 @@ def snapshot(
     """The state of ``index`` (copies; lock held); see :meth:`ItemIndex.state`."""
     into = into or {}
     out: dict[str, Any] = index.records.state(into)
-    out.update(
-        size=index.size,
-        max_priority=index.max_priority,
-        origin=index.origin,
-        newest=index.newest,
-        counts=dict(index.counts),
-        sampler=index.sampler.state(into.get("sampler")),
-        remover=(
+    extent = out.pop("extent", None)
+    out.update(_index_scalars(index, into, None, idle_remover_later))
+    if extent is not None:  # last, as the index has always listed it
+        out["extent"] = extent
+    return out
+
+
+def _index_scalars(
+    index: ItemIndex, into: dict[str, Any], sampler: Any, idle_remover_later: bool
+) -> dict[str, Any]:
+    """The index's state beside its per-slot arrays, taken now (lock held): sizes,
+    counters, the sampler's state (``sampler`` if already copied in slices) and the
+    remover's (None for an idle remover built later from the copy)."""
+    return {
+        "size": index.size,
+        "max_priority": index.max_priority,
+        "origin": index.origin,
+        "newest": index.newest,
+        "counts": dict(index.counts),
+        "sampler": sampler if sampler is not None else index.sampler.state(into.get("sampler")),
+        "remover": (
             None
             if idle_remover_later and not index.remover_active
             else remover_state(index, into.get("remover"))
         ),
-    )
-    if "extent" in out:  # last, as the index has always listed it
-        out["extent"] = out.pop("extent")
-    return out
+    }
 
 
 # A part of a sliced snapshot with at most this many entries is copied whole at the moment
@@ -91,22 +101,9 @@ def finish_sliced_snapshot(
         elif len(slots):
             at = slots if per_entry == 1 else sorted_unique(slots // per_entry)
             copy[at] = source[at]
-    into = into or {}
     sampler = out.pop("sampler", None)
     extent = out.pop("extent", None)
-    out.update(
-        size=index.size,
-        max_priority=index.max_priority,
-        origin=index.origin,
-        newest=index.newest,
-        counts=dict(index.counts),
-        sampler=sampler if sampler is not None else index.sampler.state(into.get("sampler")),
-        remover=(
-            None
-            if idle_remover_later and not index.remover_active
-            else remover_state(index, into.get("remover"))
-        ),
-    )
+    out.update(_index_scalars(index, into or {}, sampler, idle_remover_later))
     if extent is not None:  # last, as the index has always listed it
         out["extent"] = extent
     return out
