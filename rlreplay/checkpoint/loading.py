@@ -111,25 +111,7 @@ def _read_into(
                 f"{path} holds {size} bytes, the manifest says {info['bytes']}; the "
                 f"checkpoint {directory} is damaged: restore from another checkpoint"
             )
-        try:
-            version = np.lib.format.read_magic(f)
-            read_header = (
-                np.lib.format.read_array_header_1_0
-                if version == (1, 0)
-                else np.lib.format.read_array_header_2_0
-            )
-            shape, fortran, dtype = read_header(f)
-        except (OSError, ValueError) as exc:
-            raise CheckpointCorruptError(f"{path} is not a readable .npy file ({exc})") from None
-        if (
-            fortran
-            or list(shape) != info["shape"]
-            or np.lib.format.dtype_to_descr(dtype) != info["dtype"]
-        ):
-            raise CheckpointCorruptError(
-                f"{path} holds {dtype}{list(shape)}, the manifest says "
-                f"{info['dtype']}{info['shape']}; the checkpoint is damaged"
-            )
+        shape, dtype = _checked_header(f, path, info)
         offset = f.tell()
         f.seek(0)
         header = f.read(offset)
@@ -156,6 +138,35 @@ def _read_into(
             )
 
     return arr, check
+
+
+def _checked_header(f: Any, path: Path, info: Mapping[str, Any]) -> tuple[tuple, np.dtype]:
+    """The shape and dtype in the ``.npy`` header of ``f`` (read from its start; ``f`` is
+    left at the data), checked against the file's manifest entry ``info``.
+
+    Raises:
+        CheckpointCorruptError: if the header cannot be read or differs from ``info``.
+    """
+    try:
+        version = np.lib.format.read_magic(f)
+        read_header = (
+            np.lib.format.read_array_header_1_0
+            if version == (1, 0)
+            else np.lib.format.read_array_header_2_0
+        )
+        shape, fortran, dtype = read_header(f)
+    except (OSError, ValueError) as exc:
+        raise CheckpointCorruptError(f"{path} is not a readable .npy file ({exc})") from None
+    if (
+        fortran
+        or list(shape) != info["shape"]
+        or np.lib.format.dtype_to_descr(dtype) != info["dtype"]
+    ):
+        raise CheckpointCorruptError(
+            f"{path} holds {dtype}{list(shape)}, the manifest says "
+            f"{info['dtype']}{info['shape']}; the checkpoint is damaged"
+        )
+    return shape, dtype
 
 
 def column_names(store: Mapping[str, Any]) -> dict[str, list[str]]:
@@ -206,25 +217,10 @@ def _map_column(directory: Path, names: list[str], files: Mapping[str, Any], sha
         path, info = directory / name, files[name]
         try:
             with open(path, "rb") as f:
-                version = np.lib.format.read_magic(f)
-                read_header = (
-                    np.lib.format.read_array_header_1_0
-                    if version == (1, 0)
-                    else np.lib.format.read_array_header_2_0
-                )
-                file_shape, fortran, file_dtype = read_header(f)
+                _checked_header(f, path, info)
                 offset = f.tell()
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
             raise CheckpointCorruptError(f"{path} is not a readable .npy file ({exc})") from None
-        if (
-            fortran
-            or list(file_shape) != info["shape"]
-            or np.lib.format.dtype_to_descr(file_dtype) != info["dtype"]
-        ):
-            raise CheckpointCorruptError(
-                f"{path} holds {file_dtype}{list(file_shape)}, the manifest says "
-                f"{info['dtype']}{info['shape']}; the checkpoint is damaged"
-            )
         parts.append((path, offset, info["bytes"] - offset))
     return map_parts(parts, shape, dtype)
 
