@@ -93,32 +93,29 @@ class Load:
         self.threads = [threading.Thread(target=f, daemon=True) for f in (self._act, self._learn)]
 
     def _act(self) -> None:
-        import rlreplay
-
-        client = rlreplay.Client(self.address, call_timeout=30.0)
-        try:
-            while not self.stop.is_set():
-                t0 = time.time()
-                client.insert("replay", {"x": np.float32(1)}, 1.0, wait=True)
-                self.calls.append((t0, time.time()))
-                time.sleep(0.0002)
-        except BaseException as exc:
-            self.errors.append(exc)
-        finally:
-            client.close()
+        self._timed_loop(lambda c: c.insert("replay", {"x": np.float32(1)}, 1.0, wait=True), 0.0002)
 
     def _learn(self) -> None:
+        prios = np.full(32, 0.5)
+
+        def cycle(client) -> None:
+            s = client.sample("replay", 32, timeout=10.0)
+            client.update_priorities("replay", s.info.keys, prios)
+
+        self._timed_loop(cycle, 0.001)
+
+    def _timed_loop(self, call, pause_s: float) -> None:
+        """``call(client)`` until stopped, each call's start and end kept, ``pause_s``
+        apart; an error ends the loop and is kept."""
         import rlreplay
 
         client = rlreplay.Client(self.address, call_timeout=30.0)
-        prios = np.full(32, 0.5)
         try:
             while not self.stop.is_set():
                 t0 = time.time()
-                s = client.sample("replay", 32, timeout=10.0)
-                client.update_priorities("replay", s.info.keys, prios)
+                call(client)
                 self.calls.append((t0, time.time()))
-                time.sleep(0.001)
+                time.sleep(pause_s)
         except BaseException as exc:
             self.errors.append(exc)
         finally:
