@@ -1,13 +1,16 @@
-"""Calls a sharded client splits by key or sums over shards: priority updates and
-deletes sent to the shards owning their keys, and table statistics added up."""
+"""Calls a sharded client sends to several shards: the same call on every reachable
+shard (descriptions checked to agree), priority updates and deletes sent to the shards
+owning their keys, and table statistics added up."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from rlreplay.core.table_info import TableInfo
 from rlreplay.distributed.shard_health import ShardHealth
-from rlreplay.errors import ServerUnavailableError
+from rlreplay.distributed.shard_keys import ShardKeys
+from rlreplay.errors import InvalidArgumentError, ServerUnavailableError
 
 # TableInfo fields that add up over shards; the others are taken from the first shard.
 SUMMED = (
@@ -15,6 +18,45 @@ SUMMED = (
     "evictions", "overwrite_evictions", "relocations", "stale_updates", "stale_deletes",
     "insert_blocked_s", "sample_blocked_s", "index_bytes",
 )
+
+
+def each_shard(shards: list, health: ShardHealth, call: Callable[[Any], Any]) -> dict[int, Any]:
+    """``call(client)`` on every reachable shard, in turn; the results by shard.
+
+    Raises:
+        ShardUnavailableError: for a shard down under ``"fail"``, or every shard down.
+    """
+    out = {}
+    for shard in health.live():
+        try:
+            out[shard] = call(shards[shard])
+        except ServerUnavailableError as error:
+            health.failed(shard, error)
+    if not out:
+        health.live()  # raises: every shard is down
+    return out
+
+
+def same_table(
+    table: str, descriptions: dict[int, dict], addresses: list[str], keys: ShardKeys
+) -> dict[str, Any]:
+    """The first of the shards' ``descriptions`` of ``table``, once every shard's is
+    checked to describe the same table with a store the keys' shard bits can address.
+
+    Raises:
+        InvalidArgumentError: if shards describe ``table`` differently, or a shard's
+            store is too large for the keys.
+    """
+    first_shard, first = next(iter(descriptions.items()))
+    for shard, desc in descriptions.items():
+        keys.check_capacity(desc["store_capacity"], table, addresses[shard])
+        for key in ("signature", "layout"):
+            if desc[key] != first[key]:
+                raise InvalidArgumentError(
+                    f"table {table!r} has another {key} at {addresses[shard]} than at "
+                    f"{addresses[first_shard]}; every shard must serve the same table"
+                )
+    return first
 
 
 def routed_call(

@@ -1,14 +1,17 @@
 """The sharded client: several replay servers behind the calls of one table.
 
-See :class:`ShardedClient`; how a batch is split over shards is in
-:mod:`rlreplay.distributed.shard_draws`, the keys in :mod:`rlreplay.distributed.shard_keys`.
+See :class:`ShardedClient`. It owns the shards' clients and composes the parts that do
+the work: where inserts and writers go (:mod:`rlreplay.distributed.shard_inserts`), how a
+batch is drawn over shards (:mod:`rlreplay.distributed.sharded_sampling`, split as
+:mod:`rlreplay.distributed.shard_draws` says), the keys
+(:mod:`rlreplay.distributed.shard_keys`) and the shard-down policy
+(:mod:`rlreplay.distributed.shard_health`).
 """
 
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -16,13 +19,14 @@ import numpy as np
 from rlreplay.core.sample import Sample
 from rlreplay.core.table_checks import check_timeout
 from rlreplay.core.table_info import TableInfo
-from rlreplay.distributed.routed_calls import merged_info, routed_call
+from rlreplay.distributed.routed_calls import each_shard, merged_info, routed_call, same_table
 from rlreplay.distributed.shard_checkpoints import checkpoint_shards
 from rlreplay.distributed.shard_health import ShardHealth
+from rlreplay.distributed.shard_inserts import InsertRouter
 from rlreplay.distributed.shard_keys import ShardKeys
 from rlreplay.distributed.sharded_sampling import ShardedSampler, check_batch_size
 from rlreplay.distributed.sharded_table import ShardedTable, ShardReceipt, ShardWriter
-from rlreplay.errors import InvalidArgumentError, ServerUnavailableError, describe
+from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.net.client import Client
 from rlreplay.net.payloads import checked_update
 
@@ -114,7 +118,8 @@ class ShardedClient:
         self.keys = ShardKeys(n)
         self._rng = np.random.default_rng(seed)
         # Clients of many actors (each unpickled) spread their writers over the shards.
-        self.first_shard = int(self._rng.integers(n)) if first_shard is None else first_shard % n
+        first = int(self._rng.integers(n)) if first_shard is None else first_shard % n
+        self.inserts = InsertRouter(self.shards, self.keys, self.health, first)
         self._init = {
             "addresses": list(addresses),
             "on_shard_down": on_shard_down,
@@ -125,8 +130,6 @@ class ShardedClient:
             **client_kwargs,
         }
         self._samplers: dict[str, ShardedSampler] = {}
-        self._sent_rows = np.zeros(n, np.int64)
-        self._writers = 0
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------ handles
@@ -140,6 +143,11 @@ class ShardedClient:
     @property
     def num_shards(self) -> int:
         return len(self.shards)
+
+    @property
+    def first_shard(self) -> int:
+        """The shard of this client's first writer (and of ties between inserts)."""
+        return self.inserts.first_shard
 
     def close(self) -> None:
         """Close this process's sockets to every shard."""
@@ -174,42 +182,16 @@ class ShardedClient:
             InvalidArgumentError: if shards describe ``table`` differently.
         """
         descriptions = self._each(lambda c: c.describe(table))
-        first = next(iter(descriptions.values()))
-        for shard, desc in descriptions.items():
-            self.keys.check_capacity(desc["store_capacity"], table, self.addresses[shard])
-            for key in ("signature", "layout"):
-                if desc[key] != first[key]:
-                    raise InvalidArgumentError(
-                        f"table {table!r} has another {key} at {self.addresses[shard]} than at "
-                        f"{self.addresses[next(iter(descriptions))]}; every shard must serve "
-                        "the same table"
-                    )
-        return first
+        return same_table(table, descriptions, self.addresses, self.keys)
 
     def signature(self, table: str):
         return self.shards[self.health.live()[0]].signature(table)
 
-    def _each(self, call) -> dict[int, Any]:
+    def _each(self, call: Callable[[Client], Any]) -> dict[int, Any]:
         """``call(client)`` on every reachable shard, in turn; results by shard."""
-        out = {}
-        for shard in self.health.live():
-            try:
-                out[shard] = call(self.shards[shard])
-            except ServerUnavailableError as error:
-                self.health.failed(shard, error)
-        if not out:
-            self.health.live()  # raises: every shard is down
-        return out
+        return each_shard(self.shards, self.health, call)
 
     # --------------------------------------------------------------- inserts
-    def _next_insert_shard(self, exclude: set[int]) -> int:
-        live = [s for s in self.health.live() if s not in exclude]
-        if not live:
-            self.health.live()
-            raise ServerUnavailableError("no replay shard took the insert")
-        n = self.num_shards
-        return min(live, key=lambda s: (self._sent_rows[s], (s - self.first_shard) % n))
-
     def insert(
         self, table: str, rows: Any, priorities: Any = None, *,
         timeout: float | None = None, wait: bool = True,
@@ -228,27 +210,7 @@ class ShardedClient:
         Raises:
             as :meth:`Client.insert`; ShardUnavailableError for a shard down (``"fail"``).
         """
-        timeout = check_timeout(timeout)
-        tried: set[int] = set()
-        while True:
-            with self._lock:
-                shard = self._next_insert_shard(tried)
-            client = self.shards[shard]
-            try:
-                self.keys.check_shard_tables(client, [table])  # before it issues a key
-                if not wait:
-                    receipt = client.insert(table, rows, priorities, timeout=timeout)
-                    with self._lock:
-                        self._sent_rows[shard] += len(receipt)
-                    return ShardReceipt(receipt, shard, self.keys)
-                keys = client.insert(table, rows, priorities, timeout=timeout, wait=True)
-            except ServerUnavailableError as error:
-                tried.add(shard)
-                self.health.failed(shard, error)
-                continue
-            with self._lock:
-                self._sent_rows[shard] += len(keys)
-            return self.keys.to_global(keys, shard)
+        return self.inserts.insert(table, rows, priorities, check_timeout(timeout), wait)
 
     def flush(self, timeout: float | None = None) -> int:
         """:meth:`Client.flush` on every shard: this thread's pipelined inserts sent and
@@ -262,18 +224,7 @@ class ShardedClient:
             the first error a shard met (as :meth:`Client.flush`), once every shard was
             flushed, so one shard's error never leaves another's rows unsent.
         """
-        timeout = check_timeout(timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        acknowledged, first_error = 0, None
-        for client in self.shards:
-            left = None if deadline is None else max(1e-3, deadline - time.monotonic())
-            try:
-                acknowledged += client.flush(left)
-            except Exception as error:  # raised below, after the other shards
-                first_error = first_error or error
-        if first_error is not None:
-            raise first_error
-        return acknowledged
+        return self.inserts.flush(check_timeout(timeout))
 
     def trajectory_writer(
         self, tables: str | Sequence[str], *, shard: int | None = None, **kwargs: Any
@@ -284,24 +235,15 @@ class ShardedClient:
         Raises:
             InvalidArgumentError: for a ``shard`` this client does not have.
         """
-        if shard is None:
-            with self._lock:
-                shard = (self.first_shard + self._writers) % self.num_shards
-                self._writers += 1
-        elif isinstance(shard, bool) or not isinstance(shard, int) or not (
-            0 <= shard < self.num_shards
-        ):
-            raise InvalidArgumentError(
-                f"shard={describe(shard)} must be an int in [0, {self.num_shards})"
-            )
-        client = self.shards[shard]
-        self.keys.check_shard_tables(client, [tables] if isinstance(tables, str) else tables)
-        writer = client.trajectory_writer(tables, **kwargs)
-        return ShardWriter(writer, shard, self.keys)
-
+        return self.inserts.trajectory_writer(tables, shard, **kwargs)
 
     # -------------------------------------------------------------- sampling
-    def _sampler(self, table: str) -> ShardedSampler:
+    def sampler(self, table: str) -> ShardedSampler:
+        """The :class:`ShardedSampler` of ``table`` (one per table, made on first use).
+
+        Raises:
+            InvalidArgumentError: for a ``table`` that is not a name.
+        """
         with self._lock:
             sampler = self._samplers.get(table)
             if sampler is None:
@@ -344,7 +286,7 @@ class ShardedClient:
         batch_size = self.check_batch(table, batch_size)
         timeout = check_timeout(timeout)
         updates = self.route_update(update)
-        return self._sampler(table).sample(batch_size, timeout, updates)
+        return self.sampler(table).sample(batch_size, timeout, updates)
 
     def check_batch(self, table: str, batch_size: Any) -> int:
         """``batch_size`` checked against every shard: any shard may be asked for the
@@ -451,20 +393,10 @@ class ShardedClient:
 
     def can_insert(self, table: str, num_inserts: int = 1) -> bool:
         """Whether the shard the next insert goes to would take ``num_inserts`` now."""
-        with self._lock:
-            shard = self._next_insert_shard(set())
-        return self.shards[shard].can_insert(table, num_inserts)
+        return self.inserts.can_insert(table, num_inserts)
 
     def can_sample(self, table: str, num_samples: int = 1) -> bool:
         """Whether a sample of ``num_samples`` would be served now without waiting for
-        inserts: some reachable shard holding items has the credit (its rate limiter
-        admits) for the whole batch, so however the batch splits, its parts can be drawn
-        there (see :mod:`rlreplay.distributed.shard_draws`). One round trip to every
-        shard, all at once."""
-        sampler = self._sampler(table)
-        sampler._probe(self.health.live(), {})
-        return any(
-            st.mass > 0 and st.credit >= num_samples
-            for s, st in enumerate(sampler.states)
-            if not self.health.is_down(s)
-        )
+        inserts (see :meth:`ShardedSampler.can_sample`; one round trip to every shard,
+        all at once)."""
+        return self.sampler(table).can_sample(num_samples)

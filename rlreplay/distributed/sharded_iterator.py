@@ -69,7 +69,7 @@ class ShardedSampleIterator:
         self._ready: deque[Sample] = deque()
         self.in_flight = in_flight
         self.timeout = check_timeout(timeout)
-        self._sampler = client._sampler(table)
+        self._sampler = client.sampler(table)
         self._rounds: deque[Round] = deque()
         self._updates: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
 

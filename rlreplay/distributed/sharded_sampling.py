@@ -360,6 +360,19 @@ class ShardedSampler:
                     self._held = rnd
             raise
 
+    def can_sample(self, num_samples: int) -> bool:
+        """Whether some reachable shard holding items has the credit (its rate limiter
+        admits) for ``num_samples`` now, so however a batch splits, its parts can be
+        drawn there (see :mod:`rlreplay.distributed.shard_draws`)."""
+        self._probe(self.health.live(), {})
+        with self._lock:
+            states = list(enumerate(self.states))
+        return any(
+            st.mass > 0 and st.credit >= num_samples
+            for s, st in states
+            if not self.health.is_down(s)
+        )
+
     def _send_updates(self, updates: Updates) -> None:
         """Priority updates on their own, as state requests carrying them."""
         self._probe([s for s in updates if not self.health.is_down(s)], dict(updates))

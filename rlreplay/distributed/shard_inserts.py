@@ -1,0 +1,134 @@
+"""Where a sharded client's rows go: the shard each insert and each writer is placed on.
+
+A sharded client spreads its writes over the shards so that every shard fills at about
+the same rate while a writer's steps stay together on one shard. :class:`InsertRouter`
+owns what that placement needs (the rows this client sent each shard, the writers it
+opened, the first shard) and the calls that write: ``insert``, ``flush`` and
+``trajectory_writer``. Sampling is in :mod:`rlreplay.distributed.sharded_sampling`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Collection, Sequence
+from typing import Any
+
+import numpy as np
+
+from rlreplay.distributed.shard_health import ShardHealth
+from rlreplay.distributed.shard_keys import ShardKeys
+from rlreplay.distributed.sharded_table import ShardReceipt, ShardWriter
+from rlreplay.errors import InvalidArgumentError, ServerUnavailableError, describe
+
+
+class InsertRouter:
+    """Places a sharded client's inserts and writers on its shards (threads may share it).
+
+    An insert goes to the reachable shard this client has sent the fewest rows (ties
+    broken in turn from ``first_shard``); writers go to the shards in turn from
+    ``first_shard``. Keys that come back are the sharded client's (they carry the shard).
+
+    Args:
+        shards: one :class:`~rlreplay.Client` per shard.
+        keys: the key translation of the sharded client.
+        health: the shard-down policy and the shards taken for down.
+        first_shard: the shard of this client's first writer and of ties between inserts.
+    """
+
+    def __init__(self, shards: list, keys: ShardKeys, health: ShardHealth, first_shard: int):
+        self.shards = shards
+        self.keys = keys
+        self.health = health
+        self.first_shard = first_shard
+        self._sent_rows = np.zeros(len(shards), np.int64)
+        self._writers = 0
+        self._lock = threading.Lock()
+
+    def next_shard(self, exclude: Collection[int] = ()) -> int:
+        """The reachable shard (not in ``exclude``) the next insert goes to.
+
+        Raises:
+            ShardUnavailableError: if every shard is down.
+            ServerUnavailableError: if every reachable shard is in ``exclude``.
+        """
+        live = [s for s in self.health.live() if s not in exclude]
+        if not live:
+            self.health.live()
+            raise ServerUnavailableError("no replay shard took the insert")
+        n = len(self.shards)
+        with self._lock:
+            return min(live, key=lambda s: (self._sent_rows[s], (s - self.first_shard) % n))
+
+    def _sent(self, shard: int, rows: int) -> None:
+        with self._lock:
+            self._sent_rows[shard] += rows
+
+    def insert(
+        self, table: str, rows: Any, priorities: Any, timeout: float | None, wait: bool
+    ) -> np.ndarray | ShardReceipt:
+        """``rows`` inserted on :meth:`next_shard` (see :meth:`ShardedClient.insert`):
+        with ``wait``, rows a shard did not take go to another under ``"skip"``.
+
+        Raises:
+            as :meth:`Client.insert`; ShardUnavailableError for a shard down (``"fail"``).
+        """
+        tried: set[int] = set()
+        while True:
+            shard = self.next_shard(tried)
+            client = self.shards[shard]
+            try:
+                self.keys.check_shard_tables(client, [table])  # before it issues a key
+                if not wait:
+                    receipt = client.insert(table, rows, priorities, timeout=timeout)
+                    self._sent(shard, len(receipt))
+                    return ShardReceipt(receipt, shard, self.keys)
+                keys = client.insert(table, rows, priorities, timeout=timeout, wait=True)
+            except ServerUnavailableError as error:
+                tried.add(shard)
+                self.health.failed(shard, error)
+                continue
+            self._sent(shard, len(keys))
+            return self.keys.to_global(keys, shard)
+
+    def flush(self, timeout: float | None) -> int:
+        """Every shard client's pipelined inserts sent and acknowledged, within
+        ``timeout`` seconds for all shards together; the rows acknowledged by this wait.
+
+        Raises:
+            the first error a shard met, once every shard was flushed.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        acknowledged, first_error = 0, None
+        for client in self.shards:
+            left = None if deadline is None else max(1e-3, deadline - time.monotonic())
+            try:
+                acknowledged += client.flush(left)
+            except Exception as error:  # raised below, after the other shards
+                first_error = first_error or error
+        if first_error is not None:
+            raise first_error
+        return acknowledged
+
+    def trajectory_writer(
+        self, tables: str | Sequence[str], shard: int | None, **kwargs: Any
+    ) -> ShardWriter:
+        """A writer on ``shard``, or on the next shard in turn from ``first_shard``.
+
+        Raises:
+            InvalidArgumentError: for a ``shard`` this client does not have.
+        """
+        n = len(self.shards)
+        if shard is None:
+            with self._lock:
+                shard = (self.first_shard + self._writers) % n
+                self._writers += 1
+        elif isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard < n:
+            raise InvalidArgumentError(f"shard={describe(shard)} must be an int in [0, {n})")
+        client = self.shards[shard]
+        self.keys.check_shard_tables(client, [tables] if isinstance(tables, str) else tables)
+        return ShardWriter(client.trajectory_writer(tables, **kwargs), shard, self.keys)
+
+    def can_insert(self, table: str, num_inserts: int) -> bool:
+        """Whether the shard the next insert goes to would take ``num_inserts`` now."""
+        return self.shards[self.next_shard()].can_insert(table, num_inserts)
