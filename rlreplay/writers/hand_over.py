@@ -1,7 +1,7 @@
 """When an adder's completed rows and items go to its writer: staged, then in bulk.
 
 An adder completes *pieces* (one environment's episode rows and the items over them, see
-:class:`~rlreplay.writers.chunk_writer.ChunkBatch`) as episodes end or chunks fill. A
+:class:`~rlreplay.writers.chunk_batch.ChunkBatch`) as episodes end or chunks fill. A
 writer call has a fixed cost far above its cost per row (a store append, an item insert,
 the evictions they cause: tens of microseconds for a few rows, about a tenth of a
 microsecond per row more), and with many environments short episodes end on almost every
@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 
 from rlreplay.errors import InvalidArgumentError, describe
-from rlreplay.writers.chunk_writer import ChunkBatch, ChunkWriter
+from rlreplay.writers.chunk_batch import ChunkBatch
+from rlreplay.writers.chunk_writer import ChunkWriter
 
 # Adder calls a batched adder stages pieces for by default; a writer call's fixed cost is
 # then shared by about ``16 * num_envs`` rows (see the module docstring).

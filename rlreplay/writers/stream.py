@@ -18,7 +18,7 @@ write per field per call, vectorised over environments) and completed in pieces 
 ``chunk_length`` rows: a row is complete once every stored field of it is known (an
 n-step return needs ``n`` rewards). Completed pieces are staged and handed to the writer
 in bulk every ``hand_over_every`` calls (:mod:`rlreplay.writers.hand_over`; joined by
-:class:`~rlreplay.writers.chunk_writer.ChunkBatch`, kept across writer timeouts by
+:class:`~rlreplay.writers.chunk_batch.ChunkBatch`, kept across writer timeouts by
 :class:`~rlreplay.writers.chunk_writer.ChunkWriter`). Items never span two episodes.
 
 Pieces of different environments interleave in the store, so a piece that does not
