@@ -122,3 +122,24 @@ def check_tables(writer: Any, tables: list[Any]) -> None:
             f"table {describe(getattr(table, 'name', table))} is not one of the writer's "
             f"tables {names}; create the writer over it (or pass the tables to the adder)"
         )
+
+
+def adder_tables(writer: Any, tables: Any, sequence_tables: list[Any]) -> list[Any]:
+    """The tables an adder fills with its own items: ``tables``, or (``None``) every
+    table of the writer that is not one of ``sequence_tables``; all of them checked to
+    be the writer's, sequence tables included.
+
+    Raises:
+        InvalidArgumentError: for no table to fill, or a table the writer does not
+            write to (see :func:`check_tables`).
+    """
+    if tables is None:
+        names = {getattr(t, "name", t) for t in sequence_tables}
+        tables = [
+            t for t in writer.tables if t not in sequence_tables and t.name not in names
+        ]
+    tables = list(tables)
+    if not tables:
+        raise InvalidArgumentError("tables is empty; give at least one table to fill")
+    check_tables(writer, [*tables, *sequence_tables])
+    return tables

@@ -24,30 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rlreplay.core.keys import check_priorities
 from rlreplay.core.specs import unflatten
-from rlreplay.errors import InvalidArgumentError, ReplayTimeoutError, describe
+from rlreplay.errors import ReplayTimeoutError
 
 if TYPE_CHECKING:  # (chunk_batch builds the chunks this module hands over)
     from rlreplay.writers.chunk_batch import ChunkBatch
 
 # Items to create over a chunk's rows in one table: ``(table, span, starts, extents)``.
 Job = tuple[Any, int, np.ndarray, np.ndarray]
-
-
-def check_priority(priority: Any) -> None:
-    """Check the priority an adder gives new items: a number >= 0, or ``None``.
-
-    Raises:
-        InvalidArgumentError: for anything else.
-    """
-    if priority is None:
-        return
-    if isinstance(priority, bool) or not isinstance(priority, (int, float, np.number)):
-        raise InvalidArgumentError(
-            f"priority={describe(priority)} must be a number >= 0, or None for each table's default"
-        )
-    check_priorities(priority, 1, "priority")
 
 
 class Chunk:

@@ -27,8 +27,10 @@ continue its environment's previous one repeats the last ``span - 1`` rows of it
 see :mod:`rlreplay.writers.pieces` and docs/adders.md). What a checked step does to each
 environment's episode is :class:`~rlreplay.writers.episode_steps.EpisodeSteps`' part.
 
-Autoreset modes: see :mod:`rlreplay.writers.autoreset`. Every call's arguments are
-checked (:class:`~rlreplay.writers.step_inputs.StepInputs`) before anything changes.
+Autoreset modes: see :mod:`rlreplay.writers.autoreset`. The adder's options are checked
+(:class:`~rlreplay.writers.adder_options.AdderOptions`) before any part is built, and
+every call's arguments (:class:`~rlreplay.writers.step_inputs.StepInputs`) before
+anything changes.
 
 An adder may record its calls and settle them a block at a time instead
 (:meth:`StreamAdder._new_block`; the n-step adder's
@@ -37,7 +39,6 @@ An adder may record its calls and settle them a block at a time instead
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -46,18 +47,17 @@ import numpy as np
 from rlreplay.core.table import Table
 from rlreplay.core.table_checks import check_timeout
 from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.writers.adder_options import AdderOptions, sequence_rules
 from rlreplay.writers.adder_writer import (
+    adder_tables,
     adder_writer,
-    check_tables,
     table_span,
     writer_signature,
     writer_store,
 )
-from rlreplay.writers.autoreset import mode_name
-from rlreplay.writers.chunk_writer import check_priority
 from rlreplay.writers.episode_rows import EpisodeRows
 from rlreplay.writers.episode_steps import EpisodeSteps
-from rlreplay.writers.hand_over import HandOver, check_every
+from rlreplay.writers.hand_over import HandOver
 from rlreplay.writers.pieces import EpisodePieces
 from rlreplay.writers.sequence_items import SequenceItems
 from rlreplay.writers.step_inputs import StepInputs
@@ -115,37 +115,28 @@ class StreamAdder:
         sequence_tables: Mapping[Table | str, SequenceItems] | None = None,
         hand_over_every: int | None = None,
     ):
-        # Each adder keeps its own copy of a rule: a rule holds per-environment positions.
-        self._sequences = [(t, copy.copy(r)) for t, r in (sequence_tables or {}).items()]
+        self._sequences = sequence_rules(sequence_tables)
         for _, rule in self._sequences:
-            if not isinstance(rule, SequenceItems):
-                raise InvalidArgumentError(
-                    f"sequence_tables values must be SequenceItems(length, period, ...), got "
-                    f"{describe(rule)}"
-                )
             self.span = max(self.span, self.pad + rule.span)
         store = writer_store(writer)
-        fixed = self.span - 1 + self.lag + self.pad + 2
-        if chunk_length is None:
-            room = 64 if store is None else store.capacity - fixed
-            chunk_length = max(1, min(64, room))
-        if not isinstance(chunk_length, int) or chunk_length < 1:
-            raise InvalidArgumentError(f"chunk_length={describe(chunk_length)} must be an int >= 1")
-        if num_envs is not None and (not isinstance(num_envs, int) or num_envs < 1):
-            raise InvalidArgumentError(
-                f"num_envs={describe(num_envs)} must be an int >= 1, or None for one env "
-                "without a batch axis"
-            )
-        check_priority(priority)
-        timeout = check_timeout(timeout)
-        every = check_every(hand_over_every, num_envs is not None)
-        self.batched = num_envs is not None
-        self.num_envs = num_envs or 1
-        self.mode = mode_name(autoreset_mode)
-        self.chunk_length = chunk_length
+        options = AdderOptions.check(
+            fixed=self.span - 1 + self.lag + self.pad + 2,
+            store_capacity=None if store is None else store.capacity,
+            num_envs=num_envs,
+            autoreset_mode=autoreset_mode,
+            priority=priority,
+            chunk_length=chunk_length,
+            timeout=timeout,
+            hand_over_every=hand_over_every,
+        )
+        self.batched = options.batched
+        self.num_envs = options.num_envs
+        self.mode = options.mode
+        self.chunk_length = chunk_length = options.chunk_length
         self.priority = priority
-        self.timeout = timeout
-        self.capacity = fixed + chunk_length
+        self.timeout = timeout = options.timeout
+        self.capacity = options.capacity
+        every = options.every
         self._inputs = StepInputs(
             writer_signature(writer),
             self.computed,
@@ -158,14 +149,7 @@ class StreamAdder:
         staged = self.capacity + every * self.num_envs + self.capacity
         writer = adder_writer(writer, self.capacity, staged)
         self.writer = writer
-        if tables is None:
-            seq = [t for t, _ in self._sequences]
-            names = {getattr(t, "name", t) for t in seq}
-            tables = [t for t in writer.tables if t not in seq and t.name not in names]
-        self.tables = list(tables)
-        if not self.tables:
-            raise InvalidArgumentError("tables is empty; give at least one table to fill")
-        check_tables(writer, [*self.tables, *(t for t, _ in self._sequences)])
+        self.tables = adder_tables(writer, tables, [t for t, _ in self._sequences])
         self._spans = [table_span(writer, t, self.span) for t in self.tables]
         self._sequence_spans = [table_span(writer, t, self.span) for t, _ in self._sequences]
         for _, rule in self._sequences:
