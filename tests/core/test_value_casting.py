@@ -1,6 +1,6 @@
 """Values that do not fit their column are refused, by one rule, on every path.
 
-The rule (rlreplay/core/specs.py): a value is stored when it converts to its column's dtype
+The rule (rlreplay/core/value_casting.py): a value is stored when it converts to its column's dtype
 without changing in kind or in value. Each named case is written as a Python or numpy
 scalar or a zero-dimensional array, one row at a time and as a batch, through the compiled
 store write and through the numpy path: the stored values, or the error, must agree.

@@ -1,0 +1,108 @@
+"""Which values a column takes: one casting rule for every write path.
+
+A value is stored when it converts to its column's dtype without changing in kind or in
+value, and refused with a :class:`~rlreplay.errors.SignatureError` naming the field, the
+value and the dtype otherwise. Nothing is ever wrapped or truncated. The rule is the same
+for Python scalars, numpy scalars and arrays, one row or a batch, with or without the
+compiled writes:
+
+- a bool goes into any numeric column (as 0 or 1);
+- an integer goes into an integer column whose range holds it (``300`` into ``uint8``,
+  ``-1`` into ``uint32`` or ``2**40`` into ``int32`` are refused), and into a float or
+  complex column (rounded to the nearest representable value, as ``2**60`` into float32);
+- a float goes into a float or complex column, rounded to the column's precision
+  (float64 into float32: to the nearest float32, magnitudes beyond its range to ±inf); a
+  float into an integer or bool column is refused, whatever its value (``1.0`` as well);
+- a complex value goes only into a complex column;
+- any other kind (datetime, timedelta, bytes, str) only when numpy casts it safely
+  (``datetime64[s]`` into ``datetime64[ms]``, not back; no truncated strings).
+
+:class:`~rlreplay.core.specs.Signature` applies it when it checks steps and rows; the
+compiled store writes are tested to agree with it (tests/core/test_value_casting.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rlreplay.errors import describe
+
+
+def cast_problem(arr: np.ndarray, dtype: np.dtype) -> str | None:
+    """Why ``arr`` may not be stored as ``dtype`` under the module's casting rule, or
+    ``None`` when it may (then ``col[...] = arr`` stores every value unchanged in kind and,
+    for integers, exactly). Integer arrays cast to a narrower integer type are scanned for
+    their range (one pass), other checks look at the dtypes only."""
+    src = arr.dtype
+    if src == dtype:
+        return None
+    kind, into = src.kind, dtype.kind
+    if kind in "iu" and into in "iu" and not np.can_cast(src, dtype):
+        if arr.size == 0:
+            return None
+        info = np.iinfo(dtype)
+        low, high = int(arr.min()), int(arr.max())
+        if low >= info.min and high <= info.max:
+            return None
+        bad = low if low < info.min else high
+        return f"holds {bad}, outside the range [{info.min}, {info.max}] of its column's {dtype}"
+    if kind == "b":
+        allowed = into in "biufc"
+    elif kind in "iu":
+        allowed = into in "iufc"
+    elif kind == "f":
+        allowed = into in "fc"
+    elif kind == "c":
+        allowed = into == "c"
+    elif kind == "O":
+        allowed = False
+    else:
+        allowed = np.can_cast(src, dtype, casting="safe")
+    if allowed:
+        return None
+    return f"has dtype {src}, which cannot be stored as {dtype} without changing its kind"
+
+
+def _python_ints(arr: np.ndarray) -> bool:
+    """Whether an object array holds only Python ints (some too large for int64)."""
+    return arr.dtype == object and all(type(x) is int for x in arr.flat)
+
+
+def as_column_array(value: Any, dtype: np.dtype) -> np.ndarray:
+    """``value`` as an array for a column of ``dtype``. Python ints too large for 64 bits
+    give an object array; for a float or complex column, which the rule lets them into,
+    they are converted instead (rounded)."""
+    arr = np.asarray(value)
+    if dtype.kind in "fc" and _python_ints(arr):
+        try:
+            return np.asarray(value, dtype=dtype)
+        except OverflowError:
+            pass
+    return arr
+
+
+def refusal(argument: str, path: str, arr: np.ndarray, dtype: np.dtype, value: Any) -> str | None:
+    """The message refusing ``value`` (as ``arr``) for the column ``path`` of ``dtype``, or
+    ``None`` when :func:`cast_problem` admits it."""
+    integers = _python_ints(arr)
+    if integers:
+        if dtype.kind in "iu":
+            info = np.iinfo(dtype)
+            bad = next(x for x in arr.flat if not info.min <= x <= info.max)
+            reason = (
+                f"holds {bad}, outside the range [{info.min}, {info.max}] of its column's {dtype}"
+            )
+        else:
+            reason = f"holds {describe(value)}, which its column's {dtype} cannot hold"
+    else:
+        reason = cast_problem(arr, dtype)
+        if reason is None:
+            return None
+    in_range_check = integers or (arr.dtype.kind in "iu" and dtype.kind in "iu")
+    shown = f" = {describe(value)}" if arr.ndim == 0 and not in_range_check else ""
+    return (
+        f"{argument}[{path!r}]{shown} {reason}; a value is stored only when it fits its "
+        "column unchanged (see the rule in rlreplay.core.value_casting): convert or clip it first"
+    )
