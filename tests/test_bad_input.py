@@ -261,6 +261,7 @@ CASES = [
     Bad("sample zero", lambda t, k: t.sample(0), InvalidArgumentError, ("batch_size",)),
     Bad("sample negative", lambda t, k: t.sample(-2), InvalidArgumentError, ("batch_size",)),
     Bad("sample float", lambda t, k: t.sample(2.0), InvalidArgumentError, ("batch_size",)),
+    Bad("sample bool", lambda t, k: t.sample(True), InvalidArgumentError, ("batch_size",)),
     Bad(
         "sample more than max_size",
         lambda t, k: t.sample(MAX_SIZE + 1),

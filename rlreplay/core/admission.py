@@ -183,6 +183,18 @@ class Admission:
         if waiter is not None:
             waiter.settle()
 
+    def can_sample(self, n: int) -> bool:
+        """Whether a sample of ``n`` items would proceed now without blocking or failing:
+        the table is open and holds items, the limiter admits ``n`` samples and the
+        sampler has an item to draw (not so when every priority is 0; lock held)."""
+        size = self.index.size
+        return (
+            not self.closed
+            and size > 0
+            and self.rate_limiter.can_sample(n, size)
+            and self.index.sampler.has_candidates()
+        )
+
     def can_insert(self, n: int, rows: int) -> bool:
         """Whether ``n`` inserts would proceed now: the limiter admits them and the store
         can take ``rows`` new rows (0 for items over stored steps) without waiting for a

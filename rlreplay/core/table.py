@@ -21,6 +21,7 @@ from rlreplay.core.specs import Signature
 from rlreplay.core.storage import StepStore
 from rlreplay.core.table_checks import (
     OVERWRITE_POLICIES,
+    check_batch_size,
     check_components,
     check_table_limits,
     check_timeout,
@@ -230,12 +231,7 @@ class Table:
         """Whether sampling ``num_samples`` items would proceed now without blocking or
         failing (False also when every item of a prioritized table has priority 0)."""
         with self.mutex:
-            return (
-                not self.closed
-                and self.index.size > 0
-                and self.rate_limiter.can_sample(num_samples, self.index.size)
-                and self.index.sampler.has_candidates()
-            )
+            return self.admission.can_sample(num_samples)
 
     # ----------------------------------------------------------------- inserts
     def insert(
@@ -330,16 +326,12 @@ class Table:
             :class:`Sample` with ``data`` (``[B, ...]`` per layout field) and ``info``.
 
         Raises:
-            InvalidArgumentError: for a bad ``batch_size`` or ``timeout``.
+            InvalidArgumentError: for a bad ``batch_size`` (a bool included) or ``timeout``.
             DeadlockError: if the rate limiter could never admit ``batch_size`` samples.
             RateLimiterTimeoutError: if the limiter blocked the sample for ``timeout``.
             ClosedError: if the table was closed while waiting.
         """
-        if not isinstance(batch_size, (int, np.integer)) or not 1 <= batch_size <= self.max_size:
-            raise InvalidArgumentError(
-                f"batch_size={describe(batch_size)} must be an int in [1, max_size={self.max_size}]"
-            )
-        n = int(batch_size)
+        n = check_batch_size(batch_size, self.max_size)
         timeout = check_timeout(timeout)
         limiter, index = self.rate_limiter, self.index
         limiter.check_sample_batch(n, index.size)

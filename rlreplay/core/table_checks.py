@@ -159,6 +159,24 @@ def check_components(
         )
 
 
+def check_batch_size(batch_size: Any, max_size: int) -> int:
+    """A sample's ``batch_size`` as an int in ``[1, max_size]``.
+
+    Raises:
+        InvalidArgumentError: for a bool, a non-integer or a size outside that range (a
+            table holds at most ``max_size`` items, so a larger batch could never fill).
+    """
+    if (
+        isinstance(batch_size, bool)
+        or not isinstance(batch_size, (int, np.integer))
+        or not 1 <= batch_size <= max_size
+    ):
+        raise InvalidArgumentError(
+            f"batch_size={describe(batch_size)} must be an int in [1, max_size={max_size}]"
+        )
+    return int(batch_size)
+
+
 def check_timeout(timeout: float | None) -> float | None:
     """Validate a ``timeout`` in seconds (``None``: no limit).
 
