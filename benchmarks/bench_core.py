@@ -23,7 +23,9 @@ fill is timed in ``--setup-rounds`` rounds per library, alternating which goes f
 buffer released before the next is made, after one untimed pass that writes as much
 memory: so both libraries fill memory the process has used before. (Memory the virtual
 machine has never backed costs both alike, about 0.2 to 0.5 GB/s here, whoever meets it;
-without the warm-up pass the order of the libraries decides the ratio.)
+without the warm-up pass the order of the libraries decides the ratio.) rlreplay's store
+is also timed with its prefault thread off (``RLREPLAY_PREFAULT=0``, the row ``rlreplay
+no-prefault``), in the same rounds; ``--setup-only`` runs these rounds and nothing else.
 
 Each op runs after warm-up calls, in ``--repeat`` rounds of ``number`` calls timed with
 ``time.perf_counter``; the median round gives microseconds per op (the two libraries'
@@ -92,6 +94,22 @@ IMG_SIG = {
 def cpprb_env(sig: dict) -> dict:
     """cpprb's env_dict for a signature (cpprb stores a scalar as shape 1)."""
     return {k: {"shape": shape or 1, "dtype": dtype} for k, (shape, dtype) in sig.items()}
+
+
+NO_PREFAULT = "rlreplay no-prefault"  # the store's prefault thread off (RLREPLAY_PREFAULT=0)
+
+
+def without_prefault(make: Callable):
+    """``make()`` with ``RLREPLAY_PREFAULT=0`` (the store made has no prefault thread)."""
+    old = os.environ.get("RLREPLAY_PREFAULT")
+    os.environ["RLREPLAY_PREFAULT"] = "0"
+    try:
+        return make()
+    finally:
+        if old is None:
+            del os.environ["RLREPLAY_PREFAULT"]
+        else:
+            os.environ["RLREPLAY_PREFAULT"] = old
 
 
 def random_rows(sig: dict, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -327,7 +345,7 @@ class Bench:
     def image_cases(self) -> None:
         a = self.args
         wanted = [c for c in ("img_add256", "img_sample256") if c in a.only]
-        if not wanted:
+        if not wanted and not a.setup_only:
             return
         import cpprb
 
@@ -341,8 +359,17 @@ class Bench:
                 lambda: cpprb.ReplayBuffer(IMG_CAPACITY, cpprb_env(IMG_SIG)),
                 lambda b, rows: b.add(**rows),
             ),
+            NO_PREFAULT: (
+                lambda: without_prefault(
+                    lambda: Table("images", signature=IMG_SIG, max_size=IMG_CAPACITY)
+                ),
+                lambda t, rows: t.insert(rows),
+            ),
         }
         self.setup_rounds("image 1e5", makers, a.img_fill, chunk, a.setup_rounds)
+        if a.setup_only:
+            return
+        del makers[NO_PREFAULT]
         # Both buffers (about 5.6 GB each at capacity 1e5) are held at once, so the two
         # libraries' timed rounds alternate as in the vector cases: a copy of 14 MB moves
         # with whatever else the machine does, and alternating spreads that over both.
@@ -453,6 +480,11 @@ class Bench:
                 f"construct + first fill {r['buffer']:<16} rlreplay {r['rlreplay_s']:6.2f}s "
                 f"cpprb {r['cpprb_s']:6.2f}s (medians) ratio {r['ratio']:5.2f}x{target}{verdict}"
             )
+            if r["no_prefault_s"] is not None:
+                print(
+                    f"  {NO_PREFAULT} {r['no_prefault_s']:6.2f}s (median): ratio "
+                    f"{r['no_prefault_ratio']:5.2f}x"
+                )
         return {
             "machine": {
                 "python": platform.python_version(),
@@ -486,6 +518,9 @@ class Bench:
             if not totals["rlreplay"] or not totals["cpprb"]:
                 continue
             rl, cp = (statistics.median(totals[lib]) for lib in ("rlreplay", "cpprb"))
+            off = [
+                s["total_s"] for s in self.setup if s["buffer"] == what and s["lib"] == NO_PREFAULT
+            ]
             target = SETUP_TARGETS.get(what)
             ratio = cp / rl
             out.append(
@@ -494,6 +529,8 @@ class Bench:
                     "rlreplay_s": rl,
                     "cpprb_s": cp,
                     "ratio": ratio,
+                    "no_prefault_s": statistics.median(off) if off else None,
+                    "no_prefault_ratio": cp / statistics.median(off) if off else None,
                     "target": target,
                     "pass": None if target is None else ratio >= target,
                 }
@@ -511,6 +548,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--img-fill", type=int, default=None, help="image rows (default 1e5)")
     p.add_argument(
         "--setup-rounds", type=int, default=2, help="image construct + fill rounds per library"
+    )
+    p.add_argument(
+        "--setup-only",
+        action="store_true",
+        help="only the image construct + first fill rounds (with and without prefaulting)",
     )
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "bench_core.json"))
     args = p.parse_args(argv)
@@ -534,7 +576,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     bench = Bench(args)
-    bench.vector_cases()
+    if not args.setup_only:
+        bench.vector_cases()
     bench.image_cases()
     result = bench.report()
     out = Path(args.out)

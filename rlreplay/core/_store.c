@@ -22,7 +22,9 @@
  *     The same for a batch: every value an array as above with a leading axis of n,
  *     written to rows start .. start + n - 1 (which must lie in the columns).
  *
- * Rows outside the columns raise ValueError. The caller holds the store's lock.
+ * Rows outside the columns raise ValueError. The caller holds the store's lock. A batch of
+ * RELEASE_GIL_BYTES or more is copied with the GIL released, so that other threads (the
+ * prefault thread mapping the columns' next pages, a learner) run meanwhile.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -35,6 +37,8 @@
 #define MAX_COLUMNS 64
 /* Writes at least this large use streaming stores (see _common.h). */
 #define STREAM_BYTES (1 << 18)
+/* Batches of at least this many bytes are copied with the GIL released (see put). */
+#define RELEASE_GIL_BYTES (1 << 20)
 
 /* The element code of a struct format ('f', 'd', 'B', ...), skipping a byte-order prefix
  * that means native order here; 0 for anything longer than one code. */
@@ -363,8 +367,26 @@ put(PyObject *array_type, PyObject *columns, PyObject *paths, Py_ssize_t row,
         ok = accept_value(f, v, array_type, batch);
     }
     if (ok) {
+        Py_ssize_t total = 0;
         for (Py_ssize_t j = 0; j < count; j++) {
-            write_value(&fields[j], row);
+            total += fields[j].has_val ? fields[j].val.len : 0;
+        }
+        if (total >= RELEASE_GIL_BYTES) {
+            /* Safe without the GIL: the copies touch only the buffers acquired above,
+             * which keep the columns' and the values' memory alive and unresized until
+             * release(); the caller holds the store's lock, which every writer and
+             * reader of these rows takes (the overwrite protocol has freed them), and
+             * the numpy write path copies with the GIL released as well. */
+            Py_BEGIN_ALLOW_THREADS
+            for (Py_ssize_t j = 0; j < count; j++) {
+                write_value(&fields[j], row);
+            }
+            Py_END_ALLOW_THREADS
+        }
+        else {
+            for (Py_ssize_t j = 0; j < count; j++) {
+                write_value(&fields[j], row);
+            }
         }
     }
     release(fields, acquired);

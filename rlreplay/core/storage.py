@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rlreplay.core import memory, waiting
+from rlreplay.core import memory, prefault, waiting
 from rlreplay.core._compiled import load_kernel
 from rlreplay.core.overwrite import OverwriteProtocol
 from rlreplay.core.specs import Signature
@@ -76,10 +76,15 @@ class StepStore:
             They are not counted against available memory: their pages belong to files
             or were allocated already.
 
+    New columns of 64 MB or more are mapped ahead of the write head by a background
+    thread during the first pass (see :mod:`rlreplay.core.prefault`;
+    ``RLREPLAY_PREFAULT=0`` turns it off); given columns are not.
+
     Raises:
         InvalidArgumentError: if ``capacity`` is not a positive multiple of ``lanes``, or
             neither or both of ``capacity`` and ``capacity_bytes`` are given, or a given
-            column does not match its field's shape and dtype.
+            column does not match its field's shape and dtype, or ``RLREPLAY_PREFAULT``
+            is neither 0 nor 1.
         InsufficientMemoryError: if new columns need more memory than is available (see
             :mod:`rlreplay.core.memory`); nothing is allocated.
 
@@ -122,6 +127,7 @@ class StepStore:
             )
         self.capacity = int(capacity)
         self.lanes = int(lanes)
+        prefaulting = columns is None and prefault.enabled()
         if columns is not None:
             self.columns: dict[str, np.ndarray] = self._checked_columns(columns)
         else:
@@ -164,6 +170,13 @@ class StepStore:
         self.write_generation = 0
         self.identity = uuid.uuid4().hex
         self._stamped_to = 0  # steps before this id are stamped
+        # Core-internal: a write whose first id reaches ``prefault_wake`` calls
+        # ``prefaulter.kick()`` (one compare per write; ``prefault.NEVER`` once the first
+        # pass is over or without a prefaulter).
+        self.prefault_wake = prefault.NEVER
+        self.prefaulter = prefault.for_store(self) if prefaulting else None
+        if self.prefaulter is not None:
+            self.prefault_wake = 0
         self.choose_row_writer([])
 
     # ----------------------------------------------------------------- queries
@@ -255,6 +268,9 @@ class StepStore:
             with self.mutex:  # other contents: no chunk matches an earlier checkpoint
                 if self.guard is not None:  # a checkpoint streaming the old columns
                     self.guard.before_reset()
+                if self.prefaulter is not None:  # given columns are not prefaulted
+                    self.prefaulter.stop()
+                    self.prefaulter = None
                 self.columns = checked
                 self._column_tuple = tuple(self.columns.values())
                 self.identity = uuid.uuid4().hex
@@ -386,6 +402,8 @@ class StepStore:
         if n is None:
             n = len(next(iter(arrays.values())))
         first = self.next_id
+        if first >= self.prefault_wake:
+            self.prefaulter.kick()
         if self.guard is not None:
             self.guard.before_write(first, n)
         start = first % self.capacity
@@ -419,6 +437,8 @@ class StepStore:
         ``overwrite.sole``); returns the step's id, or ``None`` with nothing written when
         the step needs validation."""
         first = self.next_id
+        if first >= self.prefault_wake:
+            self.prefaulter.kick()
         if self.guard is not None:
             self.guard.before_write(first, 1)
         row = first % self.capacity
@@ -431,6 +451,8 @@ class StepStore:
         """:meth:`put_row` for ``n`` steps that do not wrap around the ring; ``None`` with
         nothing written when they wrap or need validation."""
         first = self.next_id
+        if first >= self.prefault_wake:
+            self.prefaulter.kick()
         start = first % self.capacity
         if start + n <= self.capacity and self.guard is not None:
             self.guard.before_write(first, n)
