@@ -157,12 +157,7 @@ class ChunkBatch:
                 seen = starts
         if self._pieces and max(self._reach + n, reach) > self.limit:
             self._close()
-        if not self._pieces:
-            self._switch = switch
-        self._used += n
-        self._rows += n
-        self._reach = max(self._reach + n, reach)
-        self._pieces.append((self._rows, jobs, None))
+        self._open(n, reach, switch, jobs, None)
 
     def add_pieces(
         self,
@@ -182,13 +177,20 @@ class ChunkBatch:
             reach = max(reach, -int(jobs[0][2].min()))
         if max(self._reach + rows, reach) > self.limit:
             return False
+        self._open(rows, reach, switch, jobs, counts)
+        return True
+
+    def _open(
+        self, rows: int, reach: int, switch: bool, jobs: list[Job], counts: list[int] | None
+    ) -> None:
+        """Put pieces of ``rows`` rows reaching ``reach`` rows back into the open chunk
+        (``switch`` is the chunk's when they are its first)."""
         if not self._pieces:
             self._switch = switch
         self._used += rows
         self._rows += rows
         self._reach = max(self._reach + rows, reach)
         self._pieces.append((self._rows, jobs, counts))
-        return True
 
     def _close(self) -> None:
         """Turn the open pieces into a chunk."""
