@@ -20,15 +20,12 @@ How staged pieces are joined into chunks is :mod:`rlreplay.writers.chunk_batch`.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from rlreplay.core.specs import unflatten
 from rlreplay.errors import ReplayTimeoutError
-
-if TYPE_CHECKING:  # (chunk_batch builds the chunks this module hands over)
-    from rlreplay.writers.chunk_batch import ChunkBatch
 
 # Items to create over a chunk's rows in one table: ``(table, span, starts, extents)``.
 Job = tuple[Any, int, np.ndarray, np.ndarray]
@@ -102,11 +99,6 @@ class ChunkWriter:
         except ReplayTimeoutError as exc:
             self.pending.append(chunk.detach())
             self.failure = exc
-
-    def submit_batch(self, batch: ChunkBatch) -> None:
-        """Hand over the chunks of ``batch`` (see :meth:`submit`); the batch is emptied."""
-        for chunk in batch.take():
-            self.submit(chunk)
 
     def drain(self, timeout: float | None) -> None:
         """Hand the pending chunks over, oldest first, until one times out again (the

@@ -137,4 +137,5 @@ class HandOver:
             self._calls = 0
             if recorded:
                 self.deferred.settle()
-            self.chunks.submit_batch(self.batch)
+            for chunk in self.batch.take():  # (their rows view the stage: handed over now)
+                self.chunks.submit(chunk)
