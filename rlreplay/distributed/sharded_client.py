@@ -57,9 +57,10 @@ class ShardedClient:
             for ``retry_down_s`` seconds and go on with the others (samples are then drawn
             over the reachable items, with probabilities over those).
         retry_down_s: see ``on_shard_down``.
-        first_shard: the shard this client's first writer and insert use (None: drawn
-            at random, so that many actors' clients spread over the shards; each
-            unpickled copy draws its own unless ``seed`` is given).
+        first_shard: the shard this client's first writer and insert use, taken modulo
+            the number of shards (so actor ``i`` may pass ``i``); None: drawn at random,
+            so that many actors' clients spread over the shards (each unpickled copy
+            draws its own unless ``seed`` is given).
         seed: seeds the splits of batches over shards and the ``first_shard`` drawn
             (None: fresh entropy).
         server_public_key: one key for every shard, or a list with one per shard (CURVE).
