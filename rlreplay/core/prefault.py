@@ -22,8 +22,9 @@ What it never does:
   and stops at interpreter exit. Stores whose columns were given (a checkpoint's mapped
   files) or replaced by ``load_state`` are not prefaulted.
 
-Where ``madvise`` or ``MADV_POPULATE_WRITE`` is missing or fails, nothing is done: the
-writer maps the pages itself, as without this module. ``RLREPLAY_PREFAULT=0`` turns it
+Where ``madvise`` or ``MADV_POPULATE_WRITE`` is missing or fails, or the process may run
+on one CPU only, nothing is done: the writer maps the pages itself, as without this
+module. ``RLREPLAY_PREFAULT=0`` turns it
 off for stores made afterwards.
 """
 
@@ -173,14 +174,23 @@ class ColumnPrefaulter:
         self.mapped_rows = max(self.mapped_rows, end)
 
 
+def cpus() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def for_store(store: StepStore) -> ColumnPrefaulter | None:
     """A prefaulter for a store whose columns it made itself, over the columns of at
-    least ``MIN_COLUMN_BYTES``; ``None`` when there are none or prefaulting is off.
+    least ``MIN_COLUMN_BYTES``; ``None`` when there are none, prefaulting is off, or the
+    process may run on one CPU only (no other core to zero pages on).
 
     Raises:
         InvalidArgumentError: if ``RLREPLAY_PREFAULT`` is malformed (see :func:`enabled`).
     """
-    if not enabled():
+    if not enabled() or cpus() < 2:
         return None
     large = [c for c in store.columns.values() if c.nbytes >= MIN_COLUMN_BYTES]
     return ColumnPrefaulter(store, large) if large else None

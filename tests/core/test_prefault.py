@@ -38,7 +38,8 @@ def _populate_works() -> bool:
 
 
 pytestmark = pytest.mark.skipif(
-    not _populate_works(), reason="madvise(MADV_POPULATE_WRITE) needs Linux 5.14 or later"
+    not _populate_works() or prefault.cpus() < 2,
+    reason="madvise(MADV_POPULATE_WRITE) needs Linux 5.14 or later, and a second CPU",
 )
 
 
@@ -267,3 +268,16 @@ def test_the_interpreter_exits_while_the_thread_maps():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr.decode()
     assert time.monotonic() - started < 30
+
+
+def test_a_process_on_one_cpu_does_not_prefault():
+    code = (
+        "import os\n"
+        "from rlreplay.core.storage import StepStore\n"
+        "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+        "assert StepStore({'obs': ((1 << 20,), 'uint8')}, capacity=128).prefaulter is None\n"
+        "os.sched_setaffinity(0, set(range(os.cpu_count())))\n"
+        "assert StepStore({'obs': ((1 << 20,), 'uint8')}, capacity=128).prefaulter is not None\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr.decode()
