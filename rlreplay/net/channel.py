@@ -10,7 +10,9 @@ from typing import Any
 
 import zmq
 
+from rlreplay.errors import ProtocolError
 from rlreplay.net import framing, wire
+from rlreplay.net.direct import DirectLink, LinkClosed, frames_of
 
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 _RESTARTED = wire.CODE_OF[wire.errors.ServerRestartedError]
@@ -29,6 +31,9 @@ class Channel:
     server restarted, and every request the old server had taken is failed at once with
     :class:`~rlreplay.errors.ServerRestartedError` (the new server never saw them, or
     refuses them).
+
+    Beside its socket a channel may hold a *direct link* to a same-host server
+    (:mod:`rlreplay.net.direct`): replies arrive on either, and are kept alike.
 
     Args:
         connect: opens a new connected socket (used again by :meth:`reset`).
@@ -51,6 +56,13 @@ class Channel:
         self.latest_lease = -float("inf")
         self.inserts: Any = None  # the thread's InsertPipeline, once it inserts
         self.shm: Any = None  # the thread's shared-memory reply slots (rlreplay.net.shm)
+        self.direct: DirectLink | None = None  # the direct link, once opened
+        self.direct_wanted = True  # ask for a link at the next handshake
+        self.direct_sent: set[int] = set()  # requests sent on the link, not answered
+        self.direct_ready = False  # the last wait saw the link readable
+        # The last request sent through ZeroMQ, until a reply to it (or to a later one)
+        # shows the server took it: while set, requests keep to ZeroMQ (their order).
+        self.zmq_tail: int | None = None
         self._open()
 
     def _open(self) -> None:
@@ -68,12 +80,41 @@ class Channel:
         if self.replies.pop(rid, None) is None:
             self.abandoned.add(rid)
 
+    def attach_direct(self, link: DirectLink) -> None:
+        """Use ``link`` for this thread's direct calls (its replies are polled too)."""
+        self.direct = link
+        self.poller.register(link.fd, zmq.POLLIN)
+
+    def drop_direct(self) -> None:
+        """Close the direct link; requests outstanding on it fail with
+        ServerUnavailableError (the server stopped or was killed: it answers none of
+        them), and the next request first learns the server's epoch again."""
+        link, self.direct = self.direct, None
+        if link is None:
+            return
+        with contextlib.suppress(KeyError):
+            self.poller.unregister(link.fd)
+        link.close()
+        self.greeted = False
+        if self.direct_sent:
+            self.fail(
+                self.direct_sent,
+                _UNAVAILABLE,
+                "the replay server closed its direct link while this call was outstanding "
+                "(it stopped or was killed); the call may or may not have been applied, and "
+                "will not be later",
+            )
+            self.direct_sent.clear()
+
     def has_message(self) -> bool:
         """Whether a reply waits to be received (no wait)."""
         return bool(self.sock.getsockopt(_EVENTS) & _POLLIN)
 
     def receive(self) -> None:
         """Move every waiting reply into ``replies`` (dropping abandoned ones)."""
+        if self.direct_ready or self.direct_sent:
+            self.direct_ready = False
+            self._receive_direct()
         sock = self.sock
         # EVENTS tells whether a message waits, far cheaper than the exception that a
         # non-blocking receive raises when none does.
@@ -82,12 +123,39 @@ class Channel:
             now = self.last_heard = time.monotonic()
             header, arrays = wire.decode(frames)
             rid = header.get("id")
-            self._observe(header, now)
-            self.pending.pop(rid, None)
-            if rid in self.abandoned:
-                self.abandoned.discard(rid)
-            else:
-                self.replies[rid] = (header, arrays)
+            tail = self.zmq_tail
+            if tail is not None and type(rid) is int and rid >= tail:
+                self.zmq_tail = None  # the server took every request sent through ZeroMQ
+            self._keep(header, arrays, rid, now)
+
+    def _receive_direct(self) -> None:
+        """Take the replies waiting on the direct link (drop it if the server closed it)."""
+        link = self.direct
+        while link is not None:
+            try:
+                data = link.receive()
+            except LinkClosed:
+                self.drop_direct()
+                return
+            if data is None:
+                return
+            frames = frames_of(data)
+            if frames is None:
+                raise ProtocolError("a malformed message arrived on the direct link")
+            now = self.last_heard = time.monotonic()
+            header, arrays = wire.decode(frames)
+            rid = header.get("id")
+            self.direct_sent.discard(rid)
+            self._keep(header, arrays, rid, now)
+
+    def _keep(self, header: dict, arrays: dict, rid: Any, now: float) -> None:
+        """Keep a reply for its waiter (or drop it, abandoned)."""
+        self._observe(header, now)
+        self.pending.pop(rid, None)
+        if rid in self.abandoned:
+            self.abandoned.discard(rid)
+        else:
+            self.replies[rid] = (header, arrays)
 
     def _observe(self, header: dict, now: float) -> None:
         """Track the server's epoch and clock from a reply's header."""
@@ -135,6 +203,9 @@ class Channel:
             self.receive()
         self.fail(list(self.pending), _UNAVAILABLE, message)
         self.abandoned.clear()
+        self.direct_sent.clear()
+        self.drop_direct()
+        self.zmq_tail = None
         self.sock.close(linger=0)
         self.epoch = None  # learnt again (by a handshake) before the next request
         self.greeted = False
@@ -143,7 +214,11 @@ class Channel:
 
     def wait(self, seconds: float) -> bool:
         """Wait up to ``seconds`` (at least 1 ms) for a message; True if one arrived."""
-        return bool(self.poller.poll(max(1, int(seconds * 1000))))
+        events = self.poller.poll(max(1, int(seconds * 1000)))
+        if self.direct is not None and events:
+            # the link has a message, or was closed
+            self.direct_ready = len(events) > 1 or events[0][0] is not self.sock
+        return bool(events)
 
     def forget(self, rids: Iterable[int]) -> None:
         """Drop replies to ``rids`` now or when they arrive."""

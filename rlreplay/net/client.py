@@ -64,6 +64,10 @@ class Client:
             for ``ipc://`` and loopback addresses where the server can map this
             process's segments, else the socket; ``False`` never; ``True`` always
             (:class:`~rlreplay.errors.InvalidArgumentError` where it cannot be used).
+        direct_calls: whether small awaited calls (``update_priorities``, ``delete``,
+            ``info``, ...) to a server on this host (``ipc://`` and loopback addresses)
+            take a direct Unix-socket link that skips ZeroMQ's threads, where the server
+            offers one (see :mod:`rlreplay.net.direct`); ``False``: always ZeroMQ.
 
     Raises:
         InvalidArgumentError: for a malformed address or unreadable key files, or
@@ -92,8 +96,10 @@ class Client:
         liveness_s: float = 5.0,
         diagnose_timeout: float = DIAGNOSE_S,
         shared_memory: bool | None = None,
+        direct_calls: bool = True,
     ):
         self.address = auth.normalize_address(address)
+        self._direct_calls = direct_calls
         self._server_key = auth.public_key(server_public_key)
         self._client_keys = auth.client_keys(client_secret_key) if self._server_key else None
         if (
@@ -110,6 +116,11 @@ class Client:
             raise InvalidArgumentError(
                 f"diagnose_timeout={describe(diagnose_timeout)} must be seconds in [0, 60]"
             )
+        if not isinstance(direct_calls, bool):
+            raise InvalidArgumentError(
+                f"direct_calls={describe(direct_calls)} must be True (use a direct link to a "
+                "same-host server where offered) or False (always ZeroMQ)"
+            )
         self._transport = Transport(
             self.address,
             self._server_key,
@@ -117,6 +128,7 @@ class Client:
             check_timeout(call_timeout),
             float(liveness_s),
             float(diagnose_timeout),
+            direct_calls,
         )
         self._shm = SharedMemoryPath(self.address, shared_memory, self._transport)
         if self._shm.enabled:
@@ -134,6 +146,7 @@ class Client:
             "liveness_s": self.liveness_s,
             "diagnose_timeout": self._transport.diagnose_s,
             "shared_memory": self._shm.mode,
+            "direct_calls": self._direct_calls,
         }
 
     def __setstate__(self, state: dict) -> None:

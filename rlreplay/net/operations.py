@@ -30,6 +30,7 @@ class TableOperations:
     _sessions: WriterSessions
     _shm: SharedSegments
     _caller: bytes
+    _direct: Any  # the server's DirectLinks, or None
 
     def _table(self, header: dict) -> Table:
         name = header.get("table")
@@ -40,7 +41,13 @@ class TableOperations:
         return self.tables[name]
 
     def _op_ping(self, header, arrays):
-        return {"tables": sorted(self.tables), "max_message_bytes": self.max_message_bytes}, None
+        reply = {"tables": sorted(self.tables), "max_message_bytes": self.max_message_bytes}
+        links = self._direct
+        if header.get("direct") and links is not None and type(self._caller) is bytes:
+            offer = links.offer(self._caller, time.monotonic())
+            if offer is not None:  # a same-host client's small calls may skip ZeroMQ
+                reply["direct"] = offer
+        return reply, None
 
     def _op_describe(self, header, arrays):
         return {"tables": self._descriptions}, None

@@ -42,8 +42,9 @@ from rlreplay.errors import (
     ReplayError,
     describe,
 )
-from rlreplay.net import auth, framing, handlers, schema, wire
+from rlreplay.net import auth, direct, framing, handlers, schema, wire
 from rlreplay.net.checkpoints import ServerCheckpoints
+from rlreplay.net.direct_server import DirectLinks, DirectPeer
 from rlreplay.net.limits import ClientLedger, check_envelope, check_lease, check_limit
 from rlreplay.net.operations import TableOperations
 from rlreplay.net.parking import ParkedCalls, cap_deadline, refuse_lapsed
@@ -97,6 +98,9 @@ class Server(TableOperations):
             one is saved there on request (:meth:`Client.checkpoint`) and every
             ``checkpoint_every_s`` seconds (``None``: on request only), keeping the newest
             ``keep_checkpoints`` (``None``: all); see :mod:`rlreplay.net.checkpoints`.
+        direct_calls: offer same-host clients a direct link for their small awaited
+            calls (a Unix socket the dispatcher polls; see :mod:`rlreplay.net.direct`);
+            ``False``: every call through ZeroMQ.
 
     Raises:
         InvalidArgumentError: for ``tables`` that is not a list of tables, duplicate table
@@ -129,12 +133,15 @@ class Server(TableOperations):
         checkpoint_dir: str | os.PathLike | None = None,
         checkpoint_every_s: float | None = None,
         keep_checkpoints: int | None = None,
+        direct_calls: bool = True,
     ):
         check_limit("max_message_bytes", max_message_bytes, 1024, integer=True)
         check_limit("max_unread_bytes", max_unread_bytes, 0, integer=True)
         check_limit("max_parked_per_client", max_parked_per_client, 1, integer=True)
         check_limit("parked_expiry_s", parked_expiry_s, 0.001)
         check_limit("max_writers_per_client", max_writers_per_client, 1, integer=True)
+        if not isinstance(direct_calls, bool):
+            raise InvalidArgumentError(f"direct_calls={describe(direct_calls)} must be a bool")
         self.checkpoints = ServerCheckpoints(checkpoint_dir, checkpoint_every_s, keep_checkpoints)
         given, tables = tables, list(tables) if isinstance(tables, (list, tuple)) else None
         if tables is None and isinstance(given, Iterable) and not isinstance(given, str):
@@ -189,6 +196,8 @@ class Server(TableOperations):
         self._caller = b""  # routing id of the client whose request is being served
         self._rates = {n: deque(maxlen=12) for n in self.tables}
         self._metrics_server = None
+        self.direct_calls = direct_calls
+        self._direct: DirectLinks | None = None  # the direct links, while serving
         self._last_drop_log = -float("inf")
         self._ops = {name[4:]: getattr(self, name) for name in dir(self) if name.startswith("_op_")}
 
@@ -234,6 +243,11 @@ class Server(TableOperations):
                 "can reach this address can read and change the tables",
                 self.address,
             )
+        if self.direct_calls and direct.supported():
+            try:
+                self._direct = DirectLinks()
+            except OSError as exc:  # clients stay on ZeroMQ
+                log.warning("serving without direct links: %s", exc)
         self._wake = self._ctx.socket(zmq.PAIR)
         self._wake.bind(f"inproc://rlreplay-wake-{id(self)}")
         self._sock = sock
@@ -300,6 +314,11 @@ class Server(TableOperations):
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(wake, zmq.POLLIN)
+        links = self._direct
+        if links is not None:
+            poller.register(links.fd, zmq.POLLIN)
+            self._register = lambda fd: poller.register(fd, zmq.POLLIN)
+            self._unregister = poller.unregister
         self._started.set()
         next_snapshot = 0.0
         checkpoints = self.checkpoints
@@ -330,6 +349,8 @@ class Server(TableOperations):
                             break
                         if self._handle(framing.receive(sock)):
                             checkpoints.changed = True
+                if links is not None and len(events) > (sock in events) + (wake in events):
+                    self._serve_links(links, events)
                 if self._parked:
                     # Expire first: a call past its deadline (or whose client went silent)
                     # must not be run by the retry after a long stall of this process.
@@ -344,13 +365,32 @@ class Server(TableOperations):
         finally:
             self._parked.close(ClosedError("the server is stopping"))
             self._shm.clear()
+            if links is not None:
+                links.close()
             checkpoints.close(CHECKPOINT_STOP_S)
             sock.close(linger=0)
             wake.close(linger=0)
 
+    def _serve_links(self, links: DirectLinks, events: dict) -> None:
+        """Accept direct links and serve the requests waiting on them."""
+        now = time.monotonic()
+        for fd in events:
+            if type(fd) is not int:
+                continue
+            if fd == links.fd:
+                links.accept(self._register, now)
+            elif links.serve(fd, self._handle, self._unregister, now):
+                self.checkpoints.changed = True
+
     def _send(self, identity: Any, frames: list) -> None:
         """Send a reply without blocking. A large reply is tracked until ZeroMQ releases it,
-        so the bytes held for a client that does not read are known (and bounded)."""
+        so the bytes held for a client that does not read are known (and bounded). A reply
+        to a request that came on a direct link goes back on it, or through ZeroMQ to the
+        link's connection if it is too large for the link."""
+        if type(identity) is DirectPeer:
+            if identity.send(frames) is not False:
+                return
+            identity = zmq.Frame(identity.bytes)
         nbytes = 0
         if len(frames) > 1:
             nbytes = wire.frames_nbytes(frames)
@@ -458,4 +498,6 @@ class Server(TableOperations):
             self._rates[name].append((now, lim.inserts, lim.samples))
         self._sessions.forget_idle(now)
         self._shm.forget_idle(now)
+        if self._direct is not None:
+            self._direct.sweep(now, self._unregister)
         self.clients.prune()

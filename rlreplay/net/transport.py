@@ -36,8 +36,9 @@ from rlreplay.errors import (
     ServerRestartedError,
     ServerUnavailableError,
 )
-from rlreplay.net import auth, framing, wire
+from rlreplay.net import auth, direct, framing, wire
 from rlreplay.net.channel import Channel
+from rlreplay.net.direct import DIRECT_OPS, DirectLink, LinkClosed
 
 # Extra seconds a client waits past a call's timeout for the server's own timeout reply.
 REPLY_GRACE_S = 0.5
@@ -69,10 +70,16 @@ class _ThreadEnd:
 
 
 def _thread_ended(ref: weakref.ref, ch: Channel) -> None:
-    """A thread that used ``ch`` ended: release its shared-memory slots (unless its
-    client closed meanwhile, or this is a forked child that must not use the socket)."""
+    """A thread that used ``ch`` ended: close its direct link and release its
+    shared-memory slots (unless its client closed meanwhile, or this is a forked child
+    that must not use the socket)."""
     transport = ref()
-    if transport is None or ch.pid != os.getpid() or ch.shm is None:
+    if transport is None or ch.pid != os.getpid():
+        return
+    link, ch.direct = ch.direct, None
+    if link is not None:  # the server drops the link when it sees it closed
+        link.close()
+    if ch.shm is None:
         return
     # bounded: a collection may run this in a thread that holds the lock
     if not transport._lock.acquire(timeout=1.0):
@@ -98,6 +105,9 @@ class Transport:
         call_timeout: seconds calls that never block wait for their reply.
         liveness_s: a call without a timeout declares the server unavailable after twice
             this many seconds without a reply; a waiting call pings after half as many.
+        diagnose_s: seconds spent finding out why a call got no answer.
+        direct_calls: send small awaited calls over a direct link to a same-host server
+            (:mod:`rlreplay.net.direct`).
     """
 
     def __init__(
@@ -108,6 +118,7 @@ class Transport:
         call_timeout: float,
         liveness_s: float,
         diagnose_s: float = DIAGNOSE_S,
+        direct_calls: bool = True,
     ):
         self.address = address
         self.diagnose_s = diagnose_s
@@ -119,6 +130,9 @@ class Transport:
         self._channels: list[Channel] = []
         self._ids = itertools.count(1)
         self.shm: Any = None  # the client's shared-memory path (rlreplay.net.shm), if used
+        # Small awaited calls take a direct link where the server offers one (same host).
+        self.direct_calls = direct_calls and auth.is_loopback(address) and direct.supported()
+        self.direct_failure: str | None = None  # why a link could not be opened, if so
 
     # -------------------------------------------------------------- socket
     def connect(self) -> zmq.Socket:
@@ -161,6 +175,9 @@ class Transport:
                         ch.sock.close(linger=DETACH_LINGER_MS)
                     else:
                         ch.sock.close(linger=0)
+                    link, ch.direct = ch.direct, None
+                    if link is not None:
+                        link.close()
                     if ch.inserts is not None:
                         from rlreplay.net.inserts import discard
 
@@ -233,10 +250,7 @@ class Transport:
             if hooked and not ping and inserts.waiting:
                 inserts.before_request(op != "write" and op != "close_writer", until)
         if not ping and not ch.greeted:
-            # a reply with a new epoch fails what the old server took, this ping included
-            with contextlib.suppress(ServerRestartedError):
-                self.wait_until(self.send({"op": "ping"}, until=until), until)
-            ch.greeted = True
+            self._greet(ch, until)
         if timeout is not CALL:
             if timeout is not None and until is not None:
                 # the server gives up (and answers) before this client does
@@ -261,6 +275,17 @@ class Transport:
         frames = wire.encode(header, arrays)
         if arrays and ch.max_message_bytes is not None:
             self.check_size(frames, ch.max_message_bytes)
+        link = ch.direct
+        if link is not None and op in DIRECT_OPS and ch.zmq_tail is None and slot is None:
+            try:
+                sent = not header.get("noreply") and link.send(frames)
+            except LinkClosed:  # the server is gone: ZeroMQ, as addressed to it
+                ch.drop_direct()
+                sent = False
+            if sent:
+                ch.sent(rid)
+                ch.direct_sent.add(rid)
+                return rid
         sock = ch.sock
         try:
             framing.send(sock, frames)
@@ -271,11 +296,39 @@ class Transport:
                     ch, f"could not send to {self.address} within {max(left, 0):.3g}s"
                 )
             framing.send(sock, frames)
+        if not ping:
+            ch.zmq_tail = rid  # the link waits until the server took this request
         if not header.get("noreply"):  # no reply comes: nothing to wait for or to fail
             ch.sent(rid)
         if slot is not None:
             self.shm.sent(ch, slot, rid)
         return rid
+
+    def _greet(self, ch: Channel, until: float | None) -> None:
+        """The handshake before a socket's first request: a ping learns the server's epoch
+        (a reply with a new epoch fails what the old server took, this ping included:
+        then once more), and asks for a direct link where this client may use one."""
+        ask = self.direct_calls and ch.direct is None and ch.direct_wanted
+        reply = None
+        for _ in range(2):
+            header = {"op": "ping", "direct": True} if ask else {"op": "ping"}
+            try:
+                reply = self.wait_until(self.send(header, until=until), until)[0]
+                break
+            except ServerRestartedError:
+                continue
+        ch.greeted = True
+        if reply is None or not ask:
+            return
+        offer = reply.get("direct")
+        if offer is None:
+            ch.direct_wanted = False  # the server offers none (switched off, or older)
+            return
+        try:
+            ch.attach_direct(DirectLink.open(offer, until))
+        except OSError as exc:
+            ch.direct_wanted = False
+            self.direct_failure = f"{type(exc).__name__}: {exc}"
 
     def lease_of(self, ch: Channel) -> float:
         """The ``lease`` a message on ``ch`` carries: a time (in the server's clock, as

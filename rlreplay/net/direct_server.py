@@ -1,0 +1,191 @@
+"""Direct links, the server's half: a listening Unix socket its dispatcher polls beside
+its ZeroMQ socket, and the links of same-host clients (see :mod:`rlreplay.net.direct`).
+
+Every method runs on the server's dispatcher thread. What a client may cost is bounded:
+one pending token per ZeroMQ connection (a new handshake replaces it), tokens expire after
+:data:`TOKEN_S`, a connection that has not presented a valid token within
+:data:`TOKEN_S` is closed, and the server keeps at most ``max_links`` links (past it, no
+link is offered and clients stay on ZeroMQ).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from rlreplay.net.direct import (
+    ACCEPTED,
+    DIRECT_MAX_BYTES,
+    TOKEN_BYTES,
+    frames_of,
+    message,
+    peer_uid,
+)
+
+log = logging.getLogger("rlreplay.net")
+
+TOKEN_S = 10.0  # seconds a token, or a connection that has not presented one, may wait
+MAX_LINKS = 1024  # links one server keeps at most (each holds a file descriptor)
+READS_PER_WAKE = 64  # messages read from one link before the other sockets get a turn
+
+
+class DirectPeer:
+    """One accepted link. It stands for the client's ZeroMQ connection where the server
+    keys what a client costs (``bytes`` is that connection's routing id), and sends the
+    replies to the requests that came on it."""
+
+    __slots__ = ("bytes", "fd", "opened", "sock")
+
+    def __init__(self, sock: socket.socket, opened: float):
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.bytes = b""  # set when the token is accepted
+        self.opened = opened
+
+    def send(self, frames: list) -> bool | None:
+        """Send a reply without blocking: True if sent, False if it does not fit a link
+        message (the caller sends it through ZeroMQ), None if it was dropped (a client
+        that does not read, or a closed link)."""
+        buffers = message(frames)
+        if buffers is None:
+            return False
+        try:
+            self.sock.sendmsg(buffers)
+        except OSError:  # full queue (the client does not read) or closed: dropped
+            return None
+        return True
+
+
+class DirectLinks:
+    """The server's listening socket and links.
+
+    Args:
+        max_links: most links kept at once.
+
+    Raises:
+        OSError: if the listening socket cannot be made (the server then offers none).
+    """
+
+    def __init__(self, max_links: int = MAX_LINKS):
+        self.name = "rlreplay-" + secrets.token_hex(12)
+        self.max_links = max_links
+        lst = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            lst.bind("\0" + self.name)  # abstract: no file to remove, even after kill -9
+            lst.listen(128)
+            lst.setblocking(False)
+        except BaseException:
+            lst.close()
+            raise
+        self.listener = lst
+        self.fd = lst.fileno()
+        self.uid = os.getuid()
+        self._tokens: dict[bytes, tuple[bytes, float]] = {}  # token -> (client, expiry)
+        self._token_of: dict[bytes, bytes] = {}  # client -> its pending token
+        self.peers: dict[int, DirectPeer] = {}  # fd -> link (accepted or awaiting its token)
+
+    def offer(self, client: bytes, now: float) -> dict | None:
+        """A link offer for the ZeroMQ connection ``client`` (None at ``max_links``)."""
+        if len(self.peers) >= self.max_links:
+            return None
+        old = self._token_of.pop(client, None)
+        if old is not None:
+            self._tokens.pop(old, None)
+        token = secrets.token_bytes(TOKEN_BYTES)
+        self._tokens[token] = (client, now + TOKEN_S)
+        self._token_of[client] = token
+        return {"name": self.name, "token": token}
+
+    def accept(self, register: Callable[[int], None], now: float) -> None:
+        """Accept waiting connections of this server's user (others are closed at once)."""
+        for _ in range(READS_PER_WAKE):
+            try:
+                sock, _ = self.listener.accept()
+            except OSError:  # none waits (BlockingIOError), or a transient failure
+                return
+            try:
+                if len(self.peers) >= self.max_links or peer_uid(sock) != self.uid:
+                    sock.close()
+                    continue
+                sock.setblocking(False)
+            except OSError:
+                sock.close()
+                continue
+            peer = DirectPeer(sock, now)
+            self.peers[peer.fd] = peer
+            register(peer.fd)
+
+    def serve(
+        self,
+        fd: int,
+        handle: Callable[[list], Any],
+        unregister: Callable[[int], None],
+        now: float,
+    ) -> bool:
+        """Read the waiting messages of link ``fd`` and hand each request to ``handle``
+        (``[peer, *frames]``, as a ZeroMQ message is ``[routing id, *frames]``); a link's
+        first message is its token. Returns True if any ``handle`` returned True."""
+        peer = self.peers.get(fd)
+        if peer is None:
+            return False
+        changed = False
+        recv = peer.sock.recv
+        for _ in range(READS_PER_WAKE):
+            try:
+                data = recv(DIRECT_MAX_BYTES + 1)
+            except BlockingIOError:
+                break
+            except OSError:
+                data = b""
+            frames = frames_of(data) if len(data) <= DIRECT_MAX_BYTES else None
+            if not peer.bytes:  # its token
+                entry = self._tokens.pop(data, None) if data else None
+                if entry is None or entry[1] < now:
+                    self.drop(fd, unregister)
+                    return changed
+                client = entry[0]
+                self._token_of.pop(client, None)
+                peer.bytes = client
+                try:
+                    peer.sock.send(ACCEPTED)
+                except OSError:
+                    self.drop(fd, unregister)
+                    return changed
+                continue
+            if frames is None:  # closed by the client (b""), or not a link message
+                self.drop(fd, unregister)
+                return changed
+            if handle([peer, *frames]):
+                changed = True
+        return changed
+
+    def drop(self, fd: int, unregister: Callable[[int], None]) -> None:
+        """Close link ``fd``."""
+        peer = self.peers.pop(fd, None)
+        if peer is not None:
+            unregister(fd)
+            peer.sock.close()
+
+    def sweep(self, now: float, unregister: Callable[[int], None]) -> None:
+        """Forget expired tokens and close connections that never presented a valid one."""
+        for token, (client, expiry) in list(self._tokens.items()):
+            if expiry < now:
+                del self._tokens[token]
+                if self._token_of.get(client) == token:
+                    del self._token_of[client]
+        for fd, peer in list(self.peers.items()):
+            if not peer.bytes and peer.opened + TOKEN_S < now:
+                self.drop(fd, unregister)
+
+    def close(self) -> None:
+        """Close every link and the listening socket (its name is free again)."""
+        for peer in self.peers.values():
+            peer.sock.close()
+        self.peers.clear()
+        self._tokens.clear()
+        self._token_of.clear()
+        self.listener.close()
