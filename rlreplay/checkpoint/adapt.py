@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.core import idle_remover
 from rlreplay.core.keys import GENERATIONS
 from rlreplay.core.selectors import selector_from_config
 from rlreplay.errors import CheckpointMismatchError
@@ -78,6 +79,21 @@ def _rebuilt(
     return rebuilt.state()
 
 
+def with_remover_state(state: dict[str, Any], remover: Any) -> dict[str, Any]:
+    """``state`` (an index state) with its remover's state made when the checkpoint left
+    it out (``None``: the remover was idle, see :mod:`~rlreplay.core.idle_remover`):
+    ``remover`` (a selector, or its config) holding the items oldest first, as an
+    active one would. Needed where a restored table's remover is active, or a selector
+    is rebuilt from the saved order; a table whose remover is idle too never reads it."""
+    if state.get("remover") is not None:
+        return state
+    if isinstance(remover, dict):
+        remover = selector_from_config(remover)
+    newest = int(state.get("newest", len(state["live"]) - 1))
+    made = idle_remover.idle_state(remover, state["live"], newest, state["priority"])
+    return {**state, "remover": made}
+
+
 def adapt_index(
     name: str,
     state: dict[str, Any],
@@ -98,6 +114,7 @@ def adapt_index(
             f"table {name!r} holds {state['size']} items in the checkpoint, more than the "
             f"given max_size={given['max_size']}; give a max_size of at least {state['size']}"
         )
+    state = with_remover_state(state, saved["remover"])
     out = dict(state)
     moved = None
     if new != old:

@@ -39,10 +39,11 @@ import numpy as np
 from rlreplay.errors import CheckpointCorruptError, CheckpointVersionError
 
 FORMAT = "rlreplay-checkpoint"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 # Versions this rlreplay reads: 1 wrote each column as one file (a file name in a store's
-# ``columns``), 2 as a list of chunk files.
-READABLE_VERSIONS = (1, 2)
+# ``columns``), 2 as a list of chunk files; 3 leaves an idle remover's state out (``null``:
+# it is made from the items at restore where needed), where 1 and 2 saved it.
+READABLE_VERSIONS = (1, 2, 3)
 MANIFEST = "manifest.json"
 CHUNK_BYTES = 8 << 20  # streamed reads, writes and checksums go this many bytes at a time
 
@@ -122,16 +123,38 @@ def file_crc(path: Path, progress: Callable[[int], None] | None = None) -> tuple
 
 
 # ------------------------------------------------------------------ state <-> JSON
+class FileBacked:
+    """An array of a state that is not in memory: it was written into its checkpoint file
+    ``name`` already (a large index's per-item state, see
+    :mod:`~rlreplay.checkpoint.state_files`)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"FileBacked({self.name!r})"
+
+
+def state_file_name(prefix: str, key: str) -> str:
+    """The file name :func:`flatten_state` gives the array at key path ``prefix.key``."""
+    return f"{prefix}.{key}.npy"
+
+
 def flatten_state(state: Mapping[str, Any], prefix: str, arrays: dict[str, np.ndarray]) -> dict:
     """``state`` as JSON: each array is moved to ``arrays`` under a file name made from
     ``prefix`` and its key path and replaced by ``{"file": name}``; numpy scalars become
-    Python numbers."""
+    Python numbers; a :class:`FileBacked` array (written already) becomes its
+    ``{"file": name}``."""
     out: dict[str, Any] = {}
     for key, value in state.items():
         name = f"{prefix}.{key}"
-        if isinstance(value, np.ndarray):
-            arrays[name + ".npy"] = value
-            out[key] = {"file": name + ".npy"}
+        if isinstance(value, FileBacked):
+            out[key] = {"file": value.name}
+        elif isinstance(value, np.ndarray):
+            arrays[state_file_name(prefix, key)] = value
+            out[key] = {"file": state_file_name(prefix, key)}
         elif isinstance(value, Mapping):
             out[key] = flatten_state(value, name, arrays)
         else:

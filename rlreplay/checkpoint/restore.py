@@ -73,8 +73,13 @@ def _build(loaded: Loaded) -> dict[str, Table]:
 
 
 def _load_table(table: Table, state: dict[str, Any]) -> None:
-    """Put a table's saved state into it (its store's lock held or not yet shared)."""
-    table.index.load_state(state["index"])
+    """Put a table's saved state into it (its store's lock held or not yet shared). A
+    remover the checkpoint saved no state for (it was idle) gets one made from the
+    items if it is active here."""
+    index = state["index"]
+    if table.index.remover_active:
+        index = adapting.with_remover_state(index, table.index.remover)
+    table.index.load_state(index)
     table.rate_limiter.load_state(state["rate_limiter"])
     table.rng.bit_generator.state = state["rng"]
     table.draws.replan()

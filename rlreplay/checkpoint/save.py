@@ -52,6 +52,10 @@ WRITERS_NOTE = (
 )
 
 
+def _temporary_name(seq: int) -> str:
+    return f".tmp-{retention.name_of(seq)}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
 def _check_path(path: Any) -> Path:
     if not isinstance(path, (str, os.PathLike)):
         raise InvalidArgumentError(
@@ -80,6 +84,11 @@ class SaveStats:
             see :mod:`~rlreplay.checkpoint.snapshot`) and of one piece of the columns'
             copy.
         aside_peak_bytes: the most bytes of rows copied aside at once.
+        state_peak_bytes: the most bytes of per-item state (the item index's copies)
+            held in memory at once: the whole state for a small index, the slice
+            buffers and the changed entries' values for a large one, whose slices go
+            to their files as they are copied (see
+            :mod:`~rlreplay.checkpoint.state_files`).
         path: the published checkpoint.
     """
 
@@ -90,6 +99,7 @@ class SaveStats:
         self.capture_held_s = 0.0
         self.chunk_held_s = 0.0
         self.aside_peak_bytes = 0
+        self.state_peak_bytes = 0
         self.path: Path | None = None
         # Set once the checkpoint's moment is taken (or the save failed before it).
         self.captured = threading.Event()
@@ -135,7 +145,10 @@ class StepwiseSave:
         self.stats = stats if stats is not None else SaveStats()
         self.extra = extra
         self.capture = Capture(
-            self.tables, slice_bytes=slice_bytes, buffers_in_thread=buffers_in_thread
+            self.tables,
+            slice_bytes=slice_bytes,
+            buffers_in_thread=buffers_in_thread,
+            staging=self._staging,
         )
         self._moment: tuple[Snapshot, Path, int, Any] | None = None  # until written
         self.moment_taken = False
@@ -168,14 +181,28 @@ class StepwiseSave:
             self.stats.captured.set()
             raise
 
+    def _staging(self) -> Path:
+        """A temporary directory for the files a capture in slices writes before the
+        moment (named as a save's temporary directory of sequence 0, so that a later
+        save deletes it if this process dies), renamed at the moment."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        staging = self.root / _temporary_name(0)
+        staging.mkdir()
+        return staging
+
     def _take_moment(self) -> None:
         # Naming and the moment under one process-wide lock, so that a later sequence
         # number never holds an earlier moment; the columns stream without it.
         with _NAMING:
             self.root.mkdir(parents=True, exist_ok=True)
             seq = retention.next_sequence(self.root)
-            tmp = self.root / f".tmp-{retention.name_of(seq)}-{os.getpid()}-{secrets.token_hex(4)}"
-            tmp.mkdir()
+            tmp = self.root / _temporary_name(seq)
+            staged = self.capture.staging_dir
+            if staged is None:
+                tmp.mkdir()
+            else:
+                os.rename(staged, tmp)
+                self.capture.staging_dir = tmp
             try:
                 snap = self.capture.moment(tmp, increments.previous_stores(self.root))
                 try:
@@ -213,7 +240,6 @@ class StepwiseSave:
         stats = self.stats
         try:
             try:
-                snap.finish()
                 manifest = _write(snap, tmp, self.progress, stats, extra_state)
             finally:
                 snap.release()
@@ -289,6 +315,10 @@ def _write(
         for i, ts in enumerate(snap.tables)
     ]
     extra_json = None if extra is None else flatten_state(extra, "x", arrays)
+    files: dict[str, Any] = snap.finish()  # the per-item state written by the capture
+    stats.state_peak_bytes = snap.state_peak_bytes + sum(
+        a.nbytes for name, a in arrays.items() if name.startswith("t")
+    )
     reused: dict[Path, dict] = {}
     for s in snap.stores:  # first, while no row is streamed (a chunk left out streams)
         if s.previous is not None and s.reusable is not None and len(s.reusable):
@@ -296,7 +326,6 @@ def _write(
             s.stream.skip(np.asarray(chunks, np.int64))
             reused.update(entries)
             stats.reused_bytes += nbytes
-    files: dict[str, Any] = {}
     for name, arr in arrays.items():
         files[name] = write_array(tmp / name, arr)
     total = sum(s.store.nbytes for s in snap.stores) - stats.reused_bytes

@@ -18,6 +18,7 @@ import numpy as np
 
 from rlreplay.core import idle_remover
 from rlreplay.core.keys import GENERATIONS
+from rlreplay.core.selectors.base import Selector
 from rlreplay.core.slot_changes import SlotChanges, sorted_unique
 from rlreplay.errors import InvalidArgumentError
 
@@ -71,15 +72,36 @@ def start_sliced_snapshot(index: ItemIndex, into: dict[str, Any] | None) -> tupl
     ``(array, its copy, slots per entry)``. From now on the index notes the slots its
     mutations change. The caller copies the parts, a slice per lock hold, then calls
     :func:`finish_sliced_snapshot` with the lock held (the moment), or
-    :func:`abandon_sliced_snapshot`."""
+    :func:`abandon_sliced_snapshot`. (Arrays missing from ``into`` are made empty: they
+    take no memory until written, so a caller that writes the slices elsewhere, into
+    files, may use them only to see where each part's entries go.)"""
     into = into or {}
     out, parts = index.records.state_parts(into)
     sampler = index.sampler.state_parts(into.get("sampler"))
     if sampler is not None:
         out["sampler"], more = sampler
         parts = parts + more
-    index.changes = SlotChanges()
+    index.changes = SlotChanges(index.capacity)
     return out, parts
+
+
+def take_changes(index: ItemIndex) -> np.ndarray | None:
+    """The slots changed since :func:`start_sliced_snapshot`, sorted, each once, or
+    ``None`` when every slot may have changed (a reset or a restore); the index stops
+    noting changes (lock held)."""
+    changes, index.changes = index.changes, None
+    return None if changes is None or changes.everything else changes.slots()
+
+
+def part_entries(slots: np.ndarray, per_entry: int) -> np.ndarray:
+    """The entries of a part (``per_entry`` slots each) that ``slots`` (sorted) change."""
+    return slots if per_entry == 1 else sorted_unique(slots // per_entry)
+
+
+def copied_whole(source: np.ndarray, slots: np.ndarray | None) -> bool:
+    """Whether the moment copies this part whole: after a reset or a restore, or for a
+    part of at most ``WHOLE_ENTRIES`` entries."""
+    return slots is None or len(source) <= WHOLE_ENTRIES
 
 
 def finish_sliced_snapshot(
@@ -93,14 +115,21 @@ def finish_sliced_snapshot(
     since :func:`start_sliced_snapshot` are copied again (small parts whole; every
     part whole after a reset or a restore), and the rest of the state is taken as
     :func:`snapshot` takes it. Returns what :func:`snapshot` would return now."""
-    changes, index.changes = index.changes, None
-    slots = None if changes is None or changes.everything else changes.slots()
+    slots = take_changes(index)
     for source, copy, per_entry in parts:
-        if slots is None or len(source) <= WHOLE_ENTRIES:
+        if copied_whole(source, slots):
             np.copyto(copy, source)
         elif len(slots):
-            at = slots if per_entry == 1 else sorted_unique(slots // per_entry)
+            at = part_entries(slots, per_entry)
             copy[at] = source[at]
+    return finish_scalars(index, out, into, idle_remover_later)
+
+
+def finish_scalars(
+    index: ItemIndex, out: dict[str, Any], into: dict[str, Any] | None, idle_remover_later: bool
+) -> dict[str, Any]:
+    """Complete a sliced snapshot's ``out`` (its per-slot parts taken) with the rest of
+    the state, taken now as :func:`snapshot` takes it (lock held)."""
     sampler = out.pop("sampler", None)
     extent = out.pop("extent", None)
     out.update(_index_scalars(index, into or {}, sampler, idle_remover_later))
@@ -123,6 +152,23 @@ def snapshot_buffers(index: ItemIndex) -> dict[str, Any]:
         out["remover"] = index.remover.state_buffers()
     else:
         out["remover"] = idle_remover.bound_copy(index.remover, index.capacity).state_buffers()
+    return out
+
+
+def offers_parts(selector: Any) -> bool:
+    """Whether ``selector`` offers its state as parts (:meth:`Selector.state_parts`)."""
+    return type(selector).state_parts is not Selector.state_parts
+
+
+def moment_buffers(index: ItemIndex) -> dict[str, Any]:
+    """Arrays for what the moment of a sliced snapshot copies whole (lock held), made
+    outside the lock: the sampler's state where the sampler offers no parts, an active
+    remover's state (an idle remover's is not taken: see :func:`_index_scalars`)."""
+    out: dict[str, Any] = {}
+    if not offers_parts(index.sampler):
+        out["sampler"] = index.sampler.state_buffers()
+    if index.remover_active:
+        out["remover"] = index.remover.state_buffers()
     return out
 
 

@@ -11,37 +11,80 @@ reset) notes the slots it touches. One mechanism, in the index's own mutation pa
 selector's entries change only with the slot they belong to (the sum tree: the leaf and
 its ancestors), so the slots say what to copy again. Outside a checkpoint the paths pay
 one attribute check.
+
+The record is bounded: it keeps the slots as noted (8 bytes each, repeats included)
+until they number ``LIST_LIMIT``, then turns into one flag per slot (``capacity`` bytes),
+where every later note lands. So however many calls run during a capture, the record
+holds at most ``max(8 * LIST_LIMIT, capacity)`` bytes.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+# Slots kept as a list (8 bytes per note) before the record turns into flags per slot.
+LIST_LIMIT = 1 << 16
+
 
 class SlotChanges:
-    """Slots noted by an index's mutations (lock held), and whether it changed whole."""
+    """Slots noted by an index's mutations (lock held), and whether it changed whole.
 
-    __slots__ = ("_arrays", "_ones", "everything")
+    Args:
+        capacity: the index's slots (the size of the flags the record may turn into).
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_arrays", "_noted", "_ones", "capacity", "everything", "flags")
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = int(capacity)
         self._arrays: list[np.ndarray] = []
         self._ones: list[int] = []
+        self._noted = 0
+        self.flags: np.ndarray | None = None  # one per slot, once past LIST_LIMIT notes
         self.everything = False  # a reset or a restore: every slot
 
     def note(self, slots: np.ndarray) -> None:
         """Slots of a batch mutation (copied: callers reuse their arrays)."""
+        if self.flags is not None:
+            self.flags[slots] = True
+            return
         self._arrays.append(np.array(slots, dtype=np.int64).reshape(-1))
+        self._noted += len(self._arrays[-1])
+        if self._noted > LIST_LIMIT:
+            self._to_flags()
 
     def note_one(self, slot: int) -> None:
+        if self.flags is not None:
+            self.flags[slot] = True
+            return
         self._ones.append(int(slot))
+        self._noted += 1
+        if self._noted > LIST_LIMIT:
+            self._to_flags()
 
     def note_all(self) -> None:
         self.everything = True
 
+    def _to_flags(self) -> None:
+        flags = np.zeros(self.capacity, dtype=bool)
+        flags[self._listed()] = True
+        self.flags, self._arrays, self._ones = flags, [], []
+
+    def _listed(self) -> np.ndarray:
+        return np.concatenate([*self._arrays, np.array(self._ones, dtype=np.int64)])
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the record holds now."""
+        if self.flags is not None:
+            return self.flags.nbytes
+        return 8 * self._noted
+
     def slots(self) -> np.ndarray:
         """Every slot noted, each once, sorted."""
-        parts = [*self._arrays, np.array(self._ones, dtype=np.int64)]
-        return sorted_unique(np.sort(np.concatenate(parts)))
+        if self.flags is not None:
+            return np.flatnonzero(self.flags)
+        return sorted_unique(np.sort(self._listed()))
 
 
 def sorted_unique(values: np.ndarray) -> np.ndarray:
