@@ -115,10 +115,12 @@ class DirectLink:
 
     Args:
         sock: a connected, accepted seqpacket socket.
+        name: the server's listening socket (its abstract name).
     """
 
-    def __init__(self, sock: socket.socket):
+    def __init__(self, sock: socket.socket, name: str = ""):
         sock.setblocking(False)
+        self.name = name
         self.sock = sock
         self.fd = sock.fileno()
         self._sendmsg = sock.sendmsg
@@ -158,7 +160,7 @@ class DirectLink:
         except BaseException:
             sock.close()
             raise
-        return cls(sock)
+        return cls(sock, name)
 
     def send(self, frames: Sequence[Any]) -> bool:
         """Send one request without blocking; False (nothing sent) if it does not fit a

@@ -156,3 +156,25 @@ def wait_until_stopped(pid: int, limit_s: float = 10.0) -> None:
             return
         time.sleep(0.01)
     raise AssertionError(f"process {pid} did not stop within {limit_s}s")
+
+
+def direct_calls_then_wait(address: str, table: str, out: Any, stop: Any) -> None:
+    """Child: make awaited calls from two threads (each opens a direct link), report the
+    server's link name, then wait (the parent kills this process with SIGKILL)."""
+    import threading
+
+    from rlreplay.net import Client
+
+    client = Client(address)
+
+    def calls() -> None:
+        client.info(table)
+        client.can_sample(table)
+
+    thread = threading.Thread(target=calls)
+    thread.start()
+    thread.join(30.0)
+    calls()
+    link = client._transport.channel().direct
+    out.put(("ok", None if link is None else link.name))
+    stop.wait(120.0)

@@ -1,0 +1,233 @@
+"""Direct links: a same-host client's small awaited calls over a Unix socket beside ZeroMQ.
+
+The same answers as over ZeroMQ, the thread's order kept, fallbacks (off switches, large
+requests and replies, a refused token), and faults (a server killed with a call on the
+link, a client killed with ``kill -9``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+from netprocs import CTX, config, direct_calls_then_wait, served, wait_until_stopped
+
+import rlreplay
+from rlreplay.errors import InvalidArgumentError, ServerUnavailableError
+from rlreplay.net import direct
+from rlreplay.runtime.stop_flag import StopFlag
+
+pytestmark = pytest.mark.skipif(not direct.supported(), reason="needs AF_UNIX SOCK_SEQPACKET")
+
+SIGNATURE = {"obs": {"shape": [3], "dtype": "float32"}, "step": "int64"}
+CONFIG = config(
+    {"name": "t", "signature": SIGNATURE, "capacity": 5000, "sampler": {"type": "Prioritized"}}
+)
+
+
+def rows(n: int, first: int = 0) -> dict:
+    return {"obs": np.ones((n, 3), np.float32), "step": np.arange(first, first + n)}
+
+
+def link_of(client: rlreplay.Client):
+    return client._transport.channel().direct
+
+
+def server_links(name: str) -> int:
+    """Links the server with listening socket ``name`` holds (its accepted sockets show
+    the listener's name in /proc/net/unix; the clients' ends show none)."""
+    with open("/proc/net/unix") as f:
+        paths = [line.split()[-1] for line in f.readlines()[1:] if len(line.split()) >= 8]
+    return paths.count("@" + name) - 1  # less the listening socket
+
+
+def wait_for(condition, limit_s: float) -> bool:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()
+
+
+def test_awaited_calls_take_the_link_and_answer_as_over_zeromq():
+    with served(CONFIG) as (address, _):
+        fast = rlreplay.Client(address)
+        plain = rlreplay.Client(address, direct_calls=False)
+        keys = fast.insert("t", rows(100), wait=True)
+        assert fast.update_priorities("t", keys[:50], np.full(50, 2.0)) == 50
+        assert link_of(fast) is not None and link_of(plain) is None
+        assert plain.update_priorities("t", keys[50:], 3.0) == 50
+        assert fast.info("t") == plain.info("t")
+        assert fast.can_sample("t", 10) and fast.can_insert("t", 10)
+        assert fast.delete("t", keys[:10]) == 10
+        assert plain.delete("t", keys[10:20]) == 10
+        assert fast.info("t").size == 80
+        s = plain.sample("t", 2000)
+        got = dict(zip(s.info.keys.tolist(), s.info.priorities.tolist(), strict=True))
+        assert {got[k] for k in keys[20:50].tolist() if k in got} == {2.0}
+        assert {got[k] for k in keys[50:].tolist() if k in got} == {3.0}
+        # errors are the same typed errors, raised from the link
+        with pytest.raises(InvalidArgumentError, match="table"):
+            fast.update_priorities("nope", keys[:2], 1.0)
+        with pytest.raises(InvalidArgumentError):
+            fast.update_priorities("t", keys[:2], -1.0)
+        assert link_of(fast) is not None
+        fast.reset("t")
+        assert plain.info("t").size == 0
+        fast.close()
+        plain.close()
+
+
+def test_a_thread_reads_its_own_pipelined_inserts_and_unawaited_updates():
+    """A request takes the link only once the server took what the thread sent through
+    ZeroMQ: pipelined inserts, then ``info`` at once, always see every row."""
+    with served(CONFIG) as (address, _):
+        client = rlreplay.Client(address)
+        client.info("t")
+        assert link_of(client) is not None
+        total = 0
+        for i in range(60):
+            client.insert("t", rows(3, total))  # pipelined, through ZeroMQ
+            total += 3
+            assert client.info("t").size == total, i
+        keys = client.insert("t", rows(4, total), wait=True)
+        assert client.delete("t", keys) == 4
+        stale = client.info("t").stale_updates
+        for i in range(30):
+            # updates of items no longer held, unawaited: each counts as stale
+            client.update_priorities("t", keys, float(i + 1), wait=False)
+            assert client.info("t").stale_updates == stale + 4 * (i + 1), i
+        assert link_of(client) is not None
+        client.close()
+
+
+def test_large_requests_and_replies_and_switched_off_servers_use_zeromq():
+    tables = [
+        {"name": f"table_with_a_long_name_{i:04d}_" + "x" * 200, "signature": SIGNATURE,
+         "capacity": 8}
+        for i in range(150)
+    ]  # fmt: skip
+    with served(config(*tables, CONFIG["table"][0])) as (address, _):
+        client = rlreplay.Client(address)
+        keys = client.insert("t", rows(5000), wait=True)
+        # 5000 keys and priorities: 80 KB, more than a link message
+        assert client.update_priorities("t", keys, 2.0) == 5000
+        assert link_of(client) is not None
+        # every table's info is a reply larger than a link message: it comes by ZeroMQ
+        info = client.server_info()
+        assert len(info) == 151 and info["t"]["size"] == 5000
+        assert client.update_priorities("t", keys[:10], 1.0) == 10
+        client.close()
+    with served(CONFIG, direct_calls=False) as (address, _):
+        client = rlreplay.Client(address)
+        keys = client.insert("t", rows(5), wait=True)
+        assert client.update_priorities("t", keys, 2.0) == 5
+        assert link_of(client) is None
+        client.close()
+    with pytest.raises(InvalidArgumentError, match="direct_calls"):
+        rlreplay.Client("tcp://127.0.0.1:5555", direct_calls=1)
+
+
+def test_the_server_refuses_a_wrong_token_and_expires_unused_ones():
+    table = rlreplay.Table("t", signature={"x": "float32"}, max_size=10)
+    with rlreplay.Server([table]) as server:
+        client = rlreplay.Client(server.address)
+        client.info("t")
+        name = link_of(client).name
+        links = server._direct
+        offer = links.offer(b"someone", time.monotonic())
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+            s.settimeout(5.0)
+            s.connect("\0" + name)
+            s.send(b"x" * direct.TOKEN_BYTES)  # not a token it gave
+            assert s.recv(64) == b""  # closed
+        with pytest.raises(OSError):
+            direct.DirectLink.open({"name": name, "token": b"y" * 16}, None)
+        # an expired token is refused too
+        links._tokens[offer["token"]] = (b"someone", time.monotonic() - 1.0)
+        with pytest.raises(OSError):
+            direct.DirectLink.open(offer, None)
+        assert wait_for(lambda: len(links.peers) == 1, 5.0)  # the client's own link
+        assert client.can_insert("t")
+        client.close()
+        assert wait_for(lambda: not links.peers, 5.0)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another user")
+def test_the_server_refuses_a_link_from_another_user():
+    table = rlreplay.Table("t", signature={"x": "float32"}, max_size=10)
+    with rlreplay.Server([table]) as server:
+        offer = server._direct.offer(b"someone", time.monotonic())
+        pid = os.fork()
+        if pid == 0:  # a child that becomes another user, then presents a valid token
+            code = 1
+            try:
+                os.setgid(65534)
+                os.setuid(65534)
+                direct.DirectLink.open(offer, time.monotonic() + 5.0)
+            except OSError:
+                code = 0  # refused
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert offer["token"] in server._direct._tokens  # never presented to the server
+
+
+def test_a_killed_client_leaves_no_link_and_a_killed_server_fails_the_call_on_it():
+    with served(CONFIG) as (address, server):
+        client = rlreplay.Client(address, call_timeout=30.0)
+        keys = client.insert("t", rows(10), wait=True)
+        name = link_of(client).name
+        assert server_links(name) == 1
+        out, stop = CTX.Queue(), StopFlag(CTX)
+        child = CTX.Process(target=direct_calls_then_wait, args=(address, "t", out, stop))
+        child.start()
+        try:
+            assert out.get(timeout=60.0) == ("ok", name)
+            assert server_links(name) >= 2
+            os.kill(child.pid, signal.SIGKILL)
+            child.join(10.0)
+            assert wait_for(lambda: server_links(name) == 1, 10.0), server_links(name)
+        finally:
+            stop.set()
+            child.join(10.0)
+            if child.is_alive():
+                child.kill()
+        # a call on the link when the server dies fails at once, not after call_timeout
+        outcome: dict = {}
+        ready, go = threading.Event(), threading.Event()
+
+        def update() -> None:
+            client.info("t")  # this thread's own link
+            ready.set()
+            go.wait(30.0)
+            start = time.monotonic()
+            try:
+                client.update_priorities("t", keys, 2.0)
+                outcome["result"] = "answered"
+            except Exception as exc:
+                outcome["result"] = exc
+            outcome["elapsed"] = time.monotonic() - start
+
+        waiter = threading.Thread(target=update)
+        waiter.start()
+        assert ready.wait(30.0)
+        assert server_links(name) == 2
+        os.kill(server.pid, signal.SIGSTOP)
+        wait_until_stopped(server.pid)
+        go.set()
+        time.sleep(0.3)  # its request is on the link, unanswered
+        os.kill(server.pid, signal.SIGKILL)
+        server.join(10.0)
+        waiter.join(15.0)
+        assert not waiter.is_alive()
+        assert isinstance(outcome["result"], ServerUnavailableError), outcome
+        assert outcome["elapsed"] < 10.0, outcome
+        assert server_links(name) == -1  # the listening socket is gone too
+        client.close()
