@@ -41,7 +41,6 @@ from typing import Any
 import numpy as np
 
 from rlreplay.checkpoint.manifest import (
-    CHUNK_BYTES,
     FileBacked,
     entry,
     flatten_state,
@@ -57,6 +56,7 @@ BUFFERS = 2  # slice buffers: one copied into under the lock while the other is 
 # A slice this small is written by the step itself: a hand-over to the writer thread
 # would cost more than the write.
 INLINE_BYTES = 256 << 10
+FINISH_BYTES = 2 << 20  # a file is read back, patched and checksummed this much at a time
 
 
 def _address(arr: np.ndarray) -> int:
@@ -110,7 +110,7 @@ class StateFile:
         """Apply the patches (a block at a time: read, patch, write back), checksum the
         final bytes, fsync and close; returns the file's manifest entry."""
         assert self.fd is not None
-        rows = max(1, CHUNK_BYTES // self.dtype.itemsize)
+        rows = max(1, FINISH_BYTES // self.dtype.itemsize)
         block_buffer = np.empty(min(rows, self.length), self.dtype)
         crc = zlib.crc32(self.header)
         for e0 in range(0, self.length, rows):

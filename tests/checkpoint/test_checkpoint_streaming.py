@@ -181,9 +181,10 @@ def test_a_save_while_another_thread_inserts_restores_the_moment_it_took(tmp_pat
 
 
 def test_a_saves_moment_does_not_wait_for_the_idle_removers_index_build(tmp_path):
-    """start_save (a server's dispatcher) returns once the per-item state is copied; the
-    order a full table's idle remover saves (here a heap: an O(n log n) build) is made
-    from that copy afterwards."""
+    """start_save (a server's dispatcher) returns once the per-item state is copied; a
+    full table's idle remover (here a heap: its order an O(n log n) build) keeps no
+    state and none is saved, so no save waits for that build (a restore into a table
+    whose remover is active makes it, see test_checkpoint_state_memory.py)."""
     n = 1_000_000
     table = Table("full", signature={"x": "float32"}, capacity=n, remover=MaxHeap(), seed=0)
     table.insert({"x": np.zeros(n, np.float32)}, np.random.default_rng(0).uniform(0.1, 2, n))
