@@ -58,7 +58,7 @@ CONFIGS: dict[str, Callable[[], dict[str, Table]]] = {
     "lifo": lambda: _one(Lifo(), Uniform()),
     "min_heap": lambda: _one(MinHeap(), MaxHeap()),
     "ratio_limited": lambda: _one(Uniform(), Fifo(), rate_limiter=SampleToInsertRatio(2.0, 4, 6.0)),
-    # max_size == capacity: the remover is idle (never asked), its state made on save
+    # max_size == capacity: the remover is idle (never asked), its state not saved
     "full_table_heap_remover": lambda: _one(Prioritized(0.8), MinHeap(), max_size=32),
     "full_table_fifo_remover": lambda: _one(Uniform(), Fifo(), max_size=32),
     "queue": lambda: {"q": Table.queue("q", 12, signature=SIGNATURE, seed=4)},

@@ -5,19 +5,22 @@ slices. Checkpoints of format version 2 (an idle remover's state saved) still re
 
 from __future__ import annotations
 
+import copy
 import gc
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from checkpoint_ops import CONFIGS, KINDS, run
 from test_checkpoint_sliced_capture import assert_same_state
 
 from rlreplay import Fifo, Prioritized, Table, Uniform, checkpoint
 from rlreplay.checkpoint import snapshot
 from rlreplay.checkpoint.manifest import write_array
 from rlreplay.checkpoint.save import SaveStats, StepwiseSave
-from rlreplay.core import idle_remover, slot_changes
+from rlreplay.core import idle_remover, item_state, slot_changes
+from rlreplay.core.selectors import sum_tree
 
 
 def status_kb(key: str) -> int:
@@ -55,6 +58,43 @@ def test_a_save_of_many_items_holds_a_bounded_copy_of_their_state(tmp_path):
     restored = Table.restore(path).index.state()
     del restored["remover"]
     assert_same_state(restored, expected)
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+def test_a_save_written_slice_by_slice_holds_its_moment_under_every_mutation_path(
+    config, tmp_path, monkeypatch
+):
+    """Calls of every kind between the slices (inserts, writers, samples counting and
+    removing items, priority updates, deletes, evictions, a stack's relocations): the
+    restored tables hold the state at the moment bit for bit and answer every later call
+    as the saved ones do."""
+    monkeypatch.setattr(snapshot, "SLICED_ABOVE_BYTES", -1)  # every index in slices
+    # every tree level but the root patched by slot (the numpy trees recompute levels of
+    # up to WHOLE_LEVEL nodes whole: those are copied whole)
+    whole = 1 if sum_tree._kernel is not None else sum_tree.WHOLE_LEVEL
+    monkeypatch.setattr(item_state, "WHOLE_ENTRIES", whole)
+    rng = np.random.default_rng(11)
+    ops = [
+        (str(rng.choice(KINDS)), int(rng.integers(3)), int(rng.integers(1, 9))) for _ in range(120)
+    ]
+    tables = CONFIGS[config]()
+    memory: dict = {}
+    run(tables, ops[:30], memory)
+    save = StepwiseSave(tables, tmp_path, slice_bytes=4)
+    k = 30
+    while not save.capture.ready:
+        save.step()
+        if k < 90:
+            run(tables, [ops[k]], memory)
+            k += 1
+    save.step()  # the moment
+    expected = {name: t.index.state() for name, t in tables.items()}
+    restored = checkpoint.restore(save.write(), verify=True)
+    assert k > 40  # many calls between the slices
+    for name in tables:
+        assert_same_state(restored[name].index.state(), expected[name], name)
+    after = ops[90:]
+    assert run(restored, after, copy.deepcopy(memory)) == run(tables, after, copy.deepcopy(memory))
 
 
 def stepwise_with_calls(table: Table, path: Path, between=None, slice_bytes: int = 512):
