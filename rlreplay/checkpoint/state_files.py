@@ -28,10 +28,7 @@ copy says which of the part's entries, and which bytes of each, go into its file
 
 from __future__ import annotations
 
-import contextlib
-import os
 import time
-import zlib
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -40,103 +37,23 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.checkpoint.manifest import (
-    FileBacked,
-    entry,
-    flatten_state,
-    npy_header,
-    state_file_name,
-)
+from rlreplay.checkpoint.manifest import FileBacked, flatten_state, state_file_name
+from rlreplay.checkpoint.npy_offsets import StateFile
 from rlreplay.core import item_state
 from rlreplay.core.slot_changes import SlotChanges
 from rlreplay.core.storage import StepStore
 from rlreplay.errors import CheckpointError
 
+__all__ = ["StateFile", "StateStream", "Target"]
+
 BUFFERS = 2  # slice buffers: one copied into under the lock while the other is written
 # A slice this small is written by the step itself: a hand-over to the writer thread
 # would cost more than the write.
 INLINE_BYTES = 256 << 10
-FINISH_BYTES = 2 << 20  # a file is read back, patched and checksummed this much at a time
 
 
 def _address(arr: np.ndarray) -> int:
     return int(arr.__array_interface__["data"][0])
-
-
-def _pwrite(fd: int, data: memoryview, offset: int) -> None:
-    while len(data):
-        n = os.pwrite(fd, data, offset)
-        data, offset = data[n:], offset + n
-
-
-def _pread(fd: int, into: memoryview, offset: int) -> None:
-    while len(into):
-        n = os.preadv(fd, [into], offset)
-        if n <= 0:
-            raise CheckpointError(f"a checkpoint state file ended early at byte {offset}")
-        into, offset = into[n:], offset + n
-
-
-class StateFile:
-    """One state array's ``.npy`` file: entries written at their offsets in any order
-    (:meth:`put`), then :meth:`finish`\\ ed with the changed entries of the moment.
-
-    Args:
-        path: the file to create (exclusively).
-        dtype, length: the array's.
-    """
-
-    def __init__(self, path: Path, dtype: np.dtype, length: int):
-        self.dtype = np.dtype(dtype)
-        self.length = int(length)
-        self.header = npy_header((self.length,), self.dtype)
-        self.nbytes = len(self.header) + self.length * self.dtype.itemsize
-        self.patches: list[tuple[np.ndarray, np.ndarray]] = []  # (sorted entries, values)
-        self.fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            _pwrite(self.fd, memoryview(self.header), 0)
-            os.ftruncate(self.fd, self.nbytes)
-        except BaseException:
-            self.close()
-            raise
-
-    def put(self, first: int, values: np.ndarray) -> None:
-        """Write ``values`` (contiguous, of this file's dtype) at entries ``first`` on."""
-        assert self.fd is not None
-        data = memoryview(values.reshape(-1).view(np.uint8))
-        _pwrite(self.fd, data, len(self.header) + first * self.dtype.itemsize)
-
-    def finish(self) -> dict[str, Any]:
-        """Apply the patches (a block at a time: read, patch, write back), checksum the
-        final bytes, fsync and close; returns the file's manifest entry."""
-        assert self.fd is not None
-        rows = max(1, FINISH_BYTES // self.dtype.itemsize)
-        block_buffer = np.empty(min(rows, self.length), self.dtype)
-        crc = zlib.crc32(self.header)
-        for e0 in range(0, self.length, rows):
-            e1 = min(self.length, e0 + rows)
-            block = block_buffer[: e1 - e0]
-            view = memoryview(block.view(np.uint8))
-            offset = len(self.header) + e0 * self.dtype.itemsize
-            _pread(self.fd, view, offset)
-            patched = False
-            for entries, values in self.patches:
-                lo, hi = np.searchsorted(entries, (e0, e1))
-                if hi > lo:
-                    block[entries[lo:hi] - e0] = values[lo:hi]
-                    patched = True
-            if patched:
-                _pwrite(self.fd, view, offset)
-            crc = zlib.crc32(view, crc)
-        os.fsync(self.fd)
-        self.close()
-        return entry(self.nbytes, crc, self.dtype, (self.length,))
-
-    def close(self) -> None:
-        if self.fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self.fd)
-            self.fd = None
 
 
 @dataclass(frozen=True)
@@ -282,9 +199,13 @@ class StateStream:
             self.parts.append(Part(source, per_entry, made, index, row, step))
 
     def plan(self) -> None:
-        """Queue the slices of every part added (call once, after :meth:`add`)."""
+        """Queue every slice of every part added (the small ones are copied whole again
+        at the moment, in case their changes are not told by slot); after :meth:`add`,
+        and again to start over."""
         self.work = []
-        self._plan()
+        for p, part in enumerate(self.parts):
+            self.work.extend((p, a) for a in range(0, len(part.source), part.step))
+        self.work.sort(reverse=True)
 
     def _next_buffer(self) -> np.ndarray:
         """The buffer the next slice goes into (in turn; its last write waited for)."""
@@ -321,15 +242,7 @@ class StateStream:
                 _put, part.targets, a, rows
             )
         if restarted:
-            self.work = []
-            self._plan()
-
-    def _plan(self) -> None:
-        """Queue every slice of every part (the small ones are copied whole again at
-        the moment, in case their changes are not told by slot)."""
-        for p, part in enumerate(self.parts):
-            self.work.extend((p, a) for a in range(0, len(part.source), part.step))
-        self.work.sort(reverse=True)
+            self.plan()
 
     def _restart_if_reset(self) -> bool:
         """If an index changed whole (a reset, a restore) its changes are noted afresh
