@@ -30,7 +30,7 @@ log = logging.getLogger("rlreplay.net")
 
 TOKEN_S = 10.0  # seconds a token, or a connection that has not presented one, may wait
 MAX_LINKS = 1024  # links one server keeps at most (each holds a file descriptor)
-READS_PER_WAKE = 64  # messages read from one link before the other sockets get a turn
+ACCEPTS_PER_WAKE = 64  # connections accepted at most before the other sockets get a turn
 
 
 class DirectPeer:
@@ -102,7 +102,7 @@ class DirectLinks:
 
     def accept(self, register: Callable[[int], None], now: float) -> None:
         """Accept waiting connections of this server's user (others are closed at once)."""
-        for _ in range(READS_PER_WAKE):
+        for _ in range(ACCEPTS_PER_WAKE):
             try:
                 sock, _ = self.listener.accept()
             except OSError:  # none waits (BlockingIOError), or a transient failure
@@ -126,42 +126,38 @@ class DirectLinks:
         unregister: Callable[[int], None],
         now: float,
     ) -> bool:
-        """Read the waiting messages of link ``fd`` and hand each request to ``handle``
-        (``[peer, *frames]``, as a ZeroMQ message is ``[routing id, *frames]``); a link's
-        first message is its token. Returns True if any ``handle`` returned True."""
+        """Read the next message of link ``fd`` (that the poll said is readable) and hand
+        its request to ``handle`` (``[peer, *frames]``, as a ZeroMQ message is ``[routing
+        id, *frames]``); a link's first message is its token. One message per poll: a
+        link carries one awaited call of its thread at a time, and a message left waits
+        for the next poll. Returns what ``handle`` returned (False for none)."""
         peer = self.peers.get(fd)
         if peer is None:
             return False
-        changed = False
-        recv = peer.sock.recv
-        for _ in range(READS_PER_WAKE):
-            try:
-                data = recv(DIRECT_MAX_BYTES + 1)
-            except BlockingIOError:
-                break
-            except OSError:
-                data = b""
-            frames = frames_of(data) if len(data) <= DIRECT_MAX_BYTES else None
-            if not peer.bytes:  # its token
-                entry = self._tokens.pop(data, None) if data else None
-                if entry is None or entry[1] < now:
-                    self.drop(fd, unregister)
-                    return changed
-                client = entry[0]
-                self._token_of.pop(client, None)
-                peer.bytes = client
-                try:
-                    peer.sock.send(ACCEPTED)
-                except OSError:
-                    self.drop(fd, unregister)
-                    return changed
-                continue
-            if frames is None:  # closed by the client (b""), or not a link message
+        try:
+            data = peer.sock.recv(DIRECT_MAX_BYTES + 1)
+        except BlockingIOError:
+            return False
+        except OSError:
+            data = b""
+        if not peer.bytes:  # its token
+            entry = self._tokens.pop(data, None) if data else None
+            if entry is None or entry[1] < now:
                 self.drop(fd, unregister)
-                return changed
-            if handle([peer, *frames]):
-                changed = True
-        return changed
+                return False
+            client = entry[0]
+            self._token_of.pop(client, None)
+            peer.bytes = client
+            try:
+                peer.sock.send(ACCEPTED)
+            except OSError:
+                self.drop(fd, unregister)
+            return False
+        frames = frames_of(data) if len(data) <= DIRECT_MAX_BYTES else None
+        if frames is None:  # closed by the client (b""), or not a link message
+            self.drop(fd, unregister)
+            return False
+        return bool(handle([peer, *frames]))
 
     def drop(self, fd: int, unregister: Callable[[int], None]) -> None:
         """Close link ``fd``."""

@@ -432,8 +432,9 @@ class Transport:
                 # next lease reaches the server before the last one ends.
                 last_ping = now
                 ch.abandon(self.send({"op": "ping"}, until=until))
-            if ch.wait(wait):
-                ch.receive()
+            # while no ping of this wait is out, a request on the link is answered there
+            if ch.wait(wait, last_ping < start and rid in ch.direct_sent):
+                ch.receive(ch.zmq_ready)
         header, arrays = ch.replies.pop(rid)
         if not header.get("ok"):
             raise wire.error_from_code(header.get("code"), str(header.get("message", "")))
