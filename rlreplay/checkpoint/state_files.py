@@ -213,7 +213,9 @@ class StateStream:
         self._turn += 1
         if i == len(self._buffers):
             size = max(self.slice_bytes, max(p.row_bytes for p in self.parts))
-            self._buffers.append(np.zeros(-(-size // 8) * 8, np.uint8))  # mapped now
+            buf = np.empty(-(-size // 8) * 8, np.uint8)
+            buf.fill(0)  # written now (np.zeros maps its pages lazily): no faults under the lock
+            self._buffers.append(buf)
             self._writing.append(None)
             self._account(self._buffers[i].nbytes)
         f = self._writing[i]
