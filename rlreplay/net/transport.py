@@ -32,16 +32,13 @@ import zmq
 
 from rlreplay.errors import (
     InvalidArgumentError,
-    ReplayTimeoutError,
     ServerRestartedError,
-    ServerUnavailableError,
 )
 from rlreplay.net import auth, direct, framing, wire
 from rlreplay.net.channel import Channel
 from rlreplay.net.direct import DIRECT_OPS, DirectLink, LinkClosed
+from rlreplay.net.waits import REPLY_GRACE_S, ReplyWaits
 
-# Extra seconds a client waits past a call's timeout for the server's own timeout reply.
-REPLY_GRACE_S = 0.5
 # After a call got no answer at all, the client spends at most this long finding out why
 # (nothing listening, a refused CURVE handshake): :func:`rlreplay.net.auth.diagnose_connection`.
 DIAGNOSE_S = 0.25
@@ -133,6 +130,7 @@ class Transport:
         # Small awaited calls take a direct link where the server offers one (same host).
         self.direct_calls = direct_calls and auth.is_loopback(address) and direct.supported()
         self.direct_failure: str | None = None  # why a link could not be opened, if so
+        self.waits = ReplyWaits(self)
 
     # -------------------------------------------------------------- socket
     def connect(self) -> zmq.Socket:
@@ -356,153 +354,23 @@ class Transport:
 
     def wait(self, rid: int, timeout: float | None) -> tuple[dict, dict]:
         """Wait up to ``timeout`` seconds for the reply to ``rid`` (see :meth:`wait_until`)."""
-        return self.wait_until(rid, None if timeout is None else time.monotonic() + timeout)
+        return self.waits.wait_until(rid, None if timeout is None else time.monotonic() + timeout)
 
     def wait_until(
         self, rid: int, until: float | None, abandon: bool = True
     ) -> tuple[dict, dict]:
-        """Wait for the reply to ``rid``; raise its typed error if it failed.
-
-        Args:
-            until: ``time.monotonic()`` to give up at; ``None`` waits as long as the server
-                answers pings. A ping goes out ``REPLY_GRACE_S`` before a bounded wait
-                ends, to tell a live but busy server (ReplayTimeoutError) from a dead one.
-            abandon: on ReplayTimeoutError, drop the reply when it comes (False: keep
-                waiting for it later, as pipelined inserts do).
-
-        Raises:
-            ServerUnavailableError: if the server did not answer at all. By ``until``:
-                this call fails alone (see :meth:`_no_answer`); without a deadline, after
-                ``2 * liveness_s`` of silence, the socket is dropped with everything still
-                queued in it and every other request outstanding on it fails the same way.
-                Either way none of them is applied later.
-            ServerRestartedError: if the server restarted since the request was sent.
-            ReplayTimeoutError: if the server answers but this call did not complete, or
-                (``abandon`` False) did not answer by ``until``.
-        """
-        start = time.monotonic()
-        ch = self.channel()
-        outer = ch.waiting_since
-        ch.waiting_since = start if outer is None else outer
-        try:
-            return self._wait(ch, rid, until, abandon, start)
-        finally:
-            ch.waiting_since = outer
-
-    def _wait(
-        self, ch: Channel, rid: int, until: float | None, abandon: bool, start: float
-    ) -> tuple[dict, dict]:
-        """The loop of :meth:`wait_until` (``ch.waiting_since`` set)."""
-        last_ping = ping_sent = -float("inf")
-        ping_s = self.liveness_s / 2
-        while rid not in ch.replies:
-            now = time.monotonic()
-            silent = now - max(ch.last_heard, start)
-            if until is not None and now >= until:
-                if ch.last_heard > ping_sent:
-                    if abandon:
-                        ch.abandon(rid)
-                    raise ReplayTimeoutError(
-                        f"the replay server at {self.address} answers, but this call "
-                        f"did not complete within {until - start:.3g}s"
-                    )
-                self._no_answer(
-                    ch,
-                    rid,
-                    abandon,
-                    f"no reply from the replay server at {self.address} within "
-                    f"{until - start:.3g}s",
-                )
-            if until is None and silent >= 2 * self.liveness_s:
-                self._unavailable(
-                    ch,
-                    f"the replay server at {self.address} stopped answering "
-                    f"({silent:.3g}s without a reply to a ping)",
-                )
-            wait = ping_s
-            if until is not None:
-                if until - now <= REPLY_GRACE_S and ping_sent < start:
-                    # the last ping tells a busy server from a dead one at the deadline
-                    ping_sent = last_ping = now
-                    ch.abandon(self.send({"op": "ping"}, until=until))
-                wait = min(wait, until - now - (REPLY_GRACE_S if ping_sent < start else 0.0))
-            if silent >= ping_s and now - last_ping >= ping_s:
-                # Pings while waiting also reveal a restarted server (its epoch), and renew
-                # this socket's lease (see lease_of): every half liveness_s, so that the
-                # next lease reaches the server before the last one ends.
-                last_ping = now
-                ch.abandon(self.send({"op": "ping"}, until=until))
-            # while no ping of this wait is out, a request on the link is answered there
-            if ch.wait(wait, last_ping < start and rid in ch.direct_sent):
-                ch.receive(ch.zmq_ready)
-        header, arrays = ch.replies.pop(rid)
-        if not header.get("ok"):
-            raise wire.error_from_code(header.get("code"), str(header.get("message", "")))
-        return header, arrays
-
-    def _no_answer(self, ch: Channel, rid: int, abandon: bool, message: str) -> None:
-        """A wait with a deadline ended without an answer, not even to its last ping.
-
-        Once the latest lease this socket sent has passed, the server refuses whatever of
-        its requests it had not started, so the socket is dropped and all of them fail
-        (:meth:`_unavailable`). Before that, only this call fails: its request carries
-        ``expires``, so no server starts it later, while the socket may carry requests
-        without a deadline (a thread's pipelined inserts) that a stalled server could still
-        apply when it resumes, and must not be reported failed. The next request first
-        learns the server's epoch again. (What leases cover: ``docs/protocol.md``.)
-
-        Raises:
-            ReplayTimeoutError: for a wait that keeps its request (``abandon`` False, a
-                pipelined insert's): it is still on its way and may yet be stored.
-            ServerUnavailableError: otherwise, with why where it can tell (as
-                :meth:`_unavailable`).
-        """
-        if time.monotonic() >= ch.latest_lease:
-            self._unavailable(ch, message)  # the server refuses all of them from now on
-        # The next request first pings: a server that restarted meanwhile shows its new
-        # epoch (failing what the old one had taken) before that request is stamped.
-        ch.greeted = False
-        if not abandon:
-            raise ReplayTimeoutError(
-                f"{message}; the request is still on its way and may yet be stored: wait "
-                "for it again"
-            )
-        ch.abandon(rid)
-        raise self._diagnosed(message) from None
+        """Wait for the reply to ``rid``; raise its typed error if it failed (see
+        :meth:`rlreplay.net.waits.ReplyWaits.wait_until`)."""
+        return self.waits.wait_until(rid, until, abandon)
 
     def _unavailable(self, ch: Channel, message: str) -> None:
-        """Drop the channel's socket and queued requests; raise ServerUnavailableError.
-
-        The socket is dropped first, so nothing it queued can reach a server that comes
-        back; then :meth:`_diagnosed` says why the server did not answer.
-        """
-        ch.reset(message)
-        raise self._diagnosed(message) from None
-
-    def _diagnosed(self, message: str) -> ServerUnavailableError:
-        """The ServerUnavailableError of a call that got no answer: ``message`` and why,
-        where a short look at a new connection's handshake (at most ``diagnose_s``) can
-        tell: nothing accepts connections at the address, or which CURVE credential the
-        server refused (also the error's ``reason``)."""
-        verdict = self.diagnose()
-        why = auth.unreachable_reason(verdict)
-        if why is None:
-            why = "server down, unreachable, or rejecting this client's credentials"
-        return ServerUnavailableError(f"{message}: {why}", verdict)
+        """Drop the channel's socket and queued requests; raise ServerUnavailableError."""
+        self.waits.unavailable(ch, message)
 
     def diagnose(self, timeout: float | None = None) -> str | None:
-        """A :func:`~rlreplay.net.auth.diagnose_connection` verdict for this client's address
-        and keys (watched for ``timeout``, default ``diagnose_s``), or None if the diagnosis
-        was skipped or itself failed. Only run after a call failed."""
-        timeout = self.diagnose_s if timeout is None else timeout
-        if timeout <= 0:
-            return None
-        try:
-            return auth.diagnose_connection(
-                self.address, self._server_key, self._client_keys, timeout=timeout
-            )
-        except (zmq.ZMQError, InvalidArgumentError):
-            return None
+        """A :func:`~rlreplay.net.auth.diagnose_connection` verdict for this client's
+        address and keys (see :meth:`rlreplay.net.waits.ReplyWaits.diagnose`)."""
+        return self.waits.diagnose(timeout)
 
     def call(
         self,
