@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import atexit
 import ctypes
-import ctypes.util
 import os
 import sys
 import threading
@@ -61,8 +60,8 @@ def _load_madvise() -> Any:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        fn = libc.madvise
+        # the process's own symbols, libc's among them (find_library would run ldconfig)
+        fn = ctypes.CDLL(None, use_errno=True).madvise
     except (OSError, AttributeError):
         return None
     fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
