@@ -148,10 +148,8 @@ def snapshot_buffers(index: ItemIndex) -> dict[str, Any]:
     table's lock; see :meth:`Selector.state_buffers`."""
     out = index.records.state_buffers()
     out["sampler"] = index.sampler.state_buffers()
-    if index.remover_active:
+    if index.remover_active:  # (an idle remover's state is made, not copied: no buffers)
         out["remover"] = index.remover.state_buffers()
-    else:
-        out["remover"] = idle_remover.bound_copy(index.remover, index.capacity).state_buffers()
     return out
 
 
