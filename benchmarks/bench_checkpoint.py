@@ -30,8 +30,11 @@ checkpoint. Figures:
   written and wall seconds, and their ratios;
 * ``load_average``: the machine's load average during the run (others' work included);
 * ``peak_extra_mb``: the process's peak resident memory during the save above its
-  resident memory before (``/proc/self/clear_refs``), and ``aside_peak_mb``, the rows
-  copied aside because the actor overwrote them before they were streamed.
+  resident memory before (``/proc/self/clear_refs``), ``aside_peak_mb``, the rows
+  copied aside because the actor overwrote them before they were streamed, and
+  ``state_peak_mb``, the per-item state the save held in memory at once
+  (``SaveStats.state_peak_bytes``: slice buffers and changed entries for a table of
+  many items, whose state goes to its files slice by slice).
 
 Prints a table and writes ``benchmarks/results/bench_checkpoint.json``. The checkpoint
 is deleted at the end.
@@ -246,6 +249,7 @@ def run(args: argparse.Namespace) -> dict:
         out["inserts_during_save"] = sum(1 for s, _ in load.calls["insert"] if s0 <= s <= s1)
         out["peak_extra_mb"] = (status_kb("VmHWM") - rss0) / 1024 if peak_ok else None
         out["aside_peak_mb"] = stats.aside_peak_bytes / 2**20
+        out["state_peak_mb"] = stats.state_peak_bytes / 2**20
         out["capture_held_ms"] = 1e3 * stats.capture_held_s
         out["chunk_held_ms"] = 1e3 * stats.chunk_held_s
         out["save_s"] = s1 - s0
@@ -293,6 +297,7 @@ ROWS = [
     ("mmap_first_sample_s", "mmap restore to first sample, cold (s)", "{:.3f}"),
     ("peak_extra_mb", "peak extra resident memory during save (MB)", "{:.0f}"),
     ("aside_peak_mb", "rows copied aside, peak (MB)", "{:.1f}"),
+    ("state_peak_mb", "per-item state held in memory, peak (MB)", "{:.1f}"),
     ("full_written_gb", "full save, no load: written (GB)", "{:.3f}"),
     ("full_save_s", "full save, no load: wall time (s)", "{:.2f}"),
     ("incremental_written_gb", "second save after new rows: written (GB)", "{:.3f}"),
