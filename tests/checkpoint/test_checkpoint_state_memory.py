@@ -220,3 +220,23 @@ def test_a_format_version_2_checkpoint_with_its_idle_remover_saved_still_restore
     larger.insert({"step": np.arange(45, 49, dtype=np.int64)})  # two over max_size
     held = sorted(larger.store.columns["step"][np.flatnonzero(larger.index.live)].tolist())
     assert held == list(range(17, 49))  # the saved order: the two oldest went first
+
+
+def test_a_reset_between_the_last_slice_and_the_moment_copies_every_part_whole(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(snapshot, "SLICED_ABOVE_BYTES", -1)
+    table = prioritized()
+    save = StepwiseSave(table, tmp_path, slice_bytes=512)
+    while not save.capture.ready:
+        save.step()
+    table.store.reset()  # every slot changed after its slice was written
+    table.insert({"x": np.arange(40, dtype=np.float32)}, np.linspace(0.5, 1, 40))
+    save.step()  # the moment
+    assert save.done
+    expected = table.index.state()
+    stats = save.stats
+    restored = Table.restore(save.write(), verify=True)
+    assert_same_state(restored.index.state(), expected)
+    assert restored.size == 40
+    assert stats.state_peak_bytes >= table.index.records.nbytes()  # the whole state, once
