@@ -210,6 +210,7 @@ class Transport:
         expires: float | None = None,
         timeout: Any = CALL,
         hooked: bool = True,
+        awaited: bool = False,
     ) -> int:
         """Send a request without waiting for its reply; returns its id.
 
@@ -228,6 +229,9 @@ class Transport:
             hooked: first send the rows this thread's pipelined inserts hold (so the server
                 takes them first) and raise what the server refused of them (except for
                 writer chunks); False for the pipeline's own messages.
+            awaited: the caller waits for the reply before this thread sends anything
+                else (:meth:`call`): the request may take the thread's direct link (see
+                :mod:`rlreplay.net.direct`).
 
         Raises:
             ServerUnavailableError: if the server did not answer the handshake or take the
@@ -274,7 +278,7 @@ class Transport:
         if arrays and ch.max_message_bytes is not None:
             self.check_size(frames, ch.max_message_bytes)
         link = ch.direct
-        if link is not None and op in DIRECT_OPS and ch.zmq_tail is None and slot is None:
+        if awaited and link is not None and op in DIRECT_OPS and ch.zmq_tail is None:
             try:
                 sent = not header.get("noreply") and link.send(frames)
             except LinkClosed:  # the server is gone: ZeroMQ, as addressed to it
@@ -390,5 +394,5 @@ class Transport:
         """
         if until is CALL:
             until = self.until(timeout)
-        rid = self.send(header, arrays, until=until, expires=until, timeout=timeout)
+        rid = self.send(header, arrays, until=until, expires=until, timeout=timeout, awaited=True)
         return self.wait_until(rid, until)
