@@ -231,3 +231,41 @@ def test_a_killed_client_leaves_no_link_and_a_killed_server_fails_the_call_on_it
         assert outcome["elapsed"] < 10.0, outcome
         assert server_links(name) == -1  # the listening socket is gone too
         client.close()
+
+
+def test_a_call_on_the_link_that_got_no_answer_is_never_applied_later():
+    with served(CONFIG) as (address, proc):
+        client = rlreplay.Client(address, call_timeout=1.0)
+        keys = client.insert("t", rows(4), wait=True)
+        assert client.update_priorities("t", keys, 1.0) == 4
+        assert link_of(client) is not None
+        os.kill(proc.pid, signal.SIGSTOP)
+        wait_until_stopped(proc.pid)
+        try:
+            start = time.monotonic()
+            with pytest.raises(ServerUnavailableError):
+                client.update_priorities("t", keys, 9.0)
+            assert time.monotonic() - start < 1.0 + 3.0  # call_timeout, diagnosis, slack
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        # the resumed server refuses the request it read after its client gave up
+        batch = client.sample("t", 100, timeout=5.0)
+        assert set(batch.info.priorities.tolist()) == {1.0}
+        assert client.update_priorities("t", keys, 2.0) == 4
+        assert link_of(client) is not None
+        assert set(client.sample("t", 100, timeout=5.0).info.priorities.tolist()) == {2.0}
+        client.close()
+
+
+def test_a_thread_that_ended_closes_its_link():
+    table = rlreplay.Table("t", signature={"x": "float32"}, max_size=10)
+    with rlreplay.Server([table]) as server:
+        client = rlreplay.Client(server.address)
+        thread = threading.Thread(target=lambda: client.info("t"))
+        thread.start()
+        thread.join(30.0)
+        assert wait_for(lambda: len(server._direct.peers) == 0, 5.0)
+        client.info("t")  # this thread's own
+        assert wait_for(lambda: len(server._direct.peers) == 1, 5.0)
+        client.close()
+        assert wait_for(lambda: len(server._direct.peers) == 0, 5.0)
