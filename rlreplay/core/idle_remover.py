@@ -6,9 +6,9 @@ reaches the store's capacity a full table holds every slot: a new item's slot th
 an item, which the store's overwrite evicts first (see overwrite.py), and the remover is
 never asked. Such a table's :class:`~rlreplay.core.item_slots.ItemIndex` leaves its
 remover unbound (a Fifo remover's links are 8 bytes per slot, a heap's more) and skips
-every call to it; the remover's index is made only when a checkpoint saves it (so a
-checkpoint restored into a table that does use its remover, of another capacity or
-``max_size``, finds the items in an order), from :func:`idle_order`.
+every call to it. A checkpoint saves no state for it; the remover's index is made, from
+:func:`idle_order`, only where a checkpoint is restored into a table that does use its
+remover (of another capacity or ``max_size``), so that it finds the items in an order.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ def idle_state(
     into: dict[str, np.ndarray] | None = None,
 ) -> dict[str, Any]:
     """The state an active ``remover`` would have holding the held slots in
-    :func:`idle_order`, with their priorities (what a checkpoint saves for an idle one)."""
+    :func:`idle_order`, with their priorities (what a restore gives an active remover in
+    place of an idle one's state)."""
     made = bound_copy(remover, len(live))
     order = idle_order(live, newest)
     if len(order):

@@ -4,8 +4,9 @@ An :class:`~rlreplay.core.item_slots.ItemIndex`'s state is its per-slot records 
 :class:`~rlreplay.core.slot_records.SlotRecords`), its size, counters, largest priority,
 generation origin and newest slot, and both selectors' states. These functions make that
 snapshot (with the table's lock held, copying into buffers made before it was taken) and
-check one before it is put back; a remover left idle keeps no state, so its state is made
-from the snapshot, after the lock is released. They read the index, never change it: the
+check one before it is put back; a remover left idle keeps no state: a checkpoint leaves
+it out (``None``), and :func:`idle_remover_state` makes it from a snapshot where one is
+asked for, after the lock is released. They read the index, never change it: the
 index puts a checked state back itself (:meth:`~rlreplay.core.item_slots.ItemIndex.
 load_state`).
 """
