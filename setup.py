@@ -11,8 +11,11 @@ COMMON = "rlreplay/core/_common.h"  # shared by the modules that include it
 setup(
     # The learning examples (examples/*.py, single readable files) also install as
     # rlreplay.examples, so `rlreplay demo` can run them from an installed package.
-    packages=[*find_packages(include=["rlreplay", "rlreplay.*"]), "rlreplay.examples"],
-    package_dir={"rlreplay.examples": "examples"},
+    # rlreplay/examples is a link to examples/, so a source checkout has the installed
+    # layout: a process that imports rlreplay from the checkout (a Ray worker started in
+    # it, whose path begins with the driver's directory) finds rlreplay.examples too,
+    # without the editable install's import hook.
+    packages=find_packages(include=["rlreplay", "rlreplay.*"]),
     ext_modules=[
         Extension(
             "rlreplay.core.selectors._sumtree",
