@@ -141,24 +141,27 @@ class Channel:
             self._keep(header, arrays, rid, now)
 
     def _receive_direct(self) -> None:
-        """Take the replies waiting on the direct link (drop it if the server closed it)."""
+        """Take the next reply waiting on the direct link (drop it if the server closed
+        it). One per call: a link carries one awaited call at a time, and a reply left
+        (to a call that gave up) is taken by the next wait, whose poll finds it."""
         link = self.direct
-        while link is not None:
-            try:
-                data = link.receive()
-            except LinkClosed:
-                self.drop_direct()
-                return
-            if data is None:
-                return
-            frames = frames_of(data)
-            if frames is None:
-                raise ProtocolError("a malformed message arrived on the direct link")
-            now = self.last_heard = time.monotonic()
-            header, arrays = wire.decode(frames)
-            rid = header.get("id")
-            self.direct_sent.discard(rid)
-            self._keep(header, arrays, rid, now)
+        if link is None:
+            return
+        try:
+            data = link.receive()
+        except LinkClosed:
+            self.drop_direct()
+            return
+        if data is None:
+            return
+        frames = frames_of(data)
+        if frames is None:
+            raise ProtocolError("a malformed message arrived on the direct link")
+        now = self.last_heard = time.monotonic()
+        header, arrays = wire.decode(frames)
+        rid = header.get("id")
+        self.direct_sent.discard(rid)
+        self._keep(header, arrays, rid, now)
 
     def _keep(self, header: dict, arrays: dict, rid: Any, now: float) -> None:
         """Keep a reply for its waiter (or drop it, abandoned)."""
