@@ -382,15 +382,18 @@ class Server(TableOperations):
             elif links.serve(fd, self._handle, self._unregister, now):
                 self.checkpoints.changed = True
 
-    def _send(self, identity: Any, frames: list) -> None:
-        """Send a reply without blocking. A large reply is tracked until ZeroMQ releases it,
-        so the bytes held for a client that does not read are known (and bounded). A reply
-        to a request that came on a direct link goes back on it, or through ZeroMQ to the
-        link's connection if it is too large for the link."""
+    def _send(self, identity: Any, frames: list, rid: Any = None) -> None:
+        """Send the reply to request ``rid`` without blocking. A large reply is tracked
+        until ZeroMQ releases it, so the bytes held for a client that does not read are
+        known (and bounded). A reply to a request that came on a direct link goes back on
+        it, or, if it is too large for the link, through ZeroMQ to the link's connection,
+        followed on the link by a note that it did (``moved``: the client, waiting on its
+        link alone, then waits on both)."""
         if type(identity) is DirectPeer:
-            if identity.send(frames) is not False:
-                return
-            identity = zmq.Frame(identity.bytes)
+            if identity.send(frames) is False:
+                self._send(zmq.Frame(identity.bytes), frames)
+                identity.send(wire.encode({"id": rid, "moved": True}))
+            return
         nbytes = 0
         if len(frames) > 1:
             nbytes = wire.frames_nbytes(frames)
@@ -417,7 +420,7 @@ class Server(TableOperations):
         header["ok"] = True
         header["epoch"] = self.epoch
         header["now"] = time.monotonic()
-        self._send(identity, wire.encode(header, arrays, version))
+        self._send(identity, wire.encode(header, arrays, version), rid)
 
     def _reply_error(
         self, identity: Any, rid: Any, exc: BaseException, version: int = OLDEST_VERSION
@@ -430,7 +433,7 @@ class Server(TableOperations):
             "epoch": self.epoch,
             "now": time.monotonic(),
         }
-        self._send(identity, wire.encode(header, None, version))
+        self._send(identity, wire.encode(header, None, version), rid)
 
     def _handle(self, frames: list) -> bool:
         """Serve one request; returns True if it may have changed a table."""
