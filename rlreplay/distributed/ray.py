@@ -22,6 +22,13 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from rlreplay.distributed.ray_checks import (
+    checked_kwargs,
+    checked_resources,
+    client_arguments,
+    server_arguments,
+    shortfall,
+)
 from rlreplay.distributed.sharded_client import ShardedClient
 from rlreplay.errors import InvalidArgumentError, ReplayTimeoutError, describe
 
@@ -215,7 +222,10 @@ def start_shards(
     Each shard gets one bundle ``{"CPU": num_cpus, **resources}``; ``strategy="SPREAD"``
     puts the bundles on different nodes where it can (``"STRICT_SPREAD"``: must), so a
     custom resource such as ``{"replay": 1}`` declared only by the replay nodes puts
-    the shards there. Call ``ray.init(...)`` first.
+    the shards there. Call ``ray.init(...)`` first (``ray.init(address="auto")`` on a
+    cluster); without it, Ray's first call connects to the Ray this machine runs, or
+    starts a local one with Ray's defaults. Every argument is checked in the driver
+    before anything starts.
 
     Args:
         tables: a ``tables.toml``-shaped mapping every shard builds its tables from, or
@@ -236,10 +246,12 @@ def start_shards(
         The :class:`RayShards` (call :meth:`RayShards.shutdown`, or use it in ``with``).
 
     Raises:
-        InvalidArgumentError: for bad arguments, or tables a shard refuses (the shard's
-            own error, re-raised by Ray as a subclass of it).
+        InvalidArgumentError: for bad arguments (``server_kwargs`` and ``client_kwargs``
+            names included), or tables a shard refuses (the shard's own error, re-raised
+            by Ray as a subclass of it).
         ReplayTimeoutError: if the cluster cannot place the bundles within
-            ``start_timeout`` (say which resources are missing).
+            ``start_timeout`` (saying what the cluster lacks, where its nodes' totals
+            tell), or the servers do not report their addresses within it.
         ImportError: without Ray.
     """
     if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1:
@@ -248,17 +260,15 @@ def start_shards(
         raise InvalidArgumentError(f"strategy={strategy!r} is unknown; choose one of {STRATEGIES}")
     if isinstance(num_cpus, bool) or not isinstance(num_cpus, (int, float)) or num_cpus < 0:
         raise InvalidArgumentError(f"num_cpus={describe(num_cpus)} must be a number >= 0")
-    resources = dict(resources or {})
-    if any(not isinstance(v, (int, float)) or v < 0 for v in resources.values()):
-        raise InvalidArgumentError(f"resources={resources} must map names to amounts >= 0")
-    if isinstance(tables, Mapping):
-        builders = [TablesFromConfig(tables)] * num_shards
-    elif callable(tables):
-        builders = [tables(i) for i in range(num_shards)]
-    else:
+    if (isinstance(start_timeout, bool) or not isinstance(start_timeout, (int, float))
+            or not start_timeout > 0):
         raise InvalidArgumentError(
-            f"tables={describe(tables)} must be a tables.toml-shaped mapping or a callable"
+            f"start_timeout={describe(start_timeout)} must be a number of seconds > 0"
         )
+    resources = checked_resources(resources)
+    server_kwargs = checked_kwargs("server_kwargs", server_kwargs, server_arguments())
+    client_kwargs = checked_kwargs("client_kwargs", client_kwargs, client_arguments())
+    builders = _builders(tables, num_shards)
     ray = import_ray()
     from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -274,6 +284,7 @@ def start_shards(
                 f"Ray could not place {num_shards} replay shards of {bundle} each "
                 f"({strategy}) within {start_timeout}s; the cluster has "
                 f"{ray.available_resources()} available"
+                + shortfall(ray.nodes(), bundle, num_shards, strategy)
             )
 
     def where(i: int) -> Any:
@@ -290,16 +301,48 @@ def start_shards(
             scheduling_strategy=where(i),
             num_cpus=float(num_cpus),
             resources={k: float(v) for k, v in resources.items()} or None,
-        ).remote(builders[i], i, bind, dict(server_kwargs or {}), folder)
+        ).remote(builders[i], i, bind, server_kwargs, folder)
         for i in range(num_shards)
     ]
     try:
-        addresses = ray.get([a.address.remote() for a in actors], timeout=start_timeout)
-        node_ids = ray.get([a.node_id.remote() for a in actors], timeout=start_timeout)
+        try:
+            addresses = ray.get([a.address.remote() for a in actors], timeout=start_timeout)
+            node_ids = ray.get([a.node_id.remote() for a in actors], timeout=start_timeout)
+        except ray.exceptions.GetTimeoutError as error:
+            raise ReplayTimeoutError(
+                f"{num_shards} replay shards did not report their addresses within "
+                f"start_timeout={start_timeout}s (building their tables, or starting "
+                "their servers, took longer); give a larger start_timeout"
+            ) from error
     except BaseException:
         for actor in actors:
             ray.kill(actor)
         if group is not None:
             ray.util.remove_placement_group(group)
         raise
-    return RayShards(actors, addresses, node_ids, group, dict(client_kwargs or {}))
+    return RayShards(actors, addresses, node_ids, group, client_kwargs)
+
+
+def _builders(tables: Any, num_shards: int) -> list[Callable[[], list]]:
+    """Each shard's picklable builder of its tables.
+
+    Raises:
+        InvalidArgumentError: for ``tables`` that is neither a mapping nor a callable,
+            or a callable that returns something other than a builder.
+    """
+    if isinstance(tables, Mapping):
+        return [TablesFromConfig(tables)] * num_shards
+    if not callable(tables):
+        raise InvalidArgumentError(
+            f"tables={describe(tables)} must be a tables.toml-shaped mapping or a callable"
+        )
+    builders = [tables(i) for i in range(num_shards)]
+    for i, build in enumerate(builders):
+        if not callable(build):
+            raise InvalidArgumentError(
+                f"tables({i}) returned {describe(build)}; a callable tables must return, "
+                "for a shard's index, a picklable no-argument callable that builds that "
+                "shard's tables (it runs inside the shard), e.g. "
+                "functools.partial(make_tables, seed=index)"
+            )
+    return builders

@@ -92,7 +92,8 @@ def test_start_shards_refuses_what_it_cannot_start():
     with pytest.raises(InvalidArgumentError, match="signature"):  # the shard's own error
         start_shards({"table": [{"name": "t"}]}, 1, num_cpus=0)
     start = time.monotonic()
-    with pytest.raises(ReplayTimeoutError, match="could not place"):
+    with pytest.raises(ReplayTimeoutError, match=r"could not place.*no node has 1 'replay_node' "
+                       r"\(declare it with `ray start --resources="):
         start_shards(CONFIG, 1, resources={"replay_node": 1}, start_timeout=1.0)
     assert time.monotonic() - start < 15
 
