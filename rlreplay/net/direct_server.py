@@ -4,14 +4,16 @@ its ZeroMQ socket, and the links of same-host clients (see :mod:`rlreplay.net.di
 Every method runs on the server's dispatcher thread. What a client may cost is bounded:
 one pending token per ZeroMQ connection (a new handshake replaces it), tokens expire after
 :data:`TOKEN_S`, a connection that has not presented a valid token within
-:data:`TOKEN_S` is closed, and the server keeps at most ``max_links`` links (past it, no
-link is offered and clients stay on ZeroMQ).
+:data:`TOKEN_S` is closed, and the server keeps at most ``max_links`` links and offered
+tokens together (past it, no link is offered and clients stay on ZeroMQ). By default that
+is :data:`MAX_LINKS`, or a quarter of the process's file descriptor limit if less, so that
+links never take the descriptors the server's other sockets and files need.
 """
 
 from __future__ import annotations
 
-import logging
 import os
+import resource
 import secrets
 import socket
 from collections.abc import Callable
@@ -26,11 +28,17 @@ from rlreplay.net.direct import (
     peer_uid,
 )
 
-log = logging.getLogger("rlreplay.net")
-
 TOKEN_S = 10.0  # seconds a token, or a connection that has not presented one, may wait
 MAX_LINKS = 1024  # links one server keeps at most (each holds a file descriptor)
 ACCEPTS_PER_WAKE = 64  # connections accepted at most before the other sockets get a turn
+
+
+def default_max_links() -> int:
+    """:data:`MAX_LINKS`, or a quarter of this process's soft limit of open files if less."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return MAX_LINKS
+    return max(0, min(MAX_LINKS, soft // 4))
 
 
 class DirectPeer:
@@ -64,15 +72,16 @@ class DirectLinks:
     """The server's listening socket and links.
 
     Args:
-        max_links: most links kept at once.
+        max_links: most links (and offered tokens) kept at once; default
+            :func:`default_max_links`.
 
     Raises:
         OSError: if the listening socket cannot be made (the server then offers none).
     """
 
-    def __init__(self, max_links: int = MAX_LINKS):
+    def __init__(self, max_links: int | None = None):
         self.name = "rlreplay-" + secrets.token_hex(12)
-        self.max_links = max_links
+        self.max_links = default_max_links() if max_links is None else max_links
         lst = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             lst.bind("\0" + self.name)  # abstract: no file to remove, even after kill -9
@@ -90,7 +99,7 @@ class DirectLinks:
 
     def offer(self, client: bytes, now: float) -> dict | None:
         """A link offer for the ZeroMQ connection ``client`` (None at ``max_links``)."""
-        if len(self.peers) >= self.max_links:
+        if len(self.peers) + len(self._tokens) >= self.max_links:
             return None
         old = self._token_of.pop(client, None)
         if old is not None:

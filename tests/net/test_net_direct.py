@@ -273,3 +273,28 @@ def test_a_thread_that_ended_closes_its_link():
         assert wait_for(lambda: len(server._direct.peers) == 1, 5.0)
         client.close()
         assert wait_for(lambda: len(server._direct.peers) == 0, 5.0)
+
+
+def test_links_stay_within_their_budget_and_clients_past_it_use_zeromq(monkeypatch):
+    from rlreplay.net import direct_server
+
+    monkeypatch.setattr(direct_server, "default_max_links", lambda: 2)
+    table = rlreplay.Table("t", signature={"x": "float32"}, max_size=10)
+    with rlreplay.Server([table]) as server:
+        clients = [rlreplay.Client(server.address) for _ in range(3)]
+        for c in clients:
+            assert c.can_insert("t")
+        assert [link_of(c) is not None for c in clients] == [True, True, False]
+        assert len(server._direct.peers) == 2
+        clients[0].close()
+        assert wait_for(lambda: len(server._direct.peers) == 1, 5.0)
+        for c in clients[1:]:
+            c.close()
+
+
+@pytest.mark.parametrize(("soft", "expected"), [(400, 100), (1 << 20, 1024), (3, 0)])
+def test_the_link_budget_is_a_quarter_of_the_open_file_limit(monkeypatch, soft, expected):
+    from rlreplay.net import direct_server
+
+    monkeypatch.setattr(direct_server.resource, "getrlimit", lambda _: (soft, 1 << 20))
+    assert direct_server.default_max_links() == expected
