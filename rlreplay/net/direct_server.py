@@ -31,6 +31,7 @@ from rlreplay.net.direct import (
 TOKEN_S = 10.0  # seconds a token, or a connection that has not presented one, may wait
 MAX_LINKS = 1024  # links one server keeps at most (each holds a file descriptor)
 ACCEPTS_PER_WAKE = 64  # connections accepted at most before the other sockets get a turn
+PAUSE_S = 1.0  # seconds the listener is left alone after accepting failed
 
 
 def default_max_links() -> int:
@@ -96,6 +97,7 @@ class DirectLinks:
         self._tokens: dict[bytes, tuple[bytes, float]] = {}  # token -> (client, expiry)
         self._token_of: dict[bytes, bytes] = {}  # client -> its pending token
         self.peers: dict[int, DirectPeer] = {}  # fd -> link (accepted or awaiting its token)
+        self.paused_until: float | None = None  # the listener is not polled until then
 
     def offer(self, client: bytes, now: float) -> dict | None:
         """A link offer for the ZeroMQ connection ``client`` (None at ``max_links``)."""
@@ -109,12 +111,24 @@ class DirectLinks:
         self._token_of[client] = token
         return {"name": self.name, "token": token}
 
-    def accept(self, register: Callable[[int], None], now: float) -> None:
-        """Accept waiting connections of this server's user (others are closed at once)."""
+    def accept(
+        self,
+        register: Callable[[int], None],
+        unregister: Callable[[int], None],
+        now: float,
+    ) -> None:
+        """Accept waiting connections of this server's user (others are closed at once).
+        If accepting fails otherwise than for want of a connection (no file descriptor
+        left, say), the listening socket is not polled for :data:`PAUSE_S` (its waiting
+        connection would wake the dispatcher again at once, in a loop)."""
         for _ in range(ACCEPTS_PER_WAKE):
             try:
                 sock, _ = self.listener.accept()
-            except OSError:  # none waits (BlockingIOError), or a transient failure
+            except BlockingIOError:
+                return
+            except OSError:
+                unregister(self.fd)
+                self.paused_until = now + PAUSE_S
                 return
             try:
                 if len(self.peers) >= self.max_links or peer_uid(sock) != self.uid:
@@ -175,8 +189,14 @@ class DirectLinks:
             unregister(fd)
             peer.sock.close()
 
-    def sweep(self, now: float, unregister: Callable[[int], None]) -> None:
-        """Forget expired tokens and close connections that never presented a valid one."""
+    def sweep(
+        self, now: float, register: Callable[[int], None], unregister: Callable[[int], None]
+    ) -> None:
+        """Forget expired tokens, close connections that never presented a valid one, and
+        poll the listening socket again after a pause."""
+        if self.paused_until is not None and now >= self.paused_until:
+            self.paused_until = None
+            register(self.fd)
         for token, (client, expiry) in list(self._tokens.items()):
             if expiry < now:
                 del self._tokens[token]

@@ -378,7 +378,7 @@ class Server(TableOperations):
             if type(fd) is not int:
                 continue
             if fd == links.fd:
-                links.accept(self._register, now)
+                links.accept(self._register, self._unregister, now)
             elif links.serve(fd, self._handle, self._unregister, now):
                 self.checkpoints.changed = True
 
@@ -502,5 +502,5 @@ class Server(TableOperations):
         self._sessions.forget_idle(now)
         self._shm.forget_idle(now)
         if self._direct is not None:
-            self._direct.sweep(now, self._unregister)
+            self._direct.sweep(now, self._register, self._unregister)
         self.clients.prune()

@@ -298,3 +298,30 @@ def test_the_link_budget_is_a_quarter_of_the_open_file_limit(monkeypatch, soft, 
 
     monkeypatch.setattr(direct_server.resource, "getrlimit", lambda _: (soft, 1 << 20))
     assert direct_server.default_max_links() == expected
+
+
+def test_a_failing_accept_pauses_the_listener_instead_of_waking_the_loop_again():
+    from rlreplay.net.direct_server import DirectLinks
+
+    links = DirectLinks(max_links=4)
+    polled = {links.fd}
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+            s.connect("\0" + links.name)
+
+            class NoDescriptorLeft:
+                def accept(self):
+                    raise OSError(24, "Too many open files")
+
+            real, links.listener = links.listener, NoDescriptorLeft()
+            links.accept(polled.add, polled.discard, 100.0)
+            assert links.fd not in polled and not links.peers
+            links.sweep(100.5, polled.add, polled.discard)
+            assert links.fd not in polled  # still paused
+            links.listener = real
+            links.sweep(101.5, polled.add, polled.discard)
+            assert links.fd in polled
+            links.accept(polled.add, polled.discard, 101.5)
+            assert len(links.peers) == 1  # the waiting connection, accepted now
+    finally:
+        links.close()
