@@ -55,7 +55,9 @@ def check_shardable(config: RuntimeConfig, replay: ReplaySpec) -> None:
     Raises:
         InvalidArgumentError: for ``replay_shards > 1`` with an on-policy queue table or
             a sampler other than Uniform or Prioritized (their order or choice of items
-            cannot be split over shards).
+            cannot be split over shards), or with fewer actors than shards (actor ``i``
+            writes to shard ``i % replay_shards``: a shard without one would stay empty,
+            its share of ``max_size`` unused).
     """
     if config.replay_shards == 1:
         return
@@ -69,6 +71,13 @@ def check_shardable(config: RuntimeConfig, replay: ReplaySpec) -> None:
             f"replay_shards={config.replay_shards} samples over shards with a Uniform or "
             f"Prioritized sampler, not {replay.sampler!r}; use one of those or "
             "replay_shards=1"
+        )
+    if config.num_actors < config.replay_shards:
+        raise InvalidArgumentError(
+            f"replay_shards={config.replay_shards} is more than num_actors="
+            f"{config.num_actors}: actor i writes to shard i % replay_shards, so shards "
+            f"{config.num_actors}..{config.replay_shards - 1} would get no steps and their "
+            "share of max_size would stay empty; use replay_shards <= num_actors"
         )
 
 

@@ -46,7 +46,8 @@ def test_each_shard_holds_its_share_of_the_table_at_the_same_ratio():
 
 
 def test_tables_that_cannot_be_sharded_are_refused_before_anything_starts():
-    config = rt.RuntimeConfig(backend="ray", replay_shards=2, samples_per_insert=4.0)
+    config = rt.RuntimeConfig(backend="ray", replay_shards=2, num_actors=2,
+                              samples_per_insert=4.0)
     queue = dataclasses.replace(REPLAY, on_policy=True)
     with pytest.raises(InvalidArgumentError, match="on-policy"):
         check_shardable(config, queue)
@@ -55,3 +56,14 @@ def test_tables_that_cannot_be_sharded_are_refused_before_anything_starts():
     check_shardable(config, REPLAY)
     one = rt.RuntimeConfig(backend="ray", replay_shards=1, samples_per_insert=4.0)
     check_shardable(one, queue)  # one shard: served as it is
+
+
+def test_more_shards_than_actors_are_refused_before_anything_starts():
+    # actor i writes to shard i % replay_shards: shards 2 and 3 would stay empty
+    config = rt.RuntimeConfig(backend="ray", replay_shards=4, num_actors=2,
+                              samples_per_insert=4.0)
+    with pytest.raises(InvalidArgumentError, match=r"replay_shards=4 is more than "
+                                                   r"num_actors=2: .*shards 2\.\.3 would get "
+                                                   r"no steps.*use replay_shards <= num_actors"):
+        check_shardable(config, REPLAY)
+    check_shardable(dataclasses.replace(config, num_actors=4), REPLAY)
