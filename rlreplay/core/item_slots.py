@@ -11,8 +11,9 @@ before changing anything. The table calls it with its lock held; the overwrite p
 and :meth:`~ItemIndex.attach_moved` for rows the store is about to overwrite.
 
 Its parts: the per-slot arrays and their layout are a
-:class:`~rlreplay.core.slot_records.SlotRecords` it owns (and writes in place), the
-lookup of the items keys name is :mod:`rlreplay.core.held_keys`, and its checkpoint
+:class:`~rlreplay.core.slot_records.SlotRecords` it owns (they write the records of new
+and moved items, a batch in one compiled pass; the one-row insert and the evictions write
+single slots here, through memoryviews), the lookup of the items keys name is :mod:`rlreplay.core.held_keys`, and its checkpoint
 state is made and checked by :mod:`rlreplay.core.item_state`. The compiled loops of
 ``_slots.c`` are bound here (``_kernel``; ``None`` without a compiler: the numpy twins).
 """
@@ -30,9 +31,6 @@ from rlreplay.core.keys import (
     GENERATION_MASK,
     GENERATIONS,
     SLOT_BITS,
-    make_keys,
-    next_generation,
-    next_generations,
 )
 from rlreplay.core.selectors import Selector
 from rlreplay.core.slot_changes import SlotChanges
@@ -191,32 +189,7 @@ class ItemIndex:
             if held:
                 self.evict_slots(slots[self.live[at]])
             self._make_room_for(n)
-        if _kernel is not None:
-            keys = np.empty(n, dtype=np.int64)
-            if prios is not None:
-                prios = np.ascontiguousarray(prios, dtype=np.float64)
-            if start is not None:
-                _kernel.claim_range(
-                    start, keys, self.slot_bytes, self.live, prios, fill, self.origin
-                )
-                prios = self.priority[start : start + n]
-            else:
-                slots = np.ascontiguousarray(slots, dtype=np.int64)
-                _kernel.claim_slots(
-                    slots, keys, self.slot_bytes, self.live, prios, fill, self.origin
-                )
-                if prios is None:
-                    prios = np.full(n, fill, dtype=np.float64)
-        else:
-            if prios is None:
-                prios = np.full(n, fill, dtype=np.float64)
-            generations = next_generations(self.generation[at])
-            self.generation[at] = generations
-            if self.keeps_priorities:
-                self.priority[at] = prios
-            self.times_sampled[at] = 0
-            self.live[at] = True
-            keys = make_keys(slots, generations, self.origin)
+        keys, prios = self.records.claim(_kernel, slots, prios, fill, self.origin, start)
         remover = self._remover
         if replacing:
             self.sampler.replace(slots, prios)
@@ -308,17 +281,10 @@ class ItemIndex:
         ``slots`` (int64, distinct) must all hold items: the callers take them from
         :attr:`live`, so they are not checked again.
         """
-        if len(slots) == 1:
-            slot = int(slots[0])
-            if self.changes is not None:
-                self.changes.note_one(slot)
-            self.sampler.delete_one(slot)
-            if self._remover is not None:
-                self._remover.delete_one(slot)
-            self._live_view[slot] = False
-            self.size -= 1
-        else:
-            self._drop(slots)
+        if len(slots) == 1:  # (one slot: its row's eviction, counted there)
+            self.evict_rows(int(slots[0]), 1)
+            return
+        self._drop(slots)
         self.counts["overwrite_evictions"] += len(slots)
 
     def evict_rows(self, start: int, n: int) -> None:
@@ -368,13 +334,7 @@ class ItemIndex:
         self.sampler.move(old, new, priority)
         if self._remover is not None:
             self._remover.move(old, new, priority)
-        self.generation[new] = next_generation(int(self.generation[new]))
-        if self.keeps_priorities:
-            self.priority[new] = priority
-        self.times_sampled[new] = times
-        if self.extent is not None:
-            self.extent[new] = span
-        self.live[new] = True
+        self.records.place_moved(new, priority, times, span)
         self.counts["relocations"] += 1
 
     # ------------------------------------------------------------ by key

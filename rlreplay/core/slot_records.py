@@ -5,8 +5,11 @@ selector uses priorities, the priority: 16 bytes, or 8), a live flag and, for la
 per-item extents, the item's extent. :class:`SlotRecords` owns these arrays, so that a
 sampled item's state is one cache line (not three) and the compiled loops in ``_draws.c``
 and ``_slots.c`` can take the records' bytes as they are; it copies, checks and restores
-them for checkpoints. The rules that keep them in agreement with the selectors and the
-table's size are the item index's (item_slots.py), which writes them in place.
+them for checkpoints, and writes the records of new and moved items (their next
+generation and keys: a batch in one compiled pass or its numpy twin). The rules that keep
+them in agreement with the selectors and the table's size are the item index's
+(item_slots.py), which asks for those writes and makes the one-slot ones itself, in place
+(the one-row insert's fast path).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.core.keys import make_keys, next_generation, next_generations
 from rlreplay.core.selectors.base import copy_into, touched
 from rlreplay.errors import InvalidArgumentError, describe
 
@@ -104,6 +108,59 @@ class SlotRecords:
     def nbytes(self) -> int:
         """Bytes of the records and live flags."""
         return self.slot_state.nbytes + self.live.nbytes
+
+    # ------------------------------------------------------ new and moved items
+    def claim(
+        self,
+        kernel: Any,
+        slots: np.ndarray,
+        prios: np.ndarray | None,
+        fill: float,
+        origin: int,
+        start: int | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Write the records of new items at ``slots`` (distinct; ``slots == arange(start,
+        start + n)`` when ``start`` is given, written through slices): each slot's
+        generation steps to the next (keys.py), its priority becomes ``prios`` (``fill``
+        where ``None``; not kept where the records keep none), its sample count 0 and its
+        live flag set. Returns ``(keys, priorities)``: the new items' keys for a table of
+        generation ``origin`` and their priorities (float64).
+
+        ``kernel``: the compiled ``_slots`` loops (``claim_range``/``claim_slots``, one
+        pass), or ``None`` for their numpy twin here.
+        """
+        n = len(slots)
+        if kernel is None:
+            if prios is None:
+                prios = np.full(n, fill, dtype=np.float64)
+            at = slots if start is None else slice(start, start + n)
+            generations = next_generations(self.generation[at])
+            self.generation[at] = generations
+            if self.keeps_priorities:
+                self.priority[at] = prios
+            self.times_sampled[at] = 0
+            self.live[at] = True
+            return make_keys(slots, generations, origin), prios
+        keys = np.empty(n, dtype=np.int64)
+        if prios is not None:
+            prios = np.ascontiguousarray(prios, dtype=np.float64)
+        if start is not None:
+            kernel.claim_range(start, keys, self.slot_bytes, self.live, prios, fill, origin)
+            return keys, self.priority[start : start + n]
+        slots = np.ascontiguousarray(slots, dtype=np.int64)
+        kernel.claim_slots(slots, keys, self.slot_bytes, self.live, prios, fill, origin)
+        return keys, (np.full(n, fill, dtype=np.float64) if prios is None else prios)
+
+    def place_moved(self, slot: int, priority: float, times_sampled: int, span: int) -> None:
+        """Write the record of an item moved to ``slot`` (its steps copied there): a new
+        generation, its priority, sample count and (with extents) extent, live."""
+        self.generation[slot] = next_generation(int(self.generation[slot]))
+        if self.keeps_priorities:
+            self.priority[slot] = priority
+        self.times_sampled[slot] = times_sampled
+        if self.extent is not None:
+            self.extent[slot] = span
+        self.live[slot] = True
 
     # ------------------------------------------------------------ checkpoints
     def state(self, into: dict[str, Any]) -> dict[str, Any]:
