@@ -31,7 +31,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable
-from typing import Any
 
 import zmq
 
@@ -44,10 +43,11 @@ from rlreplay.errors import (
 )
 from rlreplay.net import auth, direct, framing, handlers, schema, wire
 from rlreplay.net.checkpoints import ServerCheckpoints
-from rlreplay.net.direct_server import DirectLinks, DirectPeer
+from rlreplay.net.direct_server import DirectLinks
 from rlreplay.net.limits import ClientLedger, check_envelope, check_lease, check_limit
 from rlreplay.net.operations import TableOperations
 from rlreplay.net.parking import ParkedCalls, cap_deadline, refuse_lapsed
+from rlreplay.net.replies import OLDEST_VERSION, Replies
 from rlreplay.net.sessions import MAX_WRITERS_PER_CLIENT, WriterSessions
 from rlreplay.net.shm_server import SharedSegments
 
@@ -55,7 +55,6 @@ log = logging.getLogger("rlreplay.net")
 
 CHECKPOINT_STOP_S = 5.0  # seconds a stopping server waits for a checkpoint under way
 MUTATING = {"insert", "sample", "delete", "reset", "write", "update_priorities"}
-OLDEST_VERSION = min(wire.SUPPORTED_VERSIONS)
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 
 
@@ -188,8 +187,9 @@ class Server(TableOperations):
         self._stopping = threading.Event()
         self._started = threading.Event()
         self._error: BaseException | None = None
+        self.replies = Replies(self.clients)
         self._parked = ParkedCalls(
-            self.clients, self.parked_expiry_s, self._reply, self._reply_error
+            self.clients, self.parked_expiry_s, self.replies.ok, self.replies.error
         )
         self._sessions = WriterSessions(max_writers_per_client)
         self._shm = SharedSegments()  # clients' shared memory for sample replies
@@ -198,7 +198,6 @@ class Server(TableOperations):
         self._metrics_server = None
         self.direct_calls = direct_calls
         self._direct: DirectLinks | None = None  # the direct links, while serving
-        self._last_drop_log = -float("inf")
         self._ops = {name[4:]: getattr(self, name) for name in dir(self) if name.startswith("_op_")}
 
     # ----------------------------------------------------------- lifecycle
@@ -250,7 +249,8 @@ class Server(TableOperations):
                 log.warning("serving without direct links: %s", exc)
         self._wake = self._ctx.socket(zmq.PAIR)
         self._wake.bind(f"inproc://rlreplay-wake-{id(self)}")
-        self._sock = sock
+        self._sock = self.replies.sock = sock
+        self.replies.epoch = self.epoch
         self._thread = threading.Thread(target=self._run, name="rlreplay-server", daemon=True)
         self._thread.start()
         self._started.wait()
@@ -382,59 +382,6 @@ class Server(TableOperations):
             elif links.serve(fd, self._handle, self._unregister, now):
                 self.checkpoints.changed = True
 
-    def _send(self, identity: Any, frames: list, rid: Any = None) -> None:
-        """Send the reply to request ``rid`` without blocking. A large reply is tracked
-        until ZeroMQ releases it, so the bytes held for a client that does not read are
-        known (and bounded). A reply to a request that came on a direct link goes back on
-        it, or, if it is too large for the link, through ZeroMQ to the link's connection,
-        followed on the link by a note that it did (``moved``: the client, waiting on its
-        link alone, then waits on both)."""
-        if type(identity) is DirectPeer:
-            if identity.send(frames) is False:
-                self._send(zmq.Frame(identity.bytes), frames)
-                identity.send(wire.encode({"id": rid, "moved": True}))
-            return
-        nbytes = 0
-        if len(frames) > 1:
-            nbytes = wire.frames_nbytes(frames)
-        try:
-            if nbytes < wire.ZERO_COPY_BYTES:
-                framing.send(self._sock, frames, identity)
-                return
-            # The last frame leaves last: once ZeroMQ releases it, the reply is sent.
-            frames[-1] = zmq.Frame(frames[-1], copy=False, track=True)
-            tracker = self._sock.send_multipart([identity, *frames], zmq.NOBLOCK, copy=False)
-            self.clients.sent(identity.bytes, tracker, nbytes)
-        except zmq.Again:
-            now = time.monotonic()
-            if now - self._last_drop_log >= 10.0:
-                self._last_drop_log = now
-                log.warning("dropped a reply to a client that is not reading (queue full)")
-        except zmq.ZMQError as exc:
-            log.warning("could not reply to a client: %s", exc)
-
-    def _reply(
-        self, identity: Any, rid: Any, header: dict, arrays: dict | None, version: int
-    ) -> None:
-        header["id"] = rid
-        header["ok"] = True
-        header["epoch"] = self.epoch
-        header["now"] = time.monotonic()
-        self._send(identity, wire.encode(header, arrays, version), rid)
-
-    def _reply_error(
-        self, identity: Any, rid: Any, exc: BaseException, version: int = OLDEST_VERSION
-    ) -> None:
-        header = {
-            "id": rid,
-            "ok": False,
-            "code": wire.error_code(exc),
-            "message": str(exc),
-            "epoch": self.epoch,
-            "now": time.monotonic(),
-        }
-        self._send(identity, wire.encode(header, None, version), rid)
-
     def _handle(self, frames: list) -> bool:
         """Serve one request; returns True if it may have changed a table."""
         identity, body = frames[0], frames[1:]
@@ -472,16 +419,16 @@ class Server(TableOperations):
                 if reply is None:
                     self._parked.park(result, client, time.monotonic(), lease)
                 else:
-                    self._reply(identity, rid, *reply, version)
+                    self.replies.ok(identity, rid, *reply, version)
             elif not header.get("noreply"):
-                self._reply(identity, rid, *result, version)
+                self.replies.ok(identity, rid, *result, version)
             return op in MUTATING
         except ReplayError as exc:
-            self._reply_error(identity, rid, exc, version)
+            self.replies.error(identity, rid, exc, version)
         except Exception as exc:
             log.exception("internal error serving a request")
             exc = ReplayError(f"internal server error: {exc!r}")
-            self._reply_error(identity, rid, exc, version)
+            self.replies.error(identity, rid, exc, version)
         return True
 
     def _op_shm_attach(self, header: dict, arrays: dict) -> tuple[dict, None]:

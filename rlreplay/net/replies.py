@@ -1,0 +1,95 @@
+"""How a :class:`~rlreplay.Server` answers: every reply stamped with the server's epoch and
+clock, sent without ever blocking the dispatcher, through ZeroMQ or a client's direct link.
+
+Replies go out with ``NOBLOCK``: a client that stops reading only loses its own replies once
+its queue is full (ROUTER drops them), so one slow or dead client never stalls the others.
+A large reply is tracked until ZeroMQ releases it, so the bytes held for a client that does
+not read are known and bounded (:class:`~rlreplay.net.limits.ClientLedger`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import zmq
+
+from rlreplay.net import framing, wire
+from rlreplay.net.direct_server import DirectPeer
+from rlreplay.net.limits import ClientLedger
+
+log = logging.getLogger("rlreplay.net")
+
+OLDEST_VERSION = min(wire.SUPPORTED_VERSIONS)
+
+
+class Replies:
+    """The reply side of one server.
+
+    Args:
+        clients: the server's per-client ledger (bytes of large replies held per client).
+
+    Attributes:
+        sock: the server's ROUTER socket (set when it is bound).
+        epoch: the server's epoch (set at each start), carried by every reply.
+    """
+
+    def __init__(self, clients: ClientLedger):
+        self.clients = clients
+        self.sock: Any = None
+        self.epoch: int | None = None
+        self._last_drop_log = -float("inf")
+
+    def ok(self, identity: Any, rid: Any, header: dict, arrays: dict | None, version: int) -> None:
+        """Answer request ``rid`` of ``identity`` with a result, in protocol ``version``."""
+        header["id"] = rid
+        header["ok"] = True
+        header["epoch"] = self.epoch
+        header["now"] = time.monotonic()
+        self.send(identity, wire.encode(header, arrays, version), rid)
+
+    def error(
+        self, identity: Any, rid: Any, exc: BaseException, version: int = OLDEST_VERSION
+    ) -> None:
+        """Answer request ``rid`` of ``identity`` with the typed error ``exc``."""
+        header = {
+            "id": rid,
+            "ok": False,
+            "code": wire.error_code(exc),
+            "message": str(exc),
+            "epoch": self.epoch,
+            "now": time.monotonic(),
+        }
+        self.send(identity, wire.encode(header, None, version), rid)
+
+    def send(self, identity: Any, frames: list, rid: Any = None) -> None:
+        """Send the reply to request ``rid`` without blocking. A large reply is tracked
+        until ZeroMQ releases it, so the bytes held for a client that does not read are
+        known (and bounded). A reply to a request that came on a direct link goes back on
+        it, or, if it is too large for the link, through ZeroMQ to the link's connection,
+        followed on the link by a note that it did (``moved``: the client, waiting on its
+        link alone, then waits on both)."""
+        if type(identity) is DirectPeer:
+            if identity.send(frames) is False:
+                self.send(zmq.Frame(identity.bytes), frames)
+                identity.send(wire.encode({"id": rid, "moved": True}))
+            return
+        nbytes = 0
+        if len(frames) > 1:
+            nbytes = wire.frames_nbytes(frames)
+        try:
+            if nbytes < wire.ZERO_COPY_BYTES:
+                framing.send(self.sock, frames, identity)
+                return
+            # The last frame leaves last: once ZeroMQ releases it, the reply is sent.
+            frames[-1] = zmq.Frame(frames[-1], copy=False, track=True)
+            tracker = self.sock.send_multipart([identity, *frames], zmq.NOBLOCK, copy=False)
+            self.clients.sent(identity.bytes, tracker, nbytes)
+        except zmq.Again:
+            now = time.monotonic()
+            if now - self._last_drop_log >= 10.0:
+                self._last_drop_log = now
+                log.warning("dropped a reply to a client that is not reading (queue full)")
+        except zmq.ZMQError as exc:
+            log.warning("could not reply to a client: %s", exc)
