@@ -40,25 +40,29 @@ deletes, resets, writer chunks), and no table's counters (inserts, samples, size
 deletes, evictions, the store's next step id, the sampler's total weight) nor the number
 of writer streams differ from what they were then (which catches changes made in process
 to a served table). A requested checkpoint (``client.checkpoint()``) is always written.
+
+The parts. :class:`ServerCheckpoints` here schedules and takes the checkpoints; its
+options are checked by :mod:`rlreplay.net.checkpoint_options`, what changed since the
+last moment is told by :mod:`rlreplay.net.checkpoint_changes`, the restore at start and
+the writers' section of the manifest are :mod:`rlreplay.net.checkpoint_restore`'s, and
+a client's request, parked until its checkpoint is published, is a
+:class:`~rlreplay.net.checkpoint_requests.CheckpointJob`.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlreplay.errors import (
-    CheckpointError,
-    CheckpointMismatchError,
-    InvalidArgumentError,
-    ReplayTimeoutError,
-    describe,
-)
-from rlreplay.net.handlers import Job, Reply, sampler_mass
+from rlreplay.errors import InvalidArgumentError
+from rlreplay.net.checkpoint_changes import fingerprint, stores_busy
+from rlreplay.net.checkpoint_options import check_options, check_writable
+from rlreplay.net.checkpoint_requests import CheckpointJob
+from rlreplay.net.checkpoint_restore import restore_served, writer_streams_section
+from rlreplay.net.handlers import Job
 
 if TYPE_CHECKING:
     from rlreplay.core.table import Table
@@ -69,87 +73,6 @@ log = logging.getLogger("rlreplay.net")
 # The dispatcher takes capture steps until this many seconds are spent, then serves what
 # waits: a request waits for at most this plus one step (a slice's copy, ~1 ms).
 STEP_S = 0.001
-
-SERVER_STATE = "server"  # the manifest's extra section holding the writers' streams
-
-
-def check_options(
-    directory: Any, every_s: Any, keep: Any
-) -> tuple[Path | None, float | None, int | None]:
-    """Validate a server's checkpoint options.
-
-    Raises:
-        InvalidArgumentError: for a directory that is not a path (or is a file), a period
-            that is not a positive number, a ``keep`` that is not an int >= 1, or a period
-            or ``keep`` without a directory.
-    """
-    if directory is None:
-        if every_s is not None or keep is not None:
-            raise InvalidArgumentError(
-                "checkpoint_every_s and keep_checkpoints need checkpoint_dir= (the directory "
-                "the server saves its checkpoints to)"
-            )
-        return None, None, None
-    if not isinstance(directory, (str, os.PathLike)) or not str(directory):
-        raise InvalidArgumentError(
-            f"checkpoint_dir={describe(directory)} must be a directory path (str or PathLike)"
-        )
-    root = Path(directory)
-    if root.exists() and not root.is_dir():
-        raise InvalidArgumentError(
-            f"checkpoint_dir={str(root)!r} is a file; give a directory to hold checkpoints"
-        )
-    if every_s is not None and (
-        not isinstance(every_s, (int, float))
-        or isinstance(every_s, bool)
-        or not math.isfinite(every_s)
-        or every_s <= 0
-    ):
-        raise InvalidArgumentError(
-            f"checkpoint_every_s={describe(every_s)} must be a number of seconds > 0, or None "
-            "to checkpoint only when a client asks"
-        )
-    if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
-        raise InvalidArgumentError(
-            f"keep_checkpoints={describe(keep)} must be an int >= 1 (the newest checkpoints "
-            "kept), or None to keep them all"
-        )
-    return root, None if every_s is None else float(every_s), keep
-
-
-def stores_busy(tables: dict[str, Table]) -> bool:
-    """Whether a checkpoint streams one of the tables' stores now, or copies one of
-    their indexes in slices (an in-process save: a second one would be refused)."""
-    return any(t.store.guard is not None or t.index.changes is not None for t in tables.values())
-
-
-def fingerprint(tables: dict[str, Table], sessions: WriterSessions) -> tuple:
-    """What a checkpoint of ``tables`` and ``sessions`` holds, in a few counters: equal
-    fingerprints mean nothing a checkpoint saves changed in between (a sample changes the
-    limiter's ``samples``; a priority update the sampler's total weight; an appended step
-    the store's next step id). Takes each table's lock in turn."""
-    parts: list[Any] = [len(sessions), sessions.dropped]
-    for name in sorted(tables):
-        t = tables[name]
-        with t.lock:
-            lim, index = t.rate_limiter, t.index
-            parts.append(
-                (
-                    name,
-                    lim.inserts,
-                    lim.samples,
-                    index.size,
-                    tuple(sorted(index.counts.items())),
-                    t.store.next_id,
-                    sampler_mass(t),
-                )
-            )
-    return tuple(parts)
-
-
-def enumerate_str(items: list) -> list[tuple[str, Any]]:
-    """``items`` keyed by their position as a string (checkpoint states are dicts)."""
-    return [(str(i), item) for i, item in enumerate(items)]
 
 
 class ServerCheckpoints:
@@ -226,58 +149,12 @@ class ServerCheckpoints:
         """
         if not self.enabled:
             return None
-        self._check_writable()
-        from rlreplay.checkpoint import list_checkpoints
-        from rlreplay.checkpoint.restore import restore_with_extra
-
+        check_writable(self.directory)
         self._next_due = self._due_from(time.monotonic())
-        if not list_checkpoints(self.directory):
-            return None
-        try:
-            path, _, extra = restore_with_extra(self.directory, list(tables.values()))
-        except CheckpointMismatchError as exc:
-            raise CheckpointMismatchError(
-                f"{exc}. A server restores into the tables it serves and takes no adapt=: "
-                "serve the definitions the checkpoint was saved with, or give another "
-                f"checkpoint directory than {str(self.directory)!r}; to change a "
-                "definition, restore the checkpoint in Python with "
-                "rlreplay.checkpoint.restore(path, tables, adapt=True) into tables built as "
-                "now and save them with rlreplay.checkpoint.save into the new directory"
-            ) from None
-        saved = (extra or {}).get(SERVER_STATE, {}).get("writers", {})
-        states = [saved[k] for k in sorted(saved, key=int)]  # least recently used first
-        usable = [s for s in states if all(n in tables for n in s["tables"])]
-        if len(usable) < len(states):
-            log.warning(
-                "%d writer stream(s) in %s name tables this server does not serve; their "
-                "writers start afresh",
-                len(states) - len(usable),
-                path,
-            )
-        sessions.load_state(usable, tables, time.monotonic())
-        self.restored_from = path
-        log.info("restored %s (%d writer streams)", path, len(usable))
+        path = restore_served(self.directory, tables, sessions)
+        if path is not None:
+            self.restored_from = path
         return path
-
-    def _check_writable(self) -> None:
-        """Create the checkpoint directory if needed and check that this process may
-        write there, so that a server never starts whose every checkpoint would fail.
-
-        Raises:
-            InvalidArgumentError: naming the directory and the operating system's reason.
-        """
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise InvalidArgumentError(
-                f"checkpoint_dir={str(self.directory)!r} cannot be created ({exc.strerror}); "
-                "give a directory this process can create or write"
-            ) from None
-        if not os.access(self.directory, os.W_OK | os.X_OK):
-            raise InvalidArgumentError(
-                f"checkpoint_dir={str(self.directory)!r} is not writable by this process; "
-                "give a directory it can write"
-            )
 
     # ----------------------------------------------------------------- saving
     def _due_from(self, now: float) -> float:
@@ -292,7 +169,7 @@ class ServerCheckpoints:
             return
         if now < self._next_due or self.busy or stores_busy(tables):
             return
-        self._finish()
+        self.settle()
         self._next_due = self._due_from(now)
         if not self.changed and self._moment == fingerprint(tables, sessions):
             self.skipped += 1
@@ -322,7 +199,7 @@ class ServerCheckpoints:
             list(tables.values()),
             self.directory,
             keep=self.keep,
-            extra=lambda: {SERVER_STATE: {"writers": dict(enumerate_str(sessions.state()))}},
+            extra=lambda: writer_streams_section(sessions),
             buffers_in_thread=True,
         )
         self.capture_began_unix = time.time()
@@ -357,8 +234,9 @@ class ServerCheckpoints:
             except Exception as exc:
                 log.error("checkpoint failed before its moment: %s", exc)
 
-    def _finish(self) -> None:
-        """Account for the previous save once it is done."""
+    def settle(self) -> None:
+        """Account for the previous save once it is done (counted as saved or failed);
+        nothing while it is under way."""
         pending = self._pending
         if pending is None or not pending.done():
             return
@@ -382,7 +260,7 @@ class ServerCheckpoints:
                 self._pending.result(timeout)
             except Exception as exc:
                 log.warning("the checkpoint under way when the server stopped: %s", exc)
-            self._finish()
+            self.settle()
 
     def request(self, deadline: float | None, tables: dict, sessions: WriterSessions) -> Job:
         """A client's ``checkpoint`` request: a job answered with the checkpoint's path
@@ -391,57 +269,3 @@ class ServerCheckpoints:
         if not self.enabled:
             self.start(tables, sessions)  # raises, naming the missing directory
         return CheckpointJob(self, deadline, tables, sessions)
-
-
-class CheckpointJob(Job):
-    """A ``checkpoint`` request, parked until its checkpoint is published.
-
-    It is answered with ``{"path": ...}``; when its deadline passes first it gets a
-    :class:`~rlreplay.errors.ReplayTimeoutError` (the checkpoint is still written).
-    """
-
-    what = "checkpoint"
-    counter = None  # no rate limiter's blocked time
-
-    def __init__(self, owner: ServerCheckpoints, deadline: float | None, tables, sessions):
-        super().__init__(None, deadline)  # type: ignore[arg-type]
-        self.owner, self.tables, self.sessions = owner, tables, sessions
-        self.save: Any = None
-
-    def attempt(self) -> Reply | None:
-        owner = self.owner
-        if self.save is None:
-            if owner.busy or stores_busy(self.tables):
-                return None  # another save streams these stores now: take ours after it
-            owner._finish()
-            try:
-                self.save = owner.start(self.tables, self.sessions)
-            except CheckpointError:
-                if stores_busy(self.tables):
-                    return None  # an in-process save of these stores began meanwhile
-                raise
-        if not self.save.done():
-            return None
-        owner._finish()
-        try:
-            path = self.save.result(0)
-        except CheckpointError:
-            if not self.save.steps.moment_taken and stores_busy(self.tables):
-                self.save = None  # an in-process save took these stores first: ours after it
-                return None
-            raise
-        except InvalidArgumentError:
-            raise
-        except Exception as exc:  # e.g. the disk is full: answered as a CheckpointError
-            where = f" into {str(owner.directory)!r}" if owner.directory is not None else ""
-            raise CheckpointError(
-                f"the checkpoint could not be written{where}: {exc!r}; nothing was published "
-                "(the server goes on serving; free the disk or fix the directory, then ask again)"
-            ) from exc
-        return {"path": str(path)}, None
-
-    def timeout_error(self, waited: float) -> ReplayTimeoutError:
-        return ReplayTimeoutError(
-            f"the checkpoint was not published within {waited:.3g}s (it goes on being "
-            "written; give checkpoint() a longer timeout)"
-        )
