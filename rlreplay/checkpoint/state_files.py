@@ -20,16 +20,14 @@ moment. A reset or a restore of the index (every slot changed) during the
 slices starts them over; one between the last slice and the moment has every part copied
 whole at the moment, in memory (as a save of a small index takes it).
 
-Where a part's entries go: a part's copy is an array of the state (never filled, so it
-takes no memory) or a view into one (a tree level into its tree's flat array, the
-records' fields into the record buffer); where each state array lies against a part's
-copy says which of the part's entries, and which bytes of each, go into its file.
+Where a part's entries go in the files (which entries, and which bytes of each) is
+:mod:`rlreplay.checkpoint.state_targets`'; each file, written at offsets and finished with
+its patches, is a :class:`~rlreplay.checkpoint.npy_offsets.StateFile`.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,8 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.checkpoint.manifest import FileBacked, flatten_state, state_file_name
+from rlreplay.checkpoint.manifest import flatten_state
 from rlreplay.checkpoint.npy_offsets import StateFile
+from rlreplay.checkpoint.state_targets import Target, file_backed, locate, put
 from rlreplay.core import item_state
 from rlreplay.core.slot_changes import SlotChanges
 from rlreplay.core.storage import StepStore
@@ -52,43 +51,6 @@ BUFFERS = 2  # slice buffers: one copied into under the lock while the other is 
 INLINE_BYTES = 256 << 10
 
 
-def _address(arr: np.ndarray) -> int:
-    return int(arr.__array_interface__["data"][0])
-
-
-@dataclass(frozen=True)
-class Target:
-    """Where a part's entries go in one file: part entry ``r`` is file entry
-    ``r - shift``, from byte ``offset`` of the part's entry on."""
-
-    file: StateFile
-    shift: int
-    offset: int
-
-    def values(self, rows: np.ndarray) -> np.ndarray:
-        """This file's values in ``rows`` (whole entries of the part, C-ordered)."""
-        size = self.file.dtype.itemsize
-        raw = rows.reshape(len(rows), -1).view(np.uint8)[:, self.offset : self.offset + size]
-        return np.ascontiguousarray(raw).view(self.file.dtype).reshape(-1)
-
-    def put(self, first: int, rows: np.ndarray) -> None:
-        """Write ``rows``, the part's entries ``first`` on, where they fall in the file."""
-        lo = max(first, self.shift)
-        hi = min(first + len(rows), self.shift + self.file.length)
-        if hi > lo:
-            self.file.put(lo - self.shift, self.values(rows[lo - first : hi - first]))
-
-    def patch(self, entries: np.ndarray, rows: np.ndarray) -> int:
-        """Keep the part's changed ``entries`` (sorted) and their ``rows`` for
-        :meth:`StateFile.finish`; returns the bytes kept."""
-        lo, hi = np.searchsorted(entries, (self.shift, self.shift + self.file.length))
-        if hi <= lo:
-            return 0
-        values = self.values(rows[lo:hi])
-        self.file.patches.append((entries[lo:hi] - self.shift, values))
-        return values.nbytes + 8 * int(hi - lo)
-
-
 @dataclass
 class Part:
     """A part of an index's state (see :meth:`Selector.state_parts`) and its files."""
@@ -100,37 +62,6 @@ class Part:
     row_bytes: int
     step: int  # entries per slice
     moment: tuple | None = None  # (changed entries or None for all, their rows)
-
-
-def _locate(arr: np.ndarray, copy: np.ndarray) -> tuple[int, int, int] | None:
-    """``(shift, offset, entries)`` of state array ``arr`` against a part's ``copy``:
-    part entry ``r`` holds ``arr[r - shift]`` at byte ``offset`` of the entry; ``None``
-    when they share no memory.
-
-    Raises:
-        CheckpointError: for an array that lies across a part's entries (a selector
-            whose parts do not match its state).
-    """
-    row = copy[:1].nbytes if len(copy) else 1
-    c0, c1 = _address(copy), _address(copy) + copy.nbytes
-    a0 = _address(arr)
-    a1 = a0 + (len(arr) - 1) * arr.strides[0] + arr.itemsize
-    if a0 >= c1 or c0 >= a1:
-        return None
-    if (
-        not copy.flags.c_contiguous
-        or arr.itemsize > row
-        or (len(arr) > 1 and arr.strides[0] != row)
-        or (a0 - c0) % row + arr.itemsize > row
-    ):
-        raise CheckpointError(
-            f"a state array ({arr.dtype}, strides {arr.strides}) lies across the entries of "
-            f"a part of {row} bytes: the selector's state_parts do not match its state"
-        )
-    offset = (a0 - c0) % row
-    shift = (a0 - c0 - offset) // row
-    entries = min(len(copy), shift + len(arr)) - max(0, shift)
-    return shift, offset, entries
 
 
 class StateStream:
@@ -182,7 +113,7 @@ class StateStream:
         for name, arr in arrays.items():
             if arr.ndim != 1 or not len(arr):
                 continue
-            hits = [(i, _locate(arr, copy)) for i, (_, copy, _) in enumerate(parts)]
+            hits = [(i, locate(arr, copy)) for i, (_, copy, _) in enumerate(parts)]
             hits = [(i, h) for i, h in hits if h is not None]
             if not hits:
                 continue  # not filled by parts: kept in memory, written as any array
@@ -191,7 +122,7 @@ class StateStream:
             self.files[name] = StateFile(self.directory / name, arr.dtype, len(arr))
             for i, (shift, offset, _) in hits:
                 found[i].append((shift, offset, name))
-        _back(out, f"{prefix}.index", self.files)
+        file_backed(out, f"{prefix}.index", self.files)
         for (source, _, per_entry), targets in zip(parts, found):
             row = max(1, source[:1].nbytes)
             step = max(1, self.slice_bytes // row)
@@ -238,10 +169,10 @@ class StateStream:
             restarted = self._restart_if_reset()
             self.held_s = max(self.held_s, time.perf_counter() - t0)
         if rows.nbytes <= INLINE_BYTES:
-            _put(part.targets, a, rows)
+            put(part.targets, a, rows)
         else:
             self._writing[(self._turn - 1) % BUFFERS] = self._pool.submit(
-                _put, part.targets, a, rows
+                put, part.targets, a, rows
             )
         if restarted:
             self.plan()
@@ -285,7 +216,7 @@ class StateStream:
             at, rows = taken
             self._account(rows.nbytes + (0 if at is None else at.nbytes))
             if at is None:
-                self._moment_writes.append(self._pool.submit(_put, part.targets, 0, rows))
+                self._moment_writes.append(self._pool.submit(put, part.targets, 0, rows))
             else:
                 for t in part.targets:
                     self._account(t.patch(at, rows))
@@ -317,18 +248,3 @@ class StateStream:
     def _account(self, nbytes: int) -> None:
         self._held += nbytes
         self.peak_bytes = max(self.peak_bytes, self._held)
-
-
-def _put(targets: list[Target], first: int, rows: np.ndarray) -> None:
-    for t in targets:
-        t.put(first, rows)
-
-
-def _back(state: dict[str, Any], prefix: str, files: Mapping[str, StateFile]) -> None:
-    """Replace the arrays of ``state`` written into ``files`` by their names."""
-    for key, value in state.items():
-        name = state_file_name(prefix, key)
-        if isinstance(value, np.ndarray) and name in files:
-            state[key] = FileBacked(name)
-        elif isinstance(value, dict):
-            _back(value, f"{prefix}.{key}", files)
