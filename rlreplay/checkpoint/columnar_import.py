@@ -109,9 +109,10 @@ def item_plan(
     """``(anchors, priorities, lengths)`` of ``table``'s items in the dataset, checked.
 
     Raises:
-        DatasetError: for a table the dataset lacks, another layout, items reaching
-            outside the steps, priorities that are not finite and >= 0, or more items
-            than ``max_size``.
+        DatasetError: for a table the dataset lacks, another layout, anchors or extents
+            that are not one int each per item, extents the layout's items cannot have,
+            items reaching outside the steps or anchored on one step twice, priorities
+            that are not finite and >= 0, or more items than ``max_size``.
     """
     entry = meta["tables"].get(table.name)
     if entry is None:
@@ -129,18 +130,36 @@ def item_plan(
         )
     prefix = f"tables/{table.name}/"
     anchors, extents, prios = (data[prefix + a] for a in ("anchor", "extent", "priority"))
+    where = f"items of table {table.name!r} in dataset {describe(str(path))}"
+    damaged = "the file is damaged: export it again"
+    one_each = all(a.ndim == 1 and a.dtype.kind in "iu" for a in (anchors, extents))
+    if not one_each or len(extents) != len(anchors):
+        raise DatasetError(
+            f"{where} have anchors {anchors.dtype}{list(anchors.shape)} and extents "
+            f"{extents.dtype}{list(extents.shape)}, not one int of each per item; {damaged}"
+        )
     if len(anchors) > table.max_size:
         raise DatasetError(
             f"dataset {describe(str(path))} holds {len(anchors)} items of table "
             f"{table.name!r}, more than its max_size={table.max_size}; import into a table "
             "with a larger max_size"
         )
+    # Checked here, as create_items would after the steps are appended: an import that
+    # fails inserts nothing.
+    span, variable = table.layout.span, table.index.extent is not None
+    if len(anchors) and (
+        (extents.min() < 1 or extents.max() > span) if variable else (extents != span).any()
+    ):
+        covers = f"between 1 and {span} steps" if variable else f"span={span} steps"
+        raise DatasetError(
+            f"{where} cover {describe(np.unique(extents).tolist())} steps; items of its "
+            f"layout cover {covers}; {damaged}"
+        )
     lanes = meta["lanes"]
     if len(anchors) and (anchors.min() < 0 or (anchors + (extents - 1) * lanes).max() >= n):
-        raise DatasetError(
-            f"items of table {table.name!r} in dataset {describe(str(path))} reach outside "
-            f"its {n} steps; the file is damaged: export it again"
-        )
+        raise DatasetError(f"{where} reach outside its {n} steps; {damaged}")
+    if len(np.unique(anchors)) != len(anchors):
+        raise DatasetError(f"{where} anchor on one step twice; {damaged}")
     try:
         prios = check_priorities(prios, len(anchors), f"tables/{table.name}/priority")
     except InvalidArgumentError as exc:

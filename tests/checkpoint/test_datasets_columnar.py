@@ -20,6 +20,7 @@ from rlreplay import (
     SignatureError,
     StepStore,
     Table,
+    Window,
 )
 from rlreplay.checkpoint import table_contents
 from rlreplay.checkpoint.columnar import export_npz, import_npz, read_npz_meta
@@ -279,6 +280,63 @@ def test_npz_import_of_a_file_with_bad_priorities_appends_no_steps(tmp_path):
     with pytest.raises(DatasetError, match=r"tables/replay/priority .*damaged"):
         import_npz(tmp_path / "damaged.npz", table)
     assert table.store.next_id == 0 and table.size == 0
+
+
+def sequence_table(length: int, padded: bool) -> Table:
+    """A table of ``length``-step sequence items (per-item extents when ``padded``)."""
+    window = Window("x", 0, length, pad=padded)
+    layout = ItemLayout({"x": window}, {"x": "float32"}, mask_field="mask" if padded else None)
+    return Table("seq", signature={"x": "float32"}, capacity=16, layout=layout, max_size=16)
+
+
+def damage_extents(arrays: dict) -> None:
+    """One-step extents, the last item moved to the last step (its layout reads 3)."""
+    arrays["tables/seq/extent"][:] = 1
+    arrays["tables/seq/anchor"][-1] = len(arrays["steps/x"]) - 1
+
+
+def damage_anchors(arrays: dict) -> None:
+    """Two items anchored on one step."""
+    arrays["tables/seq/anchor"][1] = arrays["tables/seq/anchor"][0]
+
+
+def damage_padded_extent(arrays: dict) -> None:
+    """An item covering no step."""
+    arrays["tables/seq/extent"][0] = 0
+
+
+def damage_extent_count(arrays: dict) -> None:
+    """One extent fewer than items."""
+    arrays["tables/seq/extent"] = arrays["tables/seq/extent"][:-1]
+
+
+DAMAGED_ITEMS = {
+    "extents other than the layout's span": (False, damage_extents, "cover \\[1\\] steps"),
+    "two items on one step": (False, damage_anchors, "one step twice"),
+    "a padded item of no step": (True, damage_padded_extent, "between 1 and 3 steps"),
+    "extents not one per item": (True, damage_extent_count, "not one int of each per item"),
+}
+
+
+@pytest.mark.parametrize("case", list(DAMAGED_ITEMS))
+def test_npz_import_of_damaged_items_is_refused_before_any_step_is_appended(tmp_path, case):
+    """Items that create_items would refuse are refused by the import's own checks, before
+    the steps are appended (a failed import inserts nothing) and as a DatasetError."""
+    padded, damage, pattern = DAMAGED_ITEMS[case]
+    source = sequence_table(3, padded)
+    source.store.append({"x": np.arange(10, dtype=np.float32)})
+    lengths = np.array([3, 3, 2, 1]) if padded else None
+    source.create_items(np.array([0, 2, 4, 7]), lengths=lengths)
+    path = export_npz(source, tmp_path / "d.npz")
+    with np.load(path, allow_pickle=False) as data:
+        arrays = dict(data)
+    damage(arrays)
+    np.savez(tmp_path / "damaged.npz", **arrays)
+    table = sequence_table(3, padded)
+    with pytest.raises(DatasetError, match=f"{pattern}.*damaged"):
+        import_npz(tmp_path / "damaged.npz", table)
+    assert table.store.next_id == 0 and table.size == 0
+    assert len(import_npz(path, table)["seq"]) == 4  # the undamaged file imports
 
 
 def test_npz_import_does_not_overwrite_a_queues_unconsumed_items(tmp_path):
