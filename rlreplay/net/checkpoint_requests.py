@@ -11,7 +11,8 @@ path once it is published, or with the error that kept it from being written.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rlreplay.errors import CheckpointError, InvalidArgumentError, ReplayTimeoutError
 from rlreplay.net.checkpoint_changes import stores_busy
@@ -19,8 +20,24 @@ from rlreplay.net.handlers import Job, Reply
 
 if TYPE_CHECKING:
     from rlreplay.core.table import Table
-    from rlreplay.net.checkpoints import ServerCheckpoints
     from rlreplay.net.sessions import WriterSessions
+
+
+class CheckpointTaker(Protocol):
+    """What a request needs of the server's checkpoints
+    (:class:`~rlreplay.net.checkpoints.ServerCheckpoints`)."""
+
+    directory: Path | None
+
+    @property
+    def busy(self) -> bool:
+        """Whether a save is being captured or streamed now."""
+
+    def settle(self) -> None:
+        """Account for the previous save once it is done."""
+
+    def start(self, tables: dict[str, Table], sessions: WriterSessions) -> Any:
+        """Start a checkpoint; returns its pending save."""
 
 
 class CheckpointJob(Job):
@@ -35,7 +52,7 @@ class CheckpointJob(Job):
 
     def __init__(
         self,
-        owner: ServerCheckpoints,
+        owner: CheckpointTaker,
         deadline: float | None,
         tables: dict[str, Table],
         sessions: WriterSessions,
