@@ -41,10 +41,12 @@ platforms with ``AF_UNIX`` ``SOCK_SEQPACKET`` sockets (Linux). The server's half
 
 from __future__ import annotations
 
+import os
 import select
 import socket
 import struct
 import time
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -106,6 +108,22 @@ def frames_of(data: bytes) -> list | None:
     return [view[_PREFIX.size : end], view[end:]]
 
 
+# Every open link of this process, so that a forked child closes its copies at once: the
+# child never uses its parent's links, and a copy it held would keep the server from seeing
+# the parent close (or lose) a link until the child exits.
+_OPEN: weakref.WeakSet = weakref.WeakSet()
+
+
+def _close_inherited() -> None:
+    for link in list(_OPEN):
+        link.sock.close()
+    _OPEN.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_inherited)
+
+
 class LinkClosed(ConnectionError):
     """The server closed a direct link (it stopped or was killed)."""
 
@@ -125,6 +143,7 @@ class DirectLink:
         self.fd = sock.fileno()
         self._sendmsg = sock.sendmsg
         self._recv = sock.recv
+        _OPEN.add(self)
 
     @classmethod
     def open(cls, offer: Any, until: float | None) -> DirectLink:
@@ -197,4 +216,5 @@ class DirectLink:
         return data
 
     def close(self) -> None:
+        _OPEN.discard(self)
         self.sock.close()

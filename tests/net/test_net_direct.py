@@ -325,3 +325,21 @@ def test_a_failing_accept_pauses_the_listener_instead_of_waking_the_loop_again()
             assert len(links.peers) == 1  # the waiting connection, accepted now
     finally:
         links.close()
+
+
+def test_a_forked_child_holds_no_copy_of_its_parents_links():
+    with served(CONFIG) as (address, _):
+        client = rlreplay.Client(address)
+        client.info("t")
+        name = link_of(client).name
+        assert server_links(name) == 1
+        pid = os.fork()
+        if pid == 0:  # the child never uses the parent's link; it only outlives its close
+            time.sleep(3.0)
+            os._exit(0)
+        try:
+            client.close()
+            # the server sees the link closed at once, not when the child exits
+            assert wait_for(lambda: server_links(name) == 0, 2.0), server_links(name)
+        finally:
+            os.waitpid(pid, 0)
