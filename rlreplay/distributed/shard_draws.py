@@ -21,13 +21,15 @@ probability with which the item was selected, and importance weights built from 
 (with ``N = sum_s N_s``) correct for the distribution actually drawn.
 
 Rate limiters. Each shard's limiter admits or holds back its own part. A shard whose
-limiter admits no sample now (its *credit*, reported with every reply, is 0) gets no
-part: the split runs over the shards that can be sampled, which is the distribution
-conditioned on them (while every shard is held back, the split runs over all and the
-batch waits). A part that its shard holds back past the call's timeout is kept waiting
-while the shard's credit could cover it, and otherwise drawn again over the other shards
-(conditioned as for a shard that went down). So a learner is never stopped by one shard
-whose writers finished while others still take inserts.
+limiter cannot admit a whole batch now (its *credit*, the most items one sample may take,
+reported with every reply, is below the batch size) gets no part while another shard's
+credit covers the batch: the split runs over the shards that can be sampled, which is
+the distribution conditioned on them (when none covers a batch, over those with some
+credit; while every shard is held back, over all, and the batch waits). A part that its
+shard holds back past the call's timeout is kept waiting while the shard's credit could
+cover it, and otherwise drawn again over the other shards (conditioned as for a shard
+that went down). So a learner is never stopped, nor slowed to one batch per timeout, by
+one shard whose writers finished while others still take inserts.
 """
 
 from __future__ import annotations

@@ -116,7 +116,7 @@ class ShardedSampler:
         tr0 = self.shards[0]._transport
         updates = dict(updates or {})
         if shares is None:
-            shares = self._shares(tr0.until(timeout), timeout, updates)
+            shares = self._shares(batch_size, tr0.until(timeout), timeout, updates)
         with self._lock:
             counts = split(batch_size, shares, self.rng)
         self._greet(self.health.live())
@@ -134,9 +134,17 @@ class ShardedSampler:
             raise
         return rnd
 
-    def _shares(self, until: float | None, timeout: float | None, updates: Updates) -> np.ndarray:
+    def _shares(
+        self, batch_size: int, until: float | None, timeout: float | None, updates: Updates
+    ) -> np.ndarray:
         """The split's shares from the latest masses of the reachable shards, probing
-        shards not heard from yet, and polling while no shard holds items."""
+        shards not heard from yet, and polling while no shard holds items.
+
+        The split runs over the shards whose credit covers a whole batch (any part the
+        split may ask of them) when some holding items do; else over those with some
+        credit; else over all (the batch waits, as one table's would). A shard with a
+        little credit but not its part (its writers finished, say) would otherwise hold
+        every round's part back for the call's whole timeout."""
         pause = _POLL_S[0]
         while True:
             live = self.health.live()
@@ -145,13 +153,15 @@ class ShardedSampler:
                 self._probe(unknown, updates)
                 live = self.health.live()
             masses = np.zeros(len(self.shards))
-            credit = np.zeros(len(self.shards), dtype=bool)
+            credit = np.zeros(len(self.shards))
             with self._lock:
                 for s in live:
                     masses[s] = self.states[s].mass
-                    credit[s] = self.states[s].credit > 0
-            if (masses * credit).sum() > 0:  # over the shards whose limiters admit samples
-                masses *= credit
+                    credit[s] = self.states[s].credit
+            for admits in (credit >= batch_size, credit > 0):
+                if (masses * admits).sum() > 0:  # over the shards whose limiters admit it
+                    masses *= admits
+                    break
             total = masses.sum()
             if total > 0:  # (none admits any: over all, and the batch waits)
                 return masses / total

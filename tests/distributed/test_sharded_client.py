@@ -320,17 +320,24 @@ def ratio_shards(client, prio0: float, prio1: float, n1: int = 2) -> None:
     client.shards[1].insert("ratio", rows(10, n1), prio1)
 
 
+def no_shard_covers_a_batch_of_16(client) -> None:
+    """Shard 0's credit down to 15 (its own client samples 4): with no shard's credit
+    covering a batch of 16, the split runs over every shard with some credit."""
+    client.shards[0].sample("ratio", 4, timeout=1.0)
+
+
 def test_a_part_its_shards_limiter_holds_back_waits_then_is_completed_once(client):
     ratio_shards(client, 1.0, 100.0)  # shard 1 is to draw ~15 of 16: more than its 11
+    no_shard_covers_a_batch_of_16(client)
     with pytest.raises(RateLimiterTimeoutError):
         client.sample("ratio", 16, timeout=0.3)
-    drawn = client.shard_info("ratio")[0].samples
+    drawn = client.shard_info("ratio")[0].samples - 4
     assert drawn < 16 and client.shard_info("ratio")[1].samples == 0
     client.shards[1].insert("ratio", rows(12, 8), 100.0)  # its credit now covers the part
     batch = client.sample("ratio", 16, timeout=5.0)
     infos = client.shard_info("ratio")
-    assert len(batch) == 16 and infos[0].samples == drawn  # shard 0's part kept, not redrawn
-    assert infos[0].samples + infos[1].samples == 16
+    assert len(batch) == 16 and infos[0].samples == 4 + drawn  # shard 0's part kept
+    assert infos[0].samples + infos[1].samples == 4 + 16
     # split with the masses known when the batch began (10 vs 200), each part drawn from
     # its shard as it was then
     x = batch.data["x"]
@@ -340,13 +347,19 @@ def test_a_part_its_shards_limiter_holds_back_waits_then_is_completed_once(clien
 
 def test_a_held_part_its_shard_cannot_cover_is_drawn_from_the_other_shards(client):
     ratio_shards(client, 1.0, 100.0)
+    no_shard_covers_a_batch_of_16(client)
     with pytest.raises(RateLimiterTimeoutError):
         client.sample("ratio", 16, timeout=0.3)
+    # shard 0's credit now covers the whole batch: as many inserts as its limiter takes
+    # (up to inserts - samples = 11, credit 20), of items of priority 0 (never drawn)
+    info = client.shard_info("ratio")[0]
+    room = 11 - (info.inserts - info.samples)
+    client.shards[0].insert("ratio", rows(20, room), 0.0)
     batch = client.sample("ratio", 16, timeout=5.0)  # shard 1 left out of this batch
     assert len(batch) == 16 and (batch.data["x"] < 10).all()
     np.testing.assert_allclose(batch.info.probabilities, 1 / 10)
     infos = client.shard_info("ratio")
-    assert infos[0].samples == 16 and infos[1].samples == 0
+    assert infos[0].samples == 4 + 16 and infos[1].samples == 0
 
 
 def test_writers_of_one_shard_finishing_first_do_not_stop_the_learner(client):

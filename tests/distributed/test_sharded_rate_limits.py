@@ -77,3 +77,33 @@ def test_uneven_writers_hold_the_global_ratio_within_ten_percent():
         assert abs(ratio - SPI) <= 0.1 * SPI, (inserts, samples)
         for i, s in zip(inserts, samples):  # each shard's own limiter held it too
             assert abs(s / i - SPI) <= 0.1 * SPI, (inserts, samples)
+
+
+# Inserts are never held back here (the buffer is larger than any test's inserts), and a
+# shard with 50 items admits samples while samples <= 50 + 99.
+ROOMY = {"type": "SampleToInsertRatio", "samples_per_insert": 1.0, "min_size_to_sample": 1,
+         "error_buffer": 100.0}
+
+
+def test_a_shard_whose_credit_cannot_cover_a_batch_gets_no_part_of_it():
+    # Shard 0's writers finished: it still has a little credit (3 items), far from its
+    # part of a batch of 16. The batch is drawn from shard 1 at once, with shard 1's
+    # probabilities, instead of holding shard 0's part back for the whole timeout.
+    config = {"table": [table("replay", max_size=100, rate_limiter=ROOMY)]}
+    with shards([config, config]) as started:
+        addresses = [a for a, _ in started]
+        client = ShardedClient(addresses, seed=0)
+        for shard in (0, 1):
+            rows = {"x": np.arange(50), "obs": np.zeros((50, 2), np.float32)}
+            client.shards[shard].insert("replay", rows, 1.0)
+        for _ in range(3):  # 146 of shard 0's 149 admitted samples, through its own client
+            client.shards[0].sample("replay", 50 if _ < 2 else 46, timeout=1.0)
+        assert client.sampler("replay").can_sample(16)
+        start = time.monotonic()
+        for _ in range(5):
+            batch = client.sample("replay", 16, timeout=0.5)
+            assert set(client.shard_of(batch.info.keys).tolist()) == {1}
+            np.testing.assert_allclose(batch.info.probabilities, 1 / 50)
+        assert time.monotonic() - start < 2.0  # no part waited for its timeout
+        assert [i.samples for i in client.shard_info("replay").values()] == [146, 80]
+        client.close()
