@@ -53,14 +53,20 @@ _NET_NAMES = ("Client", "RemoteTrajectoryWriter", "SampleIterator", "Server")
 
 
 def __getattr__(name: str):
-    if name in _NET_NAMES:
-        import rlreplay.net
-
+    if name in _NET_NAMES or name == "ShardedClient":  # the network layer's extra
+        try:
+            import rlreplay.distributed
+            import rlreplay.net
+        except ModuleNotFoundError as error:
+            if error.name not in ("zmq", "msgpack"):
+                raise
+            raise ImportError(
+                f"rlreplay.{name} needs the network layer's packages ({error.name} is not "
+                "installed); install them with python -m pip install 'rlreplay[net]'"
+            ) from error
+        if name == "ShardedClient":
+            return rlreplay.distributed.ShardedClient
         return getattr(rlreplay.net, name)
-    if name == "ShardedClient":  # also the network layer's extra
-        import rlreplay.distributed
-
-        return rlreplay.distributed.ShardedClient
     raise AttributeError(f"module 'rlreplay' has no attribute {name!r}")
 
 
