@@ -13,9 +13,11 @@ and :meth:`~ItemIndex.attach_moved` for rows the store is about to overwrite.
 Its parts: the per-slot arrays and their layout are a
 :class:`~rlreplay.core.slot_records.SlotRecords` it owns (they write the records of new
 and moved items, a batch in one compiled pass; the one-row insert and the evictions write
-single slots here, through memoryviews), the lookup of the items keys name is :mod:`rlreplay.core.held_keys`, and its checkpoint
-state is made and checked by :mod:`rlreplay.core.item_state`. The compiled loops of
-``_slots.c`` are bound here (``_kernel``; ``None`` without a compiler: the numpy twins).
+single slots here, through memoryviews), the lookup of the items keys name is
+:mod:`rlreplay.core.held_keys`, and its checkpoint state is made and checked by
+:mod:`rlreplay.core.item_state`. The compiled loops of ``_slots.c`` are bound here
+(``_kernel``, handed to the records and the lookup; ``None`` without a compiler: the
+numpy twins).
 """
 
 from __future__ import annotations
