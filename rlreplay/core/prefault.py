@@ -212,10 +212,21 @@ class _Worker:
             if not any(ref() is prefaulter for ref in self.queue):
                 self.queue.append(weakref.ref(prefaulter))
             if self.thread is None:
-                self.thread = threading.Thread(
-                    target=self._run, name="rlreplay-prefault", daemon=True
-                )
-                self.thread.start()
+                thread = threading.Thread(target=self._run, name="rlreplay-prefault", daemon=True)
+                try:
+                    thread.start()
+                except RuntimeError:
+                    # No thread to be had (the process's thread limit; Python 3.12+ at
+                    # interpreter shutdown): the stores map their own pages, and the
+                    # write that called this goes on. A thread that never started must
+                    # not be taken for a running one (no later submit would start one).
+                    for ref in self.queue:
+                        queued = ref()
+                        if queued is not None:
+                            queued.stop()
+                    self.queue.clear()
+                    return
+                self.thread = thread
 
     def _next_job(self) -> tuple[ColumnPrefaulter, int, int] | None:
         """The next prefaulter (round robin) and rows to map; ``None`` ends the thread

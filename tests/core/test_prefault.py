@@ -282,3 +282,31 @@ def test_a_process_on_one_cpu_does_not_prefault():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr.decode()
+
+
+def test_a_thread_that_cannot_start_leaves_writes_working():
+    # A process at its thread limit (RLIMIT_NPROC here; a container's pids limit, or
+    # Python 3.12+ during interpreter shutdown): the write goes on and maps its own pages.
+    code = (
+        "import os, resource\n"
+        "import numpy as np\n"
+        "from rlreplay.core import prefault\n"
+        "from rlreplay.core.storage import StepStore\n"
+        "if os.getuid() == 0:\n"
+        "    os.setgid(65534); os.setuid(65534)\n"  # root ignores RLIMIT_NPROC
+        "hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]\n"
+        "resource.setrlimit(resource.RLIMIT_NPROC, (1, hard))\n"
+        "s = StepStore({'obs': ((1 << 20,), 'uint8')}, capacity=128)\n"
+        "assert s.prefaulter is not None\n"
+        "rows = np.arange(4 << 20, dtype=np.uint32).view(np.uint8).reshape(16, 1 << 20)\n"
+        "s.append({'obs': rows})\n"
+        "s.append({'obs': rows})\n"
+        "assert (s.read(np.arange(16, 32))['obs'] == rows).all()\n"
+        "assert prefault.running_thread() is None\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    if b"PermissionError" in done.stderr:
+        pytest.skip("cannot drop to an unprivileged user here")
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.strip() == b"ok"
