@@ -310,3 +310,25 @@ def test_a_thread_that_cannot_start_leaves_writes_working():
         pytest.skip("cannot drop to an unprivileged user here")
     assert done.returncode == 0, done.stderr.decode()
     assert done.stdout.strip() == b"ok"
+
+
+@pytest.mark.parametrize(
+    "files, prefaulted",
+    [
+        ({"cpu.max": "100000 100000\n"}, False),  # docker --cpus=1, cgroup v2
+        ({"cpu.max": "50000 100000\n"}, False),
+        ({"cpu.max": "150000 100000\n"}, True),
+        ({"cpu.max": "max 100000\n"}, True),
+        ({"cpu/cpu.cfs_quota_us": "100000\n", "cpu/cpu.cfs_period_us": "100000\n"}, False),
+        ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, True),
+        ({}, True),
+    ],
+    ids=["v2-one-cpu", "v2-half", "v2-one-and-a-half", "v2-none", "v1-one", "v1-none", "no-files"],
+)
+def test_a_cgroup_quota_of_one_cpu_counts_as_one_cpu(monkeypatch, tmp_path, files, prefaulted):
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    monkeypatch.setattr(prefault, "CGROUP_ROOT", str(tmp_path))
+    store = StepStore(SIG, capacity=2048)
+    assert (store.prefaulter is not None) is prefaulted
