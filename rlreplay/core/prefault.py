@@ -121,7 +121,15 @@ class ColumnPrefaulter:
         _worker.submit(self)
 
     def stop(self) -> None:
-        """Map nothing more (the store's columns are being replaced)."""
+        """Map nothing more (the store's columns are being replaced). Taken under the
+        thread's lock: :meth:`next_rows` checks ``done`` and then sets the store's wake
+        row, and a stop between the two would leave a wake row calling on a prefaulter
+        the store no longer has."""
+        with _worker.lock:
+            self._stop_locked()
+
+    def _stop_locked(self) -> None:
+        """:meth:`stop` with the thread's lock held."""
         self.done = True
         store = self._store()
         if store is not None:
@@ -145,7 +153,7 @@ class ColumnPrefaulter:
         while True:
             head = store.next_id
             if head >= self.capacity or self.mapped_rows >= self.capacity:
-                self.stop()  # every row has been written or mapped once
+                self._stop_locked()  # every row has been written or mapped once
                 return None
             start = max(self.mapped_rows, head)
             goal = min(self.capacity, head + self.lookahead_rows)
@@ -256,7 +264,7 @@ class _Worker:
                     for ref in self.queue:
                         queued = ref()
                         if queued is not None:
-                            queued.stop()
+                            queued._stop_locked()
                     self.queue.clear()
                     return
                 self.thread = thread

@@ -13,6 +13,7 @@ import ctypes
 import gc
 import subprocess
 import sys
+import threading
 import time
 import weakref
 
@@ -332,3 +333,48 @@ def test_a_cgroup_quota_of_one_cpu_counts_as_one_cpu(monkeypatch, tmp_path, file
     monkeypatch.setattr(prefault, "CGROUP_ROOT", str(tmp_path))
     store = StepStore(SIG, capacity=2048)
     assert (store.prefaulter is not None) is prefaulted
+
+
+class _PausingStore(StepStore):
+    """A store whose head, read by the prefault thread once it has mapped its whole
+    look-ahead, pauses that thread (up to a second) for ``pause()`` to run meanwhile:
+    the thread is then between its check that the prefaulter is not stopped and its
+    setting of the store's wake row, as a thread switch may leave it."""
+
+    def __init__(self, *args, **kwargs):
+        self.pause = None
+        super().__init__(*args, **kwargs)
+
+    @property
+    def next_id(self) -> int:
+        pf = getattr(self, "prefaulter", None)
+        if (
+            self.pause is not None
+            and threading.current_thread().name == "rlreplay-prefault"
+            and pf is not None
+            and pf.mapped_rows >= self._head + pf.lookahead_rows
+        ):
+            pause, self.pause = self.pause, None
+            pause()
+        return self._head
+
+    @next_id.setter
+    def next_id(self, value: int) -> None:
+        self._head = value
+
+
+def test_columns_replaced_while_the_thread_sets_the_wake_row_leave_writes_working():
+    store = _PausingStore(SIG, capacity=4096)
+    fresh = StepStore(SIG, capacity=4096).columns
+    replaced = threading.Event()
+    loader = threading.Thread(
+        target=lambda: (store.load_state({"next_id": 1}, columns=fresh), replaced.set())
+    )
+    store.pause = lambda: (loader.start(), replaced.wait(1.0))
+    store.append(rows(1, 0))
+    wait_idle()
+    loader.join(10)
+    assert replaced.is_set() and store.prefaulter is None
+    assert store.prefault_wake == prefault.NEVER
+    fill(store, [3000])  # every row up to the wake row the thread computed, and past it
+    assert store.next_id == 3001
