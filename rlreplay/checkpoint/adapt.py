@@ -69,6 +69,7 @@ def _rebuilt(
     items in its order (``moved``: new slot per old slot, or ``None`` when they stay)."""
     saved = selector_from_config(saved_config)
     saved.bind(old)
+    saved.check_state(state)
     saved.load_state(state)
     order = saved.rebuild_order()
     if moved is not None:

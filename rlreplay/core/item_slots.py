@@ -408,9 +408,9 @@ class ItemIndex:
         extents (lock held).
 
         Raises:
-            InvalidArgumentError: if an array does not fit this index, or the live flags
-                disagree with the size; nothing changes then (the selectors check their
-                own states).
+            InvalidArgumentError: if an array does not fit this index (the selectors'
+                states included), or the live flags disagree with the size; nothing
+                changes then.
         """
         size = item_state.check(self, state)
         if self.changes is not None:

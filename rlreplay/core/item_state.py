@@ -176,10 +176,13 @@ def check(index: ItemIndex, state: dict[str, Any]) -> int:
     agree with the size, an origin in range); returns its size.
 
     Raises:
-        InvalidArgumentError: naming what does not fit (the selectors check their own
-            states when they load them).
+        InvalidArgumentError: naming what does not fit, the sampler's and an active
+            remover's states included.
     """
     index.records.check_state(state)
+    index.sampler.check_state(state["sampler"])
+    if index.remover_active:  # an idle remover keeps no state to load
+        index.remover.check_state(state["remover"])
     size = int(state["size"])
     live = int(np.count_nonzero(state["live"]))
     if live != size or not 0 <= state["origin"] < GENERATIONS:

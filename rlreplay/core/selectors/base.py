@@ -12,6 +12,31 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.errors import InvalidArgumentError
+
+
+def check_parts(owner: Selector, state: Any, shapes: dict[str, tuple[int, ...]]) -> None:
+    """Refuse a selector state whose arrays are missing or not of ``shapes`` (name to
+    the shape this bound selector keeps).
+
+    Raises:
+        InvalidArgumentError: naming the selector, the part and both shapes.
+    """
+    name = type(owner).__name__
+    if not isinstance(state, dict):
+        raise InvalidArgumentError(
+            f"a {name} state must be a dict of arrays, not {type(state).__name__}: it is "
+            "not a selector's state"
+        )
+    for part, shape in shapes.items():
+        got = state.get(part)
+        if not isinstance(got, np.ndarray) or got.shape != shape:
+            found = got.shape if isinstance(got, np.ndarray) else type(got).__name__
+            raise InvalidArgumentError(
+                f"a {name} state's {part!r} is {found}, this {name} keeps {shape}: the "
+                "state is of another capacity or another selector"
+            )
+
 
 def touched(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     """An array whose memory has been written once (its pages are mapped)."""
@@ -144,9 +169,19 @@ class Selector:
         several times more)."""
         return {}
 
+    def check_state(self, state: dict[str, Any]) -> None:
+        """Check that ``state`` (what :meth:`state` returned) fits this bound selector,
+        before anything is loaded: a restore checks every part first and then loads, so
+        a state that does not fit changes nothing.
+
+        Raises:
+            InvalidArgumentError: naming the part that does not fit.
+        """
+        raise NotImplementedError
+
     def load_state(self, state: dict[str, Any]) -> None:
-        """Put back what :meth:`state` returned (the selector is bound to the same
-        capacity)."""
+        """Put back what :meth:`state` returned, a state :meth:`check_state` accepts
+        (the selector is bound to the same capacity)."""
         raise NotImplementedError
 
     def rebuild_order(self) -> np.ndarray:

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.core.selectors.base import OrderedSelector, copy_into, touched
+from rlreplay.core.selectors.base import OrderedSelector, check_parts, copy_into, touched
 
 NIL = -1
 _LOOP_LIMIT = 16  # below this many deletions, unlinking one by one is fastest
@@ -255,10 +255,10 @@ class _InsertionOrder(OrderedSelector):
             s = int(self.next[s])
         return out
 
+    def check_state(self, state: dict[str, Any]) -> None:
+        check_parts(self, state, {"prev": self.prev.shape, "next": self.next.shape})
+
     def load_state(self, state: dict[str, Any]) -> None:
-        """Raises ValueError if the links do not fit the bound capacity."""
-        if state["prev"].shape != self.prev.shape or state["next"].shape != self.next.shape:
-            raise ValueError(f"links of shape {state['prev'].shape} for {self.prev.shape}")
         self.prev[:] = state["prev"]
         self.next[:] = state["next"]
         self.head, self.tail = int(state["head"]), int(state["tail"])

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.core.selectors.base import OrderedSelector, copy_into, touched
+from rlreplay.core.selectors.base import OrderedSelector, check_parts, copy_into, touched
 from rlreplay.core.selectors.sum_tree import FANOUT
 
 EMPTY = -1
@@ -155,10 +155,10 @@ class _Heap(OrderedSelector):
         held = np.flatnonzero(self.seq != _NO_SEQ)
         return held[np.argsort(self.seq[held], kind="stable")]
 
+    def check_state(self, state: dict[str, Any]) -> None:
+        check_parts(self, state, {"key": self.key.shape, "seq": self.seq.shape})
+
     def load_state(self, state: dict[str, Any]) -> None:
-        """Raises ValueError if the arrays do not fit the bound capacity."""
-        if state["key"].shape != self.key.shape or state["seq"].shape != self.seq.shape:
-            raise ValueError(f"heap state of shape {state['key'].shape} for {self.key.shape}")
         self.key[:] = state["key"]
         self.seq[:] = state["seq"]
         self.counter = int(state["counter"])

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.core.selectors.base import Selector, copy_into, touched
+from rlreplay.core.selectors.base import Selector, check_parts, copy_into, touched
 from rlreplay.core.selectors.sum_tree import FANOUT, KaryTree
 from rlreplay.errors import EmptyTableError, InvalidArgumentError, describe
 
@@ -184,16 +184,17 @@ class Prioritized(Selector):
     def rebuild_order(self) -> np.ndarray:
         return np.flatnonzero(self.held)
 
+    def check_state(self, state: dict[str, Any]) -> None:
+        shapes = {
+            "sums": (sum(len(v) for v in self.sums.levels),),
+            "mins": (sum(len(v) for v in self.mins.levels[1:]),),
+            "held": self.held.shape,
+        }
+        check_parts(self, state, shapes)
+
     def load_state(self, state: dict[str, Any]) -> None:
-        """Raises ValueError if the trees do not fit the bound capacity."""
         sums, mins = state["sums"], state["mins"]
         sum_levels, min_levels = self.sums.levels, self.mins.levels[1:]
-        if (
-            sums.shape != (sum(len(v) for v in sum_levels),)
-            or mins.shape != (sum(len(v) for v in min_levels),)
-            or state["held"].shape != self.held.shape
-        ):
-            raise ValueError(f"trees of {sums.shape} and {mins.shape} nodes for another size")
         for levels, flat in ((sum_levels, sums), (min_levels, mins)):
             at = 0
             for level in levels:

@@ -8,6 +8,7 @@ import numpy as np
 
 from rlreplay.core._compiled import load_kernel
 from rlreplay.core.selectors.base import Selector, copy_into, touched
+from rlreplay.errors import InvalidArgumentError, describe
 
 # sparse_delete: a batch delete in one call (None without the extension: the numpy path).
 _kernel = load_kernel("rlreplay.core._slots")
@@ -117,6 +118,23 @@ class Uniform(Selector):
     def rebuild_order(self) -> np.ndarray:
         return self.dense[: self.size].astype(np.int64)
 
+    def check_state(self, state: dict[str, Any]) -> None:
+        """The held slots: at most one per slot, each a slot of this capacity."""
+        dense = state.get("dense") if isinstance(state, dict) else None
+        capacity = len(self.dense)
+        if (
+            not isinstance(dense, np.ndarray)
+            or dense.ndim != 1
+            or dense.dtype.kind not in "iu"
+            or len(dense) > capacity
+            or (len(dense) and not 0 <= int(dense.min()) <= int(dense.max()) < capacity)
+            or not _distinct(dense, capacity)
+        ):
+            raise InvalidArgumentError(
+                f"a Uniform state's 'dense' must hold distinct slots below {capacity}, got "
+                f"{describe(dense)}: the state is of another capacity or another selector"
+            )
+
     def load_state(self, state: dict[str, Any]) -> None:
         dense = np.asarray(state["dense"], dtype=np.int32)
         self.size = len(dense)
@@ -125,3 +143,10 @@ class Uniform(Selector):
 
     def nbytes(self) -> int:
         return self.dense.nbytes + self.where.nbytes
+
+
+def _distinct(slots: np.ndarray, capacity: int) -> bool:
+    """Whether ``slots`` (each below ``capacity``) holds no slot twice, in O(capacity)."""
+    seen = np.zeros(capacity, dtype=bool)
+    seen[slots] = True
+    return int(np.count_nonzero(seen)) == len(slots)
