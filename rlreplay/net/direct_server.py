@@ -16,6 +16,7 @@ import os
 import resource
 import secrets
 import socket
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +41,23 @@ def default_max_links() -> int:
     if soft == resource.RLIM_INFINITY:
         return MAX_LINKS
     return max(0, min(MAX_LINKS, soft // 4))
+
+
+# Every serving DirectLinks of this process, so that a forked child closes its copies of
+# their sockets at once: the child never serves them (the dispatcher thread does not survive
+# a fork), and a copy it held would keep the links open after the server closed them (its
+# clients would not see it stop) and keep the listening name bound.
+_SERVING: weakref.WeakSet = weakref.WeakSet()
+
+
+def _close_inherited() -> None:
+    for links in list(_SERVING):
+        links.close()
+    _SERVING.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_inherited)
 
 
 class DirectPeer:
@@ -98,6 +116,7 @@ class DirectLinks:
         self._token_of: dict[bytes, bytes] = {}  # client -> its pending token
         self.peers: dict[int, DirectPeer] = {}  # fd -> link (accepted or awaiting its token)
         self.paused_until: float | None = None  # the listener is not polled until then
+        _SERVING.add(self)
 
     def offer(self, client: bytes, now: float) -> dict | None:
         """A link offer for the ZeroMQ connection ``client`` (None at ``max_links``)."""
@@ -208,6 +227,7 @@ class DirectLinks:
 
     def close(self) -> None:
         """Close every link and the listening socket (its name is free again)."""
+        _SERVING.discard(self)
         for peer in self.peers.values():
             peer.sock.close()
         self.peers.clear()

@@ -7,6 +7,7 @@ link, a client killed with ``kill -9``)."""
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
 import threading
@@ -343,3 +344,31 @@ def test_a_forked_child_holds_no_copy_of_its_parents_links():
             assert wait_for(lambda: server_links(name) == 0, 2.0), server_links(name)
         finally:
             os.waitpid(pid, 0)
+
+
+def test_a_server_forked_into_a_child_still_closes_its_links_when_it_stops():
+    """A child forked from a process that hosts a server (a fork-based vector env, say)
+    holds no copy of the server's links or listening socket: when the server stops, its
+    clients see their links closed at once, even while the child lives on."""
+    table = rlreplay.Table("t", signature={"x": "float32"}, max_size=10)
+    server = rlreplay.Server([table]).start()
+    try:
+        client = rlreplay.Client(server.address)
+        client.info("t")
+        link = link_of(client)
+        assert server_links(link.name) == 1
+        pid = os.fork()
+        if pid == 0:  # the child never serves; it only outlives the server's stop
+            time.sleep(3.0)
+            os._exit(0)
+        try:
+            server.stop()
+            poller = select.poll()
+            poller.register(link.fd, select.POLLIN)
+            assert poller.poll(2000), "the client's link is still open after the stop"
+            assert server_links(link.name) == -1  # the listening socket is gone too
+        finally:
+            os.waitpid(pid, 0)
+        client.close()
+    finally:
+        server.stop()
