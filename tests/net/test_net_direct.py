@@ -10,16 +10,19 @@ import os
 import select
 import signal
 import socket
+import struct
 import threading
 import time
 
+import msgpack
 import numpy as np
 import pytest
+import zmq
 from netprocs import CTX, config, direct_calls_then_wait, served, wait_until_stopped
 
 import rlreplay
 from rlreplay.errors import InvalidArgumentError, ServerUnavailableError
-from rlreplay.net import direct
+from rlreplay.net import direct, wire
 from rlreplay.runtime.stop_flag import StopFlag
 
 pytestmark = pytest.mark.skipif(not direct.supported(), reason="needs AF_UNIX SOCK_SEQPACKET")
@@ -372,3 +375,82 @@ def test_a_server_forked_into_a_child_still_closes_its_links_when_it_stops():
         client.close()
     finally:
         server.stop()
+
+
+def offered_link(address: str) -> tuple[zmq.Socket, direct.DirectLink]:
+    """A link opened as a client's handshake opens one: a ZeroMQ ``ping`` asking for it,
+    then the offered token on the server's listening socket. Returns the ZeroMQ socket
+    too (the link's requests count as its connection's) and the link, blocking with a
+    timeout."""
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(address)
+    sock.send_multipart(wire.encode({"op": "ping", "id": 1, "direct": True}))
+    assert sock.poll(30_000), "no reply to the handshake ping"
+    offer = wire.decode(sock.recv_multipart())[0]["direct"]
+    link = direct.DirectLink.open(offer, time.monotonic() + 10.0)
+    link.sock.setblocking(True)
+    link.sock.settimeout(5.0)
+    return sock, link
+
+
+def fuzz_message(rng: np.random.Generator) -> bytes:
+    """A malformed or odd link message: random bytes, a wrong length prefix, a header that
+    is not a map, requests with fields of the wrong types, arrays that do not fit."""
+    kind = int(rng.integers(5))
+    noise = rng.bytes(int(rng.integers(0, 40)))
+    if kind == 0:
+        return noise
+    if kind == 1:
+        return struct.pack("<I", int(rng.integers(1 << 32))) + noise
+    ops = ["info", "delete", "update_priorities", "can_insert", "reset", "ping", "nope"]
+    header = {
+        "op": ops[int(rng.integers(len(ops)))],
+        "v": [1, 2, 3, "2", None][int(rng.integers(5))],
+        "id": [7, -1, "x", None, [1]][int(rng.integers(5))],
+        "table": ["t", 3, None, "u"][int(rng.integers(4))],
+        "epoch": [None, "e", 1.5][int(rng.integers(3))],
+    }
+    if kind == 2:
+        header["arrays"] = [
+            [{"name": "keys", "dtype": "<i8", "shape": [3]}],
+            [{"name": "keys", "dtype": "O", "shape": [1 << 40]}],
+            "arrays",
+            [[1, 2]],
+        ][int(rng.integers(4))]
+    packed = msgpack.packb(header if kind != 3 else list(header.values()))
+    return struct.pack("<I", len(packed)) + packed + (noise if kind == 4 else b"")
+
+
+def test_malformed_and_oversized_link_messages_neither_crash_nor_wedge_the_server():
+    with served(CONFIG) as (address, proc):
+        client = rlreplay.Client(address)
+        keys = client.insert("t", rows(5), wait=True)
+        rng = np.random.default_rng(0)
+        sock, link = offered_link(address)
+        outcomes = {"answered": 0, "closed": 0}
+        try:
+            for _ in range(150):
+                link.sock.send(fuzz_message(rng))
+                reply = link.sock.recv(direct.DIRECT_MAX_BYTES)
+                if reply:  # a reply (an error, but for a well-formed ping), on the link
+                    header = wire.decode(direct.frames_of(reply))[0]
+                    assert header["ok"] is (header.get("code") is None), header
+                    outcomes["answered"] += 1
+                else:  # not a link message: the server closed this link
+                    outcomes["closed"] += 1
+                    link.close()
+                    sock.close()
+                    sock, link = offered_link(address)
+            # a message larger than a link message closes the link
+            link.sock.send(b"\0" * (direct.DIRECT_MAX_BYTES + 1000))
+            assert link.sock.recv(64) == b""
+        finally:
+            link.close()
+            sock.close()
+        assert min(outcomes.values()) > 10, outcomes
+        assert proc.is_alive()
+        assert client.update_priorities("t", keys, 2.0) == 5  # its own link still served
+        assert link_of(client) is not None
+        assert client.info("t").size == 5
+        client.close()
