@@ -15,22 +15,27 @@ overwritten is decided in one place, the store's :class:`~rlreplay.core.overwrit
 OverwriteProtocol` (``store.overwrite``; its docstring states the invariant). All mutation
 happens under ``store.mutex``, which every table over the store shares (``store.lock`` is
 the condition over it that blocked calls wait on).
+
+The store's parts: its capacity and columns, made or checked before anything changes
+(:mod:`rlreplay.core.store_columns`), and which chunks of rows changed since a checkpoint
+(:mod:`rlreplay.core.store_changes`, ``store.changes``). The write paths stay here, on the
+store's own attributes: no indirection per row.
 """
 
 from __future__ import annotations
 
-import math
 import threading
-import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rlreplay.core import memory, prefault, waiting
+from rlreplay.core import prefault, waiting
 from rlreplay.core._compiled import load_kernel
 from rlreplay.core.overwrite import OverwriteProtocol
 from rlreplay.core.specs import Signature
+from rlreplay.core.store_changes import CHECKPOINT_CHUNK_ALIGN, ChangedChunks
+from rlreplay.core.store_columns import checked_columns, new_columns, store_capacity
 from rlreplay.errors import InvalidArgumentError, ReplayTimeoutError, describe
 
 if TYPE_CHECKING:
@@ -38,28 +43,9 @@ if TYPE_CHECKING:
 
     from rlreplay.core.table import Table
 
+__all__ = ["CHECKPOINT_CHUNK_ALIGN", "StepStore"]  # the alignment: for checkpoint files
+
 _kernel = load_kernel("rlreplay.core._store")
-
-# Checkpoints write each column in files of ``chunk_rows`` rows (see
-# :func:`checkpoint_chunk_rows`): about this many bytes of all columns per chunk, each
-# chunk's bytes of each column a multiple of ``CHECKPOINT_CHUNK_ALIGN`` (a memory page)
-# so that a memory-mapped restore can map the files of a column side by side.
-CHECKPOINT_CHUNK_BYTES = 16 << 20
-CHECKPOINT_CHUNK_ALIGN = 4096
-
-
-def checkpoint_chunk_rows(signature: Signature, capacity: int) -> int:
-    """Rows per checkpoint chunk of a store: about ``CHECKPOINT_CHUNK_BYTES`` of all its
-    columns, a multiple of the fewest rows whose bytes are a multiple of
-    ``CHECKPOINT_CHUNK_ALIGN`` in every column; ``capacity`` (one chunk) when that is
-    not smaller."""
-    unit = 1
-    for spec in signature.fields.values():
-        row = max(1, int(np.prod(spec.shape, dtype=np.int64)) * np.dtype(spec.dtype).itemsize)
-        need = CHECKPOINT_CHUNK_ALIGN // math.gcd(row, CHECKPOINT_CHUNK_ALIGN)
-        unit = unit * need // math.gcd(unit, need)
-    rows = -(-max(1, CHECKPOINT_CHUNK_BYTES // max(1, signature.step_nbytes)) // unit) * unit
-    return min(rows, capacity)
 
 
 class StepStore:
@@ -106,43 +92,14 @@ class StepStore:
         columns: Mapping[str, np.ndarray] | None = None,
     ):
         self.signature = Signature(signature)
-        if not isinstance(lanes, (int, np.integer)) or lanes < 1 or lanes > 65535:
-            raise InvalidArgumentError(f"lanes={describe(lanes)} must be an int in [1, 65535]")
-        if (capacity is None) == (capacity_bytes is None):
-            raise InvalidArgumentError(
-                "give one of capacity= (steps) or capacity_bytes= (bytes of the columns)"
-            )
-        row_bytes = self.signature.step_nbytes
-        if capacity_bytes is not None:
-            capacity = memory.rows_for_bytes(capacity_bytes, row_bytes, lanes, "capacity_bytes")
-        if (
-            not isinstance(capacity, (int, np.integer))
-            or capacity < 1
-            or capacity % lanes
-            or capacity >= 2**31
-        ):
-            raise InvalidArgumentError(
-                f"capacity={describe(capacity)} must be a positive int below 2**31 and a "
-                f"multiple of lanes={lanes}"
-            )
-        self.capacity = int(capacity)
-        self.lanes = int(lanes)
+        self.capacity, self.lanes = store_capacity(self.signature, capacity, lanes, capacity_bytes)
         prefaulting = columns is None and prefault.enabled()
         if columns is not None:
-            self.columns: dict[str, np.ndarray] = self._checked_columns(columns)
-        else:
-            memory.check_fits(
-                self,
-                self.capacity * row_bytes,
-                f"a step store of {self.capacity} steps of {row_bytes} bytes",
-                "lower capacity=, or give capacity_bytes= (a byte budget resolved to steps)"
-                if capacity_bytes is None
-                else f"lower capacity_bytes={capacity_bytes} to what is available",
+            self.columns: dict[str, np.ndarray] = checked_columns(
+                self.signature, self.capacity, columns
             )
-            self.columns = {
-                path: np.zeros((self.capacity, *spec.shape), dtype=spec.dtype)
-                for path, spec in self.signature.fields.items()
-            }
+        else:
+            self.columns = new_columns(self, self.signature, self.capacity, capacity_bytes)
         self.next_id = 0
         # Every mutation holds ``mutex``; blocked calls wait on ``lock``, a condition over
         # it. Entering the mutex itself costs a third of entering the condition.
@@ -159,17 +116,10 @@ class StepStore:
         # an object whose ``before_write(first_id, n)`` and ``before_reset()`` copy aside
         # the rows a write or reset is about to change, before it changes them (lock held).
         self.guard: Any = None
-        # Which rows changed between two checkpoints: the rows are cut into chunks of
-        # ``chunk_rows``, each stamped with the write generation of its last write (see
-        # :meth:`stamp_chunks`). A checkpoint records the generation at its moment and
-        # ``identity`` (this store's contents: new with every store and with columns
-        # replaced by ``load_state``); the next checkpoint of the store reuses the files
-        # of the chunks stamped no later.
-        self.chunk_rows = checkpoint_chunk_rows(self.signature, self.capacity)
-        self.chunk_generations = np.zeros(-(-self.capacity // self.chunk_rows), np.int64)
-        self.write_generation = 0
-        self.identity = uuid.uuid4().hex
-        self._stamped_to = 0  # steps before this id are stamped
+        # Which rows changed between two checkpoints (see :mod:`rlreplay.core.store_changes`).
+        self.changes = ChangedChunks(self.signature, self.capacity)
+        self.chunk_rows = self.changes.chunk_rows
+        self.chunk_generations = self.changes.generations  # the same array
         # Core-internal: a write whose first id reaches ``prefault_wake`` calls
         # ``prefaulter.kick()`` (one compare per write; ``prefault.NEVER`` once the first
         # pass is over or without a prefaulter).
@@ -229,24 +179,19 @@ class StepStore:
 
     def stamp_chunks(self) -> int:
         """Bring ``chunk_generations`` up to date (lock held) and return the current
-        write generation: the chunks of the steps written since the last call get a new
-        generation. Every write is at the head (ids ``[_stamped_to, next_id)``, in ring
-        order), so the writes themselves pay nothing for this."""
-        n = self.next_id - self._stamped_to
-        if n > 0:
-            g = self.write_generation = self.write_generation + 1
-            cr = self.chunk_rows
-            start = self._stamped_to % self.capacity
-            end = start + n
-            if n >= self.capacity:
-                self.chunk_generations[:] = g
-            elif end <= self.capacity:
-                self.chunk_generations[start // cr : (end - 1) // cr + 1] = g
-            else:
-                self.chunk_generations[start // cr :] = g
-                self.chunk_generations[: (end - self.capacity - 1) // cr + 1] = g
-        self._stamped_to = self.next_id
-        return self.write_generation
+        write generation (see :class:`~rlreplay.core.store_changes.ChangedChunks`)."""
+        return self.changes.stamp(self.next_id)
+
+    @property
+    def write_generation(self) -> int:
+        """The generation of the latest :meth:`stamp_chunks`."""
+        return self.changes.write_generation
+
+    @property
+    def identity(self) -> str:
+        """This store's contents, for checkpoints: new with every store and whenever
+        :meth:`load_state` replaces its columns."""
+        return self.changes.identity
 
     def load_state(
         self, state: Mapping[str, Any], columns: Mapping[str, np.ndarray] | None = None
@@ -264,7 +209,7 @@ class StepStore:
         if not isinstance(next_id, (int, np.integer)) or next_id < 0:
             raise InvalidArgumentError(f"next_id={describe(next_id)} must be an int >= 0")
         if columns is not None:
-            checked = self._checked_columns(columns)
+            checked = checked_columns(self.signature, self.capacity, columns)
             with self.mutex:  # other contents: no chunk matches an earlier checkpoint
                 if self.guard is not None:  # a checkpoint streaming the old columns
                     self.guard.before_reset()
@@ -273,33 +218,14 @@ class StepStore:
                     self.prefaulter = None
                 self.columns = checked
                 self._column_tuple = tuple(self.columns.values())
-                self.identity = uuid.uuid4().hex
-                self.write_generation += 1
-                self.chunk_generations[:] = self.write_generation
+                self.changes.replaced()
         with self.mutex:
             self.stamp_chunks()
             for retention in self.overwrite.retentions():
                 retention.release()
-            self.next_id = self._stamped_to = int(next_id)
+            self.next_id = self.changes.stamped_to = int(next_id)
             self.overwrite.relocated_steps = int(state.get("relocated_steps", 0))
             self.lock.notify_all()
-
-    def _checked_columns(self, columns: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """``columns`` in field order, each checked to be ``(capacity, *shape)`` of its
-        field's dtype.
-
-        Raises:
-            InvalidArgumentError: naming the first column that does not match.
-        """
-        for path, spec in self.signature.fields.items():
-            col = columns.get(path)
-            want = (self.capacity, *spec.shape)
-            if col is None or col.shape != want or col.dtype != spec.dtype:
-                raise InvalidArgumentError(
-                    f"column {path!r} is {describe(col)}; it must be an array of shape "
-                    f"{want} and dtype {spec.dtype}"
-                )
-        return {path: columns[path] for path in self.signature.fields}
 
     # ---------------------------------------------------------------- mutation
     def attach(self, table: Table) -> weakref.ref:
@@ -474,7 +400,7 @@ class StepStore:
             for retention in self.overwrite.retentions():
                 retention.release()
             self.stamp_chunks()
-            self.next_id = self._stamped_to = 0
+            self.next_id = self.changes.stamped_to = 0
             self.lock.notify_all()
 
     def __repr__(self) -> str:

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from rlreplay import Fifo, Table, Uniform, checkpoint
 from rlreplay.checkpoint import increments
 from rlreplay.checkpoint.save import SaveStats
-from rlreplay.core import storage
+from rlreplay.core import store_changes
 
 SIG = {"obs": ((60,), "uint8"), "reward": "float32"}  # 64 bytes a row
 CHUNK_ROWS = 1024  # with 64 KB chunks: the fewest rows whose bytes are whole pages
@@ -36,7 +36,7 @@ def rows(first: int, n: int) -> dict[str, np.ndarray]:
 
 @pytest.fixture
 def chunks_of_64kb(monkeypatch):
-    monkeypatch.setattr(storage, "CHECKPOINT_CHUNK_BYTES", 64 << 10)
+    monkeypatch.setattr(store_changes, "CHECKPOINT_CHUNK_BYTES", 64 << 10)
 
 
 def large_table(capacity: int = 64 * CHUNK_ROWS) -> Table:
@@ -195,8 +195,8 @@ def test_two_saves_in_a_row_restore_every_call_as_the_saved_tables(config, befor
     unchanged (files of 4 rows), then the same calls on the tables and on a restore of
     the second: the same results, and the same columns."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(storage, "CHECKPOINT_CHUNK_ALIGN", 1)
-        mp.setattr(storage, "CHECKPOINT_CHUNK_BYTES", 4 * 20)
+        mp.setattr(store_changes, "CHECKPOINT_CHUNK_ALIGN", 1)
+        mp.setattr(store_changes, "CHECKPOINT_CHUNK_BYTES", 4 * 20)
         tables = CONFIGS[config]()
     memory: dict = {}
     run(tables, before, memory)

@@ -67,10 +67,10 @@ def stream_while(store: StepStore, tmp_path, feeder: Feeder, chunk_rows: int = 5
 def file_chunks(request, monkeypatch):
     """Columns written as one file each, or as files of 8 rows (stores made after)."""
     if request.param == "chunk_files_of_8_rows":
-        from rlreplay.core import storage
+        from rlreplay.core import store_changes
 
-        monkeypatch.setattr(storage, "CHECKPOINT_CHUNK_ALIGN", 1)
-        monkeypatch.setattr(storage, "CHECKPOINT_CHUNK_BYTES", 8 * ROW_BYTES)
+        monkeypatch.setattr(store_changes, "CHECKPOINT_CHUNK_ALIGN", 1)
+        monkeypatch.setattr(store_changes, "CHECKPOINT_CHUNK_BYTES", 8 * ROW_BYTES)
     return request.param
 
 
