@@ -8,7 +8,9 @@ its temporary directory, so a directory named ``ckpt-*`` was complete when it ap
 restore still checks its manifest and checksums, and skips (with a warning) any that
 fail. Pruning renames a checkpoint to ``.del-<name>-<pid>`` before deleting it, so a
 half-deleted one is never taken for a checkpoint; a later save finishes deleting those
-(and temporary directories) of processes that died.
+(and temporary directories) of processes that died. A save holds an exclusive ``flock``
+on its temporary directory while it works in it, so that a saver whose pid means nothing
+here (another pid namespace sharing the directory) keeps its directory.
 """
 
 from __future__ import annotations
@@ -16,9 +18,15 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import weakref
 from pathlib import Path
 
 from rlreplay.errors import InvalidArgumentError, describe
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: nothing is held, the pid decides
+    fcntl = None  # type: ignore[assignment]
 
 PREFIX = "ckpt-"
 _NAME = re.compile(r"^ckpt-(\d{8,})$")
@@ -76,6 +84,61 @@ def next_sequence(root: Path) -> int:
     return top + 1
 
 
+class DirectoryHold:
+    """An exclusive ``flock`` on a save's temporary directory for as long as the save
+    works in it (the lock goes with the directory through renames, and with the process
+    when it dies). :func:`prune` deletes no temporary directory that is held: its pid
+    alone cannot tell, since a saver in another pid namespace (a container sharing the
+    directory) has a pid that means nothing here. Where ``flock`` is not supported (some
+    network file systems) nothing is held and the pid decides, as before.
+
+    Args:
+        path: the directory, just made by this save.
+    """
+
+    def __init__(self, path: Path):
+        self.fd: int | None = None
+        if fcntl is None:
+            return
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return
+        self.fd = fd
+        self._closer = weakref.finalize(self, os.close, fd)
+
+    def release(self) -> None:
+        """Let go of the directory (published, deleted or given up)."""
+        if self.fd is not None:
+            self.fd = None
+            self._closer()
+
+
+def _held(path: Path) -> bool:
+    """Whether a live save holds ``path`` (see :class:`DirectoryHold`); ``False`` where
+    that cannot be told."""
+    if fcntl is None:
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # closing lets go of a lock taken here
+    return False
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -95,7 +158,7 @@ def prune(root: Path, keep: int | None) -> list[Path]:
     for p in list(root.iterdir()):
         temp, trash = _TEMP.match(p.name), _TRASH.match(p.name)
         pid = int((temp or trash).group(1)) if temp or trash else None
-        if pid is None or pid == os.getpid() or _alive(pid):
+        if pid is None or pid == os.getpid() or _alive(pid) or (temp and _held(p)):
             continue
         (doomed if temp else trashed).append(p)
     for p in doomed:

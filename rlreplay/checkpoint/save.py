@@ -151,6 +151,8 @@ class StepwiseSave:
             staging=self._staging,
         )
         self._moment: tuple[Snapshot, Path, int, Any] | None = None  # until written
+        # the lock on the temporary directory while this save works in it (see prune)
+        self._hold: retention.DirectoryHold | None = None
         self.moment_taken = False
         self.failed = False
 
@@ -178,8 +180,14 @@ class StepwiseSave:
         except BaseException:
             self.failed = True
             self.capture.abandon()
+            self._let_go()
             self.stats.captured.set()
             raise
+
+    def _let_go(self) -> None:
+        if self._hold is not None:
+            self._hold.release()
+            self._hold = None
 
     def _staging(self) -> Path:
         """A temporary directory for the files a capture in slices writes before the
@@ -188,6 +196,7 @@ class StepwiseSave:
         self.root.mkdir(parents=True, exist_ok=True)
         staging = self.root / _temporary_name(0)
         staging.mkdir()
+        self._hold = retention.DirectoryHold(staging)  # kept through the rename to tmp
         return staging
 
     def _take_moment(self) -> None:
@@ -200,6 +209,7 @@ class StepwiseSave:
             staged = self.capture.staging_dir
             if staged is None:
                 tmp.mkdir()
+                self._hold = retention.DirectoryHold(tmp)
             else:
                 os.rename(staged, tmp)
                 self.capture.staging_dir = tmp
@@ -222,6 +232,7 @@ class StepwiseSave:
         if not self.done:
             self.failed = True
             self.capture.abandon()
+            self._let_go()
             self.stats.captured.set()
 
     def write(self) -> Path:
@@ -249,6 +260,8 @@ class StepwiseSave:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        finally:
+            self._let_go()
         with _NAMING:
             retention.prune(self.root, self.keep)
         stats.path = final

@@ -81,3 +81,89 @@ def test_killing_a_process_mid_save_never_leaves_a_half_checkpoint_to_load(tmp_p
     table = Table.restore(root)
     table.checkpoint(root, keep=2)
     assert not [p for p in Path(root).iterdir() if p.name in leftovers]
+
+
+SAVER_ELSEWHERE = textwrap.dedent(
+    """
+    import os, sys
+    root, target = sys.argv[1], int(sys.argv[2])
+    while True:  # pids in a new namespace are handed out in order: fork up to the target
+        pid = os.fork()
+        if pid == 0:
+            if os.getpid() != target:
+                os._exit(0)
+            break
+        os.waitpid(pid, 0)
+        if pid >= target:
+            sys.exit(0 if pid == target else 3)
+    import numpy as np
+    from rlreplay import Table
+    from rlreplay.checkpoint.save import StepwiseSave
+    table = Table("t", signature={"x": "int64"}, max_size=100, seed=0)
+    table.insert({"x": np.arange(10)})
+    steps = StepwiseSave(table, root)
+    while not steps.done:
+        steps.step()
+    print("moment", flush=True)  # its temporary directory, named with this pid, is there
+    sys.stdin.readline()
+    print(steps.write().name, flush=True)
+    os._exit(0)
+    """
+)
+
+
+def _a_pid_free_here() -> int:
+    for pid in range(300, 30000):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return pid
+        except PermissionError:
+            continue
+    pytest.skip("no free pid found")
+
+
+def test_a_save_does_not_delete_the_temporary_directory_of_a_saver_in_another_pid_namespace(
+    tmp_path,
+):
+    """A saver in another container sharing the directory (its own pid namespace) has a
+    pid that means nothing here: a save here must not take its directory for a dead
+    process's and delete it mid-save."""
+    if not sys.platform.startswith("linux") or os.geteuid() != 0:
+        pytest.skip("needs root on Linux for a new pid namespace (unshare)")
+    probe = subprocess.run(["unshare", "--pid", "--fork", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("unshare --pid is not available here")
+    root = tmp_path / "ckpts"
+    target = _a_pid_free_here()
+    saver = subprocess.Popen(
+        [
+            "unshare",
+            "--pid",
+            "--fork",
+            sys.executable,
+            "-c",
+            SAVER_ELSEWHERE,
+            str(root),
+            str(target),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        ready, _, _ = select.select([saver.stdout], [], [], 60.0)
+        assert ready and saver.stdout.readline().strip() == "moment"
+        assert [p.name for p in root.iterdir() if f"-{target}-" in p.name]
+        table = Table("u", signature={"x": "int64"}, max_size=100, seed=0)
+        table.checkpoint(root)  # prunes what dead processes left
+        saver.stdin.write("\n")
+        saver.stdin.flush()
+        ready, _, _ = select.select([saver.stdout], [], [], 60.0)
+        assert ready
+        published = saver.stdout.readline().strip()
+    finally:
+        saver.kill()
+        saver.wait(10)
+    assert published.startswith("ckpt-"), "the other namespace's save failed"
+    assert len(checkpoint.list_checkpoints(root)) == 2
