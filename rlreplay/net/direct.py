@@ -41,6 +41,7 @@ platforms with ``AF_UNIX`` ``SOCK_SEQPACKET`` sockets (Linux). The server's half
 
 from __future__ import annotations
 
+import errno
 import os
 import select
 import socket
@@ -183,7 +184,8 @@ class DirectLink:
 
     def send(self, frames: Sequence[Any]) -> bool:
         """Send one request without blocking; False (nothing sent) if it does not fit a
-        link message or the server's queue is full.
+        link message (:data:`DIRECT_MAX_BYTES`, or less where the socket's send buffer is
+        smaller) or the server's queue is full.
 
         Raises:
             LinkClosed: the server closed the link (nothing sent).
@@ -195,8 +197,10 @@ class DirectLink:
             self._sendmsg(buffers)
         except BlockingIOError:
             return False
-        except OSError as exc:  # EPIPE, ECONNRESET: the server's end is closed
-            raise LinkClosed(str(exc)) from None
+        except OSError as exc:
+            if exc.errno == errno.EMSGSIZE:  # more than this socket's send buffer holds
+                return False
+            raise LinkClosed(str(exc)) from None  # EPIPE, ECONNRESET: the server's end closed
         return True
 
     def receive(self) -> bytes | None:

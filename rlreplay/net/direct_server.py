@@ -12,6 +12,7 @@ links never take the descriptors the server's other sockets and files need.
 
 from __future__ import annotations
 
+import errno
 import os
 import resource
 import secrets
@@ -75,15 +76,18 @@ class DirectPeer:
 
     def send(self, frames: list) -> bool | None:
         """Send a reply without blocking: True if sent, False if it does not fit a link
-        message (the caller sends it through ZeroMQ), None if it was dropped (a client
-        that does not read, or a closed link)."""
+        message (:data:`~rlreplay.net.direct.DIRECT_MAX_BYTES`, or less where the socket's
+        send buffer is smaller: the caller sends it through ZeroMQ), None if it was
+        dropped (a client that does not read, or a closed link)."""
         buffers = message(frames)
         if buffers is None:
             return False
         try:
             self.sock.sendmsg(buffers)
-        except OSError:  # full queue (the client does not read) or closed: dropped
-            return None
+        except OSError as exc:
+            if exc.errno == errno.EMSGSIZE:  # more than this socket's send buffer holds
+                return False
+            return None  # full queue (the client does not read) or closed: dropped
         return True
 
 

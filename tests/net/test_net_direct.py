@@ -454,3 +454,32 @@ def test_malformed_and_oversized_link_messages_neither_crash_nor_wedge_the_serve
         assert link_of(client) is not None
         assert client.info("t").size == 5
         client.close()
+
+
+def test_messages_larger_than_a_links_send_buffer_take_zeromq_and_keep_the_link():
+    """Where a socket's send buffer is smaller than a link message (a host with a low
+    ``net.core.wmem_default``), a request or reply that does not fit it goes through
+    ZeroMQ: the reply is not lost (the call does not wait for its timeout) and the link
+    is not taken for closed."""
+    tables = [
+        rlreplay.Table(f"table_{i:03d}_" + "x" * 100, signature={"x": "float32"}, max_size=10)
+        for i in range(40)
+    ]
+    tables.append(rlreplay.Table("t", signature={"x": "float32"}, max_size=5000))
+    with rlreplay.Server(tables) as server:
+        client = rlreplay.Client(server.address, call_timeout=10.0)
+        keys = client.insert("t", {"x": np.zeros(3000, np.float32)}, wait=True)
+        client.info("t")
+        link = link_of(client)
+        assert link is not None and len(server._direct.peers) == 1
+        small = (socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # the kernel makes it 8 KiB
+        next(iter(server._direct.peers.values())).sock.setsockopt(*small)
+        link.sock.setsockopt(*small)
+        start = time.monotonic()
+        info = client.server_info()  # a reply of about 30 KB
+        assert time.monotonic() - start < 5.0
+        assert len(info) == 41 and info["t"]["size"] == 3000
+        assert client.update_priorities("t", keys[:2000], 2.0) == 2000  # a 32 KB request
+        assert link_of(client) is link
+        assert client.info("t").size == 3000
+        client.close()
