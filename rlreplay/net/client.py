@@ -4,10 +4,12 @@ A client is a cheap handle. It opens its socket lazily in the process that uses 
 pickles as its address (plus CURVE keys), so it can be handed to another process or a Ray
 actor and reconnects there.
 
-Its parts: the sockets and request ids (:mod:`rlreplay.net.transport`), what it knows of
-the served tables (:mod:`rlreplay.net.served_tables`), the requests of calls that carry
-arrays (:mod:`rlreplay.net.table_requests`) and the pipelined inserts
-(:mod:`rlreplay.net.inserts`).
+Its parts: the settings it is made from and pickles as
+(:mod:`rlreplay.net.client_settings`), the sockets and request ids
+(:mod:`rlreplay.net.transport`), what it knows of the served tables
+(:mod:`rlreplay.net.served_tables`), the requests of calls that carry arrays
+(:mod:`rlreplay.net.table_requests`), the pipelined inserts (:mod:`rlreplay.net.inserts`)
+and the learner's sample and priority calls (:mod:`rlreplay.net.learner_calls`).
 """
 
 from __future__ import annotations
@@ -19,18 +21,17 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.core.sample import Sample
 from rlreplay.core.specs import Signature
 from rlreplay.core.table_checks import check_timeout
 from rlreplay.core.table_info import TableInfo
-from rlreplay.errors import InvalidArgumentError, describe
-from rlreplay.net import auth
+from rlreplay.net import learner_calls
 from rlreplay.net.channel import Channel
+from rlreplay.net.client_settings import ClientSettings
 from rlreplay.net.inserts import InsertPlan, InsertReceipt
 from rlreplay.net.payloads import update_arrays
 from rlreplay.net.served_tables import ServedTables
 from rlreplay.net.shm import SharedMemoryPath
-from rlreplay.net.table_requests import insert_request, plain_int, sample_request
+from rlreplay.net.table_requests import insert_request, plain_int
 from rlreplay.net.transport import CALL, DIAGNOSE_S, REPLY_GRACE_S, Transport
 
 __all__ = ["REPLY_GRACE_S", "Client"]
@@ -98,37 +99,26 @@ class Client:
         shared_memory: bool | None = None,
         direct_calls: bool = True,
     ):
-        self.address = auth.normalize_address(address)
-        self._direct_calls = direct_calls
-        self._server_key = auth.public_key(server_public_key)
-        self._client_keys = auth.client_keys(client_secret_key) if self._server_key else None
-        if (
-            isinstance(liveness_s, bool)
-            or not isinstance(liveness_s, (int, float))
-            or not (liveness_s > 0)
-        ):
-            raise InvalidArgumentError(f"liveness_s={describe(liveness_s)} must be seconds > 0")
-        if (
-            isinstance(diagnose_timeout, bool)
-            or not isinstance(diagnose_timeout, (int, float))
-            or not 0 <= diagnose_timeout <= 60
-        ):
-            raise InvalidArgumentError(
-                f"diagnose_timeout={describe(diagnose_timeout)} must be seconds in [0, 60]"
-            )
-        if not isinstance(direct_calls, bool):
-            raise InvalidArgumentError(
-                f"direct_calls={describe(direct_calls)} must be True (use a direct link to a "
-                "same-host server where offered) or False (always ZeroMQ)"
-            )
-        self._transport = Transport(
-            self.address,
-            self._server_key,
-            self._client_keys,
-            check_timeout(call_timeout),
-            float(liveness_s),
-            float(diagnose_timeout),
+        settings = ClientSettings.check(
+            address,
+            server_public_key,
+            client_secret_key,
+            call_timeout,
+            liveness_s,
+            diagnose_timeout,
+            shared_memory,
             direct_calls,
+        )
+        self._settings = settings
+        self.address = settings.address
+        self._transport = Transport(
+            settings.address,
+            settings.server_public_key,
+            settings.client_secret_key,
+            settings.call_timeout,
+            settings.liveness_s,
+            settings.diagnose_timeout,
+            settings.direct_calls,
         )
         self._shm = SharedMemoryPath(self.address, shared_memory, self._transport)
         if self._shm.enabled:
@@ -138,16 +128,7 @@ class Client:
 
     # ------------------------------------------------------------ pickling
     def __getstate__(self) -> dict:
-        return {
-            "address": self.address,
-            "server_public_key": self._server_key,
-            "client_secret_key": self._client_keys,
-            "call_timeout": self.call_timeout,
-            "liveness_s": self.liveness_s,
-            "diagnose_timeout": self._transport.diagnose_s,
-            "shared_memory": self._shm.mode,
-            "direct_calls": self._direct_calls,
-        }
+        return self._settings.arguments(self.call_timeout)
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(**state)
@@ -306,109 +287,12 @@ class Client:
             return 0
         return ch.inserts.flush(timeout)
 
-    def sample(
-        self,
-        table: str,
-        batch_size: int,
-        *,
-        timeout: float | None = None,
-        update: tuple[Any, Any] | None = None,
-    ) -> Sample:
-        """:meth:`Table.sample` on the server's ``table``, optionally after a priority update.
-
-        A learner's cycle (sample, learn, send new priorities) is one round trip when each
-        sample request carries the previous batch's priorities::
-
-            update = None
-            while training:
-                batch = client.sample("replay", 256, timeout=5.0, update=update)
-                update = (batch.info.keys, learn(batch))
-
-        Args:
-            table: the table's name.
-            batch_size: items to sample.
-            timeout: seconds the rate limiter may block the sample (``None``: no limit).
-                It bounds the whole call, plus ``REPLY_GRACE_S`` for the server's answer.
-            update: ``(keys, priorities)`` for :meth:`Table.update_priorities` on the same
-                table. The server checks and applies it when the request arrives, before
-                sampling (so the sample already sees the new priorities); keys of items no
-                longer held are skipped and counted in ``stale_updates``. It stays applied
-                if the sample then waits and times out. If the update is invalid, nothing
-                is updated and nothing is sampled.
-
-        Returns:
-            The :class:`~rlreplay.Sample`.
-
-        Raises:
-            InvalidArgumentError: for an invalid batch size, timeout or update (the same
-                error :meth:`update_priorities` raises for that update).
-            RateLimiterTimeoutError: if the sample waited ``timeout`` seconds.
-            ServerUnavailableError: if the server does not answer; neither the sample nor
-                the update was applied, nor will be (ServerRestartedError if the server
-                restarted meanwhile).
-        """
-        timeout = check_timeout(timeout)
-        until = self._transport.until(timeout)
-        header, arrays = sample_request(table, batch_size, update)
-        shm = self._shm
-        rid = shm.send_sample(header, arrays, until=until, expires=until, timeout=timeout)
-        return shm.sample(self._transport.wait_until(rid, until))
-
-    def sample_async(
-        self,
-        table: str,
-        batch_size: int,
-        *,
-        timeout: float | None = None,
-        update: tuple[Any, Any] | None = None,
-    ) -> int:
-        """Send a sample request (and ``update``, see :meth:`sample`) without waiting.
-
-        With a ``timeout``, no server starts the request later than ``timeout`` (plus
-        ``REPLY_GRACE_S``) from now, as for :meth:`sample`: a :meth:`sample_result` that
-        hears nothing by then raises ServerUnavailableError, and neither the sample nor
-        the update is applied afterwards.
-
-        Returns:
-            The request's id, for :meth:`sample_result`.
-
-        Raises:
-            InvalidArgumentError: for an invalid timeout, or an update whose keys are not
-                integers or whose priorities are not numbers.
-            ServerUnavailableError: if the request could not be sent within ``timeout``.
-        """
-        timeout = check_timeout(timeout)
-        header, arrays = sample_request(table, batch_size, update)
-        until = self._transport.until(timeout)
-        return self._shm.send_sample(
-            header, arrays, until=until, expires=until, timeout=timeout
-        )
-
-    def sample_result(self, rid: int, timeout: float | None = None) -> Sample:
-        """The sample requested as ``rid`` (waits up to ``timeout`` + a short grace)."""
-        tr = self._transport
-        return self._shm.sample(tr.wait_until(rid, tr.until(check_timeout(timeout))))
-
-    def update_priorities(self, table: str, keys: Any, priorities: Any, *, wait: bool = True):
-        """:meth:`Table.update_priorities`: one priority per key, or one for all keys.
-
-        With ``wait=False`` returns at once (None) and the server only logs errors. A
-        learner can instead send the update with its next sample request
-        (``sample(..., update=(keys, priorities))``) and save a round trip.
-
-        Returns:
-            How many items were updated (keys of items no longer held are skipped).
-
-        Raises:
-            InvalidArgumentError: for keys or priorities the table refuses.
-        """
-        arrays = update_arrays(keys, priorities)
-        header: dict[str, Any] = {"op": "update_priorities", "table": table}
-        if not wait:
-            header["noreply"] = True
-            self._send(header, arrays)
-            return None
-        return int(self._transport.call(header, arrays)[0]["count"])
+    # A learner's calls: sample requests (awaited or in flight, carrying priority updates)
+    # and priority updates on their own, in rlreplay.net.learner_calls.
+    sample = learner_calls.sample
+    sample_async = learner_calls.sample_async
+    sample_result = learner_calls.sample_result
+    update_priorities = learner_calls.update_priorities
 
     def delete(self, table: str, keys: Any) -> int:
         """:meth:`Table.delete`; returns how many items were removed."""
