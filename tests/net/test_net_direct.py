@@ -230,7 +230,10 @@ def test_a_killed_client_leaves_no_link_and_a_killed_server_fails_the_call_on_it
         os.kill(server.pid, signal.SIGSTOP)
         wait_until_stopped(server.pid)
         go.set()
-        time.sleep(0.3)  # its request is on the link, unanswered
+        # its request is on the link, unanswered (a request sent after the kill would find
+        # the link closed and take ZeroMQ, waiting for its call_timeout)
+        channels = client._transport._channels
+        assert wait_for(lambda: any(ch.direct_sent for ch in channels), 20.0)
         os.kill(server.pid, signal.SIGKILL)
         server.join(10.0)
         waiter.join(15.0)
