@@ -17,7 +17,6 @@ from typing import Any
 from rlreplay.distributed.sharded_client import ShardedClient
 from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.net.client import Client
-from rlreplay.net.server import Server
 
 # Arguments start_shards gives each shard's Server itself, and what to use instead.
 _SERVER_SET = {
@@ -32,6 +31,8 @@ _CLIENT_SET = {"addresses": "start_shards passes the shards' addresses itself"}
 def server_arguments() -> dict[str, str | None]:
     """Each :class:`~rlreplay.Server` argument ``server_kwargs`` may name (None), or what
     to do instead."""
+    from rlreplay.net.server import Server  # the driver needs only the client otherwise
+
     names = dict.fromkeys(inspect.signature(Server).parameters)
     return {**names, **_SERVER_SET}
 
