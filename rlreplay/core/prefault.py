@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import mmap
 import os
 import sys
 import threading
@@ -51,7 +52,7 @@ MIN_COLUMN_BYTES = 64 << 20  # smaller columns are not prefaulted (their faults 
 LOOKAHEAD_BYTES = 256 << 20  # the most bytes mapped past the write head, over all columns
 STEP_BYTES = 64 << 20  # bytes mapped per madvise round (the thread takes the GIL between)
 NEVER = 1 << 62  # a wake row no write reaches: the store does not call on the prefaulter
-_PAGE = 4096
+_PAGE = mmap.PAGESIZE  # madvise takes page-aligned addresses (4 KiB or 64 KiB pages)
 CGROUP_ROOT = "/sys/fs/cgroup"  # where a CPU quota is read (cpu.max, or cpu/cpu.cfs_*_us)
 
 
