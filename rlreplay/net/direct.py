@@ -21,7 +21,8 @@ everything else over ZeroMQ, with the same messages and the same server semantic
   ZeroMQ is known handled (a reply to it or to a later one arrived), and only awaited
   calls take it, so nothing sent through the link is outstanding when the thread next
   uses ZeroMQ (a request whose call gave up carries ``expires``: no server starts it
-  later).
+  later; one whose call was interrupted in its wait is waited for first:
+  :meth:`~rlreplay.net.waits.ReplyWaits.settle_link`).
 - **Faults.** Every request keeps its epoch stamp, ``expires`` and lease, and is awaited
   by the same loop as any other (pings over ZeroMQ, deadlines, typed errors). A link the
   server closed (it stopped, or was killed) fails the calls outstanding on it at once

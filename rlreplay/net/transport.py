@@ -236,6 +236,8 @@ class Transport:
         Raises:
             ServerUnavailableError: if the server did not answer the handshake or take the
                 request before ``until`` (the request is then dropped, never sent later).
+            ReplayTimeoutError: if an interrupted call's request is still on this thread's
+                direct link at ``until`` (nothing sent; ``ReplyWaits.settle_link``).
             InvalidArgumentError: if the request is larger than the server accepts.
         """
         if until is CALL:
@@ -243,6 +245,8 @@ class Transport:
         ch = self.channel()
         op = header.get("op")
         ping = op == "ping"
+        if self.waits.interrupted and not ping:
+            self.waits.settle_link(ch, until)  # a call on the link interrupted in its wait
         inserts = ch.inserts
         if inserts is not None:
             if ch.has_message():

@@ -486,3 +486,49 @@ def test_messages_larger_than_a_links_send_buffer_take_zeromq_and_keep_the_link(
         assert link_of(client) is link
         assert client.info("t").size == 3000
         client.close()
+
+
+class Interrupted(Exception):
+    """Raised by a signal handler in the middle of a call (as KeyboardInterrupt is)."""
+
+
+def test_a_call_interrupted_on_the_link_is_still_taken_before_the_threads_next_request():
+    """A call whose wait was interrupted (Ctrl-C in a notebook, say) leaves its request on
+    the link, still valid; the thread's next request, through ZeroMQ, must not overtake it
+    at a server busy meanwhile: a ``reset`` then an ``insert`` leave the inserted rows."""
+    small = rlreplay.Table("t", signature={"x": "float32"}, max_size=100)
+    busy = rlreplay.Table("u", signature={"x": "float32"}, max_size=10)
+    with rlreplay.Server([small, busy]) as server:
+        client = rlreplay.Client(server.address, call_timeout=30.0)
+        client.insert("t", {"x": np.zeros(5, np.float32)}, wait=True)
+        assert client.info("t").size == 5 and link_of(client) is not None
+        other = rlreplay.Client(server.address, direct_calls=False)
+        held, release = threading.Event(), threading.Event()
+
+        def hold() -> None:  # the server's dispatcher blocks on this table meanwhile
+            with busy.mutex:
+                held.set()
+                release.wait(30.0)
+
+        holder = threading.Thread(target=hold)
+        blocked = threading.Thread(target=lambda: other.info("u"))
+        previous = signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(Interrupted()))
+        try:
+            holder.start()
+            assert held.wait(30.0)
+            blocked.start()
+            time.sleep(0.5)  # the dispatcher has taken other's request and waits for "u"
+            signal.setitimer(signal.ITIMER_REAL, 0.3)
+            with pytest.raises(Interrupted):
+                client.reset("t")  # on the link, unanswered
+            threading.Timer(0.5, release.set).start()
+            client.insert("t", {"x": np.zeros(3, np.float32)}, wait=True)
+            assert client.info("t").size == 3  # the reset came first, as it was sent
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+            release.set()
+            holder.join(30.0)
+            blocked.join(30.0)
+        client.close()
+        other.close()
