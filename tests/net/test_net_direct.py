@@ -349,6 +349,7 @@ def test_a_forked_child_holds_no_copy_of_its_parents_links():
             # the server sees the link closed at once, not when the child exits
             assert wait_for(lambda: server_links(name) == 0, 2.0), server_links(name)
         finally:
+            os.kill(pid, signal.SIGKILL)  # done with it
             os.waitpid(pid, 0)
 
 
@@ -374,6 +375,7 @@ def test_a_server_forked_into_a_child_still_closes_its_links_when_it_stops():
             assert poller.poll(2000), "the client's link is still open after the stop"
             assert server_links(link.name) == -1  # the listening socket is gone too
         finally:
+            os.kill(pid, signal.SIGKILL)  # done with it
             os.waitpid(pid, 0)
         client.close()
     finally:
