@@ -3,12 +3,19 @@
 Each takes the decoded request header and arrays and returns ``(reply header, reply
 arrays)``, or a :class:`~rlreplay.net.handlers.Job` when a rate limiter may block it (the
 server attempts and parks jobs). Wire formats are listed in ``docs/protocol.md``.
+
+:class:`ServerOperations` is composed by the server and holds what the operations read
+and change: the served tables and their descriptions, their recent rates, the writers'
+sessions, the clients' shared memory, the server's checkpoints and direct links, and the
+client whose request is being served.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections import deque
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,17 +27,84 @@ from rlreplay.net.ingest import WriterSession
 from rlreplay.net.sessions import WriterSessions
 from rlreplay.net.shm_server import SharedSegments
 
+if TYPE_CHECKING:
+    from rlreplay.net.checkpoints import ServerCheckpoints
 
-class TableOperations:
-    """Mixin of :class:`Server`: expects ``tables``, ``_descriptions``, ``_rates``,
-    ``_sessions`` (a :class:`~rlreplay.net.sessions.WriterSessions`) and ``_caller`` (the
-    routing id of the client whose request is being served) attributes."""
+RATE_SNAPSHOTS = 12  # snapshots of each table's counters kept, one a second: the rates' span
 
-    tables: dict[str, Table]
-    _sessions: WriterSessions
-    _shm: SharedSegments
-    _caller: bytes
-    _direct: Any  # the server's DirectLinks, or None
+
+def served_tables(given: Any) -> dict[str, Table]:
+    """The tables a server is given, by name.
+
+    Raises:
+        InvalidArgumentError: for ``given`` that is not a non-empty list (or other
+            iterable) of tables with unique names.
+    """
+    tables = list(given) if isinstance(given, (list, tuple)) else None
+    if tables is None and isinstance(given, Iterable) and not isinstance(given, str):
+        tables = list(given)  # e.g. a dict's .values()
+    if tables is None or not all(isinstance(t, Table) for t in tables):
+        raise InvalidArgumentError(
+            f"tables={describe(given)} must be a list of tables, e.g. Server([table])"
+        )
+    names = [t.name for t in tables]
+    if not tables or len(set(names)) != len(names):
+        raise InvalidArgumentError(f"tables {names} must be a non-empty list with unique names")
+    return {t.name: t for t in tables}
+
+
+class ServerOperations:
+    """The operations of a server, by name (:attr:`by_name`), over what they serve.
+
+    Args:
+        tables: the served tables by name (see :func:`served_tables`).
+        sessions: the remote writers' sessions.
+        shm: the clients' shared-memory segments (for sample replies).
+        checkpoints: the server's checkpoints.
+        max_message_bytes: the largest request the server takes (told by ``ping``).
+
+    Attributes:
+        caller: routing id of the client whose request is being served (set by the
+            server before each operation).
+        direct: the server's :class:`~rlreplay.net.direct_server.DirectLinks` while it
+            serves them, else None.
+    """
+
+    def __init__(
+        self,
+        tables: dict[str, Table],
+        sessions: WriterSessions,
+        shm: SharedSegments,
+        checkpoints: ServerCheckpoints,
+        max_message_bytes: int,
+    ):
+        self.tables = tables
+        self._sessions = sessions
+        self._shm = shm
+        self._checkpoints = checkpoints
+        self.max_message_bytes = max_message_bytes
+        self.caller: Any = b""
+        self.direct: Any = None
+        stores: list = []
+        for t in tables.values():
+            if not any(t.store is s for s in stores):
+                stores.append(t.store)
+        self._descriptions = {
+            name: handlers.table_description(
+                t, next(i for i, s in enumerate(stores) if s is t.store)
+            )
+            for name, t in tables.items()
+        }
+        self._rates = {n: deque(maxlen=RATE_SNAPSHOTS) for n in tables}
+        # what a request's "op" names (schema.check_request admits only these names)
+        self.by_name = {n[4:]: getattr(self, n) for n in dir(self) if n.startswith("_op_")}
+
+    def record_rates(self, now: float) -> None:
+        """Snapshot every table's insert and sample counters (once a second) for
+        :meth:`table_stats`."""
+        for name, t in self.tables.items():
+            lim = t.rate_limiter
+            self._rates[name].append((now, lim.inserts, lim.samples))
 
     def _table(self, header: dict) -> Table:
         name = header.get("table")
@@ -42,9 +116,9 @@ class TableOperations:
 
     def _op_ping(self, header, arrays):
         reply = {"tables": sorted(self.tables), "max_message_bytes": self.max_message_bytes}
-        links = self._direct
-        if header.get("direct") and links is not None and type(self._caller) is bytes:
-            offer = links.offer(self._caller, time.monotonic())
+        links = self.direct
+        if header.get("direct") and links is not None and type(self.caller) is bytes:
+            offer = links.offer(self.caller, time.monotonic())
             if offer is not None:  # a same-host client's small calls may skip ZeroMQ
                 reply["direct"] = offer
         return reply, None
@@ -85,7 +159,7 @@ class TableOperations:
         n = handlers.check_batch_size(header.get("batch_size"), table)
         now = time.monotonic()
         deadline = handlers.deadline_of(header, now)
-        target = self._shm.target(self._caller, header.get("shm"), now)
+        target = self._shm.target(self.caller, header.get("shm"), now)
         updated = None
         if arrays:  # a priority update carried by the request: applied first, at once
             updated = self._carried_update(table, arrays)
@@ -147,7 +221,7 @@ class TableOperations:
         session = self._sessions.get(key, now)
         if session is None:
             session = self._new_session(header)
-            self._sessions.add(key, session, self._caller, now)
+            self._sessions.add(key, session, self.caller, now)
         elif names != [t.name for t in session.tables] or history != session.history:
             raise InvalidArgumentError(
                 f"writer id {describe(key)} belongs to a writer of tables "
@@ -191,3 +265,14 @@ class TableOperations:
     def _op_close_writer(self, header, arrays):
         self._sessions.close(header["writer"])
         return {}, None
+
+    def _op_shm_attach(self, header, arrays):
+        """Map a same-host client's shared-memory segment (see :mod:`rlreplay.net.shm`)."""
+        return self._shm.attach(self.caller, header, time.monotonic()), None
+
+    def _op_shm_detach(self, header, arrays):
+        return self._shm.detach(self.caller, header), None
+
+    def _op_checkpoint(self, header, arrays):
+        deadline = handlers.deadline_of(header, time.monotonic())
+        return self._checkpoints.request(deadline, self.tables, self._sessions)

@@ -20,6 +20,13 @@ to the predecessor, still queued) is refused, as is one that arrives after the t
 client stops waiting (``expires``): a call that raised never takes effect later. What one
 client may cost is bounded (:class:`~rlreplay.net.limits.ClientLedger`): message size, bytes
 of unread replies, parked calls, and parked calls of clients that went silent.
+
+This module holds the server's options, its lifecycle and the dispatcher loop. Its parts:
+one request from frames to reply (:class:`~rlreplay.net.request_handler.RequestHandler`),
+the operations and what they serve (:class:`~rlreplay.net.operations.ServerOperations`),
+parked calls (:mod:`rlreplay.net.parking`), replies (:mod:`rlreplay.net.replies`), writers'
+sessions (:mod:`rlreplay.net.sessions`), checkpoints (:mod:`rlreplay.net.checkpoints`) and
+direct links (:mod:`rlreplay.net.direct_server`).
 """
 
 from __future__ import annotations
@@ -29,36 +36,31 @@ import os
 import secrets
 import threading
 import time
-from collections import deque
 from collections.abc import Iterable
+from typing import Any
 
 import zmq
 
 from rlreplay.core.table import Table
-from rlreplay.errors import (
-    ClosedError,
-    InvalidArgumentError,
-    ReplayError,
-    describe,
-)
-from rlreplay.net import auth, direct, framing, handlers, schema, wire
+from rlreplay.errors import ClosedError, InvalidArgumentError, describe
+from rlreplay.net import auth, direct, framing
 from rlreplay.net.checkpoints import ServerCheckpoints
 from rlreplay.net.direct_server import DirectLinks
-from rlreplay.net.limits import ClientLedger, check_envelope, check_lease, check_limit
-from rlreplay.net.operations import TableOperations
-from rlreplay.net.parking import ParkedCalls, cap_deadline, refuse_lapsed
-from rlreplay.net.replies import OLDEST_VERSION, Replies
+from rlreplay.net.limits import ClientLedger, check_limit
+from rlreplay.net.operations import ServerOperations, served_tables
+from rlreplay.net.parking import ParkedCalls
+from rlreplay.net.replies import Replies
+from rlreplay.net.request_handler import RequestHandler
 from rlreplay.net.sessions import MAX_WRITERS_PER_CLIENT, WriterSessions
 from rlreplay.net.shm_server import SharedSegments
 
 log = logging.getLogger("rlreplay.net")
 
 CHECKPOINT_STOP_S = 5.0  # seconds a stopping server waits for a checkpoint under way
-MUTATING = {"insert", "sample", "delete", "reset", "write", "update_priorities"}
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 
 
-class Server(TableOperations):
+class Server:
     """Serve ``tables`` to :class:`rlreplay.Client` processes.
 
     Args:
@@ -142,27 +144,7 @@ class Server(TableOperations):
         if not isinstance(direct_calls, bool):
             raise InvalidArgumentError(f"direct_calls={describe(direct_calls)} must be a bool")
         self.checkpoints = ServerCheckpoints(checkpoint_dir, checkpoint_every_s, keep_checkpoints)
-        given, tables = tables, list(tables) if isinstance(tables, (list, tuple)) else None
-        if tables is None and isinstance(given, Iterable) and not isinstance(given, str):
-            tables = list(given)  # e.g. a dict's .values()
-        if tables is None or not all(isinstance(t, Table) for t in tables):
-            raise InvalidArgumentError(
-                f"tables={describe(given)} must be a list of tables, e.g. Server([table])"
-            )
-        names = [t.name for t in tables]
-        if not tables or len(set(names)) != len(names):
-            raise InvalidArgumentError(f"tables {names} must be a non-empty list with unique names")
-        self.tables = {t.name: t for t in tables}
-        stores: list = []
-        for t in tables:
-            if not any(t.store is s for s in stores):
-                stores.append(t.store)
-        self._descriptions = {
-            t.name: handlers.table_description(
-                t, next(i for i, s in enumerate(stores) if s is t.store)
-            )
-            for t in tables
-        }
+        self.tables = served_tables(tables)
         self.endpoint = auth.endpoint(bind, port)
         self._loopback = auth.is_loopback(self.endpoint)
         if not self._loopback and curve_secret_key is None and not insecure:
@@ -193,12 +175,20 @@ class Server(TableOperations):
         )
         self._sessions = WriterSessions(max_writers_per_client)
         self._shm = SharedSegments()  # clients' shared memory for sample replies
-        self._caller = b""  # routing id of the client whose request is being served
-        self._rates = {n: deque(maxlen=12) for n in self.tables}
+        self.operations = ServerOperations(
+            self.tables, self._sessions, self._shm, self.checkpoints, max_message_bytes
+        )
+        self._requests = RequestHandler(
+            self.operations,
+            self.clients,
+            self.replies,
+            self._parked,
+            self._shm,
+            max_message_bytes,
+        )
         self._metrics_server = None
         self.direct_calls = direct_calls
         self._direct: DirectLinks | None = None  # the direct links, while serving
-        self._ops = {name[4:]: getattr(self, name) for name in dir(self) if name.startswith("_op_")}
 
     # ----------------------------------------------------------- lifecycle
     def start(self) -> Server:
@@ -247,10 +237,11 @@ class Server(TableOperations):
                 self._direct = DirectLinks()
             except OSError as exc:  # clients stay on ZeroMQ
                 log.warning("serving without direct links: %s", exc)
+        self.operations.direct = self._direct
         self._wake = self._ctx.socket(zmq.PAIR)
         self._wake.bind(f"inproc://rlreplay-wake-{id(self)}")
         self._sock = self.replies.sock = sock
-        self.replies.epoch = self.epoch
+        self.replies.epoch = self._requests.epoch = self.epoch
         self._thread = threading.Thread(target=self._run, name="rlreplay-server", daemon=True)
         self._thread.start()
         self._started.wait()
@@ -322,6 +313,7 @@ class Server(TableOperations):
         self._started.set()
         next_snapshot = 0.0
         checkpoints = self.checkpoints
+        handle = self._requests.handle
         try:
             while not self._stopping.is_set():
                 now = time.monotonic()
@@ -347,7 +339,7 @@ class Server(TableOperations):
                     for _ in range(256):
                         if not sock.getsockopt(_EVENTS) & _POLLIN:
                             break
-                        if self._handle(framing.receive(sock)):
+                        if handle(framing.receive(sock)):
                             checkpoints.changed = True
                 if links is not None and len(events) > (sock in events) + (wake in events):
                     self._serve_links(links, events)
@@ -379,73 +371,17 @@ class Server(TableOperations):
                 continue
             if fd == links.fd:
                 links.accept(self._register, self._unregister, now)
-            elif links.serve(fd, self._handle, self._unregister, now):
+            elif links.serve(fd, self._requests.handle, self._unregister, now):
                 self.checkpoints.changed = True
 
-    def _handle(self, frames: list) -> bool:
-        """Serve one request; returns True if it may have changed a table."""
-        identity, body = frames[0], frames[1:]
-        rid = None
-        version = OLDEST_VERSION  # what a request that cannot be read is answered in
-        try:
-            header = wire.decode_header(body)
-            rid, version = header.get("id"), header["v"]
-            if len(body) > 1 and sum(map(len, body)) > self.max_message_bytes:
-                # ZeroMQ bounds each frame; this bounds the frames of a request together
-                raise InvalidArgumentError(
-                    f"the request is {sum(map(len, body))} bytes, more than this server's "
-                    f"max_message_bytes={self.max_message_bytes}; send less per request"
-                )
-            arrays = wire.decode_arrays(header, body)
-            client = identity.bytes
-            now = time.monotonic()
-            if "shm_in" in header:  # arrays a same-host client placed in its shared memory
-                self._shm.request_arrays(client, header, arrays, self.epoch, now)
-            op = schema.check_request(header, arrays)  # every field, before any handler
-            method = self._ops[op]
-            self.clients.heard(client, now)
-            expires = check_envelope(header, op, self.epoch, now)
-            lease = check_lease(header)
-            if lease is not None:
-                self.clients.renew(client, lease)
-            self.clients.admit(client, op)
-            self._caller = client
-            result = method(header, arrays)
-            if isinstance(result, handlers.Job):
-                result.identity, result.rid, result.version = identity, rid, version
-                cap_deadline(result, expires)
-                refuse_lapsed(result, lease, now)
-                reply = result.attempt()
-                if reply is None:
-                    self._parked.park(result, client, time.monotonic(), lease)
-                else:
-                    self.replies.ok(identity, rid, *reply, version)
-            elif not header.get("noreply"):
-                self.replies.ok(identity, rid, *result, version)
-            return op in MUTATING
-        except ReplayError as exc:
-            self.replies.error(identity, rid, exc, version)
-        except Exception as exc:
-            log.exception("internal error serving a request")
-            exc = ReplayError(f"internal server error: {exc!r}")
-            self.replies.error(identity, rid, exc, version)
-        return True
-
-    def _op_shm_attach(self, header: dict, arrays: dict) -> tuple[dict, None]:
-        """Map a same-host client's shared-memory segment (see :mod:`rlreplay.net.shm`)."""
-        return self._shm.attach(self._caller, header, time.monotonic()), None
-
-    def _op_shm_detach(self, header: dict, arrays: dict) -> tuple[dict, None]:
-        return self._shm.detach(self._caller, header), None
-
-    def _op_checkpoint(self, header: dict, arrays: dict) -> handlers.Job:
-        deadline = handlers.deadline_of(header, time.monotonic())
-        return self.checkpoints.request(deadline, self.tables, self._sessions)
+    def table_stats(self, name: str) -> dict[str, Any]:
+        """``TableInfo`` of table ``name`` as a dict plus rates over the last ~10 seconds
+        (see :meth:`ServerOperations.table_stats`)."""
+        return self.operations.table_stats(name)
 
     def _snapshot(self, now: float) -> None:
-        for name, t in self.tables.items():
-            lim = t.rate_limiter
-            self._rates[name].append((now, lim.inserts, lim.samples))
+        """Once a second: the tables' rates, and what idle clients left behind."""
+        self.operations.record_rates(now)
         self._sessions.forget_idle(now)
         self._shm.forget_idle(now)
         if self._direct is not None:

@@ -97,7 +97,7 @@ def test_a_client_keeps_at_most_max_writers_per_client_writers(serve):
     for writer in range(6):  # writers that each send one chunk and are never heard again
         write(client, {**QR, "writer": writer, "n": 1}, {})
     assert len(server._sessions) == 3 == len(tables["q"].store.overwrite.retentions())
-    assert server._sessions.of_client(server._caller) == 3
+    assert server._sessions.of_client(server.operations.caller) == 3
     # the oldest writer was closed: its next chunk is taken as a new episode
     with pytest.raises(InvalidArgumentError, match="reaches outside"):
         nxt = {**QR, "writer": 0, "seq": 1, "first": 1, "n": 1, "episode_starts": []}
@@ -116,7 +116,7 @@ def test_a_new_writer_of_a_client_whose_writers_all_wait_is_refused(serve):
     before = state(tables)
     with pytest.raises(ResourceLimitError, match="max_writers_per_client=2"):
         write(client, {**QR, "writer": 3}, {})
-    assert state(tables) == before and server._sessions.of_client(server._caller) == 2
+    assert state(tables) == before and server._sessions.of_client(server.operations.caller) == 2
     tables["q"].sample(2)  # both waiting chunks go through
     for rid in waiting:
         assert len(client._wait(rid, 10.0)[1]["keys"]) == 1
