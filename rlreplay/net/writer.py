@@ -1,12 +1,14 @@
 """The remote writer: the TrajectoryWriter interface over the network, in chunks.
 
-Steps are copied into per-field buffers as they are appended; the items created over them
-are buffered beside them. A chunk (steps plus items, in order) is queued when a step
-arrives after ``chunk_steps`` steps are buffered (so the items over a chunk's last steps
-travel with it), when an item arrives after a table's ``insert_window`` items (the server
-stores a chunk whole, so it holds no more than a limiter admits at once), and on
-:meth:`flush` and :meth:`close`. Up to ``max_in_flight`` chunks may await acknowledgement;
-the writer then waits for the oldest (backpressure from the server's rate limiters).
+Steps are copied into per-field buffers as they are appended
+(:class:`~rlreplay.net.writer_steps.StepBuffer`); the items created over them are
+buffered beside them (:class:`~rlreplay.net.writer_items.PendingItems`). A chunk (steps
+plus items, in order) is queued when a step arrives after ``chunk_steps`` steps are
+buffered (so the items over a chunk's last steps travel with it), when an item arrives
+after a table's ``insert_window`` items (the server stores a chunk whole, so it holds no
+more than a limiter admits at once), and on :meth:`flush` and :meth:`close`. Up to
+``max_in_flight`` chunks may await acknowledgement; the writer then waits for the oldest
+(backpressure from the server's rate limiters).
 
 One invariant: every call takes all of its input or none of it, as a local
 :class:`rlreplay.TrajectoryWriter` does. A call first hands over what is due (the full
@@ -37,16 +39,11 @@ from typing import Any
 import numpy as np
 
 from rlreplay.core.table_checks import check_timeout
-from rlreplay.errors import ClosedError, InvalidArgumentError, ReplayTimeoutError
-from rlreplay.net.chunks import (
-    ChunkStream,
-    chunk_arrays,
-    discard_open,
-    register_open,
-    wait_time,
-)
+from rlreplay.errors import ClosedError, ReplayTimeoutError
+from rlreplay.net.chunks import ChunkStream, discard_open, register_open, wait_time
 from rlreplay.net.client import REPLY_GRACE_S, Client
 from rlreplay.net.writer_items import PendingItems, check_writer_args
+from rlreplay.net.writer_steps import StepBuffer
 
 
 class RemoteTrajectoryWriter:
@@ -100,26 +97,18 @@ class RemoteTrajectoryWriter:
             client, {"tables": names, "history": history}, max_in_flight, self._dropped_until
         )
         self._chunks.keys = [] if keep_keys else None
-        self._fields = [(p, s.shape, s.dtype) for p, s in self.signature.fields.items()]
-        self._paths = set(self.signature.paths)
+        self._steps = StepBuffer(self.signature)
         self._stream = 0  # stream index of the next step
         self._chunk_first = 0
         self._episode_start = 0
         self._episode_starts: list[int] = []
         self._closed = False
-        self._new_buffers()
         register_open(self)
 
     @property
     def tables(self) -> list:
         """Handles of the writer's tables (``name`` and ``layout`` like local tables)."""
         return [self.client.table(n) for n in self.table_names]
-
-    def _new_buffers(self) -> None:
-        # Per field: the bytes of each step (fields with a shape) or Python scalars (scalar
-        # fields). Copies are taken at append time, so callers may reuse their arrays.
-        self._parts: list[list] = [[] for _ in self._fields]
-        self._n = 0
 
     @property
     def episode_steps(self) -> int:
@@ -145,36 +134,15 @@ class RemoteTrajectoryWriter:
             raise ClosedError("the writer is closed")
         if timeout is not None:
             timeout = check_timeout(timeout)
-        full = self._n >= self.chunk_steps
+        steps = self._steps
+        full = steps.n >= self.chunk_steps
         if full or self._chunks.unsent:
             # A full chunk goes out when the next step arrives, so items created over its
             # last steps travel with it.
             self._hand_over(timeout, full)
-        if step.keys() != self._paths:
-            return self._append_checked(step)
-        values = []
-        for path, shape, dtype in self._fields:
-            value = step[path]
-            # Fast path: arrays and numpy scalars of exactly the stored shape and dtype.
-            vtype = getattr(value, "dtype", None)
-            if (vtype is not dtype and vtype != dtype) or value.shape != shape:
-                return self._append_checked(step)
-            values.append(value)
-        for parts, value, (_, shape, _) in zip(self._parts, values, self._fields):
-            if shape:
-                parts.append(value.tobytes())
-            else:  # numpy scalars are immutable; 0-d arrays are not
-                parts.append(value[()] if value.__class__ is np.ndarray else value)
-        self._n += 1
+        steps.add(step)
         self._stream += 1
         return self._stream - 1
-
-    def _append_checked(self, step: Mapping[str, Any]) -> int:
-        flat = self.signature.check_step(step, "step")
-        for parts, (path, shape, dtype) in zip(self._parts, self._fields):
-            value = np.asarray(flat[path], dtype=dtype)
-            parts.append(value.tobytes() if shape else value[()])
-        return self._advance(1)
 
     def append_batch(self, steps: Mapping[str, Any], *, timeout: float | None = None) -> int:
         """Buffer consecutive steps (each field ``[n, ...]``); returns the first's index.
@@ -190,33 +158,21 @@ class RemoteTrajectoryWriter:
         if self._closed:
             raise ClosedError("the writer is closed")
         timeout = check_timeout(timeout)
-        arrays, n = self.signature.check_batch(steps, "steps")
-        if n < 1:
-            raise InvalidArgumentError(f"steps hold {n} steps; append at least one")
-        arrays = {p: np.asarray(a, dtype=d) for (p, _, d), a in zip(self._fields, arrays.values())}
-        full = self._n >= self.chunk_steps
+        buffer = self._steps
+        arrays, n = buffer.check_batch(steps)
+        full = buffer.n >= self.chunk_steps
         if full or self._chunks.unsent:
             self._hand_over(timeout, full)
         first = self._stream
         done = 0
         while done < n:
-            if self._n >= self.chunk_steps:
+            if buffer.n >= self.chunk_steps:
                 self._seal()
-            take = min(n - done, self.chunk_steps - self._n)
-            for parts, (path, shape, _) in zip(self._parts, self._fields):
-                part = arrays[path][done : done + take]
-                if shape:
-                    parts.append(part.tobytes())
-                else:
-                    parts.extend(part)
-            self._advance(take)
+            take = min(n - done, self.chunk_steps - buffer.n)
+            buffer.add_rows(arrays, done, take)
+            self._stream += take
             done += take
         return first
-
-    def _advance(self, k: int) -> int:
-        self._n += k
-        self._stream += k
-        return self._stream - 1
 
     # ----------------------------------------------------------------- items
     def create_item(
@@ -318,15 +274,15 @@ class RemoteTrajectoryWriter:
     def _seal(self) -> None:
         """Queue the buffered steps and at most a chunk's worth of the buffered items as a
         chunk (sent by the next call that hands over; never fails)."""
-        n = self._n
+        n = self._steps.n
         if n or self._pending.items:
             first = self._chunk_first
-            arrays = chunk_arrays(self._parts, self._fields, n, self._pending.take())
+            arrays = self._steps.chunk_arrays(self._pending.take())
             starts = [s for s in self._episode_starts if first <= s < first + n]
             self._chunks.queue(first, n, starts, arrays)
             self._episode_starts = [s for s in self._episode_starts if s >= first + n]
             self._chunk_first = first + n
-            self._new_buffers()
+            self._steps.clear()
 
     def _hand_over(self, timeout: float | None, seal: bool) -> None:
         """Before a call takes anything: queue the buffer as a chunk (with ``seal``) and
@@ -371,7 +327,7 @@ class RemoteTrajectoryWriter:
             raise ClosedError("the writer is closed")
         timeout = check_timeout(timeout)
         end = None if timeout is None else time.monotonic() + timeout + REPLY_GRACE_S
-        while self._n or self._pending.items:
+        while self._steps.n or self._pending.items:
             self._seal()
         limit = self.timeout if timeout is None else timeout
         chunks = self._chunks
@@ -405,7 +361,7 @@ class RemoteTrajectoryWriter:
         chunks = getattr(self, "_chunks", None)
         if getattr(self, "_closed", True) or chunks is None or chunks.pid != os.getpid():
             return
-        held = self._n + chunks.pending_steps
+        held = self._steps.n + chunks.pending_steps
         warnings.warn(
             f"RemoteTrajectoryWriter for {self.table_names} was never closed: {held} steps and "
             "their items it still held are lost. Use it as a context manager or call close() "
