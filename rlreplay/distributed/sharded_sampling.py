@@ -138,13 +138,11 @@ class ShardedSampler:
         self, batch_size: int, until: float | None, timeout: float | None, updates: Updates
     ) -> np.ndarray:
         """The split's shares from the latest masses of the reachable shards, probing
-        shards not heard from yet, and polling while no shard holds items.
-
-        The split runs over the shards whose credit covers a whole batch (any part the
-        split may ask of them) when some holding items do; else over those with some
-        credit; else over all (the batch waits, as one table's would). A shard with a
-        little credit but not its part (its writers finished, say) would otherwise hold
-        every round's part back for the call's whole timeout."""
+        shards not heard from yet, and polling while no shard holds items. The split
+        runs over the shards whose credit covers a whole batch when some holding items
+        do (a shard with a little credit, its writers finished, say, would hold each
+        round's part back for the whole timeout); else over those with some credit;
+        else over all (the batch waits, as one table's would)."""
         pause = _POLL_S[0]
         while True:
             live = self.health.live()
@@ -329,8 +327,14 @@ class ShardedSampler:
 
     def _reassign_held(self, rnd: Round) -> dict[int, int]:
         """Decide, for each part held back last time, whether to ask its shard again
-        (its credit covers the part, or no other shard could take it) or to draw it
-        again over the other shards (moved to ``rnd.lost``, the shard excluded)."""
+        (its credit covers the part, or no other shard is reachable) or to draw it
+        again over the other shards (moved to ``rnd.lost``, the shard excluded; when
+        no shard of the round's split is left, :meth:`finish` draws a new batch).
+
+        A shard outside the round's split counts as another shard: a round split over
+        one shard (the only one whose credit covered a batch) whose part is then held
+        back must not be asked again and again while the other shards' writers wait
+        for samples (their limiters hold them back until the learner samples)."""
         held, rnd.held = rnd.held, {}
         if not held:
             return {}
@@ -339,8 +343,7 @@ class ShardedSampler:
         for shard, k in held.items():
             others = [
                 o for o in range(len(self.shards))
-                if o != shard and rnd.shares[o] > 0 and o not in rnd.excluded
-                and not self.health.is_down(o)
+                if o != shard and o not in rnd.excluded and not self.health.is_down(o)
             ]
             if self.states[shard].credit >= k or not others:
                 asks[shard] = k

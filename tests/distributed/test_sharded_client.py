@@ -362,6 +362,25 @@ def test_a_held_part_its_shard_cannot_cover_is_drawn_from_the_other_shards(clien
     assert infos[0].samples == 4 + 16 and infos[1].samples == 0
 
 
+def test_a_held_part_of_a_batch_split_over_one_shard_moves_to_the_shards_left_out(client):
+    # Only shard 0's credit covered a batch when it was split (shard 1 had 5 of 16), but
+    # shard 0's credit was taken meanwhile (its own client sampled 10): its part is held
+    # back. Shard 1's writer then inserts: the next call draws the batch over shard 1
+    # instead of asking shard 0, whose writers finished, again and again.
+    ratio_shards(client, 1.0, 1.0)
+    client.shards[1].sample("ratio", 6, timeout=1.0)  # shard 1: credit 2 - 6 + 9 = 5
+    assert client.can_sample("ratio", 16)  # the client learns every shard's credit
+    client.shards[0].sample("ratio", 10, timeout=1.0)  # shard 0: credit 19 - 10 = 9
+    with pytest.raises(RateLimiterTimeoutError):
+        client.sample("ratio", 16, timeout=0.3)
+    client.shards[1].insert("ratio", rows(12, 11), 1.0)  # shard 1: credit 16
+    assert client.can_sample("ratio", 16)
+    batch = client.sample("ratio", 16, timeout=0.3)
+    assert set(client.shard_of(batch.info.keys).tolist()) == {1}
+    np.testing.assert_allclose(batch.info.probabilities, 1 / 13)
+    assert [i.samples for i in client.shard_info("ratio").values()][:2] == [10, 6 + 16]
+
+
 def test_writers_of_one_shard_finishing_first_do_not_stop_the_learner(client):
     # Shard 0 holds the heavy items but may sample 19 more; then only shard 1 can give.
     ratio_shards(client, 100.0, 1.0, n1=10)
