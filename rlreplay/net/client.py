@@ -26,7 +26,7 @@ from rlreplay.core.table_checks import check_timeout
 from rlreplay.core.table_info import TableInfo
 from rlreplay.net import learner_calls
 from rlreplay.net.channel import Channel
-from rlreplay.net.client_settings import ClientSettings
+from rlreplay.net.client_settings import ClientSettings, check_call_timeout
 from rlreplay.net.inserts import InsertPlan, InsertReceipt
 from rlreplay.net.payloads import update_arrays
 from rlreplay.net.served_tables import ServedTables
@@ -71,8 +71,10 @@ class Client:
             offers one (see :mod:`rlreplay.net.direct`); ``False``: always ZeroMQ.
 
     Raises:
-        InvalidArgumentError: for a malformed address or unreadable key files, or
-            ``shared_memory=True`` on a platform without ``/dev/shm``.
+        InvalidArgumentError: for a malformed address or unreadable key files, a
+            ``call_timeout``, ``liveness_s`` or ``diagnose_timeout`` that is not seconds in
+            range, or ``shared_memory=True`` on a platform without ``/dev/shm`` (naming
+            the argument; see :class:`~rlreplay.net.client_settings.ClientSettings`).
 
     A call that gets no answer raises :class:`~rlreplay.errors.ServerUnavailableError`
     within its timeout; the client then checks the connection (at most
@@ -141,7 +143,7 @@ class Client:
 
     @call_timeout.setter
     def call_timeout(self, value: float) -> None:
-        self._transport.call_timeout = check_timeout(value)
+        self._transport.call_timeout = check_call_timeout(value)
 
     @property
     def liveness_s(self) -> float:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from rlreplay.core.table_checks import check_timeout
 from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.net import auth
 
@@ -27,7 +26,7 @@ class ClientSettings:
     address: str
     server_public_key: bytes | None
     client_secret_key: tuple[bytes, bytes] | None
-    call_timeout: float | None
+    call_timeout: float
     liveness_s: float
     diagnose_timeout: float
     shared_memory: bool | None
@@ -80,14 +79,29 @@ class ClientSettings:
             address,
             server_key,
             client_keys,
-            check_timeout(call_timeout),
+            check_call_timeout(call_timeout),
             float(liveness_s),
             float(diagnose_timeout),
             shared_memory,
             direct_calls,
         )
 
-    def arguments(self, call_timeout: float | None) -> dict[str, Any]:
+    def arguments(self, call_timeout: float) -> dict[str, Any]:
         """The keyword arguments of a :class:`~rlreplay.Client` with these settings and
         the given (current) ``call_timeout``: what a client pickles as."""
         return {**dataclasses.asdict(self), "call_timeout": call_timeout}
+
+
+def check_call_timeout(value: Any) -> float:
+    """A client's ``call_timeout``: seconds > 0 (calls that never block have a bound; a
+    call with ``timeout=None`` of its own waits while the server answers pings).
+
+    Raises:
+        InvalidArgumentError: naming ``call_timeout`` and the value.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise InvalidArgumentError(
+            f"call_timeout={describe(value)} must be seconds > 0: how long calls that never "
+            "block on a rate limiter (info, update_priorities, ...) wait for their reply"
+        )
+    return float(value)
