@@ -73,7 +73,7 @@ class ReplyWaits:
             return self._wait(ch, rid, until, abandon, start)
         except BaseException as exc:
             if not isinstance(exc, ReplayError) and rid in ch.direct_sent and rid in ch.pending:
-                self.interrupted[rid] = until  # see settle_link
+                self.interrupted.setdefault(rid, until)  # see settle_link
             raise
         finally:
             ch.waiting_since = outer
@@ -165,7 +165,8 @@ class ReplyWaits:
             except ReplayError:
                 if rid in ch.direct_sent and rid in ch.pending and wait is not limit:
                     raise  # not answered by until (the error is not its reply's)
-            ch.abandon(rid)
+            if rid in ch.pending:  # past its deadline, unanswered: drop a late reply
+                ch.abandon(rid)
             self.interrupted.pop(rid, None)
 
     def _no_answer(self, ch: Channel, rid: int, abandon: bool, message: str) -> None:
