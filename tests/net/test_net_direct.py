@@ -347,3 +347,41 @@ def test_a_forked_child_holds_no_copy_of_its_parents_links():
         finally:
             os.kill(pid, signal.SIGKILL)  # done with it
             os.waitpid(pid, 0)
+
+
+def test_a_curve_server_offers_links_only_over_its_authenticated_sessions(tmp_path):
+    """Under CURVE the token travels over the authenticated, encrypted session: a client
+    with authorised keys gets a link; one whose key is not authorised gets no reply at
+    all, so no token, and a guessed one is refused."""
+    from rlreplay.net import auth
+
+    for name in ("server", "client", "stranger"):
+        auth.keygen(tmp_path, name)
+    (tmp_path / "authorized").mkdir()
+    (tmp_path / "authorized" / "client.key").write_bytes((tmp_path / "client.key").read_bytes())
+    table = rlreplay.Table("t", signature={"x": "float32"}, max_size=10)
+    server = rlreplay.Server(
+        [table],
+        curve_secret_key=str(tmp_path / "server.key_secret"),
+        authorized_keys=str(tmp_path / "authorized"),
+    )
+    with server:
+        keys = {"server_public_key": str(tmp_path / "server.key")}
+        client = rlreplay.Client(
+            server.address, client_secret_key=str(tmp_path / "client.key_secret"), **keys
+        )
+        assert client.can_insert("t") and link_of(client) is not None
+        stranger = rlreplay.Client(
+            server.address,
+            client_secret_key=str(tmp_path / "stranger.key_secret"),
+            call_timeout=0.5,
+            **keys,
+        )
+        with pytest.raises(ServerUnavailableError):
+            stranger.can_insert("t")
+        assert link_of(stranger) is None
+        with pytest.raises(OSError):
+            direct.DirectLink.open({"name": link_of(client).name, "token": b"z" * 16}, None)
+        assert len(server._direct.peers) == 1  # the authorised client's alone
+        client.close()
+        stranger.close()
