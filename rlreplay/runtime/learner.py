@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from rlreplay.core.sample import Sample
-from rlreplay.errors import InvalidArgumentError, ReplayTimeoutError, describe
+from rlreplay.errors import ClosedError, InvalidArgumentError, ReplayTimeoutError, describe
 from rlreplay.iterators import ReplayIterator
 from rlreplay.runtime.config import POLICY_VERSION, RuntimeConfig
 
@@ -178,6 +178,8 @@ class Learner:
 
         Raises:
             ReplayTimeoutError: if no batch came for ``timeout_s`` while actors ran.
+            ClosedError: if the table was closed while actors ran (the run would
+                otherwise end early, quietly).
         """
         config = self.config
         with ReplayIterator(
@@ -202,8 +204,13 @@ class Learner:
                             "actors stuck, or is min_size_to_sample above max_size?"
                         ) from None
                     continue
-                except StopIteration:
-                    break
+                except StopIteration:  # the table was closed
+                    if stop.is_set() or done():
+                        break
+                    raise ClosedError(
+                        f"the learner's table {describe(self.table)} was closed while the "
+                        "actors ran: the run cannot go on (was its server stopped?)"
+                    ) from None
                 self.wait_s = batches.wait_s
                 self.update(batch)
                 last = time.monotonic()
