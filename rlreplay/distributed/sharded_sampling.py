@@ -216,7 +216,12 @@ class ShardedSampler:
         tr = self.shards[shard]._transport
         try:
             if k:
-                rid = tr.send(header, arrays, until=rnd.until, timeout=rnd.timeout)
+                # ``expires``: a shard must not draw items after this client stopped
+                # waiting for them (a late reply's items would be counted as sampled there
+                # and never delivered), as a single client's sample does.
+                rid = tr.send(
+                    header, arrays, until=rnd.until, expires=rnd.until, timeout=rnd.timeout
+                )
             else:
                 rid = tr.send(header, arrays, until=rnd.until)
         except ServerUnavailableError as error:
