@@ -11,10 +11,10 @@ pytest.importorskip("torch")
 pytest.importorskip("gymnasium")
 pytest.importorskip("zmq")
 
+from rlreplay import InvalidArgumentError
+
 # Imported as installed (rlreplay.examples), so actor processes can unpickle its policy.
 from rlreplay.examples import apex_dqn as apex
-
-from rlreplay import InvalidArgumentError
 
 
 def test_ladder_spans_every_env_of_every_actor_from_base_down():
