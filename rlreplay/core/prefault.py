@@ -224,17 +224,14 @@ def cpus() -> int:
 
 
 def for_store(store: StepStore) -> ColumnPrefaulter | None:
-    """A prefaulter for a store whose columns it made itself, over the columns of at
-    least ``MIN_COLUMN_BYTES``; ``None`` when there are none, prefaulting is off, or the
-    process may run on one CPU only (no other core to zero pages on).
-
-    Raises:
-        InvalidArgumentError: if ``RLREPLAY_PREFAULT`` is malformed (see :func:`enabled`).
-    """
-    if not enabled() or cpus() < 2:
-        return None
+    """A prefaulter for a store whose columns it made itself, with prefaulting
+    :func:`enabled` (the store checks that before it makes its columns), over the columns
+    of at least ``MIN_COLUMN_BYTES``; ``None`` when there are none or the process may run
+    on one CPU only (no other core to zero pages on)."""
     large = [c for c in store.columns.values() if c.nbytes >= MIN_COLUMN_BYTES]
-    return ColumnPrefaulter(store, large) if large else None
+    if not large or cpus() < 2:  # the CPU count (files of the cgroup) only when needed
+        return None
+    return ColumnPrefaulter(store, large)
 
 
 class _Worker:

@@ -93,7 +93,7 @@ class StepStore:
     ):
         self.signature = Signature(signature)
         self.capacity, self.lanes = store_capacity(self.signature, capacity, lanes, capacity_bytes)
-        prefaulting = columns is None and prefault.enabled()
+        prefaulting = columns is None and prefault.enabled()  # checked before columns are made
         if columns is not None:
             self.columns: dict[str, np.ndarray] = checked_columns(
                 self.signature, self.capacity, columns
@@ -118,8 +118,6 @@ class StepStore:
         self.guard: Any = None
         # Which rows changed between two checkpoints (see :mod:`rlreplay.core.store_changes`).
         self.changes = ChangedChunks(self.signature, self.capacity)
-        self.chunk_rows = self.changes.chunk_rows
-        self.chunk_generations = self.changes.generations  # the same array
         # Core-internal: a write whose first id reaches ``prefault_wake`` calls
         # ``prefaulter.kick()`` (one compare per write; ``prefault.NEVER`` once the first
         # pass is over or without a prefaulter).
@@ -181,6 +179,16 @@ class StepStore:
         """Bring ``chunk_generations`` up to date (lock held) and return the current
         write generation (see :class:`~rlreplay.core.store_changes.ChangedChunks`)."""
         return self.changes.stamp(self.next_id)
+
+    @property
+    def chunk_rows(self) -> int:
+        """Rows per checkpoint chunk of the columns."""
+        return self.changes.chunk_rows
+
+    @property
+    def chunk_generations(self) -> np.ndarray:
+        """Per checkpoint chunk, the write generation of its last stamped write."""
+        return self.changes.generations
 
     @property
     def write_generation(self) -> int:
