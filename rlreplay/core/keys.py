@@ -193,9 +193,18 @@ def check_priorities(priorities: object, n: int, argument: str = "priorities") -
     return p
 
 
-def has_duplicates(slots: np.ndarray) -> bool:
-    """Whether any slot occurs twice (sorting is far cheaper than np.unique here)."""
+_MARK_ABOVE = 65536  # slots beyond which has_duplicates marks instead of sorting
+
+
+def has_duplicates(slots: np.ndarray, capacity: int | None = None) -> bool:
+    """Whether any slot occurs twice: by sorting (far cheaper than np.unique here), or,
+    for more slots than a batch holds that are all below a known ``capacity``, by
+    marking them (one pass; sorting a whole index's millions of slots takes seconds)."""
     if len(slots) < 2:
         return False
+    if capacity is not None and len(slots) > _MARK_ABOVE:
+        seen = np.zeros(capacity, dtype=bool)
+        seen[slots] = True
+        return int(np.count_nonzero(seen)) != len(slots)
     ordered = np.sort(slots)
     return bool((ordered[1:] == ordered[:-1]).any())

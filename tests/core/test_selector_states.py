@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from rlreplay import Fifo, MinHeap, Prioritized, Table, Uniform
+from rlreplay.core import keys
 from rlreplay.errors import InvalidArgumentError
 
 SIG = {"obs": ((2,), np.float32)}
@@ -74,3 +75,14 @@ def test_a_selector_state_that_does_not_fit_is_refused_and_nothing_changes(case)
     with t.store.mutex:
         t.index.load_state(saved)
     assert _same(t.index.state(), saved)
+
+
+@pytest.mark.parametrize("n", [2, 1000, keys._MARK_ABOVE + 1000], ids=["two", "batch", "index"])
+def test_duplicate_slots_are_found_by_sorting_and_by_marking_alike(n):
+    capacity = 2 * n
+    slots = np.random.default_rng(n).permutation(capacity)[:n]
+    assert not keys.has_duplicates(slots, capacity)
+    assert not keys.has_duplicates(slots)
+    slots[-1] = slots[0]
+    assert keys.has_duplicates(slots, capacity)
+    assert keys.has_duplicates(slots)

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from rlreplay.core._compiled import load_kernel
+from rlreplay.core.keys import has_duplicates
 from rlreplay.core.selectors.base import Selector, copy_into, touched
 from rlreplay.errors import InvalidArgumentError, describe
 
@@ -128,7 +129,7 @@ class Uniform(Selector):
             or dense.dtype.kind not in "iu"
             or len(dense) > capacity
             or (len(dense) and not 0 <= int(dense.min()) <= int(dense.max()) < capacity)
-            or not _distinct(dense, capacity)
+            or has_duplicates(dense, capacity)
         ):
             raise InvalidArgumentError(
                 f"a Uniform state's 'dense' must hold distinct slots below {capacity}, got "
@@ -143,10 +144,3 @@ class Uniform(Selector):
 
     def nbytes(self) -> int:
         return self.dense.nbytes + self.where.nbytes
-
-
-def _distinct(slots: np.ndarray, capacity: int) -> bool:
-    """Whether ``slots`` (each below ``capacity``) holds no slot twice, in O(capacity)."""
-    seen = np.zeros(capacity, dtype=bool)
-    seen[slots] = True
-    return int(np.count_nonzero(seen)) == len(slots)
