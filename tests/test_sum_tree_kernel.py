@@ -382,6 +382,51 @@ def test_leaf_writer_matches_the_numpy_twin(size):
         assert_parents_exact(fast_sums)
 
 
+# Batches over trees of every shape: near the root the kernel recomputes each shared parent
+# once (levels of up to 65,536 nodes); past that (a tree of 1.1M leaves) once per leaf.
+MANY_SIZES = {**SIZES, "wide-level": 1_100_000}
+
+
+@pytest.mark.parametrize("size", MANY_SIZES.values(), ids=MANY_SIZES.keys())
+def test_leaf_writer_set_many_matches_the_numpy_twin(size):
+    rng = np.random.default_rng(size + 11)
+    trees = [tree_pair(size, True), tree_pair(size, False)]
+    writers = [sums.leaf_writer(mins) for sums, mins in trees]
+    for batch in (1, 2, 256, 3000):  # large batches on small trees: many duplicates
+        for _ in range(3):
+            idx = rng.integers(0, size, batch)
+            values = rng.uniform(0.0, 3.0, batch)
+            values[rng.random(batch) < 0.2] = 0.0  # weight 0: left out of the min tree
+            for writer in writers:
+                writer.set_many(idx, values)
+            (fast_sums, fast_mins), (slow_sums, slow_mins) = trees
+            np.testing.assert_array_equal(fast_sums.levels[0], slow_sums.levels[0])
+            for a, b in zip(fast_sums.levels, slow_sums.levels):
+                np.testing.assert_allclose(a, b, rtol=1e-12, atol=0)
+            for a, b in zip(fast_mins.levels, slow_mins.levels):
+                np.testing.assert_array_equal(a, b)
+            assert_parents_exact(fast_sums)
+
+
+def test_leaf_writer_set_many_refuses_bad_writes_and_changes_nothing():
+    sums, mins = tree_pair(300, True)
+    writer = sums.leaf_writer(mins)
+    writer.set_many(np.arange(300), np.ones(300))
+    before = [level.copy() for level in sums.levels + mins.levels]
+    for args, error in [
+        ((np.array([3, 304]), np.ones(2)), ValueError),  # the second out of range
+        ((np.array([-1]), np.ones(1)), ValueError),
+        ((np.array([3, 4]), np.ones(3)), ValueError),
+        ((np.array([3.0]), np.ones(1)), TypeError),
+        ((np.array([3]), np.ones(1, np.float32)), TypeError),
+        ((np.array([3]),), TypeError),
+    ]:
+        with pytest.raises(error):
+            writer.set_many(*args)
+    for a, b in zip(before, sums.levels + mins.levels):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_leaf_writer_keeps_its_trees_and_refuses_bad_writes():
     sums, mins = tree_pair(300, True)
     writer = kernel.LeafWriter(sums.levels, mins.levels)

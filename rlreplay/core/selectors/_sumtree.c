@@ -12,13 +12,15 @@
  * set_one_sum(levels, slot, value[, min_levels]) and set_one_min(levels, slot, value): the
  *                                     same for one leaf in Python numbers (one-row inserts);
  * set_two_sum(levels, slot, value, slot2, value2[, min_levels]): for two such leaves.
- * LeafWriter(levels[, min_levels]).set_one / .set_two: the same on trees held once.
+ * LeafWriter(levels[, min_levels]).set_one / .set_two / .set_many: the same on trees
+ *                                     held once (set_many: set_sum's arrays).
  * With values None, the leaves are left as they are (a min tree over a sum tree's leaves,
  * which set_sum has just written) and only the ancestors are recomputed. set_sum also
  * takes min_levels, such a min tree, and recomputes it in the same pass.
  *
  * Parents are recomputed from their 16 children (never adjusted by deltas), so the
- * trees do not drift. The GIL is released around the loops; the caller holds the lock
+ * trees do not drift; near the root, where a batch shares few parents, each is recomputed
+ * once. The GIL is released around the loops; the caller holds the lock
  * that protects the tree. Bad buffers raise TypeError (wrong kind) or ValueError (wrong
  * size) before anything is written.
  */
@@ -28,6 +30,9 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #define FANOUT 16
 #define MAX_LEVELS 64
@@ -286,11 +291,136 @@ reduce16(const double *c, int is_sum)
         double r4 = c[4] + c[12], r5 = c[5] + c[13], r6 = c[6] + c[14], r7 = c[7] + c[15];
         return ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7));
     }
-    double m = INFINITY; /* the smallest positive child: weight-0 leaves do not count */
+    /* The smallest positive child (weight-0 leaves do not count), inf when none is. */
+#if defined(__SSE2__)
+    /* Two lanes at a time: children that are not positive (or NaN) become inf, then
+     * minima (exact in any order). */
+    const __m128d zero = _mm_setzero_pd(), inf = _mm_set1_pd(INFINITY);
+    __m128d m = inf;
+    for (int k = 0; k < FANOUT; k += 2) {
+        __m128d x = _mm_loadu_pd(c + k);
+        __m128d positive = _mm_cmpgt_pd(x, zero);
+        m = _mm_min_pd(m, _mm_or_pd(_mm_and_pd(positive, x), _mm_andnot_pd(positive, inf)));
+    }
+    m = _mm_min_sd(m, _mm_unpackhi_pd(m, m));
+    return _mm_cvtsd_f64(m);
+#else
+    double m = INFINITY;
     for (int k = 0; k < FANOUT; k++) {
         m = (c[k] > 0.0 && c[k] < m) ? c[k] : m;
     }
     return m;
+#endif
+}
+
+/* Levels small enough that the parents of a batch are made distinct before they are
+ * recomputed (a bitmap of this many bits on the stack): near the root most of a batch
+ * shares a few parents, and recomputing each once saves most of the work there. */
+#define DISTINCT_NODES 65536
+
+/* Recompute, level by level, the ancestors of the leaves p[0..n) (already written) in the
+ * sum or min tree lv and, when mv->count, in the min tree mv over the same leaves. p is
+ * overwritten (with the parents of each level). Runs without the GIL. */
+static void
+recompute_ancestors(const Levels *lv, const Levels *mv, Py_ssize_t *p, Py_ssize_t n,
+                    int is_sum)
+{
+    uint64_t seen[DISTINCT_NODES / 64];
+    int seen_clear = 0;
+    for (int l = 1; l < lv->count; l++) {
+        if (lv->len[l] <= DISTINCT_NODES) {
+            if (!seen_clear) { /* the largest such level comes first; bits are cleared
+                                * after each level, so once is enough */
+                memset(seen, 0, (size_t)((lv->len[l] + 63) / 64) * sizeof(uint64_t));
+                seen_clear = 1;
+            }
+            Py_ssize_t m = 0;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                Py_ssize_t q = p[i] / FANOUT;
+                uint64_t bit = (uint64_t)1 << (q & 63);
+                if (!(seen[q >> 6] & bit)) {
+                    seen[q >> 6] |= bit;
+                    p[m++] = q;
+                }
+            }
+            for (Py_ssize_t i = 0; i < m; i++) {
+                seen[p[i] >> 6] = 0;
+            }
+            n = m;
+        }
+        else {
+            for (Py_ssize_t i = 0; i < n; i++) {
+                p[i] /= FANOUT; /* a parent shared by several leaves is recomputed more than
+                                 * once, with the same result */
+            }
+        }
+        const double *lower = lv->data[l - 1];
+        double *upper = lv->data[l];
+        /* With a min tree, its node is recomputed in the same pass, so the cache misses on
+         * both trees overlap. */
+        const double *min_lower = mv->count ? mv->data[l - 1] : NULL;
+        double *min_upper = mv->count ? mv->data[l] : NULL;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (i + AHEAD < n) {
+                Py_ssize_t q = p[i + AHEAD];
+                prefetch_block(lower + q * FANOUT);
+                PREFETCH(upper + q);
+                if (min_upper != NULL) {
+                    prefetch_block(min_lower + q * FANOUT);
+                    PREFETCH(min_upper + q);
+                }
+            }
+            Py_ssize_t q = p[i];
+            upper[q] = reduce16(lower + q * FANOUT, is_sum);
+            if (min_upper != NULL) {
+                min_upper[q] = reduce16(min_lower + q * FANOUT, 0);
+            }
+        }
+    }
+}
+
+/* Write leaves idx[0..n) (val[i], or left as they are when val is NULL; duplicates: the
+ * last wins), then recompute their ancestors (see recompute_ancestors). The indexes must
+ * be checked already. Returns -1 (MemoryError set) when the scratch cannot be allocated,
+ * before anything is written. Called with the GIL, released around the loops. */
+static int
+write_many(const Levels *lv, const Levels *mv, const int64_t *idx, const double *val,
+           Py_ssize_t n, int is_sum)
+{
+    Py_ssize_t *p = (Py_ssize_t *)PyMem_RawMalloc((size_t)(n > 0 ? n : 1) * sizeof(Py_ssize_t));
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    double *leaf = lv->data[0];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i + AHEAD < n) {
+            prefetch_block(leaf + (idx[i + AHEAD] / FANOUT) * FANOUT);
+        }
+        if (val != NULL) {
+            leaf[idx[i]] = val[i];
+        }
+        p[i] = (Py_ssize_t)idx[i];
+    }
+    recompute_ancestors(lv, mv, p, n, is_sum);
+    Py_END_ALLOW_THREADS
+    PyMem_RawFree(p);
+    return 0;
+}
+
+/* 0 if every idx[i] is a leaf of a tree with `leaves` leaves, else -1 with ValueError. */
+static int
+check_indexes(const int64_t *idx, Py_ssize_t n, Py_ssize_t leaves, const char *name)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (idx[i] < 0 || idx[i] >= leaves) {
+            PyErr_Format(PyExc_ValueError, "%s: idx[%zd]=%lld is outside [0, %zd)", name, i,
+                         (long long)idx[i], leaves);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 static PyObject *
@@ -347,60 +477,10 @@ set_leaves(PyObject *args, int is_sum, const char *name)
                      vv.len / 8, n);
         goto fail;
     }
-    Py_ssize_t leaves = lv.len[0];
-    for (Py_ssize_t i = 0; i < n; i++) { /* check all before writing any */
-        if (idx[i] < 0 || idx[i] >= leaves) {
-            PyErr_Format(PyExc_ValueError, "%s: idx[%zd]=%lld is outside [0, %zd)", name, i,
-                         (long long)idx[i], leaves);
-            goto fail;
-        }
-    }
-    Py_ssize_t *p = (Py_ssize_t *)PyMem_RawMalloc((size_t)(n > 0 ? n : 1) * sizeof(Py_ssize_t));
-    if (p == NULL) {
-        PyErr_NoMemory();
+    if (check_indexes(idx, n, lv.len[0], name) < 0 ||
+        write_many(&lv, &mv, idx, has_values ? val : NULL, n, is_sum) < 0) {
         goto fail;
     }
-    Py_BEGIN_ALLOW_THREADS
-    double *leaf = lv.data[0];
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (i + AHEAD < n) {
-            prefetch_block(leaf + (idx[i + AHEAD] / FANOUT) * FANOUT);
-        }
-        if (has_values) {
-            leaf[idx[i]] = val[i];
-        }
-        p[i] = (Py_ssize_t)idx[i];
-    }
-    /* All leaves are written first (so duplicates resolve to the last), then each level
-     * is recomputed for every touched parent. A parent shared by several leaves is
-     * recomputed more than once, with the same result. */
-    for (int l = 1; l < lv.count; l++) {
-        const double *lower = lv.data[l - 1];
-        double *upper = lv.data[l];
-        /* With min_levels, the min tree's node is recomputed in the same pass, so the
-         * cache misses on both trees overlap. */
-        const double *min_lower = mv.count ? mv.data[l - 1] : NULL;
-        double *min_upper = mv.count ? mv.data[l] : NULL;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            if (i + AHEAD < n) {
-                Py_ssize_t q = p[i + AHEAD] / FANOUT;
-                prefetch_block(lower + q * FANOUT);
-                PREFETCH(upper + q);
-                if (min_upper != NULL) {
-                    prefetch_block(min_lower + q * FANOUT);
-                    PREFETCH(min_upper + q);
-                }
-            }
-            Py_ssize_t q = p[i] / FANOUT;
-            p[i] = q;
-            upper[q] = reduce16(lower + q * FANOUT, is_sum);
-            if (min_upper != NULL) {
-                min_upper[q] = reduce16(min_lower + q * FANOUT, 0);
-            }
-        }
-    }
-    Py_END_ALLOW_THREADS
-    PyMem_RawFree(p);
     PyBuffer_Release(&vv);
     PyBuffer_Release(&iv);
     levels_release(&mv);
@@ -619,11 +699,62 @@ LeafWriter_set_two(LeafWriter *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* set_many(idx, values): set_sum (with the min tree) for int64 leaf indexes and float64
+ * values given as buffers, on the held trees. */
+static PyObject *
+LeafWriter_set_many(LeafWriter *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "set_many takes (idx, values) (%zd arguments given)",
+                     nargs);
+        return NULL;
+    }
+    Py_buffer iv, vv;
+    if (get_buffer(args[0], &iv, 0, 'q', "idx") < 0) {
+        return NULL;
+    }
+    if (get_buffer(args[1], &vv, 0, 'd', "values") < 0) {
+        PyBuffer_Release(&iv);
+        return NULL;
+    }
+    Py_ssize_t n = iv.len / 8;
+    const int64_t *idx = (const int64_t *)iv.buf;
+    int rc = -1;
+    if (vv.len / 8 != n) {
+        PyErr_Format(PyExc_ValueError, "set_many: values has %zd items but idx has %zd",
+                     vv.len / 8, n);
+    }
+    else if (check_indexes(idx, n, self->sums.len[0], "set_many") == 0) {
+        const Levels *sums = &self->sums, *mins = &self->mins;
+        if (mins->count == 0 || mins->count == sums->count) {
+            rc = write_many(sums, mins, idx, (const double *)vv.buf, n, 1);
+        }
+        else { /* a min tree with another number of levels: its own pass */
+            Levels none;
+            none.count = 0;
+            rc = write_many(sums, &none, idx, (const double *)vv.buf, n, 1);
+            if (rc == 0) {
+                rc = write_many(mins, &none, idx, NULL, n, 0);
+            }
+        }
+    }
+    PyBuffer_Release(&vv);
+    PyBuffer_Release(&iv);
+    if (rc < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef LeafWriter_methods[] = {
     {"set_one", (PyCFunction)(void (*)(void))LeafWriter_set_one, METH_FASTCALL,
      "set_one(slot, value): set_one_sum on the held trees (value None keeps the leaf)."},
     {"set_two", (PyCFunction)(void (*)(void))LeafWriter_set_two, METH_FASTCALL,
      "set_two(slot, value, slot2, value2): set_two_sum on the held trees."},
+    {"set_many", (PyCFunction)(void (*)(void))LeafWriter_set_many, METH_FASTCALL,
+     "set_many(idx, values): set_sum on the held trees for an int64 buffer of leaves and a "
+     "float64 buffer of values (duplicates: the last wins); nothing is written when an index "
+     "is out of range (ValueError)."},
     {NULL, NULL, 0, NULL},
 };
 

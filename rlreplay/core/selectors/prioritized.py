@@ -62,9 +62,16 @@ class Prioritized(Selector):
         self.size += len(slots)
 
     def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        n = len(slots)
+        if n == 0:
+            return
         w = self._weights(priorities)
+        if w.shape != (n,):  # one priority for all
+            w = np.broadcast_to(w, (n,))
         # Items of weight 0 are never sampled; the min tree skips them.
-        self.sums.set(slots, w, self.mins)
+        self.leaf_writer.set_many(
+            np.ascontiguousarray(slots, dtype=np.int64), np.ascontiguousarray(w, np.float64)
+        )
 
     def insert_one(self, slot: int, priority: float) -> None:
         w = priority if self.priority_exponent == 1.0 else priority**self.priority_exponent

@@ -200,10 +200,12 @@ class KaryTree:
         self.set_one(j, value_j, mins)
 
     def leaf_writer(self, mins: KaryTree) -> LeafWriter:
-        """An object whose ``set_one(i, value)`` and ``set_two(i, value, j, value_j)`` are
-        :meth:`set_one` and :meth:`set_two` of this sum tree with ``mins``: with the kernel
-        a compiled ``_sumtree.LeafWriter`` that holds both trees' levels (so a one-row
-        insert does not acquire them on every call), else :class:`LeafWriter`."""
+        """An object whose ``set_one(i, value)``, ``set_two(i, value, j, value_j)`` and
+        ``set_many(idx, values)`` are :meth:`set_one`, :meth:`set_two` and :meth:`set` of
+        this sum tree with ``mins``: with the kernel a compiled ``_sumtree.LeafWriter``
+        that holds both trees' levels (so a one-row insert or a priority update does not
+        acquire them on every call; ``set_many`` takes int64 and float64 arrays), else
+        :class:`LeafWriter`."""
         if self._kset_one is not None and mins._kernel is not None and self.op == "sum":
             return self._kernel.LeafWriter(self.levels, mins.levels)
         return LeafWriter(self, mins)
@@ -287,3 +289,6 @@ class LeafWriter:
 
     def set_two(self, i: int, value: float | None, j: int, value_j: float | None) -> None:
         self.sums.set_two(i, value, j, value_j, self.mins)
+
+    def set_many(self, idx: np.ndarray, values: np.ndarray) -> None:
+        self.sums.set(idx, values, self.mins)
