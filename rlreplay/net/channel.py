@@ -12,8 +12,8 @@ from typing import Any
 import zmq
 
 from rlreplay.errors import ProtocolError
-from rlreplay.net import framing, wire
-from rlreplay.net.direct import DirectLink, LinkClosed, frames_of
+from rlreplay.net import compact, framing, wire
+from rlreplay.net.direct import DirectLink, LinkClosed, frames_of, spin_seconds
 
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 _RESTARTED = wire.CODE_OF[wire.errors.ServerRestartedError]
@@ -63,6 +63,7 @@ class Channel:
         self.direct_ready = False  # the last wait saw the link readable
         self.zmq_ready = True  # the last wait saw the ZeroMQ socket readable
         self._link_poller: Any = None  # polls the link alone
+        self.spin_s = 0.0  # a wait on the link polls without sleeping this long first
         # The last request sent through ZeroMQ, until a reply to it (or to a later one)
         # shows the server took it: while set, requests keep to ZeroMQ (their order).
         self.zmq_tail: int | None = None
@@ -89,6 +90,7 @@ class Channel:
         self.poller.register(link.fd, zmq.POLLIN)
         self._link_poller = select.poll()
         self._link_poller.register(link.fd, select.POLLIN)
+        self.spin_s = spin_seconds()
 
     def drop_direct(self) -> None:
         """Close the direct link; requests outstanding on it fail with
@@ -154,11 +156,14 @@ class Channel:
             return
         if data is None:
             return
-        frames = frames_of(data)
-        if frames is None:
-            raise ProtocolError("a malformed message arrived on the direct link")
+        if compact.is_reply(data):
+            header, arrays = compact.decode_reply(data), {}
+        else:
+            frames = frames_of(data)
+            if frames is None:
+                raise ProtocolError("a malformed message arrived on the direct link")
+            header, arrays = wire.decode(frames)
         now = self.last_heard = time.monotonic()
-        header, arrays = wire.decode(frames)
         rid = header.get("id")
         self.direct_sent.discard(rid)
         if header.get("moved"):
@@ -232,11 +237,21 @@ class Channel:
     def wait(self, seconds: float, link_only: bool = False) -> bool:
         """Wait up to ``seconds`` (at least 1 ms) for a message; True if one arrived
         (``zmq_ready`` says whether on the ZeroMQ socket). With ``link_only``, only the
-        direct link is watched (a third of the cost of polling both)."""
+        direct link is watched (a third of the cost of polling both), without sleeping
+        for its first ``spin_s``."""
         ms = max(1, int(seconds * 1000))
         if link_only and self.direct is not None:
             self.zmq_ready = False
-            self.direct_ready = bool(self._link_poller.poll(ms))
+            poll = self._link_poller.poll
+            if self.spin_s:  # poll without sleeping for a while first (spin_seconds)
+                end = time.perf_counter() + self.spin_s
+                while not poll(0):
+                    if time.perf_counter() >= end:
+                        break
+                else:
+                    self.direct_ready = True
+                    return True
+            self.direct_ready = bool(poll(ms))
             return self.direct_ready
         events = self.poller.poll(ms)
         if self.direct is None or not events:

@@ -43,6 +43,7 @@ platforms with ``AF_UNIX`` ``SOCK_SEQPACKET`` sockets (Linux). The server's half
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import select
 import socket
@@ -51,6 +52,9 @@ import time
 import weakref
 from collections.abc import Sequence
 from typing import Any
+
+from rlreplay.core.cpus import cpus
+from rlreplay.errors import InvalidArgumentError
 
 # Calls that may take a direct link: awaited, small requests whose replies are small.
 DIRECT_OPS = frozenset({"update_priorities", "delete", "info", "can_insert", "can_sample", "reset"})
@@ -62,6 +66,10 @@ ACCEPTED = b"ok"
 # Seconds a client waits for the server to accept its token (bounded also by its call).
 OPEN_TIMEOUT_S = 1.0
 _PREFIX = struct.Struct("<I")  # the header's length, before the header
+# Microseconds a thread waiting for its reply on a link polls it without sleeping, before
+# it blocks (see spin_seconds); RLREPLAY_DIRECT_SPIN_US sets another, 0 turns it off.
+SPIN_US = 50
+SPIN_VARIABLE = "RLREPLAY_DIRECT_SPIN_US"
 
 
 def supported() -> bool:
@@ -72,6 +80,37 @@ def supported() -> bool:
         and hasattr(socket, "SOCK_SEQPACKET")
         and hasattr(socket, "SO_PEERCRED")
     )
+
+
+@functools.cache
+def spin_seconds() -> float:
+    """Seconds a wait for a reply on a direct link polls without sleeping before it blocks.
+
+    A same-host server answers a small call in tens of microseconds; a thread asleep in
+    ``poll`` is woken by an interrupt to its CPU, which the server's send pays for (on a
+    virtual machine, an exit to the hypervisor): 10-15 us of a 40-50 us awaited
+    ``update_priorities`` on this project's 2-core test machine, twice a call. A waiter that
+    polls without sleeping for a short while skips that (``docs/net_benchmarks.md``).
+    :data:`SPIN_US`, or ``RLREPLAY_DIRECT_SPIN_US``; 0 where the process may run on one CPU
+    only (the server would wait for the polling thread). Read once per process.
+
+    Raises:
+        InvalidArgumentError: if ``RLREPLAY_DIRECT_SPIN_US`` is not a whole number of
+            microseconds in [0, 10000].
+    """
+    text = os.environ.get(SPIN_VARIABLE, "")
+    us = SPIN_US
+    if text:
+        if not text.isdigit() or int(text) > 10_000:
+            raise InvalidArgumentError(
+                f"{SPIN_VARIABLE}={text!r} must be a whole number of microseconds in "
+                f"[0, 10000] (0: a wait on a direct link sleeps at once); unset it for "
+                f"the default {SPIN_US}"
+            )
+        us = int(text)
+    if us and cpus() < 2:
+        return 0.0
+    return us * 1e-6
 
 
 def peer_uid(sock: socket.socket) -> int:
@@ -202,6 +241,25 @@ class DirectLink:
             if exc.errno == errno.EMSGSIZE:  # more than this socket's send buffer holds
                 return False
             raise LinkClosed(str(exc)) from None  # EPIPE, ECONNRESET: the server's end closed
+        return True
+
+    def send_raw(self, buffers: Sequence[Any]) -> bool:
+        """:meth:`send` of a message already framed (a compact request,
+        :mod:`rlreplay.net.compact`), as its buffers.
+
+        Raises:
+            LinkClosed: the server closed the link (nothing sent).
+        """
+        if sum(b.nbytes if type(b) is not bytes else len(b) for b in buffers) > DIRECT_MAX_BYTES:
+            return False
+        try:
+            self._sendmsg(buffers)
+        except BlockingIOError:
+            return False
+        except OSError as exc:
+            if exc.errno == errno.EMSGSIZE:
+                return False
+            raise LinkClosed(str(exc)) from None
         return True
 
     def receive(self) -> bytes | None:

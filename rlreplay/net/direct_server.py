@@ -21,6 +21,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from rlreplay.net import compact
 from rlreplay.net.direct import (
     ACCEPTED,
     DIRECT_MAX_BYTES,
@@ -88,6 +89,17 @@ class DirectPeer:
             if exc.errno == errno.EMSGSIZE:  # more than this socket's send buffer holds
                 return False
             return None  # full queue (the client does not read) or closed: dropped
+        return True
+
+
+    def send_bytes(self, data: bytes) -> bool | None:
+        """:meth:`send` of a message already framed (a compact reply)."""
+        try:
+            self.sock.send(data)
+        except OSError as exc:
+            if exc.errno == errno.EMSGSIZE:
+                return False
+            return None
         return True
 
 
@@ -169,14 +181,16 @@ class DirectLinks:
         self,
         fd: int,
         handle: Callable[[list], Any],
+        handle_compact: Callable[[DirectPeer, bytes], Any],
         unregister: Callable[[int], None],
         now: float,
     ) -> bool:
         """Read the next message of link ``fd`` (that the poll said is readable) and hand
         its request to ``handle`` (``[peer, *frames]``, as a ZeroMQ message is ``[routing
-        id, *frames]``); a link's first message is its token. One message per poll: a
-        link carries one awaited call of its thread at a time, and a message left waits
-        for the next poll. Returns what ``handle`` returned (False for none)."""
+        id, *frames]``), or a compact request (:mod:`rlreplay.net.compact`) to
+        ``handle_compact`` (``peer, data``); a link's first message is its token. One
+        message per poll: a link carries one awaited call of its thread at a time, and a
+        message left waits for the next poll. Returns what ``handle`` returned (False for none)."""
         peer = self.peers.get(fd)
         if peer is None:
             return False
@@ -199,7 +213,12 @@ class DirectLinks:
             except OSError:
                 self.drop(fd, unregister)
             return False
-        frames = frames_of(data) if len(data) <= DIRECT_MAX_BYTES else None
+        if len(data) > DIRECT_MAX_BYTES:  # not a link message
+            self.drop(fd, unregister)
+            return False
+        if compact.is_request(data):
+            return bool(handle_compact(peer, data))
+        frames = frames_of(data)
         if frames is None:  # closed by the client (b""), or not a link message
             self.drop(fd, unregister)
             return False

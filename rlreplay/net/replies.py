@@ -15,7 +15,7 @@ from typing import Any
 
 import zmq
 
-from rlreplay.net import framing, wire
+from rlreplay.net import compact, framing, wire
 from rlreplay.net.direct_server import DirectPeer
 from rlreplay.net.limits import ClientLedger
 
@@ -48,6 +48,15 @@ class Replies:
         header["epoch"] = self.epoch
         header["now"] = time.monotonic()
         self.send(identity, wire.encode(header, arrays, version), rid)
+
+    def compact_ok(
+        self, identity: DirectPeer, op: str, rid: Any, header: dict, version: int
+    ) -> None:
+        """Answer the compact request ``rid`` (:mod:`rlreplay.net.compact`) that came on
+        the direct link ``identity``: compactly if its result fits, else as :meth:`ok`."""
+        data = compact.encode_reply(op, rid, self.epoch, time.monotonic(), header)
+        if data is None or identity.send_bytes(data) is False:
+            self.ok(identity, rid, header, None, version)
 
     def error(
         self, identity: Any, rid: Any, exc: BaseException, version: int = OLDEST_VERSION

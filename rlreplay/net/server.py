@@ -371,7 +371,9 @@ class Server:
                 continue
             if fd == links.fd:
                 links.accept(self._register, self._unregister, now)
-            elif links.serve(fd, self._requests.handle, self._unregister, now):
+            elif links.serve(
+                fd, self._requests.handle, self._requests.handle_compact, self._unregister, now
+            ):
                 self.checkpoints.changed = True
 
     def table_stats(self, name: str) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from rlreplay.errors import (
     InvalidArgumentError,
     ServerRestartedError,
 )
-from rlreplay.net import auth, direct, framing, wire
+from rlreplay.net import auth, compact, direct, framing, wire
 from rlreplay.net.channel import Channel
 from rlreplay.net.direct import DIRECT_OPS, DirectLink, LinkClosed
 from rlreplay.net.waits import REPLY_GRACE_S, ReplyWaits
@@ -278,13 +278,22 @@ class Transport:
         if arrays and self.shm is not None and (op == "insert" or op == "write"):
             # large arrays of a same-host client travel in its shared memory
             arrays, slot = self.shm.place(ch, header, arrays, until)
-        frames = wire.encode(header, arrays)
-        if arrays and ch.max_message_bytes is not None:
-            self.check_size(frames, ch.max_message_bytes)
-        link = ch.direct
-        if awaited and link is not None and op in DIRECT_OPS and ch.zmq_tail is None:
+        link, frames = ch.direct, None
+        if (
+            awaited
+            and link is not None
+            and op in DIRECT_OPS
+            and ch.zmq_tail is None
+            and not header.get("noreply")
+        ):
+            # a learner's per-step calls in a fixed layout, anything else as on ZeroMQ
+            buffers = compact.encode_request(header, arrays)
             try:
-                sent = not header.get("noreply") and link.send(frames)
+                if buffers is not None:
+                    sent = link.send_raw(buffers)
+                else:
+                    frames = self._encoded(ch, header, arrays)
+                    sent = link.send(frames)
             except LinkClosed:  # the server is gone: ZeroMQ, as addressed to it
                 ch.drop_direct()
                 sent = False
@@ -292,6 +301,8 @@ class Transport:
                 ch.sent(rid)
                 ch.direct_sent.add(rid)
                 return rid
+        if frames is None:
+            frames = self._encoded(ch, header, arrays)
         sock = ch.sock
         try:
             framing.send(sock, frames)
@@ -309,6 +320,17 @@ class Transport:
         if slot is not None:
             self.shm.sent(ch, slot, rid)
         return rid
+
+    def _encoded(self, ch: Channel, header: dict, arrays: Mapping | None) -> list:
+        """The frames of a request, checked against the server's size limit once known.
+
+        Raises:
+            InvalidArgumentError: if the request is larger than the server accepts.
+        """
+        frames = wire.encode(header, arrays)
+        if arrays and ch.max_message_bytes is not None:
+            self.check_size(frames, ch.max_message_bytes)
+        return frames
 
     def _greet(self, ch: Channel, until: float | None) -> None:
         """The handshake before a socket's first request: a ping learns the server's epoch

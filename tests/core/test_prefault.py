@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from rlreplay import Table
-from rlreplay.core import prefault, storage
+from rlreplay.core import cpus, prefault, storage
 from rlreplay.core.storage import StepStore
 from rlreplay.errors import InvalidArgumentError
 
@@ -39,7 +39,7 @@ def _populate_works() -> bool:
 
 
 pytestmark = pytest.mark.skipif(
-    not _populate_works() or prefault.cpus() < 2,
+    not _populate_works() or cpus.cpus() < 2,
     reason="madvise(MADV_POPULATE_WRITE) needs Linux 5.14 or later, and a second CPU",
 )
 
@@ -330,7 +330,7 @@ def test_a_cgroup_quota_of_one_cpu_counts_as_one_cpu(monkeypatch, tmp_path, file
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
-    monkeypatch.setattr(prefault, "CGROUP_ROOT", str(tmp_path))
+    monkeypatch.setattr(cpus, "CGROUP_ROOT", str(tmp_path))
     store = StepStore(SIG, capacity=2048)
     assert (store.prefaulter is not None) is prefaulted
 
