@@ -33,6 +33,10 @@ everything else over ZeroMQ, with the same messages and the same server semantic
   the link.
 - **Size.** A message on the link is at most :data:`DIRECT_MAX_BYTES`; a larger request
   takes ZeroMQ, and a larger reply comes back through ZeroMQ.
+- **Compact messages.** A learner's awaited ``update_priorities`` and ``delete`` travel
+  in fixed binary layouts (:mod:`rlreplay.net.compact`), served by the same handler.
+- **Waiting.** A wait for a reply on the link polls it without sleeping for
+  :func:`spin_seconds` before it blocks.
 
 Off switches: ``Client(direct_calls=False)`` and ``Server(direct_calls=False)``. Used by
 default where the client's shared-memory path is (``ipc://`` and loopback addresses) on
