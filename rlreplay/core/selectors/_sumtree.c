@@ -314,8 +314,9 @@ reduce16(const double *c, int is_sum)
 }
 
 /* Levels small enough that the parents of a batch are made distinct before they are
- * recomputed (a bitmap of this many bits on the stack): near the root most of a batch
- * shares a few parents, and recomputing each once saves most of the work there. */
+ * recomputed (a bitmap of this many bits on the stack, and of at most a bit per 64
+ * leaves of the batch, so that clearing it costs less than the batch): near the root most
+ * of a batch shares a few parents, and recomputing each once saves most of the work. */
 #define DISTINCT_NODES 65536
 
 /* Recompute, level by level, the ancestors of the leaves p[0..n) (already written) in the
@@ -328,7 +329,7 @@ recompute_ancestors(const Levels *lv, const Levels *mv, Py_ssize_t *p, Py_ssize_
     uint64_t seen[DISTINCT_NODES / 64];
     int seen_clear = 0;
     for (int l = 1; l < lv->count; l++) {
-        if (lv->len[l] <= DISTINCT_NODES) {
+        if (lv->len[l] <= DISTINCT_NODES && lv->len[l] <= 64 * n) {
             if (!seen_clear) { /* the largest such level comes first; bits are cleared
                                 * after each level, so once is enough */
                 memset(seen, 0, (size_t)((lv->len[l] + 63) / 64) * sizeof(uint64_t));
