@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from rlreplay.errors import ProtocolError
+from rlreplay.net.direct import DIRECT_MAX_BYTES
 from rlreplay.net.wire import PROTOCOL_VERSION
 
 OPS = {"update_priorities": 1, "delete": 2}
@@ -55,7 +56,8 @@ def _padded(n: int) -> int:
 
 def encode_request(header: dict, arrays: dict | None) -> list | None:
     """The buffers of ``header`` and ``arrays`` as one compact request, or None if they do
-    not fit its layout (they are then sent as a general message). Nothing is changed."""
+    not fit its layout or a link message (they are then sent as a general message, through
+    ZeroMQ if too large). Nothing is changed."""
     code = OPS.get(header.get("op"))
     if code is None or not header.keys() <= _FIELDS or arrays is None:
         return None
@@ -100,6 +102,8 @@ def encode_request(header: dict, arrays: dict | None) -> list | None:
             return None
         flags |= _LEASE
     m = 0 if prios is None else len(prios)
+    if REQUEST.size + _padded(len(name)) + 8 * (len(keys) + m) > DIRECT_MAX_BYTES:
+        return None  # larger than a link message: through ZeroMQ
     head = REQUEST.pack(
         REQUEST_MAGIC | code,
         len(name),

@@ -248,14 +248,12 @@ class DirectLink:
         return True
 
     def send_raw(self, buffers: Sequence[Any]) -> bool:
-        """:meth:`send` of a message already framed (a compact request,
-        :mod:`rlreplay.net.compact`), as its buffers.
+        """:meth:`send` of a message already framed, as its buffers: a compact request
+        (:mod:`rlreplay.net.compact`), which is at most :data:`DIRECT_MAX_BYTES`.
 
         Raises:
             LinkClosed: the server closed the link (nothing sent).
         """
-        if sum(b.nbytes if type(b) is not bytes else len(b) for b in buffers) > DIRECT_MAX_BYTES:
-            return False
         try:
             self._sendmsg(buffers)
         except BlockingIOError:

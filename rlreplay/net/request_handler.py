@@ -89,7 +89,7 @@ class RequestHandler:
                     raise self._too_large(sum(map(len, body)))
                 arrays = wire.decode_arrays(header, body)
             else:
-                rid = compact.request_id(data)
+                rid = compact.request_id(data)  # to answer a malformed one under its id
                 header, arrays = compact.decode_request(data)
                 version = header["v"]
                 if len(data) > self.max_message_bytes:

@@ -83,6 +83,10 @@ NOT_COMPACT = {
     "no-arrays": (BASE, None),
     "delete-with-priorities": ({**BASE, "op": "delete"}, {"keys": K, "priorities": P}),
     "extra-array": (BASE, {"keys": K, "priorities": P, "x": P}),
+    "larger-than-a-link-message": (
+        BASE,
+        {"keys": np.arange(4100, dtype=np.int64), "priorities": np.ones(4100)},
+    ),
 }
 
 
