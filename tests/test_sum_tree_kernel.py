@@ -238,6 +238,18 @@ def tree_pair(size: int, use_kernel: bool) -> tuple[KaryTree, KaryTree]:
     return sums, KaryTree(size, "min", use_kernel=use_kernel, leaves=sums.levels[0])
 
 
+def assert_pairs_agree(trees) -> None:
+    """The compiled (sum, min) pair equals the numpy pair: leaves and min trees exactly,
+    sums to rounding, every compiled parent its children's sum."""
+    (fast_sums, fast_mins), (slow_sums, slow_mins) = trees
+    np.testing.assert_array_equal(fast_sums.levels[0], slow_sums.levels[0])
+    for a, b in zip(fast_sums.levels, slow_sums.levels):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=0)
+    for a, b in zip(fast_mins.levels, slow_mins.levels):
+        np.testing.assert_array_equal(a, b)
+    assert_parents_exact(fast_sums)
+
+
 @pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
 def test_set_one_of_both_trees_matches_the_numpy_path(size):
     rng = np.random.default_rng(size + 3)
@@ -252,15 +264,10 @@ def test_set_one_of_both_trees_matches_the_numpy_path(size):
             if value is None:
                 sums.levels[0][i] = 0.25  # written already: set_one only fixes ancestors
             sums.set_one(i, value, mins)
-        (fast_sums, fast_mins), (slow_sums, slow_mins) = trees
-        np.testing.assert_array_equal(fast_sums.levels[0], slow_sums.levels[0])
-        for a, b in zip(fast_sums.levels, slow_sums.levels):
-            np.testing.assert_allclose(a, b, rtol=1e-12, atol=0)
-        for a, b in zip(fast_mins.levels, slow_mins.levels):
-            np.testing.assert_array_equal(a, b)
+        assert_pairs_agree(trees)
+        (fast_sums, fast_mins), _ = trees
         positive = fast_sums.leaves[fast_sums.leaves > 0]
         assert fast_mins.root == (positive.min() if len(positive) else np.inf)
-        assert_parents_exact(fast_sums)
 
 
 @pytest.mark.parametrize("op", ["sum", "min"])
@@ -373,17 +380,12 @@ def test_leaf_writer_matches_the_numpy_twin(size):
                 writer.set_one(i, v)
             else:
                 writer.set_two(i, 0.0, j, v)
-        (fast_sums, fast_mins), (slow_sums, slow_mins) = trees
-        np.testing.assert_array_equal(fast_sums.levels[0], slow_sums.levels[0])
-        for a, b in zip(fast_sums.levels, slow_sums.levels):
-            np.testing.assert_allclose(a, b, rtol=1e-12, atol=0)
-        for a, b in zip(fast_mins.levels, slow_mins.levels):
-            np.testing.assert_array_equal(a, b)
-        assert_parents_exact(fast_sums)
+        assert_pairs_agree(trees)
 
 
 # Batches over trees of every shape: near the root the kernel recomputes each shared parent
-# once (levels of up to 65,536 nodes); past that (a tree of 1.1M leaves) once per leaf.
+# once (levels of at most 64 nodes per leaf of the batch and 65,536 nodes); elsewhere (a
+# tree of 1.1M leaves, small batches) once per leaf.
 MANY_SIZES = {**SIZES, "wide-level": 1_100_000}
 
 
@@ -399,13 +401,7 @@ def test_leaf_writer_set_many_matches_the_numpy_twin(size):
             values[rng.random(batch) < 0.2] = 0.0  # weight 0: left out of the min tree
             for writer in writers:
                 writer.set_many(idx, values)
-            (fast_sums, fast_mins), (slow_sums, slow_mins) = trees
-            np.testing.assert_array_equal(fast_sums.levels[0], slow_sums.levels[0])
-            for a, b in zip(fast_sums.levels, slow_sums.levels):
-                np.testing.assert_allclose(a, b, rtol=1e-12, atol=0)
-            for a, b in zip(fast_mins.levels, slow_mins.levels):
-                np.testing.assert_array_equal(a, b)
-            assert_parents_exact(fast_sums)
+            assert_pairs_agree(trees)
 
 
 def test_leaf_writer_set_many_refuses_bad_writes_and_changes_nothing():
