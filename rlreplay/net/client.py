@@ -68,13 +68,16 @@ class Client:
         direct_calls: whether small awaited calls (``update_priorities``, ``delete``,
             ``info``, ...) to a server on this host (``ipc://`` and loopback addresses)
             take a direct Unix-socket link that skips ZeroMQ's threads, where the server
-            offers one (see :mod:`rlreplay.net.direct`); ``False``: always ZeroMQ.
+            offers one (see :mod:`rlreplay.net.direct`); ``False``: always ZeroMQ. A wait
+            for a reply there polls the link for 50 us before it sleeps (CPU for
+            latency; ``RLREPLAY_DIRECT_SPIN_US`` sets the time, 0 turns it off).
 
     Raises:
         InvalidArgumentError: for a malformed address or unreadable key files, a
             ``call_timeout``, ``liveness_s`` or ``diagnose_timeout`` that is not seconds in
             range, or ``shared_memory=True`` on a platform without ``/dev/shm`` (naming
-            the argument; see :class:`~rlreplay.net.client_settings.ClientSettings`).
+            the argument; see :class:`~rlreplay.net.client_settings.ClientSettings`), or
+            a malformed ``RLREPLAY_DIRECT_SPIN_US`` where direct calls are used.
 
     A call that gets no answer raises :class:`~rlreplay.errors.ServerUnavailableError`
     within its timeout; the client then checks the connection (at most

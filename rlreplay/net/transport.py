@@ -129,6 +129,8 @@ class Transport:
         self.shm: Any = None  # the client's shared-memory path (rlreplay.net.shm), if used
         # Small awaited calls take a direct link where the server offers one (same host).
         self.direct_calls = direct_calls and auth.is_loopback(address) and direct.supported()
+        if self.direct_calls:
+            direct.spin_seconds()  # a bad RLREPLAY_DIRECT_SPIN_US is refused here, not later
         self.direct_failure: str | None = None  # why a link could not be opened, if so
         self.waits = ReplyWaits(self)
 

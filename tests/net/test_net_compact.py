@@ -239,5 +239,16 @@ def test_a_bad_spin_setting_is_refused_naming_the_variable(monkeypatch, text):
         direct.spin_seconds.__wrapped__()
 
 
+def test_a_client_refuses_a_bad_spin_setting_when_made(monkeypatch):
+    monkeypatch.setenv(direct.SPIN_VARIABLE, "soon")
+    direct.spin_seconds.cache_clear()
+    try:
+        with pytest.raises(InvalidArgumentError, match=direct.SPIN_VARIABLE):
+            rlreplay.Client("tcp://127.0.0.1:5555")
+        rlreplay.Client("tcp://127.0.0.1:5555", direct_calls=False).close()  # not read
+    finally:
+        direct.spin_seconds.cache_clear()
+
+
 def test_cpus_counts_at_least_one():
     assert cpus.cpus() >= 1
