@@ -181,9 +181,10 @@ class DirectLink:
         name: the server's listening socket (its abstract name).
     """
 
-    def __init__(self, sock: socket.socket, name: str = ""):
+    def __init__(self, sock: socket.socket, name: str = "", compact: bool = False):
         sock.setblocking(False)
         self.name = name
+        self.compact = compact  # the server reads compact messages (rlreplay.net.compact)
         self.sock = sock
         self.fd = sock.fileno()
         self._sendmsg = sock.sendmsg
@@ -224,7 +225,7 @@ class DirectLink:
         except BaseException:
             sock.close()
             raise
-        return cls(sock, name)
+        return cls(sock, name, offer.get("compact") is True)
 
     def send(self, frames: Sequence[Any]) -> bool:
         """Send one request without blocking; False (nothing sent) if it does not fit a

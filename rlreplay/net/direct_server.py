@@ -144,7 +144,8 @@ class DirectLinks:
         token = secrets.token_bytes(TOKEN_BYTES)
         self._tokens[token] = (client, now + TOKEN_S)
         self._token_of[client] = token
-        return {"name": self.name, "token": token}
+        # "compact": this server reads compact messages (a client sends them only then)
+        return {"name": self.name, "token": token, "compact": True}
 
     def accept(
         self,

@@ -289,7 +289,7 @@ class Transport:
             and not header.get("noreply")
         ):
             # a learner's per-step calls in a fixed layout, anything else as on ZeroMQ
-            buffers = compact.encode_request(header, arrays)
+            buffers = compact.encode_request(header, arrays) if link.compact else None
             try:
                 if buffers is not None:
                     sent = link.send_raw(buffers)

@@ -252,3 +252,42 @@ def test_a_client_refuses_a_bad_spin_setting_when_made(monkeypatch):
 
 def test_cpus_counts_at_least_one():
     assert cpus.cpus() >= 1
+
+
+@pytest.mark.parametrize("server_reads_compact", [True, False], ids=["offered", "older-server"])
+def test_compact_messages_go_only_to_a_server_whose_offer_says_it_reads_them(
+    monkeypatch, server_reads_compact
+):
+    from rlreplay.net.direct_server import DirectLinks
+    from rlreplay.net.request_handler import RequestHandler
+
+    offer, handle_compact = DirectLinks.offer, RequestHandler.handle_compact
+    seen = []
+
+    def older_offer(self, client, now):
+        made = offer(self, client, now)
+        if made is not None and not server_reads_compact:
+            del made["compact"]  # as a server that predates compact messages offers
+        return made
+
+    def counted(self, identity, data):
+        seen.append(len(data))
+        return handle_compact(self, identity, data)
+
+    monkeypatch.setattr(DirectLinks, "offer", older_offer)
+    monkeypatch.setattr(RequestHandler, "handle_compact", counted)
+    table = rlreplay.Table(
+        "t", signature={"x": "float32"}, max_size=100, sampler=rlreplay.Prioritized()
+    )
+    server = rlreplay.Server([table], bind="127.0.0.1").start()
+    try:
+        client = rlreplay.Client(server.address)
+        keys = client.insert("t", {"x": np.zeros(10, np.float32)}, wait=True)
+        assert client.update_priorities("t", keys, np.full(10, 2.0)) == 10
+        assert client.delete("t", keys[:3]) == 3
+        assert client._transport.channel().direct is not None  # both took the link
+        assert len(seen) == (2 if server_reads_compact else 0)
+        assert table.info().size == 7
+        client.close()
+    finally:
+        server.stop()
