@@ -89,9 +89,8 @@ class RequestHandler:
                     raise self._too_large(sum(map(len, body)))
                 arrays = wire.decode_arrays(header, body)
             else:
-                rid = compact.request_id(data)  # to answer a malformed one under its id
                 header, arrays = compact.decode_request(data)
-                version = header["v"]
+                rid, version = header["id"], header["v"]
                 if len(data) > self.max_message_bytes:
                     raise self._too_large(len(data))
             client = identity.bytes
@@ -123,6 +122,8 @@ class RequestHandler:
                 self.replies.ok(identity, rid, *result, version)
             return op in MUTATING
         except ReplayError as exc:
+            if rid is None and data is not None:  # a malformed compact request: its id
+                rid = compact.request_id(data)
             self.replies.error(identity, rid, exc, version)
         except Exception as exc:
             log.exception("internal error serving a request")
