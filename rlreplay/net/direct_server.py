@@ -17,6 +17,7 @@ import os
 import resource
 import secrets
 import socket
+import time
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +30,7 @@ from rlreplay.net.direct import (
     frames_of,
     message,
     peer_uid,
+    spin_seconds,
 )
 
 TOKEN_S = 10.0  # seconds a token, or a connection that has not presented one, may wait
@@ -110,8 +112,14 @@ class DirectLinks:
         max_links: most links (and offered tokens) kept at once; default
             :func:`default_max_links`.
 
+    Attributes:
+        spin_until: until when the dispatcher polls without sleeping: ``spin_s``
+            (:func:`~rlreplay.net.direct.spin_seconds`) after the last request served
+            on a link.
+
     Raises:
         OSError: if the listening socket cannot be made (the server then offers none).
+        InvalidArgumentError: for a malformed ``RLREPLAY_DIRECT_SPIN_US``.
     """
 
     def __init__(self, max_links: int | None = None):
@@ -132,6 +140,12 @@ class DirectLinks:
         self._token_of: dict[bytes, bytes] = {}  # client -> its pending token
         self.peers: dict[int, DirectPeer] = {}  # fd -> link (accepted or awaiting its token)
         self.paused_until: float | None = None  # the listener is not polled until then
+        # After serving a request, the dispatcher polls without sleeping until this time:
+        # a link's client sends its next awaited call within microseconds of its reply
+        # (a learner's loop), and waking a dispatcher asleep in poll costs more than the
+        # call's own handling on a virtual machine (see direct.spin_seconds).
+        self.spin_s = spin_seconds()
+        self.spin_until = 0.0
         _SERVING.add(self)
 
     def offer(self, client: bytes, now: float) -> dict | None:
@@ -218,12 +232,16 @@ class DirectLinks:
             self.drop(fd, unregister)
             return False
         if compact.is_request(data):
-            return bool(handle_compact(peer, data))
-        frames = frames_of(data)
-        if frames is None:  # closed by the client (b""), or not a link message
-            self.drop(fd, unregister)
-            return False
-        return bool(handle([peer, *frames]))
+            changed = handle_compact(peer, data)
+        else:
+            frames = frames_of(data)
+            if frames is None:  # closed by the client (b""), or not a link message
+                self.drop(fd, unregister)
+                return False
+            changed = handle([peer, *frames])
+        if self.spin_s:
+            self.spin_until = time.monotonic() + self.spin_s
+        return bool(changed)
 
     def drop(self, fd: int, unregister: Callable[[int], None]) -> None:
         """Close link ``fd``."""

@@ -101,13 +101,17 @@ class Server:
             ``keep_checkpoints`` (``None``: all); see :mod:`rlreplay.net.checkpoints`.
         direct_calls: offer same-host clients a direct link for their small awaited
             calls (a Unix socket the dispatcher polls; see :mod:`rlreplay.net.direct`);
-            ``False``: every call through ZeroMQ.
+            ``False``: every call through ZeroMQ. After serving a call on a link, the
+            dispatcher polls without sleeping for ``RLREPLAY_DIRECT_SPIN_US``
+            microseconds (default 50; 0, or a process that may run on one CPU, sleeps
+            at once), as a client does for its reply.
 
     Raises:
         InvalidArgumentError: for ``tables`` that is not a list of tables, duplicate table
             names, a ``bind`` that holds a port, a non-loopback ``bind`` without
             ``curve_secret_key`` and without ``insecure=True``, or a limit that is not a
-            positive number, or checkpoint options that are not valid.
+            positive number, or checkpoint options that are not valid, or (with
+            ``direct_calls``) a malformed ``RLREPLAY_DIRECT_SPIN_US``.
 
     Example:
         >>> with Server([table]) as server:                       # doctest: +SKIP
@@ -143,6 +147,8 @@ class Server:
         check_limit("max_writers_per_client", max_writers_per_client, 1, integer=True)
         if not isinstance(direct_calls, bool):
             raise InvalidArgumentError(f"direct_calls={describe(direct_calls)} must be a bool")
+        if direct_calls:
+            direct.spin_seconds()  # a bad RLREPLAY_DIRECT_SPIN_US is refused here
         self.checkpoints = ServerCheckpoints(checkpoint_dir, checkpoint_every_s, keep_checkpoints)
         self.tables = served_tables(tables)
         self.endpoint = auth.endpoint(bind, port)
@@ -332,7 +338,12 @@ class Server:
                         wait = min(wait, max(0.0, deadline - now))
                 if checkpoints.capturing:  # its next steps come after what waits now
                     wait = 0.0
-                events = dict(poller.poll(int(wait * 1000) + 1))
+                if links is not None and now < links.spin_until:
+                    events = dict(poller.poll(0))  # a link's next call is due: no sleep
+                    if not events:
+                        continue
+                else:
+                    events = dict(poller.poll(int(wait * 1000) + 1))
                 if sock in events:
                     # EVENTS says whether another message waits, which costs far less than
                     # the exception a non-blocking receive raises when none does.
