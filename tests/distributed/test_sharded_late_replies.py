@@ -9,7 +9,7 @@ import signal
 import time
 
 import numpy as np
-from shardprocs import shards, table
+from shardprocs import shards, table, wait_until_stopped
 
 from rlreplay.distributed import ShardedClient
 from rlreplay.errors import ReplayTimeoutError
@@ -43,6 +43,9 @@ def test_a_shard_resumed_after_the_deadline_draws_nothing_for_the_expired_reques
             before = samples_of(addresses[1])
             os.kill(stalled.pid, signal.SIGSTOP)
             try:
+                # kill only queues the signal: a loaded machine may let the shard answer
+                # the next calls first, which would then be served in time
+                wait_until_stopped(stalled.pid)
                 start = time.monotonic()
                 try:
                     for _ in range(3):  # enough calls that shard 1 is asked for items

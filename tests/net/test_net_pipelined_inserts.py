@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from netprocs import config, served
+from netprocs import config, served, wait_until_stopped
 
 import rlreplay
 from rlreplay.errors import (
@@ -255,6 +255,7 @@ def test_acknowledgements_that_arrived_survive_a_dropped_socket():
         time.sleep(0.5)  # sent at once, acknowledged, not yet read
         os.kill(proc.pid, signal.SIGSTOP)
         try:
+            wait_until_stopped(proc.pid)
             with pytest.raises(ServerUnavailableError):
                 client.info("gym")  # drops the socket
         finally:
