@@ -93,7 +93,6 @@ class DirectPeer:
             return None  # full queue (the client does not read) or closed: dropped
         return True
 
-
     def send_bytes(self, data: bytes) -> bool | None:
         """:meth:`send` of a message already framed (a compact reply)."""
         try:
