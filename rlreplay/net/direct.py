@@ -117,10 +117,12 @@ def spin_seconds() -> float:
     return us * 1e-6
 
 
-def peer_uid(sock: socket.socket) -> int:
-    """The user id of the process at the other end of a connected Unix socket."""
+def peer_credentials(sock: socket.socket) -> tuple[int, int]:
+    """``(pid, uid)`` of the process at the other end of a connected Unix socket (for a
+    client's end, the server process that listens)."""
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)[1]
+    pid, uid, _ = struct.unpack("3i", creds)
+    return pid, uid
 
 
 def message(frames: Sequence[Any]) -> list | None:

@@ -29,8 +29,7 @@ from rlreplay.net.direct import (
     TOKEN_BYTES,
     frames_of,
     message,
-    peer_uid,
-    spin_seconds,
+    peer_credentials,
 )
 
 TOKEN_S = 10.0  # seconds a token, or a connection that has not presented one, may wait
@@ -67,15 +66,18 @@ if hasattr(os, "register_at_fork"):
 class DirectPeer:
     """One accepted link. It stands for the client's ZeroMQ connection where the server
     keys what a client costs (``bytes`` is that connection's routing id), and sends the
-    replies to the requests that came on it."""
+    replies to the requests that came on it. ``in_process``: the client is a thread of
+    the server's own process (the dispatcher then never polls without sleeping after its
+    requests: it would hold the interpreter lock that client needs to send the next)."""
 
-    __slots__ = ("bytes", "fd", "opened", "sock")
+    __slots__ = ("bytes", "fd", "in_process", "opened", "sock")
 
-    def __init__(self, sock: socket.socket, opened: float):
+    def __init__(self, sock: socket.socket, opened: float, in_process: bool = False):
         self.sock = sock
         self.fd = sock.fileno()
         self.bytes = b""  # set when the token is accepted
         self.opened = opened
+        self.in_process = in_process
 
     def send(self, frames: list) -> bool | None:
         """Send a reply without blocking: True if sent, False if it does not fit a link
@@ -110,18 +112,21 @@ class DirectLinks:
     Args:
         max_links: most links (and offered tokens) kept at once; default
             :func:`default_max_links`.
+        spin_s: seconds the dispatcher polls without sleeping after serving a request
+            on a link of another process (:func:`~rlreplay.net.direct.spin_seconds`;
+            0: it sleeps at once).
 
     Attributes:
-        spin_until: until when the dispatcher polls without sleeping: ``spin_s``
-            (:func:`~rlreplay.net.direct.spin_seconds`) after the last request served
-            on a link.
+        spin_until: until when the dispatcher polls without sleeping: ``spin_s`` after
+            the last request served on a link of another process. A learner's next
+            awaited call follows its reply within microseconds, and waking a dispatcher
+            asleep in poll costs more than the call's own handling on a virtual machine.
 
     Raises:
         OSError: if the listening socket cannot be made (the server then offers none).
-        InvalidArgumentError: for a malformed ``RLREPLAY_DIRECT_SPIN_US``.
     """
 
-    def __init__(self, max_links: int | None = None):
+    def __init__(self, max_links: int | None = None, spin_s: float = 0.0):
         self.name = "rlreplay-" + secrets.token_hex(12)
         self.max_links = default_max_links() if max_links is None else max_links
         lst = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -135,15 +140,12 @@ class DirectLinks:
         self.listener = lst
         self.fd = lst.fileno()
         self.uid = os.getuid()
+        self.pid = os.getpid()
         self._tokens: dict[bytes, tuple[bytes, float]] = {}  # token -> (client, expiry)
         self._token_of: dict[bytes, bytes] = {}  # client -> its pending token
         self.peers: dict[int, DirectPeer] = {}  # fd -> link (accepted or awaiting its token)
         self.paused_until: float | None = None  # the listener is not polled until then
-        # After serving a request, the dispatcher polls without sleeping until this time:
-        # a link's client sends its next awaited call within microseconds of its reply
-        # (a learner's loop), and waking a dispatcher asleep in poll costs more than the
-        # call's own handling on a virtual machine (see direct.spin_seconds).
-        self.spin_s = spin_seconds()
+        self.spin_s = spin_s
         self.spin_until = 0.0
         _SERVING.add(self)
 
@@ -180,14 +182,15 @@ class DirectLinks:
                 self.paused_until = now + PAUSE_S
                 return
             try:
-                if len(self.peers) >= self.max_links or peer_uid(sock) != self.uid:
+                pid, uid = peer_credentials(sock)
+                if len(self.peers) >= self.max_links or uid != self.uid:
                     sock.close()
                     continue
                 sock.setblocking(False)
             except OSError:
                 sock.close()
                 continue
-            peer = DirectPeer(sock, now)
+            peer = DirectPeer(sock, now, in_process=pid == self.pid)
             self.peers[peer.fd] = peer
             register(peer.fd)
 
@@ -238,7 +241,7 @@ class DirectLinks:
                 self.drop(fd, unregister)
                 return False
             changed = handle([peer, *frames])
-        if self.spin_s:
+        if self.spin_s and not peer.in_process:
             self.spin_until = time.monotonic() + self.spin_s
         return bool(changed)
 

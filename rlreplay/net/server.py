@@ -101,10 +101,10 @@ class Server:
             ``keep_checkpoints`` (``None``: all); see :mod:`rlreplay.net.checkpoints`.
         direct_calls: offer same-host clients a direct link for their small awaited
             calls (a Unix socket the dispatcher polls; see :mod:`rlreplay.net.direct`);
-            ``False``: every call through ZeroMQ. After serving a call on a link, the
-            dispatcher polls without sleeping for ``RLREPLAY_DIRECT_SPIN_US``
-            microseconds (default 50; 0, or a process that may run on one CPU, sleeps
-            at once), as a client does for its reply.
+            ``False``: every call through ZeroMQ. After serving a call on the link of a
+            client in another process, the dispatcher polls without sleeping for
+            ``RLREPLAY_DIRECT_SPIN_US`` microseconds (default 50; 0, or a process that may
+            run on one CPU, sleeps at once), as a client does for its reply.
 
     Raises:
         InvalidArgumentError: for ``tables`` that is not a list of tables, duplicate table
@@ -147,8 +147,8 @@ class Server:
         check_limit("max_writers_per_client", max_writers_per_client, 1, integer=True)
         if not isinstance(direct_calls, bool):
             raise InvalidArgumentError(f"direct_calls={describe(direct_calls)} must be a bool")
-        if direct_calls:
-            direct.spin_seconds()  # a bad RLREPLAY_DIRECT_SPIN_US is refused here
+        # read here, so that a bad RLREPLAY_DIRECT_SPIN_US is refused before anything starts
+        self._spin_s = direct.spin_seconds() if direct_calls else 0.0
         self.checkpoints = ServerCheckpoints(checkpoint_dir, checkpoint_every_s, keep_checkpoints)
         self.tables = served_tables(tables)
         self.endpoint = auth.endpoint(bind, port)
@@ -240,7 +240,7 @@ class Server:
             )
         if self.direct_calls and direct.supported():
             try:
-                self._direct = DirectLinks()
+                self._direct = DirectLinks(spin_s=self._spin_s)
             except OSError as exc:  # clients stay on ZeroMQ
                 log.warning("serving without direct links: %s", exc)
         self.operations.direct = self._direct

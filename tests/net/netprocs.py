@@ -178,3 +178,21 @@ def direct_calls_then_wait(address: str, table: str, out: Any, stop: Any) -> Non
     link = client._transport.channel().direct
     out.put(("ok", None if link is None else link.name))
     stop.wait(120.0)
+
+
+def awaited_updates(address: str, calls: int, out, stop) -> None:
+    """Child: awaited ``update_priorities`` on its direct link, ``calls`` of them (or until
+    ``stop``, at most 30 s); reports whether they took the link and how many it made."""
+    from rlreplay.net import Client
+
+    client = Client(address)
+    keys = client.insert("prio", {"x": np.zeros(200, np.float32)}, wait=True)
+    prios = np.full(len(keys), 2.0)
+    made, end = 0, time.monotonic() + 30.0
+    while made < calls and not stop.is_set() and time.monotonic() < end:
+        assert client.update_priorities("prio", keys, prios) == len(keys)
+        made += 1
+        if made == 1:
+            out.put(client._transport.channel().direct is not None)
+    out.put(made)
+    client.close()
