@@ -72,7 +72,7 @@ class DirectPeer:
 
     __slots__ = ("bytes", "fd", "in_process", "opened", "sock")
 
-    def __init__(self, sock: socket.socket, opened: float, in_process: bool = False):
+    def __init__(self, sock: socket.socket, opened: float, in_process: bool):
         self.sock = sock
         self.fd = sock.fileno()
         self.bytes = b""  # set when the token is accepted

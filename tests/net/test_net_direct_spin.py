@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 from netprocs import CTX, awaited_updates
+from test_net_direct import wait_for
 
 import rlreplay
 from rlreplay.core.cpus import cpus
@@ -77,7 +78,8 @@ def test_zeromq_clients_and_parked_deadlines_are_served_while_a_link_keeps_it_po
     child.start()
     try:
         assert out.get(timeout=30.0) is True  # the child's calls take its link
-        assert polling_server._direct.spin_until > 0  # and make the dispatcher poll
+        # and make the dispatcher poll (set just after it sent the first reply)
+        assert wait_for(lambda: polling_server._direct.spin_until > 0, 5.0)
         plain = rlreplay.Client(polling_server.address, direct_calls=False, call_timeout=5.0)
         for i in range(20):  # ZeroMQ requests are served between the link's calls
             plain.insert("starved", {"x": np.float32(i)}, wait=True)
