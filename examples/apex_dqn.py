@@ -3,9 +3,9 @@
 Ape-X (Horgan et al., 2018) runs many actors, each env exploring with its own fixed
 epsilon from a ladder ``eps_i = eps_base ** (1 + eps_alpha * i / (N - 1))`` over all N envs
 of all actors, so a few envs explore a lot and most act nearly greedily. The actors write
-n-step transitions to one prioritized replay table; the learner, fed by a prefetching
-iterator, takes double-DQN steps, sends the new priorities back asynchronously and
-publishes its weights, which the actors pull every ``weight_sync_period`` env steps.
+n-step transitions to one prioritized replay table; the learner takes double-DQN steps on
+sampled batches, writes the new priorities back and publishes its weights, which the
+actors pull every ``weight_sync_period`` env steps.
 
 Here the actors are processes (``--backend processes``: a replay server on 127.0.0.1 hosts
 the table and the weights), and the learner is DQN's (``examples/dqn_cartpole.py``): only

@@ -102,8 +102,6 @@ class Args:
     """env steps between the actor's pulls of new weights"""
     publish_every: int = 5
     """learner updates between weight publications"""
-    prefetch: int = 2
-    """batches the learner's iterator keeps sampled ahead of the updates"""
     eval_every: int = 2_500
     """env steps between greedy evaluations"""
     eval_episodes: int = 10
@@ -322,7 +320,6 @@ def train(args: Args, policy: type[QPolicy] = QPolicy) -> dict[str, Any]:
         min_size_to_sample=args.learning_starts,
         weight_sync_period=args.weight_sync_period,
         publish_every=args.publish_every,
-        prefetch=args.prefetch,
         progress=args.progress,
         stats_every_steps=args.eval_every,  # evaluations at the same steps anywhere
         out_dir=args.out or None,

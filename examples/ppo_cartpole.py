@@ -411,7 +411,6 @@ def main(argv: list[str] | None = None) -> dict:
         batch_size=args.num_actors,  # one rollout of each actor per update
         weight_sync_period=args.num_steps * args.num_envs,  # one rollout between syncs
         max_policy_lag=0,  # each rollout is collected by the newest weights
-        prefetch=1,
         progress=args.progress,
         stats_every_steps=args.eval_every,  # evaluations at the same steps anywhere
         out_dir=args.out,

@@ -100,8 +100,6 @@ class Args:
     """env steps between the actor's pulls of new weights"""
     publish_every: int = 10
     """learner updates between weight publications"""
-    prefetch: int = 2
-    """batches the learner's iterator keeps sampled ahead of the updates"""
     eval_every: int = 1_000
     """env steps between evaluations"""
     eval_episodes: int = 10
@@ -377,7 +375,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         min_size_to_sample=args.learning_starts,
         weight_sync_period=args.weight_sync_period,
         publish_every=args.publish_every,
-        prefetch=args.prefetch,
         progress=args.progress,
         stats_every_steps=args.eval_every,  # evaluations at the same steps anywhere
         out_dir=args.out or None,

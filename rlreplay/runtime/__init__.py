@@ -1,7 +1,7 @@
 """Actors and learners that meet only through replay.
 
 Actors step vector envs with a batched policy and write through an adder; the learner
-samples a prefetching iterator, runs the user's update and publishes versioned weights;
+samples the table, runs the user's update and publishes versioned weights;
 the table's rate limiter alone holds the ratio of samples to inserts. Backends (``inline``,
 ``threads``, ``processes``) are chosen by :class:`RuntimeConfig`, not by code changes.
 

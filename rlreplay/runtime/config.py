@@ -113,7 +113,6 @@ class RuntimeConfig:
         weight_sync_period: env steps an actor takes (summed over its envs) between
             pulls of new weights.
         publish_every: learner updates between weight publications.
-        prefetch: batches the learner's iterator keeps ready (threads, processes).
         max_policy_lag: ``None`` (actors never wait for weights), or ``0``: each sync
             period waits for weights newer than the ones the previous period used
             (on-policy training; with one batch of items per period and actor, every
@@ -145,7 +144,6 @@ class RuntimeConfig:
     error_buffer: float | None = None
     weight_sync_period: int = 100
     publish_every: int = 1
-    prefetch: int = 2
     max_policy_lag: int | None = None
     stats_every_s: float = 1.0
     stats_every_steps: int | None = None
@@ -160,7 +158,7 @@ class RuntimeConfig:
                 f"backend={describe(self.backend)} is unknown; choose one of {BACKENDS}"
             )
         for name in ("num_actors", "batch_size", "min_size_to_sample", "weight_sync_period",
-                     "publish_every", "prefetch", "replay_shards"):
+                     "publish_every", "replay_shards"):
             _positive(name, getattr(self, name), integer=True)
         if self.replay_shards > 1 and self.backend != "ray":
             raise InvalidArgumentError(
@@ -202,11 +200,11 @@ class RuntimeConfig:
 
     def limiter_buffer(self) -> float:
         """The limiter's ``error_buffer``: given, or room for one adder chunk of items and
-        the learner's prefetched batches on either side, so no side can deadlock."""
+        two of the learner's batches on either side, so no side can deadlock."""
         if self.error_buffer is not None:
             return float(self.error_buffer)
         ratio = self.ratio or 1.0
-        return float(max(ratio * ITEMS_PER_INSERT, self.batch_size * (self.prefetch + 1), 1.0))
+        return float(max(ratio * ITEMS_PER_INSERT, 2 * self.batch_size, 1.0))
 
 
 def build_table(config: RuntimeConfig, replay: ReplaySpec) -> Table:

@@ -13,7 +13,6 @@ side can move the run raises instead of hanging.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 
 import numpy as np
@@ -98,12 +97,9 @@ def run_inline(
             if reporter.due():
                 reporter.emit()
         learner.publish_last()
-        learner.close()
         reporter.emit(final=True)
         return RunResult(reporter.rows, reporter.summary(table), table)
     finally:
         for actor in actors:
             actor.env.close()
         reporter.close()
-        with contextlib.suppress(Exception):  # raised above already, on the normal path
-            learner.close()

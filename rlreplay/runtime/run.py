@@ -155,7 +155,6 @@ def _run_concurrent(
         if server is not None:
             cleanup.callback(server.stop)
         cleanup.callback(reporter.close)
-        cleanup.callback(_suppressed, learner.close)
         cleanup.callback(_join_started, thread)
         cleanup.callback(actors.stop)
         cleanup.callback(weights.close)
@@ -175,14 +174,8 @@ def _run_concurrent(
             stall.check()
             if reporter.due():
                 reporter.emit()
-        learner.close()
         reporter.emit(final=True)
         return RunResult(reporter.rows, reporter.summary(table), table)
-
-
-def _suppressed(call: Any) -> None:
-    with contextlib.suppress(Exception):  # already raised on the normal path
-        call()
 
 
 def _join_started(thread: threading.Thread) -> None:
