@@ -2,8 +2,9 @@
 
 The learner owns the update count and the weights version. It publishes weights every
 ``publish_every`` updates (version 0 before any actor starts), writes the priorities the
-update returns back to the table and measures the age of the data it learns from (the
-``policy_version`` column of every batch against its own version).
+update returns back to the table and measures the age of the data it learns from: how
+many versions older than its own the weights that acted each sampled step were (the
+``policy_version`` column of every batch).
 
 Everything happens in the learner's one thread: the sample, the update, the priority
 write. On every backend the table the learner meets is in its own process (or a client
@@ -75,17 +76,17 @@ class Learner:
         self.version = -1
         self.wait_s = 0.0
         self.update_s = 0.0
-        self._lag_lock = threading.Lock()
-        self._lags: list[np.ndarray] = []
-        self.lag_sum = 0.0
-        self.lag_count = 0
+        self._age_lock = threading.Lock()
+        self._ages: list[np.ndarray] = []
+        self.age_sum = 0.0
+        self.age_count = 0
 
     def publish(self) -> None:
         """Publish the current weights as the next version."""
         self.version = self.weights.publish(self.logic.params()).version
 
     def update(self, batch: Sample) -> None:
-        """One update on ``batch``: priorities sent, lag recorded, weights published
+        """One update on ``batch``: priorities written, sample ages recorded, weights published
         every ``publish_every`` updates.
 
         Raises:
@@ -105,20 +106,27 @@ class Learner:
                 )
             self.table.update_priorities(keys, priorities)
         if versions is not None:
-            lag = self.version - np.asarray(versions).reshape(len(batch.info.keys), -1)[:, 0]
-            with self._lag_lock:
-                self._lags.append(lag)
-                self.lag_sum += float(lag.sum())
-                self.lag_count += lag.size
+            age = self.version - np.asarray(versions).reshape(len(batch.info.keys), -1)[:, 0]
+            with self._age_lock:
+                self._ages.append(age)
+                self.age_sum += float(age.sum())
+                self.age_count += age.size
         self.updates += 1
         if self.updates % self.config.publish_every == 0:
             self.publish()
 
-    def take_lags(self) -> np.ndarray:
-        """Policy lags of the items learned from since the last call."""
-        with self._lag_lock:
-            lags, self._lags = self._lags, []
-        return np.concatenate(lags) if lags else np.zeros(0)
+    def take_ages(self) -> np.ndarray:
+        """Sample ages (in versions) of the items learned from since the last call."""
+        with self._age_lock:
+            ages, self._ages = self._ages, []
+        return np.concatenate(ages) if ages else np.zeros(0)
+
+    def updates_behind(self, version: np.ndarray) -> np.ndarray:
+        """Updates the learner has made since weights of ``version`` were published
+        (version ``v`` is published after update ``v * publish_every``): an actor's weight
+        staleness, which Ape-X and IMPALA call policy lag."""
+        made = np.asarray(version, dtype=np.float64) * self.config.publish_every
+        return np.maximum(0.0, self.updates - made)
 
     def run(
         self, done: Callable[[], bool], stop: threading.Event, max_updates: int | None

@@ -11,7 +11,10 @@ every example reports the same keys measured the same way:
   ``None``,
 - ``samples_per_insert_target`` / ``samples_per_insert_observed``: the ratio asked for and
   the ratio held over the whole run,
-- ``policy_lag_mean``: the mean over rows of each row's mean policy lag.
+- ``policy_lag_mean``: the mean over rows of each row's mean policy lag (updates the
+  learner made since the weights the actors act with were published),
+- ``sample_age_mean``: the mean over rows of each row's mean sample age (versions between
+  the weights that acted a sampled step and the learner's).
 
 Pure numpy, csv and json; matplotlib is optional (imported lazily with the Agg backend): without
 it the PNG is skipped and one log line says so.
@@ -166,7 +169,7 @@ def summarize(
     Returns:
         A dict with ``env_steps, wall_s, final_eval_return, best_eval_return,
         steps_to_target, target, samples_per_insert_target, samples_per_insert_observed,
-        policy_lag_mean, num_evals`` (missing measurements are ``None``).
+        policy_lag_mean, sample_age_mean, num_evals`` (missing measurements are ``None``).
 
     Raises:
         InvalidArgumentError: ``rows`` is empty or holds a row that is not a mapping with
@@ -201,7 +204,10 @@ def summarize(
         if _number(row.get("eval_return")) is not None
     ]
     reached = [steps for steps, value in evals if value >= float(target)]
-    lags = [lag for lag in (_number(row.get("policy_lag_mean")) for row in rows) if lag is not None]
+    def mean_of(column: str) -> float | None:
+        values = [v for v in (_number(row.get(column)) for row in rows) if v is not None]
+        return float(np.mean(values)) if values else None
+
     last = rows[-1]
     return {
         "env_steps": int(last["env_steps"]),
@@ -212,7 +218,8 @@ def summarize(
         "target": float(target),
         "samples_per_insert_target": ratio,
         "samples_per_insert_observed": _number(last.get("samples_per_insert_total")),
-        "policy_lag_mean": float(np.mean(lags)) if lags else None,
+        "policy_lag_mean": mean_of("policy_lag_mean"),
+        "sample_age_mean": mean_of("sample_age_mean"),
         "num_evals": len(evals),
     }
 

@@ -87,7 +87,7 @@ class Reporter:
             "num_actors": self.config.num_actors,
             "samples_per_insert_target": self.config.ratio,
             "samples_per_insert_observed": info.samples / info.inserts if info.inserts else None,
-            "policy_lag_mean": learner.lag_sum / learner.lag_count if learner.lag_count else None,
+            "sample_age_mean": learner.age_sum / learner.age_count if learner.age_count else None,
             "learner_update_s": learner.update_s,
             "learner_wait_s": learner.wait_s,
             "items_inserted": info.inserts,

@@ -3,7 +3,14 @@
 A row says how fast each side runs (env steps/s, updates/s), whether the ratio holds (the
 observed samples per insert over the interval and since the start), who waits (the
 learner's wait fraction, the actors' blocked fraction), how fresh the policy is (weight
-syncs, policy lag min/mean/max) and how full the table is. Rows are computed in the driver
+syncs, the actors' policy lag and the age of sampled data) and how full the table is:
+
+- ``policy_lag_min/mean/max``: over actors, when the row is made, how many learner updates
+  were made since the weights the actor acts with were published (weight staleness: what
+  Ape-X and IMPALA call policy lag);
+- ``sample_age_min/mean/max``: over the items learned from during the interval, how many
+  versions of the weights were published between the ones that acted the item's step and
+  the learner's current ones (the age of sampled data). Rows are computed in the driver
 from counters the components own; nothing here runs in an actor or the learner.
 """
 
@@ -18,14 +25,15 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.runtime.actor import BLOCKED_S, ENV_STEPS, EPISODES, RETURN_SUM, SYNCS
+from rlreplay.runtime.actor import BLOCKED_S, ENV_STEPS, EPISODES, RETURN_SUM, SYNCS, VERSION
 
 log = logging.getLogger("rlreplay.runtime")
 
 COLUMNS = (
     "env_steps", "wall_s", "env_steps_per_s", "updates", "updates_per_s", "samples_per_insert",
     "samples_per_insert_total", "learner_wait_frac", "actor_blocked_frac", "weight_syncs",
-    "weight_version", "policy_lag_min", "policy_lag_mean", "policy_lag_max", "table_size",
+    "weight_version", "policy_lag_min", "policy_lag_mean", "policy_lag_max",
+    "sample_age_min", "sample_age_mean", "sample_age_max", "table_size",
     "episodes", "train_return", "final",
 )
 
@@ -73,7 +81,8 @@ class StatsRecorder:
         now, last = self._snapshot(), self._last
         self._last = now
         dt = max(now["t"] - last["t"], 1e-9)
-        lags = self.learner.take_lags()
+        ages = self.learner.take_ages()
+        lags = self.learner.updates_behind(self.counters()[:, VERSION])
         episodes = now["episodes"] - last["episodes"]
         return {
             "env_steps": int(now["env_steps"]),
@@ -94,6 +103,9 @@ class StatsRecorder:
             "policy_lag_min": float(lags.min()) if lags.size else float("nan"),
             "policy_lag_mean": float(lags.mean()) if lags.size else float("nan"),
             "policy_lag_max": float(lags.max()) if lags.size else float("nan"),
+            "sample_age_min": float(ages.min()) if ages.size else float("nan"),
+            "sample_age_mean": float(ages.mean()) if ages.size else float("nan"),
+            "sample_age_max": float(ages.max()) if ages.size else float("nan"),
             "table_size": int(now["size"]),
             "episodes": int(now["episodes"]),
             "train_return": _ratio(now["return_sum"] - last["return_sum"], episodes),
@@ -181,8 +193,12 @@ class StatsSinks:
 
 def short(row: dict[str, Any]) -> str:
     """The figures a progress bar shows (the bar itself shows env steps and steps/s):
-    updates/s, samples per insert held so far, the last evaluation and training return."""
+    updates/s, samples per insert held so far, the actors' mean policy lag (updates), the
+    last evaluation and training return."""
     parts = [f"{row['updates_per_s']:.0f} upd/s", f"spi {row['samples_per_insert_total']:.1f}"]
+    lag = row.get("policy_lag_mean")
+    if isinstance(lag, (int, float)) and np.isfinite(lag):
+        parts.append(f"lag {lag:.0f}")
     for key, name in (("eval_return", "eval"), ("train_return", "ret")):
         value = row.get(key)
         if isinstance(value, (int, float)) and np.isfinite(value):

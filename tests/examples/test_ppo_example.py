@@ -95,7 +95,7 @@ def test_smoke_run_writes_outputs_and_consumes_every_rollout_once(tmp_path, back
     rollouts = 1280 // (2 * 4 * 16) * 2
     assert summary["items_inserted"] == summary["items_sampled"] == rollouts
     assert summary["items_repeated"] == 0 and summary["updates"] == rollouts // 2
-    assert summary["policy_lag_mean"] == 0.0
+    assert summary["sample_age_mean"] == 0.0
     assert summary["final_eval_return"] is not None and summary["num_evals"] >= 1
     header = (out / "metrics.csv").read_text().splitlines()[0].split(",")
     assert {"eval_return", "approx_kl", "policy_lag_mean"} <= set(header)

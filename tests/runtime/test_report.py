@@ -120,6 +120,7 @@ def test_summarize_reads_final_best_and_first_step_reaching_the_target():
         "samples_per_insert_target": 16.0,
         "samples_per_insert_observed": 15.5,
         "policy_lag_mean": 3.0,
+        "sample_age_mean": None,
         "num_evals": 3,
     }
 

@@ -80,7 +80,7 @@ def test_on_policy_threads_run_keeps_sampled_steps_within_a_few_versions():
     # for the weights those batches made, so sampled steps are a few versions old (without
     # the bound the queue lets the lag reach dozens of versions).
     assert result.summary["env_steps"] == 3_000
-    lags = [r["policy_lag_max"] for r in result.rows if r["policy_lag_max"] >= 0]
+    lags = [r["sample_age_max"] for r in result.rows if r["sample_age_max"] >= 0]
     assert lags and max(lags) <= 10
 
 
