@@ -31,7 +31,7 @@ log = logging.getLogger("rlreplay.runtime")
 
 COLUMNS = (
     "env_steps", "wall_s", "env_steps_per_s", "updates", "updates_per_s", "samples_per_insert",
-    "samples_per_insert_total", "learner_wait_frac", "actor_blocked_frac", "weight_syncs",
+    "samples_per_insert_total", "items_inserted", "items_sampled", "learner_wait_frac", "actor_blocked_frac", "weight_syncs",
     "weight_version", "policy_lag_min", "policy_lag_mean", "policy_lag_max",
     "sample_age_min", "sample_age_mean", "sample_age_max", "table_size",
     "episodes", "train_return", "final",
@@ -94,6 +94,8 @@ class StatsRecorder:
                 now["samples"] - last["samples"], now["inserts"] - last["inserts"]
             ),
             "samples_per_insert_total": _ratio(now["samples"], now["inserts"]),
+            "items_inserted": int(now["inserts"]),
+            "items_sampled": int(now["samples"]),
             "learner_wait_frac": min(1.0, (now["wait_s"] - last["wait_s"]) / dt),
             "actor_blocked_frac": min(
                 1.0, (now["blocked_s"] - last["blocked_s"]) / (dt * now["actors"])
