@@ -31,8 +31,9 @@ log = logging.getLogger("rlreplay.runtime")
 
 COLUMNS = (
     "env_steps", "wall_s", "env_steps_per_s", "updates", "updates_per_s", "samples_per_insert",
-    "samples_per_insert_total", "items_inserted", "items_sampled", "learner_wait_frac", "actor_blocked_frac", "weight_syncs",
-    "weight_version", "policy_lag_min", "policy_lag_mean", "policy_lag_max",
+    "samples_per_insert_total", "items_inserted", "items_sampled", "learner_wait_frac",
+    "actor_blocked_frac", "weight_syncs", "weight_version",
+    "policy_lag_min", "policy_lag_mean", "policy_lag_max",
     "sample_age_min", "sample_age_mean", "sample_age_max", "table_size",
     "episodes", "train_return", "final",
 )
