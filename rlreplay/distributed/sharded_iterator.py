@@ -63,12 +63,15 @@ class ShardedSampleIterator:
                 raise InvalidArgumentError(f"{name}={describe(value)} must be an int >= 1")
         self.client = client
         self.table = table
-        self.batch_size = client.check_batch(table, batch_size)
+        self.timeout = check_timeout(timeout)
+        deadline = client.deadline(self.timeout)  # the shards' descriptions, once
+        self.batch_size = client.check_batch(table, batch_size, deadline)
         self.batches_per_request = batches_per_request
-        self._request_size = client.check_batch(table, batch_size * batches_per_request)
+        self._request_size = client.check_batch(
+            table, batch_size * batches_per_request, deadline
+        )
         self._ready: deque[Sample] = deque()
         self.in_flight = in_flight
-        self.timeout = check_timeout(timeout)
         self._sampler = client.sampler(table)
         self._rounds: deque[Round] = deque()
         self._updates: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
@@ -96,13 +99,14 @@ class ShardedSampleIterator:
     def __next__(self) -> Sample:
         if self._ready:
             return self._ready.popleft()
+        deadline = self.client.deadline(self.timeout)  # this call's, for every step
         while len(self._rounds) < self.in_flight:
             self._rounds.append(
-                self._sampler.send(self._request_size, self.timeout, self._take())
+                self._sampler.send(self._request_size, deadline, self._take())
             )
         rnd = self._rounds.popleft()
         try:
-            sample = self._sampler.finish(rnd)
+            sample = self._sampler.finish(rnd, deadline)
         except ReplayTimeoutError as error:
             if rnd.held and not isinstance(error, ServerUnavailableError):
                 self._rounds.appendleft(rnd)  # the next call completes this batch

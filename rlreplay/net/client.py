@@ -256,8 +256,14 @@ class Client:
                 applied and never will be; ServerRestartedError if it restarted).
         """
         timeout = check_timeout(timeout)
+        return self._insert(table, rows, priorities, timeout, wait, self._transport.until(timeout))
+
+    def _insert(
+        self, table: str, rows: Any, priorities: Any, timeout: float | None, wait: bool,
+        until: float | None,
+    ) -> InsertReceipt | np.ndarray:
+        """:meth:`insert` (``timeout`` checked) within the caller's ``until``."""
         tr = self._transport
-        until = tr.until(timeout)
         if wait:
             header, arrays = insert_request(self._describe(table, until), table, rows, priorities)
             return tr.call(header, arrays, timeout, until)[1]["keys"]
@@ -321,14 +327,22 @@ class Client:
 
     def info(self, table: str) -> TableInfo:
         """:meth:`Table.info` of the server's ``table``."""
-        stats = self.server_info(table)[table]
+        return self._info(table, CALL)
+
+    def _info(self, table: str, until: Any) -> TableInfo:
+        """:meth:`info` within the caller's ``until``."""
+        stats = self._server_info(table, until)[table]
         return TableInfo(**{k: v for k, v in stats.items() if k in TableInfo.__dataclass_fields__})
 
     def server_info(self, table: str | None = None) -> dict[str, dict[str, Any]]:
         """Per table: TableInfo fields plus ``inserts_per_s``, ``samples_per_s`` and the
         observed ``samples_per_insert``."""
+        return self._server_info(table, CALL)
+
+    def _server_info(self, table: str | None, until: Any) -> dict[str, dict[str, Any]]:
+        """:meth:`server_info` within the caller's ``until``."""
         header = {"op": "info"} if table is None else {"op": "info", "table": table}
-        return self._transport.call(header)[0]["tables"]
+        return self._transport.call(header, until=until)[0]["tables"]
 
     def checkpoint(self, timeout: float | None = None) -> str:
         """Have the server save a checkpoint of all its tables and writer streams, and
