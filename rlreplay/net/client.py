@@ -2,7 +2,9 @@
 
 A client is a cheap handle. It opens its socket lazily in the process that uses it, and it
 pickles as its address (plus CURVE keys), so it can be handed to another process or a Ray
-actor and reconnects there.
+actor and reconnects there. Once closed it stays closed, as a table or a writer does: its
+calls raise :class:`~rlreplay.errors.ClosedError` (a copy unpickled elsewhere is a new,
+open client).
 
 Its parts: the settings it is made from and pickles as
 (:mod:`rlreplay.net.client_settings`), the sockets and request ids
@@ -156,11 +158,15 @@ class Client:
     def close(self, timeout: float | None = None) -> None:
         """Send the rows this thread's inserts hold and wait for their acknowledgement
         (at most ``timeout`` seconds, default ``call_timeout``), then close this process's
-        sockets (a later call opens new ones).
+        sockets. The client is closed for good: every later call raises
+        :class:`~rlreplay.errors.ClosedError` (its writers' and iterators' calls too);
+        closing again does nothing. It still pickles as its address: the copy is open.
 
         Raises:
-            as :meth:`flush`; the sockets are closed all the same.
+            as :meth:`flush`; the client is closed all the same.
         """
+        if self._transport.closed:
+            return
         ch = getattr(self._transport._local, "channel", None)
         try:
             if ch is not None and ch.inserts is not None and ch.pid == os.getpid():
