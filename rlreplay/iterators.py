@@ -117,6 +117,46 @@ def _converter(output: str, device: Any, pin_memory: bool) -> Callable[[np.ndarr
     return to_jax
 
 
+def batch_output(
+    output: str = "numpy", device: Any = None, pin_memory: bool = False
+) -> Callable[[Sample], Sample]:
+    """The conversion every sample iterator applies to its batches (local
+    :class:`ReplayIterator`, a client's :class:`~rlreplay.net.iterator.SampleIterator`, a
+    sharded client's :class:`~rlreplay.distributed.ShardedSampleIterator`): each data
+    array to ``output``'s type on ``device`` (the info arrays stay numpy).
+
+    Args:
+        output: ``"numpy"`` (no conversion), ``"torch"`` or ``"jax"``.
+        device: torch device or jax device for the arrays (default: CPU / jax default).
+        pin_memory: pin torch host memory before moving to ``device``.
+
+    Raises:
+        InvalidArgumentError: for an unknown ``output``, one naming a framework that is not
+            installed, a ``device`` that framework cannot use here, or ``pin_memory=True``
+            without ``output="torch"`` or without an accelerator.
+    """
+    if not isinstance(output, str) or output not in OUTPUTS:
+        raise InvalidArgumentError(
+            f"output={describe(output)} is unknown; choose one of {OUTPUTS}"
+        )
+    if not isinstance(pin_memory, bool):
+        raise InvalidArgumentError(f"pin_memory={describe(pin_memory)} must be a bool")
+    if pin_memory and output != "torch":
+        raise InvalidArgumentError("pin_memory=True needs output='torch'")
+    convert = _converter(output, device, pin_memory)
+    if output == "numpy":
+        return _same
+
+    def converted(batch: Sample) -> Sample:
+        return Sample({k: convert(v) for k, v in batch.data.items()}, batch.info)
+
+    return converted
+
+
+def _same(batch: Sample) -> Sample:
+    return batch
+
+
 class ReplayIterator:
     """Iterates over batches sampled from a table, ``prefetch`` of them kept ready.
 
@@ -162,8 +202,7 @@ class ReplayIterator:
         pin_memory: bool = False,
         max_batches: int | None = None,
     ):
-        if output not in OUTPUTS:
-            raise InvalidArgumentError(f"output={output!r} is unknown; choose one of {OUTPUTS}")
+        convert = batch_output(output, device, pin_memory)
         if not callable(getattr(table, "sample", None)):
             raise InvalidArgumentError(
                 f"table={describe(table)} has no sample(batch_size, timeout=) method; give a "
@@ -183,13 +222,11 @@ class ReplayIterator:
             raise InvalidArgumentError(f"timeout={describe(timeout)} must be seconds > 0 or None")
         if max_batches is not None and (not isinstance(max_batches, int) or max_batches < 0):
             raise InvalidArgumentError(f"max_batches={describe(max_batches)} must be an int >= 0")
-        if pin_memory and output != "torch":
-            raise InvalidArgumentError("pin_memory=True needs output='torch'")
         self.table = table
         self.batch_size = int(batch_size)
         self.timeout = timeout
         self.max_batches = max_batches
-        self._convert = _converter(output, device, pin_memory)
+        self._convert = convert
         self._queue: queue.Queue = queue.Queue(maxsize=prefetch)
         self._stop = threading.Event()
         self._done = object()
@@ -210,8 +247,7 @@ class ReplayIterator:
                     batch = self.table.sample(self.batch_size, timeout=_POLL_S)
                 except RateLimiterTimeoutError:
                     continue  # poll again so close() is noticed
-                data = {k: self._convert(v) for k, v in batch.data.items()}
-                self._put(Sample(data, batch.info))
+                self._put(self._convert(batch))
                 produced += 1
         except ClosedError:
             pass

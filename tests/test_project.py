@@ -16,7 +16,9 @@ else:  # pragma: no cover - Python 3.10 only
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "jax", "ray", "zmq", "gymnasium", "tensorflow", "msgpack")
-FRAMEWORKS = ("torch", "jax", "jaxlib", "tensorflow", "ray")
+# Deep-learning frameworks: users bring their own build (CPU or CUDA), so no extra that
+# CI installs picks one.
+FRAMEWORKS = ("torch", "jax", "jaxlib", "tensorflow")
 
 
 def extras() -> dict[str, list[str]]:
@@ -42,6 +44,11 @@ def test_no_extra_pins_an_exact_version():
 def test_the_test_extra_needs_no_deep_learning_framework():
     names = {requirement_name(r) for r in extras()["test"]}
     assert names.isdisjoint(FRAMEWORKS), names & set(FRAMEWORKS)
+
+
+def test_the_test_extra_installs_ray_so_that_the_ray_backend_is_tested():
+    (ray,) = [r for r in extras()["test"] if requirement_name(r) == "ray"]
+    assert ">=" in ray and "<" in ray.replace("<=", ""), ray  # a range, with a ceiling
 
 
 def test_the_torch_extra_is_a_lower_bounded_range():

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rlreplay.core.table_info import TableInfo
+from rlreplay.distributed.shard_deadline import Deadline, greet
 from rlreplay.distributed.shard_health import ShardHealth
 from rlreplay.distributed.shard_keys import ShardKeys
 from rlreplay.errors import InvalidArgumentError, ServerUnavailableError
@@ -20,16 +21,22 @@ SUMMED = (
 )
 
 
-def each_shard(shards: list, health: ShardHealth, call: Callable[[Any], Any]) -> dict[int, Any]:
-    """``call(client)`` on every reachable shard, in turn; the results by shard.
+def each_shard(
+    shards: list, health: ShardHealth, deadline: Deadline, call: Callable[[Any, float], Any]
+) -> dict[int, Any]:
+    """``call(client, until)`` on every reachable shard, in turn, all by the call's
+    ``deadline`` (``until`` is its ``bound``; the shards not greeted yet are greeted
+    together first, see :func:`~rlreplay.distributed.shard_deadline.greet`); the results
+    by shard.
 
     Raises:
         ShardUnavailableError: for a shard down under ``"fail"``, or every shard down.
     """
     out = {}
+    greet(shards, health.live(), deadline, health.failed)
     for shard in health.live():
         try:
-            out[shard] = call(shards[shard])
+            out[shard] = call(shards[shard], deadline.bound)
         except ServerUnavailableError as error:
             health.failed(shard, error)
     if not out:
@@ -60,11 +67,12 @@ def same_table(
 
 
 def routed_call(
-    shards: list, health: ShardHealth, op: str, table: str, groups: dict, wait: bool
+    shards: list, health: ShardHealth, op: str, table: str, groups: dict, wait: bool,
+    deadline: Deadline,
 ) -> int | None:
     """Send ``op`` (``update_priorities`` or ``delete``) to each shard of ``groups``
     (``{shard: (local keys, priorities or None)}``), every request in flight before any
-    reply is awaited.
+    reply is awaited, all within ``deadline``.
 
     Returns:
         The items the shards changed, summed (None without ``wait``). Keys of a shard
@@ -76,6 +84,8 @@ def routed_call(
             nothing; the others may have applied theirs).
     """
     sent = {}
+    greet(shards, [s for s in groups if not health.is_down(s)], deadline, health.failed)
+    until = deadline.bound
     for shard, (local, values) in groups.items():
         if health.is_down(shard):
             health.failed(shard, ServerUnavailableError("taken for down"))
@@ -87,7 +97,9 @@ def routed_call(
         if not wait:
             header["noreply"] = True
         try:
-            sent[shard] = shards[shard]._transport.send(header, arrays)
+            sent[shard] = shards[shard]._transport.send(
+                header, arrays, until=until, expires=until if wait else None
+            )
         except ServerUnavailableError as error:
             health.failed(shard, error)
     if not wait:
@@ -96,7 +108,7 @@ def routed_call(
     for shard, rid in sent.items():
         client = shards[shard]
         try:
-            count += int(client._transport.wait(rid, client.call_timeout)[0]["count"])
+            count += int(client._transport.wait_until(rid, until)[0]["count"])
         except ServerUnavailableError as error:
             health.failed(shard, error)
     return count

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlreplay.distributed.shard_deadline import Deadline, greet
 from rlreplay.distributed.shard_health import ShardHealth
 from rlreplay.errors import ReplayError, ServerUnavailableError, ShardUnavailableError
 
 
-def checkpoint_shards(shards: list, health: ShardHealth, timeout: float | None) -> dict[int, str]:
+def checkpoint_shards(shards: list, health: ShardHealth, deadline: Deadline) -> dict[int, str]:
     """Ask every reachable shard for a checkpoint, every request in flight before any
-    reply is awaited, and wait for them all; returns each shard's checkpoint directory (on
-    its server's machine) by shard index.
+    reply is awaited, and wait for them all, within the call's ``deadline``; returns each
+    shard's checkpoint directory (on its server's machine) by shard index.
 
     A shard that does not answer is left out under ``on_shard_down="skip"``; every other
     failure is raised once every request has been answered (or timed out), so the shards
@@ -32,13 +33,18 @@ def checkpoint_shards(shards: list, health: ShardHealth, timeout: float | None) 
     """
     errors: dict[int, BaseException] = {}
     sent: dict[int, tuple[int, Any]] = {}
+    # a shard down is found out by its handshake, which leaves the others time (greet)
+    greet(shards, health.live(), deadline, lambda s, e: note_down(health, s, e, errors))
+    until = deadline.until  # when waiting for the shards' replies ends
     for shard in health.live():
+        if shard in errors:
+            continue
         transport = shards[shard]._transport
-        until = transport.until(timeout)  # when waiting for this shard's reply ends
         try:
-            # on its way within the client's call_timeout (a shard down is found out then),
-            # not within ``timeout``: a dead shard must not use up the others' time
-            rid = transport.send({"op": "checkpoint"}, expires=until, timeout=timeout)
+            rid = transport.send(
+                {"op": "checkpoint"}, until=deadline.bound, expires=until,
+                timeout=deadline.timeout,
+            )
             sent[shard] = (rid, until)
         except ServerUnavailableError as error:
             note_down(health, shard, error, errors)

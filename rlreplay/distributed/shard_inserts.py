@@ -16,10 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.distributed.shard_deadline import Deadline, greet
 from rlreplay.distributed.shard_health import ShardHealth
 from rlreplay.distributed.shard_keys import ShardKeys
 from rlreplay.distributed.sharded_table import ShardReceipt, ShardWriter
 from rlreplay.errors import InvalidArgumentError, ServerUnavailableError, describe
+from rlreplay.net.table_requests import plain_int
 
 
 class InsertRouter:
@@ -65,25 +67,30 @@ class InsertRouter:
             self._sent_rows[shard] += rows
 
     def insert(
-        self, table: str, rows: Any, priorities: Any, timeout: float | None, wait: bool
+        self, table: str, rows: Any, priorities: Any, deadline: Deadline, wait: bool
     ) -> np.ndarray | ShardReceipt:
-        """``rows`` inserted on :meth:`next_shard` (see :meth:`ShardedClient.insert`):
-        with ``wait``, rows a shard did not take go to another under ``"skip"``.
+        """``rows`` inserted on :meth:`next_shard` (see :meth:`ShardedClient.insert`)
+        within ``deadline``: with ``wait``, rows a shard did not take go to another under
+        ``"skip"``.
 
         Raises:
             as :meth:`Client.insert`; ShardUnavailableError for a shard down (``"fail"``).
         """
         tried: set[int] = set()
+        timeout = deadline.timeout
         while True:
             shard = self.next_shard(tried)
             client = self.shards[shard]
             try:
-                self.keys.check_shard_tables(client, [table])  # before it issues a key
+                greet(self.shards, [shard], deadline, _raise)
+                # before it issues a key
+                self.keys.check_shard_tables(client, [table], deadline.bound)
+                until = deadline.until
                 if not wait:
-                    receipt = client.insert(table, rows, priorities, timeout=timeout)
+                    receipt = client._insert(table, rows, priorities, timeout, False, until)
                     self._sent(shard, len(receipt))
                     return ShardReceipt(receipt, shard, self.keys)
-                keys = client.insert(table, rows, priorities, timeout=timeout, wait=True)
+                keys = client._insert(table, rows, priorities, timeout, True, until)
             except ServerUnavailableError as error:
                 tried.add(shard)
                 self.health.failed(shard, error)
@@ -111,9 +118,10 @@ class InsertRouter:
         return acknowledged
 
     def trajectory_writer(
-        self, tables: str | Sequence[str], shard: int | None, **kwargs: Any
+        self, tables: str | Sequence[str], shard: int | None, deadline: Deadline, **kwargs: Any
     ) -> ShardWriter:
-        """A writer on ``shard``, or on the next shard in turn from ``first_shard``.
+        """A writer on ``shard``, or on the next shard in turn from ``first_shard`` (its
+        tables' descriptions fetched within ``deadline``).
 
         Raises:
             InvalidArgumentError: for a ``shard`` this client does not have.
@@ -126,9 +134,21 @@ class InsertRouter:
         elif isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard < n:
             raise InvalidArgumentError(f"shard={describe(shard)} must be an int in [0, {n})")
         client = self.shards[shard]
-        self.keys.check_shard_tables(client, [tables] if isinstance(tables, str) else tables)
+        names = [tables] if isinstance(tables, str) else tables
+        self.keys.check_shard_tables(client, names, deadline.bound)
         return ShardWriter(client.trajectory_writer(tables, **kwargs), shard, self.keys)
 
-    def can_insert(self, table: str, num_inserts: int) -> bool:
-        """Whether the shard the next insert goes to would take ``num_inserts`` now."""
-        return self.shards[self.next_shard()].can_insert(table, num_inserts)
+    def can_insert(self, table: str, num_inserts: int, deadline: Deadline) -> bool:
+        """Whether the shard the next insert goes to would take ``num_inserts`` now
+        (asked within ``deadline``)."""
+        shard = self.next_shard()
+        greet(self.shards, [shard], deadline, self.health.failed)
+        header = {"op": "can_insert", "table": table, "n": plain_int(num_inserts)}
+        reply = self.shards[shard]._transport.call(header, until=deadline.bound)
+        return bool(reply[0]["result"])
+
+
+def _raise(shard: int, error: ServerUnavailableError) -> None:
+    """A shard an insert was to go to did not answer its handshake: the insert's loop
+    notes it down (under the policy) and goes on."""
+    raise error

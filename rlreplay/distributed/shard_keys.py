@@ -53,16 +53,18 @@ class ShardKeys:
                 "stores (and more shards), or fewer shards"
             )
 
-    def check_shard_tables(self, client: Any, tables: Any) -> None:
+    def check_shard_tables(self, client: Any, tables: Any, until: float) -> None:
         """:meth:`check_capacity` for ``tables`` of the shard ``client`` serves (their
-        descriptions are cached by the shard's client, whose inserts read them anyway).
+        descriptions are cached by the shard's client, whose inserts read them anyway),
+        fetched by ``until`` (``time.monotonic()``) where not known yet.
 
         Raises:
             InvalidArgumentError: as :meth:`check_capacity`, or for an unknown table.
+            ServerUnavailableError: if the shard did not answer by ``until``.
         """
         for table in tables:
             if isinstance(table, str):  # (other values: the shard's client says why)
-                capacity = client.describe(table)["store_capacity"]
+                capacity = client._describe(table, until)["store_capacity"]
                 self.check_capacity(capacity, table, client.address)
 
     def to_global(self, keys: np.ndarray, shard: int) -> np.ndarray:

@@ -21,6 +21,7 @@ from rlreplay.core.table_checks import check_timeout
 from rlreplay.core.table_info import TableInfo
 from rlreplay.distributed.routed_calls import each_shard, merged_info, routed_call, same_table
 from rlreplay.distributed.shard_checkpoints import checkpoint_shards
+from rlreplay.distributed.shard_deadline import Deadline
 from rlreplay.distributed.shard_health import ShardHealth
 from rlreplay.distributed.shard_inserts import InsertRouter
 from rlreplay.distributed.shard_keys import ShardKeys
@@ -29,6 +30,7 @@ from rlreplay.distributed.sharded_table import ShardedTable, ShardReceipt, Shard
 from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.net.client import Client
 from rlreplay.net.payloads import checked_update
+from rlreplay.net.transport import CALL
 
 
 class ShardedClient:
@@ -49,6 +51,12 @@ class ShardedClient:
       ``update_priorities`` and ``delete`` go to the shard owning each key.
     * :meth:`sample_iterator` keeps batches in flight with requests to all shards out at
       once and carries priority updates with them.
+
+    Every call is bounded as a :class:`~rlreplay.Client` call is: by its own ``timeout``
+    (plus the reply grace) where it has one, its parts that never block (handshakes,
+    descriptions, state probes) by ``call_timeout`` when it has none, whatever shards are
+    down: one :class:`~rlreplay.distributed.shard_deadline.Deadline` per call, from its
+    start, bounds every step over every shard.
 
     Args:
         addresses: one address per shard (``tcp://host:port``, ``host:port``, ``ipc://...``).
@@ -164,6 +172,11 @@ class ShardedClient:
     def __repr__(self) -> str:
         return f"ShardedClient({self.addresses!r})"
 
+    def deadline(self, timeout: Any = CALL) -> Deadline:
+        """The :class:`~rlreplay.distributed.shard_deadline.Deadline` of a call with
+        ``timeout`` starting now (``CALL``: a call that never blocks)."""
+        return Deadline(self.shards[0]._transport, timeout)
+
     def table(self, name: str) -> ShardedTable:
         """A handle with the calls of a local :class:`~rlreplay.Table` (for the runtime's
         learner and for code written against a table)."""
@@ -182,15 +195,24 @@ class ShardedClient:
         Raises:
             InvalidArgumentError: if shards describe ``table`` differently.
         """
-        descriptions = self._each(lambda c: c.describe(table))
+        return self._describe(table, self.deadline())
+
+    def _describe(self, table: str, deadline: Deadline) -> dict[str, Any]:
+        """:meth:`describe` within ``deadline``."""
+        descriptions = self._each(lambda c, until: c._describe(table, until), deadline)
         return same_table(table, descriptions, self.addresses, self.keys)
 
     def signature(self, table: str):
-        return self.shards[self.health.live()[0]].signature(table)
+        from rlreplay.core.specs import Signature
 
-    def _each(self, call: Callable[[Client], Any]) -> dict[int, Any]:
-        """``call(client)`` on every reachable shard, in turn; results by shard."""
-        return each_shard(self.shards, self.health, call)
+        return Signature.from_json(self.describe(table)["signature"])
+
+    def _each(
+        self, call: Callable[[Client, float], Any], deadline: Deadline | None = None
+    ) -> dict[int, Any]:
+        """``call(client, until)`` on every reachable shard, in turn, within ``deadline``
+        (default: a call that never blocks, from now); results by shard."""
+        return each_shard(self.shards, self.health, deadline or self.deadline(), call)
 
     # --------------------------------------------------------------- inserts
     def insert(
@@ -211,7 +233,8 @@ class ShardedClient:
         Raises:
             as :meth:`Client.insert`; ShardUnavailableError for a shard down (``"fail"``).
         """
-        return self.inserts.insert(table, rows, priorities, check_timeout(timeout), wait)
+        deadline = self.deadline(check_timeout(timeout))
+        return self.inserts.insert(table, rows, priorities, deadline, wait)
 
     def flush(self, timeout: float | None = None) -> int:
         """:meth:`Client.flush` on every shard: this thread's pipelined inserts sent and
@@ -236,7 +259,7 @@ class ShardedClient:
         Raises:
             InvalidArgumentError: for a ``shard`` this client does not have.
         """
-        return self.inserts.trajectory_writer(tables, shard, **kwargs)
+        return self.inserts.trajectory_writer(tables, shard, self.deadline(), **kwargs)
 
     # -------------------------------------------------------------- sampling
     def sampler(self, table: str) -> ShardedSampler:
@@ -284,12 +307,12 @@ class ShardedClient:
             ShardUnavailableError: for a shard down (``"fail"``; the other shards' parts
                 were drawn and are dropped), or every shard down.
         """
-        batch_size = self.check_batch(table, batch_size)
-        timeout = check_timeout(timeout)
+        deadline = self.deadline(check_timeout(timeout))
+        batch_size = self.check_batch(table, batch_size, deadline)
         updates = self.route_update(update)
-        return self.sampler(table).sample(batch_size, timeout, updates)
+        return self.sampler(table).sample(batch_size, deadline, updates)
 
-    def check_batch(self, table: str, batch_size: Any) -> int:
+    def check_batch(self, table: str, batch_size: Any, deadline: Deadline | None = None) -> int:
         """``batch_size`` checked against every shard: any shard may be asked for the
         whole batch (the split is random), so it must fit each shard's ``max_size``.
 
@@ -298,7 +321,8 @@ class ShardedClient:
                 smallest shard's ``max_size``.
         """
         batch_size = check_batch_size(batch_size)
-        largest = min(d["max_size"] for d in self._each(lambda c: c.describe(table)).values())
+        descriptions = self._each(lambda c, until: c._describe(table, until), deadline)
+        largest = min(d["max_size"] for d in descriptions.values())
         if batch_size > largest:
             raise InvalidArgumentError(
                 f"batch_size={batch_size} is above max_size={largest} of a shard of table "
@@ -345,17 +369,19 @@ class ShardedClient:
                 applied theirs).
         """
         groups = self.keys.group(*checked_update(keys, priorities))
-        return routed_call(self.shards, self.health, "update_priorities", table, groups, wait)
+        return routed_call(
+            self.shards, self.health, "update_priorities", table, groups, wait, self.deadline()
+        )
 
     def delete(self, table: str, keys: Any) -> int:
         """:meth:`Client.delete`, each key sent to its shard; how many items were removed."""
         groups = self.keys.group(keys)
-        return routed_call(self.shards, self.health, "delete", table, groups, True)
+        return routed_call(self.shards, self.health, "delete", table, groups, True, self.deadline())
 
     # ------------------------------------------------------------ the rest
     def reset(self, table: str) -> None:
         """:meth:`Client.reset` on every reachable shard."""
-        self._each(lambda c: c.reset(table))
+        self._each(lambda c, until: c._transport.call({"op": "reset", "table": table}, until=until))
 
     def checkpoint(self, timeout: float | None = None) -> dict[int, str]:
         """:meth:`Client.checkpoint` on every reachable shard, all requests in flight at
@@ -376,16 +402,15 @@ class ShardedClient:
             ReplayTimeoutError: if a shard did not publish within ``timeout``.
             ShardUnavailableError: for a shard down under ``"fail"`` (or all down).
         """
-        timeout = check_timeout(timeout)
-        return checkpoint_shards(self.shards, self.health, timeout)
+        return checkpoint_shards(self.shards, self.health, self.deadline(check_timeout(timeout)))
 
     def shard_info(self, table: str) -> dict[int, TableInfo]:
         """Each reachable shard's :class:`TableInfo` of ``table``, by shard index."""
-        return self._each(lambda c: c.info(table))
+        return self._each(lambda c, until: c._info(table, until))
 
     def server_info(self, table: str | None = None) -> dict[int, dict[str, dict]]:
         """Each reachable shard's :meth:`Client.server_info`, by shard index."""
-        return self._each(lambda c: c.server_info(table))
+        return self._each(lambda c, until: c._server_info(table, until))
 
     def info(self, table: str) -> TableInfo:
         """``table``'s :class:`TableInfo` over the reachable shards: counts and sizes
@@ -394,10 +419,10 @@ class ShardedClient:
 
     def can_insert(self, table: str, num_inserts: int = 1) -> bool:
         """Whether the shard the next insert goes to would take ``num_inserts`` now."""
-        return self.inserts.can_insert(table, num_inserts)
+        return self.inserts.can_insert(table, num_inserts, self.deadline())
 
     def can_sample(self, table: str, num_samples: int = 1) -> bool:
         """Whether a sample of ``num_samples`` would be served now without waiting for
         inserts (see :meth:`ShardedSampler.can_sample`; one round trip to every shard,
         all at once)."""
-        return self.sampler(table).can_sample(num_samples)
+        return self.sampler(table).can_sample(num_samples, self.deadline())

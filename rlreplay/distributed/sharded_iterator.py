@@ -16,6 +16,7 @@ from rlreplay.errors import (
     ServerUnavailableError,
     describe,
 )
+from rlreplay.iterators import batch_output
 from rlreplay.net.payloads import checked_update
 
 
@@ -42,6 +43,8 @@ class ShardedSampleIterator:
             for ``k`` batches; priority updates then reach the shards every ``k`` batches,
             and each shard must admit ``k * batch_size`` items at once (``max_size``,
             rate limiter).
+        output, device, pin_memory: what the batches' data arrays become, as for a local
+            :class:`~rlreplay.ReplayIterator` (see :func:`rlreplay.iterators.batch_output`).
 
     Raises (from ``next``): as :meth:`ShardedClient.sample`. A batch that a shard's rate
     limiter held back past ``timeout`` keeps the parts other shards drew, and the next
@@ -56,19 +59,24 @@ class ShardedSampleIterator:
     def __init__(
         self, client, table: str, batch_size: int, *, in_flight: int = 2,
         timeout: float | None = None, batches_per_request: int = 1,
+        output: str = "numpy", device: Any = None, pin_memory: bool = False,
     ):
         for name, value in (("in_flight", in_flight), ("batches_per_request",
                                                       batches_per_request)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidArgumentError(f"{name}={describe(value)} must be an int >= 1")
+        self._convert = batch_output(output, device, pin_memory)
         self.client = client
         self.table = table
-        self.batch_size = client.check_batch(table, batch_size)
+        self.timeout = check_timeout(timeout)
+        deadline = client.deadline(self.timeout)  # the shards' descriptions, once
+        self.batch_size = client.check_batch(table, batch_size, deadline)
         self.batches_per_request = batches_per_request
-        self._request_size = client.check_batch(table, batch_size * batches_per_request)
+        self._request_size = client.check_batch(
+            table, batch_size * batches_per_request, deadline
+        )
         self._ready: deque[Sample] = deque()
         self.in_flight = in_flight
-        self.timeout = check_timeout(timeout)
         self._sampler = client.sampler(table)
         self._rounds: deque[Round] = deque()
         self._updates: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
@@ -95,22 +103,23 @@ class ShardedSampleIterator:
 
     def __next__(self) -> Sample:
         if self._ready:
-            return self._ready.popleft()
+            return self._convert(self._ready.popleft())
+        deadline = self.client.deadline(self.timeout)  # this call's, for every step
         while len(self._rounds) < self.in_flight:
             self._rounds.append(
-                self._sampler.send(self._request_size, self.timeout, self._take())
+                self._sampler.send(self._request_size, deadline, self._take())
             )
         rnd = self._rounds.popleft()
         try:
-            sample = self._sampler.finish(rnd)
+            sample = self._sampler.finish(rnd, deadline)
         except ReplayTimeoutError as error:
             if rnd.held and not isinstance(error, ServerUnavailableError):
                 self._rounds.appendleft(rnd)  # the next call completes this batch
             raise
         if self.batches_per_request == 1:
-            return sample
+            return self._convert(sample)
         self._ready.extend(slices(sample, self.batch_size))
-        return self._ready.popleft()
+        return self._convert(self._ready.popleft())
 
     def close(self, wait: bool = True) -> None:
         """Forget the batches in flight and send the queued updates (``wait``: wait for

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from rlreplay.core.sample import Sample
+from rlreplay.distributed.shard_deadline import Deadline, greet
 from rlreplay.distributed.shard_draws import ShardState, check_samplers, merge, split
 from rlreplay.distributed.shard_health import ShardHealth
 from rlreplay.distributed.shard_keys import ShardKeys
@@ -28,7 +29,6 @@ from rlreplay.errors import (
     ServerUnavailableError,
 )
 from rlreplay.net.payloads import update_arrays
-from rlreplay.net.transport import CALL
 
 Updates = dict[int, tuple[np.ndarray, np.ndarray]]
 _POLL_S = (0.005, 0.1)  # first and longest pause between polls while no shard holds items
@@ -97,13 +97,15 @@ class ShardedSampler:
     def send(
         self,
         batch_size: int,
-        timeout: float | None,
+        deadline: Deadline,
         updates: Updates | None = None,
         *,
         shares: np.ndarray | None = None,
     ) -> Round:
         """Send one round's requests (waiting only to learn the shards' masses when
-        none is known, or none holds items).
+        none is known, or none holds items), all within the call's ``deadline``: its
+        ``timeout`` bounds the shards' rate limiters, and the round's replies are
+        awaited until its ``until``.
 
         Args:
             shares: split with these shares instead of the latest masses (a batch's
@@ -113,15 +115,13 @@ class ShardedSampler:
             RateLimiterTimeoutError: if no shard held an item for ``timeout`` seconds.
             ShardUnavailableError: as the policy says.
         """
-        tr0 = self.shards[0]._transport
         updates = dict(updates or {})
         if shares is None:
-            shares = self._shares(batch_size, tr0.until(timeout), timeout, updates)
+            shares = self._shares(batch_size, deadline, updates)
         with self._lock:
             counts = split(batch_size, shares, self.rng)
-        self._greet(self.health.live())
-        # The rate limiters' wait starts now (handshakes and probes have their own).
-        rnd = Round(batch_size, timeout, tr0.until(timeout), shares)
+        self._greet(self.health.live(), deadline)
+        rnd = Round(batch_size, deadline.timeout, deadline.until, shares)
         try:
             live = set(self.health.live())
             for shard in range(len(self.shards)):
@@ -134,9 +134,7 @@ class ShardedSampler:
             raise
         return rnd
 
-    def _shares(
-        self, batch_size: int, until: float | None, timeout: float | None, updates: Updates
-    ) -> np.ndarray:
+    def _shares(self, batch_size: int, deadline: Deadline, updates: Updates) -> np.ndarray:
         """The split's shares from the latest masses of the reachable shards, probing
         shards not heard from yet, and polling while no shard holds items. The split
         runs over the shards whose credit covers a whole batch when some holding items
@@ -144,11 +142,12 @@ class ShardedSampler:
         round's part back for the whole timeout); else over those with some credit;
         else over all (the batch waits, as one table's would)."""
         pause = _POLL_S[0]
+        until = deadline.until
         while True:
             live = self.health.live()
             unknown = [s for s in live if s not in self._known]
             if unknown:
-                self._probe(unknown, updates)
+                self._probe(unknown, updates, deadline)
                 live = self.health.live()
             masses = np.zeros(len(self.shards))
             credit = np.zeros(len(self.shards))
@@ -166,18 +165,17 @@ class ShardedSampler:
             if until is not None and time.monotonic() + pause > until:
                 raise RateLimiterTimeoutError(
                     f"no shard of table {self.table!r} held an item it could sample within "
-                    f"{timeout}s (shards {[c.address for c in self.shards]})"
+                    f"{deadline.timeout}s (shards {[c.address for c in self.shards]})"
                 )
             time.sleep(pause)
             pause = min(2 * pause, _POLL_S[1])
             self._known.difference_update(live)  # poll them again
 
-    def _probe(self, shards: list[int], updates: Updates) -> None:
-        """Learn ``shards``' states, all requests in flight at once (each shard's
-        ``call_timeout`` bounds the wait, as for any call that never blocks)."""
-        self._greet(shards)
-        until = self.shards[0]._transport.until(CALL)
-        rnd = Round(0, None, until, np.zeros(len(self.shards)))
+    def _probe(self, shards: list[int], updates: Updates, deadline: Deadline) -> None:
+        """Learn ``shards``' states, all requests in flight at once (by the ``bound`` of
+        the call's ``deadline``, as for any part of a call that never blocks)."""
+        self._greet(shards, deadline)
+        rnd = Round(0, None, deadline.bound, np.zeros(len(self.shards)))
         try:
             for shard in shards:
                 if not self.health.is_down(shard):
@@ -187,25 +185,11 @@ class ShardedSampler:
             raise
         self._collect(rnd)
 
-    def _greet(self, shards: list[int]) -> None:
+    def _greet(self, shards: list[int], deadline: Deadline) -> None:
         """Open this thread's connection to each of ``shards`` not yet greeted, their
-        handshakes in flight together (a shard that never answers must not use up the
-        deadline of the others' handshakes), each within the ``call_timeout``."""
-        until = self.shards[0]._transport.until(CALL)
-        pings = {}
-        for shard in shards:
-            tr = self.shards[shard]._transport
-            if not tr.channel().greeted:
-                pings[shard] = tr.send({"op": "ping"}, until=until)
-        for shard, rid in pings.items():
-            tr = self.shards[shard]._transport
-            tr.channel().receive()
-            try:
-                tr.wait_until(rid, until)
-            except ServerUnavailableError as error:
-                self._down(shard, error)
-                continue
-            tr.channel().greeted = True
+        handshakes in flight together, within ``deadline`` (see
+        :func:`~rlreplay.distributed.shard_deadline.greet`)."""
+        greet(self.shards, shards, deadline, self._down)
 
     def _send_one(self, rnd: Round, shard: int, k: int, update: Any = None) -> None:
         """Ask ``shard`` for ``k`` items (0: its state), carrying ``update``."""
@@ -288,8 +272,9 @@ class ShardedSampler:
         with self._lock:
             self.states[shard].observe(header)
 
-    def finish(self, rnd: Round) -> Sample:
-        """Wait for ``rnd``'s replies and merge them into one batch.
+    def finish(self, rnd: Round, deadline: Deadline) -> Sample:
+        """Wait for ``rnd``'s replies and merge them into one batch, within the
+        ``deadline`` of the call that finishes it (its parts asked again by then).
 
         Items a shard that went down should have drawn are drawn again over the shards
         that answered, with the round's shares renormalised over those (so every item of
@@ -303,25 +288,24 @@ class ShardedSampler:
             ShardUnavailableError: under ``"fail"``, for a shard that did not answer (the
                 other shards' parts are dropped); under ``"skip"``, if none answered.
         """
-        tr0 = self.shards[0]._transport
         while True:
             if not rnd.rids and (rnd.held or rnd.lost):
-                asks = self._reassign_held(rnd)
-                rnd.until, rnd.error = tr0.until(rnd.timeout), None
+                asks = self._reassign_held(rnd, deadline)
+                rnd.timeout, rnd.until, rnd.error = deadline.timeout, deadline.until, None
                 if rnd.lost:
                     alive = rnd.shares.copy()
                     for shard in range(len(alive)):
                         if self.health.is_down(shard) or shard in rnd.excluded:
                             alive[shard] = 0.0
                     if not alive.sum() > 0:  # nothing drawn survives: a new batch
-                        return self.finish(self.send(rnd.batch_size, rnd.timeout))
+                        return self.finish(self.send(rnd.batch_size, deadline), deadline)
                     rnd.shares = alive / alive.sum()
                     with self._lock:
                         again = split(rnd.lost, rnd.shares, self.rng)
                     rnd.lost = 0
                     for shard in np.flatnonzero(again).tolist():
                         asks[shard] = asks.get(shard, 0) + int(again[shard])
-                self._greet(list(asks))
+                self._greet(list(asks), deadline)
                 for shard, k in asks.items():
                     self._send_one(rnd, shard, k)
             self._collect(rnd)
@@ -330,7 +314,7 @@ class ShardedSampler:
             if not rnd.lost:
                 return merge(rnd.parts, rnd.shares, self.states, self.keys.to_global, self.rng)
 
-    def _reassign_held(self, rnd: Round) -> dict[int, int]:
+    def _reassign_held(self, rnd: Round, deadline: Deadline) -> dict[int, int]:
         """Decide, for each part held back last time, whether to ask its shard again
         (its credit covers the part, or no other shard is reachable) or to draw it
         again over the other shards (moved to ``rnd.lost``, the shard excluded; when
@@ -343,7 +327,7 @@ class ShardedSampler:
         held, rnd.held = rnd.held, {}
         if not held:
             return {}
-        self._probe(list(held), {})  # their credits now
+        self._probe(list(held), {}, deadline)  # their credits now
         asks = {}
         for shard, k in held.items():
             others = [
@@ -359,30 +343,29 @@ class ShardedSampler:
                 rnd.parts = kept
         return asks
 
-    def sample(self, batch_size: int, timeout: float | None, updates: Updates | None) -> Sample:
-        """One batch (one round trip to every shard once their masses are known). A
-        batch that a shard's limiter held back is completed by the next call (which
-        then sends ``updates`` with a priority update of its own)."""
+    def sample(self, batch_size: int, deadline: Deadline, updates: Updates | None) -> Sample:
+        """One batch (one round trip to every shard once their masses are known), within
+        ``deadline``. A batch that a shard's limiter held back is completed by the next
+        call (which then sends ``updates`` with a priority update of its own)."""
         with self._lock:
             rnd, self._held = self._held, None
         if rnd is None or rnd.batch_size != batch_size:
-            rnd = self.send(batch_size, timeout, updates)
+            rnd = self.send(batch_size, deadline, updates)
         elif updates:
-            self._send_updates(updates)
-        rnd.timeout = timeout
+            self._send_updates(updates, deadline)
         try:
-            return self.finish(rnd)
+            return self.finish(rnd, deadline)
         except ReplayTimeoutError as error:
             if rnd.held and not isinstance(error, ServerUnavailableError):
                 with self._lock:
                     self._held = rnd
             raise
 
-    def can_sample(self, num_samples: int) -> bool:
+    def can_sample(self, num_samples: int, deadline: Deadline) -> bool:
         """Whether some reachable shard holding items has the credit (its rate limiter
         admits) for ``num_samples`` now, so however a batch splits, its parts can be
         drawn there (see :mod:`rlreplay.distributed.shard_draws`)."""
-        self._probe(self.health.live(), {})
+        self._probe(self.health.live(), {}, deadline)
         with self._lock:
             states = list(enumerate(self.states))
         return any(
@@ -391,9 +374,10 @@ class ShardedSampler:
             if not self.health.is_down(s)
         )
 
-    def _send_updates(self, updates: Updates) -> None:
+    def _send_updates(self, updates: Updates, deadline: Deadline) -> None:
         """Priority updates on their own, as state requests carrying them."""
-        self._probe([s for s in updates if not self.health.is_down(s)], dict(updates))
+        shards = [s for s in updates if not self.health.is_down(s)]
+        self._probe(shards, dict(updates), deadline)
 
     def forget(self, rnd: Round) -> None:
         """Drop ``rnd``'s replies when they arrive."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import select
 import time
@@ -171,7 +172,11 @@ class Channel:
         self._keep(header, arrays, rid, now)
 
     def _keep(self, header: dict, arrays: dict, rid: Any, now: float) -> None:
-        """Keep a reply for its waiter (or drop it, abandoned)."""
+        """Keep a reply for its waiter (or drop it, abandoned); a server's notice is no
+        reply (see :func:`notice`)."""
+        if "notice" in header:
+            notice(header)
+            return
         self._observe(header, now)
         self.pending.pop(rid, None)
         if rid in self.abandoned:
@@ -266,3 +271,13 @@ class Channel:
         """Drop replies to ``rids`` now or when they arrive."""
         for rid in rids:
             self.abandon(rid)
+
+
+def notice(header: dict) -> None:
+    """A message the server sent on its own, about a call of this client: a probe before
+    a parked call is served (nothing to do), or a ``message`` to log in this process (a
+    call blocked on a rate limiter for the table's ``warn_after``: the warning the server
+    logs, with its cause)."""
+    message = header.get("message")
+    if isinstance(message, str):
+        logging.getLogger("rlreplay").warning("%s", message)

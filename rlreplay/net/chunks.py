@@ -189,8 +189,9 @@ class ChunkStream:
         return dropped + self.on_drop(end)
 
     def close(self) -> None:
-        """Tell the server to forget this writer's stream (no reply awaited)."""
-        if self.pid == os.getpid():
+        """Tell the server to forget this writer's stream (no reply awaited; with its
+        client closed, the server forgets it once idle)."""
+        if self.pid == os.getpid() and not self.client._transport.closed:
             self.client._send({"op": "close_writer", "writer": self.id, "noreply": True})
 
 

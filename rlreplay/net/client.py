@@ -2,7 +2,9 @@
 
 A client is a cheap handle. It opens its socket lazily in the process that uses it, and it
 pickles as its address (plus CURVE keys), so it can be handed to another process or a Ray
-actor and reconnects there.
+actor and reconnects there. Once closed it stays closed, as a table or a writer does: its
+calls raise :class:`~rlreplay.errors.ClosedError` (a copy unpickled elsewhere is a new,
+open client).
 
 Its parts: the settings it is made from and pickles as
 (:mod:`rlreplay.net.client_settings`), the sockets and request ids
@@ -156,11 +158,15 @@ class Client:
     def close(self, timeout: float | None = None) -> None:
         """Send the rows this thread's inserts hold and wait for their acknowledgement
         (at most ``timeout`` seconds, default ``call_timeout``), then close this process's
-        sockets (a later call opens new ones).
+        sockets. The client is closed for good: every later call raises
+        :class:`~rlreplay.errors.ClosedError` (its writers' and iterators' calls too);
+        closing again does nothing. It still pickles as its address: the copy is open.
 
         Raises:
-            as :meth:`flush`; the sockets are closed all the same.
+            as :meth:`flush`; the client is closed all the same.
         """
+        if self._transport.closed:
+            return
         ch = getattr(self._transport._local, "channel", None)
         try:
             if ch is not None and ch.inserts is not None and ch.pid == os.getpid():
@@ -256,8 +262,14 @@ class Client:
                 applied and never will be; ServerRestartedError if it restarted).
         """
         timeout = check_timeout(timeout)
+        return self._insert(table, rows, priorities, timeout, wait, self._transport.until(timeout))
+
+    def _insert(
+        self, table: str, rows: Any, priorities: Any, timeout: float | None, wait: bool,
+        until: float | None,
+    ) -> InsertReceipt | np.ndarray:
+        """:meth:`insert` (``timeout`` checked) within the caller's ``until``."""
         tr = self._transport
-        until = tr.until(timeout)
         if wait:
             header, arrays = insert_request(self._describe(table, until), table, rows, priorities)
             return tr.call(header, arrays, timeout, until)[1]["keys"]
@@ -321,14 +333,22 @@ class Client:
 
     def info(self, table: str) -> TableInfo:
         """:meth:`Table.info` of the server's ``table``."""
-        stats = self.server_info(table)[table]
+        return self._info(table, CALL)
+
+    def _info(self, table: str, until: Any) -> TableInfo:
+        """:meth:`info` within the caller's ``until``."""
+        stats = self._server_info(table, until)[table]
         return TableInfo(**{k: v for k, v in stats.items() if k in TableInfo.__dataclass_fields__})
 
     def server_info(self, table: str | None = None) -> dict[str, dict[str, Any]]:
         """Per table: TableInfo fields plus ``inserts_per_s``, ``samples_per_s`` and the
         observed ``samples_per_insert``."""
+        return self._server_info(table, CALL)
+
+    def _server_info(self, table: str | None, until: Any) -> dict[str, dict[str, Any]]:
+        """:meth:`server_info` within the caller's ``until``."""
         header = {"op": "info"} if table is None else {"op": "info", "table": table}
-        return self._transport.call(header)[0]["tables"]
+        return self._transport.call(header, until=until)[0]["tables"]
 
     def checkpoint(self, timeout: float | None = None) -> str:
         """Have the server save a checkpoint of all its tables and writer streams, and

@@ -139,6 +139,9 @@ class Job:
 
     counter: str | None = "insert_blocked_s"  # None: no limiter's blocked time to count
     n = 1  # items the call inserts or samples at once (for its timeout message)
+    # Served only to a client that can still get the reply (its result would be lost):
+    # see rlreplay.net.parking.
+    delivered_only = False
 
     def __init__(self, table: Table, deadline: float | None):
         self.table = table
@@ -150,6 +153,16 @@ class Job:
 
     def attempt(self) -> Reply | None:
         raise NotImplementedError
+
+    def ready(self) -> bool:
+        """Whether :meth:`attempt` would complete now (for ``delivered_only`` jobs)."""
+        return True
+
+    def blocked_message(self) -> str:
+        """The warning of this call blocked for its table's ``warn_after``: the table's
+        own (its limiter's state and the likely cause)."""
+        with self.table.lock:
+            return self.table.admission.describe(self.what, self.n)
 
     def timeout_message(self, waited: float) -> str:
         """The table's own timeout message: its limiter's state and the likely cause."""
@@ -167,6 +180,7 @@ class Job:
 class SampleJob(Job):
     counter = "sample_blocked_s"
     what = "sample"
+    delivered_only = True  # its items (a queue's: taken once) must reach the client
 
     def __init__(
         self,
@@ -180,6 +194,11 @@ class SampleJob(Job):
         self.n = n
         self.updated = updated
         self.target = target  # the client's shared memory for the data, if any
+
+    def ready(self) -> bool:
+        t = self.table
+        with t.lock:
+            return t.size > 0 and t.rate_limiter.can_sample(self.n, t.size)
 
     def attempt(self) -> Reply | None:
         t = self.table
@@ -252,6 +271,28 @@ class WriteJob(Job):
         if first and s.registered and self.on_first_apply is not None:
             self.on_first_apply()
         return {}, {"keys": keys}
+
+    def ahead(self) -> WriteJob | None:
+        """The writer's earlier chunk this one waits behind, if any: what holds that one
+        back holds this one too (its own table and count are not yet looked at)."""
+        pending = self.session.pending
+        head = pending[0] if pending else None
+        return head if head is not self and isinstance(head, WriteJob) else None
+
+    def blocked_message(self) -> str:
+        head = self.ahead()
+        if head is None:
+            return super().blocked_message()
+        return f"{head.blocked_message()} (a later chunk of the same writer waits behind it)"
+
+    def timeout_message(self, waited: float) -> str:
+        head = self.ahead()
+        if head is None:
+            return super().timeout_message(waited)
+        return (
+            f"{head.timeout_message(waited)} (this chunk waited behind an earlier chunk of "
+            "the same writer, held back)"
+        )
 
     def abort(self) -> None:
         """Drop this chunk, refused or expired: nothing of it was applied (a chunk is all

@@ -11,6 +11,7 @@ import numpy as np
 from rlreplay.core.sample import Sample
 from rlreplay.core.table_checks import check_timeout
 from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.iterators import batch_output
 from rlreplay.net.payloads import checked_update
 
 
@@ -29,6 +30,12 @@ class SampleIterator:
         batch_size: items per batch.
         in_flight: requests kept outstanding (>= 1).
         timeout: seconds each request may wait for the rate limiter (``None``: no limit).
+        output, device, pin_memory: what the batches' data arrays become, as for a local
+            :class:`~rlreplay.ReplayIterator` (see :func:`rlreplay.iterators.batch_output`).
+
+    Raises:
+        InvalidArgumentError: for a bad argument (``output`` and the rest as
+            :func:`~rlreplay.iterators.batch_output` says).
 
     Raises (from ``next``):
         RateLimiterTimeoutError: when a request waited ``timeout`` seconds (updates it
@@ -51,6 +58,9 @@ class SampleIterator:
         *,
         in_flight: int = 4,
         timeout: float | None = None,
+        output: str = "numpy",
+        device: Any = None,
+        pin_memory: bool = False,
     ):
         if not isinstance(in_flight, int) or in_flight < 1:
             raise InvalidArgumentError(f"in_flight={describe(in_flight)} must be an int >= 1")
@@ -61,6 +71,7 @@ class SampleIterator:
         if batch_size < 1:
             raise InvalidArgumentError(f"batch_size={describe(batch_size)} must be an int >= 1")
         timeout = check_timeout(timeout)
+        self._convert = batch_output(output, device, pin_memory)
         self.client, self.table, self.batch_size = client, table, batch_size
         self.in_flight, self.timeout = in_flight, timeout
         self._pending: deque[int] = deque()
@@ -90,7 +101,7 @@ class SampleIterator:
                     self.table, self.batch_size, timeout=self.timeout, update=self._take()
                 )
             )
-        return self.client.sample_result(self._pending.popleft(), self.timeout)
+        return self._convert(self.client.sample_result(self._pending.popleft(), self.timeout))
 
     def _take(self) -> tuple[np.ndarray, np.ndarray] | None:
         """The queued updates as one, emptying the queue (None when there are none)."""

@@ -6,12 +6,24 @@ answered when it completes, when its deadline passes (RateLimiterTimeoutError), 
 client has been silent for too long (a call parked without a deadline), or when the server
 stops (ClosedError).
 
+A parked sample is served only to a client that can still get its reply: just before its
+items are drawn, :meth:`~rlreplay.net.replies.Replies.reachable` sends its client a probe,
+and a call whose client's connection ZeroMQ has closed (its process was killed, say) is
+dropped unanswered instead, so no item (a queue's, taken once) goes to a dead learner.
+What remains is the time ZeroMQ takes to notice a closed connection: about a
+millisecond on one host for a killed process, whose kernel closes its connections at
+once; for a host that vanished without closing them, until the call's lease ends (at
+most ``2 * liveness_s`` after the client's last message, see :meth:`ParkedCalls.expire`);
+and a client killed after its reply was sent loses that reply.
+
 Nothing hangs silently here either: a call parked longer than its table's ``warn_after``
 logs one warning on the server's log, with the text an in-process blocked call logs (the
 table, its limiter's state and the likely cause, from the table's own
-:class:`~rlreplay.core.admission.Admission`), and the time a call has waited counts as its
-limiter's ``insert_blocked_s`` / ``sample_blocked_s`` while it is still parked (so a
-server's ``info`` shows a call that has been blocked for minutes).
+:class:`~rlreplay.core.admission.Admission`), and sends it to the call's client, whose
+process logs it too (as a local table's blocked call warns in its caller's process), and
+the time a call has waited counts as its limiter's ``insert_blocked_s`` /
+``sample_blocked_s`` while it is still parked (so a server's ``info`` shows a call that
+has been blocked for minutes).
 """
 
 from __future__ import annotations
@@ -42,12 +54,26 @@ class ParkedCalls:
             nothing for this many seconds.
         reply: ``reply(identity, rid, header, arrays, version)`` sends a result.
         reply_error: ``reply_error(identity, rid, exc, version)`` sends an error.
+        reachable: ``reachable(identity)``: True if a reply can be sent to the client now,
+            False if its connection is gone, None if its queue is full.
+        notify: ``notify(identity, rid, message, version)`` sends a call's client a
+            warning to log.
     """
 
-    def __init__(self, clients: ClientLedger, expiry_s: float, reply: Reply, reply_error: Reply):
+    def __init__(
+        self,
+        clients: ClientLedger,
+        expiry_s: float,
+        reply: Reply,
+        reply_error: Reply,
+        reachable: Callable[[Any], bool | None],
+        notify: Reply,
+    ):
         self.clients = clients
         self.expiry_s = expiry_s
         self._reply, self._reply_error = reply, reply_error
+        self._reachable = reachable
+        self._notify = notify
         self._jobs: list[Job] = []
         self._next_watch = 0.0
 
@@ -73,11 +99,22 @@ class ParkedCalls:
         return min((j.deadline for j in self._jobs if j.deadline is not None), default=None)
 
     def retry(self) -> None:
-        """Attempt every parked call again, until a pass completes none."""
+        """Attempt every parked call again, until a pass completes none. A call whose
+        result would be lost undelivered (a sample's items) is attempted only once its
+        client is known to be reachable: dropped unanswered if its connection is gone,
+        left parked while its queue is full."""
         progress = True
         while progress and self._jobs:
             progress = False
             for job in list(self._jobs):
+                if job.delivered_only and job.ready():
+                    reachable = self._reachable(job.identity)
+                    if reachable is None:
+                        continue  # not reading now: stays parked
+                    if not reachable:
+                        self._finish(job)
+                        log.info("dropped a parked %s: its client's connection is gone", job.what)
+                        continue
                 try:
                     reply = job.attempt()
                 except Exception as exc:
@@ -127,7 +164,8 @@ class ParkedCalls:
     def watch(self, now: float) -> None:
         """Count the time each parked call has waited so far as its limiter's blocked
         time, and log the one warning of each call parked longer than its table's
-        ``warn_after`` (the in-process warning's text: who blocks and the likely cause).
+        ``warn_after`` (the in-process warning's text: who blocks and the likely cause),
+        also sent to the call's client to log in its process.
         Does nothing if the last pass was less than :data:`WATCH_S` seconds ago."""
         if now < self._next_watch:
             return
@@ -141,9 +179,14 @@ class ParkedCalls:
             warn_after = job.table.warn_after
             if warn_after is not None and now - job.parked_at >= warn_after:
                 job.warned = True
-                with job.table.lock:
-                    message = job.table.admission.describe(job.what, job.n)
+                message = job.blocked_message()
                 log.warning("parked %s", message)
+                self._notify(
+                    job.identity,
+                    job.rid,
+                    f"{message} (a call of this process, parked on the replay server)",
+                    job.version,
+                )
 
     def close(self, exc: ReplayError) -> None:
         """Answer every parked call with ``exc`` (the server is stopping)."""

@@ -2,13 +2,20 @@
 clock, sent without ever blocking the dispatcher, through ZeroMQ or a client's direct link.
 
 Replies go out with ``NOBLOCK``: a client that stops reading only loses its own replies once
-its queue is full (ROUTER drops them), so one slow or dead client never stalls the others.
-A large reply is tracked until ZeroMQ releases it, so the bytes held for a client that does
-not read are known and bounded (:class:`~rlreplay.net.limits.ClientLedger`).
+its queue is full, so one slow or dead client never stalls the others. A large reply is
+tracked until ZeroMQ releases it, so the bytes held for a client that does not read are
+known and bounded (:class:`~rlreplay.net.limits.ClientLedger`).
+
+The socket is ``ROUTER_MANDATORY``: a message to a client whose connection ZeroMQ has
+closed (the process was killed, say) fails instead of vanishing, so :meth:`Replies.reachable`
+tells a parked call whose client is gone before it is served (see
+:mod:`rlreplay.net.parking`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import time
 from typing import Any
@@ -22,6 +29,9 @@ from rlreplay.net.limits import ClientLedger
 log = logging.getLogger("rlreplay.net")
 
 OLDEST_VERSION = min(wire.SUPPORTED_VERSIONS)
+# What a client is sent before a parked call of its is served: nothing for it to do
+# (clients drop notices without a ``message``); only whether ZeroMQ can send it matters.
+PROBE = wire.encode({"notice": "probe"})
 
 
 class Replies:
@@ -72,6 +82,34 @@ class Replies:
         }
         self.send(identity, wire.encode(header, None, version), rid)
 
+    def reachable(self, identity: Any) -> bool | None:
+        """Whether the client ``identity`` can be sent a reply now: True; False if its
+        connection is gone (ZeroMQ closed it: a reply would be lost); None if its queue
+        is full (it does not read: a reply now would be dropped). Sends it a probe
+        notice, which clients ignore."""
+        if type(identity) is DirectPeer:
+            return True
+        try:
+            framing.send(self.sock, PROBE, identity)
+        except zmq.Again:
+            return None
+        except zmq.ZMQError as exc:
+            if exc.errno == errno.EHOSTUNREACH:
+                return False
+            raise
+        return True
+
+    def notice(self, identity: Any, rid: Any, message: str, version: int) -> None:
+        """Tell the client ``identity`` about its call ``rid`` (still waiting): a
+        ``message`` its process logs as a warning (see
+        :func:`rlreplay.net.channel.notice`). Never blocks; a client that is gone or not
+        reading misses it."""
+        header = {"notice": "blocked", "call": rid, "message": message}
+        if type(identity) is DirectPeer:  # (no parked call comes from a link)
+            return
+        with contextlib.suppress(zmq.ZMQError):  # zmq.Again included
+            framing.send(self.sock, wire.encode(header, None, version), identity)
+
     def send(self, identity: Any, frames: list, rid: Any = None) -> None:
         """Send the reply to request ``rid`` without blocking. A large reply is tracked
         until ZeroMQ releases it, so the bytes held for a client that does not read are
@@ -101,4 +139,7 @@ class Replies:
                 self._last_drop_log = now
                 log.warning("dropped a reply to a client that is not reading (queue full)")
         except zmq.ZMQError as exc:
+            if exc.errno == errno.EHOSTUNREACH:  # its connection is gone: nobody to answer
+                log.debug("no reply to request %r: its client's connection is gone", rid)
+                return
             log.warning("could not reply to a client: %s", exc)

@@ -177,7 +177,12 @@ class Server:
         self._error: BaseException | None = None
         self.replies = Replies(self.clients)
         self._parked = ParkedCalls(
-            self.clients, self.parked_expiry_s, self.replies.ok, self.replies.error
+            self.clients,
+            self.parked_expiry_s,
+            self.replies.ok,
+            self.replies.error,
+            self.replies.reachable,
+            self.replies.notice,
         )
         self._sessions = WriterSessions(max_writers_per_client)
         self._shm = SharedSegments()  # clients' shared memory for sample replies
@@ -222,6 +227,8 @@ class Server:
         sock.setsockopt(zmq.SNDHWM, 1000)
         sock.setsockopt(zmq.RCVHWM, 1000)
         sock.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
+        # A send to a client whose connection is gone fails (see Replies.reachable).
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         try:
             if self.curve_secret_key is not None:
                 self._auth = auth.start_curve(

@@ -31,6 +31,7 @@ import numpy as np
 import zmq
 
 from rlreplay.errors import (
+    ClosedError,
     InvalidArgumentError,
     ServerRestartedError,
 )
@@ -133,6 +134,7 @@ class Transport:
             direct.spin_seconds()  # a bad RLREPLAY_DIRECT_SPIN_US is refused here, not later
         self.direct_failure: str | None = None  # why a link could not be opened, if so
         self.waits = ReplyWaits(self)
+        self.closed = False  # by close(): every later call raises ClosedError
 
     # -------------------------------------------------------------- socket
     def connect(self) -> zmq.Socket:
@@ -150,7 +152,17 @@ class Transport:
         return sock
 
     def channel(self) -> Channel:
-        """This thread's socket and reply bookkeeping (opened on first use per process)."""
+        """This thread's socket and reply bookkeeping (opened on first use per process).
+
+        Raises:
+            ClosedError: once :meth:`close` was called (every call of the client comes
+                here for its socket, so none goes on after it).
+        """
+        if self.closed:
+            raise ClosedError(
+                f"this client of {self.address} was closed (close() or the end of its with "
+                "block); create a new Client(address) to connect again"
+            )
         ch = getattr(self._local, "channel", None)
         if ch is None or ch.pid != os.getpid():
             ch = self._local.channel = Channel(self.connect)
@@ -163,9 +175,10 @@ class Transport:
         return ch
 
     def close(self) -> None:
-        """Close this process's sockets (a later call opens new ones), telling the server
-        to unmap their shared-memory slots without waiting for it (the message gets
-        ``DETACH_LINGER_MS`` to leave)."""
+        """Close this process's sockets for good (a later call raises ClosedError),
+        telling the server to unmap their shared-memory slots without waiting for it (the
+        message gets ``DETACH_LINGER_MS`` to leave)."""
+        self.closed = True
         with self._lock:
             for ch in self._channels:
                 if ch.pid == os.getpid():

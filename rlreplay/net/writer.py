@@ -130,8 +130,7 @@ class RemoteTrajectoryWriter:
             ReplayTimeoutError: if what went out first was not acknowledged in time; the
                 step was not taken (append it again).
         """
-        if self._closed:
-            raise ClosedError("the writer is closed")
+        self._check_open()
         if timeout is not None:
             timeout = check_timeout(timeout)
         steps = self._steps
@@ -155,8 +154,7 @@ class RemoteTrajectoryWriter:
             ClosedError: if the writer is closed.
             ReplayTimeoutError: as :meth:`append`; no step was taken.
         """
-        if self._closed:
-            raise ClosedError("the writer is closed")
+        self._check_open()
         timeout = check_timeout(timeout)
         buffer = self._steps
         arrays, n = buffer.check_batch(steps)
@@ -196,8 +194,7 @@ class RemoteTrajectoryWriter:
                 item at the same anchor in one table.
             ReplayTimeoutError: as :meth:`append`; the item was not taken.
         """
-        if self._closed:
-            raise ClosedError("the writer is closed")
+        self._check_open()
         if timeout is not None:
             timeout = check_timeout(timeout)
         full = self._pending.full
@@ -237,8 +234,7 @@ class RemoteTrajectoryWriter:
             InvalidArgumentError: as :meth:`create_item`; no item is taken then.
             ReplayTimeoutError: as :meth:`append`; no item was taken.
         """
-        if self._closed:
-            raise ClosedError("the writer is closed")
+        self._check_open()
         timeout = check_timeout(timeout)
         full = self._pending.full
         if full or self._chunks.unsent:
@@ -323,8 +319,7 @@ class RemoteTrajectoryWriter:
             InvalidArgumentError: if the server refused a chunk's items (their steps are
                 no longer stored); that chunk is dropped, as the message says.
         """
-        if self._closed:
-            raise ClosedError("the writer is closed")
+        self._check_open()
         timeout = check_timeout(timeout)
         end = None if timeout is None else time.monotonic() + timeout + REPLY_GRACE_S
         while self._steps.n or self._pending.items:
@@ -342,6 +337,16 @@ class RemoteTrajectoryWriter:
                 )
             chunks.wait_oldest(left)
 
+    def _check_open(self) -> None:
+        """Raise ClosedError if this writer, or its client, was closed."""
+        if self._closed:
+            raise ClosedError("the writer is closed")
+        if self.client._transport.closed:
+            raise ClosedError(
+                f"the client of this writer ({self.client.address}) was closed; create a new "
+                "Client and writer"
+            )
+
     def close(self, timeout: float | None = None) -> None:
         """Flush (waiting up to ``timeout``) and release the server-side stream state.
 
@@ -351,7 +356,9 @@ class RemoteTrajectoryWriter:
         if self._closed:
             return
         try:
-            self.flush(timeout)
+            held = self._steps.n + self._chunks.pending_steps
+            if held or not self.client._transport.closed:  # (else nothing to send)
+                self.flush(timeout)
         finally:
             self._closed = True
             discard_open(self)

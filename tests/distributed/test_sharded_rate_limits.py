@@ -98,7 +98,7 @@ def test_a_shard_whose_credit_cannot_cover_a_batch_gets_no_part_of_it():
             client.shards[shard].insert("replay", rows, 1.0)
         for _ in range(3):  # 146 of shard 0's 149 admitted samples, through its own client
             client.shards[0].sample("replay", 50 if _ < 2 else 46, timeout=1.0)
-        assert client.sampler("replay").can_sample(16)
+        assert client.can_sample("replay", 16)
         start = time.monotonic()
         for _ in range(5):
             batch = client.sample("replay", 16, timeout=0.5)

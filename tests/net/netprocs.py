@@ -196,3 +196,15 @@ def awaited_updates(address: str, calls: int, out, stop) -> None:
             out.put(client._transport.channel().direct is not None)
     out.put(made)
     client.close()
+
+
+def parked_queue_sample(address: str, table: str, out: Any) -> None:
+    """Child: a learner's ``sample(table, 1)`` without a timeout (parked until an item
+    comes); reports that it is connected, then what it drew (if it lives that long)."""
+    from rlreplay.net import Client
+
+    client = Client(address)
+    client.ping()
+    out.put(("connected", os.getpid()))
+    batch = client.sample(table, 1)
+    out.put(("sampled", batch.data["step"].tolist()))

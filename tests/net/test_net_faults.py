@@ -75,8 +75,14 @@ class RawPeer:
         return rid
 
     def recv(self, timeout: float = 5.0) -> dict:
-        assert self.sock.poll(int(timeout * 1000)), f"no reply within {timeout}s"
-        return wire.decode(self.sock.recv_multipart())[0]
+        """The next reply (the server's notices, which carry no reply, are skipped)."""
+        end = time.monotonic() + timeout
+        while True:
+            left = end - time.monotonic()
+            assert self.sock.poll(max(1, int(left * 1000))), f"no reply within {timeout}s"
+            header = wire.decode(self.sock.recv_multipart())[0]
+            if "notice" not in header:
+                return header
 
     def close(self) -> None:
         self.sock.close(linger=0)

@@ -79,6 +79,47 @@ def test_pickled_client_reconnects_in_a_spawned_process():
         assert client.delete("t", keys) == 5
 
 
+def test_a_closed_client_raises_closed_error_and_its_pickled_copy_connects_anywhere():
+    """One rule for every closed object (a table, a writer, a client): its calls raise
+    ClosedError; a client pickles as its address, so a copy is a new, open client."""
+    with served(CONFIG) as (address, _):
+        client = rlreplay.Client(address)
+        client.insert("t", rows(2), wait=True)
+        writer = client.trajectory_writer("t")
+        it = client.sample_iterator("t", 1)
+        client.close()
+        client.close()  # closing again does nothing
+        for call in (
+            lambda: client.info("t"),
+            lambda: client.insert("t", rows(1)),
+            lambda: client.sample("t", 1, timeout=1.0),
+            lambda: client.update_priorities("t", [0], [1.0]),
+            lambda: client.ping(),
+            lambda: writer.append({"obs": np.zeros(3, np.float32), "step": np.int64(0)}),
+            lambda: next(it),
+        ):
+            with pytest.raises(ClosedError, match="was closed"):
+                call()
+        with rlreplay.Client(address) as scoped:
+            assert scoped.info("t").size == 2
+        with pytest.raises(ClosedError):  # the end of a with block closes it too
+            scoped.info("t")
+        copy = pickle.loads(pickle.dumps(client))
+        assert copy.info("t").size == 2
+        out = CTX.Queue()
+        child = CTX.Process(target=pickled_client_inserts, args=(client, "t", 3, out))
+        child.start()
+        try:
+            status, keys = out.get(timeout=30.0)
+        finally:
+            child.join(10.0)
+            if child.is_alive():
+                child.kill()
+        assert status == "ok", keys
+        assert copy.info("t").size == 5
+        copy.close()
+
+
 def test_stopping_the_server_answers_parked_calls_with_closed_error():
     table = rlreplay.Table(
         "t", signature={"x": "float32"}, max_size=10, rate_limiter=rlreplay.MinSize(5)

@@ -22,7 +22,12 @@ from shm_procs import (
 )
 
 import rlreplay
-from rlreplay.errors import InvalidArgumentError, ProtocolError, ServerRestartedError
+from rlreplay.errors import (
+    ClosedError,
+    InvalidArgumentError,
+    ProtocolError,
+    ServerRestartedError,
+)
 from rlreplay.net import shm, shm_ring
 from rlreplay.net.shm import is_shared
 from rlreplay.net.shm_segments import available
@@ -531,8 +536,12 @@ def test_a_closed_client_has_the_server_unmap_its_slots_at_once():
         # well before the server forgets idle segments (IDLE_S), and without a reply
         assert wait_for(lambda: not server_slots(proc.pid))
         assert server_slots(os.getpid()) <= own  # the client's own mappings went too
-        client.sample("frames", 32)  # a closed client reopens: this sizes the new slots
-        assert is_shared(client.sample("frames", 32).data["obs"])
+        with pytest.raises(ClosedError):  # closed for good
+            client.sample("frames", 32)
+        again = rlreplay.Client(address, shared_memory=True)
+        again.sample("frames", 32)  # a new client: this sizes its slots
+        assert is_shared(again.sample("frames", 32).data["obs"])
+        again.close()
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs /proc")

@@ -1,0 +1,130 @@
+"""When a call of a sharded client gives up: one deadline, fixed when the call starts and
+passed to every part of it.
+
+A public call of a :class:`~rlreplay.distributed.ShardedClient` talks to several shards in
+several steps (handshakes, descriptions, state probes, the requests themselves, draws
+again after a shard went down). Each step is bounded by the same :class:`Deadline`, made
+once per call, never by a fresh ``call_timeout`` of its own, so the whole call is bounded
+as one :class:`~rlreplay.Client` call is: by its ``timeout`` (plus the client's reply
+grace), or by ``call_timeout`` for what never blocks when it has none.
+
+A shard that does not answer must not use up the other shards' time: handshakes with the
+shards a call needs go out together (:func:`greet`) and get half the time the call has
+left (at most ``call_timeout``), so that under ``on_shard_down="skip"`` the call still has
+the other half to go on over the shards that answered.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import zmq
+
+from rlreplay.errors import ServerUnavailableError
+from rlreplay.net.transport import CALL
+
+
+class Deadline:
+    """The deadline of one sharded call.
+
+    Args:
+        transport: a shard client's transport (its ``call_timeout`` and reply grace).
+        timeout: the call's ``timeout``: seconds a shard's rate limiter may block it,
+            ``None`` for no limit, or ``CALL`` for a call that never blocks.
+
+    Attributes:
+        timeout: as given (sent to the shards whose rate limiters may block the call).
+        until: ``time.monotonic()`` at which waits for rate limiters end (``timeout``
+            plus the reply grace, or ``call_timeout`` for ``CALL``); None: no limit (a
+            wait lasts while the shard answers pings).
+        bound: when the parts that never block (handshakes, descriptions, state probes,
+            routed updates) give up: ``until``, or ``call_timeout`` from the call's start
+            when ``until`` is None.
+    """
+
+    def __init__(self, transport: Any, timeout: Any = CALL):
+        self.timeout = timeout
+        self.call_timeout: float = transport.call_timeout
+        self.until: float | None = transport.until(timeout)
+        self.bound: float = transport.until(CALL) if self.until is None else self.until
+
+    def greeting(self) -> float:
+        """When handshakes started now give up: after half the time left before
+        ``bound``, or ``call_timeout`` if less (a handshake never blocks: a shard down
+        is found out then, not at the end of a long ``timeout``)."""
+        now = time.monotonic()
+        return now + min(max(self.bound - now, 0.0) / 2, self.call_timeout)
+
+    def __repr__(self) -> str:
+        return f"Deadline(timeout={self.timeout!r}, in {self.bound - time.monotonic():.3g}s)"
+
+
+def greet(
+    shards: list,
+    indices: Iterable[int],
+    deadline: Deadline,
+    failed: Callable[[int, ServerUnavailableError], None],
+) -> None:
+    """Open this thread's connection to each of ``indices`` not greeted yet: their
+    handshakes in flight together, within :meth:`Deadline.greeting`.
+
+    Every reply is read as soon as it arrives (a channel learns its server's clock from
+    the time it reads a reply: one left unread while another shard is awaited would make
+    the later requests' ``expires`` early by that long).
+
+    Args:
+        shards: one :class:`~rlreplay.Client` per shard.
+        failed: called with a shard that did not answer and its error (the shard-down
+            policy's ``failed``: it raises under ``"fail"``, the call goes on under
+            ``"skip"``).
+    """
+    pings: dict[int, int] = {}
+    started = until = 0.0
+    try:
+        for shard in indices:
+            tr = shards[shard]._transport
+            if tr.channel().greeted:
+                continue
+            if not pings and not until:
+                started, until = time.monotonic(), deadline.greeting()
+            try:
+                pings[shard] = tr.send({"op": "ping"}, until=until)
+            except ServerUnavailableError as error:
+                failed(shard, error)
+        if not pings:
+            return
+        poller = zmq.Poller()
+        for shard in pings:
+            poller.register(shards[shard]._transport.channel().sock, zmq.POLLIN)
+        while pings:
+            for shard in list(pings):
+                tr = shards[shard]._transport
+                ch = tr.channel()
+                ch.receive()
+                if pings[shard] not in ch.replies:
+                    continue
+                try:
+                    tr.wait_until(pings.pop(shard), until)  # its reply: a typed error if failed
+                except ServerUnavailableError as error:  # (restarted meanwhile, say)
+                    failed(shard, error)
+                    continue
+                ch.greeted = True
+            left = until - time.monotonic()
+            if not pings or left <= 0:
+                break
+            poller.poll(max(1, int(left * 1000)))
+        for shard in list(pings):  # no answer by ``until``
+            tr = shards[shard]._transport
+            message = (
+                f"no reply to the handshake from the replay server at {tr.address} within "
+                f"{until - started:.3g}s"
+            )
+            try:  # as a wait with a deadline that got no answer concludes
+                tr.waits._no_answer(tr.channel(), pings.pop(shard), True, message)
+            except ServerUnavailableError as error:
+                failed(shard, error)
+    finally:
+        for shard, rid in pings.items():  # an error left these unread
+            shards[shard]._transport.channel().forget([rid])
