@@ -1,0 +1,460 @@
+"""Reverb's ``Client`` and legacy ``Writer`` over :class:`rlreplay.Client`.
+
+A client is a cheap handle: it connects (per process, per thread) on first use and
+pickles as its address, as Reverb's does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import deque
+from collections.abc import Generator, Iterable, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from rlreplay.errors import InvalidArgumentError, ReplayError, ServerUnavailableError, describe
+from rlreplay.reverb import _nest, errors, specs
+from rlreplay.reverb._items import ItemFormat
+from rlreplay.reverb.replay_sample import ReplaySample, SampleInfo
+from rlreplay.reverb.reverb_types import TableInfo, table_info
+from rlreplay.reverb.server import META_TABLE
+
+__all__ = ["Client", "Writer"]
+
+log = logging.getLogger("rlreplay.reverb")
+_UNLIMITED = -1e300  # a min_diff below this: samples wait only for min_size_to_sample
+MAX_CHUNK = 1024  # items one sample request of Client.sample takes, at most
+
+
+@contextmanager
+def reverb_errors() -> Any:
+    """Raise rlreplay's errors under Reverb's names (subclasses of both)."""
+    try:
+        yield
+    except ReplayError as exc:
+        new = errors.translate(exc)
+        if new is exc:
+            raise
+        raise new from exc
+
+
+def to_reverb_keys(keys: np.ndarray) -> np.ndarray:
+    """rlreplay's int64 keys as Reverb's unsigned 64-bit keys (the same bits)."""
+    return np.ascontiguousarray(keys, np.int64).view(np.uint64)
+
+
+def to_rlreplay_keys(keys: Iterable[Any]) -> np.ndarray:
+    """Reverb's unsigned keys back to rlreplay's int64 (the same bits).
+
+    Raises:
+        InvalidArgumentError: for keys that are not integers in [0, 2**64).
+    """
+    try:
+        arr = np.asarray(list(keys) if not isinstance(keys, np.ndarray) else keys)
+        if arr.size and arr.dtype.kind not in "iu":
+            raise TypeError
+        out = np.asarray(arr, np.uint64) if arr.dtype.kind == "u" or arr.size == 0 else None
+        if out is None:
+            if (arr < 0).any():
+                raise OverflowError
+            out = arr.astype(np.uint64)
+    except (TypeError, ValueError, OverflowError):
+        raise InvalidArgumentError(
+            f"keys={describe(keys)} must be item keys (ints in [0, 2**64)) from sample().info.key"
+        ) from None
+    return out.reshape(-1).view(np.int64)
+
+
+class TableMeta:
+    """What a client knows of one served table: its description and item format."""
+
+    def __init__(self, data: dict[str, Any]):
+        self.data = data
+        self.name: str = data["name"]
+        self.format = ItemFormat.from_json(data["format"])
+        sig = data["signature"]
+        self.signature = None if sig is None else specs.nest_from_json(sig)
+        lim = data["rate_limiter"]
+        # A sample of many items at once behaves as that many single samples when the
+        # limiter only waits for min_size_to_sample and items are never used up.
+        self.batchable = data["max_times_sampled"] == 0 and lim["min_diff"] <= _UNLIMITED
+        self.gap = lim["max_diff"] - lim["min_diff"]
+
+
+def _columns(flat: list[Any]) -> list[np.ndarray]:
+    return [np.asarray(x) for x in flat]
+
+
+class Client:
+    """Client of a Reverb (``rlreplay.reverb``) server at ``server_address``.
+
+    Args:
+        server_address: ``host:port`` (``localhost:8000``) or a ``tcp://`` address.
+        client_options: (rlreplay) further keyword arguments of :class:`rlreplay.Client`.
+
+    Raises:
+        InvalidArgumentError (a ValueError): for a malformed address.
+    """
+
+    def __init__(self, server_address: str, **client_options: Any):
+        if not isinstance(server_address, str) or not server_address:
+            raise InvalidArgumentError(
+                f"server_address={describe(server_address)} must be 'host:port'"
+            )
+        self._server_address = server_address
+        self._options = client_options
+        self._rr_client: Any = None
+        self._meta: dict[str, TableMeta] | None = None
+        self._lock = threading.Lock()
+
+    def __reduce__(self) -> tuple:
+        return self.__class__, (self._server_address,)
+
+    def __repr__(self) -> str:
+        return f"Client, server_address={self._server_address}"
+
+    @property
+    def server_address(self) -> str:
+        return self._server_address
+
+    # ------------------------------------------------------------ plumbing
+    @property
+    def rlreplay_client(self) -> Any:
+        """The :class:`rlreplay.Client` underneath (made on first use)."""
+        if self._rr_client is None:
+            from rlreplay.net.client import Client as RRClient
+
+            with self._lock:
+                if self._rr_client is None:
+                    self._rr_client = RRClient(self._server_address, **self._options)
+        return self._rr_client
+
+    def _tables(self, timeout: float | None = None) -> dict[str, TableMeta]:
+        """The served tables' descriptions (read once from the server)."""
+        if self._meta is None:
+            with reverb_errors():
+                batch = self.rlreplay_client.sample(META_TABLE, 1, timeout=timeout)
+            data = json.loads(batch.data["json"][0].tobytes())
+            self._meta = {name: TableMeta(d) for name, d in data.items()}
+        return self._meta
+
+    def _table(self, table: str) -> TableMeta:
+        tables = self._tables()
+        if table not in tables:
+            raise InvalidArgumentError(
+                f'Could not find table "{table}". The following tables exists: {", ".join(tables)}.'
+            )
+        return tables[table]
+
+    def _insert_item(self, table: str, columns: list[np.ndarray], priority: float,
+                     timestep: bool) -> None:  # fmt: skip
+        row = self._table(table).format.encode(table, columns, timestep)
+        with reverb_errors():
+            self.rlreplay_client.insert(table, row, float(priority))
+
+    def _flush(self, timeout: float | None = None) -> None:
+        with reverb_errors():
+            self.rlreplay_client.flush(timeout)
+
+    # ------------------------------------------------------------ inserts
+    def insert(self, data: Any, priorities: Mapping[str, float]) -> None:
+        """Insert ``data`` (a nest) as one item of one timestep into each table named in
+        ``priorities`` (table name to priority), and wait until the server has them.
+
+        Raises:
+            InvalidArgumentError (a ValueError): if ``priorities`` is empty, names an
+                unknown table, or the data does not match a table's signature.
+        """
+        if not priorities:
+            raise InvalidArgumentError(
+                f"priorities={describe(priorities)}: priorities must contain at least one item"
+            )
+        columns = [c[None] for c in _columns(_nest.flatten(data))]
+        for table, priority in priorities.items():
+            self._insert_item(table, columns, priority, True)
+        self._flush()
+
+    def writer(
+        self,
+        max_sequence_length: int,
+        delta_encoded: bool = False,
+        chunk_length: int | None = None,
+        max_in_flight_items: int | None = 25,
+    ) -> Writer:
+        """The legacy :class:`Writer`: items over the last ``max_sequence_length`` steps.
+
+        ``delta_encoded`` and ``chunk_length`` are checked and otherwise ignored (rlreplay
+        keeps steps uncompressed); ``max_in_flight_items`` likewise.
+
+        Raises:
+            InvalidArgumentError (a ValueError): as Reverb, for ``max_sequence_length < 1``,
+                ``chunk_length`` outside ``[1, max_sequence_length]`` or
+                ``max_in_flight_items < 1``.
+        """
+        if not isinstance(max_sequence_length, int) or max_sequence_length < 1:
+            raise InvalidArgumentError(
+                f"max_sequence_length ({max_sequence_length}) must be a positive integer"
+            )
+        if chunk_length is None:
+            chunk_length = min(10, max_sequence_length)
+        if chunk_length < 1 or chunk_length > max_sequence_length:
+            raise InvalidArgumentError(
+                f"chunk_length ({chunk_length}) must be a positive integer le to "
+                f"max_sequence_length ({max_sequence_length})"
+            )
+        if max_in_flight_items is not None and max_in_flight_items < 1:
+            raise InvalidArgumentError(
+                f"max_in_flight_items ({max_in_flight_items}) must be a positive integer"
+            )
+        return Writer(self, max_sequence_length)
+
+    def trajectory_writer(self, num_keep_alive_refs: int, *, validate_items: bool = True) -> Any:
+        """A :class:`~rlreplay.reverb.trajectory_writer.TrajectoryWriter` keeping the last
+        ``num_keep_alive_refs`` steps of each column referable.
+
+        Raises:
+            InvalidArgumentError (a ValueError): if ``num_keep_alive_refs < 1``.
+        """
+        from rlreplay.reverb.trajectory_writer import TrajectoryWriter
+
+        if isinstance(num_keep_alive_refs, bool) or not isinstance(num_keep_alive_refs, int) \
+                or num_keep_alive_refs < 1:  # fmt: skip
+            raise InvalidArgumentError(
+                f"num_keep_alive_refs ({num_keep_alive_refs}) must be a positive integer"
+            )
+        return TrajectoryWriter(self, num_keep_alive_refs, validate_items=validate_items)
+
+    # ------------------------------------------------------------ sampling
+    def _sample_items(
+        self, table: str, num_samples: int
+    ) -> Generator[tuple[SampleInfo, list[np.ndarray]], None, None]:
+        meta = self._table(table)
+        rr, left = self.rlreplay_client, num_samples
+        while left > 0:
+            n = min(left, meta.data["max_size"], MAX_CHUNK) if meta.batchable else 1
+            with reverb_errors():
+                batch = rr.sample(table, n)
+            info = batch.info
+            keys = to_reverb_keys(info.keys)
+            items = meta.format.decode(batch.data)
+            for i, columns in enumerate(items):
+                yield (
+                    SampleInfo(
+                        key=int(keys[i]),
+                        probability=float(info.probabilities[i]),
+                        table_size=int(info.table_size),
+                        priority=float(info.priorities[i]),
+                        times_sampled=int(info.times_sampled[i]),
+                    ),
+                    columns,
+                )
+            left -= len(items)
+
+    def sample(
+        self,
+        table: str,
+        num_samples: int = 1,
+        *,
+        emit_timesteps: bool = True,
+        unpack_as_table_signature: bool = False,
+    ) -> Generator[list[ReplaySample] | ReplaySample, None, None]:
+        """Yield ``num_samples`` items of ``table``, waiting for the rate limiter.
+
+        With ``emit_timesteps`` (the default) each item comes as a list of
+        :class:`ReplaySample`, one per timestep; else as one :class:`ReplaySample` whose
+        ``data`` holds the item's columns. ``unpack_as_table_signature`` nests the
+        columns as the table's signature (flat when it has none).
+
+        Raises:
+            ValueError: with ``emit_timesteps``, for an item whose columns differ in length.
+            InvalidArgumentError (a ValueError): for an unknown table.
+        """
+        if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) \
+                or num_samples < 1:  # fmt: skip
+            raise InvalidArgumentError(f"num_samples={describe(num_samples)} must be an int >= 1")
+        signature = self._table(table).signature if unpack_as_table_signature else None
+
+        def unflatten(flat: list[Any]) -> Any:
+            return flat if signature is None else _nest.unflatten_as(signature, flat)
+
+        for info, columns in self._sample_items(table, int(num_samples)):
+            if not emit_timesteps:
+                yield ReplaySample(info, unflatten(columns))
+                continue
+            lengths = {len(c) if c.ndim else -1 for c in columns}
+            if len(lengths) != 1 or -1 in lengths:
+                raise InvalidArgumentError(
+                    "Can't split non timestep trajectory into timesteps; sample with "
+                    "emit_timesteps=False"
+                )
+            yield [
+                ReplaySample(info, unflatten([np.asarray(c[t]) for c in columns]))
+                for t in range(len(columns[0]))
+            ]
+
+    # ------------------------------------------------------------ table calls
+    def mutate_priorities(
+        self,
+        table: str,
+        updates: Mapping[int, float] | None = None,
+        deletes: Iterable[int] | None = None,
+    ) -> None:
+        """Set priorities (``updates``: key to priority), then delete ``deletes``; keys
+        of items no longer held are ignored.
+
+        Raises:
+            InvalidArgumentError (a ValueError): for keys or priorities that are not valid.
+        """
+        rr = self.rlreplay_client
+        with reverb_errors():
+            if updates:
+                keys = to_rlreplay_keys(list(updates.keys()))
+                rr.update_priorities(table, keys, np.asarray(list(updates.values()), np.float64))
+            if deletes is not None:
+                keys = to_rlreplay_keys(list(deletes))
+                if len(keys):
+                    rr.delete(table, keys)
+
+    def reset(self, table: str) -> None:
+        """Remove every item of ``table`` and reset its rate limiter."""
+        with reverb_errors():
+            self.rlreplay_client.reset(table)
+
+    def server_info(self, timeout: float | None = None) -> dict[str, TableInfo]:
+        """Each table's :class:`~rlreplay.reverb.reverb_types.TableInfo`.
+
+        Raises:
+            DeadlineExceededError: if ``timeout`` seconds passed without an answer.
+        """
+        try:
+            if timeout is None:
+                rr = self.rlreplay_client
+                tables = self._tables()
+            else:
+                from rlreplay.net.client import Client as RRClient
+
+                rr = RRClient(self._server_address, call_timeout=float(timeout),
+                              diagnose_timeout=0.0, **self._options)  # fmt: skip
+                if self._meta is None:
+                    batch = rr.sample(META_TABLE, 1, timeout=float(timeout))
+                    data = json.loads(batch.data["json"][0].tobytes())
+                    self._meta = {name: TableMeta(d) for name, d in data.items()}
+                tables = self._meta
+            with reverb_errors():
+                stats = rr.server_info()
+        except (ServerUnavailableError, errors.DeadlineExceededError) as exc:
+            if timeout is None:
+                raise
+            raise errors.DeadlineExceededError(
+                f"ServerInfo call did not complete within provided timeout of {timeout}s"
+            ) from exc
+        finally:
+            if timeout is not None and "rr" in locals():
+                rr.close(0)
+        return {
+            name: table_info(meta.data, stats.get(name, {}), meta.signature)
+            for name, meta in tables.items()
+        }
+
+    def checkpoint(self) -> str:
+        """Have the server save a checkpoint; returns its directory."""
+        with reverb_errors():
+            return self.rlreplay_client.checkpoint()
+
+
+class Writer:
+    """Reverb's legacy writer: keeps the last ``max_sequence_length`` appended steps and
+    makes items of the most recent ``num_timesteps`` of them (made by
+    :meth:`Client.writer`)."""
+
+    def __init__(self, client: Client, max_sequence_length: int):
+        self._client = client
+        self._steps: deque[list[np.ndarray]] = deque(maxlen=max_sequence_length)
+        self._closed = False
+
+    def __enter__(self) -> Writer:
+        if self._closed:
+            raise InvalidArgumentError("Cannot reuse already closed Writer")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self._closed:
+            self.close()
+
+    def __del__(self) -> None:
+        self._closed = True
+
+    def __repr__(self) -> str:
+        return f"Writer(steps={len(self._steps)}), closed: {self._closed}"
+
+    def append(self, data: Any) -> None:
+        """Make one step (a nest) available to the next items."""
+        self._steps.append(_columns(_nest.flatten(data)))
+
+    def append_sequence(self, sequence: Any) -> None:
+        """Append each step of ``sequence`` (a nest of arrays with a leading time axis).
+
+        Raises:
+            InvalidArgumentError (a ValueError): if the leaves differ in length.
+        """
+        columns = _columns(_nest.flatten(sequence))
+        lengths = {len(c) for c in columns}
+        if len(lengths) != 1:
+            raise InvalidArgumentError(
+                f"append_sequence: every leaf must have the same leading dimension, got "
+                f"{sorted(lengths)}"
+            )
+        for t in range(lengths.pop()):
+            self._steps.append([c[t] for c in columns])
+
+    def create_item(self, table: str, num_timesteps: int, priority: float) -> None:
+        """An item of the last ``num_timesteps`` steps into ``table``.
+
+        Raises:
+            InvalidArgumentError (a ValueError): for ``num_timesteps < 1`` or more than
+                are held, steps of different structure, or data the table refuses.
+        """
+        if (
+            isinstance(num_timesteps, bool)
+            or not isinstance(num_timesteps, int)
+            or num_timesteps < 1
+        ):
+            raise InvalidArgumentError(
+                f"num_timesteps ({num_timesteps}) must be a positive integer"
+            )
+        if num_timesteps > len(self._steps):
+            raise InvalidArgumentError(
+                f"num_timesteps ({num_timesteps}) is more than the {len(self._steps)} steps "
+                "this writer holds (at most max_sequence_length); append more first"
+            )
+        steps = list(self._steps)[-num_timesteps:]
+        width = {len(s) for s in steps}
+        if len(width) != 1:
+            raise InvalidArgumentError(
+                "the steps of one item must have the same structure; got steps of "
+                f"{sorted(width)} leaves"
+            )
+        try:
+            columns = [np.stack(parts) for parts in zip(*steps)]
+        except ValueError as exc:
+            raise InvalidArgumentError(f"the steps of one item differ in shape: {exc}") from None
+        self._client._insert_item(table, columns, priority, True)
+
+    def flush(self) -> None:
+        """Wait until the server has every item created so far."""
+        self._client._flush()
+
+    def close(self, retry_on_unavailable: bool = True) -> None:
+        """Send what is pending and close the writer.
+
+        Raises:
+            InvalidArgumentError (a ValueError): if it was closed already.
+        """
+        if self._closed:
+            raise InvalidArgumentError("close() has already been called on Writer.")
+        self._closed = True
+        self._client._flush()

@@ -1,0 +1,409 @@
+"""Reverb's ``TrajectoryWriter``: steps appended column by column, items made of slices of
+each column's recent history (``writer.history['obs'][-3:]``).
+
+Each column keeps references to its last ``num_keep_alive_refs`` values; an item's
+columns are stacked from them when it is created and sent as one row (see
+:mod:`rlreplay.reverb._items`) through the client's pipelined inserts.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from rlreplay.errors import InvalidArgumentError, ReplayTimeoutError
+from rlreplay.reverb import _nest, errors
+from rlreplay.reverb.specs import shape_text, tf_dtype_name
+
+__all__ = ["TrajectoryColumn", "TrajectoryWriter"]
+
+
+class CellRef:
+    """A reference to one appended value (Reverb's ``WeakCellRef``)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: np.ndarray):
+        self.data = data
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.data.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.data.dtype
+
+    @property
+    def expired(self) -> bool:
+        return False
+
+    def numpy(self) -> np.ndarray:
+        return self.data
+
+    def __repr__(self) -> str:
+        return f"CellRef(shape={self.data.shape}, dtype={self.data.dtype})"
+
+
+WeakCellRef = CellRef
+
+
+class TrajectoryColumn:
+    """References to values of one column, stacked into one array by :meth:`numpy`
+    (``squeeze``: exactly one value, returned without the time axis).
+
+    Raises:
+        InvalidArgumentError (a ValueError): for ``squeeze`` with other than one reference,
+            or a ``None`` reference (a value no longer, or never, held).
+    """
+
+    def __init__(self, data_references: Sequence[Any], *, squeeze: bool = False,
+                 path: tuple[Any, ...] | None = None):  # fmt: skip
+        if squeeze and len(data_references) != 1:
+            raise InvalidArgumentError(
+                "Columns must contain exactly one data reference when squeeze set, got "
+                f"{len(data_references)}"
+            )
+        if any(ref is None for ref in data_references):
+            raise InvalidArgumentError(
+                f"TrajectoryColumns cannot contain any None data references: "
+                f"TrajectoryColumn at path {path} got {list(data_references)}; the history "
+                "holds no value there (not yet appended, or older than num_keep_alive_refs)"
+            )
+        self._refs = tuple(data_references)
+        self.is_squeezed = bool(squeeze)
+
+    def __len__(self) -> int:
+        return len(self._refs)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._refs)
+
+    def __getitem__(self, val: Any) -> TrajectoryColumn:
+        if isinstance(val, (int, np.integer)):
+            return TrajectoryColumn([self._refs[val]], squeeze=True)
+        if isinstance(val, slice):
+            return TrajectoryColumn(self._refs[val])
+        if isinstance(val, list):
+            return TrajectoryColumn([self._refs[i] for i in val])
+        raise TypeError(f"TrajectoryColumn indices must be integers or slices, not {type(val)}")
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        if self.is_squeezed:
+            return tuple(self._refs[0].shape)
+        return (len(self._refs), *self._refs[0].shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._refs[0].dtype
+
+    def numpy(self) -> np.ndarray:
+        """The referenced values stacked along a new first axis (or the one value).
+
+        Raises:
+            RuntimeError: if a reference has expired.
+        """
+        refs = self._refs
+        if any(r.expired for r in refs):
+            raise RuntimeError(
+                "Cannot convert TrajectoryColumn with expired data references to numpy array."
+            )
+        if self.is_squeezed:
+            return np.asarray(refs[0].numpy())
+        return np.stack([np.asarray(r.numpy()) for r in refs])
+
+
+class _ColumnHistory:
+    """The last ``buffer_size`` references of one column, indexed as if all were kept
+    (older ones read as ``None``)."""
+
+    def __init__(self, path: tuple[Any, ...], buffer_size: int, history_padding: int = 0):
+        self._path = path
+        self._buffer_size = buffer_size
+        kept = min(buffer_size, history_padding)
+        self._refs: list[Any] = [None] * kept
+        self._offset = history_padding - kept
+
+    def path(self) -> tuple[Any, ...]:
+        return self._path
+
+    def append(self, ref: Any) -> None:
+        refs = self._refs
+        refs.append(ref)
+        if len(refs) > self._buffer_size:
+            del refs[0]
+            self._offset += 1
+
+    def resize(self, buffer_size: int) -> None:
+        self._buffer_size = buffer_size
+        while len(self._refs) > buffer_size:
+            del self._refs[0]
+            self._offset += 1
+
+    def reset(self) -> None:
+        self._refs = []
+        self._offset = 0
+
+    def set_last(self, ref: Any) -> None:
+        if not self._refs:
+            raise RuntimeError("set_last called on empty history column")
+        if self._refs[-1] is not None:
+            raise RuntimeError("set_last called on already set cell")
+        self._refs[-1] = ref
+
+    @property
+    def can_set_last(self) -> bool:
+        return bool(self._refs) and self._refs[-1] is None
+
+    def __len__(self) -> int:
+        return len(self._refs) + self._offset
+
+    def __iter__(self) -> Iterator[Any]:
+        yield from [None] * self._offset
+        yield from self._refs
+
+    def _at(self, i: int) -> Any:
+        n = len(self)
+        if i < -n or i >= n:
+            raise IndexError("list index out of range")
+        i = i + n if i < 0 else i
+        j = i - self._offset
+        return self._refs[j] if j >= 0 else None
+
+    def __getitem__(self, val: Any) -> TrajectoryColumn:
+        path = (*self._path, val)
+        if isinstance(val, (int, np.integer)):
+            return TrajectoryColumn([self._at(int(val))], squeeze=True, path=path)
+        if isinstance(val, slice):
+            idx = range(len(self))[val]
+            return TrajectoryColumn([self._at(i) for i in idx], path=path)
+        if isinstance(val, list):
+            return TrajectoryColumn([self._at(i) for i in val], path=path)
+        raise TypeError(f"_ColumnHistory indices must be integers or slices, not {type(val)}")
+
+    def __str__(self) -> str:
+        return f"_ColumnHistory(path={self._path}, refs={self._refs})"
+
+
+class TrajectoryWriter:
+    """Writes items made of column slices to tables (made by
+    :meth:`rlreplay.reverb.client.Client.trajectory_writer`).
+
+    Items are sent without waiting; :meth:`flush` (or :meth:`end_episode`) waits until
+    the server has them, which is where a rate limiter's wait is felt.
+    """
+
+    def __init__(self, client: Any, num_keep_alive_refs: int, *, validate_items: bool = True):
+        self._client = client
+        self._keep = num_keep_alive_refs
+        self._validate = validate_items
+        self._columns: list[_ColumnHistory] = []
+        self._specs: list[tuple[tuple[int, ...], np.dtype]] = []
+        self._path_index: dict[tuple[Any, ...], int] = {}
+        self._configs: dict[tuple[Any, ...], int] = {}
+        self._structure: Any = None
+        self._last_open = False
+        self._episode_steps = 0
+        self._closed = False
+
+    def __enter__(self) -> TrajectoryWriter:
+        return self
+
+    def __exit__(self, exc_type: Any, *exc: object) -> None:
+        if exc_type is None or not issubclass(exc_type, errors.ReverbError):
+            self.flush()
+
+    def __del__(self) -> None:
+        self._closed = True
+
+    @property
+    def history(self) -> Any:
+        """Each column's history, nested as the appended data.
+
+        Raises:
+            RuntimeError: before the first :meth:`append`.
+        """
+        if not self._columns:
+            raise RuntimeError(
+                "history cannot be accessed before `append` is called at least once."
+            )
+        return _nest.map_structure(lambda i: self._columns[i], self._structure)
+
+    @property
+    def episode_steps(self) -> int:
+        """Steps appended since the last :meth:`end_episode` (partial steps not counted)."""
+        return self._episode_steps
+
+    @property
+    def max_num_keep_alive_refs(self) -> int:
+        return max([self._keep, *self._configs.values()])
+
+    def configure(self, path: tuple[Any, ...], *, num_keep_alive_refs: int,
+                  max_chunk_length: int | None) -> None:  # fmt: skip
+        """Keep ``num_keep_alive_refs`` values of the column at ``path`` (chunking is
+        checked as Reverb does, and otherwise has no effect here).
+
+        Raises:
+            InvalidArgumentError (a ValueError): as Reverb.
+        """
+        if num_keep_alive_refs < 1:
+            raise InvalidArgumentError(
+                f"num_keep_alive_refs ({num_keep_alive_refs}) must be a positive integer"
+            )
+        if max_chunk_length is not None and not 1 <= max_chunk_length <= num_keep_alive_refs:
+            raise InvalidArgumentError(
+                f"max_chunk_length ({max_chunk_length}) must be None or a positive integer "
+                f"<= num_keep_alive_refs ({num_keep_alive_refs})"
+            )
+        self._configs[path] = num_keep_alive_refs
+        if path in self._path_index:
+            self._columns[self._path_index[path]].resize(num_keep_alive_refs)
+
+    # ------------------------------------------------------------ appending
+    def _column(self, path: tuple[Any, ...], value: np.ndarray) -> int:
+        index = self._path_index.get(path)
+        if index is None:
+            index = len(self._columns)
+            self._path_index[path] = index
+            padding = len(self._columns[0]) if self._columns else 0
+            if self._last_open and padding:
+                padding -= 1
+            self._columns.append(_ColumnHistory(path, self._configs.get(path, self._keep), padding))
+            self._specs.append((value.shape, value.dtype))
+            self._structure = None
+        return index
+
+    def append(self, data: Any, *, partial_step: bool = False) -> None:
+        """Append one step (a nest); new fields add columns (earlier steps read ``None``).
+
+        Raises:
+            InvalidArgumentError (a ValueError): for a value whose dtype or shape differs
+                from its column's first value (naming the column's path), or a field
+                given twice in one (partial) step.
+        """
+        flat = _nest.flatten_with_path(data)
+        values = []
+        for path, value in flat:
+            if value is None:
+                continue
+            arr = np.asarray(value)
+            index = self._path_index.get(path)
+            if index is None:
+                index = self._column(path, arr)
+            else:
+                shape, dtype = self._specs[index]
+                if arr.dtype != dtype:
+                    raise InvalidArgumentError(
+                        f"Tensor of wrong dtype provided for column {path}. Got "
+                        f"{tf_dtype_name(arr.dtype)} but expected {tf_dtype_name(dtype)}."
+                    )
+                if arr.shape != shape:
+                    raise InvalidArgumentError(
+                        f"Tensor of incompatible shape provided for column {path}. Got "
+                        f"{shape_text(arr.shape)} which is incompatible with "
+                        f"{shape_text(shape)}."
+                    )
+            values.append((index, arr))
+        if self._structure is None:
+            paths = [p for p, _ in flat]
+            if paths == list(self._path_index) and all(v is not None for _, v in flat):
+                self._structure = _nest.unflatten_as(data, list(range(len(paths))))
+            else:
+                self._structure = _nest_of_paths(list(self._path_index))
+        if self._last_open:
+            for i, _ in values:
+                if not self._columns[i].can_set_last:
+                    raise InvalidArgumentError(
+                        f"Field {self._columns[i].path()} has already been set in the active "
+                        "step by previous (partial) append call and thus must be omitted or "
+                        "set to None"
+                    )
+            for i, arr in values:
+                self._columns[i].set_last(CellRef(arr))
+        else:
+            refs: list[Any] = [None] * len(self._columns)
+            for i, arr in values:
+                refs[i] = CellRef(arr)
+            for column, ref in zip(self._columns, refs):
+                column.append(ref)
+        self._last_open = partial_step
+        if not partial_step:
+            self._episode_steps += 1
+
+    def create_item(self, table: str, priority: float, trajectory: Any) -> None:
+        """Send an item of ``trajectory`` (a nest of :class:`TrajectoryColumn`) to
+        ``table`` with ``priority``; returns without waiting (see :meth:`flush`).
+
+        Raises:
+            TypeError: if a leaf of ``trajectory`` is not a TrajectoryColumn.
+            InvalidArgumentError (a ValueError): for data the table's signature refuses.
+        """
+        flat = _nest.flatten(trajectory)
+        if not flat or not all(isinstance(c, TrajectoryColumn) for c in flat):
+            raise TypeError(
+                f"All leaves of `trajectory` must be `TrajectoryColumn` but got {trajectory}"
+            )
+        self._client._insert_item(table, [c.numpy() for c in flat], priority, False)
+
+    def flush(self, block_until_num_items: int = 0, timeout_ms: int | None = None) -> None:
+        """Wait until the server has the items created so far (all of them: rlreplay's
+        inserts are acknowledged together).
+
+        Raises:
+            InvalidArgumentError (a ValueError): if ``block_until_num_items < 0``.
+            DeadlineExceededError: if ``timeout_ms`` passed first (the items still go in).
+        """
+        if block_until_num_items < 0:
+            raise InvalidArgumentError(
+                f"block_until_num_items must be >= 0, got {block_until_num_items}"
+            )
+        timeout = None if timeout_ms is None or timeout_ms < 0 else timeout_ms / 1000.0
+        try:
+            self._client._flush(timeout)
+        except ReplayTimeoutError as exc:
+            if timeout is None or isinstance(exc, errors.RateLimiterTimeoutError):
+                raise
+            raise errors.DeadlineExceededError(
+                "Flush call did not complete within provided timeout of "
+                f"{datetime.timedelta(milliseconds=timeout_ms or 0)}"
+            ) from exc
+
+    def end_episode(self, clear_buffers: bool = True, timeout_ms: int | None = None) -> None:
+        """Flush, then start a new episode (clearing the history unless told not to)."""
+        try:
+            self.flush(0, timeout_ms)
+        finally:
+            if clear_buffers:
+                for column in self._columns:
+                    column.reset()
+            self._episode_steps = 0
+
+    def close(self) -> None:
+        """Send what is pending (without waiting) and close the writer."""
+        self._closed = True
+
+
+def _nest_of_paths(paths: list[tuple[Any, ...]]) -> Any:
+    """A nest of column indices rebuilt from the columns' paths (dicts for str keys,
+    lists for int indices)."""
+    root: dict[Any, Any] = {}
+    for index, path in enumerate(paths):
+        if not path:
+            return index
+        node = root
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = index
+
+    def build(node: Any) -> Any:
+        if not isinstance(node, dict):
+            return node
+        if node and all(isinstance(k, int) for k in node):
+            return [build(node[k]) for k in sorted(node)]
+        return {k: build(v) for k, v in node.items()}
+
+    return build(root)
