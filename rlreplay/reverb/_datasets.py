@@ -161,9 +161,11 @@ class _Source:
                         batch = next(it)
                 except RateLimiterTimeoutError:
                     return
-                yield batch
+                n_items = len(batch.info.keys)
                 if left > 0:
-                    left = max(0, left - len(batch.info.keys))
+                    n_items = min(n_items, left)
+                    left -= n_items
+                yield batch, n_items
         finally:
             it.close()
 
@@ -193,19 +195,23 @@ class _Source:
     def items(self, chunk: int) -> Iterator[tuple[SampleInfo, list[np.ndarray]]]:
         """(batched info, batched flat columns) of each request."""
         fmt = self.meta.format
-        for batch in self._requests(chunk):
+        if self.max_samples > 0:
+            chunk = min(chunk, self.max_samples)
+        for batch, n in self._requests(chunk):
             if self.timesteps:
-                yield from self._timestep_batches(batch)
+                yield from self._timestep_batches(batch, n)
                 continue
             if fmt.typed:
-                cols = self._typed_columns(batch.data)
+                cols = [c[:n] for c in self._typed_columns(batch.data)]
             else:
-                items = fmt.decode(batch.data)
+                items = fmt.decode(batch.data)[:n]
                 cols = [np.stack(parts) for parts in zip(*items)]
-            yield self._info(batch.info), cols
+            yield self._info(batch.info, 0, n), cols
 
-    def _timestep_batches(self, batch: Any) -> Iterator[tuple[SampleInfo, list[np.ndarray]]]:
-        items = self.meta.format.decode(batch.data)
+    def _timestep_batches(
+        self, batch: Any, n: int
+    ) -> Iterator[tuple[SampleInfo, list[np.ndarray]]]:
+        items = self.meta.format.decode(batch.data)[:n]
         for i, columns in enumerate(items):
             info = self._info(batch.info, i, i + 1)
             for t in range(len(columns[0])):

@@ -152,8 +152,8 @@ class Client:
 
     def _insert_item(self, table: str, columns: list[np.ndarray], priority: float,
                      timestep: bool) -> None:  # fmt: skip
-        row = self._table(table).format.encode(table, columns, timestep)
         with reverb_errors():
+            row = self._table(table).format.encode(table, columns, timestep)
             self.rlreplay_client.insert(table, row, float(priority))
 
     def _flush(self, timeout: float | None = None) -> None:
