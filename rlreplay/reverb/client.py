@@ -28,6 +28,7 @@ __all__ = ["Client", "Writer"]
 log = logging.getLogger("rlreplay.reverb")
 _UNLIMITED = -1e300  # a min_diff below this: samples wait only for min_size_to_sample
 MAX_CHUNK = 1024  # items one sample request of Client.sample takes, at most
+MAX_INSERT_BATCH = 64  # items a TrajectoryWriter sends in one insert, at most
 
 
 @contextmanager
@@ -82,7 +83,14 @@ class TableMeta:
         # A sample of many items at once behaves as that many single samples when the
         # limiter only waits for min_size_to_sample and items are never used up.
         self.batchable = data["max_times_sampled"] == 0 and lim["min_diff"] <= _UNLIMITED
-        self.gap = lim["max_diff"] - lim["min_diff"]
+        # Items a writer may send in one insert: any number (up to max_size) where inserts
+        # never wait; else few enough that the limiter admits them together well before
+        # its bound (half its range), so the batch waits about as single items would.
+        if lim["max_diff"] >= -_UNLIMITED:
+            batch = data["max_size"]
+        else:
+            batch = int((lim["max_diff"] - lim["min_diff"]) / (2 * lim["samples_per_insert"]))
+        self.insert_batch = max(1, min(batch, data["max_size"], MAX_INSERT_BATCH))
 
 
 def _columns(flat: list[Any]) -> list[np.ndarray]:
@@ -155,6 +163,21 @@ class Client:
         with reverb_errors():
             row = self._table(table).format.encode(table, columns, timestep)
             self.rlreplay_client.insert(table, row, float(priority))
+
+    def _insert_items(self, table: str, items: list[list[np.ndarray]], priorities: list[float],
+                      steps: list[int]) -> None:  # fmt: skip
+        """Insert checked items (see ItemFormat.check) in one call."""
+        fmt = self._table(table).format
+        with reverb_errors():
+            if fmt.typed:
+                batch: dict[str, Any] = {
+                    f: np.stack([it[i][0] if st else it[i] for it, st in zip(items, steps)])
+                    for i, f in enumerate(fmt.fields)
+                }
+                batch["steps"] = np.asarray(steps, np.uint8)
+            else:
+                batch = {"blob": np.stack([fmt.serialize(table, it) for it in items])}
+            self.rlreplay_client.insert(table, batch, np.asarray(priorities, np.float64))
 
     def _flush(self, timeout: float | None = None) -> None:
         with reverb_errors():

@@ -9,6 +9,7 @@ columns are stacked from them when it is created and sent as one row (see
 from __future__ import annotations
 
 import datetime
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from rlreplay.errors import InvalidArgumentError, ReplayTimeoutError
 from rlreplay.reverb import _nest, errors
+from rlreplay.reverb.client import reverb_errors
 from rlreplay.reverb.specs import shape_text, tf_dtype_name
 
 __all__ = ["TrajectoryColumn", "TrajectoryWriter"]
@@ -60,6 +62,8 @@ class TrajectoryColumn:
             or a ``None`` reference (a value no longer, or never, held).
     """
 
+    __slots__ = ("_refs", "is_squeezed")
+
     def __init__(self, data_references: Sequence[Any], *, squeeze: bool = False,
                  path: tuple[Any, ...] | None = None):  # fmt: skip
         if squeeze and len(data_references) != 1:
@@ -75,6 +79,14 @@ class TrajectoryColumn:
             )
         self._refs = tuple(data_references)
         self.is_squeezed = bool(squeeze)
+
+    @classmethod
+    def _of(cls, refs: tuple[Any, ...], squeeze: bool) -> TrajectoryColumn:
+        """A column of checked references (no None), without the checks."""
+        column = cls.__new__(cls)
+        column._refs = refs
+        column.is_squeezed = squeeze
+        return column
 
     def __len__(self) -> int:
         return len(self._refs)
@@ -114,6 +126,8 @@ class TrajectoryColumn:
             )
         if self.is_squeezed:
             return np.asarray(refs[0].numpy())
+        if len(refs) == 1:
+            return np.asarray(refs[0].numpy())[None]
         return np.stack([np.asarray(r.numpy()) for r in refs])
 
 
@@ -175,6 +189,13 @@ class _ColumnHistory:
         return self._refs[j] if j >= 0 else None
 
     def __getitem__(self, val: Any) -> TrajectoryColumn:
+        if type(val) is int:
+            refs, n = self._refs, len(self._refs)
+            j = val - self._offset if val >= 0 else val + n
+            if 0 <= j < n and val < n + self._offset:
+                ref = refs[j]
+                if ref is not None:
+                    return TrajectoryColumn._of((ref,), True)
         path = (*self._path, val)
         if isinstance(val, (int, np.integer)):
             return TrajectoryColumn([self._at(int(val))], squeeze=True, path=path)
@@ -193,9 +214,14 @@ class TrajectoryWriter:
     """Writes items made of column slices to tables (made by
     :meth:`rlreplay.reverb.client.Client.trajectory_writer`).
 
-    Items are sent without waiting; :meth:`flush` (or :meth:`end_episode`) waits until
-    the server has them, which is where a rate limiter's wait is felt.
+    :meth:`create_item` does not wait: items are held and sent in batches (at most
+    ``SEND_EVERY`` items, or ``SEND_AFTER_S`` seconds after the first held one, on the
+    next call); :meth:`flush` (or :meth:`end_episode`) sends them and waits until the
+    server has them, which is where a rate limiter's wait is felt.
     """
+
+    SEND_EVERY = 64
+    SEND_AFTER_S = 0.05
 
     def __init__(self, client: Any, num_keep_alive_refs: int, *, validate_items: bool = True):
         self._client = client
@@ -206,6 +232,13 @@ class TrajectoryWriter:
         self._path_index: dict[tuple[Any, ...], int] = {}
         self._configs: dict[tuple[Any, ...], int] = {}
         self._structure: Any = None
+        self._history: Any = None
+        # append's fast path: a dict of leaves with the keys of the step before
+        self._fast_keys: tuple[Any, ...] | None = None
+        self._fast_plan: list[tuple[Any, _ColumnHistory, tuple[int, ...], np.dtype]] = []
+        self._sorted_keys: dict[tuple[Any, ...], list[Any]] = {}
+        self._pending: dict[str, Any] = {}
+        self._first_pending = 0.0
         self._last_open = False
         self._episode_steps = 0
         self._closed = False
@@ -231,7 +264,9 @@ class TrajectoryWriter:
             raise RuntimeError(
                 "history cannot be accessed before `append` is called at least once."
             )
-        return _nest.map_structure(lambda i: self._columns[i], self._structure)
+        if self._history is None:
+            self._history = _nest.map_structure(lambda i: self._columns[i], self._structure)
+        return self._history
 
     @property
     def episode_steps(self) -> int:
@@ -242,8 +277,9 @@ class TrajectoryWriter:
     def max_num_keep_alive_refs(self) -> int:
         return max([self._keep, *self._configs.values()])
 
-    def configure(self, path: tuple[Any, ...], *, num_keep_alive_refs: int,
-                  max_chunk_length: int | None) -> None:  # fmt: skip
+    def configure(
+        self, path: tuple[Any, ...], *, num_keep_alive_refs: int, max_chunk_length: int | None
+    ) -> None:
         """Keep ``num_keep_alive_refs`` values of the column at ``path`` (chunking is
         checked as Reverb does, and otherwise has no effect here).
 
@@ -265,17 +301,30 @@ class TrajectoryWriter:
 
     # ------------------------------------------------------------ appending
     def _column(self, path: tuple[Any, ...], value: np.ndarray) -> int:
-        index = self._path_index.get(path)
-        if index is None:
-            index = len(self._columns)
-            self._path_index[path] = index
-            padding = len(self._columns[0]) if self._columns else 0
-            if self._last_open and padding:
-                padding -= 1
-            self._columns.append(_ColumnHistory(path, self._configs.get(path, self._keep), padding))
-            self._specs.append((value.shape, value.dtype))
-            self._structure = None
+        index = len(self._columns)
+        self._path_index[path] = index
+        padding = len(self._columns[0]) if self._columns else 0
+        if self._last_open and padding:
+            padding -= 1
+        self._columns.append(_ColumnHistory(path, self._configs.get(path, self._keep), padding))
+        self._specs.append((value.shape, value.dtype))
+        self._structure = self._history = self._fast_keys = None
         return index
+
+    def _checked(self, index: int, path: tuple[Any, ...], value: Any) -> np.ndarray:
+        arr = value if type(value) is np.ndarray else np.asarray(value)
+        shape, dtype = self._specs[index]
+        if arr.dtype != dtype:
+            raise InvalidArgumentError(
+                f"Tensor of wrong dtype provided for column {path}. Got "
+                f"{tf_dtype_name(arr.dtype)} but expected {tf_dtype_name(dtype)}."
+            )
+        if arr.shape != shape:
+            raise InvalidArgumentError(
+                f"Tensor of incompatible shape provided for column {path}. Got "
+                f"{shape_text(arr.shape)} which is incompatible with {shape_text(shape)}."
+            )
+        return arr
 
     def append(self, data: Any, *, partial_step: bool = False) -> None:
         """Append one step (a nest); new fields add columns (earlier steps read ``None``).
@@ -285,29 +334,24 @@ class TrajectoryWriter:
                 from its column's first value (naming the column's path), or a field
                 given twice in one (partial) step.
         """
+        if (
+            not partial_step
+            and not self._last_open
+            and type(data) is dict
+            and self._fast_keys is not None
+            and tuple(data) == self._fast_keys
+        ):
+            self._append_fast(data)
+            return
         flat = _nest.flatten_with_path(data)
         values = []
         for path, value in flat:
             if value is None:
                 continue
-            arr = np.asarray(value)
             index = self._path_index.get(path)
             if index is None:
-                index = self._column(path, arr)
-            else:
-                shape, dtype = self._specs[index]
-                if arr.dtype != dtype:
-                    raise InvalidArgumentError(
-                        f"Tensor of wrong dtype provided for column {path}. Got "
-                        f"{tf_dtype_name(arr.dtype)} but expected {tf_dtype_name(dtype)}."
-                    )
-                if arr.shape != shape:
-                    raise InvalidArgumentError(
-                        f"Tensor of incompatible shape provided for column {path}. Got "
-                        f"{shape_text(arr.shape)} which is incompatible with "
-                        f"{shape_text(shape)}."
-                    )
-            values.append((index, arr))
+                index = self._column(path, np.asarray(value))
+            values.append((index, self._checked(index, path, value)))
         if self._structure is None:
             paths = [p for p, _ in flat]
             if paths == list(self._path_index) and all(v is not None for _, v in flat):
@@ -333,7 +377,40 @@ class TrajectoryWriter:
         self._last_open = partial_step
         if not partial_step:
             self._episode_steps += 1
+            self._plan_fast(data, flat)
 
+    def _plan_fast(self, data: Any, flat: list[tuple[tuple[Any, ...], Any]]) -> None:
+        """Let the next steps skip flattening when this one was a flat dict of every column."""
+        if (
+            type(data) is dict
+            and len(flat) == len(self._columns) == len(data)
+            and all(len(p) == 1 and v is not None for p, v in flat)
+        ):
+            self._fast_keys = tuple(data)
+            self._fast_plan = [
+                (
+                    key,
+                    self._columns[self._path_index[(key,)]],
+                    *self._specs[self._path_index[(key,)]],
+                )
+                for key in data
+            ]
+        else:
+            self._fast_keys = None
+
+    def _append_fast(self, data: dict) -> None:
+        checked = []
+        for key, column, shape, dtype in self._fast_plan:
+            value = data[key]
+            arr = value if type(value) is np.ndarray else np.asarray(value)
+            if arr.dtype != dtype or arr.shape != shape:
+                arr = self._checked(self._path_index[(key,)], (key,), value)
+            checked.append((column, arr))
+        for column, arr in checked:
+            column.append(CellRef(arr))
+        self._episode_steps += 1
+
+    # ------------------------------------------------------------ items
     def create_item(self, table: str, priority: float, trajectory: Any) -> None:
         """Send an item of ``trajectory`` (a nest of :class:`TrajectoryColumn`) to
         ``table`` with ``priority``; returns without waiting (see :meth:`flush`).
@@ -342,16 +419,70 @@ class TrajectoryWriter:
             TypeError: if a leaf of ``trajectory`` is not a TrajectoryColumn.
             InvalidArgumentError (a ValueError): for data the table's signature refuses.
         """
-        flat = _nest.flatten(trajectory)
-        if not flat or not all(isinstance(c, TrajectoryColumn) for c in flat):
-            raise TypeError(
-                f"All leaves of `trajectory` must be `TrajectoryColumn` but got {trajectory}"
-            )
-        self._client._insert_item(table, [c.numpy() for c in flat], priority, False)
+        if type(trajectory) is dict:
+            keys = tuple(trajectory)
+            order = self._sorted_keys.get(keys)
+            if order is None:
+                order = self._sorted_keys[keys] = sorted(keys) if _sortable(keys) else None
+            flat = _nest.flatten(trajectory) if order is None else [trajectory[k] for k in order]
+            if order is not None and any(type(c) is not TrajectoryColumn for c in flat):
+                flat = _nest.flatten(trajectory)  # nested below the dict
+        else:
+            flat = _nest.flatten(trajectory)
+        columns = []
+        for c in flat:
+            if type(c) is not TrajectoryColumn:
+                if not isinstance(c, TrajectoryColumn):
+                    raise TypeError(
+                        "All leaves of `trajectory` must be `TrajectoryColumn` but got "
+                        f"{trajectory}"
+                    )
+                columns.append(c.numpy())
+            elif c.is_squeezed:
+                ref = c._refs[0]
+                data = ref.data if type(ref) is CellRef else ref.numpy()
+                columns.append(data if type(data) is np.ndarray else np.asarray(data))
+            else:
+                columns.append(c.numpy())
+        if not columns:
+            raise TypeError(f"`trajectory` holds no TrajectoryColumn: {trajectory}")
+        self._hold(table, columns, priority)
+
+    def _hold(self, table: str, columns: list[np.ndarray], priority: float) -> None:
+        """Check the item now; send it with others (see the class docstring)."""
+        client = self._client
+        meta = client._table(table)
+        if meta.insert_batch <= 1:
+            client._insert_item(table, columns, priority, False)
+            return
+        with reverb_errors():
+            steps = meta.format.check(table, columns, False)
+            prio = float(priority)
+            if not (prio >= 0.0 and prio < float("inf")):
+                raise InvalidArgumentError(f"priority={priority!r} must be a finite number >= 0")
+        held = self._pending.get(table)
+        if held is None:
+            held = self._pending[table] = ([], [], [])
+            if len(self._pending) == 1:
+                self._first_pending = time.monotonic()
+        held[0].append(columns)
+        held[1].append(prio)
+        held[2].append(steps)
+        if len(held[0]) >= meta.insert_batch or (
+            time.monotonic() - self._first_pending > self.SEND_AFTER_S
+        ):
+            self._send()
+
+    def _send(self) -> None:
+        """Send the held items (one insert per table)."""
+        pending, self._pending = self._pending, {}
+        client = self._client
+        for table, (items, prios, steps) in pending.items():
+            client._insert_items(table, items, prios, steps)
 
     def flush(self, block_until_num_items: int = 0, timeout_ms: int | None = None) -> None:
-        """Wait until the server has the items created so far (all of them: rlreplay's
-        inserts are acknowledged together).
+        """Send the held items and wait until the server has the items created so far
+        (all of them: rlreplay's inserts are acknowledged together).
 
         Raises:
             InvalidArgumentError (a ValueError): if ``block_until_num_items < 0``.
@@ -361,6 +492,7 @@ class TrajectoryWriter:
             raise InvalidArgumentError(
                 f"block_until_num_items must be >= 0, got {block_until_num_items}"
             )
+        self._send()
         timeout = None if timeout_ms is None or timeout_ms < 0 else timeout_ms / 1000.0
         try:
             self._client._flush(timeout)
@@ -383,8 +515,14 @@ class TrajectoryWriter:
             self._episode_steps = 0
 
     def close(self) -> None:
-        """Send what is pending (without waiting) and close the writer."""
+        """Send the held items (without waiting for the server) and close the writer."""
+        if not self._closed:
+            self._send()
         self._closed = True
+
+
+def _sortable(keys: tuple[Any, ...]) -> bool:
+    return all(type(k) is str for k in keys)
 
 
 def _nest_of_paths(paths: list[tuple[Any, ...]]) -> Any:
