@@ -65,13 +65,23 @@ def serve(impl: str, out, stop) -> None:
     reverb = _reverb(impl)
     sig = signature(reverb, np)
     tables = [
-        reverb.Table("uniform", sampler=reverb.selectors.Uniform(),
-                     remover=reverb.selectors.Fifo(), max_size=TABLE_SIZE,
-                     rate_limiter=reverb.rate_limiters.MinSize(1), signature=sig),
-        reverb.Table("prio", sampler=reverb.selectors.Prioritized(0.6),
-                     remover=reverb.selectors.Fifo(), max_size=TABLE_SIZE,
-                     rate_limiter=reverb.rate_limiters.MinSize(1), signature=sig),
-    ]  # fmt: skip
+        reverb.Table(
+            "uniform",
+            sampler=reverb.selectors.Uniform(),
+            remover=reverb.selectors.Fifo(),
+            max_size=TABLE_SIZE,
+            rate_limiter=reverb.rate_limiters.MinSize(1),
+            signature=sig,
+        ),
+        reverb.Table(
+            "prio",
+            sampler=reverb.selectors.Prioritized(0.6),
+            remover=reverb.selectors.Fifo(),
+            max_size=TABLE_SIZE,
+            rate_limiter=reverb.rate_limiters.MinSize(1),
+            signature=sig,
+        ),
+    ]
     server = reverb.Server(tables=tables)
     out.put(server.port)
     stop.wait(900)
@@ -88,10 +98,16 @@ def write(reverb, client, table: str, steps: int, np) -> float:
             writer.append({"obs": obs[t % 1024], "action": np.int64(t), "reward": np.float32(1)})
             if writer.episode_steps >= 2:
                 h = writer.history
-                writer.create_item(table, 1.0, {
-                    "obs": h["obs"][-2], "next_obs": h["obs"][-1],
-                    "action": h["action"][-2], "reward": h["reward"][-2],
-                })  # fmt: skip
+                writer.create_item(
+                    table,
+                    1.0,
+                    {
+                        "obs": h["obs"][-2],
+                        "next_obs": h["obs"][-1],
+                        "action": h["action"][-2],
+                        "reward": h["reward"][-2],
+                    },
+                )
             if (t + 1) % 100 == 0:
                 writer.end_episode()
         writer.flush()
@@ -105,8 +121,13 @@ def native_write(client, table: str, steps: int, np) -> float:
     start = time.perf_counter()
     for t in range(steps):
         if t % 100:
-            row = {"c0": np.int64(t - 1), "c1": obs[t % 1024], "c2": obs[(t - 1) % 1024],
-                   "c3": np.float32(1), "steps": 0}  # fmt: skip
+            row = {
+                "c0": np.int64(t - 1),
+                "c1": obs[t % 1024],
+                "c2": obs[(t - 1) % 1024],
+                "c3": np.float32(1),
+                "steps": 0,
+            }
             client.insert(table, row, 1.0)
     client.flush()
     return steps / (time.perf_counter() - start)
@@ -174,8 +195,9 @@ def measure(impl: str, port: int, duration: float) -> dict:
 def run(impl: str, duration: float) -> dict:
     ctx = mp.get_context("spawn")
     out, stop = ctx.Queue(), ctx.Event()
-    proc = ctx.Process(target=serve, args=("rlreplay" if impl == "native" else impl, out, stop),
-                       daemon=True)  # fmt: skip
+    proc = ctx.Process(
+        target=serve, args=("rlreplay" if impl == "native" else impl, out, stop), daemon=True
+    )
     proc.start()
     try:
         port = out.get(timeout=300)
@@ -191,8 +213,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=float, default=2.0, help="seconds per stream measure")
     parser.add_argument("--impl", choices=["reverb", "rlreplay", "native"], help="one only")
-    parser.add_argument("--reverb-python", default=os.environ.get(
-        "RLREPLAY_REVERB_PYTHON", "/tmp/reverbenv/bin/python"))  # fmt: skip
+    parser.add_argument(
+        "--reverb-python",
+        default=os.environ.get("RLREPLAY_REVERB_PYTHON", "/tmp/reverbenv/bin/python"),
+    )
     args = parser.parse_args()
     if args.impl:
         print(json.dumps(run(args.impl, args.duration)), flush=True)
@@ -200,9 +224,13 @@ def main() -> None:
     results = {}
     if Path(args.reverb_python).exists():
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH="")
-        done = subprocess.run([args.reverb_python, __file__, "--impl", "reverb", "--duration",
-                               str(args.duration)], capture_output=True, text=True, env=env,
-                              timeout=900)  # fmt: skip
+        done = subprocess.run(
+            [args.reverb_python, __file__, "--impl", "reverb", "--duration", str(args.duration)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=900,
+        )
         lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
         results["reverb"] = json.loads(lines[-1]) if lines else {"error": done.stderr[-2000:]}
     for impl in ("rlreplay", "native"):

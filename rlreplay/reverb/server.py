@@ -115,12 +115,16 @@ class Table:
         # rows makes that rare.
         capacity = self._max_size + 1 if fifo_only else 2 * self._max_size + 1
         self._name = name
+        rr_sampler, rr_remover = self._sampler.build(), self._remover.build()
+        # Reverb keeps (and reports) every item's priority whatever its selectors; an
+        # rlreplay table keeps them when a selector says it uses them.
+        rr_remover.uses_priorities = True
         self._table = _rr.Table(
             name,
             signature=self._format.rlreplay_signature(),
             capacity=capacity,
-            sampler=self._sampler.build(),
-            remover=self._remover.build(),
+            sampler=rr_sampler,
+            remover=rr_remover,
             max_size=self._max_size,
             rate_limiter=self._rate_limiter.build(),
             max_times_sampled=self._max_times_sampled,
