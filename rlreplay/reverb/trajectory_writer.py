@@ -303,9 +303,8 @@ class TrajectoryWriter:
     def _column(self, path: tuple[Any, ...], value: np.ndarray) -> int:
         index = len(self._columns)
         self._path_index[path] = index
+        # Earlier steps (the open one included) read None in the new column.
         padding = len(self._columns[0]) if self._columns else 0
-        if self._last_open and padding:
-            padding -= 1
         self._columns.append(_ColumnHistory(path, self._configs.get(path, self._keep), padding))
         self._specs.append((value.shape, value.dtype))
         self._structure = self._history = self._fast_keys = None
