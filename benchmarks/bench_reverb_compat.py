@@ -35,6 +35,7 @@ from pathlib import Path
 OBS = 8
 TABLE_SIZE = 1 << 15
 BATCH = 256
+CPU: dict[str, float] = {}  # the client process's CPU time per unit, by measure
 
 
 def _reverb(impl: str):
@@ -92,7 +93,7 @@ def write(reverb, client, table: str, steps: int, np) -> float:
     """The transition writer; returns steps/s."""
     rng = np.random.default_rng(0)
     obs = rng.random((1024, OBS), dtype=np.float32)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     with client.trajectory_writer(num_keep_alive_refs=2) as writer:
         for t in range(steps):
             writer.append({"obs": obs[t % 1024], "action": np.int64(t), "reward": np.float32(1)})
@@ -111,6 +112,7 @@ def write(reverb, client, table: str, steps: int, np) -> float:
             if (t + 1) % 100 == 0:
                 writer.end_episode()
         writer.flush()
+    CPU["writer_client_cpu_us_per_step"] = (time.process_time() - cpu) / steps * 1e6
     return steps / (time.perf_counter() - start)
 
 
@@ -118,7 +120,7 @@ def native_write(client, table: str, steps: int, np) -> float:
     """The same items through rlreplay's own ``Client.insert`` (the row each item is)."""
     rng = np.random.default_rng(0)
     obs = rng.random((1024, OBS), dtype=np.float32)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for t in range(steps):
         if t % 100:
             row = {
@@ -130,6 +132,7 @@ def native_write(client, table: str, steps: int, np) -> float:
             }
             client.insert(table, row, 1.0)
     client.flush()
+    CPU["writer_client_cpu_us_per_step"] = (time.process_time() - cpu) / steps * 1e6
     return steps / (time.perf_counter() - start)
 
 
@@ -143,12 +146,13 @@ def measure(impl: str, port: int, duration: float) -> dict:
 
         client = Client(address)
         result["writer_steps_per_s"] = native_write(client, "uniform", 3000, np)
+        result.update(CPU)
         native_write(client, "prio", TABLE_SIZE, np)
         for table, learn in (("uniform", False), ("prio", True)):
             n, rng = 0, np.random.default_rng(1)
             with client.sample_iterator(table, BATCH, in_flight=2) as it:
                 end = time.perf_counter() + duration
-                start = time.perf_counter()
+                start, cpu = time.perf_counter(), time.process_time()
                 for batch in it:
                     if learn:
                         it.update_priorities(batch.info.keys, rng.random(BATCH) + 0.01)
@@ -156,7 +160,9 @@ def measure(impl: str, port: int, duration: float) -> dict:
                     if time.perf_counter() > end:
                         break
                 elapsed = time.perf_counter() - start
+                cpu = (time.process_time() - cpu) / n * 1e6
             key = "sampling_items_per_s" if not learn else "learner_batches_per_s"
+            result[key.split("_")[0] + "_client_cpu_us_per_batch"] = cpu
             result[key] = n * (BATCH if not learn else 1) / elapsed
         return result
 
@@ -165,6 +171,7 @@ def measure(impl: str, port: int, duration: float) -> dict:
     write(reverb, client, "uniform", 300, np)  # warm-up
     steps = 3000
     result["writer_steps_per_s"] = write(reverb, client, "uniform", steps, np)
+    result.update(CPU)
     write(reverb, client, "prio", TABLE_SIZE, np)
     for name, table in (("sampling", "uniform"), ("learner", "prio")):
         ds = reverb.TrajectoryDataset.from_table_signature(
@@ -174,7 +181,7 @@ def measure(impl: str, port: int, duration: float) -> dict:
         it = ds.as_numpy_iterator()
         next(it)
         end = time.perf_counter() + duration
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         for sample in it:
             if name == "learner":
                 keys = sample.info.key.tolist()
@@ -185,6 +192,7 @@ def measure(impl: str, port: int, duration: float) -> dict:
             if time.perf_counter() > end:
                 break
         elapsed = time.perf_counter() - start
+        result[f"{name}_client_cpu_us_per_batch"] = (time.process_time() - cpu) / n * 1e6
         if name == "sampling":
             result["sampling_items_per_s"] = n * BATCH / elapsed
         else:
@@ -243,6 +251,15 @@ def main() -> None:
         line += f" (layer costs {1 - ours[key] / native[key]:.0%})"
         if key in theirs:
             line += f", Reverb {theirs[key]:,.0f} -> {ours[key] / theirs[key]:.1f}x Reverb"
+        print(line)
+    for key in (
+        "writer_client_cpu_us_per_step",
+        "sampling_client_cpu_us_per_batch",
+        "learner_client_cpu_us_per_batch",
+    ):
+        line = f"{key}: rlreplay.reverb {ours[key]:.1f}, rlreplay's own API {native[key]:.1f}"
+        if key in theirs:
+            line += f", Reverb {theirs[key]:.1f}"
         print(line)
 
 

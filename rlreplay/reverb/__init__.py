@@ -47,10 +47,21 @@ from rlreplay.reverb.trajectory_writer import TrajectoryColumn, TrajectoryWriter
 __version__ = "0.14.0"  # the Reverb API this layer follows
 
 _SUBMODULES = (
-    "checkpointers", "client", "errors", "item_selectors", "pybind", "rate_limiters",
-    "replay_sample", "reverb_types", "selectors", "server", "specs", "timestep_dataset",
-    "trajectory_dataset", "trajectory_writer",
-)  # fmt: skip
+    "checkpointers",
+    "client",
+    "errors",
+    "item_selectors",
+    "pybind",
+    "rate_limiters",
+    "replay_sample",
+    "reverb_types",
+    "selectors",
+    "server",
+    "specs",
+    "timestep_dataset",
+    "trajectory_dataset",
+    "trajectory_writer",
+)
 
 
 def install_as_reverb(name: str = "reverb") -> None:

@@ -47,8 +47,13 @@ def _converter(output: str) -> Any:
 class Dataset:
     """An iterable of ``ReplaySample``; see the module docstring."""
 
-    def __init__(self, source: _Source, batch_size: int | None = None,
-                 drop_remainder: bool = False, limit: int = -1):  # fmt: skip
+    def __init__(
+        self,
+        source: _Source,
+        batch_size: int | None = None,
+        drop_remainder: bool = False,
+        limit: int = -1,
+    ):
         self._source = source
         self._batch_size = batch_size
         self._drop_remainder = drop_remainder
@@ -64,13 +69,15 @@ class Dataset:
         """
         if self._batch_size is not None:
             raise InvalidArgumentError("this dataset is batched already; batch it once")
-        return Dataset(self._source, _check_count("batch_size", batch_size, False),
-                       drop_remainder, self._limit)  # fmt: skip
+        return Dataset(
+            self._source, _check_count("batch_size", batch_size, False), drop_remainder, self._limit
+        )
 
     def take(self, count: int) -> Dataset:
         """The first ``count`` elements (-1: all)."""
-        return Dataset(self._source, self._batch_size, self._drop_remainder,
-                       _check_count("count", count))  # fmt: skip
+        return Dataset(
+            self._source, self._batch_size, self._drop_remainder, _check_count("count", count)
+        )
 
     def prefetch(self, buffer_size: Any = None) -> Dataset:
         """This dataset (requests are in flight already)."""
@@ -104,9 +111,17 @@ class Dataset:
 class _Source:
     """The sample stream of one table."""
 
-    def __init__(self, server_address: str | Client, table: str, in_flight: int,
-                 timeout_ms: int, max_samples: int, dtypes: Any, shapes: Any,
-                 timesteps: bool):  # fmt: skip
+    def __init__(
+        self,
+        server_address: str | Client,
+        table: str,
+        in_flight: int,
+        timeout_ms: int,
+        max_samples: int,
+        dtypes: Any,
+        shapes: Any,
+        timesteps: bool,
+    ):
         self.client = (
             server_address if isinstance(server_address, Client) else Client(server_address)
         )
@@ -117,6 +132,7 @@ class _Source:
         self.max_samples = _check_count("max_samples", max_samples)
         self.timesteps = timesteps
         self.structure = dtypes
+        self._unflattener: Any = None
         self.specs = None
         if dtypes is not None:
             flat_dtypes = _nest.flatten(dtypes)
@@ -152,8 +168,9 @@ class _Source:
         rr = self.client.rlreplay_client
         left = self.max_samples
         with reverb_errors():
-            it = rr.sample_iterator(self.table, n, in_flight=max(1, self.in_flight // n),
-                                    timeout=self.timeout)  # fmt: skip
+            it = rr.sample_iterator(
+                self.table, n, in_flight=max(1, self.in_flight // n), timeout=self.timeout
+            )
         try:
             while left != 0:
                 try:
@@ -180,16 +197,20 @@ class _Source:
 
     def _info(self, info: Any, lo: int = 0, hi: int | None = None) -> SampleInfo:
         keys = to_reverb_keys(info.keys)[lo:hi]
-        n = len(keys)
-        return SampleInfo(keys, info.probabilities[lo:hi].astype(np.float64),
-                          np.full(n, info.table_size, np.int64),
-                          info.priorities[lo:hi].astype(np.float64),
-                          info.times_sampled[lo:hi].astype(np.int32))  # fmt: skip
+        return SampleInfo(
+            keys,
+            np.asarray(info.probabilities[lo:hi], np.float64),
+            np.full(len(keys), info.table_size, np.int64),
+            np.asarray(info.priorities[lo:hi], np.float64),
+            info.times_sampled[lo:hi].astype(np.int32),
+        )
 
     def _unflatten(self, flat: list[Any]) -> Any:
-        if self.structure is not None:
-            return _nest.unflatten_as(self.structure, flat)
-        return flat
+        if self.structure is None:
+            return flat
+        if self._unflattener is None:
+            self._unflattener = _nest.unflattener(self.structure)
+        return self._unflattener(flat)
 
     # -------------------------------------------------------------- trajectories
     def items(self, chunk: int) -> Iterator[tuple[SampleInfo, list[np.ndarray]]]:
@@ -310,9 +331,18 @@ class TrajectoryDataset(Dataset):
     ):
         _check_count("num_workers_per_iterator", num_workers_per_iterator)
         _check_count("max_samples_per_stream", max_samples_per_stream)
-        super().__init__(_Source(server_address, table, max_in_flight_samples_per_worker,
-                                 rate_limiter_timeout_ms, max_samples, dtypes, shapes,
-                                 self._timesteps))  # fmt: skip
+        super().__init__(
+            _Source(
+                server_address,
+                table,
+                max_in_flight_samples_per_worker,
+                rate_limiter_timeout_ms,
+                max_samples,
+                dtypes,
+                shapes,
+                self._timesteps,
+            )
+        )
 
     @classmethod
     def from_table_signature(
@@ -335,9 +365,17 @@ class TrajectoryDataset(Dataset):
         """
         client = server_address if isinstance(server_address, Client) else Client(server_address)
         dtypes, shapes = _signature_structure(client, table, get_signature_timeout_secs)
-        return cls(client, table, dtypes, shapes, max_in_flight_samples_per_worker,
-                   num_workers_per_iterator, max_samples_per_stream, rate_limiter_timeout_ms,
-                   max_samples)  # fmt: skip
+        return cls(
+            client,
+            table,
+            dtypes,
+            shapes,
+            max_in_flight_samples_per_worker,
+            num_workers_per_iterator,
+            max_samples_per_stream,
+            rate_limiter_timeout_ms,
+            max_samples,
+        )
 
 
 class TimestepDataset(TrajectoryDataset):

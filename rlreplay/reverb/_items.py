@@ -49,8 +49,9 @@ class ItemFormat:
     # ---------------------------------------------------------------- description
     def rlreplay_signature(self) -> dict[str, Any]:
         if self.typed:
-            sig: dict[str, Any] = {f: (shape, dt) for f, shape, dt in
-                                   zip(self.fields, self.shapes, self.dtypes)}  # fmt: skip
+            sig: dict[str, Any] = {
+                f: (shape, dt) for f, shape, dt in zip(self.fields, self.shapes, self.dtypes)
+            }
             sig["steps"] = "uint8"
             return sig
         return {"blob": ((self.max_item_bytes,), "uint8")}

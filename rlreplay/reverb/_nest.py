@@ -109,3 +109,17 @@ def flatten_up_to(structure: Any, x: Any) -> list[Any]:
     for (_, a), (_, b) in zip(children, other):
         out.extend(flatten_up_to(a, b))
     return out
+
+
+def unflattener(structure: Any) -> Callable[[list[Any]], Any]:
+    """A function doing :func:`unflatten_as` for ``structure``, made once: a flat dict or
+    namedtuple of leaves (the common signature) is rebuilt without walking the nest."""
+    children = _children(structure)
+    if children is not None and all(_children(c) is None for _, c in children):
+        if type(structure) is dict:
+            keys = [k for k, _ in children]
+            return lambda flat: dict(zip(keys, flat))
+        if is_namedtuple(structure):
+            cls = type(structure)
+            return lambda flat: cls(*flat)
+    return lambda flat: unflatten_as(structure, flat)

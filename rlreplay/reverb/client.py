@@ -158,14 +158,16 @@ class Client:
             )
         return tables[table]
 
-    def _insert_item(self, table: str, columns: list[np.ndarray], priority: float,
-                     timestep: bool) -> None:  # fmt: skip
+    def _insert_item(
+        self, table: str, columns: list[np.ndarray], priority: float, timestep: bool
+    ) -> None:
         with reverb_errors():
             row = self._table(table).format.encode(table, columns, timestep)
             self.rlreplay_client.insert(table, row, float(priority))
 
-    def _insert_items(self, table: str, items: list[list[np.ndarray]], priorities: list[float],
-                      steps: list[int]) -> None:  # fmt: skip
+    def _insert_items(
+        self, table: str, items: list[list[np.ndarray]], priorities: list[float], steps: list[int]
+    ) -> None:
         """Insert checked items (see ItemFormat.check) in one call."""
         fmt = self._table(table).format
         with reverb_errors():
@@ -244,8 +246,11 @@ class Client:
         """
         from rlreplay.reverb.trajectory_writer import TrajectoryWriter
 
-        if isinstance(num_keep_alive_refs, bool) or not isinstance(num_keep_alive_refs, int) \
-                or num_keep_alive_refs < 1:  # fmt: skip
+        if (
+            isinstance(num_keep_alive_refs, bool)
+            or not isinstance(num_keep_alive_refs, int)
+            or num_keep_alive_refs < 1
+        ):
             raise InvalidArgumentError(
                 f"num_keep_alive_refs ({num_keep_alive_refs}) must be a positive integer"
             )
@@ -296,8 +301,11 @@ class Client:
             ValueError: with ``emit_timesteps``, for an item whose columns differ in length.
             InvalidArgumentError (a ValueError): for an unknown table.
         """
-        if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) \
-                or num_samples < 1:  # fmt: skip
+        if (
+            isinstance(num_samples, bool)
+            or not isinstance(num_samples, (int, np.integer))
+            or num_samples < 1
+        ):
             raise InvalidArgumentError(f"num_samples={describe(num_samples)} must be an int >= 1")
         signature = self._table(table).signature if unpack_as_table_signature else None
 
@@ -360,8 +368,12 @@ class Client:
             else:
                 from rlreplay.net.client import Client as RRClient
 
-                rr = RRClient(self._server_address, call_timeout=float(timeout),
-                              diagnose_timeout=0.0, **self._options)  # fmt: skip
+                rr = RRClient(
+                    self._server_address,
+                    call_timeout=float(timeout),
+                    diagnose_timeout=0.0,
+                    **self._options,
+                )
                 if self._meta is None:
                     batch = rr.sample(META_TABLE, 1, timeout=float(timeout))
                     data = json.loads(batch.data["json"][0].tobytes())

@@ -113,8 +113,12 @@ class MinSize(RateLimiter):
     """
 
     def __init__(self, min_size_to_sample: int):
-        super().__init__(1.0, _count("min_size_to_sample", min_size_to_sample),
-                         -sys.float_info.max, sys.float_info.max)  # fmt: skip
+        super().__init__(
+            1.0,
+            _count("min_size_to_sample", min_size_to_sample),
+            -sys.float_info.max,
+            sys.float_info.max,
+        )
 
 
 class SampleToInsertRatio(RateLimiter):
@@ -166,8 +170,7 @@ class SampleToInsertRatio(RateLimiter):
                 "samples_per_insert * min_size_to_sample; this would deadlock as soon as "
                 "min_size_to_sample items have been inserted"
             )
-        super().__init__(spi, _count("min_size_to_sample", min_size_to_sample),
-                         min_diff, max_diff)  # fmt: skip
+        super().__init__(spi, _count("min_size_to_sample", min_size_to_sample), min_diff, max_diff)
 
 
 class Queue(RateLimiter):

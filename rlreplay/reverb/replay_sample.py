@@ -30,8 +30,13 @@ class SampleInfo(NamedTuple):
     @classmethod
     def tf_dtypes(cls) -> SampleInfo:
         """numpy dtypes of the fields (Reverb gives TensorFlow's equivalents)."""
-        return cls(np.dtype(np.uint64), np.dtype(np.float64), np.dtype(np.int64),
-                   np.dtype(np.float64), np.dtype(np.int32))  # fmt: skip
+        return cls(
+            np.dtype(np.uint64),
+            np.dtype(np.float64),
+            np.dtype(np.int64),
+            np.dtype(np.float64),
+            np.dtype(np.int32),
+        )
 
     @classmethod
     def tf_shapes(cls) -> SampleInfo:

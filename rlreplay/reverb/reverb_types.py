@@ -30,8 +30,13 @@ class KeyDistributionOptions(_Record):
     ``prioritized`` (with ``priority_exponent``), ``heap`` (with ``min_heap``)."""
 
     def __init__(self, options: dict[str, Any]):
-        fields: dict[str, Any] = {"fifo": False, "lifo": False, "uniform": False,
-                                  "prioritized": None, "heap": None}  # fmt: skip
+        fields: dict[str, Any] = {
+            "fifo": False,
+            "lifo": False,
+            "uniform": False,
+            "prioritized": None,
+            "heap": None,
+        }
         for name, value in options.items():
             fields[name] = _Record(**value) if isinstance(value, dict) else value
         fields["is_deterministic"] = bool(fields["fifo"] or fields["lifo"] or fields["heap"])

@@ -134,22 +134,48 @@ class Table:
     # ------------------------------------------------------------ constructors
     @classmethod
     def queue(
-        cls, name: str, max_size: int, extensions: Sequence[Any] = (), signature: Any = None,
+        cls,
+        name: str,
+        max_size: int,
+        extensions: Sequence[Any] = (),
+        signature: Any = None,
         **kwargs: Any,
-    ) -> Table:  # fmt: skip
+    ) -> Table:
         """A FIFO queue of ``max_size`` items, each sampled once; inserts wait while it is
         full, samples while it is empty."""
-        return cls(name, item_selectors.Fifo(), item_selectors.Fifo(), max_size,
-                   rate_limiters.Queue(max_size), 1, extensions, signature, **kwargs)  # fmt: skip
+        return cls(
+            name,
+            item_selectors.Fifo(),
+            item_selectors.Fifo(),
+            max_size,
+            rate_limiters.Queue(max_size),
+            1,
+            extensions,
+            signature,
+            **kwargs,
+        )
 
     @classmethod
     def stack(
-        cls, name: str, max_size: int, extensions: Sequence[Any] = (), signature: Any = None,
+        cls,
+        name: str,
+        max_size: int,
+        extensions: Sequence[Any] = (),
+        signature: Any = None,
         **kwargs: Any,
-    ) -> Table:  # fmt: skip
+    ) -> Table:
         """A LIFO stack of ``max_size`` items, each sampled once."""
-        return cls(name, item_selectors.Lifo(), item_selectors.Lifo(), max_size,
-                   rate_limiters.Stack(max_size), 1, extensions, signature, **kwargs)  # fmt: skip
+        return cls(
+            name,
+            item_selectors.Lifo(),
+            item_selectors.Lifo(),
+            max_size,
+            rate_limiters.Stack(max_size),
+            1,
+            extensions,
+            signature,
+            **kwargs,
+        )
 
     def replace(
         self,
@@ -224,8 +250,12 @@ class Table:
 def table_stats(table: _rr.Table) -> dict[str, Any]:
     """The counters of ``table`` that Reverb's TableInfo reports."""
     info = table.info()
-    return {"size": info.size, "inserts": info.inserts, "samples": info.samples,
-            "sampled_items": getattr(info, "sampled_items", 0)}  # fmt: skip
+    return {
+        "size": info.size,
+        "inserts": info.inserts,
+        "samples": info.samples,
+        "sampled_items": getattr(info, "sampled_items", 0),
+    }
 
 
 def _meta_table(tables: list[Table]) -> _rr.Table:

@@ -17,9 +17,14 @@ from rlreplay.reverb import _nest
 
 # TensorFlow's names of numpy dtypes, as Reverb's error messages spell them.
 _TF_NAMES = {
-    "float16": "half", "float32": "float", "float64": "double", "bool": "bool",
-    "complex64": "complex64", "complex128": "complex128", "object": "string",
-}  # fmt: skip
+    "float16": "half",
+    "float32": "float",
+    "float64": "double",
+    "bool": "bool",
+    "complex64": "complex64",
+    "complex128": "complex128",
+    "object": "string",
+}
 
 
 def tf_dtype_name(dtype: np.dtype) -> str:
@@ -119,8 +124,10 @@ class TensorSpec:
         except (InvalidArgumentError, TypeError, ValueError):
             return False
         return (shape, dtype, getattr(other, "name", self.name)) == (
-            self.shape, self.dtype, self.name,
-        )  # fmt: skip
+            self.shape,
+            self.dtype,
+            self.name,
+        )
 
     def __hash__(self) -> int:
         return hash((self.shape, self.dtype, self.name))
@@ -176,12 +183,17 @@ def nest_to_json(nest: Any) -> Any:
     if _nest.is_namedtuple(nest):
         cls = type(nest)
         return {
-            "t": "namedtuple", "module": cls.__module__, "name": cls.__qualname__,
-            "fields": list(cls._fields), "items": [nest_to_json(v) for v in nest],
-        }  # fmt: skip
+            "t": "namedtuple",
+            "module": cls.__module__,
+            "name": cls.__qualname__,
+            "fields": list(cls._fields),
+            "items": [nest_to_json(v) for v in nest],
+        }
     if isinstance(nest, (list, tuple)):
-        return {"t": type(nest).__name__ if type(nest) in (list, tuple) else "list",
-                "items": [nest_to_json(v) for v in nest]}  # fmt: skip
+        return {
+            "t": type(nest).__name__ if type(nest) in (list, tuple) else "list",
+            "items": [nest_to_json(v) for v in nest],
+        }
     spec = TensorSpec.from_spec(nest)
     return {"t": "spec", "shape": list(spec.shape), "dtype": spec.dtype.str, "name": spec.name}
 

@@ -64,8 +64,13 @@ class TrajectoryColumn:
 
     __slots__ = ("_refs", "is_squeezed")
 
-    def __init__(self, data_references: Sequence[Any], *, squeeze: bool = False,
-                 path: tuple[Any, ...] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        data_references: Sequence[Any],
+        *,
+        squeeze: bool = False,
+        path: tuple[Any, ...] | None = None,
+    ):
         if squeeze and len(data_references) != 1:
             raise InvalidArgumentError(
                 "Columns must contain exactly one data reference when squeeze set, got "

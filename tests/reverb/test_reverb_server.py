@@ -326,3 +326,93 @@ def test_checkpoint_returns_its_directory(client):
     client.insert(1, {"prio": 1.0})
     path = client.checkpoint()
     assert isinstance(path, str) and path
+
+
+def test_writer_sends_items_in_batches_and_all_at_flush(server, client):
+    writer = client.trajectory_writer(1)
+    writer.SEND_AFTER_S = 60.0  # only the count (64) or a flush sends here
+    for t in range(70):
+        writer.append(Step(obs=np.full(4, t, np.float32), action=np.int64(t)))
+        writer.create_item(
+            "transitions", 1.0, Step(obs=writer.history.obs[-1], action=writer.history.action[-1])
+        )
+    rr_table = server._tables[2].rlreplay_table
+    assert rr_table.name == "transitions" and len(writer._pending["transitions"][0]) == 6
+    writer.flush()
+    assert len(rr_table) == 70 and not writer._pending
+    data = rr_table.sample(70).data
+    np.testing.assert_array_equal(data["c0"][:, 0], data["c1"])  # obs and action of one step
+    writer.close()
+
+
+def test_items_for_a_ratio_limited_table_go_in_batches_the_limiter_admits():
+    table = reverb.Table(
+        "ratio",
+        reverb.selectors.Fifo(),
+        reverb.selectors.Fifo(),
+        100,
+        reverb.rate_limiters.SampleToInsertRatio(1.0, 2, 6.0),
+        signature=reverb.TensorSpec([], np.int64),
+    )
+    with reverb.Server([table]) as srv:
+        client = srv.localhost_client()
+        meta = client._table("ratio")
+        assert meta.insert_batch == 6  # half of the limiter's range of 12
+        with client.trajectory_writer(1) as writer:
+            for t in range(8):  # inserts stop at max_diff 8 without samples
+                writer.append({"x": np.int64(t)})
+                writer.create_item("ratio", 1.0, writer.history["x"][-1])
+            writer.flush(timeout_ms=5000)
+        assert table.info.current_size == 8
+        samples = client.sample("ratio", 3, emit_timesteps=False)
+        assert [int(s.data[0]) for s in samples] == [0, 0, 0]  # Fifo: the oldest, each time
+
+
+def test_a_column_first_given_in_an_open_step_reads_none_before_it(client):
+    writer = client.trajectory_writer(4)
+    writer.append({"a": np.int64(0)})
+    writer.append({"a": np.int64(1)}, partial_step=True)
+    writer.append({"b": np.float32(2)}, partial_step=True)  # a new column, in the open step
+    writer.append({})
+    assert [ref is None for ref in writer.history["b"]] == [True, False]
+    assert writer.episode_steps == 2 and writer.history["b"][-1].numpy() == 2.0
+    with pytest.raises(ValueError, match="None"):
+        writer.history["b"][0]
+
+
+def test_an_unsigned_table_mixes_items_of_any_structure(client):
+    items = [np.ones([], np.int64), {"x": np.ones([2, 2], np.float32)}, [np.zeros(3, np.int32)]]
+    for item in items:
+        client.insert(item, {"queue": 1.0})
+    got = [s.data for s in client.sample("queue", 3, emit_timesteps=False)]
+    assert [[c.shape for c in g] for g in got] == [[(1,)], [(1, 2, 2)], [(1, 3)]]
+    assert [g[0].dtype for g in got] == [np.int64, np.float32, np.int32]
+
+
+def test_timestep_dataset_yields_each_step_of_legacy_items(client):
+    with client.writer(3) as writer:
+        for i in range(3):
+            writer.append(np.int64(i))
+        writer.create_item("queue", 3, 1.0)
+    ds = reverb.TimestepDataset(
+        client,
+        "queue",
+        dtypes=np.int64,
+        shapes=(),
+        max_in_flight_samples_per_worker=1,
+        max_samples=1,
+    )
+    assert [int(s.data) for s in ds] == [0, 1, 2]
+
+
+def test_dataset_gives_torch_tensors_where_torch_is_installed(client):
+    torch = pytest.importorskip("torch")
+    for i in range(4):
+        client.insert(i, {"prio": 1.0})
+    ds = reverb.TrajectoryDataset(
+        client, "prio", dtypes=np.int64, shapes=(), max_in_flight_samples_per_worker=4
+    )
+    sample = next(ds.batch(4).as_iterator(output="torch"))
+    assert isinstance(sample.data, torch.Tensor) and sample.data.shape == (4,)
+    with pytest.raises(ValueError, match="output"):
+        next(ds.as_iterator(output="tensorflow"))
