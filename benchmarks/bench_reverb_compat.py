@@ -13,8 +13,11 @@ Measured, each against a server in its own process on 127.0.0.1:
   ``client.mutate_priorities`` of its 256 keys: batches/s.
 
 rlreplay's own API for the same work (``--impl native``): ``Client.insert`` of the
-item's row per step, ``Client.sample_iterator`` batches, and ``update_priorities`` on
-the iterator. Reverb runs in its own interpreter (Python 3.11 with ``dm-reverb==0.14.0``,
+item's row per step, ``Client.sample_iterator`` batches, and an awaited
+``Client.update_priorities`` per batch (as Reverb's ``mutate_priorities`` waits; sending the
+update with the iterator's next request instead saves that round trip).
+
+Reverb runs in its own interpreter (Python 3.11 with ``dm-reverb==0.14.0``,
 TensorFlow 2.15 and ``numpy<2``)::
 
     python benchmarks/bench_reverb_compat.py --reverb-python /tmp/reverbenv/bin/python
@@ -154,8 +157,8 @@ def measure(impl: str, port: int, duration: float) -> dict:
                 end = time.perf_counter() + duration
                 start, cpu = time.perf_counter(), time.process_time()
                 for batch in it:
-                    if learn:
-                        it.update_priorities(batch.info.keys, rng.random(BATCH) + 0.01)
+                    if learn:  # awaited, as Reverb's mutate_priorities
+                        client.update_priorities(table, batch.info.keys, rng.random(BATCH) + 0.01)
                     n += 1
                     if time.perf_counter() > end:
                         break
