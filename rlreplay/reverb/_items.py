@@ -40,6 +40,8 @@ class ItemFormat:
         typed = typed and all(s.dtype != object for s in specs)  # type: ignore[union-attr]
         self.specs = specs
         self.typed = typed
+        # (shape, dtype) per column where the signature has no dimension of any size
+        self._exact = None if not typed else [(tuple(x.shape), x.dtype) for x in specs]
         self.max_item_bytes = int(max_item_bytes)
         if typed:
             self.fields = [f"c{i}" for i in range(len(specs))]  # type: ignore[arg-type]
@@ -82,6 +84,13 @@ class ItemFormat:
         specs = self.specs
         if specs is None:
             return 0
+        exact = self._exact
+        if exact is not None and len(columns) == len(exact):
+            for col, (shape, dtype) in zip(columns, exact):
+                if col.shape != shape or (col.dtype is not dtype and col.dtype != dtype):
+                    break
+            else:
+                return 0  # the common case: every column has the signature's shape
         if len(columns) != len(specs):
             raise SignatureError(
                 f"item for table {table!r} has {len(columns)} columns but the table's "

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import logging
+import operator
 import threading
 from collections import deque
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Generator, Iterable, Mapping, Sized
 from contextlib import contextmanager
 from typing import Any
 
@@ -54,6 +55,11 @@ def to_rlreplay_keys(keys: Iterable[Any]) -> np.ndarray:
     Raises:
         InvalidArgumentError: for keys that are not integers in [0, 2**64).
     """
+    if isinstance(keys, Sized) and not isinstance(keys, np.ndarray):
+        try:  # the common case: ints from info.key (operator.index refuses floats)
+            return np.fromiter(map(operator.index, keys), np.uint64, len(keys)).view(np.int64)
+        except (TypeError, ValueError, OverflowError):
+            pass  # said below, or a numpy integer array given as a list
     try:
         arr = np.asarray(list(keys) if not isinstance(keys, np.ndarray) else keys)
         if arr.size and arr.dtype.kind not in "iu":
@@ -343,8 +349,14 @@ class Client:
         rr = self.rlreplay_client
         with reverb_errors():
             if updates:
-                keys = to_rlreplay_keys(list(updates.keys()))
-                rr.update_priorities(table, keys, np.asarray(list(updates.values()), np.float64))
+                keys = to_rlreplay_keys(updates.keys())
+                try:
+                    prios = np.fromiter(updates.values(), np.float64, len(updates))
+                except (TypeError, ValueError):
+                    raise InvalidArgumentError(
+                        f"updates={describe(updates)}: every priority must be a number"
+                    ) from None
+                rr.update_priorities(table, keys, prios)
             if deletes is not None:
                 keys = to_rlreplay_keys(list(deletes))
                 if len(keys):

@@ -15,12 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.errors import InvalidArgumentError, ReplayTimeoutError
+from rlreplay.errors import InvalidArgumentError, ReplayError, ReplayTimeoutError
 from rlreplay.reverb import _nest, errors
-from rlreplay.reverb.client import reverb_errors
 from rlreplay.reverb.specs import shape_text, tf_dtype_name
 
 __all__ = ["TrajectoryColumn", "TrajectoryWriter"]
+
+_INF = float("inf")
 
 
 class CellRef:
@@ -407,7 +408,7 @@ class TrajectoryWriter:
         for key, column, shape, dtype in self._fast_plan:
             value = data[key]
             arr = value if type(value) is np.ndarray else np.asarray(value)
-            if arr.dtype != dtype or arr.shape != shape:
+            if arr.shape != shape or (arr.dtype is not dtype and arr.dtype != dtype):
                 arr = self._checked(self._path_index[(key,)], (key,), value)
             checked.append((column, arr))
         for column, arr in checked:
@@ -459,11 +460,15 @@ class TrajectoryWriter:
         if meta.insert_batch <= 1:
             client._insert_item(table, columns, priority, False)
             return
-        with reverb_errors():
+        try:
             steps = meta.format.check(table, columns, False)
-            prio = float(priority)
-            if not (prio >= 0.0 and prio < float("inf")):
-                raise InvalidArgumentError(f"priority={priority!r} must be a finite number >= 0")
+        except ReplayError as exc:
+            raise errors.translate(exc) from exc
+        prio = float(priority)
+        if not (prio >= 0.0 and prio < _INF):
+            raise errors.InvalidArgumentError(
+                f"priority={priority!r} must be a finite number >= 0"
+            )
         held = self._pending.get(table)
         if held is None:
             held = self._pending[table] = ([], [], [])

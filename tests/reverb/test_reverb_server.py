@@ -204,8 +204,11 @@ def test_mutate_priorities_updates_then_deletes(client):
     seen = {s[0].data[0].item(): s[0].info.priority for s in client.sample("prio", 50)}
     assert seen == {1: 3.0}
     client.mutate_priorities("prio", deletes=[keys[2]])  # gone already: ignored
-    with pytest.raises(ValueError, match="keys"):
-        client.mutate_priorities("prio", deletes=[-1])
+    for bad in ([-1], [1.5], [2**64]):
+        with pytest.raises(ValueError, match="keys"):
+            client.mutate_priorities("prio", deletes=bad)
+    with pytest.raises(ValueError, match="priority must be a number"):
+        client.mutate_priorities("prio", updates={keys[1]: "high"})
 
 
 def test_reset_gives_new_keys(client):
