@@ -466,9 +466,7 @@ class TrajectoryWriter:
             raise errors.translate(exc) from exc
         prio = float(priority)
         if not (prio >= 0.0 and prio < _INF):
-            raise errors.InvalidArgumentError(
-                f"priority={priority!r} must be a finite number >= 0"
-            )
+            raise errors.InvalidArgumentError(f"priority={priority!r} must be a finite number >= 0")
         held = self._pending.get(table)
         if held is None:
             held = self._pending[table] = ([], [], [])
