@@ -100,7 +100,8 @@ class TableMeta:
 
 
 def _columns(flat: list[Any]) -> list[np.ndarray]:
-    return [np.asarray(x) for x in flat]
+    """The leaves as arrays of their own (copies: the caller may reuse its arrays)."""
+    return [np.array(x) for x in flat]
 
 
 class Client:

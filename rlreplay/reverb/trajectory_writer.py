@@ -317,7 +317,8 @@ class TrajectoryWriter:
         return index
 
     def _checked(self, index: int, path: tuple[Any, ...], value: Any) -> np.ndarray:
-        arr = value if type(value) is np.ndarray else np.asarray(value)
+        # A copy, as Reverb's append copies: the caller may reuse its arrays.
+        arr = value.copy() if type(value) is np.ndarray else np.array(value)
         shape, dtype = self._specs[index]
         if arr.dtype != dtype:
             raise InvalidArgumentError(
@@ -407,7 +408,7 @@ class TrajectoryWriter:
         checked = []
         for key, column, shape, dtype in self._fast_plan:
             value = data[key]
-            arr = value if type(value) is np.ndarray else np.asarray(value)
+            arr = value.copy() if type(value) is np.ndarray else np.array(value)
             if arr.shape != shape or (arr.dtype is not dtype and arr.dtype != dtype):
                 arr = self._checked(self._path_index[(key,)], (key,), value)
             checked.append((column, arr))

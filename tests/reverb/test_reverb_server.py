@@ -419,3 +419,22 @@ def test_dataset_gives_torch_tensors_where_torch_is_installed(client):
     assert isinstance(sample.data, torch.Tensor) and sample.data.shape == (4,)
     with pytest.raises(ValueError, match="output"):
         next(ds.as_iterator(output="tensorflow"))
+
+
+def test_writers_copy_what_they_are_given(client):
+    buffer = np.zeros(4, np.float32)
+    with client.trajectory_writer(2) as writer:
+        for t in range(2):
+            buffer[:] = t  # an environment that reuses its observation array
+            writer.append(Step(obs=buffer, action=np.int64(t)))
+        h = writer.history
+        writer.create_item("transitions", 1.0, Step(obs=h.obs[-2], action=h.action[-2]))
+    with client.writer(1) as legacy:
+        buffer[:] = 7
+        legacy.append(Step(obs=buffer, action=np.int64(7)))
+        buffer[:] = 8
+        legacy.create_item("queue", 1, 1.0)
+    item = next(client.sample("transitions", emit_timesteps=False, unpack_as_table_signature=True))
+    assert item.data.obs.tolist() == [0, 0, 0, 0] and item.data.action == 0
+    [step] = next(client.sample("queue"))
+    assert step.data[0].tolist() == [7, 7, 7, 7]  # [obs, action], in field order
