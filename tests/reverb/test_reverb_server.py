@@ -7,6 +7,7 @@ import collections
 import pickle
 import socket
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,7 +27,7 @@ TRANSITION = Step(obs=reverb.TensorSpec([4], np.float32), action=reverb.TensorSp
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(tmp_path_factory):
     tables = [
         reverb.Table(
             "prio",
@@ -63,7 +64,8 @@ def server():
             max_item_bytes=128,
         ),
     ]
-    srv = reverb.Server(tables)
+    checkpoints = reverb.checkpointers.DefaultCheckpointer(tmp_path_factory.mktemp("ckpt"))
+    srv = reverb.Server(tables, checkpointer=checkpoints)
     yield srv
     srv.stop()
 
@@ -325,10 +327,10 @@ def test_dataset_ends_at_a_rate_limiter_timeout_and_at_max_samples(client):
     assert len(list(ds)) == 5
 
 
-def test_checkpoint_returns_its_directory(client):
+def test_checkpoint_returns_its_directory(server, client):
     client.insert(1, {"prio": 1.0})
     path = client.checkpoint()
-    assert isinstance(path, str) and path
+    assert isinstance(path, str) and Path(path).is_dir() and "ckpt" in path
 
 
 def test_writer_sends_items_in_batches_and_all_at_flush(server, client):
@@ -348,7 +350,7 @@ def test_writer_sends_items_in_batches_and_all_at_flush(server, client):
     writer.close()
 
 
-def test_items_for_a_ratio_limited_table_go_in_batches_the_limiter_admits():
+def test_items_for_a_ratio_limited_table_go_in_batches_the_limiter_admits(tmp_path):
     table = reverb.Table(
         "ratio",
         reverb.selectors.Fifo(),
@@ -357,7 +359,9 @@ def test_items_for_a_ratio_limited_table_go_in_batches_the_limiter_admits():
         reverb.rate_limiters.SampleToInsertRatio(1.0, 2, 6.0),
         signature=reverb.TensorSpec([], np.int64),
     )
-    with reverb.Server([table]) as srv:
+    with reverb.Server(
+        [table], checkpointer=reverb.checkpointers.DefaultCheckpointer(tmp_path)
+    ) as srv:
         client = srv.localhost_client()
         meta = client._table("ratio")
         assert meta.insert_batch == 6  # half of the limiter's range of 12
