@@ -269,8 +269,12 @@ class Client:
     ) -> Generator[tuple[SampleInfo, list[np.ndarray]], None, None]:
         meta = self._table(table)
         rr, left = self.rlreplay_client, num_samples
+        # Requests grow 1, 2, 4, ... items: a caller that stops early has drawn (and
+        # counted in times_sampled) at most as many more items as it consumed.
+        chunk = 1
         while left > 0:
-            n = min(left, meta.data["max_size"], MAX_CHUNK) if meta.batchable else 1
+            n = min(left, meta.data["max_size"], chunk) if meta.batchable else 1
+            chunk = min(2 * chunk, MAX_CHUNK)
             with reverb_errors():
                 batch = rr.sample(table, n)
             info = batch.info

@@ -442,3 +442,13 @@ def test_writers_copy_what_they_are_given(client):
     assert item.data.obs.tolist() == [0, 0, 0, 0] and item.data.action == 0
     [step] = next(client.sample("queue"))
     assert step.data[0].tolist() == [7, 7, 7, 7]  # [obs, action], in field order
+
+
+def test_an_abandoned_sample_generator_draws_few_items_ahead(client):
+    for i in range(4):
+        client.insert(i, {"prio": 1.0})
+    samples = client.sample("prio", 1000)
+    for _ in range(3):
+        next(samples)
+    samples.close()
+    assert client.server_info()["prio"].rate_limiter_info.sample_stats.completed <= 6
