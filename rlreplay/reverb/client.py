@@ -188,6 +188,11 @@ class Client:
                 batch = {"blob": np.stack([fmt.serialize(table, it) for it in items])}
             self.rlreplay_client.insert(table, batch, np.asarray(priorities, np.float64))
 
+    def _insert_rows(self, table: str, rows: dict[str, np.ndarray], priorities: np.ndarray) -> None:
+        """Insert rows already in the table's format (typed storage) in one call."""
+        with reverb_errors():
+            self.rlreplay_client.insert(table, rows, priorities)
+
     def _flush(self, timeout: float | None = None) -> None:
         with reverb_errors():
             self.rlreplay_client.flush(timeout)

@@ -109,11 +109,15 @@ class Table:
         flat = None if signature is None else specs.check_signature(signature)
         self._format = ItemFormat(flat, max_item_bytes)
         fifo_only = isinstance(self._remover, item_selectors.Fifo) and max_times_sampled == 0
-        # One row per item. The store's ring overwrites its oldest row; a remover other
-        # than Fifo (or items removed early) can leave a live item there, which is then
-        # moved to the ring's head ("relocate", a new key) rather than lost. Twice the
-        # rows makes that rare.
-        capacity = self._max_size + 1 if fifo_only else 2 * self._max_size + 1
+        # One row per item, in the store's ring of rows. With a Fifo remover (and items
+        # never used up) the ring's oldest row holds the oldest item, the one Fifo evicts:
+        # max_size + 1 rows, an overwritten row's item evicted. Otherwise a live item can
+        # sit on the oldest row; it is moved to the ring's head (a new key) rather than
+        # lost, which needs room for max_size items beside an insert of up to max_size.
+        if fifo_only:
+            capacity, on_overwrite = self._max_size + 1, "evict"
+        else:
+            capacity, on_overwrite = 2 * self._max_size + 1, "relocate"
         self._name = name
         rr_sampler, rr_remover = self._sampler.build(), self._remover.build()
         # Reverb keeps (and reports) every item's priority whatever its selectors; an
@@ -128,7 +132,7 @@ class Table:
             max_size=self._max_size,
             rate_limiter=self._rate_limiter.build(),
             max_times_sampled=self._max_times_sampled,
-            on_overwrite="relocate",
+            on_overwrite=on_overwrite,
         )
 
     # ------------------------------------------------------------ constructors

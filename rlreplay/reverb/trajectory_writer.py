@@ -244,6 +244,7 @@ class TrajectoryWriter:
         self._fast_plan: list[tuple[Any, _ColumnHistory, tuple[int, ...], np.dtype]] = []
         self._sorted_keys: dict[tuple[Any, ...], list[Any]] = {}
         self._pending: dict[str, Any] = {}
+        self._metas: dict[str, Any] = {}
         self._first_pending = 0.0
         self._last_open = False
         self._episode_steps = 0
@@ -425,31 +426,26 @@ class TrajectoryWriter:
             TypeError: if a leaf of ``trajectory`` is not a TrajectoryColumn.
             InvalidArgumentError (a ValueError): for data the table's signature refuses.
         """
+        columns: list[np.ndarray] | None = None
         if type(trajectory) is dict:
             keys = tuple(trajectory)
             order = self._sorted_keys.get(keys)
             if order is None:
                 order = self._sorted_keys[keys] = sorted(keys) if _sortable(keys) else None
-            flat = _nest.flatten(trajectory) if order is None else [trajectory[k] for k in order]
-            if order is not None and any(type(c) is not TrajectoryColumn for c in flat):
-                flat = _nest.flatten(trajectory)  # nested below the dict
-        else:
+            if order is not None:
+                columns = _squeezed_columns([trajectory[k] for k in order])
+        if columns is None:  # a nest below the dict, other leaves, or another structure
             flat = _nest.flatten(trajectory)
-        columns = []
-        for c in flat:
-            if type(c) is not TrajectoryColumn:
-                if not isinstance(c, TrajectoryColumn):
-                    raise TypeError(
-                        "All leaves of `trajectory` must be `TrajectoryColumn` but got "
-                        f"{trajectory}"
-                    )
-                columns.append(c.numpy())
-            elif c.is_squeezed:
-                ref = c._refs[0]
-                data = ref.data if type(ref) is CellRef else ref.numpy()
-                columns.append(data if type(data) is np.ndarray else np.asarray(data))
-            else:
-                columns.append(c.numpy())
+            columns = _squeezed_columns(flat)
+            if columns is None:
+                columns = []
+                for c in flat:
+                    if not isinstance(c, TrajectoryColumn):
+                        raise TypeError(
+                            "All leaves of `trajectory` must be `TrajectoryColumn` but got "
+                            f"{trajectory}"
+                        )
+                    columns.append(c.numpy())
         if not columns:
             raise TypeError(f"`trajectory` holds no TrajectoryColumn: {trajectory}")
         self._hold(table, columns, priority)
@@ -457,7 +453,9 @@ class TrajectoryWriter:
     def _hold(self, table: str, columns: list[np.ndarray], priority: float) -> None:
         """Check the item now; send it with others (see the class docstring)."""
         client = self._client
-        meta = client._table(table)
+        meta = self._metas.get(table)
+        if meta is None:
+            meta = self._metas[table] = client._table(table)
         if meta.insert_batch <= 1:
             client._insert_item(table, columns, priority, False)
             return
@@ -470,13 +468,11 @@ class TrajectoryWriter:
             raise errors.InvalidArgumentError(f"priority={priority!r} must be a finite number >= 0")
         held = self._pending.get(table)
         if held is None:
-            held = self._pending[table] = ([], [], [])
+            held = self._pending[table] = _HeldItems(meta.format, meta.insert_batch)
             if len(self._pending) == 1:
                 self._first_pending = time.monotonic()
-        held[0].append(columns)
-        held[1].append(prio)
-        held[2].append(steps)
-        if len(held[0]) >= meta.insert_batch or (
+        held.add(columns, prio, steps)
+        if held.n >= meta.insert_batch or (
             time.monotonic() - self._first_pending > self.SEND_AFTER_S
         ):
             self._send()
@@ -485,8 +481,11 @@ class TrajectoryWriter:
         """Send the held items (one insert per table)."""
         pending, self._pending = self._pending, {}
         client = self._client
-        for table, (items, prios, steps) in pending.items():
-            client._insert_items(table, items, prios, steps)
+        for table, held in pending.items():
+            if held.arrays is not None:
+                client._insert_rows(table, held.rows(), held.priorities[: held.n])
+            else:
+                client._insert_items(table, held.items, held.priorities[: held.n], held.steps)
 
     def flush(self, block_until_num_items: int = 0, timeout_ms: int | None = None) -> None:
         """Send the held items and wait until the server has the items created so far
@@ -527,6 +526,54 @@ class TrajectoryWriter:
         if not self._closed:
             self._send()
         self._closed = True
+
+
+class _HeldItems:
+    """Checked items of one table waiting to be sent: for typed storage, written straight
+    into the batch's arrays (one per column); else kept as lists."""
+
+    __slots__ = ("arrays", "fields", "items", "n", "priorities", "steps")
+
+    def __init__(self, fmt: Any, size: int):
+        self.n = 0
+        self.priorities = np.empty(size, np.float64)
+        self.arrays: list[np.ndarray] | None = None
+        self.items: list[list[np.ndarray]] = []
+        self.steps: list[int] = []
+        if fmt.typed:
+            self.fields = fmt.fields
+            self.arrays = [np.empty((size, *sh), dt) for sh, dt in zip(fmt.shapes, fmt.dtypes)]
+
+    def add(self, columns: list[np.ndarray], priority: float, steps: int) -> None:
+        n = self.n
+        if self.arrays is not None:  # a writer's items have the signature's shapes (steps 0)
+            for array, column in zip(self.arrays, columns):
+                array[n] = column
+        else:
+            self.items.append(columns)
+            self.steps.append(steps)
+        self.priorities[n] = priority
+        self.n = n + 1
+
+    def rows(self) -> dict[str, np.ndarray]:
+        n = self.n
+        rows = {f: a[:n] for f, a in zip(self.fields, self.arrays)}  # type: ignore[arg-type]
+        rows["steps"] = np.zeros(n, np.uint8)
+        return rows
+
+
+def _squeezed_columns(flat: list[Any]) -> list[np.ndarray] | None:
+    """The arrays of ``flat`` when every leaf is a squeezed column of this writer's
+    references (the common transition item), else ``None``."""
+    out = []
+    for c in flat:
+        if type(c) is not TrajectoryColumn or not c.is_squeezed:
+            return None
+        ref = c._refs[0]
+        if type(ref) is not CellRef:
+            return None
+        out.append(ref.data)
+    return out
 
 
 def _sortable(keys: tuple[Any, ...]) -> bool:

@@ -342,7 +342,7 @@ def test_writer_sends_items_in_batches_and_all_at_flush(server, client):
             "transitions", 1.0, Step(obs=writer.history.obs[-1], action=writer.history.action[-1])
         )
     rr_table = server._tables[2].rlreplay_table
-    assert rr_table.name == "transitions" and len(writer._pending["transitions"][0]) == 6
+    assert rr_table.name == "transitions" and writer._pending["transitions"].n == 6
     writer.flush()
     assert len(rr_table) == 70 and not writer._pending
     data = rr_table.sample(70).data
@@ -452,3 +452,34 @@ def test_an_abandoned_sample_generator_draws_few_items_ahead(client):
         next(samples)
     samples.close()
     assert client.server_info()["prio"].rate_limiter_info.sample_stats.completed <= 6
+
+
+@pytest.mark.parametrize("remover", ["Fifo", "Lifo", "MinHeap"])
+def test_full_tables_keep_taking_items_from_every_writer(tmp_path, remover):
+    table = reverb.Table(
+        "t",
+        reverb.selectors.Uniform(),
+        getattr(reverb.selectors, remover)(),
+        10,
+        reverb.rate_limiters.MinSize(1),
+        signature=reverb.TensorSpec([], np.int64),
+    )
+    with reverb.Server(
+        [table], checkpointer=reverb.checkpointers.DefaultCheckpointer(tmp_path)
+    ) as srv:
+        client = srv.localhost_client()
+        for i in range(50):  # single rows, coalesced by the client
+            client._insert_item("t", [np.array(np.int64(i))], 1.0, False)
+        with client.trajectory_writer(1) as writer:  # batches of up to max_size items
+            for i in range(50, 120):
+                writer.append({"x": np.int64(i)})
+                writer.create_item("t", float(i), writer.history["x"][-1])
+        with client.writer(1) as legacy:
+            for i in range(120, 135):
+                legacy.append(np.int64(i))
+                legacy.create_item("t", 1, 1.0)
+        assert table.info.current_size == 10
+        samples = client.sample("t", 200, emit_timesteps=False)
+        held = {int(s.data[0].reshape(-1)[0]) for s in samples}  # shapes () and (1,)
+        if remover == "Fifo":
+            assert held == set(range(125, 135))
