@@ -17,7 +17,16 @@ from rlreplay.reverb.item_selectors import (
     Uniform as UniformSelector,
 )
 from rlreplay.reverb.rate_limiters import RateLimiter
+from rlreplay.reverb.replay_sample import SampleInfo
 from rlreplay.reverb.trajectory_writer import CellRef as WeakCellRef
+
+
+class Sampler:
+    """What Reverb's compiled sampler tells of its output: each sampled item comes with
+    ``NUM_INFO_TENSORS`` info fields (those of :class:`SampleInfo`)."""
+
+    NUM_INFO_TENSORS = len(SampleInfo._fields)
+
 
 __all__ = [
     "FifoSelector",
@@ -25,6 +34,7 @@ __all__ = [
     "LifoSelector",
     "PrioritizedSelector",
     "RateLimiter",
+    "Sampler",
     "UniformSelector",
     "WeakCellRef",
 ]

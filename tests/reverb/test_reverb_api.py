@@ -60,6 +60,7 @@ PUBLIC = {
         "LifoSelector",
         "PrioritizedSelector",
         "RateLimiter",
+        "Sampler",
         "UniformSelector",
         "WeakCellRef",
     ],
