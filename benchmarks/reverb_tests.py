@@ -11,7 +11,8 @@ dtypes over numpy, written to a temporary directory; TensorFlow is never importe
 The files: ``reverb/client_test.py``, ``reverb/server_test.py``,
 ``reverb/rate_limiters_test.py``, ``reverb/replay_sample_test.py`` and the
 ``TrajectoryColumnTest`` class of ``reverb/trajectory_writer_test.py``. Prints each file's
-unittest summary and exits 1 if any failed. The results and the assertions that cannot apply: docs/coming_from_reverb.md.
+unittest summary and exits 1 if any failed. The results, and the assertions that cannot
+apply: docs/coming_from_reverb.md.
 """
 
 from __future__ import annotations
