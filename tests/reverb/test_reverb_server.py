@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 import rlreplay.reverb as reverb
-from rlreplay.errors import ReplayTimeoutError
 
 Step = collections.namedtuple("Step", ["obs", "action"])
 SIG = {
@@ -253,7 +252,7 @@ def test_flush_timeout_on_a_full_queue_raises_deadline_exceeded(client):
     for i in range(6):  # one more than the queue holds: the limiter holds the last
         writer.append({"x": np.int64(i)})
         writer.create_item("queue", 1.0, writer.history["x"][-1])
-    with pytest.raises(ReplayTimeoutError):
+    with pytest.raises(reverb.errors.DeadlineExceededError, match="Flush call did not complete"):
         writer.flush(timeout_ms=300)
     first = next(client.sample("queue", emit_timesteps=False))
     assert first.data[0] == 0
