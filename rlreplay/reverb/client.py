@@ -7,7 +7,6 @@ pickles as its address, as Reverb's does.
 from __future__ import annotations
 
 import json
-import logging
 import operator
 import threading
 from collections import deque
@@ -26,7 +25,6 @@ from rlreplay.reverb.server import META_TABLE
 
 __all__ = ["Client", "Writer"]
 
-log = logging.getLogger("rlreplay.reverb")
 _UNLIMITED = -1e300  # a min_diff below this: samples wait only for min_size_to_sample
 MAX_CHUNK = 1024  # items one sample request of Client.sample takes, at most
 MAX_INSERT_BATCH = 64  # items a TrajectoryWriter sends in one insert, at most

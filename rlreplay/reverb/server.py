@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import tempfile
-import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -364,13 +363,3 @@ class Server:
 
     def __repr__(self) -> str:
         return f"Server(port={self._port}, tables={[t.name for t in self._tables]})"
-
-
-def wait_for(condition: Any, timeout: float) -> bool:
-    """Poll ``condition()`` until it is true or ``timeout`` seconds pass."""
-    end = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.005)
-    return True
