@@ -424,6 +424,9 @@ check_indexes(const int64_t *idx, Py_ssize_t n, Py_ssize_t leaves, const char *n
     return 0;
 }
 
+/* Every buffer set_leaves holds starts as not held (a view's obj NULL, a tree's count 0)
+ * and is released once, at its one exit, whatever path led there: an error found after
+ * some buffers were acquired cannot leave a reference behind. */
 static PyObject *
 set_leaves(PyObject *args, int is_sum, const char *name)
 {
@@ -432,43 +435,38 @@ set_leaves(PyObject *args, int is_sum, const char *name)
         return NULL;
     }
     Levels lv, mv;
+    lv.count = 0;
     mv.count = 0;
-    Py_buffer iv, vv;
+    Py_buffer iv = {0}, vv = {0};
+    PyObject *result = NULL;
     int has_values = val_obj != Py_None;
     if (levels_acquire(levels_obj, &lv) < 0) {
-        return NULL;
+        goto done;
     }
     if (mins_obj != Py_None) {
-        if (!is_sum || levels_acquire(mins_obj, &mv) < 0) {
-            if (!PyErr_Occurred()) {
-                PyErr_SetString(PyExc_TypeError, "only set_sum takes min_levels");
-            }
-            levels_release(&lv);
-            return NULL;
+        if (!is_sum) {
+            PyErr_SetString(PyExc_TypeError, "only set_sum takes min_levels");
+            goto done;
+        }
+        if (levels_acquire(mins_obj, &mv) < 0) {
+            goto done;
         }
         if (mv.count != lv.count || mv.data[0] != lv.data[0]) {
             PyErr_SetString(PyExc_ValueError,
                             "min_levels must be a tree of as many levels over the same leaves");
-            levels_release(&mv);
-            levels_release(&lv);
-            return NULL;
+            goto done;
         }
     }
     if (get_buffer(idx_obj, &iv, 0, 'q', "idx") < 0) {
-        levels_release(&lv);
-        return NULL;
+        goto done;
     }
     if (!has_values) { /* the leaves are written already: an empty stand-in buffer */
         if (PyObject_GetBuffer(idx_obj, &vv, PyBUF_SIMPLE) < 0) {
-            PyBuffer_Release(&iv);
-            levels_release(&lv);
-            return NULL;
+            goto done;
         }
     }
     else if (get_buffer(val_obj, &vv, 0, 'd', "values") < 0) {
-        PyBuffer_Release(&iv);
-        levels_release(&lv);
-        return NULL;
+        goto done;
     }
     Py_ssize_t n = iv.len / 8;
     const int64_t *idx = (const int64_t *)iv.buf;
@@ -476,23 +474,19 @@ set_leaves(PyObject *args, int is_sum, const char *name)
     if (has_values && vv.len / 8 != n) {
         PyErr_Format(PyExc_ValueError, "%s: values has %zd items but idx has %zd", name,
                      vv.len / 8, n);
-        goto fail;
+        goto done;
     }
     if (check_indexes(idx, n, lv.len[0], name) < 0 ||
         write_many(&lv, &mv, idx, has_values ? val : NULL, n, is_sum) < 0) {
-        goto fail;
+        goto done;
     }
-    PyBuffer_Release(&vv);
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&vv); /* a view never acquired has obj NULL: nothing to release */
     PyBuffer_Release(&iv);
     levels_release(&mv);
     levels_release(&lv);
-    Py_RETURN_NONE;
-fail:
-    PyBuffer_Release(&vv);
-    PyBuffer_Release(&iv);
-    levels_release(&mv);
-    levels_release(&lv);
-    return NULL;
+    return result;
 }
 
 static PyObject *
