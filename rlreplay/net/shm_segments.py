@@ -20,7 +20,6 @@ those.
 from __future__ import annotations
 
 import contextlib
-import math
 import mmap
 import os
 import re
@@ -212,14 +211,10 @@ def check_entries(entries: Any, nbytes: int) -> list[tuple[str, np.dtype, tuple,
         try:
             name, dtype_str, shape, off = entry
             dtype = wire._dtype(dtype_str)
-            shape = tuple(shape)
             if not isinstance(name, str) or dtype is None or type(off) is not int:
                 raise ValueError(entry)
-            if len(shape) > wire.MAX_DIMS:
-                raise ValueError(entry)
-            if not all(type(d) is int and 0 <= d <= wire.MAX_DIM for d in shape):
-                raise ValueError(entry)
-            size = math.prod(shape) * dtype.itemsize
+            size = wire.array_extent(shape, dtype.itemsize)[1]
+            shape = tuple(shape)
             if off < 0 or off + size > nbytes or off % dtype.alignment:
                 raise ValueError(entry)
         except (TypeError, ValueError):

@@ -11,7 +11,6 @@ Received arrays are views over the received frames (no copy). See ``docs/protoco
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -171,6 +170,41 @@ def _pack(arrays: Mapping[str, np.ndarray], frames: list) -> list:
 
 MAX_DIMS = 32  # most dimensions an array may declare (numpy's own limit is 64)
 MAX_DIM = 2**40  # largest extent of one dimension
+# numpy refuses a shape whose non-zero extents multiply, times the itemsize, past this,
+# even when another extent is 0 (the array would hold nothing).
+MAX_NBYTES = int(np.iinfo(np.intp).max)
+
+
+def array_extent(shape: Any, itemsize: int) -> tuple[int, int]:
+    """``(elements, bytes)`` of an array of the declared ``shape`` whose elements take
+    ``itemsize`` bytes, computed in Python ints (which do not overflow).
+
+    The invariant every received shape keeps: it is a list of at most ``MAX_DIMS`` ints
+    in ``0 .. MAX_DIM`` whose non-zero extents multiply, times ``itemsize``, to at most
+    ``MAX_NBYTES``. Such a shape is one numpy can build, so a view of it never fails
+    later (``reshape`` of an empty array to ``[0, 2**31, 2**31, 2**31]`` would).
+
+    Raises:
+        ValueError: naming the shape, for one that breaks the invariant.
+    """
+    if type(shape) is not list and type(shape) is not tuple:
+        raise ValueError(f"shape {errors.describe(shape)} is not a list of ints")
+    if len(shape) > MAX_DIMS:
+        raise ValueError(f"shape of {len(shape)} dimensions (at most {MAX_DIMS})")
+    count = 1
+    spread = itemsize  # bytes of the shape with its zero extents left out
+    for d in shape:
+        if type(d) is not int or not 0 <= d <= MAX_DIM:
+            raise ValueError(f"shape {errors.describe(shape)} has extent {errors.describe(d)}")
+        count *= d
+        if d:
+            spread *= d
+    if spread > MAX_NBYTES:
+        raise ValueError(
+            f"shape {errors.describe(shape)} of {itemsize}-byte elements spans "
+            f"{spread} bytes (at most {MAX_NBYTES})"
+        )
+    return count, count * itemsize
 
 
 def decode(frames: Sequence[Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -249,18 +283,12 @@ def decode_arrays(header: dict[str, Any], frames: Sequence[Any]) -> dict[str, np
             else:
                 name, dtype_str, shape, index, offset = entry
             dtype = _DTYPES.get(dtype_str) or _dtype(dtype_str)
-            if type(shape) is not list:
-                raise ValueError(shape)
-            if len(shape) == 1:  # the common case, checked without a generator
+            if type(shape) is list and len(shape) == 1:  # the common case, checked inline
                 count = shape[0]
                 if type(count) is not int or not 0 <= count <= MAX_DIM:
                     raise ValueError(shape)
-            elif len(shape) > MAX_DIMS or not all(
-                type(d) is int and 0 <= d <= MAX_DIM for d in shape
-            ):
-                raise ValueError(shape)
             else:
-                count = math.prod(shape)
+                count = array_extent(shape, 1 if dtype is None else dtype.itemsize)[0]
             if type(offset) is not int or type(index) is not int or index < 1:
                 raise ValueError(entry)
             buf = buffers[index]

@@ -21,7 +21,9 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from benchmarks.stress_wire import KINDS, Harness
+from rlreplay.errors import ProtocolError
 from rlreplay.net import wire
+from rlreplay.net.shm_segments import check_entries
 
 CASES = 4000
 
@@ -127,6 +129,60 @@ def test_array_shapes_out_of_range_are_protocol_errors(harness):
         assert harness.sock.poll(5000)
         reply, _ = wire.decode(harness.sock.recv_multipart())
         assert (reply["ok"], reply["code"], reply["id"]) == (False, 9, 7), reply
+
+
+# name -> (shape, whether numpy can build it): shapes whose element counts or byte sizes
+# are near and past the 64-bit limit. An extent of 0 makes the array empty, but numpy
+# still refuses a shape whose other extents span more than 2**63 - 1 bytes.
+SHAPES_NEAR_THE_LIMIT = {
+    "three_extents_of_2**31_after_a_zero": ([0, 2**31, 2**31, 2**31], False),
+    "2**63_bytes_of_int64_after_a_zero": ([0, 2**20, 2**20, 2**20], False),
+    "2**62_bytes_of_int64_after_a_zero": ([0, 2**20, 2**20, 2**19], True),
+    "2**80_elements_after_a_zero": ([0, 2**40, 2**40], False),
+    "a_zero_last": ([2**40, 2**40, 0], False),
+    "2**93_elements": ([2**31, 2**31, 2**31], False),
+    "2**62_elements": ([2**31, 2**31], False),  # buildable, but not in 16 bytes
+}
+
+
+@pytest.mark.parametrize("op", ["insert", "update_priorities", "delete"])
+@pytest.mark.parametrize("case", sorted(SHAPES_NEAR_THE_LIMIT))
+def test_array_shapes_near_and_past_the_64_bit_limit_get_typed_errors(harness, op, case):
+    """Counts and byte sizes are checked in Python ints before any array is built: a
+    shape past the limit is a protocol error, one within it the operation's own typed
+    error; never an internal error, and nothing changes."""
+    shape, buildable = SHAPES_NEAR_THE_LIMIT[case]
+    if op == "insert":
+        names = ["data/obs", "data/step", "priorities"]
+    else:
+        names = ["keys", "priorities"] if op == "update_priorities" else ["keys"]
+    entries = [[name, "<i8", [2], 1, 16 * i] for i, name in enumerate(names)]
+    entries[0][2] = shape
+    before = harness.snapshot()
+    head = {"v": 2, "id": 8, "op": op, "table": "rows", "arrays": entries}
+    harness.sock.send_multipart([msgpack.packb(head), bytes(16 * len(names))])
+    assert harness.sock.poll(5000)
+    reply, _ = wire.decode(harness.sock.recv_multipart())
+    assert (reply["ok"], reply["id"]) == (False, 8), reply
+    assert reply["code"] != wire.INTERNAL_ERROR, reply
+    if not buildable:
+        assert reply["code"] == wire.CODE_OF[ProtocolError], reply
+    assert harness.snapshot() == before
+    assert harness.still_serving()
+
+
+@pytest.mark.parametrize("case", sorted(SHAPES_NEAR_THE_LIMIT))
+def test_shared_memory_entries_near_and_past_the_64_bit_limit_are_checked(case):
+    """The entries that place arrays in a shared-memory segment keep the same invariant."""
+    shape, buildable = SHAPES_NEAR_THE_LIMIT[case]
+    entry = ["data/obs", "<i8", shape, 0]
+    if buildable and math.prod(shape) == 0:
+        ((_, _, got, _, size),) = check_entries([entry], 64)
+        assert (got, size) == (tuple(shape), 0)
+        np.zeros(0, np.int64).reshape(got)  # numpy builds it
+    else:
+        with pytest.raises(ProtocolError, match="malformed shared-memory entry"):
+            check_entries([entry], 64)
 
 
 def test_a_header_too_deeply_nested_to_unpack_is_a_protocol_error(harness):
