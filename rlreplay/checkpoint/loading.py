@@ -23,7 +23,10 @@ from rlreplay.checkpoint import retention
 from rlreplay.checkpoint.manifest import (
     MANIFEST,
     check_files,
-    load_array,
+    check_npy_header,
+    map_array,
+    npy_layout,
+    read_header,
     read_manifest,
     unflatten_state,
 )
@@ -88,15 +91,20 @@ def _read_into(
     pool: ThreadPoolExecutor,
     progress,
 ) -> tuple[np.ndarray, Callable[[], None]]:
-    """Read the file into ``out`` (a C-contiguous array of its shape; new when ``None``),
-    its checksum computed in ``pool``; returns the array and the check, which waits for
-    that checksum.
+    """Read the file into ``out`` (a C-contiguous array of its shape; new when ``None``)
+    by the layout its manifest entry gives (:func:`npy_layout`), its checksum computed in
+    ``pool``; returns the array and the check, which waits for that checksum and only then
+    parses the header (:func:`check_npy_header`).
 
     Raises:
-        CheckpointCorruptError: if the file is missing, or its size or header differs
-            from its entry (the check raises it for the checksum).
+        CheckpointCorruptError: if the entry makes no array file, or the file is missing
+            or of another size (the check raises it for the checksum and the header).
     """
     path = directory / name
+    shape, dtype, offset = npy_layout(path, info)
+    arr = np.empty(shape, dtype) if out is None else out
+    if arr.shape != shape or arr.dtype != dtype or not arr.flags.c_contiguous:
+        raise CheckpointCorruptError(f"{path} holds {dtype}{list(shape)}, not a part here")
     try:
         f = open(path, "rb", buffering=0)  # noqa: SIM115 (closed below, on every path)
     except OSError:
@@ -111,13 +119,7 @@ def _read_into(
                 f"{path} holds {size} bytes, the manifest says {info['bytes']}; the "
                 f"checkpoint {directory} is damaged: restore from another checkpoint"
             )
-        shape, dtype = _checked_header(f, path, info)
-        offset = f.tell()
-        f.seek(0)
-        header = f.read(offset)
-        arr = np.empty(shape, dtype) if out is None else out
-        if arr.shape != tuple(shape) or arr.dtype != dtype or not arr.flags.c_contiguous:
-            raise CheckpointCorruptError(f"{path} holds {dtype}{list(shape)}, not a part here")
+        header = f.read(offset)  # parsed only once the whole file matched its checksum
         view = memoryview(arr.reshape(-1).view(np.uint8)) if arr.size else memoryview(b"")
         pending = pool.submit(zlib.crc32, header)
         at = 0
@@ -131,42 +133,14 @@ def _read_into(
                 progress(got)
 
     def check() -> None:
-        if at != len(view) or pending.result() != info["crc32"]:
+        if len(header) != offset or at != len(view) or pending.result() != info["crc32"]:
             raise CheckpointCorruptError(
                 f"{path} fails its checksum or is short; the checkpoint {directory} is "
                 "damaged: restore from another checkpoint"
             )
+        check_npy_header(header, path, info)
 
     return arr, check
-
-
-def _checked_header(f: Any, path: Path, info: Mapping[str, Any]) -> tuple[tuple, np.dtype]:
-    """The shape and dtype in the ``.npy`` header of ``f`` (read from its start; ``f`` is
-    left at the data), checked against the file's manifest entry ``info``.
-
-    Raises:
-        CheckpointCorruptError: if the header cannot be read or differs from ``info``.
-    """
-    try:
-        version = np.lib.format.read_magic(f)
-        read_header = (
-            np.lib.format.read_array_header_1_0
-            if version == (1, 0)
-            else np.lib.format.read_array_header_2_0
-        )
-        shape, fortran, dtype = read_header(f)
-    except (OSError, ValueError) as exc:
-        raise CheckpointCorruptError(f"{path} is not a readable .npy file ({exc})") from None
-    if (
-        fortran
-        or list(shape) != info["shape"]
-        or np.lib.format.dtype_to_descr(dtype) != info["dtype"]
-    ):
-        raise CheckpointCorruptError(
-            f"{path} holds {dtype}{list(shape)}, the manifest says "
-            f"{info['dtype']}{info['shape']}; the checkpoint is damaged"
-        )
-    return shape, dtype
 
 
 def column_names(store: Mapping[str, Any]) -> dict[str, list[str]]:
@@ -204,23 +178,18 @@ def _chunk_shapes(directory: Path, store: Mapping[str, Any], files: Mapping[str,
 
 
 def _map_column(directory: Path, names: list[str], files: Mapping[str, Any], shape, dtype):
-    """A column mapped from its chunk files, copy-on-write (one file: np.load's
+    """A column mapped from its chunk files, copy-on-write (one file: numpy's
     mapping); ``None`` where they cannot be mapped side by side.
 
     Raises:
         CheckpointCorruptError: if a file's header differs from its manifest entry.
     """
     if len(names) == 1:
-        return load_array(directory, names[0], files[names[0]], mmap=True)
+        return map_array(directory, names[0], files[names[0]])
     parts = []
     for name in names:
         path, info = directory / name, files[name]
-        try:
-            with open(path, "rb") as f:
-                _checked_header(f, path, info)
-                offset = f.tell()
-        except OSError as exc:
-            raise CheckpointCorruptError(f"{path} is not a readable .npy file ({exc})") from None
+        offset = read_header(path, info)[2]
         parts.append((path, offset, info["bytes"] - offset))
     return map_parts(parts, shape, dtype)
 

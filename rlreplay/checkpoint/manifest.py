@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import struct
 import zlib
@@ -306,21 +307,108 @@ def check_files(
             )
 
 
-def load_array(directory: Path, name: str, info: Mapping[str, Any], mmap: bool) -> np.ndarray:
-    """The array in file ``name``, checked against its manifest entry; memory-mapped
-    copy-on-write when ``mmap`` (writes change memory, never the file).
+def npy_layout(path: Path, info: Mapping[str, Any]) -> tuple[tuple[int, ...], np.dtype, int]:
+    """``(shape, dtype, header bytes)`` of the array file at ``path`` as its manifest entry
+    ``info`` gives them: the file is ``info["bytes"]`` long, its data (the array's bytes,
+    C order) at the end, its ``.npy`` header before.
+
+    A checkpoint's array file is read by this layout, never by parsing its header first:
+    the header is parsed only to confirm it (:func:`check_npy_header`), after the whole
+    file matched its checksum where the read computes one, and every way that parse can
+    fail is a :class:`CheckpointCorruptError` naming the file.
 
     Raises:
-        CheckpointCorruptError: if the file's array differs from its entry.
+        CheckpointCorruptError: if the entry's shape, dtype or size make no array file.
     """
-    path = directory / name
     try:
-        arr = np.load(path, mmap_mode="c" if mmap else None, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise CheckpointCorruptError(f"{path} is not a readable .npy file ({exc})") from None
-    if list(arr.shape) != info["shape"] or np.lib.format.dtype_to_descr(arr.dtype) != info["dtype"]:
+        shape = tuple(info["shape"])
+        if not all(type(d) is int and d >= 0 for d in shape):
+            raise ValueError(f"shape {shape}")
+        dtype = np.lib.format.descr_to_dtype(info["dtype"])
+        if dtype.hasobject:
+            raise ValueError(f"dtype {dtype} holds objects")
+        data = math.prod(shape) * dtype.itemsize
+        offset = int(info["bytes"]) - data
+        if offset < MIN_HEADER:
+            raise ValueError(f"{info['bytes']} bytes cannot hold {data} bytes of data and a header")
+    except Exception as exc:  # a damaged entry: numpy raises several unrelated types
         raise CheckpointCorruptError(
-            f"{path} holds {arr.dtype}{list(arr.shape)}, the manifest says "
+            f"{path}: its manifest entry describes no array file ({exc}); the checkpoint is "
+            "damaged: restore from another checkpoint"
+        ) from None
+    return shape, dtype, offset
+
+
+MIN_HEADER = 10  # magic (6), version (2), header length (2)
+
+
+def check_npy_header(header: bytes, path: Path, info: Mapping[str, Any]) -> None:
+    """Check that ``header``, the bytes before the data of the array file at ``path``, is
+    a ``.npy`` header of exactly the array its manifest entry ``info`` gives.
+
+    Raises:
+        CheckpointCorruptError: naming the file, if the header cannot be parsed (whatever
+            numpy's parser raises) or describes another array or length.
+    """
+    f = io.BytesIO(header)
+    try:
+        version = np.lib.format.read_magic(f)
+        read = (
+            np.lib.format.read_array_header_1_0
+            if version == (1, 0)
+            else np.lib.format.read_array_header_2_0
+        )
+        shape, fortran, dtype = read(f)
+        descr = np.lib.format.dtype_to_descr(dtype)
+    except Exception as exc:  # numpy's header parser raises ValueError, SyntaxError,
+        # tokenize.TokenError and more on damaged bytes: each is a damaged file here
+        raise CheckpointCorruptError(
+            f"{path} is not a readable .npy file ({type(exc).__name__}: {exc}); the "
+            "checkpoint is damaged: restore from another checkpoint"
+        ) from None
+    if fortran or list(shape) != list(info["shape"]) or descr != info["dtype"]:
+        raise CheckpointCorruptError(
+            f"{path} holds {dtype}{list(shape)}, the manifest says "
             f"{info['dtype']}{info['shape']}; the checkpoint is damaged"
         )
-    return arr.view(np.ndarray) if mmap else arr
+    if f.tell() != len(header):
+        raise CheckpointCorruptError(
+            f"{path} has a header of {f.tell()} bytes where its manifest entry leaves "
+            f"{len(header)}; the checkpoint is damaged: restore from another checkpoint"
+        )
+
+
+def read_header(path: Path, info: Mapping[str, Any]) -> tuple[tuple[int, ...], np.dtype, int]:
+    """:func:`npy_layout` of the file at ``path``, its header read and checked
+    (:func:`check_npy_header`).
+
+    Raises:
+        CheckpointCorruptError: if the file cannot be read, or as those two.
+    """
+    shape, dtype, offset = npy_layout(path, info)
+    try:
+        with open(path, "rb") as f:
+            header = f.read(offset)
+    except OSError as exc:
+        raise CheckpointCorruptError(f"{path} cannot be read ({exc})") from None
+    check_npy_header(header, path, info)
+    return shape, dtype, offset
+
+
+def map_array(directory: Path, name: str, info: Mapping[str, Any]) -> np.ndarray:
+    """The array in file ``name``, its header checked against its manifest entry,
+    memory-mapped copy-on-write (writes change memory, never the file).
+
+    Raises:
+        CheckpointCorruptError: if the file's header differs from its entry or the file
+            cannot be mapped.
+    """
+    path = directory / name
+    shape, dtype, offset = read_header(path, info)
+    if math.prod(shape) == 0:  # nothing to map (mmap refuses an empty range)
+        return np.empty(shape, dtype)
+    try:
+        arr = np.memmap(path, dtype, mode="c", offset=offset, shape=shape)
+    except (OSError, ValueError) as exc:
+        raise CheckpointCorruptError(f"{path} cannot be mapped ({exc})") from None
+    return arr.view(np.ndarray)
