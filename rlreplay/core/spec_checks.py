@@ -62,6 +62,13 @@ def checked_dtype(dtype: Any, shape: tuple[int, ...] = ()) -> np.dtype:
             f"dtype={describe(dtype)} is not one dtype (numpy would read it as a subarray or "
             f"structured dtype); give (shape, dtype), e.g. {EXAMPLE}"
         )
+    if not isinstance(dtype, (np.dtype, str, type)):
+        # numpy would take any object with a ``dtype`` attribute (an array, a gymnasium
+        # space) and drop the rest of it, its shape first
+        raise InvalidArgumentError(
+            f"dtype={describe(dtype)} ({type(dtype).__name__}) is not a numpy dtype; give a dtype "
+            f"such as 'float32' or np.uint8, or the whole spec as (shape, dtype), e.g. {EXAMPLE}"
+        )
     try:
         dt = np.dtype(dtype)
     except (TypeError, ValueError, SyntaxError) as exc:  # numpy parses strings such as 'f4,('

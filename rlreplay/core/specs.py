@@ -1,8 +1,21 @@
 """Signatures: the named fields of a step, each with a fixed shape and dtype.
 
-A signature is given as a (possibly nested) dict whose leaves are :class:`FieldSpec`,
-``(shape, dtype)`` tuples or ``numpy.dtype``-likes (a scalar). Nested dicts are flattened
-to paths such as ``"obs/image"``; every other part of the library speaks in paths.
+A signature is given as a (possibly nested) dict whose leaves are specs:
+
+* a :class:`FieldSpec`, a ``(shape, dtype)`` tuple, or a dtype (a scalar field): a numpy
+  dtype, its name (``"float32"``) or a scalar type (``np.uint8``);
+* any object with a ``shape`` tuple and a ``dtype`` (a numpy array, a
+  ``jax.ShapeDtypeStruct``): its shape and dtype;
+* a gymnasium space: ``Box``, ``Discrete`` (an int64 scalar), ``MultiDiscrete`` and
+  ``MultiBinary`` by their shapes and dtypes; ``Dict`` and ``Tuple`` are nests (a
+  ``Tuple``'s fields are named ``"0"``, ``"1"``, ...). Other spaces (``Text``,
+  ``Sequence``, ``Graph``, ``OneOf``) have no fixed shape and are refused.
+
+Every other object is refused with an error naming it (numpy would read anything with a
+``dtype`` attribute as that dtype alone). Nested dicts are flattened to paths such as
+``"obs/image"``; every other part of the library speaks in paths.
+:meth:`Signature.from_spaces` builds a step's signature from an environment's spaces.
+gymnasium is never imported here: spaces are recognised by their class.
 
 What values a column takes (one rule for every write path) is
 :mod:`rlreplay.core.value_casting`.
@@ -15,7 +28,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,16 +104,45 @@ def _as_spec(path: str, leaf: Any) -> FieldSpec:
                     f"e.g. {swapped_example(leaf)}"
                 )
             return FieldSpec(leaf[0], leaf[1])
-        if isinstance(leaf, np.ndarray):
-            return FieldSpec(leaf.shape, leaf.dtype)
         if isinstance(leaf, (tuple, list)):
             raise InvalidArgumentError(
                 f"{describe(leaf)} is not a spec; give a FieldSpec, a (shape, dtype) tuple, "
                 f"e.g. {EXAMPLE}, or a dtype"
             )
-        return FieldSpec((), leaf)
+        shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
+        if isinstance(shape, tuple) and dtype is not None:
+            return FieldSpec(shape, dtype)  # a gymnasium space, an array, a ShapeDtypeStruct
+        if _is_space(leaf):
+            raise InvalidArgumentError(
+                f"{describe(leaf)} is a gymnasium {type(leaf).__name__} space, whose values "
+                "have no fixed shape and dtype; spaces stored are Box, Discrete, MultiDiscrete, "
+                f"MultiBinary, and Dict and Tuple of them: give a (shape, dtype) spec, e.g. "
+                f"{EXAMPLE}, for what you store of it"
+            )
+        return FieldSpec((), leaf)  # refused, named, as no dtype
     except InvalidArgumentError as exc:
         raise InvalidArgumentError(f"signature field {path!r}: {exc}") from None
+
+
+def _is_space(value: Any) -> bool:
+    """Whether ``value`` is a gymnasium (or gym) space, told by its class (gymnasium is
+    not imported for it)."""
+    return any(
+        cls.__name__ == "Space" and cls.__module__.split(".")[0] in ("gymnasium", "gym")
+        for cls in type(value).__mro__
+    )
+
+
+def _spec_tree(tree: Any) -> Any:
+    """``tree`` with its gymnasium ``Dict`` and ``Tuple`` spaces as nested dicts (a
+    ``Tuple``'s fields named ``"0"``, ``"1"``, ...); other values as they are."""
+    if _is_space(tree) and isinstance(getattr(tree, "spaces", None), tuple):
+        if isinstance(tree, Sequence):  # a Tuple space (OneOf holds spaces but is none)
+            return {str(i): _spec_tree(s) for i, s in enumerate(tree.spaces)}
+        return tree
+    if isinstance(tree, Mapping):  # a dict, or a gymnasium Dict space
+        return {key: _spec_tree(value) for key, value in tree.items()}
+    return tree
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -136,16 +178,21 @@ class Signature:
     """Ordered mapping of field path to :class:`FieldSpec`.
 
     Args:
-        fields: a (possibly nested) dict whose leaves are :class:`FieldSpec`,
-            ``(shape, dtype)`` tuples or dtypes (scalars), or a :class:`Signature`.
+        fields: a (possibly nested) dict whose leaves are specs (see the module: a
+            :class:`FieldSpec`, a ``(shape, dtype)`` tuple, a dtype for a scalar, an object
+            with a ``shape`` and a ``dtype``, or a gymnasium space; ``Dict`` and ``Tuple``
+            spaces nest), or a :class:`Signature`.
 
     Raises:
         InvalidArgumentError: naming the field, for an empty signature or nested dict, a
             field name that is not a non-empty string, a ``(dtype, shape)`` tuple (say
-            ``(shape, dtype)``), or a spec :class:`FieldSpec` refuses.
+            ``(shape, dtype)``), a space without a fixed shape, an object that is no spec,
+            or a spec :class:`FieldSpec` refuses.
     """
 
     def __init__(self, fields: Mapping[str, Any] | Signature):
+        if not isinstance(fields, Signature):
+            fields = _spec_tree(fields)
         if isinstance(fields, Signature):
             self.fields: dict[str, FieldSpec] = dict(fields.fields)
         elif not isinstance(fields, Mapping) or not fields:
@@ -164,6 +211,50 @@ class Signature:
             (p, spec.shape, len(spec.shape), spec.dtype) for p, spec in self.fields.items()
         )
         self._paths = self.fields.keys()
+
+    @classmethod
+    def from_spaces(
+        cls,
+        observation_space: Any,
+        action_space: Any,
+        extras: Mapping[str, Any] | None = None,
+        reward: Any = "float32",
+    ) -> Signature:
+        """The signature of one environment step from its gymnasium spaces: ``obs``
+        (the observation space; a ``Dict`` or ``Tuple`` space makes it a nest),
+        ``action``, ``reward`` and ``extras``, the fields the adders' ``signature``
+        helpers take (which take spaces too) and a store with a transition layout
+        (:meth:`ItemLayout.transition`, whose ``next_obs`` is the next step's ``obs``)
+        holds. For rows that carry their own next observation and end flags (a
+        cpprb-style table), name them in ``extras``.
+
+        Args:
+            observation_space: one environment's observation space (for a vector env,
+                its ``single_observation_space``), or any spec.
+            action_space: one environment's action space, or any spec.
+            extras: more fields, each a space or a spec, e.g.
+                ``{"next_obs": env.observation_space, "terminated": "bool"}``.
+            reward: the reward's spec.
+
+        Raises:
+            InvalidArgumentError: naming the field, for a space without a fixed shape
+                (``Text``, ``Sequence``, ``Graph``) or an object that is not a spec, or
+                extras named ``obs``, ``action`` or ``reward``.
+
+        Example:
+            >>> import gymnasium as gym
+            >>> env = gym.make("CartPole-v1")
+            >>> Signature.from_spaces(env.observation_space, env.action_space)
+            Signature(obs: float32[4], action: int64[], reward: float32[])
+        """
+        extras = dict(extras or {})
+        clash = [k for k in ("obs", "action", "reward") if k in extras]
+        if clash:
+            raise InvalidArgumentError(
+                f"extras={describe(extras)} name {clash}, which from_spaces fills from its "
+                "own arguments; rename them"
+            )
+        return cls({"obs": observation_space, "action": action_space, "reward": reward, **extras})
 
     @property
     def paths(self) -> tuple[str, ...]:

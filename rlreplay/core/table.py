@@ -194,6 +194,13 @@ class Table:
         return self.index.size
 
     @property
+    def signature(self) -> Signature:
+        """The steps' fields: its store's signature, what :meth:`insert` and writers take
+        (and ``Client.signature(name)`` returns for a served table). A sample's fields are
+        the layout's (``table.layout``: e.g. ``next_obs`` of a transition)."""
+        return self.store.signature
+
+    @property
     def sampler(self) -> Selector:
         return self.index.sampler
 

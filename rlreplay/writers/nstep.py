@@ -116,7 +116,9 @@ class NStepTransitionAdder(StreamAdder):
         reward: Any = "float32",
     ) -> Signature:
         """Stored step signature: ``obs`` (one frame when stacking), ``action``,
-        ``reward``, extras and the computed ``n_step_return`` and ``discount``."""
+        ``reward``, extras and the computed ``n_step_return`` and ``discount``. Each spec
+        may be a gymnasium space (``obs=env.single_observation_space``), see
+        :class:`~rlreplay.core.specs.Signature`."""
         fields = {"obs": obs, "action": action, "reward": reward, **(extras or {})}
         clash = [c for c in COMPUTED if c in fields]
         if clash:

@@ -153,7 +153,9 @@ class RolloutAdder:
         ``policy_version`` (int64, one per row).
 
         Args:
-            obs, action, reward: one environment's specs (``(shape, dtype)`` or a dtype).
+            obs, action, reward: one environment's specs (``(shape, dtype)``, a dtype or a
+                gymnasium space such as ``env.single_observation_space``; a ``Dict``
+                space nests).
             num_envs: environments of the vector env.
             extras: per-env fields the policy gives with each action, e.g.
                 ``{"logp": "float32", "value": "float32"}``.

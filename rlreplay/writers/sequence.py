@@ -82,7 +82,8 @@ class SequenceAdder(StreamAdder):
         extras: Mapping[str, Any] | None = None,
         reward: Any = "float32",
     ) -> Signature:
-        """Stored step signature: ``obs``, ``action``, ``reward``, extras, ``discount``."""
+        """Stored step signature: ``obs``, ``action``, ``reward``, extras, ``discount``;
+        each spec may be a gymnasium space (see :class:`~rlreplay.core.specs.Signature`)."""
         fields = {"obs": obs, "action": action, "reward": reward, **(extras or {})}
         if "discount" in fields:
             raise InvalidArgumentError("extras use the reserved name 'discount'; rename it")
