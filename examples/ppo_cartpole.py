@@ -23,7 +23,7 @@ action and returns the reset observation (reward 0). So in a rollout:
 * the following autoreset step is not a transition: it gets no advantage, no loss, and
   the advantage recursion does not run across it (:func:`gae`).
 
-Run:  python examples/ppo_cartpole.py --seed 0 --total-steps 200000 --out runs/ppo
+Run:  python examples/ppo_cartpole.py --seed 0 --total-steps 200000 --out runs/ppo_cartpole
 """
 
 from __future__ import annotations
@@ -62,8 +62,8 @@ class Args:
     """environment steps to collect, summed over actors and environments"""
     backend: str = "threads"
     """runtime backend: inline, threads or processes"""
-    out: str | None = None
-    """directory for metrics.csv, summary.json and learning_curve.png (None: no files)"""
+    out: str = "runs/ppo_cartpole"
+    """folder for metrics.csv, summary.json and learning_curve.png ('' writes nothing)"""
     num_actors: int = 1
     """actor loops; each learner update takes one rollout of each"""
     num_envs: int = 8
@@ -413,7 +413,7 @@ def main(argv: list[str] | None = None) -> dict:
         max_policy_lag=0,  # each rollout is collected by the newest weights
         progress=args.progress,
         stats_every_steps=args.eval_every,  # evaluations at the same steps anywhere
-        out_dir=args.out,
+        out_dir=args.out or None,
         timeout_s=args.timeout_s,
     )
     learner = PpoLearner(args)
@@ -437,7 +437,7 @@ def main(argv: list[str] | None = None) -> dict:
         backend=args.backend,
         config=asdict(args),
     )
-    if args.out is not None:
+    if args.out:
         report.write_outputs(args.out, rows, summary)
     return summary
 

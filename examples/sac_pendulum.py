@@ -72,7 +72,7 @@ class Args:
     backend: str = "processes"
     """runtime backend: processes (the actor's env loop and the learner's torch steps on two
     cores, not sharing one interpreter lock; needs the net extra), threads or inline"""
-    out: str = ""
+    out: str = "runs/sac_pendulum"
     """folder for metrics.csv, summary.json and learning_curve.png ('' writes nothing)"""
     num_envs: int = 1
     """envs in the actor's vector env (one batched policy call steps them all)"""

@@ -41,16 +41,17 @@ from rlreplay.cli_remote import FAILED, check_key_files, import_net
 
 # ------------------------------------------------------------------- demo
 def cmd_demo(args: argparse.Namespace) -> int:
-    from rlreplay.demo import INSTALL, missing_modules, run_demo
+    from rlreplay.demo import INSTALL, default_out, missing_modules, run_demo, written
 
     missing = missing_modules()
     if missing:
         raise CommandError(
             f"the demo trains a network and needs {missing}, which are not installed: {INSTALL}"
         )
+    out = default_out(args.agent) if args.out is None else args.out
     summary = run_demo(
         args.agent, seed=args.seed, total_steps=args.total_steps, backend=args.backend,
-        out=args.out,
+        out=out,
     )
     target = summary.get("samples_per_insert_target")
     observed = summary.get("samples_per_insert_observed")
@@ -62,6 +63,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"done: {summary.get('env_steps')} env steps in {summary.get('wall_s') or 0:.0f}s, "
         f"final evaluation return {summary.get('final_eval_return')}, {ratio}"
     )
+    print(written(out), flush=True)
     return 0
 
 
@@ -84,7 +86,11 @@ def add_demo(sub: argparse._SubParsersAction) -> None:
         "--backend", choices=("inline", "threads", "processes"), default=None,
         help="where actors and learner run (default: the agent's, threads for dqn)",
     )
-    p.add_argument("--out", default=None, metavar="DIR", help="output folder (default: runs/...)")
+    p.add_argument(
+        "--out", default=None, metavar="DIR",
+        help="folder for metrics.csv, summary.json and learning_curve.png (default: "
+        "runs/<example>, e.g. runs/dqn_cartpole; '' writes nothing)",
+    )
     p.set_defaults(func=cmd_demo)
 
 

@@ -4,7 +4,8 @@ The default is DQN on CartPole-v1 with prioritized n-step replay on the embedded
 backend: actors and learner run in parallel and meet only through one table, whose rate
 limiter holds the ratio of updates to env steps. The progress bar shows env steps/s,
 updates/s, the observed samples per insert, policy lag and returns; the run writes
-``metrics.csv``, ``summary.json`` and ``learning_curve.png`` to ``--out``. The agents are the
+``metrics.csv``, ``summary.json`` and ``learning_curve.png`` to ``--out`` (default
+``runs/<example>``, see :func:`default_out`; ``''`` writes nothing). The agents are the
 example files (``examples/*.py``, installed as ``rlreplay.examples``).
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from pathlib import Path
 from typing import Any
 
 from rlreplay.errors import InvalidArgumentError, describe
@@ -24,6 +26,14 @@ AGENTS = {
     "apex": ("apex_dqn", "Ape-X DQN: actor processes with an epsilon ladder, a replay server"),
 }
 NEEDS = ("torch", "gymnasium")
+OUTPUTS = ("metrics.csv", "summary.json", "learning_curve.png")  # what a run writes to --out
+
+
+def default_out(agent: str) -> str:
+    """The folder a run of ``agent`` writes to without ``--out``: ``runs/<example>``
+    (``runs/dqn_cartpole`` for ``dqn``), the default of the example's own ``--out``."""
+    return f"runs/{AGENTS[agent][0]}"
+
 INSTALL = 'python -m pip install "rlreplay[examples]"'
 
 
@@ -42,7 +52,8 @@ def run_demo(
 ) -> dict[str, Any]:
     """Train ``agent`` (see :data:`AGENTS`) and return its summary.
 
-    Options left ``None`` keep the example's defaults.
+    Options left ``None`` keep the example's defaults; ``out=None`` writes to
+    :func:`default_out` (the example's default too), ``out=""`` writes nothing.
 
     Raises:
         InvalidArgumentError: for an unknown agent, or when torch or gymnasium is missing
@@ -59,9 +70,18 @@ def run_demo(
             f"which are not installed; install them with: {INSTALL}"
         )
     module = importlib.import_module(f"rlreplay.examples.{AGENTS[agent][0]}")
-    argv: list[str] = []
+    argv: list[str] = ["--out", default_out(agent) if out is None else str(out)]
     for flag, value in (("--seed", seed), ("--total-steps", total_steps),
-                        ("--backend", backend), ("--out", out)):
+                        ("--backend", backend)):
         if value is not None:
             argv += [flag, str(value)]
     return module.main(argv)
+
+
+def written(out: str) -> str:
+    """The demo's last line: where its files are (or that it wrote none)."""
+    if not out:
+        return "no files written (--out '')"
+    folder = Path(out)
+    found = [name for name in OUTPUTS if (folder / name).exists()]
+    return f"files in {folder.resolve()}: {', '.join(found) or 'none'}"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import subprocess
 import sys
@@ -46,3 +48,45 @@ def test_demo_trains_from_the_command_line(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["env_steps"] >= 600
     assert (out / "metrics.csv").exists()
+
+
+@pytest.mark.parametrize("agent", ["dqn", "sac", "ppo"])
+def test_every_agent_writes_its_files_to_its_default_folder(tmp_path, monkeypatch, agent):
+    pytest.importorskip("torch")
+    pytest.importorskip("gymnasium")
+    monkeypatch.chdir(tmp_path)
+    demo.run_demo(agent, total_steps=300, backend="inline")
+    out = tmp_path / demo.default_out(agent)
+    written = {p.name for p in out.iterdir()} if out.is_dir() else set()
+    assert {"metrics.csv", "summary.json"} <= written
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert "learning_curve.png" in written
+
+
+def test_every_example_writes_to_the_demos_default_folder_without_out():
+    pytest.importorskip("torch")
+    pytest.importorskip("gymnasium")
+    for agent, (module, _) in demo.AGENTS.items():
+        example = importlib.import_module(f"rlreplay.examples.{module}")
+        args = getattr(example, "ApexArgs", None) or example.Args
+        assert args().out == demo.default_out(agent) == f"runs/{module}", agent
+
+
+def test_the_demos_last_line_says_where_its_files_are(tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("gymnasium")
+    result = subprocess.run(
+        [sys.executable, "-m", "rlreplay.cli", "demo", "--agent", "ppo", "--backend",
+         "inline", "--total-steps", "300"],
+        capture_output=True, text=True, timeout=180, cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    folder = (tmp_path / "runs" / "ppo_cartpole").resolve()
+    assert (folder / "summary.json").exists() and (folder / "metrics.csv").exists()
+    last = result.stdout.strip().splitlines()[-1]
+    assert last.startswith(f"files in {folder}: metrics.csv, summary.json"), last
+
+
+def test_a_demo_told_to_write_nothing_says_so(tmp_path):
+    assert demo.written("") == "no files written (--out '')"
+    assert demo.written(str(tmp_path)) == f"files in {tmp_path.resolve()}: none"
