@@ -62,6 +62,7 @@ import secrets
 
 import numpy as np
 
+from rlreplay.core.value_casting import as_array
 from rlreplay.errors import InvalidArgumentError, describe
 
 SLOT_BITS = 32
@@ -135,7 +136,7 @@ def key_array(keys: object, argument: str = "keys") -> np.ndarray:
     Raises:
         InvalidArgumentError: if ``keys`` is not an integer scalar or 1-d integer array.
     """
-    arr = np.asarray(keys)
+    arr = as_array(keys, argument)
     if arr.ndim == 0:
         arr = arr.reshape(1)
     if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
@@ -173,7 +174,9 @@ def check_priorities(priorities: object, n: int, argument: str = "priorities") -
             infinity or a negative value.
     """
     try:
-        p = np.asarray(priorities, dtype=np.float64) if priorities is not None else None
+        p = as_array(priorities, argument, np.float64) if priorities is not None else None
+    except InvalidArgumentError:  # a tensor numpy cannot read, named
+        raise
     except (TypeError, ValueError):  # e.g. a string, or ragged lists
         p = None
     if p is None or p.ndim > 1:

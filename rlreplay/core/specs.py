@@ -315,7 +315,8 @@ class Signature:
         for path, shape, ndim, dtype in self._checks:
             value = arr = flat[path]
             if type(arr) is not np.ndarray:
-                arr = as_column_array(self._leaf(arr, data, argument), dtype)
+                leaf = self._leaf(arr, data, argument)
+                arr = as_column_array(leaf, dtype, f"{argument}[{path!r}]")
             if arr.ndim != ndim + 1 or arr.shape[1:] != shape:
                 raise SignatureError(
                     f"{argument}[{path!r}] has shape {arr.shape}; expected "
@@ -363,7 +364,9 @@ class Signature:
                 out[path] = value
                 continue
             else:
-                arr = as_column_array(self._leaf(value, data, argument), dtype)
+                arr = as_column_array(
+                    self._leaf(value, data, argument), dtype, f"{argument}[{path!r}]"
+                )
             if arr.shape != shape:
                 raise SignatureError(
                     f"{argument}[{path!r}] has shape {arr.shape}; expected {shape}"

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.errors import describe
+from rlreplay.errors import InvalidArgumentError, describe
 
 
 def cast_problem(arr: np.ndarray, dtype: np.dtype) -> str | None:
@@ -70,11 +70,50 @@ def _python_ints(arr: np.ndarray) -> bool:
     return arr.dtype == object and all(type(x) is int for x in arr.flat)
 
 
-def as_column_array(value: Any, dtype: np.dtype) -> np.ndarray:
-    """``value`` as an array for a column of ``dtype``. Python ints too large for 64 bits
-    give an object array; for a float or complex column, which the rule lets them into,
-    they are converted instead (rounded)."""
-    arr = np.asarray(value)
+def as_array(value: Any, argument: str, dtype: Any = None) -> np.ndarray:
+    """``np.asarray(value, dtype)`` of a value passed as ``argument``: a numpy array,
+    scalar or list, or anything numpy reads (a CPU torch tensor, a jax array). The one
+    place a caller's data, keys or priorities become arrays, so a tensor numpy cannot read
+    gets one typed error wherever it is passed (torch is never imported for it).
+
+    Raises:
+        InvalidArgumentError: naming ``argument``, for a tensor that requires grad (pass
+            ``tensor.detach()``) or one on another device than the CPU (``tensor.cpu()``).
+        TypeError, ValueError: as numpy raises them for anything else it cannot read.
+    """
+    try:
+        return np.asarray(value, dtype=dtype)
+    except (RuntimeError, TypeError) as exc:
+        hint = _tensor_hint(value)
+        if hint is None:
+            raise
+        raise InvalidArgumentError(f"{argument}={describe(value)} {hint}") from exc
+
+
+def _tensor_hint(value: Any) -> str | None:
+    """What to do with a tensor numpy cannot read, or ``None`` for any other value."""
+    device = getattr(getattr(value, "device", None), "type", "cpu")
+    grad = getattr(value, "requires_grad", False) is True
+    if not grad and device == "cpu":
+        return None
+    fix = "tensor" + (".detach()" if grad else "") + ("" if device == "cpu" else ".cpu()")
+    why = "requires grad" if grad else f"is on {device}"
+    return (
+        f"is a tensor that {why}, which numpy cannot read: pass {fix} (replay stores "
+        "values, not the autograd graph or device memory)"
+    )
+
+
+def as_column_array(value: Any, dtype: np.dtype, argument: str) -> np.ndarray:
+    """``value``, passed as ``argument``, as an array for a column of ``dtype`` (see
+    :func:`as_array`). Python ints too large for 64 bits give an object array; for a
+    float or complex column, which the rule lets them into, they are converted instead
+    (rounded).
+
+    Raises:
+        InvalidArgumentError: as :func:`as_array`.
+    """
+    arr = as_array(value, argument)
     if dtype.kind in "fc" and _python_ints(arr):
         try:
             return np.asarray(value, dtype=dtype)
