@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
 import time
 
 import numpy as np
@@ -522,3 +524,15 @@ def test_relocated_sequence_items_keep_their_data_and_order():
             assert top == [i - 2, i - 1, i]
     assert stack.info().relocations > 0
     assert stack.sample(1, timeout=1.0).data["step"][0].tolist() == [0, 1, 2]
+
+
+PICKLINGS = {"pickle": pickle.dumps, "copy": copy.copy, "deepcopy": copy.deepcopy}
+
+
+@pytest.mark.parametrize("how", PICKLINGS)
+def test_pickling_or_copying_a_table_is_refused_saying_to_serve_it(make_table, how):
+    table = make_table(max_size=8)
+    table.insert(rows(0, 3))
+    with pytest.raises(InvalidArgumentError, match=r"'t' cannot be pickled.*Server.*Client"):
+        PICKLINGS[how](table)
+    assert table.size == 3 and table.sample(1).data["step"].shape == (1,)

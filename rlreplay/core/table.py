@@ -429,6 +429,21 @@ class Table:
     def __len__(self) -> int:
         return self.index.size
 
+    def __reduce_ex__(self, protocol: object) -> Any:
+        """A table is not pickled (nor copied): it lives in one process, with its lock,
+        its store's memory and the waits of its blocked calls.
+
+        Raises:
+            InvalidArgumentError: saying to serve the table and hand other processes a
+                ``Client``, which pickles as its address.
+        """
+        raise InvalidArgumentError(
+            f"table {self.name!r} cannot be pickled or copied: a Table lives in one process. "
+            "To use it from another process, serve it (server = rlreplay.Server([table])"
+            ".start()) and pass rlreplay.Client(server.address) instead, which pickles as "
+            "its address"
+        )
+
     def __repr__(self) -> str:
         return (
             f"Table({self.name!r}, size={self.size}/{self.max_size}, sampler={self.sampler!r}, "
