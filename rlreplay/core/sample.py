@@ -38,6 +38,10 @@ class SampleInfo:
 class Sample:
     """A batch of items: ``data`` maps each layout field to ``[B, ...]`` or ``[B, T, ...]``.
 
+    A nested field is keyed by its path (``"obs/pos"``), as everywhere in the library;
+    :meth:`tree` gives the nest. Inserts and writers take either form (and a mix), so
+    ``data`` (or its rows) goes back into a table of the same signature as it is.
+
     Example:
         >>> batch = table.sample(256)                                # doctest: +SKIP
         >>> w = batch.importance_weights(beta=0.4)                   # doctest: +SKIP

@@ -146,19 +146,30 @@ def _spec_tree(tree: Any) -> Any:
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Flatten nested dicts to ``{"a/b": leaf}``; keys must be non-empty strings."""
+    """Flatten nested dicts to ``{"a/b": leaf}``. A key may itself be a path (``"a/b"``,
+    as :attr:`Sample.data <rlreplay.core.sample.Sample>` and :meth:`Signature.check_batch`
+    give them): it names the same field as the nested keys, so the nested, the flat and a
+    mixed form flatten alike.
+
+    Raises:
+        InvalidArgumentError: for a key that is not a non-empty string or a path with an
+            empty part, or a field given twice (nested and by its path).
+    """
     out: dict[str, Any] = {}
     for key, value in tree.items():
-        if not isinstance(key, str) or not key or SEPARATOR in key:
+        if not isinstance(key, str) or not all(key.split(SEPARATOR)):
             raise InvalidArgumentError(
-                f"field name {describe(key)} must be a non-empty string without "
-                f"{SEPARATOR!r}; nest dicts instead"
+                f"field name {describe(key)} must be a non-empty string; nest dicts for "
+                f"nested fields or name them by their path, e.g. 'obs{SEPARATOR}image'"
             )
         path = prefix + key
-        if isinstance(value, Mapping):
-            out.update(flatten(value, path + SEPARATOR))
-        else:
-            out[path] = value
+        leaves = flatten(value, path + SEPARATOR) if isinstance(value, Mapping) else {path: value}
+        twice = [p for p in leaves if p in out]
+        if twice:
+            raise InvalidArgumentError(
+                f"field {twice[0]!r} is given twice (nested and by its path); give it once"
+            )
+        out.update(leaves)
     return out
 
 

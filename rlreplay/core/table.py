@@ -178,7 +178,7 @@ class Table:
         self._is_rows = self.layout.is_rows
         first_path, first_spec = next(iter(store.signature.fields.items()))
         # insert() tells one row from a batch by the first field's number of dimensions.
-        self._row_probe = None if "/" in first_path else (first_path, len(first_spec.shape))
+        self._row_probe = (first_path, len(first_spec.shape))
         # The weak reference the store keeps of this table: the one-row insert writes in
         # place when it is the overwrite protocol's ``sole``.
         self.store_ref: weakref.ref = store.attach(self)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rlreplay.core.keys import check_priorities
+from rlreplay.core.spec_checks import SEPARATOR
 from rlreplay.core.table_checks import check_timeout
 from rlreplay.core.waiting import BlockedCall
 from rlreplay.errors import InvalidArgumentError, SignatureError, describe
@@ -32,11 +33,25 @@ def is_one_row(table: Table, rows: Any) -> bool:
     probe_field = table._row_probe
     if probe_field is None or (type(rows) is not dict and not isinstance(rows, Mapping)):
         return False
-    probe = rows.get(probe_field[0])
+    probe = field_value(rows, probe_field[0])
     if probe is None:
         return False
     ndim = probe.ndim if type(probe) is np.ndarray else np.ndim(probe)
     return ndim == probe_field[1]
+
+
+def field_value(rows: Mapping[str, Any], path: str) -> Any:
+    """The value of the field at ``path`` in ``rows``, given by its path (``"obs/pos"``)
+    or nested (``rows["obs"]["pos"]``); ``None`` when it is not there."""
+    value = rows.get(path)
+    if value is not None or SEPARATOR not in path:
+        return value
+    node: Any = rows
+    for part in path.split(SEPARATOR):
+        if not isinstance(node, Mapping):
+            return None
+        node = node.get(part)
+    return node
 
 
 def raise_not_a_mapping(table: Table, rows: Any) -> None:
