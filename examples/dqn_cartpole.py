@@ -352,7 +352,8 @@ def train(args: Args, policy: type[QPolicy] = QPolicy) -> dict[str, Any]:
         updates=result.summary["updates"],
     )
     if args.out:
-        report.write_outputs(args.out, rows, summary)
+        title = f"DQN on {ENV_ID} (seed {args.seed}, {args.backend})"
+        report.write_outputs(args.out, rows, summary, title=title)
     return summary
 
 

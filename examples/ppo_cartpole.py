@@ -438,7 +438,8 @@ def main(argv: list[str] | None = None) -> dict:
         config=asdict(args),
     )
     if args.out:
-        report.write_outputs(args.out, rows, summary)
+        title = f"PPO on CartPole-v1 (seed {args.seed}, {args.backend})"
+        report.write_outputs(args.out, rows, summary, title=title)
     return summary
 
 

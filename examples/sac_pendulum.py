@@ -411,7 +411,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         learner_outside_update_frac=learner.outside_s / busy if busy > 0 else None,
     )
     if args.out:
-        report.write_outputs(args.out, result.rows, summary)
+        title = f"SAC on {ENV_ID} (seed {args.seed}, {args.backend})"
+        report.write_outputs(args.out, result.rows, summary, title=title)
     return summary
 
 

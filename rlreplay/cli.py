@@ -295,6 +295,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def configure_logging(verbose: bool) -> None:
+    """rlreplay's own log lines at INFO (DEBUG with ``--verbose``), every other library's
+    at WARNING: the root logger is not lowered, so matplotlib's, torch's or any library's
+    INFO lines never break the demo's progress bar or a command's output."""
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
+    logging.getLogger("rlreplay").setLevel(logging.DEBUG if verbose else logging.INFO)
+
+
 def fail(args: argparse.Namespace, message: str, code: int) -> int:
     """Print ``message`` as one line on stderr; returns ``code``."""
     line = " ".join(str(message).split())
@@ -305,10 +315,7 @@ def fail(args: argparse.Namespace, message: str, code: int) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rlreplay`` command; returns the exit status (see the module)."""
     args = build_parser().parse_command(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-    )
+    configure_logging(args.verbose)
     from rlreplay.errors import InvalidArgumentError, ReplayError
 
     try:

@@ -375,3 +375,22 @@ def test_the_build_report_lists_every_extension_setup_builds():
 
     built = re.findall(r'Extension\(\s*"([\w.]+)"', (ROOT / "setup.py").read_text())
     assert sorted(built) == sorted(KERNELS)
+
+
+def test_the_command_logs_rlreplay_at_info_and_other_libraries_only_from_warning():
+    code = (
+        "import logging\n"
+        "from rlreplay import cli\n"
+        "cli.main(['info', '--build'])\n"
+        "logging.getLogger('matplotlib.font_manager').info('another library at info')\n"
+        "logging.getLogger('matplotlib').warning('another library warns')\n"
+        "logging.getLogger('rlreplay.runtime').info('rlreplay at info')\n"
+        "logging.getLogger('rlreplay.runtime').debug('rlreplay at debug')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert "rlreplay at info" in result.stderr and "another library warns" in result.stderr
+    assert "another library at info" not in result.stderr
+    assert "rlreplay at debug" not in result.stderr

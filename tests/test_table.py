@@ -536,3 +536,12 @@ def test_pickling_or_copying_a_table_is_refused_saying_to_serve_it(make_table, h
     with pytest.raises(InvalidArgumentError, match=r"'t' cannot be pickled.*Server.*Client"):
         PICKLINGS[how](table)
     assert table.size == 3 and table.sample(1).data["step"].shape == (1,)
+
+
+def test_a_samples_repr_shows_shapes_and_dtypes_not_the_arrays():
+    table = Table("images", signature={"frame": ((84, 84), "uint8"), "r": "float32"}, max_size=8)
+    table.insert({"frame": np.zeros((4, 84, 84), np.uint8), "r": np.ones(4, np.float32)})
+    text = repr(table.sample(3))
+    assert text.startswith("Sample(3 items, data={'frame': uint8[3, 84, 84], 'r': float32[3]}")
+    assert "keys=int64[3]" in text and "table_size=4" in text
+    assert len(text) < 300 and "\n" not in text

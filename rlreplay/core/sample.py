@@ -33,6 +33,25 @@ class SampleInfo:
     table_size: int
     min_probability: float
 
+    def __repr__(self) -> str:
+        arrays = ", ".join(
+            f"{name}={_shape_of(getattr(self, name))}"
+            for name in ("keys", "probabilities", "priorities", "times_sampled")
+        )
+        return (
+            f"SampleInfo({arrays}, table_size={self.table_size}, "
+            f"min_probability={self.min_probability:g})"
+        )
+
+
+def _shape_of(value: object) -> str:
+    """``"float32[256, 4]"`` for an array (or tensor), the short repr of anything else."""
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if shape is None or dtype is None:
+        return describe(value)
+    name = getattr(dtype, "name", None) or str(dtype).replace("torch.", "")
+    return f"{name}{list(shape)}"
+
 
 @dataclass
 class Sample:
@@ -53,6 +72,12 @@ class Sample:
 
     def __len__(self) -> int:
         return len(self.info.keys)
+
+    def __repr__(self) -> str:
+        """The fields' shapes and dtypes, never the arrays (a batch of images would print
+        for pages)."""
+        fields = ", ".join(f"{path!r}: {_shape_of(a)}" for path, a in self.data.items())
+        return f"Sample({len(self)} items, data={{{fields}}}, info={self.info!r})"
 
     @property
     def keys(self) -> np.ndarray:

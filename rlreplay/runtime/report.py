@@ -245,11 +245,15 @@ def write_outputs(
     out_dir: str | os.PathLike[str],
     rows: Sequence[Mapping[str, Any]],
     summary: Mapping[str, Any],
+    title: str = "evaluation return during training",
 ) -> dict[str, Path]:
     """Write ``out_dir/summary.json`` and, when matplotlib is installed, the learning curve.
 
-    ``learning_curve.png`` plots each row's ``eval_return`` against ``env_steps``, with the
-    summary's ``target`` as a dashed line when it has one. Without matplotlib the PNG is
+    ``learning_curve.png`` plots each row's ``eval_return`` against ``env_steps`` under
+    ``title``, with the summary's ``target`` as a dashed line when it has one; its y-axis
+    always reaches 0 (from 0 up for positive returns such as CartPole's, up to 0 for
+    negative ones such as Pendulum's), so a small change never looks like a large one.
+    Without matplotlib the PNG is
     skipped and a log line says so (once per process). ``metrics.csv`` is not written here:
     :func:`rlreplay.runtime.run` writes it row by row when ``config.out_dir`` is set.
 
@@ -284,14 +288,14 @@ def write_outputs(
     tmp = out / "summary.json.tmp"
     tmp.write_text(json.dumps(_plain(summary), indent=2, allow_nan=False) + "\n")
     os.replace(tmp, paths["summary"])
-    curve = _plot_learning_curve(out / "learning_curve.png", rows, summary)
+    curve = _plot_learning_curve(out / "learning_curve.png", rows, summary, title)
     if curve is not None:
         paths["learning_curve"] = curve
     return paths
 
 
 def _plot_learning_curve(
-    path: Path, rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]
+    path: Path, rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], title: str
 ) -> Path | None:
     """Plot eval return against env steps into ``path``; ``None`` without matplotlib."""
     global _warned_no_matplotlib
@@ -321,6 +325,12 @@ def _plot_learning_curve(
         target = _number(summary.get("target"))
         if target is not None:
             ax.axhline(target, linestyle="--", color="gray", label=f"target {target:g}")
+        shown = [r for _, r in points] + ([] if target is None else [target])
+        if shown and min(shown) >= 0:  # the axis reaches 0: from it, or up to it
+            ax.set_ylim(bottom=0.0)
+        elif shown and max(shown) <= 0:
+            ax.set_ylim(top=0.0)
+        ax.set_title(title)
         ax.set_xlabel("env steps")
         ax.set_ylabel("mean evaluation return")
         ax.grid(alpha=0.3)

@@ -210,3 +210,42 @@ def test_summary_values_are_json_numbers_or_null():
     for key, value in summary.items():
         assert value is None or isinstance(value, (int, float)), key
         assert value is None or math.isfinite(value), key
+
+
+CURVES = {
+    "positive_returns": ([20.0, 200.0, 470.0], 475.0),
+    "negative_returns": ([-1400.0, -600.0, -150.0], -200.0),
+    "no_target": ([5.0, 9.0], None),
+}
+
+
+@pytest.mark.parametrize("case", CURVES)
+def test_the_learning_curve_has_its_title_and_a_y_axis_that_reaches_0(tmp_path, monkeypatch, case):
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    seen: dict = {}
+    savefig = Figure.savefig
+
+    def recording(fig, *args, **kwargs):
+        ax = fig.axes[0]
+        seen.update(title=ax.get_title(), ylim=ax.get_ylim())
+        return savefig(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", recording)
+    returns, target = CURVES[case]
+    rows = [{"env_steps": 1000 * (i + 1), "eval_return": r} for i, r in enumerate(returns)]
+    report.write_outputs(tmp_path, rows, {"target": target}, title="SAC on Pendulum-v1")
+    low, high = seen["ylim"]
+    assert seen["title"] == "SAC on Pendulum-v1"
+    assert 0.0 in (low, high) and low < high, seen
+    assert low <= min(returns) and high >= max(returns)
+
+
+def test_the_progress_bar_shows_the_policy_lag():
+    from rlreplay.runtime.stats import short
+
+    row = {"updates_per_s": 50.0, "samples_per_insert_total": 7.9, "policy_lag_mean": 3.0}
+    assert short(row) == "50 upd/s spi 7.9 lag 3"
+    row.update(policy_lag_mean=float("nan"), eval_return=300.0)  # no batch since the last row
+    assert short(row) == "50 upd/s spi 7.9 eval 300"
