@@ -16,7 +16,10 @@ manifest says what was written and how to check it:
   each array is ``{"file": name}``;
 * ``files``: per file its ``bytes``, ``crc32`` (zlib's, of the whole file), ``dtype``
   and ``shape``;
-* ``writers``: the note on writers open during the checkpoint (see the package docs).
+* ``writers``: the note on writers open during the checkpoint (see the package docs);
+* ``manifest_crc32``: the manifest's own checksum, zlib's crc32 of its JSON text as
+  :func:`write_manifest` writes it without this entry (checked before anything in the
+  manifest is read; manifests of rlreplay versions that wrote none are read unchecked).
 
 Nothing is pickled: arrays are plain ``.npy`` files (loaded with ``allow_pickle=False``,
 memory-mappable), everything else is JSON (Python's ``json``, which writes the limiter's
@@ -37,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.errors import CheckpointCorruptError, CheckpointVersionError
+from rlreplay.errors import CheckpointCorruptError, CheckpointVersionError, describe
 
 FORMAT = "rlreplay-checkpoint"
 FORMAT_VERSION = 3
@@ -177,11 +180,24 @@ def unflatten_state(data: Mapping[str, Any], load: Callable[[str], np.ndarray]) 
 
 
 # ------------------------------------------------------------------ reading and checks
+CHECKSUM = "manifest_crc32"  # the manifest's entry for its own checksum
+
+
+def _manifest_crc(manifest: Mapping[str, Any]) -> int:
+    """crc32 of ``manifest`` (without its checksum entry) as JSON, written as
+    :func:`write_manifest` writes it: loading and dumping again gives the same text."""
+    body = {k: v for k, v in manifest.items() if k != CHECKSUM}
+    return zlib.crc32(json.dumps(body, indent=1, sort_keys=False).encode("utf-8"))
+
+
 def write_manifest(directory: Path, manifest: Mapping[str, Any]) -> None:
-    """Write ``manifest.json`` into ``directory`` and fsync it."""
+    """Write ``manifest.json`` into ``directory``, its own checksum as its last entry,
+    and fsync it."""
     path = directory / MANIFEST
+    body = {k: v for k, v in manifest.items() if k != CHECKSUM}
+    body[CHECKSUM] = _manifest_crc(body)
     with open(path, "w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=1, sort_keys=False)
+        json.dump(body, f, indent=1, sort_keys=False)
         f.flush()
         os.fsync(f.fileno())
 
@@ -207,6 +223,13 @@ def read_manifest(directory: Path) -> dict[str, Any]:
             f"{path} cannot be read as JSON ({exc}); the checkpoint is damaged: restore from "
             "another checkpoint"
         ) from None
+    if isinstance(manifest, dict) and CHECKSUM in manifest:
+        stored = manifest.pop(CHECKSUM)
+        if stored != _manifest_crc(manifest):
+            raise CheckpointCorruptError(
+                f"{path} fails its own checksum ({CHECKSUM} {describe(stored)}); the "
+                f"checkpoint {directory} is damaged: restore from another checkpoint"
+            )
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise CheckpointCorruptError(
             f"{path} is not an rlreplay checkpoint manifest (format "

@@ -22,6 +22,7 @@ from rlreplay import (
     Table,
     checkpoint,
 )
+from rlreplay.checkpoint.manifest import write_manifest
 
 SIG = {"step": "int64", "obs": ((3,), "float32")}
 
@@ -137,7 +138,7 @@ def test_another_format_version_is_refused_saying_what_to_do(tmp_path):
     path = make().checkpoint(tmp_path)
     manifest = json.loads((path / "manifest.json").read_text())
     manifest["format_version"] = checkpoint.FORMAT_VERSION + 1
-    (path / "manifest.json").write_text(json.dumps(manifest))
+    write_manifest(path, manifest)  # as a later version writes it, checksum and all
     later = checkpoint.FORMAT_VERSION + 1
     with pytest.raises(CheckpointVersionError, match=rf"format version {later}.*rlreplay version"):
         Table.restore(tmp_path)
@@ -308,7 +309,7 @@ def test_a_manifest_that_parses_but_lacks_entries_is_skipped_as_damaged(tmp_path
     second = table.checkpoint(tmp_path)
     manifest = json.loads((second / "manifest.json").read_text())
     damage(manifest)
-    (second / "manifest.json").write_text(json.dumps(manifest))
+    write_manifest(second, manifest)  # its own checksum holds: the entries are what is wrong
     with pytest.warns(UserWarning, match="skipping checkpoint ckpt-00000002.*damaged"):
         assert Table.restore(tmp_path).store.next_id == 20  # the older one, whole
     with pytest.raises(CheckpointCorruptError, match="damaged"):

@@ -201,6 +201,7 @@ def as_version_2(path: Path) -> None:
                 saved[key] = value
         index["remover"] = saved
     manifest["format_version"] = 2
+    del manifest["manifest_crc32"]  # that version wrote none
     (path / "manifest.json").write_text(json.dumps(manifest))
 
 
