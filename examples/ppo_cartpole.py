@@ -60,8 +60,8 @@ class Args:
     """seed of the run (environments, network initialisation, action sampling)"""
     total_steps: int = 200_000
     """environment steps to collect, summed over actors and environments"""
-    backend: str = "threads"
-    """runtime backend: inline, threads or processes"""
+    backend: str = "processes"
+    """runtime backend: processes (actors in their own processes), threads or inline"""
     out: str = "runs/ppo_cartpole"
     """folder for metrics.csv, summary.json and learning_curve.png ('' writes nothing)"""
     num_actors: int = 1

@@ -71,7 +71,7 @@ def add_demo(sub: argparse._SubParsersAction) -> None:
     from rlreplay.demo import AGENTS
 
     p = sub.add_parser(
-        "demo", help="train an agent through replay (default: DQN on CartPole, threads)"
+        "demo", help="train an agent through replay (default: DQN on CartPole, processes)"
     )
     p.add_argument(
         "--agent", choices=sorted(AGENTS), default="dqn",
@@ -84,7 +84,7 @@ def add_demo(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--backend", choices=("inline", "threads", "processes"), default=None,
-        help="where actors and learner run (default: the agent's, threads for dqn)",
+        help="where actors and learner run (default: the agent's, processes)",
     )
     p.add_argument(
         "--out", default=None, metavar="DIR",

@@ -1,9 +1,10 @@
 """`rlreplay demo`: train an agent through replay, with a live progress bar.
 
-The default is DQN on CartPole-v1 with prioritized n-step replay on the embedded (threads)
-backend: actors and learner run in parallel and meet only through one table, whose rate
-limiter holds the ratio of updates to env steps. The progress bar shows env steps/s,
-updates/s, the observed samples per insert, policy lag and returns; the run writes
+The default is DQN on CartPole-v1 with prioritized n-step replay on the processes backend
+(the actor in its own process, the learner here): actors and learner run in parallel and
+meet only through one table, whose rate limiter holds the ratio of updates to env steps.
+The progress bar shows env steps/s, updates/s, the observed samples per insert, policy
+lag and returns; the run writes
 ``metrics.csv``, ``summary.json`` and ``learning_curve.png`` to ``--out`` (default
 ``runs/<example>``, see :func:`default_out`; ``''`` writes nothing). The agents are the
 example files (``examples/*.py``, installed as ``rlreplay.examples``).
