@@ -41,9 +41,7 @@ Single remote calls, with the inputs a user's loop passes:
   process: ``Table.insert(row, priorities=1.0)``.
 * ``insert one row, awaited``: the same with ``wait=True`` (one round trip per row).
 * ``update_priorities 256``: ``client.update_priorities("prio", keys, priorities)`` of 256
-  keys, awaited (one round trip per call). From a same-host client it takes the direct
-  link (``rlreplay.net.direct``); ``--compare-direct`` measures each 1-client cell with
-  ``Client(direct_calls=False)`` too (every call through ZeroMQ), alternating with it.
+  keys, awaited (one round trip per call).
 
 With ``--reverb-python`` (default: ``$RLREPLAY_REVERB_PYTHON``, else
 ``/tmp/reverbenv/bin/python`` when it exists) the same calls are measured on Reverb in the
@@ -266,8 +264,8 @@ def _nothing() -> None:
     pass
 
 
-def client_proc(address, kind, size, duration, go, out, client_kw=None) -> None:
-    client = rlreplay.Client(address, **(client_kw or {}))
+def client_proc(address, kind, size, duration, go, out) -> None:
+    client = rlreplay.Client(address)
     client.ping()
     target = remote_target(client, kind, size)
     out.put(("ready", 0, 0.0, 0.0))
@@ -285,12 +283,10 @@ SERVER_PID: list[int] = []  # the server process, for its CPU time
 CPU: dict = {}  # (kind, size) -> (server, client) CPU seconds per operation, 1 client
 
 
-def remote(
-    address: str, kind: str, size: str, clients: int, duration: float, client_kw=None
-) -> float:
+def remote(address: str, kind: str, size: str, clients: int, duration: float) -> float:
     out, go = CTX.Queue(), StopFlag(CTX)
     procs = [
-        CTX.Process(target=client_proc, args=(address, kind, size, duration, go, out, client_kw))
+        CTX.Process(target=client_proc, args=(address, kind, size, duration, go, out))
         for _ in range(clients)
     ]
     for p in procs:
@@ -308,10 +304,8 @@ def remote(
     if failed:
         raise RuntimeError(f"{kind} {size} x{clients} failed: {failed[0]}")
     done = sum(r[1] for r in results)
-    if clients == 1 and not client_kw:
+    if clients == 1:
         CPU[(kind, size)] = (server_cpu / done, results[0][3] / done)
-    elif clients == 1:
-        CPU[(kind, size, "zmq")] = (server_cpu / done, results[0][3] / done)
     return done / max(r[2] for r in results)
 
 
@@ -393,8 +387,6 @@ REVERB_EARLIER = {"insert_rows_per_s": 2_700, "update_256_per_s": 3_300}
 TARGETS = {  # (kind, size, clients) -> (target, unit)
     # >= 10x Reverb's client.insert (2.3k-2.7k rows/s): >= 27k rows/s
     ("insert one row", "gym", 1): (27_000, "rows/s"),
-    # >= 3x Reverb's awaited priority update of 256 (1.7k-3.3k/s)
-    ("update_priorities 256", "100B", 1): (9_900, "calls/s"),
     # the learner loop over TCP
     ("sample+update one trip x2", "100B", 1): (5_000, "cycles/s"),
     ("write", "100B", 1): (175_000, "steps/s"),
@@ -415,11 +407,6 @@ def main() -> None:
     )
     parser.add_argument(
         "--clients", default=None, help="client process counts, e.g. 1 or 1,2,4 (default 1,2,4)"
-    )
-    parser.add_argument(
-        "--compare-direct",
-        action="store_true",
-        help="also measure each 1-client cell with Client(direct_calls=False), alternately",
     )
     parser.add_argument(
         "--reverb-python",
@@ -455,27 +442,14 @@ def main() -> None:
             loc = local(tables, kind, size, duration)
             row = {"workload": kind, "item": size, "in_process": loc, "remote": {}, "runs": {}}
             for n in client_counts:
-                runs, zmq_runs = [], []
-                for _ in range(args.repeat):
-                    runs.append(remote(address, kind, size, n, duration))
-                    if args.compare_direct and n == 1:
-                        off = {"direct_calls": False}
-                        zmq_runs.append(remote(address, kind, size, n, duration, off))
+                runs = [remote(address, kind, size, n, duration) for _ in range(args.repeat)]
                 row["runs"][n] = runs
                 row["remote"][n] = float(np.median(runs))
-                if zmq_runs:
-                    row["zmq_only_runs"] = zmq_runs
-                    row["zmq_only"] = float(np.median(zmq_runs))
             row["load_average"] = os.getloadavg()
             if (kind, size) in CPU:
                 row["cpu_us_per_op"] = {
                     "server": CPU[kind, size][0] * 1e6,
                     "client": CPU[kind, size][1] * 1e6,
-                }
-            if (kind, size, "zmq") in CPU:
-                row["zmq_only_cpu_us_per_op"] = {
-                    "server": CPU[kind, size, "zmq"][0] * 1e6,
-                    "client": CPU[kind, size, "zmq"][1] * 1e6,
                 }
             rows.append(row)
             print_row(row, client_counts)
@@ -576,14 +550,6 @@ def print_row(row: dict, counts) -> None:
         cpu = row["cpu_us_per_op"]
         cells[-1] += f"  cpu/op: server {cpu['server']:.0f} us, client {cpu['client']:.0f} us"
     print(f"{cells[0]:<26}" + "  ".join(f"{c:>15}" for c in cells[1:]), flush=True)
-    if "zmq_only" in row:
-        runs = row["zmq_only_runs"]
-        line = f"  ZeroMQ only (direct_calls=False): {row['zmq_only']:,.0f} {unit}"
-        line += f" ({min(runs):,.0f}..{max(runs):,.0f})"
-        if "zmq_only_cpu_us_per_op" in row:
-            cpu = row["zmq_only_cpu_us_per_op"]
-            line += f"  cpu/op: server {cpu['server']:.0f} us, client {cpu['client']:.0f} us"
-        print(line, flush=True)
 
 
 def check_targets(rows: list[dict]) -> list[str]:

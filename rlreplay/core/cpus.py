@@ -1,8 +1,7 @@
 """How many CPUs this process may run on: its affinity mask, lowered to a cgroup CPU quota.
 
-Work that only pays off beside a second running thread (pre-faulting pages on another core,
-polling a socket without sleeping while another process answers) is skipped where a
-process may run on one CPU only. A container limited to one CPU of time
+Work that only pays off beside a second running thread (pre-faulting pages on another
+core) is skipped where a process may run on one CPU only. A container limited to one CPU of time
 (``docker --cpus=1``) sees every core of the machine in its affinity mask, but a second
 thread there runs in the same budget, so the quota counts too.
 """

@@ -5,16 +5,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import select
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import zmq
 
-from rlreplay.errors import ProtocolError
-from rlreplay.net import compact, framing, wire
-from rlreplay.net.direct import DirectLink, LinkClosed, frames_of, spin_seconds
+from rlreplay.net import framing, wire
 
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 _RESTARTED = wire.CODE_OF[wire.errors.ServerRestartedError]
@@ -33,9 +30,6 @@ class Channel:
     server restarted, and every request the old server had taken is failed at once with
     :class:`~rlreplay.errors.ServerRestartedError` (the new server never saw them, or
     refuses them).
-
-    Beside its socket a channel may hold a *direct link* to a same-host server
-    (:mod:`rlreplay.net.direct`): replies arrive on either, and are kept alike.
 
     Args:
         connect: opens a new connected socket (used again by :meth:`reset`).
@@ -58,16 +52,6 @@ class Channel:
         self.latest_lease = -float("inf")
         self.inserts: Any = None  # the thread's InsertPipeline, once it inserts
         self.shm: Any = None  # the thread's shared-memory reply slots (rlreplay.net.shm)
-        self.direct: DirectLink | None = None  # the direct link, once opened
-        self.direct_wanted = True  # ask for a link at the next handshake
-        self.direct_sent: set[int] = set()  # requests sent on the link, not answered
-        self.direct_ready = False  # the last wait saw the link readable
-        self.zmq_ready = True  # the last wait saw the ZeroMQ socket readable
-        self._link_poller: Any = None  # polls the link alone
-        self.spin_s = 0.0  # a wait on the link polls without sleeping this long first
-        # The last request sent through ZeroMQ, until a reply to it (or to a later one)
-        # shows the server took it: while set, requests keep to ZeroMQ (their order).
-        self.zmq_tail: int | None = None
         self._open()
 
     def _open(self) -> None:
@@ -85,51 +69,12 @@ class Channel:
         if self.replies.pop(rid, None) is None:
             self.abandoned.add(rid)
 
-    def attach_direct(self, link: DirectLink) -> None:
-        """Use ``link`` for this thread's direct calls (its replies are polled too)."""
-        self.direct = link
-        self.poller.register(link.fd, zmq.POLLIN)
-        self._link_poller = select.poll()
-        self._link_poller.register(link.fd, select.POLLIN)
-        self.spin_s = spin_seconds()
-
-    def drop_direct(self) -> None:
-        """Close the direct link; requests outstanding on it fail with
-        ServerUnavailableError (the server stopped or was killed: it answers none of
-        them), and the next request first learns the server's epoch again."""
-        link, self.direct = self.direct, None
-        if link is None:
-            return
-        with contextlib.suppress(KeyError):
-            self.poller.unregister(link.fd)
-        link.close()
-        self.greeted = False
-        if self.direct_sent:
-            self.fail(
-                self.direct_sent,
-                _UNAVAILABLE,
-                "the replay server closed its direct link while this call was outstanding "
-                "(it stopped or was killed); the call may or may not have been applied, and "
-                "will not be later",
-            )
-            self.direct_sent.clear()
-
     def has_message(self) -> bool:
         """Whether a reply waits to be received (no wait)."""
         return bool(self.sock.getsockopt(_EVENTS) & _POLLIN)
 
-    def receive(self, zmq_ready: bool = True) -> None:
-        """Move every waiting reply into ``replies`` (dropping abandoned ones).
-
-        Args:
-            zmq_ready: False if a :meth:`wait` just saw no message on the ZeroMQ socket
-                (its check is then skipped).
-        """
-        if self.direct_ready or self.direct_sent:
-            self.direct_ready = False
-            self._receive_direct()
-            if not zmq_ready:
-                return
+    def receive(self) -> None:
+        """Move every waiting reply into ``replies`` (dropping abandoned ones)."""
         sock = self.sock
         # EVENTS tells whether a message waits, far cheaper than the exception that a
         # non-blocking receive raises when none does.
@@ -137,39 +82,7 @@ class Channel:
             frames = framing.receive(sock)
             now = self.last_heard = time.monotonic()
             header, arrays = wire.decode(frames)
-            rid = header.get("id")
-            tail = self.zmq_tail
-            if tail is not None and type(rid) is int and rid >= tail:
-                self.zmq_tail = None  # the server took every request sent through ZeroMQ
-            self._keep(header, arrays, rid, now)
-
-    def _receive_direct(self) -> None:
-        """Take the next reply waiting on the direct link (drop it if the server closed
-        it). One per call: a link carries one awaited call at a time, and a reply left
-        (to a call that gave up) is taken by the next wait, whose poll finds it."""
-        link = self.direct
-        if link is None:
-            return
-        try:
-            data = link.receive()
-        except LinkClosed:
-            self.drop_direct()
-            return
-        if data is None:
-            return
-        if compact.is_reply(data):
-            header, arrays = compact.decode_reply(data), {}
-        else:
-            frames = frames_of(data)
-            if frames is None:
-                raise ProtocolError("a malformed message arrived on the direct link")
-            header, arrays = wire.decode(frames)
-        now = self.last_heard = time.monotonic()
-        rid = header.get("id")
-        self.direct_sent.discard(rid)
-        if header.get("moved"):
-            return  # the reply, too large for the link, comes through ZeroMQ
-        self._keep(header, arrays, rid, now)
+            self._keep(header, arrays, header.get("id"), now)
 
     def _keep(self, header: dict, arrays: dict, rid: Any, now: float) -> None:
         """Keep a reply for its waiter (or drop it, abandoned); a server's notice is no
@@ -230,42 +143,15 @@ class Channel:
             self.receive()
         self.fail(list(self.pending), _UNAVAILABLE, message)
         self.abandoned.clear()
-        self.direct_sent.clear()
-        self.drop_direct()
-        self.zmq_tail = None
         self.sock.close(linger=0)
         self.epoch = None  # learnt again (by a handshake) before the next request
         self.greeted = False
         self.latest_lease = -float("inf")
         self._open()
 
-    def wait(self, seconds: float, link_only: bool = False) -> bool:
-        """Wait up to ``seconds`` (at least 1 ms) for a message; True if one arrived
-        (``zmq_ready`` says whether on the ZeroMQ socket). With ``link_only``, only the
-        direct link is watched (a third of the cost of polling both), without sleeping
-        for its first ``spin_s``."""
-        ms = max(1, int(seconds * 1000))
-        if link_only and self.direct is not None:
-            self.zmq_ready = False
-            poll = self._link_poller.poll
-            if self.spin_s:  # poll without sleeping for a while first (spin_seconds)
-                end = time.perf_counter() + self.spin_s
-                while not poll(0):
-                    if time.perf_counter() >= end:
-                        break
-                else:
-                    self.direct_ready = True
-                    return True
-            self.direct_ready = bool(poll(ms))
-            return self.direct_ready
-        events = self.poller.poll(ms)
-        if self.direct is None or not events:
-            self.zmq_ready = bool(events)
-            return self.zmq_ready
-        # the link has a message, or was closed
-        self.zmq_ready = events[0][0] is self.sock
-        self.direct_ready = len(events) > 1 or not self.zmq_ready
-        return True
+    def wait(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` (at least 1 ms) for a message; True if one arrived."""
+        return bool(self.poller.poll(max(1, int(seconds * 1000))))
 
     def forget(self, rids: Iterable[int]) -> None:
         """Drop replies to ``rids`` now or when they arrive."""

@@ -67,19 +67,12 @@ class Client:
             for ``ipc://`` and loopback addresses where the server can map this
             process's segments, else the socket; ``False`` never; ``True`` always
             (:class:`~rlreplay.errors.InvalidArgumentError` where it cannot be used).
-        direct_calls: whether small awaited calls (``update_priorities``, ``delete``,
-            ``info``, ...) to a server on this host (``ipc://`` and loopback addresses)
-            take a direct Unix-socket link that skips ZeroMQ's threads, where the server
-            offers one (see :mod:`rlreplay.net.direct`); ``False``: always ZeroMQ. A wait
-            for a reply there polls the link for 50 us before it sleeps (CPU for
-            latency; ``RLREPLAY_DIRECT_SPIN_US`` sets the time, 0 turns it off).
 
     Raises:
         InvalidArgumentError: for a malformed address or unreadable key files, a
             ``call_timeout``, ``liveness_s`` or ``diagnose_timeout`` that is not seconds in
             range, or ``shared_memory=True`` on a platform without ``/dev/shm`` (naming
-            the argument; see :class:`~rlreplay.net.client_settings.ClientSettings`), or
-            a malformed ``RLREPLAY_DIRECT_SPIN_US`` where direct calls are used.
+            the argument; see :class:`~rlreplay.net.client_settings.ClientSettings`).
 
     A call that gets no answer raises :class:`~rlreplay.errors.ServerUnavailableError`
     within its timeout; the client then checks the connection (at most
@@ -104,7 +97,6 @@ class Client:
         liveness_s: float = 5.0,
         diagnose_timeout: float = DIAGNOSE_S,
         shared_memory: bool | None = None,
-        direct_calls: bool = True,
     ):
         settings = ClientSettings.check(
             address,
@@ -114,7 +106,6 @@ class Client:
             liveness_s,
             diagnose_timeout,
             shared_memory,
-            direct_calls,
         )
         self._settings = settings
         self.address = settings.address
@@ -125,7 +116,6 @@ class Client:
             settings.call_timeout,
             settings.liveness_s,
             settings.diagnose_timeout,
-            settings.direct_calls,
         )
         self._shm = SharedMemoryPath(self.address, shared_memory, self._transport)
         if self._shm.enabled:

@@ -1,5 +1,5 @@
-"""What a client is made from: its server's address, CURVE keys, timeouts and the same-host
-paths it may take, checked once.
+"""What a client is made from: its server's address, CURVE keys, timeouts and whether it
+may use shared memory, checked once.
 
 A :class:`~rlreplay.net.client.Client` is a cheap handle that pickles as these settings and
 reconnects wherever it is unpickled, so they are kept apart from the sockets and threads
@@ -30,7 +30,6 @@ class ClientSettings:
     liveness_s: float
     diagnose_timeout: float
     shared_memory: bool | None
-    direct_calls: bool
 
     @classmethod
     def check(
@@ -42,7 +41,6 @@ class ClientSettings:
         liveness_s: Any,
         diagnose_timeout: Any,
         shared_memory: bool | None,
-        direct_calls: Any,
     ) -> ClientSettings:
         """The settings of a client with these arguments (``shared_memory`` is checked
         where it is used, by :class:`~rlreplay.net.shm.SharedMemoryPath`).
@@ -50,8 +48,8 @@ class ClientSettings:
         Raises:
             InvalidArgumentError: for a malformed address, unreadable key files,
                 ``liveness_s`` not seconds > 0, ``diagnose_timeout`` not seconds in
-                [0, 60], ``direct_calls`` not a bool or an invalid ``call_timeout``
-                (naming the argument and its value).
+                [0, 60] or an invalid ``call_timeout`` (naming the argument and its
+                value).
         """
         address = auth.normalize_address(address)
         server_key = auth.public_key(server_public_key)
@@ -70,11 +68,6 @@ class ClientSettings:
             raise InvalidArgumentError(
                 f"diagnose_timeout={describe(diagnose_timeout)} must be seconds in [0, 60]"
             )
-        if not isinstance(direct_calls, bool):
-            raise InvalidArgumentError(
-                f"direct_calls={describe(direct_calls)} must be True (use a direct link to a "
-                "same-host server where offered) or False (always ZeroMQ)"
-            )
         return cls(
             address,
             server_key,
@@ -83,7 +76,6 @@ class ClientSettings:
             float(liveness_s),
             float(diagnose_timeout),
             shared_memory,
-            direct_calls,
         )
 
     def arguments(self, call_timeout: float) -> dict[str, Any]:

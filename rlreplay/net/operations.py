@@ -6,8 +6,8 @@ server attempts and parks jobs). Wire formats are listed in ``docs/protocol.md``
 
 :class:`ServerOperations` is composed by the server and holds what the operations read
 and change: the served tables and their descriptions, their recent rates, the writers'
-sessions, the clients' shared memory, the server's checkpoints and direct links, and the
-client whose request is being served.
+sessions, the clients' shared memory, the server's checkpoints, and the client whose
+request is being served.
 """
 
 from __future__ import annotations
@@ -66,8 +66,6 @@ class ServerOperations:
     Attributes:
         caller: routing id of the client whose request is being served (set by the
             server before each operation).
-        direct: the server's :class:`~rlreplay.net.direct_server.DirectLinks` while it
-            serves them, else None.
     """
 
     def __init__(
@@ -84,7 +82,6 @@ class ServerOperations:
         self._checkpoints = checkpoints
         self.max_message_bytes = max_message_bytes
         self.caller: Any = b""
-        self.direct: Any = None
         stores: list = []
         for t in tables.values():
             if not any(t.store is s for s in stores):
@@ -115,13 +112,7 @@ class ServerOperations:
         return self.tables[name]
 
     def _op_ping(self, header, arrays):
-        reply = {"tables": sorted(self.tables), "max_message_bytes": self.max_message_bytes}
-        links = self.direct
-        if header.get("direct") and links is not None and type(self.caller) is bytes:
-            offer = links.offer(self.caller, time.monotonic())
-            if offer is not None:  # a same-host client's small calls may skip ZeroMQ
-                reply["direct"] = offer
-        return reply, None
+        return {"tables": sorted(self.tables), "max_message_bytes": self.max_message_bytes}, None
 
     def _op_describe(self, header, arrays):
         return {"tables": self._descriptions}, None

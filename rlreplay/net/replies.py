@@ -1,5 +1,5 @@
 """How a :class:`~rlreplay.Server` answers: every reply stamped with the server's epoch and
-clock, sent without ever blocking the dispatcher, through ZeroMQ or a client's direct link.
+clock, sent without ever blocking the dispatcher.
 
 Replies go out with ``NOBLOCK``: a client that stops reading only loses its own replies once
 its queue is full, so one slow or dead client never stalls the others. A large reply is
@@ -22,8 +22,7 @@ from typing import Any
 
 import zmq
 
-from rlreplay.net import compact, framing, wire
-from rlreplay.net.direct_server import DirectPeer
+from rlreplay.net import framing, wire
 from rlreplay.net.limits import ClientLedger
 
 log = logging.getLogger("rlreplay.net")
@@ -59,15 +58,6 @@ class Replies:
         header["now"] = time.monotonic()
         self.send(identity, wire.encode(header, arrays, version), rid)
 
-    def compact_ok(
-        self, identity: DirectPeer, op: str, rid: Any, header: dict, version: int
-    ) -> None:
-        """Answer the compact request ``rid`` (:mod:`rlreplay.net.compact`) that came on
-        the direct link ``identity``: compactly if its result fits, else as :meth:`ok`."""
-        data = compact.encode_reply(op, rid, self.epoch, time.monotonic(), header)
-        if data is None or identity.send_bytes(data) is False:
-            self.ok(identity, rid, header, None, version)
-
     def error(
         self, identity: Any, rid: Any, exc: BaseException, version: int = OLDEST_VERSION
     ) -> None:
@@ -87,8 +77,6 @@ class Replies:
         connection is gone (ZeroMQ closed it: a reply would be lost); None if its queue
         is full (it does not read: a reply now would be dropped). Sends it a probe
         notice, which clients ignore."""
-        if type(identity) is DirectPeer:
-            return True
         try:
             framing.send(self.sock, PROBE, identity)
         except zmq.Again:
@@ -105,23 +93,13 @@ class Replies:
         :func:`rlreplay.net.channel.notice`). Never blocks; a client that is gone or not
         reading misses it."""
         header = {"notice": "blocked", "call": rid, "message": message}
-        if type(identity) is DirectPeer:  # (no parked call comes from a link)
-            return
         with contextlib.suppress(zmq.ZMQError):  # zmq.Again included
             framing.send(self.sock, wire.encode(header, None, version), identity)
 
     def send(self, identity: Any, frames: list, rid: Any = None) -> None:
         """Send the reply to request ``rid`` without blocking. A large reply is tracked
         until ZeroMQ releases it, so the bytes held for a client that does not read are
-        known (and bounded). A reply to a request that came on a direct link goes back on
-        it, or, if it is too large for the link, through ZeroMQ to the link's connection,
-        followed on the link by a note that it did (``moved``: the client, waiting on its
-        link alone, then waits on both)."""
-        if type(identity) is DirectPeer:
-            if identity.send(frames) is False:
-                self.send(zmq.Frame(identity.bytes), frames)
-                identity.send(wire.encode({"id": rid, "moved": True}))
-            return
+        known (and bounded)."""
         nbytes = 0
         if len(frames) > 1:
             nbytes = wire.frames_nbytes(frames)

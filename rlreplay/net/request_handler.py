@@ -1,6 +1,6 @@
 """Serving one request: from the frames a client sent to its reply, or to a parked call.
 
-The server's dispatcher hands every request, from its ZeroMQ socket or a direct link, to
+The server's dispatcher hands every request from its ZeroMQ socket to
 :meth:`RequestHandler.handle`, which checks it completely before any table changes:
 the header and arrays against the operation's schema (:func:`rlreplay.net.schema.
 check_request`), the size of all its frames together, the envelope (the server's epoch and
@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 from rlreplay.errors import InvalidArgumentError, ReplayError
-from rlreplay.net import compact, handlers, schema, wire
+from rlreplay.net import handlers, schema, wire
 from rlreplay.net.limits import ClientLedger, check_envelope, check_lease
 from rlreplay.net.operations import ServerOperations
 from rlreplay.net.parking import ParkedCalls, cap_deadline, refuse_lapsed
@@ -68,31 +67,16 @@ class RequestHandler:
     def handle(self, frames: list) -> bool:
         """Serve one request (the client's routing id, then its frames); returns True if
         it may have changed a table (then parked calls are worth retrying)."""
-        return self._serve(frames[0], frames[1:], None)
-
-    def handle_compact(self, identity: Any, data: Any) -> bool:
-        """Serve one compact request (:mod:`rlreplay.net.compact`) that came on the direct
-        link ``identity``; answered compactly when its result fits. Returns as
-        :meth:`handle`."""
-        return self._serve(identity, None, data)
-
-    def _serve(self, identity: Any, body: list | None, data: Any) -> bool:
-        """:meth:`handle` of the frames ``body``, or of the compact request ``data``."""
+        identity, body = frames[0], frames[1:]
         rid = None
         version = OLDEST_VERSION  # what a request that cannot be read is answered in
         try:
-            if data is None:
-                header = wire.decode_header(body)
-                rid, version = header.get("id"), header["v"]
-                if len(body) > 1 and sum(map(len, body)) > self.max_message_bytes:
-                    # ZeroMQ bounds each frame; this bounds the frames of a request together
-                    raise self._too_large(sum(map(len, body)))
-                arrays = wire.decode_arrays(header, body)
-            else:
-                header, arrays = compact.decode_request(data)
-                rid, version = header["id"], header["v"]
-                if len(data) > self.max_message_bytes:
-                    raise self._too_large(len(data))
+            header = wire.decode_header(body)
+            rid, version = header.get("id"), header["v"]
+            if len(body) > 1 and sum(map(len, body)) > self.max_message_bytes:
+                # ZeroMQ bounds each frame; this bounds the frames of a request together
+                raise self._too_large(sum(map(len, body)))
+            arrays = wire.decode_arrays(header, body)
             client = identity.bytes
             now = time.monotonic()
             if "shm_in" in header:  # arrays a same-host client placed in its shared memory
@@ -116,14 +100,10 @@ class RequestHandler:
                     self.parked.park(result, client, time.monotonic(), lease)
                 else:
                     self.replies.ok(identity, rid, *reply, version)
-            elif data is not None and result[1] is None:
-                self.replies.compact_ok(identity, op, rid, result[0], version)
             elif not header.get("noreply"):
                 self.replies.ok(identity, rid, *result, version)
             return op in MUTATING
         except ReplayError as exc:
-            if rid is None and data is not None:  # a malformed compact request: its id
-                rid = compact.request_id(data)
             self.replies.error(identity, rid, exc, version)
         except Exception as exc:
             log.exception("internal error serving a request")

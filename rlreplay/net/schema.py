@@ -118,7 +118,7 @@ Check = Callable[[Any, str], Any]
 # Per operation: header field -> (check, required).
 _TIMEOUT = {"timeout": (_timeout, False)}
 HEADERS: dict[str, dict[str, tuple[Check, bool]]] = {
-    "ping": {"direct": (_flag, False)},
+    "ping": {},
     "describe": {},
     "info": {"table": (_table, False)},
     "can_insert": {"table": (_table, True), "n": (_count, False)},

@@ -25,8 +25,7 @@ This module holds the server's options, its lifecycle and the dispatcher loop. I
 one request from frames to reply (:class:`~rlreplay.net.request_handler.RequestHandler`),
 the operations and what they serve (:class:`~rlreplay.net.operations.ServerOperations`),
 parked calls (:mod:`rlreplay.net.parking`), replies (:mod:`rlreplay.net.replies`), writers'
-sessions (:mod:`rlreplay.net.sessions`), checkpoints (:mod:`rlreplay.net.checkpoints`) and
-direct links (:mod:`rlreplay.net.direct_server`).
+sessions (:mod:`rlreplay.net.sessions`) and checkpoints (:mod:`rlreplay.net.checkpoints`).
 """
 
 from __future__ import annotations
@@ -42,10 +41,9 @@ from typing import Any
 import zmq
 
 from rlreplay.core.table import Table
-from rlreplay.errors import ClosedError, InvalidArgumentError, describe
-from rlreplay.net import auth, direct, framing
+from rlreplay.errors import ClosedError, InvalidArgumentError
+from rlreplay.net import auth, framing
 from rlreplay.net.checkpoints import ServerCheckpoints
-from rlreplay.net.direct_server import DirectLinks
 from rlreplay.net.limits import ClientLedger, check_limit
 from rlreplay.net.operations import ServerOperations, served_tables
 from rlreplay.net.parking import ParkedCalls
@@ -99,19 +97,12 @@ class Server:
             one is saved there on request (:meth:`Client.checkpoint`) and every
             ``checkpoint_every_s`` seconds (``None``: on request only), keeping the newest
             ``keep_checkpoints`` (``None``: all); see :mod:`rlreplay.net.checkpoints`.
-        direct_calls: offer same-host clients a direct link for their small awaited
-            calls (a Unix socket the dispatcher polls; see :mod:`rlreplay.net.direct`);
-            ``False``: every call through ZeroMQ. After serving a call on the link of a
-            client in another process, the dispatcher polls without sleeping for
-            ``RLREPLAY_DIRECT_SPIN_US`` microseconds (default 50; 0, or a process that may
-            run on one CPU, sleeps at once), as a client does for its reply.
 
     Raises:
         InvalidArgumentError: for ``tables`` that is not a list of tables, duplicate table
             names, a ``bind`` that holds a port, a non-loopback ``bind`` without
             ``curve_secret_key`` and without ``insecure=True``, or a limit that is not a
-            positive number, or checkpoint options that are not valid, or (with
-            ``direct_calls``) a malformed ``RLREPLAY_DIRECT_SPIN_US``.
+            positive number, or checkpoint options that are not valid.
 
     Example:
         >>> with Server([table]) as server:                       # doctest: +SKIP
@@ -138,17 +129,12 @@ class Server:
         checkpoint_dir: str | os.PathLike | None = None,
         checkpoint_every_s: float | None = None,
         keep_checkpoints: int | None = None,
-        direct_calls: bool = True,
     ):
         check_limit("max_message_bytes", max_message_bytes, 1024, integer=True)
         check_limit("max_unread_bytes", max_unread_bytes, 0, integer=True)
         check_limit("max_parked_per_client", max_parked_per_client, 1, integer=True)
         check_limit("parked_expiry_s", parked_expiry_s, 0.001)
         check_limit("max_writers_per_client", max_writers_per_client, 1, integer=True)
-        if not isinstance(direct_calls, bool):
-            raise InvalidArgumentError(f"direct_calls={describe(direct_calls)} must be a bool")
-        # read here, so that a bad RLREPLAY_DIRECT_SPIN_US is refused before anything starts
-        self._spin_s = direct.spin_seconds() if direct_calls else 0.0
         self.checkpoints = ServerCheckpoints(checkpoint_dir, checkpoint_every_s, keep_checkpoints)
         self.tables = served_tables(tables)
         self.endpoint = auth.endpoint(bind, port)
@@ -198,8 +184,6 @@ class Server:
             max_message_bytes,
         )
         self._metrics_server = None
-        self.direct_calls = direct_calls
-        self._direct: DirectLinks | None = None  # the direct links, while serving
 
     # ----------------------------------------------------------- lifecycle
     def start(self) -> Server:
@@ -245,12 +229,6 @@ class Server:
                 "can reach this address can read and change the tables",
                 self.address,
             )
-        if self.direct_calls and direct.supported():
-            try:
-                self._direct = DirectLinks(spin_s=self._spin_s)
-            except OSError as exc:  # clients stay on ZeroMQ
-                log.warning("serving without direct links: %s", exc)
-        self.operations.direct = self._direct
         self._wake = self._ctx.socket(zmq.PAIR)
         self._wake.bind(f"inproc://rlreplay-wake-{id(self)}")
         self._sock = self.replies.sock = sock
@@ -318,11 +296,6 @@ class Server:
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(wake, zmq.POLLIN)
-        links = self._direct
-        if links is not None:
-            poller.register(links.fd, zmq.POLLIN)
-            self._register = lambda fd: poller.register(fd, zmq.POLLIN)
-            self._unregister = poller.unregister
         self._started.set()
         next_snapshot = 0.0
         checkpoints = self.checkpoints
@@ -345,12 +318,7 @@ class Server:
                         wait = min(wait, max(0.0, deadline - now))
                 if checkpoints.capturing:  # its next steps come after what waits now
                     wait = 0.0
-                if links is not None and now < links.spin_until:
-                    events = dict(poller.poll(0))  # a link's next call is due: no sleep
-                    if not events:
-                        continue
-                else:
-                    events = dict(poller.poll(int(wait * 1000) + 1))
+                events = dict(poller.poll(int(wait * 1000) + 1))
                 if sock in events:
                     # EVENTS says whether another message waits, which costs far less than
                     # the exception a non-blocking receive raises when none does.
@@ -359,8 +327,6 @@ class Server:
                             break
                         if handle(framing.receive(sock)):
                             checkpoints.changed = True
-                if links is not None and len(events) > (sock in events) + (wake in events):
-                    self._serve_links(links, events)
                 if self._parked:
                     # Expire first: a call past its deadline (or whose client went silent)
                     # must not be run by the retry after a long stall of this process.
@@ -375,24 +341,9 @@ class Server:
         finally:
             self._parked.close(ClosedError("the server is stopping"))
             self._shm.clear()
-            if links is not None:
-                links.close()
             checkpoints.close(CHECKPOINT_STOP_S)
             sock.close(linger=0)
             wake.close(linger=0)
-
-    def _serve_links(self, links: DirectLinks, events: dict) -> None:
-        """Accept direct links and serve the requests waiting on them."""
-        now = time.monotonic()
-        for fd in events:
-            if type(fd) is not int:
-                continue
-            if fd == links.fd:
-                links.accept(self._register, self._unregister, now)
-            elif links.serve(
-                fd, self._requests.handle, self._requests.handle_compact, self._unregister, now
-            ):
-                self.checkpoints.changed = True
 
     def table_stats(self, name: str) -> dict[str, Any]:
         """``TableInfo`` of table ``name`` as a dict plus rates over the last ~10 seconds
@@ -404,6 +355,4 @@ class Server:
         self.operations.record_rates(now)
         self._sessions.forget_idle(now)
         self._shm.forget_idle(now)
-        if self._direct is not None:
-            self._direct.sweep(now, self._register, self._unregister)
         self.clients.prune()

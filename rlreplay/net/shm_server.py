@@ -4,7 +4,7 @@ and the gather of a sampled batch straight into one of them.
 A client on the server's host sends ``shm_attach`` with a segment it created
 (:mod:`rlreplay.net.shm_segments`); the server maps it under the client's connection and
 answers a *token*. A sample request that carries ``"shm": token`` is gathered into that
-segment (the table's gather writes there directly: no copy on the server) and answered
+segment (the table's gather writes into it: no copy on the server) and answered
 with a header that says where each data array lies; the small arrays (keys,
 probabilities, ...) still travel in the reply's frames. The table, its selectors, rate
 limiter and keys work exactly as for any other sample.

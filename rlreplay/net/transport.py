@@ -35,9 +35,8 @@ from rlreplay.errors import (
     InvalidArgumentError,
     ServerRestartedError,
 )
-from rlreplay.net import auth, compact, direct, framing, wire
+from rlreplay.net import auth, framing, wire
 from rlreplay.net.channel import Channel
-from rlreplay.net.direct import DIRECT_OPS, DirectLink, LinkClosed
 from rlreplay.net.waits import REPLY_GRACE_S, ReplyWaits
 
 # After a call got no answer at all, the client spends at most this long finding out why
@@ -68,16 +67,10 @@ class _ThreadEnd:
 
 
 def _thread_ended(ref: weakref.ref, ch: Channel) -> None:
-    """A thread that used ``ch`` ended: close its direct link and release its
-    shared-memory slots (unless its client closed meanwhile, or this is a forked child
-    that must not use the socket)."""
+    """A thread that used ``ch`` ended: release its shared-memory slots (unless its
+    client closed meanwhile, or this is a forked child that must not use the socket)."""
     transport = ref()
-    if transport is None or ch.pid != os.getpid():
-        return
-    link, ch.direct = ch.direct, None
-    if link is not None:  # the server drops the link when it sees it closed
-        link.close()
-    if ch.shm is None:
+    if transport is None or ch.pid != os.getpid() or ch.shm is None:
         return
     # bounded: a collection may run this in a thread that holds the lock
     if not transport._lock.acquire(timeout=1.0):
@@ -104,8 +97,6 @@ class Transport:
         liveness_s: a call without a timeout declares the server unavailable after twice
             this many seconds without a reply; a waiting call pings after half as many.
         diagnose_s: seconds spent finding out why a call got no answer.
-        direct_calls: send small awaited calls over a direct link to a same-host server
-            (:mod:`rlreplay.net.direct`).
     """
 
     def __init__(
@@ -116,7 +107,6 @@ class Transport:
         call_timeout: float,
         liveness_s: float,
         diagnose_s: float = DIAGNOSE_S,
-        direct_calls: bool = True,
     ):
         self.address = address
         self.diagnose_s = diagnose_s
@@ -128,11 +118,6 @@ class Transport:
         self._channels: list[Channel] = []
         self._ids = itertools.count(1)
         self.shm: Any = None  # the client's shared-memory path (rlreplay.net.shm), if used
-        # Small awaited calls take a direct link where the server offers one (same host).
-        self.direct_calls = direct_calls and auth.is_loopback(address) and direct.supported()
-        if self.direct_calls:
-            direct.spin_seconds()  # a bad RLREPLAY_DIRECT_SPIN_US is refused here, not later
-        self.direct_failure: str | None = None  # why a link could not be opened, if so
         self.waits = ReplyWaits(self)
         self.closed = False  # by close(): every later call raises ClosedError
 
@@ -188,9 +173,6 @@ class Transport:
                         ch.sock.close(linger=DETACH_LINGER_MS)
                     else:
                         ch.sock.close(linger=0)
-                    link, ch.direct = ch.direct, None
-                    if link is not None:
-                        link.close()
                     if ch.inserts is not None:
                         from rlreplay.net.inserts import discard
 
@@ -225,7 +207,6 @@ class Transport:
         expires: float | None = None,
         timeout: Any = CALL,
         hooked: bool = True,
-        awaited: bool = False,
     ) -> int:
         """Send a request without waiting for its reply; returns its id.
 
@@ -244,15 +225,10 @@ class Transport:
             hooked: first send the rows this thread's pipelined inserts hold (so the server
                 takes them first) and raise what the server refused of them (except for
                 writer chunks); False for the pipeline's own messages.
-            awaited: the caller waits for the reply before this thread sends anything
-                else (:meth:`call`): the request may take the thread's direct link (see
-                :mod:`rlreplay.net.direct`).
 
         Raises:
             ServerUnavailableError: if the server did not answer the handshake or take the
                 request before ``until`` (the request is then dropped, never sent later).
-            ReplayTimeoutError: if an interrupted call's request is still on this thread's
-                direct link at ``until`` (nothing sent; ``ReplyWaits.settle_link``).
             InvalidArgumentError: if the request is larger than the server accepts.
         """
         if until is CALL:
@@ -260,8 +236,6 @@ class Transport:
         ch = self.channel()
         op = header.get("op")
         ping = op == "ping"
-        if self.waits.interrupted and not ping:
-            self.waits.settle_link(ch, until)  # a call on the link interrupted in its wait
         inserts = ch.inserts
         if inserts is not None:
             if ch.has_message():
@@ -293,31 +267,7 @@ class Transport:
         if arrays and self.shm is not None and (op == "insert" or op == "write"):
             # large arrays of a same-host client travel in its shared memory
             arrays, slot = self.shm.place(ch, header, arrays, until)
-        link, frames = ch.direct, None
-        if (
-            awaited
-            and link is not None
-            and op in DIRECT_OPS
-            and ch.zmq_tail is None
-            and not header.get("noreply")
-        ):
-            # a learner's per-step calls in a fixed layout, anything else as on ZeroMQ
-            buffers = compact.encode_request(header, arrays) if link.compact else None
-            try:
-                if buffers is not None:
-                    sent = link.send_raw(buffers)
-                else:
-                    frames = self._encoded(ch, header, arrays)
-                    sent = link.send(frames)
-            except LinkClosed:  # the server is gone: ZeroMQ, as addressed to it
-                ch.drop_direct()
-                sent = False
-            if sent:
-                ch.sent(rid)
-                ch.direct_sent.add(rid)
-                return rid
-        if frames is None:
-            frames = self._encoded(ch, header, arrays)
+        frames = self._encoded(ch, header, arrays)
         sock = ch.sock
         try:
             framing.send(sock, frames)
@@ -328,8 +278,6 @@ class Transport:
                     ch, f"could not send to {self.address} within {max(left, 0):.3g}s"
                 )
             framing.send(sock, frames)
-        if not ping:
-            ch.zmq_tail = rid  # the link waits until the server took this request
         if not header.get("noreply"):  # no reply comes: nothing to wait for or to fail
             ch.sent(rid)
         if slot is not None:
@@ -350,28 +298,14 @@ class Transport:
     def _greet(self, ch: Channel, until: float | None) -> None:
         """The handshake before a socket's first request: a ping learns the server's epoch
         (a reply with a new epoch fails what the old server took, this ping included:
-        then once more), and asks for a direct link where this client may use one."""
-        ask = self.direct_calls and ch.direct is None and ch.direct_wanted
-        reply = None
+        then once more)."""
         for _ in range(2):
-            header = {"op": "ping", "direct": True} if ask else {"op": "ping"}
             try:
-                reply = self.wait_until(self.send(header, until=until), until)[0]
+                self.wait_until(self.send({"op": "ping"}, until=until), until)
                 break
             except ServerRestartedError:
                 continue
         ch.greeted = True
-        if reply is None or not ask:
-            return
-        offer = reply.get("direct")
-        if offer is None:
-            ch.direct_wanted = False  # the server offers none (switched off, or older)
-            return
-        try:
-            ch.attach_direct(DirectLink.open(offer, until))
-        except OSError as exc:
-            ch.direct_wanted = False
-            self.direct_failure = f"{type(exc).__name__}: {exc}"
 
     def lease_of(self, ch: Channel) -> float:
         """The ``lease`` a message on ``ch`` carries: a time (in the server's clock, as
@@ -435,5 +369,5 @@ class Transport:
         """
         if until is CALL:
             until = self.until(timeout)
-        rid = self.send(header, arrays, until=until, expires=until, timeout=timeout, awaited=True)
+        rid = self.send(header, arrays, until=until, expires=until, timeout=timeout)
         return self.wait_until(rid, until)

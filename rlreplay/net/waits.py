@@ -16,7 +16,6 @@ import zmq
 
 from rlreplay.errors import (
     InvalidArgumentError,
-    ReplayError,
     ReplayTimeoutError,
     ServerUnavailableError,
 )
@@ -39,9 +38,6 @@ class ReplyWaits:
 
     def __init__(self, tr: Transport):
         self.tr = tr
-        # Requests left on a thread's direct link by a call whose wait was interrupted,
-        # with that call's deadline (see settle_link); request ids are the transport's.
-        self.interrupted: dict[int, float | None] = {}
 
     def wait_until(
         self, rid: int, until: float | None, abandon: bool = True
@@ -71,10 +67,6 @@ class ReplyWaits:
         ch.waiting_since = start if outer is None else outer
         try:
             return self._wait(ch, rid, until, abandon, start)
-        except BaseException as exc:
-            if not isinstance(exc, ReplayError) and rid in ch.direct_sent and rid in ch.pending:
-                self.interrupted.setdefault(rid, until)  # see settle_link
-            raise
         finally:
             ch.waiting_since = outer
 
@@ -121,53 +113,12 @@ class ReplyWaits:
                 # next lease reaches the server before the last one ends.
                 last_ping = now
                 ch.abandon(self.tr.send({"op": "ping"}, until=until))
-            # while no ping of this wait is out, a request on the link is answered there
-            if ch.wait(wait, last_ping < start and rid in ch.direct_sent):
-                ch.receive(ch.zmq_ready)
+            if ch.wait(wait):
+                ch.receive()
         header, arrays = ch.replies.pop(rid)
         if not header.get("ok"):
             raise wire.error_from_code(header.get("code"), str(header.get("message", "")))
         return header, arrays
-
-    def settle_link(self, ch: Channel, until: float | None) -> None:
-        """Wait for the replies to this thread's requests left on its direct link by calls
-        whose wait was interrupted (``KeyboardInterrupt``, an exception from a signal
-        handler), before it sends another request: the server takes a link's requests and
-        ZeroMQ's in no set order, so a request sent through ZeroMQ now could be taken
-        first. Each is waited for until its own call's deadline at most (no server starts
-        it later; a call that gave up by its deadline leaves none). What their replies say
-        is dropped: their callers are gone.
-
-        Raises:
-            ReplayTimeoutError: if one is not answered by ``until``, before its own
-                deadline (the request about to be sent is not sent).
-            ServerUnavailableError, ServerRestartedError: if the server stopped answering,
-                closed the link or restarted meanwhile (see :meth:`wait_until`).
-        """
-        for rid, limit in list(self.interrupted.items()):
-            if ch.replies.pop(rid, None) is not None or (
-                rid in ch.direct_sent and rid not in ch.pending
-            ):
-                del self.interrupted[rid]  # answered, or failed, meanwhile
-                continue
-            if rid not in ch.direct_sent:
-                continue  # another thread's
-            now = time.monotonic()
-            if limit is not None and now >= limit:
-                ch.abandon(rid)  # past its deadline: no server starts it later
-                del self.interrupted[rid]
-                continue
-            wait = limit if until is None or (limit is not None and limit < until) else until
-            try:
-                self.wait_until(rid, wait, abandon=False)
-            except ServerUnavailableError:
-                raise
-            except ReplayError:
-                if rid in ch.direct_sent and rid in ch.pending and wait is not limit:
-                    raise  # not answered by until (the error is not its reply's)
-            if rid in ch.pending:  # past its deadline, unanswered: drop a late reply
-                ch.abandon(rid)
-            self.interrupted.pop(rid, None)
 
     def _no_answer(self, ch: Channel, rid: int, abandon: bool, message: str) -> None:
         """A wait with a deadline ended without an answer, not even to its last ping.

@@ -378,3 +378,7 @@ def test_columns_replaced_while_the_thread_sets_the_wake_row_leave_writes_workin
     assert store.prefault_wake == prefault.NEVER
     fill(store, [3000])  # every row up to the wake row the thread computed, and past it
     assert store.next_id == 3001
+
+
+def test_cpus_counts_at_least_one():
+    assert cpus.cpus() >= 1

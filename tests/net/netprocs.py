@@ -158,46 +158,6 @@ def wait_until_stopped(pid: int, limit_s: float = 10.0) -> None:
     raise AssertionError(f"process {pid} did not stop within {limit_s}s")
 
 
-def direct_calls_then_wait(address: str, table: str, out: Any, stop: Any) -> None:
-    """Child: make awaited calls from two threads (each opens a direct link), report the
-    server's link name, then wait (the parent kills this process with SIGKILL)."""
-    import threading
-
-    from rlreplay.net import Client
-
-    client = Client(address)
-
-    def calls() -> None:
-        client.info(table)
-        client.can_sample(table)
-
-    thread = threading.Thread(target=calls)
-    thread.start()
-    thread.join(30.0)
-    calls()
-    link = client._transport.channel().direct
-    out.put(("ok", None if link is None else link.name))
-    stop.wait(120.0)
-
-
-def awaited_updates(address: str, calls: int, out, stop) -> None:
-    """Child: awaited ``update_priorities`` on its direct link, ``calls`` of them (or until
-    ``stop``, at most 30 s); reports whether they took the link and how many it made."""
-    from rlreplay.net import Client
-
-    client = Client(address)
-    keys = client.insert("prio", {"x": np.zeros(200, np.float32)}, wait=True)
-    prios = np.full(len(keys), 2.0)
-    made, end = 0, time.monotonic() + 30.0
-    while made < calls and not stop.is_set() and time.monotonic() < end:
-        assert client.update_priorities("prio", keys, prios) == len(keys)
-        made += 1
-        if made == 1:
-            out.put(client._transport.channel().direct is not None)
-    out.put(made)
-    client.close()
-
-
 def parked_queue_sample(address: str, table: str, out: Any) -> None:
     """Child: a learner's ``sample(table, 1)`` without a timeout (parked until an item
     comes); reports that it is connected, then what it drew (if it lives that long)."""

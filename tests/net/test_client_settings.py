@@ -22,7 +22,6 @@ def test_a_pickled_client_keeps_every_setting_and_its_current_call_timeout():
         liveness_s=2.0,
         diagnose_timeout=0.5,
         shared_memory=False,
-        direct_calls=False,
     )
     client.call_timeout = 7.0
     copy = pickle.loads(pickle.dumps(client))
@@ -37,7 +36,6 @@ def test_a_pickled_client_keeps_every_setting_and_its_current_call_timeout():
         "liveness_s": 2.0,
         "diagnose_timeout": 0.5,
         "shared_memory": False,
-        "direct_calls": False,
     }
     assert not copy._shm.enabled
 
@@ -46,7 +44,7 @@ def test_a_client_without_curve_pickles_without_keys():
     copy = pickle.loads(pickle.dumps(rlreplay.Client("ipc:///tmp/rlreplay-settings-test")))
     state = copy.__getstate__()
     assert state["server_public_key"] is None and state["client_secret_key"] is None
-    assert state["shared_memory"] is None and state["direct_calls"] is True
+    assert state["shared_memory"] is None
 
 
 @pytest.mark.parametrize(
@@ -58,8 +56,6 @@ def test_a_client_without_curve_pickles_without_keys():
         ("diagnose_timeout", -1),
         ("diagnose_timeout", 61),
         ("diagnose_timeout", False),
-        ("direct_calls", "yes"),
-        ("direct_calls", 1),
         ("call_timeout", -1.0),
         ("call_timeout", None),
         ("call_timeout", True),
