@@ -13,9 +13,10 @@ Measured, each against a server in its own process on 127.0.0.1:
   ``client.mutate_priorities`` of its 256 keys: batches/s.
 
 rlreplay's own API for the same work (``--impl native``): ``Client.insert`` of the
-item's row per step, ``Client.sample_iterator`` batches, and an awaited
-``Client.update_priorities`` per batch (as Reverb's ``mutate_priorities`` waits; sending the
-update with the iterator's next request instead saves that round trip).
+item's row per step (one round trip each, returning its key), ``Client.sample_iterator``
+batches, and an awaited ``Client.update_priorities`` per batch (as Reverb's
+``mutate_priorities`` waits; sending the update with the iterator's next request instead
+saves that round trip).
 
 Reverb runs in its own interpreter (Python 3.11 with ``dm-reverb==0.14.0``,
 TensorFlow 2.15 and ``numpy<2``)::
@@ -134,7 +135,6 @@ def native_write(client, table: str, steps: int, np) -> float:
                 "steps": 0,
             }
             client.insert(table, row, 1.0)
-    client.flush()
     CPU["writer_client_cpu_us_per_step"] = (time.process_time() - cpu) / steps * 1e6
     return steps / (time.perf_counter() - start)
 

@@ -10,8 +10,8 @@ a replay server in its own process, the client runs in another; tables hold 2**1
 of 100 B (as ``bench_net``'s ``100B`` rows) and are full before measuring. Workloads, on
 the same tables for every topology:
 
-* ``insert``: ``insert(..., wait=False)`` of 256 rows a call (pipelined, as
-  ``Client.insert`` is by default; flushed before the clock stops), evicting the oldest.
+* ``insert``: ``insert`` of 256 rows a call (one round trip each, returning the keys),
+  evicting the oldest.
 * ``sample``: batches of 256 from a uniform table through the learner's iterator
   (``sample_iterator(..., in_flight=2)``).
 * ``sample+update``: the iterator over a prioritized table (exponent 0.6), each batch's
@@ -124,14 +124,12 @@ def work(kind: str, addresses: list[str], plain: bool, duration: float, out,
     table = TABLE_OF[kind]
     rng = np.random.default_rng(0)
     done = 0
-    if kind == "insert":  # pipelined, as Client.insert is by default
-        client.insert(table, block, wait=False)  # connect first
-        client.flush(30.0)
+    if kind == "insert":
+        client.insert(table, block)  # connect first
         start, cpu = time.perf_counter(), time.process_time()
         while time.perf_counter() - start < duration:
-            client.insert(table, block, wait=False)
+            client.insert(table, block)
             done += BATCH
-        client.flush(30.0)
     else:
         extra = {} if plain else {"batches_per_request": per_request}
         with client.sample_iterator(table, BATCH, in_flight=2, timeout=10.0, **extra) as it:

@@ -93,7 +93,7 @@ class Load:
         self.threads = [threading.Thread(target=f, daemon=True) for f in (self._act, self._learn)]
 
     def _act(self) -> None:
-        self._timed_loop(lambda c: c.insert("replay", {"x": np.float32(1)}, 1.0, wait=True), 0.0002)
+        self._timed_loop(lambda c: c.insert("replay", {"x": np.float32(1)}, 1.0), 0.0002)
 
     def _learn(self) -> None:
         prios = np.full(32, 0.5)

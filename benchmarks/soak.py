@@ -8,8 +8,8 @@ A server process serves one prioritized table (transitions of a 64-float observa
 held at ``--samples-per-insert`` by a ``SampleToInsertRatio`` limiter, and saves a
 checkpoint every ``--checkpoint-every`` seconds (keeping two). Half the clients are
 actors (``insert`` of 16 rows per call), half learners (``sample`` of 64 carrying the
-previous batch's new priorities); inserts wait for their acknowledgement (``wait=True``)
-so that their latency is a round trip; every call has a 2 s timeout, and a call the limiter
+previous batch's new priorities); an insert returns its keys once acknowledged, so
+its latency is a round trip; every call has a 2 s timeout, and a call the limiter
 holds back that long counts as a blocked call, not a failure. Reported:
 
 * deadlocks: a client that made no call at all (answered or timed out) for 10 s;
@@ -98,7 +98,7 @@ def client(role: str, address: str, end: float, beats: Any, slot: int, out: Any)
         outcome = 0
         try:
             if role == "actor":
-                c.insert("replay", rows, timeout=2.0, wait=True)  # a round trip each
+                c.insert("replay", rows, timeout=2.0)  # a round trip each
             else:
                 s = c.sample("replay", 64, timeout=2.0, update=update)
                 update = (s.info.keys, rng.uniform(0.1, 2.0, len(s)))

@@ -122,7 +122,7 @@ def greet(
                 f"{until - started:.3g}s"
             )
             try:  # as a wait with a deadline that got no answer concludes
-                tr.waits._no_answer(tr.channel(), pings.pop(shard), True, message)
+                tr.waits._no_answer(tr.channel(), pings.pop(shard), message)
             except ServerUnavailableError as error:
                 failed(shard, error)
     finally:

@@ -3,14 +3,13 @@
 A sharded client spreads its writes over the shards so that every shard fills at about
 the same rate while a writer's steps stay together on one shard. :class:`InsertRouter`
 owns what that placement needs (the rows this client sent each shard, the writers it
-opened, the first shard) and the calls that write: ``insert``, ``flush`` and
-``trajectory_writer``. Sampling is in :mod:`rlreplay.distributed.sharded_sampling`.
+opened, the first shard) and the calls that write: ``insert`` and ``trajectory_writer``.
+Sampling is in :mod:`rlreplay.distributed.sharded_sampling`.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -19,7 +18,7 @@ import numpy as np
 from rlreplay.distributed.shard_deadline import Deadline, greet
 from rlreplay.distributed.shard_health import ShardHealth
 from rlreplay.distributed.shard_keys import ShardKeys
-from rlreplay.distributed.sharded_table import ShardReceipt, ShardWriter
+from rlreplay.distributed.sharded_table import ShardWriter
 from rlreplay.errors import InvalidArgumentError, ServerUnavailableError, describe
 from rlreplay.net.table_requests import plain_int
 
@@ -66,12 +65,9 @@ class InsertRouter:
         with self._lock:
             self._sent_rows[shard] += rows
 
-    def insert(
-        self, table: str, rows: Any, priorities: Any, deadline: Deadline, wait: bool
-    ) -> np.ndarray | ShardReceipt:
+    def insert(self, table: str, rows: Any, priorities: Any, deadline: Deadline) -> np.ndarray:
         """``rows`` inserted on :meth:`next_shard` (see :meth:`ShardedClient.insert`)
-        within ``deadline``: with ``wait``, rows a shard did not take go to another under
-        ``"skip"``.
+        within ``deadline``: rows a shard did not take go to another under ``"skip"``.
 
         Raises:
             as :meth:`Client.insert`; ShardUnavailableError for a shard down (``"fail"``).
@@ -85,37 +81,13 @@ class InsertRouter:
                 greet(self.shards, [shard], deadline, _raise)
                 # before it issues a key
                 self.keys.check_shard_tables(client, [table], deadline.bound)
-                until = deadline.until
-                if not wait:
-                    receipt = client._insert(table, rows, priorities, timeout, False, until)
-                    self._sent(shard, len(receipt))
-                    return ShardReceipt(receipt, shard, self.keys)
-                keys = client._insert(table, rows, priorities, timeout, True, until)
+                keys = client._insert(table, rows, priorities, timeout, deadline.until)
             except ServerUnavailableError as error:
                 tried.add(shard)
                 self.health.failed(shard, error)
                 continue
             self._sent(shard, len(keys))
             return self.keys.to_global(keys, shard)
-
-    def flush(self, timeout: float | None) -> int:
-        """Every shard client's pipelined inserts sent and acknowledged, within
-        ``timeout`` seconds for all shards together; the rows acknowledged by this wait.
-
-        Raises:
-            the first error a shard met, once every shard was flushed.
-        """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        acknowledged, first_error = 0, None
-        for client in self.shards:
-            left = None if deadline is None else max(1e-3, deadline - time.monotonic())
-            try:
-                acknowledged += client.flush(left)
-            except Exception as error:  # raised below, after the other shards
-                first_error = first_error or error
-        if first_error is not None:
-            raise first_error
-        return acknowledged
 
     def trajectory_writer(
         self, tables: str | Sequence[str], shard: int | None, deadline: Deadline, **kwargs: Any

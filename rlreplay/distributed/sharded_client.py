@@ -26,7 +26,7 @@ from rlreplay.distributed.shard_health import ShardHealth
 from rlreplay.distributed.shard_inserts import InsertRouter
 from rlreplay.distributed.shard_keys import ShardKeys
 from rlreplay.distributed.sharded_sampling import ShardedSampler, check_batch_size
-from rlreplay.distributed.sharded_table import ShardedTable, ShardReceipt, ShardWriter
+from rlreplay.distributed.sharded_table import ShardedTable, ShardWriter
 from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.net.client import Client
 from rlreplay.net.payloads import checked_update
@@ -216,39 +216,18 @@ class ShardedClient:
 
     # --------------------------------------------------------------- inserts
     def insert(
-        self, table: str, rows: Any, priorities: Any = None, *,
-        timeout: float | None = None, wait: bool = True,
-    ) -> np.ndarray | ShardReceipt:
-        """:meth:`Client.insert` on one shard: the reachable shard this client has sent
-        the fewest rows.
-
-        Args:
-            wait: wait for the shard's acknowledgement and return the keys (default).
-                Under ``on_shard_down="skip"`` rows a shard did not take go to another
-                (they were not applied there, and never will be). ``False``: the shard
-                client's pipelined insert, returning a :class:`ShardReceipt` at once
-                (errors come from that shard client's next call or :meth:`flush`, and
-                are not sent elsewhere).
+        self, table: str, rows: Any, priorities: Any = None, *, timeout: float | None = None
+    ) -> np.ndarray:
+        """:meth:`Client.insert` on one shard, the reachable shard this client has sent
+        the fewest rows; returns the new items' keys (this client's keys, which carry the
+        shard). Under ``on_shard_down="skip"`` rows a shard did not take go to another
+        (they were not applied there, and never will be).
 
         Raises:
             as :meth:`Client.insert`; ShardUnavailableError for a shard down (``"fail"``).
         """
         deadline = self.deadline(check_timeout(timeout))
-        return self.inserts.insert(table, rows, priorities, deadline, wait)
-
-    def flush(self, timeout: float | None = None) -> int:
-        """:meth:`Client.flush` on every shard: this thread's pipelined inserts sent and
-        acknowledged; the rows acknowledged by this wait.
-
-        Args:
-            timeout: seconds for all shards together (``None``: each shard as long as it
-                answers pings).
-
-        Raises:
-            the first error a shard met (as :meth:`Client.flush`), once every shard was
-            flushed, so one shard's error never leaves another's rows unsent.
-        """
-        return self.inserts.flush(check_timeout(timeout))
+        return self.inserts.insert(table, rows, priorities, deadline)
 
     def trajectory_writer(
         self, tables: str | Sequence[str], *, shard: int | None = None, **kwargs: Any

@@ -57,21 +57,3 @@ class ShardWriter:
 
     def __repr__(self) -> str:
         return f"ShardWriter(shard {self.shard}, {self.writer!r})"
-
-
-class ShardReceipt:
-    """A shard's :class:`~rlreplay.net.inserts.InsertReceipt` whose :meth:`keys` are the
-    sharded client's keys (see ``ShardedClient.insert(..., wait=False)``)."""
-
-    def __init__(self, receipt: Any, shard: int, keys: ShardKeys):
-        self.receipt, self.shard, self._keys = receipt, shard, keys
-
-    def done(self) -> bool:
-        return self.receipt.done()
-
-    def keys(self, timeout: float | None = None) -> np.ndarray:
-        """The rows' keys, as the shard's receipt waits for them (its errors too)."""
-        return self._keys.to_global(self.receipt.keys(timeout), self.shard)
-
-    def __len__(self) -> int:
-        return len(self.receipt)

@@ -6,7 +6,6 @@ does not, and resolves ``rlreplay.Server`` / ``rlreplay.Client`` lazily.
 
 from rlreplay.net.client import Client
 from rlreplay.net.config import tables_from_config
-from rlreplay.net.inserts import InsertReceipt
 from rlreplay.net.iterator import SampleIterator
 from rlreplay.net.remote_table import RemoteTable
 from rlreplay.net.server import Server
@@ -14,7 +13,6 @@ from rlreplay.net.writer import RemoteTrajectoryWriter
 
 __all__ = [
     "Client",
-    "InsertReceipt",
     "RemoteTable",
     "RemoteTrajectoryWriter",
     "SampleIterator",

@@ -50,7 +50,6 @@ class Channel:
         # The latest lease a message on this socket carried, in this process's clock:
         # once it has passed the server refuses whatever of them it had not started.
         self.latest_lease = -float("inf")
-        self.inserts: Any = None  # the thread's InsertPipeline, once it inserts
         self.shm: Any = None  # the thread's shared-memory reply slots (rlreplay.net.shm)
         self._open()
 
@@ -68,10 +67,6 @@ class Channel:
         self.pending.pop(rid, None)
         if self.replies.pop(rid, None) is None:
             self.abandoned.add(rid)
-
-    def has_message(self) -> bool:
-        """Whether a reply waits to be received (no wait)."""
-        return bool(self.sock.getsockopt(_EVENTS) & _POLLIN)
 
     def receive(self) -> None:
         """Move every waiting reply into ``replies`` (dropping abandoned ones)."""
@@ -137,7 +132,7 @@ class Channel:
 
         A request still queued when its call gave up would otherwise reach the server
         later, after the caller was told it failed. Replies that already arrived are kept
-        first (e.g. acknowledgements of pipelined inserts nobody waited for yet).
+        first (e.g. answers to a sample iterator's requests nobody waited for yet).
         """
         with contextlib.suppress(Exception):  # a malformed reply must not stop the reset
             self.receive()

@@ -10,13 +10,12 @@ Its parts: the settings it is made from and pickles as
 (:mod:`rlreplay.net.client_settings`), the sockets and request ids
 (:mod:`rlreplay.net.transport`), what it knows of the served tables
 (:mod:`rlreplay.net.served_tables`), the requests of calls that carry arrays
-(:mod:`rlreplay.net.table_requests`), the pipelined inserts (:mod:`rlreplay.net.inserts`)
-and the learner's sample and priority calls (:mod:`rlreplay.net.learner_calls`).
+(:mod:`rlreplay.net.table_requests`) and the learner's sample and priority calls
+(:mod:`rlreplay.net.learner_calls`).
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -29,7 +28,6 @@ from rlreplay.core.table_info import TableInfo
 from rlreplay.net import learner_calls
 from rlreplay.net.channel import Channel
 from rlreplay.net.client_settings import ClientSettings, check_call_timeout
-from rlreplay.net.inserts import InsertPlan, InsertReceipt
 from rlreplay.net.payloads import update_arrays
 from rlreplay.net.served_tables import ServedTables
 from rlreplay.net.shm import SharedMemoryPath
@@ -82,8 +80,7 @@ class Client:
 
     Example:
         >>> client = Client(server.address)                       # doctest: +SKIP
-        >>> client.insert("replay", {"obs": obs, "reward": 1.0})  # doctest: +SKIP
-        >>> client.flush(timeout=5.0)   # every insert acknowledged  # doctest: +SKIP
+        >>> keys = client.insert("replay", {"obs": obs, "reward": 1.0})  # doctest: +SKIP
         >>> batch = client.sample("replay", 256, timeout=5.0)     # doctest: +SKIP
     """
 
@@ -121,7 +118,6 @@ class Client:
         if self._shm.enabled:
             self._transport.shm = self._shm
         self._tables = ServedTables(self.address, self._transport)
-        self._plans = self._tables.plans  # the same dictionary: insert's one lookup
 
     # ------------------------------------------------------------ pickling
     def __getstate__(self) -> dict:
@@ -145,33 +141,18 @@ class Client:
         """A waiting call pings after this many silent seconds (see the class)."""
         return self._transport.liveness_s
 
-    def close(self, timeout: float | None = None) -> None:
-        """Send the rows this thread's inserts hold and wait for their acknowledgement
-        (at most ``timeout`` seconds, default ``call_timeout``), then close this process's
-        sockets. The client is closed for good: every later call raises
-        :class:`~rlreplay.errors.ClosedError` (its writers' and iterators' calls too);
-        closing again does nothing. It still pickles as its address: the copy is open.
-
-        Raises:
-            as :meth:`flush`; the client is closed all the same.
-        """
-        if self._transport.closed:
-            return
-        ch = getattr(self._transport._local, "channel", None)
-        try:
-            if ch is not None and ch.inserts is not None and ch.pid == os.getpid():
-                ch.inserts.flush(self.call_timeout if timeout is None else check_timeout(timeout))
-        finally:
-            self._transport.close()
+    def close(self) -> None:
+        """Close this process's sockets. The client is closed for good: every later call
+        raises :class:`~rlreplay.errors.ClosedError` (its writers' and iterators' calls
+        too); closing again does nothing. It still pickles as its address: the copy is
+        open."""
+        self._transport.close()
 
     def __enter__(self) -> Client:
         return self
 
-    def __exit__(self, exc_type: object, *exc: object) -> None:
-        if exc_type is None:
-            self.close()
-        else:  # an error is on its way: do not wait for the server on top of it
-            self._transport.close()
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # Used by the writer and the iterator, which build their own requests.
     def _channel(self) -> Channel:
@@ -202,7 +183,7 @@ class Client:
         return self._tables.describe(table, until)
 
     def signature(self, table: str) -> Signature:
-        return Signature.from_json(self.describe(table)["signature"])
+        return self._tables.signature(table, CALL)
 
     def insert(
         self,
@@ -211,88 +192,42 @@ class Client:
         priorities: Any = None,
         *,
         timeout: float | None = None,
-        wait: bool = False,
-    ) -> InsertReceipt | np.ndarray:
-        """:meth:`Table.insert` on the server's ``table``, pipelined: returns at once.
+    ) -> np.ndarray:
+        """:meth:`Table.insert` on the server's ``table``: one round trip, returning the
+        new items' keys.
 
-        The call checks the rows (and priorities) completely, then hands them over
-        without waiting for the server: while no insert message of this thread awaits
-        acknowledgement (and none left in the last 0.2 ms) they are sent at once, else
-        single rows are held and coalesced into one message, sent with the first call
-        after that (or once full, while fewer than two messages are out).
-        Rows held go out before any other request of this thread, so the thread reads
-        its own writes. :meth:`flush` waits until all are acknowledged; ``close()`` and
-        interpreter exit send what is held. See :mod:`rlreplay.net.inserts`.
-
-        Errors are never lost: rows the server refused (a rate limiter ``timeout``, the
-        server restarted or unavailable) raise their typed error from this thread's next
-        call or :meth:`flush`, saying how many rows were not inserted; those rows are
-        applied by no server later.
+        The rows (and priorities) are checked against the table's signature in this
+        process first, so a call the table would refuse sends nothing. To stream single
+        steps, use :meth:`trajectory_writer` (it sends them in chunks, without a round
+        trip per step).
 
         Args:
             table: the table's name.
             rows: one row (no batch axis) or rows with a leading batch axis.
             priorities: one per row, one for all, or ``None`` (the table's default).
             timeout: seconds the server's rate limiter may block these rows (``None``:
-                no limit); it also bounds this call's own wait for room (when two
-                messages are out and the held rows fill one) or, with ``wait``, the
-                whole call.
-            wait: wait for the acknowledgement and return the keys (one round trip).
+                no limit, while the server answers pings).
 
         Returns:
-            An :class:`~rlreplay.net.inserts.InsertReceipt` (``receipt.keys(timeout)``
-            waits for the keys); with ``wait=True`` the new keys.
+            int64 keys of the new items, as the server's table assigned them.
 
         Raises:
             SignatureError, InvalidArgumentError: for rows, priorities or a timeout the
-                table would refuse (nothing is taken).
-            RateLimiterTimeoutError: with ``wait``, if the limiter blocked the rows for
-                ``timeout``; else raised later, as above.
-            ServerUnavailableError: if the server did not answer (these rows were not
-                applied and never will be; ServerRestartedError if it restarted).
+                table refuses (nothing is stored).
+            RateLimiterTimeoutError: if the limiter blocked the rows for ``timeout``
+                (nothing is stored, and never will be).
+            ServerUnavailableError: if the server did not answer (these rows are applied by
+                no server later; ServerRestartedError if it restarted).
         """
         timeout = check_timeout(timeout)
-        return self._insert(table, rows, priorities, timeout, wait, self._transport.until(timeout))
+        return self._insert(table, rows, priorities, timeout, self._transport.until(timeout))
 
     def _insert(
-        self, table: str, rows: Any, priorities: Any, timeout: float | None, wait: bool,
-        until: float | None,
-    ) -> InsertReceipt | np.ndarray:
+        self, table: str, rows: Any, priorities: Any, timeout: float | None, until: float | None
+    ) -> np.ndarray:
         """:meth:`insert` (``timeout`` checked) within the caller's ``until``."""
-        tr = self._transport
-        if wait:
-            header, arrays = insert_request(self._describe(table, until), table, rows, priorities)
-            return tr.call(header, arrays, timeout, until)[1]["keys"]
-        plan = self._plans.get(table)
-        if plan is None:
-            plan = self._insert_plan(table, until)
-        return tr.inserts().add(plan, rows, priorities, timeout, until)
-
-    def _insert_plan(self, table: str, until: Any) -> InsertPlan:
-        """The insert plan of ``table``, made on its first insert (see ServedTables)."""
-        return self._tables.plan(table, until)
-
-    def flush(self, timeout: float | None = None) -> int:
-        """Send the rows this thread's inserts hold and wait until the server has
-        answered every insert of this thread.
-
-        Args:
-            timeout: seconds to wait (``None``: while the server answers pings).
-
-        Returns:
-            Rows acknowledged by this wait.
-
-        Raises:
-            ReplayTimeoutError: if not all were answered in time; nothing is dropped (the
-                rows may still be stored: flush again).
-            RateLimiterTimeoutError, ServerUnavailableError, InvalidArgumentError, ...:
-                the error of rows the server refused (raised once), saying how many.
-        """
-        timeout = check_timeout(timeout)
-        ch = self._transport.channel()
-        if ch.inserts is None:
-            return 0
-        return ch.inserts.flush(timeout)
+        header, arrays = insert_request(self._tables, table, rows, priorities, until)
+        return self._transport.call(header, arrays, timeout, until)[1]["keys"]
 
     # A learner's calls: sample requests (awaited or in flight, carrying priority updates)
     # and priority updates on their own, in rlreplay.net.learner_calls.

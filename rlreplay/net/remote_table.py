@@ -39,8 +39,7 @@ class RemoteTable:
             return SimpleNamespace(span=desc["span"])
 
     def insert(self, rows, priorities=None, *, timeout=None) -> np.ndarray:
-        # a local table's insert returns the keys: awaited, one round trip
-        return self.client.insert(self.name, rows, priorities, timeout=timeout, wait=True)
+        return self.client.insert(self.name, rows, priorities, timeout=timeout)
 
     def sample(self, batch_size: int, *, timeout: float | None = None) -> Sample:
         return self.client.sample(self.name, batch_size, timeout=timeout)

@@ -1,40 +1,35 @@
-"""What a client knows of a server's tables: their descriptions, fetched once, and the
-insert plans made from them.
+"""What a client knows of a server's tables: their descriptions and signatures, fetched
+once.
 
 A :class:`~rlreplay.net.client.Client` asks the server to ``describe`` its tables on the
 first call that needs it (one round trip, within that call's deadline) and keeps the
-answer: the signatures and limits against which it checks rows before sending them. Per
-table it keeps one :class:`~rlreplay.net.insert_rows.InsertPlan` for pipelined inserts.
+answer: the signatures and limits against which it checks rows before sending them.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rlreplay.core.specs import Signature
 from rlreplay.errors import InvalidArgumentError, describe
-from rlreplay.net.insert_rows import InsertPlan
 
 if TYPE_CHECKING:
     from rlreplay.net.transport import Transport
 
 
 class ServedTables:
-    """The descriptions of the tables served at ``address`` and their insert plans.
+    """The descriptions of the tables served at ``address`` and their signatures.
 
     Args:
         address: the server's address (for error messages).
         transport: the client's transport (fetches the descriptions).
-
-    Attributes:
-        plans: insert plan per table name, made on first use (read directly by
-            ``Client.insert``, one dictionary lookup per call).
     """
 
     def __init__(self, address: str, transport: Transport):
         self.address = address
         self.transport = transport
         self.descriptions: dict[str, dict] | None = None
-        self.plans: dict[str, InsertPlan] = {}
+        self.signatures: dict[str, Signature] = {}
 
     def describe(self, table: str, until: Any) -> dict[str, Any]:
         """The description of ``table`` (signature, layout, sizes), fetched (once) within
@@ -54,13 +49,15 @@ class ServedTables:
             )
         return self.descriptions[table]
 
-    def plan(self, table: str, until: Any) -> InsertPlan:
-        """The insert plan of ``table``, made (and kept) from its description.
+    def signature(self, table: str, until: Any) -> Signature:
+        """The signature of ``table`` (from its description, made once).
 
         Raises:
             as :meth:`describe`.
         """
-        desc = self.describe(table, until)
-        plan = InsertPlan(table, desc, self.transport.channel().max_message_bytes)
-        self.plans[table] = plan
-        return plan
+        sig = self.signatures.get(table)
+        if sig is None:
+            sig = self.signatures[table] = Signature.from_json(
+                self.describe(table, until)["signature"]
+            )
+        return sig

@@ -259,7 +259,7 @@ class SlotRing:
                 "nonce": segment.nonce,
                 "boot_id": boot_id(),
             }
-            rid = tr.send(header, until=until, expires=until, hooked=False)
+            rid = tr.send(header, until=until, expires=until)
             token = tr.wait_until(rid, until)[0]["token"]
         finally:
             segment.unlink()
@@ -278,8 +278,7 @@ class SlotRing:
             self.slots.remove(slot)
         if slots and self._channel.sock is self._sock and self._channel.epoch == self._epoch:
             tokens = [s.token for s in slots]
-            self._transport.send({"op": "shm_detach", "tokens": tokens, "noreply": True},
-                                 hooked=False)
+            self._transport.send({"op": "shm_detach", "tokens": tokens, "noreply": True})
 
     def release(self) -> None:
         """Drop every slot: the client closes, or its thread ended. Tells the server to

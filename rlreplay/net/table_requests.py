@@ -1,4 +1,4 @@
-"""The requests of a client's table calls that carry arrays: an awaited insert, a sample
+"""The requests of a client's table calls that carry arrays: an insert, a sample
 with its optional priority update, and the plain values their headers hold.
 
 They are checked here, in the caller's process, before anything is sent, so a call the
@@ -13,22 +13,23 @@ from typing import Any
 import numpy as np
 
 from rlreplay.core.keys import check_priorities
-from rlreplay.core.specs import Signature
 from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.net.payloads import rows_arrays, update_arrays
+from rlreplay.net.served_tables import ServedTables
 
 
 def insert_request(
-    desc: dict[str, Any], table: str, rows: Mapping[str, Any], priorities: Any
+    tables: ServedTables, table: str, rows: Mapping[str, Any], priorities: Any, until: Any
 ) -> tuple[dict, dict]:
-    """``(header, arrays)`` of an awaited insert of ``rows`` into ``table`` (described by
-    ``desc``).
+    """``(header, arrays)`` of an insert of ``rows`` into ``table``, checked against its
+    signature (its description fetched, once, within ``until``).
 
     Raises:
-        SignatureError, InvalidArgumentError: for rows or priorities the table refuses.
+        SignatureError, InvalidArgumentError: for rows or priorities the table refuses,
+            or a table the server does not serve.
     """
-    sig = Signature.from_json(desc["signature"])
-    arrays = rows_arrays(sig, rows, desc["is_rows"], table)
+    sig = tables.signature(table, until)
+    arrays = rows_arrays(sig, rows, tables.describe(table, until)["is_rows"], table)
     header: dict[str, Any] = {"op": "insert", "table": table}
     if priorities is not None:
         n = len(next(iter(arrays.values())))

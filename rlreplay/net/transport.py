@@ -173,21 +173,8 @@ class Transport:
                         ch.sock.close(linger=DETACH_LINGER_MS)
                     else:
                         ch.sock.close(linger=0)
-                    if ch.inserts is not None:
-                        from rlreplay.net.inserts import discard
-
-                        discard(ch.inserts)
             self._channels = []
         self._local = threading.local()
-
-    def inserts(self) -> Any:
-        """This thread's :class:`~rlreplay.net.inserts.InsertPipeline`."""
-        ch = self.channel()
-        if ch.inserts is None:
-            from rlreplay.net.inserts import InsertPipeline
-
-            ch.inserts = InsertPipeline(self, ch)
-        return ch.inserts
 
     # ------------------------------------------------------------- messaging
     def until(self, timeout: Any) -> float | None:
@@ -206,7 +193,6 @@ class Transport:
         until: Any = CALL,
         expires: float | None = None,
         timeout: Any = CALL,
-        hooked: bool = True,
     ) -> int:
         """Send a request without waiting for its reply; returns its id.
 
@@ -222,9 +208,6 @@ class Transport:
                 request (this client stops waiting for it then); None: no such limit.
             timeout: seconds the server may block the request, sent as ``"timeout"``,
                 shortened to what is left before ``until`` (default: the header's own).
-            hooked: first send the rows this thread's pipelined inserts hold (so the server
-                takes them first) and raise what the server refused of them (except for
-                writer chunks); False for the pipeline's own messages.
 
         Raises:
             ServerUnavailableError: if the server did not answer the handshake or take the
@@ -236,14 +219,6 @@ class Transport:
         ch = self.channel()
         op = header.get("op")
         ping = op == "ping"
-        inserts = ch.inserts
-        if inserts is not None:
-            if ch.has_message():
-                # acknowledgements of pipelined inserts that arrived meanwhile: read now,
-                # so that they do not pass for a sign of life while this request waits
-                ch.receive()
-            if hooked and not ping and inserts.waiting:
-                inserts.before_request(op != "write" and op != "close_writer", until)
         if not ping and not ch.greeted:
             self._greet(ch, until)
         if timeout is not CALL:
@@ -335,12 +310,10 @@ class Transport:
         """Wait up to ``timeout`` seconds for the reply to ``rid`` (see :meth:`wait_until`)."""
         return self.waits.wait_until(rid, None if timeout is None else time.monotonic() + timeout)
 
-    def wait_until(
-        self, rid: int, until: float | None, abandon: bool = True
-    ) -> tuple[dict, dict]:
+    def wait_until(self, rid: int, until: float | None) -> tuple[dict, dict]:
         """Wait for the reply to ``rid``; raise its typed error if it failed (see
         :meth:`rlreplay.net.waits.ReplyWaits.wait_until`)."""
-        return self.waits.wait_until(rid, until, abandon)
+        return self.waits.wait_until(rid, until)
 
     def _unavailable(self, ch: Channel, message: str) -> None:
         """Drop the channel's socket and queued requests; raise ServerUnavailableError."""

@@ -39,17 +39,13 @@ class ReplyWaits:
     def __init__(self, tr: Transport):
         self.tr = tr
 
-    def wait_until(
-        self, rid: int, until: float | None, abandon: bool = True
-    ) -> tuple[dict, dict]:
+    def wait_until(self, rid: int, until: float | None) -> tuple[dict, dict]:
         """Wait for the reply to ``rid``; raise its typed error if it failed.
 
         Args:
             until: ``time.monotonic()`` to give up at; ``None`` waits as long as the server
                 answers pings. A ping goes out ``REPLY_GRACE_S`` before a bounded wait
                 ends, to tell a live but busy server (ReplayTimeoutError) from a dead one.
-            abandon: on ReplayTimeoutError, drop the reply when it comes (False: keep
-                waiting for it later, as pipelined inserts do).
 
         Raises:
             ServerUnavailableError: if the server did not answer at all. By ``until``:
@@ -58,20 +54,20 @@ class ReplyWaits:
                 queued in it and every other request outstanding on it fails the same way.
                 Either way none of them is applied later.
             ServerRestartedError: if the server restarted since the request was sent.
-            ReplayTimeoutError: if the server answers but this call did not complete, or
-                (``abandon`` False) did not answer by ``until``.
+            ReplayTimeoutError: if the server answers but this call did not complete (its
+                reply is dropped when it comes).
         """
         start = time.monotonic()
         ch = self.tr.channel()
         outer = ch.waiting_since
         ch.waiting_since = start if outer is None else outer
         try:
-            return self._wait(ch, rid, until, abandon, start)
+            return self._wait(ch, rid, until, start)
         finally:
             ch.waiting_since = outer
 
     def _wait(
-        self, ch: Channel, rid: int, until: float | None, abandon: bool, start: float
+        self, ch: Channel, rid: int, until: float | None, start: float
     ) -> tuple[dict, dict]:
         """The loop of :meth:`wait_until` (``ch.waiting_since`` set)."""
         last_ping = ping_sent = -float("inf")
@@ -81,8 +77,7 @@ class ReplyWaits:
             silent = now - max(ch.last_heard, start)
             if until is not None and now >= until:
                 if ch.last_heard > ping_sent:
-                    if abandon:
-                        ch.abandon(rid)
+                    ch.abandon(rid)
                     raise ReplayTimeoutError(
                         f"the replay server at {self.tr.address} answers, but this call "
                         f"did not complete within {until - start:.3g}s"
@@ -90,7 +85,6 @@ class ReplyWaits:
                 self._no_answer(
                     ch,
                     rid,
-                    abandon,
                     f"no reply from the replay server at {self.tr.address} within "
                     f"{until - start:.3g}s",
                 )
@@ -120,33 +114,25 @@ class ReplyWaits:
             raise wire.error_from_code(header.get("code"), str(header.get("message", "")))
         return header, arrays
 
-    def _no_answer(self, ch: Channel, rid: int, abandon: bool, message: str) -> None:
+    def _no_answer(self, ch: Channel, rid: int, message: str) -> None:
         """A wait with a deadline ended without an answer, not even to its last ping.
 
         Once the latest lease this socket sent has passed, the server refuses whatever of
         its requests it had not started, so the socket is dropped and all of them fail
         (:meth:`unavailable`). Before that, only this call fails: its request carries
         ``expires``, so no server starts it later, while the socket may carry requests
-        without a deadline (a thread's pipelined inserts) that a stalled server could still
+        without a deadline (a remote writer's chunks, say) that a stalled server could still
         apply when it resumes, and must not be reported failed. The next request first
         learns the server's epoch again. (What leases cover: ``docs/protocol.md``.)
 
         Raises:
-            ReplayTimeoutError: for a wait that keeps its request (``abandon`` False, a
-                pipelined insert's): it is still on its way and may yet be stored.
-            ServerUnavailableError: otherwise, with why where it can tell (as
-                :meth:`unavailable`).
+            ServerUnavailableError: with why where it can tell (as :meth:`unavailable`).
         """
         if time.monotonic() >= ch.latest_lease:
             self.unavailable(ch, message)  # the server refuses all of them from now on
         # The next request first pings: a server that restarted meanwhile shows its new
         # epoch (failing what the old one had taken) before that request is stamped.
         ch.greeted = False
-        if not abandon:
-            raise ReplayTimeoutError(
-                f"{message}; the request is still on its way and may yet be stored: wait "
-                "for it again"
-            )
         ch.abandon(rid)
         raise self._diagnosed(message) from None
 

@@ -163,17 +163,27 @@ class Client:
             )
         return tables[table]
 
+    def _encode_item(self, table: str, columns: list[np.ndarray], timestep: bool) -> dict:
+        """One item as a row of ``table`` (checked against its signature)."""
+        with reverb_errors():
+            return self._table(table).format.encode(table, columns, timestep)
+
     def _insert_item(
         self, table: str, columns: list[np.ndarray], priority: float, timestep: bool
     ) -> None:
-        with reverb_errors():
-            row = self._table(table).format.encode(table, columns, timestep)
-            self.rlreplay_client.insert(table, row, float(priority))
+        """Insert one item; returns once the server has it."""
+        self._insert_rows(table, self._encode_item(table, columns, timestep), float(priority))
 
     def _insert_items(
-        self, table: str, items: list[list[np.ndarray]], priorities: list[float], steps: list[int]
+        self,
+        table: str,
+        items: list[list[np.ndarray]],
+        priorities: list[float],
+        steps: list[int],
+        timeout: float | None = None,
     ) -> None:
-        """Insert checked items (see ItemFormat.check) in one call."""
+        """Insert checked items (see ItemFormat.check) in one call (the rate limiter may
+        hold them ``timeout`` seconds; None: no limit)."""
         fmt = self._table(table).format
         with reverb_errors():
             if fmt.typed:
@@ -184,16 +194,17 @@ class Client:
                 batch["steps"] = np.asarray(steps, np.uint8)
             else:
                 batch = {"blob": np.stack([fmt.serialize(table, it) for it in items])}
-            self.rlreplay_client.insert(table, batch, np.asarray(priorities, np.float64))
+            self.rlreplay_client.insert(
+                table, batch, np.asarray(priorities, np.float64), timeout=timeout
+            )
 
-    def _insert_rows(self, table: str, rows: dict[str, np.ndarray], priorities: np.ndarray) -> None:
-        """Insert rows already in the table's format (typed storage) in one call."""
+    def _insert_rows(
+        self, table: str, rows: dict[str, np.ndarray], priorities: Any, timeout: float | None = None
+    ) -> None:
+        """Insert rows already in the table's format in one call (the rate limiter may
+        hold them ``timeout`` seconds; None: no limit)."""
         with reverb_errors():
-            self.rlreplay_client.insert(table, rows, priorities)
-
-    def _flush(self, timeout: float | None = None) -> None:
-        with reverb_errors():
-            self.rlreplay_client.flush(timeout)
+            self.rlreplay_client.insert(table, rows, priorities, timeout=timeout)
 
     # ------------------------------------------------------------ inserts
     def insert(self, data: Any, priorities: Mapping[str, float]) -> None:
@@ -211,7 +222,6 @@ class Client:
         columns = [c[None] for c in _columns(_nest.flatten(data))]
         for table, priority in priorities.items():
             self._insert_item(table, columns, priority, True)
-        self._flush()
 
     def writer(
         self,
@@ -409,7 +419,7 @@ class Client:
             ) from exc
         finally:
             if timeout is not None and "rr" in locals():
-                rr.close(0)
+                rr.close()
         return {
             name: table_info(meta.data, stats.get(name, {}), meta.signature)
             for name, meta in tables.items()
@@ -500,8 +510,8 @@ class Writer:
         self._client._insert_item(table, columns, priority, True)
 
     def flush(self) -> None:
-        """Wait until the server has every item created so far."""
-        self._client._flush()
+        """Wait until the server has every item created so far (each item is inserted,
+        and acknowledged, when it is created)."""
 
     def close(self, retry_on_unavailable: bool = True) -> None:
         """Send what is pending and close the writer.
@@ -512,4 +522,3 @@ class Writer:
         if self._closed:
             raise InvalidArgumentError("close() has already been called on Writer.")
         self._closed = True
-        self._client._flush()

@@ -9,13 +9,20 @@ columns are stacked from them when it is created and sent as one row (see
 from __future__ import annotations
 
 import datetime
+import logging
 import time
+from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
-from rlreplay.errors import InvalidArgumentError, ReplayError, ReplayTimeoutError
+from rlreplay.errors import (
+    InvalidArgumentError,
+    RateLimiterTimeoutError,
+    ReplayError,
+    ReplayTimeoutError,
+)
 from rlreplay.reverb import _nest, errors
 from rlreplay.reverb.specs import shape_text, tf_dtype_name
 
@@ -220,16 +227,22 @@ class TrajectoryWriter:
     """Writes items made of column slices to tables (made by
     :meth:`rlreplay.reverb.client.Client.trajectory_writer`).
 
-    :meth:`create_item` does not wait: items are held and sent in batches (at most
-    ``SEND_EVERY`` items, or ``SEND_AFTER_S`` seconds after the first held one, on the
-    next call); :meth:`flush` (or :meth:`end_episode`) sends them and waits until the
-    server has them, which is where a rate limiter's wait is felt.
+    :meth:`create_item` does not wait for a rate limiter: items are held and sent in
+    batches (at most ``SEND_EVERY`` items, or ``SEND_AFTER_S`` seconds after the first
+    held one, on the next call), each offered to the server without waiting; those its
+    rate limiter holds back stay held, in order, and are offered again with the next
+    item. :meth:`flush` (or :meth:`end_episode`) sends them and waits until the server
+    has them, which is where a rate limiter's wait is felt. More than ``MAX_HELD_BACK``
+    held back for one table make :meth:`create_item` wait too.
     """
 
     SEND_EVERY = 64
     SEND_AFTER_S = 0.05
+    MAX_HELD_BACK = 64  # batches (or single items) held back per table at most
+    OFFER_S = 0.001  # how long an offer lets the rate limiter hold it before it is held back
 
     def __init__(self, client: Any, num_keep_alive_refs: int, *, validate_items: bool = True):
+        self._held_back: dict[str, deque] = {}  # per table, what its limiter held back
         self._client = client
         self._keep = num_keep_alive_refs
         self._validate = validate_items
@@ -457,7 +470,7 @@ class TrajectoryWriter:
         if meta is None:
             meta = self._metas[table] = client._table(table)
         if meta.insert_batch <= 1:
-            client._insert_item(table, columns, priority, False)
+            self._offer(table, (client._encode_item(table, columns, False), float(priority)))
             return
         try:
             steps = meta.format.check(table, columns, False)
@@ -478,33 +491,86 @@ class TrajectoryWriter:
             self._send()
 
     def _send(self) -> None:
-        """Send the held items (one insert per table)."""
+        """Offer the held batches to the server (one insert per table)."""
         pending, self._pending = self._pending, {}
-        client = self._client
         for table, held in pending.items():
-            if held.arrays is not None:
-                client._insert_rows(table, held.rows(), held.priorities[: held.n])
-            else:
-                client._insert_items(table, held.items, held.priorities[: held.n], held.steps)
+            self._offer(table, held)
+
+    def _offer(self, table: str, entry: Any) -> None:
+        """Insert ``entry`` (a batch, or one ``(row, priority)``) if the table's rate
+        limiter takes it now, after what it held back before; else hold it back (waiting,
+        once ``MAX_HELD_BACK`` are held back for the table)."""
+        queue = self._held_back.get(table)
+        if queue is None:
+            queue = self._held_back[table] = deque()
+        queue.append(entry)
+        if len(queue) <= self.MAX_HELD_BACK:
+            self._drain(table, queue, self.OFFER_S, offer=True)
+        else:
+            self._drain(table, queue, None)
+
+    def _drain(
+        self, table: str, queue: deque, timeout: float | None, offer: bool = False
+    ) -> None:
+        """Insert what ``queue`` holds, in order, each waiting at most ``timeout`` seconds
+        for the rate limiter (None: no limit); what it does not take stays.
+
+        Raises:
+            RateLimiterTimeoutError: when the limiter held an entry back for ``timeout``
+                (unless this is an ``offer``: then the entry just stays).
+        """
+        client = self._client
+        while queue:
+            entry = queue[0]
+            try:
+                if type(entry) is tuple:
+                    client._insert_rows(table, entry[0], entry[1], timeout)
+                elif entry.arrays is not None:
+                    client._insert_rows(
+                        table, entry.rows(), entry.priorities[: entry.n], timeout
+                    )
+                else:
+                    client._insert_items(
+                        table, entry.items, entry.priorities[: entry.n], entry.steps, timeout
+                    )
+            except RateLimiterTimeoutError:
+                if offer:
+                    return  # held back: offered again later
+                raise
+            queue.popleft()
+
+    def _drain_all(self, timeout: float | None) -> None:
+        """Send the held items and wait until the server has every one, at most
+        ``timeout`` seconds in all (None: no limit).
+
+        Raises:
+            RateLimiterTimeoutError: if the rate limiters held items back that long (they
+                stay held).
+        """
+        self._send()
+        end = None if timeout is None else time.monotonic() + timeout
+        for table, queue in self._held_back.items():
+            left = None if end is None else end - time.monotonic()
+            self._drain(table, queue, max(left, 1e-3) if left is not None else None)
 
     def flush(self, block_until_num_items: int = 0, timeout_ms: int | None = None) -> None:
         """Send the held items and wait until the server has the items created so far
-        (all of them: rlreplay's inserts are acknowledged together).
+        (all of them).
 
         Raises:
             InvalidArgumentError (a ValueError): if ``block_until_num_items < 0``.
-            DeadlineExceededError: if ``timeout_ms`` passed first (the items still go in).
+            DeadlineExceededError: if ``timeout_ms`` passed first (the items a rate
+                limiter held back stay held, and go in with a later call).
         """
         if block_until_num_items < 0:
             raise InvalidArgumentError(
                 f"block_until_num_items must be >= 0, got {block_until_num_items}"
             )
-        self._send()
         timeout = None if timeout_ms is None or timeout_ms < 0 else timeout_ms / 1000.0
         try:
-            self._client._flush(timeout)
+            self._drain_all(timeout)
         except ReplayTimeoutError as exc:
-            if timeout is None or isinstance(exc, errors.RateLimiterTimeoutError):
+            if timeout is None:
                 raise
             raise errors.DeadlineExceededError(
                 "Flush call did not complete within provided timeout of "
@@ -522,10 +588,23 @@ class TrajectoryWriter:
             self._episode_steps = 0
 
     def close(self) -> None:
-        """Send the held items (without waiting for the server) and close the writer."""
-        if not self._closed:
-            self._send()
+        """Send the held items and close the writer. Items a rate limiter holds back are
+        waited for at most the client's ``call_timeout``; those it still holds back then
+        are dropped, with a warning."""
+        if self._closed:
+            return
         self._closed = True
+        try:
+            self._drain_all(self._client.rlreplay_client.call_timeout)
+        except RateLimiterTimeoutError as exc:
+            held = sum(
+                1 if type(e) is tuple else e.n for q in self._held_back.values() for e in q
+            )
+            logging.getLogger("rlreplay").warning(
+                "closing a TrajectoryWriter dropped %d item(s) a rate limiter held back: %s",
+                held,
+                exc,
+            )
 
 
 class _HeldItems:

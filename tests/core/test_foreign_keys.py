@@ -152,8 +152,8 @@ def test_the_server_refuses_keys_of_another_table():
     with rlreplay.Server([a, b], bind="127.0.0.1") as server:
         client = rlreplay.Client(server.address, call_timeout=10)
         try:
-            ka = client.insert("a", rows(N), wait=True)
-            kb = client.insert("b", rows(N), wait=True)
+            ka = client.insert("a", rows(N))
+            kb = client.insert("b", rows(N))
             before = state(b)
             with pytest.raises(InvalidArgumentError, match="not keys of this table"):
                 client.update_priorities("b", ka[:3], [1000.0] * 3)

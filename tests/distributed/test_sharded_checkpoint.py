@@ -32,7 +32,6 @@ def test_checkpoint_saves_every_shard_and_returns_the_paths_by_shard(tmp_path):
         try:
             client.insert("t", rows(0, 5))
             client.insert("t", rows(5, 3))  # the other shard (fewest rows sent)
-            client.flush(timeout=10.0)
             paths = client.checkpoint(timeout=30.0)
         finally:
             client.close()

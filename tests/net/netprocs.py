@@ -112,7 +112,7 @@ def run_sampler(address: str, table: str, stop: Any, out: Any, batch: int) -> No
 def insert_rows(client: Any, table: str, n: int) -> Any:
     """Child helper target: insert ``n`` rows through a client that came pickled."""
     rows = {"obs": np.ones((n, 3), np.float32), "step": np.arange(n)}
-    return client.insert(table, rows, wait=True)
+    return client.insert(table, rows)
 
 
 def pickled_client_inserts(client: Any, table: str, n: int, out: Any) -> None:

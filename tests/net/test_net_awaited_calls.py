@@ -29,7 +29,7 @@ def rows(n: int, first: int = 0) -> dict:
 def test_awaited_calls_answer_alike_from_two_clients_and_raise_typed_errors():
     with served(CONFIG) as (address, _):
         one, two = rlreplay.Client(address), rlreplay.Client(address)
-        keys = one.insert("t", rows(100), wait=True)
+        keys = one.insert("t", rows(100))
         assert one.update_priorities("t", keys[:50], np.full(50, 2.0)) == 50
         assert two.update_priorities("t", keys[50:], 3.0) == 50
         assert one.info("t") == two.info("t")
@@ -56,10 +56,10 @@ def test_a_thread_reads_its_own_inserts_and_unawaited_updates():
         client = rlreplay.Client(address)
         total = 0
         for i in range(60):
-            client.insert("t", rows(3, total), wait=True)
+            client.insert("t", rows(3, total))
             total += 3
             assert client.info("t").size == total, i
-        keys = client.insert("t", rows(4, total), wait=True)
+        keys = client.insert("t", rows(4, total))
         assert client.delete("t", keys) == 4
         stale = client.info("t").stale_updates
         for i in range(30):
@@ -72,7 +72,7 @@ def test_a_thread_reads_its_own_inserts_and_unawaited_updates():
 def test_an_awaited_call_that_got_no_answer_is_never_applied_later():
     with served(CONFIG) as (address, proc):
         client = rlreplay.Client(address, call_timeout=1.0)
-        keys = client.insert("t", rows(4), wait=True)
+        keys = client.insert("t", rows(4))
         assert client.update_priorities("t", keys, 1.0) == 4
         os.kill(proc.pid, signal.SIGSTOP)
         wait_until_stopped(proc.pid)
@@ -94,7 +94,7 @@ def test_an_awaited_call_that_got_no_answer_is_never_applied_later():
 def test_an_awaited_call_fails_within_its_timeout_when_the_server_is_killed():
     with served(CONFIG) as (address, server):
         client = rlreplay.Client(address, call_timeout=5.0)
-        keys = client.insert("t", rows(10), wait=True)
+        keys = client.insert("t", rows(10))
         outcome: dict = {}
         ready, go = threading.Event(), threading.Event()
 

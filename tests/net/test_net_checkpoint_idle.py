@@ -39,7 +39,7 @@ def test_periodic_checkpoints_skip_an_idle_server_and_follow_every_change(tmp_pa
     with rlreplay.Server([table], checkpoint_dir=ckpt, checkpoint_every_s=PERIOD_S) as server:
         client = rlreplay.Client(server.address)
         try:
-            keys = client.insert("t", {"x": np.arange(8, dtype=np.float32)}, wait=True)
+            keys = client.insert("t", {"x": np.arange(8, dtype=np.float32)})
             count = count_settled(ckpt, 1)
             assert count >= 1
             # idle: many periods pass, each one looked at and skipped: nothing is written

@@ -44,7 +44,7 @@ def inserter(address: str, stop: threading.Event, calls: Calls, acked: list[int]
         i = ITEMS
         while not stop.is_set() and time.monotonic() < end:
             calls.timed(
-                client.insert, "prio", {"i": np.int64(i)}, float(prio_priority(i)), wait=True
+                client.insert, "prio", {"i": np.int64(i)}, float(prio_priority(i))
             )
             acked.append(i)
             i += 1

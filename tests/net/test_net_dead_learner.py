@@ -35,8 +35,7 @@ def test_items_inserted_after_learners_were_killed_go_to_a_live_learner():
                 assert proc.exitcode is not None
             client = rlreplay.Client(address)
             steps = np.arange(LEARNERS)
-            client.insert("q", {"obs": np.zeros((LEARNERS, 3), np.float32), "step": steps},
-                          wait=True)
+            client.insert("q", {"obs": np.zeros((LEARNERS, 3), np.float32), "step": steps})
             got = [int(client.sample("q", 1, timeout=2.0).data["step"][0])
                    for _ in range(LEARNERS)]
             assert got == steps.tolist()  # every item, in order: none went to a dead learner

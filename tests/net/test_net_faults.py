@@ -122,7 +122,7 @@ def test_parked_call_fails_when_the_server_restarts_on_the_same_port(timeout):
                 client.info("t")
             # then the client goes on with the new server
             assert client.info("t").size == 0
-            assert len(client.insert("t", rows(5), wait=True)) == 5
+            assert len(client.insert("t", rows(5))) == 5
             assert len(client.sample("t", 2, timeout=5.0)) == 2
         client.close()
 
@@ -134,11 +134,11 @@ def test_insert_that_raised_while_the_server_was_down_is_not_applied_after_resta
     client = rlreplay.Client(address, call_timeout=1.0, liveness_s=1.0)
     if contact == "after_contact":
         with served(CONFIG, port=port) as (_, proc):
-            client.insert("t", rows(2), wait=True)
+            client.insert("t", rows(2))
             proc.kill()
             proc.join(10.0)
     with pytest.raises(ServerUnavailableError):
-        client.insert("t", rows(3), timeout=0.5, wait=True)
+        client.insert("t", rows(3), timeout=0.5)
     with served(CONFIG, port=port):
         # The same client's next call is answered after anything its socket still queued
         # (a socket is FIFO); then a fresh client watches for a request arriving late by
@@ -155,12 +155,12 @@ def test_insert_that_raised_while_the_server_was_stalled_is_not_applied_when_it_
     refused when the server resumes: it carries the time its client stopped waiting."""
     with served(CONFIG) as (address, proc):
         client = rlreplay.Client(address, call_timeout=5.0)
-        client.insert("t", rows(2), wait=True)
+        client.insert("t", rows(2))
         os.kill(proc.pid, signal.SIGSTOP)
         try:
             wait_until_stopped(proc.pid)
             with pytest.raises(ServerUnavailableError):
-                client.insert("t", rows(3), timeout=0.5, wait=True)
+                client.insert("t", rows(3), timeout=0.5)
         finally:
             os.kill(proc.pid, signal.SIGCONT)
         # the resumed server reads what reached it meanwhile, and refuses it

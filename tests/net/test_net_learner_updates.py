@@ -55,7 +55,7 @@ def fresh_tables(client):
 def test_updates_sent_without_waiting_leave_nothing_behind_in_the_client(client):
     """A learner sends millions of unawaited updates: none is kept as a request awaiting
     a reply (no reply ever comes), so the client's memory stays flat."""
-    keys = client.insert("prio", rows(10), wait=True)
+    keys = client.insert("prio", rows(10))
     channel = client._channel()
     before = len(channel.pending), len(channel.replies)
     for i in range(500):
@@ -66,14 +66,14 @@ def test_updates_sent_without_waiting_leave_nothing_behind_in_the_client(client)
 
 
 def test_update_with_a_sample_is_applied_before_that_sample(client):
-    keys = client.insert("prio", rows(2), priorities=[1.0, 0.0], wait=True)
+    keys = client.insert("prio", rows(2), priorities=[1.0, 0.0])
     batch = client.sample("prio", 20, timeout=5.0, update=(keys, [0.0, 1.0]))
     assert set(batch.info.keys.tolist()) == {int(keys[1])}
     np.testing.assert_array_equal(batch.info.priorities, 1.0)
 
 
 def test_updates_with_consecutive_samples_apply_in_order(client):
-    keys = client.insert("prio", rows(3), priorities=1.0, wait=True)
+    keys = client.insert("prio", rows(3), priorities=1.0)
     for i in range(2, 7):
         batch = client.sample("prio", 8, timeout=5.0, update=(keys, [float(i)] * 3))
         np.testing.assert_array_equal(batch.info.priorities, float(i))
@@ -83,7 +83,7 @@ def test_updates_with_consecutive_samples_apply_in_order(client):
 
 
 def test_stale_keys_in_an_update_are_skipped_and_counted(client):
-    keys = client.insert("prio", rows(2), priorities=1.0, wait=True)
+    keys = client.insert("prio", rows(2), priorities=1.0)
     assert client.delete("prio", keys[:1]) == 1
     before = client.info("prio").stale_updates
     batch = client.sample("prio", 4, timeout=5.0, update=(keys, [5.0, 5.0]))
@@ -106,7 +106,7 @@ BAD_UPDATES = {
 
 @pytest.mark.parametrize("case", sorted(BAD_UPDATES))
 def test_bad_update_with_a_sample_raises_like_update_priorities_and_changes_nothing(client, case):
-    keys = client.insert("prio", rows(2), priorities=[1.0, 0.0], wait=True)
+    keys = client.insert("prio", rows(2), priorities=[1.0, 0.0])
     bad = BAD_UPDATES[case](keys)
     with pytest.raises(InvalidArgumentError):
         client.update_priorities("prio", *bad)
@@ -121,13 +121,13 @@ def test_bad_update_with_a_sample_raises_like_update_priorities_and_changes_noth
 
 
 def test_update_that_is_not_a_pair_is_rejected(client):
-    keys = client.insert("prio", rows(2), wait=True)
+    keys = client.insert("prio", rows(2))
     with pytest.raises(InvalidArgumentError, match="update="):
         client.sample("prio", 2, timeout=5.0, update=[keys])
 
 
 def test_update_stays_applied_when_its_sample_times_out(client):
-    keys = client.insert("gated", rows(2), priorities=1.0, wait=True)
+    keys = client.insert("gated", rows(2), priorities=1.0)
     with pytest.raises(RateLimiterTimeoutError):
         client.sample("gated", 1, timeout=0.2, update=(keys, [3.0, 4.0]))
     client.insert("gated", rows(3, 2), priorities=1.0)
@@ -139,7 +139,7 @@ def test_update_stays_applied_when_its_sample_times_out(client):
 
 
 def test_iterator_sends_queued_updates_with_its_next_request(client):
-    keys = client.insert("prio", rows(2), priorities=[1.0, 0.0], wait=True)
+    keys = client.insert("prio", rows(2), priorities=[1.0, 0.0])
     with client.sample_iterator("prio", 16, in_flight=1, timeout=5.0) as it:
         first = next(it)
         assert set(first.info.keys.tolist()) == {int(keys[0])}
@@ -154,7 +154,7 @@ def test_iterator_sends_queued_updates_with_its_next_request(client):
 
 
 def test_iterator_rejects_bad_updates_and_keeps_sampling(client):
-    keys = client.insert("prio", rows(2), priorities=1.0, wait=True)
+    keys = client.insert("prio", rows(2), priorities=1.0)
     with client.sample_iterator("prio", 4, in_flight=1, timeout=5.0) as it:
         with pytest.raises(InvalidArgumentError):
             it.update_priorities(keys, [1.0, float("inf")])  # checked at once
@@ -182,7 +182,7 @@ def request(sock: zmq.Socket, frames: list) -> tuple[dict, list]:
 
 
 def test_version_1_requests_get_version_1_replies(client, raw_socket):
-    keys = client.insert("prio", rows(3), priorities=1.0, wait=True)
+    keys = client.insert("prio", rows(3), priorities=1.0)
     header, _ = request(raw_socket, [msgpack.packb({"v": 1, "id": 1, "op": "ping"})])
     assert (header["v"], header["ok"], header["tables"]) == (1, True, ["gated", "prio"])
     meta = [["keys", "<i8", [3]], ["priorities", "<f8", [3]]]

@@ -84,7 +84,7 @@ def test_a_closed_client_raises_closed_error_and_its_pickled_copy_connects_anywh
     ClosedError; a client pickles as its address, so a copy is a new, open client."""
     with served(CONFIG) as (address, _):
         client = rlreplay.Client(address)
-        client.insert("t", rows(2), wait=True)
+        client.insert("t", rows(2))
         writer = client.trajectory_writer("t")
         it = client.sample_iterator("t", 1)
         client.close()

@@ -11,7 +11,6 @@ import threading
 import time
 
 import numpy as np
-import pytest
 from netprocs import STEP_SIGNATURE, config, served
 from test_net_faults import RawPeer, assert_stays, wait_until_stopped
 
@@ -33,7 +32,7 @@ def fill_until_blocked(client: rlreplay.Client) -> int:
     """Insert single rows until the limiter blocks one; returns the rows stored."""
     for i in range(20):  # bounded: the limiter blocks after a few rows
         try:
-            client.insert("t", rows(1, i), timeout=0.2, wait=True)
+            client.insert("t", rows(1, i), timeout=0.2)
         except RateLimiterTimeoutError:
             return i
     raise AssertionError("the rate limiter never blocked an insert")
@@ -75,17 +74,14 @@ def free_limiter(address: str, n: int) -> None:
         other.close()
 
 
-@pytest.mark.parametrize("wait", [True, False], ids=["wait", "pipelined"])
-def test_no_timeout_insert_parked_on_a_stalled_server_is_never_applied_after_it_gave_up(wait):
+def test_no_timeout_insert_parked_on_a_stalled_server_is_never_applied_after_it_gave_up():
     with served(CONFIG) as (address, proc):
         client = rlreplay.Client(address, call_timeout=5.0, liveness_s=LIVENESS_S)
         stored = fill_until_blocked(client)
         size = lambda: client.info("t").size  # noqa: E731
 
         def call() -> None:
-            client.insert("t", rows(1, 100), timeout=None, wait=wait)
-            if not wait:
-                client.flush()  # waits without a deadline for the pipelined rows
+            client.insert("t", rows(1, 100), timeout=None)
 
         start = time.monotonic()
         exc = stall_until_client_gives_up(proc, call)
@@ -105,7 +101,7 @@ def test_no_timeout_insert_of_a_waiting_client_still_waits_past_its_lease():
         stored = fill_until_blocked(client)
         keys: list = []
         thread = threading.Thread(
-            target=lambda: keys.append(client.insert("t", rows(1, 100), wait=True)), daemon=True
+            target=lambda: keys.append(client.insert("t", rows(1, 100))), daemon=True
         )
         thread.start()
         time.sleep(4 * LIVENESS_S)  # twice the client's give-up interval, blocked

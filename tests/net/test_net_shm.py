@@ -48,7 +48,7 @@ CONFIG = config(frames_table(), frames_table("prio", sampler={"type": "Prioritiz
 def filled(address: str, **kwargs) -> rlreplay.Client:
     client = rlreplay.Client(address, **kwargs)
     for table in ("frames", "prio"):
-        client.insert(table, frames_rows(0, ITEMS), wait=True)
+        client.insert(table, frames_rows(0, ITEMS))
     return client
 
 
@@ -230,25 +230,44 @@ ROWS = 200  # 200 frames of 3 KiB: large enough to travel in shared memory
 def test_inserts_and_writer_chunks_travel_in_shared_memory_and_a_parked_one_keeps_its_slot():
     with served(QUEUE) as (address, _):
         client = rlreplay.Client(address, shared_memory=True)
-        # two inserts fill the queue; two more are parked by its rate limiter with their
-        # rows in this client's slots, which later inserts must not reuse
-        for first in range(0, 4 * ROWS, ROWS):
+        # two inserts fill the queue; a third, from another thread, is parked by its rate
+        # limiter with its rows in that thread's slot, kept until it is answered
+        for first in range(0, 2 * ROWS, ROWS):
             client.insert("queue", frames_rows(first, ROWS), timeout=30.0)
         ring = client._channel().shm
-        # the first two were answered at once, so their slots carry the two parked ones
-        assert [s.state for s in ring.slots] == [shm_ring._REQUESTED] * 2
+        parked_keys: list = []
+        parked = threading.Thread(
+            target=lambda: parked_keys.append(
+                client.insert("queue", frames_rows(2 * ROWS, ROWS), timeout=30.0)
+            )
+        )
+        parked.start()
+
+        def requested() -> bool:
+            return any(
+                s.state == shm_ring._REQUESTED
+                for ch in list(client._transport._channels)
+                if ch.shm is not None and ch.shm is not ring
+                for s in ch.shm.slots
+            )
+
+        deadline = time.monotonic() + 30.0
+        while not requested() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert requested()
         reader = rlreplay.Client(address, shared_memory=False)
         steps = []
-        for _ in range(8):
+        for _ in range(6):
             batch = reader.sample("queue", 100, timeout=30.0)
             assert consistent(batch)
             steps.extend(batch.data["step"].tolist())
-        client.flush(timeout=30.0)
-        assert steps == list(range(4 * ROWS))  # every row, in order, none overwritten
+        parked.join(30.0)
+        assert not parked.is_alive() and len(parked_keys[0]) == ROWS
+        assert steps == list(range(3 * ROWS))  # every row, in order, none overwritten
         # once acknowledged, the slots serve again: the ring does not grow
         slots = len(ring.slots)
         for first in range(0, 2 * ROWS, ROWS):
-            client.insert("queue", frames_rows(first, ROWS), wait=True)
+            client.insert("queue", frames_rows(first, ROWS))
             assert consistent(reader.sample("queue", ROWS, timeout=30.0))
         assert len(client._channel().shm.slots) == slots
         # a trajectory writer's chunks go the same way
@@ -265,7 +284,7 @@ def test_inserts_and_writer_chunks_travel_in_shared_memory_and_a_parked_one_keep
 def test_the_server_checks_what_a_request_places_in_shared_memory():
     with served(QUEUE) as (address, _):
         client = rlreplay.Client(address, shared_memory=True)
-        client.insert("queue", frames_rows(0, ROWS), wait=True)  # attaches a slot
+        client.insert("queue", frames_rows(0, ROWS))  # attaches a slot
         token = client._channel().shm.slots[0].token
         tr = client._transport
         tr.shm = None  # send the requests below as written, as a faulty client would
@@ -301,9 +320,9 @@ def test_after_a_server_restart_the_client_attaches_new_slots(tmp_path):
             assert address == bind
             for first in (0, ROWS):
                 try:
-                    keys = client.insert("queue", frames_rows(first, ROWS), wait=True)
+                    keys = client.insert("queue", frames_rows(first, ROWS))
                 except ServerRestartedError:  # addressed to the server before
-                    keys = client.insert("queue", frames_rows(first, ROWS), wait=True)
+                    keys = client.insert("queue", frames_rows(first, ROWS))
                 assert len(keys) == ROWS
             batches = [client.sample("queue", 50, timeout=10.0) for _ in range(4)]
             # the first batch of the first server sizes the slots; the client remembers it
@@ -443,7 +462,7 @@ def test_a_batch_held_across_a_fork_is_never_overwritten_in_the_child():
     # parent drops the batch its slot is retired, never leased again.
     with served(QUEUE) as (address, _):
         client = rlreplay.Client(address, shared_memory=True)
-        client.insert("queue", frames_rows(0, ROWS), wait=True)
+        client.insert("queue", frames_rows(0, ROWS))
         client.sample("queue", 32, timeout=10.0)
         batch = client.sample("queue", 32, timeout=10.0)
         assert is_shared(batch.data["obs"])

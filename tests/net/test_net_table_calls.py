@@ -61,7 +61,7 @@ def fresh_tables(client):
 
 
 def test_insert_then_sample_returns_the_inserted_rows(client):
-    keys = client.insert("uniform", rows(10), wait=True)
+    keys = client.insert("uniform", rows(10))
     assert keys.dtype == np.int64 and len(np.unique(keys)) == 10
     batch = client.sample("uniform", 32, timeout=5.0)
     assert batch.data["obs"].shape == (32, 3)
@@ -71,13 +71,13 @@ def test_insert_then_sample_returns_the_inserted_rows(client):
 
 
 def test_single_row_without_batch_axis_is_one_item(client):
-    keys = client.insert("uniform", {"obs": np.zeros(3, np.float32), "step": 7}, wait=True)
+    keys = client.insert("uniform", {"obs": np.zeros(3, np.float32), "step": 7})
     assert len(keys) == 1
     assert client.info("uniform").size == 1
 
 
 def test_priorities_steer_sampling_and_updates_count_held_keys(client):
-    keys = client.insert("prio", rows(2), priorities=[1.0, 0.0], wait=True)
+    keys = client.insert("prio", rows(2), priorities=[1.0, 0.0])
     batch = client.sample("prio", 50, timeout=5.0)
     assert set(batch.info.keys.tolist()) == {int(keys[0])}
     assert client.update_priorities("prio", keys, [0.0, 1.0]) == 2
@@ -87,7 +87,7 @@ def test_priorities_steer_sampling_and_updates_count_held_keys(client):
 
 
 def test_stale_keys_are_skipped_and_counted(client):
-    keys = client.insert("uniform", rows(4), wait=True)
+    keys = client.insert("uniform", rows(4))
     assert client.delete("uniform", keys[:2]) == 2
     assert client.delete("uniform", keys[:2]) == 0
     assert client.update_priorities("uniform", keys, np.ones(4)) == 2
@@ -128,7 +128,7 @@ def test_sample_blocks_until_min_size_then_times_out(client):
 def test_insert_blocks_when_ahead_of_samples_then_times_out(client):
     client.insert("ratio", rows(3))  # diff reaches max_diff (1 + 2)
     with pytest.raises(RateLimiterTimeoutError):
-        client.insert("ratio", rows(1), timeout=0.2, wait=True)
+        client.insert("ratio", rows(1), timeout=0.2)
     assert client.info("ratio").size == 3  # the rejected insert stored nothing
 
 
@@ -333,5 +333,5 @@ def test_a_remote_insert_timing_out_on_an_unconsumed_queue_says_why():
     with rlreplay.Server([queue]) as server, rlreplay.Client(server.address) as client:
         client.insert("q", {"x": np.ones(2, np.float32)})
         with pytest.raises(rlreplay.RateLimiterTimeoutError, match="no sampler is consuming"):
-            client.insert("q", {"x": np.ones(1, np.float32)}, timeout=0.3, wait=True)
+            client.insert("q", {"x": np.ones(1, np.float32)}, timeout=0.3)
     assert queue.size == 2
