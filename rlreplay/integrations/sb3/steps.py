@@ -1,0 +1,315 @@
+"""Observations stored once for SB3-style transition buffers (numpy and rlreplay only).
+
+SB3's buffers keep ``observations`` and ``next_observations`` as two arrays of
+``(buffer_size, n_envs, *shape)``. :class:`ObservationRing` keeps each observation once,
+in an rlreplay :class:`~rlreplay.core.storage.StepStore` with one lane per environment:
+
+* transition ``k`` of environment ``e`` (``k`` counts the ``add`` calls) reads its
+  observation from ring step ``k % ring`` and its next observation from ring step
+  ``(k + 1) % ring`` of lane ``e``, where ``ring = per_env + 1`` (one step more than the
+  transitions kept, for the next observation of the newest transition);
+* each ``add`` writes the new ``next_obs`` as the next step's observation; when the next
+  ``add`` brings an ``obs`` that differs from it (an episode ended: ``next_obs`` was the
+  final observation and ``obs`` is the reset one; or any other data), that final
+  observation moves to a small side store (grown as needed, freed when its transition
+  leaves the buffer) and the step's row takes the new ``obs``. So timeouts, dict
+  observations and any autoreset scheme keep their exact next observations, and each
+  observation is stored once except final ones.
+
+A prioritized buffer adds a :class:`~rlreplay.core.table.Table` over the same store whose
+items are the transitions (anchor: the observation's row, layout: a transition reading
+``next_obs`` one step later in the lane): a ``Prioritized`` sampler, keys with generation
+stamps (an item replaced since it was sampled gets a new key, so late priority updates
+for it are skipped), and eviction by the store's overwrite protocol as the ring turns.
+
+Nothing here imports torch or Stable-Baselines3.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from rlreplay.core.keys import SLOT_MASK
+from rlreplay.core.layout import ItemLayout
+from rlreplay.core.rate_limiters import MinSize
+from rlreplay.core.selectors import Prioritized
+from rlreplay.core.storage import StepStore
+from rlreplay.core.table import Table
+from rlreplay.errors import InvalidArgumentError, describe
+
+__all__ = ["ObservationRing"]
+
+FieldSpecs = Mapping[str, tuple[tuple[int, ...], np.dtype]]
+
+
+class ObservationRing:
+    """Each observation of ``n_envs`` streams stored once, for ``per_env`` transitions each.
+
+    Args:
+        fields: observation field name to ``(shape, dtype)`` (one field for an array
+            observation, one per key for a dict observation).
+        per_env: transitions kept per environment (SB3's ``buffer_size // n_envs``).
+        n_envs: number of environments (lanes of the store).
+        alpha: for a prioritized ring, the priority exponent; ``None``: no table.
+        seed: seed of the table's random generator (prioritized only).
+
+    Raises:
+        InvalidArgumentError: for ``per_env`` or ``n_envs`` not ints >= 1, an empty
+            ``fields`` or ``alpha`` outside ``[0, 1]``.
+    """
+
+    def __init__(
+        self,
+        fields: FieldSpecs,
+        per_env: int,
+        n_envs: int,
+        alpha: float | None = None,
+        seed: int | None = None,
+    ):
+        for name, value in (("per_env", per_env), ("n_envs", n_envs)):
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+                raise InvalidArgumentError(f"{name}={describe(value)} must be an int >= 1")
+        if not fields:
+            raise InvalidArgumentError(
+                "fields={} is empty: give the observation's fields as {name: (shape, dtype)}"
+            )
+        if alpha is not None and not (isinstance(alpha, (int, float)) and 0.0 <= alpha <= 1.0):
+            raise InvalidArgumentError(
+                f"alpha={describe(alpha)} must be a number in [0, 1] (0: uniform sampling)"
+            )
+        self.fields = {
+            name: (tuple(shape), np.dtype(dtype)) for name, (shape, dtype) in fields.items()
+        }
+        self.names = tuple(self.fields)
+        self.per_env = int(per_env)
+        self.n_envs = int(n_envs)
+        self.ring = self.per_env + 1
+        self.alpha = alpha
+        self.seed = seed
+        self._build(None)
+        self.count = 0  # add calls so far: transition k of every env was added by call k
+        # Transitions whose next observation is in the side store (not the next row).
+        self.final = np.zeros((self.per_env, self.n_envs), dtype=bool)
+        self.side_of: dict[int, int] = {}  # p * n_envs + e -> side slot
+        self.side: dict[str, np.ndarray] = {
+            name: np.zeros((0, *shape), dtype) for name, (shape, dtype) in self.fields.items()
+        }
+        self.free: list[int] = []
+
+    # ------------------------------------------------------------------ parts
+    def _build(self, columns: Mapping[str, np.ndarray] | None) -> None:
+        signature = {name: (shape, dtype.str) for name, (shape, dtype) in self.fields.items()}
+        self.store = StepStore(
+            signature, capacity=self.ring * self.n_envs, lanes=self.n_envs, columns=columns
+        )
+        self.columns = [self.store.columns[name] for name in self.names]
+        self.table: Table | None = None
+        if self.alpha is not None:
+            self.table = Table(
+                "sb3",
+                store=self.store,
+                layout=ItemLayout.transition(self.store.signature, next_fields=self.names),
+                sampler=Prioritized(priority_exponent=self.alpha),
+                max_size=self.per_env * self.n_envs,
+                rate_limiter=MinSize(1),
+                seed=self.seed,
+            )
+
+    @property
+    def size(self) -> int:
+        """Transitions held per environment."""
+        return min(self.count, self.per_env)
+
+    @property
+    def pos(self) -> int:
+        """SB3's ``pos``: where the next transition of every environment goes."""
+        return self.count % self.per_env
+
+    # ---------------------------------------------------------------- writes
+    def check(self, obs: Any, argument: str) -> dict[str, np.ndarray]:
+        """``obs`` as one ``[n_envs, *shape]`` array per field (cast as SB3 assigns).
+
+        Raises:
+            InvalidArgumentError: naming ``argument``, if a field is missing or does not
+                hold ``n_envs`` observations of the field's shape.
+        """
+        if len(self.names) == 1 and not isinstance(obs, Mapping):
+            obs = {self.names[0]: obs}
+        if not isinstance(obs, Mapping):
+            raise InvalidArgumentError(
+                f"{argument}={describe(obs)} must be a dict with keys {list(self.names)}"
+            )
+        out = {}
+        for name, (shape, dtype) in self.fields.items():
+            if name not in obs:
+                raise InvalidArgumentError(
+                    f"{argument} has no key {name!r}; give every key of the observation "
+                    f"space: {list(self.names)}"
+                )
+            value = np.asarray(obs[name])
+            want = self.n_envs * int(np.prod(shape, dtype=np.int64))
+            if value.size != want:
+                where = argument if len(self.names) == 1 else f"{argument}[{name!r}]"
+                raise InvalidArgumentError(
+                    f"{where} has shape {value.shape}; give {self.n_envs} observation(s) of "
+                    f"shape {shape} (an array of shape {(self.n_envs, *shape)})"
+                )
+            out[name] = value.astype(dtype, copy=False).reshape((self.n_envs, *shape))
+        return out
+
+    def add(self, obs: Mapping[str, np.ndarray], next_obs: Mapping[str, np.ndarray]) -> None:
+        """Record transition ``count`` of every environment (arrays from :meth:`check`)."""
+        n, k = self.n_envs, self.count
+        p = k % self.per_env
+        if k >= self.per_env and self.final[p].any():  # transition k - per_env leaves
+            for e in np.flatnonzero(self.final[p]):
+                self.free.append(self.side_of.pop(p * n + int(e)))
+            self.final[p] = False
+        store = self.store
+        if k == 0:
+            store.append(obs, validated=True)
+        else:
+            first = (k % self.ring) * n
+            differs = np.zeros(n, dtype=bool)
+            for name, col in zip(self.names, self.columns):
+                rows = col[first : first + n].reshape(n, -1)
+                differs |= ~(rows == obs[name].reshape(n, -1)).all(axis=1)
+            if differs.any():
+                q = (k - 1) % self.per_env
+                with store.mutex:
+                    for e in np.flatnonzero(differs):
+                        e = int(e)
+                        slot = self._side_slot()
+                        for name, col in zip(self.names, self.columns):
+                            self.side[name][slot] = col[first + e]
+                            col[first + e] = obs[name][e]
+                        self.side_of[q * n + e] = slot
+                        self.final[q, e] = True
+        store.append(next_obs, validated=True)
+        if self.table is not None:
+            self.table.create_items(k * n + np.arange(n))
+        self.count = k + 1
+
+    def _side_slot(self) -> int:
+        if not self.free:  # every slot used: double the side store
+            capacity = len(self.side[self.names[0]])
+            grown = max(8, 2 * capacity)
+            for name in self.names:
+                old = self.side[name]
+                new = np.zeros((grown, *old.shape[1:]), old.dtype)
+                new[:capacity] = old
+                self.side[name] = new
+            self.free.extend(range(grown - 1, capacity - 1, -1))
+        return self.free.pop()
+
+    def reset(self) -> None:
+        """Forget every transition (the arrays keep their memory)."""
+        self.store.reset()
+        self.count = 0
+        self.final[:] = False
+        self.side_of.clear()
+        self.free = list(range(len(self.side[self.names[0]]) - 1, -1, -1))
+
+    # ----------------------------------------------------------------- reads
+    def steps_of_positions(self, positions: np.ndarray) -> np.ndarray:
+        """Transition numbers ``k`` of SB3 positions (all within what is held)."""
+        if self.count <= self.per_env:
+            return positions.astype(np.int64, copy=False)
+        base = self.count - self.per_env
+        return base + (positions - base) % self.per_env
+
+    def transitions_of_slots(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """SB3 positions and environments of table slots (store rows of anchors)."""
+        rows = slots & SLOT_MASK
+        ring_steps, envs = np.divmod(rows, self.n_envs)
+        k = self.count - (self.count - ring_steps) % self.ring
+        return k % self.per_env, envs
+
+    def gather(
+        self, positions: np.ndarray, envs: np.ndarray, next_obs: bool
+    ) -> dict[str, np.ndarray]:
+        """Observations (``next_obs=False``) or next observations of transitions at SB3
+        ``positions`` of environments ``envs``: one fresh array per field."""
+        k = self.steps_of_positions(positions)
+        if next_obs:
+            k = k + 1
+        rows = (k % self.ring) * self.n_envs + envs
+        out = {name: np.take(col, rows, axis=0) for name, col in zip(self.names, self.columns)}
+        if next_obs:
+            self.patch_finals(out, positions, envs)
+        return out
+
+    def patch_finals(
+        self, next_obs: dict[str, np.ndarray], positions: np.ndarray, envs: np.ndarray
+    ) -> None:
+        """Put the side store's final observations into gathered ``next_obs``."""
+        if not self.side_of:
+            return
+        which = np.flatnonzero(self.final[positions, envs])
+        if len(which) == 0:
+            return
+        slots = np.array(
+            [self.side_of[int(positions[i]) * self.n_envs + int(envs[i])] for i in which]
+        )
+        for name in self.names:
+            next_obs[name][which] = self.side[name][slots]
+
+    def sb3_array(self, name: str, next_obs: bool) -> np.ndarray:
+        """One field in SB3's layout ``(per_env, n_envs, *shape)``: a copy, zeros where
+        nothing was added yet (as SB3's arrays start)."""
+        shape, dtype = self.fields[name]
+        out = np.zeros((self.per_env, self.n_envs, *shape), dtype)
+        held = self.size
+        if held:
+            positions = np.repeat(np.arange(held), self.n_envs)
+            envs = np.tile(np.arange(self.n_envs), held)
+            values = self.gather(positions, envs, next_obs)[name]
+            out[:held] = values.reshape(held, self.n_envs, *shape)
+        return out
+
+    # ------------------------------------------------------------- pickling
+    def __getstate__(self) -> dict[str, Any]:
+        state = {
+            key: value
+            for key, value in self.__dict__.items()
+            if key not in ("store", "columns", "table")
+        }
+        state["store_columns"] = {name: np.array(col) for name, col in self.store.columns.items()}
+        state["store_next_id"] = self.store.next_id
+        if self.table is not None and self.size:
+            keys, priorities = self.held_priorities()
+            state["priorities"] = (keys & SLOT_MASK, priorities)
+            state["max_priority"] = float(self.table.index.max_priority)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        columns = state.pop("store_columns")
+        next_id = state.pop("store_next_id")
+        priorities = state.pop("priorities", None)
+        max_priority = state.pop("max_priority", None)
+        self.__dict__.update(state)
+        self._build(columns)
+        self.store.load_state({"next_id": next_id})
+        if self.table is not None and priorities is not None:
+            anchors, values = priorities
+            # Rows back to step ids: the newest held step is count (the head).
+            ring_steps, envs = np.divmod(anchors, self.n_envs)
+            k = self.count - (self.count - ring_steps) % self.ring
+            self.table.create_items(k * self.n_envs + envs, values)
+            self.table.index.max_priority = max_priority
+
+    def held_priorities(self) -> tuple[np.ndarray, np.ndarray]:
+        """Keys and priorities of every held transition, oldest first (prioritized)."""
+        assert self.table is not None
+        held = self.size
+        k = np.repeat(np.arange(self.count - held, self.count), self.n_envs)
+        envs = np.tile(np.arange(self.n_envs), held)
+        slots = (k % self.ring) * self.n_envs + envs
+        index = self.table.index
+        from rlreplay.core.keys import make_keys
+
+        keys = make_keys(slots, index.generation[slots], index.origin)
+        return keys, np.array(index.priority[slots], dtype=np.float64)
