@@ -400,9 +400,10 @@ class ReplayBuffer(_SB3ReplayBuffer):
         ended = dones_seq | truncated_seq
         done_idx = np.where(ended.any(axis=1), ended.argmax(axis=1), n - 1)
         mask = steps[None, :] <= done_idx[:, None]
-        discounts = (self.gamma ** mask.sum(axis=1, keepdims=True)).astype(np.float32)
-        powers = (self.gamma ** np.arange(n, dtype=np.float32)).astype(np.float32)
-        returns = (rewards_seq * powers * mask).sum(axis=1, keepdims=True, dtype=np.float32)
+        # float32 powers, as SB3 computes them (the same roundings)
+        discounts = self.gamma ** mask.sum(axis=1, keepdims=True).astype(np.float32)
+        powers = self.gamma ** np.arange(n, dtype=np.float32).reshape(1, -1)
+        returns = (rewards_seq * powers * mask).sum(axis=1, keepdims=True)
         last = (positions + done_idx) % self.buffer_size
         rows = np.arange(len(positions))
         final_dones = dones_seq[rows, done_idx] & ~truncated_seq[rows, done_idx]
@@ -482,22 +483,34 @@ class _Prioritized:
         """
         batch_size = self._check_sample(batch_size)  # type: ignore[attr-defined]
         ring = self._ring
-        batch = ring.table.sample(batch_size, timeout=1.0)  # never waits: the table is not empty
-        positions, envs = ring.transitions_of_slots(batch.info.keys)
-        obs = {name: batch.data[name] for name in ring.names}
+        table = ring.table
+        # A table draws at most max_size at once; SB3 allows larger batches (with
+        # replacement), so those come in parts.
+        parts_ = [
+            table.sample(min(rest, table.max_size), timeout=1.0)  # never waits: not empty
+            for rest in range(batch_size, 0, -table.max_size)
+        ]
+        keys = np.concatenate([part.info.keys for part in parts_])
+        probabilities = np.concatenate([part.info.probabilities for part in parts_])
+
+        def field(name: str) -> np.ndarray:
+            if len(parts_) == 1:
+                return parts_[0].data[name]
+            return np.concatenate([part.data[name] for part in parts_])
+
+        positions, envs = ring.transitions_of_slots(keys)
+        obs = {name: field(name) for name in ring.names}
         next_obs = None
         if self.n_steps == 1:  # type: ignore[attr-defined]
-            next_obs = {name: batch.data["next_" + name] for name in ring.names}
+            next_obs = {name: field("next_" + name) for name in ring.names}
         parts = self._samples(positions, envs, env, obs, next_obs)  # type: ignore[attr-defined]
-        weights = batch.importance_weights(self.current_beta).astype(np.float32)
+        # PER's importance weights, (N * P(i)) ** -beta over the batch's largest.
+        weights = np.power(parts_[0].info.table_size * probabilities, -self.current_beta)
+        weights = (weights / weights.max()).astype(np.float32).reshape(-1, 1)
         cls = (
             PrioritizedDictReplayBufferSamples if self._dict_obs else PrioritizedReplayBufferSamples
         )
-        return cls(
-            *parts,
-            self._tensor(weights.reshape(-1, 1)),  # type: ignore[attr-defined]
-            batch.info.keys.copy(),
-        )
+        return cls(*parts, self._tensor(weights), keys)  # type: ignore[attr-defined]
 
     def update_priorities(self, keys: Any, priorities: Any) -> int:
         """Set the priorities of sampled transitions to ``|priorities| + eps`` (pass the

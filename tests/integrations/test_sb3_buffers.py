@@ -1,0 +1,299 @@
+"""rlreplay's SB3 buffers against SB3's own on the same data, prioritized sampling,
+pickling, memory and bad input (no training here: see test_sb3_algorithms.py)."""
+
+from __future__ import annotations
+
+import io
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("stable_baselines3")
+import torch as th
+from gymnasium import spaces
+from scipy import stats
+from stable_baselines3.common import buffers as sb3
+
+from rlreplay.errors import EmptyTableError, InvalidArgumentError
+from rlreplay.integrations.sb3 import (
+    DictReplayBuffer,
+    NStepReplayBuffer,
+    PrioritizedDictReplayBuffer,
+    PrioritizedReplayBuffer,
+    ReplayBuffer,
+)
+
+BOX = spaces.Box(-1.0, 1.0, (3,), np.float32)
+DICT = spaces.Dict(
+    {"pos": spaces.Box(-1, 1, (2,), np.float32), "img": spaces.Box(0, 255, (2, 2), np.uint8)}
+)
+DISCRETE = spaces.Discrete(3)
+CONTINUOUS = spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+
+def random_obs(space, n, rng):
+    if isinstance(space, spaces.Dict):
+        return {key: random_obs(sub, n, rng) for key, sub in space.spaces.items()}
+    if space.dtype == np.uint8:
+        return rng.integers(0, 256, (n, *space.shape)).astype(np.uint8)
+    return rng.standard_normal((n, *space.shape)).astype(space.dtype)
+
+
+def feed(buffers, steps, n_envs, obs_space, act_space, seed=0, continue_prob=0.8):
+    """The same adds to every buffer: random transitions whose next obs is usually the
+    following obs, with dones, timeouts and obs that do not continue (episode ends)."""
+    rng = np.random.default_rng(seed)
+    obs = random_obs(obs_space, n_envs, rng)
+    for _ in range(steps):
+        next_obs = random_obs(obs_space, n_envs, rng)
+        if isinstance(act_space, spaces.Discrete):
+            action = rng.integers(0, act_space.n, n_envs)
+        else:
+            action = rng.uniform(-1, 1, (n_envs, *act_space.shape)).astype(np.float32)
+        reward = rng.standard_normal(n_envs).astype(np.float32)
+        done = rng.random(n_envs) < 0.1
+        infos = [{"TimeLimit.truncated": bool(t)} for t in rng.random(n_envs) < 0.5 * done]
+        for buffer in buffers:
+            buffer.add(obs, next_obs, action, reward, done, infos)
+        # otherwise an episode ended in some env: the next obs is a reset one
+        obs = next_obs if rng.random() < continue_prob else random_obs(obs_space, n_envs, rng)
+
+
+def assert_samples_equal(a, b):
+    assert type(a).__name__ == type(b).__name__ or b._fields[: len(a._fields)] == a._fields
+    for name in a._fields:
+        x, y = getattr(a, name), getattr(b, name)
+        if x is None:
+            assert y is None, name
+        elif isinstance(x, dict):
+            assert x.keys() == y.keys()
+            for key in x:
+                assert x[key].dtype == y[key].dtype and th.equal(x[key], y[key]), (name, key)
+        else:
+            assert x.dtype == y.dtype, (name, x.dtype, y.dtype)
+            assert th.equal(x, y), name
+
+
+def assert_arrays_equal(ref, ours):
+    for name in ("observations", "next_observations", "actions", "rewards", "dones", "timeouts"):
+        x, y = getattr(ref, name), getattr(ours, name)
+        if isinstance(x, dict):
+            for key in x:
+                np.testing.assert_array_equal(x[key], y[key], err_msg=f"{name}[{key}]")
+        else:
+            np.testing.assert_array_equal(x, y.astype(x.dtype), err_msg=name)
+    assert (ref.pos, ref.full, ref.size()) == (ours.pos, ours.full, ours.size())
+
+
+@pytest.mark.parametrize("n_envs", [1, 2])
+@pytest.mark.parametrize("steps", [30, 75])  # under and over the buffer's size
+@pytest.mark.parametrize("act_space", [DISCRETE, CONTINUOUS], ids=["discrete", "box"])
+def test_same_data_and_samples_as_sb3(n_envs, steps, act_space):
+    ref = sb3.ReplayBuffer(40, BOX, act_space, "cpu", n_envs=n_envs)
+    ours = ReplayBuffer(40, BOX, act_space, "cpu", n_envs=n_envs)
+    feed([ref, ours], steps, n_envs, BOX, act_space, seed=steps + n_envs)
+    assert_arrays_equal(ref, ours)
+    for seed in range(3):
+        np.random.seed(seed)
+        expected = ref.sample(64)
+        np.random.seed(seed)
+        assert_samples_equal(expected, ours.sample(64))
+
+
+@pytest.mark.parametrize("n_envs", [1, 2])
+def test_dict_observations_same_as_sb3_with_timeouts(n_envs):
+    # SB3's DictReplayBuffer cannot store observations once; this one does, timeouts too.
+    ref = sb3.DictReplayBuffer(30, DICT, CONTINUOUS, "cpu", n_envs=n_envs)
+    ours = DictReplayBuffer(30, DICT, CONTINUOUS, "cpu", n_envs=n_envs)
+    feed([ref, ours], 50, n_envs, DICT, CONTINUOUS, seed=n_envs)
+    assert_arrays_equal(ref, ours)
+    np.random.seed(5)
+    expected = ref.sample(32)
+    np.random.seed(5)
+    assert_samples_equal(expected, ours.sample(32))
+
+
+@pytest.mark.parametrize("n_steps", [2, 4])
+@pytest.mark.parametrize("n_envs", [1, 2])
+def test_n_step_same_as_sb3(n_steps, n_envs):
+    kwargs = dict(n_envs=n_envs, n_steps=n_steps, gamma=0.9)
+    ref = sb3.NStepReplayBuffer(25, BOX, CONTINUOUS, "cpu", **kwargs)
+    ours = NStepReplayBuffer(25, BOX, CONTINUOUS, "cpu", **kwargs)
+    feed([ref, ours], 40, n_envs, BOX, CONTINUOUS, seed=n_steps)
+    np.random.seed(1)
+    expected = ref.sample(64)
+    np.random.seed(1)
+    got = ours.sample(64)
+    assert_samples_equal(expected, got)
+    assert got.discounts is not None and got.discounts.shape == (64, 1)
+
+
+def test_observations_stored_once_and_final_ones_freed():
+    ours = ReplayBuffer(100, BOX, DISCRETE, "cpu", n_envs=2)
+    ref = sb3.ReplayBuffer(100, BOX, DISCRETE, "cpu", n_envs=2)
+    feed([ours, ref], 400, 2, BOX, DISCRETE, seed=3, continue_prob=0.9)
+    ring = ours._ring
+    assert ring.store.nbytes == (50 + 1) * 2 * BOX.shape[0] * 4  # one obs per step, once
+    # Final observations kept only for the transitions held, slots reused as they leave.
+    assert len(ring.side_of) == int(ring.final.sum())
+    assert len(ring.side["obs"]) <= 2 * max(8, len(ring.side_of))
+    assert ours.nbytes() < ref.observations.nbytes * 2 + ref.actions.nbytes
+    assert_arrays_equal(ref, ours)
+
+
+def test_vec_normalize_applied_when_sampling():
+    class FakeNormalize:
+        def normalize_obs(self, obs):
+            return obs * 2.0
+
+        def normalize_reward(self, reward):
+            return reward - 1.0
+
+    ref = sb3.ReplayBuffer(20, BOX, CONTINUOUS, "cpu")
+    ours = ReplayBuffer(20, BOX, CONTINUOUS, "cpu")
+    feed([ref, ours], 25, 1, BOX, CONTINUOUS)
+    np.random.seed(0)
+    expected = ref.sample(16, env=FakeNormalize())
+    np.random.seed(0)
+    assert_samples_equal(expected, ours.sample(16, env=FakeNormalize()))
+
+
+def test_reset_size_and_full():
+    ours = ReplayBuffer(10, BOX, DISCRETE, "cpu")
+    assert ours.size() == 0 and not ours.full and ours.pos == 0
+    with pytest.raises(EmptyTableError):
+        ours.sample(4)
+    feed([ours], 12, 1, BOX, DISCRETE)
+    assert (ours.size(), ours.full, ours.pos) == (10, True, 2)
+    ours.reset()
+    assert (ours.size(), ours.full, ours.pos) == (0, False, 0)
+    assert not ours.rewards.any() and not ours.dones.any()
+    ours.full = True  # SB3's zero-filled arrays: a full empty buffer samples zeros
+    assert ours.size() == 10 and float(ours.sample(8).observations.abs().sum()) == 0.0
+
+
+@pytest.mark.parametrize("cls", [ReplayBuffer, NStepReplayBuffer, PrioritizedReplayBuffer])
+def test_pickle_round_trip_restores_exactly(cls):
+    ours = cls(30, BOX, CONTINUOUS, "cpu", n_envs=2)
+    feed([ours], 45, 2, BOX, CONTINUOUS, seed=9)
+    if cls is PrioritizedReplayBuffer:
+        batch = ours.sample(16)
+        ours.update_priorities(batch.keys, np.arange(16) + 1.0)
+    saved = io.BytesIO()
+    pickle.dump(ours, saved)
+    back = pickle.loads(saved.getvalue())
+    assert_arrays_equal(ours, back)
+    if cls is PrioritizedReplayBuffer:
+        np.testing.assert_array_equal(
+            ours._ring.held_priorities()[1], back._ring.held_priorities()[1]
+        )
+        assert back._ring.table.index.max_priority == ours._ring.table.index.max_priority
+    else:
+        np.random.seed(2)
+        expected = ours.sample(32)
+        np.random.seed(2)
+        assert_samples_equal(expected, back.sample(32))
+    feed([ours, back], 5, 2, BOX, CONTINUOUS, seed=10)  # both go on alike
+    assert_arrays_equal(ours, back)
+
+
+def test_prioritized_sampling_matches_priorities_chi_square():
+    alpha = 0.7
+    buffer = PrioritizedReplayBuffer(20, BOX, DISCRETE, "cpu", alpha=alpha, eps=1e-9)
+    feed([buffer], 20, 1, BOX, DISCRETE)
+    keys, _ = buffer._ring.held_priorities()
+    td = np.arange(1, 21, dtype=np.float64)
+    assert buffer.update_priorities(keys, td) == 20
+    expected = td**alpha / (td**alpha).sum()
+    counts = np.zeros(20)
+    position_of_key = {int(k): i for i, k in enumerate(keys)}
+    for _ in range(200):
+        batch = buffer.sample(100)
+        for key in batch.keys:
+            counts[position_of_key[int(key)]] += 1
+    _, p_value = stats.chisquare(counts, expected * counts.sum())
+    assert p_value > 1e-3
+    # Closed-form importance weights: (N * P(i)) ** -beta over the batch's largest.
+    batch = buffer.sample(64)
+    prob = np.array([expected[position_of_key[int(k)]] for k in batch.keys])
+    beta = buffer.current_beta
+    weights = (20 * prob) ** -beta
+    np.testing.assert_allclose(batch.weights.numpy().ravel(), weights / weights.max(), rtol=1e-5)
+
+
+def test_prioritized_beta_schedule_and_stale_updates_skipped():
+    buffer = PrioritizedReplayBuffer(10, BOX, DISCRETE, "cpu", beta=0.4, final_beta=1.0)
+    assert buffer.current_beta == pytest.approx(0.4)
+    buffer.progress = 0.5
+    assert buffer.current_beta == pytest.approx(0.7)
+    feed([buffer], 10, 1, BOX, DISCRETE)
+    old = buffer.sample(8)
+    feed([buffer], 10, 1, BOX, DISCRETE, seed=1)  # every transition replaced
+    assert buffer.update_priorities(old.keys, np.ones(8)) == 0
+    assert buffer.stale_updates == 8
+    fresh = buffer.sample(4)
+    assert buffer.update_priorities(fresh.keys, th.ones(4)) == len(set(fresh.keys.tolist()))
+
+
+def test_prioritized_dict_and_n_step_samples():
+    buffer = PrioritizedDictReplayBuffer(20, DICT, CONTINUOUS, "cpu", n_envs=2, n_steps=3)
+    feed([buffer], 15, 2, DICT, CONTINUOUS)
+    batch = buffer.sample(8)
+    assert set(batch.observations) == {"pos", "img"} and batch.observations["img"].dtype == th.uint8
+    assert batch.discounts.shape == (8, 1) and batch.weights.shape == (8, 1)
+    # The n-step part agrees with the uniform n-step buffer on the same positions.
+    positions, envs = buffer._ring.transitions_of_slots(batch.keys)
+    plain = DictReplayBuffer(20, DICT, CONTINUOUS, "cpu", n_envs=2, n_steps=3)
+    feed([plain], 15, 2, DICT, CONTINUOUS)
+    same = plain._samples(positions, envs, None)
+    np.testing.assert_allclose(batch.rewards.numpy(), same[4].numpy())
+    np.testing.assert_array_equal(batch.next_observations["pos"].numpy(), same[2]["pos"].numpy())
+
+
+def test_bad_input_is_refused_and_changes_nothing():
+    buffer = ReplayBuffer(10, BOX, DISCRETE, "cpu", n_envs=2)
+    feed([buffer], 3, 2, BOX, DISCRETE)
+    before = (buffer.pos, buffer.observations.copy(), buffer.actions.copy())
+    good = dict(
+        obs=np.zeros((2, 3), np.float32),
+        next_obs=np.zeros((2, 3), np.float32),
+        action=np.zeros(2, np.int64),
+        reward=np.zeros(2),
+        done=np.zeros(2),
+        infos=[{}, {}],
+    )
+    for name, bad in (
+        ("obs", np.zeros((2, 4))),
+        ("next_obs", np.zeros(3)),
+        ("action", np.zeros(3)),
+        ("reward", np.zeros(1)),
+        ("done", np.zeros(5)),
+        ("infos", [{}]),
+    ):
+        with pytest.raises(InvalidArgumentError, match=name):
+            buffer.add(**{**good, name: bad})
+    assert buffer.pos == before[0]
+    np.testing.assert_array_equal(buffer.observations, before[1])
+    np.testing.assert_array_equal(buffer.actions, before[2])
+    with pytest.raises(InvalidArgumentError, match="DictReplayBuffer"):
+        ReplayBuffer(10, DICT, DISCRETE)
+    with pytest.raises(InvalidArgumentError, match="buffer_size"):
+        ReplayBuffer(0, BOX, DISCRETE)
+    with pytest.raises(InvalidArgumentError, match="alpha"):
+        PrioritizedReplayBuffer(10, BOX, DISCRETE, alpha=2.0)
+    with pytest.raises(InvalidArgumentError, match="batch_size"):
+        buffer.sample(0)
+    with pytest.raises(InvalidArgumentError, match="pos"):
+        buffer.pos = 7
+
+
+def test_import_rlreplay_imports_neither_sb3_nor_torch():
+    code = (
+        "import sys, rlreplay; bad = [m for m in ('stable_baselines3', 'torch') "
+        "if m in sys.modules]; print(bad); sys.exit(bool(bad))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
