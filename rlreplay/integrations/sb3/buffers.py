@@ -186,6 +186,7 @@ class ReplayBuffer(_SB3ReplayBuffer):
         self.rewards = np.zeros(shape, dtype=np.float32)
         self.dones = np.zeros(shape, dtype=bool)
         self.timeouts = np.zeros(shape, dtype=bool)
+        self._make_views()
 
     # ------------------------------------------------------------ SB3 state
     @property
@@ -293,17 +294,16 @@ class ReplayBuffer(_SB3ReplayBuffer):
                 )
         timeouts = None
         if self.handle_timeout_termination:
-            if (
-                not isinstance(infos, Sequence)
-                or len(infos) != n
-                or not all(isinstance(info, Mapping) for info in infos)
-            ):
+            try:
+                if len(infos) != n:  # type: ignore[arg-type]
+                    raise TypeError
+                timeouts = [bool(info.get("TimeLimit.truncated", False)) for info in infos]  # type: ignore[union-attr]
+            except (TypeError, AttributeError):
                 raise InvalidArgumentError(
                     f"infos={describe(infos)} must be a list of {n} dicts (one per "
                     "environment, as SB3's VecEnv returns) while handle_timeout_termination "
                     "is True; pass handle_timeout_termination=False to ignore timeouts"
-                )
-            timeouts = [bool(info.get("TimeLimit.truncated", False)) for info in infos]
+                ) from None
         p = self._ring.pos
         self._ring.add(obs_, next_obs_)
         self.actions[p] = action.reshape(n, self.action_dim)
@@ -341,32 +341,40 @@ class ReplayBuffer(_SB3ReplayBuffer):
         env: VecNormalize | None,
         obs: dict[str, np.ndarray] | None = None,
         next_obs: dict[str, np.ndarray] | None = None,
-    ) -> Any:
+    ) -> tuple:
+        """The parts of SB3's sample tuple for transitions at ``positions`` of ``envs``;
+        ``obs``/``next_obs`` when already gathered (by a prioritized table)."""
         ring = self._ring
+        flat = positions * self.n_envs + envs if self.n_envs > 1 else positions
         if obs is None:
-            obs = ring.gather(positions, envs, next_obs=False)
-        flat = positions * self.n_envs + envs
-        actions = self.actions.reshape(-1, self.action_dim)[flat]
+            rows = ring.rows(positions, envs)
+            obs = ring.take(rows)
+            if self.n_steps == 1:
+                next_obs = ring.take(ring.next_rows(rows))
+        actions = self._flat_actions.take(flat, axis=0)
         discounts = None
         if self.n_steps == 1:
-            if next_obs is None:
-                next_obs = ring.gather(positions, envs, next_obs=True)
-            else:
-                ring.patch_finals(next_obs, positions, envs)
-            dones = self.dones.reshape(-1)[flat] & ~self.timeouts.reshape(-1)[flat]
+            ring.patch_finals(next_obs, flat)  # type: ignore[arg-type]
+            dones = self._flat_dones.take(flat) & ~self._flat_timeouts.take(flat)
             dones = dones.astype(np.float32).reshape(-1, 1)
-            rewards = self._normalize_reward(self.rewards.reshape(-1)[flat].reshape(-1, 1), env)
+            rewards = self._flat_rewards.take(flat).reshape(-1, 1)
+            if env is not None:
+                rewards = self._normalize_reward(rewards, env)
         else:
             last, dones, rewards, discounts = self._n_step(positions, envs, env)
             next_obs = ring.gather(last, envs, next_obs=True)
-        obs_out = self._normalize_obs(obs if self._dict_obs else obs["obs"], env)
-        next_out = self._normalize_obs(next_obs if self._dict_obs else next_obs["obs"], env)
-        tensor = self._tensor
         if self._dict_obs:
+            obs_out: Any = self._normalize_obs(obs, env) if env is not None else obs
+            next_out: Any = self._normalize_obs(next_obs, env) if env is not None else next_obs
+            tensor = self._tensor
             obs_t: Any = {key: tensor(value) for key, value in obs_out.items()}
             next_t: Any = {key: tensor(value) for key, value in next_out.items()}
         else:
-            obs_t, next_t = tensor(obs_out), tensor(next_out)
+            obs_t, next_t = obs["obs"], next_obs["obs"]  # type: ignore[index]
+            if env is not None:
+                obs_t, next_t = self._normalize_obs(obs_t, env), self._normalize_obs(next_t, env)
+            obs_t, next_t = self._tensor(obs_t), self._tensor(next_t)
+        tensor = self._tensor
         return (
             obs_t,
             tensor(actions),
@@ -376,11 +384,32 @@ class ReplayBuffer(_SB3ReplayBuffer):
             None if discounts is None else tensor(discounts),
         )
 
+    def _make_views(self) -> None:
+        """Flat views of SB3's arrays, indexed by ``position * n_envs + env``."""
+        self._flat_actions = self.actions.reshape(-1, self.action_dim)
+        self._flat_rewards = self.rewards.reshape(-1)
+        self._flat_dones = self.dones.reshape(-1)
+        self._flat_timeouts = self.timeouts.reshape(-1)
+        self._on_cpu = self.device.type == "cpu"
+
+    def __getstate__(self) -> dict[str, Any]:
+        views = ("_flat_actions", "_flat_rewards", "_flat_dones", "_flat_timeouts", "_on_cpu")
+        return {key: value for key, value in self.__dict__.items() if key not in views}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._make_views()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name == "device" and "timeouts" in self.__dict__:  # SB3's load sets the device
+            self._on_cpu = th.device(self.device).type == "cpu"
+
     def _tensor(self, array: np.ndarray) -> th.Tensor:
         """A tensor on ``device``; on the CPU it shares the fresh array's memory (every
         sampled array is the sample's own), elsewhere one copy to the device."""
-        if self.device.type == "cpu":
-            return th.from_numpy(np.ascontiguousarray(array))
+        if self._on_cpu:
+            return th.from_numpy(array)
         return th.as_tensor(array, device=self.device)
 
     def _n_step(
@@ -414,7 +443,10 @@ def _samples_method(cls_samples: type) -> Any:
     def _get_samples(
         self: ReplayBuffer, batch_inds: np.ndarray, env: VecNormalize | None = None
     ) -> Any:
-        env_indices = np.random.randint(0, high=self.n_envs, size=(len(batch_inds),))
+        if self.n_envs == 1:  # SB3 draws from [0, 1), which leaves the generator as it was
+            env_indices = np.zeros(len(batch_inds), dtype=np.int64)
+        else:
+            env_indices = np.random.randint(0, high=self.n_envs, size=(len(batch_inds),))
         parts = self._samples(np.asarray(batch_inds, dtype=np.int64), env_indices, env)
         return cls_samples(*parts)
 

@@ -84,6 +84,11 @@ class ObservationRing:
             name: (tuple(shape), np.dtype(dtype)) for name, (shape, dtype) in fields.items()
         }
         self.names = tuple(self.fields)
+        # per field: shape, dtype, shape of one add's array and its number of values
+        self._specs = {
+            name: (shape, dtype, (int(n_envs), *shape), int(n_envs) * int(np.prod(shape)))
+            for name, (shape, dtype) in self.fields.items()
+        }
         self.per_env = int(per_env)
         self.n_envs = int(n_envs)
         self.ring = self.per_env + 1
@@ -136,28 +141,30 @@ class ObservationRing:
             InvalidArgumentError: naming ``argument``, if a field is missing or does not
                 hold ``n_envs`` observations of the field's shape.
         """
-        if len(self.names) == 1 and not isinstance(obs, Mapping):
-            obs = {self.names[0]: obs}
-        if not isinstance(obs, Mapping):
-            raise InvalidArgumentError(
-                f"{argument}={describe(obs)} must be a dict with keys {list(self.names)}"
-            )
+        if type(obs) is not dict:
+            if len(self.names) == 1 and not isinstance(obs, Mapping):
+                obs = {self.names[0]: obs}
+            elif not isinstance(obs, Mapping):
+                raise InvalidArgumentError(
+                    f"{argument}={describe(obs)} must be a dict with keys {list(self.names)}"
+                )
         out = {}
-        for name, (shape, dtype) in self.fields.items():
-            if name not in obs:
+        for name, (shape, dtype, full_shape, size) in self._specs.items():
+            value = obs.get(name)
+            if value is None:
                 raise InvalidArgumentError(
                     f"{argument} has no key {name!r}; give every key of the observation "
                     f"space: {list(self.names)}"
                 )
-            value = np.asarray(obs[name])
-            want = self.n_envs * int(np.prod(shape, dtype=np.int64))
-            if value.size != want:
+            if type(value) is not np.ndarray or value.dtype != dtype:
+                value = np.asarray(value).astype(dtype, copy=False)
+            if value.size != size:
                 where = argument if len(self.names) == 1 else f"{argument}[{name!r}]"
                 raise InvalidArgumentError(
                     f"{where} has shape {value.shape}; give {self.n_envs} observation(s) of "
-                    f"shape {shape} (an array of shape {(self.n_envs, *shape)})"
+                    f"shape {shape} (an array of shape {full_shape})"
                 )
-            out[name] = value.astype(dtype, copy=False).reshape((self.n_envs, *shape))
+            out[name] = value.reshape(full_shape)
         return out
 
     def add(self, obs: Mapping[str, np.ndarray], next_obs: Mapping[str, np.ndarray]) -> None:
@@ -172,26 +179,36 @@ class ObservationRing:
         if k == 0:
             store.append(obs, validated=True)
         else:
+            # The step's row holds the previous next_obs: does obs continue from it? (Bytes
+            # compared: what is read back must be exactly what was given.)
             first = (k % self.ring) * n
-            differs = np.zeros(n, dtype=bool)
             for name, col in zip(self.names, self.columns):
-                rows = col[first : first + n].reshape(n, -1)
-                differs |= ~(rows == obs[name].reshape(n, -1)).all(axis=1)
-            if differs.any():
-                q = (k - 1) % self.per_env
-                with store.mutex:
-                    for e in np.flatnonzero(differs):
-                        e = int(e)
-                        slot = self._side_slot()
-                        for name, col in zip(self.names, self.columns):
-                            self.side[name][slot] = col[first + e]
-                            col[first + e] = obs[name][e]
-                        self.side_of[q * n + e] = slot
-                        self.final[q, e] = True
+                if col[first : first + n].tobytes() != obs[name].tobytes():
+                    self._episode_ends(obs, first, k)
+                    break
         store.append(next_obs, validated=True)
         if self.table is not None:
             self.table.create_items(k * n + np.arange(n))
         self.count = k + 1
+
+    def _episode_ends(self, obs: Mapping[str, np.ndarray], first: int, k: int) -> None:
+        """Environments whose ``obs`` is not the previous ``next_obs``: that one moves to
+        the side store as transition ``k - 1``'s final observation, ``obs`` takes its row."""
+        n = self.n_envs
+        q = (k - 1) % self.per_env
+        with self.store.mutex:
+            for e in range(n):
+                if all(
+                    col[first + e].tobytes() == obs[name][e].tobytes()
+                    for name, col in zip(self.names, self.columns)
+                ):
+                    continue
+                slot = self._side_slot()
+                for name, col in zip(self.names, self.columns):
+                    self.side[name][slot] = col[first + e]
+                    col[first + e] = obs[name][e]
+                self.side_of[q * n + e] = slot
+                self.final[q, e] = True
 
     def _side_slot(self) -> int:
         if not self.free:  # every slot used: double the side store
@@ -214,13 +231,6 @@ class ObservationRing:
         self.free = list(range(len(self.side[self.names[0]]) - 1, -1, -1))
 
     # ----------------------------------------------------------------- reads
-    def steps_of_positions(self, positions: np.ndarray) -> np.ndarray:
-        """Transition numbers ``k`` of SB3 positions (all within what is held)."""
-        if self.count <= self.per_env:
-            return positions.astype(np.int64, copy=False)
-        base = self.count - self.per_env
-        return base + (positions - base) % self.per_env
-
     def transitions_of_slots(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """SB3 positions and environments of table slots (store rows of anchors)."""
         rows = slots & SLOT_MASK
@@ -228,32 +238,43 @@ class ObservationRing:
         k = self.count - (self.count - ring_steps) % self.ring
         return k % self.per_env, envs
 
+    def rows(self, positions: np.ndarray, envs: np.ndarray) -> np.ndarray:
+        """Store rows of the observations of transitions at SB3 ``positions`` of
+        environments ``envs``; their next observations are ``next_rows(rows)``."""
+        if self.count <= self.per_env:  # nothing overwritten yet: k is the position
+            return positions * self.n_envs + envs if self.n_envs > 1 else positions
+        base = self.count - self.per_env
+        k = base + (positions - base) % self.per_env
+        return (k % self.ring) * self.n_envs + envs
+
+    def next_rows(self, rows: np.ndarray) -> np.ndarray:
+        return (rows + self.n_envs) % self.store.capacity
+
+    def take(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+        """The observation fields at store ``rows``: one fresh array per field."""
+        return {name: col.take(rows, axis=0) for name, col in zip(self.names, self.columns)}
+
     def gather(
         self, positions: np.ndarray, envs: np.ndarray, next_obs: bool
     ) -> dict[str, np.ndarray]:
         """Observations (``next_obs=False``) or next observations of transitions at SB3
         ``positions`` of environments ``envs``: one fresh array per field."""
-        k = self.steps_of_positions(positions)
-        if next_obs:
-            k = k + 1
-        rows = (k % self.ring) * self.n_envs + envs
-        out = {name: np.take(col, rows, axis=0) for name, col in zip(self.names, self.columns)}
-        if next_obs:
-            self.patch_finals(out, positions, envs)
+        rows = self.rows(positions, envs)
+        if not next_obs:
+            return self.take(rows)
+        out = self.take(self.next_rows(rows))
+        self.patch_finals(out, positions * self.n_envs + envs)
         return out
 
-    def patch_finals(
-        self, next_obs: dict[str, np.ndarray], positions: np.ndarray, envs: np.ndarray
-    ) -> None:
-        """Put the side store's final observations into gathered ``next_obs``."""
+    def patch_finals(self, next_obs: dict[str, np.ndarray], flat: np.ndarray) -> None:
+        """Put the side store's final observations into gathered ``next_obs`` of the
+        transitions ``flat`` (``position * n_envs + env``)."""
         if not self.side_of:
             return
-        which = np.flatnonzero(self.final[positions, envs])
+        which = np.flatnonzero(self.final.reshape(-1).take(flat))
         if len(which) == 0:
             return
-        slots = np.array(
-            [self.side_of[int(positions[i]) * self.n_envs + int(envs[i])] for i in which]
-        )
+        slots = [self.side_of[int(flat[i])] for i in which]
         for name in self.names:
             next_obs[name][which] = self.side[name][slots]
 
