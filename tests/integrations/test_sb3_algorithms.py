@@ -289,3 +289,40 @@ def test_cleanrl_style_loop():
     np.testing.assert_array_equal(rb.next_observations, ref.next_observations)
     np.testing.assert_array_equal(rb.dones, ref.dones.astype(bool))
     assert rb._ring.final.sum() > 0  # episodes ended: their final observations were kept
+
+
+def test_cleanrl_runner_resolves_both_buffer_imports(tmp_path):
+    """`python -m rlreplay.integrations.sb3.cleanrl script.py ...` runs an unedited
+    script whose `cleanrl_utils.buffers` and SB3 `ReplayBuffer` are rlreplay's."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import sys\n"
+        "from cleanrl_utils.buffers import ReplayBuffer as A\n"
+        "from stable_baselines3.common.buffers import ReplayBuffer as B\n"
+        "print(A.__module__, B.__name__, B.__module__, sys.argv[1:])\n"
+    )
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rlreplay.integrations.sb3.cleanrl",
+            "--prioritized",
+            str(script),
+            "--seed",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [
+        "rlreplay.integrations.sb3.buffers",
+        "PrioritizedReplayBuffer",
+        "rlreplay.integrations.sb3.buffers",
+        "['--seed',",
+        "'3']",
+    ]

@@ -1,0 +1,272 @@
+"""Stable-Baselines3 with rlreplay's buffers against SB3's own: speed, memory, learning.
+
+``speed``: SB3's ``DQN`` on CartPole-v1 and ``SAC`` on Pendulum-v1 (default settings,
+``--steps`` env steps, one env), once with SB3's ``ReplayBuffer`` and once with
+``rlreplay.integrations.sb3.ReplayBuffer``, in the same process, same seed (the runs are
+the same training: the buffers return the same batches). Reports total wall time, the
+time per ``sample()`` and ``add()`` call (each call timed where SB3 makes it) and the
+buffer's bytes per transition slot.
+
+``learning``: ``PrioritizedDQN`` with 3-step returns against SB3's ``DQN``, both with
+the rl-zoo's CartPole-v1 settings, over ``--seeds`` seeds: env steps to a mean
+evaluation return of 475 (10 deterministic episodes every ``--eval-every`` steps); and
+``PrioritizedSAC`` against ``SAC`` on Pendulum-v1 (zoo settings: learning rate 1e-3):
+steps to a mean evaluation of -200.
+
+Run: ``python -m benchmarks.bench_sb3 speed [--steps 20000]`` or
+``python -m benchmarks.bench_sb3 learning [--seeds 5] [--agents dqn sac]``. Prints a
+table and writes ``benchmarks/results/sb3_<part>.json`` (and ``docs/sb3_learning_*.png``
+curves when matplotlib is installed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+# rl-zoo hyperparameters (rl-baselines3-zoo, hyperparams/dqn.yml and sac.yml)
+ZOO_DQN_CARTPOLE = dict(
+    learning_rate=2.3e-3,
+    batch_size=64,
+    buffer_size=100_000,
+    learning_starts=1000,
+    gamma=0.99,
+    target_update_interval=10,
+    train_freq=256,
+    gradient_steps=128,
+    exploration_fraction=0.16,
+    exploration_final_eps=0.04,
+    policy_kwargs=dict(net_arch=[256, 256]),
+)
+ZOO_SAC_PENDULUM = dict(learning_rate=1e-3)
+
+
+class Timed:
+    """Wraps a bound method and adds up the time its calls take."""
+
+    def __init__(self, method):
+        self.method, self.calls, self.seconds = method, 0, 0.0
+
+    def __call__(self, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return self.method(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - start
+            self.calls += 1
+
+    @property
+    def us_per_call(self) -> float:
+        return 1e6 * self.seconds / max(self.calls, 1)
+
+
+def bytes_per_transition(buffer) -> float:
+    slots = buffer.buffer_size * buffer.n_envs
+    if hasattr(buffer, "nbytes"):  # rlreplay's: store, final observations, small arrays
+        return buffer.nbytes() / slots
+    arrays = [buffer.observations, buffer.actions, buffer.rewards, buffer.dones, buffer.timeouts]
+    if not buffer.optimize_memory_usage:
+        arrays.append(buffer.next_observations)
+    return sum(a.nbytes for a in arrays) / slots
+
+
+def speed_run(algo_name: str, buffer_name: str, steps: int, seed: int) -> dict:
+    import torch as th
+    from stable_baselines3 import DQN, SAC
+    from stable_baselines3.common.buffers import ReplayBuffer as SB3ReplayBuffer
+
+    from rlreplay.integrations.sb3 import ReplayBuffer
+
+    th.set_num_threads(1)
+    algo, env_id = {"dqn": (DQN, "CartPole-v1"), "sac": (SAC, "Pendulum-v1")}[algo_name]
+    buffer_class = {"sb3": SB3ReplayBuffer, "rlreplay": ReplayBuffer}[buffer_name]
+    start = time.perf_counter()
+    model = algo("MlpPolicy", env_id, replay_buffer_class=buffer_class, seed=seed, device="cpu")
+    buffer = model.replay_buffer
+    buffer.sample, buffer.add = Timed(buffer.sample), Timed(buffer.add)
+    model.learn(steps)
+    wall = time.perf_counter() - start
+    return {
+        "algo": algo_name,
+        "env": env_id,
+        "buffer": buffer_name,
+        "steps": steps,
+        "wall_s": round(wall, 2),
+        "sample_us": round(buffer.sample.us_per_call, 2),
+        "sample_calls": buffer.sample.calls,
+        "add_us": round(buffer.add.us_per_call, 2),
+        "bytes_per_transition": round(bytes_per_transition(buffer), 2),
+        "batch_size": model.batch_size,
+    }
+
+
+def speed(args) -> list[dict]:
+    rows = []
+    for algo in args.agents:
+        # alternate the order over repeats, so neither always runs first
+        for repeat in range(args.repeats):
+            order = ("sb3", "rlreplay") if repeat % 2 == 0 else ("rlreplay", "sb3")
+            for buffer in order:
+                row = speed_run(algo, buffer, args.steps, seed=repeat)
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    print()
+    print("| algorithm | buffer | wall s | sample() us | add() us | bytes/transition |")
+    print("|---|---|---:|---:|---:|---:|")
+    for row in rows:
+        print(
+            f"| {row['algo']} {row['env']} ({row['steps']} steps, batch {row['batch_size']}) "
+            f"| {row['buffer']} | {row['wall_s']} | {row['sample_us']} | {row['add_us']} | "
+            f"{row['bytes_per_transition']} |"
+        )
+    return rows
+
+
+def evaluate(model, env, episodes: int) -> float:
+    returns = []
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=10_000 + episode)
+        done, total = False, 0.0
+        while not done:
+            action, _ = model.predict(obs, deterministic=True)
+            obs, reward, terminated, truncated, _ = env.step(action)
+            total += float(reward)
+            done = terminated or truncated
+        returns.append(total)
+    return float(np.mean(returns))
+
+
+def learning_run(
+    agent: str, variant: str, seed: int, steps: int, eval_every: int, target: float
+) -> dict:
+    import gymnasium as gym
+    import torch as th
+    from stable_baselines3 import DQN, SAC
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    from rlreplay.integrations.sb3 import PrioritizedDQN, PrioritizedSAC
+
+    th.set_num_threads(1)
+    if agent == "dqn":
+        env_id, kwargs = "CartPole-v1", dict(ZOO_DQN_CARTPOLE)
+        algo = DQN if variant == "sb3" else PrioritizedDQN
+        if variant == "prioritized":
+            kwargs["n_steps"] = 3
+    else:
+        env_id, kwargs = "Pendulum-v1", dict(ZOO_SAC_PENDULUM)
+        algo = SAC if variant == "sb3" else PrioritizedSAC
+    eval_env = gym.make(env_id)
+    curve: list[tuple[int, float]] = []
+
+    class Evaluate(BaseCallback):
+        def _on_step(self) -> bool:
+            if self.num_timesteps % eval_every == 0:
+                curve.append((self.num_timesteps, evaluate(self.model, eval_env, 10)))
+            return True
+
+    start = time.perf_counter()
+    model = algo("MlpPolicy", env_id, seed=seed, device="cpu", **kwargs)
+    model.learn(steps, callback=Evaluate())
+    reached = next((t for t, r in curve if r >= target), None)
+    return {
+        "agent": agent,
+        "variant": variant,
+        "seed": seed,
+        "target": target,
+        "steps_to_target": reached,
+        "final_eval": curve[-1][1] if curve else None,
+        "curve": curve,
+        "wall_s": round(time.perf_counter() - start, 1),
+    }
+
+
+def learning(args) -> list[dict]:
+    settings = {"dqn": (50_000, 475.0), "sac": (args.sac_steps, -200.0)}
+    rows = []
+    for agent in args.agents:
+        steps, target = settings[agent]
+        seeds = args.seeds if agent == "dqn" else args.sac_seeds
+        for seed in range(seeds):
+            for variant in ("sb3", "prioritized"):
+                row = learning_run(agent, variant, seed, steps, args.eval_every[agent], target)
+                print(json.dumps({k: v for k, v in row.items() if k != "curve"}), flush=True)
+                rows.append(row)
+    print()
+    print("| agent | variant | target | seeds reaching it | steps to target | final eval |")
+    print("|---|---|---|---:|---|---|")
+    for agent in args.agents:
+        for variant in ("sb3", "prioritized"):
+            runs = [r for r in rows if r["agent"] == agent and r["variant"] == variant]
+            hit = [r["steps_to_target"] for r in runs if r["steps_to_target"] is not None]
+            finals = ", ".join(f"{r['final_eval']:.0f}" for r in runs)
+            spread = f"{min(hit)}-{max(hit)} (median {int(np.median(hit))})" if hit else "-"
+            print(
+                f"| {agent} | {variant} | {runs[0]['target']} | {len(hit)} / {len(runs)} "
+                f"| {spread} | {finals} |"
+            )
+    plot(rows)
+    return rows
+
+
+def plot(rows: list[dict]) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    for agent in {r["agent"] for r in rows}:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for row in (r for r in rows if r["agent"] == agent):
+            steps, values = zip(*row["curve"]) if row["curve"] else ((), ())
+            color = "tab:blue" if row["variant"] == "sb3" else "tab:orange"
+            ax.plot(
+                steps,
+                values,
+                color=color,
+                alpha=0.7,
+                label=row["variant"] if row["seed"] == 0 else None,
+            )
+        ax.axhline({"dqn": 475.0, "sac": -200.0}[agent], color="gray", ls=":")
+        ax.set_xlabel("env steps")
+        ax.set_ylabel("mean evaluation return (10 episodes)")
+        ax.set_title(
+            {
+                "dqn": "CartPole-v1: DQN vs PrioritizedDQN (3-step)",
+                "sac": "Pendulum-v1: SAC vs PrioritizedSAC",
+            }[agent]
+        )
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(ROOT / "docs" / f"sb3_learning_{agent}.png", dpi=80)
+        plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("part", choices=["speed", "learning"])
+    parser.add_argument("--agents", nargs="+", choices=["dqn", "sac"], default=["dqn", "sac"])
+    parser.add_argument("--steps", type=int, default=20_000, help="speed: env steps per run")
+    parser.add_argument("--repeats", type=int, default=1, help="speed: runs per buffer")
+    parser.add_argument("--seeds", type=int, default=5, help="learning: DQN seeds")
+    parser.add_argument("--sac-seeds", type=int, default=2, help="learning: SAC seeds")
+    parser.add_argument("--sac-steps", type=int, default=10_000, help="learning: SAC steps")
+    args = parser.parse_args()
+    args.eval_every = {"dqn": 2_500, "sac": 1_000}
+    rows = speed(args) if args.part == "speed" else learning(args)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / f"sb3_{args.part}.json"
+    out.write_text(json.dumps(rows, indent=1))
+    print(f"\nwrote {out.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
