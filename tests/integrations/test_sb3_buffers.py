@@ -173,6 +173,20 @@ def test_reset_size_and_full():
     assert not ours.rewards.any() and not ours.dones.any()
     ours.full = True  # SB3's zero-filled arrays: a full empty buffer samples zeros
     assert ours.size() == 10 and float(ours.sample(8).observations.abs().sum()) == 0.0
+    with pytest.raises(InvalidArgumentError, match="full"):
+        ours.full = False
+
+
+def test_prioritized_reset_empties_the_table():
+    buffer = PrioritizedReplayBuffer(10, BOX, DISCRETE, "cpu", n_envs=2)
+    feed([buffer], 7, 2, BOX, DISCRETE)
+    assert len(buffer.table) == 10
+    buffer.reset()
+    assert len(buffer.table) == 0 and buffer.size() == 0
+    with pytest.raises(EmptyTableError):
+        buffer.sample(2)
+    feed([buffer], 3, 2, BOX, DISCRETE)
+    assert len(buffer.table) == 6 and buffer.sample(4).weights.shape == (4, 1)
 
 
 @pytest.mark.parametrize("cls", [ReplayBuffer, NStepReplayBuffer, PrioritizedReplayBuffer])
