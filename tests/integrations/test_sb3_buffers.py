@@ -116,7 +116,7 @@ def test_dict_observations_same_as_sb3_with_timeouts(n_envs):
     assert_samples_equal(expected, ours.sample(32))
 
 
-@pytest.mark.parametrize("n_steps", [2, 4])
+@pytest.mark.parametrize("n_steps", [1, 2, 4])
 @pytest.mark.parametrize("n_envs", [1, 2])
 def test_n_step_same_as_sb3(n_steps, n_envs):
     kwargs = dict(n_envs=n_envs, n_steps=n_steps, gamma=0.9)

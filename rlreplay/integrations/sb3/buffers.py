@@ -176,6 +176,8 @@ class ReplayBuffer(_SB3ReplayBuffer):
         self.optimize_memory_usage = False
         self.handle_timeout_termination = bool(handle_timeout_termination)
         self.n_steps = n_steps
+        # SB3's NStepReplayBuffer returns discounts even for n_steps=1
+        self._one_step = n_steps == 1 and not isinstance(self, _SB3NStepReplayBuffer)
         self.gamma = gamma
         seed = int(np.random.randint(0, 2**31 - 1)) if alpha is not None else None
         self._ring = ObservationRing(fields, self.buffer_size, n_envs, alpha=alpha, seed=seed)
@@ -349,11 +351,11 @@ class ReplayBuffer(_SB3ReplayBuffer):
         if obs is None:
             rows = ring.rows(positions, envs)
             obs = ring.take(rows)
-            if self.n_steps == 1:
+            if self._one_step:
                 next_obs = ring.take(ring.next_rows(rows))
         actions = self._flat_actions.take(flat, axis=0)
         discounts = None
-        if self.n_steps == 1:
+        if self._one_step:
             ring.patch_finals(next_obs, flat)  # type: ignore[arg-type]
             dones = self._flat_dones.take(flat) & ~self._flat_timeouts.take(flat)
             dones = dones.astype(np.float32).reshape(-1, 1)
@@ -533,7 +535,7 @@ class _Prioritized:
         positions, envs = ring.transitions_of_slots(keys)
         obs = {name: field(name) for name in ring.names}
         next_obs = None
-        if self.n_steps == 1:  # type: ignore[attr-defined]
+        if self._one_step:  # type: ignore[attr-defined]
             next_obs = {name: field("next_" + name) for name in ring.names}
         parts = self._samples(positions, envs, env, obs, next_obs)  # type: ignore[attr-defined]
         # PER's importance weights, (N * P(i)) ** -beta over the batch's largest.
