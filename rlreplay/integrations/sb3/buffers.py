@@ -121,9 +121,8 @@ class ReplayBuffer(_SB3ReplayBuffer):
         device: torch device of the sampled tensors.
         n_envs: number of environments of each ``add``.
         optimize_memory_usage: accepted for SB3's calls; observations are always stored
-            once here, with timeouts handled, so the buffer reports ``False`` (SB3's
-            algorithms then never mark the last transition done when ``learn`` is called
-            again, which SB3's own memory-optimized buffer needs).
+            once here, timeouts and dicts included, so the buffer needs none of SB3's
+            restrictions for it and reports ``False``.
         handle_timeout_termination: read timeouts from ``infos[i]["TimeLimit.truncated"]``
             and sample ``done = 0`` for them (bootstrapping from the true final
             observation, which is kept).
@@ -148,7 +147,6 @@ class ReplayBuffer(_SB3ReplayBuffer):
         *,
         n_steps: int = 1,
         gamma: float = 0.99,
-        alpha: float | None = None,
     ):
         buffer_size = _check_int("buffer_size", buffer_size)
         n_envs = _check_int("n_envs", n_envs)
@@ -179,6 +177,8 @@ class ReplayBuffer(_SB3ReplayBuffer):
         # SB3's NStepReplayBuffer returns discounts even for n_steps=1
         self._one_step = n_steps == 1 and not isinstance(self, _SB3NStepReplayBuffer)
         self.gamma = gamma
+        alpha = getattr(self, "alpha", None)  # set first by the prioritized buffers
+        # a prioritized table's generator, seeded from numpy's (which SB3 seeds)
         seed = int(np.random.randint(0, 2**31 - 1)) if alpha is not None else None
         self._ring = ObservationRing(fields, self.buffer_size, n_envs, alpha=alpha, seed=seed)
         shape = (self.buffer_size, n_envs)
@@ -611,7 +611,7 @@ class PrioritizedReplayBuffer(_Prioritized, ReplayBuffer):
         n_steps: int = 1,
         gamma: float = 0.99,
     ):
-        alpha = _check_unit("alpha", alpha)
+        self.alpha = _check_unit("alpha", alpha)
         self._setup_priorities(beta, final_beta, eps)
         ReplayBuffer.__init__(
             self,
@@ -624,9 +624,7 @@ class PrioritizedReplayBuffer(_Prioritized, ReplayBuffer):
             handle_timeout_termination,
             n_steps=n_steps,
             gamma=gamma,
-            alpha=alpha,
         )
-        self.alpha = alpha
 
 
 class PrioritizedDictReplayBuffer(_Prioritized, DictReplayBuffer):
