@@ -306,11 +306,20 @@ class ReplayBuffer(_SB3ReplayBuffer):
                     "environment, as SB3's VecEnv returns) while handle_timeout_termination "
                     "is True; pass handle_timeout_termination=False to ignore timeouts"
                 ) from None
+        try:  # cast as SB3's assignments do, before anything changes
+            action = action.reshape(n, self.action_dim).astype(self.actions.dtype, copy=False)
+            reward = reward.reshape(n).astype(np.float32, copy=False)
+            done = done.reshape(n).astype(bool, copy=False)
+        except (TypeError, ValueError) as error:
+            raise InvalidArgumentError(
+                f"action, reward or done cannot be stored as numbers ({error}); give numeric "
+                "arrays of one entry per environment"
+            ) from None
         p = self._ring.pos
         self._ring.add(obs_, next_obs_)
-        self.actions[p] = action.reshape(n, self.action_dim)
-        self.rewards[p] = reward.reshape(n)
-        self.dones[p] = done.reshape(n)
+        self.actions[p] = action
+        self.rewards[p] = reward
+        self.dones[p] = done
         self.timeouts[p] = False if timeouts is None else timeouts
 
     # --------------------------------------------------------------- sample
