@@ -89,6 +89,7 @@ class ObservationRing:
             name: (shape, dtype, (int(n_envs), *shape), int(n_envs) * int(np.prod(shape)))
             for name, (shape, dtype) in self.fields.items()
         }
+        self._single = self._specs["obs"] if self.names == ("obs",) else None
         self.per_env = int(per_env)
         self.n_envs = int(n_envs)
         self.ring = self.per_env + 1
@@ -141,6 +142,12 @@ class ObservationRing:
             InvalidArgumentError: naming ``argument``, if a field is missing or does not
                 hold ``n_envs`` observations of the field's shape.
         """
+        if self._single is not None and type(obs) is np.ndarray:  # the common case
+            shape, dtype, full_shape, size = self._single
+            if obs.dtype != dtype:
+                obs = obs.astype(dtype)
+            if obs.size == size:
+                return {"obs": obs.reshape(full_shape)}
         if type(obs) is not dict:
             if len(self.names) == 1 and not isinstance(obs, Mapping):
                 obs = {self.names[0]: obs}
