@@ -169,6 +169,8 @@ def learning_run(
         def _on_step(self) -> bool:
             if self.num_timesteps % eval_every == 0:
                 curve.append((self.num_timesteps, evaluate(self.model, eval_env, 10)))
+                if stop_at_target and curve[-1][1] >= target:
+                    return False  # steps to target known: the rest is not measured
             return True
 
     start = time.perf_counter()
@@ -195,17 +197,21 @@ def learning(args) -> list[dict]:
         seeds = args.seeds if agent == "dqn" else args.sac_seeds
         for seed in range(seeds):
             for variant in ("sb3", "prioritized"):
-                row = learning_run(agent, variant, seed, steps, args.eval_every[agent], target)
+                row = learning_run(
+                    agent, variant, seed, steps, args.eval_every[agent], target, args.stop_at_target
+                )
                 print(json.dumps({k: v for k, v in row.items() if k != "curve"}), flush=True)
                 rows.append(row)
     print()
-    print("| agent | variant | target | seeds reaching it | steps to target | final eval |")
+    print("| agent | variant | target | seeds reaching it | steps to target | last eval@step |")
     print("|---|---|---|---:|---|---|")
     for agent in args.agents:
         for variant in ("sb3", "prioritized"):
             runs = [r for r in rows if r["agent"] == agent and r["variant"] == variant]
             hit = [r["steps_to_target"] for r in runs if r["steps_to_target"] is not None]
-            finals = ", ".join(f"{r['final_eval']:.0f}" for r in runs)
+            finals = ", ".join(
+                f"{r['final_eval']:.0f}@{r['curve'][-1][0]}" for r in runs if r["curve"]
+            )
             spread = f"{min(hit)}-{max(hit)} (median {int(np.median(hit))})" if hit else "-"
             print(
                 f"| {agent} | {variant} | {runs[0]['target']} | {len(hit)} / {len(runs)} "
@@ -259,6 +265,11 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=5, help="learning: DQN seeds")
     parser.add_argument("--sac-seeds", type=int, default=2, help="learning: SAC seeds")
     parser.add_argument("--sac-steps", type=int, default=10_000, help="learning: SAC steps")
+    parser.add_argument(
+        "--stop-at-target",
+        action="store_true",
+        help="learning: end a run at its first evaluation at the target",
+    )
     args = parser.parse_args()
     args.eval_every = {"dqn": 2_500, "sac": 1_000}
     rows = speed(args) if args.part == "speed" else learning(args)
