@@ -15,8 +15,8 @@ steps to a mean evaluation of -200.
 
 Run: ``python -m benchmarks.bench_sb3 speed [--steps 20000]`` or
 ``python -m benchmarks.bench_sb3 learning [--seeds 5] [--agents dqn sac]``. Prints a
-table and writes ``benchmarks/results/sb3_<part>.json`` (and ``docs/sb3_learning_*.png``
-curves when matplotlib is installed).
+table and writes ``benchmarks/results/sb3_speed.json`` or ``sb3_learning_<agents>.json``
+(and ``docs/sb3_learning_*.png`` curves when matplotlib is installed).
 """
 
 from __future__ import annotations
@@ -144,7 +144,13 @@ def evaluate(model, env, episodes: int) -> float:
 
 
 def learning_run(
-    agent: str, variant: str, seed: int, steps: int, eval_every: int, target: float
+    agent: str,
+    variant: str,
+    seed: int,
+    steps: int,
+    eval_every: int,
+    target: float,
+    stop_at_target: bool = False,
 ) -> dict:
     import gymnasium as gym
     import torch as th
@@ -274,7 +280,8 @@ def main() -> None:
     args.eval_every = {"dqn": 2_500, "sac": 1_000}
     rows = speed(args) if args.part == "speed" else learning(args)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / f"sb3_{args.part}.json"
+    name = args.part if args.part == "speed" else "_".join(["learning", *args.agents])
+    out = RESULTS / f"sb3_{name}.json"
     out.write_text(json.dumps(rows, indent=1))
     print(f"\nwrote {out.relative_to(ROOT)}")
 
