@@ -13,7 +13,10 @@ evaluation return of 475 (10 deterministic episodes every ``--eval-every`` steps
 ``PrioritizedSAC`` against ``SAC`` on Pendulum-v1 (zoo settings: learning rate 1e-3):
 steps to a mean evaluation of -200.
 
-Run: ``python -m benchmarks.bench_sb3 speed [--steps 20000]`` or
+``calls``: ``sample()`` and ``add()`` alone on buffers holding the same 20k transitions,
+SB3's and rlreplay's alternating in rounds, the median round reported.
+
+Run: ``python -m benchmarks.bench_sb3 speed [--steps 20000]``, ``... calls`` or
 ``python -m benchmarks.bench_sb3 learning [--seeds 5] [--agents dqn sac]``. Prints a
 table and writes ``benchmarks/results/sb3_speed.json`` or ``sb3_learning_<agents>.json``
 (and ``docs/sb3_learning_*.png`` curves when matplotlib is installed).
@@ -125,6 +128,81 @@ def speed(args) -> list[dict]:
             f"| {row['algo']} {row['env']} ({row['steps']} steps, batch {row['batch_size']}) "
             f"| {row['buffer']} | {row['wall_s']} | {row['sample_us']} | {row['add_us']} | "
             f"{row['bytes_per_transition']} |"
+        )
+    return rows
+
+
+def calls(args) -> list[dict]:
+    """``sample()`` and ``add()`` alone, on buffers holding the same 20k transitions of
+    CartPole's and Pendulum's shapes, SB3's and rlreplay's alternating in rounds (the
+    median round reported: robust to a shared machine's load)."""
+    import gymnasium as gym
+    import torch as th
+    from stable_baselines3.common.buffers import ReplayBuffer as SB3ReplayBuffer
+
+    from rlreplay.integrations.sb3 import ReplayBuffer
+
+    th.set_num_threads(1)
+    cases = [("CartPole-v1", 32), ("CartPole-v1", 64), ("Pendulum-v1", 256)]
+    rows = []
+    for env_id, batch in cases:
+        env = gym.make(env_id)
+        rng = np.random.default_rng(0)
+        obs, _ = env.reset(seed=0)
+        steps = []
+        for _ in range(20_000):
+            action = env.action_space.sample()
+            next_obs, reward, terminated, truncated, _ = env.step(action)
+            steps.append(
+                (
+                    obs[None],
+                    next_obs[None],
+                    np.array([action]),
+                    np.array([reward]),
+                    np.array([terminated or truncated]),
+                    [{"TimeLimit.truncated": truncated}],
+                )
+            )
+            obs = env.reset()[0] if terminated or truncated else next_obs
+        times: dict[str, dict[str, list[float]]] = {}
+        for _ in range(args.rounds):
+            for name, cls in (("sb3", SB3ReplayBuffer), ("rlreplay", ReplayBuffer)):
+                buffer = cls(1_000_000, env.observation_space, env.action_space, "cpu")
+                start = time.perf_counter()
+                for step in steps:
+                    buffer.add(*step)
+                add_us = 1e6 * (time.perf_counter() - start) / len(steps)
+                start = time.perf_counter()
+                for _ in range(2_000):
+                    buffer.sample(batch)
+                sample_us = 1e6 * (time.perf_counter() - start) / 2_000
+                entry = times.setdefault(name, {"add": [], "sample": []})
+                entry["add"].append(add_us)
+                entry["sample"].append(sample_us)
+        del rng
+        for name, entry in times.items():
+            rows.append(
+                {
+                    "env": env_id,
+                    "batch_size": batch,
+                    "buffer": name,
+                    "add_us": round(float(np.median(entry["add"])), 2),
+                    "sample_us": round(float(np.median(entry["sample"])), 2),
+                    "rounds": args.rounds,
+                }
+            )
+            print(json.dumps(rows[-1]), flush=True)
+    print()
+    print(
+        "| observations, batch | SB3 sample() us | rlreplay sample() us | speed-up "
+        "| SB3 add() us | rlreplay add() us |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
+    for sb3_row, ours in zip(rows[::2], rows[1::2]):
+        print(
+            f"| {sb3_row['env']}, {sb3_row['batch_size']} | {sb3_row['sample_us']} | "
+            f"{ours['sample_us']} | {sb3_row['sample_us'] / ours['sample_us']:.2f}x | "
+            f"{sb3_row['add_us']} | {ours['add_us']} |"
         )
     return rows
 
@@ -264,7 +342,8 @@ def plot(rows: list[dict]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("part", choices=["speed", "learning"])
+    parser.add_argument("part", choices=["speed", "calls", "learning"])
+    parser.add_argument("--rounds", type=int, default=5, help="calls: alternating rounds")
     parser.add_argument("--agents", nargs="+", choices=["dqn", "sac"], default=["dqn", "sac"])
     parser.add_argument("--steps", type=int, default=20_000, help="speed: env steps per run")
     parser.add_argument("--repeats", type=int, default=1, help="speed: runs per buffer")
@@ -278,9 +357,9 @@ def main() -> None:
     )
     args = parser.parse_args()
     args.eval_every = {"dqn": 2_500, "sac": 1_000}
-    rows = speed(args) if args.part == "speed" else learning(args)
+    rows = {"speed": speed, "calls": calls, "learning": learning}[args.part](args)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    name = args.part if args.part == "speed" else "_".join(["learning", *args.agents])
+    name = args.part if args.part != "learning" else "_".join(["learning", *args.agents])
     out = RESULTS / f"sb3_{name}.json"
     out.write_text(json.dumps(rows, indent=1))
     print(f"\nwrote {out.relative_to(ROOT)}")

@@ -337,7 +337,8 @@ class ReplayBuffer(_SB3ReplayBuffer):
         return self._get_samples(batch_inds, env=env)
 
     def _check_sample(self, batch_size: Any) -> int:
-        batch_size = _check_int("batch_size", batch_size)
+        if type(batch_size) is not int or batch_size < 1:
+            batch_size = _check_int("batch_size", batch_size)
         if self._ring.count == 0:
             raise EmptyTableError(
                 "sample() on an empty replay buffer: add transitions first (SB3 waits "
@@ -366,7 +367,8 @@ class ReplayBuffer(_SB3ReplayBuffer):
         discounts = None
         if self._one_step:
             ring.patch_finals(next_obs, flat)  # type: ignore[arg-type]
-            dones = self._flat_dones.take(flat) & ~self._flat_timeouts.take(flat)
+            # done and not a timeout, as SB3's dones * (1 - timeouts)
+            dones = np.greater(self._flat_dones.take(flat), self._flat_timeouts.take(flat))
             dones = dones.astype(np.float32).reshape(-1, 1)
             rewards = self._flat_rewards.take(flat).reshape(-1, 1)
             if env is not None:
@@ -374,18 +376,17 @@ class ReplayBuffer(_SB3ReplayBuffer):
         else:
             last, dones, rewards, discounts = self._n_step(positions, envs, env)
             next_obs = ring.gather(last, envs, next_obs=True)
+        tensor = th.from_numpy if self._on_cpu else self._tensor
         if self._dict_obs:
             obs_out: Any = self._normalize_obs(obs, env) if env is not None else obs
             next_out: Any = self._normalize_obs(next_obs, env) if env is not None else next_obs
-            tensor = self._tensor
             obs_t: Any = {key: tensor(value) for key, value in obs_out.items()}
             next_t: Any = {key: tensor(value) for key, value in next_out.items()}
         else:
             obs_t, next_t = obs["obs"], next_obs["obs"]  # type: ignore[index]
             if env is not None:
                 obs_t, next_t = self._normalize_obs(obs_t, env), self._normalize_obs(next_t, env)
-            obs_t, next_t = self._tensor(obs_t), self._tensor(next_t)
-        tensor = self._tensor
+            obs_t, next_t = tensor(obs_t), tensor(next_t)
         return (
             obs_t,
             tensor(actions),
@@ -450,12 +451,24 @@ class ReplayBuffer(_SB3ReplayBuffer):
         return last, final_dones.astype(np.float32).reshape(-1, 1), returns, discounts
 
 
+_ZEROS: dict[int, np.ndarray] = {}
+
+
+def _zeros(n: int) -> np.ndarray:
+    """A read-only int64 array of ``n`` zeros (the environments of one-env batches)."""
+    zeros = _ZEROS.get(n)
+    if zeros is None:
+        zeros = _ZEROS[n] = np.zeros(n, dtype=np.int64)
+        zeros.flags.writeable = False
+    return zeros
+
+
 def _samples_method(cls_samples: type) -> Any:
     def _get_samples(
         self: ReplayBuffer, batch_inds: np.ndarray, env: VecNormalize | None = None
     ) -> Any:
         if self.n_envs == 1:  # SB3 draws from [0, 1), which leaves the generator as it was
-            env_indices = np.zeros(len(batch_inds), dtype=np.int64)
+            env_indices = _zeros(len(batch_inds))
         else:
             env_indices = np.random.randint(0, high=self.n_envs, size=(len(batch_inds),))
         parts = self._samples(np.asarray(batch_inds, dtype=np.int64), env_indices, env)

@@ -252,9 +252,13 @@ class ObservationRing:
             return positions * self.n_envs + envs if self.n_envs > 1 else positions
         base = self.count - self.per_env
         k = base + (positions - base) % self.per_env
+        if self.n_envs == 1:
+            return k % self.ring
         return (k % self.ring) * self.n_envs + envs
 
     def next_rows(self, rows: np.ndarray) -> np.ndarray:
+        if self.count < self.ring:  # the ring has not turned: no next row wraps
+            return rows + self.n_envs
         return (rows + self.n_envs) % self.store.capacity
 
     def take(self, rows: np.ndarray) -> dict[str, np.ndarray]:
@@ -278,7 +282,7 @@ class ObservationRing:
         transitions ``flat`` (``position * n_envs + env``)."""
         if not self.side_of:
             return
-        which = np.flatnonzero(self.final.reshape(-1).take(flat))
+        which = self.final.reshape(-1).take(flat).nonzero()[0]
         if len(which) == 0:
             return
         slots = [self.side_of[int(flat[i])] for i in which]
