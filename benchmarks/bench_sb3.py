@@ -18,7 +18,7 @@ SB3's and rlreplay's alternating in rounds, the median round reported.
 
 Run: ``python -m benchmarks.bench_sb3 speed [--steps 20000]``, ``... calls`` or
 ``python -m benchmarks.bench_sb3 learning [--seeds 5] [--agents dqn sac]``. Prints a
-table and writes ``benchmarks/results/sb3_speed.json`` or ``sb3_learning_<agents>.json``
+table and writes ``benchmarks/results/sb3_<part>[_<agents>].json``
 (and ``docs/sb3_learning_*.png`` curves when matplotlib is installed).
 """
 
@@ -359,7 +359,7 @@ def main() -> None:
     args.eval_every = {"dqn": 2_500, "sac": 1_000}
     rows = {"speed": speed, "calls": calls, "learning": learning}[args.part](args)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    name = args.part if args.part != "learning" else "_".join(["learning", *args.agents])
+    name = args.part if args.part == "calls" else "_".join([args.part, *args.agents])
     out = RESULTS / f"sb3_{name}.json"
     out.write_text(json.dumps(rows, indent=1))
     print(f"\nwrote {out.relative_to(ROOT)}")
