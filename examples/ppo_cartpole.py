@@ -92,7 +92,7 @@ class Args:
     """evaluation return the run aims for (steps_to_target)"""
     eval_every: int = 10_000
     """env steps between evaluations during the run"""
-    eval_episodes: int = 10
+    eval_episodes: int = 20
     """greedy episodes per evaluation"""
     timeout_s: float = 60.0
     """longest any component waits before the run fails"""

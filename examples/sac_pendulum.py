@@ -102,7 +102,7 @@ class Args:
     """learner updates between weight publications"""
     eval_every: int = 1_000
     """env steps between evaluations"""
-    eval_episodes: int = 10
+    eval_episodes: int = 20
     """episodes per evaluation (mean action, no exploration)"""
     progress: bool = True
     """show the runtime's progress bar (--no-progress: none)"""
