@@ -228,7 +228,8 @@ class DqnLearner:
         self.q_target.requires_grad_(False)
         self._online = list(self.q.parameters())
         self._target = list(self.q_target.parameters())
-        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=args.lr)
+        # fused: one kernel for all parameters (on CPU a third of the step's time is Adam's)
+        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=args.lr, fused=True)
         self.expected_updates = max(1.0, args.total_steps * args.updates_per_env_step)
         self.updates = 0
 
