@@ -32,6 +32,8 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
+import resource
 import subprocess
 import sys
 import time
@@ -58,14 +60,22 @@ def train(agent: str, seed: int, out: Path, quick: bool, backend: str | None) ->
         args += ["--backend", backend]
     if quick:
         args += ["--total-steps", str(max(1_000, steps // 20))]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(args, capture_output=True, text=True, timeout=3_600)
     elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # The CPU seconds the run's processes used and the machine's load while it ran: on a
+    # shared machine the wall time grows with the load, the CPU time much less.
+    measured = {
+        "seed": seed, "process_s": elapsed,
+        "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
+        "load_avg_1m_end": os.getloadavg()[0],
+    }
     if done.returncode != 0:
-        return {"error": done.stderr.strip().splitlines()[-1:] or ["failed"], "seed": seed,
-                "process_s": elapsed}
+        return {"error": done.stderr.strip().splitlines()[-1:] or ["failed"], **measured}
     summary = json.loads((out / "summary.json").read_text())
-    summary.update(seed=seed, process_s=elapsed)
+    summary.update(measured)
     return summary
 
 
@@ -92,8 +102,8 @@ def judge(agent: str, runs: list[dict]) -> dict:
     def values(key: str) -> list[float]:
         return [r[key] for r in runs if r.get(key) is not None]
 
-    finals, bests, walls = values("final_eval_return"), values("best_eval_return"), values(
-        "process_s")
+    finals, bests = values("final_eval_return"), values("best_eval_return")
+    walls, cpus = values("process_s"), values("cpu_s")
     return {
         "agent": agent, "target": target, "env_steps": steps, "wall_budget_s": wall,
         "seeds": len(runs), "passed": sum(r["passed"] for r in runs),
@@ -104,6 +114,7 @@ def judge(agent: str, runs: list[dict]) -> dict:
         "best_eval_min": min(bests) if bests else None,
         "process_s_median": sorted(walls)[len(walls) // 2] if walls else None,
         "process_s_max": max(walls) if walls else None,
+        "cpu_s_median": sorted(cpus)[len(cpus) // 2] if cpus else None,
         "runs": runs,
     }
 
@@ -154,7 +165,8 @@ def run_line(agent: str, r: dict) -> str:
     return (f"{agent:<5} seed {r['seed']:>4}: final {fmt(r.get('final_eval_return')):>8}  "
             f"best {fmt(r.get('best_eval_return')):>8}  to target "
             f"{fmt(r.get('steps_to_target'), 'd'):>7}"
-            f"  process {fmt(r.get('process_s'))} s (run {fmt(r.get('wall_s'))} s)  {verdict}"
+            f"  process {fmt(r.get('process_s'))} s (run {fmt(r.get('wall_s'))} s, cpu "
+            f"{fmt(r.get('cpu_s'))} s, load {fmt(r.get('load_avg_1m_end'))})  {verdict}"
             + (f" ({', '.join(why)})" if why else "")
             + (f" {r['error']}" if "error" in r else ""))
 
@@ -188,16 +200,18 @@ def main(argv: list[str] | None = None) -> dict:
     if args.quick:
         print("\n--quick: smoke runs of 5% of the steps; the targets are not judged")
     print(f"\n{'agent':<6} {'target':>8} {'env steps':>9} {'passed':>7} {'final>=':>8} "
-          f"{'final mean':>10} {'final min':>10} {'best min':>9} {'s median':>9} {'s max':>7}")
+          f"{'final mean':>10} {'final min':>10} {'best min':>9} {'s median':>9} {'s max':>7} "
+          f"{'cpu s med':>9}")
     for r in results:
         passed = "-" if args.quick else f"{r['passed']}/{r['seeds']}"
         final_ok = "-" if args.quick else f"{r['final_ok']}/{r['seeds']}"
         print(f"{r['agent']:<6} {r['target']:>8.0f} {r['env_steps']:>9} {passed:>7} "
               f"{final_ok:>8} {fmt(r['final_eval_mean']):>10} {fmt(r['final_eval_min']):>10} "
               f"{fmt(r['best_eval_min']):>9} {fmt(r['process_s_median']):>9} "
-              f"{fmt(r['process_s_max']):>7}")
+              f"{fmt(r['process_s_max']):>7} {fmt(r['cpu_s_median']):>9}")
     print("passed: final evaluation >= target (and process time <= the wall budget); "
-          "final>=: the final evaluation alone; best min: the lowest best evaluation")
+          "final>=: the final evaluation alone; best min: the lowest best evaluation; s: the "
+          "process's wall time; cpu s: the CPU time of its processes")
     RESULTS.mkdir(parents=True, exist_ok=True)
     name = "learning_quick.json" if args.quick else "learning.json"
     path = Path(args.json) if args.json else RESULTS / name
