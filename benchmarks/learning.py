@@ -185,7 +185,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--json", default=None, help="where to write the JSON (default: "
                         "benchmarks/results/learning.json, learning_quick.json with --quick)")
     args = parser.parse_args(argv)
-    results = []
+    name = "learning_quick.json" if args.quick else "learning.json"
+    path = Path(args.json) if args.json else RESULTS / name
+    results: list[dict] = []
     for agent in args.agents:
         count = args.seeds or AGENTS[agent][4]
         seeds = list(range(args.first_seed, args.first_seed + count))
@@ -194,6 +196,8 @@ def main(argv: list[str] | None = None) -> dict:
         for seed, out in zip(seeds, outs):
             runs.append(train(agent, seed, out, args.quick, args.backend))
             print(run_line(agent, judge_run(agent, runs[-1])), flush=True)
+            # the runs so far, so that a stopped benchmark keeps what it measured
+            write_json(path, args, [*results, {**judge(agent, runs), "complete": False}])
         results.append(judge(agent, runs))
         if not args.quick:
             plot(agent, outs, AGENTS[agent][1], ROOT / "docs" / f"learning_{agent}.png")
@@ -212,13 +216,14 @@ def main(argv: list[str] | None = None) -> dict:
     print("passed: final evaluation >= target (and process time <= the wall budget); "
           "final>=: the final evaluation alone; best min: the lowest best evaluation; s: the "
           "process's wall time; cpu s: the CPU time of its processes")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    name = "learning_quick.json" if args.quick else "learning.json"
-    path = Path(args.json) if args.json else RESULTS / name
+    write_json(path, args, results)
+    return {"agents": results}
+
+
+def write_json(path: Path, args: argparse.Namespace, results: list[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"quick": args.quick, "backend": args.backend,
                                 "agents": results}, indent=1))
-    return {"agents": results}
 
 
 if __name__ == "__main__":

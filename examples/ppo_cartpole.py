@@ -253,7 +253,9 @@ class PpoLearner:
         torch.manual_seed(args.seed)
         self.args = args
         self.agent = Agent()
-        self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=args.learning_rate, eps=1e-5)
+        self.optimizer = torch.optim.Adam(
+            self.agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True
+        )
         per_update = args.num_steps * args.num_envs * args.num_actors
         self.total_updates = max(1, args.total_steps // per_update)
         self.generator = torch.Generator().manual_seed(args.seed)
