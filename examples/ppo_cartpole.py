@@ -92,7 +92,7 @@ class Args:
     """evaluation return the run aims for (steps_to_target)"""
     eval_every: int = 10_000
     """env steps between evaluations during the run"""
-    eval_episodes: int = 10
+    eval_episodes: int = 20
     """greedy episodes per evaluation"""
     timeout_s: float = 60.0
     """longest any component waits before the run fails"""
@@ -253,7 +253,9 @@ class PpoLearner:
         torch.manual_seed(args.seed)
         self.args = args
         self.agent = Agent()
-        self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=args.learning_rate, eps=1e-5)
+        self.optimizer = torch.optim.Adam(
+            self.agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True
+        )
         per_update = args.num_steps * args.num_envs * args.num_actors
         self.total_updates = max(1, args.total_steps // per_update)
         self.generator = torch.Generator().manual_seed(args.seed)

@@ -102,7 +102,7 @@ class Args:
     """learner updates between weight publications"""
     eval_every: int = 1_000
     """env steps between evaluations"""
-    eval_episodes: int = 10
+    eval_episodes: int = 20
     """episodes per evaluation (mean action, no exploration)"""
     progress: bool = True
     """show the runtime's progress bar (--no-progress: none)"""
@@ -270,11 +270,11 @@ class SacLearner:
         self.q_target = TwinQ()
         self.q_target.load_state_dict(self.q.state_dict())
         self.q_target.requires_grad_(False)
-        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=args.policy_lr)
-        self.q_opt = torch.optim.Adam(self.q.parameters(), lr=args.q_lr)
+        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=args.policy_lr, fused=True)
+        self.q_opt = torch.optim.Adam(self.q.parameters(), lr=args.q_lr, fused=True)
         self.target_entropy = -float(ACTION_DIM)
         self.log_alpha = torch.zeros(1, requires_grad=True)
-        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=args.alpha_lr)
+        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=args.alpha_lr, fused=True)
         self._online = list(self.q.parameters())
         self._target = list(self.q_target.parameters())
         self.update_s = 0.0

@@ -110,7 +110,7 @@ def test_terminal_transitions_do_not_bootstrap():
 
 
 def test_target_network_is_copied_every_target_update_every_updates():
-    learner = dqn.DqnLearner(small_args(target_update_every=3))
+    learner = dqn.DqnLearner(small_args(target_update_every=3, target_tau=1.0))
     rng = np.random.default_rng(4)
     initial = [p.detach().clone() for p in learner.q_target.parameters()]
     for _ in range(2):
@@ -119,6 +119,17 @@ def test_target_network_is_copied_every_target_update_every_updates():
     learner.update(fake_batch(rng, 8))
     for online, target in zip(learner.q.parameters(), learner.q_target.parameters()):
         assert torch.equal(online, target)
+
+
+def test_polyak_target_moves_by_tau_towards_the_online_network_after_each_update():
+    learner = dqn.DqnLearner(small_args(target_update_every=1, target_tau=0.25))
+    target_before = [p.detach().clone() for p in learner.q_target.parameters()]
+    learner.update(fake_batch(np.random.default_rng(7), 8))
+    for online, target, target0 in zip(
+        learner.q.parameters(), learner.q_target.parameters(), target_before
+    ):
+        assert not torch.equal(target, target0)
+        torch.testing.assert_close(target, target0 + 0.25 * (online.detach() - target0))
 
 
 def test_learning_rate_decays_linearly_to_zero_over_the_expected_updates():
