@@ -73,3 +73,11 @@ class Worker(threading.Thread):
         if self.error is not None:
             raise self.error
         return self.result
+
+
+@pytest.fixture(autouse=True)
+def _examples_in_a_temporary_folder(request, tmp_path, monkeypatch):
+    """The example tests run in a temporary folder: a run without ``--out`` writes its
+    files to ``runs/<example>`` under the working directory, never into the checkout."""
+    if request.node.path.parent.name == "examples":
+        monkeypatch.chdir(tmp_path)
