@@ -1,8 +1,10 @@
-"""Every code example in README.md and docs/*.md runs as written.
+"""Every code example in README.md and the pages of docs/ runs as written.
 
 Each page's ```python blocks run in order in one namespace, as a reader following the page
 would run them (a later block may use what an earlier one built, never anything else), in
 a scratch working folder. Blocks that need a server start one on 127.0.0.1 themselves.
+Blocks fenced ```py instead are shown, not run: they need a Ray cluster (tests/distributed
+runs what they show).
 Every ``rlreplay ...`` line of the pages' shell blocks is parsed by the real command-line
 parser, and the cheap ones (``keygen``, ``info --build``, ``--version``) are run.
 """
@@ -18,7 +20,8 @@ import pytest
 from rlreplay.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# Every page of the docs site, its subfolders included.
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 
 
@@ -61,7 +64,7 @@ def test_the_pages_have_examples():
     assert ROOT / "README.md" in PYTHON_PAGES and ROOT / "README.md" in SHELL_PAGES
 
 
-@pytest.mark.parametrize("page", PYTHON_PAGES, ids=lambda p: p.name)
+@pytest.mark.parametrize("page", PYTHON_PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_python_examples_run_as_written(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     namespace: dict = {"__name__": "__main__"}
@@ -75,7 +78,7 @@ def test_python_examples_run_as_written(page, tmp_path, monkeypatch):
 CHEAP = {"keygen"}
 
 
-@pytest.mark.parametrize("page", SHELL_PAGES, ids=lambda p: p.name)
+@pytest.mark.parametrize("page", SHELL_PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_rlreplay_command_lines_parse_and_the_cheap_ones_run(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     parser = build_parser()

@@ -55,9 +55,10 @@ def export_npz(
             only).
         path: the file to write (``.npz`` is appended when missing); it is
             written beside and renamed into place, so a reader never sees half a file.
-        first_id, end_id: the step ids (insert counts) ``[first_id, end_id)`` to export;
-            default every stored step. Items are exported when all their steps lie in
-            the range.
+        first_id: the first step id (insert count) to export, with ``end_id`` the range
+            ``[first_id, end_id)``; default every stored step. Items are exported when
+            all their steps lie in the range.
+        end_id: the step id (insert count) the exported range ends before.
         item_data: also write each item's layout outputs (``tables/<name>/data/...``).
 
     Returns:

@@ -112,10 +112,13 @@ def export_minari(
         root: directory Minari keeps datasets in (default: Minari's own).
         fields: role to column name, for columns not named as in
             :data:`~rlreplay.checkpoint.episode_columns.DEFAULT_FIELDS`.
-        observation_space, action_space: gymnasium spaces; when left out, the spaces of
-            the ``env`` passed in ``metadata``, else inferred from the data (see
+        observation_space: a gymnasium space; when left out, the space of the ``env``
+            passed in ``metadata``, else inferred from the data (see
             :func:`~rlreplay.checkpoint.episode_columns.infer_space`).
-        first_id, end_id: the step ids (insert counts) ``[first_id, end_id)`` to read.
+        action_space: a gymnasium space, found as ``observation_space`` is.
+        first_id: the first step id (insert count) to read, with ``end_id`` the range
+            ``[first_id, end_id)``.
+        end_id: the step id (insert count) the range read ends before.
         **metadata: passed to ``minari.create_dataset_from_buffers`` (``env``,
             ``algorithm_name``, ``author``, ``description``, ...).
 

@@ -250,10 +250,8 @@ def restore_with_extra(
 ) -> tuple[Path, dict[str, Table], dict[str, Any] | None]:
     """:func:`restore` into ``tables``, also returning the directory of the checkpoint
     restored (the newest valid one when ``path`` holds several) and the ``extra`` state
-    saved with it (``None`` if none was).
-
-    Raises:
-        as :func:`restore`; nothing changes when it raises.
+    saved with it (``None`` if none was). It raises as :func:`restore` does, and nothing
+    changes when it raises.
     """
     root = check_path(path)
     given = as_tables(tables)

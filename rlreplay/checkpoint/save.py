@@ -115,7 +115,11 @@ class StepwiseSave:
     columns and publishes the checkpoint.
 
     Args:
-        tables, path, keep, progress, extra: as :func:`save`.
+        tables: as :func:`save`.
+        path: as :func:`save`.
+        keep: as :func:`save`.
+        progress: as :func:`save`.
+        extra: as :func:`save`.
         stats: filled with the save's figures (a new :class:`SaveStats` when ``None``).
         slice_bytes: bytes one step of a large index's capture copies (default
             ``snapshot.SLICE_BYTES``).
@@ -163,12 +167,12 @@ class StepwiseSave:
 
     def step(self) -> None:
         """Take the capture's next step; the last one takes the checkpoint's moment.
+        A step that raises abandons the save (nothing is written; :attr:`done`).
 
         Raises:
             ClosedError: if a table is closed.
             CheckpointError: if another save of the same store is under way.
             OSError: if the checkpoint's temporary directory cannot be made.
-            A step that raises abandons the save (nothing is written; :attr:`done`).
         """
         if self.done:
             return

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,6 +18,9 @@ from rlreplay.errors import (
 )
 from rlreplay.iterators import batch_output
 from rlreplay.net.payloads import checked_update
+
+if TYPE_CHECKING:
+    from rlreplay.distributed.sharded_client import ShardedClient
 
 
 class ShardedSampleIterator:
@@ -57,7 +60,7 @@ class ShardedSampleIterator:
     """
 
     def __init__(
-        self, client, table: str, batch_size: int, *, in_flight: int = 2,
+        self, client: ShardedClient, table: str, batch_size: int, *, in_flight: int = 2,
         timeout: float | None = None, batches_per_request: int = 1,
         output: str = "numpy", device: Any = None, pin_memory: bool = False,
     ):

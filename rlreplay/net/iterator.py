@@ -4,7 +4,7 @@ updates with its next request."""
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -13,6 +13,9 @@ from rlreplay.core.table_checks import check_timeout
 from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.iterators import batch_output
 from rlreplay.net.payloads import checked_update
+
+if TYPE_CHECKING:
+    from rlreplay.net.client import Client
 
 
 class SampleIterator:
@@ -52,7 +55,7 @@ class SampleIterator:
 
     def __init__(
         self,
-        client,
+        client: Client,
         table: str,
         batch_size: int,
         *,

@@ -153,9 +153,12 @@ class RolloutAdder:
         ``policy_version`` (int64, one per row).
 
         Args:
-            obs, action, reward: one environment's specs (``(shape, dtype)``, a dtype or a
+            obs: one environment's observation spec (``(shape, dtype)``, a dtype or a
                 gymnasium space such as ``env.single_observation_space``; a ``Dict``
                 space nests).
+            action: one environment's action spec (``(shape, dtype)``, a dtype or a
+                gymnasium space).
+            reward: one environment's reward spec (default ``"float32"``).
             num_envs: environments of the vector env.
             extras: per-env fields the policy gives with each action, e.g.
                 ``{"logp": "float32", "value": "float32"}``.
@@ -277,8 +280,12 @@ class RolloutAdder:
         """Record one vector step; every ``num_steps`` steps write the rollout's item.
 
         Args:
-            action, reward, next_obs, terminated, truncated, info: what ``envs.step``
-                took and returned (``[num_envs, ...]`` each).
+            action: the actions ``envs.step`` took (``[num_envs, ...]``).
+            reward: the rewards it returned (``[num_envs]``).
+            next_obs: the observations it returned (``[num_envs, ...]``).
+            terminated: its ``terminated`` flags (``[num_envs]``).
+            truncated: its ``truncated`` flags (``[num_envs]``).
+            info: its ``info`` dict (for the autoreset mode).
             extras: the signature's extras (``[num_envs, ...]`` each, from the policy)
                 and ``policy_version`` (one version, or one per env, all equal).
 
