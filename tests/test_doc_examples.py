@@ -64,6 +64,15 @@ def test_the_pages_have_examples():
     assert ROOT / "README.md" in PYTHON_PAGES and ROOT / "README.md" in SHELL_PAGES
 
 
+def test_the_command_line_page_documents_every_command_and_the_build_report():
+    text = (ROOT / "docs" / "command_line.md").read_text()
+    parser = build_parser()
+    (commands,) = [a.choices for a in parser._subparsers._group_actions]
+    for name in commands:
+        assert re.search(rf"`rlreplay {name}\b", text), name
+    assert "rlreplay info --build" in text and "rlreplay --version" in text
+
+
 @pytest.mark.parametrize("page", PYTHON_PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_python_examples_run_as_written(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

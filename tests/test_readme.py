@@ -1,12 +1,11 @@
-"""The README opens with the two set-up commands and documents every command-line command.
+"""The README opens with the two set-up commands, and its links lead somewhere.
 
-(Its code examples are run by ``tests/test_doc_examples.py``.)
+(Its code examples are run by ``tests/test_doc_examples.py``, which also checks that
+docs/command_line.md documents every command-line command.)
 """
 
 import re
 from pathlib import Path
-
-from rlreplay.cli import build_parser
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -22,10 +21,16 @@ def test_readme_opens_with_the_install_and_the_test_command():
     ]
 
 
-def test_readme_documents_every_command_and_the_build_report():
+def test_readme_links_lead_to_files_of_the_repository():
     text = README.read_text()
-    parser = build_parser()
-    (commands,) = [a.choices for a in parser._subparsers._group_actions]
-    for name in commands:
-        assert re.search(rf"`rlreplay {name}\b", text), name
-    assert "rlreplay info --build" in text and "rlreplay --version" in text
+    targets = re.findall(r"\]\(((?!https?:)[^)#]+)(?:#[^)]*)?\)", text)
+    assert targets, "the README links to the docs"
+    missing = [t for t in targets if not (README.parent / t).exists()]
+    assert missing == [], missing
+
+
+def test_readme_is_a_newcomers_page_with_a_short_quick_start():
+    text = README.read_text()
+    assert len(text.splitlines()) <= 200, "the rest belongs in docs/"
+    quick_start = text.split("## Quick start", 1)[1].split("```python\n", 1)[1].split("```")[0]
+    assert len(quick_start.splitlines()) <= 30
