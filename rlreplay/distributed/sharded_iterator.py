@@ -46,8 +46,12 @@ class ShardedSampleIterator:
             for ``k`` batches; priority updates then reach the shards every ``k`` batches,
             and each shard must admit ``k * batch_size`` items at once (``max_size``,
             rate limiter).
-        output, device, pin_memory: what the batches' data arrays become, as for a local
-            :class:`~rlreplay.ReplayIterator` (see :func:`rlreplay.iterators.batch_output`).
+        output: what the batches' data arrays become (``"numpy"``, ``"torch"`` or
+            ``"jax"``), as for a local :class:`~rlreplay.ReplayIterator` (see
+            :func:`rlreplay.iterators.batch_output`).
+        device: torch or jax device for the arrays (``None``: the CPU, or jax's
+            default).
+        pin_memory: pin torch host memory before moving it to ``device``.
 
     Raises (from ``next``): as :meth:`ShardedClient.sample`. A batch that a shard's rate
     limiter held back past ``timeout`` keeps the parts other shards drew, and the next

@@ -33,8 +33,12 @@ class SampleIterator:
         batch_size: items per batch.
         in_flight: requests kept outstanding (>= 1).
         timeout: seconds each request may wait for the rate limiter (``None``: no limit).
-        output, device, pin_memory: what the batches' data arrays become, as for a local
-            :class:`~rlreplay.ReplayIterator` (see :func:`rlreplay.iterators.batch_output`).
+        output: what the batches' data arrays become (``"numpy"``, ``"torch"`` or
+            ``"jax"``), as for a local :class:`~rlreplay.ReplayIterator` (see
+            :func:`rlreplay.iterators.batch_output`).
+        device: torch or jax device for the arrays (``None``: the CPU, or jax's
+            default).
+        pin_memory: pin torch host memory before moving it to ``device``.
 
     Raises:
         InvalidArgumentError: for a bad argument (``output`` and the rest as
