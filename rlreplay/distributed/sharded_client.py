@@ -224,7 +224,8 @@ class ShardedClient:
         (they were not applied there, and never will be).
 
         Raises:
-            as :meth:`Client.insert`; ShardUnavailableError for a shard down (``"fail"``).
+            ShardUnavailableError: for a shard down (``"fail"``); otherwise as
+                :meth:`Client.insert`.
         """
         deadline = self.deadline(check_timeout(timeout))
         return self.inserts.insert(table, rows, priorities, deadline)
@@ -332,7 +333,9 @@ class ShardedClient:
         return ShardedSampleIterator(self, table, batch_size, **kwargs)
 
     # ------------------------------------------------------- keys to shards
-    def update_priorities(self, table: str, keys: Any, priorities: Any, *, wait: bool = True):
+    def update_priorities(
+        self, table: str, keys: Any, priorities: Any, *, wait: bool = True
+    ) -> int | None:
         """:meth:`Client.update_priorities`, each key's update sent to its shard (all
         shards' requests in flight at once).
 

@@ -92,11 +92,12 @@ class Server:
             one beyond it closes that client's least recently used writer with no chunk
             waiting, or is refused (ResourceLimitError) when each has one (see
             :mod:`rlreplay.net.sessions`).
-        checkpoint_dir, checkpoint_every_s, keep_checkpoints: ``start()`` restores the
-            newest valid checkpoint in ``checkpoint_dir`` (tables and writer streams);
-            one is saved there on request (:meth:`Client.checkpoint`) and every
-            ``checkpoint_every_s`` seconds (``None``: on request only), keeping the newest
-            ``keep_checkpoints`` (``None``: all); see :mod:`rlreplay.net.checkpoints`.
+        checkpoint_dir: ``start()`` restores the newest valid checkpoint in this
+            directory (tables and writer streams); one is saved there on request
+            (:meth:`Client.checkpoint`) and every ``checkpoint_every_s`` seconds; see
+            :mod:`rlreplay.net.checkpoints`.
+        checkpoint_every_s: seconds between checkpoints (``None``: on request only).
+        keep_checkpoints: how many of the newest checkpoints to keep (``None``: all).
 
     Raises:
         InvalidArgumentError: for ``tables`` that is not a list of tables, duplicate table
