@@ -126,6 +126,17 @@ def _example_argv(workload: Workload, backend: str, seed: int, steps: int, out: 
             "--out", out, "--no-progress", *workload.flags, *extra]
 
 
+def _env_of(workload: Workload, make_env: Any, step_cost_s: float) -> Any:
+    """The example's ``make_env``, or for a costly workload the same number of envs of
+    ``workload.costly_env`` whose steps each spend ``step_cost_s`` of CPU time."""
+    if workload.costly_env is None:
+        return make_env
+    from benchmarks.costly_env import make_costly_vec
+
+    return functools.partial(make_costly_vec, env_id=workload.costly_env,
+                             num_envs=make_env.keywords.get("num_envs", 1), cost_s=step_cost_s)
+
+
 def one_run(workload: Workload, backend: str, seed: int, steps: int, extra: list[str],
             step_cost_s: float) -> dict[str, Any]:
     """Run the example once (in this process) and return its rows and summary."""
@@ -137,13 +148,7 @@ def one_run(workload: Workload, backend: str, seed: int, steps: int, extra: list
     eval_s = [0.0]
 
     def run(config: Any, **kwargs: Any) -> Any:
-        if workload.costly_env is not None:
-            from benchmarks.costly_env import make_costly_vec
-
-            kwargs["make_env"] = functools.partial(
-                make_costly_vec, env_id=workload.costly_env,
-                num_envs=kwargs["make_env"].keywords.get("num_envs", 1), cost_s=step_cost_s,
-            )
+        kwargs["make_env"] = _env_of(workload, kwargs["make_env"], step_cost_s)
         on_stats = kwargs.get("on_stats")
         if on_stats is not None:
             def timed(row: dict, weights: Any) -> Any:
@@ -186,13 +191,7 @@ def parts_alone(workload: Workload, seed: int, steps: int, updates: int, extra: 
 
     _, args = _run_arguments(workload, _example_argv(workload, "inline", seed, steps, "", extra))
     config, replay = args["config"], args["replay"]
-    make_env = args["make_env"]
-    if workload.costly_env is not None:
-        from benchmarks.costly_env import make_costly_vec
-
-        make_env = functools.partial(make_costly_vec, env_id=workload.costly_env,
-                                     num_envs=make_env.keywords.get("num_envs", 1),
-                                     cost_s=step_cost_s)
+    make_env = _env_of(workload, args["make_env"], step_cost_s)
     capacity = build_table(config, replay).store.capacity
     table = rr.Table(  # the run's table, but its limiter never makes the actor wait
         replay.name, signature=replay.signature, capacity=capacity,
