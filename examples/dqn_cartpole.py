@@ -25,9 +25,9 @@ Who owns what:
 * the learner (:class:`DqnLearner`, in the driver) holds the torch Q and target networks
   and the optimizer; :meth:`DqnLearner.update` is one gradient step on one sampled batch
   and returns the batch's new priorities (``|TD error|``);
-* the driver evaluates the newest weights greedily every ``eval_every`` env steps and at
-  the end, and writes ``metrics.csv``, ``summary.json`` and ``learning_curve.png`` to
-  ``--out``.
+* an evaluator process scores the newest weights greedily every ``eval_every`` env steps
+  and at the end (:func:`greedy_return`); the driver writes ``metrics.csv``,
+  ``summary.json`` and ``learning_curve.png`` to ``--out``.
 
 Run it::
 
@@ -163,6 +163,16 @@ def q_values(params: dict[str, np.ndarray], obs: np.ndarray) -> np.ndarray:
     h = np.maximum(obs @ params["0.weight"].T + params["0.bias"], 0.0)
     h = np.maximum(h @ params["2.weight"].T + params["2.bias"], 0.0)
     return h @ params["4.weight"].T + params["4.bias"]
+
+
+def greedy_return(params: dict[str, np.ndarray], episodes: int) -> float:
+    """Mean greedy return of ``params`` over ``episodes`` episodes (run in the evaluator's
+    process, see :class:`rlreplay.runtime.report.Evaluations`)."""
+
+    def act(obs: np.ndarray) -> int:
+        return int(q_values(params, obs[None]).argmax())
+
+    return report.evaluate(make_eval_env, act, episodes)
 
 
 def epsilon(env_steps: int, args: Args) -> float:
@@ -346,24 +356,17 @@ def train(args: Args, policy: type[QPolicy] = QPolicy) -> dict[str, Any]:
         out_dir=args.out or None,
     )
     learner = DqnLearner(args)
-
-    def evaluate(params: dict[str, np.ndarray]) -> float:
-        """Mean greedy return of ``params`` over ``eval_episodes`` episodes."""
-
-        def act(obs: np.ndarray) -> int:
-            return int(q_values(params, obs[None]).argmax())
-
-        return report.evaluate(make_eval_env, act, args.eval_episodes)
-
-    result = rt.run(
-        config,
-        make_env=functools.partial(make_env, num_envs=args.num_envs),
-        make_policy=functools.partial(policy, args=args),
-        learner=learner,
-        replay=replay,
-        total_env_steps=args.total_steps,
-        on_stats=report.Evaluations(evaluate, args.eval_every),
-    )
+    greedy = functools.partial(greedy_return, episodes=args.eval_episodes)
+    with report.Evaluations(greedy, args.eval_every) as evaluations:
+        result = rt.run(
+            config,
+            make_env=functools.partial(make_env, num_envs=args.num_envs),
+            make_policy=functools.partial(policy, args=args),
+            learner=learner,
+            replay=replay,
+            total_env_steps=args.total_steps,
+            on_stats=evaluations,
+        )
     rows = result.rows  # the final row has env_steps >= total_steps, so it is evaluated
     summary = report.summarize(rows, TARGET_RETURN, config.ratio)
     summary.update(

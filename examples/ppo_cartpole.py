@@ -343,21 +343,30 @@ class PpoLearner:
 # Evaluation and the run
 
 
-def greedy_evaluation(args: Args) -> Any:
-    """``params -> mean greedy return`` over ``args.eval_episodes`` episodes (the torch
-    actor loaded with the published weights picks the most likely action)."""
-    agent = Agent()
+class GreedyReturn:
+    """``params -> mean greedy return`` over ``episodes`` episodes: the torch actor loaded
+    with the published weights picks the most likely action (run in the evaluator's
+    process, see :class:`rlreplay.runtime.report.Evaluations`)."""
 
-    def evaluate(params: dict[str, np.ndarray]) -> float:
+    def __init__(self, episodes: int):
+        self.episodes = episodes
+        self.agent: Agent | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"episodes": self.episodes, "agent": None}  # built where it evaluates
+
+    def __call__(self, params: dict[str, np.ndarray]) -> float:
+        if self.agent is None:
+            torch.set_num_threads(1)
+            self.agent = Agent()
+        agent = self.agent
         load_params(agent, params)
 
         def act(obs: np.ndarray) -> int:
             with torch.no_grad():
                 return int(agent.actor(torch.as_tensor(obs, dtype=torch.float32)).argmax())
 
-        return report.evaluate(make_eval_env, act, args.eval_episodes)
-
-    return evaluate
+        return report.evaluate(make_eval_env, act, self.episodes)
 
 
 def parse_args(argv: list[str] | None = None) -> Args:
@@ -419,16 +428,16 @@ def main(argv: list[str] | None = None) -> dict:
         timeout_s=args.timeout_s,
     )
     learner = PpoLearner(args)
-    evaluations = report.Evaluations(greedy_evaluation(args), args.eval_every)
-    result = rt.run(
-        config,
-        make_env=functools.partial(make_env, num_envs=args.num_envs),
-        make_policy=PpoPolicy,
-        learner=learner,
-        replay=replay,
-        total_env_steps=args.total_steps,
-        on_stats=lambda row, weights: {**evaluations(row, weights), **learner.stats},
-    )
+    with report.Evaluations(GreedyReturn(args.eval_episodes), args.eval_every) as evaluations:
+        result = rt.run(
+            config,
+            make_env=functools.partial(make_env, num_envs=args.num_envs),
+            make_policy=PpoPolicy,
+            learner=learner,
+            replay=replay,
+            total_env_steps=args.total_steps,
+            on_stats=lambda row, weights: {**evaluations(row, weights), **learner.stats},
+        )
     rows = result.rows  # the final row evaluates the final weights
     summary = report.summarize(rows, args.target, None)
     summary.update(

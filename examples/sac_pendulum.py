@@ -15,9 +15,9 @@ Who owns what:
   uniformly at random, as CleanRL's SAC does;
 * the learner (:class:`SacLearner`, in the driver) holds the torch networks and their
   optimizers; :meth:`SacLearner.update` is one gradient step on one sampled batch;
-* the driver evaluates the newest weights every ``eval_every`` env steps with the mean
-  (deterministic) action and writes ``metrics.csv``, ``summary.json`` and
-  ``learning_curve.png`` to ``--out``.
+* an evaluator process scores the newest weights every ``eval_every`` env steps with the
+  mean (deterministic) action (:func:`mean_action_return`); the driver writes
+  ``metrics.csv``, ``summary.json`` and ``learning_curve.png`` to ``--out``.
 
 Run it::
 
@@ -156,6 +156,15 @@ def greedy_action(params: dict[str, np.ndarray], obs: np.ndarray) -> np.ndarray:
     """The deterministic action (squashed mean) for ``obs`` [B, obs_dim]."""
     mean, _ = actor_forward(params, np.asarray(obs, dtype=np.float32))
     return (np.tanh(mean) * ACTION_SCALE).astype(np.float32)
+
+
+def mean_action_return(params: dict[str, np.ndarray], episodes: int) -> float:
+    """Mean return of the deterministic (mean) action of ``params`` over ``episodes``
+    episodes (run in the evaluator's process, see
+    :class:`rlreplay.runtime.report.Evaluations`)."""
+    return report.evaluate(
+        make_eval_env, lambda obs: greedy_action(params, obs[None])[0], episodes=episodes
+    )
 
 
 class SacPolicy:
@@ -380,24 +389,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         out_dir=args.out or None,
     )
     learner = SacLearner(args)
-
-    def evaluate(params: dict[str, np.ndarray]) -> float:
-        """Mean return of the deterministic (mean) action over ``eval_episodes`` episodes."""
-        return report.evaluate(
-            make_eval_env,
-            lambda obs: greedy_action(params, obs[None])[0],
-            episodes=args.eval_episodes,
+    mean_action = functools.partial(mean_action_return, episodes=args.eval_episodes)
+    with report.Evaluations(mean_action, args.eval_every) as evaluations:
+        result = rt.run(
+            config,
+            make_env=functools.partial(make_env, num_envs=args.num_envs),
+            make_policy=functools.partial(SacPolicy, random_steps=args.learning_starts),
+            learner=learner,
+            replay=replay,
+            total_env_steps=args.total_steps,
+            on_stats=evaluations,
         )
-
-    result = rt.run(
-        config,
-        make_env=functools.partial(make_env, num_envs=args.num_envs),
-        make_policy=functools.partial(SacPolicy, random_steps=args.learning_starts),
-        learner=learner,
-        replay=replay,
-        total_env_steps=args.total_steps,
-        on_stats=report.Evaluations(evaluate, args.eval_every),
-    )
     summary = report.summarize(result.rows, TARGET_RETURN, config.ratio)
     run_summary = result.summary
     wall = run_summary.get("wall_s") or 0.0

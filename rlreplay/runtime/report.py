@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.runtime.evaluator import EvaluatorProcess
 
 __all__ = ["Evaluations", "evaluate", "summarize", "write_outputs"]
 
@@ -108,23 +109,31 @@ class Evaluations:
     ``eval_return``. Pair it with ``RuntimeConfig(stats_every_steps=every)`` so the
     evaluations fall at the same env steps on any machine.
 
+    The evaluations run in a process of their own
+    (:class:`~rlreplay.runtime.evaluator.EvaluatorProcess`, started here), so they never
+    hold the learner's interpreter lock; the hook waits for each score. Close it (or use it
+    as a context manager) when the run is over.
+
     Args:
         evaluate_params: ``params -> mean return`` (e.g. :func:`evaluate` of a greedy policy
-            built from the params).
+            built from the params), picklable: defined at module level.
         every: env steps between evaluations (>= 1).
+        timeout_s: seconds one evaluation may take.
 
     Raises:
-        InvalidArgumentError: for a non-callable ``evaluate_params`` or a bad ``every``.
+        InvalidArgumentError: for a non-callable or unpicklable ``evaluate_params``, or a
+            bad ``every`` or ``timeout_s``.
     """
 
-    def __init__(self, evaluate_params: Callable[[Mapping[str, np.ndarray]], float], every: int):
-        if not callable(evaluate_params):
-            raise InvalidArgumentError(
-                f"evaluate_params={describe(evaluate_params)} must be a callable params -> return"
-            )
+    def __init__(
+        self,
+        evaluate_params: Callable[[Mapping[str, np.ndarray]], float],
+        every: int,
+        timeout_s: float = 600.0,
+    ):
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise InvalidArgumentError(f"every={describe(every)} must be an int >= 1")
-        self.evaluate_params = evaluate_params
+        self.evaluator = EvaluatorProcess(evaluate_params, timeout_s)
         self.every = every
         self.next_at = every
 
@@ -134,8 +143,18 @@ class Evaluations:
             return {"eval_return": None, "eval_version": None}
         while self.next_at <= steps:
             self.next_at += self.every
-        value = float(self.evaluate_params(weights.params))
+        value = self.evaluator(weights.params)
         return {"eval_return": value, "eval_version": weights.version}
+
+    def close(self) -> None:
+        """Stop the evaluator process."""
+        self.evaluator.close()
+
+    def __enter__(self) -> Evaluations:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _number(value: Any) -> float | None:

@@ -8,8 +8,6 @@ import importlib.util
 import json
 import math
 import re
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,21 +19,8 @@ from batches import uniform_sample  # noqa: E402
 
 from rlreplay import InvalidArgumentError, Sample  # noqa: E402
 
-PATH = Path(__file__).resolve().parents[2] / "examples" / "sac_pendulum.py"
-
-
-def load_example():
-    """The example as the module ``sac_pendulum`` (registered, so its functions pickle)."""
-    if "sac_pendulum" in sys.modules:
-        return sys.modules["sac_pendulum"]
-    spec = importlib.util.spec_from_file_location("sac_pendulum", PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["sac_pendulum"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-sac = load_example()
+# The examples install as rlreplay.examples, which actor and evaluator processes import too.
+from rlreplay.examples import sac_pendulum as sac  # noqa: E402
 
 SUMMARY_KEYS = {
     "env_steps",
@@ -155,7 +140,6 @@ def test_smoke_run_writes_metrics_summary_and_curve_on_every_backend(
 ):
     if backend == "processes":
         pytest.importorskip("zmq")
-        monkeypatch.syspath_prepend(str(PATH.parent))  # actor processes import the example
     flags = f"--backend {backend} --seed 1 --total-steps 400 --out {tmp_path}"
     flags += " --learning-starts 200 --batch-size 32 --hidden 16 --eval-every 200"
     flags += f" --eval-episodes 2 --no-progress --num-envs {num_envs}"

@@ -1,4 +1,4 @@
-"""Training-script helpers: flags from a dataclass, evaluations at fixed env steps."""
+"""Training-script helpers: flags from a dataclass."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import pytest
 
 from rlreplay.errors import InvalidArgumentError
 from rlreplay.runtime.flags import check_ranges, flag, parse_flags
-from rlreplay.runtime.report import Evaluations
 
 
 @dataclass
@@ -36,23 +35,6 @@ def test_mistyped_flags_are_refused(argv, capsys):
     with pytest.raises(SystemExit):
         parse_flags(Knobs, argv)
     assert "error" in capsys.readouterr().err
-
-
-def test_evaluations_run_every_n_steps_and_on_the_final_row():
-    calls = []
-    hook = Evaluations(lambda params: calls.append(params["w"]) or 1.0, every=1_000)
-    weights = SimpleNamespace(params={"w": 3}, version=7)
-    rows = [(500, False), (1_000, False), (1_200, False), (3_100, False), (3_200, True)]
-    out = [hook({"env_steps": s, "final": f}, weights)["eval_return"] for s, f in rows]
-    assert out == [None, 1.0, None, 1.0, 1.0]
-    assert hook({"env_steps": 5_000}, None) == {"eval_return": None, "eval_version": None}
-
-
-def test_evaluations_refuse_bad_arguments():
-    with pytest.raises(InvalidArgumentError, match="every=0"):
-        Evaluations(lambda p: 0.0, every=0)
-    with pytest.raises(InvalidArgumentError, match="evaluate_params"):
-        Evaluations("greedy", every=10)
 
 
 @pytest.mark.parametrize(
