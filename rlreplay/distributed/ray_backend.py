@@ -1,14 +1,15 @@
 """The runtime's ``ray`` backend: replay shards and actors as Ray actors, the learner in
 the driver, meeting only through the replay servers.
 
-:class:`RayDeployment` starts ``config.replay_shards`` shards (:func:`start_shards`),
-each with its share of the table (``max_size`` and ``min_size_to_sample`` divided over
-the shards, the same samples-per-insert ratio), shard 0 also the weights table. Actor
-``i`` runs in a Ray actor and writes through a trajectory writer on shard
-``i % replay_shards``; it pulls weights from shard 0 as the processes backend does. The
-learner samples all shards through a :class:`~rlreplay.ShardedClient` table handle.
-Steps, batches and weights never go through Ray calls; Ray only starts, watches and
-stops the parts (the driver reads each actor's counters about ten times a second).
+:class:`RayBackend` runs a :class:`RayDeployment`, which starts ``config.replay_shards``
+shards (:func:`start_shards`), each with its share of the table (``max_size`` and
+``min_size_to_sample`` divided over the shards, the same samples-per-insert ratio), shard
+0 also the weights table. Actor ``i`` runs in a Ray actor and writes through a trajectory
+writer on shard ``i % replay_shards``; it pulls weights from shard 0 as the processes
+backend does. The learner samples all shards through a :class:`~rlreplay.ShardedClient`
+table handle. Steps, batches and weights never go through Ray calls; Ray only starts,
+watches and stops the parts (the driver reads each actor's counters about ten times a
+second).
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from rlreplay.distributed.ray import RayShards, import_ray, start_shards
 from rlreplay.errors import ClosedError, ComponentFailedError, InvalidArgumentError
 from rlreplay.runtime.actor import FINISHED, NUM_COUNTERS, ActorRecipe
 from rlreplay.runtime.config import ReplaySpec, RuntimeConfig, build_table
+from rlreplay.runtime.driver import Deployment, drive
+from rlreplay.runtime.interfaces import LearnerLogic, RunResult
+from rlreplay.runtime.reporter import OnStats
 from rlreplay.runtime.weights import WEIGHTS_TABLE, TableWeights, weights_table
 
 _MAX_HISTORY = 4096  # steps of history a writer keeps for the adder at most
@@ -249,3 +253,20 @@ class RayDeployment:
         if self._own_ray:
             import_ray().shutdown()
             self._own_ray = False
+
+
+class RayBackend:
+    """The ``ray`` backend: the table sharded over replay servers in Ray actors
+    (:class:`RayDeployment`), the actors as Ray actors, the learner in this process."""
+
+    def run(
+        self, config: RuntimeConfig, recipe: ActorRecipe, replay: ReplaySpec,
+        logic: LearnerLogic, total_env_steps: int, on_stats: OnStats | None,
+        max_updates: int | None,
+    ) -> RunResult:
+        started = RayDeployment(config, recipe, replay, logic.params())
+        deployment = Deployment(
+            started.table, started.weights, started.actors, threading.Event(), started.stop
+        )
+        return drive(config, deployment, logic, total_env_steps, on_stats, max_updates)
+

@@ -14,10 +14,11 @@ Example:
 
 from rlreplay.errors import ComponentFailedError
 from rlreplay.runtime import report
-from rlreplay.runtime.actor import Actor, ActorRecipe, Policy
+from rlreplay.runtime.actor import Actor, ActorRecipe
 from rlreplay.runtime.config import POLICY_VERSION, ReplaySpec, RuntimeConfig, build_table
-from rlreplay.runtime.learner import Learner, LearnerLogic
-from rlreplay.runtime.run import RunResult, run
+from rlreplay.runtime.interfaces import LearnerLogic, Policy, RunResult
+from rlreplay.runtime.learner import Learner
+from rlreplay.runtime.run import run
 from rlreplay.runtime.weights import RemoteWeights, Weights, WeightsSnapshot
 
 __all__ = [

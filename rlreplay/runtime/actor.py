@@ -17,12 +17,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from rlreplay.errors import ClosedError, InvalidArgumentError, ReplayTimeoutError, describe
 from rlreplay.runtime.config import POLICY_VERSION, RuntimeConfig
+from rlreplay.runtime.interfaces import Adder, Policy, WeightsSource
 
 # Slots of an actor's counters array (a plain array in threads, shared memory across
 # processes): read by the statistics, written only by the actor.
@@ -30,31 +31,12 @@ from rlreplay.runtime.config import POLICY_VERSION, RuntimeConfig
 # newer weights (max_policy_lag), so the driver can tell a deadlock from slow progress.
 ENV_STEPS, BLOCKED_S, SYNCS, VERSION, EPISODES, RETURN_SUM, FINISHED, WAITING = range(8)
 NUM_COUNTERS = 8
-# Outside the inline backend an adder waits at most this long per call, then the actor
-# checks for a stop request and hands the rest over again.
+# An actor that waits for room (beside a learner that makes it) lets its adder wait at
+# most this long per call, then checks for a stop request and hands the rest over again.
 WRITE_SLICE_S = 0.25
-
-
-# In the inline backend nothing can unblock a write while it waits: a write the limiter
-# refuses returns at once, keeps its rows pending in the adder, and the learner goes next.
-INLINE_WRITE_S = 1e-3
-
-
-def adder_timeout(config: RuntimeConfig) -> float:
-    """The ``timeout`` an actor's adder is built with (see the two constants above)."""
-    return INLINE_WRITE_S if config.backend == "inline" else WRITE_SLICE_S
-
-
-class Policy(Protocol):
-    """What an actor acts with; built in the actor by ``make_policy(index, num_actors, seed)``."""
-
-    def set_params(self, params: dict[str, np.ndarray]) -> None:
-        """Load newly published weights."""
-
-    def __call__(self, obs: np.ndarray, env_steps: int) -> Any:
-        """Actions for a batch of observations, or ``(actions, extras)`` where ``extras``
-        holds per-env arrays of the signature's other extra fields. ``env_steps`` is the
-        actor's env steps so far (for exploration schedules)."""
+# One that does not (inline: nothing can make room while it waits) lets a write the
+# limiter refuses return at once, its rows pending in the adder, and the learner goes next.
+REFUSED_WRITE_S = 1e-3
 
 
 class Actor:
@@ -70,6 +52,9 @@ class Actor:
         quota: env steps this actor takes in all (rounded up to whole vector steps).
         counters: float64 array of ``NUM_COUNTERS`` slots this actor writes.
         stop: set to make :meth:`run` return at the next step.
+        waits_for_room: a write the table refuses waits for room, in slices, for up to
+            ``timeout_s`` (a learner elsewhere makes room); ``False``: it only sets
+            :attr:`blocked`, its rows stay pending, and the caller runs the learner.
 
     Raises:
         InvalidArgumentError: if the env is not a vector env.
@@ -80,12 +65,13 @@ class Actor:
         index: int,
         env: Any,
         policy: Policy,
-        adder: Any,
-        weights: Any,
+        adder: Adder,
+        weights: WeightsSource,
         config: RuntimeConfig,
         quota: int,
         counters: np.ndarray,
         stop: threading.Event | Any,
+        waits_for_room: bool = True,
     ):
         num_envs = getattr(env, "num_envs", None)
         if not isinstance(num_envs, int) or num_envs < 1:
@@ -103,8 +89,9 @@ class Actor:
         self.quota = quota
         self.counters = counters
         self.stop = stop
+        self.waits_for_room = waits_for_room
         self.version = -1
-        # Inline backend only: the adder holds rows the table refused (see _write).
+        # Without waits_for_room: the adder holds rows the table refused (see _write).
         self.blocked = False
         self.finished = False
         self._obs: Any = None
@@ -239,16 +226,17 @@ class Actor:
             self.counters[FINISHED] = 1
 
     def drain(self) -> None:
-        """Inline backend: hand over again what the table refused (sets :attr:`blocked`)."""
+        """Hand over again what the table refused (without ``waits_for_room``; sets
+        :attr:`blocked`)."""
         self._write(self.adder.close if self.finished else self.adder.flush)
         if self.finished and not self.blocked:
             self.counters[FINISHED] = 1
 
     def _write(self, call: Callable[[], None], retry: Callable[[], None] | None = None) -> None:
-        """Run an adder call. Inline, a refused write only sets :attr:`blocked` (its rows
-        stay pending in the adder, the learner runs next). Elsewhere the rest is handed
-        over in slices (``retry``, default ``adder.flush``) so stop requests are noticed,
-        for up to ``timeout_s``.
+        """Run an adder call. Without ``waits_for_room`` a refused write only sets
+        :attr:`blocked` (its rows stay pending in the adder, the learner runs next). With
+        it the rest is handed over in slices (``retry``, default ``adder.flush``) so stop
+        requests are noticed, for up to ``timeout_s``.
 
         Raises:
             ReplayTimeoutError: if the table kept the write blocked ``timeout_s``.
@@ -264,7 +252,7 @@ class Actor:
 
     def _blocked(self, start: float, retry: Callable[[], None] | None) -> None:
         """After an adder call that started at ``start`` timed out: see :meth:`_write`."""
-        if self.config.backend == "inline":
+        if not self.waits_for_room:
             self.blocked = True
             return
         retry = retry or self.adder.flush
@@ -316,9 +304,11 @@ class ActorRecipe:
     quota: int
 
     def build(
-        self, index: int, writer: Any, weights: Any, counters: np.ndarray, stop: Any
+        self, index: int, writer: Any, weights: WeightsSource, counters: np.ndarray, stop: Any,
+        waits_for_room: bool = True,
     ) -> Actor:
-        """Actor ``index`` writing through ``writer`` (a table, or a remote writer).
+        """Actor ``index`` writing through ``writer`` (a table, or a remote writer); see
+        :class:`Actor` for ``waits_for_room``.
 
         Raises:
             InvalidArgumentError: if ``make_env`` does not return a vector env.
@@ -335,8 +325,10 @@ class ActorRecipe:
                     "give the policy class or a factory, not an instance"
                 )
             num_envs = getattr(env, "num_envs", None)
-            adder = self.adder(writer, num_envs=num_envs, timeout=adder_timeout(config))
-            return Actor(index, env, policy, adder, weights, config, self.quota, counters, stop)
+            timeout = WRITE_SLICE_S if waits_for_room else REFUSED_WRITE_S
+            adder = self.adder(writer, num_envs=num_envs, timeout=timeout)
+            return Actor(index, env, policy, adder, weights, config, self.quota, counters, stop,
+                         waits_for_room)
         except BaseException:
             env.close()
             raise

@@ -17,12 +17,13 @@ import threading
 
 import numpy as np
 
-from rlreplay.core.table import Table
 from rlreplay.errors import ComponentFailedError, DeadlockError
 from rlreplay.runtime.actor import NUM_COUNTERS, Actor, ActorRecipe
-from rlreplay.runtime.config import RuntimeConfig
+from rlreplay.runtime.config import ReplaySpec, RuntimeConfig, build_table
+from rlreplay.runtime.interfaces import LearnerLogic, RunResult
 from rlreplay.runtime.learner import Learner
 from rlreplay.runtime.reporter import OnStats, Reporter
+from rlreplay.runtime.weights import Weights
 
 
 def _failed(component: str, error: BaseException) -> ComponentFailedError:
@@ -31,75 +32,82 @@ def _failed(component: str, error: BaseException) -> ComponentFailedError:
     return failure
 
 
-def run_inline(
-    config: RuntimeConfig, recipe: ActorRecipe, table: Table, learner: Learner,
-    total_env_steps: int, on_stats: OnStats | None, max_updates: int | None,
-):
-    """Run to completion in this thread; returns a :class:`~rlreplay.runtime.run.RunResult`.
+class InlineBackend:
+    """Actors and learner take turns in this thread (see the module docstring)."""
 
-    Raises:
-        ComponentFailedError: when an actor or the learner raised.
-        DeadlockError: when no actor may step and the table allows no sample.
-    """
-    from rlreplay.runtime.run import RunResult
+    def run(
+        self, config: RuntimeConfig, recipe: ActorRecipe, replay: ReplaySpec,
+        logic: LearnerLogic, total_env_steps: int, on_stats: OnStats | None,
+        max_updates: int | None,
+    ) -> RunResult:
+        """Run to completion in this thread.
 
-    counters = np.zeros((config.num_actors, NUM_COUNTERS))
-    actors: list[Actor] = []
-    never_stop = threading.Event()  # inline runs end by themselves
-    reporter = Reporter(config, table, learner, lambda: counters, total_env_steps, on_stats)
-    try:
-        for i in range(config.num_actors):
-            try:
-                actor = recipe.build(i, table, learner.weights, counters[i], never_stop)
-                actors.append(actor)
-                actor.start()
-            except Exception as error:
-                raise _failed(f"actor {i}", error) from error
-        batch = config.batch_size
-        while max_updates is None or learner.updates < max_updates:
-            if table.can_sample(batch):
+        Raises:
+            ComponentFailedError: when an actor or the learner raised.
+            DeadlockError: when no actor may step and the table allows no sample.
+        """
+        table = build_table(config, replay)
+        learner = Learner(logic, table, Weights(), config)
+        learner.publish()
+        counters = np.zeros((config.num_actors, NUM_COUNTERS))
+        actors: list[Actor] = []
+        never_stop = threading.Event()  # inline runs end by themselves
+        reporter = Reporter(config, table, learner, lambda: counters, total_env_steps, on_stats)
+        try:
+            for i in range(config.num_actors):
                 try:
-                    learner.update(table.sample(batch, timeout=config.timeout_s))
-                except Exception as error:
-                    raise _failed("learner", error) from error
-            elif any(a.blocked for a in actors):
-                actor = next(a for a in actors if a.blocked)
-                inserts = table.info().inserts
-                try:
-                    actor.drain()
-                except Exception as error:
-                    raise _failed(f"actor {actor.index}", error) from error
-                # Stuck only when the drain handed nothing over: else the learner goes next.
-                if actor.blocked and table.info().inserts == inserts:
-                    raise DeadlockError(
-                        f"the inline run can make no progress: the table refuses actor "
-                        f"{actor.index}'s pending items and allows no sample of {batch} "
-                        f"({table.info().to_dict()}); raise error_buffer to hold at least one "
-                        "adder chunk of items times samples_per_insert plus a batch"
+                    actor = recipe.build(
+                        i, table, learner.weights, counters[i], never_stop, waits_for_room=False
                     )
-            else:
-                ready = [a for a in actors if not a.finished and a.ready()]
-                if not ready:
-                    if all(a.finished for a in actors):
-                        break
-                    raise DeadlockError(
-                        "the inline run can make no progress: the table allows no sample of "
-                        f"{batch} ({table.info().to_dict()}) and every actor waits for newer "
-                        "weights; raise max_policy_lag or make each sync period yield a batch"
-                    )
-                actor = min(ready, key=lambda a: a.env_steps)
-                try:
-                    actor.step()
-                    if actor.done:
-                        actor.finish()
+                    actors.append(actor)
+                    actor.start()
                 except Exception as error:
-                    raise _failed(f"actor {actor.index}", error) from error
-            if reporter.due():
-                reporter.emit()
-        learner.publish_last()
-        reporter.emit(final=True)
-        return RunResult(reporter.rows, reporter.summary(table), table)
-    finally:
-        for actor in actors:
-            actor.env.close()
-        reporter.close()
+                    raise _failed(f"actor {i}", error) from error
+            batch = config.batch_size
+            while max_updates is None or learner.updates < max_updates:
+                if table.can_sample(batch):
+                    try:
+                        learner.update(table.sample(batch, timeout=config.timeout_s))
+                    except Exception as error:
+                        raise _failed("learner", error) from error
+                elif any(a.blocked for a in actors):
+                    actor = next(a for a in actors if a.blocked)
+                    inserts = table.info().inserts
+                    try:
+                        actor.drain()
+                    except Exception as error:
+                        raise _failed(f"actor {actor.index}", error) from error
+                    # Stuck only when the drain handed nothing over: else the learner goes next.
+                    if actor.blocked and table.info().inserts == inserts:
+                        raise DeadlockError(
+                            f"the inline run can make no progress: the table refuses actor "
+                            f"{actor.index}'s pending items and allows no sample of {batch} "
+                            f"({table.info().to_dict()}); raise error_buffer to hold at least one "
+                            "adder chunk of items times samples_per_insert plus a batch"
+                        )
+                else:
+                    ready = [a for a in actors if not a.finished and a.ready()]
+                    if not ready:
+                        if all(a.finished for a in actors):
+                            break
+                        raise DeadlockError(
+                            "the inline run can make no progress: the table allows no sample of "
+                            f"{batch} ({table.info().to_dict()}) and every actor waits for newer "
+                            "weights; raise max_policy_lag or make each sync period yield a batch"
+                        )
+                    actor = min(ready, key=lambda a: a.env_steps)
+                    try:
+                        actor.step()
+                        if actor.done:
+                            actor.finish()
+                    except Exception as error:
+                        raise _failed(f"actor {actor.index}", error) from error
+                if reporter.due():
+                    reporter.emit()
+            learner.publish_last()
+            reporter.emit(final=True)
+            return RunResult(reporter.rows, reporter.summary(table), table)
+        finally:
+            for actor in actors:
+                actor.env.close()
+            reporter.close()

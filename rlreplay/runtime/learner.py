@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -32,19 +32,22 @@ from rlreplay.errors import (
     describe,
 )
 from rlreplay.runtime.config import POLICY_VERSION, RuntimeConfig
+from rlreplay.runtime.interfaces import LearnerLogic, ReplayTable, WeightsPublisher
 
 # A sample waits at most this long, then the learner checks for a stop or the end.
 _SAMPLE_SLICE_S = 0.1
 
 
-class LearnerLogic(Protocol):
-    """What the user's learner provides."""
-
-    def update(self, batch: Sample) -> np.ndarray | None:
-        """One update on ``batch``; returns new priorities for ``batch.info.keys`` or None."""
-
-    def params(self) -> dict[str, np.ndarray]:
-        """Numpy copies of the weights the actors should act with."""
+def check_logic(logic: Any) -> None:
+    """Raises :class:`~rlreplay.errors.InvalidArgumentError` unless ``logic`` is a
+    :class:`~rlreplay.runtime.interfaces.LearnerLogic` instance."""
+    for name in ("update", "params"):
+        if isinstance(logic, type) or not callable(getattr(logic, name, None)):
+            raise InvalidArgumentError(
+                f"learner={describe(logic)} is not a learner instance with {name}(); give "
+                "an instance providing update(batch) -> priorities | None and params() "
+                "-> dict of arrays"
+            )
 
 
 class Learner:
@@ -60,14 +63,11 @@ class Learner:
         InvalidArgumentError: if ``logic`` lacks ``update`` or ``params``.
     """
 
-    def __init__(self, logic: LearnerLogic, table: Any, weights: Any, config: RuntimeConfig):
-        for name in ("update", "params"):
-            if isinstance(logic, type) or not callable(getattr(logic, name, None)):
-                raise InvalidArgumentError(
-                    f"learner={describe(logic)} is not a learner instance with {name}(); give "
-                    "an instance providing update(batch) -> priorities | None and params() "
-                    "-> dict of arrays"
-                )
+    def __init__(
+        self, logic: LearnerLogic, table: ReplayTable, weights: WeightsPublisher,
+        config: RuntimeConfig,
+    ):
+        check_logic(logic)
         self.logic = logic
         self.table = table
         self.weights = weights

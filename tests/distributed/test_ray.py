@@ -105,7 +105,7 @@ def test_runtime_ray_backend_trains_over_two_shards(monkeypatch):
         batch_size=16, min_size_to_sample=200, weight_sync_period=50, progress=False,
         timeout_s=30.0,
     )
-    run_module = importlib.import_module("rlreplay.runtime.run")
+    run_module = importlib.import_module("rlreplay.runtime.driver")
     tables: list = []
 
     class KeepsTable(run_module.Learner):  # the learner's table: the sharded table

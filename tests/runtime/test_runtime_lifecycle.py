@@ -16,6 +16,7 @@ import parts
 import rlreplay as rr
 import rlreplay.runtime as rt
 from rlreplay.errors import ComponentFailedError
+from rlreplay.runtime.actor_groups import ThreadActors
 
 
 def _run(backend, policy=parts.RandomPolicy, learner=None, total=20_000, replay=None, **kwargs):
@@ -61,7 +62,7 @@ def test_a_start_that_fails_raises_its_own_error(monkeypatch):
     def refuse(self):
         raise OSError("can't start new thread")
 
-    monkeypatch.setattr(rt.run.__globals__["ThreadActors"], "start", refuse)
+    monkeypatch.setattr(ThreadActors, "start", refuse)
     with pytest.raises(OSError, match="can't start new thread"):
         _run("threads")
 

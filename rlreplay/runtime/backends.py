@@ -1,0 +1,78 @@
+"""The backends: where each part of a run lives, chosen once by name.
+
+- ``inline`` (:class:`~rlreplay.runtime.inline.InlineBackend`): actors and learner take
+  turns in this thread, exactly reproducible;
+- ``threads`` (:class:`ThreadsBackend`): actors in threads writing into the table here;
+- ``processes`` (:class:`ProcessesBackend`): actors in processes of their own, writing
+  through a replay server that serves this process's table (and the weights);
+- ``ray`` (:class:`~rlreplay.distributed.ray_backend.RayBackend`): the table sharded over
+  replay servers in Ray actors, the actors as Ray actors.
+
+The concurrent ones place the parts as a :class:`~rlreplay.runtime.driver.Deployment`
+and hand it to :func:`~rlreplay.runtime.driver.drive`; the learner always runs in this
+process.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from rlreplay.runtime.actor import ActorRecipe
+from rlreplay.runtime.actor_groups import ProcessActors, ThreadActors
+from rlreplay.runtime.config import ReplaySpec, RuntimeConfig, build_table
+from rlreplay.runtime.driver import Deployment, drive
+from rlreplay.runtime.inline import InlineBackend
+from rlreplay.runtime.interfaces import Backend, LearnerLogic, RunResult
+from rlreplay.runtime.reporter import OnStats
+from rlreplay.runtime.weights import TableWeights, Weights, weights_table
+
+
+class ThreadsBackend:
+    """Actors as threads of this process, writing straight into the table."""
+
+    def run(
+        self, config: RuntimeConfig, recipe: ActorRecipe, replay: ReplaySpec,
+        logic: LearnerLogic, total_env_steps: int, on_stats: OnStats | None,
+        max_updates: int | None,
+    ) -> RunResult:
+        table = build_table(config, replay)
+        weights = Weights()
+        stop = threading.Event()
+        actors = ThreadActors(recipe, table, weights, stop)
+        deployment = Deployment(table, weights, actors, stop)
+        return drive(config, deployment, logic, total_env_steps, on_stats, max_updates)
+
+
+class ProcessesBackend:
+    """Actors as processes of their own; a replay server in this process serves them the
+    table and the weights."""
+
+    def run(
+        self, config: RuntimeConfig, recipe: ActorRecipe, replay: ReplaySpec,
+        logic: LearnerLogic, total_env_steps: int, on_stats: OnStats | None,
+        max_updates: int | None,
+    ) -> RunResult:
+        from rlreplay.net.server import Server
+
+        table = build_table(config, replay)
+        weights = TableWeights(weights_table(logic.params()))
+        server = Server([table, weights.table], port=None).start()
+        try:
+            assert server.address is not None
+            actors = ProcessActors(recipe, server.address, table.name)
+        except BaseException:
+            server.stop()
+            raise
+        deployment = Deployment(table, weights, actors, threading.Event(), server.stop)
+        return drive(config, deployment, logic, total_env_steps, on_stats, max_updates)
+
+
+def backend_named(name: str) -> Backend:
+    """The backend ``RuntimeConfig.backend`` names (already checked against
+    :data:`~rlreplay.runtime.config.BACKENDS`)."""
+    if name == "ray":  # imported only when chosen: it needs ray
+        from rlreplay.distributed.ray_backend import RayBackend
+
+        return RayBackend()
+    return {"inline": InlineBackend, "threads": ThreadsBackend,
+            "processes": ProcessesBackend}[name]()

@@ -1,0 +1,158 @@
+"""The runtime's parts, as the interfaces they meet through.
+
+A run is a few parts with short interfaces, each implemented more than once:
+
+- a :class:`ReplayTable` the learner samples: a local :class:`~rlreplay.Table`, a
+  served table through a :class:`~rlreplay.Client`, or tables sharded over servers;
+- an :class:`Adder` the actor writes through, over a table or a remote writer;
+- a :class:`WeightsSource` actors pull versioned weights from, and the
+  :class:`WeightsPublisher` the learner publishes them to (in process, or a weights
+  table on a server);
+- the user's :class:`Policy` (acting) and :class:`LearnerLogic` (learning);
+- an :class:`ActorGroup` running the actors (threads, processes, Ray actors);
+- a :class:`Backend`, chosen once by ``RuntimeConfig.backend``, which places the parts
+  and runs them to a :class:`RunResult`. Nothing else reads the backend's name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from rlreplay.core.sample import Sample
+    from rlreplay.core.table_info import TableInfo
+    from rlreplay.runtime.actor import ActorRecipe
+    from rlreplay.runtime.config import ReplaySpec, RuntimeConfig
+    from rlreplay.runtime.reporter import OnStats
+    from rlreplay.runtime.weights import WeightsSnapshot
+
+
+class ReplayTable(Protocol):
+    """What the learner (and the driver's statistics) use of a table, wherever it is."""
+
+    name: str
+
+    def sample(self, num_samples: int, *, timeout: float | None = None) -> Sample:
+        """A batch of ``num_samples`` items, waiting at most ``timeout`` for the limiter."""
+
+    def update_priorities(self, keys: np.ndarray, priorities: np.ndarray) -> Any:
+        """New priorities for sampled keys."""
+
+    def can_sample(self, num_samples: int) -> bool:
+        """Whether the rate limiter allows a sample of ``num_samples`` now."""
+
+    def info(self) -> TableInfo:
+        """Size and counters (inserts, samples)."""
+
+
+class Adder(Protocol):
+    """Turns an actor's vector steps into items (:mod:`rlreplay.writers`)."""
+
+    def reset(self, obs: Any) -> None:
+        """Start every env's episode at ``obs``."""
+
+    def add(
+        self, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any,
+        info: Any, *, extras: dict[str, np.ndarray] | None = None,
+    ) -> None:
+        """One vector step; raises a timeout error (taking nothing) when the table refuses
+        what is due."""
+
+    def flush(self) -> None:
+        """Hand over every completed item now."""
+
+    def close(self) -> None:
+        """End open episodes (as truncated) and hand everything over."""
+
+
+class WeightsSource(Protocol):
+    """Where actors get versioned weights."""
+
+    def latest(self) -> WeightsSnapshot | None:
+        """The newest published weights, or ``None`` before the first publication."""
+
+    def wait_for(self, min_version: int, timeout: float) -> WeightsSnapshot:
+        """Weights of version ``min_version`` or newer, waiting at most ``timeout``."""
+
+
+class WeightsPublisher(WeightsSource, Protocol):
+    """Where the learner publishes its weights, one version after another."""
+
+    def publish(self, params: dict[str, np.ndarray]) -> WeightsSnapshot:
+        """Publish ``params`` as the next version."""
+
+    def close(self) -> None:
+        """Wake waiting readers with a closed error; no more publications."""
+
+
+class Policy(Protocol):
+    """What an actor acts with; built in the actor by ``make_policy(index, num_actors, seed)``."""
+
+    def set_params(self, params: dict[str, np.ndarray]) -> None:
+        """Load newly published weights."""
+
+    def __call__(self, obs: np.ndarray, env_steps: int) -> Any:
+        """Actions for a batch of observations, or ``(actions, extras)`` where ``extras``
+        holds per-env arrays of the signature's other extra fields. ``env_steps`` is the
+        actor's env steps so far (for exploration schedules)."""
+
+
+class LearnerLogic(Protocol):
+    """What the user's learner provides."""
+
+    def update(self, batch: Sample) -> np.ndarray | None:
+        """One update on ``batch``; returns new priorities for ``batch.info.keys`` or None."""
+
+    def params(self) -> dict[str, np.ndarray]:
+        """Numpy copies of the weights the actors should act with."""
+
+
+class ActorGroup(Protocol):
+    """The actors of a concurrent backend, wherever they run."""
+
+    def start(self) -> None:
+        """Start every actor."""
+
+    def counters(self) -> np.ndarray:
+        """``[num_actors, NUM_COUNTERS]``, each row written only by its actor."""
+
+    def done(self) -> bool:
+        """Every actor reached its quota and handed its last step over."""
+
+    def check(self) -> None:
+        """Raise :class:`~rlreplay.errors.ComponentFailedError` for an actor that raised
+        or whose process died."""
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop every actor; nothing is left running when it returns."""
+
+
+@dataclass
+class RunResult:
+    """What :func:`~rlreplay.runtime.run` returns: the statistics ``rows``, a ``summary``
+    and the ``table``."""
+
+    rows: list[dict]
+    summary: dict
+    table: Any
+
+
+class Backend(Protocol):
+    """Places the parts (table, weights, actors, learner) and runs them to the end."""
+
+    def run(
+        self,
+        config: RuntimeConfig,
+        recipe: ActorRecipe,
+        replay: ReplaySpec,
+        logic: LearnerLogic,
+        total_env_steps: int,
+        on_stats: OnStats | None,
+        max_updates: int | None,
+    ) -> RunResult:
+        """Train until the actors took ``total_env_steps`` and the learner drained what
+        the limiter allows (or ``max_updates``); raise
+        :class:`~rlreplay.errors.ComponentFailedError` when a part fails."""
