@@ -184,8 +184,9 @@ def parts_alone(workload: Workload, seed: int, steps: int, updates: int, extra: 
     never blocks; ``t_learn``: the example's learner alone for ``updates`` updates on
     batches sampled from that table (timed over at most ``max_updates_timed`` and scaled)."""
     import rlreplay as rr
-    from rlreplay.runtime.actor import NUM_COUNTERS, ActorRecipe
+    from rlreplay.runtime.actor import NUM_COUNTERS
     from rlreplay.runtime.config import build_table
+    from rlreplay.runtime.environment_loop import ActorRecipe
     from rlreplay.runtime.learner import Learner
     from rlreplay.runtime.weights import Weights
 

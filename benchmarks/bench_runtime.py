@@ -189,14 +189,15 @@ def free_table() -> rr.Table:
 
 
 # ------------------------------------------------------------ 1. actor loop overhead
-def _actor(adder: Any) -> Actor:
+def _actor(adder: Any) -> rt.EnvironmentLoop:
     weights = rt.Weights()
     weights.publish({"w": np.zeros(1)})
     config = rt.RuntimeConfig(backend="threads", samples_per_insert=1.0, progress=False)
-    actor = Actor(0, make_env(0), RandomPolicy(0, 1, 0), adder, weights, config, 2**62,
-                  np.zeros(NUM_COUNTERS), threading.Event())
-    actor.start()
-    return actor
+    counters, stop = np.zeros(NUM_COUNTERS), threading.Event()
+    actor = Actor(0, RandomPolicy(0, 1, 0), adder, weights, config, NUM_ENVS, counters, stop)
+    loop = rt.EnvironmentLoop(make_env(0), actor, 2**62, counters, stop, seed=0)
+    loop.start()
+    return loop
 
 
 def _steps_per_s(step: Any, seconds: float) -> float:

@@ -26,9 +26,10 @@ import numpy as np
 from rlreplay.core.selectors import Prioritized, Uniform
 from rlreplay.distributed.ray import RayShards, import_ray, start_shards
 from rlreplay.errors import ClosedError, ComponentFailedError, InvalidArgumentError
-from rlreplay.runtime.actor import FINISHED, NUM_COUNTERS, ActorRecipe
+from rlreplay.runtime.actor import FINISHED, NUM_COUNTERS
 from rlreplay.runtime.config import ReplaySpec, RuntimeConfig, build_table
 from rlreplay.runtime.driver import Deployment, drive
+from rlreplay.runtime.environment_loop import ActorRecipe
 from rlreplay.runtime.interfaces import LearnerLogic, RunResult
 from rlreplay.runtime.reporter import OnStats
 from rlreplay.runtime.weights import WEIGHTS_TABLE, TableWeights, weights_table

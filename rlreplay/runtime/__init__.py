@@ -14,8 +14,9 @@ Example:
 
 from rlreplay.errors import ComponentFailedError
 from rlreplay.runtime import report
-from rlreplay.runtime.actor import Actor, ActorRecipe
+from rlreplay.runtime.actor import Actor
 from rlreplay.runtime.config import POLICY_VERSION, ReplaySpec, RuntimeConfig, build_table
+from rlreplay.runtime.environment_loop import ActorRecipe, EnvironmentLoop
 from rlreplay.runtime.interfaces import LearnerLogic, Policy, RunResult
 from rlreplay.runtime.learner import Learner
 from rlreplay.runtime.run import run
@@ -26,6 +27,7 @@ __all__ = [
     "Actor",
     "ActorRecipe",
     "ComponentFailedError",
+    "EnvironmentLoop",
     "Learner",
     "LearnerLogic",
     "Policy",

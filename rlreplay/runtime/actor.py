@@ -1,7 +1,7 @@
-"""The actor: one vector env, one batched policy call per vector step, one adder.
+"""The actor: one batched policy call per vector step, one adder.
 
-The actor keeps its env's state between calls (collecting N steps never resets an episode
-half-way), pulls new weights every ``weight_sync_period`` env steps and stamps every step
+Its :class:`~rlreplay.runtime.environment_loop.EnvironmentLoop` steps the env and hands it
+each observation and step. The actor pulls new weights every ``weight_sync_period`` env steps and stamps every step
 it writes with the version of the weights that chose its action, so a learner can measure
 policy lag from its samples. What it writes is held back only by the table's rate limiter:
 a blocked write is retried in short slices, so a stop request is noticed and the time spent
@@ -16,7 +16,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -40,53 +39,43 @@ REFUSED_WRITE_S = 1e-3
 
 
 class Actor:
-    """Steps ``env`` with ``policy`` and writes through ``adder``.
+    """Acts with the newest weights it was given and writes what it saw through an adder
+    (the :class:`~rlreplay.runtime.environment_loop.EnvironmentLoop` gives it the env's
+    observations and steps).
 
     Args:
         index: this actor's number (in error messages and seeds).
-        env: a gymnasium vector env (either autoreset mode the adder accepts).
-        policy: a :class:`Policy`.
+        policy: a :class:`~rlreplay.runtime.interfaces.Policy`.
         adder: the adder to write through (its ``num_envs`` matches the env's).
         weights: where weights come from (``latest()``, ``wait_for(version, timeout)``).
-        config: the run's configuration (sync period, lag bound, seeds, timeouts).
-        quota: env steps this actor takes in all (rounded up to whole vector steps).
-        counters: float64 array of ``NUM_COUNTERS`` slots this actor writes.
-        stop: set to make :meth:`run` return at the next step.
+        config: the run's configuration (sync period, lag bound, timeouts).
+        num_envs: envs of the vector env it acts in.
+        counters: float64 array of ``NUM_COUNTERS`` slots (this actor writes
+            ``BLOCKED_S``, ``SYNCS``, ``VERSION``, ``FINISHED`` and ``WAITING``).
+        stop: set to end a write that waits for room.
         waits_for_room: a write the table refuses waits for room, in slices, for up to
             ``timeout_s`` (a learner elsewhere makes room); ``False``: it only sets
             :attr:`blocked`, its rows stay pending, and the caller runs the learner.
-
-    Raises:
-        InvalidArgumentError: if the env is not a vector env.
     """
 
     def __init__(
         self,
         index: int,
-        env: Any,
         policy: Policy,
         adder: Adder,
         weights: WeightsSource,
         config: RuntimeConfig,
-        quota: int,
+        num_envs: int,
         counters: np.ndarray,
         stop: threading.Event | Any,
         waits_for_room: bool = True,
     ):
-        num_envs = getattr(env, "num_envs", None)
-        if not isinstance(num_envs, int) or num_envs < 1:
-            raise InvalidArgumentError(
-                f"make_env returned {describe(env)}, which is not a vector env (no num_envs); "
-                "return gym.make_vec(...) or a gymnasium.vector env"
-            )
         self.index = index
-        self.env = env
-        self.num_envs = num_envs
         self.policy = policy
         self.adder = adder
         self.weights = weights
         self.config = config
-        self.quota = quota
+        self.num_envs = num_envs
         self.counters = counters
         self.stop = stop
         self.waits_for_room = waits_for_room
@@ -94,33 +83,18 @@ class Actor:
         # Without waits_for_room: the adder holds rows the table refused (see _write).
         self.blocked = False
         self.finished = False
-        self._obs: Any = None
-        self._returns = np.zeros(num_envs)
         self._since_sync = 0
         self._sync_period = config.weight_sync_period
-        # The actor's own count (mirrored into counters[ENV_STEPS] for the statistics).
-        self._env_steps = int(counters[ENV_STEPS])
         # The extras of a policy that returns none: the version column, one read-only
         # array per loaded version (an adder may keep a reference to it).
         self._extras = self._version_extras()
 
-    @property
-    def env_steps(self) -> int:
-        return self._env_steps
-
-    @property
-    def done(self) -> bool:
-        """True once the quota is reached."""
-        return self._env_steps >= self.quota
-
-    def start(self) -> None:
-        """Reset the env (seeded) and the adder, and load the first weights.
+    def observe_first(self, obs: Any) -> None:
+        """Start the adder's episodes at ``obs`` and load the first weights.
 
         Raises:
             ReplayTimeoutError: if no weights are published within ``timeout_s``.
         """
-        obs, _ = self.env.reset(seed=self.config.actor_seed(self.index))
-        self._obs = obs
         self.adder.reset(obs)
         self._load(self.weights.wait_for(0, self.config.timeout_s))
 
@@ -177,15 +151,17 @@ class Actor:
         else:
             self._since_sync = 0
 
-    def step(self) -> None:
-        """One vector step: act, step the env, write the step.
+    def select_action(self, obs: Any, env_steps: int) -> tuple[Any, dict[str, np.ndarray]]:
+        """The policy's actions for ``obs`` (after pulling weights when a sync is due) and
+        the extras to write with them (the weights' version among them).
 
         Raises:
-            RateLimiterTimeoutError: if the table kept the write blocked ``timeout_s``.
+            InvalidArgumentError: if the policy's actions are not one per env.
+            ReplayTimeoutError: if weights the lag bound needs do not come in time.
         """
         if self._since_sync >= self._sync_period:
             self.sync()
-        out = self.policy(self._obs, self._env_steps)
+        out = self.policy(obs, env_steps)
         if type(out) is tuple:
             action, extras = out
             extras = {**extras, **self._extras}
@@ -198,24 +174,23 @@ class Actor:
                 f"for {self.num_envs} envs; return one action per env (first axis "
                 f"{self.num_envs}), as a numpy array"
             )
-        next_obs, reward, terminated, truncated, info = self.env.step(action)
+        return action, extras
+
+    def observe(
+        self, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any,
+        info: Any, extras: dict[str, np.ndarray],
+    ) -> None:
+        """Write one vector step through the adder (see :meth:`_write` for a refusal).
+
+        Raises:
+            ReplayTimeoutError: if the table kept the write blocked ``timeout_s``.
+        """
         start = time.monotonic()
         try:
             self.adder.add(action, reward, next_obs, terminated, truncated, info, extras=extras)
             self.blocked = False
         except ReplayTimeoutError:
             self._blocked(start, None)
-        returns = self._returns
-        returns += reward
-        ended = np.logical_or(terminated, truncated)
-        if ended.any():  # (one check of both flags: the loop's own cost counts)
-            counters = self.counters
-            counters[EPISODES] += np.count_nonzero(ended)
-            counters[RETURN_SUM] += returns[ended].sum()
-            returns[ended] = 0.0
-        self._obs = next_obs
-        self._env_steps += self.num_envs
-        self.counters[ENV_STEPS] = self._env_steps
         self._since_sync += self.num_envs
 
     def finish(self) -> None:
@@ -273,62 +248,3 @@ class Actor:
                 return
             except ReplayTimeoutError:
                 continue
-
-    def run(self) -> None:
-        """Start, then step until the quota is reached or ``stop`` is set; then close
-        the adder (open episodes end as truncated) and the env."""
-        try:
-            self.start()
-            while not self.done and not self.stop.is_set():
-                self.step()
-            if not self.stop.is_set():
-                self.finish()
-        finally:
-            self.env.close()
-
-
-def actor_quota(total_env_steps: int, num_actors: int) -> int:
-    """Env steps each actor takes: an equal share of the total, rounded up."""
-    return -(-total_env_steps // num_actors)
-
-
-@dataclass
-class ActorRecipe:
-    """Everything an actor is built from; picklable when its callables are (module-level
-    functions and classes), so the processes backend can send it to a new process."""
-
-    config: RuntimeConfig
-    make_env: Callable[[int], Any]
-    make_policy: Callable[[int, int, int], Policy]
-    adder: Callable[..., Any]
-    quota: int
-
-    def build(
-        self, index: int, writer: Any, weights: WeightsSource, counters: np.ndarray, stop: Any,
-        waits_for_room: bool = True,
-    ) -> Actor:
-        """Actor ``index`` writing through ``writer`` (a table, or a remote writer); see
-        :class:`Actor` for ``waits_for_room``.
-
-        Raises:
-            InvalidArgumentError: if ``make_env`` does not return a vector env.
-        """
-        config = self.config
-        seed = config.actor_seed(index)
-        env = self.make_env(seed)
-        try:
-            policy = self.make_policy(index, config.num_actors, seed)
-            if not callable(policy) or not callable(getattr(policy, "set_params", None)):
-                raise InvalidArgumentError(
-                    f"make_policy(index, num_actors, seed) returned {describe(policy)}, which "
-                    "is not a policy (callable as policy(obs, env_steps), with set_params); "
-                    "give the policy class or a factory, not an instance"
-                )
-            num_envs = getattr(env, "num_envs", None)
-            timeout = WRITE_SLICE_S if waits_for_room else REFUSED_WRITE_S
-            adder = self.adder(writer, num_envs=num_envs, timeout=timeout)
-            return Actor(index, env, policy, adder, weights, config, self.quota, counters, stop,
-                         waits_for_room)
-        except BaseException:
-            env.close()
-            raise

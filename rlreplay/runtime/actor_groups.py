@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from rlreplay.errors import ClosedError, ComponentFailedError, InvalidArgumentError
-from rlreplay.runtime.actor import ENV_STEPS, FINISHED, NUM_COUNTERS, ActorRecipe
+from rlreplay.runtime.actor import ENV_STEPS, FINISHED, NUM_COUNTERS
+from rlreplay.runtime.environment_loop import ActorRecipe
 from rlreplay.runtime.stop_flag import StopFlag
 
 # Steps of history a remote writer keeps for the adder at most (long rollouts fit).

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import threading
 
-from rlreplay.runtime.actor import ActorRecipe
 from rlreplay.runtime.actor_groups import ProcessActors, ThreadActors
 from rlreplay.runtime.config import ReplaySpec, RuntimeConfig, build_table
 from rlreplay.runtime.driver import Deployment, drive
+from rlreplay.runtime.environment_loop import ActorRecipe
 from rlreplay.runtime.inline import InlineBackend
 from rlreplay.runtime.interfaces import Backend, LearnerLogic, RunResult
 from rlreplay.runtime.reporter import OnStats

@@ -17,9 +17,11 @@ import threading
 
 import numpy as np
 
+from rlreplay.core.table import Table
 from rlreplay.errors import ComponentFailedError, DeadlockError
-from rlreplay.runtime.actor import NUM_COUNTERS, Actor, ActorRecipe
+from rlreplay.runtime.actor import NUM_COUNTERS
 from rlreplay.runtime.config import ReplaySpec, RuntimeConfig, build_table
+from rlreplay.runtime.environment_loop import ActorRecipe, EnvironmentLoop
 from rlreplay.runtime.interfaces import LearnerLogic, RunResult
 from rlreplay.runtime.learner import Learner
 from rlreplay.runtime.reporter import OnStats, Reporter
@@ -50,64 +52,82 @@ class InlineBackend:
         learner = Learner(logic, table, Weights(), config)
         learner.publish()
         counters = np.zeros((config.num_actors, NUM_COUNTERS))
-        actors: list[Actor] = []
+        loops: list[EnvironmentLoop] = []
         never_stop = threading.Event()  # inline runs end by themselves
         reporter = Reporter(config, table, learner, lambda: counters, total_env_steps, on_stats)
         try:
             for i in range(config.num_actors):
                 try:
-                    actor = recipe.build(
+                    loop = recipe.build(
                         i, table, learner.weights, counters[i], never_stop, waits_for_room=False
                     )
-                    actors.append(actor)
-                    actor.start()
+                    loops.append(loop)
+                    loop.start()
                 except Exception as error:
                     raise _failed(f"actor {i}", error) from error
-            batch = config.batch_size
             while max_updates is None or learner.updates < max_updates:
-                if table.can_sample(batch):
-                    try:
-                        learner.update(table.sample(batch, timeout=config.timeout_s))
-                    except Exception as error:
-                        raise _failed("learner", error) from error
-                elif any(a.blocked for a in actors):
-                    actor = next(a for a in actors if a.blocked)
-                    inserts = table.info().inserts
-                    try:
-                        actor.drain()
-                    except Exception as error:
-                        raise _failed(f"actor {actor.index}", error) from error
-                    # Stuck only when the drain handed nothing over: else the learner goes next.
-                    if actor.blocked and table.info().inserts == inserts:
-                        raise DeadlockError(
-                            f"the inline run can make no progress: the table refuses actor "
-                            f"{actor.index}'s pending items and allows no sample of {batch} "
-                            f"({table.info().to_dict()}); raise error_buffer to hold at least one "
-                            "adder chunk of items times samples_per_insert plus a batch"
-                        )
-                else:
-                    ready = [a for a in actors if not a.finished and a.ready()]
-                    if not ready:
-                        if all(a.finished for a in actors):
-                            break
-                        raise DeadlockError(
-                            "the inline run can make no progress: the table allows no sample of "
-                            f"{batch} ({table.info().to_dict()}) and every actor waits for newer "
-                            "weights; raise max_policy_lag or make each sync period yield a batch"
-                        )
-                    actor = min(ready, key=lambda a: a.env_steps)
-                    try:
-                        actor.step()
-                        if actor.done:
-                            actor.finish()
-                    except Exception as error:
-                        raise _failed(f"actor {actor.index}", error) from error
+                if not self._turn(config, table, learner, loops):
+                    break
                 if reporter.due():
                     reporter.emit()
             learner.publish_last()
             reporter.emit(final=True)
             return RunResult(reporter.rows, reporter.summary(table), table)
         finally:
-            for actor in actors:
-                actor.env.close()
+            for loop in loops:
+                loop.env.close()
             reporter.close()
+
+    @staticmethod
+    def _turn(
+        config: RuntimeConfig, table: Table, learner: Learner, loops: list[EnvironmentLoop]
+    ) -> bool:
+        """One turn: the learner if the table allows a sample, else an actor hands refused
+        items over again, else the actor with the fewest env steps steps. False when every
+        actor finished and nothing is left to learn.
+
+        Raises:
+            ComponentFailedError: when an actor or the learner raised.
+            DeadlockError: when no actor may step and the table allows no sample.
+        """
+        batch = config.batch_size
+        if table.can_sample(batch):
+            try:
+                learner.update(table.sample(batch, timeout=config.timeout_s))
+            except Exception as error:
+                raise _failed("learner", error) from error
+            return True
+        blocked = [loop.actor for loop in loops if loop.actor.blocked]
+        if blocked:
+            actor = blocked[0]
+            inserts = table.info().inserts
+            try:
+                actor.drain()
+            except Exception as error:
+                raise _failed(f"actor {actor.index}", error) from error
+            # Stuck only when the drain handed nothing over: else the learner goes next.
+            if actor.blocked and table.info().inserts == inserts:
+                raise DeadlockError(
+                    f"the inline run can make no progress: the table refuses actor "
+                    f"{actor.index}'s pending items and allows no sample of {batch} "
+                    f"({table.info().to_dict()}); raise error_buffer to hold at least one "
+                    "adder chunk of items times samples_per_insert plus a batch"
+                )
+            return True
+        ready = [loop for loop in loops if not loop.actor.finished and loop.actor.ready()]
+        if not ready:
+            if all(loop.actor.finished for loop in loops):
+                return False
+            raise DeadlockError(
+                "the inline run can make no progress: the table allows no sample of "
+                f"{batch} ({table.info().to_dict()}) and every actor waits for newer "
+                "weights; raise max_policy_lag or make each sync period yield a batch"
+            )
+        loop = min(ready, key=lambda loop: loop.env_steps)
+        try:
+            loop.step()
+            if loop.done:
+                loop.actor.finish()
+        except Exception as error:
+            raise _failed(f"actor {loop.actor.index}", error) from error
+        return True

@@ -24,8 +24,8 @@ import numpy as np
 if TYPE_CHECKING:
     from rlreplay.core.sample import Sample
     from rlreplay.core.table_info import TableInfo
-    from rlreplay.runtime.actor import ActorRecipe
     from rlreplay.runtime.config import ReplaySpec, RuntimeConfig
+    from rlreplay.runtime.environment_loop import ActorRecipe
     from rlreplay.runtime.reporter import OnStats
     from rlreplay.runtime.weights import WeightsSnapshot
 

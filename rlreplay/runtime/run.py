@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from rlreplay.errors import InvalidArgumentError, describe
-from rlreplay.runtime.actor import ActorRecipe, actor_quota
 from rlreplay.runtime.backends import backend_named
 from rlreplay.runtime.config import ReplaySpec, RuntimeConfig
+from rlreplay.runtime.environment_loop import ActorRecipe, actor_quota
 from rlreplay.runtime.interfaces import LearnerLogic, RunResult
 from rlreplay.runtime.learner import check_logic
 from rlreplay.runtime.reporter import OnStats
