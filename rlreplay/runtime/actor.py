@@ -1,14 +1,15 @@
 """The actor: one batched policy call per vector step, one adder.
 
 Its :class:`~rlreplay.runtime.environment_loop.EnvironmentLoop` steps the env and hands it
-each observation and step. The actor pulls new weights every ``weight_sync_period`` env steps and stamps every step
-it writes with the version of the weights that chose its action, so a learner can measure
-policy lag from its samples. What it writes is held back only by the table's rate limiter:
-a blocked write is retried in short slices, so a stop request is noticed and the time spent
-blocked is counted. A batched adder stages completed rows for ``hand_over_every`` vector
-steps (16 by default) and hands them over in bulk (:mod:`rlreplay.writers.hand_over`):
-an item reaches the table at most that many vector steps after its rows are complete, and
-the actor's flushes (before it waits for weights, at the end) hand everything over.
+each observation and step. The actor pulls new weights every ``weight_sync_period`` env
+steps and stamps every step it writes with the version of the weights that chose its
+action, so a learner can measure policy lag from its samples. What it writes is held back
+only by the table's rate limiter: a blocked write is retried in short slices, so a stop
+request is noticed and the time spent blocked is counted. A batched adder stages completed
+rows for ``hand_over_every`` vector steps (16 by default) and hands them over in bulk
+(:mod:`rlreplay.writers.hand_over`): an item reaches the table at most that many vector
+steps after its rows are complete, and the actor's flushes (before it waits for weights,
+at the end) hand everything over.
 """
 
 from __future__ import annotations
