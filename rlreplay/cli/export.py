@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from rlreplay.cli_args import CommandError
+from rlreplay.cli.parsing import CommandError
 
 
 def _step_id(text: str) -> int:
