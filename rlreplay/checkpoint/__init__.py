@@ -44,10 +44,9 @@ changed since the newest checkpoint in the same directory are hard links to its 
 """
 
 from rlreplay.checkpoint.manifest import FORMAT_VERSION
-from rlreplay.checkpoint.pending import PendingSave, start_save
 from rlreplay.checkpoint.restore import restore
 from rlreplay.checkpoint.retention import published as list_checkpoints
-from rlreplay.checkpoint.save import SaveStats, save
+from rlreplay.checkpoint.save import PendingSave, SaveStats, save, start_save
 
 __all__ = [
     "FORMAT_VERSION",
