@@ -455,7 +455,7 @@ def _check_room(table: Table, n: int) -> None:
 
 def _into_adder(dataset: Any, adder: Any) -> MinariImport:
     """Play every episode into ``adder`` (one environment), checked first."""
-    from rlreplay.writers.adder_writer import writer_signature
+    from rlreplay.writers.adder_options import writer_signature
 
     if adder.batched:
         raise InvalidArgumentError(

@@ -13,18 +13,18 @@ of one episode are, in order:
 * one final row holding the last observation (the true final observation, also after a
   truncation) with zero action, reward and extras.
 
-Rows are held per environment (:class:`~rlreplay.writers.episode_rows.EpisodeRows`, one
+Rows are held per environment (:class:`~rlreplay.writers.episode_steps.EpisodeRows`, one
 write per field per call, vectorised over environments) and completed in pieces of about
 ``chunk_length`` rows: a row is complete once every stored field of it is known (an
 n-step return needs ``n`` rewards). Completed pieces are staged and handed to the writer
 in bulk every ``hand_over_every`` calls (:mod:`rlreplay.writers.hand_over`; joined by
-:class:`~rlreplay.writers.chunk_batch.ChunkBatch`, kept across writer timeouts by
-:class:`~rlreplay.writers.chunk_writer.ChunkWriter`). Items never span two episodes.
+:class:`~rlreplay.writers.hand_over.ChunkBatch`, kept across writer timeouts by
+:class:`~rlreplay.writers.hand_over.ChunkWriter`). Items never span two episodes.
 
 Pieces of different environments interleave in the store, so a piece that does not
 continue its environment's previous one repeats the last ``span - 1`` rows of its episode
 (``copied_rows``: an overhead of ``(span - 1) / chunk_length`` with several environments;
-see :mod:`rlreplay.writers.pieces` and docs/adders.md). What a checked step does to each
+see :mod:`rlreplay.writers.episode_steps` and docs/adders.md). What a checked step does to each
 environment's episode is :class:`~rlreplay.writers.episode_steps.EpisodeSteps`' part.
 
 Autoreset modes: see :mod:`rlreplay.writers.autoreset`. The adder's options are checked
@@ -47,18 +47,17 @@ import numpy as np
 from rlreplay.core.table import Table
 from rlreplay.core.table_checks import check_timeout
 from rlreplay.errors import InvalidArgumentError, describe
-from rlreplay.writers.adder_options import AdderOptions, sequence_rules
-from rlreplay.writers.adder_writer import (
+from rlreplay.writers.adder_options import (
+    AdderOptions,
     adder_tables,
     adder_writer,
+    sequence_rules,
     table_span,
     writer_signature,
     writer_store,
 )
-from rlreplay.writers.episode_rows import EpisodeRows
-from rlreplay.writers.episode_steps import EpisodeSteps
+from rlreplay.writers.episode_steps import EpisodePieces, EpisodeRows, EpisodeSteps
 from rlreplay.writers.hand_over import HandOver
-from rlreplay.writers.pieces import EpisodePieces
 from rlreplay.writers.sequence_items import SequenceItems
 from rlreplay.writers.step_inputs import StepInputs
 
@@ -207,7 +206,7 @@ class StreamAdder:
     @property
     def copied_rows(self) -> int:
         """Context rows appended again before a piece that continues an episode after
-        another stream's rows (see :mod:`rlreplay.writers.pieces`)."""
+        another stream's rows (see :mod:`rlreplay.writers.episode_steps`)."""
         self._settle()
         return self._pieces.copied_rows
 
