@@ -20,7 +20,7 @@ episode) starts with the last ``span - 1`` rows of its episode again (``copied_r
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,6 +29,7 @@ from rlreplay.core.specs import Signature
 from rlreplay.errors import InvalidArgumentError
 from rlreplay.writers.autoreset import final_obs_source
 from rlreplay.writers.hand_over import HandOver
+from rlreplay.writers.sequence_items import SequenceItems
 from rlreplay.writers.step_inputs import StepInputs
 
 
@@ -144,22 +145,40 @@ class EpisodeRows:
 
 
 class EpisodePieces:
-    """Cuts the episode rows of an adder (a :class:`~rlreplay.writers.stream.StreamAdder`)
-    into pieces and stages them with ``out``.
+    """Cuts the episode rows of an adder's :class:`EpisodeSteps` into pieces and stages
+    them with the hand-over.
 
-    The adder owns the episodes' state (``_active``, ``_steps``, ``_serial``, its rows
-    ``_rows``) and computes columns and items (``_computed``, ``_items``, its sequence
-    rules); this object reads them and records how far each episode was handed over
-    (the adder's ``_appended``), the stream of the last piece and the row counters.
+    The episodes' state (``active``, ``steps``, ``serial``, ``rows``) is ``episodes``';
+    this object reads it and records how far each episode was handed over
+    (``episodes.appended``), the stream of the last piece and the row counters.
 
     Args:
-        adder: the adder whose rows are cut.
-        out: where pieces go.
+        episodes: the episodes whose rows are cut (their ``out`` is where pieces go).
+        sizes: the adder's ``(pad, lag, span, chunk_length)``.
+        computed: writes the adder's computed columns of rows ``[lo, hi)`` of an
+            episode (see :meth:`StreamAdder._computed`).
+        items: the anchors and extents of the items an episode's rows now allow (see
+            :meth:`StreamAdder._items`).
+        tables: ``(table, span)`` of each table the adder fills with ``items``.
+        sequences: ``(table, rule, span)`` of each sequence table.
     """
 
-    def __init__(self, adder: Any, out: HandOver):
-        self.adder = adder
-        self.out = out
+    def __init__(
+        self,
+        episodes: EpisodeSteps,
+        sizes: tuple[int, int, int, int],
+        computed: Callable[..., None],
+        items: Callable[..., tuple[np.ndarray, np.ndarray]],
+        tables: list[tuple[Any, int]],
+        sequences: list[tuple[Any, SequenceItems, int]],
+    ):
+        self.episodes = episodes
+        self.out = episodes.out
+        self.pad, self.lag, self.span, self.chunk_length = sizes
+        self.computed = computed
+        self.items = items
+        self.tables = tables
+        self.sequences = sequences
         self.last_stream: tuple[int, int] | None = None  # stream of the last piece
         self.copied_rows = 0
         self.appended_rows = 0
@@ -170,20 +189,20 @@ class EpisodePieces:
 
     def flush_ready(self) -> None:
         """Cut a piece for every open episode holding a chunk of complete rows."""
-        a = self.adder
-        if a.pad < a.chunk_length:
+        e = self.episodes
+        if self.pad < self.chunk_length:
             self._countdown -= 1
             if self._countdown > 0:
                 return
             # ready - appended >= chunk_length with ready = pad + max(0, steps - lag + 1):
             # before lag - 1 steps only padding rows are ready, fewer than a chunk.
-            gap = a.chunk_length + a.lag - 1 - a.pad
-            behind = np.where(a._active, a._steps - a._appended, 0)
+            gap = self.chunk_length + self.lag - 1 - self.pad
+            behind = np.where(e.active, e.steps - e.appended, 0)
             full = behind >= gap
             self._countdown = 1 if full.any() else gap - int(behind.max())
         else:
-            ready = a.pad + np.maximum(0, a._steps - a.lag + 1)
-            full = a._active & (ready - a._appended >= a.chunk_length)
+            ready = self.pad + np.maximum(0, e.steps - self.lag + 1)
+            full = e.active & (ready - e.appended >= self.chunk_length)
         if full.any():
             for i in np.flatnonzero(full).tolist():
                 self.cut(i, ended=False, terminated=False)
@@ -202,38 +221,38 @@ class EpisodePieces:
     def cut(self, i: int, ended: bool, terminated: bool) -> None:
         """Cut env ``i``'s piece: its rows complete since the last one (all of them when
         the episode ``ended``) and the items they allow."""
-        a = self.adder
-        lo = int(a._appended[i])
-        steps = int(a._steps[i])
-        hi = a.pad + (steps + 1 if ended else max(0, steps - a.lag + 1))  # complete rows
-        stream = (i, int(a._serial[i]))
+        e, pad = self.episodes, self.pad
+        lo = int(e.appended[i])
+        steps = int(e.steps[i])
+        hi = pad + (steps + 1 if ended else max(0, steps - self.lag + 1))  # complete rows
+        stream = (i, int(e.serial[i]))
         rows, switch = 0, False
         if hi > lo:
             first = lo
             if self.last_stream != stream:
-                first = max(0, lo - (a.span - 1))
+                first = max(0, lo - (self.span - 1))
                 switch = True
                 self.copied_rows += lo - first
             rows = hi - first
             out = self.out.reserve(rows)  # the rows go straight to the staging buffer
-            a._rows.copy_rows(i, first, hi, out)
-            a._computed(i, first, hi, ended, terminated, out)
+            e.rows.copy_rows(i, first, hi, out)
+            self.computed(i, first, hi, ended, terminated, out)
             self.last_stream = stream
             self.appended_rows += rows
-            a._appended[i] = hi
+            e.appended[i] = hi
         jobs = []
-        anchors, extents = a._items(i, hi, ended, terminated)
+        anchors, extents = self.items(i, hi, ended, terminated)
         if len(anchors):
             starts = anchors - hi  # one array for every table (nobody writes to it)
-            jobs += [(t, span, starts, extents) for t, span in zip(a.tables, a._spans)]
-        for (table, rule), span in zip(a._sequences, a._sequence_spans):
-            starts, lengths = rule.items(i, hi, a.pad, steps, ended)
+            jobs += [(t, span, starts, extents) for t, span in self.tables]
+        for table, rule, span in self.sequences:
+            starts, lengths = rule.items(i, hi, pad, steps, ended)
             if len(starts):
                 jobs.append((table, span, starts - hi, lengths))
         if rows or jobs:
             self.out.stage(rows, switch, jobs)
         if not ended:
-            self.out.drops.append((i, max(0, hi - (a.span - 1))))
+            self.out.drops.append((i, max(0, hi - (self.span - 1))))
 
 
 _NO_ENVS = np.zeros(0, dtype=np.int64)

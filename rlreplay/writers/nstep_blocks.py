@@ -40,6 +40,7 @@ import numpy as np
 
 from rlreplay.core._compiled import load_kernel
 from rlreplay.writers.autoreset import final_obs_source
+from rlreplay.writers.episode_steps import EpisodeSteps
 
 # The compiled plan of a block (rlreplay/writers/_blocks.c), or None: the numpy settle.
 _kernel = load_kernel("rlreplay.writers._blocks")
@@ -51,22 +52,42 @@ class NStepBlock:
     them a block at a time (see the module docstring).
 
     Args:
-        adder: the adder; its episodes, rows, pieces and hand-over are updated on
-            :meth:`settle`.
+        adder: the adder (its sizes and tables).
         every: calls per block (the adder's ``hand_over_every``).
+        episodes: the adder's episodes; they, their rows, pieces and hand-over are
+            updated on :meth:`settle`.
+        next_item: the adder's next item anchor per environment (updated in place).
+        powers: the adder's discount powers ``discount ** [0 .. n]``.
+        tail: the discount of an ended episode's row by the steps it leaves.
     """
 
-    def __init__(self, adder: Any, every: int):
+    def __init__(
+        self,
+        adder: Any,
+        every: int,
+        episodes: EpisodeSteps,
+        next_item: np.ndarray,
+        powers: np.ndarray,
+        tail: np.ndarray,
+    ):
         self.adder = adder
+        self.episodes = episodes
+        self.episode_rows = episodes.rows
+        self.pieces = episodes.pieces
+        self.out = episodes.out
+        self.next_item = next_item
+        self.powers = powers
+        self.weights = powers[: adder.n]  # of a return's n rewards
+        self.tail = tail
         self.size = every
         self.calls = 0  # calls recorded since the last settle
         # Rows those calls wrote (a step per environment, a final and padding rows per
         # ended episode): once they reach what the hand-over takes in one go
         # (``every * num_envs``), the block is settled and counted early.
         self.rows = 0
-        self.max_rows = adder._out.max_rows
+        self.max_rows = self.out.max_rows
         a = adder
-        inputs = a._inputs
+        inputs = episodes.inputs
         sig = inputs.signature
         k, e = every, a.num_envs
         self.same_step = a.mode == "same_step"
@@ -87,7 +108,7 @@ class NStepBlock:
         # Scratch rows per environment: the rows it holds stay there from block to block
         # and each block's rows go after them, until they reach the end (then the held
         # rows move back to the front: about every cap / every blocks).
-        cap = a._rows.capacity
+        cap = self.episode_rows.capacity
         self.width = 3 * cap + 2 * k * (2 + a.pad) + 2
         self.scratch = {
             p: np.zeros((e, self.width, *sig[p].shape), dtype=sig[p].dtype) for p in inputs.paths
@@ -139,7 +160,7 @@ class NStepBlock:
                 the other autoreset mode; nothing changes then.
         """
         a = self.adder
-        episodes = a._episodes
+        episodes = self.episodes
         if episodes.stepping != a.num_envs:
             return False
         final = obs
@@ -156,9 +177,9 @@ class NStepBlock:
                 idx = np.flatnonzero(done)  # same-step: every done episode ends
                 ends = len(idx)
                 if ends:
-                    final = a._inputs.final_observations(obs, source, idx)
+                    final = episodes.inputs.final_observations(obs, source, idx)
         # Everything is checked: the adder changes from here on.
-        chunks = a._chunks
+        chunks = self.out.chunks
         if chunks.pending:  # what the writer did not take yet goes first
             chunks.drain(a.timeout)
         else:
@@ -204,7 +225,7 @@ class NStepBlock:
     def _write_back(self) -> None:
         """Copy each env's held rows from its scratch rows to its episode rows (from
         position 0; stored fields zero past them), as the last plan placed them."""
-        rows, o = self.adder._rows, self._plan_out
+        rows, o = self.episode_rows, self._plan_out
         cap, e = rows.capacity, self.adder.num_envs
         at = o["held"][: e * cap]
         beyond = self._cap_range >= o["held"][e * cap :, None]
@@ -219,7 +240,7 @@ class NStepBlock:
         row ``base``), stored fields zero past them (final and padding rows are never
         written), and make the scratch rows where the next plans find them."""
         a = self.adder
-        episodes, rows = a._episodes, a._rows
+        episodes, rows = self.episodes, self.episode_rows
         held = int((a.pad + episodes.steps - rows.base).max()) + 1
         awaiting = episodes.awaiting_reset
         stale = awaiting.any()  # rows of an ended episode, not to be read again
@@ -239,7 +260,7 @@ class NStepBlock:
         kernel replays the calls' bookkeeping; numpy moves the rows, one gather or
         scatter per field."""
         a = self.adder
-        episodes, rows, pieces = a._episodes, a._rows, a._pieces
+        episodes, rows, pieces = self.episodes, self.episode_rows, self.pieces
         E, W, pad, n = a.num_envs, self.width, a.pad, a.n
         flat = self._flat
         awaiting = episodes.awaiting_reset
@@ -273,11 +294,11 @@ class NStepBlock:
             params,
             self.truncated.view(np.uint8),
             self.terminated.view(np.uint8),
-            a._powers,
+            self.powers,
             episodes.steps,
             episodes.appended,
             episodes.serial,
-            a._next_item,
+            self.next_item,
             rows.base,
             awaiting.view(np.uint8),
             o["steps"],
@@ -307,14 +328,14 @@ class NStepBlock:
                 copy(flat[p], dst, self._first_of[p], src, 0)
         # The pieces' rows, their computed columns and their items, staged at once.
         if count:
-            out = a._out.reserve(count)
+            out = self.out.reserve(count)
             pos = o["rows"][:count]
             for p, f in flat.items():
                 copy(out[p], None, f, pos, 0)
             # [rows, n] windows of float64 rewards (zero past an episode's end) times
             # discount powers: the per-piece cut's product, rounded to float32 alike
             window = o["window"][: count * n].reshape(count, n)
-            out["n_step_return"][:] = flat["reward"][window].astype(np.float64) @ a._weights
+            out["n_step_return"][:] = flat["reward"][window].astype(np.float64) @ self.weights
             out["discount"][:] = o["disc"][:count]
         if npieces:
             self._stage_pieces(
@@ -329,7 +350,7 @@ class NStepBlock:
         pieces.copied_rows += copied
         pieces.appended_rows += count
         pieces.last_stream = (last_e, last_s) if has_last else None
-        pieces._countdown = 0
+        pieces.started()
 
     def _stage_pieces(
         self, info: np.ndarray, rows: int, starts: np.ndarray, extents: np.ndarray
@@ -339,10 +360,9 @@ class NStepBlock:
         of their items, in order. One entry of the batch for all of them when the
         writer's history allows, else piece by piece (what :class:`ChunkBatch` does
         either way)."""
-        a = self.adder
-        batch = a._out.batch
+        batch = self.out.batch
         items = info[:, 2]
-        tables = list(zip(a.tables, a._spans))
+        tables = self.pieces.tables
         jobs = [(t, span, starts, extents) for t, span in tables] if len(starts) else []
         if batch.add_pieces(rows, bool(info[0, 1]), jobs, items[items > 0].tolist()):
             return
@@ -363,9 +383,7 @@ class NStepBlock:
         step of the bookkeeping a vectorised operation over the block's ``[calls, num_envs]``
         grid."""
         a = self.adder
-        episodes = a._episodes
-        rows = a._rows
-        pieces = a._pieces
+        episodes, rows, pieces = self.episodes, self.episode_rows, self.pieces
         E, W = a.num_envs, self.width
         pad, n, lag, chunk, span, stack = a.pad, a.n, a.lag, a.chunk_length, a.span, a.stack
         # Episodes that end: done, unless the step is the ignored one after an end.
@@ -415,7 +433,7 @@ class NStepBlock:
         s = before[:K]
         first_ep = seg == 0  # still the episode open at the block's start
         a0 = np.where(first_ep, episodes.appended, 0)  # rows handed over before the block
-        ni0 = np.where(first_ep, a._next_item, 0)  # its next item anchor
+        ni0 = np.where(first_ep, self.next_item, 0)  # its next item anchor
         serial = episodes.serial + seg
         start = np.where(first_ep, base0, 0)  # its first held row
 
@@ -529,8 +547,8 @@ class NStepBlock:
         episodes.waiting = np.flatnonzero(waiting)
         episodes.episodes += len(ek)
         rows.base[:] = base_end
-        a._next_item[:] = ni_end
-        pieces._countdown = 0
+        self.next_item[:] = ni_end
+        pieces.started()
 
 
     def _stage_rows(
@@ -550,7 +568,7 @@ class NStepBlock:
         at flat scratch position ``z``, with context rows where a piece does not continue
         the last piece's stream, and items ``first_item .. stop - 1``."""
         a = self.adder
-        pieces = a._pieces
+        pieces = self.pieces
         n, stack = a.n, a.stack
         has = hi > lo
         with_rows = np.flatnonzero(has)
@@ -572,7 +590,7 @@ class NStepBlock:
         pieces.appended_rows += rows_total
         ends = np.cumsum(counts)
         if rows_total:
-            out = a._out.reserve(rows_total)
+            out = self.out.reserve(rows_total)
             row = np.arange(rows_total, dtype=np.int64) + np.repeat(first - (ends - counts), counts)
             pos = row + np.repeat(z, counts)
             for p, f in self._flat.items():
@@ -592,8 +610,8 @@ class NStepBlock:
         left = np.repeat(total, items) - t
         extent = np.where(np.repeat(ended, items), np.minimum(left, n), n) + stack
         rel = t - np.repeat(hi, items)
-        tables = list(zip(a.tables, a._spans))
-        batch = a._out.batch
+        tables = self.pieces.tables
+        batch = self.out.batch
         for c, sw, i0, i1 in zip(
             counts.tolist(), switch.tolist(), (iends - items).tolist(), iends.tolist()
         ):
@@ -630,11 +648,11 @@ class NStepBlock:
         window = np.minimum(pos[:, None] + np.arange(n), last)
         r = reward[window].astype(np.float64)
         r[left[:, None] <= np.arange(n)] = 0.0
-        ret = r @ a._weights
+        ret = r @ self.weights
         padding = step < 0
         ret[padding] = 0.0
         out["n_step_return"][:] = ret
-        disc = np.where(ended, a._tail[np.clip(left, 0, n)], a._powers[n])
+        disc = np.where(ended, self.tail[np.clip(left, 0, n)], self.powers[n])
         # No bootstrapping from a terminal state: the last n steps of a terminated episode.
         disc[terminated & (left <= n)] = 0.0
         disc[padding] = 0.0

@@ -32,9 +32,9 @@ Autoreset modes: see :mod:`rlreplay.writers.autoreset`. The adder's options are 
 every call's arguments (:class:`~rlreplay.writers.step_inputs.StepInputs`) before
 anything changes.
 
-An adder may record its calls and settle them a block at a time instead
-(:meth:`StreamAdder._new_block`; the n-step adder's
-:class:`~rlreplay.writers.nstep_blocks.NStepBlock`): what reaches the writer is the same.
+An adder may record its calls and settle them a block at a time instead (the n-step
+adder's :class:`~rlreplay.writers.nstep_blocks.NStepBlock`): what reaches the writer is
+the same.
 """
 
 from __future__ import annotations
@@ -149,8 +149,6 @@ class StreamAdder:
         writer = adder_writer(writer, self.capacity, staged)
         self.writer = writer
         self.tables = adder_tables(writer, tables, [t for t, _ in self._sequences])
-        self._spans = [table_span(writer, t, self.span) for t in self.tables]
-        self._sequence_spans = [table_span(writer, t, self.span) for t, _ in self._sequences]
         for _, rule in self._sequences:
             rule.bind(self.num_envs)
         n = self.num_envs
@@ -171,14 +169,20 @@ class StreamAdder:
         self._episodes = EpisodeSteps(
             n, self.mode, self.pad, chunk_length, self._inputs, self._rows, self._out, timeout
         )
-        self._pieces = self._episodes.pieces = EpisodePieces(self, self._out)
-        # The episodes' state, read by the pieces and the subclasses' columns and items.
-        self._active = self._episodes.active
-        self._appended = self._episodes.appended
-        self._serial = self._episodes.serial
-        # Calls recorded in blocks and settled a block at a time (see _new_block).
-        self._block = self._new_block(every)
-        self._out.deferred = self._block
+        self._pieces = self._episodes.pieces = EpisodePieces(
+            self._episodes,
+            (self.pad, self.lag, self.span, chunk_length),
+            self._computed,
+            self._items,
+            [(t, table_span(writer, t, self.span)) for t in self.tables],
+            [(t, rule, table_span(writer, t, self.span)) for t, rule in self._sequences],
+        )
+        # What records the calls and settles them a block at a time, or None: every call
+        # goes through EpisodeSteps at once. An object with ``calls``, ``record(fields,
+        # obs, term, trunc, info) -> bool``, ``settle()`` and ``sync()`` (which also brings
+        # the episode rows up to date), set by a subclass as its hand-over's ``deferred``
+        # (see :class:`~rlreplay.writers.nstep_blocks.NStepBlock`).
+        self._block: Any = None
 
     @property
     def _steps(self) -> np.ndarray:
@@ -187,7 +191,7 @@ class StreamAdder:
         return self._episodes.steps
 
     def _settle(self) -> None:
-        """Do what the calls recorded in the current block do (see :meth:`_new_block`)."""
+        """Do what the calls recorded in the current block do (see ``_block``)."""
         if self._block is not None:
             self._block.sync()
 
@@ -370,14 +374,6 @@ class StreamAdder:
         self.close()
 
     # ------------------------------------------------------------ subclasses
-    def _new_block(self, every: int) -> Any:
-        """What records this adder's calls and settles them a block of ``every`` calls at
-        a time (an object with ``calls``, ``record(fields, obs, term, trunc, info) ->
-        bool``, ``settle()`` and ``sync()``, which also brings the episode rows up to
-        date, see :class:`~rlreplay.writers.nstep_blocks.NStepBlock`), or ``None``: every
-        call goes through :class:`EpisodeSteps` at once."""
-        return None
-
     def _computed(
         self, i: int, lo: int, hi: int, ended: bool, terminated: bool, out: dict[str, np.ndarray]
     ) -> None:
