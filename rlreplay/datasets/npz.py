@@ -48,8 +48,6 @@ from rlreplay.errors import DatasetError, InvalidArgumentError, SignatureError, 
 FORMAT = "rlreplay-columnar"
 VERSION = 1
 
-ITEM_ARRAYS = ("anchor", "extent", "key", "priority", "times_sampled")
-
 
 def store_and_tables(source: Any, argument: str) -> tuple[StepStore, list[Table]]:
     """``(store, tables)`` of a table, a list of tables over one store, or a store.
