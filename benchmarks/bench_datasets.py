@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rlreplay import NStepTransitionAdder, Prioritized, Table
-from rlreplay.checkpoint.datasets import export_minari, export_npz, import_minari, import_npz
+from rlreplay.datasets import export_minari, export_npz, import_minari, import_npz
 
 OBS = 64
 EPISODE = 200

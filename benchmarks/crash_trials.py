@@ -275,7 +275,7 @@ def check_checkpoint(
     """
     from rlreplay.checkpoint import restore
     from rlreplay.checkpoint.restore import load
-    from rlreplay.checkpoint.table_contents import read_items, step_range
+    from rlreplay.datasets.table_contents import read_items, step_range
 
     t0 = time.perf_counter()
     loaded = load(Path(path), False, None, False)

@@ -3,7 +3,7 @@
 The embedded default is an in-process :class:`Table`; see the README for the tour.
 """
 
-from rlreplay import checkpoint
+from rlreplay import checkpoint, datasets
 from rlreplay.core.layout import ItemLayout, Window
 from rlreplay.core.rate_limiters import MinSize, Queue, RateLimiter, SampleToInsertRatio, Stack
 from rlreplay.core.sample import Sample, SampleInfo
@@ -129,5 +129,6 @@ __all__ = [
     "Window",
     "__version__",
     "checkpoint",
+    "datasets",
     "learn_while_can_sample",
 ]

@@ -18,7 +18,7 @@ pytest.importorskip("msgpack")
 from test_cli import ENV, ROOT, TABLE, cli, one_line_error
 
 from rlreplay.cli import build_parser
-from rlreplay.cli_args import size_bytes
+from rlreplay.cli.parsing import size_bytes
 
 
 @pytest.fixture

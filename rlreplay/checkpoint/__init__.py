@@ -32,7 +32,7 @@ what to do, another format version, a damaged checkpoint given by name (in a dir
 of checkpoints damaged ones are skipped with a warning), and tables whose definitions
 differ, unless ``adapt=True`` and the difference can be adapted.
 
-Datasets (:mod:`rlreplay.checkpoint.datasets`) move experience instead: ``export_npz`` /
+Datasets (:mod:`rlreplay.datasets`) move experience instead: ``export_npz`` /
 ``import_npz`` (any table, one ``.npz``) and ``export_minari`` / ``import_minari`` (whole
 episodes, the Minari format); see docs/checkpoints.md, "Datasets".
 
@@ -43,21 +43,15 @@ changed since the newest checkpoint in the same directory are hard links to its 
 (:mod:`rlreplay.checkpoint.increments`).
 """
 
-from rlreplay.checkpoint.datasets import export_minari, export_npz, import_minari, import_npz
 from rlreplay.checkpoint.manifest import FORMAT_VERSION
-from rlreplay.checkpoint.pending import PendingSave, start_save
 from rlreplay.checkpoint.restore import restore
 from rlreplay.checkpoint.retention import published as list_checkpoints
-from rlreplay.checkpoint.save import SaveStats, save
+from rlreplay.checkpoint.save import PendingSave, SaveStats, save, start_save
 
 __all__ = [
     "FORMAT_VERSION",
     "PendingSave",
     "SaveStats",
-    "export_minari",
-    "export_npz",
-    "import_minari",
-    "import_npz",
     "list_checkpoints",
     "restore",
     "save",

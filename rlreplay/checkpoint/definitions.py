@@ -12,12 +12,25 @@ those :func:`compare` marks adaptable when the user passes ``adapt=True``:
 * another ``max_size``, if it holds every item;
 * another rate limiter (its counters carry over) and another ``priority_exponent`` or
   ``default_priority`` (the selectors are rebuilt from the items' priorities).
+
+Adapting (``adapt=True``): another store capacity moves every stored step from row
+``id % old`` to ``id % new`` (ids, and so the order of steps, are kept) and every item
+with its anchor. The item keys encode their slot, so a moved table gets another
+generation origin: keys issued before the checkpoint are then refused as keys of another
+table (send no priority updates across such a restore). Selectors are rebuilt, from their
+saved order and the items' priorities, when their slots move or their arguments change; a
+rebuilt ``Prioritized`` tree may round its sums differently from the saved one.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from rlreplay.core import idle_remover
+from rlreplay.core.keys import GENERATIONS
+from rlreplay.core.selectors import selector_from_config
 from rlreplay.errors import CheckpointMismatchError
 
 if TYPE_CHECKING:
@@ -99,3 +112,119 @@ def refuse(differences: list[tuple[str, Any, Any, bool]], adapt: bool, source: s
     raise CheckpointMismatchError(
         f"the checkpoint {source} does not match the tables given: {lines}; {hint}"
     )
+
+
+_SLOT_ARRAYS = ("priority", "generation", "times_sampled", "live", "extent")
+
+
+def check_capacity(name: str, next_id: int, old: int, new: int) -> None:
+    """Raises CheckpointMismatchError if ``new`` rows cannot hold the stored steps."""
+    stored = min(next_id, old)
+    if new < stored:
+        raise CheckpointMismatchError(
+            f"the store of table {name!r} holds {stored} steps in the checkpoint, more than "
+            f"the given capacity={new}; give a capacity of at least {stored}"
+        )
+
+
+def move_columns(
+    columns: dict[str, np.ndarray], next_id: int, old: int, new: int
+) -> dict[str, np.ndarray]:
+    """New columns of ``new`` rows with every stored step at row ``id % new``."""
+    ids = np.arange(max(0, next_id - old), next_id, dtype=np.int64)
+    out = {}
+    for path, col in columns.items():
+        moved = np.zeros((new, *col.shape[1:]), col.dtype)
+        moved[ids % new] = col[ids % old]
+        out[path] = moved
+    return out
+
+
+def slot_map(next_id: int, old: int, new: int) -> np.ndarray:
+    """New slot of each old slot (its row's stored step's new row; -1 for rows holding
+    no stored step)."""
+    out = np.full(old, -1, dtype=np.int64)
+    ids = np.arange(max(0, next_id - old), next_id, dtype=np.int64)
+    out[ids % old] = ids % new
+    return out
+
+
+def _rebuilt(
+    saved_config: dict,
+    given_config: dict,
+    state: dict,
+    old: int,
+    new: int,
+    moved: np.ndarray | None,
+    priority: np.ndarray,
+) -> dict[str, Any]:
+    """A selector state for ``given_config`` over ``new`` slots holding the saved one's
+    items in its order (``moved``: new slot per old slot, or ``None`` when they stay)."""
+    saved = selector_from_config(saved_config)
+    saved.bind(old)
+    saved.check_state(state)
+    saved.load_state(state)
+    order = saved.rebuild_order()
+    if moved is not None:
+        order = moved[order]
+    rebuilt = selector_from_config(given_config)
+    rebuilt.bind(new)
+    rebuilt.insert(order.astype(np.int64), priority[order])
+    return rebuilt.state()
+
+
+def with_remover_state(state: dict[str, Any], remover: Any) -> dict[str, Any]:
+    """``state`` (an index state) with its remover's state made when the checkpoint left
+    it out (``None``: the remover was idle, see :mod:`~rlreplay.core.idle_remover`):
+    ``remover`` (a selector, or its config) holding the items oldest first, as an
+    active one would. Needed where a restored table's remover is active, or a selector
+    is rebuilt from the saved order; a table whose remover is idle too never reads it."""
+    if state.get("remover") is not None:
+        return state
+    if isinstance(remover, dict):
+        remover = selector_from_config(remover)
+    newest = int(state.get("newest", len(state["live"]) - 1))
+    made = idle_remover.idle_state(remover, state["live"], newest, state["priority"])
+    return {**state, "remover": made}
+
+
+def adapt_index(
+    name: str,
+    state: dict[str, Any],
+    saved: dict[str, Any],
+    given: dict[str, Any],
+    next_id: int,
+    old: int,
+    new: int,
+) -> dict[str, Any]:
+    """The index state ``state`` (saved with definition ``saved`` over ``old`` slots)
+    for a table of definition ``given`` over ``new`` slots.
+
+    Raises:
+        CheckpointMismatchError: if the given ``max_size`` cannot hold the items.
+    """
+    if state["size"] > given["max_size"]:
+        raise CheckpointMismatchError(
+            f"table {name!r} holds {state['size']} items in the checkpoint, more than the "
+            f"given max_size={given['max_size']}; give a max_size of at least {state['size']}"
+        )
+    state = with_remover_state(state, saved["remover"])
+    out = dict(state)
+    moved = None
+    if new != old:
+        moved = slot_map(next_id, old, new)
+        live = np.flatnonzero(state["live"])
+        targets = moved[live]
+        for key in _SLOT_ARRAYS:
+            if key in state:
+                arr = np.zeros(new, state[key].dtype)
+                arr[targets] = state[key][live]
+                out[key] = arr
+        # Keys carry slots: move the origin half-way round so old keys are refused.
+        out["origin"] = (int(state["origin"]) + GENERATIONS // 2) % GENERATIONS
+    for role in ("sampler", "remover"):
+        if moved is not None or saved[role] != given[role]:
+            out[role] = _rebuilt(
+                saved[role], given[role], state[role], old, new, moved, out["priority"]
+            )
+    return out

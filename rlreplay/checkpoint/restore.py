@@ -17,12 +17,15 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.checkpoint import adapt as adapting
 from rlreplay.checkpoint.definitions import (
+    adapt_index,
+    check_capacity,
     compare,
+    move_columns,
     refuse,
     store_definition,
     table_definition,
+    with_remover_state,
 )
 from rlreplay.checkpoint.loading import Loaded, check_path, load
 from rlreplay.checkpoint.snapshot import as_tables
@@ -78,7 +81,7 @@ def _load_table(table: Table, state: dict[str, Any]) -> None:
     items if it is active here."""
     index = state["index"]
     if table.index.remover_active:
-        index = adapting.with_remover_state(index, table.index.remover)
+        index = with_remover_state(index, table.index.remover)
     table.index.load_state(index)
     table.rate_limiter.load_state(state["rate_limiter"])
     table.rng.bit_generator.state = state["rng"]
@@ -146,14 +149,14 @@ def _plan_into(loaded: Loaded, given: list[Table], adapt: bool) -> list[tuple]:
         next_id = saved_store["state"]["next_id"]
         columns = loaded.columns[si]
         if old != new:
-            adapting.check_capacity(members[0].name, next_id, old, new)
-            columns = adapting.move_columns(columns, next_id, old, new)
+            check_capacity(members[0].name, next_id, old, new)
+            columns = move_columns(columns, next_id, old, new)
         swaps = []
         for t, ds in zip(members, table_diffs):
             i = by_name[t.name]
             state = dict(loaded.states[i])
             if ds or old != new:
-                state["index"] = adapting.adapt_index(
+                state["index"] = adapt_index(
                     t.name,
                     state["index"],
                     manifest["tables"][i]["definition"],

@@ -9,9 +9,7 @@ written: a slice is copied under the lock into one of two reusable buffers, and 
 thread puts it into its files at its offsets while the next slice is copied. At the
 moment, the entries of the slots changed since the capture began (the index notes them,
 :mod:`rlreplay.core.slot_changes`) are copied under the lock (those values only) and
-applied when the files are finished, after the last slice's write: each file is read
-back a block at a time, the changed entries put into the block, the block written back,
-and the checksum computed over the final bytes.
+applied when the files are finished, after the last slice's write.
 
 So the per-item state a save holds in memory is the two slice buffers, the record of
 changed slots and the changed entries' values, whatever the number of items. A part of
@@ -20,14 +18,31 @@ moment. A reset or a restore of the index (every slot changed) during the
 slices starts them over; one between the last slice and the moment has every part copied
 whole at the moment, in memory (as a save of a small index takes it).
 
-Where a part's entries go in the files (which entries, and which bytes of each) is
-:mod:`rlreplay.checkpoint.state_targets`'; each file, written at offsets and finished with
-its patches, is a :class:`~rlreplay.checkpoint.npy_offsets.StateFile`.
+The index's state is copied as *parts* (see
+:meth:`~rlreplay.core.selectors.base.Selector.state_parts`): a part is an array of
+entries (a slot's record, a tree level's node) whose copy is an array of the index's
+state (never filled, so it takes no memory) or a view into one (a tree level into its
+tree's flat array, the records' fields into the record buffer). Where each state array
+lies against a part's copy (:func:`locate`) says which of the part's entries, and which
+bytes of each, go into that array's file: a :class:`Target`, which writes a slice of the
+part's entries there (:func:`put`) or keeps the entries changed at the moment as patches
+for the file. :func:`file_backed` puts the files' names in the state in place of the
+arrays they hold, as the manifest lists them.
+
+Each file is a :class:`StateFile`: made at its full size with its header, written with
+``pwrite`` at each slice's offset, and finished by reading it back a block at a time,
+putting the changed entries into each block, writing back the blocks they changed and
+computing the checksum over the final bytes, then fsynced. Reading back and patching
+take one block of memory, whatever the file's size.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
+import zlib
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,15 +50,181 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.checkpoint.manifest import flatten_state
-from rlreplay.checkpoint.npy_offsets import StateFile
-from rlreplay.checkpoint.state_targets import Target, file_backed, locate, put
+from rlreplay.checkpoint.manifest import (
+    FileBacked,
+    entry,
+    flatten_state,
+    npy_header,
+    state_file_name,
+)
 from rlreplay.core import item_state
 from rlreplay.core.slot_changes import SlotChanges
 from rlreplay.core.storage import StepStore
 from rlreplay.errors import CheckpointError
 
-__all__ = ["StateFile", "StateStream", "Target"]
+FINISH_BYTES = 2 << 20  # a file is read back, patched and checksummed this much at a time
+
+
+def _pwrite(fd: int, data: memoryview, offset: int) -> None:
+    while len(data):
+        n = os.pwrite(fd, data, offset)
+        data, offset = data[n:], offset + n
+
+
+def _pread(fd: int, into: memoryview, offset: int) -> None:
+    while len(into):
+        n = os.preadv(fd, [into], offset)
+        if n <= 0:
+            raise CheckpointError(f"a checkpoint state file ended early at byte {offset}")
+        into, offset = into[n:], offset + n
+
+
+class StateFile:
+    """One state array's ``.npy`` file: entries written at their offsets in any order
+    (:meth:`put`), then :meth:`finish`\\ ed with the changed entries of the moment.
+
+    Args:
+        path: the file to create (exclusively).
+        dtype, length: the array's.
+    """
+
+    def __init__(self, path: Path, dtype: np.dtype, length: int):
+        self.dtype = np.dtype(dtype)
+        self.length = int(length)
+        self.header = npy_header((self.length,), self.dtype)
+        self.nbytes = len(self.header) + self.length * self.dtype.itemsize
+        self.patches: list[tuple[np.ndarray, np.ndarray]] = []  # (sorted entries, values)
+        self.fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            _pwrite(self.fd, memoryview(self.header), 0)
+            os.ftruncate(self.fd, self.nbytes)
+        except BaseException:
+            self.close()
+            raise
+
+    def put(self, first: int, values: np.ndarray) -> None:
+        """Write ``values`` (contiguous, of this file's dtype) at entries ``first`` on."""
+        assert self.fd is not None
+        data = memoryview(values.reshape(-1).view(np.uint8))
+        _pwrite(self.fd, data, len(self.header) + first * self.dtype.itemsize)
+
+    def finish(self) -> dict[str, Any]:
+        """Apply the patches (a block at a time: read, patch, write back), checksum the
+        final bytes, fsync and close; returns the file's manifest entry."""
+        assert self.fd is not None
+        rows = max(1, FINISH_BYTES // self.dtype.itemsize)
+        block_buffer = np.empty(min(rows, self.length), self.dtype)
+        crc = zlib.crc32(self.header)
+        for e0 in range(0, self.length, rows):
+            e1 = min(self.length, e0 + rows)
+            block = block_buffer[: e1 - e0]
+            view = memoryview(block.view(np.uint8))
+            offset = len(self.header) + e0 * self.dtype.itemsize
+            _pread(self.fd, view, offset)
+            patched = False
+            for entries, values in self.patches:
+                lo, hi = np.searchsorted(entries, (e0, e1))
+                if hi > lo:
+                    block[entries[lo:hi] - e0] = values[lo:hi]
+                    patched = True
+            if patched:
+                _pwrite(self.fd, view, offset)
+            crc = zlib.crc32(view, crc)
+        os.fsync(self.fd)
+        self.close()
+        return entry(self.nbytes, crc, self.dtype, (self.length,))
+
+    def close(self) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = None
+
+
+def _address(arr: np.ndarray) -> int:
+    """The address of ``arr``'s first byte."""
+    return int(arr.__array_interface__["data"][0])
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a part's entries go in one file: part entry ``r`` is file entry
+    ``r - shift``, from byte ``offset`` of the part's entry on."""
+
+    file: StateFile
+    shift: int
+    offset: int
+
+    def values(self, rows: np.ndarray) -> np.ndarray:
+        """This file's values in ``rows`` (whole entries of the part, C-ordered)."""
+        size = self.file.dtype.itemsize
+        raw = rows.reshape(len(rows), -1).view(np.uint8)[:, self.offset : self.offset + size]
+        return np.ascontiguousarray(raw).view(self.file.dtype).reshape(-1)
+
+    def put(self, first: int, rows: np.ndarray) -> None:
+        """Write ``rows``, the part's entries ``first`` on, where they fall in the file."""
+        lo = max(first, self.shift)
+        hi = min(first + len(rows), self.shift + self.file.length)
+        if hi > lo:
+            self.file.put(lo - self.shift, self.values(rows[lo - first : hi - first]))
+
+    def patch(self, entries: np.ndarray, rows: np.ndarray) -> int:
+        """Keep the part's changed ``entries`` (sorted) and their ``rows`` for
+        :meth:`StateFile.finish`; returns the bytes kept."""
+        lo, hi = np.searchsorted(entries, (self.shift, self.shift + self.file.length))
+        if hi <= lo:
+            return 0
+        values = self.values(rows[lo:hi])
+        self.file.patches.append((entries[lo:hi] - self.shift, values))
+        return values.nbytes + 8 * int(hi - lo)
+
+
+def locate(arr: np.ndarray, copy: np.ndarray) -> tuple[int, int, int] | None:
+    """``(shift, offset, entries)`` of state array ``arr`` against a part's ``copy``:
+    part entry ``r`` holds ``arr[r - shift]`` at byte ``offset`` of the entry; ``None``
+    when they share no memory.
+
+    Raises:
+        CheckpointError: for an array that lies across a part's entries (a selector
+            whose parts do not match its state).
+    """
+    row = copy[:1].nbytes if len(copy) else 1
+    c0, c1 = _address(copy), _address(copy) + copy.nbytes
+    a0 = _address(arr)
+    a1 = a0 + (len(arr) - 1) * arr.strides[0] + arr.itemsize
+    if a0 >= c1 or c0 >= a1:
+        return None
+    if (
+        not copy.flags.c_contiguous
+        or arr.itemsize > row
+        or (len(arr) > 1 and arr.strides[0] != row)
+        or (a0 - c0) % row + arr.itemsize > row
+    ):
+        raise CheckpointError(
+            f"a state array ({arr.dtype}, strides {arr.strides}) lies across the entries of "
+            f"a part of {row} bytes: the selector's state_parts do not match its state"
+        )
+    offset = (a0 - c0) % row
+    shift = (a0 - c0 - offset) // row
+    entries = min(len(copy), shift + len(arr)) - max(0, shift)
+    return shift, offset, entries
+
+
+def put(targets: list[Target], first: int, rows: np.ndarray) -> None:
+    """Write ``rows``, a part's entries ``first`` on, into each of its ``targets``."""
+    for t in targets:
+        t.put(first, rows)
+
+
+def file_backed(state: dict[str, Any], prefix: str, files: Mapping[str, StateFile]) -> None:
+    """Replace the arrays of ``state`` written into ``files`` by their names."""
+    for key, value in state.items():
+        name = state_file_name(prefix, key)
+        if isinstance(value, np.ndarray) and name in files:
+            state[key] = FileBacked(name)
+        elif isinstance(value, dict):
+            file_backed(value, f"{prefix}.{key}", files)
+
 
 BUFFERS = 2  # slice buffers: one copied into under the lock while the other is written
 # A slice this small is written by the step itself: a hand-over to the writer thread

@@ -192,8 +192,7 @@ class ServerCheckpoints:
                 "this server saves no checkpoints: start it with checkpoint_dir= (rlreplay "
                 "serve --checkpoint-dir DIR)"
             )
-        from rlreplay.checkpoint.pending import PendingSave
-        from rlreplay.checkpoint.save import StepwiseSave
+        from rlreplay.checkpoint.save import PendingSave, StepwiseSave
 
         steps = StepwiseSave(
             list(tables.values()),

@@ -5,6 +5,10 @@ options (environments per call, autoreset mode, priority of new items, chunk len
 timeout, hand-over period, sequence tables). They are checked here, all before the
 adder builds its writer, buffers or hand-over, so a bad option changes nothing, and
 turned into the sizes those parts are built with (:class:`AdderOptions`).
+
+The writer is one of them: what an adder writes through is a writer, or tables it
+creates a :class:`~rlreplay.writers.trajectory_writer.TrajectoryWriter` over
+(:func:`adder_writer`).
 """
 
 from __future__ import annotations
@@ -17,13 +21,151 @@ from typing import Any
 import numpy as np
 
 from rlreplay.core.keys import check_priorities
+from rlreplay.core.specs import Signature
+from rlreplay.core.storage import StepStore
+from rlreplay.core.table import Table
 from rlreplay.core.table_checks import check_timeout
 from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.writers.autoreset import mode_name
 from rlreplay.writers.hand_over import check_every
 from rlreplay.writers.sequence_items import SequenceItems
+from rlreplay.writers.trajectory_writer import TrajectoryWriter
 
-# Rows a chunk holds at most by default (fewer when the store is smaller).
+
+def _tables(writer: Any) -> list[Table] | None:
+    """``writer`` as a list of tables, or ``None`` when it is a writer."""
+    if isinstance(writer, Table):
+        return [writer]
+    if isinstance(writer, (list, tuple)) and writer and isinstance(writer[0], Table):
+        return list(writer)
+    return None
+
+
+def writer_store(writer: Any) -> StepStore | None:
+    """The store the adder's rows go to, when it is known locally (``None``: remote)."""
+    tables = _tables(writer)
+    return tables[0].store if tables else getattr(writer, "store", None)
+
+
+# A writer an adder creates holds back at most 1/_HISTORY_SHARE of its store beyond the
+# adder's capacity, so that many writers (one per actor) still fit (see adder_writer).
+_HISTORY_SHARE = 32
+
+
+def adder_writer(writer: Any, capacity: int, wanted: int | None = None) -> Any:
+    """``writer`` itself, or a :class:`TrajectoryWriter` over the given tables, keeping
+    the ``capacity`` rows the adder may still reach back to, or up to ``wanted`` rows
+    (what it stages, handed over as one chunk) as far as 1/32 of the store allows: each
+    writer's retained rows are protected from overwriting, and a store must hold every
+    writer's plus an append, so many writers on one store keep room.
+
+    Raises:
+        InvalidArgumentError: if the store or the writer's history is shorter than
+            ``capacity``.
+    """
+    tables = _tables(writer)
+    if tables is not None:
+        store = tables[0].store
+        if store.capacity < capacity:
+            raise InvalidArgumentError(
+                f"the store keeps {store.capacity} steps but this adder appends chunks "
+                f"that need {capacity} (span - 1 + chunk_length + lag + pad + 2); "
+                "lower chunk_length or enlarge the store"
+            )
+        history = max(capacity, min(wanted or capacity, store.capacity // _HISTORY_SHARE))
+        writer = TrajectoryWriter(tables, history=history)
+    history = getattr(writer, "history", None)
+    if history is not None and history < capacity:
+        raise InvalidArgumentError(
+            f"the writer keeps history={history} steps; this adder needs at least "
+            f"{capacity} (span - 1 + chunk_length + lag + pad + 2); create it with "
+            f"TrajectoryWriter(tables, history={capacity}) or pass the tables"
+        )
+    return writer
+
+
+def writer_signature(writer: Any) -> Signature:
+    """The step signature of a writer's (or tables') store: ``writer.signature``, its
+    store's, or its first table's store's.
+
+    Raises:
+        InvalidArgumentError: if the writer exposes none.
+    """
+    tables = _tables(writer)
+    if tables is not None:
+        return tables[0].store.signature
+    sig = getattr(writer, "signature", None)
+    if isinstance(sig, Signature):
+        return sig
+    store = getattr(writer, "store", None)
+    if isinstance(getattr(store, "signature", None), Signature):
+        return store.signature
+    for table in getattr(writer, "tables", ()):
+        if isinstance(table, Table):
+            return table.store.signature
+    raise InvalidArgumentError(
+        f"writer={describe(writer)} exposes no step signature (a 'signature' or "
+        "'store.signature' attribute, or Table objects in 'tables'); the adder checks "
+        "each step against it"
+    )
+
+
+def table_span(writer: Any, table: Any, default: int) -> int:
+    """The layout span of ``table`` (a table, or the name of one of the writer's),
+    ``default`` when the writer does not tell."""
+    if isinstance(table, Table):
+        return table.layout.span
+    for t in getattr(writer, "tables", ()):
+        if getattr(t, "name", None) == table:
+            return t.layout.span
+    return default
+
+
+def check_tables(writer: Any, tables: list[Any]) -> None:
+    """Check that every table (a table or a name) is one of the writer's.
+
+    Raises:
+        InvalidArgumentError: naming the first table the writer does not write to.
+    """
+    own = list(getattr(writer, "tables", ()))
+    names = [getattr(t, "name", None) for t in own]
+    local = any(isinstance(t, Table) for t in own)  # else remote handles, known by name
+    for table in tables:
+        if isinstance(table, str):
+            mine = table in names
+        elif local:
+            mine = any(table is t for t in own)
+        else:
+            mine = getattr(table, "name", None) in names
+        if mine:
+            continue
+        raise InvalidArgumentError(
+            f"table {describe(getattr(table, 'name', table))} is not one of the writer's "
+            f"tables {names}; create the writer over it (or pass the tables to the adder)"
+        )
+
+
+def adder_tables(writer: Any, tables: Any, sequence_tables: list[Any]) -> list[Any]:
+    """The tables an adder fills with its own items: ``tables``, or (``None``) every
+    table of the writer that is not one of ``sequence_tables``; all of them checked to
+    be the writer's, sequence tables included.
+
+    Raises:
+        InvalidArgumentError: for no table to fill, or a table the writer does not
+            write to (see :func:`check_tables`).
+    """
+    if tables is None:
+        names = {getattr(t, "name", t) for t in sequence_tables}
+        tables = [
+            t for t in writer.tables if t not in sequence_tables and t.name not in names
+        ]
+    tables = list(tables)
+    if not tables:
+        raise InvalidArgumentError("tables is empty; give at least one table to fill")
+    check_tables(writer, [*tables, *sequence_tables])
+    return tables
+
+
 DEFAULT_CHUNK_LENGTH = 64
 
 

@@ -2,22 +2,258 @@
 
 An adder (:class:`~rlreplay.writers.stream.StreamAdder`) checks a call's arguments, then
 hands the checked step to :class:`EpisodeSteps`, which writes it into each environment's
-episode rows, ends the episodes that ended (their last piece is cut by
-:class:`~rlreplay.writers.pieces.EpisodePieces`) and starts new ones as the autoreset
-mode says (:mod:`rlreplay.writers.autoreset`).
+episode rows (:class:`EpisodeRows`), ends the episodes that ended (their last piece is
+cut by :class:`EpisodePieces`) and starts new ones as the autoreset mode says
+(:mod:`rlreplay.writers.autoreset`).
+
+A *piece* is what one environment hands over at once: its episode rows that became
+complete since its last piece (every stored field known: an n-step return needs ``n``
+rewards), the adder's computed columns for them, and the items they allow, per table. A
+piece is cut when an episode ends or when an open episode holds ``chunk_length``
+complete rows; it goes to the :class:`~rlreplay.writers.hand_over.HandOver`, which stages
+its rows and hands it to the writer later.
+
+Pieces of different environments interleave in the store and an item must be contiguous
+there, so a piece that does not continue the previous piece's stream (environment and
+episode) starts with the last ``span - 1`` rows of its episode again (``copied_rows``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from rlreplay.core.specs import Signature
 from rlreplay.errors import InvalidArgumentError
 from rlreplay.writers.autoreset import final_obs_source
-from rlreplay.writers.episode_rows import EpisodeRows
 from rlreplay.writers.hand_over import HandOver
+from rlreplay.writers.sequence_items import SequenceItems
 from rlreplay.writers.step_inputs import StepInputs
+
+
+class EpisodeRows:
+    """Per-environment buffers of episode rows: one array per stored input field,
+    ``[num_envs, capacity, *shape]`` with the signature's dtype.
+
+    Slot ``k`` of environment ``i`` holds episode row ``base[i] + k``. A row is written
+    once (a step's fields when it is recorded, its observation one row ahead) and dropped
+    from the front (:meth:`keep_from`) once it is appended and no later item reaches it.
+
+    Args:
+        signature: the store's step signature.
+        paths: the fields held (the adder's inputs).
+        num_envs: environments.
+        capacity: rows held per environment.
+    """
+
+    def __init__(self, signature: Signature, paths: Sequence[str], num_envs: int, capacity: int):
+        self.capacity = capacity
+        self.arrays = {
+            p: np.zeros((num_envs, capacity, *signature[p].shape), dtype=signature[p].dtype)
+            for p in paths
+        }
+        self.base = np.zeros(num_envs, dtype=np.int64)  # episode row held in slot 0
+        # Each buffer as [num_envs * capacity, *shape] (views): one index per row written.
+        self._flat = {
+            p: a.reshape(num_envs * capacity, *a.shape[2:]) for p, a in self.arrays.items()
+        }
+        self._offsets = np.arange(num_envs, dtype=np.int64) * capacity
+
+    def write(self, idx: np.ndarray, rows: np.ndarray, values: Mapping[str, np.ndarray]) -> None:
+        """Write ``values[p][k]`` into episode row ``rows[k]`` of environment ``idx[k]``."""
+        slots = rows - self.base[idx]
+        for path, arr in values.items():
+            self.arrays[path][idx, slots] = arr
+
+    def write_first(self, idx: np.ndarray, count: int, obs: Mapping[str, np.ndarray]) -> None:
+        """Write ``obs[p][k]`` into episode rows ``0 .. count - 1`` of environment
+        ``idx[k]``, whose episode starts (``base`` 0, see :meth:`clear`)."""
+        slots = self._offsets[idx]
+        for r in range(count):
+            for path, arr in obs.items():
+                self._flat[path][slots + r] = arr
+
+    def write_step(
+        self,
+        idx: np.ndarray,
+        rows: np.ndarray,
+        fields: Mapping[str, np.ndarray],
+        obs: Mapping[str, np.ndarray],
+    ) -> None:
+        """Write one step of environments ``idx``: ``fields[p][k]`` into episode row
+        ``rows[k]`` of environment ``idx[k]`` and the observation it led to, ``obs[p][k]``,
+        into the row after it (:meth:`write` twice, locating the slots once)."""
+        slots = rows - self.base[idx]
+        for path, arr in fields.items():
+            self.arrays[path][idx, slots] = arr
+        slots += 1
+        for path, arr in obs.items():
+            self.arrays[path][idx, slots] = arr
+
+    def write_all(
+        self,
+        rows: np.ndarray,
+        fields: Mapping[str, np.ndarray],
+        obs: Mapping[str, np.ndarray],
+    ) -> None:
+        """:meth:`write_step` for every environment (``rows[i]`` for environment ``i``)."""
+        slots = rows - self.base
+        slots += self._offsets  # flat positions in [num_envs * capacity]
+        flat = self._flat
+        for path, arr in fields.items():
+            flat[path][slots] = arr
+        slots += 1
+        for path, arr in obs.items():
+            flat[path][slots] = arr
+
+    def rows(self, i: int, lo: int, hi: int) -> dict[str, np.ndarray]:
+        """Views of episode rows ``[lo, hi)`` of environment ``i``, per field."""
+        b = int(self.base[i])
+        return {p: a[i, lo - b : hi - b] for p, a in self.arrays.items()}
+
+    def copy_rows(self, i: int, lo: int, hi: int, out: Mapping[str, np.ndarray]) -> None:
+        """Copy episode rows ``[lo, hi)`` of environment ``i`` into ``out`` (per field)."""
+        start = int(self._offsets[i] - self.base[i])  # flat position of episode row 0
+        lo, hi = start + lo, start + hi
+        for p, a in self._flat.items():
+            out[p][:] = a[lo:hi]
+
+    def field(self, path: str, i: int, lo: int, hi: int) -> np.ndarray:
+        """View of field ``path`` at episode rows ``[lo, hi)`` of environment ``i``."""
+        start = int(self._offsets[i] - self.base[i])  # flat position of episode row 0
+        return self._flat[path][start + lo : start + hi]
+
+    def keep_from(self, i: int, row: int) -> None:
+        """Drop environment ``i``'s rows before episode row ``row``."""
+        shift = row - int(self.base[i])
+        if shift <= 0:
+            return
+        for arr in self.arrays.values():
+            held = arr[i]
+            held[: self.capacity - shift] = held[shift:]
+            held[self.capacity - shift :] = 0
+        self.base[i] = row
+
+    def clear(self, idx: np.ndarray | slice) -> None:
+        """Forget the episodes of environments ``idx`` (their next ones start at row 0,
+        every row zero: a final row's fields stay zero)."""
+        for arr in self.arrays.values():
+            arr[idx] = 0
+        self.base[idx] = 0
+
+
+class EpisodePieces:
+    """Cuts the episode rows of an adder's :class:`EpisodeSteps` into pieces and stages
+    them with the hand-over.
+
+    The episodes' state (``active``, ``steps``, ``serial``, ``rows``) is ``episodes``';
+    this object reads it and records how far each episode was handed over
+    (``episodes.appended``), the stream of the last piece and the row counters.
+
+    Args:
+        episodes: the episodes whose rows are cut (their ``out`` is where pieces go).
+        sizes: the adder's ``(pad, lag, span, chunk_length)``.
+        computed: writes the adder's computed columns of rows ``[lo, hi)`` of an
+            episode (see :meth:`StreamAdder._computed`).
+        items: the anchors and extents of the items an episode's rows now allow (see
+            :meth:`StreamAdder._items`).
+        tables: ``(table, span)`` of each table the adder fills with ``items``.
+        sequences: ``(table, rule, span)`` of each sequence table.
+    """
+
+    def __init__(
+        self,
+        episodes: EpisodeSteps,
+        sizes: tuple[int, int, int, int],
+        computed: Callable[..., None],
+        items: Callable[..., tuple[np.ndarray, np.ndarray]],
+        tables: list[tuple[Any, int]],
+        sequences: list[tuple[Any, SequenceItems, int]],
+    ):
+        self.episodes = episodes
+        self.out = episodes.out
+        self.pad, self.lag, self.span, self.chunk_length = sizes
+        self.computed = computed
+        self.items = items
+        self.tables = tables
+        self.sequences = sequences
+        self.last_stream: tuple[int, int] | None = None  # stream of the last piece
+        self.copied_rows = 0
+        self.appended_rows = 0
+        # A lower bound on the calls of flush_ready before an open episode can hold a
+        # chunk of complete rows (its steps past what was appended grow by at most one
+        # between calls, and only shrink otherwise).
+        self._countdown = 0
+
+    def flush_ready(self) -> None:
+        """Cut a piece for every open episode holding a chunk of complete rows."""
+        e = self.episodes
+        if self.pad < self.chunk_length:
+            self._countdown -= 1
+            if self._countdown > 0:
+                return
+            # ready - appended >= chunk_length with ready = pad + max(0, steps - lag + 1):
+            # before lag - 1 steps only padding rows are ready, fewer than a chunk.
+            gap = self.chunk_length + self.lag - 1 - self.pad
+            behind = np.where(e.active, e.steps - e.appended, 0)
+            full = behind >= gap
+            self._countdown = 1 if full.any() else gap - int(behind.max())
+        else:
+            ready = self.pad + np.maximum(0, e.steps - self.lag + 1)
+            full = e.active & (ready - e.appended >= self.chunk_length)
+        if full.any():
+            for i in np.flatnonzero(full).tolist():
+                self.cut(i, ended=False, terminated=False)
+
+    def started(self) -> None:
+        """Episodes started: a new episode's padding rows count as complete, so it may
+        hold a chunk sooner than the countdown assumed; recount at the next call."""
+        self._countdown = 0
+
+    def end(self, idx: np.ndarray, terminated: np.ndarray) -> None:
+        """Cut the last piece of the episodes of environments ``idx`` (``terminated[k]``
+        for ``idx[k]``); their rows are then staged and the adder's buffers free."""
+        for i, term in zip(idx.tolist(), terminated.tolist()):
+            self.cut(i, ended=True, terminated=bool(term))
+
+    def cut(self, i: int, ended: bool, terminated: bool) -> None:
+        """Cut env ``i``'s piece: its rows complete since the last one (all of them when
+        the episode ``ended``) and the items they allow."""
+        e, pad = self.episodes, self.pad
+        lo = int(e.appended[i])
+        steps = int(e.steps[i])
+        hi = pad + (steps + 1 if ended else max(0, steps - self.lag + 1))  # complete rows
+        stream = (i, int(e.serial[i]))
+        rows, switch = 0, False
+        if hi > lo:
+            first = lo
+            if self.last_stream != stream:
+                first = max(0, lo - (self.span - 1))
+                switch = True
+                self.copied_rows += lo - first
+            rows = hi - first
+            out = self.out.reserve(rows)  # the rows go straight to the staging buffer
+            e.rows.copy_rows(i, first, hi, out)
+            self.computed(i, first, hi, ended, terminated, out)
+            self.last_stream = stream
+            self.appended_rows += rows
+            e.appended[i] = hi
+        jobs = []
+        anchors, extents = self.items(i, hi, ended, terminated)
+        if len(anchors):
+            starts = anchors - hi  # one array for every table (nobody writes to it)
+            jobs += [(t, span, starts, extents) for t, span in self.tables]
+        for table, rule, span in self.sequences:
+            starts, lengths = rule.items(i, hi, pad, steps, ended)
+            if len(starts):
+                jobs.append((table, span, starts - hi, lengths))
+        if rows or jobs:
+            self.out.stage(rows, switch, jobs)
+        if not ended:
+            self.out.drops.append((i, max(0, hi - (self.span - 1))))
+
 
 _NO_ENVS = np.zeros(0, dtype=np.int64)
 
@@ -224,4 +460,3 @@ def _selector(idx: np.ndarray) -> np.ndarray | slice:
         j = int(idx[0])
         return slice(j, j + 1)
     return idx
-

@@ -106,6 +106,7 @@ class NStepTransitionAdder(StreamAdder):
         # the item with k steps left spans stack + min(n, k) rows).
         self._extents = (self.stack + np.minimum(np.arange(self.capacity + 1), n))[::-1].copy()
         self._extents.flags.writeable = False
+        self._block = self._out.deferred = self._new_block(self._out.every)
 
     # ---------------------------------------------------------- construction
     @staticmethod
@@ -161,7 +162,8 @@ class NStepTransitionAdder(StreamAdder):
             and self.pad < self.chunk_length
             and row_bytes <= BLOCK_ROW_BYTES
         ):
-            return NStepBlock(self, every)
+            episodes = self._episodes
+            return NStepBlock(self, every, episodes, self._next_item, self._powers, self._tail)
         return None
 
     def _computed(

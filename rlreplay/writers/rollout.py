@@ -16,7 +16,7 @@ import numpy as np
 from rlreplay.core.layout import ItemLayout, Window
 from rlreplay.core.specs import FieldSpec, Signature, flatten, unflatten
 from rlreplay.errors import ClosedError, InvalidArgumentError, SignatureError, describe
-from rlreplay.writers.adder_writer import adder_writer, writer_signature
+from rlreplay.writers.adder_options import adder_writer, writer_signature
 from rlreplay.writers.autoreset import final_obs_source, mode_name
 
 FLAGS = ("terminated", "truncated", "autoreset")

@@ -13,18 +13,18 @@ of one episode are, in order:
 * one final row holding the last observation (the true final observation, also after a
   truncation) with zero action, reward and extras.
 
-Rows are held per environment (:class:`~rlreplay.writers.episode_rows.EpisodeRows`, one
+Rows are held per environment (:class:`~rlreplay.writers.episode_steps.EpisodeRows`, one
 write per field per call, vectorised over environments) and completed in pieces of about
 ``chunk_length`` rows: a row is complete once every stored field of it is known (an
 n-step return needs ``n`` rewards). Completed pieces are staged and handed to the writer
 in bulk every ``hand_over_every`` calls (:mod:`rlreplay.writers.hand_over`; joined by
-:class:`~rlreplay.writers.chunk_batch.ChunkBatch`, kept across writer timeouts by
-:class:`~rlreplay.writers.chunk_writer.ChunkWriter`). Items never span two episodes.
+:class:`~rlreplay.writers.hand_over.ChunkBatch`, kept across writer timeouts by
+:class:`~rlreplay.writers.hand_over.ChunkWriter`). Items never span two episodes.
 
 Pieces of different environments interleave in the store, so a piece that does not
 continue its environment's previous one repeats the last ``span - 1`` rows of its episode
 (``copied_rows``: an overhead of ``(span - 1) / chunk_length`` with several environments;
-see :mod:`rlreplay.writers.pieces` and docs/adders.md). What a checked step does to each
+see :mod:`rlreplay.writers.episode_steps` and docs/adders.md). What a checked step does to each
 environment's episode is :class:`~rlreplay.writers.episode_steps.EpisodeSteps`' part.
 
 Autoreset modes: see :mod:`rlreplay.writers.autoreset`. The adder's options are checked
@@ -32,9 +32,9 @@ Autoreset modes: see :mod:`rlreplay.writers.autoreset`. The adder's options are 
 every call's arguments (:class:`~rlreplay.writers.step_inputs.StepInputs`) before
 anything changes.
 
-An adder may record its calls and settle them a block at a time instead
-(:meth:`StreamAdder._new_block`; the n-step adder's
-:class:`~rlreplay.writers.nstep_blocks.NStepBlock`): what reaches the writer is the same.
+An adder may record its calls and settle them a block at a time instead (the n-step
+adder's :class:`~rlreplay.writers.nstep_blocks.NStepBlock`): what reaches the writer is
+the same.
 """
 
 from __future__ import annotations
@@ -47,18 +47,17 @@ import numpy as np
 from rlreplay.core.table import Table
 from rlreplay.core.table_checks import check_timeout
 from rlreplay.errors import InvalidArgumentError, describe
-from rlreplay.writers.adder_options import AdderOptions, sequence_rules
-from rlreplay.writers.adder_writer import (
+from rlreplay.writers.adder_options import (
+    AdderOptions,
     adder_tables,
     adder_writer,
+    sequence_rules,
     table_span,
     writer_signature,
     writer_store,
 )
-from rlreplay.writers.episode_rows import EpisodeRows
-from rlreplay.writers.episode_steps import EpisodeSteps
+from rlreplay.writers.episode_steps import EpisodePieces, EpisodeRows, EpisodeSteps
 from rlreplay.writers.hand_over import HandOver
-from rlreplay.writers.pieces import EpisodePieces
 from rlreplay.writers.sequence_items import SequenceItems
 from rlreplay.writers.step_inputs import StepInputs
 
@@ -150,8 +149,6 @@ class StreamAdder:
         writer = adder_writer(writer, self.capacity, staged)
         self.writer = writer
         self.tables = adder_tables(writer, tables, [t for t, _ in self._sequences])
-        self._spans = [table_span(writer, t, self.span) for t in self.tables]
-        self._sequence_spans = [table_span(writer, t, self.span) for t, _ in self._sequences]
         for _, rule in self._sequences:
             rule.bind(self.num_envs)
         n = self.num_envs
@@ -172,14 +169,20 @@ class StreamAdder:
         self._episodes = EpisodeSteps(
             n, self.mode, self.pad, chunk_length, self._inputs, self._rows, self._out, timeout
         )
-        self._pieces = self._episodes.pieces = EpisodePieces(self, self._out)
-        # The episodes' state, read by the pieces and the subclasses' columns and items.
-        self._active = self._episodes.active
-        self._appended = self._episodes.appended
-        self._serial = self._episodes.serial
-        # Calls recorded in blocks and settled a block at a time (see _new_block).
-        self._block = self._new_block(every)
-        self._out.deferred = self._block
+        self._pieces = self._episodes.pieces = EpisodePieces(
+            self._episodes,
+            (self.pad, self.lag, self.span, chunk_length),
+            self._computed,
+            self._items,
+            [(t, table_span(writer, t, self.span)) for t in self.tables],
+            [(t, rule, table_span(writer, t, self.span)) for t, rule in self._sequences],
+        )
+        # What records the calls and settles them a block at a time, or None: every call
+        # goes through EpisodeSteps at once. An object with ``calls``, ``record(fields,
+        # obs, term, trunc, info) -> bool``, ``settle()`` and ``sync()`` (which also brings
+        # the episode rows up to date), set by a subclass as its hand-over's ``deferred``
+        # (see :class:`~rlreplay.writers.nstep_blocks.NStepBlock`).
+        self._block: Any = None
 
     @property
     def _steps(self) -> np.ndarray:
@@ -188,7 +191,7 @@ class StreamAdder:
         return self._episodes.steps
 
     def _settle(self) -> None:
-        """Do what the calls recorded in the current block do (see :meth:`_new_block`)."""
+        """Do what the calls recorded in the current block do (see ``_block``)."""
         if self._block is not None:
             self._block.sync()
 
@@ -207,7 +210,7 @@ class StreamAdder:
     @property
     def copied_rows(self) -> int:
         """Context rows appended again before a piece that continues an episode after
-        another stream's rows (see :mod:`rlreplay.writers.pieces`)."""
+        another stream's rows (see :mod:`rlreplay.writers.episode_steps`)."""
         self._settle()
         return self._pieces.copied_rows
 
@@ -371,14 +374,6 @@ class StreamAdder:
         self.close()
 
     # ------------------------------------------------------------ subclasses
-    def _new_block(self, every: int) -> Any:
-        """What records this adder's calls and settles them a block of ``every`` calls at
-        a time (an object with ``calls``, ``record(fields, obs, term, trunc, info) ->
-        bool``, ``settle()`` and ``sync()``, which also brings the episode rows up to
-        date, see :class:`~rlreplay.writers.nstep_blocks.NStepBlock`), or ``None``: every
-        call goes through :class:`EpisodeSteps` at once."""
-        return None
-
     def _computed(
         self, i: int, lo: int, hi: int, ended: bool, terminated: bool, out: dict[str, np.ndarray]
     ) -> None:

@@ -15,7 +15,7 @@ import rlreplay
 from benchmarks.crash_trials import write_loop
 from rlreplay.checkpoint import restore
 from rlreplay.checkpoint.restore import load
-from rlreplay.checkpoint.table_contents import read_items, step_range
+from rlreplay.datasets.table_contents import read_items, step_range
 from rlreplay.runtime.stop_flag import StopFlag
 
 ITEMS = 150_000

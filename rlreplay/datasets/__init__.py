@@ -1,22 +1,20 @@
-"""Datasets out of and into replay: the public names in one place.
+"""Datasets out of and into replay: experience moved between buffers and tools.
 
 * :func:`export_npz` / :func:`import_npz`: any table (or several over one store, or a
   range of a store's steps) as one ``.npz`` of steps, items, keys and priorities, and
-  back into tables of the same definition (:mod:`rlreplay.checkpoint.columnar`).
+  back into tables of the same definition (:mod:`rlreplay.datasets.npz`).
 * :func:`export_minari` / :func:`import_minari`: the whole episodes of a store's step
   rows as a Minari dataset, and a Minari dataset into a table of step rows or through
-  an adder (:mod:`rlreplay.checkpoint.minari_format`,
-  :mod:`rlreplay.checkpoint.minari_import`; the columns are described in
-  :mod:`rlreplay.checkpoint.episode_columns`).
+  an adder (:mod:`rlreplay.datasets.minari`; the columns are described in
+  :mod:`rlreplay.datasets.episodes`).
 
 A dataset moves experience; a checkpoint (:func:`rlreplay.checkpoint.save`) restores a
 table exactly (times sampled, selector order, limiter counters, random generator).
 """
 
-from rlreplay.checkpoint.columnar import export_npz, import_npz, read_npz_meta
-from rlreplay.checkpoint.episode_columns import DEFAULT_FIELDS
-from rlreplay.checkpoint.minari_format import export_minari
-from rlreplay.checkpoint.minari_import import MinariImport, import_minari
+from rlreplay.datasets.episodes import DEFAULT_FIELDS
+from rlreplay.datasets.minari import MinariImport, export_minari, import_minari
+from rlreplay.datasets.npz import export_npz, import_npz, read_npz_meta
 
 __all__ = [
     "DEFAULT_FIELDS",

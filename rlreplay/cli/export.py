@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from rlreplay.cli_args import CommandError
+from rlreplay.cli.parsing import CommandError
 
 
 def _step_id(text: str) -> int:
@@ -113,13 +113,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     chosen = _chosen(tables, args.tables, args.minari is not None)
     span = {"first_id": args.first_id, "end_id": args.end_id}
     if args.npz is not None:
-        from rlreplay.checkpoint.columnar import export_npz
+        from rlreplay.datasets.npz import export_npz
 
         path = export_npz(chosen, args.npz, item_data=args.item_data, **span)
         items = ", ".join(f"{t.name}: {t.size} items" for t in chosen)
         print(f"wrote {path} ({items})", flush=True)
         return 0
-    from rlreplay.checkpoint.minari_format import export_minari
+    from rlreplay.datasets.minari import export_minari
 
     dataset = export_minari(
         chosen[0],

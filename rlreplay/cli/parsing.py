@@ -16,12 +16,7 @@ USAGE = 2  # the command cannot run as given
 
 
 class CommandError(Exception):
-    """A user error the command reports in one line and exits with ``code``.
-
-    Defined here, not in ``rlreplay.cli``: run as ``python -m rlreplay.cli`` that module
-    is ``__main__``, and subcommand modules importing ``rlreplay.cli`` would get a second
-    copy whose class its ``main`` does not catch.
-    """
+    """A user error the command reports in one line and exits with ``code``."""
 
     def __init__(self, message: str, code: int = USAGE):
         super().__init__(message)

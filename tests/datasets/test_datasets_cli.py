@@ -9,8 +9,8 @@ import pytest
 
 from rlreplay import ItemLayout, StepStore, Table
 from rlreplay.checkpoint import save
-from rlreplay.checkpoint.columnar import import_npz
 from rlreplay.cli import main
+from rlreplay.datasets.npz import import_npz
 
 SIG = {
     "obs": ((2,), "float32"),

@@ -22,9 +22,9 @@ from rlreplay import (
     Table,
     Window,
 )
-from rlreplay.checkpoint import table_contents
-from rlreplay.checkpoint.columnar import export_npz, import_npz, read_npz_meta
-from rlreplay.checkpoint.table_contents import read_items, step_range
+from rlreplay.datasets import table_contents
+from rlreplay.datasets.npz import export_npz, import_npz, read_npz_meta
+from rlreplay.datasets.table_contents import read_items, step_range
 
 SIG = {"obs": ((3,), "float32"), "action": "int64", "reward": "float32"}
 

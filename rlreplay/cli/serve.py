@@ -1,26 +1,9 @@
-"""The ``rlreplay`` command line: one function per subcommand.
+"""``rlreplay serve``: tables served from a TOML configuration, and ``rlreplay keygen``,
+the CURVE keys a server and its clients authenticate with.
 
-    rlreplay demo [--agent dqn|sac|ppo|apex] [--seed N] [--total-steps N]
-                  [--backend inline|threads|processes] [--out DIR]
-    rlreplay serve --config tables.toml [--bind HOST] [--port N] [--insecure]
-                   [--curve-secret FILE] [--authorized-keys DIR] [--metrics-port N]
-                   [--max-message-bytes SIZE] [--max-unread-bytes SIZE]
-                   [--max-parked-per-client N] [--parked-expiry-s S]
-                   [--checkpoint-dir DIR [--checkpoint-every S] [--keep K]]
-    rlreplay checkpoint ADDRESS [--timeout S] [--server-key FILE] [--client-key FILE]
-    rlreplay info ADDRESS [TABLE] [--server-key FILE] [--client-key FILE] [--timeout S]
-    rlreplay info --build
-    rlreplay export CHECKPOINT (--npz FILE | --minari DATASET_ID) [--tables NAME,...]
-    rlreplay keygen DIR [--name NAME]
-    rlreplay --version
-
-A user error is answered in one line on stderr (``rlreplay SUBCOMMAND: error: ...``),
-never with a traceback. Exit status: 0 on success; 2 when the command cannot run as
-given (a bad option or argument, an unknown table, a missing or malformed configuration,
-a port in use, a missing extra); 1 when the server cannot be reached or fails.
-
-To add a subcommand, write a parser function (``add_<name>...(subparsers)``) and
-``cmd_<name>(args)`` and list the parser function in ``SUBCOMMANDS``.
+``serve --checkpoint-dir DIR`` restores the newest valid checkpoint in ``DIR`` at start
+(and says so), saves one every ``--checkpoint-every S`` seconds while serving and keeps
+the newest ``--keep K``.
 """
 
 from __future__ import annotations
@@ -30,71 +13,12 @@ import importlib
 import logging
 import os
 import signal
-import sys
-from collections.abc import Sequence
 from typing import Any
 
-from rlreplay import cli_checkpoint, cli_export, cli_remote
-from rlreplay.cli_args import USAGE, CommandError, Parser, port_number, positive, size_bytes
-from rlreplay.cli_remote import FAILED, check_key_files, import_net
+from rlreplay.cli.parsing import CommandError, port_number, positive, size_bytes
+from rlreplay.cli.remote import check_key_files, import_net
 
 
-# ------------------------------------------------------------------- demo
-def cmd_demo(args: argparse.Namespace) -> int:
-    from rlreplay.demo import INSTALL, default_out, missing_modules, run_demo, written
-
-    missing = missing_modules()
-    if missing:
-        raise CommandError(
-            f"the demo trains a network and needs {missing}, which are not installed: {INSTALL}"
-        )
-    out = default_out(args.agent) if args.out is None else args.out
-    summary = run_demo(
-        args.agent, seed=args.seed, total_steps=args.total_steps, backend=args.backend,
-        out=out,
-    )
-    target = summary.get("samples_per_insert_target")
-    observed = summary.get("samples_per_insert_observed")
-    ratio = (
-        "on-policy: each item sampled once" if target is None
-        else f"samples per insert {observed or 0:.2f} (target {target:g})"
-    )
-    print(
-        f"done: {summary.get('env_steps')} env steps in {summary.get('wall_s') or 0:.0f}s, "
-        f"final evaluation return {summary.get('final_eval_return')}, {ratio}"
-    )
-    print(written(out), flush=True)
-    return 0
-
-
-def add_demo(sub: argparse._SubParsersAction) -> None:
-    from rlreplay.demo import AGENTS
-
-    p = sub.add_parser(
-        "demo", help="train an agent through replay (default: DQN on CartPole, processes)"
-    )
-    p.add_argument(
-        "--agent", choices=sorted(AGENTS), default="dqn",
-        help="; ".join(f"{name}: {what}" for name, (_, what) in AGENTS.items()),
-    )
-    p.add_argument("--seed", type=int, default=None, help="seed (default: the agent's)")
-    p.add_argument(
-        "--total-steps", type=positive(int), default=None, metavar="N",
-        help="env steps to train for (default: the agent's)",
-    )
-    p.add_argument(
-        "--backend", choices=("inline", "threads", "processes"), default=None,
-        help="where actors and learner run (default: the agent's, processes)",
-    )
-    p.add_argument(
-        "--out", default=None, metavar="DIR",
-        help="folder for metrics.csv, summary.json and learning_curve.png (default: "
-        "runs/<example>, e.g. runs/dqn_cartpole; '' writes nothing)",
-    )
-    p.set_defaults(func=cmd_demo)
-
-
-# ------------------------------------------------------------------ serve
 def add_serve_parser(sub: Any) -> None:
     p = sub.add_parser("serve", help="serve tables from a TOML configuration")
     p.add_argument(
@@ -125,7 +49,7 @@ def add_serve_parser(sub: Any) -> None:
         parse = size_bytes if name.endswith("_bytes") else positive(kind)
         metavar = "SIZE" if name.endswith("_bytes") else "N"
         p.add_argument(flag, type=parse, default=None, metavar=metavar, help=help_text)
-    cli_checkpoint.add_serve_flags(p)
+    add_checkpoint_flags(p)
     p.set_defaults(func=cmd_serve)
 
 
@@ -212,7 +136,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from rlreplay.net.config import load_config
 
     check_serve_options(args)
-    checkpoint_kwargs = cli_checkpoint.serve_kwargs(args)
+    checkpointing = checkpoint_kwargs(args)
     tables = load_config(args.config)
     server = net.Server(
         tables,
@@ -223,7 +147,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         insecure=args.insecure,
         metrics_port=args.metrics_port,
         **{n: getattr(args, n) for n, _, _ in SERVER_LIMITS if getattr(args, n) is not None},
-        **checkpoint_kwargs,
+        **checkpointing,
     )
     try:
         server.start()
@@ -252,7 +176,53 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-# ----------------------------------------------------------------- keygen
+def add_checkpoint_flags(p: argparse.ArgumentParser) -> None:
+    """The checkpoint flags of ``rlreplay serve``."""
+    p.add_argument(
+        "--checkpoint-dir",
+        default=None,
+        metavar="DIR",
+        help="restore the newest valid checkpoint in DIR at start, and save checkpoints there",
+    )
+    p.add_argument(
+        "--checkpoint-every",
+        type=positive(float),
+        default=None,
+        metavar="S",
+        help="seconds between checkpoints (needs --checkpoint-dir; default: only when asked "
+        "by `rlreplay checkpoint`)",
+    )
+    p.add_argument(
+        "--keep",
+        type=positive(int),
+        default=None,
+        metavar="K",
+        help="keep only the K newest checkpoints (needs --checkpoint-dir; default: all)",
+    )
+
+
+def checkpoint_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The Server keyword arguments of the checkpoint flags.
+
+    Raises:
+        CommandError: for ``--checkpoint-every`` or ``--keep`` without ``--checkpoint-dir``.
+    """
+    if args.checkpoint_dir is None:
+        given = [f for f, v in (("--checkpoint-every", args.checkpoint_every),
+                                ("--keep", args.keep)) if v is not None]  # fmt: skip
+        if given:
+            raise CommandError(
+                f"{' and '.join(given)} need{'s' if len(given) == 1 else ''} --checkpoint-dir "
+                "DIR (where checkpoints are saved)"
+            )
+        return {}
+    return {
+        "checkpoint_dir": args.checkpoint_dir,
+        "checkpoint_every_s": args.checkpoint_every,
+        "keep_checkpoints": args.keep,
+    }
+
+
 def add_keygen_parser(sub: Any) -> None:
     p = sub.add_parser("keygen", help="write a CURVE key pair (NAME.key, NAME.key_secret)")
     p.add_argument("folder", metavar="DIR", help="folder to write the keys to (created if missing)")
@@ -269,69 +239,3 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     public, secret = keygen(args.folder, args.name)
     print(f"public key: {public}\nsecret key: {secret} (keep it private)")
     return 0
-
-
-# ------------------------------------------------------------------- main
-SUBCOMMANDS = (
-    add_demo,
-    add_serve_parser,
-    cli_remote.add_info_parser,
-    cli_checkpoint.add_checkpoint_parser,
-    cli_export.add_export_parser,
-    add_keygen_parser,
-)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    import rlreplay
-
-    parser = Parser(prog="rlreplay", description="rlreplay command line")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
-    parser.add_argument("--version", action="version", version=f"rlreplay {rlreplay.__version__}")
-    # required is checked by Parser.parse_command, after unknown options
-    sub = parser.add_subparsers(dest="command", required=False, metavar="COMMAND")
-    for add in SUBCOMMANDS:
-        add(sub)
-    return parser
-
-
-def configure_logging(verbose: bool) -> None:
-    """rlreplay's own log lines at INFO (DEBUG with ``--verbose``), every other library's
-    at WARNING: the root logger is not lowered, so matplotlib's, torch's or any library's
-    INFO lines never break the demo's progress bar or a command's output."""
-    logging.basicConfig(
-        level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s"
-    )
-    logging.getLogger("rlreplay").setLevel(logging.DEBUG if verbose else logging.INFO)
-
-
-def fail(args: argparse.Namespace, message: str, code: int) -> int:
-    """Print ``message`` as one line on stderr; returns ``code``."""
-    line = " ".join(str(message).split())
-    print(f"rlreplay {args.command}: error: {line}", file=sys.stderr, flush=True)
-    return code
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``rlreplay`` command; returns the exit status (see the module)."""
-    args = build_parser().parse_command(argv)
-    configure_logging(args.verbose)
-    from rlreplay.errors import InvalidArgumentError, ReplayError
-
-    try:
-        return int(args.func(args) or 0)
-    except CommandError as exc:
-        return fail(args, str(exc), exc.code)
-    except InvalidArgumentError as exc:
-        return fail(args, str(exc), USAGE)
-    except ReplayError as exc:
-        return fail(args, f"{type(exc).__name__}: {exc}", FAILED)
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:  # the reader left early (`rlreplay info ... | head -1`)
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
-        return FAILED
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,5 +1,7 @@
 """Reaching a running server from the command line: the key-file checks, the ``net``
-extra's import, one call on a client with one-line errors, and ``rlreplay info``."""
+extra's import, one call on a client with one-line errors; ``rlreplay info`` (the text
+tables it prints) and ``rlreplay checkpoint`` (a running server saves one now and the
+command prints its directory once it is published)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import os
 from types import ModuleType
 from typing import Any
 
-from rlreplay.cli_args import CommandError, positive
+from rlreplay.cli.parsing import CommandError, positive
 
 FAILED = 1  # it ran, and the server (or the operation) failed
 NET_MODULES = ("zmq", "msgpack", "tomli")
@@ -140,8 +142,6 @@ def call_server(args: argparse.Namespace, command: str, call: Any, **client_args
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from rlreplay.cli_output import format_build, format_info
-
     if args.build and args.address is not None:
         given = " ".join(a for a in (args.address, args.table) if a is not None)
         raise CommandError(
@@ -159,3 +159,76 @@ def cmd_info(args: argparse.Namespace) -> int:
     )
     print(format_info(stats))
     return 0
+
+
+def add_checkpoint_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "checkpoint", help="have a running server save a checkpoint now; prints its directory"
+    )
+    p.add_argument("address", metavar="ADDRESS", help="tcp://host:port, host:port or ipc:///path")
+    p.add_argument(
+        "--timeout",
+        type=positive(float),
+        default=600.0,
+        metavar="S",
+        help="seconds to wait for the checkpoint to be published",
+    )
+    add_key_flags(p)
+    p.set_defaults(func=cmd_checkpoint)
+
+
+def cmd_checkpoint(args: argparse.Namespace) -> int:
+    path = call_server(args, "checkpoint", lambda client: client.checkpoint(timeout=args.timeout))
+    print(path)
+    return 0
+
+
+INFO_COLUMNS = (
+    ("table", "name", "{}"),
+    ("size", "size", "{}"),
+    ("capacity", "max_size", "{}"),
+    ("sampler", "sampler", "{}"),
+    ("remover", "remover", "{}"),
+    ("inserts/s", "inserts_per_s", "{:.1f}"),
+    ("samples/s", "samples_per_s", "{:.1f}"),
+    ("spi", "samples_per_insert", "{:.3g}"),
+    ("ins blocked s", "insert_blocked_s", "{:.2f}"),
+    ("smp blocked s", "sample_blocked_s", "{:.2f}"),
+)
+
+
+def format_columns(rows: list[list[str]]) -> list[str]:
+    """Rows of cells as left-aligned text columns."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+
+
+def format_info(stats: dict[str, dict]) -> str:
+    """A text table of ``Client.server_info()`` output, then each table's limiter."""
+    rows = [[h for h, _, _ in INFO_COLUMNS]]
+    for info in stats.values():
+        rows.append([fmt.format(info[key]) for _, key, fmt in INFO_COLUMNS])
+    lines = format_columns(rows)
+    for name, info in stats.items():
+        lim = ", ".join(f"{k}={v:g}" for k, v in info["rate_limiter"].items())
+        lines.append(f"{name}: limiter({lim}) inserts={info['inserts']} samples={info['samples']}")
+    return "\n".join(lines)
+
+
+def format_build() -> str:
+    """The package version and whether each compiled kernel is active, and why not."""
+    import platform
+
+    import numpy as np
+
+    import rlreplay
+    from rlreplay.core._compiled import kernel_status
+
+    rows = [["kernel", "active", "why"]]
+    for status in kernel_status():
+        rows.append([status.module, "yes" if status.active else "no", status.reason])
+    header = (
+        f"rlreplay {rlreplay.__version__} (Python {platform.python_version()}, "
+        f"numpy {np.__version__})"
+    )
+    return "\n".join([header, *format_columns(rows)])

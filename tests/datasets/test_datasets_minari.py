@@ -22,8 +22,7 @@ from rlreplay import (  # noqa: E402
     StepStore,
     Table,
 )
-from rlreplay.checkpoint.minari_format import export_minari  # noqa: E402
-from rlreplay.checkpoint.minari_import import import_minari  # noqa: E402
+from rlreplay.datasets.minari import export_minari, import_minari  # noqa: E402
 
 SIG = {
     "obs": ((4,), "float32"),
@@ -482,7 +481,7 @@ SPACE_CASES = {
 
 @pytest.mark.parametrize("case", list(SPACE_CASES))
 def test_inferred_spaces(case):
-    from rlreplay.checkpoint.episode_columns import infer_space
+    from rlreplay.datasets.episodes import infer_space
 
     data, space = SPACE_CASES[case]
     assert infer_space(data) == space

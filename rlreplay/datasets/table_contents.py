@@ -1,10 +1,10 @@
 """What a table holds, read out in step order: a range of stored steps and the items on it.
 
-The dataset formats (``columnar``, ``minari_format``) read a store's steps and a table's
-items through this module: the items' small per-item state in one pass with the store's
-lock held, the steps a chunk per lock hold (stored rows never change until overwritten),
-so a consistent snapshot is read while writers and samplers go on, each waiting at most
-one chunk's copy. Nothing here changes a table or a store.
+The dataset formats (:mod:`rlreplay.datasets.npz`, :mod:`rlreplay.datasets.minari`)
+read a store's steps and a table's items through this module: the items' small per-item
+state in one pass with the store's lock held, the steps a chunk per lock hold (stored
+rows never change until overwritten), so a consistent snapshot is read while writers and
+samplers go on, each waiting at most one chunk's copy. Nothing here changes a table or a store.
 
 A *range* of a store is given by step ids, the store's insert counts: step ``i`` is the
 ``i``-th step ever appended, so ``first_id``/``end_id`` select the steps inserted between
