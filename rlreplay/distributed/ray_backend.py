@@ -27,11 +27,11 @@ from rlreplay.core.selectors import Prioritized, Uniform
 from rlreplay.distributed.ray import RayShards, import_ray, start_shards
 from rlreplay.errors import ClosedError, ComponentFailedError, InvalidArgumentError
 from rlreplay.runtime.actor import FINISHED, NUM_COUNTERS
+from rlreplay.runtime.backends import ConcurrentBackend
 from rlreplay.runtime.config import ReplaySpec, RuntimeConfig, build_table
-from rlreplay.runtime.driver import Deployment, drive
+from rlreplay.runtime.driver import Deployment
 from rlreplay.runtime.environment_loop import ActorRecipe
-from rlreplay.runtime.interfaces import LearnerLogic, RunResult
-from rlreplay.runtime.reporter import OnStats
+from rlreplay.runtime.interfaces import LearnerLogic
 from rlreplay.runtime.weights import WEIGHTS_TABLE, TableWeights, weights_table
 
 _MAX_HISTORY = 4096  # steps of history a writer keeps for the adder at most
@@ -256,18 +256,15 @@ class RayDeployment:
             self._own_ray = False
 
 
-class RayBackend:
+class RayBackend(ConcurrentBackend):
     """The ``ray`` backend: the table sharded over replay servers in Ray actors
     (:class:`RayDeployment`), the actors as Ray actors, the learner in this process."""
 
-    def run(
+    def deploy(
         self, config: RuntimeConfig, recipe: ActorRecipe, replay: ReplaySpec,
-        logic: LearnerLogic, total_env_steps: int, on_stats: OnStats | None,
-        max_updates: int | None,
-    ) -> RunResult:
+        logic: LearnerLogic,
+    ) -> Deployment:
         started = RayDeployment(config, recipe, replay, logic.params())
-        deployment = Deployment(
+        return Deployment(
             started.table, started.weights, started.actors, threading.Event(), started.stop
         )
-        return drive(config, deployment, logic, total_env_steps, on_stats, max_updates)
-

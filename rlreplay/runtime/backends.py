@@ -27,31 +27,47 @@ from rlreplay.runtime.reporter import OnStats
 from rlreplay.runtime.weights import TableWeights, Weights, weights_table
 
 
-class ThreadsBackend:
-    """Actors as threads of this process, writing straight into the table."""
+class ConcurrentBackend:
+    """A backend whose parts run apart: :meth:`deploy` places them, the one driver loop
+    (:func:`~rlreplay.runtime.driver.drive`) runs them."""
+
+    def deploy(
+        self, config: RuntimeConfig, recipe: ActorRecipe, replay: ReplaySpec,
+        logic: LearnerLogic,
+    ) -> Deployment:
+        """Start the table, the weights and the (not yet started) actor group."""
+        raise NotImplementedError
 
     def run(
         self, config: RuntimeConfig, recipe: ActorRecipe, replay: ReplaySpec,
         logic: LearnerLogic, total_env_steps: int, on_stats: OnStats | None,
         max_updates: int | None,
     ) -> RunResult:
-        table = build_table(config, replay)
-        weights = Weights()
-        stop = threading.Event()
-        actors = ThreadActors(recipe, table, weights, stop)
-        deployment = Deployment(table, weights, actors, stop)
+        deployment = self.deploy(config, recipe, replay, logic)
         return drive(config, deployment, logic, total_env_steps, on_stats, max_updates)
 
 
-class ProcessesBackend:
+class ThreadsBackend(ConcurrentBackend):
+    """Actors as threads of this process, writing straight into the table."""
+
+    def deploy(
+        self, config: RuntimeConfig, recipe: ActorRecipe, replay: ReplaySpec,
+        logic: LearnerLogic,
+    ) -> Deployment:
+        table = build_table(config, replay)
+        weights = Weights()
+        stop = threading.Event()
+        return Deployment(table, weights, ThreadActors(recipe, table, weights, stop), stop)
+
+
+class ProcessesBackend(ConcurrentBackend):
     """Actors as processes of their own; a replay server in this process serves them the
     table and the weights."""
 
-    def run(
+    def deploy(
         self, config: RuntimeConfig, recipe: ActorRecipe, replay: ReplaySpec,
-        logic: LearnerLogic, total_env_steps: int, on_stats: OnStats | None,
-        max_updates: int | None,
-    ) -> RunResult:
+        logic: LearnerLogic,
+    ) -> Deployment:
         from rlreplay.net.server import Server
 
         table = build_table(config, replay)
@@ -63,8 +79,7 @@ class ProcessesBackend:
         except BaseException:
             server.stop()
             raise
-        deployment = Deployment(table, weights, actors, threading.Event(), server.stop)
-        return drive(config, deployment, logic, total_env_steps, on_stats, max_updates)
+        return Deployment(table, weights, actors, threading.Event(), server.stop)
 
 
 def backend_named(name: str) -> Backend:
