@@ -204,14 +204,10 @@ def parts_alone(workload: Workload, seed: int, steps: int, updates: int, extra: 
     weights.publish(logic.params())
     recipe = ActorRecipe(config, make_env, args["make_policy"], replay.adder, steps)
     counters = np.zeros(NUM_COUNTERS)
-    actor = recipe.build(0, table, weights, counters, threading.Event())
+    loop = recipe.build(0, table, weights, counters, threading.Event())
     start = time.perf_counter()
-    actor.start()
-    while not actor.done:
-        actor.step()
-    actor.finish()
+    loop.run()  # to the quota, everything handed over, the env closed
     t_act = time.perf_counter() - start
-    actor.env.close()
     learner = Learner(logic, table, weights, config)
     timed = max(1, min(updates, max_updates_timed))
     start = time.perf_counter()
