@@ -44,6 +44,9 @@ __all__ = [
     "observation_fields",
 ]
 
+_FLOAT32 = np.dtype(np.float32)
+_BOOL = np.dtype(bool)
+
 # SB3's own classes, kept before anything may rebind the names in SB3's module.
 _SB3ReplayBuffer = sb3_buffers.ReplayBuffer
 _SB3DictReplayBuffer = sb3_buffers.DictReplayBuffer
@@ -279,22 +282,23 @@ class ReplayBuffer(_SB3ReplayBuffer):
                 ``n_envs`` entries, or ``infos`` not a list of ``n_envs`` dicts while
                 timeouts are handled; nothing is added then.
         """
+        ring = self._ring
+        obs_ = ring.check(obs, "obs")
+        next_obs_ = ring.check(next_obs, "next_obs")
         n = self.n_envs
-        obs_ = self._ring.check(obs, "obs")
-        next_obs_ = self._ring.check(next_obs, "next_obs")
-        action = np.asarray(action)
-        if action.size != n * self.action_dim:
-            raise InvalidArgumentError(
-                f"action has shape {action.shape}; give {n} action(s) of {self.action_dim} "
-                f"value(s) each (an array of shape {(n, self.action_dim)})"
-            )
-        reward, done = np.asarray(reward), np.asarray(done)
-        for name, value in (("reward", reward), ("done", done)):
-            if value.size != n:
-                raise InvalidArgumentError(
-                    f"{name} has shape {value.shape}; give one value per environment (shape ({n},))"
-                )
-        timeouts = None
+        if not (  # the arrays as SB3's VecEnv gives them are stored as they are
+            type(action) is np.ndarray
+            and action.dtype is self._action_dtype
+            and action.size == self._action_shape[0] * self._action_shape[1]
+            and type(reward) is np.ndarray
+            and reward.dtype is _FLOAT32
+            and reward.shape == self._env_shape
+            and type(done) is np.ndarray
+            and done.dtype is _BOOL
+            and done.shape == self._env_shape
+        ):
+            action, reward, done = self._cast(action, reward, done)
+        timeouts: Any = False
         if self.handle_timeout_termination:
             try:
                 if len(infos) != n:  # type: ignore[arg-type]
@@ -306,7 +310,36 @@ class ReplayBuffer(_SB3ReplayBuffer):
                     "environment, as SB3's VecEnv returns) while handle_timeout_termination "
                     "is True; pass handle_timeout_termination=False to ignore timeouts"
                 ) from None
-        try:  # cast as SB3's assignments do, before anything changes
+        p = ring.count % ring.per_env
+        ring.add(obs_, next_obs_)
+        self.actions[p] = action.reshape(self._action_shape)
+        self.rewards[p] = reward
+        self.dones[p] = done
+        self.timeouts[p] = timeouts
+
+    def _cast(
+        self, action: Any, reward: Any, done: Any
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``action``, ``reward`` and ``done`` cast as SB3's assignments cast them, as
+        arrays of ``(n_envs, action_dim)``, ``(n_envs,)`` and ``(n_envs,)``.
+
+        Raises:
+            InvalidArgumentError: naming the argument that does not hold ``n_envs``
+                entries, or when the values cannot be stored as numbers.
+        """
+        n = self.n_envs
+        action, reward, done = np.asarray(action), np.asarray(reward), np.asarray(done)
+        if action.size != n * self.action_dim:
+            raise InvalidArgumentError(
+                f"action has shape {action.shape}; give {n} action(s) of {self.action_dim} "
+                f"value(s) each (an array of shape {(n, self.action_dim)})"
+            )
+        for name, value in (("reward", reward), ("done", done)):
+            if value.size != n:
+                raise InvalidArgumentError(
+                    f"{name} has shape {value.shape}; give one value per environment (shape ({n},))"
+                )
+        try:
             action = action.reshape(n, self.action_dim).astype(self.actions.dtype, copy=False)
             reward = reward.reshape(n).astype(np.float32, copy=False)
             done = done.reshape(n).astype(bool, copy=False)
@@ -315,12 +348,7 @@ class ReplayBuffer(_SB3ReplayBuffer):
                 f"action, reward or done cannot be stored as numbers ({error}); give numeric "
                 "arrays of one entry per environment"
             ) from None
-        p = self._ring.pos
-        self._ring.add(obs_, next_obs_)
-        self.actions[p] = action
-        self.rewards[p] = reward
-        self.dones[p] = done
-        self.timeouts[p] = False if timeouts is None else timeouts
+        return action, reward, done
 
     # --------------------------------------------------------------- sample
     def sample(  # type: ignore[override]
@@ -397,15 +425,20 @@ class ReplayBuffer(_SB3ReplayBuffer):
         )
 
     def _make_views(self) -> None:
-        """Flat views of SB3's arrays, indexed by ``position * n_envs + env``."""
+        """Flat views of SB3's arrays, indexed by ``position * n_envs + env``, and the
+        dtype and shapes of the arrays ``add`` stores without a cast."""
         self._flat_actions = self.actions.reshape(-1, self.action_dim)
         self._flat_rewards = self.rewards.reshape(-1)
         self._flat_dones = self.dones.reshape(-1)
         self._flat_timeouts = self.timeouts.reshape(-1)
         self._on_cpu = self.device.type == "cpu"
+        self._action_dtype = self.actions.dtype
+        self._action_shape = (self.n_envs, self.action_dim)
+        self._env_shape = (self.n_envs,)
 
     def __getstate__(self) -> dict[str, Any]:
         views = ("_flat_actions", "_flat_rewards", "_flat_dones", "_flat_timeouts", "_on_cpu")
+        views += ("_action_dtype", "_action_shape", "_env_shape")
         return {key: value for key, value in self.__dict__.items() if key not in views}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
