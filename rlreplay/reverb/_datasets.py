@@ -172,17 +172,17 @@ class _Source:
                 self.table, n, in_flight=max(1, self.in_flight // n), timeout=self.timeout
             )
         try:
-            while left != 0:
-                try:
-                    with reverb_errors():
+            with reverb_errors():  # around the loop: a context per batch costs microseconds
+                while left != 0:
+                    try:
                         batch = next(it)
-                except RateLimiterTimeoutError:
-                    return
-                n_items = len(batch.info.keys)
-                if left > 0:
-                    n_items = min(n_items, left)
-                    left -= n_items
-                yield batch, n_items
+                    except RateLimiterTimeoutError:
+                        return
+                    n_items = len(batch.info.keys)
+                    if left > 0:
+                        n_items = min(n_items, left)
+                        left -= n_items
+                    yield batch, n_items
         finally:
             it.close()
 
@@ -196,13 +196,21 @@ class _Source:
         return [data[f] for f in self.meta.format.fields]
 
     def _info(self, info: Any, lo: int = 0, hi: int | None = None) -> SampleInfo:
-        keys = to_reverb_keys(info.keys)[lo:hi]
+        """Reverb's batched info of items ``lo:hi`` of a sample (few numpy calls: each
+        costs microseconds with the caches cold, as they are between learner steps)."""
+        keys, probabilities = info.keys, info.probabilities
+        priorities, times_sampled = info.priorities, info.times_sampled
+        if lo or (hi is not None and hi < len(keys)):
+            keys, probabilities = keys[lo:hi], probabilities[lo:hi]
+            priorities, times_sampled = priorities[lo:hi], times_sampled[lo:hi]
+        table_size = np.empty(len(keys), np.int64)
+        table_size.fill(info.table_size)
         return SampleInfo(
-            keys,
-            np.asarray(info.probabilities[lo:hi], np.float64),
-            np.full(len(keys), info.table_size, np.int64),
-            np.asarray(info.priorities[lo:hi], np.float64),
-            info.times_sampled[lo:hi].astype(np.int32),
+            to_reverb_keys(keys),
+            probabilities.astype(np.float64, copy=False),
+            table_size,
+            priorities.astype(np.float64, copy=False),
+            times_sampled.astype(np.int32),
         )
 
     def _unflatten(self, flat: list[Any]) -> Any:
@@ -223,7 +231,9 @@ class _Source:
                 yield from self._timestep_batches(batch, n)
                 continue
             if fmt.typed:
-                cols = [c[:n] for c in self._typed_columns(batch.data)]
+                cols = self._typed_columns(batch.data)
+                if n < len(batch.info.keys):
+                    cols = [c[:n] for c in cols]
             else:
                 items = fmt.decode(batch.data)[:n]
                 cols = [np.stack(parts) for parts in zip(*items)]
