@@ -135,7 +135,8 @@ def speed(args) -> list[dict]:
 def calls(args) -> list[dict]:
     """``sample()`` and ``add()`` alone, on buffers holding the same 20k transitions of
     CartPole's and Pendulum's shapes, SB3's and rlreplay's alternating in rounds (the
-    median round reported: robust to a shared machine's load)."""
+    median round reported: robust to a shared machine's load). ``add()`` gets arrays of
+    the dtypes SB3's ``VecEnv`` hands its buffers (float32 rewards, bool dones)."""
     import gymnasium as gym
     import torch as th
     from stable_baselines3.common.buffers import ReplayBuffer as SB3ReplayBuffer
@@ -158,7 +159,7 @@ def calls(args) -> list[dict]:
                     obs[None],
                     next_obs[None],
                     np.array([action]),
-                    np.array([reward]),
+                    np.array([reward], dtype=np.float32),  # as SB3's VecEnv gives rewards
                     np.array([terminated or truncated]),
                     [{"TimeLimit.truncated": truncated}],
                 )
