@@ -28,7 +28,12 @@ Reported per workload and backend:
   env and adder writing into a table that never blocks, no learner) and ``t_learn`` (the
   learner alone: the example's update on batches sampled from that table, as many as the
   run makes), the ideal speed-up of two overlapping loops
-  ``(t_act + t_learn) / max(t_act, t_learn)`` and the achieved one;
+  ``(t_act + t_learn) / max(t_act, t_learn)`` and the achieved one. Evaluations run in an
+  evaluator process of their own on every backend: ``inline`` waits for them in its one
+  loop, the others overlap them too, so beside the ideal the table gives ``t_eval`` (the
+  inline runs' evaluation time, median) and the ideal of three overlapping parts on this
+  machine's cores, ``(t_act + t_learn + t_eval) / max(t_act, t_learn, t_eval,
+  (t_act + t_learn + t_eval) / cores)``;
 - the ratio held: observed samples per insert in every 10 s window after the table
   reached ``min_size_to_sample`` (the largest deviation from the target, in %);
 - the actors' policy lag (learner updates since the weights an actor acts with were
@@ -283,9 +288,14 @@ def analyse(name: str, workload: Workload, runs: list[dict], parts: dict[str, fl
     inline = {r["seed"]: r for r in by_backend.get("inline", [])}
     t_act, t_learn = parts["t_act"], parts["t_learn"]
     ideal = (t_act + t_learn) / max(t_act, t_learn)
+    evals = [r["eval_s"] for r in by_backend.get("inline", [])]
+    t_eval = statistics.median(evals) if evals else 0.0
+    total = t_act + t_learn + t_eval
+    ideal_eval = total / max(t_act, t_learn, t_eval, total / (os.cpu_count() or 1))
     areas_inline = [area(*eval_curve(r["rows"])[::2], steps) for r in inline.values()]
     out: dict[str, Any] = {"workload": name, "module": workload.module, "steps": steps,
                            "t_act_s": t_act, "t_learn_s": t_learn, "ideal_speedup": ideal,
+                           "t_eval_s": t_eval, "ideal_speedup_with_eval": ideal_eval,
                            "backends": {}}
     for backend, group in by_backend.items():
         walls = [r["rows"][-1]["wall_s"] for r in group]
@@ -486,7 +496,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 def print_workload(result: dict[str, Any]) -> None:
     print(f"\n{result['workload']}: {result['steps']} env steps; actor alone "
           f"{result['t_act_s']:.1f} s, learner alone {result['t_learn_s']:.1f} s, ideal "
-          f"speed-up {result['ideal_speedup']:.2f}x")
+          f"speed-up {result['ideal_speedup']:.2f}x; inline's evaluations "
+          f"{result['t_eval_s']:.1f} s, ideal with them overlapped "
+          f"{result['ideal_speedup_with_eval']:.2f}x")
     print(f"{'backend':10s} {'wall s':>8s} {'speed-up':>9s} {'of ideal':>9s} {'area':>9s} "
           f"{'p':>6s} {'diff':>6s} {'spi dev%':>9s} {'lag upd':>8s} {'age ver':>8s}  final")
     for backend, e in result["backends"].items():
