@@ -165,7 +165,7 @@ def index_slot_bytes(sampler: Any, remover: Any, variable: bool, evicts: bool = 
     flag, the extents of layouts with per-item extents, the sampler's index and the
     remover's when it is used (``evicts``: the table's ``max_size`` is below its
     capacity)."""
-    from rlreplay.core.item_slots import ItemIndex
+    from rlreplay.core.item_index import ItemIndex
 
     probe = ItemIndex(
         PROBE_SLOTS,

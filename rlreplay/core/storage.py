@@ -107,10 +107,9 @@ class StepStore:
         self.lock = threading.Condition(self.mutex)
         self._column_tuple = tuple(self.columns.values())
         self._path_tuple = tuple(self.columns)
-        # Core-internal: whether single-lane writes of rows that fit their columns go
-        # through the compiled kernel (:meth:`choose_row_writer` decides; writers and the
-        # one-row insert read it with the lock held).
-        self.compiled_writes = False
+        # Whether writes of steps that fit the columns as they are go through the compiled
+        # kernel (one call per write); False: the numpy path (the tests compare them).
+        self.compiled_writes = _kernel is not None
         self.overwrite = OverwriteProtocol(self)
         # Core-internal: a checkpoint streaming the columns in the background sets this to
         # an object whose ``before_write(first_id, n)`` and ``before_reset()`` copy aside
@@ -125,7 +124,6 @@ class StepStore:
         self.prefaulter = prefault.for_store(self) if prefaulting else None
         if self.prefaulter is not None:
             self.prefault_wake = 0
-        self.choose_row_writer([])
 
     # ----------------------------------------------------------------- queries
     @property
@@ -248,14 +246,6 @@ class StepStore:
             self.overwrite.detach(table)
             self.lock.notify_all()  # appends waiting for its items may go on
 
-    def choose_row_writer(self, tables: list[Table]) -> None:
-        """Core-internal, called by the overwrite protocol (lock held) when its tables
-        change. Use the compiled writes where a row may be written before the tables have let go
-        of it: one lane, and every table evicts what is overwritten (a queue waits for its
-        items, a stack copies their steps away first)."""
-        evict_only = all(t.on_overwrite == "evict" for t in tables)
-        self.compiled_writes = _kernel is not None and self.lanes == 1 and evict_only
-
     def wake_waiters(self) -> None:
         """Core-internal, for the tables, writers and overwrite protocol over this store,
         with ``mutex`` held: wake the calls waiting on the lock after a change that may let
@@ -302,7 +292,7 @@ class StepStore:
         waiter = None
         while True:
             if self.overwrite.make_room(n) is not None:
-                return self.write_locked(arrays, n)
+                return self.write(arrays, n)
             waiter = waiter or self.blocked_call(timeout, "append")
             if not waiter.wait():
                 raise self.timeout_error(n, timeout)
@@ -328,13 +318,25 @@ class StepStore:
             "raise the timeout)"
         )
 
-    def write_locked(self, arrays: Mapping[str, np.ndarray], n: int | None = None) -> int:
+    def write(
+        self,
+        steps: Mapping[str, Any],
+        n: int,
+        *,
+        one_row: bool = False,
+        checked: bool = True,
+    ) -> int | None:
         """Core-internal, for the tables, writers and overwrite protocol over this store,
-        with ``mutex`` held: write ``n`` validated steps at the head, whose rows the
-        overwrite protocol has freed; returns the first id. Cannot fail: the arrays
-        match."""
-        if n is None:
-            n = len(next(iter(arrays.values())))
+        with ``mutex`` held: write ``n`` steps at the head; returns the first id.
+
+        The rows are ones the overwrite protocol has freed, or ones the table it lets
+        replace its own items there (``overwrite.sole``) is about to claim. ``one_row``:
+        ``steps`` is one step without the batch axis (``n`` is 1). ``checked``: the steps
+        were validated (they match the columns), so the write cannot fail; with
+        ``checked=False`` they are written only when they fit the columns as they are
+        and do not wrap (the compiled write), else nothing is written and ``None``
+        returned, for the caller to validate them first.
+        """
         first = self.next_id
         if first >= self.prefault_wake:
             self.prefaulter.kick()
@@ -342,58 +344,31 @@ class StepStore:
             self.guard.before_write(first, n)
         start = first % self.capacity
         end = start + n
-        # Arrays that fit the columns as they are (what validation returns) in one compiled
-        # call when they do not wrap; it writes nothing when one does not fit.
-        if end <= self.capacity and _kernel is not None and _kernel.put_rows(
-            np.ndarray, self._column_tuple, self._path_tuple, start, n, arrays
-        ):
-            self.next_id = first + n
-            return first
+        # Steps that fit the columns as they are (what validation returns) in one
+        # compiled call when they do not wrap; it writes nothing when one does not fit.
+        if end <= self.capacity and self.compiled_writes:
+            cols, paths = self._column_tuple, self._path_tuple
+            if (
+                _kernel.put_row(np.ndarray, cols, paths, start, steps)
+                if one_row
+                else _kernel.put_rows(np.ndarray, cols, paths, start, n, steps)
+            ):
+                self.next_id = first + n
+                return first
+        if not checked:
+            return None
         # A float beyond a float column's range is stored as +-inf (the casting rule in
         # specs.py), silently, as the compiled writes store it.
         with np.errstate(over="ignore"):
             if end <= self.capacity:
                 for path, col in self.columns.items():
-                    col[start:end] = arrays[path]
+                    col[start:end] = steps[path]
             else:
                 split = self.capacity - start
                 for path, col in self.columns.items():
-                    src = arrays[path]
+                    src = steps[path]
                     col[start:] = src[:split]
                     col[: end - self.capacity] = src[split:]
-        self.next_id = first + n
-        return first
-
-    def put_row(self, step: Mapping[str, Any]) -> int | None:
-        """Core-internal, with ``mutex`` held and the compiled writes chosen: the compiled
-        write of one step that fits the columns as it is, to the next row, for the table
-        the overwrite protocol lets replace its own item there (the one-row insert;
-        ``overwrite.sole``); returns the step's id, or ``None`` with nothing written when
-        the step needs validation."""
-        first = self.next_id
-        if first >= self.prefault_wake:
-            self.prefaulter.kick()
-        if self.guard is not None:
-            self.guard.before_write(first, 1)
-        row = first % self.capacity
-        if not _kernel.put_row(np.ndarray, self._column_tuple, self._path_tuple, row, step):
-            return None
-        self.next_id = first + 1
-        return first
-
-    def put_rows(self, steps: Mapping[str, Any], n: int) -> int | None:
-        """:meth:`put_row` for ``n`` steps that do not wrap around the ring; ``None`` with
-        nothing written when they wrap or need validation."""
-        first = self.next_id
-        if first >= self.prefault_wake:
-            self.prefaulter.kick()
-        start = first % self.capacity
-        if start + n <= self.capacity and self.guard is not None:
-            self.guard.before_write(first, n)
-        if start + n > self.capacity or not _kernel.put_rows(
-            np.ndarray, self._column_tuple, self._path_tuple, start, n, steps
-        ):
-            return None
         self.next_id = first + n
         return first
 
