@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -46,6 +46,17 @@ if TYPE_CHECKING:
 __all__ = ["CHECKPOINT_CHUNK_ALIGN", "StepStore"]  # the alignment: for checkpoint files
 
 _kernel = load_kernel("rlreplay.core._store")
+
+
+class StoreObserver(Protocol):
+    """What :meth:`StepStore.observe` takes: told of changes to the rows before they are
+    made, with the store's lock held."""
+
+    def before_write(self, first: int, n: int) -> None:
+        """``n`` steps are about to be written from id ``first``."""
+
+    def before_reset(self) -> None:
+        """Every row is about to be given up (a reset, or the columns replaced)."""
 
 
 class StepStore:
@@ -111,19 +122,13 @@ class StepStore:
         # kernel (one call per write); False: the numpy path (the tests compare them).
         self.compiled_writes = _kernel is not None
         self.overwrite = OverwriteProtocol(self)
-        # Core-internal: a checkpoint streaming the columns in the background sets this to
-        # an object whose ``before_write(first_id, n)`` and ``before_reset()`` copy aside
-        # the rows a write or reset is about to change, before it changes them (lock held).
-        self.guard: Any = None
         # Which rows changed between two checkpoints (see :mod:`rlreplay.core.store_changes`).
         self.changes = ChangedChunks(self.signature, self.capacity)
-        # Core-internal: a write whose first id reaches ``prefault_wake`` calls
-        # ``prefaulter.kick()`` (one compare per write; ``prefault.NEVER`` once the first
-        # pass is over or without a prefaulter).
-        self.prefault_wake = prefault.NEVER
+        # Told before rows change (lock held): see :meth:`observe`.
+        self.observers: tuple[StoreObserver, ...] = ()
         self.prefaulter = prefault.for_store(self) if prefaulting else None
         if self.prefaulter is not None:
-            self.prefault_wake = 0
+            self.observe(self.prefaulter)
 
     # ----------------------------------------------------------------- queries
     @property
@@ -217,9 +222,10 @@ class StepStore:
         if columns is not None:
             checked = checked_columns(self.signature, self.capacity, columns)
             with self.mutex:  # other contents: no chunk matches an earlier checkpoint
-                if self.guard is not None:  # a checkpoint streaming the old columns
-                    self.guard.before_reset()
+                for observer in self.observers:  # e.g. a checkpoint streaming the old columns
+                    observer.before_reset()
                 if self.prefaulter is not None:  # given columns are not prefaulted
+                    self.unobserve(self.prefaulter)
                     self.prefaulter.stop()
                     self.prefaulter = None
                 self.columns = checked
@@ -234,6 +240,18 @@ class StepStore:
             self.lock.notify_all()
 
     # ---------------------------------------------------------------- mutation
+    def observe(self, observer: StoreObserver) -> None:
+        """Tell ``observer`` of every change to the rows from now on, before it is made
+        (core-internal, lock held): ``before_write(first_id, n)`` before a write of ``n``
+        steps from id ``first_id``, ``before_reset()`` before every row is given up (a
+        reset, columns replaced). A checkpoint streaming the columns copies aside the
+        rows it has not written yet; the prefaulter maps pages ahead of the writes."""
+        self.observers = (*self.observers, observer)
+
+    def unobserve(self, observer: StoreObserver) -> None:
+        """Stop telling ``observer`` (lock held; one not observing is ignored)."""
+        self.observers = tuple(o for o in self.observers if o is not observer)
+
     def attach(self, table: Table) -> weakref.ref:
         """Let ``table``'s items hold rows of this store (see :mod:`overwrite`); returns
         the weak reference the store keeps of it (the table's ``store_ref``)."""
@@ -338,10 +356,8 @@ class StepStore:
         returned, for the caller to validate them first.
         """
         first = self.next_id
-        if first >= self.prefault_wake:
-            self.prefaulter.kick()
-        if self.guard is not None:
-            self.guard.before_write(first, n)
+        for observer in self.observers:
+            observer.before_write(first, n)
         start = first % self.capacity
         end = start + n
         # Steps that fit the columns as they are (what validation returns) in one
@@ -376,8 +392,8 @@ class StepStore:
         """Forget every step (the arrays keep their memory); attached tables are reset and
         writers' retained steps released."""
         with self.mutex:
-            if self.guard is not None:
-                self.guard.before_reset()
+            for observer in self.observers:
+                observer.before_reset()
             for table in self.overwrite.tables():
                 table.reset_locked()
             for retention in self.overwrite.retentions():

@@ -46,12 +46,12 @@ def stream_while(store: StepStore, tmp_path, feeder: Feeder, chunk_rows: int = 5
     with store.mutex:
         moment = {p: c.copy() for p, c in store.columns.items()}
         stream = ColumnStream(store, files, chunk_bytes=chunk_rows * ROW_BYTES)
-        store.guard = stream
+        store.observe(stream)
     stream.skip(np.array(skip, np.int64))
     try:
         stream.write(feeder)
     finally:
-        store.guard = None
+        store.unobserve(stream)
     kept = [k for k in range(n) if k not in skip]
     fr = store.chunk_rows
     rows_kept = np.concatenate([np.arange(k * fr, min(store.capacity, (k + 1) * fr)) for k in kept])
