@@ -82,9 +82,9 @@ def one_table(capacity: int = 40) -> Table:
 
 
 CASES = {
-    # one-row inserts: the compiled put_row path
+    # one-row inserts: the store's write of one step (compiled)
     "one_row_inserts": ([1], 16),
-    # batches that do not wrap: put_rows; and ones that do: write_locked
+    # batches that do not wrap (one compiled call) and ones that do (the numpy write)
     "batches": ([3, 7, 11], 12),
     # more than the capacity written before the stream ends: rows overwritten twice
     "lapping_the_ring": ([13], 16),
