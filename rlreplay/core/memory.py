@@ -235,8 +235,11 @@ def table_rows(
             "capacity_bytes= sizes the table's own store: give it with signature= and "
             "without capacity= or store= (a shared store takes its own capacity_bytes=)"
         )
-    sampler = sampler if isinstance(sampler, Selector) else Uniform()
-    remover = remover if isinstance(remover, Selector) else Fifo()
+    # (a selector class passes the protocol's check; only an instance is a selector)
+    if isinstance(sampler, type) or not isinstance(sampler, Selector):
+        sampler = Uniform()
+    if isinstance(remover, type) or not isinstance(remover, Selector):
+        remover = Fifo()
     variable = bool(getattr(layout, "variable", False))
     per_slot = index_slot_bytes(sampler, remover, variable, max_size is not None)
     row_bytes = Signature(signature).step_nbytes + per_slot
