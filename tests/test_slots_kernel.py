@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 
 from rlreplay import Prioritized, Table
-from rlreplay.core import item_slots
+from rlreplay.core import item_index
 from rlreplay.core.keys import make_keys
 from rlreplay.core.table import SLOT_STATE
 from rlreplay.errors import InvalidArgumentError
 
 kernel = pytest.importorskip("rlreplay.core._slots")
-if item_slots._kernel is None:
+if item_index._kernel is None:
     pytest.skip("RLREPLAY_NO_EXTENSION is set", allow_module_level=True)
 
 CAPACITY = 64
@@ -59,7 +59,7 @@ def both(fast: Table, slow: Table, method: str, args: tuple, monkeypatch) -> tup
     """``method(*args)`` on ``fast`` through the kernel and on ``slow`` without it."""
     got = getattr(fast, method)(*args)
     with monkeypatch.context() as m:
-        m.setattr(item_slots, "_kernel", None)
+        m.setattr(item_index, "_kernel", None)
         expected = getattr(slow, method)(*args)
     return got, expected
 

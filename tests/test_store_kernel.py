@@ -155,11 +155,16 @@ def test_bad_batches_raise_the_same_error_and_change_nothing(rows):
     assert fast.info().inserts == 3
 
 
-def test_a_queue_or_stack_on_the_store_turns_the_compiled_write_off():
-    queue = Table.queue("q", 4, signature=SIGNATURE)
-    assert not queue.store.compiled_writes
+def test_a_queue_or_stack_on_the_store_turns_the_write_before_the_hand_over_off():
+    """Only a table alone on its store and evicting writes rows before the overwrite
+    protocol has handed them over (it replaces its own items there)."""
+    for ordered in (
+        Table.queue("q", 4, signature=SIGNATURE),
+        Table.stack("s", 4, signature=SIGNATURE),
+    ):
+        assert ordered.store.overwrite.sole is None
     plain = Table("t", signature=SIGNATURE, max_size=4)
-    assert plain.store.compiled_writes
+    assert plain.store.overwrite.sole is plain.store_ref
 
 
 def test_put_row_checks_its_columns_and_row():

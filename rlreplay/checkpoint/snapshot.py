@@ -6,7 +6,7 @@ generations, times sampled, live flags and extents; size, counters, generation o
 both selectors' states), its rate limiter's counters and its random generator's state.
 These are copies (per slot, a few dozen bytes); the step columns are not copied here but
 streamed afterwards by a :class:`~rlreplay.checkpoint.streaming.ColumnStream`, installed
-as the store's guard in the same lock hold so that the files show the columns as of
+as the store's observer in the same lock hold so that the files show the columns as of
 this moment.
 
 A large index (many items) is not copied in that one hold: its per-slot arrays (records,
@@ -134,8 +134,7 @@ class Snapshot:
         close the state streams' files."""
         for s in self.stores:
             with s.store.mutex:
-                if s.store.guard is s.stream:
-                    s.store.guard = None
+                s.store.unobserve(s.stream)
         for stream in self.state_streams:
             stream.close()
 
@@ -171,7 +170,8 @@ def _check(store: StepStore, tables: list[Table], starting: bool = False) -> Non
     for t in tables:
         if t.closed:
             raise ClosedError(f"table {t.name!r} is closed; it cannot be saved")
-    if store.guard is not None or (starting and any(t.index.changes is not None for t in tables)):
+    streaming = any(isinstance(o, ColumnStream) for o in store.observers)
+    if streaming or (starting and any(t.index.changes is not None for t in tables)):
         raise CheckpointError(
             "a checkpoint of this store is being written already; wait for it to finish "
             "before taking another"
@@ -422,7 +422,7 @@ class Capture:
                 ]
             if sliced is not None and self._sliced is not None:
                 self._sliced[si] = None  # finished: nothing of it left to abandon
-            store.guard = stream
+            store.observe(stream)
             self._hold(t0)
         if sliced is not None:
             snap.state_streams.append(sliced[0])

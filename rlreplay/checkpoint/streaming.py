@@ -8,7 +8,7 @@ store's ``chunk_rows`` rows (``.npy`` files whose data start on a page), chunk a
 chunk, each front to back. Chunks the previous checkpoint holds unchanged are not
 streamed (:meth:`ColumnStream.skip`; see :mod:`~rlreplay.checkpoint.increments`).
 
-Writes go on meanwhile. The stream is installed as the store's ``guard``: before the
+Writes go on meanwhile. The stream observes the store (``store.observe``): before the
 store writes rows (any append, insert, writer chunk or relocation) it calls
 :meth:`ColumnStream.before_write`, which copies aside the rows about to change that the
 stream has not written yet. Writes after the checkpoint's moment overwrite rows in

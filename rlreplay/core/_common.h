@@ -1,7 +1,7 @@
 /*
  * Shared by rlreplay's compiled modules (_draws.c, _slots.c).
  *
- * SlotRecords             a table's per-slot item records (see item_slots.py): 8 bytes
+ * SlotRecords             a table's per-slot item records (see item_index.py): 8 bytes
  *                         (generation, times sampled) or 16 (and the priority).
  * format_is(fmt, codes)   whether a struct format is one of the one-letter codes.
  * get_buffer(...)         a C-contiguous buffer of an array argument, checked; on failure

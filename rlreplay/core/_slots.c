@@ -1,5 +1,5 @@
 /*
- * Compiled loops for the per-slot state of a table's items (see item_slots.py).
+ * Compiled loops for the per-slot state of a table's items (see item_index.py).
  *
  * held_slots(keys, state, live, values, out_slots, out_values, origin=0) -> (kept, stale)
  *     A key is generation << 32 | slot, its generation moved by the table's generation
@@ -426,7 +426,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "rlreplay.core._slots",
-    "Compiled loops for the per-slot state of a table's items (see item_slots.py).", -1,
+    "Compiled loops for the per-slot state of a table's items (see item_index.py).", -1,
     methods,
 };
 

@@ -18,7 +18,7 @@ from rlreplay.core.rate_limiters import RateLimiter
 from rlreplay.errors import ClosedError, InvalidArgumentError, RateLimiterTimeoutError, describe
 
 if TYPE_CHECKING:
-    from rlreplay.core.item_slots import ItemIndex
+    from rlreplay.core.item_index import ItemIndex
     from rlreplay.core.storage import StepStore
 
 
@@ -192,7 +192,7 @@ class Admission:
             not self.closed
             and size > 0
             and self.rate_limiter.can_sample(n, size)
-            and self.index.sampler.has_candidates()
+            and self.index.sampler.min_probability() > 0
         )
 
     def can_insert(self, n: int, rows: int) -> bool:

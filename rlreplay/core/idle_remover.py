@@ -4,7 +4,7 @@ A remover is asked for victims only when an insert finds the table at ``max_size
 the new item's slot free. A table holds at most one item per slot, so when ``max_size``
 reaches the store's capacity a full table holds every slot: a new item's slot then holds
 an item, which the store's overwrite evicts first (see overwrite.py), and the remover is
-never asked. Such a table's :class:`~rlreplay.core.item_slots.ItemIndex` leaves its
+never asked. Such a table's :class:`~rlreplay.core.item_index.ItemIndex` leaves its
 remover unbound (a Fifo remover's links are 8 bytes per slot, a heap's more) and skips
 every call to it. A checkpoint saves no state for it; the remover's index is made, from
 :func:`idle_order`, only where a checkpoint is restored into a table that does use its

@@ -6,7 +6,7 @@ consecutive single samples. Deterministic samplers (Fifo, Lifo, heaps) return th
 items in order. :class:`DrawPlan` is the part of a :class:`rlreplay.core.table.Table` that
 does this: it owns the gather plan (which column rows each output field reads) and the
 reusable batch buffers, and reads (and, for ``max_times_sampled``, changes) the table's
-:class:`~rlreplay.core.item_slots.ItemIndex`. Every method expects the table's lock held.
+:class:`~rlreplay.core.item_index.ItemIndex`. Every method expects the table's lock held.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 from rlreplay.core._compiled import load_kernel
 from rlreplay.core.batch_buffers import BatchBuffers
 from rlreplay.core.gather import gather_variable
-from rlreplay.core.item_slots import UNKEPT_PRIORITY, ItemIndex
+from rlreplay.core.item_index import UNKEPT_PRIORITY, ItemIndex
 from rlreplay.core.keys import has_duplicates, make_keys
 from rlreplay.core.layout import ItemLayout
 from rlreplay.core.sample import Sample, SampleInfo
@@ -130,7 +130,7 @@ class DrawPlan:
         index = self.index
         if self.max_times_sampled == 0:
             return index.sampler.sample(n, index.rng)[0]
-        order = index.sampler.first(n)
+        order = index.sampler.choose_victims(n, index.rng)  # the n first, in order
         left = self.max_times_sampled - index.times_sampled[order].astype(np.int64)
         return np.repeat(order, left)[:n]
 

@@ -1,13 +1,13 @@
 """The item index's checkpoint state: a snapshot of every part of it, checked and restored.
 
-An :class:`~rlreplay.core.item_slots.ItemIndex`'s state is its per-slot records (see
+An :class:`~rlreplay.core.item_index.ItemIndex`'s state is its per-slot records (see
 :class:`~rlreplay.core.slot_records.SlotRecords`), its size, counters, largest priority,
 generation origin and newest slot, and both selectors' states. These functions make that
 snapshot (with the table's lock held, copying into buffers made before it was taken) and
 check one before it is put back; a remover left idle keeps no state: a checkpoint leaves
 it out (``None``), and :func:`idle_remover_state` makes it from a snapshot where one is
 asked for, after the lock is released. They read the index, never change it: the
-index puts a checked state back itself (:meth:`~rlreplay.core.item_slots.ItemIndex.
+index puts a checked state back itself (:meth:`~rlreplay.core.item_index.ItemIndex.
 load_state`).
 """
 
@@ -24,7 +24,7 @@ from rlreplay.core.slot_changes import SlotChanges, sorted_unique
 from rlreplay.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
-    from rlreplay.core.item_slots import ItemIndex
+    from rlreplay.core.item_index import ItemIndex
 
 
 def snapshot(

@@ -16,7 +16,7 @@ therefore never goes negative, however often its slot is reused, and the guarant
 (At one new item per slot every microsecond that is 36 minutes of reuse of one slot
 between issuing a key and using it, far beyond any learner's delay.)
 
-The per-slot record holds the generation in a 32-bit field (``SLOT_STATE`` in item_slots.py):
+The per-slot record holds the generation in a 32-bit field (``SLOT_STATE`` in item_index.py):
 its low 31 bits count the slot's items (1 .. GENERATIONS, then 1 again; 0: none yet), and
 its top bit (:data:`CYCLED`) is set once that count has gone round.
 

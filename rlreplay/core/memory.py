@@ -165,7 +165,7 @@ def index_slot_bytes(sampler: Any, remover: Any, variable: bool, evicts: bool = 
     flag, the extents of layouts with per-item extents, the sampler's index and the
     remover's when it is used (``evicts``: the table's ``max_size`` is below its
     capacity)."""
-    from rlreplay.core.item_slots import ItemIndex
+    from rlreplay.core.item_index import ItemIndex
 
     probe = ItemIndex(
         PROBE_SLOTS,
@@ -235,8 +235,11 @@ def table_rows(
             "capacity_bytes= sizes the table's own store: give it with signature= and "
             "without capacity= or store= (a shared store takes its own capacity_bytes=)"
         )
-    sampler = sampler if isinstance(sampler, Selector) else Uniform()
-    remover = remover if isinstance(remover, Selector) else Fifo()
+    # (a selector class passes the protocol's check; only an instance is a selector)
+    if isinstance(sampler, type) or not isinstance(sampler, Selector):
+        sampler = Uniform()
+    if isinstance(remover, type) or not isinstance(remover, Selector):
+        remover = Fifo()
     variable = bool(getattr(layout, "variable", False))
     per_slot = index_slot_bytes(sampler, remover, variable, max_size is not None)
     row_bytes = Signature(signature).step_nbytes + per_slot

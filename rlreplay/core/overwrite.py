@@ -165,15 +165,13 @@ class OverwriteProtocol:
         self._evict_only = all(t.on_overwrite == "evict" for t in tables)
         self._only_retention = self._retentions[0] if len(self._retentions) == 1 else None
         self.sole = None
-        if store is not None:
-            store.choose_row_writer(tables)
-            if (
-                len(tables) == 1
-                and not self.retentions()
-                and tables[0].on_overwrite == "evict"
-                and store.lanes == 1
-            ):
-                self.sole = next(r for r in self._tables if r() is tables[0])
+        if store is not None and (
+            len(tables) == 1
+            and not self.retentions()
+            and tables[0].on_overwrite == "evict"
+            and store.lanes == 1
+        ):
+            self.sole = next(r for r in self._tables if r() is tables[0])
 
     # ---------------------------------------------------------------- planning
     def _overwritten(self, store: StepStore, w: int) -> tuple[int, int]:
@@ -329,11 +327,11 @@ class OverwriteProtocol:
         if hi > lo:
             self._evict(store, lo, hi, n, successor, wake=False)
         for r, data in copies:
-            r.first = store.write_locked(data, r.count)
-        new_slots = [store.write_locked(steps, state[2]) % cap for _, _, steps, state in items]
+            r.first = store.write(data, r.count)
+        new_slots = [store.write(steps, state[2]) % cap for _, _, steps, state in items]
         _move_items(items, new_slots)
         if own_away:
-            own.first, own.count = store.write_locked(own_data, keep), keep
+            own.first, own.count = store.write(own_data, keep), keep
         self.relocated_steps += w - n
         if hi > lo:
             store.wake_waiters()

@@ -14,9 +14,11 @@ What it never does:
   mapped page as it is, so a writer overtaking the thread is safe;
 - commit much ahead of use: at most ``LOOKAHEAD_BYTES`` past the write head (a store that
   is never filled commits nothing at construction and little after its first write);
-- hold a table call: a write pays one integer compare (``first >= store's wake row``),
-  and once in every half look-ahead it tells the thread (a lock held for microseconds;
-  a thread start when none runs); the thread takes no store lock;
+- hold a table call: it observes the store's writes (see :meth:`StepStore.observe
+  <rlreplay.core.storage.StepStore.observe>`), and a write pays one integer compare
+  (``first >= its wake row``); once in every half look-ahead it tells the thread (a
+  lock held for microseconds; a thread start when none runs); the thread takes no
+  store lock;
 - outlive its use: the thread ends when no store has pages to map now, and a later
   write starts it again; it holds prefaulters by weak reference and stores not at all,
   and stops at interpreter exit. Stores whose columns were given (a checkpoint's mapped
@@ -52,7 +54,7 @@ MADV_POPULATE_WRITE = 23  # linux/mman.h, since Linux 5.14
 MIN_COLUMN_BYTES = 64 << 20  # smaller columns are not prefaulted (their faults are cheap)
 LOOKAHEAD_BYTES = 256 << 20  # the most bytes mapped past the write head, over all columns
 STEP_BYTES = 64 << 20  # bytes mapped per madvise round (the thread takes the GIL between)
-NEVER = 1 << 62  # a wake row no write reaches: the store does not call on the prefaulter
+NEVER = 1 << 62  # a wake row no write reaches: writes do not call on the thread
 _PAGE = mmap.PAGESIZE  # madvise takes page-aligned addresses (4 KiB or 64 KiB pages)
 
 
@@ -98,6 +100,8 @@ class ColumnPrefaulter:
     Attributes:
         mapped_rows: rows ``[0, mapped_rows)`` of every large column are mapped (written
             or populated) as far as this prefaulter knows.
+        wake: the first id of a write that tells the thread to map further
+            (:data:`NEVER` while the thread maps or once it is done).
         done: it has nothing more to do (first pass over, store gone, stopped, or
             ``madvise`` failed).
     """
@@ -110,41 +114,41 @@ class ColumnPrefaulter:
         self.lookahead_rows = max(1, LOOKAHEAD_BYTES // row_bytes)
         self.step_rows = max(1, min(self.lookahead_rows, STEP_BYTES // row_bytes))
         self.mapped_rows = 0
+        self.wake = 0  # the first write tells the thread
         self.done = False
         self.error = 0  # errno of a failed madvise (then done)
 
-    def kick(self) -> None:
-        """Called by the store, with its lock held, when a write reaches its wake row:
-        start mapping ahead (the thread is started when none runs)."""
-        store = self._store()
-        if store is not None:
-            store.prefault_wake = NEVER
-        _worker.submit(self)
+    def before_write(self, first: int, n: int) -> None:
+        """Called by the store, with its lock held, before it writes ``n`` steps from id
+        ``first``: when the write reaches the wake row, start mapping ahead (the thread is
+        started when none runs)."""
+        if first >= self.wake:
+            self.wake = NEVER
+            _worker.submit(self)
+
+    def before_reset(self) -> None:
+        """Nothing: a reset keeps the columns (and their mapped pages)."""
 
     def stop(self) -> None:
-        """Map nothing more (the store's columns are being replaced). Taken under the
-        thread's lock: :meth:`next_rows` checks ``done`` and then sets the store's wake
-        row, and a stop between the two would leave a wake row calling on a prefaulter
-        the store no longer has."""
+        """Map nothing more (the store's columns are being replaced; the store stops
+        telling this prefaulter of its writes). Taken under the thread's lock, which
+        :meth:`next_rows` holds while it reads ``done`` and sets the wake row."""
         with _worker.lock:
             self._stop_locked()
 
     def _stop_locked(self) -> None:
         """:meth:`stop` with the thread's lock held."""
         self.done = True
-        store = self._store()
-        if store is not None:
-            store.prefault_wake = NEVER
+        self.wake = NEVER
 
     def rearm(self) -> None:
-        """Have the store's next write call :meth:`kick` (unless done)."""
-        store = self._store()
-        if store is not None and not self.done:
-            store.prefault_wake = 0
+        """Have the store's next write wake the thread (unless done)."""
+        if not self.done:
+            self.wake = 0
 
     def next_rows(self) -> tuple[int, int] | None:
-        """The rows to map next, or ``None`` when there are none now: then the store's
-        wake row is set (where a write calls :meth:`kick` again) or, at the end of the
+        """The rows to map next, or ``None`` when there are none now: then the wake row
+        is set (where a write tells the thread again) or, at the end of the
         first pass, this prefaulter is done. Called by the thread, with its lock held;
         reads the store's head without the store's lock (a stale head only delays)."""
         store = self._store()
@@ -159,10 +163,10 @@ class ColumnPrefaulter:
             start = max(self.mapped_rows, head)
             goal = min(self.capacity, head + self.lookahead_rows)
             if start < goal:
-                store.prefault_wake = NEVER
+                self.wake = NEVER
                 return start, min(goal, start + self.step_rows)
             wake = max(head + 1, self.mapped_rows - self.lookahead_rows // 2)
-            store.prefault_wake = wake
+            self.wake = wake
             if store.next_id < wake:  # else a write got there meanwhile: go on
                 return None
 

@@ -5,7 +5,7 @@ extents, a prioritized sampler's trees) a slice per lock hold, so that no table 
 waits for the whole copy, then takes its moment in one last short hold. For the copy to
 be the state at that moment, the slots changed meanwhile are copied again in that hold.
 The item index knows them: while :attr:`ItemIndex.changes
-<rlreplay.core.item_slots.ItemIndex.changes>` holds a :class:`SlotChanges`, each of its
+<rlreplay.core.item_index.ItemIndex.changes>` holds a :class:`SlotChanges`, each of its
 mutation paths (items made, removed, evicted, moved, priorities set, draws counted, a
 reset) notes the slots it touches. One mechanism, in the index's own mutation paths: a
 selector's entries change only with the slot they belong to (the sum tree: the leaf and

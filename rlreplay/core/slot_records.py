@@ -8,7 +8,7 @@ and ``_slots.c`` can take the records' bytes as they are; it copies, checks and 
 them for checkpoints, and writes the records of new and moved items (their next
 generation and keys: a batch in one compiled pass or its numpy twin). The rules that keep
 them in agreement with the selectors and the table's size are the item index's
-(item_slots.py), which asks for those writes and makes the one-slot ones itself, in place
+(item_index.py), which asks for those writes and makes the one-slot ones itself, in place
 (the one-row insert's fast path).
 """
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -46,6 +46,17 @@ if TYPE_CHECKING:
 __all__ = ["CHECKPOINT_CHUNK_ALIGN", "StepStore"]  # the alignment: for checkpoint files
 
 _kernel = load_kernel("rlreplay.core._store")
+
+
+class StoreObserver(Protocol):
+    """What :meth:`StepStore.observe` takes: told of changes to the rows before they are
+    made, with the store's lock held."""
+
+    def before_write(self, first: int, n: int) -> None:
+        """``n`` steps are about to be written from id ``first``."""
+
+    def before_reset(self) -> None:
+        """Every row is about to be given up (a reset, or the columns replaced)."""
 
 
 class StepStore:
@@ -107,25 +118,17 @@ class StepStore:
         self.lock = threading.Condition(self.mutex)
         self._column_tuple = tuple(self.columns.values())
         self._path_tuple = tuple(self.columns)
-        # Core-internal: whether single-lane writes of rows that fit their columns go
-        # through the compiled kernel (:meth:`choose_row_writer` decides; writers and the
-        # one-row insert read it with the lock held).
-        self.compiled_writes = False
+        # Whether writes of steps that fit the columns as they are go through the compiled
+        # kernel (one call per write); False: the numpy path (the tests compare them).
+        self.compiled_writes = _kernel is not None
         self.overwrite = OverwriteProtocol(self)
-        # Core-internal: a checkpoint streaming the columns in the background sets this to
-        # an object whose ``before_write(first_id, n)`` and ``before_reset()`` copy aside
-        # the rows a write or reset is about to change, before it changes them (lock held).
-        self.guard: Any = None
         # Which rows changed between two checkpoints (see :mod:`rlreplay.core.store_changes`).
         self.changes = ChangedChunks(self.signature, self.capacity)
-        # Core-internal: a write whose first id reaches ``prefault_wake`` calls
-        # ``prefaulter.kick()`` (one compare per write; ``prefault.NEVER`` once the first
-        # pass is over or without a prefaulter).
-        self.prefault_wake = prefault.NEVER
+        # Told before rows change (lock held): see :meth:`observe`.
+        self.observers: tuple[StoreObserver, ...] = ()
         self.prefaulter = prefault.for_store(self) if prefaulting else None
         if self.prefaulter is not None:
-            self.prefault_wake = 0
-        self.choose_row_writer([])
+            self.observe(self.prefaulter)
 
     # ----------------------------------------------------------------- queries
     @property
@@ -219,9 +222,10 @@ class StepStore:
         if columns is not None:
             checked = checked_columns(self.signature, self.capacity, columns)
             with self.mutex:  # other contents: no chunk matches an earlier checkpoint
-                if self.guard is not None:  # a checkpoint streaming the old columns
-                    self.guard.before_reset()
+                for observer in self.observers:  # e.g. a checkpoint streaming the old columns
+                    observer.before_reset()
                 if self.prefaulter is not None:  # given columns are not prefaulted
+                    self.unobserve(self.prefaulter)
                     self.prefaulter.stop()
                     self.prefaulter = None
                 self.columns = checked
@@ -236,6 +240,18 @@ class StepStore:
             self.lock.notify_all()
 
     # ---------------------------------------------------------------- mutation
+    def observe(self, observer: StoreObserver) -> None:
+        """Tell ``observer`` of every change to the rows from now on, before it is made
+        (core-internal, lock held): ``before_write(first_id, n)`` before a write of ``n``
+        steps from id ``first_id``, ``before_reset()`` before every row is given up (a
+        reset, columns replaced). A checkpoint streaming the columns copies aside the
+        rows it has not written yet; the prefaulter maps pages ahead of the writes."""
+        self.observers = (*self.observers, observer)
+
+    def unobserve(self, observer: StoreObserver) -> None:
+        """Stop telling ``observer`` (lock held; one not observing is ignored)."""
+        self.observers = tuple(o for o in self.observers if o is not observer)
+
     def attach(self, table: Table) -> weakref.ref:
         """Let ``table``'s items hold rows of this store (see :mod:`overwrite`); returns
         the weak reference the store keeps of it (the table's ``store_ref``)."""
@@ -247,14 +263,6 @@ class StepStore:
         with self.mutex:
             self.overwrite.detach(table)
             self.lock.notify_all()  # appends waiting for its items may go on
-
-    def choose_row_writer(self, tables: list[Table]) -> None:
-        """Core-internal, called by the overwrite protocol (lock held) when its tables
-        change. Use the compiled writes where a row may be written before the tables have let go
-        of it: one lane, and every table evicts what is overwritten (a queue waits for its
-        items, a stack copies their steps away first)."""
-        evict_only = all(t.on_overwrite == "evict" for t in tables)
-        self.compiled_writes = _kernel is not None and self.lanes == 1 and evict_only
 
     def wake_waiters(self) -> None:
         """Core-internal, for the tables, writers and overwrite protocol over this store,
@@ -302,7 +310,7 @@ class StepStore:
         waiter = None
         while True:
             if self.overwrite.make_room(n) is not None:
-                return self.write_locked(arrays, n)
+                return self.write(arrays, n)
             waiter = waiter or self.blocked_call(timeout, "append")
             if not waiter.wait():
                 raise self.timeout_error(n, timeout)
@@ -328,72 +336,55 @@ class StepStore:
             "raise the timeout)"
         )
 
-    def write_locked(self, arrays: Mapping[str, np.ndarray], n: int | None = None) -> int:
+    def write(
+        self,
+        steps: Mapping[str, Any],
+        n: int,
+        *,
+        one_row: bool = False,
+        checked: bool = True,
+    ) -> int | None:
         """Core-internal, for the tables, writers and overwrite protocol over this store,
-        with ``mutex`` held: write ``n`` validated steps at the head, whose rows the
-        overwrite protocol has freed; returns the first id. Cannot fail: the arrays
-        match."""
-        if n is None:
-            n = len(next(iter(arrays.values())))
+        with ``mutex`` held: write ``n`` steps at the head; returns the first id.
+
+        The rows are ones the overwrite protocol has freed, or ones the table it lets
+        replace its own items there (``overwrite.sole``) is about to claim. ``one_row``:
+        ``steps`` is one step without the batch axis (``n`` is 1). ``checked``: the steps
+        were validated (they match the columns), so the write cannot fail; with
+        ``checked=False`` they are written only when they fit the columns as they are
+        and do not wrap (the compiled write), else nothing is written and ``None``
+        returned, for the caller to validate them first.
+        """
         first = self.next_id
-        if first >= self.prefault_wake:
-            self.prefaulter.kick()
-        if self.guard is not None:
-            self.guard.before_write(first, n)
+        for observer in self.observers:
+            observer.before_write(first, n)
         start = first % self.capacity
         end = start + n
-        # Arrays that fit the columns as they are (what validation returns) in one compiled
-        # call when they do not wrap; it writes nothing when one does not fit.
-        if end <= self.capacity and _kernel is not None and _kernel.put_rows(
-            np.ndarray, self._column_tuple, self._path_tuple, start, n, arrays
-        ):
-            self.next_id = first + n
-            return first
+        # Steps that fit the columns as they are (what validation returns) in one
+        # compiled call when they do not wrap; it writes nothing when one does not fit.
+        if end <= self.capacity and self.compiled_writes:
+            cols, paths = self._column_tuple, self._path_tuple
+            if (
+                _kernel.put_row(np.ndarray, cols, paths, start, steps)
+                if one_row
+                else _kernel.put_rows(np.ndarray, cols, paths, start, n, steps)
+            ):
+                self.next_id = first + n
+                return first
+        if not checked:
+            return None
         # A float beyond a float column's range is stored as +-inf (the casting rule in
         # specs.py), silently, as the compiled writes store it.
         with np.errstate(over="ignore"):
             if end <= self.capacity:
                 for path, col in self.columns.items():
-                    col[start:end] = arrays[path]
+                    col[start:end] = steps[path]
             else:
                 split = self.capacity - start
                 for path, col in self.columns.items():
-                    src = arrays[path]
+                    src = steps[path]
                     col[start:] = src[:split]
                     col[: end - self.capacity] = src[split:]
-        self.next_id = first + n
-        return first
-
-    def put_row(self, step: Mapping[str, Any]) -> int | None:
-        """Core-internal, with ``mutex`` held and the compiled writes chosen: the compiled
-        write of one step that fits the columns as it is, to the next row, for the table
-        the overwrite protocol lets replace its own item there (the one-row insert;
-        ``overwrite.sole``); returns the step's id, or ``None`` with nothing written when
-        the step needs validation."""
-        first = self.next_id
-        if first >= self.prefault_wake:
-            self.prefaulter.kick()
-        if self.guard is not None:
-            self.guard.before_write(first, 1)
-        row = first % self.capacity
-        if not _kernel.put_row(np.ndarray, self._column_tuple, self._path_tuple, row, step):
-            return None
-        self.next_id = first + 1
-        return first
-
-    def put_rows(self, steps: Mapping[str, Any], n: int) -> int | None:
-        """:meth:`put_row` for ``n`` steps that do not wrap around the ring; ``None`` with
-        nothing written when they wrap or need validation."""
-        first = self.next_id
-        if first >= self.prefault_wake:
-            self.prefaulter.kick()
-        start = first % self.capacity
-        if start + n <= self.capacity and self.guard is not None:
-            self.guard.before_write(first, n)
-        if start + n > self.capacity or not _kernel.put_rows(
-            np.ndarray, self._column_tuple, self._path_tuple, start, n, steps
-        ):
-            return None
         self.next_id = first + n
         return first
 
@@ -401,8 +392,8 @@ class StepStore:
         """Forget every step (the arrays keep their memory); attached tables are reset and
         writers' retained steps released."""
         with self.mutex:
-            if self.guard is not None:
-                self.guard.before_reset()
+            for observer in self.observers:
+                observer.before_reset()
             for table in self.overwrite.tables():
                 table.reset_locked()
             for retention in self.overwrite.retentions():

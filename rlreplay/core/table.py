@@ -1,22 +1,32 @@
-"""The replay table: items over a step store, a sampler, a remover and a rate limiter."""
+"""The replay table: items over a step store, a sampler, a remover and a rate limiter.
+
+:class:`Table` adds items two ways: :meth:`Table.insert` appends rows to the store, each
+becoming its own item (the cpprb-style path), and :meth:`Table.create_items` makes items
+over steps a writer has already appended. Every call validates all its arguments before
+it waits or changes anything, and waits at most ``timeout`` seconds in total, for the
+rate limiter and the store together. ``Table.queue`` and ``Table.stack`` are the named
+constructors of the ordered tables.
+"""
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from rlreplay.core import memory, ordered_tables, table_checkpoints, table_inserts, waiting
+from rlreplay.core import memory, waiting
 from rlreplay.core.admission import Admission, check_warn_after
 from rlreplay.core.item_draws import DrawPlan
-from rlreplay.core.item_slots import SLOT_STATE, ItemIndex
-from rlreplay.core.keys import generation_origin
+from rlreplay.core.item_index import SLOT_STATE, ItemIndex
+from rlreplay.core.keys import check_priorities, generation_origin
 from rlreplay.core.layout import ItemLayout
-from rlreplay.core.rate_limiters import MinSize, RateLimiter
+from rlreplay.core.rate_limiters import MinSize, Queue, RateLimiter
 from rlreplay.core.sample import Sample
-from rlreplay.core.selectors import Fifo, Selector, Uniform
+from rlreplay.core.selectors import Fifo, Lifo, Selector, Uniform
+from rlreplay.core.spec_checks import SEPARATOR
 from rlreplay.core.specs import Signature
 from rlreplay.core.storage import StepStore
 from rlreplay.core.table_checks import (
@@ -28,7 +38,8 @@ from rlreplay.core.table_checks import (
     resolve_store,
 )
 from rlreplay.core.table_info import TableInfo
-from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.core.waiting import BlockedCall
+from rlreplay.errors import InvalidArgumentError, SignatureError, describe
 
 __all__ = ["OVERWRITE_POLICIES", "SLOT_STATE", "Table"]
 
@@ -184,8 +195,48 @@ class Table:
         self.store_ref: weakref.ref = store.attach(self)
 
     # ------------------------------------------------------------ constructors
-    queue = classmethod(ordered_tables.queue)
-    stack = classmethod(ordered_tables.stack)
+    @classmethod
+    def queue(cls, name: str, size: int, **kwargs: Any) -> Table:
+        """A FIFO queue: each item sampled once, inserts block when ``size`` items wait.
+
+        Someone must sample the queue: with ``size`` items waiting, inserts (and appends
+        to the store that would overwrite waiting items) block until a sampler takes one,
+        up to their ``timeout``; a call blocked longer than ``warn_after`` seconds logs
+        "no sampler is consuming this queue". Takes the same keyword arguments as
+        :class:`Table` (``signature``/``store``, ``layout``, ...); with ``signature`` the
+        queue's own store holds ``size`` items of the layout's span, plus one item's
+        steps for the writer, so ``size`` items really fit.
+        """
+        return cls._ordered(name, size, Fifo, "block", kwargs)
+
+    @classmethod
+    def stack(cls, name: str, size: int, **kwargs: Any) -> Table:
+        """A LIFO stack: like :meth:`queue` but the newest item is sampled first (the
+        oldest items wait longest: when the store wraps, their steps are copied to its
+        head instead of blocking writers)."""
+        return cls._ordered(name, size, Lifo, "relocate", kwargs)
+
+    @classmethod
+    def _ordered(
+        cls, name: str, size: int, selector: type, on_overwrite: str, kwargs: dict[str, Any]
+    ) -> Table:
+        """A table of ``size`` items, each sampled once, in ``selector``'s order; a table
+        creating its own store sizes it for ``size`` items of its layout's span plus one."""
+        own_store = "store" not in kwargs and "capacity_bytes" not in kwargs
+        if "signature" in kwargs and own_store and isinstance(size, int):
+            layout = kwargs.get("layout")
+            span = layout.span if isinstance(layout, ItemLayout) else 1
+            kwargs.setdefault("capacity", max(2 * size, (size + 1) * span))
+        return cls(
+            name,
+            sampler=selector(),
+            remover=selector(),
+            max_size=size,
+            max_times_sampled=1,
+            rate_limiter=Queue(size),
+            on_overwrite=on_overwrite,
+            **kwargs,
+        )
 
     # ------------------------------------------------------------ the parts
     @property
@@ -266,7 +317,113 @@ class Table:
             ReplayTimeoutError: if a queue's items kept the store from taking the rows.
             ClosedError: if the table is or gets closed.
         """
-        return table_inserts.insert(self, rows, priorities, timeout)
+        if not self._is_rows:
+            raise InvalidArgumentError(
+                f"table {self.name!r} has items spanning {self.layout.span} steps; insert() "
+                "stores one row per item, so append steps with a TrajectoryWriter instead"
+            )
+        store = self.store
+        # Rows that may fit the store as they are (one row, or a dict of arrays of one
+        # length) are checked while they are written; others are validated first.
+        one_row, n = self._row_count(rows)
+        steps = rows
+        if n is None:
+            if type(rows) is not dict and not isinstance(rows, Mapping):
+                self._raise_not_a_mapping(rows)
+            steps, n = store.signature.check_batch(rows, "rows")
+        if n < 1 or n > self.max_size or n % store.lanes:
+            raise InvalidArgumentError(
+                f"rows hold {n} rows; insert between 1 and max_size={self.max_size} at once"
+                + (f", a multiple of lanes={store.lanes}" if store.lanes > 1 else "")
+            )
+        prios = None if priorities is None else check_priorities(priorities, n)
+        timeout = check_timeout(timeout)
+        limiter = self.rate_limiter
+        limiter.check_insert_batch(n)
+        index = self.index
+        with self.mutex:
+            first = None
+            if (
+                store.overwrite.sole is self.store_ref
+                and not self.admission.closed
+                and limiter.can_insert(n, index.size)
+            ):
+                first = store.write(steps, n, one_row=one_row, checked=False)  # alone: no hand-over
+            if first is None:
+                if steps is rows:  # validate before waiting or changing anything
+                    if one_row:
+                        steps = store.signature.check_row(rows, "rows")
+                    else:
+                        steps, n = store.signature.check_batch(rows, "rows")
+                first = self._store_rows(steps, n, one_row, timeout)
+            start = first % store.capacity
+            if one_row:
+                keys = np.empty(1, dtype=np.int64)
+                keys[0] = index.claim_one(start, None if prios is None else float(prios[0]))
+            elif start + n <= store.capacity:
+                keys = index.claim(np.arange(start, start + n), prios, start)
+            else:
+                keys = index.claim(np.arange(first, first + n) % store.capacity, prios)
+            limiter.inserts += n
+            store.wake_waiters()
+        return keys
+
+    def _row_count(self, rows: Any) -> tuple[bool, int | None]:
+        """``(one_row, n)``: whether ``rows`` is one row without the batch axis, and the
+        rows it holds, judged by its first field (``n`` is ``None`` when the rows must be
+        validated to tell)."""
+        path, ndim = self._row_probe
+        if type(rows) is not dict and not isinstance(rows, Mapping):
+            return False, None
+        probe = rows.get(path)
+        if probe is None and SEPARATOR in path:  # nested: rows["obs"]["pos"]
+            probe = rows
+            for part in path.split(SEPARATOR):
+                probe = probe.get(part) if isinstance(probe, Mapping) else None
+        if probe is None:
+            return False, None
+        if type(probe) is np.ndarray:
+            if probe.ndim == ndim:
+                return True, 1
+            if probe.ndim == ndim + 1 and type(rows) is dict:
+                return False, len(probe)
+            return False, None
+        return (True, 1) if np.ndim(probe) == ndim else (False, None)
+
+    def _raise_not_a_mapping(self, rows: Any) -> None:
+        """Raise the error for ``insert(rows)`` given something other than a mapping (a
+        tuple of arrays, one array), naming this table's fields.
+
+        Raises:
+            SignatureError: always.
+        """
+        fields = list(self.store.signature.fields)
+        shown = ", ".join(f"{f!r}: ..." for f in fields[:4]) + (", ..." if len(fields) > 4 else "")
+        raise SignatureError(
+            f"insert takes rows as a mapping of field name -> array, e.g. {{{shown}}} for "
+            f"table {self.name!r}; got {describe(rows)}"
+        )
+
+    def _store_rows(
+        self, steps: Mapping[str, Any], n: int, one_row: bool, timeout: float | None
+    ) -> int:
+        """Admit ``n`` items through the rate limiter and free ``n`` rows in the store,
+        waiting for either as needed (one deadline for both), then write the validated
+        rows; returns the first id (this table's own items on those rows are left for
+        the caller to replace, in this lock hold)."""
+        store = self.store
+        waiter: BlockedCall | None = None
+        while True:
+            waiter = self.admission.admit(n, waiter, timeout)
+            if store.overwrite.make_room(n, successor=self) is not None:
+                first = store.write(steps, n, one_row=one_row)
+                if waiter is not None:
+                    waiter.settle()
+                return first
+            waiter = waiter or self.admission.blocked_call(timeout, "insert")
+            if not waiter.wait():
+                waiter.settle()
+                raise store.timeout_error(n, timeout)
 
     def create_item(
         self,
@@ -289,10 +446,39 @@ class Table:
             RateLimiterTimeoutError: if the limiter blocked the insert for ``timeout``.
         """
         if length is not None or self.index.extent is not None:
-            lengths = None if length is None else np.array([length])
-            keys = table_inserts.create_items(self, [anchor_id], priority, lengths, timeout)
+            lengths = None if length is None else (length,)
+            keys = self.create_items((anchor_id,), priority, lengths=lengths, timeout=timeout)
             return int(keys[0])
-        return table_inserts.create_one(self, anchor_id, priority, timeout)
+        # One item of a fixed-span layout, in Python scalars (what writers make per step).
+        if priority is not None and not (
+            isinstance(priority, (int, float)) and 0 <= priority < math.inf
+        ):
+            priority = float(check_priorities(priority, 1)[0])
+        timeout = check_timeout(timeout)
+        store, index, limiter = self.store, self.index, self.rate_limiter
+        anchor = int(anchor_id)
+        with self.mutex:
+            if self.admission.closed or not limiter.can_insert(1, index.size):
+                waiter = self.admission.admit(1, None, timeout)
+                if waiter is not None:
+                    waiter.settle()
+            last = anchor + (self.layout.span - 1) * store.lanes
+            if anchor < store.oldest_id or last >= store.next_id:
+                raise InvalidArgumentError(
+                    f"anchor id {anchor} with span {self.layout.span} reaches outside the "
+                    f"stored steps [{store.oldest_id}, {store.next_id}); create items only "
+                    "over steps already appended and not yet overwritten"
+                )
+            slot = anchor % store.capacity
+            if index.live[slot]:
+                raise InvalidArgumentError(
+                    f"table {self.name!r} already holds an item anchored at step {anchor}; "
+                    "a table holds at most one item per anchor step"
+                )
+            key = index.claim_one(slot, None if priority is None else float(priority))
+            limiter.inserts += 1
+            store.wake_waiters()
+            return key
 
     def create_items(
         self,
@@ -308,7 +494,84 @@ class Table:
             InvalidArgumentError: as :meth:`create_item`, and for more than ``max_size``
                 anchors at once (the remover could not make room for them).
         """
-        return table_inserts.create_items(self, anchor_ids, priorities, lengths, timeout)
+        try:
+            ids = np.asarray(anchor_ids).reshape(-1)
+        except (TypeError, ValueError):
+            ids = np.zeros(0, dtype=object)
+        if ids.dtype.kind not in "iu" and not (ids.dtype.kind == "f" and len(ids) == 0):
+            raise InvalidArgumentError(
+                f"anchor_ids={describe(anchor_ids)} must be ints (store step ids)"
+            )
+        ids = ids.astype(np.int64, copy=False)
+        n = len(ids)
+        if n > self.max_size:
+            raise InvalidArgumentError(
+                f"anchor_ids holds {n} anchors, more than max_size={self.max_size} of table "
+                f"{self.name!r}; create at most max_size items at once"
+            )
+        prios = None if priorities is None else check_priorities(priorities, n)
+        timeout = check_timeout(timeout)
+        store = self.store
+        extents = self._extents(lengths, n)
+        index = self.index
+        limiter = self.rate_limiter
+        with self.mutex:
+            if self.admission.closed or not limiter.can_insert(n, index.size):
+                waiter = self.admission.admit(n, None, timeout)
+                if waiter is not None:
+                    waiter.settle()
+            if n == 0:
+                return np.zeros(0, dtype=np.int64)
+            reach = self.layout.span - 1 if extents is None else extents - 1
+            last = ids + reach * store.lanes
+            if ids.min() < store.oldest_id or last.max() >= store.next_id:
+                raise InvalidArgumentError(
+                    f"anchor ids {describe(ids.tolist())} with span {self.layout.span} reach "
+                    f"outside the stored steps [{store.oldest_id}, {store.next_id}); create "
+                    "items only over steps already appended and not yet overwritten"
+                )
+            slots = ids % store.capacity
+            if index.live[slots].any() or not _distinct(ids, slots, store.capacity):
+                raise InvalidArgumentError(
+                    f"table {self.name!r} already holds an item anchored at one of steps "
+                    f"{describe(ids.tolist())}; a table holds at most one item per anchor step"
+                )
+            keys = index.claim(slots, prios)
+            if extents is not None:
+                index.extent[slots] = extents
+            limiter.inserts += n
+            store.wake_waiters()
+            return keys
+
+    def _extents(self, lengths: Any, n: int) -> np.ndarray | None:
+        """Per-item extents as int64 (``span`` when not given), for a layout with
+        per-item extents; ``None`` for a fixed-span layout.
+
+        Raises:
+            InvalidArgumentError: for lengths on a fixed-span layout or outside ``[1, span]``.
+        """
+        span = self.layout.span
+        if self.index.extent is None:
+            if lengths is not None:
+                raise InvalidArgumentError(
+                    f"lengths were given but table {self.name!r} has a fixed-span layout; "
+                    "per-item lengths need from_end or pad windows"
+                )
+            return None
+        if lengths is None:
+            return np.full(n, span, dtype=np.int64)
+        arr = np.asarray(lengths)
+        if arr.dtype.kind not in "iu" or arr.shape not in ((), (n,)):
+            raise InvalidArgumentError(
+                f"lengths={describe(lengths)} must be {n} ints (one per item) or one int"
+            )
+        # One per item: as int64 (no copy when it is already); one for all: filled.
+        arr = arr.astype(np.int64, copy=False) if arr.ndim else np.full(n, arr.astype(np.int64))
+        if n and (arr.min() < 1 or arr.max() > span):
+            raise InvalidArgumentError(
+                f"lengths={describe(arr.tolist())} must lie in [1, {span}] (the layout's span)"
+            )
+        return arr
 
     # ----------------------------------------------------------------- sampling
     def sample(
@@ -419,8 +682,51 @@ class Table:
             return TableInfo.of(self)
 
     # ------------------------------------------------------------ checkpoints
-    checkpoint = table_checkpoints.checkpoint
-    restore = classmethod(table_checkpoints.restore)
+    def checkpoint(self, path: Any, *, keep: int | None = None, progress: bool = False) -> Any:
+        """Save this table and its store as a new checkpoint under directory ``path``;
+        returns the checkpoint's directory (a ``pathlib.Path``). Other threads keep
+        using the table meanwhile. See :func:`rlreplay.checkpoint.save` (``keep``: how
+        many newest checkpoints to keep; its errors). The one-table spelling of
+        :mod:`rlreplay.checkpoint`, which a table imports only when it is used."""
+        from rlreplay.checkpoint import save
+
+        return save(self, path, keep=keep, progress=progress)
+
+    @classmethod
+    def restore(
+        cls,
+        path: Any,
+        *,
+        name: str | None = None,
+        into: Table | None = None,
+        adapt: bool = False,
+        mmap: bool = False,
+        verify: bool | None = None,
+        progress: bool = False,
+    ) -> Table:
+        """The table saved at ``path`` (a checkpoint, or the newest valid one in a
+        directory of them): built from the checkpoint, or loaded ``into`` a table you
+        built, whose definition is checked against it. ``name`` picks one of several
+        tables. See :func:`rlreplay.checkpoint.restore` for the other arguments.
+
+        Raises:
+            InvalidArgumentError: if the checkpoint holds several tables and ``name`` is
+                not one of them; and as :func:`rlreplay.checkpoint.restore`.
+        """
+        from rlreplay.checkpoint import restore as restore_tables
+
+        options = {"adapt": adapt, "mmap": mmap, "verify": verify, "progress": progress}
+        if into is not None:
+            return restore_tables(path, into, **options)[into.name]
+        tables = restore_tables(path, **options)
+        if name is None and len(tables) == 1:
+            return next(iter(tables.values()))
+        if name not in tables:
+            raise InvalidArgumentError(
+                f"name={describe(name)}: the checkpoint holds tables {sorted(tables)}; "
+                "pass name= one of them (or use rlreplay.checkpoint.restore for all)"
+            )
+        return tables[name]
 
     def index_nbytes(self) -> int:
         """Bytes of item bookkeeping (per-slot state, sampler and remover indexes)."""
@@ -449,3 +755,11 @@ class Table:
             f"Table({self.name!r}, size={self.size}/{self.max_size}, sampler={self.sampler!r}, "
             f"remover={self.remover!r}, {self.rate_limiter!r})"
         )
+
+
+def _distinct(ids: np.ndarray, slots: np.ndarray, capacity: int) -> bool:
+    """Whether step ids ``ids`` fall on distinct ``slots``: increasing ids spanning less than
+    ``capacity`` do (what writers create, checked in one pass), others are counted."""
+    if len(ids) < 2 or (ids[-1] - ids[0] < capacity and (ids[1:] > ids[:-1]).all()):
+        return True
+    return len(np.unique(slots)) == len(ids)

@@ -127,7 +127,7 @@ def check_components(
             ``max_size`` or ``max_times_sampled``.
     """
     for role, selector in (("sampler", sampler), ("remover", remover)):
-        if not isinstance(selector, Selector):
+        if isinstance(selector, type) or not isinstance(selector, Selector):
             raise InvalidArgumentError(
                 f"{role}={describe(selector)} is not a selector instance; give e.g. "
                 f"{role}=Uniform() or {role}=Prioritized(0.6)"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rlreplay.checkpoint.streaming import ColumnStream
 from rlreplay.net.handlers import sampler_mass
 
 if TYPE_CHECKING:
@@ -23,7 +24,10 @@ if TYPE_CHECKING:
 def stores_busy(tables: dict[str, Table]) -> bool:
     """Whether a checkpoint streams one of the tables' stores now, or copies one of
     their indexes in slices (an in-process save: a second one would be refused)."""
-    return any(t.store.guard is not None or t.index.changes is not None for t in tables.values())
+    return any(
+        t.index.changes is not None or any(isinstance(o, ColumnStream) for o in t.store.observers)
+        for t in tables.values()
+    )
 
 
 def fingerprint(tables: dict[str, Table], sessions: WriterSessions) -> tuple:

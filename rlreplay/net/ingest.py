@@ -331,7 +331,7 @@ class WriterSession:
             if last is not None:
                 own.release()
             return own.end
-        first = self.store.write_locked(chunk.steps, chunk.n)
+        first = self.store.write(chunk.steps, chunk.n)
         if last is None:
             own.extend(first, chunk.n)  # continues the retained steps (or starts afresh)
         else:

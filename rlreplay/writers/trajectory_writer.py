@@ -153,15 +153,7 @@ class TrajectoryWriter:
                     raise store.timeout_error(count, timeout)
             if away:
                 self.copied_steps += keep
-            first = None
-            if n is None:
-                if store.compiled_writes:
-                    first = store.put_row(arrays)
-                if first is None:
-                    row = {p: np.asarray(v)[None] for p, v in arrays.items()}
-                    first = store.write_locked(row, 1)
-            else:
-                first = store.write_locked(arrays, n)
+            first = store.write(arrays, count, one_row=n is None)
             r.extend(first, count)
         return first
 

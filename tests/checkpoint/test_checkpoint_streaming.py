@@ -46,12 +46,12 @@ def stream_while(store: StepStore, tmp_path, feeder: Feeder, chunk_rows: int = 5
     with store.mutex:
         moment = {p: c.copy() for p, c in store.columns.items()}
         stream = ColumnStream(store, files, chunk_bytes=chunk_rows * ROW_BYTES)
-        store.guard = stream
+        store.observe(stream)
     stream.skip(np.array(skip, np.int64))
     try:
         stream.write(feeder)
     finally:
-        store.guard = None
+        store.unobserve(stream)
     kept = [k for k in range(n) if k not in skip]
     fr = store.chunk_rows
     rows_kept = np.concatenate([np.arange(k * fr, min(store.capacity, (k + 1) * fr)) for k in kept])
@@ -82,9 +82,9 @@ def one_table(capacity: int = 40) -> Table:
 
 
 CASES = {
-    # one-row inserts: the compiled put_row path
+    # one-row inserts: the store's write of one step (compiled)
     "one_row_inserts": ([1], 16),
-    # batches that do not wrap: put_rows; and ones that do: write_locked
+    # batches that do not wrap (one compiled call) and ones that do (the numpy write)
     "batches": ([3, 7, 11], 12),
     # more than the capacity written before the stream ends: rows overwritten twice
     "lapping_the_ring": ([13], 16),

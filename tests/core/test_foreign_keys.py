@@ -18,7 +18,7 @@ import pytest
 
 import rlreplay
 from rlreplay import Prioritized, StepStore, Table
-from rlreplay.core import item_draws, item_slots
+from rlreplay.core import item_draws, item_index
 from rlreplay.core.keys import GENERATIONS, generation_origin
 from rlreplay.errors import InvalidArgumentError
 
@@ -37,10 +37,10 @@ def rows(n: int, start: int = 0) -> dict[str, np.ndarray]:
 def path(request, monkeypatch) -> str:
     """Run the test through the compiled per-slot loops or through the numpy path."""
     if request.param == "compiled":
-        if item_slots._kernel is None or item_draws._kernel is None:
+        if item_index._kernel is None or item_draws._kernel is None:
             pytest.skip("the compiled kernels are not built or RLREPLAY_NO_EXTENSION is set")
     else:
-        monkeypatch.setattr(item_slots, "_kernel", None)
+        monkeypatch.setattr(item_index, "_kernel", None)
         monkeypatch.setattr(item_draws, "_kernel", None)
     return request.param
 

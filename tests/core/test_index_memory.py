@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from rlreplay import Fifo, Lifo, MaxHeap, MinHeap, Prioritized, Table, Uniform
-from rlreplay.core import item_draws, item_slots
-from rlreplay.core.item_slots import SLOT_STATE, SLOT_STATE_UNPRIORITIZED, UNKEPT_PRIORITY
+from rlreplay.core import item_draws, item_index
+from rlreplay.core.item_index import SLOT_STATE, SLOT_STATE_UNPRIORITIZED, UNKEPT_PRIORITY
 from rlreplay.errors import InvalidArgumentError
 
 SIG = {"x": "int64"}
@@ -83,7 +83,7 @@ def operate(table: Table, rng: np.random.Generator) -> list:
 
 @pytest.mark.parametrize("sampler", ["uniform", "prioritized"])
 def test_compiled_loops_over_records_match_the_numpy_path(sampler, monkeypatch):
-    if item_slots._kernel is None or item_draws._kernel is None:
+    if item_index._kernel is None or item_draws._kernel is None:
         pytest.skip("the compiled kernels are not built or are switched off")
 
     def make():
@@ -93,7 +93,7 @@ def test_compiled_loops_over_records_match_the_numpy_path(sampler, monkeypatch):
     fast, slow = make(), make()
     got = operate(fast, np.random.default_rng(0))
     with monkeypatch.context() as m:
-        m.setattr(item_slots, "_kernel", None)
+        m.setattr(item_index, "_kernel", None)
         m.setattr(item_draws, "_kernel", None)
         expected = operate(slow, np.random.default_rng(0))
     assert len(got) == len(expected)

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlreplay import Prioritized, Table
-from rlreplay.core import item_draws, item_slots
+from rlreplay.core import item_draws, item_index
 from rlreplay.core.keys import (
     CYCLED,
     GENERATIONS,
@@ -29,7 +29,7 @@ from rlreplay.core.table import SLOT_STATE
 from rlreplay.errors import InvalidArgumentError
 
 SIZE = 4
-COMPILED = item_slots._kernel is not None and item_draws._kernel is not None
+COMPILED = item_index._kernel is not None and item_draws._kernel is not None
 
 
 @pytest.fixture(params=["compiled", "numpy"])
@@ -39,7 +39,7 @@ def path(request, monkeypatch) -> str:
         if not COMPILED:
             pytest.skip("the compiled kernels are not built or RLREPLAY_NO_EXTENSION is set")
     else:
-        monkeypatch.setattr(item_slots, "_kernel", None)
+        monkeypatch.setattr(item_index, "_kernel", None)
         monkeypatch.setattr(item_draws, "_kernel", None)
     return request.param
 
@@ -165,12 +165,12 @@ def test_the_next_generation_agrees_in_numpy_python_and_c(fields, origin):
     np.testing.assert_array_equal(
         gens, np.where((arr & GENERATIONS) == GENERATIONS, 1, (arr & GENERATIONS) + 1)
     )
-    if item_slots._kernel is not None:
+    if item_index._kernel is not None:
         state = np.zeros(len(fields), dtype=SLOT_STATE)
         state["generation"] = arr
         keys = np.empty(len(fields), np.int64)
         live = np.zeros(len(fields), bool)
-        item_slots._kernel.claim_range(0, keys, state.view(np.uint8), live, None, 1.0, origin)
+        item_index._kernel.claim_range(0, keys, state.view(np.uint8), live, None, 1.0, origin)
         np.testing.assert_array_equal(state["generation"], nxt)
         np.testing.assert_array_equal(keys, make_keys(np.arange(len(fields)), nxt, origin))
         assert (keys >= 0).all() and live.all()
@@ -189,12 +189,12 @@ def test_unissued_keys_agree_in_numpy_and_c(field, generation, origin):
     assert count == (0 if generation == 0 else (generation - origin - 1) % GENERATIONS + 1)
     never = bool(unissued(np.array([count]), np.array([field], np.uint32))[0])
     assert never == (count == 0 or (not field & CYCLED and count > field))
-    if item_slots._kernel is None:
+    if item_index._kernel is None:
         return
     state = np.zeros(1, dtype=SLOT_STATE)
     state["generation"] = field
     out = np.empty(1, np.int64)
-    got = item_slots._kernel.held_slots(
+    got = item_index._kernel.held_slots(
         np.array([generation << 32], np.int64),
         state.view(np.uint8),
         np.ones(1, bool),

@@ -87,7 +87,7 @@ def resident_bytes(col: np.ndarray) -> int:
 def test_only_stores_with_large_new_columns_get_a_prefaulter(monkeypatch):
     assert StepStore(SIG, capacity=4096).prefaulter is not None  # obs: 4 MB
     small = StepStore(SIG, capacity=512)  # obs: 512 KB
-    assert small.prefaulter is None and small.prefault_wake == prefault.NEVER
+    assert small.prefaulter is None and small.observers == ()
     given = {"obs": np.zeros((4096, 1024), np.uint8), "reward": np.zeros(4096, np.float32)}
     assert StepStore(SIG, capacity=4096, columns=given).prefaulter is None
     store = StepStore(SIG, capacity=4096)
@@ -106,7 +106,7 @@ def test_it_maps_at_most_its_lookahead_past_the_write_head():
     assert 2048 <= pf.mapped_rows <= store.next_id + pf.lookahead_rows
     # what was mapped: the look-ahead, give or take a huge page at either end
     assert 2 * MB <= resident_bytes(store.columns["obs"]) <= 6 * MB
-    assert store.prefault_wake == pf.mapped_rows - pf.lookahead_rows // 2
+    assert pf.wake == pf.mapped_rows - pf.lookahead_rows // 2
     for _ in range(4):  # writes below the wake row do not call on the thread
         store.append(rows(100, 1))
         assert prefault.running_thread() is None
@@ -125,7 +125,7 @@ def test_it_stops_after_the_first_pass_and_the_thread_ends():
         store.append(rows(128, i))
     wait_idle()
     assert store.prefaulter.done
-    assert store.prefault_wake == prefault.NEVER
+    assert store.prefaulter.wake == prefault.NEVER
     store.append(rows(128, 99))
     assert prefault.running_thread() is None
 
@@ -222,7 +222,7 @@ def test_reset_and_load_state_do_not_confuse_it(monkeypatch):
     pf = weakref.ref(restored.prefaulter)
     restored.append(rows(1, 0))
     restored.load_state({"next_id": 0}, columns=fresh.columns)  # e.g. mapped files
-    assert restored.prefaulter is None and restored.prefault_wake == prefault.NEVER
+    assert restored.prefaulter is None and restored.observers == ()
     wait_idle()
     gc.collect()
     assert pf() is None  # nothing holds it, nor the columns it held
@@ -339,7 +339,7 @@ class _PausingStore(StepStore):
     """A store whose head, read by the prefault thread once it has mapped its whole
     look-ahead, pauses that thread (up to a second) for ``pause()`` to run meanwhile:
     the thread is then between its check that the prefaulter is not stopped and its
-    setting of the store's wake row, as a thread switch may leave it."""
+    setting of the wake row, as a thread switch may leave it."""
 
     def __init__(self, *args, **kwargs):
         self.pause = None
@@ -375,7 +375,7 @@ def test_columns_replaced_while_the_thread_sets_the_wake_row_leave_writes_workin
     wait_idle()
     loader.join(10)
     assert replaced.is_set() and store.prefaulter is None
-    assert store.prefault_wake == prefault.NEVER
+    assert store.observers == ()  # whatever wake row the thread set, writes do not see it
     fill(store, [3000])  # every row up to the wake row the thread computed, and past it
     assert store.next_id == 3001
 

@@ -4,11 +4,13 @@ A table holds its items in fixed slots ``0..capacity-1``. A selector keeps its o
 over the live slots and answers two questions: which slots to *sample* (sampler role)
 and which slots to *evict* when the table is full (remover role). Every method is
 batch-first and takes numpy arrays of slots; none holds a lock (the table does).
+:class:`Selector` is the interface, a ``typing.Protocol``; the selectors here subclass
+it for its default methods.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -54,8 +56,10 @@ def copy_into(source: np.ndarray, into: dict[str, np.ndarray] | None, name: str)
     return out
 
 
-class Selector:
-    """Base class. Subclasses state the cost of each operation in their docstring.
+@runtime_checkable
+class Selector(Protocol):
+    """What a table's sampler or remover is. Implementations state the cost of each
+    operation in their docstring; subclassing this class gives them its defaults.
 
     ``deterministic`` selectors (Fifo, Lifo, heaps) always pick the same slots for the
     same contents; random ones (Uniform, Prioritized) draw from ``rng``.
@@ -65,7 +69,7 @@ class Selector:
     name: str = "selector"
     uses_priorities: bool = True
     """Whether the selector's choices depend on priorities; a table whose sampler and
-    remover both ignore them keeps no priorities (see :class:`~rlreplay.core.item_slots.
+    remover both ignore them keeps no priorities (see :class:`~rlreplay.core.item_index.
     ItemIndex`)."""
 
     def bind(self, capacity: int) -> None:
@@ -130,20 +134,13 @@ class Selector:
         """
         raise NotImplementedError
 
-    def first(self, k: int) -> np.ndarray:
-        """Deterministic selectors: the ``k`` first distinct slots, in selection order."""
-        raise NotImplementedError
-
     def choose_victims(self, k: int, rng: np.random.Generator) -> np.ndarray:
         """``k`` distinct held slots to evict (remover role)."""
         raise NotImplementedError
 
-    def has_candidates(self) -> bool:
-        """Whether :meth:`sample` has anything to draw (some held item can be selected)."""
-        return self.size > 0
-
     def min_probability(self) -> float:
-        """Smallest selection probability of any held slot (for importance weights)."""
+        """Smallest selection probability of any held slot (for importance weights); 0
+        when :meth:`sample` has nothing to draw (no held item can be selected)."""
         raise NotImplementedError
 
     def state(self, into: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
@@ -213,6 +210,10 @@ class OrderedSelector(Selector):
 
     deterministic = True
 
+    def first(self, k: int) -> np.ndarray:
+        """The ``k`` first distinct slots, in selection order."""
+        raise NotImplementedError
+
     def sample(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """The first slot ``n`` times, each with probability 1 (``rng`` is unused)."""
         return np.full(n, self.first(1)[0], dtype=np.int64), np.ones(n)
@@ -222,5 +223,5 @@ class OrderedSelector(Selector):
         return self.first(k)
 
     def min_probability(self) -> float:
-        """1: the one selectable slot is always selected."""
-        return 1.0
+        """1: the one selectable slot is always selected (0 when none is held)."""
+        return 1.0 if self.size else 0.0

@@ -135,10 +135,6 @@ class Prioritized(Selector):
         candidates[chosen] = False
         return int(np.flatnonzero(candidates)[0])
 
-    def has_candidates(self) -> bool:
-        """Only items of positive priority can be drawn."""
-        return self.sums.root > 0
-
     def min_probability(self) -> float:
         total = self.sums.root
         return self.mins.root / total if total > 0 and np.isfinite(self.mins.root) else 0.0
