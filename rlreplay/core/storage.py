@@ -25,7 +25,7 @@ store's own attributes: no indirection per row.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -126,6 +126,9 @@ class StepStore:
         self.changes = ChangedChunks(self.signature, self.capacity)
         # Told before rows change (lock held): see :meth:`observe`.
         self.observers: tuple[StoreObserver, ...] = ()
+        # Called by wake_waiters beside the lock's waiters: waiters of another kind (a
+        # server's parked calls), told without taking this store's lock themselves.
+        self.wakers: tuple[Callable[[], None], ...] = ()
         self.prefaulter = prefault.for_store(self) if prefaulting else None
         if self.prefaulter is not None:
             self.observe(self.prefaulter)
@@ -267,10 +270,26 @@ class StepStore:
     def wake_waiters(self) -> None:
         """Core-internal, for the tables, writers and overwrite protocol over this store,
         with ``mutex`` held: wake the calls waiting on the lock after a change that may let
-        them go on; skipped when none waits, since notify_all() costs microseconds even
-        then."""
+        them go on (skipped when none waits, since notify_all() costs microseconds even
+        then), and call every waker (see :meth:`add_waker`)."""
         if self.lock._waiters:
             self.lock.notify_all()
+        for waker in self.wakers:
+            waker()
+
+    def add_waker(self, waker: Callable[[], None]) -> None:
+        """Call ``waker()`` after every change that may let a waiting call go on (an
+        insert, a sample, a delete, a reset), with the store's lock held: it must return
+        at once and never take the lock. A server parks the calls a limiter blocks and
+        retries them when woken, so a change made in its own process (a learner sampling
+        the served table) lets a parked insert in at once."""
+        with self.mutex:
+            self.wakers = (*self.wakers, waker)
+
+    def remove_waker(self, waker: Callable[[], None]) -> None:
+        """Stop calling ``waker`` (one not added is ignored)."""
+        with self.mutex:
+            self.wakers = tuple(w for w in self.wakers if w is not waker)
 
     def append(
         self, steps: Mapping[str, Any], *, timeout: float | None = None, validated: bool = False
