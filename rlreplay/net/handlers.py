@@ -158,6 +158,16 @@ class Job:
         """Whether :meth:`attempt` would complete now (for ``delivered_only`` jobs)."""
         return True
 
+    def may_go(self) -> bool:
+        """Whether the limiter that blocked it would now admit it (its table's store lock
+        held; a write may still wait for store room, or behind its writer's earlier
+        chunk: then its attempt parks it again)."""
+        if self.counter == "insert_blocked_s":
+            return self.table.admission.can_insert(self.n, 0)
+        if self.counter == "sample_blocked_s":
+            return self.table.admission.can_sample(self.n)
+        return True
+
     def blocked_message(self) -> str:
         """The warning of this call blocked for its table's ``warn_after``: the table's
         own (its limiter's state and the likely cause)."""

@@ -77,6 +77,11 @@ class ParkedCalls:
         self._jobs: list[Job] = []
         self._next_watch = 0.0
 
+    def may_go(self, store: Any) -> bool:
+        """Whether a call parked on a table of ``store`` would now be admitted (called
+        from any thread, with ``store``'s lock held)."""
+        return any(job.table.store is store and job.may_go() for job in tuple(self._jobs))
+
     def __len__(self) -> int:
         return len(self._jobs)
 

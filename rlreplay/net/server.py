@@ -4,7 +4,10 @@ Concurrency model. One dispatcher thread owns the socket and runs every table ca
 that cannot block (``sample`` when the limiter admits it, ``update_priorities``, ``info``,
 ...) run at once. A call the rate limiter blocks is *parked*: it is kept in a list with its
 deadline and attempted again after every request that changes a table, and at least every
-``recheck_s`` seconds (for changes made by in-process users of the same tables). No thread
+``recheck_s`` seconds. A change made by an in-process user of a served table (a learner
+sampling it in the server's process) wakes the dispatcher through the table's store
+(:meth:`~rlreplay.core.storage.StepStore.add_waker`), so a parked insert it made room for
+goes in at once rather than at the next re-check. No thread
 ever waits on a table's condition, so a parked call costs nothing while it waits, and
 thousands of blocked clients need no threads. The choice over a pool of worker threads
 waiting on the table's condition: with the interpreter lock, extra threads do not run
@@ -30,6 +33,8 @@ sessions (:mod:`rlreplay.net.sessions`) and checkpoints (:mod:`rlreplay.net.chec
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import os
 import secrets
@@ -185,6 +190,19 @@ class Server:
             max_message_bytes,
         )
         self._metrics_server = None
+        self._changed: ChangeSignal | None = None  # made at start
+        self._dispatcher: int | None = None  # the dispatcher thread's ident
+
+    def _table_changed(self, store: Any) -> None:
+        """A served table's ``store`` changed (called with its lock held, from any thread):
+        wake the dispatcher when the change came from another thread and lets a call
+        parked on one of its tables be admitted."""
+        if (
+            self._parked
+            and threading.get_ident() != self._dispatcher
+            and self._parked.may_go(store)
+        ):
+            self._changed.signal()  # type: ignore[union-attr]
 
     # ----------------------------------------------------------- lifecycle
     def start(self) -> Server:
@@ -232,6 +250,7 @@ class Server:
             )
         self._wake = self._ctx.socket(zmq.PAIR)
         self._wake.bind(f"inproc://rlreplay-wake-{id(self)}")
+        self._changed = ChangeSignal()
         self._sock = self.replies.sock = sock
         self.replies.epoch = self._requests.epoch = self.epoch
         self._thread = threading.Thread(target=self._run, name="rlreplay-server", daemon=True)
@@ -297,6 +316,14 @@ class Server:
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(wake, zmq.POLLIN)
+        changed = self._changed
+        assert changed is not None
+        poller.register(changed.fileno(), zmq.POLLIN)
+        self._dispatcher = threading.get_ident()
+        stores = {id(t.store): t.store for t in self.tables.values()}.values()
+        wakers = [(store, functools.partial(self._table_changed, store)) for store in stores]
+        for store, waker in wakers:
+            store.add_waker(waker)
         self._started.set()
         next_snapshot = 0.0
         checkpoints = self.checkpoints
@@ -320,6 +347,8 @@ class Server:
                 if checkpoints.capturing:  # its next steps come after what waits now
                     wait = 0.0
                 events = dict(poller.poll(int(wait * 1000) + 1))
+                if changed.fileno() in events:
+                    changed.drain()
                 if sock in events:
                     # EVENTS says whether another message waits, which costs far less than
                     # the exception a non-blocking receive raises when none does.
@@ -340,6 +369,9 @@ class Server:
             self._error = exc
             log.exception("rlreplay server dispatcher failed")
         finally:
+            for store, waker in wakers:
+                store.remove_waker(waker)
+            changed.close()
             self._parked.close(ClosedError("the server is stopping"))
             self._shm.clear()
             checkpoints.close(CHECKPOINT_STOP_S)
@@ -357,3 +389,31 @@ class Server:
         self._sessions.forget_idle(now)
         self._shm.forget_idle(now)
         self.clients.prune()
+
+
+class ChangeSignal:
+    """A wake-up the dispatcher polls beside its sockets, safe to give from any thread:
+    a byte on a non-blocking pipe (a full pipe has told the dispatcher already)."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._read, False)
+        os.set_blocking(self._write, False)
+
+    def fileno(self) -> int:
+        return self._read
+
+    def signal(self) -> None:
+        with contextlib.suppress(OSError):  # full (already signalled) or closed
+            os.write(self._write, b"\0")
+
+    def drain(self) -> None:
+        with contextlib.suppress(OSError):
+            while os.read(self._read, 4096):
+                pass
+
+    def close(self) -> None:
+        for fd in (self._read, self._write):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
