@@ -145,7 +145,7 @@ def measure(impl: str, port: int, duration: float) -> dict:
     address = f"localhost:{port}"
     result: dict = {"impl": impl}
     if impl == "native":
-        from rlreplay.net.client import Client
+        from rlreplay.net.client.client import Client
 
         client = Client(address)
         result["writer_steps_per_s"] = native_write(client, "uniform", 3000, np)

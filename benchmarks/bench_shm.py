@@ -171,7 +171,7 @@ def main() -> None:
 
     from rlreplay import TrajectoryWriter
     from rlreplay.net import Client
-    from rlreplay.net.shm import is_shared
+    from rlreplay.net.client.shm import is_shared
     from rlreplay.runtime.stop_flag import StopFlag
 
     local = {t.name: t for t in make_tables()}

@@ -10,7 +10,7 @@ thread asks for checkpoints (``client.checkpoint()``), alternating two ways of t
 the capture in the same server:
 
 * ``stepwise`` (the server as shipped): the dispatcher takes the capture a step at a
-  time between requests (:mod:`rlreplay.net.checkpoints`);
+  time between requests (:mod:`rlreplay.net.server.checkpoints`);
 * ``one_turn`` (as before the change): the dispatcher takes every step at once, waiting
   for the capture's buffers too, so requests wait for the whole capture.
 
@@ -54,7 +54,7 @@ def serve(items: int, directory: str, commands: Any, out: Any) -> None:
     report the server's checkpoint figures; stop on ``None``."""
     from rlreplay import Prioritized, Server, Table
     from rlreplay.checkpoint import snapshot
-    from rlreplay.net import checkpoints
+    from rlreplay.net.server import checkpoints
 
     table = Table("replay", signature={"x": "float32"}, max_size=items + 2_000_000,
                   sampler=Prioritized(0.6), seed=0)  # fmt: skip

@@ -39,7 +39,8 @@ import zmq
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rlreplay import EmptyTableError, ItemLayout, MinSize, Prioritized, StepStore, Table
-from rlreplay.net import Server, wire
+from rlreplay.net import Server
+from rlreplay.net.wire import codec
 
 SIG = {"obs": ((3,), "float32"), "step": "int64"}
 KINDS = (
@@ -307,7 +308,7 @@ class Harness:
     # -------------------------------------------------------------- mutation
     def mutate(self, header: dict, arrays: dict, rng: random.Random) -> list:
         """Frames of a mutated request (one to three mutations of ``header``/``arrays``)."""
-        frames = wire.encode(dict(header), arrays)
+        frames = codec.encode(dict(header), arrays)
         head = msgpack.unpackb(frames[0], raw=False)
         for _ in range(rng.choice((1, 1, 2, 3))):
             what = rng.random()
@@ -421,14 +422,14 @@ class Harness:
         try:
             frames = self.mutate(header, arrays, rng)
         except (ValueError, TypeError, OverflowError):
-            frames = wire.encode(header, arrays)
+            frames = codec.encode(header, arrays)
         before = self.snapshot()
         try:
             rid = self.send(frames)
         except Exception:
             rid = None
         ping = self.rid = self.rid + 1
-        self.sock.send_multipart(wire.encode({"op": "ping", "id": ping}))
+        self.sock.send_multipart(codec.encode({"op": "ping", "id": ping}))
         replies = self._collect(ping)
         label = f"{kind}: {describe_frames(frames)}"
         reply = replies.get(rid, replies.get(None))  # unreadable requests get id nil
@@ -446,9 +447,9 @@ class Harness:
             changed = True
         else:
             code = reply.get("code")
-            name = wire.ERROR_CODES.get(code, type(None)).__name__
+            name = codec.ERROR_CODES.get(code, type(None)).__name__
             self.replies[name] += 1
-            if code == wire.INTERNAL_ERROR:
+            if code == codec.INTERNAL_ERROR:
                 self.internal.append(f"{label} -> {reply.get('message')}")
             timed_out = code in (5, 6)
             changed = False
@@ -465,7 +466,7 @@ class Harness:
             left = deadline - time.monotonic()
             if left <= 0 or not self.sock.poll(int(left * 1000) + 1):
                 break
-            header, _ = wire.decode(self.sock.recv_multipart())
+            header, _ = codec.decode(self.sock.recv_multipart())
             replies[header.get("id")] = header
         return replies
 
@@ -473,7 +474,7 @@ class Harness:
         """A valid insert and sample through the server after all the cases."""
         rows = step_arrays(0, 2)
         rid = self.send(
-            wire.encode(
+            codec.encode(
                 {"op": "insert", "table": "rows", "timeout": 5.0},
                 {"data/" + k: v for k, v in rows.items()},
             )

@@ -121,7 +121,7 @@ def batch_output(
     output: str = "numpy", device: Any = None, pin_memory: bool = False
 ) -> Callable[[Sample], Sample]:
     """The conversion every sample iterator applies to its batches (local
-    :class:`ReplayIterator`, a client's :class:`~rlreplay.net.iterator.SampleIterator`, a
+    :class:`ReplayIterator`, a client's :class:`~rlreplay.net.client.iterator.SampleIterator`, a
     sharded client's :class:`~rlreplay.distributed.ShardedSampleIterator`): each data
     array to ``output``'s type on ``device`` (the info arrays stay numpy).
 

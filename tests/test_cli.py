@@ -21,7 +21,7 @@ pytest.importorskip("zmq")
 pytest.importorskip("msgpack")
 
 import rlreplay
-from rlreplay.net.auth import keygen
+from rlreplay.net.wire.auth import keygen
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -155,7 +155,7 @@ def test_serve_answers_a_configuration_mistake_in_one_line(tmp_path, case):
 
 
 def test_a_queue_in_a_config_keeps_its_layout():
-    from rlreplay.net.config import tables_from_config
+    from rlreplay.net.server.config import tables_from_config
 
     signature = {"obs": {"shape": [3], "dtype": "float32"}}
     entry = {"name": "q", "kind": "queue", "size": 4, "signature": signature}

@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("zmq")  # rlreplay.net needs the net extra
 
-from rlreplay.net.config import load_config
+from rlreplay.net.server.config import load_config
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tables.toml"
 

@@ -238,7 +238,7 @@ def test_torch_output_on_a_cuda_device_with_pinned_memory():
 )
 def test_remote_sample_iterator_checks_its_arguments_at_construction(kwargs, words):
     pytest.importorskip("zmq")
-    from rlreplay.net.iterator import SampleIterator
+    from rlreplay.net.client.iterator import SampleIterator
 
     kwargs = {"table": "replay", "batch_size": 4, **kwargs}
     table, batch_size = kwargs.pop("table"), kwargs.pop("batch_size")

@@ -98,7 +98,7 @@ CREDENTIAL_FLAGS = {
 def why_unreachable(args: argparse.Namespace, error: Exception) -> str:
     """One line on why ``info`` got no reply: the reason the client found after the call
     failed (:attr:`ServerUnavailableError.reason`), with this command's flags."""
-    from rlreplay.net import auth
+    from rlreplay.net.wire import auth
 
     why = auth.unreachable_reason(getattr(error, "reason", None), CREDENTIAL_FLAGS)
     if why is not None:

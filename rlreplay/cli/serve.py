@@ -22,7 +22,10 @@ from rlreplay.cli.remote import check_key_files, import_net
 def add_serve_parser(sub: Any) -> None:
     p = sub.add_parser("serve", help="serve tables from a TOML configuration")
     p.add_argument(
-        "--config", required=True, metavar="FILE", help="tables.toml (see rlreplay.net.config)"
+        "--config",
+        required=True,
+        metavar="FILE",
+        help="tables.toml (see rlreplay.net.server.config)",
     )
     p.add_argument(
         "--bind", default="127.0.0.1", metavar="HOST", help="host to bind, or ipc:///path"
@@ -96,7 +99,7 @@ def check_serve_options(args: argparse.Namespace) -> None:
             ``--authorized-keys`` that is not a folder or lacks ``--curve-secret``, or
             ``--metrics-port`` without prometheus-client.
     """
-    from rlreplay.net import auth
+    from rlreplay.net.wire import auth
 
     check_key_files(curve_secret=args.curve_secret)
     if args.metrics_port is not None:
@@ -133,7 +136,7 @@ def check_serve_options(args: argparse.Namespace) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     net = import_net("serve")
     from rlreplay.errors import AddressInUseError
-    from rlreplay.net.config import load_config
+    from rlreplay.net.server.config import load_config
 
     check_serve_options(args)
     checkpointing = checkpoint_kwargs(args)
@@ -234,7 +237,7 @@ def add_keygen_parser(sub: Any) -> None:
 
 def cmd_keygen(args: argparse.Namespace) -> int:
     import_net("keygen")
-    from rlreplay.net.auth import keygen
+    from rlreplay.net.wire.auth import keygen
 
     public, secret = keygen(args.folder, args.name)
     print(f"public key: {public}\nsecret key: {secret} (keep it private)")

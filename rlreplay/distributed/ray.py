@@ -83,7 +83,7 @@ class ShardHost:
             self._error = error  # type, but not a failed constructor's
 
     def _start(self, build, bind: str, server_kwargs: dict, checkpoint_dir: str | None) -> str:
-        from rlreplay.net.server import Server
+        from rlreplay.net.server.server import Server
 
         kwargs = dict(server_kwargs)
         if checkpoint_dir is not None:
@@ -127,7 +127,7 @@ class TablesFromConfig:
         self.config = config
 
     def __call__(self) -> list:
-        from rlreplay.net.config import tables_from_config
+        from rlreplay.net.server.config import tables_from_config
 
         return tables_from_config(self.config)
 
@@ -165,7 +165,7 @@ class RayShards:
             InvalidArgumentError: if the shards have no checkpoint folder.
             ReplayTimeoutError, ServerUnavailableError: as :meth:`Client.checkpoint`.
         """
-        from rlreplay.net.client import Client
+        from rlreplay.net.client.client import Client
 
         clients = [Client(a, **self._client_kwargs) for a in self.addresses]
         try:

@@ -16,7 +16,7 @@ from typing import Any
 
 from rlreplay.distributed.sharded_client import ShardedClient
 from rlreplay.errors import InvalidArgumentError, describe
-from rlreplay.net.client import Client
+from rlreplay.net.client.client import Client
 
 # Arguments start_shards gives each shard's Server itself, and what to use instead.
 _SERVER_SET = {
@@ -31,7 +31,7 @@ _CLIENT_SET = {"addresses": "start_shards passes the shards' addresses itself"}
 def server_arguments() -> dict[str, str | None]:
     """Each :class:`~rlreplay.Server` argument ``server_kwargs`` may name (None), or what
     to do instead."""
-    from rlreplay.net.server import Server  # the driver needs only the client otherwise
+    from rlreplay.net.server.server import Server  # the driver needs only the client otherwise
 
     names = dict.fromkeys(inspect.signature(Server).parameters)
     return {**names, **_SERVER_SET}

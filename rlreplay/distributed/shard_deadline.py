@@ -23,7 +23,7 @@ from typing import Any
 import zmq
 
 from rlreplay.errors import ServerUnavailableError
-from rlreplay.net.transport import CALL
+from rlreplay.net.client.transport import CALL
 
 
 class Deadline:

@@ -28,9 +28,9 @@ from rlreplay.distributed.shard_keys import ShardKeys
 from rlreplay.distributed.sharded_sampling import ShardedSampler, check_batch_size
 from rlreplay.distributed.sharded_table import ShardedTable, ShardWriter
 from rlreplay.errors import InvalidArgumentError, describe
-from rlreplay.net.client import Client
-from rlreplay.net.payloads import checked_update
-from rlreplay.net.transport import CALL
+from rlreplay.net.client.client import Client
+from rlreplay.net.client.transport import CALL
+from rlreplay.net.wire.payloads import checked_update
 
 
 class ShardedClient:

@@ -17,7 +17,7 @@ from rlreplay.errors import (
     describe,
 )
 from rlreplay.iterators import batch_output
-from rlreplay.net.payloads import checked_update
+from rlreplay.net.wire.payloads import checked_update
 
 if TYPE_CHECKING:
     from rlreplay.distributed.sharded_client import ShardedClient

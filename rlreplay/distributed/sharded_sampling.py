@@ -28,7 +28,7 @@ from rlreplay.errors import (
     ReplayTimeoutError,
     ServerUnavailableError,
 )
-from rlreplay.net.payloads import update_arrays
+from rlreplay.net.wire.payloads import update_arrays
 
 Updates = dict[int, tuple[np.ndarray, np.ndarray]]
 _POLL_S = (0.005, 0.1)  # first and longest pause between polls while no shard holds items

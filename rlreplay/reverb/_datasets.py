@@ -1,6 +1,6 @@
 """TensorFlow-free ``TrajectoryDataset`` and ``TimestepDataset``: iterables of numpy
 ``ReplaySample(info, data)`` streamed from a server with requests in flight
-(:class:`rlreplay.net.iterator.SampleIterator`).
+(:class:`rlreplay.net.client.iterator.SampleIterator`).
 
 ``dataset.batch(n)`` makes a dataset of batches (``[n, ...]`` arrays, ``info`` fields
 ``[n]``); ``as_numpy_iterator()`` iterates; ``as_iterator(output="torch"|"jax")`` converts

@@ -139,7 +139,7 @@ class Client:
     def rlreplay_client(self) -> Any:
         """The :class:`rlreplay.Client` underneath (made on first use)."""
         if self._rr_client is None:
-            from rlreplay.net.client import Client as RRClient
+            from rlreplay.net.client.client import Client as RRClient
 
             with self._lock:
                 if self._rr_client is None:
@@ -396,7 +396,7 @@ class Client:
                 rr = self.rlreplay_client
                 tables = self._tables()
             else:
-                from rlreplay.net.client import Client as RRClient
+                from rlreplay.net.client.client import Client as RRClient
 
                 rr = RRClient(
                     self._server_address,

@@ -86,7 +86,7 @@ def _actor_process(
     index: int, recipe: ActorRecipe, address: str, table: str, raw: Any, stop: Any, errors: Any
 ) -> None:
     """Body of one actor process: a client, a remote writer and weights, the actor loop."""
-    from rlreplay.net.client import Client
+    from rlreplay.net.client.client import Client
     from rlreplay.runtime.weights import RemoteWeights
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver stops actors through `stop`

@@ -7,7 +7,7 @@ import pytest
 
 from rlreplay.core import waiting
 from rlreplay.errors import InvalidArgumentError
-from rlreplay.net.config import tables_from_config
+from rlreplay.net.server.config import tables_from_config
 
 SIG = {"x": "float32"}
 
@@ -35,7 +35,7 @@ def test_a_bad_warn_after_names_the_entry_and_the_value(value):
 
 
 def test_a_repeated_store_name_is_refused_before_its_store_is_built(monkeypatch):
-    from rlreplay.net import config as config_module
+    from rlreplay.net.server import config as config_module
 
     built = []
     real = config_module.StepStore

@@ -12,7 +12,7 @@ import pytest
 import rlreplay
 from rlreplay.core import memory
 from rlreplay.errors import InsufficientMemoryError, InvalidArgumentError
-from rlreplay.net.config import tables_from_config
+from rlreplay.net.server.config import tables_from_config
 
 BIG_ROW = {"frame": ((1024, 1024), "uint8")}  # 1 MiB per step
 # 2**31 - 1 steps of 1 MiB: 2 PiB, more than any machine this runs on.

@@ -38,7 +38,7 @@ def hold_batches(address: str, table: str, held: int, out: Any, stop: Any) -> No
     """Child: sample ``held`` batches through shared memory and hold them until killed
     (or ``stop``); reports whether they came through shared memory."""
     from rlreplay.net import Client
-    from rlreplay.net.shm import is_shared
+    from rlreplay.net.client.shm import is_shared
 
     try:
         client = Client(address, shared_memory=True)

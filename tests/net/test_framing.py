@@ -1,4 +1,4 @@
-"""Sending and receiving one message's frames (rlreplay.net.framing) on real sockets."""
+"""Sending and receiving one message's frames (rlreplay.net.wire.framing) on real sockets."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import zmq
 
-from rlreplay.net import framing, wire
+from rlreplay.net.wire import codec, framing
 
 
 @pytest.fixture
@@ -30,26 +30,26 @@ def _receive(sock: zmq.Socket) -> list:
 
 def test_a_message_of_small_and_large_frames_arrives_whole_and_in_order(pair):
     router, dealer = pair
-    big = np.arange(wire.ZERO_COPY_BYTES // 8 * 3, dtype=np.int64)  # goes without a copy
+    big = np.arange(codec.ZERO_COPY_BYTES // 8 * 3, dtype=np.int64)  # goes without a copy
     header, arrays = {"op": "update_priorities", "table": "t"}, {
         "keys": np.arange(256, dtype=np.int64),
         "priorities": np.linspace(0.0, 1.0, 256),
         "big": big,
     }
-    frames = wire.encode(header, arrays)
+    frames = codec.encode(header, arrays)
     assert type(frames[0]) is bytes and isinstance(frames[-1], np.ndarray)
     framing.send(dealer, frames)
     got = _receive(router)
     assert all(isinstance(f, zmq.Frame) for f in got)
     identity, body = got[0], got[1:]
-    h, a = wire.decode(body)
+    h, a = codec.decode(body)
     assert h["op"] == "update_priorities" and h["table"] == "t"
     for name, arr in arrays.items():
         np.testing.assert_array_equal(a[name], arr)
     # a reply through the routing id received as a Frame reaches the sender
-    framing.send(router, wire.encode({"id": 1, "ok": True}), identity)
+    framing.send(router, codec.encode({"id": 1, "ok": True}), identity)
     reply = _receive(dealer)
-    assert wire.decode(reply)[0]["ok"] is True
+    assert codec.decode(reply)[0]["ok"] is True
 
 
 def test_a_packed_frame_larger_than_the_copy_limit_arrives_intact(pair):
@@ -57,10 +57,10 @@ def test_a_packed_frame_larger_than_the_copy_limit_arrives_intact(pair):
     which goes without a copy (a writer chunk of many columns)."""
     router, dealer = pair
     arrays = {f"c{i}": np.full(1000, i, dtype=np.float64) for i in range(20)}
-    frames = wire.encode({"op": "write"}, arrays)
-    assert type(frames[1]) is bytes and len(frames[1]) > wire.ZERO_COPY_BYTES
+    frames = codec.encode({"op": "write"}, arrays)
+    assert type(frames[1]) is bytes and len(frames[1]) > codec.ZERO_COPY_BYTES
     framing.send(dealer, frames)
-    _, got = wire.decode(_receive(router)[1:])
+    _, got = codec.decode(_receive(router)[1:])
     for name, arr in arrays.items():
         np.testing.assert_array_equal(got[name], arr)
 
@@ -103,11 +103,11 @@ def test_encoded_arrays_decode_to_themselves_whatever_their_sizes_and_order(size
     arrays["odd"] = np.arange(3, dtype=np.int8)  # pads the next array to 8 bytes
     arrays["grid"] = np.arange(12, dtype=np.float32).reshape(3, 4)[:, ::2]  # not contiguous
     arrays["scalar"] = np.array(2.5)
-    frames = wire.encode({"op": "x"}, arrays)
-    large = sum(a.nbytes >= wire.ZERO_COPY_BYTES for a in arrays.values())
+    frames = codec.encode({"op": "x"}, arrays)
+    large = sum(a.nbytes >= codec.ZERO_COPY_BYTES for a in arrays.values())
     assert len(frames) == 2 + large  # header, packed small ones, one per large
     received = [f.tobytes() if isinstance(f, np.ndarray) else f for f in frames]  # as bytes
-    _, got = wire.decode(received)
+    _, got = codec.decode(received)
     assert list(got) == list(arrays)
     for name, arr in arrays.items():
         assert got[name].shape == arr.shape and got[name].dtype == arr.dtype
@@ -118,6 +118,6 @@ def test_a_header_that_cannot_be_packed_leaves_the_next_message_intact():
     """Headers are packed by a packer kept per thread: a failed pack must not leave
     bytes behind in it for the next message."""
     with pytest.raises(TypeError):
-        wire.encode({"op": "ping", "bad": object()})
-    header, _ = wire.decode(wire.encode({"op": "ping", "id": 3}))
-    assert header == {"op": "ping", "id": 3, "v": wire.PROTOCOL_VERSION}
+        codec.encode({"op": "ping", "bad": object()})
+    header, _ = codec.decode(codec.encode({"op": "ping", "id": 3}))
+    assert header == {"op": "ping", "id": 3, "v": codec.PROTOCOL_VERSION}

@@ -14,7 +14,8 @@ import pytest
 
 import rlreplay
 from rlreplay.errors import AddressInUseError, InvalidArgumentError, ServerUnavailableError
-from rlreplay.net import auth, transport
+from rlreplay.net.client import transport
+from rlreplay.net.wire import auth
 
 
 def small_table() -> rlreplay.Table:

@@ -165,7 +165,7 @@ def test_a_server_stopped_during_a_capture_gives_it_up_and_its_tables_save_again
     would note them forever and refuse every later save of it), nothing is published,
     and the table saves in process afterwards."""
     from rlreplay.checkpoint import snapshot
-    from rlreplay.net import checkpoints
+    from rlreplay.net.server import checkpoints
 
     monkeypatch.setattr(snapshot, "SLICED_ABOVE_BYTES", 0)
     monkeypatch.setattr(snapshot, "SLICE_BYTES", 64)

@@ -24,7 +24,7 @@ from rlreplay.errors import (
     ServerRestartedError,
     ServerUnavailableError,
 )
-from rlreplay.net import auth, wire
+from rlreplay.net.wire import auth, codec
 
 MIN5 = {"type": "MinSize", "min_size_to_sample": 5}
 CONFIG = config({"name": "t", "signature": STEP_SIGNATURE, "max_size": 100, "rate_limiter": MIN5})
@@ -71,7 +71,7 @@ class RawPeer:
 
     def send(self, header: dict, arrays: dict | None = None) -> int:
         header["id"] = rid = next(self.ids)
-        self.sock.send_multipart(wire.encode(header, arrays))
+        self.sock.send_multipart(codec.encode(header, arrays))
         return rid
 
     def recv(self, timeout: float = 5.0) -> dict:
@@ -80,7 +80,7 @@ class RawPeer:
         while True:
             left = end - time.monotonic()
             assert self.sock.poll(max(1, int(left * 1000))), f"no reply within {timeout}s"
-            header = wire.decode(self.sock.recv_multipart())[0]
+            header = codec.decode(self.sock.recv_multipart())[0]
             if "notice" not in header:
                 return header
 
@@ -177,7 +177,7 @@ def test_server_refuses_a_request_stamped_with_another_servers_epoch():
         assert isinstance(epoch, int) and epoch == server.epoch
         peer.send({"op": "insert", "table": "t", "epoch": epoch ^ 1}, {"data/x": np.ones(3, "f4")})
         reply = peer.recv()
-        assert reply["code"] == wire.CODE_OF[ServerRestartedError] and reply["epoch"] == epoch
+        assert reply["code"] == codec.CODE_OF[ServerRestartedError] and reply["epoch"] == epoch
         peer.send({"op": "insert", "table": "t", "epoch": epoch}, {"data/x": np.ones(3, "f4")})
         assert peer.recv()["ok"]
         peer.close()
@@ -192,13 +192,13 @@ def test_server_refuses_a_request_that_arrives_after_its_client_gave_up():
         server_now = peer.recv()["now"]
         late = {"op": "insert", "table": "t", "expires": server_now - 1.0}
         peer.send(late, {"data/x": np.ones(3, "f4")})
-        assert peer.recv()["code"] == wire.CODE_OF[ReplayTimeoutError]
+        assert peer.recv()["code"] == codec.CODE_OF[ReplayTimeoutError]
         # a parked call ends at its expiry even when its own timeout is longer
         peer.send({"op": "sample", "table": "t", "batch_size": 1, "timeout": 30.0,
                    "expires": server_now + 1.5})  # fmt: skip
         start = time.monotonic()
         reply = peer.recv(timeout=10.0)
-        assert reply["code"] == wire.CODE_OF[rlreplay.RateLimiterTimeoutError]
+        assert reply["code"] == codec.CODE_OF[rlreplay.RateLimiterTimeoutError]
         assert time.monotonic() - start < 5.0
         peer.close()
     assert table.size == 0 and table.info().samples == 0
@@ -294,7 +294,7 @@ def test_client_that_never_reads_replies_cannot_grow_server_memory_without_bound
         replies = [peer.recv(timeout=10.0) for _ in range(requests)]
         served_ok = sum(bool(r["ok"]) for r in replies)
         refused = [r for r in replies if not r["ok"]]
-        assert refused and all(r["code"] == wire.CODE_OF[ResourceLimitError] for r in refused)
+        assert refused and all(r["code"] == codec.CODE_OF[ResourceLimitError] for r in refused)
         assert served_ok >= 4 and client.info("big").samples == 256 * (served_ok + 1)
         # a client that reads again is served again, and others never stopped being served
         peer.send({"op": "sample", "table": "big", "batch_size": 1, "timeout": None})
@@ -310,7 +310,7 @@ def test_parked_calls_per_client_are_bounded():
         for _ in range(3):
             peer.send({"op": "sample", "table": "t", "batch_size": 1, "timeout": None})
         reply = peer.recv()
-        assert reply["code"] == wire.CODE_OF[ResourceLimitError] and reply["id"] == 3
+        assert reply["code"] == codec.CODE_OF[ResourceLimitError] and reply["id"] == 3
         # another client is not limited by this one
         other = rlreplay.Client(server.address)
         rid = other.sample_async("t", 1, timeout=None)
@@ -328,7 +328,7 @@ def test_call_parked_without_timeout_by_a_silent_client_expires():
         peer.send({"op": "sample", "table": "t", "batch_size": 1, "timeout": None})
         start = time.monotonic()
         reply = peer.recv(timeout=10.0)  # without the expiry it would wait forever
-        assert reply["code"] == wire.CODE_OF[ReplayTimeoutError]
+        assert reply["code"] == codec.CODE_OF[ReplayTimeoutError]
         assert 0.25 < time.monotonic() - start < 10.0
         assert not server._parked
         # a client waiting without a timeout pings, so it keeps its parked call
@@ -360,8 +360,8 @@ def test_message_larger_than_the_server_accepts_is_refused_before_it_is_sent():
         peer = RawPeer(server.address)
         big = np.ones((20, 1024), np.float32)  # 80 KiB per frame, 160 KiB in all
         header = {"op": "insert", "table": "t", "id": 7}
-        peer.sock.send_multipart(wire.encode(header, {"data/x": big, "data/y": big}, version=1))
-        assert peer.recv()["code"] == wire.CODE_OF[InvalidArgumentError]
+        peer.sock.send_multipart(codec.encode(header, {"data/x": big, "data/y": big}, version=1))
+        assert peer.recv()["code"] == codec.CODE_OF[InvalidArgumentError]
         peer.send({"op": "insert", "table": "t"}, {"data/x": np.ones((32, 1024), np.float32)})
         time.sleep(0.3)
         assert client.info("t").size == 8
@@ -403,7 +403,7 @@ def test_serve_command_passes_its_per_client_limits_to_the_server(tmp_path):
         for _ in range(2):
             peer.send({"op": "sample", "table": "t", "batch_size": 1, "timeout": None})
         reply = peer.recv(timeout=10.0)
-        assert reply["id"] == 2 and reply["code"] == wire.CODE_OF[ResourceLimitError]
+        assert reply["id"] == 2 and reply["code"] == codec.CODE_OF[ResourceLimitError]
         peer.close()
     finally:
         proc.terminate()

@@ -28,9 +28,9 @@ from rlreplay.errors import (
     ProtocolError,
     ServerRestartedError,
 )
-from rlreplay.net import shm, shm_ring
-from rlreplay.net.shm import is_shared
-from rlreplay.net.shm_segments import available
+from rlreplay.net.client import shm, shm_ring
+from rlreplay.net.client.shm import is_shared
+from rlreplay.net.wire.shm_segments import available
 from rlreplay.runtime.stop_flag import StopFlag
 
 pytestmark = pytest.mark.skipif(not available(), reason="needs a writable /dev/shm")
@@ -367,8 +367,8 @@ def test_several_writer_processes_and_learners_at_once():
 
 
 def test_the_server_forgets_the_segments_of_a_silent_connection():
-    from rlreplay.net.shm_segments import Segment, boot_id
-    from rlreplay.net.shm_server import IDLE_S, SharedSegments
+    from rlreplay.net.server.shm import IDLE_S, SharedSegments
+    from rlreplay.net.wire.shm_segments import Segment, boot_id
 
     segments, created = SharedSegments(), Segment.create(4096)
     before = shm_entries()
@@ -388,8 +388,8 @@ FRAME_SPEC = {"obs": ((32, 32, 3), "uint8"), "step": "int64"}
 
 
 def test_a_sample_gathers_into_the_buffers_it_is_given():
-    from rlreplay.net.shm_segments import Segment
-    from rlreplay.net.shm_server import SlotTarget
+    from rlreplay.net.server.shm import SlotTarget
+    from rlreplay.net.wire.shm_segments import Segment
 
     table = rlreplay.Table("t", signature=FRAME_SPEC, capacity=64, seed=3)
     table.insert(frames_rows(0, 64))
@@ -415,7 +415,7 @@ def test_a_sample_gathers_into_the_buffers_it_is_given():
 
 def _segment_file(mode: int, owner: int | None) -> tuple[str, bytes]:
     """A segment file with a valid header, ``mode`` and (as root) ``owner``."""
-    from rlreplay.net import shm_segments as seg
+    from rlreplay.net.wire import shm_segments as seg
 
     name = f"{seg.PREFIX}{os.getpid()}-{os.urandom(8).hex()}"
     nonce = os.urandom(seg.NONCE_BYTES)
@@ -432,7 +432,7 @@ def _segment_file(mode: int, owner: int | None) -> tuple[str, bytes]:
 
 
 def test_the_server_maps_only_segments_of_its_own_user_closed_to_others():
-    from rlreplay.net.shm_segments import SHM_DIR, boot_id
+    from rlreplay.net.wire.shm_segments import SHM_DIR, boot_id
 
     cases = {"open to others": (0o666, None), "group-readable": (0o640, None)}
     if os.geteuid() == 0:  # a server running as root opens any user's file

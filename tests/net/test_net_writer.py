@@ -505,7 +505,7 @@ def test_a_writer_copied_into_a_forked_process_refuses_to_send(address):
 
 
 def test_a_silent_writer_lets_its_retained_steps_go(chunk_server, monkeypatch):
-    import rlreplay.net.sessions as sessions
+    import rlreplay.net.server.sessions as sessions
 
     client, tables = chunk_server
     overwrite = tables["seq"].store.overwrite

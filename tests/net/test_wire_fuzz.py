@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from benchmarks.stress_wire import KINDS, Harness
 from rlreplay.errors import ProtocolError
-from rlreplay.net import wire
-from rlreplay.net.shm_segments import check_entries
+from rlreplay.net.wire import codec
+from rlreplay.net.wire.shm_segments import check_entries
 
 CASES = 4000
 
@@ -103,12 +103,12 @@ def test_malformed_fields_get_typed_errors(harness, case):
     header, arrays, code = MALFORMED[case]
     before = harness.snapshot()
     if "id" in header:  # sent as it is: the reply cannot echo such an id
-        harness.sock.send_multipart(wire.encode(dict(header), arrays))
+        harness.sock.send_multipart(codec.encode(dict(header), arrays))
         assert harness.sock.poll(5000)
-        reply, _ = wire.decode(harness.sock.recv_multipart())
+        reply, _ = codec.decode(harness.sock.recv_multipart())
         assert reply["id"] is None
     else:
-        rid = harness.send(wire.encode(dict(header), arrays))
+        rid = harness.send(codec.encode(dict(header), arrays))
         reply = harness._collect(rid).get(rid)
     assert reply is not None and reply["ok"] is False, reply
     assert reply["code"] == code, reply
@@ -127,7 +127,7 @@ def test_array_shapes_out_of_range_are_protocol_errors(harness):
         }
         harness.sock.send_multipart([msgpack.packb(head), bytes(16)])
         assert harness.sock.poll(5000)
-        reply, _ = wire.decode(harness.sock.recv_multipart())
+        reply, _ = codec.decode(harness.sock.recv_multipart())
         assert (reply["ok"], reply["code"], reply["id"]) == (False, 9, 7), reply
 
 
@@ -162,11 +162,11 @@ def test_array_shapes_near_and_past_the_64_bit_limit_get_typed_errors(harness, o
     head = {"v": 2, "id": 8, "op": op, "table": "rows", "arrays": entries}
     harness.sock.send_multipart([msgpack.packb(head), bytes(16 * len(names))])
     assert harness.sock.poll(5000)
-    reply, _ = wire.decode(harness.sock.recv_multipart())
+    reply, _ = codec.decode(harness.sock.recv_multipart())
     assert (reply["ok"], reply["id"]) == (False, 8), reply
-    assert reply["code"] != wire.INTERNAL_ERROR, reply
+    assert reply["code"] != codec.INTERNAL_ERROR, reply
     if not buildable:
-        assert reply["code"] == wire.CODE_OF[ProtocolError], reply
+        assert reply["code"] == codec.CODE_OF[ProtocolError], reply
     assert harness.snapshot() == before
     assert harness.still_serving()
 
@@ -188,7 +188,7 @@ def test_shared_memory_entries_near_and_past_the_64_bit_limit_are_checked(case):
 def test_a_header_too_deeply_nested_to_unpack_is_a_protocol_error(harness):
     harness.sock.send_multipart([b"\x91" * 3000 + b"\x00"])
     assert harness.sock.poll(5000)
-    reply, _ = wire.decode(harness.sock.recv_multipart())
+    reply, _ = codec.decode(harness.sock.recv_multipart())
     assert (reply["ok"], reply["code"]) == (False, 9)
     assert harness.still_serving()
 

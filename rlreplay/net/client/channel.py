@@ -1,0 +1,164 @@
+"""One thread's client socket, the requests outstanding on it and the replies that arrived."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import zmq
+
+from rlreplay.net.wire import codec, framing
+
+_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
+_RESTARTED = codec.CODE_OF[codec.errors.ServerRestartedError]
+_UNAVAILABLE = codec.CODE_OF[codec.errors.ServerUnavailableError]
+
+
+class Channel:
+    """One thread's DEALER socket; replies arrive on the socket that sent the request.
+
+    Replies are kept by request id until the thread that waits for them takes them, so
+    several requests may be in flight and answered in any order.
+
+    The channel also knows which server it talks to: the *epoch* of the last reply (a
+    number each server start draws) and the offset of the server's clock. Each outstanding
+    request remembers the epoch it was sent under; when a reply shows another epoch the
+    server restarted, and every request the old server had taken is failed at once with
+    :class:`~rlreplay.errors.ServerRestartedError` (the new server never saw them, or
+    refuses them).
+
+    Args:
+        connect: opens a new connected socket (used again by :meth:`reset`).
+    """
+
+    def __init__(self, connect: Callable[[], zmq.Socket]):
+        self._connect = connect
+        self.pid = os.getpid()
+        self.replies: dict[int, tuple[dict, dict]] = {}
+        self.abandoned: set[int] = set()
+        self.pending: dict[int, int | None] = {}  # request id -> epoch it was sent under
+        self.epoch: int | None = None
+        self.greeted = False  # a handshake ping was answered on this socket
+        self.waiting_since: float | None = None  # when the wait under way began, if any
+        self.max_message_bytes: int | None = None  # the server's limit, once known
+        self.clock_offset = 0.0  # server clock minus this clock, a lower bound
+        self.last_heard = time.monotonic()
+        # The latest lease a message on this socket carried, in this process's clock:
+        # once it has passed the server refuses whatever of them it had not started.
+        self.latest_lease = -float("inf")
+        self.shm: Any = None  # the thread's shared-memory reply slots (rlreplay.net.client.shm)
+        self._open()
+
+    def _open(self) -> None:
+        self.sock = self._connect()
+        self.poller = zmq.Poller()
+        self.poller.register(self.sock, zmq.POLLIN)
+
+    def sent(self, rid: int) -> None:
+        """Note that request ``rid`` went out under the current epoch."""
+        self.pending[rid] = self.epoch
+
+    def abandon(self, rid: int) -> None:
+        """Stop waiting for ``rid``: its reply is dropped when it arrives."""
+        self.pending.pop(rid, None)
+        if self.replies.pop(rid, None) is None:
+            self.abandoned.add(rid)
+
+    def receive(self) -> None:
+        """Move every waiting reply into ``replies`` (dropping abandoned ones)."""
+        sock = self.sock
+        # EVENTS tells whether a message waits, far cheaper than the exception that a
+        # non-blocking receive raises when none does.
+        while sock.getsockopt(_EVENTS) & _POLLIN:
+            frames = framing.receive(sock)
+            now = self.last_heard = time.monotonic()
+            header, arrays = codec.decode(frames)
+            self._keep(header, arrays, header.get("id"), now)
+
+    def _keep(self, header: dict, arrays: dict, rid: Any, now: float) -> None:
+        """Keep a reply for its waiter (or drop it, abandoned); a server's notice is no
+        reply (see :func:`notice`)."""
+        if "notice" in header:
+            notice(header)
+            return
+        self._observe(header, now)
+        self.pending.pop(rid, None)
+        if rid in self.abandoned:
+            self.abandoned.discard(rid)
+        else:
+            self.replies[rid] = (header, arrays)
+
+    def _observe(self, header: dict, now: float) -> None:
+        """Track the server's epoch and clock from a reply's header."""
+        limit = header.get("max_message_bytes")
+        if isinstance(limit, int):
+            self.max_message_bytes = limit
+        epoch = header.get("epoch")
+        if not isinstance(epoch, int) or isinstance(epoch, bool):
+            return  # a server that does not send epochs: nothing to compare
+        server_now = header.get("now")
+        if isinstance(server_now, float):
+            # The server stamped the reply between our send and now, so this underestimates
+            # the offset (never over): deadlines converted with it err on the early side.
+            self.clock_offset = server_now - now
+        if epoch == self.epoch:
+            return
+        if self.epoch is not None:
+            message = (
+                f"the replay server restarted (epoch {self.epoch} -> {epoch}) while this call "
+                "was outstanding; the new server did not apply it"
+            )
+            self.fail([r for r, e in self.pending.items() if e != epoch], _RESTARTED, message)
+        self.epoch = epoch
+
+    def fail(self, rids: Iterable[int], code: int, message: str) -> None:
+        """Answer ``rids`` locally with the error ``code`` (their server replies are dropped)."""
+        for rid in list(rids):
+            self.pending.pop(rid, None)
+            if rid in self.abandoned:
+                self.abandoned.discard(rid)
+            else:
+                self.replies[rid] = ({"id": rid, "ok": False, "code": code, "message": message}, {})
+            # a late reply from the server must not overwrite the local answer
+            self.abandoned.add(rid)
+
+    def reset(self, message: str) -> None:
+        """Drop the socket (and every message still queued in it), fail every outstanding
+        request with ServerUnavailableError, and open a fresh socket.
+
+        A request still queued when its call gave up would otherwise reach the server
+        later, after the caller was told it failed. Replies that already arrived are kept
+        first (e.g. answers to a sample iterator's requests nobody waited for yet).
+        """
+        with contextlib.suppress(Exception):  # a malformed reply must not stop the reset
+            self.receive()
+        self.fail(list(self.pending), _UNAVAILABLE, message)
+        self.abandoned.clear()
+        self.sock.close(linger=0)
+        self.epoch = None  # learnt again (by a handshake) before the next request
+        self.greeted = False
+        self.latest_lease = -float("inf")
+        self._open()
+
+    def wait(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` (at least 1 ms) for a message; True if one arrived."""
+        return bool(self.poller.poll(max(1, int(seconds * 1000))))
+
+    def forget(self, rids: Iterable[int]) -> None:
+        """Drop replies to ``rids`` now or when they arrive."""
+        for rid in rids:
+            self.abandon(rid)
+
+
+def notice(header: dict) -> None:
+    """A message the server sent on its own, about a call of this client: a probe before
+    a parked call is served (nothing to do), or a ``message`` to log in this process (a
+    call blocked on a rate limiter for the table's ``warn_after``: the warning the server
+    logs, with its cause)."""
+    message = header.get("message")
+    if isinstance(message, str):
+        logging.getLogger("rlreplay").warning("%s", message)

@@ -1,0 +1,321 @@
+"""The replay client: the calls of a local :class:`rlreplay.Table`, served by a Server.
+
+A client is a cheap handle. It opens its socket lazily in the process that uses it, and it
+pickles as its address (plus CURVE keys), so it can be handed to another process or a Ray
+actor and reconnects there. Once closed it stays closed, as a table or a writer does: its
+calls raise :class:`~rlreplay.errors.ClosedError` (a copy unpickled elsewhere is a new,
+open client).
+
+Its parts: the settings it is made from and pickles as
+(:mod:`rlreplay.net.client.settings`), the sockets and request ids
+(:mod:`rlreplay.net.client.transport`), what it knows of the served tables
+(:mod:`rlreplay.net.client.served_tables`), the requests of calls that carry arrays
+(:mod:`rlreplay.net.client.table_requests`) and the learner's sample and priority calls
+(:mod:`rlreplay.net.client.learner_calls`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from rlreplay.core.specs import Signature
+from rlreplay.core.table_checks import check_timeout
+from rlreplay.core.table_info import TableInfo
+from rlreplay.net.client import learner_calls
+from rlreplay.net.client.channel import Channel
+from rlreplay.net.client.served_tables import ServedTables
+from rlreplay.net.client.settings import ClientSettings, check_call_timeout
+from rlreplay.net.client.shm import SharedMemoryPath
+from rlreplay.net.client.table_requests import insert_request, plain_int
+from rlreplay.net.client.transport import CALL, DIAGNOSE_S, REPLY_GRACE_S, Transport
+from rlreplay.net.wire.payloads import update_arrays
+
+__all__ = ["REPLY_GRACE_S", "Client"]
+
+
+class Client:
+    """Connection to a replay :class:`~rlreplay.Server`.
+
+    Each thread (and each process) gets its own socket, so a call blocked in one thread
+    never holds up another; a request's reply is awaited by the thread that sent it.
+
+    Every table call names its table first (``client.sample("replay", 256)``);
+    :meth:`table` returns a handle whose methods match a local :class:`~rlreplay.Table`
+    exactly, so code written against a table runs against a server unchanged.
+
+    Args:
+        address: ``tcp://host:port``, ``host:port`` or ``ipc:///path``.
+        server_public_key: the server's public key (``.key`` file path or z85 bytes) for a
+            CURVE-protected server.
+        client_secret_key: this client's ``.key_secret`` file (its public key must be in the
+            server's authorized folder); default: an ephemeral key pair.
+        call_timeout: seconds to wait for calls that never block on a rate limiter
+            (``info``, ``update_priorities``, ...) before :class:`ServerUnavailableError`.
+        liveness_s: while a call waits without a timeout, the server is pinged after half
+            this many silent seconds, and declared unavailable after twice as many.
+        diagnose_timeout: seconds spent, after a call got no answer, watching a new
+            connection's handshake to say why (0 to skip); a loaded machine may need more
+            than the default to tell a refused credential from silence.
+        shared_memory: whether sampled batches come through shared memory instead of the
+            socket (same host only; see :mod:`rlreplay.net.client.shm`): ``None`` (default)
+            for ``ipc://`` and loopback addresses where the server can map this
+            process's segments, else the socket; ``False`` never; ``True`` always
+            (:class:`~rlreplay.errors.InvalidArgumentError` where it cannot be used).
+
+    Raises:
+        InvalidArgumentError: for a malformed address or unreadable key files, a
+            ``call_timeout``, ``liveness_s`` or ``diagnose_timeout`` that is not seconds in
+            range, or ``shared_memory=True`` on a platform without ``/dev/shm`` (naming
+            the argument; see :class:`~rlreplay.net.client.settings.ClientSettings`).
+
+    A call that gets no answer raises :class:`~rlreplay.errors.ServerUnavailableError`
+    within its timeout; the client then checks the connection (at most
+    ``diagnose_timeout`` more, 0.25 s by default) and says why, where it can tell:
+    nothing accepts connections at ``address``, or which CURVE credential the server
+    refused (the error's ``reason``).
+
+    Example:
+        >>> client = Client(server.address)                       # doctest: +SKIP
+        >>> keys = client.insert("replay", {"obs": obs, "reward": 1.0})  # doctest: +SKIP
+        >>> batch = client.sample("replay", 256, timeout=5.0)     # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        server_public_key: str | bytes | None = None,
+        client_secret_key: str | bytes | tuple[bytes, bytes] | None = None,
+        call_timeout: float = 30.0,
+        liveness_s: float = 5.0,
+        diagnose_timeout: float = DIAGNOSE_S,
+        shared_memory: bool | None = None,
+    ):
+        settings = ClientSettings.check(
+            address,
+            server_public_key,
+            client_secret_key,
+            call_timeout,
+            liveness_s,
+            diagnose_timeout,
+            shared_memory,
+        )
+        self._settings = settings
+        self.address = settings.address
+        self._transport = Transport(
+            settings.address,
+            settings.server_public_key,
+            settings.client_secret_key,
+            settings.call_timeout,
+            settings.liveness_s,
+            settings.diagnose_timeout,
+        )
+        self._shm = SharedMemoryPath(self.address, shared_memory, self._transport)
+        if self._shm.enabled:
+            self._transport.shm = self._shm
+        self._tables = ServedTables(self.address, self._transport)
+
+    # ------------------------------------------------------------ pickling
+    def __getstate__(self) -> dict:
+        return self._settings.arguments(self.call_timeout)
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(**state)
+
+    # --------------------------------------------------------- transport
+    @property
+    def call_timeout(self) -> float:
+        """Seconds calls that never block on a rate limiter wait for their reply."""
+        return self._transport.call_timeout
+
+    @call_timeout.setter
+    def call_timeout(self, value: float) -> None:
+        self._transport.call_timeout = check_call_timeout(value)
+
+    @property
+    def liveness_s(self) -> float:
+        """A waiting call pings after this many silent seconds (see the class)."""
+        return self._transport.liveness_s
+
+    def close(self) -> None:
+        """Close this process's sockets. The client is closed for good: every later call
+        raises :class:`~rlreplay.errors.ClosedError` (its writers' and iterators' calls
+        too); closing again does nothing. It still pickles as its address: the copy is
+        open."""
+        self._transport.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # Used by the writer and the iterator, which build their own requests.
+    def _channel(self) -> Channel:
+        return self._transport.channel()
+
+    def _send(self, header: dict, arrays: Mapping[str, np.ndarray] | None = None) -> int:
+        """Send a request (waiting at most ``call_timeout`` to hand it over); its id."""
+        return self._transport.send(header, arrays)
+
+    def _wait(self, rid: int, timeout: float | None) -> tuple[dict, dict]:
+        """The reply to ``rid`` within ``timeout`` seconds (None: while pings answer)."""
+        return self._transport.wait(rid, timeout)
+
+    # ---------------------------------------------------------- table calls
+    def ping(self, timeout: float = 5.0) -> list[str]:
+        """Names of the served tables; raises ServerUnavailableError if none answers."""
+        timeout = check_timeout(timeout)
+        until = None if timeout is None else time.monotonic() + timeout
+        tr = self._transport
+        return list(tr.wait_until(tr.send({"op": "ping"}, until=until), until)[0]["tables"])
+
+    def describe(self, table: str) -> dict[str, Any]:
+        """Signature, layout and sizes of ``table`` (cached)."""
+        return self._describe(table, CALL)
+
+    def _describe(self, table: str, until: Any) -> dict[str, Any]:
+        """:meth:`describe`, fetched (once) within the caller's ``until``."""
+        return self._tables.describe(table, until)
+
+    def signature(self, table: str) -> Signature:
+        return self._tables.signature(table, CALL)
+
+    def insert(
+        self,
+        table: str,
+        rows: Mapping[str, Any],
+        priorities: Any = None,
+        *,
+        timeout: float | None = None,
+    ) -> np.ndarray:
+        """:meth:`Table.insert` on the server's ``table``: one round trip, returning the
+        new items' keys.
+
+        The rows (and priorities) are checked against the table's signature in this
+        process first, so a call the table would refuse sends nothing. To stream single
+        steps, use :meth:`trajectory_writer` (it sends them in chunks, without a round
+        trip per step).
+
+        Args:
+            table: the table's name.
+            rows: one row (no batch axis) or rows with a leading batch axis.
+            priorities: one per row, one for all, or ``None`` (the table's default).
+            timeout: seconds the server's rate limiter may block these rows (``None``:
+                no limit, while the server answers pings).
+
+        Returns:
+            int64 keys of the new items, as the server's table assigned them.
+
+        Raises:
+            SignatureError, InvalidArgumentError: for rows, priorities or a timeout the
+                table refuses (nothing is stored).
+            RateLimiterTimeoutError: if the limiter blocked the rows for ``timeout``
+                (nothing is stored, and never will be).
+            ServerUnavailableError: if the server did not answer (these rows are applied by
+                no server later; ServerRestartedError if it restarted).
+        """
+        timeout = check_timeout(timeout)
+        return self._insert(table, rows, priorities, timeout, self._transport.until(timeout))
+
+    def _insert(
+        self, table: str, rows: Any, priorities: Any, timeout: float | None, until: float | None
+    ) -> np.ndarray:
+        """:meth:`insert` (``timeout`` checked) within the caller's ``until``."""
+        header, arrays = insert_request(self._tables, table, rows, priorities, until)
+        return self._transport.call(header, arrays, timeout, until)[1]["keys"]
+
+    # A learner's calls: sample requests (awaited or in flight, carrying priority updates)
+    # and priority updates on their own, in rlreplay.net.client.learner_calls.
+    sample = learner_calls.sample
+    sample_async = learner_calls.sample_async
+    sample_result = learner_calls.sample_result
+    update_priorities = learner_calls.update_priorities
+
+    def delete(self, table: str, keys: Any) -> int:
+        """:meth:`Table.delete`; returns how many items were removed."""
+        keys = update_arrays(keys, 0.0)["keys"]
+        reply = self._transport.call({"op": "delete", "table": table}, {"keys": keys})
+        return int(reply[0]["count"])
+
+    def reset(self, table: str) -> None:
+        """:meth:`Table.reset` on the server's ``table``."""
+        self._transport.call({"op": "reset", "table": table})
+
+    def can_insert(self, table: str, num_inserts: int = 1) -> bool:
+        """:meth:`Table.can_insert` on the server's ``table``."""
+        header = {"op": "can_insert", "table": table, "n": plain_int(num_inserts)}
+        return bool(self._transport.call(header)[0]["result"])
+
+    def can_sample(self, table: str, num_samples: int = 1) -> bool:
+        """:meth:`Table.can_sample` on the server's ``table``."""
+        header = {"op": "can_sample", "table": table, "n": plain_int(num_samples)}
+        return bool(self._transport.call(header)[0]["result"])
+
+    def info(self, table: str) -> TableInfo:
+        """:meth:`Table.info` of the server's ``table``."""
+        return self._info(table, CALL)
+
+    def _info(self, table: str, until: Any) -> TableInfo:
+        """:meth:`info` within the caller's ``until``."""
+        stats = self._server_info(table, until)[table]
+        return TableInfo(**{k: v for k, v in stats.items() if k in TableInfo.__dataclass_fields__})
+
+    def server_info(self, table: str | None = None) -> dict[str, dict[str, Any]]:
+        """Per table: TableInfo fields plus ``inserts_per_s``, ``samples_per_s`` and the
+        observed ``samples_per_insert``."""
+        return self._server_info(table, CALL)
+
+    def _server_info(self, table: str | None, until: Any) -> dict[str, dict[str, Any]]:
+        """:meth:`server_info` within the caller's ``until``."""
+        header = {"op": "info"} if table is None else {"op": "info", "table": table}
+        return self._transport.call(header, until=until)[0]["tables"]
+
+    def checkpoint(self, timeout: float | None = None) -> str:
+        """Have the server save a checkpoint of all its tables and writer streams, and
+        wait until it is published; returns its directory on the server's machine.
+
+        The checkpoint holds everything the server acknowledged before this call (a
+        checkpoint already under way is finished first). The server goes on serving
+        meanwhile. Needs a server started with ``checkpoint_dir`` (``rlreplay serve
+        --checkpoint-dir DIR``).
+
+        Args:
+            timeout: seconds to wait (``None``: as long as the server answers pings).
+
+        Raises:
+            InvalidArgumentError: if the server has no checkpoint directory.
+            CheckpointError: if the checkpoint could not be written (nothing published).
+            ReplayTimeoutError: if it was not published within ``timeout`` (the server
+                goes on writing it).
+            ServerUnavailableError: if the server did not answer.
+        """
+        timeout = check_timeout(timeout)
+        return str(self._transport.call({"op": "checkpoint"}, timeout=timeout)[0]["path"])
+
+    # -------------------------------------------------------------- helpers
+    def table(self, name: str):
+        """A :class:`RemoteTable`: the exact method signatures of a local :class:`Table`."""
+        from rlreplay.net.client.remote_table import RemoteTable
+
+        self.describe(name)
+        return RemoteTable(self, name)
+
+    def trajectory_writer(self, tables: str | Sequence[str], **kwargs: Any):
+        """A :class:`RemoteTrajectoryWriter` streaming steps to ``tables``."""
+        from rlreplay.net.client.writer.remote_writer import RemoteTrajectoryWriter
+
+        return RemoteTrajectoryWriter(self, tables, **kwargs)
+
+    def sample_iterator(self, table: str, batch_size: int, **kwargs: Any):
+        """A :class:`SampleIterator` keeping several sample requests in flight."""
+        from rlreplay.net.client.iterator import SampleIterator
+
+        return SampleIterator(self, table, batch_size, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"Client({self.address!r})"

@@ -1,0 +1,144 @@
+"""A learner's sample stream that keeps several requests in flight and sends priority
+updates with its next request."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rlreplay.core.sample import Sample
+from rlreplay.core.table_checks import check_timeout
+from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.iterators import batch_output
+from rlreplay.net.wire.payloads import checked_update
+
+if TYPE_CHECKING:
+    from rlreplay.net.client.client import Client
+
+
+class SampleIterator:
+    """Yields :class:`~rlreplay.Sample` batches from a served table, with ``in_flight``
+    requests outstanding so the network and the server work while the learner computes.
+
+    Priority updates given to :meth:`update_priorities` travel with the next sample
+    request, so a learner's cycle costs one round trip. The server applies them before it
+    samples that request; batches already in flight were sampled before they arrived
+    (with ``in_flight=1`` every batch sees all earlier updates).
+
+    Args:
+        client: the :class:`~rlreplay.Client`.
+        table: the table's name.
+        batch_size: items per batch.
+        in_flight: requests kept outstanding (>= 1).
+        timeout: seconds each request may wait for the rate limiter (``None``: no limit).
+        output: what the batches' data arrays become (``"numpy"``, ``"torch"`` or
+            ``"jax"``), as for a local :class:`~rlreplay.ReplayIterator` (see
+            :func:`rlreplay.iterators.batch_output`).
+        device: torch or jax device for the arrays (``None``: the CPU, or jax's
+            default).
+        pin_memory: pin torch host memory before moving it to ``device``.
+
+    Raises:
+        InvalidArgumentError: for a bad argument (``output`` and the rest as
+            :func:`~rlreplay.iterators.batch_output` says).
+
+    Raises (from ``next``):
+        RateLimiterTimeoutError: when a request waited ``timeout`` seconds (updates it
+            carried stay applied).
+        InvalidArgumentError: when the server rejected the updates the request carried
+            (keys not of this table); none of them was applied and nothing was sampled.
+        ServerUnavailableError: when the server stops answering.
+
+    Example:
+        >>> with client.sample_iterator("replay", 256, in_flight=2) as it:  # doctest: +SKIP
+        ...     for batch in it:
+        ...         it.update_priorities(batch.info.keys, learn(batch))
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        table: str,
+        batch_size: int,
+        *,
+        in_flight: int = 4,
+        timeout: float | None = None,
+        output: str = "numpy",
+        device: Any = None,
+        pin_memory: bool = False,
+    ):
+        if not isinstance(in_flight, int) or in_flight < 1:
+            raise InvalidArgumentError(f"in_flight={describe(in_flight)} must be an int >= 1")
+        if not isinstance(table, str) or not table:
+            raise InvalidArgumentError(f"table={describe(table)} must be a table's name (a str)")
+        if not isinstance(batch_size, (int, np.integer)) or type(batch_size) is bool:
+            raise InvalidArgumentError(f"batch_size={describe(batch_size)} must be an int >= 1")
+        if batch_size < 1:
+            raise InvalidArgumentError(f"batch_size={describe(batch_size)} must be an int >= 1")
+        timeout = check_timeout(timeout)
+        self._convert = batch_output(output, device, pin_memory)
+        self.client, self.table, self.batch_size = client, table, batch_size
+        self.in_flight, self.timeout = in_flight, timeout
+        self._pending: deque[int] = deque()
+        self._updates: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def update_priorities(self, keys: Any, priorities: Any) -> None:
+        """Queue new priorities; they go to the server with the next sample request.
+
+        Updates queued before one request are sent together, in the order given (for a
+        key given twice the last priority wins), and applied as one
+        :meth:`Table.update_priorities`: keys of items no longer held are skipped and
+        counted. :meth:`close` sends what is still queued.
+
+        Raises:
+            InvalidArgumentError: at once, for keys that are not a 1-d integer array or
+                priorities that are not finite, >= 0 and one per key.
+        """
+        self._updates.append(checked_update(keys, priorities))
+
+    def __iter__(self) -> SampleIterator:
+        return self
+
+    def __next__(self) -> Sample:
+        while len(self._pending) < self.in_flight:
+            self._pending.append(
+                self.client.sample_async(
+                    self.table, self.batch_size, timeout=self.timeout, update=self._take()
+                )
+            )
+        return self._convert(self.client.sample_result(self._pending.popleft(), self.timeout))
+
+    def _take(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The queued updates as one, emptying the queue (None when there are none)."""
+        if not self._updates:
+            return None
+        updates, self._updates = self._updates, []
+        if len(updates) == 1:
+            return updates[0]
+        return np.concatenate([k for k, _ in updates]), np.concatenate([p for _, p in updates])
+
+    def close(self, wait: bool = True) -> None:
+        """Send the queued updates and forget the outstanding requests (their replies are
+        dropped when they arrive).
+
+        Args:
+            wait: wait for the server to apply the queued updates (``False``: send them
+                and return at once; the server only logs errors). Leaving a ``with``
+                block because of an exception does not wait.
+
+        Raises:
+            InvalidArgumentError: if the server rejected the queued updates (``wait``).
+        """
+        self.client._channel().forget(self._pending)
+        self._pending.clear()
+        update = self._take()
+        if update is not None:
+            self.client.update_priorities(self.table, *update, wait=wait)
+
+    def __enter__(self) -> SampleIterator:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.close(wait=exc_type is None)

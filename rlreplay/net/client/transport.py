@@ -1,0 +1,347 @@
+"""How a client's requests travel: one socket per thread, server epochs, deadlines.
+
+A :class:`Transport` sends requests and waits for their replies on behalf of a
+:class:`~rlreplay.Client`. It keeps the guarantees the protocol makes under faults
+(``docs/protocol.md``):
+
+- a call's ``timeout`` bounds all of it: the handshake that learns the server's epoch, the
+  send (a full queue), the wait, and the pings that tell a busy server from a dead one;
+- every request carries the server epoch it is meant for and the time its caller stops
+  waiting, so a restarted server refuses it and no server starts it after that time;
+- a call with a deadline that gets no answer fails alone (its ``expires`` keeps any server
+  from starting it later); when a call without one hears nothing for ``2 * liveness_s``,
+  the thread's socket is dropped with everything still queued in it, after the lease past
+  which the server refuses those requests, so a call that raised is never applied later;
+- a reply with a new epoch fails every request the old server had taken
+  (:class:`~rlreplay.errors.ServerRestartedError`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import threading
+import time
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import zmq
+
+from rlreplay.errors import (
+    ClosedError,
+    InvalidArgumentError,
+    ServerRestartedError,
+)
+from rlreplay.net.client.channel import Channel
+from rlreplay.net.client.waits import REPLY_GRACE_S, ReplyWaits
+from rlreplay.net.wire import auth, codec, framing
+
+# After a call got no answer at all, the client spends at most this long finding out why
+# (nothing listening, a refused CURVE handshake):
+# :func:`rlreplay.net.wire.auth.diagnose_connection`.
+DIAGNOSE_S = 0.25
+# The server must not start a request later than this before its client gives up (or a
+# quarter of the time left, if less), leaving the reply time to arrive.
+EXPIRY_MARGIN_S = 0.25
+
+
+class _CallTimeout:
+    """``timeout`` of calls that never block: they wait ``call_timeout``."""
+
+    def __repr__(self) -> str:
+        return "CALL"
+
+
+CALL: Any = _CallTimeout()
+
+
+# Milliseconds a closed socket may take to deliver its last shm_detach (in ZeroMQ's
+# background thread: closing does not wait).
+DETACH_LINGER_MS = 200
+
+
+class _ThreadEnd:
+    """Kept in a thread's locals beside its channel: collected when the thread ends."""
+
+
+def _thread_ended(ref: weakref.ref, ch: Channel) -> None:
+    """A thread that used ``ch`` ended: release its shared-memory slots (unless its
+    client closed meanwhile, or this is a forked child that must not use the socket)."""
+    transport = ref()
+    if transport is None or ch.pid != os.getpid() or ch.shm is None:
+        return
+    # bounded: a collection may run this in a thread that holds the lock
+    if not transport._lock.acquire(timeout=1.0):
+        return  # the server forgets the slots after IDLE_S unused
+    try:
+        if not any(c is ch for c in transport._channels):
+            return
+        ring, ch.shm = ch.shm, None
+    finally:
+        transport._lock.release()
+    with contextlib.suppress(Exception):  # a finalizer must not raise
+        ring.release()
+
+
+class Transport:
+    """A client's sockets (one per thread, opened lazily in each process) and the
+    request/reply exchange over them.
+
+    Args:
+        address: normalized server address.
+        server_key: the server's CURVE public key, or None.
+        client_keys: this client's CURVE key pair (with ``server_key``).
+        call_timeout: seconds calls that never block wait for their reply.
+        liveness_s: a call without a timeout declares the server unavailable after twice
+            this many seconds without a reply; a waiting call pings after half as many.
+        diagnose_s: seconds spent finding out why a call got no answer.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        server_key: bytes | None,
+        client_keys: tuple[bytes, bytes] | None,
+        call_timeout: float,
+        liveness_s: float,
+        diagnose_s: float = DIAGNOSE_S,
+    ):
+        self.address = address
+        self.diagnose_s = diagnose_s
+        self._server_key, self._client_keys = server_key, client_keys
+        self.call_timeout = call_timeout
+        self.liveness_s = liveness_s
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._channels: list[Channel] = []
+        self._ids = itertools.count(1)
+        self.shm: Any = None  # the client's shared-memory path (rlreplay.net.client.shm), if used
+        self.waits = ReplyWaits(self)
+        self.closed = False  # by close(): every later call raises ClosedError
+
+    # -------------------------------------------------------------- socket
+    def connect(self) -> zmq.Socket:
+        """A new DEALER socket connected to the server."""
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, 1000)
+        sock.setsockopt(zmq.RCVHWM, 1000)
+        if self._server_key is not None:
+            sock.curve_serverkey = self._server_key
+            sock.curve_publickey, sock.curve_secretkey = self._client_keys
+        if auth.is_ipv6(self.address):
+            sock.setsockopt(zmq.IPV6, 1)
+        sock.connect(self.address)
+        return sock
+
+    def channel(self) -> Channel:
+        """This thread's socket and reply bookkeeping (opened on first use per process).
+
+        Raises:
+            ClosedError: once :meth:`close` was called (every call of the client comes
+                here for its socket, so none goes on after it).
+        """
+        if self.closed:
+            raise ClosedError(
+                f"this client of {self.address} was closed (close() or the end of its with "
+                "block); create a new Client(address) to connect again"
+            )
+        ch = getattr(self._local, "channel", None)
+        if ch is None or ch.pid != os.getpid():
+            ch = self._local.channel = Channel(self.connect)
+            # Dropped with the thread's locals when the thread ends: its shared-memory
+            # slots are released then, not when the client closes.
+            self._local.end = end = _ThreadEnd()
+            weakref.finalize(end, _thread_ended, weakref.ref(self), ch).atexit = False
+            with self._lock:
+                self._channels = [c for c in self._channels if c.pid == ch.pid] + [ch]
+        return ch
+
+    def close(self) -> None:
+        """Close this process's sockets for good (a later call raises ClosedError),
+        telling the server to unmap their shared-memory slots without waiting for it (the
+        message gets ``DETACH_LINGER_MS`` to leave)."""
+        self.closed = True
+        with self._lock:
+            for ch in self._channels:
+                if ch.pid == os.getpid():
+                    ring, ch.shm = ch.shm, None
+                    if ring is not None and ring.slots:
+                        ring.release()
+                        ch.sock.close(linger=DETACH_LINGER_MS)
+                    else:
+                        ch.sock.close(linger=0)
+            self._channels = []
+        self._local = threading.local()
+
+    # ------------------------------------------------------------- messaging
+    def until(self, timeout: Any) -> float | None:
+        """When a call with ``timeout`` gives up: ``CALL`` (``call_timeout``) or seconds
+        the server may block it (plus ``REPLY_GRACE_S``), as a ``time.monotonic()`` value;
+        None (no timeout) waits as long as the server answers pings."""
+        if timeout is CALL:
+            return time.monotonic() + self.call_timeout
+        return None if timeout is None else time.monotonic() + timeout + REPLY_GRACE_S
+
+    def send(
+        self,
+        header: dict,
+        arrays: Mapping[str, np.ndarray] | None = None,
+        *,
+        until: Any = CALL,
+        expires: float | None = None,
+        timeout: Any = CALL,
+    ) -> int:
+        """Send a request without waiting for its reply; returns its id.
+
+        Before the first request on a socket, a ping learns the server's epoch, its clock
+        and its message size limit. Each request is stamped with the epoch, so a
+        restarted server refuses requests meant for its predecessor.
+
+        Args:
+            until: ``time.monotonic()`` by which the request must be on its way (the
+                handshake and a full send queue included); None: as long as the server
+                answers pings; default: ``call_timeout`` from now.
+            expires: ``time.monotonic()`` after which the server must not start the
+                request (this client stops waiting for it then); None: no such limit.
+            timeout: seconds the server may block the request, sent as ``"timeout"``,
+                shortened to what is left before ``until`` (default: the header's own).
+
+        Raises:
+            ServerUnavailableError: if the server did not answer the handshake or take the
+                request before ``until`` (the request is then dropped, never sent later).
+            InvalidArgumentError: if the request is larger than the server accepts.
+        """
+        if until is CALL:
+            until = time.monotonic() + self.call_timeout
+        ch = self.channel()
+        op = header.get("op")
+        ping = op == "ping"
+        if not ping and not ch.greeted:
+            self._greet(ch, until)
+        if timeout is not CALL:
+            if timeout is not None and until is not None:
+                # the server gives up (and answers) before this client does
+                timeout = max(min(timeout, until - REPLY_GRACE_S - time.monotonic()), 1e-6)
+            header["timeout"] = timeout
+        rid = next(self._ids)
+        header["id"] = rid
+        if ch.epoch is not None and not ping:
+            header["epoch"] = ch.epoch
+        if expires is not None:
+            # In the server's clock, early by at most a round trip; a margin (at most a
+            # quarter of the time left) is left for the reply to travel back.
+            margin = min(EXPIRY_MARGIN_S, max(expires - time.monotonic(), 0.0) / 4)
+            header["expires"] = expires - margin + ch.clock_offset
+        if ch.greeted:
+            header["lease"] = lease = self.lease_of(ch)
+            ch.latest_lease = max(ch.latest_lease, lease - ch.clock_offset)
+        slot = None
+        if arrays and self.shm is not None and (op == "insert" or op == "write"):
+            # large arrays of a same-host client travel in its shared memory
+            arrays, slot = self.shm.place(ch, header, arrays, until)
+        frames = self._encoded(ch, header, arrays)
+        sock = ch.sock
+        try:
+            framing.send(sock, frames)
+        except zmq.Again:
+            left = 2 * self.liveness_s if until is None else until - time.monotonic()
+            if left <= 0 or not sock.poll(max(1, int(left * 1000)), zmq.POLLOUT):
+                self._unavailable(
+                    ch, f"could not send to {self.address} within {max(left, 0):.3g}s"
+                )
+            framing.send(sock, frames)
+        if not header.get("noreply"):  # no reply comes: nothing to wait for or to fail
+            ch.sent(rid)
+        if slot is not None:
+            self.shm.sent(ch, slot, rid)
+        return rid
+
+    def _encoded(self, ch: Channel, header: dict, arrays: Mapping | None) -> list:
+        """The frames of a request, checked against the server's size limit once known.
+
+        Raises:
+            InvalidArgumentError: if the request is larger than the server accepts.
+        """
+        frames = codec.encode(header, arrays)
+        if arrays and ch.max_message_bytes is not None:
+            self.check_size(frames, ch.max_message_bytes)
+        return frames
+
+    def _greet(self, ch: Channel, until: float | None) -> None:
+        """The handshake before a socket's first request: a ping learns the server's epoch
+        (a reply with a new epoch fails what the old server took, this ping included:
+        then once more)."""
+        for _ in range(2):
+            try:
+                self.wait_until(self.send({"op": "ping"}, until=until), until)
+                break
+            except ServerRestartedError:
+                continue
+        ch.greeted = True
+
+    def lease_of(self, ch: Channel) -> float:
+        """The ``lease`` a message on ``ch`` carries: a time (in the server's clock, as
+        ``ch`` underestimates it, so early) before which no wait without a deadline on
+        ``ch`` can declare the server unavailable. Such a wait gives up after
+        ``2 * liveness_s`` without a reply, counted from its start or its last reply, so a
+        message sent outside a wait gives ``now + 2 * liveness_s`` (later waits start
+        later), and a ping inside a wait ``max(last reply, start) + 2 * liveness_s``,
+        both less a margin. The server never applies a call parked without a timeout past
+        the latest lease of its socket (the socket may have been dropped, the call
+        reported failed).
+        """
+        since = ch.waiting_since
+        base = time.monotonic() if since is None else max(ch.last_heard, since)
+        margin = min(EXPIRY_MARGIN_S, self.liveness_s / 4)
+        return base + 2 * self.liveness_s - margin + ch.clock_offset
+
+    def check_size(self, frames: list, limit: int) -> None:
+        size = codec.frames_nbytes(frames)
+        if size > limit:
+            raise InvalidArgumentError(
+                f"this request is {size} bytes, more than the server at {self.address} accepts "
+                f"(max_message_bytes={limit}); send fewer rows or steps per call"
+            )
+
+    def wait(self, rid: int, timeout: float | None) -> tuple[dict, dict]:
+        """Wait up to ``timeout`` seconds for the reply to ``rid`` (see :meth:`wait_until`)."""
+        return self.waits.wait_until(rid, None if timeout is None else time.monotonic() + timeout)
+
+    def wait_until(self, rid: int, until: float | None) -> tuple[dict, dict]:
+        """Wait for the reply to ``rid``; raise its typed error if it failed (see
+        :meth:`rlreplay.net.client.waits.ReplyWaits.wait_until`)."""
+        return self.waits.wait_until(rid, until)
+
+    def _unavailable(self, ch: Channel, message: str) -> None:
+        """Drop the channel's socket and queued requests; raise ServerUnavailableError."""
+        self.waits.unavailable(ch, message)
+
+    def diagnose(self, timeout: float | None = None) -> str | None:
+        """A :func:`~rlreplay.net.wire.auth.diagnose_connection` verdict for this client's
+        address and keys (see :meth:`rlreplay.net.client.waits.ReplyWaits.diagnose`)."""
+        return self.waits.diagnose(timeout)
+
+    def call(
+        self,
+        header: dict,
+        arrays: Mapping[str, np.ndarray] | None = None,
+        timeout: Any = CALL,
+        until: Any = CALL,
+    ) -> tuple[dict, dict]:
+        """Send a request and wait for its reply.
+
+        Args:
+            timeout: seconds the server may block the call (a rate limiter), ``None`` for
+                no limit, or ``CALL`` for calls that never block (they wait
+                ``call_timeout``).
+            until: when the whole call gives up (default: from ``timeout``), so that work
+                done before sending (a handshake, a description) counts against it too.
+        """
+        if until is CALL:
+            until = self.until(timeout)
+        rid = self.send(header, arrays, until=until, expires=until, timeout=timeout)
+        return self.wait_until(rid, until)

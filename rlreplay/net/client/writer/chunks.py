@@ -1,0 +1,288 @@
+"""The sending side of a remote writer: numbered chunks, acknowledged whole or sent again.
+
+A :class:`ChunkStream` owns what a
+:class:`~rlreplay.net.client.writer.remote_writer.RemoteTrajectoryWriter` has handed over for sending: chunks queued, chunks sent and awaiting acknowledgement, the
+writer's id and the sequence number of the next chunk. The server applies a chunk whole or
+not at all (see :mod:`rlreplay.net.server.ingest`), so after every reply the stream knows what is
+stored:
+
+* acknowledged: the chunk's items exist (their keys are in the reply);
+* not stored in time (rate limiter timeout, server unavailable or restarted, per-client
+  limit): the chunk and every later one are queued again, in order, and the next call
+  that sends resends them with the same numbers. A chunk the server did apply although
+  its reply was lost is answered with its first reply and not applied twice;
+* refused for its content (e.g. its items reach steps the store no longer holds): it is
+  dropped, and later chunks continue as a new episode without the items that reached
+  into it; the error says how many items were lost.
+
+Writers still open when the interpreter exits are closed by one exit handler, which
+flushes what they hold for at most ``EXIT_FLUSH_S`` seconds in all.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import secrets
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from rlreplay.errors import ClosedError, ReplayError, ReplayTimeoutError, ResourceLimitError
+from rlreplay.net.client.client import REPLY_GRACE_S, Client
+
+log = logging.getLogger("rlreplay.net")
+
+# Chunks one writer may keep unacknowledged: the server remembers its replies to this many
+# recent chunks of a writer (``ingest.KEPT_REPLIES``), so a chunk sent again is applied once.
+MAX_IN_FLIGHT = 64
+
+Queued = tuple[Any, dict, dict]  # (request id or None, header, arrays)
+
+
+class ChunkStream:
+    """Chunks of one writer, from queued to acknowledged.
+
+    Args:
+        client: the :class:`~rlreplay.Client` to send through.
+        header: the fields every chunk carries (``tables``, ``history``).
+        max_in_flight: chunks that may await acknowledgement at once.
+        on_drop: called with the stream index where a refused chunk ended; removes the
+            writer's buffered items that reach before it and returns how many it removed.
+    """
+
+    def __init__(
+        self, client: Client, header: dict, max_in_flight: int, on_drop: Callable[[int], int]
+    ):
+        self.client = client
+        # 128 random bits from the OS: unique whatever the program seeds (``random``,
+        # numpy) and in every process, so two writers never share a server-side stream.
+        self.id = secrets.token_bytes(16)
+        self.pid = os.getpid()
+        self.header = {"op": "write", "writer": self.id, **header}
+        self.max_in_flight = max_in_flight
+        self.on_drop = on_drop
+        self.seq = 0  # number of the next chunk queued
+        self.restart = False  # the next chunk queued starts a new episode
+        self.in_flight: deque[Queued] = deque()
+        self.unsent: deque[Queued] = deque()
+        self.acknowledged = 0  # items acknowledged so far
+        self.keys: list[np.ndarray] | None = None  # acknowledged keys, when kept
+
+    @property
+    def pending(self) -> int:
+        """Chunks not yet acknowledged (sent, or queued to be sent again)."""
+        return len(self.in_flight) + len(self.unsent)
+
+    @property
+    def pending_steps(self) -> int:
+        return sum(int(h["n"]) for _, h, _ in (*self.in_flight, *self.unsent))
+
+    def queue(self, first: int, n: int, starts: list[int], arrays: dict) -> None:
+        """Queue a chunk of ``n`` steps from stream index ``first`` (not sent yet)."""
+        header = dict(self.header, seq=self.seq, first=first, n=n, episode_starts=starts)
+        if self.restart:
+            header["restart"] = True
+            self.restart = False
+        self.seq += 1
+        self.unsent.append((None, header, arrays))
+
+    def send(self, timeout: float | None, wait: float | None, end: float | None) -> None:
+        """Send every queued chunk (the server may block each up to ``timeout``), waiting
+        for the oldest acknowledgement while ``max_in_flight`` are out: ``wait`` seconds
+        each, or until ``end`` (a ``time.monotonic()`` value) when given.
+
+        Raises:
+            ClosedError: in a process other than the writer's (a forked copy).
+            as :meth:`wait_oldest`.
+        """
+        if self.pid != os.getpid():
+            raise ClosedError(
+                f"this writer was created in process {self.pid}; a writer belongs to the "
+                "process that made it (its stream would be shared): create one per process"
+            )
+        while self.unsent:
+            while len(self.in_flight) >= self.max_in_flight:
+                self.wait_oldest(wait if end is None else max(0.0, end - time.monotonic()))
+            _, header, arrays = self.unsent.popleft()
+            header["timeout"] = timeout
+            try:
+                rid = _send(self.client, dict(header), arrays, end)
+            except BaseException:
+                self.unsent.appendleft((None, header, arrays))
+                raise
+            self.in_flight.append((rid, header, arrays))
+
+    def wait_oldest(self, wait: float | None) -> None:
+        """Wait up to ``wait`` seconds (``None``: while the server answers pings) for the
+        oldest chunk's acknowledgement; see the module docstring for what a failure does.
+
+        Raises:
+            RateLimiterTimeoutError, ReplayTimeoutError, ServerUnavailableError: the chunk
+                was not stored in time; it is kept and sent again.
+            InvalidArgumentError (or another ReplayError): the server refused the chunk;
+                it is dropped.
+        """
+        rid, header, arrays = self.in_flight[0]
+        try:
+            _, reply = self.client._wait(rid, wait)
+        except (ReplayTimeoutError, ResourceLimitError) as exc:
+            self.requeue()
+            raise type(exc)(
+                f"{exc} [writer chunk of steps {_steps(header)} was not stored; the writer "
+                "keeps it and sends it again with its next flush()]"
+            ) from exc
+        except ReplayError as exc:
+            self.in_flight.popleft()
+            dropped = self._drop(header, arrays)
+            raise type(exc)(
+                f"{exc} [writer chunk of steps {_steps(header)} was not stored and is "
+                f"dropped, with {dropped} items; later steps continue as a new episode]"
+            ) from exc
+        self.in_flight.popleft()
+        keys = reply["keys"]
+        self.acknowledged += len(keys)
+        if self.keys is not None:
+            self.keys.append(np.array(keys))
+
+    def requeue(self) -> None:
+        """Put every unacknowledged chunk back in front of the queue, in order. Replies to
+        them that still arrive are dropped; the server answers a chunk it already applied
+        with its first reply, so nothing is applied twice."""
+        self.client._channel().forget([rid for rid, _, _ in self.in_flight])
+        self.unsent.extendleft((None, h, a) for _, h, a in reversed(self.in_flight))
+        self.in_flight.clear()
+
+    def _drop(self, failed: dict, arrays: dict) -> int:
+        """Forget the chunk ``failed`` the server refused for its content: later chunks are
+        renumbered to follow the last applied one, start a new episode, and lose the items
+        that reach into the dropped steps. Returns how many items were dropped.
+
+        Nothing of a refused chunk is stored: the server makes every check before its
+        first change to a chunk and applies it whole (:mod:`rlreplay.net.server.ingest`). The one
+        refusal of a stored chunk, "applied too long ago to be answered again", answers a
+        chunk sent again after ``KEPT_REPLIES`` later ones were applied, which this stream
+        never sends (it keeps at most ``MAX_IN_FLIGHT`` chunks unacknowledged)."""
+        dropped = len(arrays.get("item_anchor", ()))
+        end = failed["first"] + failed["n"]
+        self.requeue()
+        queued = list(self.unsent)
+        self.unsent.clear()
+        seq, restart = failed["seq"], True
+        for _, header, chunk_arrays in queued:
+            header = dict(header, seq=seq)
+            if restart:
+                header["restart"] = True
+                restart = False
+            chunk_arrays, lost = _items_from(chunk_arrays, end)
+            dropped += lost
+            self.unsent.append((None, header, chunk_arrays))
+            seq += 1
+        self.seq = seq
+        self.restart = self.restart or restart  # nothing queued: the next chunk restarts
+        return dropped + self.on_drop(end)
+
+    def close(self) -> None:
+        """Tell the server to forget this writer's stream (no reply awaited; with its
+        client closed, the server forgets it once idle)."""
+        if self.pid == os.getpid() and not self.client._transport.closed:
+            self.client._send({"op": "close_writer", "writer": self.id, "noreply": True})
+
+
+def _send(client: Client, header: dict, arrays: dict, end: float | None) -> int:
+    """Send a chunk; with ``end`` (a ``time.monotonic()`` value) the hand-over is bounded
+    by it, and the server never starts the chunk after it (the caller stops waiting)."""
+    if end is None:
+        return client._send(header, arrays)
+    return client._transport.send(header, arrays, until=end, expires=end)
+
+
+def wait_time(timeout: float | None, end: float | None) -> float | None:
+    """Seconds to wait for one acknowledgement: until ``end`` if given, else the chunk's
+    ``timeout`` plus the reply grace (``None``: as long as the server answers pings)."""
+    if end is not None:
+        return max(0.0, end - time.monotonic())
+    return None if timeout is None else timeout + REPLY_GRACE_S
+
+
+def chunk_arrays(parts: list, fields: list, n: int, items: list) -> dict[str, np.ndarray]:
+    """The arrays of a chunk: ``n`` buffered steps (per field, each step's bytes or a
+    scalar) and the buffered items ``(table, anchor, priority, length)``."""
+    arrays = {}
+    for field_parts, (path, shape, dtype) in zip(parts, fields):
+        if shape:
+            data = np.frombuffer(b"".join(field_parts), dtype=dtype).reshape(n, *shape)
+        else:
+            data = np.array(field_parts, dtype=dtype)
+        arrays["data/" + path] = data
+    if items:
+        table = np.array(items, dtype=np.float64)
+        arrays["item_table"] = table[:, 0].astype(np.int32)
+        arrays["item_anchor"] = table[:, 1].astype(np.int64)
+        arrays["item_priority"] = table[:, 2]
+        if (table[:, 3] >= 0).any():  # only layouts with per-item extents use lengths
+            arrays["item_length"] = table[:, 3].astype(np.int64)
+    return arrays
+
+
+def _steps(header: dict) -> str:
+    return f"[{header['first']}, {header['first'] + header['n']})"
+
+
+def _items_from(arrays: dict, first: int) -> tuple[dict, int]:
+    """``arrays`` without the items anchored before stream step ``first``, and how many
+    were removed."""
+    anchors = arrays.get("item_anchor")
+    if anchors is None:
+        return arrays, 0
+    keep = anchors >= first
+    if keep.all():
+        return arrays, 0
+    out = {k: (v[keep] if k.startswith("item_") else v) for k, v in arrays.items()}
+    return out, int((~keep).sum())
+
+
+# ------------------------------------------------------------ writers left open
+# Writers of this process not yet closed, flushed by one exit handler. Held weakly: a
+# writer dropped unclosed is collected (and warns with a ResourceWarning).
+EXIT_FLUSH_S = 10.0  # seconds the exit handler spends, over all writers still open
+_OPEN: weakref.WeakSet = weakref.WeakSet()
+_registered = threading.Lock()
+_exit_handler: list = []
+
+
+def register_open(writer: Any) -> None:
+    """Flush ``writer`` at interpreter exit unless it is closed (or collected) first."""
+    _OPEN.add(writer)
+    with _registered:
+        if not _exit_handler:
+            _exit_handler.append(atexit.register(flush_open_writers))
+
+
+def discard_open(writer: Any) -> None:
+    """``writer`` was closed: nothing left to flush at exit."""
+    _OPEN.discard(writer)
+
+
+def flush_open_writers(budget_s: float = EXIT_FLUSH_S) -> int:
+    """Close every writer of this process still open, spending at most ``budget_s``
+    seconds in all; runs at interpreter exit. Returns how many writers were closed with
+    everything they held stored (failures are logged, never raised)."""
+    end = time.monotonic() + budget_s
+    stored = 0
+    for writer in list(_OPEN):
+        if writer._closed or writer._chunks.pid != os.getpid():
+            continue
+        left = end - time.monotonic()
+        try:
+            writer.close(timeout=max(0.001, left - REPLY_GRACE_S))
+            stored += 1
+        except Exception as exc:  # at exit: report, never raise
+            log.warning("a remote writer left open could not flush at exit: %s", exc)
+    return stored

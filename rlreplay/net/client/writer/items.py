@@ -1,0 +1,275 @@
+"""What a remote writer checks before it buffers anything: its arguments, and the items it
+has created and not yet sent, checked as a local writer checks them.
+
+A :class:`~rlreplay.net.client.writer.remote_writer.RemoteTrajectoryWriter` creates items
+on the server when their chunk arrives, so it must refuse a bad item when it is created, as
+:class:`rlreplay.TrajectoryWriter` does: an unknown table, a ``start`` outside the retained
+steps of the episode, an item needing steps not appended yet, a second item at one anchor
+of a table, a bad priority. :class:`PendingItems` holds those checks and the state they
+need (per table, the anchors used over the recent steps), and the items buffered for the
+next chunk.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.net.client.writer.chunks import MAX_IN_FLIGHT
+from rlreplay.writers.trajectory_writer import too_few_steps
+
+_INF = float("inf")
+
+Item = tuple[int, int, float, int]  # table index, anchor (stream index), priority, length
+
+
+def check_writer_args(
+    client: Any, tables: Any, history: Any, chunk_steps: Any, max_in_flight: Any
+) -> tuple[list[str], list[int], int, int, int]:
+    """Check a remote writer's arguments against its tables on the server.
+
+    Returns:
+        The table names, their item spans, ``history`` and ``chunk_steps`` (defaults
+        filled in), and the most items one chunk may hold: a chunk is admitted whole, so
+        it holds at most what the smallest window of its tables' rate limiters admits at
+        once, and no more than the smallest ``max_size`` of its tables.
+
+    Raises:
+        InvalidArgumentError: for unknown tables, a table named twice, tables on different
+            stores, or bad sizes.
+    """
+    names = [tables] if isinstance(tables, str) else [getattr(t, "name", t) for t in tables]
+    if not names:
+        raise InvalidArgumentError("tables is empty; give at least one table name")
+    if len(set(names)) != len(names):
+        raise InvalidArgumentError(f"tables {names} name a table twice; give each table once")
+    descs = [client.describe(n) for n in names]
+    if any(d["store"] != descs[0]["store"] for d in descs):
+        raise InvalidArgumentError(
+            f"tables {names} do not share one step store; a writer appends to one store"
+        )
+    if descs[0]["lanes"] != 1:
+        raise InvalidArgumentError("the tables' store has lanes > 1; use a vector adder")
+    capacity = descs[0]["store_capacity"]
+    spans = [int(d["span"]) for d in descs]
+    longest = max(spans)
+    history = longest if history is None else history
+    if not isinstance(history, int) or not longest <= history <= capacity:
+        raise InvalidArgumentError(
+            f"history={describe(history)} must be an int in [{longest} (the longest item "
+            f"span), {capacity} (the store capacity)]"
+        )
+    if chunk_steps is None:
+        chunk_steps = max(1, min(1024, capacity - history))
+    if not isinstance(chunk_steps, int) or not 1 <= chunk_steps <= capacity - history:
+        raise InvalidArgumentError(
+            f"chunk_steps={describe(chunk_steps)} must be an int in [1, "
+            f"{capacity - history}] (store capacity minus history)"
+        )
+    if not isinstance(max_in_flight, int) or not 1 <= max_in_flight <= MAX_IN_FLIGHT:
+        raise InvalidArgumentError(
+            f"max_in_flight={describe(max_in_flight)} must be an int in [1, {MAX_IN_FLIGHT}]"
+        )
+    # the server refuses a chunk creating more items in a table than its max_size
+    limits = [int(d["max_size"]) for d in descs]
+    limits += [int(d["insert_window"]) for d in descs if d.get("insert_window") is not None]
+    return names, spans, history, chunk_steps, min(limits)
+
+
+def _per_item(values: Any, n: int, name: str) -> list:
+    """``values`` (one per item, one for all, or ``None``) as a list of ``n``.
+
+    Raises:
+        InvalidArgumentError: if ``values`` has neither one nor ``n`` entries.
+    """
+    if values is None:
+        return [None] * n
+    try:
+        return np.broadcast_to(values, (n,)).tolist()
+    except ValueError:
+        raise InvalidArgumentError(
+            f"{name}={describe(values)} must be one value, or one per item of the {n} starts"
+        ) from None
+
+
+class PendingItems:
+    """The items of the next chunk, and the anchors each table has used lately.
+
+    Args:
+        names: the writer's tables, in the order chunks index them.
+        spans: each table's item span.
+        history: steps an item may reach back.
+        max_items: the most items one chunk may hold (the tables' smallest insert window).
+    """
+
+    def __init__(self, names: list[str], spans: list[int], history: int, max_items: int):
+        self.names = names
+        self.spans = spans
+        self.history = history
+        self.max_items = max_items
+        self.items: list[Item] = []
+        self._index = {n: i for i, n in enumerate(names)}
+        self._anchors: list[set[int]] = [set() for _ in names]
+        self._top_anchor = [-1] * len(names)
+        self._prune_at = max(1024, 4 * history)
+
+    @property
+    def full(self) -> bool:
+        """Whether the next chunk holds as many items as it may."""
+        return len(self.items) >= self.max_items
+
+    @property
+    def over(self) -> bool:
+        """Whether more items are buffered than one chunk may hold (after
+        :meth:`add_all`): :meth:`take` then takes one chunk's worth."""
+        return len(self.items) > self.max_items
+
+    def add_latest(self, table: Any, priority: Any, stream: int, episode_start: int) -> bool:
+        """The common case, fast: an item of ``table`` ending at the latest step, anchors
+        growing, priority ``None`` or a float. Returns False (nothing added) when the item
+        is not that case; :meth:`add` then checks it in full."""
+        t = self._index.get(table)
+        if t is None:
+            return False
+        anchor = stream - self.spans[t]
+        if (
+            anchor >= episode_start
+            and anchor > self._top_anchor[t]
+            and (priority is None or (priority.__class__ is float and 0 <= priority < _INF))
+        ):
+            self._top_anchor[t] = anchor
+            seen = self._anchors[t]
+            seen.add(anchor)
+            if len(seen) > self._prune_at:
+                self._anchors[t] = {a for a in seen if a >= stream - self.history}
+            self.items.append((t, anchor, math.nan if priority is None else priority, -1))
+            return True
+        return False
+
+    def add(
+        self,
+        table: Any,
+        priority: Any,
+        start: int | None,
+        length: int | None,
+        stream: int,
+        episode_start: int,
+    ) -> None:
+        """Check and buffer one item (arguments as
+        :meth:`~rlreplay.net.client.writer.remote_writer.RemoteTrajectoryWriter.create_item`),
+        given the stream index of the next step and where the episode began.
+
+        Raises:
+            InvalidArgumentError: for an unknown table, a bad ``start``, ``length`` or
+                priority, or a second item at one anchor of a table; nothing is added.
+        """
+        t = self._index.get(table)
+        if t is None:
+            t = self._index.get(getattr(table, "name", None))
+            if t is None:
+                raise InvalidArgumentError(
+                    f"table {getattr(table, 'name', table)!r} is not one of this writer's "
+                    f"tables {self.names}"
+                )
+        span = self.spans[t]
+        if length is not None:
+            if not isinstance(length, int) or not 1 <= length <= self.history:
+                raise InvalidArgumentError(
+                    f"length={describe(length)} must be an int in [1, history={self.history}]"
+                )
+            span = length
+        retained = min(self.history, stream - episode_start)
+        if start is None:
+            start = -span
+            if span > retained:
+                raise too_few_steps(self.names[t], span, retained)
+        elif not isinstance(start, int) or start >= 0:
+            raise InvalidArgumentError(f"start={describe(start)} must be a negative int")
+        if -start > retained:
+            raise InvalidArgumentError(
+                f"start={start} must satisfy |start| <= {retained} (the retained steps of "
+                "this episode)"
+            )
+        if start + span > 0:
+            raise InvalidArgumentError(
+                f"an item starting at start={start} spans {span} steps and would need "
+                f"{start + span} step(s) not appended yet"
+            )
+        if priority is None:
+            priority = math.nan
+        else:
+            priority = float(priority)
+            if not (math.isfinite(priority) and priority >= 0):
+                raise InvalidArgumentError(
+                    f"priority={priority} must be finite and >= 0 (e.g. abs(td_error) + 1e-6)"
+                )
+        anchor = stream + start
+        if anchor <= self._top_anchor[t] and anchor in self._anchors[t]:
+            raise InvalidArgumentError(
+                f"table {self.names[t]!r} already gets an item anchored at that step; "
+                "a table holds at most one item per anchor step"
+            )
+        self._top_anchor[t] = max(self._top_anchor[t], anchor)
+        seen = self._anchors[t]
+        seen.add(anchor)
+        if len(seen) > self._prune_at:
+            low = stream - self.history
+            self._anchors[t] = {a for a in seen if a >= low}
+        self.items.append((t, anchor, priority, -1 if length is None else length))
+
+    def add_all(
+        self,
+        table: Any,
+        priorities: Any,
+        starts: Any,
+        lengths: Any,
+        stream: int,
+        episode_start: int,
+    ) -> None:
+        """Check and buffer one item per entry of ``starts`` (``priorities`` and
+        ``lengths``: one per item, one for all, or ``None``), all of them or none.
+
+        Raises:
+            InvalidArgumentError: as :meth:`add`, or for ``priorities`` or ``lengths``
+                that do not match ``starts``; nothing is added then.
+        """
+        starts = np.asarray(starts, dtype=np.int64).reshape(-1).tolist()
+        prios = _per_item(priorities, len(starts), "priorities")
+        lens = _per_item(lengths, len(starts), "lengths")
+        before, tops = len(self.items), list(self._top_anchor)
+        try:
+            for start, priority, length in zip(starts, prios, lens):
+                self.add(table, priority, start, length, stream, episode_start)
+        except InvalidArgumentError:
+            # The anchors added here were new to their table (a repeat is refused).
+            for t, anchor, _, _ in self.items[before:]:
+                self._anchors[t].discard(anchor)
+            del self.items[before:]
+            self._top_anchor = tops
+            raise
+
+    def take(self) -> list[Item]:
+        """The buffered items for one chunk (at most ``max_items``, oldest first); they
+        leave the buffer."""
+        if len(self.items) <= self.max_items:
+            items, self.items = self.items, []
+            return items
+        items = self.items[: self.max_items]
+        del self.items[: self.max_items]
+        return items
+
+    def end_episode(self, stream: int) -> None:
+        """An episode ended before stream index ``stream``: later items anchor after it."""
+        for seen in self._anchors:
+            seen.clear()
+        self._top_anchor = [stream - 1] * len(self._anchors)
+
+    def drop_before(self, end: int) -> int:
+        """Remove the buffered items anchored before stream index ``end`` (their steps
+        were dropped); returns how many were removed."""
+        before = len(self.items)
+        self.items = [it for it in self.items if it[1] >= end]
+        return before - len(self.items)

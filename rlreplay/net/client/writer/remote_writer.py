@@ -1,0 +1,389 @@
+"""The remote writer: the TrajectoryWriter interface over the network, in chunks.
+
+Steps are copied into per-field buffers as they are appended
+(:class:`~rlreplay.net.client.writer.steps.StepBuffer`); the items created over them are
+buffered beside them (:class:`~rlreplay.net.client.writer.items.PendingItems`). A chunk (steps
+plus items, in order) is queued when a step arrives after ``chunk_steps`` steps are
+buffered (so the items over a chunk's last steps travel with it), when an item arrives
+after a table's ``insert_window`` items (the server stores a chunk whole, so it holds no
+more than a limiter admits at once), and on :meth:`flush` and :meth:`close`. Up to
+``max_in_flight`` chunks may await acknowledgement; the writer then waits for the oldest
+(backpressure from the server's rate limiters).
+
+One invariant: every call takes all of its input or none of it, as a local
+:class:`rlreplay.TrajectoryWriter` does. A call first hands over what is due (the full
+buffer, the queued chunks), waiting at most its ``timeout`` (default: the writer's), and
+only then takes its steps or items; chunks it fills on the way are queued, never sent, and
+go out with the next call. So a call that raises a timeout took nothing and is repeated
+(as adders do), never a part of it twice. Items are created on the server when their
+chunk arrives, so :meth:`create_item` returns ``None`` (not a key), and a limiter timeout
+or a refused item surfaces from a later call that waits for the chunk's acknowledgement.
+A chunk is stored whole or not at all and never twice (see
+:mod:`rlreplay.net.client.writer.chunks`).
+
+If the caller never flushes, what the last call buffered stays in this process until
+``close()``. A writer still open when the program exits is flushed then (for at most
+``EXIT_FLUSH_S`` seconds over all writers); one garbage-collected without ``close()``
+loses what it held and warns with a ``ResourceWarning``. A writer belongs to the process
+that made it: its id is 128 random bits from the operating system, unaffected by seeding
+``random`` or numpy, so actors seeded alike never share a stream on the server.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from rlreplay.core.table_checks import check_timeout
+from rlreplay.errors import ClosedError, ReplayTimeoutError
+from rlreplay.net.client.client import REPLY_GRACE_S, Client
+from rlreplay.net.client.writer.chunks import ChunkStream, discard_open, register_open, wait_time
+from rlreplay.net.client.writer.items import PendingItems, check_writer_args
+from rlreplay.net.client.writer.steps import StepBuffer
+
+
+class RemoteTrajectoryWriter:
+    """Writes one stream of steps to served tables that share a step store.
+
+    Args:
+        client: the :class:`~rlreplay.Client`.
+        tables: table name(s) items will be created in.
+        history: steps an item may reach back (default: the longest item span).
+        chunk_steps: steps per message (the writer's buffer size); default 1024, or less
+            when the store is small (at most its capacity minus ``history``).
+        max_in_flight: unacknowledged chunks allowed before the writer waits.
+        timeout: seconds a chunk may wait for the rate limiters on the server, and a call
+            for acknowledgements (plus a reply grace), when the call gives no ``timeout``
+            of its own (``None``: no limit).
+        keep_keys: collect the keys of acknowledged items in :attr:`keys`.
+
+    Raises:
+        InvalidArgumentError: for unknown tables, a table named twice, tables on different
+            stores, or bad sizes.
+
+    Example:
+        >>> with client.trajectory_writer("replay") as writer:          # doctest: +SKIP
+        ...     writer.append({"obs": obs, "action": a, "reward": r})
+        ...     writer.create_item("replay", priority=1.0)
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        tables: str | Sequence[str],
+        *,
+        history: int | None = None,
+        chunk_steps: int | None = None,
+        max_in_flight: int = 4,
+        timeout: float | None = None,
+        keep_keys: bool = False,
+    ):
+        names, self.spans, history, chunk_steps, max_items = check_writer_args(
+            client, tables, history, chunk_steps, max_in_flight
+        )
+        self.client = client
+        self.table_names = names
+        self.signature = client.signature(names[0])
+        self.history = history
+        self.chunk_steps = chunk_steps
+        self._pending = PendingItems(names, self.spans, history, max_items)
+        self.max_in_flight = max_in_flight
+        self.timeout = check_timeout(timeout)
+        self._chunks = ChunkStream(
+            client, {"tables": names, "history": history}, max_in_flight, self._dropped_until
+        )
+        self._chunks.keys = [] if keep_keys else None
+        self._steps = StepBuffer(self.signature)
+        self._stream = 0  # stream index of the next step
+        self._chunk_first = 0
+        self._episode_start = 0
+        self._episode_starts: list[int] = []
+        self._closed = False
+        register_open(self)
+
+    @property
+    def tables(self) -> list:
+        """Handles of the writer's tables (``name`` and ``layout`` like local tables)."""
+        return [self.client.table(n) for n in self.table_names]
+
+    @property
+    def episode_steps(self) -> int:
+        """Retained steps of the current episode an item may start at."""
+        return min(self.history, self._stream - self._episode_start)
+
+    # -------------------------------------------------------------- appending
+    def append(self, step: Mapping[str, Any], *, timeout: float | None = None) -> int:
+        """Buffer one step; returns its stream index (its position in this writer's stream).
+
+        Args:
+            step: one value per signature field.
+            timeout: seconds to wait for the server when a full chunk or queued chunks go
+                out first (``None``: the writer's ``timeout``).
+
+        Raises:
+            SignatureError: if the step does not match the signature.
+            ClosedError: if the writer is closed.
+            ReplayTimeoutError: if what went out first was not acknowledged in time; the
+                step was not taken (append it again).
+        """
+        self._check_open()
+        if timeout is not None:
+            timeout = check_timeout(timeout)
+        steps = self._steps
+        full = steps.n >= self.chunk_steps
+        if full or self._chunks.unsent:
+            # A full chunk goes out when the next step arrives, so items created over its
+            # last steps travel with it.
+            self._hand_over(timeout, full)
+        steps.add(step)
+        self._stream += 1
+        return self._stream - 1
+
+    def append_batch(self, steps: Mapping[str, Any], *, timeout: float | None = None) -> int:
+        """Buffer consecutive steps (each field ``[n, ...]``); returns the first's index.
+
+        All of them or none: chunks filled on the way are queued, and sent by the next
+        call (or ``flush``).
+
+        Raises:
+            SignatureError, InvalidArgumentError: for steps that do not match the signature.
+            ClosedError: if the writer is closed.
+            ReplayTimeoutError: as :meth:`append`; no step was taken.
+        """
+        self._check_open()
+        timeout = check_timeout(timeout)
+        buffer = self._steps
+        arrays, n = buffer.check_batch(steps)
+        full = buffer.n >= self.chunk_steps
+        if full or self._chunks.unsent:
+            self._hand_over(timeout, full)
+        first = self._stream
+        done = 0
+        while done < n:
+            if buffer.n >= self.chunk_steps:
+                self._seal()
+            take = min(n - done, self.chunk_steps - buffer.n)
+            buffer.add_rows(arrays, done, take)
+            self._stream += take
+            done += take
+        return first
+
+    # ----------------------------------------------------------------- items
+    def create_item(
+        self,
+        table: str,
+        priority: float | None = None,
+        *,
+        start: int | None = None,
+        length: int | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Create an item over this stream's recent steps when the chunk reaches the server.
+
+        Args as :meth:`rlreplay.TrajectoryWriter.create_item`; ``timeout`` bounds the wait
+        when a full chunk or queued chunks go out first (``None``: the writer's
+        ``timeout``).
+
+        Raises:
+            InvalidArgumentError: for an unknown table, a ``start`` outside the retained
+                steps of this episode, an item needing steps not appended yet, or a second
+                item at the same anchor in one table.
+            ReplayTimeoutError: as :meth:`append`; the item was not taken.
+        """
+        self._check_open()
+        if timeout is not None:
+            timeout = check_timeout(timeout)
+        full = self._pending.full
+        if full or self._chunks.unsent:
+            # A chunk holds at most what a table's limiter admits at once (it is stored
+            # whole): send the full one before this item, so a failure changes nothing.
+            self._hand_over(timeout, full)
+        stream, episode = self._stream, self._episode_start
+        if (
+            start is None
+            and length is None
+            and self._pending.add_latest(table, priority, stream, episode)
+        ):
+            return  # the common case, checked fast
+        self._pending.add(table, priority, start, length, stream, episode)
+
+    def create_items(
+        self,
+        table: str,
+        priorities: Any = None,
+        *,
+        starts: Any,
+        lengths: Any = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Batch form of :meth:`create_item`: one item per entry of ``starts``, all of
+        them or none (chunks they fill are queued, and sent by the next call or ``flush``).
+
+        Args:
+            table: one of the writer's tables (name or handle).
+            priorities: one priority per item, one for all, or ``None`` (default).
+            starts: negative indexes into this episode's retained steps, as ``start``.
+            lengths: per-item lengths (``None``: the layout's span for every item).
+            timeout: as in :meth:`create_item`.
+
+        Raises:
+            InvalidArgumentError: as :meth:`create_item`; no item is taken then.
+            ReplayTimeoutError: as :meth:`append`; no item was taken.
+        """
+        self._check_open()
+        timeout = check_timeout(timeout)
+        full = self._pending.full
+        if full or self._chunks.unsent:
+            self._hand_over(timeout, full)
+        stream, episode = self._stream, self._episode_start
+        self._pending.add_all(table, priorities, starts, lengths, stream, episode)
+        while self._pending.over:
+            self._seal()
+
+    def end_episode(self) -> None:
+        """End the current episode: later items cannot reach the steps before this call."""
+        if self._stream != self._episode_start:
+            self._episode_start = self._stream
+            self._episode_starts.append(self._stream)
+            self._pending.end_episode(self._stream)
+
+    @property
+    def keys(self) -> list[np.ndarray] | None:
+        """Keys of acknowledged items, one array per chunk (with ``keep_keys=True``)."""
+        return self._chunks.keys
+
+    @property
+    def items_acknowledged(self) -> int:
+        """Items the server has acknowledged so far."""
+        return self._chunks.acknowledged
+
+    @property
+    def pending_chunks(self) -> int:
+        """Chunks not yet acknowledged by the server (sent, or kept to send again)."""
+        return self._chunks.pending
+
+    # --------------------------------------------------------------- sending
+    def _seal(self) -> None:
+        """Queue the buffered steps and at most a chunk's worth of the buffered items as a
+        chunk (sent by the next call that hands over; never fails)."""
+        n = self._steps.n
+        if n or self._pending.items:
+            first = self._chunk_first
+            arrays = self._steps.chunk_arrays(self._pending.take())
+            starts = [s for s in self._episode_starts if first <= s < first + n]
+            self._chunks.queue(first, n, starts, arrays)
+            self._episode_starts = [s for s in self._episode_starts if s >= first + n]
+            self._chunk_first = first + n
+            self._steps.clear()
+
+    def _hand_over(self, timeout: float | None, seal: bool) -> None:
+        """Before a call takes anything: queue the buffer as a chunk (with ``seal``) and
+        send the queued chunks, waiting while ``max_in_flight`` are unacknowledged, for at
+        most the call's checked ``timeout`` (``None``: the writer's) plus the reply grace.
+
+        Raises:
+            ReplayTimeoutError: if acknowledgements did not come in time (the chunks are
+                kept, queued to be sent again); and as :meth:`ChunkStream.wait_oldest`.
+        """
+        timeout = self.timeout if timeout is None else timeout
+        end = None if timeout is None else time.monotonic() + timeout + REPLY_GRACE_S
+        if seal:
+            self._seal()
+        self._chunks.send(timeout, wait_time(timeout, end), end)
+
+    def _dropped_until(self, end: int) -> int:
+        """A chunk ending at stream index ``end`` was refused and dropped: buffered items
+        reaching into it go too, and later items may not reach back before ``end`` (a new
+        episode begins there). Returns how many buffered items were dropped."""
+        self._episode_start = max(self._episode_start, min(end, self._stream))
+        return self._pending.drop_before(end)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything buffered and wait until the server has stored it.
+
+        Each chunk is stored whole or not at all. When this raises because a chunk was
+        not stored in time, the writer keeps it (and every later one) and the next
+        ``flush`` sends them again; nothing is stored twice.
+
+        Args:
+            timeout: seconds to wait (rate limiters included); ``None``: no limit.
+
+        Raises:
+            RateLimiterTimeoutError: if the server's limiter kept a chunk blocked.
+            ReplayTimeoutError: if acknowledgements did not arrive within ``timeout``.
+            ServerUnavailableError: if the server stopped answering.
+            InvalidArgumentError: if the server refused a chunk's items (their steps are
+                no longer stored); that chunk is dropped, as the message says.
+        """
+        self._check_open()
+        timeout = check_timeout(timeout)
+        end = None if timeout is None else time.monotonic() + timeout + REPLY_GRACE_S
+        while self._steps.n or self._pending.items:
+            self._seal()
+        limit = self.timeout if timeout is None else timeout
+        chunks = self._chunks
+        chunks.send(limit, wait_time(limit, end), end)
+        while chunks.in_flight:
+            left = wait_time(None, end)
+            if left is not None and left <= 0:
+                chunks.requeue()
+                raise ReplayTimeoutError(
+                    f"flush waited {timeout}s; {chunks.pending} chunk(s) not yet stored (the "
+                    "writer keeps them and sends them again with its next flush())"
+                )
+            chunks.wait_oldest(left)
+
+    def _check_open(self) -> None:
+        """Raise ClosedError if this writer, or its client, was closed."""
+        if self._closed:
+            raise ClosedError("the writer is closed")
+        if self.client._transport.closed:
+            raise ClosedError(
+                f"the client of this writer ({self.client.address}) was closed; create a new "
+                "Client and writer"
+            )
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush (waiting up to ``timeout``) and release the server-side stream state.
+
+        The writer is closed even when the flush fails (the error is raised): chunks it
+        still held are not stored.
+        """
+        if self._closed:
+            return
+        try:
+            held = self._steps.n + self._chunks.pending_steps
+            if held or not self.client._transport.closed:  # (else nothing to send)
+                self.flush(timeout)
+        finally:
+            self._closed = True
+            discard_open(self)
+            self._chunks.close()
+
+    def __del__(self) -> None:
+        chunks = getattr(self, "_chunks", None)
+        if getattr(self, "_closed", True) or chunks is None or chunks.pid != os.getpid():
+            return
+        held = self._steps.n + chunks.pending_steps
+        warnings.warn(
+            f"RemoteTrajectoryWriter for {self.table_names} was never closed: {held} steps and "
+            "their items it still held are lost. Use it as a context manager or call close() "
+            "(at exit, writers still open are flushed for a few seconds).",
+            ResourceWarning,
+            stacklevel=2,
+        )
+
+    def __enter__(self) -> RemoteTrajectoryWriter:
+        return self
+
+    def __exit__(self, exc_type, *exc: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self._closed = True
+            discard_open(self)

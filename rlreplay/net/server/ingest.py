@@ -1,0 +1,368 @@
+"""Server side of remote writers: apply each chunk of steps and items whole, or not at all.
+
+A remote writer sends its steps in chunks together with the items it created over them.
+Each item names its anchor by *stream index* (the position of the step in everything this
+writer appended, counted from 0). A :class:`WriterSession` maps stream indices to store
+step ids and, like :class:`rlreplay.TrajectoryWriter`, holds a retention of the store's
+overwrite protocol (:mod:`rlreplay.core.overwrite`): the newest ``history`` steps of the
+current episode are never overwritten by other writers (the protocol copies them to the
+store's head first), and each chunk's steps continue them contiguously.
+
+A chunk is all or nothing. :meth:`~rlreplay.net.server.chunk_checks.Chunk.parse` checks every
+field of the request against the session (shapes and dtypes of the steps, each item's
+table, anchor, extent and priority, the order of chunks) before anything changes.
+:meth:`WriterSession.apply` then checks, under the store's lock, what depends on the
+state of the tables and the store: every table's rate limiter admits all of the chunk's
+items, every item lies in steps the writer still retains, and the store has room for all
+of the chunk's steps *now* (the overwrite protocol makes that room in one step, or changes
+nothing). Only then does it change anything: one contiguous write of all the chunk's
+steps, whatever episodes they hold, then the items. Nothing after the first change fails
+for the chunk's reasons. When something must wait it changes nothing and the server
+parks the chunk; a chunk whose deadline passes leaves nothing behind. So a writer knows
+after each reply exactly what is stored, and may send a chunk that failed again. Chunks
+carry a sequence number: a chunk sent twice (a retry after a lost reply) is answered with
+the keys of its first application and not applied again.
+
+A session is registered (it retains steps, and the server keeps it) only once its first
+chunk is applied, so a refused first chunk leaves nothing behind either.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+
+import numpy as np
+
+from rlreplay.core.overwrite import Retention
+from rlreplay.core.table import Table
+from rlreplay.errors import ClosedError, InvalidArgumentError, describe
+from rlreplay.net.server.chunk_checks import Chunk
+
+KEPT_REPLIES = 64  # replies a session keeps for chunks sent again
+
+
+def admits(table: Table, m: int) -> bool:
+    """Whether ``table``'s rate limiter admits a chunk's ``m`` items at once now (lock
+    held). Writers keep ``m`` within the table's ``insert_window`` (see
+    :func:`rlreplay.net.server.jobs.insert_window`), so a chunk never waits for samples that
+    cannot come."""
+    return table.rate_limiter.can_insert(m, table.size)
+
+
+class WriterSession:
+    """One remote writer's stream state on the server.
+
+    A session holds no server state until its first chunk is applied: its retention is
+    registered with the store's overwrite protocol then (see :attr:`registered`), so a
+    refused first chunk leaves nothing behind.
+
+    Args:
+        tables: the writer's tables (sharing one store, each named once), in the order
+            its chunks index them.
+        history: steps an item may reach back.
+    """
+
+    def __init__(self, tables: list[Table], history: int):
+        self.tables = tables
+        self.store = tables[0].store
+        self.history = history
+        self.spans = np.array([t.layout.span for t in tables], dtype=np.int64)
+        self.variable = np.array([bool(t.layout.variable) for t in tables])
+        self.next_seq = 0  # sequence number of the next chunk to apply
+        # The table that kept the last chunk :meth:`apply` refused waiting (its rate
+        # limiter; the first table when the chunk waits for room in the store), for the
+        # server's blocked-time accounting.
+        self.blocker = tables[0]
+        self.applied = 0  # stream index one past the last applied chunk's steps
+        self.episode_start = 0  # stream index where the current episode began
+        # The newest ``history`` steps of the current episode (stream indices
+        # ``applied - count .. applied - 1``), which later items may reach: the store's
+        # overwrite protocol never overwrites them (when an append would, it copies them
+        # to the store's head first), and this writer's next append continues them.
+        # None until the first chunk is applied.
+        self.retention: Retention | None = None
+        # Per table: anchors (stream indices) of items created over recent steps, so a
+        # chunk that repeats an earlier chunk's anchor is refused before it changes
+        # anything.
+        self.recent: list[np.ndarray] = [np.zeros(0, np.int64) for _ in tables]
+        self.replies: OrderedDict[int, np.ndarray] = OrderedDict()
+        self.pending: deque = deque()  # WriteJobs of this writer, oldest first
+        # Restored from a server checkpoint, no chunk applied since: chunks the server
+        # applied after the checkpoint were lost with it (see :meth:`skipped`).
+        self.resumed = False
+
+    @property
+    def registered(self) -> bool:
+        """Whether a chunk of this writer was applied (it then retains steps)."""
+        return self.retention is not None
+
+    @property
+    def retained(self) -> int:
+        """Steps this writer retains now."""
+        return 0 if self.retention is None else self.retention.count
+
+    # ---------------------------------------------------------------- chunks
+    def parse(self, header: dict, arrays: dict) -> Chunk:
+        """:meth:`Chunk.parse` for this session."""
+        return Chunk.parse(self, header, arrays)
+
+    def replayed(self, header: dict) -> np.ndarray | None:
+        """Keys of the chunk ``header`` numbers if it was applied already (the writer sent
+        it again after losing the reply); None if it was not. Checked before the chunk is
+        parsed: checks against the stream as it stands now would not hold for it.
+
+        Raises:
+            InvalidArgumentError: if the chunk was applied so long ago that its reply is
+                no longer kept (nothing changes).
+        """
+        seq = header.get("seq")
+        if seq is None or seq >= self.next_seq:
+            return None
+        keys = self.replies.get(seq)
+        if keys is None:
+            raise InvalidArgumentError(
+                f"writer chunk {seq} was applied too long ago to be answered again: its items "
+                f"are stored, but the server keeps its replies only to a writer's last "
+                f"{KEPT_REPLIES} chunks and this writer's stream stands at chunk "
+                f"{self.next_seq}; keep at most {KEPT_REPLIES} chunks unacknowledged"
+            )
+        return keys
+
+    def skipped(self, seq: int | None) -> bool:
+        """Whether chunk ``seq`` comes after chunks this session never applied because
+        it was restored from a server checkpoint: the server that stopped applied them
+        after the checkpoint, and they were lost with it. Such a chunk is taken as the
+        start of a new episode (its items cannot reach the lost steps), once; its writer
+        never sends them again (they were acknowledged)."""
+        return self.resumed and seq is not None and seq > self.next_seq
+
+    def check_next(self, chunk: Chunk) -> None:
+        """Check that ``chunk`` continues this writer's stream of applied chunks.
+
+        Raises:
+            InvalidArgumentError: if it does not (an earlier chunk of this writer was not
+                applied); nothing of it is applied.
+        """
+        if self.skipped(chunk.seq):
+            return
+        if chunk.seq != self.next_seq or (chunk.first != self.applied and not chunk.restart):
+            raise InvalidArgumentError(
+                f"writer chunk {chunk.seq} (stream steps from {chunk.first}) was not applied: "
+                f"this writer's stream stands at chunk {self.next_seq}, step {self.applied} "
+                "(an earlier chunk was not applied; the writer sends it again)"
+            )
+
+    def apply(self, chunk: Chunk) -> np.ndarray | None:
+        """Apply the whole chunk now if every table admits its items and the store has
+        room for its steps; returns the items' keys in creation order, or None (nothing
+        changed) when something must wait.
+
+        Everything is checked before the first change: the tables' admission, each item's
+        place in the steps (the retained ones the chunk continues and its own), anchors
+        repeated from earlier chunks, and room for *all* of the chunk's steps, made in
+        one step by the store's overwrite protocol (which changes nothing when it cannot).
+        The chunk's steps are then written contiguously in one write, whatever episodes
+        they hold (they never overwrite each other: ``n <= capacity - history``), and
+        its items created over them. Nothing after the first change fails for the
+        chunk's reasons.
+
+        Raises:
+            InvalidArgumentError: if an item needs steps this writer no longer retains,
+                repeats an anchor an earlier chunk used, or the store cannot hold what
+                writers retain plus the chunk; nothing changes.
+            ClosedError: if one of the tables was closed; nothing changes.
+        """
+        store = self.store
+        with store.lock:
+            for t, m in enumerate(chunk.counts.tolist()):
+                table = self.tables[t]
+                if m and table.closed:
+                    raise ClosedError(f"table {table.name!r} is closed")
+                if m and not admits(table, m):
+                    self.blocker = table
+                    return None
+            keep = self._continued(chunk)
+            self._check_reach(chunk, keep)
+            self._check_repeats(chunk)
+            # The first change, all or nothing: room for every step of the chunk.
+            own = self.retention
+            if chunk.n and store.overwrite.make_room(chunk.n, own=own, keep=keep) is None:
+                self.blocker = self.tables[0]
+                return None
+            base = self._write(chunk, keep)
+            keys = self._create(chunk, base + (chunk.anchor - chunk.first))
+        if chunk.starts or self._new_episode(chunk):
+            self.episode_start = self._last_start(chunk)
+        self.applied = chunk.first + chunk.n
+        self.next_seq = chunk.seq + 1
+        self.resumed = False
+        self.replies[chunk.seq] = keys
+        while len(self.replies) > KEPT_REPLIES:
+            self.replies.popitem(last=False)
+        return keys
+
+    def close(self) -> None:
+        """Let the retained steps go for good (the writer closed)."""
+        if self.retention is not None:
+            with self.store.mutex:
+                self.store.overwrite.forget(self.retention)
+
+    def release(self) -> None:
+        """Let the retained steps go (the writer was silent too long, or the store needs
+        room for other writers): the next chunk's items cannot reach back before it."""
+        if self.retention is not None:
+            with self.store.mutex:
+                self.retention.release()
+
+    # ------------------------------------------------------------ checkpoints
+    def state(self) -> dict:
+        """The stream's position for a server checkpoint (store lock held, on the
+        dispatcher thread): what a restored server needs to answer this writer's chunks
+        as this one would (its retained steps as store ids, the anchors of recent items,
+        the replies kept for chunks sent again). Chunks waiting are not part of it: they
+        were not applied, and the writer sends them again."""
+        own = self.retention
+        seqs = np.fromiter(self.replies, np.int64, len(self.replies))
+        kept = list(self.replies.values())
+        return {
+            "tables": [t.name for t in self.tables],
+            "history": self.history,
+            "next_seq": self.next_seq,
+            "applied": self.applied,
+            "episode_start": self.episode_start,
+            "resumed": self.resumed,
+            "retention": None if own is None else [own.first, own.count],
+            "recent": {str(t): r for t, r in enumerate(self.recent)},  # per table index
+            "reply_seqs": seqs,
+            "reply_counts": np.array([len(k) for k in kept], np.int64),
+            "reply_keys": np.concatenate(kept) if kept else np.zeros(0, np.int64),
+        }
+
+    @classmethod
+    def from_state(cls, tables: list[Table], state: dict) -> WriterSession:
+        """The session :meth:`state` describes, over the restored ``tables``, retaining
+        again the steps it retained (store lock taken). Its next chunk may skip chunks
+        (see :meth:`skipped`)."""
+        session = cls(tables, int(state["history"]))
+        session.next_seq = int(state["next_seq"])
+        session.applied = int(state["applied"])
+        session.episode_start = int(state["episode_start"])
+        session.resumed = True
+        recent = state["recent"]
+        session.recent = [np.asarray(recent[str(t)], np.int64) for t in range(len(tables))]
+        ends = np.cumsum(np.asarray(state["reply_counts"], np.int64))
+        keys = np.asarray(state["reply_keys"], np.int64)
+        for seq, end, n in zip(state["reply_seqs"], ends, state["reply_counts"]):
+            session.replies[int(seq)] = keys[end - n : end].copy()
+        if state["retention"] is not None:
+            first, count = (int(v) for v in state["retention"])
+            with session.store.mutex:
+                own = session.retention = session.store.overwrite.retain(session.history)
+                if count and session.store.is_stored(first) and session.store.is_stored(
+                    first + count - 1
+                ):
+                    own.extend(first, count)
+        return session
+
+    # --------------------------------------------------------------- planning
+    def _new_episode(self, chunk: Chunk) -> bool:
+        """Whether ``chunk`` begins a new episode at its first step."""
+        return (
+            chunk.restart
+            or chunk.first != self.applied
+            or bool(chunk.starts and chunk.starts[0] == chunk.first)
+        )
+
+    def _continued(self, chunk: Chunk) -> int:
+        """How many of the retained steps ``chunk`` continues (kept contiguous before its
+        first step): all of them within one episode, none after a restart, and when an
+        episode begins at its first step only those that its items of the previous episode
+        reach back to (items travel with the chunk after the steps they cover)."""
+        if chunk.restart or chunk.first != self.applied:
+            return 0
+        if not (chunk.starts and chunk.starts[0] == chunk.first):
+            return self.retained
+        back = chunk.first - int(chunk.anchor.min()) if len(chunk.anchor) else 0
+        return min(max(back, 0), self.retained)
+
+    def _last_start(self, chunk: Chunk) -> int | None:
+        """Stream index where the chunk's last episode begins, if one begins in it."""
+        if chunk.starts:
+            return chunk.starts[-1]
+        return chunk.first if self._new_episode(chunk) else None
+
+    def _check_reach(self, chunk: Chunk, keep: int) -> None:
+        """Every item lies in the ``keep`` retained steps the chunk continues and its own
+        (:meth:`Chunk.parse` checked the rest: its episode, the history, the chunk's end).
+
+        Raises:
+            InvalidArgumentError: for items reaching steps no longer retained.
+        """
+        early = chunk.anchor < chunk.first - keep
+        if early.any():
+            raise InvalidArgumentError(
+                f"items anchored at stream steps {describe(chunk.anchor[early][:4].tolist())} "
+                "reach steps no longer retained for their episode; create items over at most "
+                "`history` recent steps (and keep the store larger than the traffic in flight)"
+            )
+
+    def _check_repeats(self, chunk: Chunk) -> None:
+        low = chunk.first - self.history
+        for t in range(len(self.tables)):
+            recent = self.recent[t] = self.recent[t][self.recent[t] >= low]
+            mine = chunk.anchor[chunk.table == t] if len(recent) and chunk.counts[t] else ()
+            if len(mine) and np.isin(mine, recent).any():
+                raise InvalidArgumentError(
+                    f"writer chunk creates an item in table {self.tables[t].name!r} at an "
+                    "anchor an earlier chunk already used; a table holds at most one item "
+                    "per anchor step"
+                )
+
+    # --------------------------------------------------------------- applying
+    def _write(self, chunk: Chunk, keep: int) -> int:
+        """Write the chunk's steps right after the ``keep`` retained steps it continues
+        (the overwrite protocol made room and put those at the head), retain the newest
+        of its last episode, and return the store id of stream index ``chunk.first``."""
+        own = self.retention
+        if own is None:  # the first chunk applied: the writer now retains steps
+            own = self.retention = self.store.overwrite.retain(self.history)
+        last = self._last_start(chunk)
+        if not chunk.n:
+            if last is not None:
+                own.release()
+            return own.end
+        first = self.store.write(chunk.steps, chunk.n)
+        if last is None:
+            own.extend(first, chunk.n)  # continues the retained steps (or starts afresh)
+        else:
+            own.release()  # a new episode: earlier steps are no longer reachable
+            own.extend(first + (last - chunk.first), chunk.first + chunk.n - last)
+        return first
+
+    def _create(self, chunk: Chunk, ids: np.ndarray) -> np.ndarray:
+        """Create the chunk's items, one batch per table; keys in creation order."""
+        keys = np.zeros(len(ids), np.int64)
+        for t, m in enumerate(chunk.counts.tolist()):
+            if not m:
+                continue
+            table = self.tables[t]
+            mine = np.flatnonzero(chunk.table == t)
+            length = chunk.length[mine]
+            lengths = None
+            if (length > 0).any():
+                lengths = np.where(length > 0, length, table.layout.span)
+            prios = _priorities(table, chunk.priority[mine])
+            keys[mine] = table.create_items(ids[mine], prios, lengths=lengths)
+            self.recent[t] = np.concatenate([self.recent[t], chunk.anchor[mine]])
+        return keys
+
+
+def _priorities(table: Table, prios: np.ndarray) -> np.ndarray | None:
+    missing = np.isnan(prios)
+    if missing.all():
+        return None
+    if missing.any():
+        prios = prios.copy()
+        fill = table.default_priority
+        prios[missing] = table.index.max_priority if fill is None else fill
+    return prios

@@ -1,0 +1,348 @@
+"""Server-side table operations: decoded request in, reply (header, arrays) out.
+
+Operations that may be blocked by a rate limiter (``insert``, ``sample``, writer chunks)
+are *jobs*: :meth:`Job.attempt` runs the operation if the table admits it now and returns
+``None`` otherwise, without ever waiting on a lock's condition. The server parks jobs that
+return ``None`` and attempts them again whenever a table changes, until their deadline.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from rlreplay.core.selectors import Prioritized
+from rlreplay.core.table import Table
+from rlreplay.errors import (
+    InvalidArgumentError,
+    RateLimiterTimeoutError,
+    ReplayTimeoutError,
+    describe,
+)
+from rlreplay.net.server.chunk_checks import Chunk
+from rlreplay.net.server.ingest import WriterSession
+from rlreplay.net.server.shm import SlotTarget
+
+Reply = tuple[dict[str, Any], dict[str, np.ndarray] | None]
+
+
+def table_description(table: Table, store_index: int) -> dict[str, Any]:
+    """What a client needs to validate data and build writers for ``table``."""
+    return {
+        "signature": table.store.signature.to_json(),
+        "layout": table.layout.to_json(),
+        "span": table.layout.span,
+        "is_rows": table.layout.is_rows,
+        "store": store_index,
+        "store_capacity": table.store.capacity,
+        "lanes": table.store.lanes,
+        "max_size": table.max_size,
+        "insert_window": insert_window(table),
+    }
+
+
+def insert_window(table: Table) -> int | None:
+    """The most items a writer chunk may hold for ``table`` (None: no limit).
+
+    A chunk is admitted whole, so its items must fit what the rate limiter admits at once
+    from any state a writer may wait in: ``(max_diff - min_diff) / samples_per_insert``
+    once sampling runs, and while the table fills up to ``min_size_to_sample`` (when no
+    sample can make room) what it admits one item short of that size.
+    """
+    window = table.rate_limiter.insert_window()
+    if window >= table.max_size:
+        return None
+    return int(window)
+
+
+def sample_reply(table: Table, n: int, target: SlotTarget | None = None) -> Reply:
+    """Sample ``n`` items now (the caller checked the limiter under the lock); with a
+    ``target``, the data arrays are gathered into the client's shared memory."""
+    if target is None:
+        s = table.sample(n)
+        arrays = {"data/" + k: v for k, v in s.data.items()}
+    else:
+        s = table.sample(n, buffers=target.buffers)
+        placed, arrays = target.place(s.data)
+    info = s.info
+    arrays.update(
+        keys=info.keys,
+        probabilities=info.probabilities,
+        priorities=info.priorities,
+        times_sampled=np.asarray(info.times_sampled, dtype=np.int64),
+    )
+    header = {
+        "table_size": int(info.table_size),
+        "min_probability": float(info.min_probability),
+        "mass": sampler_mass(table),
+        "credit": sample_credit(table),
+    }
+    if target is not None:
+        header.update(placed)
+    return header, arrays
+
+
+def sample_credit(table: Table) -> int:
+    """The most items ``table``'s rate limiter would let one sample take now (lock held;
+    0 while it blocks every sample). A sharded client leaves shards without credit out
+    of a batch's split instead of waiting on them."""
+    lim, size = table.rate_limiter, table.index.size
+    if size == 0 or not lim.can_sample(1, size):
+        return 0
+    low, high = 1, table.max_size
+    if lim.can_sample(high, size):
+        return high
+    while high - low > 1:  # can_sample is monotonic in the count
+        mid = (low + high) // 2
+        if lim.can_sample(mid, size):
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+def sampler_mass(table: Table) -> float:
+    """The total selection weight of ``table``'s sampler (lock held): the sum of
+    ``priority ** priority_exponent`` for a prioritized sampler, the item count for any
+    other. A sharded client splits a batch over shards in proportion to it."""
+    sampler = table.index.sampler
+    if isinstance(sampler, Prioritized):
+        return float(sampler.sums.root)
+    return float(table.index.size)
+
+
+def sampler_state(table: Table) -> dict[str, Any]:
+    """What a sharded client needs to split a batch over shards, read under the lock:
+    the size, the sampler's mass and config and the smallest selection probability."""
+    with table.lock:
+        return {
+            "table_size": int(table.index.size),
+            "mass": sampler_mass(table),
+            "min_probability": float(table.index.sampler.min_probability()),
+            "sampler": table.index.sampler.config(),
+            "store_capacity": int(table.store.capacity),
+            "credit": sample_credit(table),
+        }
+
+
+class Job:
+    """A request that a rate limiter (or a full queue store) may block.
+
+    Attributes:
+        table: the table whose limiter may block it (for blocked-time accounting).
+        counter: ``"insert_blocked_s"`` or ``"sample_blocked_s"``.
+        deadline: ``time.monotonic()`` value after which it gets a timeout reply (or None).
+    """
+
+    counter: str | None = "insert_blocked_s"  # None: no limiter's blocked time to count
+    n = 1  # items the call inserts or samples at once (for its timeout message)
+    # Served only to a client that can still get the reply (its result would be lost):
+    # see rlreplay.net.server.parking.
+    delivered_only = False
+
+    def __init__(self, table: Table, deadline: float | None):
+        self.table = table
+        self.deadline = deadline
+        self.parked_at: float | None = None
+        self.identity: Any = None  # the requesting client, set by the server
+        self.rid: Any = None
+        self.version = 1  # the protocol version the request came in, and its reply goes in
+
+    def attempt(self) -> Reply | None:
+        raise NotImplementedError
+
+    def ready(self) -> bool:
+        """Whether :meth:`attempt` would complete now (for ``delivered_only`` jobs)."""
+        return True
+
+    def may_go(self) -> bool:
+        """Whether the limiter that blocked it would now admit it (its table's store lock
+        held; a write may still wait for store room, or behind its writer's earlier
+        chunk: then its attempt parks it again)."""
+        if self.counter == "insert_blocked_s":
+            return self.table.admission.can_insert(self.n, 0)
+        if self.counter == "sample_blocked_s":
+            return self.table.admission.can_sample(self.n)
+        return True
+
+    def blocked_message(self) -> str:
+        """The warning of this call blocked for its table's ``warn_after``: the table's
+        own (its limiter's state and the likely cause)."""
+        with self.table.lock:
+            return self.table.admission.describe(self.what, self.n)
+
+    def timeout_message(self, waited: float) -> str:
+        """The table's own timeout message: its limiter's state and the likely cause."""
+        with self.table.lock:
+            return self.table.admission.timeout_message(self.what, round(waited, 3), self.n)
+
+    def timeout_error(self, waited: float) -> ReplayTimeoutError:
+        """The error a call parked past its deadline is answered with."""
+        return RateLimiterTimeoutError(self.timeout_message(waited))
+
+
+    what = "insert"
+
+
+class SampleJob(Job):
+    counter = "sample_blocked_s"
+    what = "sample"
+    delivered_only = True  # its items (a queue's: taken once) must reach the client
+
+    def __init__(
+        self,
+        table: Table,
+        n: int,
+        deadline: float | None,
+        updated: int | None = None,
+        target: SlotTarget | None = None,
+    ):
+        super().__init__(table, deadline)
+        self.n = n
+        self.updated = updated
+        self.target = target  # the client's shared memory for the data, if any
+
+    def ready(self) -> bool:
+        t = self.table
+        with t.lock:
+            return t.size > 0 and t.rate_limiter.can_sample(self.n, t.size)
+
+    def attempt(self) -> Reply | None:
+        t = self.table
+        with t.lock:
+            if t.size > 0 and t.rate_limiter.can_sample(self.n, t.size):
+                reply = sample_reply(t, self.n, self.target)
+                if self.updated is not None:
+                    reply[0]["updated"] = self.updated
+                return reply
+        return None
+
+
+class InsertJob(Job):
+    def __init__(self, table: Table, rows: dict, n: int, prios: Any, deadline: float | None):
+        super().__init__(table, deadline)
+        self.rows, self.n, self.prios = rows, n, prios
+
+    def attempt(self) -> Reply | None:
+        t = self.table
+        with t.lock:
+            if t.rate_limiter.can_insert(self.n, t.size) and t.store.overwrite.has_room(self.n):
+                keys = t.insert(self.rows, self.prios)
+                return {}, {"keys": keys}
+        return None
+
+
+class WriteJob(Job):
+    """One writer chunk, applied whole or not at all (see :mod:`rlreplay.net.server.ingest`).
+
+    Chunks of one writer run strictly in arrival order: a chunk waits while an earlier
+    chunk of the same writer is unfinished, and is checked when its turn comes (its
+    checks depend on the chunks before it).
+    """
+
+    def __init__(
+        self,
+        session: WriterSession,
+        header: dict,
+        arrays: dict,
+        deadline: float | None,
+        on_first_apply: Callable[[], None] | None = None,
+    ):
+        super().__init__(session.tables[0], deadline)
+        self.session, self.header, self.arrays = session, header, arrays
+        self.chunk: Chunk | None = None
+        self.on_first_apply = on_first_apply  # called when it is the writer's first applied
+        session.pending.append(self)
+
+    def attempt(self) -> Reply | None:
+        s = self.session
+        if s.pending[0] is not self:
+            return None
+        first = False
+        try:
+            keys = s.replayed(self.header) if self.chunk is None else None
+            if keys is None:
+                if self.chunk is None:
+                    self.chunk = s.parse(self.header, self.arrays)
+                    s.check_next(self.chunk)
+                first = not s.registered
+                keys = s.apply(self.chunk)
+        except Exception:
+            self.abort()
+            raise
+        if keys is None:
+            self.table = s.blocker
+            self.n = int(self.chunk.counts[s.tables.index(s.blocker)])
+            return None
+        s.pending.popleft()
+        if first and s.registered and self.on_first_apply is not None:
+            self.on_first_apply()
+        return {}, {"keys": keys}
+
+    def ahead(self) -> WriteJob | None:
+        """The writer's earlier chunk this one waits behind, if any: what holds that one
+        back holds this one too (its own table and count are not yet looked at)."""
+        pending = self.session.pending
+        head = pending[0] if pending else None
+        return head if head is not self and isinstance(head, WriteJob) else None
+
+    def blocked_message(self) -> str:
+        head = self.ahead()
+        if head is None:
+            return super().blocked_message()
+        return f"{head.blocked_message()} (a later chunk of the same writer waits behind it)"
+
+    def timeout_message(self, waited: float) -> str:
+        head = self.ahead()
+        if head is None:
+            return super().timeout_message(waited)
+        return (
+            f"{head.timeout_message(waited)} (this chunk waited behind an earlier chunk of "
+            "the same writer, held back)"
+        )
+
+    def abort(self) -> None:
+        """Drop this chunk, refused or expired: nothing of it was applied (a chunk is all
+        or nothing, and every refusal is decided before its first change)."""
+        s = self.session
+        if self in s.pending:
+            s.pending.remove(self)
+
+
+def check_batch_size(value: Any, table: Table) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= table.max_size:
+        raise InvalidArgumentError(
+            f"batch_size={describe(value)} must be an int in [1, max_size={table.max_size}]"
+        )
+    table.rate_limiter.check_sample_batch(value)
+    return value
+
+
+def rows_from(arrays: dict[str, np.ndarray], table: Table) -> tuple[dict, int]:
+    rows = {k[5:]: v for k, v in arrays.items() if k.startswith("data/")}
+    if not table.layout.is_rows:
+        raise InvalidArgumentError(
+            f"table {table.name!r} has items spanning {table.layout.span} steps; insert() "
+            "stores one row per item, so append steps with a TrajectoryWriter instead"
+        )
+    data, n = table.store.signature.check_batch(rows, "rows")
+    if n < 1 or n > table.max_size or n % table.store.lanes:
+        raise InvalidArgumentError(
+            f"rows hold {n} rows; insert between 1 and max_size={table.max_size} at once"
+        )
+    table.rate_limiter.check_insert_batch(n)
+    return data, n
+
+
+def deadline_of(header: dict, now: float) -> float | None:
+    """When a call with this header's ``timeout`` (checked by :mod:`rlreplay.net.wire.schema`
+    before any handler runs) gives up: ``None`` for no limit."""
+    timeout = header.get("timeout")
+    return None if timeout is None else now + float(timeout)
+
+
+def now() -> float:
+    return time.monotonic()

@@ -1,0 +1,269 @@
+"""The operations a :class:`~rlreplay.Server` serves, one ``_op_<name>`` method each.
+
+Each takes the decoded request header and arrays and returns ``(reply header, reply
+arrays)``, or a :class:`~rlreplay.net.server.jobs.Job` when a rate limiter may block it (the
+server attempts and parks jobs). Wire formats are listed in ``docs/protocol.md``.
+
+:class:`ServerOperations` is composed by the server and holds what the operations read
+and change: the served tables and their descriptions, their recent rates, the writers'
+sessions, the clients' shared memory, the server's checkpoints, and the client whose
+request is being served.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rlreplay.core.keys import check_priorities
+from rlreplay.core.table import Table
+from rlreplay.errors import InvalidArgumentError, ProtocolError, describe
+from rlreplay.net.server import jobs
+from rlreplay.net.server.ingest import WriterSession
+from rlreplay.net.server.sessions import WriterSessions
+from rlreplay.net.server.shm import SharedSegments
+
+if TYPE_CHECKING:
+    from rlreplay.net.server.checkpoints import ServerCheckpoints
+
+RATE_SNAPSHOTS = 12  # snapshots of each table's counters kept, one a second: the rates' span
+
+
+def served_tables(given: Any) -> dict[str, Table]:
+    """The tables a server is given, by name.
+
+    Raises:
+        InvalidArgumentError: for ``given`` that is not a non-empty list (or other
+            iterable) of tables with unique names.
+    """
+    tables = list(given) if isinstance(given, (list, tuple)) else None
+    if tables is None and isinstance(given, Iterable) and not isinstance(given, str):
+        tables = list(given)  # e.g. a dict's .values()
+    if tables is None or not all(isinstance(t, Table) for t in tables):
+        raise InvalidArgumentError(
+            f"tables={describe(given)} must be a list of tables, e.g. Server([table])"
+        )
+    names = [t.name for t in tables]
+    if not tables or len(set(names)) != len(names):
+        raise InvalidArgumentError(f"tables {names} must be a non-empty list with unique names")
+    return {t.name: t for t in tables}
+
+
+class ServerOperations:
+    """The operations of a server, by name (:attr:`by_name`), over what they serve.
+
+    Args:
+        tables: the served tables by name (see :func:`served_tables`).
+        sessions: the remote writers' sessions.
+        shm: the clients' shared-memory segments (for sample replies).
+        checkpoints: the server's checkpoints.
+        max_message_bytes: the largest request the server takes (told by ``ping``).
+
+    Attributes:
+        caller: routing id of the client whose request is being served (set by the
+            server before each operation).
+    """
+
+    def __init__(
+        self,
+        tables: dict[str, Table],
+        sessions: WriterSessions,
+        shm: SharedSegments,
+        checkpoints: ServerCheckpoints,
+        max_message_bytes: int,
+    ):
+        self.tables = tables
+        self._sessions = sessions
+        self._shm = shm
+        self._checkpoints = checkpoints
+        self.max_message_bytes = max_message_bytes
+        self.caller: Any = b""
+        stores: list = []
+        for t in tables.values():
+            if not any(t.store is s for s in stores):
+                stores.append(t.store)
+        self._descriptions = {
+            name: jobs.table_description(
+                t, next(i for i, s in enumerate(stores) if s is t.store)
+            )
+            for name, t in tables.items()
+        }
+        self._rates = {n: deque(maxlen=RATE_SNAPSHOTS) for n in tables}
+        # what a request's "op" names (schema.check_request admits only these names)
+        self.by_name = {n[4:]: getattr(self, n) for n in dir(self) if n.startswith("_op_")}
+
+    def record_rates(self, now: float) -> None:
+        """Snapshot every table's insert and sample counters (once a second) for
+        :meth:`table_stats`."""
+        for name, t in self.tables.items():
+            lim = t.rate_limiter
+            self._rates[name].append((now, lim.inserts, lim.samples))
+
+    def _table(self, header: dict) -> Table:
+        name = header.get("table")
+        if not isinstance(name, str) or name not in self.tables:
+            raise InvalidArgumentError(
+                f"table {describe(name)} is not served here; tables: {sorted(self.tables)}"
+            )
+        return self.tables[name]
+
+    def _op_ping(self, header, arrays):
+        return {"tables": sorted(self.tables), "max_message_bytes": self.max_message_bytes}, None
+
+    def _op_describe(self, header, arrays):
+        return {"tables": self._descriptions}, None
+
+    def _op_info(self, header, arrays):
+        names = [self._table(header).name] if header.get("table") is not None else list(self.tables)
+        return {"tables": {n: self.table_stats(n) for n in names}}, None
+
+    def table_stats(self, name: str) -> dict[str, Any]:
+        """``TableInfo`` of ``name`` as a dict plus rates over the last ~10 seconds."""
+        info = self.tables[name].info().to_dict()
+        snaps = self._rates[name]
+        ins_rate = smp_rate = 0.0
+        if len(snaps) >= 2 and snaps[-1][0] > snaps[0][0]:
+            dt = snaps[-1][0] - snaps[0][0]
+            ins_rate = (snaps[-1][1] - snaps[0][1]) / dt
+            smp_rate = (snaps[-1][2] - snaps[0][2]) / dt
+        info["inserts_per_s"] = ins_rate
+        info["samples_per_s"] = smp_rate
+        info["samples_per_insert"] = info["samples"] / info["inserts"] if info["inserts"] else 0.0
+        return info
+
+    def _op_can_insert(self, header, arrays):
+        n = header.get("n")
+        n = 1 if n is None else n
+        return {"result": bool(self._table(header).can_insert(n))}, None
+
+    def _op_can_sample(self, header, arrays):
+        n = header.get("n")
+        n = 1 if n is None else n
+        return {"result": bool(self._table(header).can_sample(n))}, None
+
+    def _op_sample(self, header, arrays):
+        table = self._table(header)
+        n = jobs.check_batch_size(header.get("batch_size"), table)
+        now = time.monotonic()
+        deadline = jobs.deadline_of(header, now)
+        target = self._shm.target(self.caller, header.get("shm"), now)
+        updated = None
+        if arrays:  # a priority update carried by the request: applied first, at once
+            updated = self._carried_update(table, arrays)
+        return jobs.SampleJob(table, n, deadline, updated, target)
+
+    def _op_sampler_state(self, header, arrays):
+        """Size, sampler mass and config of a table (for a sharded client), after the
+        priority update the request may carry (as a sample request's)."""
+        table = self._table(header)
+        reply = {}
+        if arrays:
+            reply["updated"] = self._carried_update(table, arrays)
+        reply.update(jobs.sampler_state(table))
+        return reply, None
+
+    def _carried_update(self, table: Table, arrays: dict) -> int:
+        """Apply the priority update a request carries as ``update/keys`` and
+        ``update/priorities``; the count updated."""
+        keys, prios = arrays.get("update/keys"), arrays.get("update/priorities")
+        if keys is None or prios is None:
+            raise ProtocolError(
+                "a request carries an update as both 'update/keys' and "
+                f"'update/priorities'; it has {sorted(arrays)}"
+            )
+        return int(table.update_priorities(keys, prios))
+
+    def _op_insert(self, header, arrays):
+        table = self._table(header)
+        rows, n = jobs.rows_from(arrays, table)
+        prios = arrays.get("priorities")
+        if prios is None and header.get("priority") is not None:
+            prios = header["priority"]
+        if prios is not None:
+            prios = check_priorities(prios, n)
+        deadline = jobs.deadline_of(header, time.monotonic())
+        return jobs.InsertJob(table, rows, n, prios, deadline)
+
+    def _op_update_priorities(self, header, arrays):
+        table = self._table(header)
+        keys, prios = arrays.get("keys"), arrays.get("priorities")
+        if keys is None:  # an update of no keys
+            keys = np.zeros(0, np.int64)
+        if prios is None:
+            prios = np.zeros(0)
+        return {"count": int(table.update_priorities(keys, prios))}, None
+
+    def _op_delete(self, header, arrays):
+        table = self._table(header)
+        return {"count": int(table.delete(arrays.get("keys", np.zeros(0, np.int64))))}, None
+
+    def _op_reset(self, header, arrays):
+        self._table(header).reset()
+        return {}, None
+
+    def _op_write(self, header, arrays):
+        key = header["writer"]
+        now = time.monotonic()
+        names, history = header["tables"], header["history"]
+        session = self._sessions.get(key, now)
+        if session is None:
+            session = self._new_session(header)
+            self._sessions.add(key, session, self.caller, now)
+        elif names != [t.name for t in session.tables] or history != session.history:
+            raise InvalidArgumentError(
+                f"writer id {describe(key)} belongs to a writer of tables "
+                f"{[t.name for t in session.tables]} with history {session.history}, "
+                f"not {describe(names)} with history {history}; writer ids must be unique"
+            )
+        deadline = jobs.deadline_of(header, now)
+        registered = self._sessions.first_applied
+        job = jobs.WriteJob(session, header, arrays, deadline, lambda: registered(key))
+        self._sessions.release_idle(now)
+        return job
+
+    def _new_session(self, header: dict) -> WriterSession:
+        """The session of a writer not seen before (or forgotten), checked against the
+        served tables; it retains nothing until its first chunk is applied.
+
+        Raises:
+            InvalidArgumentError: for unknown tables, tables on different stores or on a
+                store with lanes, or a ``history`` out of range.
+        """
+        names, history = header["tables"], header["history"]
+        tables = [self._table({"table": n}) for n in names]
+        store = tables[0].store
+        if any(t.store is not store for t in tables):
+            raise InvalidArgumentError(f"tables {names} do not share one step store")
+        if store.lanes != 1:
+            raise InvalidArgumentError(
+                f"tables {names} are over a store with lanes={store.lanes}; a trajectory "
+                "writer appends to a single-lane store (use a vector adder)"
+            )
+        spans = max(t.layout.span for t in tables)
+        if not spans <= history <= store.capacity:
+            raise InvalidArgumentError(f"history={history} must be in [{spans}, {store.capacity}]")
+        session = WriterSession(tables, history)
+        seq = header.get("seq")
+        if seq:  # the server forgot the writer (idle too long): go on from its chunk
+            session.next_seq, session.applied = seq, header["first"]
+            session.episode_start = header["first"]
+        return session
+
+    def _op_close_writer(self, header, arrays):
+        self._sessions.close(header["writer"])
+        return {}, None
+
+    def _op_shm_attach(self, header, arrays):
+        """Map a same-host client's shared-memory segment (see :mod:`rlreplay.net.client.shm`)."""
+        return self._shm.attach(self.caller, header, time.monotonic()), None
+
+    def _op_shm_detach(self, header, arrays):
+        return self._shm.detach(self.caller, header), None
+
+    def _op_checkpoint(self, header, arrays):
+        deadline = jobs.deadline_of(header, time.monotonic())
+        return self._checkpoints.request(deadline, self.tables, self._sessions)

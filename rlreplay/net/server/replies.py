@@ -1,0 +1,123 @@
+"""How a :class:`~rlreplay.Server` answers: every reply stamped with the server's epoch and
+clock, sent without ever blocking the dispatcher.
+
+Replies go out with ``NOBLOCK``: a client that stops reading only loses its own replies once
+its queue is full, so one slow or dead client never stalls the others. A large reply is
+tracked until ZeroMQ releases it, so the bytes held for a client that does not read are
+known and bounded (:class:`~rlreplay.net.server.limits.ClientLedger`).
+
+The socket is ``ROUTER_MANDATORY``: a message to a client whose connection ZeroMQ has
+closed (the process was killed, say) fails instead of vanishing, so :meth:`Replies.reachable`
+tells a parked call whose client is gone before it is served (see
+:mod:`rlreplay.net.server.parking`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import time
+from typing import Any
+
+import zmq
+
+from rlreplay.net.server.limits import ClientLedger
+from rlreplay.net.wire import codec, framing
+
+log = logging.getLogger("rlreplay.net")
+
+OLDEST_VERSION = min(codec.SUPPORTED_VERSIONS)
+# What a client is sent before a parked call of its is served: nothing for it to do
+# (clients drop notices without a ``message``); only whether ZeroMQ can send it matters.
+PROBE = codec.encode({"notice": "probe"})
+
+
+class Replies:
+    """The reply side of one server.
+
+    Args:
+        clients: the server's per-client ledger (bytes of large replies held per client).
+
+    Attributes:
+        sock: the server's ROUTER socket (set when it is bound).
+        epoch: the server's epoch (set at each start), carried by every reply.
+    """
+
+    def __init__(self, clients: ClientLedger):
+        self.clients = clients
+        self.sock: Any = None
+        self.epoch: int | None = None
+        self._last_drop_log = -float("inf")
+
+    def ok(self, identity: Any, rid: Any, header: dict, arrays: dict | None, version: int) -> None:
+        """Answer request ``rid`` of ``identity`` with a result, in protocol ``version``."""
+        header["id"] = rid
+        header["ok"] = True
+        header["epoch"] = self.epoch
+        header["now"] = time.monotonic()
+        self.send(identity, codec.encode(header, arrays, version), rid)
+
+    def error(
+        self, identity: Any, rid: Any, exc: BaseException, version: int = OLDEST_VERSION
+    ) -> None:
+        """Answer request ``rid`` of ``identity`` with the typed error ``exc``."""
+        header = {
+            "id": rid,
+            "ok": False,
+            "code": codec.error_code(exc),
+            "message": str(exc),
+            "epoch": self.epoch,
+            "now": time.monotonic(),
+        }
+        self.send(identity, codec.encode(header, None, version), rid)
+
+    def reachable(self, identity: Any) -> bool | None:
+        """Whether the client ``identity`` can be sent a reply now: True; False if its
+        connection is gone (ZeroMQ closed it: a reply would be lost); None if its queue
+        is full (it does not read: a reply now would be dropped). Sends it a probe
+        notice, which clients ignore."""
+        try:
+            framing.send(self.sock, PROBE, identity)
+        except zmq.Again:
+            return None
+        except zmq.ZMQError as exc:
+            if exc.errno == errno.EHOSTUNREACH:
+                return False
+            raise
+        return True
+
+    def notice(self, identity: Any, rid: Any, message: str, version: int) -> None:
+        """Tell the client ``identity`` about its call ``rid`` (still waiting): a
+        ``message`` its process logs as a warning (see
+        :func:`rlreplay.net.client.channel.notice`). Never blocks; a client that is gone or not
+        reading misses it."""
+        header = {"notice": "blocked", "call": rid, "message": message}
+        with contextlib.suppress(zmq.ZMQError):  # zmq.Again included
+            framing.send(self.sock, codec.encode(header, None, version), identity)
+
+    def send(self, identity: Any, frames: list, rid: Any = None) -> None:
+        """Send the reply to request ``rid`` without blocking. A large reply is tracked
+        until ZeroMQ releases it, so the bytes held for a client that does not read are
+        known (and bounded)."""
+        nbytes = 0
+        if len(frames) > 1:
+            nbytes = codec.frames_nbytes(frames)
+        try:
+            if nbytes < codec.ZERO_COPY_BYTES:
+                framing.send(self.sock, frames, identity)
+                return
+            # The last frame leaves last: once ZeroMQ releases it, the reply is sent.
+            frames[-1] = zmq.Frame(frames[-1], copy=False, track=True)
+            tracker = self.sock.send_multipart([identity, *frames], zmq.NOBLOCK, copy=False)
+            self.clients.sent(identity.bytes, tracker, nbytes)
+        except zmq.Again:
+            now = time.monotonic()
+            if now - self._last_drop_log >= 10.0:
+                self._last_drop_log = now
+                log.warning("dropped a reply to a client that is not reading (queue full)")
+        except zmq.ZMQError as exc:
+            if exc.errno == errno.EHOSTUNREACH:  # its connection is gone: nobody to answer
+                log.debug("no reply to request %r: its client's connection is gone", rid)
+                return
+            log.warning("could not reply to a client: %s", exc)

@@ -1,0 +1,119 @@
+"""Serving one request: from the frames a client sent to its reply, or to a parked call.
+
+The server's dispatcher hands every request from its ZeroMQ socket to
+:meth:`RequestHandler.handle`, which checks it completely before any table changes:
+the header and arrays against the operation's schema (:func:`rlreplay.net.wire.schema.
+check_request`), the size of all its frames together, the envelope (the server's epoch and
+the time its client stops waiting, :func:`rlreplay.net.server.limits.check_envelope`) and what
+the client may still cost (:class:`~rlreplay.net.server.limits.ClientLedger`). Then the
+operation runs (:class:`~rlreplay.net.server.operations.ServerOperations`); a call a rate limiter
+blocks is parked (:class:`~rlreplay.net.server.parking.ParkedCalls`), every other call is
+answered at once (:class:`~rlreplay.net.server.replies.Replies`). An error is always answered as
+a typed error, never raised into the dispatcher.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from rlreplay.errors import InvalidArgumentError, ReplayError
+from rlreplay.net.server import jobs
+from rlreplay.net.server.limits import ClientLedger, check_envelope, check_lease
+from rlreplay.net.server.operations import ServerOperations
+from rlreplay.net.server.parking import ParkedCalls, cap_deadline, refuse_lapsed
+from rlreplay.net.server.replies import OLDEST_VERSION, Replies
+from rlreplay.net.server.shm import SharedSegments
+from rlreplay.net.wire import codec, schema
+
+log = logging.getLogger("rlreplay.net")
+
+# Operations that may change a table: parked calls are retried after them.
+MUTATING = {"insert", "sample", "delete", "reset", "write", "update_priorities"}
+
+
+class RequestHandler:
+    """Checks, runs and answers (or parks) one request at a time, on the dispatcher thread.
+
+    Args:
+        operations: the server's operations.
+        clients: what each client costs the server, and its limits.
+        replies: the server's replies.
+        parked: the server's parked calls.
+        shm: the clients' shared-memory segments (requests may carry arrays there).
+        max_message_bytes: the largest request taken, all its frames together.
+
+    Attributes:
+        epoch: the server's epoch, set at each start; requests stamped with another are
+            refused.
+    """
+
+    def __init__(
+        self,
+        operations: ServerOperations,
+        clients: ClientLedger,
+        replies: Replies,
+        parked: ParkedCalls,
+        shm: SharedSegments,
+        max_message_bytes: int,
+    ):
+        self.operations = operations
+        self.clients = clients
+        self.replies = replies
+        self.parked = parked
+        self.shm = shm
+        self.max_message_bytes = max_message_bytes
+        self.epoch: int | None = None
+
+    def handle(self, frames: list) -> bool:
+        """Serve one request (the client's routing id, then its frames); returns True if
+        it may have changed a table (then parked calls are worth retrying)."""
+        identity, body = frames[0], frames[1:]
+        rid = None
+        version = OLDEST_VERSION  # what a request that cannot be read is answered in
+        try:
+            header = codec.decode_header(body)
+            rid, version = header.get("id"), header["v"]
+            if len(body) > 1 and sum(map(len, body)) > self.max_message_bytes:
+                # ZeroMQ bounds each frame; this bounds the frames of a request together
+                raise self._too_large(sum(map(len, body)))
+            arrays = codec.decode_arrays(header, body)
+            client = identity.bytes
+            now = time.monotonic()
+            if "shm_in" in header:  # arrays a same-host client placed in its shared memory
+                self.shm.request_arrays(client, header, arrays, self.epoch, now)
+            op = schema.check_request(header, arrays)  # every field, before any handler
+            method = self.operations.by_name[op]
+            self.clients.heard(client, now)
+            expires = check_envelope(header, op, self.epoch, now)
+            lease = check_lease(header)
+            if lease is not None:
+                self.clients.renew(client, lease)
+            self.clients.admit(client, op)
+            self.operations.caller = client
+            result = method(header, arrays)
+            if isinstance(result, jobs.Job):
+                result.identity, result.rid, result.version = identity, rid, version
+                cap_deadline(result, expires)
+                refuse_lapsed(result, lease, now)
+                reply = result.attempt()
+                if reply is None:
+                    self.parked.park(result, client, time.monotonic(), lease)
+                else:
+                    self.replies.ok(identity, rid, *reply, version)
+            elif not header.get("noreply"):
+                self.replies.ok(identity, rid, *result, version)
+            return op in MUTATING
+        except ReplayError as exc:
+            self.replies.error(identity, rid, exc, version)
+        except Exception as exc:
+            log.exception("internal error serving a request")
+            exc = ReplayError(f"internal server error: {exc!r}")
+            self.replies.error(identity, rid, exc, version)
+        return True
+
+    def _too_large(self, nbytes: int) -> InvalidArgumentError:
+        return InvalidArgumentError(
+            f"the request is {nbytes} bytes, more than this server's "
+            f"max_message_bytes={self.max_message_bytes}; send less per request"
+        )
