@@ -41,32 +41,37 @@ deletes, evictions, the store's next step id, the sampler's total weight) nor th
 of writer streams differ from what they were then (which catches changes made in process
 to a served table). A requested checkpoint (``client.checkpoint()``) is always written.
 
-The parts. :class:`ServerCheckpoints` here schedules and takes the checkpoints; its
-options are checked by :mod:`rlreplay.net.server.checkpoint_options`, what changed since the
-last moment is told by :mod:`rlreplay.net.server.checkpoint_changes`, the restore at start and
-the writers' section of the manifest are :mod:`rlreplay.net.server.checkpoint_restore`'s, and
-a client's request, parked until its checkpoint is published, is a
-:class:`~rlreplay.net.server.checkpoint_requests.CheckpointJob`.
+The parts. :class:`ServerCheckpoints` schedules and takes the checkpoints; its options
+are checked by :func:`check_options` (when the server is made) and :func:`check_writable`
+(when it starts), what changed since the last moment is told by :func:`fingerprint`, the
+restore at start is :func:`restore_served` and the writers' section of the manifest
+:func:`writer_streams_section`, and a client's request, parked until its checkpoint is
+published, is a :class:`CheckpointJob`.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from rlreplay.errors import InvalidArgumentError
-from rlreplay.net.server.checkpoint_changes import fingerprint, stores_busy
-from rlreplay.net.server.checkpoint_options import check_options, check_writable
-from rlreplay.net.server.checkpoint_requests import CheckpointJob
-from rlreplay.net.server.checkpoint_restore import restore_served, writer_streams_section
-from rlreplay.net.server.jobs import Job
+from rlreplay.checkpoint.streaming import ColumnStream
+from rlreplay.errors import (
+    CheckpointError,
+    CheckpointMismatchError,
+    InvalidArgumentError,
+    ReplayTimeoutError,
+    describe,
+)
+from rlreplay.net.server.jobs import Job, Reply, sampler_mass
 
 if TYPE_CHECKING:
     from rlreplay.core.table import Table
     from rlreplay.net.server.sessions import WriterSessions
+
 
 log = logging.getLogger("rlreplay.net")
 
@@ -268,3 +273,235 @@ class ServerCheckpoints:
         if not self.enabled:
             self.start(tables, sessions)  # raises, naming the missing directory
         return CheckpointJob(self, deadline, tables, sessions)
+
+
+def check_options(
+    directory: Any, every_s: Any, keep: Any
+) -> tuple[Path | None, float | None, int | None]:
+    """Validate a server's checkpoint options; returns ``(directory, every_s, keep)`` as
+    a path, a float and an int (each ``None`` where not given).
+
+    Raises:
+        InvalidArgumentError: for a directory that is not a path (or is a file), a period
+            that is not a positive number, a ``keep`` that is not an int >= 1, or a period
+            or ``keep`` without a directory.
+    """
+    if directory is None:
+        if every_s is not None or keep is not None:
+            raise InvalidArgumentError(
+                "checkpoint_every_s and keep_checkpoints need checkpoint_dir= (the directory "
+                "the server saves its checkpoints to)"
+            )
+        return None, None, None
+    if not isinstance(directory, (str, os.PathLike)) or not str(directory):
+        raise InvalidArgumentError(
+            f"checkpoint_dir={describe(directory)} must be a directory path (str or PathLike)"
+        )
+    root = Path(directory)
+    if root.exists() and not root.is_dir():
+        raise InvalidArgumentError(
+            f"checkpoint_dir={str(root)!r} is a file; give a directory to hold checkpoints"
+        )
+    if every_s is not None and (
+        not isinstance(every_s, (int, float))
+        or isinstance(every_s, bool)
+        or not math.isfinite(every_s)
+        or every_s <= 0
+    ):
+        raise InvalidArgumentError(
+            f"checkpoint_every_s={describe(every_s)} must be a number of seconds > 0, or None "
+            "to checkpoint only when a client asks"
+        )
+    if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
+        raise InvalidArgumentError(
+            f"keep_checkpoints={describe(keep)} must be an int >= 1 (the newest checkpoints "
+            "kept), or None to keep them all"
+        )
+    return root, None if every_s is None else float(every_s), keep
+
+
+def check_writable(directory: Path) -> None:
+    """Create the checkpoint ``directory`` if needed and check that this process may
+    write there, so that a server never starts whose every checkpoint would fail.
+
+    Raises:
+        InvalidArgumentError: naming the directory and the operating system's reason.
+    """
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InvalidArgumentError(
+            f"checkpoint_dir={str(directory)!r} cannot be created ({exc.strerror}); "
+            "give a directory this process can create or write"
+        ) from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise InvalidArgumentError(
+            f"checkpoint_dir={str(directory)!r} is not writable by this process; "
+            "give a directory it can write"
+        )
+
+
+def stores_busy(tables: dict[str, Table]) -> bool:
+    """Whether a checkpoint streams one of the tables' stores now, or copies one of
+    their indexes in slices (an in-process save: a second one would be refused)."""
+    return any(
+        t.index.changes is not None or any(isinstance(o, ColumnStream) for o in t.store.observers)
+        for t in tables.values()
+    )
+
+
+def fingerprint(tables: dict[str, Table], sessions: WriterSessions) -> tuple:
+    """What a checkpoint of ``tables`` and ``sessions`` holds, in a few counters: equal
+    fingerprints mean nothing a checkpoint saves changed in between (a sample changes the
+    limiter's ``samples``; a priority update the sampler's total weight; an appended step
+    the store's next step id). Takes each table's lock in turn."""
+    parts: list[Any] = [len(sessions), sessions.dropped]
+    for name in sorted(tables):
+        t = tables[name]
+        with t.lock:
+            lim, index = t.rate_limiter, t.index
+            parts.append(
+                (
+                    name,
+                    lim.inserts,
+                    lim.samples,
+                    index.size,
+                    tuple(sorted(index.counts.items())),
+                    t.store.next_id,
+                    sampler_mass(t),
+                )
+            )
+    return tuple(parts)
+
+
+class CheckpointTaker(Protocol):
+    """What a request needs of the server's checkpoints
+    (:class:`~rlreplay.net.server.checkpoints.ServerCheckpoints`)."""
+
+    directory: Path | None
+
+    @property
+    def busy(self) -> bool:
+        """Whether a save is being captured or streamed now."""
+
+    def settle(self) -> None:
+        """Account for the previous save once it is done."""
+
+    def start(self, tables: dict[str, Table], sessions: WriterSessions) -> Any:
+        """Start a checkpoint; returns its pending save."""
+
+
+class CheckpointJob(Job):
+    """A ``checkpoint`` request, parked until its checkpoint is published.
+
+    It is answered with ``{"path": ...}``; when its deadline passes first it gets a
+    :class:`~rlreplay.errors.ReplayTimeoutError` (the checkpoint is still written).
+    """
+
+    what = "checkpoint"
+    counter = None  # no rate limiter's blocked time
+
+    def __init__(
+        self,
+        owner: CheckpointTaker,
+        deadline: float | None,
+        tables: dict[str, Table],
+        sessions: WriterSessions,
+    ):
+        super().__init__(None, deadline)  # type: ignore[arg-type]
+        self.owner, self.tables, self.sessions = owner, tables, sessions
+        self.save: Any = None
+
+    def attempt(self) -> Reply | None:
+        owner = self.owner
+        if self.save is None:
+            if owner.busy or stores_busy(self.tables):
+                return None  # another save streams these stores now: take ours after it
+            owner.settle()
+            try:
+                self.save = owner.start(self.tables, self.sessions)
+            except CheckpointError:
+                if stores_busy(self.tables):
+                    return None  # an in-process save of these stores began meanwhile
+                raise
+        if not self.save.done():
+            return None
+        owner.settle()
+        try:
+            path = self.save.result(0)
+        except CheckpointError:
+            if not self.save.steps.moment_taken and stores_busy(self.tables):
+                self.save = None  # an in-process save took these stores first: ours after it
+                return None
+            raise
+        except InvalidArgumentError:
+            raise
+        except Exception as exc:  # e.g. the disk is full: answered as a CheckpointError
+            where = f" into {str(owner.directory)!r}" if owner.directory is not None else ""
+            raise CheckpointError(
+                f"the checkpoint could not be written{where}: {exc!r}; nothing was published "
+                "(the server goes on serving; free the disk or fix the directory, then ask again)"
+            ) from exc
+        return {"path": str(path)}, None
+
+    def timeout_error(self, waited: float) -> ReplayTimeoutError:
+        return ReplayTimeoutError(
+            f"the checkpoint was not published within {waited:.3g}s (it goes on being "
+            "written; give checkpoint() a longer timeout)"
+        )
+
+
+log = logging.getLogger("rlreplay.net")
+
+SERVER_STATE = "server"  # the manifest's extra section holding the writers' streams
+
+
+def writer_streams_section(sessions: WriterSessions) -> dict[str, Any]:
+    """The manifest's extra section for the writers' streams now (taken at the moment):
+    each stream's state keyed by its position (least recently used first) as a string."""
+    states = sessions.state()
+    return {SERVER_STATE: {"writers": {str(i): state for i, state in enumerate(states)}}}
+
+
+def restore_served(
+    directory: Path, tables: dict[str, Table], sessions: WriterSessions
+) -> Path | None:
+    """Restore the newest valid checkpoint in ``directory`` into ``tables`` (in place;
+    their definitions must match the checkpoint's) and the writer streams it holds into
+    ``sessions`` (those naming tables not served are dropped with a warning); returns its
+    path, or ``None`` when the directory holds no checkpoint yet.
+
+    Raises:
+        CheckpointError: if checkpoints are there but none is valid, or the newest
+            valid one holds other tables or definitions (the message says which and
+            what to do); nothing is restored then.
+    """
+    from rlreplay.checkpoint import list_checkpoints
+    from rlreplay.checkpoint.restore import restore_with_extra
+
+    if not list_checkpoints(directory):
+        return None
+    try:
+        path, _, extra = restore_with_extra(directory, list(tables.values()))
+    except CheckpointMismatchError as exc:
+        raise CheckpointMismatchError(
+            f"{exc}. A server restores into the tables it serves and takes no adapt=: "
+            "serve the definitions the checkpoint was saved with, or give another "
+            f"checkpoint directory than {str(directory)!r}; to change a "
+            "definition, restore the checkpoint in Python with "
+            "rlreplay.checkpoint.restore(path, tables, adapt=True) into tables built as "
+            "now and save them with rlreplay.checkpoint.save into the new directory"
+        ) from None
+    saved = (extra or {}).get(SERVER_STATE, {}).get("writers", {})
+    states = [saved[k] for k in sorted(saved, key=int)]  # least recently used first
+    usable = [s for s in states if all(n in tables for n in s["tables"])]
+    if len(usable) < len(states):
+        log.warning(
+            "%d writer stream(s) in %s name tables this server does not serve; their "
+            "writers start afresh",
+            len(states) - len(usable),
+            path,
+        )
+    sessions.load_state(usable, tables, time.monotonic())
+    log.info("restored %s (%d writer streams)", path, len(usable))
+    return path

@@ -22,8 +22,7 @@ from rlreplay.errors import (
     ReplayTimeoutError,
     describe,
 )
-from rlreplay.net.server.chunk_checks import Chunk
-from rlreplay.net.server.ingest import WriterSession
+from rlreplay.net.server.ingest import Chunk, WriterSession
 from rlreplay.net.server.shm import SlotTarget
 
 Reply = tuple[dict[str, Any], dict[str, np.ndarray] | None]

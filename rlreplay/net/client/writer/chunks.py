@@ -1,10 +1,10 @@
 """The sending side of a remote writer: numbered chunks, acknowledged whole or sent again.
 
 A :class:`ChunkStream` owns what a
-:class:`~rlreplay.net.client.writer.remote_writer.RemoteTrajectoryWriter` has handed over for sending: chunks queued, chunks sent and awaiting acknowledgement, the
-writer's id and the sequence number of the next chunk. The server applies a chunk whole or
-not at all (see :mod:`rlreplay.net.server.ingest`), so after every reply the stream knows what is
-stored:
+:class:`~rlreplay.net.client.writer.remote_writer.RemoteTrajectoryWriter` has handed over
+for sending: chunks queued, chunks sent and awaiting acknowledgement, the writer's id and
+the sequence number of the next chunk. The server applies a chunk whole or not at all (see
+:mod:`rlreplay.net.server.ingest`), so after every reply the stream knows what is stored:
 
 * acknowledged: the chunk's items exist (their keys are in the reply);
 * not stored in time (rate limiter timeout, server unavailable or restarted, per-client
