@@ -20,7 +20,7 @@ from rlreplay.distributed.shard_health import ShardHealth
 from rlreplay.distributed.shard_keys import ShardKeys
 from rlreplay.distributed.sharded_table import ShardWriter
 from rlreplay.errors import InvalidArgumentError, ServerUnavailableError, describe
-from rlreplay.net.client.table_requests import plain_int
+from rlreplay.net.client.client import plain_int
 
 
 class InsertRouter:

@@ -233,7 +233,7 @@ class ShardedSampler:
                 k = rnd.asked.pop(shard)
                 # Replies that arrived while an earlier shard was awaited are taken first:
                 # a shard that never answers must not use up the others' deadline.
-                client._channel().receive()
+                client._transport.channel().receive()
                 try:
                     header, arrays = client._transport.wait_until(rid, rnd.until)
                 except ServerUnavailableError as error:
@@ -251,7 +251,7 @@ class ShardedSampler:
                     rnd.parts.append((shard, arrays))
         finally:
             for shard, rid in pending.items():  # an error left these unread
-                self.shards[shard]._channel().forget([rid])
+                self.shards[shard].sender.forget([rid])
 
     def _observe(self, shard: int, header: dict) -> None:
         """Take a reply's state; a shard's first state reply is checked too.
@@ -382,7 +382,7 @@ class ShardedSampler:
     def forget(self, rnd: Round) -> None:
         """Drop ``rnd``'s replies when they arrive."""
         for shard, rid in rnd.rids.items():
-            self.shards[shard]._channel().forget([rid])
+            self.shards[shard].sender.forget([rid])
         rnd.rids.clear()
 
 

@@ -12,7 +12,7 @@ does not, and resolves ``rlreplay.Server`` / ``rlreplay.Client`` lazily.
 from rlreplay.net.client.client import Client
 from rlreplay.net.client.iterator import SampleIterator
 from rlreplay.net.client.remote_table import RemoteTable
-from rlreplay.net.client.writer.remote_writer import RemoteTrajectoryWriter
+from rlreplay.net.client.writer import RemoteTrajectoryWriter
 from rlreplay.net.server.config import tables_from_config
 from rlreplay.net.server.server import Server
 

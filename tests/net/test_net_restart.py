@@ -138,9 +138,8 @@ def chunk(seq: int, first: int, n: int, anchors: list[int], **header) -> tuple[d
 
 def send(client: rlreplay.Client, request: tuple[dict, dict]) -> np.ndarray:
     head, arrays = request
-    return call_after_restart(lambda: client._wait(client._send(dict(head), arrays), 10.0)[1])[
-        "keys"
-    ]
+    sender = client.sender
+    return call_after_restart(lambda: sender.wait(sender.send(dict(head), arrays), 10.0)[1])["keys"]
 
 
 def test_chunk_applied_before_the_checkpoint_and_sent_again_is_answered_not_applied_again(

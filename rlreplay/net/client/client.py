@@ -9,9 +9,11 @@ open client).
 Its parts: the settings it is made from and pickles as
 (:mod:`rlreplay.net.client.settings`), the sockets and request ids
 (:mod:`rlreplay.net.client.transport`), what it knows of the served tables
-(:mod:`rlreplay.net.client.served_tables`), the requests of calls that carry arrays
-(:mod:`rlreplay.net.client.table_requests`) and the learner's sample and priority calls
-(:mod:`rlreplay.net.client.learner_calls`).
+(:mod:`rlreplay.net.client.served_tables`) and the shared-memory path of sampled batches
+(:mod:`rlreplay.net.client.shm`). The requests of calls that carry arrays are built and
+checked here (:func:`insert_request`, :func:`sample_request`), in the caller's process,
+before anything is sent, so a call the server would refuse for its form raises at once
+and sends nothing.
 """
 
 from __future__ import annotations
@@ -22,17 +24,20 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.core.keys import check_priorities
+from rlreplay.core.sample import Sample
 from rlreplay.core.specs import Signature
 from rlreplay.core.table_checks import check_timeout
 from rlreplay.core.table_info import TableInfo
-from rlreplay.net.client import learner_calls
-from rlreplay.net.client.channel import Channel
+from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.net.client.iterator import SampleIterator
+from rlreplay.net.client.remote_table import RemoteTable
 from rlreplay.net.client.served_tables import ServedTables
 from rlreplay.net.client.settings import ClientSettings, check_call_timeout
 from rlreplay.net.client.shm import SharedMemoryPath
-from rlreplay.net.client.table_requests import insert_request, plain_int
-from rlreplay.net.client.transport import CALL, DIAGNOSE_S, REPLY_GRACE_S, Transport
-from rlreplay.net.wire.payloads import update_arrays
+from rlreplay.net.client.transport import CALL, DIAGNOSE_S, REPLY_GRACE_S, Sender, Transport
+from rlreplay.net.client.writer import RemoteTrajectoryWriter
+from rlreplay.net.wire.payloads import rows_arrays, update_arrays
 
 __all__ = ["REPLY_GRACE_S", "Client"]
 
@@ -154,17 +159,10 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # Used by the writer and the iterator, which build their own requests.
-    def _channel(self) -> Channel:
-        return self._transport.channel()
-
-    def _send(self, header: dict, arrays: Mapping[str, np.ndarray] | None = None) -> int:
-        """Send a request (waiting at most ``call_timeout`` to hand it over); its id."""
-        return self._transport.send(header, arrays)
-
-    def _wait(self, rid: int, timeout: float | None) -> tuple[dict, dict]:
-        """The reply to ``rid`` within ``timeout`` seconds (None: while pings answer)."""
-        return self._transport.wait(rid, timeout)
+    @property
+    def sender(self) -> Sender:
+        """What this client's writers and iterators send their own requests through."""
+        return self._transport
 
     # ---------------------------------------------------------- table calls
     def ping(self, timeout: float = 5.0) -> list[str]:
@@ -229,12 +227,118 @@ class Client:
         header, arrays = insert_request(self._tables, table, rows, priorities, until)
         return self._transport.call(header, arrays, timeout, until)[1]["keys"]
 
-    # A learner's calls: sample requests (awaited or in flight, carrying priority updates)
-    # and priority updates on their own, in rlreplay.net.client.learner_calls.
-    sample = learner_calls.sample
-    sample_async = learner_calls.sample_async
-    sample_result = learner_calls.sample_result
-    update_priorities = learner_calls.update_priorities
+    # ------------------------------------------------------ a learner's calls
+    # Sample requests, awaited or kept in flight, that may carry the previous batch's new
+    # priorities (the server applies such an update before it samples: a learner's cycle
+    # is one round trip), and priority updates sent on their own. Sampled batches come back
+    # through shared memory where the client's SharedMemoryPath can use it, else through
+    # the socket.
+    def sample(
+        self,
+        table: str,
+        batch_size: int,
+        *,
+        timeout: float | None = None,
+        update: tuple[Any, Any] | None = None,
+    ) -> Sample:
+        """:meth:`Table.sample` on the server's ``table``, optionally after a priority update.
+
+        A learner's cycle (sample, learn, send new priorities) is one round trip when each
+        sample request carries the previous batch's priorities::
+
+            update = None
+            while training:
+                batch = client.sample("replay", 256, timeout=5.0, update=update)
+                update = (batch.info.keys, learn(batch))
+
+        Args:
+            table: the table's name.
+            batch_size: items to sample.
+            timeout: seconds the rate limiter may block the sample (``None``: no limit).
+                It bounds the whole call, plus ``REPLY_GRACE_S`` for the server's answer.
+            update: ``(keys, priorities)`` for :meth:`Table.update_priorities` on the same
+                table. The server checks and applies it when the request arrives, before
+                sampling (so the sample already sees the new priorities); keys of items no
+                longer held are skipped and counted in ``stale_updates``. It stays applied
+                if the sample then waits and times out. If the update is invalid, nothing
+                is updated and nothing is sampled.
+
+        Returns:
+            The :class:`~rlreplay.Sample`.
+
+        Raises:
+            InvalidArgumentError: for an invalid batch size, timeout or update (the same
+                error :meth:`update_priorities` raises for that update).
+            RateLimiterTimeoutError: if the sample waited ``timeout`` seconds.
+            ServerUnavailableError: if the server does not answer; neither the sample nor
+                the update was applied, nor will be (ServerRestartedError if the server
+                restarted meanwhile).
+        """
+        timeout = check_timeout(timeout)
+        until = self._transport.until(timeout)
+        header, arrays = sample_request(table, batch_size, update)
+        shm = self._shm
+        rid = shm.send_sample(header, arrays, until=until, expires=until, timeout=timeout)
+        return shm.sample(self._transport.wait_until(rid, until))
+
+
+    def sample_async(
+        self,
+        table: str,
+        batch_size: int,
+        *,
+        timeout: float | None = None,
+        update: tuple[Any, Any] | None = None,
+    ) -> int:
+        """Send a sample request (and ``update``, see :meth:`sample`) without waiting.
+
+        With a ``timeout``, no server starts the request later than ``timeout`` (plus
+        ``REPLY_GRACE_S``) from now, as for :meth:`sample`: a :meth:`sample_result` that
+        hears nothing by then raises ServerUnavailableError, and neither the sample nor
+        the update is applied afterwards.
+
+        Returns:
+            The request's id, for :meth:`sample_result`.
+
+        Raises:
+            InvalidArgumentError: for an invalid timeout, or an update whose keys are not
+                integers or whose priorities are not numbers.
+            ServerUnavailableError: if the request could not be sent within ``timeout``.
+        """
+        timeout = check_timeout(timeout)
+        header, arrays = sample_request(table, batch_size, update)
+        until = self._transport.until(timeout)
+        return self._shm.send_sample(header, arrays, until=until, expires=until, timeout=timeout)
+
+
+    def sample_result(self, rid: int, timeout: float | None = None) -> Sample:
+        """The sample requested as ``rid`` (waits up to ``timeout`` + a short grace)."""
+        tr = self._transport
+        return self._shm.sample(tr.wait_until(rid, tr.until(check_timeout(timeout))))
+
+
+    def update_priorities(
+        self, table: str, keys: Any, priorities: Any, *, wait: bool = True
+    ) -> int | None:
+        """:meth:`Table.update_priorities`: one priority per key, or one for all keys.
+
+        With ``wait=False`` returns at once (None) and the server only logs errors. A
+        learner can instead send the update with its next sample request
+        (``sample(..., update=(keys, priorities))``) and save a round trip.
+
+        Returns:
+            How many items were updated (keys of items no longer held are skipped).
+
+        Raises:
+            InvalidArgumentError: for keys or priorities the table refuses.
+        """
+        arrays = update_arrays(keys, priorities)
+        header: dict[str, Any] = {"op": "update_priorities", "table": table}
+        if not wait:
+            header["noreply"] = True
+            self._transport.send(header, arrays)
+            return None
+        return int(self._transport.call(header, arrays)[0]["count"])
 
     def delete(self, table: str, keys: Any) -> int:
         """:meth:`Table.delete`; returns how many items were removed."""
@@ -300,22 +404,59 @@ class Client:
     # -------------------------------------------------------------- helpers
     def table(self, name: str):
         """A :class:`RemoteTable`: the exact method signatures of a local :class:`Table`."""
-        from rlreplay.net.client.remote_table import RemoteTable
-
         self.describe(name)
         return RemoteTable(self, name)
 
     def trajectory_writer(self, tables: str | Sequence[str], **kwargs: Any):
         """A :class:`RemoteTrajectoryWriter` streaming steps to ``tables``."""
-        from rlreplay.net.client.writer.remote_writer import RemoteTrajectoryWriter
-
         return RemoteTrajectoryWriter(self, tables, **kwargs)
 
     def sample_iterator(self, table: str, batch_size: int, **kwargs: Any):
         """A :class:`SampleIterator` keeping several sample requests in flight."""
-        from rlreplay.net.client.iterator import SampleIterator
-
         return SampleIterator(self, table, batch_size, **kwargs)
 
     def __repr__(self) -> str:
         return f"Client({self.address!r})"
+
+
+def insert_request(
+    tables: ServedTables, table: str, rows: Mapping[str, Any], priorities: Any, until: Any
+) -> tuple[dict, dict]:
+    """``(header, arrays)`` of an insert of ``rows`` into ``table``, checked against its
+    signature (its description fetched, once, within ``until``).
+
+    Raises:
+        SignatureError, InvalidArgumentError: for rows or priorities the table refuses,
+            or a table the server does not serve.
+    """
+    sig = tables.signature(table, until)
+    arrays = rows_arrays(sig, rows, tables.describe(table, until)["is_rows"], table)
+    header: dict[str, Any] = {"op": "insert", "table": table}
+    if priorities is not None:
+        n = len(next(iter(arrays.values())))
+        arrays["priorities"] = check_priorities(priorities, n)
+    return header, arrays
+
+
+def sample_request(table: str, batch_size: Any, update: Any) -> tuple[dict, dict]:
+    """``(header, arrays)`` of a sample of ``batch_size`` items (the server checks it),
+    carrying ``update`` (``(keys, priorities)`` or ``None``).
+
+    Raises:
+        InvalidArgumentError: if ``update`` is not such a pair, or its keys are not
+            integers or its priorities not numbers.
+    """
+    header = {"op": "sample", "table": table, "batch_size": plain_int(batch_size)}
+    if update is None:
+        return header, {}
+    if not isinstance(update, tuple) or len(update) != 2:
+        raise InvalidArgumentError(
+            f"update={describe(update)} must be a (keys, priorities) pair or None"
+        )
+    return header, update_arrays(*update, prefix="update/")
+
+
+def plain_int(value: Any) -> Any:
+    """A numpy integer as a Python int (what the wire carries); anything else unchanged,
+    for the server to check."""
+    return int(value) if isinstance(value, np.integer) else value

@@ -131,7 +131,7 @@ class SampleIterator:
         Raises:
             InvalidArgumentError: if the server rejected the queued updates (``wait``).
         """
-        self.client._channel().forget(self._pending)
+        self.client.sender.forget(self._pending)
         self._pending.clear()
         update = self._take()
         if update is not None:

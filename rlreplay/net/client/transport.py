@@ -25,7 +25,7 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import zmq
@@ -33,16 +33,20 @@ import zmq
 from rlreplay.errors import (
     ClosedError,
     InvalidArgumentError,
+    ReplayTimeoutError,
     ServerRestartedError,
+    ServerUnavailableError,
 )
 from rlreplay.net.client.channel import Channel
-from rlreplay.net.client.waits import REPLY_GRACE_S, ReplyWaits
 from rlreplay.net.wire import auth, codec, framing
 
 # After a call got no answer at all, the client spends at most this long finding out why
 # (nothing listening, a refused CURVE handshake):
 # :func:`rlreplay.net.wire.auth.diagnose_connection`.
 DIAGNOSE_S = 0.25
+
+# Extra seconds a client waits past a call's timeout for the server's own timeout reply.
+REPLY_GRACE_S = 0.5
 # The server must not start a request later than this before its client gives up (or a
 # quarter of the time left, if less), leaving the reply time to arrive.
 EXPIRY_MARGIN_S = 0.25
@@ -58,6 +62,26 @@ class _CallTimeout:
 CALL: Any = _CallTimeout()
 
 
+class Sender(Protocol):
+    """What a client's writers and iterators send their requests through (a
+    :class:`Transport`): requests sent, replies awaited or forgotten."""
+
+    closed: bool
+
+    def send(
+        self,
+        header: dict,
+        arrays: Mapping[str, np.ndarray] | None = None,
+        *,
+        until: Any = CALL,
+        expires: float | None = None,
+    ) -> int: ...
+
+    def wait(self, rid: int, timeout: float | None) -> tuple[dict, dict]: ...
+
+    def forget(self, rids: Any) -> None: ...
+
+
 # Milliseconds a closed socket may take to deliver its last shm_detach (in ZeroMQ's
 # background thread: closing does not wait).
 DETACH_LINGER_MS = 200
@@ -71,19 +95,8 @@ def _thread_ended(ref: weakref.ref, ch: Channel) -> None:
     """A thread that used ``ch`` ended: release its shared-memory slots (unless its
     client closed meanwhile, or this is a forked child that must not use the socket)."""
     transport = ref()
-    if transport is None or ch.pid != os.getpid() or ch.shm is None:
-        return
-    # bounded: a collection may run this in a thread that holds the lock
-    if not transport._lock.acquire(timeout=1.0):
-        return  # the server forgets the slots after IDLE_S unused
-    try:
-        if not any(c is ch for c in transport._channels):
-            return
-        ring, ch.shm = ch.shm, None
-    finally:
-        transport._lock.release()
-    with contextlib.suppress(Exception):  # a finalizer must not raise
-        ring.release()
+    if transport is not None and ch.pid == os.getpid() and ch.shm is not None:
+        transport.release_slots(ch)
 
 
 class Transport:
@@ -111,7 +124,7 @@ class Transport:
     ):
         self.address = address
         self.diagnose_s = diagnose_s
-        self._server_key, self._client_keys = server_key, client_keys
+        self.server_key, self.client_keys = server_key, client_keys
         self.call_timeout = call_timeout
         self.liveness_s = liveness_s
         self._lock = threading.Lock()
@@ -129,9 +142,9 @@ class Transport:
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SNDHWM, 1000)
         sock.setsockopt(zmq.RCVHWM, 1000)
-        if self._server_key is not None:
-            sock.curve_serverkey = self._server_key
-            sock.curve_publickey, sock.curve_secretkey = self._client_keys
+        if self.server_key is not None:
+            sock.curve_serverkey = self.server_key
+            sock.curve_publickey, sock.curve_secretkey = self.client_keys
         if auth.is_ipv6(self.address):
             sock.setsockopt(zmq.IPV6, 1)
         sock.connect(self.address)
@@ -159,6 +172,21 @@ class Transport:
             with self._lock:
                 self._channels = [c for c in self._channels if c.pid == ch.pid] + [ch]
         return ch
+
+    def release_slots(self, ch: Channel) -> None:
+        """Release the shared-memory slots of ``ch``, whose thread ended (unless this
+        transport closed meanwhile)."""
+        # bounded: a collection may run this in a thread that holds the lock
+        if not self._lock.acquire(timeout=1.0):
+            return  # the server forgets the slots after IDLE_S unused
+        try:
+            if not any(c is ch for c in self._channels):
+                return
+            ring, ch.shm = ch.shm, None
+        finally:
+            self._lock.release()
+        with contextlib.suppress(Exception):  # a finalizer must not raise
+            ring.release()
 
     def close(self) -> None:
         """Close this process's sockets for good (a later call raises ClosedError),
@@ -311,9 +339,13 @@ class Transport:
         """Wait up to ``timeout`` seconds for the reply to ``rid`` (see :meth:`wait_until`)."""
         return self.waits.wait_until(rid, None if timeout is None else time.monotonic() + timeout)
 
+    def forget(self, rids: Any) -> None:
+        """Drop the replies to ``rids`` (of this thread's channel) when they arrive."""
+        self.channel().forget(rids)
+
     def wait_until(self, rid: int, until: float | None) -> tuple[dict, dict]:
         """Wait for the reply to ``rid``; raise its typed error if it failed (see
-        :meth:`rlreplay.net.client.waits.ReplyWaits.wait_until`)."""
+        :meth:`ReplyWaits.wait_until`)."""
         return self.waits.wait_until(rid, until)
 
     def _unavailable(self, ch: Channel, message: str) -> None:
@@ -322,7 +354,7 @@ class Transport:
 
     def diagnose(self, timeout: float | None = None) -> str | None:
         """A :func:`~rlreplay.net.wire.auth.diagnose_connection` verdict for this client's
-        address and keys (see :meth:`rlreplay.net.client.waits.ReplyWaits.diagnose`)."""
+        address and keys (see :meth:`ReplyWaits.diagnose`)."""
         return self.waits.diagnose(timeout)
 
     def call(
@@ -345,3 +377,147 @@ class Transport:
             until = self.until(timeout)
         rid = self.send(header, arrays, until=until, expires=until, timeout=timeout)
         return self.wait_until(rid, until)
+
+
+
+
+class ReplyWaits:
+    """The waits of one transport's calls.
+
+    Args:
+        tr: the transport whose channels, address, keys and ``liveness_s`` it uses.
+    """
+
+    def __init__(self, tr: Transport):
+        self.tr = tr
+
+    def wait_until(self, rid: int, until: float | None) -> tuple[dict, dict]:
+        """Wait for the reply to ``rid``; raise its typed error if it failed.
+
+        Args:
+            until: ``time.monotonic()`` to give up at; ``None`` waits as long as the server
+                answers pings. A ping goes out ``REPLY_GRACE_S`` before a bounded wait
+                ends, to tell a live but busy server (ReplayTimeoutError) from a dead one.
+
+        Raises:
+            ServerUnavailableError: if the server did not answer at all. By ``until``:
+                this call fails alone (see :meth:`_no_answer`); without a deadline, after
+                ``2 * liveness_s`` of silence, the socket is dropped with everything still
+                queued in it and every other request outstanding on it fails the same way.
+                Either way none of them is applied later.
+            ServerRestartedError: if the server restarted since the request was sent.
+            ReplayTimeoutError: if the server answers but this call did not complete (its
+                reply is dropped when it comes).
+        """
+        start = time.monotonic()
+        ch = self.tr.channel()
+        outer = ch.waiting_since
+        ch.waiting_since = start if outer is None else outer
+        try:
+            return self._wait(ch, rid, until, start)
+        finally:
+            ch.waiting_since = outer
+
+    def _wait(
+        self, ch: Channel, rid: int, until: float | None, start: float
+    ) -> tuple[dict, dict]:
+        """The loop of :meth:`wait_until` (``ch.waiting_since`` set)."""
+        last_ping = ping_sent = -float("inf")
+        ping_s = self.tr.liveness_s / 2
+        while rid not in ch.replies:
+            now = time.monotonic()
+            silent = now - max(ch.last_heard, start)
+            if until is not None and now >= until:
+                if ch.last_heard > ping_sent:
+                    ch.abandon(rid)
+                    raise ReplayTimeoutError(
+                        f"the replay server at {self.tr.address} answers, but this call "
+                        f"did not complete within {until - start:.3g}s"
+                    )
+                self._no_answer(
+                    ch,
+                    rid,
+                    f"no reply from the replay server at {self.tr.address} within "
+                    f"{until - start:.3g}s",
+                )
+            if until is None and silent >= 2 * self.tr.liveness_s:
+                self.unavailable(
+                    ch,
+                    f"the replay server at {self.tr.address} stopped answering "
+                    f"({silent:.3g}s without a reply to a ping)",
+                )
+            wait = ping_s
+            if until is not None:
+                if until - now <= REPLY_GRACE_S and ping_sent < start:
+                    # the last ping tells a busy server from a dead one at the deadline
+                    ping_sent = last_ping = now
+                    ch.abandon(self.tr.send({"op": "ping"}, until=until))
+                wait = min(wait, until - now - (REPLY_GRACE_S if ping_sent < start else 0.0))
+            if silent >= ping_s and now - last_ping >= ping_s:
+                # Pings while waiting also reveal a restarted server (its epoch), and renew
+                # this socket's lease (see lease_of): every half liveness_s, so that the
+                # next lease reaches the server before the last one ends.
+                last_ping = now
+                ch.abandon(self.tr.send({"op": "ping"}, until=until))
+            if ch.wait(wait):
+                ch.receive()
+        header, arrays = ch.replies.pop(rid)
+        if not header.get("ok"):
+            raise codec.error_from_code(header.get("code"), str(header.get("message", "")))
+        return header, arrays
+
+    def _no_answer(self, ch: Channel, rid: int, message: str) -> None:
+        """A wait with a deadline ended without an answer, not even to its last ping.
+
+        Once the latest lease this socket sent has passed, the server refuses whatever of
+        its requests it had not started, so the socket is dropped and all of them fail
+        (:meth:`unavailable`). Before that, only this call fails: its request carries
+        ``expires``, so no server starts it later, while the socket may carry requests
+        without a deadline (a remote writer's chunks, say) that a stalled server could still
+        apply when it resumes, and must not be reported failed. The next request first
+        learns the server's epoch again. (What leases cover: ``docs/protocol.md``.)
+
+        Raises:
+            ServerUnavailableError: with why where it can tell (as :meth:`unavailable`).
+        """
+        if time.monotonic() >= ch.latest_lease:
+            self.unavailable(ch, message)  # the server refuses all of them from now on
+        # The next request first pings: a server that restarted meanwhile shows its new
+        # epoch (failing what the old one had taken) before that request is stamped.
+        ch.greeted = False
+        ch.abandon(rid)
+        raise self._diagnosed(message) from None
+
+    def unavailable(self, ch: Channel, message: str) -> None:
+        """Drop the channel's socket and queued requests; raise ServerUnavailableError.
+
+        The socket is dropped first, so nothing it queued can reach a server that comes
+        back; then :meth:`_diagnosed` says why the server did not answer.
+        """
+        ch.reset(message)
+        raise self._diagnosed(message) from None
+
+    def _diagnosed(self, message: str) -> ServerUnavailableError:
+        """The ServerUnavailableError of a call that got no answer: ``message`` and why,
+        where a short look at a new connection's handshake (at most ``diagnose_s``) can
+        tell: nothing accepts connections at the address, or which CURVE credential the
+        server refused (also the error's ``reason``)."""
+        verdict = self.diagnose()
+        why = auth.unreachable_reason(verdict)
+        if why is None:
+            why = "server down, unreachable, or rejecting this client's credentials"
+        return ServerUnavailableError(f"{message}: {why}", verdict)
+
+    def diagnose(self, timeout: float | None = None) -> str | None:
+        """A :func:`~rlreplay.net.wire.auth.diagnose_connection` verdict for this client's address
+        and keys (watched for ``timeout``, default ``diagnose_s``), or None if the diagnosis
+        was skipped or itself failed. Only run after a call failed."""
+        timeout = self.tr.diagnose_s if timeout is None else timeout
+        if timeout <= 0:
+            return None
+        try:
+            return auth.diagnose_connection(
+                self.tr.address, self.tr.server_key, self.tr.client_keys, timeout=timeout
+            )
+        except (zmq.ZMQError, InvalidArgumentError):
+            return None

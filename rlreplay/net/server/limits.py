@@ -29,9 +29,7 @@ from rlreplay.errors import (
     ServerRestartedError,
     describe,
 )
-
-# Operations whose request may be parked (and so count against ``max_parked_per_client``).
-PARKABLE = frozenset({"insert", "sample", "write"})
+from rlreplay.net.wire.schema import Operation
 
 
 def check_limit(name: str, value: object, minimum: float, integer: bool = False) -> float:
@@ -120,14 +118,14 @@ class ClientLedger:
         self.refused = 0  # requests refused for a limit since the server started
 
     # ----------------------------------------------------------------- checks
-    def admit(self, client: bytes, op: str) -> None:
+    def admit(self, client: bytes, op: Operation) -> None:
         """Refuse ``op`` from ``client`` if it is over a limit.
 
         Raises:
             ResourceLimitError: if the client's unread replies or parked calls are at
                 their limit (nothing of the request has run).
         """
-        if client in self._unread and op != "ping":
+        if client in self._unread and op.name != "ping":
             unread = self.unread_bytes(client)
             if unread > self.max_unread_bytes:
                 self.refused += 1
@@ -136,7 +134,7 @@ class ClientLedger:
                     f"max_unread_bytes={self.max_unread_bytes}); read replies before sending "
                     "more requests"
                 )
-        if op in PARKABLE and self._parked.get(client, 0) >= self.max_parked_per_client:
+        if op.parks and self._parked.get(client, 0) >= self.max_parked_per_client:
             self.refused += 1
             raise ResourceLimitError(
                 f"this client has {self._parked[client]} calls waiting on rate limiters (the "

@@ -1,8 +1,12 @@
-"""The operations a :class:`~rlreplay.Server` serves, one ``_op_<name>`` method each.
+"""The operations a :class:`~rlreplay.Server` serves: the table :data:`OPERATIONS`, one
+:class:`~rlreplay.net.wire.schema.Operation` per operation (its request schema, its handler,
+whether it mutates a table and whether it may park), which the request handler dispatches
+on and checks requests against, and which ``docs/protocol.md`` lists.
 
-Each takes the decoded request header and arrays and returns ``(reply header, reply
-arrays)``, or a :class:`~rlreplay.net.server.jobs.Job` when a rate limiter may block it (the
-server attempts and parks jobs). Wire formats are listed in ``docs/protocol.md``.
+Each handler is a method of :class:`ServerOperations`; it takes the decoded request header
+and arrays and returns ``(reply header, reply arrays)``, or a
+:class:`~rlreplay.net.server.jobs.Job` when a rate limiter may block it (the server attempts
+and parks jobs). Wire formats are listed in ``docs/protocol.md``.
 
 :class:`ServerOperations` is composed by the server and holds what the operations read
 and change: the served tables and their descriptions, their recent rates, the writers'
@@ -26,6 +30,8 @@ from rlreplay.net.server import jobs
 from rlreplay.net.server.ingest import WriterSession
 from rlreplay.net.server.sessions import WriterSessions
 from rlreplay.net.server.shm import SharedSegments
+from rlreplay.net.wire import schema
+from rlreplay.net.wire.schema import INT, NUM, TIMEOUT, Operation
 
 if TYPE_CHECKING:
     from rlreplay.net.server.checkpoints import ServerCheckpoints
@@ -54,7 +60,7 @@ def served_tables(given: Any) -> dict[str, Table]:
 
 
 class ServerOperations:
-    """The operations of a server, by name (:attr:`by_name`), over what they serve.
+    """The handlers of a server's operations (see :data:`OPERATIONS`), over what they serve.
 
     Args:
         tables: the served tables by name (see :func:`served_tables`).
@@ -93,8 +99,6 @@ class ServerOperations:
             for name, t in tables.items()
         }
         self._rates = {n: deque(maxlen=RATE_SNAPSHOTS) for n in tables}
-        # what a request's "op" names (schema.check_request admits only these names)
-        self.by_name = {n[4:]: getattr(self, n) for n in dir(self) if n.startswith("_op_")}
 
     def record_rates(self, now: float) -> None:
         """Snapshot every table's insert and sample counters (once a second) for
@@ -111,13 +115,13 @@ class ServerOperations:
             )
         return self.tables[name]
 
-    def _op_ping(self, header, arrays):
+    def ping(self, header, arrays):
         return {"tables": sorted(self.tables), "max_message_bytes": self.max_message_bytes}, None
 
-    def _op_describe(self, header, arrays):
+    def describe(self, header, arrays):
         return {"tables": self._descriptions}, None
 
-    def _op_info(self, header, arrays):
+    def info(self, header, arrays):
         names = [self._table(header).name] if header.get("table") is not None else list(self.tables)
         return {"tables": {n: self.table_stats(n) for n in names}}, None
 
@@ -135,17 +139,17 @@ class ServerOperations:
         info["samples_per_insert"] = info["samples"] / info["inserts"] if info["inserts"] else 0.0
         return info
 
-    def _op_can_insert(self, header, arrays):
+    def can_insert(self, header, arrays):
         n = header.get("n")
         n = 1 if n is None else n
         return {"result": bool(self._table(header).can_insert(n))}, None
 
-    def _op_can_sample(self, header, arrays):
+    def can_sample(self, header, arrays):
         n = header.get("n")
         n = 1 if n is None else n
         return {"result": bool(self._table(header).can_sample(n))}, None
 
-    def _op_sample(self, header, arrays):
+    def sample(self, header, arrays):
         table = self._table(header)
         n = jobs.check_batch_size(header.get("batch_size"), table)
         now = time.monotonic()
@@ -156,7 +160,7 @@ class ServerOperations:
             updated = self._carried_update(table, arrays)
         return jobs.SampleJob(table, n, deadline, updated, target)
 
-    def _op_sampler_state(self, header, arrays):
+    def sampler_state(self, header, arrays):
         """Size, sampler mass and config of a table (for a sharded client), after the
         priority update the request may carry (as a sample request's)."""
         table = self._table(header)
@@ -177,7 +181,7 @@ class ServerOperations:
             )
         return int(table.update_priorities(keys, prios))
 
-    def _op_insert(self, header, arrays):
+    def insert(self, header, arrays):
         table = self._table(header)
         rows, n = jobs.rows_from(arrays, table)
         prios = arrays.get("priorities")
@@ -188,7 +192,7 @@ class ServerOperations:
         deadline = jobs.deadline_of(header, time.monotonic())
         return jobs.InsertJob(table, rows, n, prios, deadline)
 
-    def _op_update_priorities(self, header, arrays):
+    def update_priorities(self, header, arrays):
         table = self._table(header)
         keys, prios = arrays.get("keys"), arrays.get("priorities")
         if keys is None:  # an update of no keys
@@ -197,15 +201,15 @@ class ServerOperations:
             prios = np.zeros(0)
         return {"count": int(table.update_priorities(keys, prios))}, None
 
-    def _op_delete(self, header, arrays):
+    def delete(self, header, arrays):
         table = self._table(header)
         return {"count": int(table.delete(arrays.get("keys", np.zeros(0, np.int64))))}, None
 
-    def _op_reset(self, header, arrays):
+    def reset(self, header, arrays):
         self._table(header).reset()
         return {}, None
 
-    def _op_write(self, header, arrays):
+    def write(self, header, arrays):
         key = header["writer"]
         now = time.monotonic()
         names, history = header["tables"], header["history"]
@@ -253,17 +257,96 @@ class ServerOperations:
             session.episode_start = header["first"]
         return session
 
-    def _op_close_writer(self, header, arrays):
+    def close_writer(self, header, arrays):
         self._sessions.close(header["writer"])
         return {}, None
 
-    def _op_shm_attach(self, header, arrays):
+    def shm_attach(self, header, arrays):
         """Map a same-host client's shared-memory segment (see :mod:`rlreplay.net.client.shm`)."""
         return self._shm.attach(self.caller, header, time.monotonic()), None
 
-    def _op_shm_detach(self, header, arrays):
+    def shm_detach(self, header, arrays):
         return self._shm.detach(self.caller, header), None
 
-    def _op_checkpoint(self, header, arrays):
+    def checkpoint(self, header, arrays):
         deadline = jobs.deadline_of(header, time.monotonic())
         return self._checkpoints.request(deadline, self.tables, self._sessions)
+
+
+# Arrays from a user's call: a wrong kind is InvalidArgumentError (the table checks shapes
+# and values); arrays only the library writes: ProtocolError.
+_USER, _LIB = InvalidArgumentError, ProtocolError
+_TABLE = {"table": (schema.table_name, True)}
+_UPDATE = {"update/keys": (INT, None, _USER), "update/priorities": (NUM, None, _USER)}
+_S = ServerOperations
+OPERATIONS: dict[str, Operation] = {
+    op.name: op
+    for op in (
+        Operation("ping", _S.ping),
+        Operation("describe", _S.describe),
+        Operation("info", _S.info, {"table": (schema.table_name, False)}),
+        Operation("can_insert", _S.can_insert, {**_TABLE, "n": (schema.count, False)}),
+        Operation("can_sample", _S.can_sample, {**_TABLE, "n": (schema.count, False)}),
+        Operation(
+            "insert",
+            _S.insert,
+            {**_TABLE, "priority": (schema.priority, False), **TIMEOUT},
+            {"priorities": (NUM, None, _USER)},
+            data=True,
+            mutates=True,
+            parks=True,
+        ),
+        Operation(
+            "sample",
+            _S.sample,
+            {
+                **_TABLE,
+                "batch_size": (schema.count, True),
+                "shm": (schema.stream, False),
+                **TIMEOUT,
+            },
+            _UPDATE,
+            mutates=True,
+            parks=True,
+        ),
+        Operation("sampler_state", _S.sampler_state, _TABLE, _UPDATE),
+        Operation(
+            "update_priorities",
+            _S.update_priorities,
+            _TABLE,
+            {"keys": (INT, None, _USER), "priorities": (NUM, None, _USER)},
+            mutates=True,
+        ),
+        Operation("delete", _S.delete, _TABLE, {"keys": (INT, None, _USER)}, mutates=True),
+        Operation("reset", _S.reset, _TABLE, mutates=True),
+        Operation(
+            "write",
+            _S.write,
+            {
+                "writer": (schema.writer_id, True),
+                "tables": (schema.table_names, True),
+                "history": (schema.size, True),
+                "seq": (schema.stream, False),
+                "first": (schema.stream, True),
+                "n": (schema.size, True),
+                "episode_starts": (schema.stream_indices, False),
+                "restart": (schema.flag, False),
+                **TIMEOUT,
+            },
+            {
+                "item_table": (INT, (1,), _LIB),
+                "item_anchor": (INT, (1,), _LIB),
+                "item_priority": (NUM, (1,), _LIB),
+                "item_length": (INT, (1,), _LIB),
+            },
+            data=True,
+            mutates=True,
+            parks=True,
+        ),
+        Operation("close_writer", _S.close_writer, {"writer": (schema.writer_id, True)}),
+        Operation("checkpoint", _S.checkpoint, TIMEOUT, parks=True),
+        # their fields are checked by rlreplay.net.server.shm, the one place that reads them
+        Operation("shm_attach", _S.shm_attach),
+        Operation("shm_detach", _S.shm_detach),
+    )
+}

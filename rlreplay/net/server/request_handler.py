@@ -1,15 +1,16 @@
 """Serving one request: from the frames a client sent to its reply, or to a parked call.
 
 The server's dispatcher hands every request from its ZeroMQ socket to
-:meth:`RequestHandler.handle`, which checks it completely before any table changes:
-the header and arrays against the operation's schema (:func:`rlreplay.net.wire.schema.
-check_request`), the size of all its frames together, the envelope (the server's epoch and
-the time its client stops waiting, :func:`rlreplay.net.server.limits.check_envelope`) and what
-the client may still cost (:class:`~rlreplay.net.server.limits.ClientLedger`). Then the
-operation runs (:class:`~rlreplay.net.server.operations.ServerOperations`); a call a rate limiter
-blocks is parked (:class:`~rlreplay.net.server.parking.ParkedCalls`), every other call is
-answered at once (:class:`~rlreplay.net.server.replies.Replies`). An error is always answered as
-a typed error, never raised into the dispatcher.
+:meth:`RequestHandler.handle`, which checks it completely before any table changes: the
+header and arrays against the operation's row of the table of operations
+(:data:`~rlreplay.net.server.operations.OPERATIONS`), the size of all its frames together,
+the envelope (the server's epoch and the time its client stops waiting,
+:func:`rlreplay.net.server.limits.check_envelope`) and what the client may still cost
+(:class:`~rlreplay.net.server.limits.ClientLedger`). Then the operation's handler runs
+(:class:`~rlreplay.net.server.operations.ServerOperations`); a call a rate limiter blocks is
+parked (:class:`~rlreplay.net.server.parking.ParkedCalls`), every other call is answered at
+once (:class:`~rlreplay.net.server.replies.Replies`). An error is always answered as a typed
+error, never raised into the dispatcher.
 """
 
 from __future__ import annotations
@@ -18,18 +19,15 @@ import logging
 import time
 
 from rlreplay.errors import InvalidArgumentError, ReplayError
-from rlreplay.net.server import jobs
 from rlreplay.net.server.limits import ClientLedger, check_envelope, check_lease
-from rlreplay.net.server.operations import ServerOperations
+from rlreplay.net.server.operations import OPERATIONS, ServerOperations
 from rlreplay.net.server.parking import ParkedCalls, cap_deadline, refuse_lapsed
 from rlreplay.net.server.replies import OLDEST_VERSION, Replies
 from rlreplay.net.server.shm import SharedSegments
-from rlreplay.net.wire import codec, schema
+from rlreplay.net.wire import codec
+from rlreplay.net.wire.schema import operation_of
 
 log = logging.getLogger("rlreplay.net")
-
-# Operations that may change a table: parked calls are retried after them.
-MUTATING = {"insert", "sample", "delete", "reset", "write", "update_priorities"}
 
 
 class RequestHandler:
@@ -82,17 +80,17 @@ class RequestHandler:
             now = time.monotonic()
             if "shm_in" in header:  # arrays a same-host client placed in its shared memory
                 self.shm.request_arrays(client, header, arrays, self.epoch, now)
-            op = schema.check_request(header, arrays)  # every field, before any handler
-            method = self.operations.by_name[op]
+            op = operation_of(header, OPERATIONS)
+            op.check(header, arrays)  # every field, before any handler
             self.clients.heard(client, now)
-            expires = check_envelope(header, op, self.epoch, now)
+            expires = check_envelope(header, op.name, self.epoch, now)
             lease = check_lease(header)
             if lease is not None:
                 self.clients.renew(client, lease)
             self.clients.admit(client, op)
             self.operations.caller = client
-            result = method(header, arrays)
-            if isinstance(result, jobs.Job):
+            result = op.handler(self.operations, header, arrays)
+            if op.parks:
                 result.identity, result.rid, result.version = identity, rid, version
                 cap_deadline(result, expires)
                 refuse_lapsed(result, lease, now)
@@ -103,7 +101,7 @@ class RequestHandler:
                     self.replies.ok(identity, rid, *reply, version)
             elif not header.get("noreply"):
                 self.replies.ok(identity, rid, *result, version)
-            return op in MUTATING
+            return op.mutates
         except ReplayError as exc:
             self.replies.error(identity, rid, exc, version)
         except Exception as exc:

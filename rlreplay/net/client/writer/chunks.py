@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from rlreplay.errors import ClosedError, ReplayError, ReplayTimeoutError, ResourceLimitError
-from rlreplay.net.client.client import REPLY_GRACE_S, Client
+from rlreplay.net.client.transport import REPLY_GRACE_S, Sender
 
 log = logging.getLogger("rlreplay.net")
 
@@ -50,7 +50,7 @@ class ChunkStream:
     """Chunks of one writer, from queued to acknowledged.
 
     Args:
-        client: the :class:`~rlreplay.Client` to send through.
+        sender: the client's sender (:attr:`rlreplay.Client.sender`).
         header: the fields every chunk carries (``tables``, ``history``).
         max_in_flight: chunks that may await acknowledgement at once.
         on_drop: called with the stream index where a refused chunk ended; removes the
@@ -58,9 +58,9 @@ class ChunkStream:
     """
 
     def __init__(
-        self, client: Client, header: dict, max_in_flight: int, on_drop: Callable[[int], int]
+        self, sender: Sender, header: dict, max_in_flight: int, on_drop: Callable[[int], int]
     ):
-        self.client = client
+        self.sender = sender
         # 128 random bits from the OS: unique whatever the program seeds (``random``,
         # numpy) and in every process, so two writers never share a server-side stream.
         self.id = secrets.token_bytes(16)
@@ -113,7 +113,7 @@ class ChunkStream:
             _, header, arrays = self.unsent.popleft()
             header["timeout"] = timeout
             try:
-                rid = _send(self.client, dict(header), arrays, end)
+                rid = _send(self.sender, dict(header), arrays, end)
             except BaseException:
                 self.unsent.appendleft((None, header, arrays))
                 raise
@@ -131,7 +131,7 @@ class ChunkStream:
         """
         rid, header, arrays = self.in_flight[0]
         try:
-            _, reply = self.client._wait(rid, wait)
+            _, reply = self.sender.wait(rid, wait)
         except (ReplayTimeoutError, ResourceLimitError) as exc:
             self.requeue()
             raise type(exc)(
@@ -155,7 +155,7 @@ class ChunkStream:
         """Put every unacknowledged chunk back in front of the queue, in order. Replies to
         them that still arrive are dropped; the server answers a chunk it already applied
         with its first reply, so nothing is applied twice."""
-        self.client._channel().forget([rid for rid, _, _ in self.in_flight])
+        self.sender.forget([rid for rid, _, _ in self.in_flight])
         self.unsent.extendleft((None, h, a) for _, h, a in reversed(self.in_flight))
         self.in_flight.clear()
 
@@ -191,16 +191,16 @@ class ChunkStream:
     def close(self) -> None:
         """Tell the server to forget this writer's stream (no reply awaited; with its
         client closed, the server forgets it once idle)."""
-        if self.pid == os.getpid() and not self.client._transport.closed:
-            self.client._send({"op": "close_writer", "writer": self.id, "noreply": True})
+        if self.pid == os.getpid() and not self.sender.closed:
+            self.sender.send({"op": "close_writer", "writer": self.id, "noreply": True})
 
 
-def _send(client: Client, header: dict, arrays: dict, end: float | None) -> int:
+def _send(sender: Sender, header: dict, arrays: dict, end: float | None) -> int:
     """Send a chunk; with ``end`` (a ``time.monotonic()`` value) the hand-over is bounded
     by it, and the server never starts the chunk after it (the caller stops waiting)."""
     if end is None:
-        return client._send(header, arrays)
-    return client._transport.send(header, arrays, until=end, expires=end)
+        return sender.send(header, arrays)
+    return sender.send(header, arrays, until=end, expires=end)
 
 
 def wait_time(timeout: float | None, end: float | None) -> float | None:
@@ -277,7 +277,7 @@ def flush_open_writers(budget_s: float = EXIT_FLUSH_S) -> int:
     end = time.monotonic() + budget_s
     stored = 0
     for writer in list(_OPEN):
-        if writer._closed or writer._chunks.pid != os.getpid():
+        if not writer.open_here:
             continue
         left = end - time.monotonic()
         try:

@@ -35,16 +35,19 @@ import os
 import time
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rlreplay.core.table_checks import check_timeout
 from rlreplay.errors import ClosedError, ReplayTimeoutError
-from rlreplay.net.client.client import REPLY_GRACE_S, Client
+from rlreplay.net.client.transport import REPLY_GRACE_S
 from rlreplay.net.client.writer.chunks import ChunkStream, discard_open, register_open, wait_time
 from rlreplay.net.client.writer.items import PendingItems, check_writer_args
 from rlreplay.net.client.writer.steps import StepBuffer
+
+if TYPE_CHECKING:
+    from rlreplay.net.client.client import Client
 
 
 class RemoteTrajectoryWriter:
@@ -95,7 +98,7 @@ class RemoteTrajectoryWriter:
         self.max_in_flight = max_in_flight
         self.timeout = check_timeout(timeout)
         self._chunks = ChunkStream(
-            client, {"tables": names, "history": history}, max_in_flight, self._dropped_until
+            client.sender, {"tables": names, "history": history}, max_in_flight, self._dropped_until
         )
         self._chunks.keys = [] if keep_keys else None
         self._steps = StepBuffer(self.signature)
@@ -105,6 +108,12 @@ class RemoteTrajectoryWriter:
         self._episode_starts: list[int] = []
         self._closed = False
         register_open(self)
+
+    @property
+    def open_here(self) -> bool:
+        """Whether this writer is open and was made in this process (a forked child's
+        copy sends nothing)."""
+        return not self._closed and self._chunks.pid == os.getpid()
 
     @property
     def tables(self) -> list:
@@ -342,7 +351,7 @@ class RemoteTrajectoryWriter:
         """Raise ClosedError if this writer, or its client, was closed."""
         if self._closed:
             raise ClosedError("the writer is closed")
-        if self.client._transport.closed:
+        if self.client.sender.closed:
             raise ClosedError(
                 f"the client of this writer ({self.client.address}) was closed; create a new "
                 "Client and writer"
@@ -358,7 +367,7 @@ class RemoteTrajectoryWriter:
             return
         try:
             held = self._steps.n + self._chunks.pending_steps
-            if held or not self.client._transport.closed:  # (else nothing to send)
+            if held or not self.client.sender.closed:  # (else nothing to send)
                 self.flush(timeout)
         finally:
             self._closed = True
