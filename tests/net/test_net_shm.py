@@ -367,8 +367,8 @@ def test_several_writer_processes_and_learners_at_once():
 
 
 def test_the_server_forgets_the_segments_of_a_silent_connection():
-    from rlreplay.net.server.shm import IDLE_S, SharedSegments
-    from rlreplay.net.wire.shm_segments import Segment, boot_id
+    from rlreplay.net.server.shm import SharedSegments
+    from rlreplay.net.wire.shm_segments import IDLE_S, Segment, boot_id
 
     segments, created = SharedSegments(), Segment.create(4096)
     before = shm_entries()

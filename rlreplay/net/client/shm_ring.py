@@ -18,10 +18,9 @@ import zmq
 from rlreplay.core.sample import Sample
 from rlreplay.errors import InvalidArgumentError, ProtocolError, describe
 from rlreplay.net.client.channel import Channel
-from rlreplay.net.server.shm import IDLE_S
 from rlreplay.net.wire import codec, framing
 from rlreplay.net.wire.payloads import as_sample
-from rlreplay.net.wire.shm_segments import Segment, aligned, boot_id, check_entries
+from rlreplay.net.wire.shm_segments import IDLE_S, Segment, aligned, boot_id, check_entries
 
 MAX_SLOTS = 8  # slots per thread (a learner's in-flight requests plus held batches)
 # Batches (and arrays of inserts) smaller than this go through the socket: there the

@@ -28,6 +28,7 @@ import numpy as np
 from rlreplay.errors import InvalidArgumentError, ProtocolError, ResourceLimitError, describe
 from rlreplay.net.wire import codec
 from rlreplay.net.wire.shm_segments import (
+    IDLE_S,
     MAX_SEGMENT_BYTES,
     NONCE_BYTES,
     Segment,
@@ -36,7 +37,6 @@ from rlreplay.net.wire.shm_segments import (
     check_entries,
 )
 
-IDLE_S = 60.0  # a connection's segments are dropped after this long without use
 PLACED_OPS = ("insert", "write")  # requests whose step data may come in shared memory
 MAX_SEGMENTS_PER_CLIENT = 64
 
@@ -97,7 +97,7 @@ class SlotTarget:
         for name, a in data.items():
             need = aligned(need) + a.nbytes
             off = offsets.get(id(a))
-            dtype = codec._dtype(a.dtype.str)
+            dtype = codec.dtype_of(a.dtype.str)
             if off is None and dtype is not None and a.flags.c_contiguous:
                 off = self._take(a.nbytes)
                 if off is not None:  # made elsewhere (a variable-length gather): copy in

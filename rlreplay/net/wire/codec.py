@@ -282,7 +282,7 @@ def decode_arrays(header: dict[str, Any], frames: Sequence[Any]) -> dict[str, np
                 (name, dtype_str, shape), index, offset = entry, i + 1, 0
             else:
                 name, dtype_str, shape, index, offset = entry
-            dtype = _DTYPES.get(dtype_str) or _dtype(dtype_str)
+            dtype = _DTYPES.get(dtype_str) or dtype_of(dtype_str)
             if type(shape) is list and len(shape) == 1:  # the common case, checked inline
                 count = shape[0]
                 if type(count) is not int or not 0 <= count <= MAX_DIM:
@@ -317,7 +317,7 @@ def decode_arrays(header: dict[str, Any], frames: Sequence[Any]) -> dict[str, np
 _DTYPES: dict[str, np.dtype] = {}
 
 
-def _dtype(text: Any) -> np.dtype | None:
+def dtype_of(text: Any) -> np.dtype | None:
     """The numpy dtype named by ``text`` if it may cross the wire (cached), else None."""
     if not isinstance(text, str) or len(text) > 16:
         return None

@@ -39,6 +39,9 @@ MAGIC = b"RLRSHM01"
 NONCE_BYTES = 16
 HEADER_BYTES = 64  # magic, nonce, padding: the data area starts 64-byte aligned
 MAX_SEGMENT_BYTES = 1 << 40
+# A server drops a connection's segments after this long without use (its client renews
+# them sooner).
+IDLE_S = 60.0
 
 _swept = False
 
@@ -210,7 +213,7 @@ def check_entries(entries: Any, nbytes: int) -> list[tuple[str, np.dtype, tuple,
     for entry in entries:
         try:
             name, dtype_str, shape, off = entry
-            dtype = codec._dtype(dtype_str)
+            dtype = codec.dtype_of(dtype_str)
             if not isinstance(name, str) or dtype is None or type(off) is not int:
                 raise ValueError(entry)
             size = codec.array_extent(shape, dtype.itemsize)[1]
