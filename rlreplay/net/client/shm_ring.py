@@ -155,14 +155,22 @@ class SlotRing:
     Args:
         transport: the client's transport (for ``shm_attach``/``shm_detach``).
         channel: the thread's channel; the slots are valid for its current socket only.
+        need, requests: what a ring this one renews knew (see :meth:`renewed`).
     """
 
-    def __init__(self, transport: Any, channel: Channel):
+    def __init__(
+        self,
+        transport: Any,
+        channel: Channel,
+        need: dict[tuple[str, int], int] | None = None,
+        requests: dict[int, tuple[tuple[str, int] | None, _Slot | None]] | None = None,
+    ):
         self._transport, self._channel = transport, channel
         self._sock = channel.sock
         self.slots: list[_Slot] = []
-        self.need: dict[tuple[str, int], int] = {}  # (table, batch size) -> bytes
-        self._requests: dict[int, tuple[tuple[str, int] | None, _Slot | None]] = {}
+        # (table, batch size) -> bytes
+        self.need: dict[tuple[str, int], int] = {} if need is None else need
+        self._requests = {} if requests is None else requests
         self.last_used = time.monotonic()
         self._epoch: int | None = None  # of the server that attached the slots
         self.no_room_until = -float("inf")  # no new slot before then (/dev/shm was full)
@@ -223,9 +231,7 @@ class SlotRing:
         """A ring for the channel's current socket that goes on with this one's
         knowledge: batch sizes, and the requests still out (their replies may name
         slots of this ring, which stay mapped here but are never leased again)."""
-        ring = SlotRing(self._transport, self._channel)
-        ring.need, ring._requests = self.need, self._requests
-        return ring
+        return SlotRing(self._transport, self._channel, self.need, self._requests)
 
     def _attach(self, need: int, until: Any) -> _Slot | None:
         """Attach another slot of at least ``need`` bytes (replacing a free slot too
@@ -292,7 +298,7 @@ class SlotRing:
             "op": "shm_detach",
             "tokens": [s.token for s in slots],
             "noreply": True,
-            "id": next(self._transport._ids),
+            "id": self._transport.next_id(),
         }
         if ch.epoch is not None:
             header["epoch"] = ch.epoch

@@ -173,6 +173,10 @@ class Transport:
                 self._channels = [c for c in self._channels if c.pid == ch.pid] + [ch]
         return ch
 
+    def next_id(self) -> int:
+        """A new request id (unique among this client's requests)."""
+        return next(self._ids)
+
     def release_slots(self, ch: Channel) -> None:
         """Release the shared-memory slots of ``ch``, whose thread ended (unless this
         transport closed meanwhile)."""
@@ -255,7 +259,7 @@ class Transport:
                 # the server gives up (and answers) before this client does
                 timeout = max(min(timeout, until - REPLY_GRACE_S - time.monotonic()), 1e-6)
             header["timeout"] = timeout
-        rid = next(self._ids)
+        rid = self.next_id()
         header["id"] = rid
         if ch.epoch is not None and not ping:
             header["epoch"] = ch.epoch

@@ -428,10 +428,11 @@ class Chunk:
                 f"[{c.first}, {c.first + c.n})"
             )
         c.starts = starts
-        c._parse_items(session, arrays)
+        c.items_from(session, arrays)
         return c
 
-    def _parse_items(self, session: WriterSession, arrays: dict) -> None:
+    def items_from(self, session: WriterSession, arrays: dict) -> None:
+        """Check and take the chunk's items (``item_*`` arrays) against ``session``."""
         names = ("item_table", "item_anchor", "item_priority")
         given = [arrays.get(k) for k in names]
         if all(a is None for a in given):

@@ -8,7 +8,6 @@ return ``None`` and attempts them again whenever a table changes, until their de
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -342,6 +341,3 @@ def deadline_of(header: dict, now: float) -> float | None:
     timeout = header.get("timeout")
     return None if timeout is None else now + float(timeout)
 
-
-def now() -> float:
-    return time.monotonic()
