@@ -1,4 +1,4 @@
-"""Server-side table operations: decoded request in, reply (header, arrays) out.
+"""Jobs: the server's calls that a rate limiter may block, and the sample replies they make.
 
 Operations that may be blocked by a rate limiter (``insert``, ``sample``, writer chunks)
 are *jobs*: :meth:`Job.attempt` runs the operation if the table admits it now and returns
@@ -16,44 +16,13 @@ import numpy as np
 from rlreplay.core.selectors import Prioritized
 from rlreplay.core.table import Table
 from rlreplay.errors import (
-    InvalidArgumentError,
     RateLimiterTimeoutError,
     ReplayTimeoutError,
-    describe,
 )
 from rlreplay.net.server.ingest import Chunk, WriterSession
 from rlreplay.net.server.shm import SlotTarget
 
 Reply = tuple[dict[str, Any], dict[str, np.ndarray] | None]
-
-
-def table_description(table: Table, store_index: int) -> dict[str, Any]:
-    """What a client needs to validate data and build writers for ``table``."""
-    return {
-        "signature": table.store.signature.to_json(),
-        "layout": table.layout.to_json(),
-        "span": table.layout.span,
-        "is_rows": table.layout.is_rows,
-        "store": store_index,
-        "store_capacity": table.store.capacity,
-        "lanes": table.store.lanes,
-        "max_size": table.max_size,
-        "insert_window": insert_window(table),
-    }
-
-
-def insert_window(table: Table) -> int | None:
-    """The most items a writer chunk may hold for ``table`` (None: no limit).
-
-    A chunk is admitted whole, so its items must fit what the rate limiter admits at once
-    from any state a writer may wait in: ``(max_diff - min_diff) / samples_per_insert``
-    once sampling runs, and while the table fills up to ``min_size_to_sample`` (when no
-    sample can make room) what it admits one item short of that size.
-    """
-    window = table.rate_limiter.insert_window()
-    if window >= table.max_size:
-        return None
-    return int(window)
 
 
 def sample_reply(table: Table, n: int, target: SlotTarget | None = None) -> Reply:
@@ -110,20 +79,6 @@ def sampler_mass(table: Table) -> float:
     if isinstance(sampler, Prioritized):
         return float(sampler.sums.root)
     return float(table.index.size)
-
-
-def sampler_state(table: Table) -> dict[str, Any]:
-    """What a sharded client needs to split a batch over shards, read under the lock:
-    the size, the sampler's mass and config and the smallest selection probability."""
-    with table.lock:
-        return {
-            "table_size": int(table.index.size),
-            "mass": sampler_mass(table),
-            "min_probability": float(table.index.sampler.min_probability()),
-            "sampler": table.index.sampler.config(),
-            "store_capacity": int(table.store.capacity),
-            "credit": sample_credit(table),
-        }
 
 
 class Job:
@@ -309,35 +264,4 @@ class WriteJob(Job):
         if self in s.pending:
             s.pending.remove(self)
 
-
-def check_batch_size(value: Any, table: Table) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= table.max_size:
-        raise InvalidArgumentError(
-            f"batch_size={describe(value)} must be an int in [1, max_size={table.max_size}]"
-        )
-    table.rate_limiter.check_sample_batch(value)
-    return value
-
-
-def rows_from(arrays: dict[str, np.ndarray], table: Table) -> tuple[dict, int]:
-    rows = {k[5:]: v for k, v in arrays.items() if k.startswith("data/")}
-    if not table.layout.is_rows:
-        raise InvalidArgumentError(
-            f"table {table.name!r} has items spanning {table.layout.span} steps; insert() "
-            "stores one row per item, so append steps with a TrajectoryWriter instead"
-        )
-    data, n = table.store.signature.check_batch(rows, "rows")
-    if n < 1 or n > table.max_size or n % table.store.lanes:
-        raise InvalidArgumentError(
-            f"rows hold {n} rows; insert between 1 and max_size={table.max_size} at once"
-        )
-    table.rate_limiter.check_insert_batch(n)
-    return data, n
-
-
-def deadline_of(header: dict, now: float) -> float | None:
-    """When a call with this header's ``timeout`` (checked by :mod:`rlreplay.net.wire.schema`
-    before any handler runs) gives up: ``None`` for no limit."""
-    timeout = header.get("timeout")
-    return None if timeout is None else now + float(timeout)
 

@@ -28,6 +28,7 @@ from rlreplay.core.table import Table
 from rlreplay.errors import InvalidArgumentError, ProtocolError, describe
 from rlreplay.net.server import jobs
 from rlreplay.net.server.ingest import WriterSession
+from rlreplay.net.server.jobs import sample_credit, sampler_mass
 from rlreplay.net.server.sessions import WriterSessions
 from rlreplay.net.server.shm import SharedSegments
 from rlreplay.net.wire import schema
@@ -57,6 +58,81 @@ def served_tables(given: Any) -> dict[str, Table]:
     if not tables or len(set(names)) != len(names):
         raise InvalidArgumentError(f"tables {names} must be a non-empty list with unique names")
     return {t.name: t for t in tables}
+
+
+def table_description(table: Table, store_index: int) -> dict[str, Any]:
+    """What a client needs to validate data and build writers for ``table``."""
+    return {
+        "signature": table.store.signature.to_json(),
+        "layout": table.layout.to_json(),
+        "span": table.layout.span,
+        "is_rows": table.layout.is_rows,
+        "store": store_index,
+        "store_capacity": table.store.capacity,
+        "lanes": table.store.lanes,
+        "max_size": table.max_size,
+        "insert_window": insert_window(table),
+    }
+
+
+def insert_window(table: Table) -> int | None:
+    """The most items a writer chunk may hold for ``table`` (None: no limit).
+
+    A chunk is admitted whole, so its items must fit what the rate limiter admits at once
+    from any state a writer may wait in: ``(max_diff - min_diff) / samples_per_insert``
+    once sampling runs, and while the table fills up to ``min_size_to_sample`` (when no
+    sample can make room) what it admits one item short of that size.
+    """
+    window = table.rate_limiter.insert_window()
+    if window >= table.max_size:
+        return None
+    return int(window)
+
+
+def sampler_state(table: Table) -> dict[str, Any]:
+    """What a sharded client needs to split a batch over shards, read under the lock:
+    the size, the sampler's mass and config and the smallest selection probability."""
+    with table.lock:
+        return {
+            "table_size": int(table.index.size),
+            "mass": sampler_mass(table),
+            "min_probability": float(table.index.sampler.min_probability()),
+            "sampler": table.index.sampler.config(),
+            "store_capacity": int(table.store.capacity),
+            "credit": sample_credit(table),
+        }
+
+
+def check_batch_size(value: Any, table: Table) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= table.max_size:
+        raise InvalidArgumentError(
+            f"batch_size={describe(value)} must be an int in [1, max_size={table.max_size}]"
+        )
+    table.rate_limiter.check_sample_batch(value)
+    return value
+
+
+def rows_from(arrays: dict[str, np.ndarray], table: Table) -> tuple[dict, int]:
+    rows = {k[5:]: v for k, v in arrays.items() if k.startswith("data/")}
+    if not table.layout.is_rows:
+        raise InvalidArgumentError(
+            f"table {table.name!r} has items spanning {table.layout.span} steps; insert() "
+            "stores one row per item, so append steps with a TrajectoryWriter instead"
+        )
+    data, n = table.store.signature.check_batch(rows, "rows")
+    if n < 1 or n > table.max_size or n % table.store.lanes:
+        raise InvalidArgumentError(
+            f"rows hold {n} rows; insert between 1 and max_size={table.max_size} at once"
+        )
+    table.rate_limiter.check_insert_batch(n)
+    return data, n
+
+
+def deadline_of(header: dict, now: float) -> float | None:
+    """When a call with this header's ``timeout`` (checked by :mod:`rlreplay.net.wire.schema`
+    before any handler runs) gives up: ``None`` for no limit."""
+    timeout = header.get("timeout")
+    return None if timeout is None else now + float(timeout)
 
 
 class ServerOperations:
@@ -93,7 +169,7 @@ class ServerOperations:
             if not any(t.store is s for s in stores):
                 stores.append(t.store)
         self._descriptions = {
-            name: jobs.table_description(
+            name: table_description(
                 t, next(i for i, s in enumerate(stores) if s is t.store)
             )
             for name, t in tables.items()
@@ -151,9 +227,9 @@ class ServerOperations:
 
     def sample(self, header, arrays):
         table = self._table(header)
-        n = jobs.check_batch_size(header.get("batch_size"), table)
+        n = check_batch_size(header.get("batch_size"), table)
         now = time.monotonic()
-        deadline = jobs.deadline_of(header, now)
+        deadline = deadline_of(header, now)
         target = self._shm.target(self.caller, header.get("shm"), now)
         updated = None
         if arrays:  # a priority update carried by the request: applied first, at once
@@ -167,7 +243,7 @@ class ServerOperations:
         reply = {}
         if arrays:
             reply["updated"] = self._carried_update(table, arrays)
-        reply.update(jobs.sampler_state(table))
+        reply.update(sampler_state(table))
         return reply, None
 
     def _carried_update(self, table: Table, arrays: dict) -> int:
@@ -183,13 +259,13 @@ class ServerOperations:
 
     def insert(self, header, arrays):
         table = self._table(header)
-        rows, n = jobs.rows_from(arrays, table)
+        rows, n = rows_from(arrays, table)
         prios = arrays.get("priorities")
         if prios is None and header.get("priority") is not None:
             prios = header["priority"]
         if prios is not None:
             prios = check_priorities(prios, n)
-        deadline = jobs.deadline_of(header, time.monotonic())
+        deadline = deadline_of(header, time.monotonic())
         return jobs.InsertJob(table, rows, n, prios, deadline)
 
     def update_priorities(self, header, arrays):
@@ -223,7 +299,7 @@ class ServerOperations:
                 f"{[t.name for t in session.tables]} with history {session.history}, "
                 f"not {describe(names)} with history {history}; writer ids must be unique"
             )
-        deadline = jobs.deadline_of(header, now)
+        deadline = deadline_of(header, now)
         registered = self._sessions.first_applied
         job = jobs.WriteJob(session, header, arrays, deadline, lambda: registered(key))
         self._sessions.release_idle(now)
@@ -269,7 +345,7 @@ class ServerOperations:
         return self._shm.detach(self.caller, header), None
 
     def checkpoint(self, header, arrays):
-        deadline = jobs.deadline_of(header, time.monotonic())
+        deadline = deadline_of(header, time.monotonic())
         return self._checkpoints.request(deadline, self.tables, self._sessions)
 
 
