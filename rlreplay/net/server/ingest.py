@@ -42,8 +42,8 @@ KEPT_REPLIES = 64  # replies a session keeps for chunks sent again
 def admits(table: Table, m: int) -> bool:
     """Whether ``table``'s rate limiter admits a chunk's ``m`` items at once now (lock
     held). Writers keep ``m`` within the table's ``insert_window`` (see
-    :func:`rlreplay.net.server.jobs.insert_window`), so a chunk never waits for samples that
-    cannot come."""
+    :func:`rlreplay.net.server.operations.insert_window`), so a chunk never waits for
+    samples that cannot come."""
     return table.rate_limiter.can_insert(m, table.size)
 
 
