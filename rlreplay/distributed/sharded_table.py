@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from rlreplay.distributed.shard_keys import ShardKeys
-from rlreplay.net.client.remote_table import RemoteTable
+from rlreplay.net.client.client import RemoteTable
 
 
 class ShardedTable(RemoteTable):

@@ -9,9 +9,8 @@ Importing this package imports pyzmq and msgpack (the ``net`` extra); ``import r
 does not, and resolves ``rlreplay.Server`` / ``rlreplay.Client`` lazily.
 """
 
-from rlreplay.net.client.client import Client
+from rlreplay.net.client.client import Client, RemoteTable
 from rlreplay.net.client.iterator import SampleIterator
-from rlreplay.net.client.remote_table import RemoteTable
 from rlreplay.net.client.writer import RemoteTrajectoryWriter
 from rlreplay.net.server.config import tables_from_config
 from rlreplay.net.server.server import Server

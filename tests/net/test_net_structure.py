@@ -18,15 +18,13 @@ def _module(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _runtime_imports(tree: ast.Module, name: str, package: bool) -> set[str]:
-    """Modules of rlreplay.net imported when the module runs (at module level or in a
-    function), leaving out ``if TYPE_CHECKING:`` blocks, which never run."""
+def _imports(tree: ast.Module, name: str, package: bool) -> set[str]:
+    """Modules of rlreplay.net a module imports: at module level, in a function, or for
+    type checking only (an ``if TYPE_CHECKING:`` import ties the modules as much)."""
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                continue
             if isinstance(child, ast.Import):
                 found.update(a.name for a in child.names)
             elif isinstance(child, ast.ImportFrom):
@@ -48,7 +46,7 @@ def _graph() -> dict[str, set[str]]:
     graph = {}
     for name, path in modules.items():
         tree = ast.parse(path.read_text())
-        imported = _runtime_imports(tree, name, path.name == "__init__.py")
+        imported = _imports(tree, name, path.name == "__init__.py")
         graph[name] = {m for m in imported if m in modules and m != name}
     return graph
 

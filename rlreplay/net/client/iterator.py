@@ -4,7 +4,7 @@ updates with its next request."""
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -12,10 +12,30 @@ from rlreplay.core.sample import Sample
 from rlreplay.core.table_checks import check_timeout
 from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.iterators import batch_output
+from rlreplay.net.client.transport import Sender
 from rlreplay.net.wire.payloads import checked_update
 
-if TYPE_CHECKING:
-    from rlreplay.net.client.client import Client
+
+class LearnerCalls(Protocol):
+    """What a sample iterator needs of its client (a :class:`~rlreplay.Client`)."""
+
+    @property
+    def sender(self) -> Sender: ...
+
+    def sample_async(
+        self,
+        table: str,
+        batch_size: int,
+        *,
+        timeout: float | None = None,
+        update: tuple[Any, Any] | None = None,
+    ) -> int: ...
+
+    def sample_result(self, rid: int, timeout: float | None = None) -> Sample: ...
+
+    def update_priorities(
+        self, table: str, keys: Any, priorities: Any, *, wait: bool = True
+    ) -> int | None: ...
 
 
 class SampleIterator:
@@ -59,7 +79,7 @@ class SampleIterator:
 
     def __init__(
         self,
-        client: Client,
+        client: LearnerCalls,
         table: str,
         batch_size: int,
         *,

@@ -35,19 +35,33 @@ import os
 import time
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
+from rlreplay.core.specs import Signature
 from rlreplay.core.table_checks import check_timeout
 from rlreplay.errors import ClosedError, ReplayTimeoutError
-from rlreplay.net.client.transport import REPLY_GRACE_S
+from rlreplay.net.client.transport import REPLY_GRACE_S, Sender
 from rlreplay.net.client.writer.chunks import ChunkStream, discard_open, register_open, wait_time
 from rlreplay.net.client.writer.items import PendingItems, check_writer_args
 from rlreplay.net.client.writer.steps import StepBuffer
 
-if TYPE_CHECKING:
-    from rlreplay.net.client.client import Client
+
+class WriterClient(Protocol):
+    """What a remote writer needs of its client (a :class:`~rlreplay.Client`): the served
+    tables' descriptions, a table handle, and a sender for its chunks."""
+
+    address: str
+
+    @property
+    def sender(self) -> Sender: ...
+
+    def describe(self, table: str) -> dict[str, Any]: ...
+
+    def signature(self, table: str) -> Signature: ...
+
+    def table(self, name: str) -> Any: ...
 
 
 class RemoteTrajectoryWriter:
@@ -77,7 +91,7 @@ class RemoteTrajectoryWriter:
 
     def __init__(
         self,
-        client: Client,
+        client: WriterClient,
         tables: str | Sequence[str],
         *,
         history: int | None = None,
