@@ -68,7 +68,7 @@ class ProcessesBackend(ConcurrentBackend):
         self, config: RuntimeConfig, recipe: ActorRecipe, replay: ReplaySpec,
         logic: LearnerLogic,
     ) -> Deployment:
-        from rlreplay.net.server import Server
+        from rlreplay.net.server.server import Server
 
         table = build_table(config, replay)
         weights = TableWeights(weights_table(logic.params()))
