@@ -72,6 +72,17 @@ def test_every_example_writes_to_the_demos_default_folder_without_out():
         assert args().out == demo.default_out(agent) == f"runs/{module}", agent
 
 
+def test_getting_started_names_the_demos_default_backend():
+    pytest.importorskip("torch")
+    pytest.importorskip("gymnasium")
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "getting_started.md").read_text()
+    section = " ".join(text.split("## The demo", 1)[1].split("##", 1)[0].split())
+    example = importlib.import_module(f"rlreplay.examples.{demo.AGENTS['dqn'][0]}")
+    assert f"the {example.Args().backend} backend" in section
+
+
 def test_the_demos_last_line_says_where_its_files_are(tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("gymnasium")
