@@ -44,6 +44,7 @@ except ImportError:  # run from a source checkout without installing
     import dqn_cartpole as dqn  # type: ignore[no-redef]
 
 from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.runtime.flags import parse_flags
 
 
 @dataclass
@@ -121,6 +122,12 @@ def scaling(args: ApexArgs, actor_counts: list[int]) -> list[dict[str, Any]]:
     return rows
 
 
+SCALING_HELP = (
+    "--scaling N [N ...]: instead of training, measure throughput with N actors for each N "
+    "given (e.g. --scaling 1 2 4), one line per count"
+)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Train Ape-X DQN (or, with ``--scaling``, measure throughput) and return the summary.
 
@@ -130,9 +137,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ComponentFailedError: when an actor or the learner failed (see its message).
     """
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    parser.add_argument("--scaling", type=int, nargs="+", default=None)
+    parser.add_argument("--scaling", type=int, nargs="+", default=None, help=SCALING_HELP)
     known, rest = parser.parse_known_args(argv)
-    args = dqn.parse_args(rest, args_class=ApexArgs)
+    args = parse_flags(ApexArgs, rest, __doc__.splitlines()[0], epilog=SCALING_HELP)
     if known.scaling:
         if any(c < 1 for c in known.scaling):
             raise InvalidArgumentError(f"--scaling={known.scaling} must list actor counts >= 1")

@@ -50,8 +50,11 @@ def field_docs(args_class: type) -> dict[str, str]:
     return docs
 
 
-def parse_flags(args_class: type[T], argv: list[str] | None, description: str = "") -> T:
-    """An ``args_class`` instance from ``argv`` (``None``: ``sys.argv[1:]``).
+def parse_flags(
+    args_class: type[T], argv: list[str] | None, description: str = "", epilog: str = ""
+) -> T:
+    """An ``args_class`` instance from ``argv`` (``None``: ``sys.argv[1:]``); ``description``
+    heads ``--help`` and ``epilog`` ends it (for flags a script parses itself).
 
     Raises:
         SystemExit: for an unknown flag or a value of the wrong type (argparse's message).
@@ -59,6 +62,7 @@ def parse_flags(args_class: type[T], argv: list[str] | None, description: str = 
     """
     parser = argparse.ArgumentParser(
         description=description,
+        epilog=epilog or None,
         allow_abbrev=False,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )

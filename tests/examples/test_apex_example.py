@@ -65,3 +65,14 @@ def test_smoke_run_with_two_actor_processes_writes_the_outputs(tmp_path):
     assert summary["updates"] > 0
     assert json.loads((out / "summary.json").read_text())["env_steps"] == 800
     assert (out / "metrics.csv").exists()
+
+
+
+def test_help_describes_ape_x_and_its_scaling_flag(capsys):
+    with pytest.raises(SystemExit):
+        apex.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Ape-X DQN on CartPole-v1" in text
+    assert "DQN on CartPole-v1 with prioritized replay" not in text  # dqn_cartpole's line
+    assert "--scaling N [N ...]" in text
+    assert "--eps-base EPS_BASE" in text

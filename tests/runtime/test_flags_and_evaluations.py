@@ -72,3 +72,11 @@ def test_help_shows_each_fields_docstring_and_default(capsys):
 class Documented:
     total_steps: int = 100
     """env steps to train for"""
+
+
+def test_help_ends_with_the_epilog(capsys):
+    with pytest.raises(SystemExit):
+        parse_flags(Documented, ["--help"], "what it trains", epilog="--extra N: parsed apart")
+    out = capsys.readouterr().out
+    assert out.split("\n", 2)[2].startswith("what it trains")
+    assert out.rstrip().endswith("--extra N: parsed apart")
