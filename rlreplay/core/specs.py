@@ -207,9 +207,15 @@ class Signature:
         if isinstance(fields, Signature):
             self.fields: dict[str, FieldSpec] = dict(fields.fields)
         elif not isinstance(fields, Mapping) or not fields:
+            one_field = _is_space(fields) or hasattr(fields, "dtype")
             raise InvalidArgumentError(
                 f"signature={describe(fields)} must be a non-empty dict of field specs, "
                 f"e.g. {{'obs': {EXAMPLE}, 'reward': 'float32'}}"
+                + (
+                    "; this is one field's spec: name it, as in {'obs': spec}, or "
+                    "give Signature.from_spaces(env.observation_space, env.action_space)"
+                    if one_field else ""
+                )
             )
         elif (empty := empty_branch(fields)) is not None:
             raise InvalidArgumentError(

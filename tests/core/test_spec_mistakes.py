@@ -90,6 +90,10 @@ BAD_SIGNATURES = [
     pytest.param({"obs": {}}, ["'obs'", "empty dict"], id="empty_nested_dict"),
     pytest.param({"obs": {"image": {}}}, ["'obs/image'", "empty dict"], id="deep_empty_dict"),
     pytest.param([("obs", "float32")], ["non-empty dict"], id="list_of_pairs"),
+    pytest.param(
+        np.zeros(4, np.float32), ["non-empty dict", "one field's spec", "{'obs': spec}"],
+        id="one_fields_spec_unnamed",
+    ),
 ]
 
 
@@ -226,3 +230,11 @@ def test_item_layout_mistakes_raise_naming_the_argument(build, words):
         build()
     for word in words:
         assert word in str(caught.value), (word, str(caught.value))
+
+
+def test_a_gymnasium_space_given_as_the_signature_is_refused_naming_from_spaces():
+    gym = pytest.importorskip("gymnasium")
+    with pytest.raises(InvalidArgumentError) as caught:
+        rr.Table("x", signature=gym.spaces.Box(-1, 1, (3,)), max_size=5)
+    message = str(caught.value)
+    assert "signature=Box(" in message and "Signature.from_spaces(" in message
