@@ -34,3 +34,12 @@ def test_readme_is_a_newcomers_page_with_a_short_quick_start():
     assert len(text.splitlines()) <= 200, "the rest belongs in docs/"
     quick_start = text.split("## Quick start", 1)[1].split("```python\n", 1)[1].split("```")[0]
     assert len(quick_start.splitlines()) <= 30
+
+
+def test_readme_says_to_install_torch_before_the_examples_extra():
+    extra = (README.parent / "pyproject.toml").read_text().split("\nexamples = [", 1)[1]
+    torch = re.findall(r'"(torch[^"]*)"', extra.split("]", 1)[0])
+    for page in (README, README.parent / "docs" / "index.md"):
+        after_commands = " ".join(page.read_text().split("```")[2].split("\n\n")[1].split())
+        assert f"`{torch[0]}`" in after_commands, page.name
+        assert "install the torch build you want first" in after_commands, page.name
