@@ -90,6 +90,7 @@ class EvaluatorProcess:
                 "class), not as a lambda or a local function"
             ) from exc
         self.timeout_s = float(timeout_s)
+        self.scores = 0  # evaluations answered, error or not
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe()
         self._proc = ctx.Process(
@@ -128,6 +129,7 @@ class EvaluatorProcess:
             kind, value = self._conn.recv()
         except (EOFError, ConnectionError):  # the process died with the pipe
             raise ComponentFailedError("evaluator", self._ended()) from None
+        self.scores += 1
         if kind == "error":
             last = value.strip().splitlines()[-1] if value.strip() else "no message"
             raise ComponentFailedError("evaluator", f"evaluate_params raised {last}\n{value}")
@@ -137,7 +139,14 @@ class EvaluatorProcess:
         self._proc.join(0.5)
         code = self._proc.exitcode
         how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-        return f"its process (pid {self._proc.pid}) ended ({how})"
+        hint = (
+            "; an evaluator that ends before its first score often means the script starting "
+            "it lacks an `if __name__ == \"__main__\":` guard, or evaluate_params was defined "
+            "in a notebook or a script read from stdin: the process imports the main module "
+            "to load it (define evaluate_params in a module file)"
+            if self.scores == 0 and code is not None and code > 0 else ""
+        )
+        return f"its process (pid {self._proc.pid}) ended ({how}){hint}"
 
     def close(self) -> None:
         """Stop the process (it finishes the evaluation under way for at most 1 s)."""

@@ -5,7 +5,10 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -78,6 +81,29 @@ def test_a_killed_evaluator_is_reported_by_the_next_call():
         os.kill(pid, signal.SIGKILL)
         with pytest.raises(ComponentFailedError, match="killed by signal 9"):
             evaluator({"w": 1})
+
+
+UNGUARDED_SCRIPT = """
+from rlreplay.runtime.evaluator import EvaluatorProcess
+
+def score(params):
+    return 1.0
+
+with EvaluatorProcess(score, timeout_s=60) as evaluator:  # no __main__ guard
+    evaluator({"w": 1})
+"""
+
+
+def test_an_unguarded_script_is_told_of_the_main_guard(tmp_path):
+    script = tmp_path / "unguarded.py"
+    script.write_text(UNGUARDED_SCRIPT)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("rlreplay.errors.ComponentFailedError: evaluator failed"), last
+    assert 'if __name__ == "__main__":' in last and "module file" in last
 
 
 def test_an_evaluation_past_its_timeout_raises_and_stops_the_process():
