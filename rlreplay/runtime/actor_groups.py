@@ -185,7 +185,9 @@ class ProcessActors:
                 steps = int(self._counters[index, ENV_STEPS])
                 hint = (
                     "; a process that dies before its first step often means the script "
-                    "starting the run lacks an `if __name__ == \"__main__\":` guard"
+                    "starting the run lacks an `if __name__ == \"__main__\":` guard, or "
+                    "make_env or make_policy was defined in a notebook or a script read from "
+                    "stdin, which the process cannot import (define them in a module file)"
                     if steps == 0 and code > 0 else ""
                 )
                 raise ComponentFailedError(

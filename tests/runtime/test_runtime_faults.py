@@ -74,6 +74,37 @@ def test_processes_backend_refuses_parts_it_cannot_pickle():
         )
 
 
+FROM_STDIN = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {tests!r})
+    import parts
+    import rlreplay.runtime as rt
+
+    def make_env(seed):  # in __main__, which an actor process cannot import from stdin
+        return parts.make_env(seed)
+
+    rt.run(
+        rt.RuntimeConfig(backend="processes", updates_per_env_step=0.25, batch_size=16,
+                         min_size_to_sample=200, progress=False, timeout_s=20.0),
+        make_env=make_env, make_policy=parts.RandomPolicy, learner=parts.CountingLearner(),
+        replay=parts.replay(), total_env_steps=1_000,
+    )
+    """
+)
+
+
+def test_actor_processes_that_cannot_load_main_say_why():
+    tests = os.path.dirname(os.path.abspath(__file__))
+    done = subprocess.run(
+        [sys.executable, "-"], input=FROM_STDIN.format(tests=tests), capture_output=True,
+        text=True, timeout=120, cwd=tests,
+    )
+    last = done.stderr.strip().splitlines()[-1]
+    assert "ComponentFailedError: actor 0 failed" in last, last
+    assert 'if __name__ == "__main__":' in last and "read from stdin" in last
+
+
 CTRL_C = textwrap.dedent(
     """
     import sys
