@@ -261,7 +261,7 @@ class Server:
             from rlreplay.net.server import metrics
 
             self._metrics_server = metrics.serve(self, self.metrics_port)
-        log.info("rlreplay server on %s serving %s", self.address, list(self.tables))
+        log.debug("rlreplay server on %s serving %s", self.address, list(self.tables))
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
