@@ -23,11 +23,11 @@ Run it::
 
     python examples/sac_pendulum.py --seed 0 --total-steps 20000 --out runs/sac_pendulum
 
-The default backend is ``processes``: the actor steps its env in its own process while the
-learner's torch steps run here, on another core. With ``--backend threads`` both share one
-interpreter lock, and the learner loses time to the actor's Python loop whenever the
-machine is busy; ``--backend inline`` alternates them in one thread (exactly
-reproducible, slowest).
+The default backend is ``threads``: Pendulum's steps are cheap (acting is about 1% of the
+work), and an actor thread beside the learner costs less than a process and the server it
+writes through (measured in ``docs/async_vs_sync.md``). Where the env's steps cost as much
+as the learner's, ``--backend processes`` runs the actor in its own process, on another
+core; ``--backend inline`` alternates them in one thread (exactly reproducible).
 
 The summary adds to the common keys (see :mod:`rlreplay.runtime.report`) how the learner
 spent its time: ``update_ms_mean`` (one gradient step), ``learner_wait_frac`` (the
@@ -69,9 +69,10 @@ class Args:
     """seed of the env, the policy's random generator, torch and the replay table"""
     total_steps: int = 20_000
     """env steps to take, summed over the vector env's envs"""
-    backend: str = "processes"
-    """runtime backend: processes (the actor's env loop and the learner's torch steps on two
-    cores, not sharing one interpreter lock; needs the net extra), threads or inline"""
+    backend: str = "threads"
+    """runtime backend: threads (the fastest here, Pendulum's steps being cheap), processes
+    (the actor's env loop and the learner's torch steps on two cores, not sharing one
+    interpreter lock, for costly envs; needs the net extra) or inline"""
     out: str = "runs/sac_pendulum"
     """folder for metrics.csv, summary.json and learning_curve.png ('' writes nothing)"""
     num_envs: int = 1

@@ -1,13 +1,13 @@
 """`rlreplay demo`: train an agent through replay, with a live progress bar.
 
-The default is DQN on CartPole-v1 with prioritized n-step replay on the processes backend
-(the actor in its own process, the learner here): actors and learner run in parallel and
-meet only through one table, whose rate limiter holds the ratio of updates to env steps.
-The progress bar shows env steps/s, updates/s, the observed samples per insert, policy
-lag and returns; the run writes
-``metrics.csv``, ``summary.json`` and ``learning_curve.png`` to ``--out`` (default
-``runs/<example>``, see :func:`default_out`; ``''`` writes nothing). The agents are the
-example files (``examples/*.py``, installed as ``rlreplay.examples``).
+The default is DQN on CartPole-v1 with prioritized n-step replay on the threads backend
+(an actor thread beside the learner's, the fastest here for this cheap env): actors and
+learner run in parallel and meet only through one table, whose rate limiter holds the
+ratio of updates to env steps. The progress bar shows env steps/s, updates/s, the observed
+samples per insert, policy lag and returns; the run writes ``metrics.csv``,
+``summary.json`` and ``learning_curve.png`` to ``--out`` (default ``runs/<example>``, see
+:func:`default_out`; ``''`` writes nothing). The agents are the example files
+(``examples/*.py``, installed as ``rlreplay.examples``).
 """
 
 from __future__ import annotations

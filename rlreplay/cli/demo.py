@@ -38,7 +38,7 @@ def add_demo_parser(sub: argparse._SubParsersAction) -> None:
     from rlreplay.demo import AGENTS
 
     p = sub.add_parser(
-        "demo", help="train an agent through replay (default: DQN on CartPole, processes)"
+        "demo", help="train an agent through replay (default: DQN on CartPole, threads)"
     )
     p.add_argument(
         "--agent", choices=sorted(AGENTS), default="dqn",
@@ -51,7 +51,7 @@ def add_demo_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--backend", choices=("inline", "threads", "processes"), default=None,
-        help="where actors and learner run (default: the agent's, processes)",
+        help="where actors and learner run (default: the agent's own)",
     )
     p.add_argument(
         "--out", default=None, metavar="DIR",
