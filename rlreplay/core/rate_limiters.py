@@ -197,6 +197,20 @@ class RateLimiter:
         return "RateLimiter(" + ", ".join(f"{k}={v:g}" for k, v in c.items()) + ")"
 
 
+def insert_pack(window: float) -> float:
+    """The most items a writer puts in one insert under a limiter that admits ``window``
+    at once (:meth:`RateLimiter.insert_window`): half of it, at least 1.
+
+    An insert of the whole window is admitted only once the samples drained ``diff`` to
+    ``min_diff``, where the sampler itself is blocked: the two sides would take turns,
+    each idle while the other works. Packs of half the window go in while the sampler
+    still draws the previous pack's samples, so inserting and sampling overlap.
+    """
+    if not math.isfinite(window):
+        return window
+    return max(1, int(window) // 2)
+
+
 def MinSize(min_size_to_sample: int = 1) -> RateLimiter:
     """Block sampling until the table holds ``min_size_to_sample`` items; never block inserts.
 

@@ -190,14 +190,14 @@ class Actor:
         try:
             self.adder.add(action, reward, next_obs, terminated, truncated, info, extras=extras)
             self.blocked = False
-        except ReplayTimeoutError:
-            self._blocked(start, None)
+        except ReplayTimeoutError:  # the step is kept: act on once the table takes it
+            self._blocked(start, self.adder.hand_over)
         self._since_sync += self.num_envs
 
     def finish(self) -> None:
         """End open episodes (as truncated) and hand every buffered step over."""
         self.finished = True
-        self._write(self.adder.close, retry=self.adder.close)
+        self._write(self.adder.close)
         if not self.blocked:
             self.counters[FINISHED] = 1
 
@@ -208,11 +208,11 @@ class Actor:
         if self.finished and not self.blocked:
             self.counters[FINISHED] = 1
 
-    def _write(self, call: Callable[[], None], retry: Callable[[], None] | None = None) -> None:
+    def _write(self, call: Callable[[], None]) -> None:
         """Run an adder call. Without ``waits_for_room`` a refused write only sets
         :attr:`blocked` (its rows stay pending in the adder, the learner runs next). With
-        it the rest is handed over in slices (``retry``, default ``adder.flush``) so stop
-        requests are noticed, for up to ``timeout_s``.
+        it the call is repeated in slices so stop requests are noticed, for up to
+        ``timeout_s``.
 
         Raises:
             ReplayTimeoutError: if the table kept the write blocked ``timeout_s``.
@@ -224,14 +224,15 @@ class Actor:
             self.blocked = False
             return
         except ReplayTimeoutError:
-            self._blocked(start, retry)
+            self._blocked(start, call)
 
-    def _blocked(self, start: float, retry: Callable[[], None] | None) -> None:
-        """After an adder call that started at ``start`` timed out: see :meth:`_write`."""
+    def _blocked(self, start: float, retry: Callable[[], None]) -> None:
+        """After an adder call that started at ``start`` timed out: without
+        ``waits_for_room`` only set :attr:`blocked`; with it ``retry`` until the table
+        takes what is due, a stop, or ``timeout_s``."""
         if not self.waits_for_room:
             self.blocked = True
             return
-        retry = retry or self.adder.flush
         while True:
             waited = time.monotonic() - start
             if self.stop.is_set():

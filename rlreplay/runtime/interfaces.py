@@ -61,6 +61,10 @@ class Adder(Protocol):
         """One vector step; raises a timeout error (taking nothing) when the table refuses
         what is due."""
 
+    def hand_over(self) -> None:
+        """Retry what :meth:`add` could not hand over, waiting only for room; raises a
+        timeout error (keeping it) when the table still refuses it."""
+
     def flush(self) -> None:
         """Hand over every completed item now."""
 

@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.core.rate_limiters import insert_pack
 from rlreplay.core.specs import unflatten
 from rlreplay.errors import InvalidArgumentError, ReplayTimeoutError, describe
 
@@ -218,9 +219,11 @@ class ChunkBatch:
     limiter never blocks inserts takes all of a chunk's items in one call; one whose
     limiter admits fewer items at once than its ``max_size`` (its
     :meth:`~rlreplay.core.rate_limiters.RateLimiter.insert_window`) takes them in
-    consecutive packs of that many, pieces split where a pack ends: a larger call would
-    be refused (``DeadlockError``) or wait for samples that could never come. The items
-    and their order are the same either way.
+    consecutive packs of half that many
+    (:func:`~rlreplay.core.rate_limiters.insert_pack`), pieces split where a pack ends: a
+    call beyond the window would be refused (``DeadlockError``) or wait for samples that
+    could never come, and one of the whole window would wait until the sampler drained
+    the limiter. The items and their order are the same either way.
 
     Args:
         limit: rows a chunk may reach back from its end (the writer's ``history``, at
@@ -258,8 +261,8 @@ class ChunkBatch:
                 continue
             if math.isinf(window):
                 self._unlimited.add(t.name)
-            elif window < self._sizes.get(t.name, window + 1):
-                self._windows[t.name] = int(window)
+            elif insert_pack(window) < self._sizes.get(t.name, window + 1):
+                self._windows[t.name] = int(insert_pack(window))
         self._chunks: list[Chunk] = []
         self._stage: dict[str, np.ndarray] = {}  # path -> [stage rows, ...]
         self._size = 0  # rows the staging buffer holds (0: not allocated yet)

@@ -65,12 +65,12 @@ class RolloutAdder:
     observations live in ``info``, and a row per vector step has no place for them.
 
     Calls: ``reset(obs)`` (after ``envs.reset()``), ``add(...)`` per vector step,
-    ``flush(timeout)``, ``close()``. ``reset`` starts a new rollout: the steps of an
+    ``hand_over(timeout)``, ``flush(timeout)``, ``close()``. ``reset`` starts a new rollout: the steps of an
     unfinished one are dropped (they are no item), as are those :meth:`close` finds.
 
     Timeouts: when a writer call waits longer than ``timeout`` (the queue is full), the
     call raises ``ReplayTimeoutError`` with its step recorded; the rollout's remaining
-    writer calls are handed over, in order, by the next ``add`` or ``flush``. Go on with
+    writer calls are handed over, in order, by the next ``add``, ``hand_over`` or ``flush``. Go on with
     the next step (do not repeat it): nothing is lost or written twice.
 
     Args:
@@ -346,7 +346,7 @@ class RolloutAdder:
         if self._t == self.num_steps:
             self._finish_rollout()
         if self._pending:  # this rollout's writes, or an earlier one's the queue refused
-            self.flush(self.timeout)
+            self.hand_over(self.timeout)
 
     def _finish_rollout(self) -> None:
         """Complete the rollout with the bootstrap row and queue its writer calls."""
@@ -366,8 +366,9 @@ class RolloutAdder:
         ]
         self.items_added += 1
 
-    def flush(self, timeout: float | None = None) -> None:
-        """Hand a finished rollout's remaining writer calls over, then flush the writer.
+    def hand_over(self, timeout: float | None = None) -> None:
+        """Hand a finished rollout's remaining writer calls over, waiting only for the
+        room the writer needs to take them (not until they are stored: :meth:`flush`).
 
         Raises:
             ReplayTimeoutError: if the queue stayed full for ``timeout`` seconds; call
@@ -378,6 +379,17 @@ class RolloutAdder:
         while self._pending:
             self._pending[0](timeout)
             self._pending.pop(0)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Hand a finished rollout's remaining writer calls over, then flush the writer.
+
+        Raises:
+            ReplayTimeoutError: if the queue stayed full for ``timeout`` seconds; call
+                again later (nothing is written twice).
+        """
+        if self._closed:
+            return
+        self.hand_over(timeout)
         self.writer.flush(timeout)
         if self._closing:
             self.writer.close()

@@ -337,6 +337,20 @@ class StreamAdder:
         self._out.end_call(force=True)
         self._chunks.raise_failure()
 
+    def hand_over(self, timeout: float | None = None) -> None:
+        """Hand the chunks kept after a writer timeout to the writer again, waiting only
+        for the room it needs to take them (a remote writer: for fewer chunks in flight),
+        not, as :meth:`flush` does, until everything is stored. What an actor retries
+        after :meth:`add` timed out: it acts on as soon as the table takes its step.
+
+        Raises:
+            InvalidArgumentError: for a ``timeout`` that is not ``None`` or seconds > 0.
+            ReplayTimeoutError: if the writer timed out again (the chunks stay kept).
+        """
+        timeout = check_timeout(timeout)
+        self._chunks.drain(self.timeout if timeout is None else timeout)
+        self._chunks.raise_failure()
+
     def flush(self, timeout: float | None = None) -> None:
         """Append every complete buffered row and create the items it allows, then flush
         the writer. Steps whose fields are not known yet (an n-step return) stay buffered.

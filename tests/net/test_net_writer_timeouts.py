@@ -30,8 +30,8 @@ ROWS_SIG = {"obs": ((2,), "float32")}
 
 
 def limited_rows_table() -> Table:
-    """One-step items; the limiter admits 3 items per chunk (its insert window) and 12
-    before any sample."""
+    """One-step items; the limiter admits 6 items at once (its insert window: writers send
+    chunks of half, 3 items) and 12 before any sample."""
     return Table(
         "rows",
         signature=ROWS_SIG,
@@ -39,7 +39,7 @@ def limited_rows_table() -> Table:
         capacity=64,
         max_size=64,
         sampler=Fifo(),
-        rate_limiter=SampleToInsertRatio(1.0, min_size_to_sample=10, error_buffer=2.0),
+        rate_limiter=SampleToInsertRatio(1.0, min_size_to_sample=7, error_buffer=5.0),
     )
 
 
@@ -67,11 +67,11 @@ def test_items_of_an_episode_sent_after_its_steps_survive_an_episode_end_at_a_ch
     server = Server([table]).start()
     try:
         client = Client(server.address)
-        assert client.describe("rows")["insert_window"] == 3
+        assert client.describe("rows")["insert_window"] == 6  # chunks hold half: 3
         with client.trajectory_writer("rows", history=8, chunk_steps=32) as writer:
             for k in range(4):
                 writer.append({"obs": np.array([k, 0], np.float32)})
-            for start in (-4, -3, -2, -1):  # the window fills at 3: a chunk goes out
+            for start in (-4, -3, -2, -1):  # a chunk's 3 items: it goes out
                 writer.create_item("rows", start=start)
             writer.end_episode()
             if interleaved:  # the first chunk is stored, then another stream's steps

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.core.rate_limiters import insert_pack
 from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.net.client.writer.chunks import MAX_IN_FLIGHT
 from rlreplay.writers.trajectory_writer import too_few_steps
@@ -34,8 +35,10 @@ def check_writer_args(
     Returns:
         The table names, their item spans, ``history`` and ``chunk_steps`` (defaults
         filled in), and the most items one chunk may hold: a chunk is admitted whole, so
-        it holds at most what the smallest window of its tables' rate limiters admits at
-        once, and no more than the smallest ``max_size`` of its tables.
+        it holds at most half of what the smallest window of its tables' rate limiters
+        admits at once (:func:`~rlreplay.core.rate_limiters.insert_pack`: the next chunk
+        goes in while the learner still samples the previous one), and no more than the
+        smallest ``max_size`` of its tables.
 
     Raises:
         InvalidArgumentError: for unknown tables, a table named twice, tables on different
@@ -75,7 +78,9 @@ def check_writer_args(
         )
     # the server refuses a chunk creating more items in a table than its max_size
     limits = [int(d["max_size"]) for d in descs]
-    limits += [int(d["insert_window"]) for d in descs if d.get("insert_window") is not None]
+    # and a chunk holds at most half of what a limiter admits at once (see insert_pack)
+    limits += [int(insert_pack(d["insert_window"])) for d in descs
+               if d.get("insert_window") is not None]
     return names, spans, history, chunk_steps, min(limits)
 
 

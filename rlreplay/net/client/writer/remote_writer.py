@@ -5,8 +5,9 @@ Steps are copied into per-field buffers as they are appended
 buffered beside them (:class:`~rlreplay.net.client.writer.items.PendingItems`). A chunk (steps
 plus items, in order) is queued when a step arrives after ``chunk_steps`` steps are
 buffered (so the items over a chunk's last steps travel with it), when an item arrives
-after a table's ``insert_window`` items (the server stores a chunk whole, so it holds no
-more than a limiter admits at once), and on :meth:`flush` and :meth:`close`. Up to
+after half a table's ``insert_window`` items (the server stores a chunk whole, so it holds no
+more than a limiter admits at once, and half of it goes in while the learner still samples
+the previous chunk), and on :meth:`flush` and :meth:`close`. Up to
 ``max_in_flight`` chunks may await acknowledgement; the writer then waits for the oldest
 (backpressure from the server's rate limiters).
 
