@@ -65,13 +65,15 @@ class RolloutAdder:
     observations live in ``info``, and a row per vector step has no place for them.
 
     Calls: ``reset(obs)`` (after ``envs.reset()``), ``add(...)`` per vector step,
-    ``hand_over(timeout)``, ``flush(timeout)``, ``close()``. ``reset`` starts a new rollout: the steps of an
-    unfinished one are dropped (they are no item), as are those :meth:`close` finds.
+    ``hand_over(timeout)``, ``flush(timeout)``, ``close()``. ``reset`` starts a new
+    rollout: the steps of an unfinished one are dropped (they are no item), as are those
+    :meth:`close` finds.
 
     Timeouts: when a writer call waits longer than ``timeout`` (the queue is full), the
     call raises ``ReplayTimeoutError`` with its step recorded; the rollout's remaining
-    writer calls are handed over, in order, by the next ``add``, ``hand_over`` or ``flush``. Go on with
-    the next step (do not repeat it): nothing is lost or written twice.
+    writer calls are handed over, in order, by the next ``add``, ``hand_over`` or
+    ``flush``. Go on with the next step (do not repeat it): nothing is lost or written
+    twice.
 
     Args:
         writer: a ``Table``, a list of tables sharing a store, or a writer with the
