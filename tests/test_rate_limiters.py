@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
 import pytest
 from conftest import Worker, rows
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rlreplay import (
     ClosedError,
@@ -19,6 +22,7 @@ from rlreplay import (
     SampleToInsertRatio,
     Stack,
 )
+from rlreplay.core.rate_limiters import insert_pack
 
 SHORT = 0.05  # seconds a call that must block is given before it times out
 
@@ -397,3 +401,36 @@ def test_sample_batch_reachable_through_the_min_size_inserts_is_not_rejected(mak
     time.sleep(0.05)
     table.insert(rows(0, 3))
     assert len(worker.finish()) == 3
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    spi=st.floats(0.25, 64.0),
+    min_size=st.integers(1, 200),
+    buffer_inserts=st.floats(1.0, 200.0),
+)
+def test_when_a_writer_pack_goes_in_the_sampler_still_has_a_pack_of_samples_to_draw(
+    spi, min_size, buffer_inserts
+):
+    """Writers insert packs of ``insert_pack(insert_window())`` items. Samples drain
+    ``diff`` from above: at the highest ``diff`` where the next pack is admitted, the
+    sampler may still draw at least a pack's worth of samples before ``min_diff`` blocks
+    it, so inserting and sampling overlap instead of taking turns (a pack of the whole
+    window is admitted only once the sampler is blocked)."""
+    limiter = SampleToInsertRatio(spi, min_size, error_buffer=max(1.0, spi, buffer_inserts * spi))
+    window = limiter.insert_window()
+    pack = insert_pack(window)
+    assert 1 <= pack <= window
+    highest_admitting = limiter.max_diff - pack * spi
+    samples_left = highest_admitting - limiter.min_diff
+    if window >= 2:
+        assert samples_left >= pack * spi * (1 - 1e-9)
+    if window == int((limiter.max_diff - limiter.min_diff) / spi):
+        whole = limiter.max_diff - window * spi  # where a whole-window insert goes in
+        # ... the sampler has at most one insert's samples left
+        assert whole - limiter.min_diff <= spi * (1 + 1e-9)
+
+
+def test_insert_pack_of_an_unbounded_window_is_unbounded():
+    assert math.isinf(insert_pack(MinSize(10).insert_window()))
+    assert insert_pack(1) == 1 and insert_pack(7) == 3

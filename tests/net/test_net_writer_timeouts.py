@@ -4,6 +4,7 @@ that ends right after it, and writer calls that time out lose and repeat nothing
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import Counter
@@ -292,6 +293,57 @@ def test_wherever_timeouts_fall_the_remote_adder_stores_what_in_process_does(see
     )
     assert got_created == created
     assert got == expected
+
+
+def test_an_adder_whose_step_timed_out_resumes_once_the_writer_takes_it_not_once_stored():
+    """What an actor does after ``add`` timed out: ``hand_over()`` returns as soon as the
+    writer has room for the kept chunk, while earlier chunks still wait for the learner
+    (``flush()`` would wait until everything is stored, leaving the learner without the
+    next chunk while the actor waits). Every item is still stored once."""
+    replay, mirror = nstep_tables(limited=True)  # window 5: chunks of 2 items
+    first, calls = env_calls(seed=5, steps=200)
+    server = Server([replay, mirror], recheck_s=0.01).start()
+    try:
+        client = Client(server.address)
+        with client.trajectory_writer(
+            ["replay", "mirror"], history=128, chunk_steps=16, max_in_flight=2, timeout=0.05
+        ) as writer:
+            adder = NStepTransitionAdder(writer, n=3, discount=0.9, num_envs=NUM_ENVS, timeout=0.01)
+            adder.reset(first)
+            refused = None
+            for t, call in enumerate(calls):
+                try:
+                    adder.add(*call)
+                except ReplayTimeoutError:
+                    refused = t
+                    break
+            assert refused is not None, "the limiter must have refused a step"
+            with pytest.raises(ReplayTimeoutError):
+                adder.hand_over(timeout=0.05)  # no room yet: still kept
+            for _ in range(500):  # the learner makes room for one chunk of 2 at a time
+                replay.sample(2)
+                try:
+                    adder.hand_over(timeout=0.05)
+                    break
+                except ReplayTimeoutError:
+                    continue
+            assert adder.pending_chunks == 0  # the writer took the kept step ...
+            assert writer.pending_chunks >= 1  # ... while chunks still wait for room
+            with pytest.raises(ReplayTimeoutError):
+                adder.flush(timeout=0.05)  # flush waits for all of it to be stored
+            for call in calls[refused + 1:refused + 4]:  # the actor acts on
+                with contextlib.suppress(ReplayTimeoutError):
+                    adder.add(*call)
+            for _ in range(500):  # bounded: room is made between attempts
+                try:
+                    adder.close()
+                    break
+                except ReplayTimeoutError:
+                    sample_what_the_limiter_allows(replay)
+            assert adder.pending_chunks == 0 and writer.pending_chunks == 0
+        assert replay.rate_limiter.inserts == adder.items_created // 2
+    finally:
+        server.stop()
 
 
 def test_items_the_ratio_holds_back_in_process_time_out_blaming_the_learner_when_one_fits():
