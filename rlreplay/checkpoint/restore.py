@@ -178,7 +178,7 @@ def _swap(plans: list[tuple]) -> None:
             store.load_state(state, columns=columns)
             for table, table_state in swaps:
                 _load_table(table, table_state)
-            store.lock.notify_all()
+            store.waits.wake_all()
 
 
 def _check_flags(**flags: Any) -> None:

@@ -71,7 +71,7 @@ class Admission:
         """The waiting of one blocked ``what`` ("insert" or "sample") of ``n`` items on
         this table."""
         return waiting.BlockedCall(
-            self.store.lock,
+            self.store.waits,
             timeout,
             self.warn_after,
             lambda: self.describe(what, n),
@@ -158,7 +158,7 @@ class Admission:
             if allowed():
                 return waiter
             waiter = waiter or self.blocked_call(timeout, what, n)
-            if not waiter.wait():
+            if not waiter.wait(allowed):
                 waiter.settle()
                 raise RateLimiterTimeoutError(self.timeout_message(what, timeout, n))
 

@@ -116,6 +116,7 @@ class StepStore:
         # it. Entering the mutex itself costs a third of entering the condition.
         self.mutex = threading.RLock()
         self.lock = threading.Condition(self.mutex)
+        self.waits = waiting.Waits(self.mutex)
         self._column_tuple = tuple(self.columns.values())
         self._path_tuple = tuple(self.columns)
         # Whether writes of steps that fit the columns as they are go through the compiled
@@ -240,7 +241,7 @@ class StepStore:
                 retention.release()
             self.next_id = self.changes.stamped_to = int(next_id)
             self.overwrite.relocated_steps = int(state.get("relocated_steps", 0))
-            self.lock.notify_all()
+            self.waits.wake_all()
 
     # ---------------------------------------------------------------- mutation
     def observe(self, observer: StoreObserver) -> None:
@@ -265,15 +266,14 @@ class StepStore:
         """Forget ``table``: its items no longer hold rows (:meth:`Table.close`)."""
         with self.mutex:
             self.overwrite.detach(table)
-            self.lock.notify_all()  # appends waiting for its items may go on
+            self.waits.wake_all()  # appends waiting for its items may go on
 
     def wake_waiters(self) -> None:
         """Core-internal, for the tables, writers and overwrite protocol over this store,
         with ``mutex`` held: wake the calls waiting on the lock after a change that may let
-        them go on (skipped when none waits, since notify_all() costs microseconds even
-        then), and call every waker (see :meth:`add_waker`)."""
-        if self.lock._waiters:
-            self.lock.notify_all()
+        them go on (only when one may: :class:`~rlreplay.core.waiting.Waits`), and call
+        every waker (see :meth:`add_waker`)."""
+        self.waits.wake()
         for waker in self.wakers:
             waker()
 
@@ -337,7 +337,7 @@ class StepStore:
     def blocked_call(self, timeout: float | None, what: str) -> waiting.BlockedCall:
         """The waiting of an append held back by a queue's items (one warning if long)."""
         return waiting.BlockedCall(
-            self.lock, timeout, waiting.WARN_AFTER_S, lambda: self._blocked_text(what)
+            self.waits, timeout, waiting.WARN_AFTER_S, lambda: self._blocked_text(what)
         )
 
     def _blocked_text(self, what: str) -> str:
@@ -419,7 +419,7 @@ class StepStore:
                 retention.release()
             self.stamp_chunks()
             self.next_id = self.changes.stamped_to = 0
-            self.lock.notify_all()
+            self.waits.wake_all()
 
     def __repr__(self) -> str:
         return (

@@ -674,7 +674,7 @@ class Table:
             self.admission.closed = True
             self.index.reset()
             self.store.detach(self)
-            self.lock.notify_all()
+            self.store.waits.wake_all()
 
     def info(self) -> TableInfo:
         """A snapshot of the table's counters and configuration."""

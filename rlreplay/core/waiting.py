@@ -28,11 +28,47 @@ WARN_AFTER_S: float | None = 5.0
 POLL_S = 1.0
 
 
+class Waits:
+    """The calls blocked on one store, and what each of them waits for.
+
+    Invariant: a change wakes exactly the blocked calls that may go on. A call that
+    states what it waits for (``ready``, e.g. "the limiter admits my insert") is not woken
+    by changes under which that still does not hold: otherwise a learner's every sample
+    would wake an actor whose insert the limiter still holds back, and each such wake-up
+    costs the learner the interpreter lock. A call that states nothing is woken by every
+    change. Closing, resetting and detaching wake every call (:meth:`wake_all`). Each
+    blocked call waits on a condition of its own over the store's mutex, so waking one
+    never wakes another.
+
+    Args:
+        mutex: the store's mutex, held by every caller of this object.
+    """
+
+    __slots__ = ("blocked", "mutex")
+
+    def __init__(self, mutex: threading.RLock):
+        self.mutex = mutex
+        # one entry per blocked wait: (what it waits for or None, its condition)
+        self.blocked: list[tuple[Callable[[], bool] | None, threading.Condition]] = []
+
+    def wake(self) -> None:
+        """After a change (mutex held): wake the blocked calls that may go on. Each
+        ``ready`` runs here, in the changing thread: it must be cheap and must not wait."""
+        for ready, condition in self.blocked:
+            if ready is None or ready():
+                condition.notify()
+
+    def wake_all(self) -> None:
+        """Wake every blocked call (mutex held): after a close, a reset, a detach."""
+        for _, condition in self.blocked:
+            condition.notify()
+
+
 class BlockedCall:
     """The waiting of one blocking call.
 
     Args:
-        lock: the condition the call waits on (the store's ``lock``), held by the caller.
+        waits: the store's :class:`Waits` (its mutex held by the caller).
         timeout: seconds the call may wait in total (``None``: without limit).
         warn_after: seconds after which one warning is logged (``None``: never).
         describe: returns the warning's text (called once, when the warning is due).
@@ -40,18 +76,19 @@ class BlockedCall:
             (a rate limiter's ``insert_blocked_s`` or ``sample_blocked_s``).
     """
 
-    __slots__ = ("account", "deadline", "describe", "lock", "start", "warn_at")
+    __slots__ = ("account", "condition", "deadline", "describe", "start", "waits", "warn_at")
 
     def __init__(
         self,
-        lock: threading.Condition,
+        waits: Waits,
         timeout: float | None,
         warn_after: float | None,
         describe: Callable[[], str],
         account: tuple[object, str] | None = None,
     ):
         now = time.monotonic()
-        self.lock = lock
+        self.waits = waits
+        self.condition = threading.Condition(waits.mutex)
         self.start = now
         self.deadline = None if timeout is None else now + timeout
         self.warn_at = None if warn_after is None else now + warn_after
@@ -70,9 +107,10 @@ class BlockedCall:
             target, name = account
             setattr(target, name, getattr(target, name) + self.elapsed)
 
-    def wait(self) -> bool:
+    def wait(self, ready: Callable[[], bool] | None = None) -> bool:
         """Wait for a notification on the lock, the deadline or the warning time (at most
-        :data:`POLL_S` seconds). The warning is logged once the call has been blocked
+        :data:`POLL_S` seconds); with ``ready``, notifications come only once it holds
+        (see :class:`Waits`). The warning is logged once the call has been blocked
         ``warn_after`` seconds, even when it is woken so late that its deadline passed.
 
         Returns:
@@ -91,5 +129,11 @@ class BlockedCall:
         limit = POLL_S if deadline is None else min(POLL_S, deadline - now)
         if warn_at is not None:
             limit = min(limit, warn_at - now)
-        self.lock.wait(limit)
+        entry = (ready, self.condition)
+        blocked = self.waits.blocked
+        blocked.append(entry)
+        try:
+            self.condition.wait(limit)
+        finally:
+            blocked.remove(entry)
         return True

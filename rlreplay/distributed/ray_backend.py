@@ -27,6 +27,7 @@ from rlreplay.core.selectors import Prioritized, Uniform
 from rlreplay.distributed.ray import RayShards, import_ray, start_shards
 from rlreplay.errors import ClosedError, ComponentFailedError, InvalidArgumentError
 from rlreplay.runtime.actor import FINISHED, NUM_COUNTERS
+from rlreplay.runtime.actor_groups import actor_writer
 from rlreplay.runtime.backends import ConcurrentBackend
 from rlreplay.runtime.config import ReplaySpec, RuntimeConfig, build_table
 from rlreplay.runtime.driver import Deployment
@@ -34,7 +35,6 @@ from rlreplay.runtime.environment_loop import ActorRecipe
 from rlreplay.runtime.interfaces import LearnerLogic
 from rlreplay.runtime.weights import WEIGHTS_TABLE, TableWeights, weights_table
 
-_MAX_HISTORY = 4096  # steps of history a writer keeps for the adder at most
 _COUNTERS_S = 0.1  # the driver reads the actors' counters at most this often
 
 
@@ -121,11 +121,8 @@ class ActorHost:
 
         writer = None
         try:
-            described = self.client.describe(self.table)
-            capacity, span = described["store_capacity"], described["span"]
             per_shard = math.ceil(self.recipe.config.num_actors / self.client.num_shards)
-            history = max(span, min(_MAX_HISTORY, (capacity // 2) // per_shard))
-            writer = self.client.trajectory_writer(self.table, shard=self.shard, history=history)
+            writer = actor_writer(self.client, self.table, per_shard, shard=self.shard)
             weights = RemoteWeights(self.client.shards[0], stop=self._stop)
             actor = self.recipe.build(self.index, writer, weights, self._counters, self._stop)
             actor.run()

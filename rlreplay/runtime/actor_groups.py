@@ -31,6 +31,24 @@ from rlreplay.runtime.stop_flag import StopFlag
 _MAX_HISTORY = 4096
 
 
+def actor_writer(client: Any, table: str, writers_per_store: int, **options: Any) -> Any:
+    """The remote writer an actor writes through (``options``: e.g. a sharded client's
+    ``shard``).
+
+    The writers of one store share half of it for the steps they retain. One chunk may
+    await acknowledgement while the actor fills the next: a chunk holds at most half of
+    what the limiter admits at once, so the learner still has a chunk's samples when the
+    next goes in, and the actor's env steps run ahead of what the table holds by at most
+    two chunks (with more in flight, by more: the learner would learn from fewer of the
+    env steps it is credited with, and learning per env step would lag ``inline``'s).
+    """
+    described = client.describe(table)
+    capacity, span = described["store_capacity"], described["span"]
+    share = (capacity // 2) // writers_per_store
+    history = max(span, min(_MAX_HISTORY, share))
+    return client.trajectory_writer(table, history=history, max_in_flight=1, **options)
+
+
 class ThreadActors:
     """Actors as threads writing straight into the table."""
 
@@ -94,12 +112,7 @@ def _actor_process(
     writer = None
     try:
         client = Client(address)
-        described = client.describe(table)
-        capacity, span = described["store_capacity"], described["span"]
-        # The writers of one store share half of it for the steps they retain.
-        share = (capacity // 2) // recipe.config.num_actors
-        history = max(span, min(_MAX_HISTORY, share))
-        writer = client.trajectory_writer(table, history=history)
+        writer = actor_writer(client, table, recipe.config.num_actors)
         actor = recipe.build(index, writer, RemoteWeights(client, stop=stop), counters, stop)
         actor.run()
     except ClosedError:

@@ -72,9 +72,9 @@ def test_a_call_blocked_past_warn_after_logs_one_warning_naming_table_and_cause(
 def test_a_call_woken_past_warn_after_and_its_deadline_still_warns(caplog):
     """On a loaded machine a blocked call may first wake after its deadline: it has
     been blocked longer than warn_after, so it logs its warning before it gives up."""
-    lock = threading.Condition()
+    lock = threading.RLock()
     with lock, caplog.at_level(logging.WARNING, logger="rlreplay"):
-        call = waiting.BlockedCall(lock, 0.1, 0.05, lambda: "blocked too long")
+        call = waiting.BlockedCall(waiting.Waits(lock), 0.1, 0.05, lambda: "blocked too long")
         time.sleep(0.2)  # as if the first wake-up came this late
         assert not call.wait()
         assert not call.wait()
@@ -127,3 +127,40 @@ def test_insert_timeout_bounds_the_limiter_and_the_store_waits_together():
 def test_warn_after_must_be_a_positive_number():
     with pytest.raises(InvalidArgumentError, match="warn_after"):
         Table("t", signature=SIGNATURE, max_size=2, warn_after=0)
+
+
+def test_a_blocked_call_is_woken_only_once_what_it_waits_for_holds():
+    """Changes that leave a call's condition false do not wake it (a learner's every
+    sample would otherwise wake an actor the limiter still holds back); the change that
+    makes it true does, at once; a call that states no condition wakes on every change."""
+    lock = threading.RLock()
+    waits = waiting.Waits(lock)
+    state = {"go": False, "stated": 0, "unstated": 0}
+
+    def blocked(stated: bool) -> None:
+        with lock:
+            call = waiting.BlockedCall(waits, 5.0, None, lambda: "blocked")
+            while not state["go"]:
+                state["stated" if stated else "unstated"] += 1
+                call.wait((lambda: state["go"]) if stated else None)
+
+    threads = [threading.Thread(target=blocked, args=(s,), daemon=True) for s in (True, False)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 5.0
+    while len(waits.blocked) < 2 and time.monotonic() < deadline:  # both wait
+        time.sleep(0.005)
+    for _ in range(20):  # changes under which the stated condition stays false
+        with lock:
+            waits.wake()
+        time.sleep(0.01)
+    assert state["stated"] == 1  # never woken (its poll is 1 s away)
+    assert state["unstated"] > 5  # woken by the changes
+    start = time.monotonic()
+    with lock:
+        state["go"] = True
+        waits.wake()
+    for thread in threads:
+        thread.join(2.0)
+    assert not any(t.is_alive() for t in threads)
+    assert time.monotonic() - start < 0.5  # woken by the change, not by its poll

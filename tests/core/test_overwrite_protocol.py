@@ -29,9 +29,9 @@ def steps(w: int, first: int, n: int) -> dict:
 
 
 def wait_until_blocked(store: StepStore, waiters: int = 1, limit_s: float = 5.0) -> None:
-    """Wait (bounded) until ``waiters`` calls wait on the store's condition."""
+    """Wait (bounded) until ``waiters`` calls wait on the store."""
     deadline = time.monotonic() + limit_s
-    while len(store.lock._waiters) < waiters:
+    while len(store.waits.blocked) < waiters:
         assert time.monotonic() < deadline, "the call never blocked"
         time.sleep(0.005)
 
