@@ -112,10 +112,11 @@ class StepStore:
         else:
             self.columns = new_columns(self, self.signature, self.capacity, capacity_bytes)
         self.next_id = 0
-        # Every mutation holds ``mutex``; blocked calls wait on ``lock``, a condition over
-        # it. Entering the mutex itself costs a third of entering the condition.
+        # Every mutation holds ``mutex`` (``lock`` is the same lock, by the name tables and
+        # writers share); blocked calls wait through ``waits``, each on a condition of its
+        # own over it (see :class:`~rlreplay.core.waiting.Waits`).
         self.mutex = threading.RLock()
-        self.lock = threading.Condition(self.mutex)
+        self.lock = self.mutex
         self.waits = waiting.Waits(self.mutex)
         self._column_tuple = tuple(self.columns.values())
         self._path_tuple = tuple(self.columns)

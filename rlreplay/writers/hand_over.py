@@ -261,8 +261,10 @@ class ChunkBatch:
                 continue
             if math.isinf(window):
                 self._unlimited.add(t.name)
-            elif insert_pack(window) < self._sizes.get(t.name, window + 1):
-                self._windows[t.name] = int(insert_pack(window))
+                continue
+            pack = int(insert_pack(window))
+            if pack < self._sizes.get(t.name, pack + 1):
+                self._windows[t.name] = pack
         self._chunks: list[Chunk] = []
         self._stage: dict[str, np.ndarray] = {}  # path -> [stage rows, ...]
         self._size = 0  # rows the staging buffer holds (0: not allocated yet)

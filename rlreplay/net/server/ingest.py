@@ -479,7 +479,7 @@ class Chunk:
         # history. Steps before the chunk's first continue the episode of the writer's
         # previous chunk (unless the writer restarted its stream): an item created over
         # them travels with the next chunk, also when a new episode begins at its first
-        # step (a chunk is also sent when it holds as many items as a limiter admits).
+        # step (a chunk is also sent when it holds half of what a limiter admits at once).
         end = self.first + self.n
         floor = self.first if self.restart else session.episode_start
         need = anchor + extent
