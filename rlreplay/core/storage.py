@@ -272,9 +272,12 @@ class StepStore:
     def wake_waiters(self) -> None:
         """Core-internal, for the tables, writers and overwrite protocol over this store,
         with ``mutex`` held: wake the calls waiting on the lock after a change that may let
-        them go on (only when one may: :class:`~rlreplay.core.waiting.Waits`), and call
-        every waker (see :meth:`add_waker`)."""
-        self.waits.wake()
+        them go on (only when one may: :class:`~rlreplay.core.waiting.Waits`; skipped when
+        none waits, as on almost every insert and sample, where a call costs more than the
+        check), and call every waker (see :meth:`add_waker`)."""
+        waits = self.waits
+        if waits.blocked:
+            waits.wake()
         for waker in self.wakers:
             waker()
 
