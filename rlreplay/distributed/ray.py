@@ -169,9 +169,9 @@ class RayShards:
 
         clients = [Client(a, **self._client_kwargs) for a in self.addresses]
         try:
-            rids = [c._transport.send({"op": "checkpoint"}, timeout=timeout) for c in clients]
+            rids = [c.transport.send({"op": "checkpoint"}, timeout=timeout) for c in clients]
             return [
-                str(c._transport.wait(rid, None if timeout is None else timeout + 1.0)[0]["path"])
+                str(c.transport.wait(rid, None if timeout is None else timeout + 1.0)[0]["path"])
                 for c, rid in zip(clients, rids)
             ]
         finally:

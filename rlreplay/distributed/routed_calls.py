@@ -97,7 +97,7 @@ def routed_call(
         if not wait:
             header["noreply"] = True
         try:
-            sent[shard] = shards[shard]._transport.send(
+            sent[shard] = shards[shard].transport.send(
                 header, arrays, until=until, expires=until if wait else None
             )
         except ServerUnavailableError as error:
@@ -108,7 +108,7 @@ def routed_call(
     for shard, rid in sent.items():
         client = shards[shard]
         try:
-            count += int(client._transport.wait_until(rid, until)[0]["count"])
+            count += int(client.transport.wait_until(rid, until)[0]["count"])
         except ServerUnavailableError as error:
             health.failed(shard, error)
     return count

@@ -39,7 +39,7 @@ def checkpoint_shards(shards: list, health: ShardHealth, deadline: Deadline) -> 
     for shard in health.live():
         if shard in errors:
             continue
-        transport = shards[shard]._transport
+        transport = shards[shard].transport
         try:
             rid = transport.send(
                 {"op": "checkpoint"}, until=deadline.bound, expires=until,
@@ -51,7 +51,7 @@ def checkpoint_shards(shards: list, health: ShardHealth, deadline: Deadline) -> 
     paths: dict[int, str] = {}
     for shard, (rid, until) in sent.items():
         try:
-            paths[shard] = str(shards[shard]._transport.wait_until(rid, until)[0]["path"])
+            paths[shard] = str(shards[shard].transport.wait_until(rid, until)[0]["path"])
             health.answered(shard)
         except ServerUnavailableError as error:
             note_down(health, shard, error, errors)

@@ -84,7 +84,7 @@ def greet(
     started = until = 0.0
     try:
         for shard in indices:
-            tr = shards[shard]._transport
+            tr = shards[shard].transport
             if tr.channel().greeted:
                 continue
             if not pings and not until:
@@ -97,10 +97,10 @@ def greet(
             return
         poller = zmq.Poller()
         for shard in pings:
-            poller.register(shards[shard]._transport.channel().sock, zmq.POLLIN)
+            poller.register(shards[shard].transport.channel().sock, zmq.POLLIN)
         while pings:
             for shard in list(pings):
-                tr = shards[shard]._transport
+                tr = shards[shard].transport
                 ch = tr.channel()
                 ch.receive()
                 if pings[shard] not in ch.replies:
@@ -116,15 +116,15 @@ def greet(
                 break
             poller.poll(max(1, int(left * 1000)))
         for shard in list(pings):  # no answer by ``until``
-            tr = shards[shard]._transport
+            tr = shards[shard].transport
             message = (
                 f"no reply to the handshake from the replay server at {tr.address} within "
                 f"{until - started:.3g}s"
             )
             try:  # as a wait with a deadline that got no answer concludes
-                tr.waits._no_answer(tr.channel(), pings.pop(shard), message)
+                tr.waits.no_answer(tr.channel(), pings.pop(shard), message)
             except ServerUnavailableError as error:
                 failed(shard, error)
     finally:
         for shard, rid in pings.items():  # an error left these unread
-            shards[shard]._transport.channel().forget([rid])
+            shards[shard].transport.channel().forget([rid])

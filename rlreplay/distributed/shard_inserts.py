@@ -81,7 +81,7 @@ class InsertRouter:
                 greet(self.shards, [shard], deadline, _raise)
                 # before it issues a key
                 self.keys.check_shard_tables(client, [table], deadline.bound)
-                keys = client._insert(table, rows, priorities, timeout, deadline.until)
+                keys = client.insert(table, rows, priorities, timeout=timeout, until=deadline.until)
             except ServerUnavailableError as error:
                 tried.add(shard)
                 self.health.failed(shard, error)
@@ -116,7 +116,7 @@ class InsertRouter:
         shard = self.next_shard()
         greet(self.shards, [shard], deadline, self.health.failed)
         header = {"op": "can_insert", "table": table, "n": plain_int(num_inserts)}
-        reply = self.shards[shard]._transport.call(header, until=deadline.bound)
+        reply = self.shards[shard].transport.call(header, until=deadline.bound)
         return bool(reply[0]["result"])
 
 

@@ -64,7 +64,7 @@ class ShardKeys:
         """
         for table in tables:
             if isinstance(table, str):  # (other values: the shard's client says why)
-                capacity = client._describe(table, until)["store_capacity"]
+                capacity = client.describe(table, until=until)["store_capacity"]
                 self.check_capacity(capacity, table, client.address)
 
     def to_global(self, keys: np.ndarray, shard: int) -> np.ndarray:

@@ -175,7 +175,7 @@ class ShardedClient:
     def deadline(self, timeout: Any = CALL) -> Deadline:
         """The :class:`~rlreplay.distributed.shard_deadline.Deadline` of a call with
         ``timeout`` starting now (``CALL``: a call that never blocks)."""
-        return Deadline(self.shards[0]._transport, timeout)
+        return Deadline(self.shards[0].transport, timeout)
 
     def table(self, name: str) -> ShardedTable:
         """A handle with the calls of a local :class:`~rlreplay.Table` (for the runtime's
@@ -199,7 +199,7 @@ class ShardedClient:
 
     def _describe(self, table: str, deadline: Deadline) -> dict[str, Any]:
         """:meth:`describe` within ``deadline``."""
-        descriptions = self._each(lambda c, until: c._describe(table, until), deadline)
+        descriptions = self._each(lambda c, until: c.describe(table, until=until), deadline)
         return same_table(table, descriptions, self.addresses, self.keys)
 
     def signature(self, table: str):
@@ -301,7 +301,7 @@ class ShardedClient:
                 smallest shard's ``max_size``.
         """
         batch_size = check_batch_size(batch_size)
-        descriptions = self._each(lambda c, until: c._describe(table, until), deadline)
+        descriptions = self._each(lambda c, until: c.describe(table, until=until), deadline)
         largest = min(d["max_size"] for d in descriptions.values())
         if batch_size > largest:
             raise InvalidArgumentError(
@@ -363,7 +363,7 @@ class ShardedClient:
     # ------------------------------------------------------------ the rest
     def reset(self, table: str) -> None:
         """:meth:`Client.reset` on every reachable shard."""
-        self._each(lambda c, until: c._transport.call({"op": "reset", "table": table}, until=until))
+        self._each(lambda c, until: c.transport.call({"op": "reset", "table": table}, until=until))
 
     def checkpoint(self, timeout: float | None = None) -> dict[int, str]:
         """:meth:`Client.checkpoint` on every reachable shard, all requests in flight at
@@ -388,11 +388,11 @@ class ShardedClient:
 
     def shard_info(self, table: str) -> dict[int, TableInfo]:
         """Each reachable shard's :class:`TableInfo` of ``table``, by shard index."""
-        return self._each(lambda c, until: c._info(table, until))
+        return self._each(lambda c, until: c.info(table, until=until))
 
     def server_info(self, table: str | None = None) -> dict[int, dict[str, dict]]:
         """Each reachable shard's :meth:`Client.server_info`, by shard index."""
-        return self._each(lambda c, until: c._server_info(table, until))
+        return self._each(lambda c, until: c.server_info(table, until=until))
 
     def info(self, table: str) -> TableInfo:
         """``table``'s :class:`TableInfo` over the reachable shards: counts and sizes

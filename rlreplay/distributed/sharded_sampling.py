@@ -197,7 +197,7 @@ class ShardedSampler:
         if k:
             header["batch_size"] = k
         arrays = update_arrays(*update, prefix="update/") if update is not None else None
-        tr = self.shards[shard]._transport
+        tr = self.shards[shard].transport
         try:
             if k:
                 # ``expires``: a shard must not draw items after this client stopped
@@ -233,9 +233,9 @@ class ShardedSampler:
                 k = rnd.asked.pop(shard)
                 # Replies that arrived while an earlier shard was awaited are taken first:
                 # a shard that never answers must not use up the others' deadline.
-                client._transport.channel().receive()
+                client.transport.channel().receive()
                 try:
-                    header, arrays = client._transport.wait_until(rid, rnd.until)
+                    header, arrays = client.transport.wait_until(rid, rnd.until)
                 except ServerUnavailableError as error:
                     self._down(shard, error)
                     rnd.lost += k
@@ -251,7 +251,7 @@ class ShardedSampler:
                     rnd.parts.append((shard, arrays))
         finally:
             for shard, rid in pending.items():  # an error left these unread
-                self.shards[shard].sender.forget([rid])
+                self.shards[shard].transport.forget([rid])
 
     def _observe(self, shard: int, header: dict) -> None:
         """Take a reply's state; a shard's first state reply is checked too.
@@ -382,7 +382,7 @@ class ShardedSampler:
     def forget(self, rnd: Round) -> None:
         """Drop ``rnd``'s replies when they arrive."""
         for shard, rid in rnd.rids.items():
-            self.shards[shard].sender.forget([rid])
+            self.shards[shard].transport.forget([rid])
         rnd.rids.clear()
 
 

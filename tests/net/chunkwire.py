@@ -40,7 +40,7 @@ def write(client, header: dict, arrays: dict):
     base.update(header)
     n = base["n"] if isinstance(base["n"], int) else 4
     data = {"data/" + k: v for k, v in chunk_steps(100, n).items()}
-    return client.sender.wait(client.sender.send(base, {**data, **arrays}), 10.0)[1]
+    return client.transport.wait(client.transport.send(base, {**data, **arrays}), 10.0)[1]
 
 
 def items(table_idx, anchors, priorities=None, lengths=None) -> dict:

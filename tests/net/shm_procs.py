@@ -66,7 +66,7 @@ def write_frames(address: str, table: str, first: int, n: int, out: Any) -> None
                 writer.append({"obs": rows["obs"][i], "step": rows["step"][i]})
                 writer.create_item(table, priority=1.0)
             writer.flush(timeout=60.0)
-        placed = bool(client._transport.channel().shm.slots)
+        placed = bool(client.transport.channel().shm.slots)
         out.put(("ok", first, placed))
     except Exception as exc:
         out.put(("error", first, f"{type(exc).__name__}: {exc}"))

@@ -56,7 +56,7 @@ def test_updates_sent_without_waiting_leave_nothing_behind_in_the_client(client)
     """A learner sends millions of unawaited updates: none is kept as a request awaiting
     a reply (no reply ever comes), so the client's memory stays flat."""
     keys = client.insert("prio", rows(10))
-    channel = client._transport.channel()
+    channel = client.transport.channel()
     before = len(channel.pending), len(channel.replies)
     for i in range(500):
         assert client.update_priorities("prio", keys, np.full(10, 1.0 + i), wait=False) is None

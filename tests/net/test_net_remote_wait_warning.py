@@ -83,7 +83,7 @@ def test_a_remote_writer_held_by_the_limiter_warns_in_its_own_process(server_wit
     for line in warnings:
         assert CAUSE in line and "queue table" not in line, line
     assert "waits behind it" in warnings[1]
-    client._transport.close()  # the writer's chunks stay parked: do not wait for them
+    client.transport.close()  # the writer's chunks stay parked: do not wait for them
 
 
 def test_a_remote_sample_held_by_the_limiter_warns_in_its_own_process(server_with_log, caplog):

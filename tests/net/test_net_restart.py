@@ -138,7 +138,7 @@ def chunk(seq: int, first: int, n: int, anchors: list[int], **header) -> tuple[d
 
 def send(client: rlreplay.Client, request: tuple[dict, dict]) -> np.ndarray:
     head, arrays = request
-    sender = client.sender
+    sender = client.transport
     return call_after_restart(lambda: sender.wait(sender.send(dict(head), arrays), 10.0)[1])["keys"]
 
 

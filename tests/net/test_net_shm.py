@@ -108,7 +108,7 @@ def test_a_held_batch_is_never_overwritten_and_a_full_ring_falls_back_to_the_soc
         gc.collect()
         again = [client.sample("frames", 32) for _ in range(4)]
         assert all(is_shared(b.data["obs"]) for b in again)
-        assert len(client._transport.channel().shm.slots) == shm.MAX_SLOTS
+        assert len(client.transport.channel().shm.slots) == shm.MAX_SLOTS
 
 
 def test_threads_of_one_client_and_a_second_learner_sample_at_once():
@@ -145,13 +145,13 @@ def test_disabled_or_remote_uses_the_socket_and_required_checks_its_argument():
         batches = [client.sample("frames", 32) for _ in range(3)]
         assert not any(is_shared(b.data["obs"]) for b in batches)
         assert all(consistent(b) for b in batches)
-        assert client._transport.channel().shm is None
+        assert client.transport.channel().shm is None
         # batches under MIN_BYTES take the socket, where a slot would cost more than it saves
         small = rlreplay.Client(address, shared_memory=True)
         assert shm.MIN_BYTES > 8 * 3072
         batches = [small.sample("frames", 8) for _ in range(3)]
         assert not any(is_shared(b.data["obs"]) for b in batches)
-        assert all(consistent(b) for b in batches) and not small._transport.channel().shm.slots
+        assert all(consistent(b) for b in batches) and not small.transport.channel().shm.slots
 
 
 def test_a_server_on_another_host_is_used_through_the_socket(monkeypatch):
@@ -234,7 +234,7 @@ def test_inserts_and_writer_chunks_travel_in_shared_memory_and_a_parked_one_keep
         # limiter with its rows in that thread's slot, kept until it is answered
         for first in range(0, 2 * ROWS, ROWS):
             client.insert("queue", frames_rows(first, ROWS), timeout=30.0)
-        ring = client._transport.channel().shm
+        ring = client.transport.channel().shm
         parked_keys: list = []
         parked = threading.Thread(
             target=lambda: parked_keys.append(
@@ -246,7 +246,7 @@ def test_inserts_and_writer_chunks_travel_in_shared_memory_and_a_parked_one_keep
         def requested() -> bool:
             return any(
                 s.state == shm_ring._REQUESTED
-                for ch in list(client._transport._channels)
+                for ch in list(client.transport._channels)
                 if ch.shm is not None and ch.shm is not ring
                 for s in ch.shm.slots
             )
@@ -269,7 +269,7 @@ def test_inserts_and_writer_chunks_travel_in_shared_memory_and_a_parked_one_keep
         for first in range(0, 2 * ROWS, ROWS):
             client.insert("queue", frames_rows(first, ROWS))
             assert consistent(reader.sample("queue", ROWS, timeout=30.0))
-        assert len(client._transport.channel().shm.slots) == slots
+        assert len(client.transport.channel().shm.slots) == slots
         # a trajectory writer's chunks go the same way
         with client.trajectory_writer("queue", chunk_steps=ROWS) as writer:
             rows = frames_rows(0, 2 * ROWS)
@@ -285,8 +285,8 @@ def test_the_server_checks_what_a_request_places_in_shared_memory():
     with served(QUEUE) as (address, _):
         client = rlreplay.Client(address, shared_memory=True)
         client.insert("queue", frames_rows(0, ROWS))  # attaches a slot
-        token = client._transport.channel().shm.slots[0].token
-        tr = client._transport
+        token = client.transport.channel().shm.slots[0].token
+        tr = client.transport
         tr.shm = None  # send the requests below as written, as a faulty client would
         cases = {
             "unknown token": ([token + 100, []], InvalidArgumentError, "does not map"),
@@ -438,7 +438,7 @@ def test_the_server_maps_only_segments_of_its_own_user_closed_to_others():
     if os.geteuid() == 0:  # a server running as root opens any user's file
         cases["another user's"] = (0o600, 54321)
     with served(QUEUE) as (address, _):
-        tr = rlreplay.Client(address, shared_memory=False)._transport
+        tr = rlreplay.Client(address, shared_memory=False).transport
         for mode, owner in cases.values():
             name, nonce = _segment_file(mode, owner)
             try:
@@ -592,7 +592,7 @@ def test_the_process_slot_budget_sends_past_it_through_the_socket(monkeypatch):
         filled(address).close()
         client = rlreplay.Client(address)
         client.sample("frames", 32)  # the first reply sizes the slots
-        need = client._transport.channel().shm.need[("frames", 32)]
+        need = client.transport.channel().shm.need[("frames", 32)]
         slot_bytes = -(-need // shm_ring.SLOT_ROUNDING) * shm_ring.SLOT_ROUNDING
         gc.collect()
         budget = shm_ring.budget_bytes()

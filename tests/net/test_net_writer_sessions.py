@@ -112,11 +112,11 @@ def test_a_new_writer_of_a_client_whose_writers_all_wait_is_refused(serve):
     for writer, seq, first in ((1, 1, 4), (2, 0, 0)):
         header = {"op": "write", **QR, "writer": writer, "seq": seq, "first": first, "n": 1}
         header.update(timeout=10.0, episode_starts=[first] if seq == 0 else [])
-        waiting.append(client.sender.send(header, {**one_step, **items([0], [first])}))
+        waiting.append(client.transport.send(header, {**one_step, **items([0], [first])}))
     before = state(tables)
     with pytest.raises(ResourceLimitError, match="max_writers_per_client=2"):
         write(client, {**QR, "writer": 3}, {})
     assert state(tables) == before and server._sessions.of_client(server.operations.caller) == 2
     tables["q"].sample(2)  # both waiting chunks go through
     for rid in waiting:
-        assert len(client.sender.wait(rid, 10.0)[1]["keys"]) == 1
+        assert len(client.transport.wait(rid, 10.0)[1]["keys"]) == 1

@@ -34,7 +34,7 @@ from rlreplay.net.client.iterator import SampleIterator
 from rlreplay.net.client.served_tables import ServedTables
 from rlreplay.net.client.settings import ClientSettings, check_call_timeout
 from rlreplay.net.client.shm import SharedMemoryPath
-from rlreplay.net.client.transport import CALL, DIAGNOSE_S, REPLY_GRACE_S, Sender, Transport
+from rlreplay.net.client.transport import CALL, DIAGNOSE_S, REPLY_GRACE_S, Transport
 from rlreplay.net.client.writer import RemoteTrajectoryWriter
 from rlreplay.net.wire.payloads import rows_arrays, update_arrays
 
@@ -82,6 +82,12 @@ class Client:
     nothing accepts connections at ``address``, or which CURVE credential the server
     refused (the error's ``reason``).
 
+    Attributes:
+        address: the server's address, as given.
+        transport: the :class:`~rlreplay.net.client.transport.Transport` every request
+            travels through: what this client's writers and iterators send on, and what a
+            sharded client keeps requests in flight on over several servers.
+
     Example:
         >>> client = Client(server.address)                       # doctest: +SKIP
         >>> keys = client.insert("replay", {"obs": obs, "reward": 1.0})  # doctest: +SKIP
@@ -110,7 +116,7 @@ class Client:
         )
         self._settings = settings
         self.address = settings.address
-        self._transport = Transport(
+        self.transport = Transport(
             settings.address,
             settings.server_public_key,
             settings.client_secret_key,
@@ -118,10 +124,10 @@ class Client:
             settings.liveness_s,
             settings.diagnose_timeout,
         )
-        self._shm = SharedMemoryPath(self.address, shared_memory, self._transport)
+        self._shm = SharedMemoryPath(self.address, shared_memory, self.transport)
         if self._shm.enabled:
-            self._transport.shm = self._shm
-        self._tables = ServedTables(self.address, self._transport)
+            self.transport.shm = self._shm
+        self._tables = ServedTables(self.address, self.transport)
 
     # ------------------------------------------------------------ pickling
     def __getstate__(self) -> dict:
@@ -134,23 +140,23 @@ class Client:
     @property
     def call_timeout(self) -> float:
         """Seconds calls that never block on a rate limiter wait for their reply."""
-        return self._transport.call_timeout
+        return self.transport.call_timeout
 
     @call_timeout.setter
     def call_timeout(self, value: float) -> None:
-        self._transport.call_timeout = check_call_timeout(value)
+        self.transport.call_timeout = check_call_timeout(value)
 
     @property
     def liveness_s(self) -> float:
         """A waiting call pings after this many silent seconds (see the class)."""
-        return self._transport.liveness_s
+        return self.transport.liveness_s
 
     def close(self) -> None:
         """Close this process's sockets. The client is closed for good: every later call
         raises :class:`~rlreplay.errors.ClosedError` (its writers' and iterators' calls
         too); closing again does nothing. It still pickles as its address: the copy is
         open."""
-        self._transport.close()
+        self.transport.close()
 
     def __enter__(self) -> Client:
         return self
@@ -158,25 +164,20 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    @property
-    def sender(self) -> Sender:
-        """What this client's writers and iterators send their own requests through."""
-        return self._transport
-
     # ---------------------------------------------------------- table calls
     def ping(self, timeout: float = 5.0) -> list[str]:
         """Names of the served tables; raises ServerUnavailableError if none answers."""
         timeout = check_timeout(timeout)
         until = None if timeout is None else time.monotonic() + timeout
-        tr = self._transport
+        tr = self.transport
         return list(tr.wait_until(tr.send({"op": "ping"}, until=until), until)[0]["tables"])
 
-    def describe(self, table: str) -> dict[str, Any]:
-        """Signature, layout and sizes of ``table`` (cached)."""
-        return self._describe(table, CALL)
+    def describe(self, table: str, *, until: Any = CALL) -> dict[str, Any]:
+        """Signature, layout and sizes of ``table`` (fetched once, then cached).
 
-    def _describe(self, table: str, until: Any) -> dict[str, Any]:
-        """:meth:`describe`, fetched (once) within the caller's ``until``."""
+        ``until``: the ``time.monotonic()`` by which the reply must come, a deadline
+        shared with other calls (a sharded client's); default ``call_timeout`` from now.
+        """
         return self._tables.describe(table, until)
 
     def signature(self, table: str) -> Signature:
@@ -189,6 +190,7 @@ class Client:
         priorities: Any = None,
         *,
         timeout: float | None = None,
+        until: Any = None,
     ) -> np.ndarray:
         """:meth:`Table.insert` on the server's ``table``: one round trip, returning the
         new items' keys.
@@ -204,6 +206,8 @@ class Client:
             priorities: one per row, one for all, or ``None`` (the table's default).
             timeout: seconds the server's rate limiter may block these rows (``None``:
                 no limit, while the server answers pings).
+            until: the ``time.monotonic()`` by which the reply must come, a deadline
+                shared with other calls (a sharded client's); default: ``timeout``'s.
 
         Returns:
             int64 keys of the new items, as the server's table assigned them.
@@ -217,14 +221,10 @@ class Client:
                 no server later; ServerRestartedError if it restarted).
         """
         timeout = check_timeout(timeout)
-        return self._insert(table, rows, priorities, timeout, self._transport.until(timeout))
-
-    def _insert(
-        self, table: str, rows: Any, priorities: Any, timeout: float | None, until: float | None
-    ) -> np.ndarray:
-        """:meth:`insert` (``timeout`` checked) within the caller's ``until``."""
+        if until is None:
+            until = self.transport.until(timeout)
         header, arrays = insert_request(self._tables, table, rows, priorities, until)
-        return self._transport.call(header, arrays, timeout, until)[1]["keys"]
+        return self.transport.call(header, arrays, timeout, until)[1]["keys"]
 
     # ------------------------------------------------------ a learner's calls
     # Sample requests, awaited or kept in flight, that may carry the previous batch's new
@@ -274,11 +274,11 @@ class Client:
                 restarted meanwhile).
         """
         timeout = check_timeout(timeout)
-        until = self._transport.until(timeout)
+        until = self.transport.until(timeout)
         header, arrays = sample_request(table, batch_size, update)
         shm = self._shm
         rid = shm.send_sample(header, arrays, until=until, expires=until, timeout=timeout)
-        return shm.sample(self._transport.wait_until(rid, until))
+        return shm.sample(self.transport.wait_until(rid, until))
 
 
     def sample_async(
@@ -306,13 +306,13 @@ class Client:
         """
         timeout = check_timeout(timeout)
         header, arrays = sample_request(table, batch_size, update)
-        until = self._transport.until(timeout)
+        until = self.transport.until(timeout)
         return self._shm.send_sample(header, arrays, until=until, expires=until, timeout=timeout)
 
 
     def sample_result(self, rid: int, timeout: float | None = None) -> Sample:
         """The sample requested as ``rid`` (waits up to ``timeout`` + a short grace)."""
-        tr = self._transport
+        tr = self.transport
         return self._shm.sample(tr.wait_until(rid, tr.until(check_timeout(timeout))))
 
 
@@ -335,48 +335,42 @@ class Client:
         header: dict[str, Any] = {"op": "update_priorities", "table": table}
         if not wait:
             header["noreply"] = True
-            self._transport.send(header, arrays)
+            self.transport.send(header, arrays)
             return None
-        return int(self._transport.call(header, arrays)[0]["count"])
+        return int(self.transport.call(header, arrays)[0]["count"])
 
     def delete(self, table: str, keys: Any) -> int:
         """:meth:`Table.delete`; returns how many items were removed."""
         keys = update_arrays(keys, 0.0)["keys"]
-        reply = self._transport.call({"op": "delete", "table": table}, {"keys": keys})
+        reply = self.transport.call({"op": "delete", "table": table}, {"keys": keys})
         return int(reply[0]["count"])
 
     def reset(self, table: str) -> None:
         """:meth:`Table.reset` on the server's ``table``."""
-        self._transport.call({"op": "reset", "table": table})
+        self.transport.call({"op": "reset", "table": table})
 
     def can_insert(self, table: str, num_inserts: int = 1) -> bool:
         """:meth:`Table.can_insert` on the server's ``table``."""
         header = {"op": "can_insert", "table": table, "n": plain_int(num_inserts)}
-        return bool(self._transport.call(header)[0]["result"])
+        return bool(self.transport.call(header)[0]["result"])
 
     def can_sample(self, table: str, num_samples: int = 1) -> bool:
         """:meth:`Table.can_sample` on the server's ``table``."""
         header = {"op": "can_sample", "table": table, "n": plain_int(num_samples)}
-        return bool(self._transport.call(header)[0]["result"])
+        return bool(self.transport.call(header)[0]["result"])
 
-    def info(self, table: str) -> TableInfo:
-        """:meth:`Table.info` of the server's ``table``."""
-        return self._info(table, CALL)
-
-    def _info(self, table: str, until: Any) -> TableInfo:
-        """:meth:`info` within the caller's ``until``."""
-        stats = self._server_info(table, until)[table]
+    def info(self, table: str, *, until: Any = CALL) -> TableInfo:
+        """:meth:`Table.info` of the server's ``table`` (``until`` as in :meth:`describe`)."""
+        stats = self.server_info(table, until=until)[table]
         return TableInfo(**{k: v for k, v in stats.items() if k in TableInfo.__dataclass_fields__})
 
-    def server_info(self, table: str | None = None) -> dict[str, dict[str, Any]]:
+    def server_info(
+        self, table: str | None = None, *, until: Any = CALL
+    ) -> dict[str, dict[str, Any]]:
         """Per table: TableInfo fields plus ``inserts_per_s``, ``samples_per_s`` and the
-        observed ``samples_per_insert``."""
-        return self._server_info(table, CALL)
-
-    def _server_info(self, table: str | None, until: Any) -> dict[str, dict[str, Any]]:
-        """:meth:`server_info` within the caller's ``until``."""
+        observed ``samples_per_insert`` (``until`` as in :meth:`describe`)."""
         header = {"op": "info"} if table is None else {"op": "info", "table": table}
-        return self._transport.call(header, until=until)[0]["tables"]
+        return self.transport.call(header, until=until)[0]["tables"]
 
     def checkpoint(self, timeout: float | None = None) -> str:
         """Have the server save a checkpoint of all its tables and writer streams, and
@@ -398,7 +392,7 @@ class Client:
             ServerUnavailableError: if the server did not answer.
         """
         timeout = check_timeout(timeout)
-        return str(self._transport.call({"op": "checkpoint"}, timeout=timeout)[0]["path"])
+        return str(self.transport.call({"op": "checkpoint"}, timeout=timeout)[0]["path"])
 
     # -------------------------------------------------------------- helpers
     def table(self, name: str) -> RemoteTable:

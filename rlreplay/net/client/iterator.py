@@ -19,8 +19,7 @@ from rlreplay.net.wire.payloads import checked_update
 class LearnerCalls(Protocol):
     """What a sample iterator needs of its client (a :class:`~rlreplay.Client`)."""
 
-    @property
-    def sender(self) -> Sender: ...
+    transport: Sender
 
     def sample_async(
         self,
@@ -151,7 +150,7 @@ class SampleIterator:
         Raises:
             InvalidArgumentError: if the server rejected the queued updates (``wait``).
         """
-        self.client.sender.forget(self._pending)
+        self.client.transport.forget(self._pending)
         self._pending.clear()
         update = self._take()
         if update is not None:

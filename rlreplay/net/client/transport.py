@@ -405,7 +405,7 @@ class ReplyWaits:
 
         Raises:
             ServerUnavailableError: if the server did not answer at all. By ``until``:
-                this call fails alone (see :meth:`_no_answer`); without a deadline, after
+                this call fails alone (see :meth:`no_answer`); without a deadline, after
                 ``2 * liveness_s`` of silence, the socket is dropped with everything still
                 queued in it and every other request outstanding on it fails the same way.
                 Either way none of them is applied later.
@@ -438,7 +438,7 @@ class ReplyWaits:
                         f"the replay server at {self.tr.address} answers, but this call "
                         f"did not complete within {until - start:.3g}s"
                     )
-                self._no_answer(
+                self.no_answer(
                     ch,
                     rid,
                     f"no reply from the replay server at {self.tr.address} within "
@@ -470,7 +470,7 @@ class ReplyWaits:
             raise codec.error_from_code(header.get("code"), str(header.get("message", "")))
         return header, arrays
 
-    def _no_answer(self, ch: Channel, rid: int, message: str) -> None:
+    def no_answer(self, ch: Channel, rid: int, message: str) -> None:
         """A wait with a deadline ended without an answer, not even to its last ping.
 
         Once the latest lease this socket sent has passed, the server refuses whatever of

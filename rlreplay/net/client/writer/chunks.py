@@ -50,7 +50,7 @@ class ChunkStream:
     """Chunks of one writer, from queued to acknowledged.
 
     Args:
-        sender: the client's sender (:attr:`rlreplay.Client.sender`).
+        sender: the client's sender (:attr:`rlreplay.Client.transport`).
         header: the fields every chunk carries (``tables``, ``history``).
         max_in_flight: chunks that may await acknowledgement at once.
         on_drop: called with the stream index where a refused chunk ended; removes the

@@ -55,8 +55,7 @@ class WriterClient(Protocol):
 
     address: str
 
-    @property
-    def sender(self) -> Sender: ...
+    transport: Sender
 
     def describe(self, table: str) -> dict[str, Any]: ...
 
@@ -113,7 +112,10 @@ class RemoteTrajectoryWriter:
         self.max_in_flight = max_in_flight
         self.timeout = check_timeout(timeout)
         self._chunks = ChunkStream(
-            client.sender, {"tables": names, "history": history}, max_in_flight, self._dropped_until
+            client.transport,
+            {"tables": names, "history": history},
+            max_in_flight,
+            self._dropped_until,
         )
         self._chunks.keys = [] if keep_keys else None
         self._steps = StepBuffer(self.signature)
@@ -366,7 +368,7 @@ class RemoteTrajectoryWriter:
         """Raise ClosedError if this writer, or its client, was closed."""
         if self._closed:
             raise ClosedError("the writer is closed")
-        if self.client.sender.closed:
+        if self.client.transport.closed:
             raise ClosedError(
                 f"the client of this writer ({self.client.address}) was closed; create a new "
                 "Client and writer"
@@ -382,7 +384,7 @@ class RemoteTrajectoryWriter:
             return
         try:
             held = self._steps.n + self._chunks.pending_steps
-            if held or not self.client.sender.closed:  # (else nothing to send)
+            if held or not self.client.transport.closed:  # (else nothing to send)
                 self.flush(timeout)
         finally:
             self._closed = True
