@@ -171,7 +171,7 @@ def _check(store: StepStore, tables: list[Table], starting: bool = False) -> Non
         if t.closed:
             raise ClosedError(f"table {t.name!r} is closed; it cannot be saved")
     streaming = any(isinstance(o, ColumnStream) for o in store.observers)
-    if streaming or (starting and any(t.index.changes is not None for t in tables)):
+    if streaming or (starting and any(t.index.changes.tracking for t in tables)):
         raise CheckpointError(
             "a checkpoint of this store is being written already; wait for it to finish "
             "before taking another"

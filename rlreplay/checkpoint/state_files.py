@@ -362,7 +362,7 @@ class StateStream:
         """If an index changed whole (a reset, a restore) its changes are noted afresh
         and every slice is to be copied again (lock held)."""
         indexes = {id(p.index): p.index for p in self.parts}.values()
-        if not any(ix.changes is not None and ix.changes.everything for ix in indexes):
+        if not any(ix.changes.everything for ix in indexes):
             return False
         for ix in indexes:
             ix.changes = SlotChanges(ix.capacity)

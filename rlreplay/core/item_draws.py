@@ -95,8 +95,7 @@ class DrawPlan:
     def _mark_sampled(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Keys, priorities and sample counts (this draw included) of the drawn slots."""
         index = self.index
-        if index.changes is not None:
-            index.changes.note(slots)
+        index.changes.note(slots)
         if _kernel is not None:
             slots = np.ascontiguousarray(slots, dtype=np.int64)
             n = len(slots)

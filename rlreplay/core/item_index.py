@@ -35,7 +35,7 @@ from rlreplay.core.keys import (
     SLOT_BITS,
 )
 from rlreplay.core.selectors import Selector
-from rlreplay.core.slot_changes import SlotChanges
+from rlreplay.core.slot_changes import UNTRACKED, SlotChanges, Untracked
 from rlreplay.core.slot_records import (  # noqa: F401 (the record layout, named here too)
     SLOT_STATE,
     SLOT_STATE_UNPRIORITIZED,
@@ -137,8 +137,8 @@ class ItemIndex:
         self.max_priority = 1.0
         self.counts = dict.fromkeys(COUNTERS, 0)
         # While a checkpoint copies the per-slot state in slices: the slots each mutation
-        # below changes are noted here (see :mod:`rlreplay.core.slot_changes`).
-        self.changes: SlotChanges | None = None
+        # below changes are noted here; else notes go nowhere (rlreplay.core.slot_changes).
+        self.changes: SlotChanges | Untracked = UNTRACKED
 
     # --------------------------------------------------------------- creation
     def _fill(self) -> float:
@@ -159,8 +159,7 @@ class ItemIndex:
         ``evict_insert_one`` as the new item comes in (for ``Prioritized``, one compiled
         call for both leaves in both trees)."""
         victim = int(self.remover.choose_victims(1, self.rng)[0])
-        if self.changes is not None:
-            self.changes.note_one(victim)
+        self.changes.note_one(victim)
         self._live_view[victim] = False
         self.counts["evictions"] += 1
         return victim
@@ -178,8 +177,7 @@ class ItemIndex:
         """
         n = len(slots)
         fill = self._fill()
-        if self.changes is not None:
-            self.changes.note(slots)
+        self.changes.note(slots)
         if prios is not None:
             self.max_priority = max(self.max_priority, float(prios.max()))
         at = slots if start is None else slice(start, start + n)
@@ -212,8 +210,7 @@ class ItemIndex:
             prio = self.max_priority if fill is None else float(fill)
         elif prio > self.max_priority:
             self.max_priority = prio
-        if self.changes is not None:
-            self.changes.note_one(slot)
+        self.changes.note_one(slot)
         replacing = self._live_view[slot]
         victim = -1
         if replacing:
@@ -269,8 +266,7 @@ class ItemIndex:
 
     def _drop(self, slots: np.ndarray) -> None:
         """:meth:`remove` without its checks: ``slots`` (int64, distinct) all hold items."""
-        if self.changes is not None:
-            self.changes.note(slots)
+        self.changes.note(slots)
         self.sampler.delete(slots)
         if self._remover is not None:
             self._remover.delete(slots)
@@ -296,8 +292,7 @@ class ItemIndex:
             return
         if n == 1:
             if self._live_view[start]:
-                if self.changes is not None:
-                    self.changes.note_one(start)
+                self.changes.note_one(start)
                 self.sampler.delete_one(start)
                 if self._remover is not None:
                     self._remover.delete_one(start)
@@ -321,8 +316,7 @@ class ItemIndex:
         its selector entries for :meth:`attach_moved`; returns ``(span, state)``."""
         span = int(self.spans(np.array([slot]))[0])
         state = (float(self.priority[slot]), int(self.times_sampled[slot]), span)
-        if self.changes is not None:
-            self.changes.note_one(slot)
+        self.changes.note_one(slot)
         self.live[slot] = False
         return span, state
 
@@ -330,9 +324,8 @@ class ItemIndex:
         """The item taken off ``old`` now lives at ``new``, where its steps were copied:
         same priority, times sampled and place in the selectors' order; a new key."""
         priority, times, span = state
-        if self.changes is not None:
-            self.changes.note_one(old)
-            self.changes.note_one(new)
+        self.changes.note_one(old)
+        self.changes.note_one(new)
         self.sampler.move(old, new, priority)
         if self._remover is not None:
             self._remover.move(old, new, priority)
@@ -343,8 +336,7 @@ class ItemIndex:
     def update(self, slots: np.ndarray, prios: np.ndarray) -> None:
         """Set the priorities of held items (distinct slots)."""
         if len(slots):
-            if self.changes is not None:
-                self.changes.note(slots)
+            self.changes.note(slots)
             if self.keeps_priorities:
                 self.priority[slots] = prios
             self.max_priority = max(self.max_priority, float(prios.max()))
@@ -372,8 +364,7 @@ class ItemIndex:
 
     def reset(self) -> None:
         """Remove every item (counters and generations stay)."""
-        if self.changes is not None:
-            self.changes.note_all()
+        self.changes.note_all()
         self.live.fill(False)
         self.sampler.clear()
         if self._remover is not None:
@@ -413,8 +404,7 @@ class ItemIndex:
                 changes then.
         """
         size = item_state.check(self, state)
-        if self.changes is not None:
-            self.changes.note_all()
+        self.changes.note_all()
         self.records.load_state(state)
         self.size = size
         self.max_priority = float(state["max_priority"])

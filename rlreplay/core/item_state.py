@@ -20,7 +20,7 @@ import numpy as np
 from rlreplay.core import idle_remover
 from rlreplay.core.keys import GENERATIONS
 from rlreplay.core.selectors.base import Selector
-from rlreplay.core.slot_changes import SlotChanges, sorted_unique
+from rlreplay.core.slot_changes import UNTRACKED, SlotChanges, sorted_unique
 from rlreplay.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -90,8 +90,8 @@ def take_changes(index: ItemIndex) -> np.ndarray | None:
     """The slots changed since :func:`start_sliced_snapshot`, sorted, each once, or
     ``None`` when every slot may have changed (a reset or a restore); the index stops
     noting changes (lock held)."""
-    changes, index.changes = index.changes, None
-    return None if changes is None or changes.everything else changes.slots()
+    changes, index.changes = index.changes, UNTRACKED
+    return None if not changes.tracking or changes.everything else changes.slots()
 
 
 def part_entries(slots: np.ndarray, per_entry: int) -> np.ndarray:
@@ -141,7 +141,7 @@ def finish_scalars(
 
 def abandon_sliced_snapshot(index: ItemIndex) -> None:
     """Stop noting changes for a sliced snapshot that will not finish (lock held)."""
-    index.changes = None
+    index.changes = UNTRACKED
 
 
 def snapshot_buffers(index: ItemIndex) -> dict[str, Any]:

@@ -9,8 +9,10 @@ The item index knows them: while :attr:`ItemIndex.changes
 mutation paths (items made, removed, evicted, moved, priorities set, draws counted, a
 reset) notes the slots it touches. One mechanism, in the index's own mutation paths: a
 selector's entries change only with the slot they belong to (the sum tree: the leaf and
-its ancestors), so the slots say what to copy again. Outside a checkpoint the paths pay
-one attribute check.
+its ancestors), so the slots say what to copy again. Outside a checkpoint the index
+holds :data:`UNTRACKED`, whose notes do nothing: the paths never ask which record
+they hold (invariant: ``index.changes.tracking`` is True exactly while a sliced copy
+is under way).
 
 The record is bounded: it keeps the slots as noted (8 bytes each, repeats included)
 until they number ``LIST_LIMIT``, then turns into one flag per slot (``capacity`` bytes),
@@ -26,6 +28,27 @@ import numpy as np
 LIST_LIMIT = 1 << 16
 
 
+class Untracked:
+    """The record an index holds outside a sliced copy: every note is dropped."""
+
+    __slots__ = ()
+    tracking = False
+    everything = False
+
+    def note(self, slots: np.ndarray) -> None:
+        """Nothing to note."""
+
+    def note_one(self, slot: int) -> None:
+        """Nothing to note."""
+
+    def note_all(self) -> None:
+        """Nothing to note."""
+
+
+UNTRACKED = Untracked()
+"""The one :class:`Untracked` record, held by every index no checkpoint copies now."""
+
+
 class SlotChanges:
     """Slots noted by an index's mutations (lock held), and whether it changed whole.
 
@@ -34,6 +57,7 @@ class SlotChanges:
     """
 
     __slots__ = ("_arrays", "_noted", "_ones", "capacity", "everything", "flags")
+    tracking = True
 
     def __init__(self, capacity: int) -> None:
         self.capacity = int(capacity)

@@ -78,7 +78,7 @@ def sliced_while(tables: dict, during: list | Callable, memory: dict) -> tuple[l
             for n, (out, parts), b in zip(names, started, buffers)
         ]
         expected = [tables[n].index.state(None, idle_remover_later=True) for n in names]
-    assert all(tables[n].index.changes is None for n in names)
+    assert all(not tables[n].index.changes.tracking for n in names)
     return got, expected
 
 
@@ -249,7 +249,7 @@ def test_a_stepwise_save_taken_between_calls_holds_its_moment_and_refuses_a_seco
             with pytest.raises(CheckpointError, match="being written already"):
                 while not second.done:
                     second.step()
-            assert table.index.changes is not None  # the first's notes are kept
+            assert table.index.changes.tracking  # the first's notes are kept
     assert steps > 20  # many slices, calls between them
     first.step()  # the moment
     assert first.done
@@ -257,7 +257,7 @@ def test_a_stepwise_save_taken_between_calls_holds_its_moment_and_refuses_a_seco
     table.insert({"x": np.float32(-1)}, 5.0)  # after the moment: not in the checkpoint
     restored = Table.restore(first.write())
     assert_same_state(restored.index.state(), expected)
-    assert table.index.changes is None
+    assert not table.index.changes.tracking
 
 
 MOMENT_IN_A_FRESH_PROCESS = """

@@ -178,12 +178,13 @@ def test_a_server_stopped_during_a_capture_gives_it_up_and_its_tables_save_again
     server.start()
     try:
         end = time.monotonic() + 20.0
-        while table.index.changes is None and time.monotonic() < end:
+        while not table.index.changes.tracking and time.monotonic() < end:
             time.sleep(0.001)
-        assert server.checkpoints.capturing and table.index.changes is not None
+        assert server.checkpoints.capturing and table.index.changes.tracking
     finally:
         server.stop()
-    assert table.index.changes is None and table.store.observers in ((), (table.store.prefaulter,))
+    assert not table.index.changes.tracking
+    assert table.store.observers in ((), (table.store.prefaulter,))
     assert server.checkpoints.failures == 0 and server.checkpoints.saved == 0
     assert not rlreplay.checkpoint.list_checkpoints(tmp_path / "served")
     table.insert({"x": np.ones(5, np.float32)})

@@ -345,7 +345,7 @@ def stores_busy(tables: dict[str, Table]) -> bool:
     """Whether a checkpoint streams one of the tables' stores now, or copies one of
     their indexes in slices (an in-process save: a second one would be refused)."""
     return any(
-        t.index.changes is not None or any(isinstance(o, ColumnStream) for o in t.store.observers)
+        t.index.changes.tracking or any(isinstance(o, ColumnStream) for o in t.store.observers)
         for t in tables.values()
     )
 
