@@ -41,7 +41,6 @@ from rlreplay.checkpoint.definitions import store_definition, table_definition
 from rlreplay.checkpoint.increments import Previous
 from rlreplay.checkpoint.state_files import StateStream
 from rlreplay.checkpoint.streaming import ColumnStream
-from rlreplay.core import item_state
 from rlreplay.core.storage import StepStore
 from rlreplay.core.table import Table
 from rlreplay.errors import CheckpointError, ClosedError, InvalidArgumentError, describe
@@ -276,7 +275,7 @@ class Capture:
         try:  # made before any lock, so that the copies under it write mapped memory
             self._buffers = [
                 [
-                    item_state.moment_buffers(t.index) if big else t.index.state_buffers()
+                    t.index.moment_buffers() if big else t.index.state_buffers()
                     for t in self.mine(s)
                 ]
                 for s, big in zip(self.stores, self._big)
@@ -340,7 +339,7 @@ class Capture:
                 with store.mutex:
                     t0 = time.perf_counter()
                     _check(store, mine, starting=True)
-                    started = [item_state.start_sliced_snapshot(t.index, None) for t in mine]
+                    started = [t.index.start_sliced_state(None) for t in mine]
                     self._hold(t0)
                 self._sliced.append((stream, [out for out, _ in started]))
                 for t, (out, parts) in zip(mine, started):
@@ -358,7 +357,7 @@ class Capture:
                 sliced[0].close()
                 with store.mutex:
                     for t in self.mine(store):
-                        item_state.abandon_sliced_snapshot(t.index)
+                        t.index.abandon_sliced_state()
         self._sliced = [None] * len(self.stores)
         if self.staging_dir is not None and not self.taken:
             shutil.rmtree(self.staging_dir, ignore_errors=True)

@@ -57,8 +57,7 @@ from rlreplay.checkpoint.manifest import (
     npy_header,
     state_file_name,
 )
-from rlreplay.core import item_state
-from rlreplay.core.slot_changes import SlotChanges
+from rlreplay.core.slot_changes import SlotChanges, changed_entries
 from rlreplay.core.storage import StepStore
 from rlreplay.errors import CheckpointError
 
@@ -280,7 +279,7 @@ class StateStream:
     # ------------------------------------------------------------------ before the moment
     def add(self, index: Any, out: dict[str, Any], parts: list[tuple], prefix: str) -> None:
         """Make the files of the arrays of ``out`` (an index state from
-        :func:`~rlreplay.core.item_state.start_sliced_snapshot`, saved under file names
+        :meth:`~rlreplay.core.item_index.ItemIndex.start_sliced_state`, saved under file names
         from ``prefix``) that ``parts`` fill, replace those arrays in ``out`` by
         :class:`~rlreplay.checkpoint.manifest.FileBacked` names, and plan the slices.
 
@@ -372,20 +371,21 @@ class StateStream:
     def moment(self, index: Any, out: dict[str, Any], into: dict[str, Any]) -> dict[str, Any]:
         """The moment of ``index`` (lock held): the changed entries of its parts are
         copied (small parts, or all after a reset, whole), and ``out`` finished with
-        the rest of its state (see :func:`~rlreplay.core.item_state.finish_scalars`).
-        Returns the state; the copies are handed to the files by :meth:`after_moment`."""
-        slots = item_state.take_changes(index)
+        the rest of its state (see :meth:`~rlreplay.core.item_index.ItemIndex.
+        finish_scalars`). Returns the state; the copies are handed to the files by
+        :meth:`after_moment`."""
+        slots = index.take_changes()
         for part in self.parts:
             if part.index is not index:
                 continue
-            if item_state.copied_whole(part.source, slots):
+            at = changed_entries(len(part.source), part.per_entry, slots)
+            if at is None:
                 part.moment = (None, part.source.copy())
-            elif slots is not None and len(slots):
-                at = item_state.part_entries(slots, part.per_entry)
+            elif len(at):
                 part.moment = (at, part.source[at])
             else:
                 part.moment = None
-        return item_state.finish_scalars(index, out, into, True)
+        return index.finish_scalars(out, into, True)
 
     def after_moment(self) -> None:
         """Hand the moment's copies to the files (outside the lock): whole parts are

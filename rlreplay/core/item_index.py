@@ -14,8 +14,9 @@ Its parts: the per-slot arrays and their layout are a
 :class:`~rlreplay.core.slot_records.SlotRecords` it owns (they write the records of new
 and moved items, a batch in one compiled pass; the one-row insert and the evictions write
 single slots here, through memoryviews), the lookup of the items keys name is
-:mod:`rlreplay.core.held_keys`, and its checkpoint state is made and checked by
-:mod:`rlreplay.core.item_state`. The compiled loops of ``_slots.c`` are bound here
+:mod:`rlreplay.core.held_keys`; its checkpoint state (whole, or in slices while the slots
+changed meanwhile are noted: :mod:`rlreplay.core.slot_changes`) is made, checked and put
+back here. The compiled loops of ``_slots.c`` are bound here
 (``_kernel``, handed to the records and the lookup; ``None`` without a compiler: the
 numpy twins).
 """
@@ -26,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.core import held_keys, idle_remover, item_state
+from rlreplay.core import held_keys, idle_remover
 from rlreplay.core._compiled import load_kernel
 from rlreplay.core.keys import (
     CYCLED,
@@ -35,7 +36,7 @@ from rlreplay.core.keys import (
     SLOT_BITS,
 )
 from rlreplay.core.selectors import Selector
-from rlreplay.core.slot_changes import UNTRACKED, SlotChanges, Untracked
+from rlreplay.core.slot_changes import UNTRACKED, SlotChanges, Untracked, changed_entries
 from rlreplay.core.slot_records import (  # noqa: F401 (the record layout, named here too)
     SLOT_STATE,
     SLOT_STATE_UNPRIORITIZED,
@@ -387,12 +388,139 @@ class ItemIndex:
         copy into instead of allocating. ``idle_remover_later``: leave an idle
         remover's state ``None``, for :meth:`idle_remover_state` to make from the
         snapshot after the lock is released (it costs an index build, not a copy)."""
-        return item_state.snapshot(self, into, idle_remover_later)
+        into = into or {}
+        out: dict[str, Any] = self.records.state(into)
+        return self._with_scalars(out, into, None, idle_remover_later)
+
+    def _with_scalars(
+        self, out: dict[str, Any], into: dict[str, Any], sampler: Any, idle_remover_later: bool
+    ) -> dict[str, Any]:
+        """``out`` (the per-slot arrays) completed with the state beside them, taken now
+        (lock held): sizes, counters, the sampler's state (``sampler`` if already copied
+        in slices) and the remover's (None for an idle remover built later)."""
+        extent = out.pop("extent", None)
+        out.update(
+            size=self.size,
+            max_priority=self.max_priority,
+            origin=self.origin,
+            newest=self.newest,
+            counts=dict(self.counts),
+            sampler=sampler if sampler is not None else self.sampler.state(into.get("sampler")),
+            remover=(
+                None
+                if idle_remover_later and not self.remover_active
+                else self._remover_state(into.get("remover"))
+            ),
+        )
+        if extent is not None:  # last, as the index has always listed it
+            out["extent"] = extent
+        return out
+
+    def _remover_state(self, into: dict[str, Any] | None) -> dict[str, Any]:
+        """The remover's state; an idle remover's is made now, holding the items in
+        :func:`~rlreplay.core.idle_remover.idle_order`."""
+        if self.remover_active:
+            return self.remover.state(into)
+        return idle_remover.idle_state(self.remover, self.live, self.newest, self.priority, into)
 
     def state_buffers(self) -> dict[str, Any]:
         """Arrays :meth:`state` can copy into, made (and written once) outside the
         table's lock; see :meth:`Selector.state_buffers`."""
-        return item_state.snapshot_buffers(self)
+        out = self.records.state_buffers()
+        out["sampler"] = self.sampler.state_buffers()
+        if self.remover_active:  # (an idle remover's state is made, not copied: no buffers)
+            out["remover"] = self.remover.state_buffers()
+        return out
+
+    def start_sliced_state(self, into: dict[str, Any] | None) -> tuple[dict, list]:
+        """The first step of a :meth:`state` taken in slices (lock held): the state's
+        per-slot arrays, not filled yet (records, live flags, extents and, where the
+        sampler offers them, its arrays: see :meth:`Selector.state_parts`), and the parts
+        that fill them, ``(array, its copy, slots per entry)``. From now on the index
+        notes the slots its mutations change. The caller copies the parts, a slice per
+        lock hold, then calls :meth:`finish_sliced_state` with the lock held (the
+        moment), or :meth:`abandon_sliced_state`. (Arrays missing from ``into`` are made
+        empty: they take no memory until written, so a caller that writes the slices
+        elsewhere, into files, may use them only to see where each part's entries go.)"""
+        into = into or {}
+        out, parts = self.records.state_parts(into)
+        sampler = self.sampler.state_parts(into.get("sampler"))
+        if sampler is not None:
+            out["sampler"], more = sampler
+            parts = parts + more
+        self.changes = SlotChanges(self.capacity)
+        return out, parts
+
+    def take_changes(self) -> np.ndarray | None:
+        """The slots changed since :meth:`start_sliced_state`, sorted, each once, or
+        ``None`` when every slot may have changed (a reset or a restore); the index stops
+        noting changes (lock held)."""
+        changes, self.changes = self.changes, UNTRACKED
+        return None if not changes.tracking or changes.everything else changes.slots()
+
+    def finish_sliced_state(
+        self,
+        out: dict[str, Any],
+        parts: list[tuple],
+        into: dict[str, Any] | None,
+        idle_remover_later: bool,
+    ) -> dict[str, Any]:
+        """The moment of a sliced :meth:`state` (lock held): the entries of the parts
+        that the slots changed since :meth:`start_sliced_state` are copied again (see
+        :func:`~rlreplay.core.slot_changes.changed_entries`), and the rest of the state
+        is taken as :meth:`state` takes it. Returns what :meth:`state` would return now."""
+        slots = self.take_changes()
+        for source, copy, per_entry in parts:
+            at = changed_entries(len(source), per_entry, slots)
+            if at is None:
+                np.copyto(copy, source)
+            elif len(at):
+                copy[at] = source[at]
+        return self.finish_scalars(out, into, idle_remover_later)
+
+    def finish_scalars(
+        self, out: dict[str, Any], into: dict[str, Any] | None, idle_remover_later: bool
+    ) -> dict[str, Any]:
+        """Complete a sliced state's ``out`` (its per-slot parts taken) with the rest of
+        the state, taken now as :meth:`state` takes it (lock held)."""
+        sampler = out.pop("sampler", None)
+        return self._with_scalars(out, into or {}, sampler, idle_remover_later)
+
+    def abandon_sliced_state(self) -> None:
+        """Stop noting changes for a sliced state that will not finish (lock held)."""
+        self.changes = UNTRACKED
+
+    def moment_buffers(self) -> dict[str, Any]:
+        """Arrays for what the moment of a sliced state copies whole (lock held), made
+        outside the lock: the sampler's state where the sampler offers no parts, an
+        active remover's state (an idle remover's is not taken)."""
+        out: dict[str, Any] = {}
+        if type(self.sampler).state_parts is Selector.state_parts:  # no parts offered
+            out["sampler"] = self.sampler.state_buffers()
+        if self.remover_active:
+            out["remover"] = self.remover.state_buffers()
+        return out
+
+    def _check_state(self, state: dict[str, Any]) -> int:
+        """Check that ``state`` fits this index (arrays of one entry per slot, live flags
+        that agree with the size, an origin in range); returns its size.
+
+        Raises:
+            InvalidArgumentError: naming what does not fit, the sampler's and an active
+                remover's states included.
+        """
+        self.records.check_state(state)
+        self.sampler.check_state(state["sampler"])
+        if self.remover_active:  # an idle remover keeps no state to load
+            self.remover.check_state(state["remover"])
+        size = int(state["size"])
+        live = int(np.count_nonzero(state["live"]))
+        if live != size or not 0 <= state["origin"] < GENERATIONS:
+            raise InvalidArgumentError(
+                f"item state holds {live} live slots but size={size}, or "
+                f"origin={state['origin']} is out of range: it is not an index's state"
+            )
+        return size
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Put back what :meth:`state` returned, for an index of the same capacity and
@@ -403,7 +531,7 @@ class ItemIndex:
                 states included), or the live flags disagree with the size; nothing
                 changes then.
         """
-        size = item_state.check(self, state)
+        size = self._check_state(state)
         self.changes.note_all()
         self.records.load_state(state)
         self.size = size
@@ -421,7 +549,9 @@ class ItemIndex:
         """The idle remover's state for a snapshot :meth:`state` took with
         ``idle_remover_later=True``, made from the snapshot's own arrays (no lock
         needed: it reads nothing of the live index)."""
-        return item_state.idle_remover_state(self, state, into)
+        return idle_remover.idle_state(
+            self.remover, state["live"], state["newest"], state["priority"], into
+        )
 
     def nbytes(self) -> int:
         """Bytes of item bookkeeping (per-slot state, sampler and remover indexes)."""

@@ -111,6 +111,21 @@ class SlotChanges:
         return sorted_unique(np.sort(self._listed()))
 
 
+# A part of a sliced copy with at most this many entries is copied whole at the moment
+# (the top levels of a sum tree, which some updates recompute whole).
+WHOLE_ENTRIES = 1 << 16
+
+
+def changed_entries(entries: int, per_entry: int, slots: np.ndarray | None) -> np.ndarray | None:
+    """The entries of a part (``entries`` long, ``per_entry`` slots an entry) that the
+    moment of a sliced copy copies again, given the changed ``slots`` (sorted, from
+    :meth:`SlotChanges.slots`); ``None``: the whole part, after a reset or a restore
+    (``slots`` ``None``) or for a part of at most ``WHOLE_ENTRIES`` entries."""
+    if slots is None or entries <= WHOLE_ENTRIES:
+        return None
+    return slots if per_entry == 1 else sorted_unique(slots // per_entry)
+
+
 def sorted_unique(values: np.ndarray) -> np.ndarray:
     """``np.unique`` of sorted ``values``, without ``np.unique``'s first-call import of
     ``numpy.ma`` (5-15 ms, too long for a checkpoint's moment under the store's lock)."""

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from rlreplay import Prioritized, StepStore, Table, TrajectoryWriter, checkpoint
 from rlreplay.checkpoint import snapshot
 from rlreplay.checkpoint.save import SaveStats, StepwiseSave
-from rlreplay.core import item_state
+from rlreplay.core import slot_changes
 from rlreplay.core.selectors import sum_tree
 from rlreplay.errors import CheckpointError
 
@@ -63,7 +63,7 @@ def sliced_while(tables: dict, during: list | Callable, memory: dict) -> tuple[l
     buffers = [tables[n].index.state_buffers() for n in names]
     with store.mutex:
         started = [
-            item_state.start_sliced_snapshot(tables[n].index, b) for n, b in zip(names, buffers)
+            tables[n].index.start_sliced_state(b) for n, b in zip(names, buffers)
         ]
     for k in range(3):
         for _, parts in started:
@@ -74,7 +74,7 @@ def sliced_while(tables: dict, during: list | Callable, memory: dict) -> tuple[l
         during(k)
     with store.mutex:
         got = [
-            item_state.finish_sliced_snapshot(tables[n].index, out, parts, b, True)
+            tables[n].index.finish_sliced_state(out, parts, b, True)
             for n, (out, parts), b in zip(names, started, buffers)
         ]
         expected = [tables[n].index.state(None, idle_remover_later=True) for n in names]
@@ -95,7 +95,7 @@ def test_a_sliced_snapshot_is_the_state_at_its_moment(config, before, during):
         # every tree level but the root copied again by slot, not whole (the numpy trees
         # recompute levels of up to WHOLE_LEVEL nodes whole: those stay whole)
         whole = 1 if sum_tree._kernel is not None else sum_tree.WHOLE_LEVEL
-        mp.setattr(item_state, "WHOLE_ENTRIES", whole)
+        mp.setattr(slot_changes, "WHOLE_ENTRIES", whole)
         tables = CONFIGS[config]()
         memory: dict = {}
         run(tables, before, memory)
@@ -107,7 +107,7 @@ def test_a_sliced_snapshot_is_the_state_at_its_moment(config, before, during):
 def test_a_stacks_relocations_between_the_slices_are_taken_again(monkeypatch):
     """A writer overwriting rows that a stack's items hold: the overwrite protocol moves
     those items to new slots (detach, attach) while the slices are copied."""
-    monkeypatch.setattr(item_state, "WHOLE_ENTRIES", 0)
+    monkeypatch.setattr(slot_changes, "WHOLE_ENTRIES", 0)
     store = StepStore(SIGNATURE, 48)
     tables = {
         "rows": Table("rows", store=store, sampler=Prioritized(0.5), max_size=30, seed=1),
@@ -145,16 +145,16 @@ def test_a_reset_between_the_slices_takes_every_part_again():
         return run(tables, ops, memory)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(item_state, "WHOLE_ENTRIES", 0)
+        mp.setattr(slot_changes, "WHOLE_ENTRIES", 0)
         run(tables, [("insert", 0, 3)], memory)
         buffers = tables["t"].index.state_buffers()
         with store.mutex:
-            out, parts = item_state.start_sliced_snapshot(tables["t"].index, buffers)
+            out, parts = tables["t"].index.start_sliced_state(buffers)
         for source, dst, _ in parts:
             dst[:] = source
         reset_then_insert(tables, reset, memory)
         with store.mutex:
-            g = item_state.finish_sliced_snapshot(tables["t"].index, out, parts, buffers, True)
+            g = tables["t"].index.finish_sliced_state(out, parts, buffers, True)
             e = tables["t"].index.state(None, idle_remover_later=True)
     assert_same_state(g, e)
     assert tables["t"].size == 5
@@ -266,9 +266,9 @@ import numpy as np
 from rlreplay import Prioritized, Table
 from rlreplay.checkpoint import snapshot
 from rlreplay.checkpoint.save import StepwiseSave
-from rlreplay.core import item_state
+from rlreplay.core import slot_changes
 snapshot.SLICED_ABOVE_BYTES = -1
-item_state.WHOLE_ENTRIES = 0  # every tree level copied again by slot
+slot_changes.WHOLE_ENTRIES = 0  # every tree level copied again by slot
 t = Table("t", signature={"x": "float32"}, capacity=4096, sampler=Prioritized(0.6), seed=0)
 t.insert({"x": np.zeros(3000, np.float32)}, np.linspace(0.1, 2, 3000))
 s = StepwiseSave(t, tempfile.mkdtemp(), slice_bytes=1024)

@@ -19,7 +19,7 @@ from rlreplay import Fifo, Prioritized, Table, Uniform, checkpoint
 from rlreplay.checkpoint import snapshot
 from rlreplay.checkpoint.manifest import write_array
 from rlreplay.checkpoint.save import SaveStats, StepwiseSave
-from rlreplay.core import idle_remover, item_state, slot_changes
+from rlreplay.core import idle_remover, slot_changes
 from rlreplay.core.selectors import sum_tree
 
 
@@ -72,7 +72,7 @@ def test_a_save_written_slice_by_slice_holds_its_moment_under_every_mutation_pat
     # every tree level but the root patched by slot (the numpy trees recompute levels of
     # up to WHOLE_LEVEL nodes whole: those are copied whole)
     whole = 1 if sum_tree._kernel is not None else sum_tree.WHOLE_LEVEL
-    monkeypatch.setattr(item_state, "WHOLE_ENTRIES", whole)
+    monkeypatch.setattr(slot_changes, "WHOLE_ENTRIES", whole)
     rng = np.random.default_rng(11)
     ops = [
         (str(rng.choice(KINDS)), int(rng.integers(3)), int(rng.integers(1, 9))) for _ in range(120)
