@@ -28,9 +28,8 @@ from rlreplay.distributed.ray import RayShards, import_ray, start_shards
 from rlreplay.errors import ClosedError, ComponentFailedError, InvalidArgumentError
 from rlreplay.runtime.actor import FINISHED, NUM_COUNTERS
 from rlreplay.runtime.actor_groups import actor_writer
-from rlreplay.runtime.backends import ConcurrentBackend
 from rlreplay.runtime.config import ReplaySpec, RuntimeConfig, build_table
-from rlreplay.runtime.driver import Deployment
+from rlreplay.runtime.driver import ConcurrentBackend, Deployment
 from rlreplay.runtime.environment_loop import ActorRecipe
 from rlreplay.runtime.interfaces import LearnerLogic
 from rlreplay.runtime.weights import WEIGHTS_TABLE, TableWeights, weights_table

@@ -19,32 +19,11 @@ import threading
 
 from rlreplay.runtime.actor_groups import ProcessActors, ThreadActors
 from rlreplay.runtime.config import ReplaySpec, RuntimeConfig, build_table
-from rlreplay.runtime.driver import Deployment, drive
+from rlreplay.runtime.driver import ConcurrentBackend, Deployment
 from rlreplay.runtime.environment_loop import ActorRecipe
 from rlreplay.runtime.inline import InlineBackend
-from rlreplay.runtime.interfaces import Backend, LearnerLogic, RunResult
-from rlreplay.runtime.reporter import OnStats
+from rlreplay.runtime.interfaces import Backend, LearnerLogic
 from rlreplay.runtime.weights import TableWeights, Weights, weights_table
-
-
-class ConcurrentBackend:
-    """A backend whose parts run apart: :meth:`deploy` places them, the one driver loop
-    (:func:`~rlreplay.runtime.driver.drive`) runs them."""
-
-    def deploy(
-        self, config: RuntimeConfig, recipe: ActorRecipe, replay: ReplaySpec,
-        logic: LearnerLogic,
-    ) -> Deployment:
-        """Start the table, the weights and the (not yet started) actor group."""
-        raise NotImplementedError
-
-    def run(
-        self, config: RuntimeConfig, recipe: ActorRecipe, replay: ReplaySpec,
-        logic: LearnerLogic, total_env_steps: int, on_stats: OnStats | None,
-        max_updates: int | None,
-    ) -> RunResult:
-        deployment = self.deploy(config, recipe, replay, logic)
-        return drive(config, deployment, logic, total_env_steps, on_stats, max_updates)
 
 
 class ThreadsBackend(ConcurrentBackend):

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from rlreplay.errors import ComponentFailedError, DeadlockError
 from rlreplay.runtime.actor import FINISHED, WAITING
-from rlreplay.runtime.config import RuntimeConfig
+from rlreplay.runtime.config import ReplaySpec, RuntimeConfig
+from rlreplay.runtime.environment_loop import ActorRecipe
 from rlreplay.runtime.interfaces import (
     ActorGroup,
     LearnerLogic,
@@ -155,3 +156,23 @@ class StallWatch:
                 f"({self.table.info().size} items wait); with max_policy_lag=0 each sync "
                 "period (weight_sync_period env steps, all actors) must yield a batch"
             )
+
+
+class ConcurrentBackend:
+    """A backend whose parts run apart: :meth:`deploy` places them, the one driver loop
+    (:func:`drive`) runs them."""
+
+    def deploy(
+        self, config: RuntimeConfig, recipe: ActorRecipe, replay: ReplaySpec,
+        logic: LearnerLogic,
+    ) -> Deployment:
+        """Start the table, the weights and the (not yet started) actor group."""
+        raise NotImplementedError
+
+    def run(
+        self, config: RuntimeConfig, recipe: ActorRecipe, replay: ReplaySpec,
+        logic: LearnerLogic, total_env_steps: int, on_stats: OnStats | None,
+        max_updates: int | None,
+    ) -> RunResult:
+        deployment = self.deploy(config, recipe, replay, logic)
+        return drive(config, deployment, logic, total_env_steps, on_stats, max_updates)
