@@ -72,6 +72,32 @@ def test_info_counts_every_kind_of_change(make_table):
     assert info.to_dict()["size"] == 4
 
 
+@pytest.mark.parametrize("compiled", [True, False], ids=["kernel", "numpy"])
+def test_sampled_items_counts_items_drawn_at_least_once_since_the_last_reset(
+    make_table, monkeypatch, compiled
+):
+    from rlreplay.core import item_draws
+
+    if compiled and item_draws._kernel is None:
+        pytest.skip("the compiled draw loops are not built or are turned off")
+    if not compiled:
+        monkeypatch.setattr(item_draws, "_kernel", None)
+    table = make_table(max_size=6, remover=Fifo())
+    keys = table.insert(rows(0, 6))
+    assert table.info().sampled_items == 0
+    drawn: set[int] = set()
+    for _ in range(4):  # duplicates within and across batches count once per item
+        drawn |= set(table.sample(3).info.keys.tolist())
+        assert table.info().sampled_items == len(drawn)
+    table.delete(keys[:1])
+    table.insert(rows(6, 2))  # evicts one more item: items gone stay counted
+    assert table.info().sampled_items == len(drawn)
+    new = set(table.sample(6).info.keys.tolist()) - drawn
+    assert new and table.info().sampled_items == len(drawn) + len(new)
+    table.reset()
+    assert table.info().sampled_items == 0
+
+
 def test_update_priorities_and_delete_return_how_many_items_they_changed(make_table):
     table = make_table(max_size=10, sampler=Prioritized(1.0))
     keys = table.insert(rows(0, 4), priorities=[1.0, 1.0, 1.0, 1.0])

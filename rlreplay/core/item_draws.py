@@ -93,7 +93,8 @@ class DrawPlan:
         return Sample(data, info)
 
     def _mark_sampled(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Keys, priorities and sample counts (this draw included) of the drawn slots."""
+        """Keys, priorities and sample counts (this draw included) of the drawn slots; an
+        item drawn for the first time (its count now 1) counts in ``sampled_items``."""
         index = self.index
         index.changes.note(slots)
         if _kernel is not None:
@@ -104,6 +105,7 @@ class DrawPlan:
             priorities = np.empty(n) if index.keeps_priorities else np.full(n, UNKEPT_PRIORITY)
             times = np.empty(n, dtype=np.uint32)
             _kernel.mark_sampled(slots, index.slot_bytes, keys, priorities, times, index.origin)
+            index.counts["sampled_items"] += int(np.count_nonzero(times == 1))
             return keys, priorities, times
         if has_duplicates(slots):
             times = self._count_samples(slots)
@@ -111,6 +113,7 @@ class DrawPlan:
             times = index.times_sampled[slots] + np.uint32(1)
             index.times_sampled[slots] = times
         keys = make_keys(slots, index.generation[slots], index.origin)
+        index.counts["sampled_items"] += int(np.count_nonzero(times == 1))
         return keys, index.priority[slots], times
 
     def _count_samples(self, slots: np.ndarray) -> np.ndarray:

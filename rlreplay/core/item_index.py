@@ -56,7 +56,10 @@ COUNTERS = (
     "relocations",
     "stale_updates",
     "stale_deletes",
+    "sampled_items",
 )
+# Counted since creation but for ``sampled_items`` (items drawn at least once), which a
+# reset zeroes as it zeroes the rate limiter's counts (Reverb's num_unique_samples).
 
 
 class ItemIndex:
@@ -364,8 +367,9 @@ class ItemIndex:
         return slots, values
 
     def reset(self) -> None:
-        """Remove every item (counters and generations stay)."""
+        """Remove every item (counters and generations stay, but ``sampled_items``)."""
         self.changes.note_all()
+        self.counts["sampled_items"] = 0
         self.live.fill(False)
         self.sampler.clear()
         if self._remover is not None:

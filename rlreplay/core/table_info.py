@@ -13,7 +13,8 @@ if TYPE_CHECKING:
 class TableInfo:
     """Counters and configuration of a table at one moment.
 
-    ``inserts`` and ``samples`` are the rate limiter's counts, since creation or the last
+    ``inserts`` and ``samples`` are the rate limiter's counts and ``sampled_items`` the items
+    drawn at least once (Reverb's ``num_unique_samples``), each since creation or the last
     :meth:`Table.reset`; every other counter (deletes, evictions, stale keys, time blocked)
     counts since the table was created.
     """
@@ -35,6 +36,7 @@ class TableInfo:
     relocations: int
     stale_updates: int
     stale_deletes: int
+    sampled_items: int
     insert_blocked_s: float
     sample_blocked_s: float
     index_bytes: int

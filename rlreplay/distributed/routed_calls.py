@@ -17,6 +17,7 @@ from rlreplay.errors import InvalidArgumentError, ServerUnavailableError
 SUMMED = (
     "size", "max_size", "store_capacity", "stored_steps", "inserts", "samples", "deletes",
     "evictions", "overwrite_evictions", "relocations", "stale_updates", "stale_deletes",
+    "sampled_items",
     "insert_blocked_s", "sample_blocked_s", "index_bytes",
 )
 

@@ -54,7 +54,7 @@ class TableInfo:
 
     ``num_episodes`` and ``num_deleted_episodes`` are 0 (rlreplay tables do not count
     episodes), ``table_worker_time`` is ``None``; ``num_unique_samples`` is the number of
-    items held that have been sampled at least once.
+    items sampled at least once since the table was made or reset, as Reverb counts them.
     """
 
     name: str

@@ -257,7 +257,7 @@ def table_stats(table: _rr.Table) -> dict[str, Any]:
         "size": info.size,
         "inserts": info.inserts,
         "samples": info.samples,
-        "sampled_items": getattr(info, "sampled_items", 0),
+        "sampled_items": info.sampled_items,
     }
 
 

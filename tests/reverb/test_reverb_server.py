@@ -230,6 +230,16 @@ def test_server_info_describes_every_table(client):
     assert type(info["transitions"].signature) is Step
 
 
+def test_num_unique_samples_counts_items_sampled_since_the_reset(client):
+    client.insert(1, {"prio": 1.0})
+    client.insert(2, {"prio": 1.0})
+    assert client.server_info()["prio"].num_unique_samples == 0
+    keys = {s[0].info.key for s in client.sample("prio", num_samples=20)}
+    assert client.server_info()["prio"].num_unique_samples == len(keys) == 2
+    client.reset("prio")
+    assert client.server_info()["prio"].num_unique_samples == 0
+
+
 def test_server_info_of_no_server_raises_deadline_exceeded():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
