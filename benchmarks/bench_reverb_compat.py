@@ -13,7 +13,7 @@ Measured, each against a server in its own process on 127.0.0.1:
   ``client.mutate_priorities`` of its 256 keys: batches/s.
 
 rlreplay's own API for the same work (``--impl native``): ``Client.insert`` of the
-item's row per step (one round trip each, returning its key), ``Client.sample_iterator``
+items' rows, 64 per awaited call (the batches the layer's writer sends), ``Client.sample_iterator``
 batches, and an awaited ``Client.update_priorities`` per batch (as Reverb's
 ``mutate_priorities`` waits; sending the update with the iterator's next request instead
 saves that round trip).
@@ -38,6 +38,7 @@ from pathlib import Path
 
 OBS = 8
 TABLE_SIZE = 1 << 15
+HELD = 64  # items rlreplay.reverb's writer holds before one insert (coming_from_reverb.md)
 BATCH = 256
 CPU: dict[str, float] = {}  # the client process's CPU time per unit, by measure
 
@@ -121,20 +122,27 @@ def write(reverb, client, table: str, steps: int, np) -> float:
 
 
 def native_write(client, table: str, steps: int, np) -> float:
-    """The same items through rlreplay's own ``Client.insert`` (the row each item is)."""
+    """The same items through rlreplay's own ``Client.insert``: the row each item is,
+    ``HELD`` rows per awaited call, as the layer's writer sends the items it holds."""
     rng = np.random.default_rng(0)
     obs = rng.random((1024, OBS), dtype=np.float32)
     start, cpu = time.perf_counter(), time.process_time()
+    held: list[dict] = []
     for t in range(steps):
         if t % 100:
-            row = {
-                "c0": np.int64(t - 1),
-                "c1": obs[t % 1024],
-                "c2": obs[(t - 1) % 1024],
-                "c3": np.float32(1),
-                "steps": 0,
-            }
-            client.insert(table, row, 1.0)
+            held.append(
+                {
+                    "c0": np.int64(t - 1),
+                    "c1": obs[t % 1024],
+                    "c2": obs[(t - 1) % 1024],
+                    "c3": np.float32(1),
+                    "steps": 0,
+                }
+            )
+        if len(held) == HELD or (held and t == steps - 1):
+            rows = {name: np.stack([row[name] for row in held]) for name in held[0]}
+            client.insert(table, rows, 1.0)
+            held.clear()
     CPU["writer_client_cpu_us_per_step"] = (time.process_time() - cpu) / steps * 1e6
     return steps / (time.perf_counter() - start)
 
