@@ -23,9 +23,8 @@ fill is timed in ``--setup-rounds`` rounds per library, alternating which goes f
 buffer released before the next is made, after one untimed pass that writes as much
 memory: so both libraries fill memory the process has used before. (Memory the virtual
 machine has never backed costs both alike, about 0.2 to 0.5 GB/s here, whoever meets it;
-without the warm-up pass the order of the libraries decides the ratio.) rlreplay's store
-is also timed with its prefault thread off (``RLREPLAY_PREFAULT=0``, the row ``rlreplay
-no-prefault``), in the same rounds; ``--setup-only`` runs these rounds and nothing else.
+without the warm-up pass the order of the libraries decides the ratio.) ``--setup-only``
+runs these rounds and nothing else.
 
 Each op runs after warm-up calls, in ``--repeat`` rounds of ``number`` calls timed with
 ``time.perf_counter``; the median round gives microseconds per op (the two libraries'
@@ -72,7 +71,7 @@ TARGETS = {
     "img_sample256": 1.0,
 }
 INDEX_TARGETS = {"uniform": 24.0, "prioritized": 28.0}  # index bytes per item, at most
-SETUP_TARGETS = {"image 1e5": 1.5}  # construct + first fill, cpprb's time / rlreplay's
+SETUP_TARGETS = {"image 1e5": 1.0}  # construct + first fill, cpprb's time / rlreplay's
 CASES = tuple(TARGETS)
 
 VEC_SIG = {
@@ -94,22 +93,6 @@ IMG_SIG = {
 def cpprb_env(sig: dict) -> dict:
     """cpprb's env_dict for a signature (cpprb stores a scalar as shape 1)."""
     return {k: {"shape": shape or 1, "dtype": dtype} for k, (shape, dtype) in sig.items()}
-
-
-NO_PREFAULT = "rlreplay no-prefault"  # the store's prefault thread off (RLREPLAY_PREFAULT=0)
-
-
-def without_prefault(make: Callable):
-    """``make()`` with ``RLREPLAY_PREFAULT=0`` (the store made has no prefault thread)."""
-    old = os.environ.get("RLREPLAY_PREFAULT")
-    os.environ["RLREPLAY_PREFAULT"] = "0"
-    try:
-        return make()
-    finally:
-        if old is None:
-            del os.environ["RLREPLAY_PREFAULT"]
-        else:
-            os.environ["RLREPLAY_PREFAULT"] = old
 
 
 def random_rows(sig: dict, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -359,17 +342,10 @@ class Bench:
                 lambda: cpprb.ReplayBuffer(IMG_CAPACITY, cpprb_env(IMG_SIG)),
                 lambda b, rows: b.add(**rows),
             ),
-            NO_PREFAULT: (
-                lambda: without_prefault(
-                    lambda: Table("images", signature=IMG_SIG, max_size=IMG_CAPACITY)
-                ),
-                lambda t, rows: t.insert(rows),
-            ),
         }
         self.setup_rounds("image 1e5", makers, a.img_fill, chunk, a.setup_rounds)
         if a.setup_only:
             return
-        del makers[NO_PREFAULT]
         # Both buffers (about 5.6 GB each at capacity 1e5) are held at once, so the two
         # libraries' timed rounds alternate as in the vector cases: a copy of 14 MB moves
         # with whatever else the machine does, and alternating spreads that over both.
@@ -480,11 +456,6 @@ class Bench:
                 f"construct + first fill {r['buffer']:<16} rlreplay {r['rlreplay_s']:6.2f}s "
                 f"cpprb {r['cpprb_s']:6.2f}s (medians) ratio {r['ratio']:5.2f}x{target}{verdict}"
             )
-            if r["no_prefault_s"] is not None:
-                print(
-                    f"  {NO_PREFAULT} {r['no_prefault_s']:6.2f}s (median): ratio "
-                    f"{r['no_prefault_ratio']:5.2f}x"
-                )
         return {
             "machine": {
                 "python": platform.python_version(),
@@ -518,9 +489,6 @@ class Bench:
             if not totals["rlreplay"] or not totals["cpprb"]:
                 continue
             rl, cp = (statistics.median(totals[lib]) for lib in ("rlreplay", "cpprb"))
-            off = [
-                s["total_s"] for s in self.setup if s["buffer"] == what and s["lib"] == NO_PREFAULT
-            ]
             target = SETUP_TARGETS.get(what)
             ratio = cp / rl
             out.append(
@@ -529,8 +497,6 @@ class Bench:
                     "rlreplay_s": rl,
                     "cpprb_s": cp,
                     "ratio": ratio,
-                    "no_prefault_s": statistics.median(off) if off else None,
-                    "no_prefault_ratio": cp / statistics.median(off) if off else None,
                     "target": target,
                     "pass": None if target is None else ratio >= target,
                 }
@@ -552,7 +518,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--setup-only",
         action="store_true",
-        help="only the image construct + first fill rounds (with and without prefaulting)",
+        help="only the image construct + first fill rounds",
     )
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "bench_core.json"))
     args = p.parse_args(argv)

@@ -23,8 +23,8 @@
  *     written to rows start .. start + n - 1 (which must lie in the columns).
  *
  * Rows outside the columns raise ValueError. The caller holds the store's lock. A batch of
- * RELEASE_GIL_BYTES or more is copied with the GIL released, so that other threads (the
- * prefault thread mapping the columns' next pages, a learner) run meanwhile.
+ * RELEASE_GIL_BYTES or more is copied with the GIL released, so that other threads (a
+ * learner) run meanwhile.
  */
 
 #define PY_SSIZE_T_CLEAN

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from rlreplay.core import prefault, waiting
+from rlreplay.core import waiting
 from rlreplay.core._compiled import load_kernel
 from rlreplay.core.overwrite import OverwriteProtocol
 from rlreplay.core.specs import Signature
@@ -73,15 +73,10 @@ class StepStore:
             They are not counted against available memory: their pages belong to files
             or were allocated already.
 
-    New columns of 64 MB or more are mapped ahead of the write head by a background
-    thread during the first pass (see :mod:`rlreplay.core.prefault`;
-    ``RLREPLAY_PREFAULT=0`` turns it off); given columns are not.
-
     Raises:
         InvalidArgumentError: if ``capacity`` is not a positive multiple of ``lanes``, or
             neither or both of ``capacity`` and ``capacity_bytes`` are given, or a given
-            column does not match its field's shape and dtype, or ``RLREPLAY_PREFAULT``
-            is neither 0 nor 1.
+            column does not match its field's shape and dtype.
         InsufficientMemoryError: if new columns need more memory than is available (see
             :mod:`rlreplay.core.memory`); nothing is allocated.
 
@@ -104,7 +99,6 @@ class StepStore:
     ):
         self.signature = Signature(signature)
         self.capacity, self.lanes = store_capacity(self.signature, capacity, lanes, capacity_bytes)
-        prefaulting = columns is None and prefault.enabled()  # checked before columns are made
         if columns is not None:
             self.columns: dict[str, np.ndarray] = checked_columns(
                 self.signature, self.capacity, columns
@@ -131,9 +125,6 @@ class StepStore:
         # Called by wake_waiters beside the lock's waiters: waiters of another kind (a
         # server's parked calls), told without taking this store's lock themselves.
         self.wakers: tuple[Callable[[], None], ...] = ()
-        self.prefaulter = prefault.for_store(self) if prefaulting else None
-        if self.prefaulter is not None:
-            self.observe(self.prefaulter)
 
     # ----------------------------------------------------------------- queries
     @property
@@ -229,10 +220,6 @@ class StepStore:
             with self.mutex:  # other contents: no chunk matches an earlier checkpoint
                 for observer in self.observers:  # e.g. a checkpoint streaming the old columns
                     observer.before_reset()
-                if self.prefaulter is not None:  # given columns are not prefaulted
-                    self.unobserve(self.prefaulter)
-                    self.prefaulter.stop()
-                    self.prefaulter = None
                 self.columns = checked
                 self._column_tuple = tuple(self.columns.values())
                 self.changes.replaced()
@@ -250,7 +237,7 @@ class StepStore:
         (core-internal, lock held): ``before_write(first_id, n)`` before a write of ``n``
         steps from id ``first_id``, ``before_reset()`` before every row is given up (a
         reset, columns replaced). A checkpoint streaming the columns copies aside the
-        rows it has not written yet; the prefaulter maps pages ahead of the writes."""
+        rows it has not written yet."""
         self.observers = (*self.observers, observer)
 
     def unobserve(self, observer: StoreObserver) -> None:

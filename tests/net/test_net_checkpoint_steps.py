@@ -184,7 +184,7 @@ def test_a_server_stopped_during_a_capture_gives_it_up_and_its_tables_save_again
     finally:
         server.stop()
     assert not table.index.changes.tracking
-    assert table.store.observers in ((), (table.store.prefaulter,))
+    assert table.store.observers == ()
     assert server.checkpoints.failures == 0 and server.checkpoints.saved == 0
     assert not rlreplay.checkpoint.list_checkpoints(tmp_path / "served")
     table.insert({"x": np.ones(5, np.float32)})
