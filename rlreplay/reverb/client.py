@@ -20,8 +20,7 @@ from rlreplay.errors import InvalidArgumentError, ReplayError, ServerUnavailable
 from rlreplay.reverb import _nest, errors, specs
 from rlreplay.reverb._items import ItemFormat
 from rlreplay.reverb.replay_sample import ReplaySample, SampleInfo
-from rlreplay.reverb.reverb_types import TableInfo, table_info
-from rlreplay.reverb.server import META_TABLE
+from rlreplay.reverb.reverb_types import META_TABLE, TableInfo, table_info
 
 __all__ = ["Client", "Writer"]
 

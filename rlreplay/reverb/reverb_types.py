@@ -6,6 +6,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+META_TABLE = "__reverb_tables__"
+"""The table a server of this layer keeps its tables' descriptions in, as one JSON item
+(what :func:`table_info` reads, with each table's counters)."""
+
 
 class _Record:
     """Attribute access over a dict, with protobuf's ``HasField`` (a set, non-empty field)."""

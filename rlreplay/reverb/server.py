@@ -21,11 +21,9 @@ import rlreplay as _rr
 from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.reverb import item_selectors, rate_limiters, specs
 from rlreplay.reverb._items import DEFAULT_MAX_ITEM_BYTES, ItemFormat
-from rlreplay.reverb.reverb_types import TableInfo, table_info
+from rlreplay.reverb.reverb_types import META_TABLE, TableInfo, table_info
 
-__all__ = ["META_TABLE", "Server", "Table", "TableExtensionBase"]
-
-META_TABLE = "__reverb_tables__"
+__all__ = ["Server", "Table", "TableExtensionBase"]
 
 
 class TableExtensionBase:
