@@ -48,6 +48,22 @@ def test_demo_trains_from_the_command_line(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["env_steps"] >= 600
     assert (out / "metrics.csv").exists()
+    # 600 steps are fewer than DQN's learning_starts: the run says so
+    assert summary["updates"] == 0 and "warning: no gradient update ran" in result.stdout
+
+
+def test_demo_refuses_an_out_folder_it_cannot_write_before_training(tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("gymnasium")
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = subprocess.run(
+        [sys.executable, "-m", "rlreplay.cli", "demo", "--out", str(blocker / "run")],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "--out=" in result.stderr and "cannot hold the run's files" in result.stderr
+    assert "done:" not in result.stdout
 
 
 @pytest.mark.parametrize("agent", ["dqn", "sac", "ppo"])

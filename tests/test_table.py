@@ -98,6 +98,19 @@ def test_sampled_items_counts_items_drawn_at_least_once_since_the_last_reset(
     assert table.info().sampled_items == 0
 
 
+def test_an_index_state_saved_before_sampled_items_counts_the_held_items_drawn(make_table):
+    table = make_table(max_size=6)
+    table.insert(rows(0, 6))
+    drawn = len(set(table.sample(4).info.keys.tolist()))
+    with table.mutex:
+        state = table.index.state()
+    del state["counts"]["sampled_items"]  # as a checkpoint made before the counter
+    other = make_table(max_size=6)
+    with other.mutex:
+        other.index.load_state(state)
+    assert other.info().sampled_items == drawn and other.size == 6
+
+
 def test_update_priorities_and_delete_return_how_many_items_they_changed(make_table):
     table = make_table(max_size=10, sampler=Prioritized(1.0))
     keys = table.insert(rows(0, 4), priorities=[1.0, 1.0, 1.0, 1.0])

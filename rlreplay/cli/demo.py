@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
 from rlreplay.cli.parsing import CommandError, positive
 
@@ -16,6 +18,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
             f"the demo trains a network and needs {missing}, which are not installed: {INSTALL}"
         )
     out = default_out(args.agent) if args.out is None else args.out
+    if out:  # checked before training, not at its end
+        try:
+            Path(out).mkdir(parents=True, exist_ok=True)
+            usable = os.access(out, os.W_OK)
+        except OSError as error:
+            usable, reason = False, f"{type(error).__name__}: {error}"
+        else:
+            reason = "it is not writable"
+        if not usable:
+            raise CommandError(
+                f"--out={out!r} cannot hold the run's files ({reason}); give a folder you "
+                "can write, or --out '' to write none"
+            )
     summary = run_demo(
         args.agent, seed=args.seed, total_steps=args.total_steps, backend=args.backend,
         out=out,
@@ -30,6 +45,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"done: {summary.get('env_steps')} env steps in {summary.get('wall_s') or 0:.0f}s, "
         f"final evaluation return {summary.get('final_eval_return')}, {ratio}"
     )
+    if summary.get("updates") == 0:
+        print(
+            f"warning: no gradient update ran: {summary.get('env_steps')} env steps are too "
+            "few for the agent to start learning; train longer (--total-steps, default: "
+            "the agent's)"
+        )
     print(written(out), flush=True)
     return 0
 

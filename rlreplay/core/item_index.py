@@ -543,6 +543,10 @@ class ItemIndex:
         self.origin = int(state["origin"])
         self._newest = int(state.get("newest", self.capacity - 1)) % self.capacity  # a hint
         self.counts.update({name: int(state["counts"].get(name, 0)) for name in COUNTERS})
+        if "sampled_items" not in state["counts"]:  # a state saved before the counter: the
+            # held items drawn so far (those already gone are not known)
+            held = self.live
+            self.counts["sampled_items"] = int(np.count_nonzero(self.times_sampled[held]))
         self.sampler.load_state(state["sampler"])
         if self._remover is not None:  # an idle remover keeps no state to load
             self._remover.load_state(state["remover"])

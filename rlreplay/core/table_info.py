@@ -36,10 +36,10 @@ class TableInfo:
     relocations: int
     stale_updates: int
     stale_deletes: int
-    sampled_items: int
     insert_blocked_s: float
     sample_blocked_s: float
     index_bytes: int
+    sampled_items: int = 0  # (a server from before this counter does not send it)
 
     def to_dict(self) -> dict:
         return asdict(self)
