@@ -44,7 +44,9 @@ Single remote calls, with the inputs a user's loop passes:
 
 With ``--reverb-python`` (default: ``$RLREPLAY_REVERB_PYTHON``, else
 ``/tmp/reverbenv/bin/python`` when it exists) the same calls are measured on Reverb in the
-same run by ``benchmarks/anchors/reverb_calls.py`` and printed beside ours. For every
+same run by ``benchmarks/anchors/reverb_calls.py`` and printed beside ours (the learner
+loop against Reverb's own, a streamed ``TrajectoryDataset``, is measured by
+``benchmarks/bench_reverb_compat.py``). For every
 1-client row the CPU time of the server process and of the client process per operation is
 printed too (all their threads, ZeroMQ's included): on a loaded machine it says what a free
 core would give.
@@ -446,7 +448,7 @@ def main() -> None:
         if server.is_alive():
             server.kill()
     reverb = None
-    if any(k in SINGLE_CALLS or k == "sample+update one trip x2" for k, _ in plan):
+    if any(k in SINGLE_CALLS for k, _ in plan):
         reverb = reverb_anchor(args.reverb_python, duration)
     report = {
         "reverb": reverb,
@@ -496,7 +498,6 @@ def reverb_lines(rows: list[dict], reverb: dict | None) -> list[str]:
     pairs = [
         ("insert one row", "insert_rows_per_s", "rows/s"),
         ("update_priorities 256", "update_256_per_s", "calls/s"),
-        ("sample+update one trip x2", "learner_cycles_per_s", "cycles/s"),
     ]
     lines = []
     for kind, key, unit in pairs:

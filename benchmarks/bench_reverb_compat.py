@@ -13,10 +13,12 @@ Measured, each against a server in its own process on 127.0.0.1:
   ``client.mutate_priorities`` of its 256 keys: batches/s.
 
 rlreplay's own API for the same work (``--impl native``): ``Client.insert`` of the
-items' rows, 64 per awaited call (the batches the layer's writer sends), ``Client.sample_iterator``
-batches, and an awaited ``Client.update_priorities`` per batch (as Reverb's
-``mutate_priorities`` waits; sending the update with the iterator's next request instead
-saves that round trip).
+items' rows, 64 per awaited call (the batches the layer's writer sends),
+``Client.sample_iterator`` batches, and an awaited ``Client.update_priorities`` per batch
+(as Reverb's ``mutate_priorities`` waits). The learner loop is measured once more as
+rlreplay's learners run it, each batch's priorities sent with the iterator's next request
+(``SampleIterator.update_priorities``: one round trip a cycle), and compared with
+Reverb's learner loop.
 
 Reverb runs in its own interpreter (Python 3.11 with ``dm-reverb==0.14.0``,
 TensorFlow 2.15 and ``numpy<2``)::
@@ -159,22 +161,29 @@ def measure(impl: str, port: int, duration: float) -> dict:
         result["writer_steps_per_s"] = native_write(client, "uniform", 3000, np)
         result.update(CPU)
         native_write(client, "prio", TABLE_SIZE, np)
-        for table, learn in (("uniform", False), ("prio", True)):
+        for key, table, learn in (
+            ("sampling", "uniform", None),
+            ("learner", "prio", "awaited"),
+            ("learner_next_request", "prio", "next request"),
+        ):
             n, rng = 0, np.random.default_rng(1)
             with client.sample_iterator(table, BATCH, in_flight=2) as it:
                 end = time.perf_counter() + duration
                 start, cpu = time.perf_counter(), time.process_time()
                 for batch in it:
-                    if learn:  # awaited, as Reverb's mutate_priorities
-                        client.update_priorities(table, batch.info.keys, rng.random(BATCH) + 0.01)
+                    priorities = rng.random(BATCH) + 0.01
+                    if learn == "awaited":  # as Reverb's mutate_priorities
+                        client.update_priorities(table, batch.info.keys, priorities)
+                    elif learn == "next request":  # as an rlreplay learner sends them
+                        it.update_priorities(batch.info.keys, priorities)
                     n += 1
                     if time.perf_counter() > end:
                         break
                 elapsed = time.perf_counter() - start
                 cpu = (time.process_time() - cpu) / n * 1e6
-            key = "sampling_items_per_s" if not learn else "learner_batches_per_s"
-            result[key.split("_")[0] + "_client_cpu_us_per_batch"] = cpu
-            result[key] = n * (BATCH if not learn else 1) / elapsed
+            result[f"{key}_client_cpu_us_per_batch"] = cpu
+            rate = "items" if learn is None else "batches"
+            result[f"{key}_{rate}_per_s"] = n * (BATCH if learn is None else 1) / elapsed
         return result
 
     reverb = _reverb(impl)
@@ -263,6 +272,13 @@ def main() -> None:
         if key in theirs:
             line += f", Reverb {theirs[key]:,.0f} -> {ours[key] / theirs[key]:.1f}x Reverb"
         print(line)
+    if "learner_batches_per_s" in theirs:
+        own = native["learner_next_request_batches_per_s"]
+        print(
+            f"learner loop as rlreplay's learners run it (priorities with the next sample "
+            f"request): {own:,.0f} batches/s -> {own / theirs['learner_batches_per_s']:.1f}x "
+            "Reverb's learner loop (dataset batch, then mutate_priorities)"
+        )
     for key in (
         "writer_client_cpu_us_per_step",
         "sampling_client_cpu_us_per_batch",

@@ -3,8 +3,10 @@
 Measures, against a Reverb server in its own process on 127.0.0.1:
 
 * ``client.insert`` of one row at a time (a gymnasium loop's row: numpy scalars);
-* ``client.mutate_priorities`` (its priority update) of 256 keys, awaited;
-* a learner loop: ``client.sample(table, 256)`` then ``mutate_priorities`` of those 256.
+* ``client.mutate_priorities`` (its priority update) of 256 keys, awaited.
+
+(Reverb's learner loop as its users run it, a streamed ``TrajectoryDataset`` batch then
+``mutate_priorities``, is measured by ``benchmarks/bench_reverb_compat.py``.)
 
 Prints one JSON object (rows/s, calls/s, cycles/s). Needs ``dm-reverb`` (with its
 TensorFlow), which does not install beside this project's own dependencies; run it with
@@ -79,16 +81,6 @@ def measure(port: int, duration: float) -> dict:
         client.mutate_priorities("prio", updates=updates)
         n += 1
     result["update_256_per_s"] = n / (time.perf_counter() - start)
-
-    # learner loop: sample 256, then update their priorities
-    end = time.perf_counter() + duration
-    start, n = time.perf_counter(), 0
-    while time.perf_counter() < end:
-        keys = [int(s[0].info.key) for s in client.sample("prio", num_samples=256)]
-        new = (rng.random(256) + 0.01).tolist()
-        client.mutate_priorities("prio", updates=dict(zip(keys, new)))
-        n += 1
-    result["learner_cycles_per_s"] = n / (time.perf_counter() - start)
     result["prio_items"] = PRIO_ITEMS
     return result
 
