@@ -390,8 +390,9 @@ class ItemIndex:
         counters, the generation origin and both selectors' states, for checkpoints;
         :meth:`load_state` puts it back. ``into``: arrays from :meth:`state_buffers` to
         copy into instead of allocating. ``idle_remover_later``: leave an idle
-        remover's state ``None``, for :meth:`idle_remover_state` to make from the
-        snapshot after the lock is released (it costs an index build, not a copy)."""
+        remover's state ``None``, for :func:`~rlreplay.core.idle_remover.idle_state` to
+        make from the snapshot where one is needed, after the lock is released (it costs
+        an index build, not a copy)."""
         into = into or {}
         out: dict[str, Any] = self.records.state(into)
         return self._with_scalars(out, into, None, idle_remover_later)
@@ -550,16 +551,6 @@ class ItemIndex:
         self.sampler.load_state(state["sampler"])
         if self._remover is not None:  # an idle remover keeps no state to load
             self._remover.load_state(state["remover"])
-
-    def idle_remover_state(
-        self, state: dict[str, Any], into: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
-        """The idle remover's state for a snapshot :meth:`state` took with
-        ``idle_remover_later=True``, made from the snapshot's own arrays (no lock
-        needed: it reads nothing of the live index)."""
-        return idle_remover.idle_state(
-            self.remover, state["live"], state["newest"], state["priority"], into
-        )
 
     def nbytes(self) -> int:
         """Bytes of item bookkeeping (per-slot state, sampler and remover indexes)."""

@@ -206,11 +206,6 @@ class ItemLayout:
             raise InvalidArgumentError(f"length={describe(length)} must be an int >= 1")
         return cls({p: Window(p, 0, length) for p in signature.paths}, signature)
 
-    def output_shape(self, name: str) -> tuple[int, ...]:
-        win = self.windows[name]
-        shape = self.signature[win.column].shape
-        return shape if win.length is None else (win.length, *shape)
-
     def __repr__(self) -> str:
         return f"ItemLayout(span={self.span}, {self.windows})"
 
