@@ -190,7 +190,7 @@ class Client:
         priorities: Any = None,
         *,
         timeout: float | None = None,
-        until: Any = None,
+        until: Any = CALL,
     ) -> np.ndarray:
         """:meth:`Table.insert` on the server's ``table``: one round trip, returning the
         new items' keys.
@@ -207,7 +207,8 @@ class Client:
             timeout: seconds the server's rate limiter may block these rows (``None``:
                 no limit, while the server answers pings).
             until: the ``time.monotonic()`` by which the reply must come, a deadline
-                shared with other calls (a sharded client's); default: ``timeout``'s.
+                shared with other calls (a sharded client's; ``None``: none); default:
+                this call's own, from ``timeout``.
 
         Returns:
             int64 keys of the new items, as the server's table assigned them.
@@ -221,7 +222,7 @@ class Client:
                 no server later; ServerRestartedError if it restarted).
         """
         timeout = check_timeout(timeout)
-        if until is None:
+        if until is CALL:
             until = self.transport.until(timeout)
         header, arrays = insert_request(self._tables, table, rows, priorities, until)
         return self.transport.call(header, arrays, timeout, until)[1]["keys"]
