@@ -288,7 +288,7 @@ def test_cleanrl_style_loop():
     np.testing.assert_array_equal(rb.observations, ref.observations)
     np.testing.assert_array_equal(rb.next_observations, ref.next_observations)
     np.testing.assert_array_equal(rb.dones, ref.dones.astype(bool))
-    assert rb._ring.final.sum() > 0  # episodes ended: their final observations were kept
+    assert np.count_nonzero(rb._ring.final_at) > 0  # episodes ended: final observations kept
 
 
 def test_cleanrl_runner_resolves_both_buffer_imports(tmp_path):

@@ -258,7 +258,7 @@ class ReplayBuffer(_SB3ReplayBuffer):
         """Bytes this buffer holds: stored observations (with final ones), SB3's small
         arrays, and a prioritized buffer's item index."""
         ring = self._ring
-        total = ring.store.nbytes + ring.final.nbytes
+        total = ring.store.nbytes + ring.final_at.nbytes
         total += sum(side.nbytes for side in ring.side.values())
         total += sum(a.nbytes for a in (self.actions, self.rewards, self.dones, self.timeouts))
         if ring.table is not None:

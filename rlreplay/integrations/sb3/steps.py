@@ -97,9 +97,10 @@ class ObservationRing:
         self.seed = seed
         self._build(None)
         self.count = 0  # add calls so far: transition k of every env was added by call k
-        # Transitions whose next observation is in the side store (not the next row).
-        self.final = np.zeros((self.per_env, self.n_envs), dtype=bool)
-        self.side_of: dict[int, int] = {}  # p * n_envs + e -> side slot
+        # Per transition (position, env): 1 + the side store's slot of its next
+        # observation when that is a final one (not the next row), else 0. Invariant:
+        # the slots named here and those in ``free`` are the side store's slots, each once.
+        self.final_at = np.zeros((self.per_env, self.n_envs), dtype=np.int32)
         self.side: dict[str, np.ndarray] = {
             name: np.zeros((0, *shape), dtype) for name, (shape, dtype) in self.fields.items()
         }
@@ -180,11 +181,11 @@ class ObservationRing:
         """Record transition ``count`` of every environment (arrays from :meth:`check`)."""
         n, k = self.n_envs, self.count
         p = k % self.per_env
-        # transition k - per_env leaves (count_nonzero: any() costs a microsecond more)
-        if k >= self.per_env and self.side_of and np.count_nonzero(self.final[p]):
-            for e in np.flatnonzero(self.final[p]):
-                self.free.append(self.side_of.pop(p * n + int(e)))
-            self.final[p] = False
+        # transition k - per_env leaves, and the side slot of its final observation
+        # (count_nonzero: any() costs a microsecond more)
+        if k >= self.per_env and np.count_nonzero(leaving := self.final_at[p]):
+            self.free.extend((leaving[leaving > 0] - 1).tolist())
+            leaving.fill(0)
         store = self.store
         if k == 0:
             store.append(obs, validated=True)
@@ -217,8 +218,7 @@ class ObservationRing:
                 for name, col in zip(self.names, self.columns):
                     self.side[name][slot] = col[first + e]
                     col[first + e] = obs[name][e]
-                self.side_of[q * n + e] = slot
-                self.final[q, e] = True
+                self.final_at[q, e] = slot + 1
 
     def _side_slot(self) -> int:
         if not self.free:  # every slot used: double the side store
@@ -236,8 +236,7 @@ class ObservationRing:
         """Forget every transition (the arrays keep their memory)."""
         self.store.reset()
         self.count = 0
-        self.final[:] = False
-        self.side_of.clear()
+        self.final_at.fill(0)
         self.free = list(range(len(self.side[self.names[0]]) - 1, -1, -1))
 
     # ----------------------------------------------------------------- reads
@@ -283,13 +282,11 @@ class ObservationRing:
     def patch_finals(self, next_obs: dict[str, np.ndarray], flat: np.ndarray) -> None:
         """Put the side store's final observations into gathered ``next_obs`` of the
         transitions ``flat`` (``position * n_envs + env``)."""
-        if not self.side_of:
-            return
-        which = self.final.reshape(-1).take(flat).nonzero()[0]
+        at = self.final_at.reshape(-1).take(flat)
+        which = np.flatnonzero(at)
         if len(which) == 0:
             return
-        side_of = self.side_of
-        slots = np.array([side_of[i] for i in flat.take(which).tolist()], dtype=np.intp)
+        slots = at.take(which) - 1
         for name in self.names:
             next_obs[name][which] = self.side[name].take(slots, axis=0)
 
