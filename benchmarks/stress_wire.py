@@ -223,7 +223,7 @@ class Harness:
         per-item state, and each store's steps."""
         h = hashlib.sha1()
         stores = []
-        with self.tables["rows"].lock, self.tables["seq"].lock:
+        with self.tables["rows"].mutex, self.tables["seq"].mutex:
             for t in self.tables.values():
                 info = t.info().to_dict()
                 info.pop("insert_blocked_s")

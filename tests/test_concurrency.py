@@ -54,7 +54,7 @@ def test_inserters_and_samplers_keep_the_ratio_and_lose_nothing(make_table):
 
     def watch():
         while not stop.is_set():
-            with table.lock:
+            with table.mutex:
                 diffs.append(limiter.inserts * SPI - limiter.samples)
             time.sleep(0.002)
 

@@ -27,7 +27,7 @@ whenever the store's lock is free:
    :class:`InvalidArgumentError` before anything changes.
 4. Nothing deadlocks: an append first plans every row it will touch (the rows of the
    copies included) without changing anything; if a queue's items hold one of them it
-   changes nothing and the caller waits on ``store.lock`` with its deadline, then plans
+   changes nothing and the caller waits (``store.waits``) with its deadline, then plans
    again. Once planned, the hand-over and the write happen in the same lock hold.
 
 Tables and retentions are held through weak references: a table or writer that is
@@ -275,7 +275,7 @@ class OverwriteProtocol:
 
         Returns:
             The first row, or ``None`` when a queue's items hold a row to be overwritten:
-            nothing changed then, and the caller waits on ``store.lock`` and calls again
+            nothing changed then, and the caller waits (``store.waits``) and calls again
             (:attr:`blocker` names the queue).
 
         Raises:

@@ -13,8 +13,8 @@ an item's window uses that stride.
 What happens to the items and to writers' retained steps on rows about to be
 overwritten is decided in one place, the store's :class:`~rlreplay.core.overwrite.
 OverwriteProtocol` (``store.overwrite``; its docstring states the invariant). All mutation
-happens under ``store.mutex``, which every table over the store shares (``store.lock`` is
-the condition over it that blocked calls wait on).
+happens under ``store.mutex``, which every table over the store shares; blocked calls
+wait through ``store.waits`` (:class:`~rlreplay.core.waiting.Waits`).
 
 The store's parts: its capacity and columns, made or checked before anything changes
 (:mod:`rlreplay.core.store_columns`), and which chunks of rows changed since a checkpoint
@@ -106,11 +106,9 @@ class StepStore:
         else:
             self.columns = new_columns(self, self.signature, self.capacity, capacity_bytes)
         self.next_id = 0
-        # Every mutation holds ``mutex`` (``lock`` is the same lock, by the name tables and
-        # writers share); blocked calls wait through ``waits``, each on a condition of its
-        # own over it (see :class:`~rlreplay.core.waiting.Waits`).
+        # Every mutation holds ``mutex``; blocked calls wait through ``waits``, each on a
+        # condition of its own over it (see :class:`~rlreplay.core.waiting.Waits`).
         self.mutex = threading.RLock()
-        self.lock = self.mutex
         self.waits = waiting.Waits(self.mutex)
         self._column_tuple = tuple(self.columns.values())
         self._path_tuple = tuple(self.columns)

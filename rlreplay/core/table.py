@@ -184,7 +184,6 @@ class Table:
         self.admission = Admission(
             name, self.rate_limiter, self.index, store, max_times_sampled, warn_after
         )
-        self.lock = store.lock
         self.mutex = store.mutex
         self._is_rows = self.layout.is_rows
         first_path, first_spec = next(iter(store.signature.fields.items()))

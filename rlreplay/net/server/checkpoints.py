@@ -358,7 +358,7 @@ def fingerprint(tables: dict[str, Table], sessions: WriterSessions) -> tuple:
     parts: list[Any] = [len(sessions), sessions.dropped]
     for name in sorted(tables):
         t = tables[name]
-        with t.lock:
+        with t.mutex:
             lim, index = t.rate_limiter, t.index
             parts.append(
                 (

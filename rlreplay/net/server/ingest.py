@@ -171,7 +171,7 @@ class WriterSession:
             ClosedError: if one of the tables was closed; nothing changes.
         """
         store = self.store
-        with store.lock:
+        with store.mutex:
             for t, m in enumerate(chunk.counts.tolist()):
                 table = self.tables[t]
                 if m and table.closed:

@@ -124,12 +124,12 @@ class Job:
     def blocked_message(self) -> str:
         """The warning of this call blocked for its table's ``warn_after``: the table's
         own (its limiter's state and the likely cause)."""
-        with self.table.lock:
+        with self.table.mutex:
             return self.table.admission.describe(self.what, self.n)
 
     def timeout_message(self, waited: float) -> str:
         """The table's own timeout message: its limiter's state and the likely cause."""
-        with self.table.lock:
+        with self.table.mutex:
             return self.table.admission.timeout_message(self.what, round(waited, 3), self.n)
 
     def timeout_error(self, waited: float) -> ReplayTimeoutError:
@@ -160,12 +160,12 @@ class SampleJob(Job):
 
     def ready(self) -> bool:
         t = self.table
-        with t.lock:
+        with t.mutex:
             return t.size > 0 and t.rate_limiter.can_sample(self.n, t.size)
 
     def attempt(self) -> Reply | None:
         t = self.table
-        with t.lock:
+        with t.mutex:
             if t.size > 0 and t.rate_limiter.can_sample(self.n, t.size):
                 reply = sample_reply(t, self.n, self.target)
                 if self.updated is not None:
@@ -181,7 +181,7 @@ class InsertJob(Job):
 
     def attempt(self) -> Reply | None:
         t = self.table
-        with t.lock:
+        with t.mutex:
             if t.rate_limiter.can_insert(self.n, t.size) and t.store.overwrite.has_room(self.n):
                 keys = t.insert(self.rows, self.prios)
                 return {}, {"keys": keys}

@@ -92,7 +92,7 @@ def insert_window(table: Table) -> int | None:
 def sampler_state(table: Table) -> dict[str, Any]:
     """What a sharded client needs to split a batch over shards, read under the lock:
     the size, the sampler's mass and config and the smallest selection probability."""
-    with table.lock:
+    with table.mutex:
         return {
             "table_size": int(table.index.size),
             "mass": sampler_mass(table),

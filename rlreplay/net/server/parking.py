@@ -219,7 +219,7 @@ class ParkedCalls:
         job.accounted_at = now
         if job.counter is None or waited <= 0.0:
             return
-        with job.table.lock:
+        with job.table.mutex:
             lim = job.table.rate_limiter
             setattr(lim, job.counter, getattr(lim, job.counter) + waited)
 
