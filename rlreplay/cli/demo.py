@@ -21,12 +21,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if out:  # checked before training, not at its end
         try:
             Path(out).mkdir(parents=True, exist_ok=True)
-            usable = os.access(out, os.W_OK)
+            reason = None if os.access(out, os.W_OK) else "it is not writable"
         except OSError as error:
-            usable, reason = False, f"{type(error).__name__}: {error}"
-        else:
-            reason = "it is not writable"
-        if not usable:
+            reason = f"{type(error).__name__}: {error}"
+        if reason is not None:
             raise CommandError(
                 f"--out={out!r} cannot hold the run's files ({reason}); give a folder you "
                 "can write, or --out '' to write none"

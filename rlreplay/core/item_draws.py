@@ -105,16 +105,16 @@ class DrawPlan:
             priorities = np.empty(n) if index.keeps_priorities else np.full(n, UNKEPT_PRIORITY)
             times = np.empty(n, dtype=np.uint32)
             _kernel.mark_sampled(slots, index.slot_bytes, keys, priorities, times, index.origin)
-            index.counts["sampled_items"] += int(np.count_nonzero(times == 1))
-            return keys, priorities, times
-        if has_duplicates(slots):
-            times = self._count_samples(slots)
         else:
-            times = index.times_sampled[slots] + np.uint32(1)
-            index.times_sampled[slots] = times
-        keys = make_keys(slots, index.generation[slots], index.origin)
+            if has_duplicates(slots):
+                times = self._count_samples(slots)
+            else:
+                times = index.times_sampled[slots] + np.uint32(1)
+                index.times_sampled[slots] = times
+            keys = make_keys(slots, index.generation[slots], index.origin)
+            priorities = index.priority[slots]
         index.counts["sampled_items"] += int(np.count_nonzero(times == 1))
-        return keys, index.priority[slots], times
+        return keys, priorities, times
 
     def _count_samples(self, slots: np.ndarray) -> np.ndarray:
         """Increment times_sampled; each entry sees the count as of its own draw."""

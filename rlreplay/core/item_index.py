@@ -36,7 +36,7 @@ from rlreplay.core.keys import (
     SLOT_BITS,
 )
 from rlreplay.core.selectors import Selector
-from rlreplay.core.slot_changes import UNTRACKED, SlotChanges, Untracked, changed_entries
+from rlreplay.core.slot_changes import UNTRACKED, SlotChanges, Untracked
 from rlreplay.core.slot_records import (  # noqa: F401 (the record layout, named here too)
     SLOT_STATE,
     SLOT_STATE_UNPRIORITIZED,
@@ -443,8 +443,11 @@ class ItemIndex:
         sampler offers them, its arrays: see :meth:`Selector.state_parts`), and the parts
         that fill them, ``(array, its copy, slots per entry)``. From now on the index
         notes the slots its mutations change. The caller copies the parts, a slice per
-        lock hold, then calls :meth:`finish_sliced_state` with the lock held (the
-        moment), or :meth:`abandon_sliced_state`. (Arrays missing from ``into`` are made
+        lock hold; at the moment (lock held) it copies again the entries
+        :meth:`take_changes` and :func:`~rlreplay.core.slot_changes.changed_entries`
+        name and completes the state with :meth:`finish_scalars` (see
+        :meth:`rlreplay.checkpoint.state_files.StateStream.moment`), or it calls
+        :meth:`abandon_sliced_state`. (Arrays missing from ``into`` are made
         empty: they take no memory until written, so a caller that writes the slices
         elsewhere, into files, may use them only to see where each part's entries go.)"""
         into = into or {}
@@ -462,26 +465,6 @@ class ItemIndex:
         noting changes (lock held)."""
         changes, self.changes = self.changes, UNTRACKED
         return None if not changes.tracking or changes.everything else changes.slots()
-
-    def finish_sliced_state(
-        self,
-        out: dict[str, Any],
-        parts: list[tuple],
-        into: dict[str, Any] | None,
-        idle_remover_later: bool,
-    ) -> dict[str, Any]:
-        """The moment of a sliced :meth:`state` (lock held): the entries of the parts
-        that the slots changed since :meth:`start_sliced_state` are copied again (see
-        :func:`~rlreplay.core.slot_changes.changed_entries`), and the rest of the state
-        is taken as :meth:`state` takes it. Returns what :meth:`state` would return now."""
-        slots = self.take_changes()
-        for source, copy, per_entry in parts:
-            at = changed_entries(len(source), per_entry, slots)
-            if at is None:
-                np.copyto(copy, source)
-            elif len(at):
-                copy[at] = source[at]
-        return self.finish_scalars(out, into, idle_remover_later)
 
     def finish_scalars(
         self, out: dict[str, Any], into: dict[str, Any] | None, idle_remover_later: bool

@@ -47,6 +47,19 @@ def assert_same_state(got, expected, where="state") -> None:
         assert got == expected, where
 
 
+def finish_sliced(index, out: dict, parts: list, into: dict) -> dict:
+    """The moment of a sliced copy into memory (lock held), as the state files take it:
+    the entries the changed slots name copied again, then the rest of the state."""
+    slots = index.take_changes()
+    for source, copy_, per_entry in parts:
+        at = slot_changes.changed_entries(len(source), per_entry, slots)
+        if at is None:
+            np.copyto(copy_, source)
+        elif len(at):
+            copy_[at] = source[at]
+    return index.finish_scalars(out, into, True)
+
+
 def sliced_while(tables: dict, during: list | Callable, memory: dict) -> tuple[list, list]:
     """Start a sliced snapshot of every table, copy its parts in three slices each with
     a third of ``during`` applied after each slice (or ``during(k)`` called after slice
@@ -74,7 +87,7 @@ def sliced_while(tables: dict, during: list | Callable, memory: dict) -> tuple[l
         during(k)
     with store.mutex:
         got = [
-            tables[n].index.finish_sliced_state(out, parts, b, True)
+            finish_sliced(tables[n].index, out, parts, b)
             for n, (out, parts), b in zip(names, started, buffers)
         ]
         expected = [tables[n].index.state(None, idle_remover_later=True) for n in names]
@@ -154,7 +167,7 @@ def test_a_reset_between_the_slices_takes_every_part_again():
             dst[:] = source
         reset_then_insert(tables, reset, memory)
         with store.mutex:
-            g = tables["t"].index.finish_sliced_state(out, parts, buffers, True)
+            g = finish_sliced(tables["t"].index, out, parts, buffers)
             e = tables["t"].index.state(None, idle_remover_later=True)
     assert_same_state(g, e)
     assert tables["t"].size == 5
