@@ -9,7 +9,7 @@ Run from the repository root (one command; every run is its own process)::
 Workloads (the examples' own files, flags and evaluations, as a user runs them):
 
 - ``dqn``: ``examples/dqn_cartpole.py``, CartPole-v1, 50k env steps;
-- ``sac``: ``examples/sac_pendulum.py``, Pendulum-v1, 20k env steps;
+- ``sac``: ``examples/sac_continuous.py``, Pendulum-v1, 20k env steps;
 - ``sac-costly``: the same SAC on Pendulum-v1 whose every step first spends
   ``--step-cost-ms`` of CPU time in Python (:mod:`benchmarks.costly_env`: an environment
   made slower by design, so acting costs about as much as learning), 10k env steps.
@@ -95,12 +95,16 @@ class Workload:
     target: float
     flags: tuple[str, ...] = ()
     costly_env: str | None = None  # gymnasium id whose steps are made costly
+    cost: str = "python"  # how a costly step spends its time (benchmarks.costly_env.COSTS)
 
 
 WORKLOADS = {
     "dqn": Workload("examples.dqn_cartpole", 50_000, 475.0),
-    "sac": Workload("examples.sac_pendulum", 20_000, -200.0),
-    "sac-costly": Workload("examples.sac_pendulum", 10_000, -200.0, costly_env="Pendulum-v1"),
+    "sac": Workload("examples.sac_continuous", 20_000, -200.0),
+    "sac-costly": Workload("examples.sac_continuous", 10_000, -200.0, costly_env="Pendulum-v1"),
+    "sac-costly-native": Workload(
+        "examples.sac_continuous", 10_000, -200.0, costly_env="Pendulum-v1", cost="native"
+    ),
 }
 
 
@@ -143,7 +147,8 @@ def _env_of(workload: Workload, make_env: Any, step_cost_s: float) -> Any:
     from benchmarks.costly_env import make_costly_vec
 
     return functools.partial(make_costly_vec, env_id=workload.costly_env,
-                             num_envs=make_env.keywords.get("num_envs", 1), cost_s=step_cost_s)
+                             num_envs=make_env.keywords.get("num_envs", 1), cost_s=step_cost_s,
+                             cost=workload.cost)
 
 
 def one_run(workload: Workload, backend: str, seed: int, steps: int, extra: list[str],

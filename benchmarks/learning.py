@@ -45,7 +45,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 # agent -> (example file, target return, env steps, wall budget s, seeds, extra args)
 AGENTS = {
     "dqn": ("dqn_cartpole.py", 475.0, 50_000, 60.0, 10, []),
-    "sac": ("sac_pendulum.py", -200.0, 20_000, None, 10, []),
+    "sac": ("sac_continuous.py", -200.0, 20_000, None, 10, []),
     "ppo": ("ppo_cartpole.py", 450.0, 200_000, None, 5, []),
     "apex": ("apex_dqn.py", 475.0, 50_000, None, 1, []),
 }

@@ -1,4 +1,5 @@
-"""examples/sac_pendulum.py: the numpy acting policy agrees with the torch actor, the
+"""examples/sac_continuous.py: the spaces read from an env, the numpy acting policy agrees
+with the torch actor, the
 squashed Gaussian's log probability, soft target updates, a smoke run on every backend
 (the files and summary keys) and a short seeded run that fails when learning breaks."""
 
@@ -20,7 +21,7 @@ from batches import uniform_sample  # noqa: E402
 from rlreplay import InvalidArgumentError, Sample  # noqa: E402
 
 # The examples install as rlreplay.examples, which actor and evaluator processes import too.
-from rlreplay.examples import sac_pendulum as sac  # noqa: E402
+from rlreplay.examples import sac_continuous as sac  # noqa: E402
 
 SUMMARY_KEYS = {
     "env_steps",
@@ -37,6 +38,10 @@ SUMMARY_KEYS = {
 }
 
 
+PENDULUM = sac.Spaces(3, np.array([-2.0], np.float32), np.array([2.0], np.float32))
+OBS_DIM, ACTION_DIM, ACTION_SCALE = 3, 1, 2.0
+
+
 def small_args(**overrides) -> sac.Args:
     fields = {"seed": 3, "hidden": 16, "batch_size": 8, **overrides}
     return sac.Args(**fields)
@@ -45,30 +50,69 @@ def small_args(**overrides) -> sac.Args:
 def fake_batch(rng: np.random.Generator, size: int) -> Sample:
     """A batch shaped as the example's one-step transition table serves it."""
     data = {
-        "obs": rng.standard_normal((size, sac.OBS_DIM)).astype(np.float32),
-        "action": rng.uniform(-2, 2, (size, sac.ACTION_DIM)).astype(np.float32),
+        "obs": rng.standard_normal((size, OBS_DIM)).astype(np.float32),
+        "action": rng.uniform(-2, 2, (size, ACTION_DIM)).astype(np.float32),
         "reward": rng.standard_normal(size).astype(np.float32),
         "discount": np.full(size, 0.99, np.float32),
-        "next_obs": rng.standard_normal((size, sac.OBS_DIM)).astype(np.float32),
+        "next_obs": rng.standard_normal((size, OBS_DIM)).astype(np.float32),
     }
     return uniform_sample(data)
 
 
+# ---------------------------------------------------------------------------- spaces
+def test_spaces_are_read_from_the_env():
+    spaces = sac.Spaces.of("Pendulum-v1")
+    assert spaces.obs_dim == 3 and spaces.action_dim == 1
+    np.testing.assert_array_equal(spaces.action_scale, [2.0])
+    np.testing.assert_array_equal(spaces.action_bias, [0.0])
+
+
+@pytest.mark.parametrize(
+    "env_id, named",
+    [
+        ("CartPole-v1", "Discrete"),  # discrete actions
+        ("Blackjack-v1", "Tuple"),  # observations not a flat Box
+    ],
+)
+def test_an_env_this_sac_cannot_train_is_refused_by_name(env_id, named):
+    with pytest.raises(InvalidArgumentError, match=rf"--env-id='{env_id}'.*{named}"):
+        sac.Spaces.of(env_id)
+
+
+def test_asymmetric_bounds_are_kept_by_random_sampled_and_greedy_actions():
+    spaces = sac.Spaces(3, np.array([0.0, -1.0], np.float32), np.array([4.0, 3.0], np.float32))
+    learner = sac.SacLearner(small_args(), spaces)
+    policy = sac.SacPolicy(0, 1, seed=6, spaces=spaces, random_steps=10)
+    obs = np.random.default_rng(7).standard_normal((64, 3)).astype(np.float32) * 10
+    random_actions = policy(obs, 0)
+    policy.set_params(learner.params())
+    greedy = sac.greedy_action(learner.params(), obs, spaces)
+    for actions in (random_actions, policy(obs, 10), greedy):
+        assert actions.shape == (64, 2)
+        assert np.all(actions >= spaces.action_low) and np.all(actions <= spaces.action_high)
+    # the learner's actions too: tanh scaled to [0, 4] and [-1, 3]
+    Actor, _ = sac.build_networks(16, spaces)
+    action, _ = Actor().sample(torch.from_numpy(obs))
+    assert torch.all(action >= torch.tensor([0.0, -1.0]))
+    assert torch.all(action <= torch.tensor([4.0, 3.0]))
+    assert action[:, 0].mean() > 1.0  # centred on 2, not on 0
+
+
 # ---------------------------------------------------------------------------- acting
 def test_numpy_policy_acts_as_the_torch_actor_with_the_published_weights():
-    learner = sac.SacLearner(small_args())
-    obs = np.random.default_rng(0).standard_normal((5, sac.OBS_DIM)).astype(np.float32)
+    learner = sac.SacLearner(small_args(), PENDULUM)
+    obs = np.random.default_rng(0).standard_normal((5, OBS_DIM)).astype(np.float32)
     with torch.no_grad():
         mean, log_std = learner.actor(torch.from_numpy(obs))
     np_mean, np_log_std = sac.actor_forward(learner.params(), obs)
     np.testing.assert_allclose(np_mean, mean.numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(np_log_std, log_std.numpy(), rtol=1e-5, atol=1e-6)
-    greedy = sac.greedy_action(learner.params(), obs)
+    greedy = sac.greedy_action(learner.params(), obs, PENDULUM)
     np.testing.assert_allclose(greedy, np.tanh(mean.numpy()) * 2.0, rtol=1e-5, atol=1e-6)
 
 
 def test_params_are_copies_that_later_updates_do_not_change():
-    learner = sac.SacLearner(small_args())
+    learner = sac.SacLearner(small_args(), PENDULUM)
     before = learner.params()
     kept = {k: v.copy() for k, v in before.items()}
     learner.update(fake_batch(np.random.default_rng(1), 8))
@@ -77,18 +121,18 @@ def test_params_are_copies_that_later_updates_do_not_change():
 
 
 def test_policy_acts_at_random_first_then_samples_around_the_mean_within_bounds():
-    learner = sac.SacLearner(small_args())
-    policy = sac.SacPolicy(0, 1, seed=5, random_steps=100)
-    obs = np.zeros((4, sac.OBS_DIM), np.float32)
-    assert policy(obs, 0).shape == (4, sac.ACTION_DIM)  # no weights yet: random
+    learner = sac.SacLearner(small_args(), PENDULUM)
+    policy = sac.SacPolicy(0, 1, seed=5, spaces=PENDULUM, random_steps=100)
+    obs = np.zeros((4, OBS_DIM), np.float32)
+    assert policy(obs, 0).shape == (4, ACTION_DIM)  # no weights yet: random
     policy.set_params(learner.params())
     early, late = policy(obs, 99), policy(obs, 100)
     for actions in (early, late):
-        assert actions.dtype == np.float32 and actions.shape == (4, sac.ACTION_DIM)
-        assert np.all(np.abs(actions) <= sac.ACTION_SCALE)
+        assert actions.dtype == np.float32 and actions.shape == (4, ACTION_DIM)
+        assert np.all(np.abs(actions) <= ACTION_SCALE)
     # all four envs see the same observation: sampled actions differ, greedy ones do not
     assert len(np.unique(late)) == 4
-    assert len(np.unique(sac.greedy_action(learner.params(), obs))) == 1
+    assert len(np.unique(sac.greedy_action(learner.params(), obs, PENDULUM))) == 1
 
 
 # -------------------------------------------------------------------------- learning
@@ -97,22 +141,22 @@ def test_log_prob_is_the_squashed_and_scaled_gaussian_density():
     from torch.distributions import TransformedDistribution as Transformed
 
     torch.manual_seed(0)
-    Actor, _ = sac.build_networks(16)
+    Actor, _ = sac.build_networks(16, PENDULUM)
     actor = Actor()
-    obs = torch.randn(64, sac.OBS_DIM)
+    obs = torch.randn(64, OBS_DIM)
     action, log_prob = actor.sample(obs)
     mean, log_std = actor(obs)
     dist = Transformed(
-        Normal(mean, log_std.exp()), [TanhTransform(), AffineTransform(0.0, sac.ACTION_SCALE)]
+        Normal(mean, log_std.exp()), [TanhTransform(), AffineTransform(0.0, ACTION_SCALE)]
     )
     expected = dist.log_prob(action).sum(-1)
-    away = action.abs().squeeze(1) < 0.95 * sac.ACTION_SCALE  # the 1e-6 guard matters near +-2
+    away = action.abs().squeeze(1) < 0.95 * ACTION_SCALE  # the 1e-6 guard matters near +-2
     assert away.sum() > 32
     torch.testing.assert_close(log_prob[away], expected[away], rtol=1e-3, atol=1e-3)
 
 
 def test_target_networks_move_by_tau_towards_the_online_ones_after_each_update():
-    learner = sac.SacLearner(small_args(tau=0.25))
+    learner = sac.SacLearner(small_args(tau=0.25), PENDULUM)
     online_before = [p.detach().clone() for p in learner.q.parameters()]
     target_before = [p.detach().clone() for p in learner.q_target.parameters()]
     learner.update(fake_batch(np.random.default_rng(2), 8))
@@ -124,7 +168,7 @@ def test_target_networks_move_by_tau_towards_the_online_ones_after_each_update()
 
 
 def test_temperature_falls_while_the_policy_is_more_random_than_the_target_entropy():
-    learner = sac.SacLearner(small_args())
+    learner = sac.SacLearner(small_args(), PENDULUM)
     rng = np.random.default_rng(4)
     for _ in range(5):
         learner.update(fake_batch(rng, 8))
@@ -156,6 +200,16 @@ def test_smoke_run_writes_metrics_summary_and_curve_on_every_backend(
     assert "eval_return" in header.split(",") and rows
     if importlib.util.find_spec("matplotlib") is not None:
         assert (tmp_path / "learning_curve.png").stat().st_size > 0
+
+
+def test_another_task_is_trained_with_its_own_sizes_and_bounds(tmp_path):
+    """MountainCarContinuous-v0: 2 observations, one action in [-1, 1] (Pendulum: 3, [-2, 2])."""
+    flags = "--env-id MountainCarContinuous-v0 --target-return 90 --backend inline --seed 1"
+    flags += " --total-steps 300 --learning-starts 100 --batch-size 16 --hidden 16"
+    flags += f" --eval-every 300 --eval-episodes 1 --no-progress --out {tmp_path}"
+    summary = sac.main(flags.split())
+    assert summary["env_steps"] == 300 and math.isfinite(summary["final_eval_return"])
+    assert summary["env_id"] == "MountainCarContinuous-v0"
 
 
 def test_flags_fill_args_and_unknown_flags_are_refused():

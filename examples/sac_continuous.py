@@ -1,4 +1,5 @@
-"""Soft Actor-Critic on Pendulum-v1, acting and learning through rlreplay's runtime.
+"""Soft Actor-Critic on a continuous-action gymnasium task, acting and learning through
+rlreplay's runtime (Pendulum-v1 unless ``--env-id`` names another, e.g. a MuJoCo task).
 
 One readable file in the CleanRL style: twin Q networks with target copies updated by
 Polyak averaging, a tanh-squashed Gaussian actor, and the entropy temperature tuned
@@ -21,7 +22,11 @@ Who owns what:
 
 Run it::
 
-    python examples/sac_pendulum.py --seed 0 --total-steps 20000 --out runs/sac_pendulum
+    python examples/sac_continuous.py --seed 0 --total-steps 20000 --out runs/sac_continuous
+
+The observation and action sizes and the action bounds are read from the env's spaces
+(a ``Box`` of observations, a bounded ``Box`` of actions), so the same file trains on a
+MuJoCo task (``--env-id Hopper-v5``, with ``gymnasium[mujoco]``).
 
 The default backend is ``threads``: Pendulum's steps are cheap (acting is about 1% of the
 work), and an actor thread beside the learner costs less than a process and the server it
@@ -53,12 +58,68 @@ from rlreplay.errors import InvalidArgumentError
 from rlreplay.runtime import report
 from rlreplay.runtime.flags import check_ranges, parse_flags
 
-ENV_ID = "Pendulum-v1"
-OBS_DIM = 3
-ACTION_DIM = 1
-ACTION_SCALE = 2.0  # Pendulum's torque bound: actions in [-2, 2]
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
-TARGET_RETURN = -200.0
+
+
+@dataclass(frozen=True)
+class Spaces:
+    """What the networks and the policy need to know of an env's spaces."""
+
+    obs_dim: int
+    action_low: np.ndarray
+    """float32 [action_dim]: the action space's lower bounds"""
+    action_high: np.ndarray
+    """float32 [action_dim]: its upper bounds"""
+
+    @property
+    def action_dim(self) -> int:
+        return len(self.action_low)
+
+    @property
+    def action_scale(self) -> np.ndarray:
+        """Half the width of each action's range (tanh's [-1, 1] is scaled by it)."""
+        return (self.action_high - self.action_low) / 2
+
+    @property
+    def action_bias(self) -> np.ndarray:
+        """The middle of each action's range."""
+        return (self.action_high + self.action_low) / 2
+
+    def squash(self, u: np.ndarray) -> np.ndarray:
+        """Actions in the env's bounds for pre-squash values ``u`` [B, action_dim]."""
+        return (np.tanh(u) * self.action_scale + self.action_bias).astype(np.float32)
+
+    @classmethod
+    def of(cls, env_id: str) -> Spaces:
+        """The spaces of ``gymnasium.make(env_id)``.
+
+        Raises:
+            InvalidArgumentError: when the env's observations are not a flat ``Box`` or its
+                actions not a bounded ``Box``.
+        """
+        import gymnasium as gym
+
+        env = gym.make(env_id)
+        try:
+            obs_space, action_space = env.observation_space, env.action_space
+        finally:
+            env.close()
+        if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
+            raise InvalidArgumentError(
+                f"--env-id={env_id!r} has observations {obs_space}; this SAC takes a flat Box "
+                "(wrap the env with gymnasium.wrappers.FlattenObservation)"
+            )
+        bounded = isinstance(action_space, gym.spaces.Box) and action_space.is_bounded()
+        if not bounded or len(action_space.shape) != 1:
+            raise InvalidArgumentError(
+                f"--env-id={env_id!r} has actions {action_space}; this SAC takes a flat Box "
+                "with finite bounds (a discrete-action task needs DQN: dqn_cartpole.py)"
+            )
+        return cls(
+            int(obs_space.shape[0]),
+            action_space.low.astype(np.float32),
+            action_space.high.astype(np.float32),
+        )
 
 
 @dataclass
@@ -67,13 +128,17 @@ class Args:
 
     seed: int = 0
     """seed of the env, the policy's random generator, torch and the replay table"""
+    env_id: str = "Pendulum-v1"
+    """gymnasium id of the task: flat Box observations, bounded Box actions"""
+    target_return: float = -200.0
+    """evaluation return counted as reaching the task (Pendulum-v1's; set it for others)"""
     total_steps: int = 20_000
     """env steps to take, summed over the vector env's envs"""
     backend: str = "threads"
     """runtime backend: threads (the fastest here, Pendulum's steps being cheap), processes
     (the actor's env loop and the learner's torch steps on two cores, not sharing one
     interpreter lock, for costly envs; needs the net extra) or inline"""
-    out: str = "runs/sac_pendulum"
+    out: str = "runs/sac_continuous"
     """folder for metrics.csv, summary.json and learning_curve.png ('' writes nothing)"""
     num_envs: int = 1
     """envs in the actor's vector env (one batched policy call steps them all)"""
@@ -125,18 +190,18 @@ class Args:
 
 
 # ------------------------------------------------------------------ environments
-def make_env(seed: int, num_envs: int = 1) -> Any:
+def make_env(seed: int, env_id: str = "Pendulum-v1", num_envs: int = 1) -> Any:
     """The actor's vector env (the runtime resets it with ``seed``)."""
     import gymnasium as gym
 
-    return gym.make_vec(ENV_ID, num_envs=num_envs, vectorization_mode="sync")
+    return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync")
 
 
-def make_eval_env(seed: int) -> Any:
+def make_eval_env(seed: int, env_id: str = "Pendulum-v1") -> Any:
     """One env for evaluation (:func:`rlreplay.runtime.report.evaluate` seeds its resets)."""
     import gymnasium as gym
 
-    return gym.make(ENV_ID)
+    return gym.make(env_id)
 
 
 # ------------------------------------------------------------------ acting (numpy)
@@ -153,18 +218,22 @@ def actor_forward(params: dict[str, np.ndarray], obs: np.ndarray) -> tuple[np.nd
     return mean, log_std
 
 
-def greedy_action(params: dict[str, np.ndarray], obs: np.ndarray) -> np.ndarray:
+def greedy_action(params: dict[str, np.ndarray], obs: np.ndarray, spaces: Spaces) -> np.ndarray:
     """The deterministic action (squashed mean) for ``obs`` [B, obs_dim]."""
     mean, _ = actor_forward(params, np.asarray(obs, dtype=np.float32))
-    return (np.tanh(mean) * ACTION_SCALE).astype(np.float32)
+    return spaces.squash(mean)
 
 
-def mean_action_return(params: dict[str, np.ndarray], episodes: int) -> float:
+def mean_action_return(
+    params: dict[str, np.ndarray], episodes: int, env_id: str, spaces: Spaces
+) -> float:
     """Mean return of the deterministic (mean) action of ``params`` over ``episodes``
-    episodes (run in the evaluator's process, see
+    episodes of ``env_id`` (run in the evaluator's process, see
     :class:`rlreplay.runtime.report.Evaluations`)."""
     return report.evaluate(
-        make_eval_env, lambda obs: greedy_action(params, obs[None])[0], episodes=episodes
+        functools.partial(make_eval_env, env_id=env_id),
+        lambda obs: greedy_action(params, obs[None], spaces)[0],
+        episodes=episodes,
     )
 
 
@@ -172,17 +241,21 @@ class SacPolicy:
     """The actor's policy: squashed Gaussian samples from the newest weights it was given.
 
     Acts uniformly at random for its first ``random_steps`` env steps (and until it has
-    weights), then samples ``tanh(mean + std * noise) * ACTION_SCALE``.
+    weights), then samples ``tanh(mean + std * noise)`` scaled to the action bounds.
 
     Args:
         actor_index: this actor's index (unused: one exploration scheme for all).
         num_actors: actors in the run (unused).
         seed: seeds this policy's random generator.
+        spaces: the env's observation size and action bounds.
         random_steps: env steps of uniform random actions at the start.
     """
 
-    def __init__(self, actor_index: int, num_actors: int, seed: int, random_steps: int = 0):
+    def __init__(
+        self, actor_index: int, num_actors: int, seed: int, spaces: Spaces, random_steps: int = 0
+    ):
         self.rng = np.random.default_rng(seed)
+        self.spaces = spaces
         self.random_steps = random_steps
         self.params: dict[str, np.ndarray] | None = None
 
@@ -192,19 +265,24 @@ class SacPolicy:
 
     def __call__(self, obs: np.ndarray, env_steps: int) -> np.ndarray:
         """Actions [num_envs, action_dim] (float32) for ``obs`` [num_envs, obs_dim]."""
-        n = len(obs)
+        spaces = self.spaces
         if self.params is None or env_steps < self.random_steps:
-            return self.rng.uniform(-ACTION_SCALE, ACTION_SCALE, (n, ACTION_DIM)).astype(np.float32)
+            shape = (len(obs), spaces.action_dim)
+            return self.rng.uniform(spaces.action_low, spaces.action_high, shape).astype(np.float32)
         mean, log_std = actor_forward(self.params, np.asarray(obs, dtype=np.float32))
         noise = self.rng.standard_normal(mean.shape)
-        return (np.tanh(mean + np.exp(log_std) * noise) * ACTION_SCALE).astype(np.float32)
+        return spaces.squash(mean + np.exp(log_std) * noise)
 
 
 # ------------------------------------------------------------------ learning (torch)
-def build_networks(hidden: int) -> tuple[Any, Any]:
+def build_networks(hidden: int, spaces: Spaces) -> tuple[Any, Any]:
     """The actor and twin-Q module classes (torch is imported here, in the learner only)."""
     import torch
     from torch import nn
+
+    obs_dim, action_dim = spaces.obs_dim, spaces.action_dim
+    scale = torch.from_numpy(spaces.action_scale)
+    bias = torch.from_numpy(spaces.action_bias)
 
     class Actor(nn.Module):
         """Tanh-squashed Gaussian policy: ``trunk`` -> ``mean``, ``log_std`` heads."""
@@ -212,10 +290,10 @@ def build_networks(hidden: int) -> tuple[Any, Any]:
         def __init__(self) -> None:
             super().__init__()
             self.trunk = nn.Sequential(
-                nn.Linear(OBS_DIM, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU()
+                nn.Linear(obs_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU()
             )
-            self.mean = nn.Linear(hidden, ACTION_DIM)
-            self.log_std = nn.Linear(hidden, ACTION_DIM)
+            self.mean = nn.Linear(hidden, action_dim)
+            self.log_std = nn.Linear(hidden, action_dim)
 
         def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             h = self.trunk(obs)
@@ -230,8 +308,8 @@ def build_networks(hidden: int) -> tuple[Any, Any]:
             u = mean + std * torch.randn_like(mean)
             y = torch.tanh(u)
             log_prob = -0.5 * ((u - mean) / std) ** 2 - log_std - 0.5 * math.log(2 * math.pi)
-            log_prob = log_prob - torch.log(ACTION_SCALE * (1.0 - y.pow(2)) + 1e-6)
-            return y * ACTION_SCALE, log_prob.sum(-1)
+            log_prob = log_prob - torch.log(scale * (1.0 - y.pow(2)) + 1e-6)
+            return y * scale + bias, log_prob.sum(-1)
 
     class TwinQ(nn.Module):
         """Two independent Q networks ``Q(obs, action)``; the target uses their minimum."""
@@ -241,7 +319,7 @@ def build_networks(hidden: int) -> tuple[Any, Any]:
 
             def q() -> nn.Module:
                 return nn.Sequential(
-                    nn.Linear(OBS_DIM + ACTION_DIM, hidden),
+                    nn.Linear(obs_dim + action_dim, hidden),
                     nn.ReLU(),
                     nn.Linear(hidden, hidden),
                     nn.ReLU(),
@@ -262,17 +340,18 @@ class SacLearner:
 
     Args:
         args: the run's hyperparameters.
+        spaces: the env's observation size and action bounds.
 
     The learner also times itself: ``update_s`` (seconds inside :meth:`update`),
     ``updates`` and ``outside_s`` (seconds between consecutive updates, spent by the
     runtime getting the next batch and publishing weights).
     """
 
-    def __init__(self, args: Args):
+    def __init__(self, args: Args, spaces: Spaces):
         import torch
 
         torch.manual_seed(args.seed)
-        Actor, TwinQ = build_networks(args.hidden)
+        Actor, TwinQ = build_networks(args.hidden, spaces)
         self.torch = torch
         self.args = args
         self.actor = Actor()
@@ -282,7 +361,7 @@ class SacLearner:
         self.q_target.requires_grad_(False)
         self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=args.policy_lr, fused=True)
         self.q_opt = torch.optim.Adam(self.q.parameters(), lr=args.q_lr, fused=True)
-        self.target_entropy = -float(ACTION_DIM)
+        self.target_entropy = -float(spaces.action_dim)
         self.log_alpha = torch.zeros(1, requires_grad=True)
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=args.alpha_lr, fused=True)
         self._online = list(self.q.parameters())
@@ -347,7 +426,7 @@ def parse_args(argv: list[str] | None = None) -> Args:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Train SAC on Pendulum-v1 and return the run's summary (also written to ``--out``).
+    """Train SAC on ``--env-id`` and return the run's summary (also written to ``--out``).
 
     Raises:
         SystemExit: for an unknown flag (argparse).
@@ -365,9 +444,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "or choose --backend threads"
         )
     torch.set_num_threads(1)
+    spaces = Spaces.of(args.env_id)
     sig = rlreplay.NStepTransitionAdder.signature(
-        obs=((OBS_DIM,), "float32"),
-        action=((ACTION_DIM,), "float32"),
+        obs=((spaces.obs_dim,), "float32"),
+        action=((spaces.action_dim,), "float32"),
         extras={"policy_version": "int64"},
     )
     replay = rt.ReplaySpec(
@@ -389,23 +469,28 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         stats_every_steps=args.eval_every,  # evaluations at the same steps anywhere
         out_dir=args.out or None,
     )
-    learner = SacLearner(args)
-    mean_action = functools.partial(mean_action_return, episodes=args.eval_episodes)
+    learner = SacLearner(args, spaces)
+    mean_action = functools.partial(
+        mean_action_return, episodes=args.eval_episodes, env_id=args.env_id, spaces=spaces
+    )
     with report.Evaluations(mean_action, args.eval_every) as evaluations:
         result = rt.run(
             config,
-            make_env=functools.partial(make_env, num_envs=args.num_envs),
-            make_policy=functools.partial(SacPolicy, random_steps=args.learning_starts),
+            make_env=functools.partial(make_env, env_id=args.env_id, num_envs=args.num_envs),
+            make_policy=functools.partial(
+                SacPolicy, spaces=spaces, random_steps=args.learning_starts
+            ),
             learner=learner,
             replay=replay,
             total_env_steps=args.total_steps,
             on_stats=evaluations,
         )
-    summary = report.summarize(result.rows, TARGET_RETURN, config.ratio)
+    summary = report.summarize(result.rows, args.target_return, config.ratio)
     run_summary = result.summary
     wall = run_summary.get("wall_s") or 0.0
     busy = learner.update_s + learner.outside_s
     summary.update(
+        env_id=args.env_id,
         backend=args.backend,
         seed=args.seed,
         updates=run_summary["updates"],
@@ -414,7 +499,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         learner_outside_update_frac=learner.outside_s / busy if busy > 0 else None,
     )
     if args.out:
-        title = f"SAC on {ENV_ID} (seed {args.seed}, {args.backend})"
+        title = f"SAC on {args.env_id} (seed {args.seed}, {args.backend})"
         report.write_outputs(args.out, result.rows, summary, title=title)
     return summary
 
