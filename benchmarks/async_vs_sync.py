@@ -2,7 +2,7 @@
 
 Run from the repository root (one command; every run is its own process)::
 
-    python -m benchmarks.async_vs_sync [--workloads dqn,sac,sac-costly]
+    python -m benchmarks.async_vs_sync [--workloads dqn,sac,sac-costly,sac-costly-native]
         [--backends inline,threads,processes] [--seeds 5] [--steps-scale 1.0]
         [--sweep 0.25,1,4,16] [--sweep-seeds 3] [--sweep-steps 5000]
 
@@ -12,7 +12,9 @@ Workloads (the examples' own files, flags and evaluations, as a user runs them):
 - ``sac``: ``examples/sac_continuous.py``, Pendulum-v1, 20k env steps;
 - ``sac-costly``: the same SAC on Pendulum-v1 whose every step first spends
   ``--step-cost-ms`` of CPU time in Python (:mod:`benchmarks.costly_env`: an environment
-  made slower by design, so acting costs about as much as learning), 10k env steps.
+  made slower by design, so acting costs about as much as learning), 10k env steps;
+- ``sac-costly-native``: the same, the step's time spent instead inside MuJoCo's
+  ``mj_step`` (a simulator in C, which releases the interpreter lock as MuJoCo does).
 
 For each workload the same seeds run on every backend, alternating (seed 1 on each backend,
 then seed 2, ...), at the same ratio of updates to env steps, held by the table's limiter.
@@ -445,7 +447,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--steps-scale", type=float, default=1.0,
                         help="multiply every workload's env steps (0.2: a short check)")
     parser.add_argument("--step-cost-ms", type=float, default=3.0,
-                        help="CPU time each step of sac-costly spends before stepping")
+                        help="CPU time each step of sac-costly(-native) spends before stepping")
     parser.add_argument("--sweep", default="", help="updates per env step, e.g. 0.25,1,4,16")
     parser.add_argument("--sweep-seeds", type=int, default=3)
     parser.add_argument("--sweep-steps", type=int, default=5_000)

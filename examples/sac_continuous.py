@@ -30,9 +30,11 @@ MuJoCo task (``--env-id Hopper-v5``, with ``gymnasium[mujoco]``).
 
 The default backend is ``threads``: Pendulum's steps are cheap (acting is about 1% of the
 work), and an actor thread beside the learner costs less than a process and the server it
-writes through (measured in ``docs/async_vs_sync.md``). Where the env's steps cost as much
-as the learner's, ``--backend processes`` runs the actor in its own process, on another
-core; ``--backend inline`` alternates them in one thread (exactly reproducible).
+writes through (measured in ``docs/async_vs_sync.md``). It stays the fastest where the
+env's steps cost as much as the learner's in C code that releases the interpreter lock (a
+simulator such as MuJoCo: 1.58x ``inline`` there). Where they cost as much in Python,
+which holds the lock, ``--backend processes`` runs the actor in its own process, on
+another core; ``--backend inline`` alternates them in one thread (exactly reproducible).
 
 The summary adds to the common keys (see :mod:`rlreplay.runtime.report`) how the learner
 spent its time: ``update_ms_mean`` (one gradient step), ``learner_wait_frac`` (the
@@ -135,9 +137,10 @@ class Args:
     total_steps: int = 20_000
     """env steps to take, summed over the vector env's envs"""
     backend: str = "threads"
-    """runtime backend: threads (the fastest here, Pendulum's steps being cheap), processes
-    (the actor's env loop and the learner's torch steps on two cores, not sharing one
-    interpreter lock, for costly envs; needs the net extra) or inline"""
+    """runtime backend: threads (the fastest here, for cheap envs and for costly ones in C
+    that release the interpreter lock), processes (the actor's env loop and the learner's
+    torch steps on two cores, not sharing one interpreter lock, for envs costly in Python;
+    needs the net extra) or inline"""
     out: str = "runs/sac_continuous"
     """folder for metrics.csv, summary.json and learning_curve.png ('' writes nothing)"""
     num_envs: int = 1
