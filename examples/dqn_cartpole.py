@@ -14,8 +14,15 @@ run ended at 337.7, another at 452): each copy moves every bootstrap target at o
 the learning rate is still high. The averaged target moves them a little after every
 update, the learning rate decays linearly to 0 so the final weights are the ones the run
 settled on, and each evaluation is the mean of 20 greedy episodes (with 10, one early
-failure moves the mean by 50). ``python -m benchmarks.learning --agents dqn`` judges the
-final evaluation of 10 seeds other than this file's.
+failure moves the mean by 50). With that, about one seed in twenty still ended low, its
+greedy policy holding the pole up while the cart drifted off the track (every one of 20
+greedy episodes of seed 106 ended at x = -2.4 after about 130 steps): once the policy
+balances, exploring with epsilon 0.04 fills the table with states on its own path, and
+the Q values of a slow drift towards the edge are learned from few transitions. Exploring
+with 0.1 to the end keeps such states in the table; over seeds 100-109 and 200-209 (inline,
+exactly reproducible) every run ended at 488 or more, where 0.04 ended seed 106 at 132.
+``python -m benchmarks.learning --agents dqn`` judges the final evaluation of 10 seeds
+other than this file's.
 
 Who owns what:
 
@@ -104,8 +111,8 @@ class Args:
     """gradients are clipped to this global norm"""
     eps_start: float = 1.0
     """exploration epsilon at the first env step"""
-    eps_end: float = 0.04
-    """exploration epsilon after eps_decay_steps"""
+    eps_end: float = 0.1
+    """exploration epsilon after eps_decay_steps (0.1: see the module's docstring)"""
     eps_decay_steps: int = 8_000
     """env steps over which epsilon decays linearly"""
     priority_exponent: float = 0.6
