@@ -283,7 +283,7 @@ class ObservationRing:
         """Put the side store's final observations into gathered ``next_obs`` of the
         transitions ``flat`` (``position * n_envs + env``)."""
         at = self.final_at.reshape(-1).take(flat)
-        which = np.flatnonzero(at)
+        which = at.nonzero()[0]
         if len(which) == 0:
             return
         slots = at.take(which) - 1
