@@ -107,7 +107,10 @@ def test_actor_processes_that_cannot_load_main_say_why():
 
 CTRL_C = textwrap.dedent(
     """
-    import sys
+    import signal, sys
+    # Ctrl-C as a terminal delivers it to a program in the foreground, also where the suite
+    # itself runs as a background job (which starts with SIGINT ignored, inherited here).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.path.insert(0, {tests!r})
     import parts, rlreplay.runtime as rt
     config = rt.RuntimeConfig(backend={backend!r}, num_actors=2, updates_per_env_step=0.25,
