@@ -30,9 +30,9 @@ MuJoCo task (``--env-id Hopper-v5``, with ``gymnasium[mujoco]``).
 
 The default backend is ``threads``: Pendulum's steps are cheap (acting is about 1% of the
 work), and an actor thread beside the learner costs less than a process and the server it
-writes through (measured in ``docs/async_vs_sync.md``). It stays the fastest where the
-env's steps cost as much as the learner's in C code that releases the interpreter lock (a
-simulator such as MuJoCo: 1.58x ``inline`` there). Where they cost as much in Python,
+writes through (measured in ``docs/async_vs_sync.md``). It is as fast as a process where
+the env's steps cost as much as the learner's in C code that releases the interpreter lock
+(a simulator such as MuJoCo: both 1.58x ``inline`` there). Where they cost as much in Python,
 which holds the lock, ``--backend processes`` runs the actor in its own process, on
 another core; ``--backend inline`` alternates them in one thread (exactly reproducible).
 
@@ -63,7 +63,7 @@ from rlreplay.runtime.flags import check_ranges, parse_flags
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Spaces:
     """What the networks and the policy need to know of an env's spaces."""
 
@@ -72,6 +72,11 @@ class Spaces:
     """float32 [action_dim]: the action space's lower bounds"""
     action_high: np.ndarray
     """float32 [action_dim]: its upper bounds"""
+
+    def __post_init__(self) -> None:  # float32, as the networks' weights and the table's
+        for name in ("action_low", "action_high"):
+            value = np.asarray(getattr(self, name), dtype=np.float32).reshape(-1)
+            object.__setattr__(self, name, value)
 
     @property
     def action_dim(self) -> int:
@@ -88,8 +93,10 @@ class Spaces:
         return (self.action_high + self.action_low) / 2
 
     def squash(self, u: np.ndarray) -> np.ndarray:
-        """Actions in the env's bounds for pre-squash values ``u`` [B, action_dim]."""
-        return (np.tanh(u) * self.action_scale + self.action_bias).astype(np.float32)
+        """Actions in the env's bounds for pre-squash values ``u`` [B, action_dim] (clipped:
+        float32 rounding of scale and bias may land one ulp outside)."""
+        actions = np.tanh(u) * self.action_scale + self.action_bias
+        return np.clip(actions, self.action_low, self.action_high).astype(np.float32)
 
     @classmethod
     def of(cls, env_id: str) -> Spaces:
@@ -137,10 +144,10 @@ class Args:
     total_steps: int = 20_000
     """env steps to take, summed over the vector env's envs"""
     backend: str = "threads"
-    """runtime backend: threads (the fastest here, for cheap envs and for costly ones in C
-    that release the interpreter lock), processes (the actor's env loop and the learner's
-    torch steps on two cores, not sharing one interpreter lock, for envs costly in Python;
-    needs the net extra) or inline"""
+    """runtime backend: threads (the fastest here for cheap envs, as fast as processes for
+    costly ones in C that release the interpreter lock), processes (the actor's env loop
+    and the learner's torch steps on two cores, not sharing one interpreter lock, for envs
+    costly in Python; needs the net extra) or inline"""
     out: str = "runs/sac_continuous"
     """folder for metrics.csv, summary.json and learning_curve.png ('' writes nothing)"""
     num_envs: int = 1

@@ -80,7 +80,8 @@ def test_an_env_this_sac_cannot_train_is_refused_by_name(env_id, named):
 
 
 def test_asymmetric_bounds_are_kept_by_random_sampled_and_greedy_actions():
-    spaces = sac.Spaces(3, np.array([0.0, -1.0], np.float32), np.array([4.0, 3.0], np.float32))
+    spaces = sac.Spaces(3, np.array([0.0, -1.0]), np.array([4.0, 3.0]))  # float64 given
+    assert spaces.action_low.dtype == np.float32
     learner = sac.SacLearner(small_args(), spaces)
     policy = sac.SacPolicy(0, 1, seed=6, spaces=spaces, random_steps=10)
     obs = np.random.default_rng(7).standard_normal((64, 3)).astype(np.float32) * 10
@@ -90,9 +91,15 @@ def test_asymmetric_bounds_are_kept_by_random_sampled_and_greedy_actions():
     for actions in (random_actions, policy(obs, 10), greedy):
         assert actions.shape == (64, 2)
         assert np.all(actions >= spaces.action_low) and np.all(actions <= spaces.action_high)
+    # the numpy greedy action is the torch actor's mean squashed to the bounds
+    with torch.no_grad():
+        mean, _ = learner.actor(torch.from_numpy(obs))
+    expected = np.tanh(mean.numpy()) * [2.0, 2.0] + [2.0, 1.0]
+    np.testing.assert_allclose(greedy, expected, rtol=1e-5, atol=1e-5)
     # the learner's actions too: tanh scaled to [0, 4] and [-1, 3]
     Actor, _ = sac.build_networks(16, spaces)
     action, _ = Actor().sample(torch.from_numpy(obs))
+    assert action.dtype == torch.float32
     assert torch.all(action >= torch.tensor([0.0, -1.0]))
     assert torch.all(action <= torch.tensor([4.0, 3.0]))
     assert action[:, 0].mean() > 1.0  # centred on 2, not on 0
