@@ -124,11 +124,7 @@ class Spaces:
                 f"--env-id={env_id!r} has actions {action_space}; this SAC takes a flat Box "
                 "with finite bounds (a discrete-action task needs DQN: dqn_cartpole.py)"
             )
-        return cls(
-            int(obs_space.shape[0]),
-            action_space.low.astype(np.float32),
-            action_space.high.astype(np.float32),
-        )
+        return cls(int(obs_space.shape[0]), action_space.low, action_space.high)
 
 
 @dataclass

@@ -38,8 +38,8 @@ SUMMARY_KEYS = {
 }
 
 
-PENDULUM = sac.Spaces(3, np.array([-2.0], np.float32), np.array([2.0], np.float32))
-OBS_DIM, ACTION_DIM, ACTION_SCALE = 3, 1, 2.0
+PENDULUM = sac.Spaces(3, np.array([-2.0]), np.array([2.0]))
+OBS_DIM, ACTION_DIM, ACTION_SCALE = PENDULUM.obs_dim, PENDULUM.action_dim, 2.0
 
 
 def small_args(**overrides) -> sac.Args:
