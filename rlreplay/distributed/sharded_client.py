@@ -25,6 +25,7 @@ from rlreplay.distributed.shard_deadline import Deadline
 from rlreplay.distributed.shard_health import ShardHealth
 from rlreplay.distributed.shard_inserts import InsertRouter
 from rlreplay.distributed.shard_keys import ShardKeys
+from rlreplay.distributed.sharded_iterator import ShardedSampleIterator
 from rlreplay.distributed.sharded_sampling import ShardedSampler, check_batch_size
 from rlreplay.distributed.sharded_table import ShardedTable, ShardWriter
 from rlreplay.errors import InvalidArgumentError, describe
@@ -328,8 +329,6 @@ class ShardedClient:
 
     def sample_iterator(self, table: str, batch_size: int, **kwargs: Any):
         """A :class:`~rlreplay.distributed.ShardedSampleIterator` over ``table``."""
-        from rlreplay.distributed.sharded_iterator import ShardedSampleIterator
-
         return ShardedSampleIterator(self, table, batch_size, **kwargs)
 
     # ------------------------------------------------------- keys to shards

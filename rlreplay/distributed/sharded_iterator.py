@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from rlreplay.core.sample import Sample, SampleInfo
 from rlreplay.core.table_checks import check_timeout
-from rlreplay.distributed.sharded_sampling import Round
+from rlreplay.distributed.shard_deadline import Deadline
+from rlreplay.distributed.shard_keys import ShardKeys
+from rlreplay.distributed.sharded_sampling import Round, ShardedSampler
 from rlreplay.errors import (
     InvalidArgumentError,
     ReplayTimeoutError,
@@ -19,8 +21,21 @@ from rlreplay.errors import (
 from rlreplay.iterators import batch_output
 from rlreplay.net.wire.payloads import checked_update
 
-if TYPE_CHECKING:
-    from rlreplay.distributed.sharded_client import ShardedClient
+
+class ShardedCalls(Protocol):
+    """What a sharded sample iterator needs of its client (a :class:`~rlreplay.ShardedClient`)."""
+
+    keys: ShardKeys
+
+    def deadline(self, timeout: Any) -> Deadline: ...
+
+    def check_batch(self, table: str, batch_size: Any, deadline: Deadline | None = None) -> int: ...
+
+    def sampler(self, table: str) -> ShardedSampler: ...
+
+    def update_priorities(
+        self, table: str, keys: Any, priorities: Any, *, wait: bool = True
+    ) -> int | None: ...
 
 
 class ShardedSampleIterator:
@@ -64,7 +79,7 @@ class ShardedSampleIterator:
     """
 
     def __init__(
-        self, client: ShardedClient, table: str, batch_size: int, *, in_flight: int = 2,
+        self, client: ShardedCalls, table: str, batch_size: int, *, in_flight: int = 2,
         timeout: float | None = None, batches_per_request: int = 1,
         output: str = "numpy", device: Any = None, pin_memory: bool = False,
     ):

@@ -27,12 +27,13 @@ from rlreplay.runtime.environment_loop import ActorRecipe
 from rlreplay.runtime.interfaces import (
     ActorGroup,
     LearnerLogic,
+    OnStats,
     ReplayTable,
     RunResult,
     WeightsPublisher,
 )
 from rlreplay.runtime.learner import Learner
-from rlreplay.runtime.reporter import OnStats, Reporter
+from rlreplay.runtime.reporter import Reporter
 
 CHECK_S = 0.05  # how often the driver checks the parts
 

@@ -22,9 +22,9 @@ from rlreplay.errors import ComponentFailedError, DeadlockError
 from rlreplay.runtime.actor import NUM_COUNTERS
 from rlreplay.runtime.config import ReplaySpec, RuntimeConfig, build_table
 from rlreplay.runtime.environment_loop import ActorRecipe, EnvironmentLoop
-from rlreplay.runtime.interfaces import LearnerLogic, RunResult
+from rlreplay.runtime.interfaces import LearnerLogic, OnStats, RunResult
 from rlreplay.runtime.learner import Learner
-from rlreplay.runtime.reporter import OnStats, Reporter
+from rlreplay.runtime.reporter import Reporter
 from rlreplay.runtime.weights import Weights
 
 

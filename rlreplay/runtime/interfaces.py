@@ -16,6 +16,7 @@ A run is a few parts with short interfaces, each implemented more than once:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -25,9 +26,11 @@ if TYPE_CHECKING:
     from rlreplay.core.sample import Sample
     from rlreplay.core.table_info import TableInfo
     from rlreplay.runtime.config import ReplaySpec, RuntimeConfig
-    from rlreplay.runtime.environment_loop import ActorRecipe
-    from rlreplay.runtime.reporter import OnStats
     from rlreplay.runtime.weights import WeightsSnapshot
+
+OnStats = Callable[[dict, Any], "dict | None"]
+"""The user's hook: called with each statistics row and the newest weights, it returns
+more columns for the row (or ``None``)."""
 
 
 class ReplayTable(Protocol):
@@ -144,13 +147,27 @@ class RunResult:
     table: Any
 
 
+class ActorFactory(Protocol):
+    """What a backend builds actors from (:class:`~rlreplay.runtime.environment_loop.
+    ActorRecipe`): the run's config, each actor's quota of env steps, and the build."""
+
+    config: RuntimeConfig
+    quota: int
+
+    def build(
+        self, index: int, writer: Any, weights: WeightsSource, counters: np.ndarray, stop: Any,
+        waits_for_room: bool = True,
+    ) -> Any:
+        """The environment loop of actor ``index``, writing through ``writer``."""
+
+
 class Backend(Protocol):
     """Places the parts (table, weights, actors, learner) and runs them to the end."""
 
     def run(
         self,
         config: RuntimeConfig,
-        recipe: ActorRecipe,
+        recipe: ActorFactory,
         replay: ReplaySpec,
         logic: LearnerLogic,
         total_env_steps: int,

@@ -10,9 +10,8 @@ import numpy as np
 
 from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.runtime.actor import ENV_STEPS
+from rlreplay.runtime.interfaces import OnStats
 from rlreplay.runtime.stats import StatsRecorder, StatsSinks
-
-OnStats = Callable[[dict, Any], "dict | None"]
 
 
 class Reporter:

@@ -16,9 +16,8 @@ from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.runtime.backends import backend_named
 from rlreplay.runtime.config import ReplaySpec, RuntimeConfig
 from rlreplay.runtime.environment_loop import ActorRecipe, actor_quota
-from rlreplay.runtime.interfaces import LearnerLogic, RunResult
+from rlreplay.runtime.interfaces import LearnerLogic, OnStats, RunResult
 from rlreplay.runtime.learner import check_logic
-from rlreplay.runtime.reporter import OnStats
 
 __all__ = ["RunResult", "run"]
 
