@@ -23,8 +23,9 @@ with 0.1 to the end keeps such states in the table (0.04 ended seed 106 at 132).
 run in ten still falls back after reaching 500, on either backend: on seeds 300-319,
 which chose nothing here, inline and threads each ended 18 of 20 at the target, failing
 on different seeds. Uniform replay, batches of 128 (with a learning rate of 1e-3 or
-not) and epsilon 0.2 each failed one of 6 to 9 screened seeds as well, and a running
-average of the weights did not rescue a failed run (docs/learning.md).
+not), epsilon 0.2 and 64 hidden units each failed one of 6 to 9 screened seeds as well,
+1-step returns two of 8, and a running average of the weights did not rescue a failed
+run (docs/learning.md).
 ``python -m benchmarks.learning --agents dqn`` judges the final evaluation of 10 seeds
 other than this file's.
 
