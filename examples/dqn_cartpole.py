@@ -19,13 +19,23 @@ greedy policy holding the pole up while the cart drifted off the track (every on
 greedy episodes of seed 106 ended at x = -2.4 after about 130 steps): once the policy
 balances, exploring with epsilon 0.04 fills the table with states on its own path, and
 the Q values of a slow drift towards the edge are learned from few transitions. Exploring
-with 0.1 to the end keeps such states in the table (0.04 ended seed 106 at 132). About one
-run in ten still falls back after reaching 500, on either backend: on seeds 300-319,
-which chose nothing here, inline and threads each ended 18 of 20 at the target, failing
-on different seeds. Uniform replay, batches of 128 (with a learning rate of 1e-3 or
-not), epsilon 0.2 and 64 hidden units each failed one of 6 to 9 screened seeds as well,
-1-step returns two of 8, and a running average of the weights did not rescue a failed
-run (docs/learning.md).
+with 0.1 to the end keeps such states in the table (0.04 ended seed 106 at 132).
+
+With 3-step returns about one run in ten still fell back after reaching 500, on either
+backend, and stayed down for thousands of steps: seed 313's training returns sat near 130
+for 10k env steps, every episode ending with the cart off the track, before it recovered.
+The Q network must learn there that a slow drift ends the episode 100 or more steps later,
+and each n-step target carries that news back n steps per turn of the target network,
+which follows the Q network with a time constant of 1 / ``target_tau`` = 200 updates.
+10-step returns carry it back more than three times as fast. On seeds 300-319, 3-step
+returns ended 2 runs of 20 below 475 on each backend; 10-step returns ended all 25 of
+seeds 300-324 at 500 (``inline``) and all 20 of seeds 400-419 at 496 or more
+(``threads``), where 5-step returns ended 25 of 25 and 18 of 20; on seeds 500-519, which
+chose nothing, ``inline`` ended all 20 at 500 and ``threads`` 18 (two runs never reached
+the target, on seeds where ``inline`` did). A faster target network
+(``target_tau`` 0.02, 3-step returns) ended 3 of 24 low; uniform replay, larger batches,
+a lower learning rate, more exploration and a smaller network each failed one of 6 to 9
+(docs/learning.md).
 ``python -m benchmarks.learning --agents dqn`` judges the final evaluation of 10 seeds
 other than this file's.
 
@@ -99,8 +109,9 @@ class Args:
     """gradient steps per env step, held by the table's rate limiter"""
     learning_starts: int = 1_000
     """transitions the table must hold before the first gradient step"""
-    n_step: int = 3
-    """steps summed into each transition's return before bootstrapping"""
+    n_step: int = 10
+    """steps summed into each transition's return before bootstrapping (10: see the
+    module's docstring)"""
     gamma: float = 0.99
     """discount"""
     lr: float = 2.3e-3
