@@ -23,7 +23,7 @@ from typing import Any
 import zmq
 
 from rlreplay.errors import ServerUnavailableError
-from rlreplay.net.client.transport import CALL
+from rlreplay.net.client.transport import CALL, REPLY_GRACE_S
 
 
 class Deadline:
@@ -36,9 +36,13 @@ class Deadline:
 
     Attributes:
         timeout: as given (sent to the shards whose rate limiters may block the call).
-        until: ``time.monotonic()`` at which waits for rate limiters end (``timeout``
-            plus the reply grace, or ``call_timeout`` for ``CALL``); None: no limit (a
-            wait lasts while the shard answers pings).
+        until: ``time.monotonic()`` at which waits for replies end (``timeout`` plus
+            the reply grace, or ``call_timeout`` for ``CALL``); None: no limit (a wait
+            lasts while the shard answers pings).
+        waits_end: when waiting for the shards' rate limiters ends: ``timeout`` from the
+            call's start (``until`` for ``CALL``; None with ``until``). The client's own
+            polling stops there, so the requests then in flight keep the reply grace: a
+            shard that answers within it is never taken for one that is down.
         bound: when the parts that never block (handshakes, descriptions, state probes,
             routed updates) give up: ``until``, or ``call_timeout`` from the call's start
             when ``until`` is None.
@@ -48,6 +52,8 @@ class Deadline:
         self.timeout = timeout
         self.call_timeout: float = transport.call_timeout
         self.until: float | None = transport.until(timeout)
+        grace = 0.0 if timeout is CALL else REPLY_GRACE_S
+        self.waits_end: float | None = None if self.until is None else self.until - grace
         self.bound: float = transport.until(CALL) if self.until is None else self.until
 
     def greeting(self) -> float:

@@ -142,7 +142,7 @@ class ShardedSampler:
         round's part back for the whole timeout); else over those with some credit;
         else over all (the batch waits, as one table's would)."""
         pause = _POLL_S[0]
-        until = deadline.until
+        until = deadline.waits_end  # the probes in flight then keep the reply grace
         while True:
             live = self.health.live()
             unknown = [s for s in live if s not in self._known]

@@ -96,3 +96,22 @@ def test_skip_policy_first_call_goes_on_over_the_live_shard_within_its_timeout(
     assert took < LIMIT_S and set(batch.data["x"].tolist()) <= set(range(10))
     assert client.health.is_down(1)
     client.close()
+
+
+def test_a_sample_on_empty_live_shards_times_out_at_its_timeout_not_after_the_grace():
+    """The client polls empty shards until the call's own timeout, then raises the rate
+    limiter's timeout; the reply grace after it is left to the replies in flight (polling
+    into it left the last state probe a few milliseconds, and a loaded shard that
+    answered within the grace was taken for one that is down)."""
+    from rlreplay.errors import RateLimiterTimeoutError
+    from rlreplay.net.client.transport import REPLY_GRACE_S
+
+    with shards([CONFIG] * 2) as started:
+        client = ShardedClient([a for a, _ in started], **SLOW)
+        try:
+            for timeout in (0.05, 0.2):
+                error, took = timed(lambda t=timeout: client.sample("prio", 4, timeout=t))
+                assert isinstance(error, RateLimiterTimeoutError), error
+                assert took < timeout + REPLY_GRACE_S / 2, (timeout, took)
+        finally:
+            client.close()
