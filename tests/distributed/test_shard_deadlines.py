@@ -11,7 +11,8 @@ import pytest
 from shardprocs import shards, table
 
 from rlreplay.distributed import ShardedClient
-from rlreplay.errors import ShardUnavailableError
+from rlreplay.errors import RateLimiterTimeoutError, ShardUnavailableError
+from rlreplay.net.client.transport import REPLY_GRACE_S
 
 CONFIG = {"table": [table("prio", sampler={"type": "Prioritized", "priority_exponent": 0.6})]}
 # A long call_timeout: a call with a timeout of its own must not wait for it.
@@ -103,9 +104,6 @@ def test_a_sample_on_empty_live_shards_times_out_at_its_timeout_not_after_the_gr
     limiter's timeout; the reply grace after it is left to the replies in flight (polling
     into it left the last state probe a few milliseconds, and a loaded shard that
     answered within the grace was taken for one that is down)."""
-    from rlreplay.errors import RateLimiterTimeoutError
-    from rlreplay.net.client.transport import REPLY_GRACE_S
-
     with shards([CONFIG] * 2) as started:
         client = ShardedClient([a for a, _ in started], **SLOW)
         try:
