@@ -66,6 +66,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.children import reply_from
 from rlreplay.runtime.stop_flag import StopFlag
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -418,7 +419,7 @@ def main() -> None:
     tables = {t.name: t for t in make_tables()}
     for t in tables.values():
         prefill(t)
-    address = out.get(timeout=300)
+    address = reply_from(server, out, 300)
 
     plan = [(k, s) for k in ("write", "write_batch", "sample") for s in SIZES]
     plan += [(SINGLE_CALLS[0], "gym"), (SINGLE_CALLS[1], "100B")]

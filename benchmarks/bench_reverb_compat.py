@@ -35,8 +35,13 @@ import json
 import multiprocessing as mp
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
+
+# Run as a script (by another interpreter, too): the repository root for benchmarks.children.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.children import reply_from
 
 OBS = 8
 TABLE_SIZE = 1 << 15
@@ -228,7 +233,7 @@ def run(impl: str, duration: float) -> dict:
     )
     proc.start()
     try:
-        port = out.get(timeout=300)
+        port = reply_from(proc, out, 300)
         return measure(impl, port, duration)
     finally:
         stop.set()

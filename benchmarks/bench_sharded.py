@@ -47,6 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.children import reply_from
 from rlreplay.runtime.stop_flag import StopFlag
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -171,8 +172,8 @@ def start_processes(n: int) -> tuple[list[str], list[int], list]:
         proc.start()
         started.append((proc, out, stop))
     addresses, pids = [], []
-    for _, out, _ in started:
-        address, pid = out.get(timeout=60)
+    for proc, out, _ in started:
+        address, pid = reply_from(proc, out, 60)
         addresses.append(address)
         pids.append(pid)
     return addresses, pids, started

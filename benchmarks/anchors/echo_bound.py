@@ -22,9 +22,15 @@ import os
 import secrets
 import select
 import socket
+import sys
 import time
+from pathlib import Path
 
+# Run as a script (by another interpreter, too): the repository root for benchmarks.children.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import zmq
+
+from benchmarks.children import reply_from
 
 REQUEST = b"x" * 4200
 REPLY = b"y" * 60
@@ -128,7 +134,7 @@ def main() -> None:
     name = "rlreplay-echo-" + secrets.token_hex(8)
     server = ctx.Process(target=serve, args=(out, name), daemon=True)
     server.start()
-    port = out.get(timeout=60)
+    port = reply_from(server, out, 60)
     try:
         for _ in range(args.rounds):
             for call in (

@@ -25,6 +25,11 @@ import json
 import multiprocessing as mp
 import sys
 import time
+from pathlib import Path
+
+# Run as a script (by another interpreter, too): the repository root for benchmarks.children.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks.children import reply_from
 
 PRIO_ITEMS = 1 << 14  # Reverb inserts ~10k items/s: a 2**20 table would take minutes
 
@@ -99,7 +104,7 @@ def main() -> None:
     proc = ctx.Process(target=serve, args=(out, stop), daemon=True)
     proc.start()
     try:
-        port = out.get(timeout=120)
+        port = reply_from(proc, out, 120)
         result = measure(port, args.duration)
     finally:
         stop.set()

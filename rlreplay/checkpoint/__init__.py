@@ -2,8 +2,8 @@
 
 Save and restore::
 
-    path = table.checkpoint("ckpts", keep=3)        # ckpts/ckpt-00000001/
-    table = Table.restore("ckpts")                  # the newest valid checkpoint there
+    path = rlreplay.checkpoint.save(table, "ckpts", keep=3)   # ckpts/ckpt-00000001/
+    table = rlreplay.checkpoint.restore("ckpts")["replay"]    # the newest valid one there
 
     # several tables over one store (or over several stores)
     rlreplay.checkpoint.save([prioritized, queue], "ckpts", keep=3)

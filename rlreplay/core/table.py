@@ -680,53 +680,6 @@ class Table:
         with self.mutex:
             return TableInfo.of(self)
 
-    # ------------------------------------------------------------ checkpoints
-    def checkpoint(self, path: Any, *, keep: int | None = None, progress: bool = False) -> Any:
-        """Save this table and its store as a new checkpoint under directory ``path``;
-        returns the checkpoint's directory (a ``pathlib.Path``). Other threads keep
-        using the table meanwhile. See :func:`rlreplay.checkpoint.save` (``keep``: how
-        many newest checkpoints to keep; its errors). The one-table spelling of
-        :mod:`rlreplay.checkpoint`, which a table imports only when it is used."""
-        from rlreplay.checkpoint import save
-
-        return save(self, path, keep=keep, progress=progress)
-
-    @classmethod
-    def restore(
-        cls,
-        path: Any,
-        *,
-        name: str | None = None,
-        into: Table | None = None,
-        adapt: bool = False,
-        mmap: bool = False,
-        verify: bool | None = None,
-        progress: bool = False,
-    ) -> Table:
-        """The table saved at ``path`` (a checkpoint, or the newest valid one in a
-        directory of them): built from the checkpoint, or loaded ``into`` a table you
-        built, whose definition is checked against it. ``name`` picks one of several
-        tables. See :func:`rlreplay.checkpoint.restore` for the other arguments.
-
-        Raises:
-            InvalidArgumentError: if the checkpoint holds several tables and ``name`` is
-                not one of them; and as :func:`rlreplay.checkpoint.restore`.
-        """
-        from rlreplay.checkpoint import restore as restore_tables
-
-        options = {"adapt": adapt, "mmap": mmap, "verify": verify, "progress": progress}
-        if into is not None:
-            return restore_tables(path, into, **options)[into.name]
-        tables = restore_tables(path, **options)
-        if name is None and len(tables) == 1:
-            return next(iter(tables.values()))
-        if name not in tables:
-            raise InvalidArgumentError(
-                f"name={describe(name)}: the checkpoint holds tables {sorted(tables)}; "
-                "pass name= one of them (or use rlreplay.checkpoint.restore for all)"
-            )
-        return tables[name]
-
     def index_nbytes(self) -> int:
         """Bytes of item bookkeeping (per-slot state, sampler and remover indexes)."""
         return self.index.nbytes()

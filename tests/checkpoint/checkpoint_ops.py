@@ -22,6 +22,7 @@ from rlreplay import (
     Table,
     TrajectoryWriter,
     Uniform,
+    checkpoint,
 )
 
 SIGNATURE = {"step": "int64", "obs": ((3,), "float32")}
@@ -158,3 +159,9 @@ def _write(t: Table, n: int, memory: dict, keys: list) -> tuple:
             made.append("timed out")
     keys.extend(k for k in made if isinstance(k, int))
     return ("write", t.name, made)
+
+
+def only_table(path, **options) -> Table:
+    """The one table the checkpoint at ``path`` holds, built from it."""
+    (table,) = checkpoint.restore(path, **options).values()
+    return table

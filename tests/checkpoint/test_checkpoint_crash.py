@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from checkpoint_ops import only_table
 
 from rlreplay import Table, checkpoint
 
@@ -22,7 +23,7 @@ CHILD = textwrap.dedent(
     """
     import sys
     import numpy as np
-    from rlreplay import Prioritized, Table
+    from rlreplay import Prioritized, Table, checkpoint
 
     root = sys.argv[1]
     table = Table("t", signature={"step": "int64", "obs": ((512,), "float32")},
@@ -33,7 +34,7 @@ CHILD = textwrap.dedent(
         table.insert({"step": ids, "obs": np.repeat(ids[:, None], 512, 1).astype(np.float32)},
                      np.linspace(0.1, 1.0, 2000))
         first += 2000
-        table.checkpoint(root, keep=2)
+        checkpoint.save(table, root, keep=2)
         print(first, flush=True)
     """
 )
@@ -62,7 +63,7 @@ def test_killing_a_process_mid_save_never_leaves_a_half_checkpoint_to_load(tmp_p
         mid_save += any(p.name.startswith(".tmp-") for p in root.iterdir())
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a damaged checkpoint would be skipped
-            restored = Table.restore(root)
+            restored = only_table(root)
         cols = restored.store.columns
         steps = cols["step"][np.flatnonzero(restored.index.live)]
         assert restored.size == min(restored.store.next_id, 20000) and restored.size
@@ -78,8 +79,8 @@ def test_killing_a_process_mid_save_never_leaves_a_half_checkpoint_to_load(tmp_p
     print(f"{mid_save} of 4 kills hit a save in progress")
     leftovers = [p.name for p in Path(root).iterdir() if p.name.startswith(".tmp-")]
     # A later save removes the temporary directories of dead processes.
-    table = Table.restore(root)
-    table.checkpoint(root, keep=2)
+    table = only_table(root)
+    checkpoint.save(table, root, keep=2)
     assert not [p for p in Path(root).iterdir() if p.name in leftovers]
 
 
@@ -156,7 +157,7 @@ def test_a_save_does_not_delete_the_temporary_directory_of_a_saver_in_another_pi
         assert ready and saver.stdout.readline().strip() == "moment"
         assert [p.name for p in root.iterdir() if f"-{target}-" in p.name]
         table = Table("u", signature={"x": "int64"}, max_size=100, seed=0)
-        table.checkpoint(root)  # prunes what dead processes left
+        checkpoint.save(table, root)  # prunes what dead processes left
         saver.stdin.write("\n")
         saver.stdin.flush()
         ready, _, _ = select.select([saver.stdout], [], [], 60.0)

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from checkpoint_ops import only_table
 
-from rlreplay import CheckpointCorruptError, Prioritized, Table, Uniform
+from rlreplay import CheckpointCorruptError, Prioritized, Table, Uniform, checkpoint
 
 SIG = {"step": "int64", "obs": ((3,), "float32")}
 
@@ -36,7 +37,7 @@ def _tables() -> list[Table]:
 def saved(tmp_path_factory) -> dict[str, Path]:
     """One checkpoint per table kind: table name -> its checkpoint directory."""
     root = tmp_path_factory.mktemp("saved")
-    return {t.name: t.checkpoint(root / t.name) for t in _tables()}
+    return {t.name: checkpoint.save(t, root / t.name) for t in _tables()}
 
 
 def _contents(table: Table) -> list[np.ndarray]:
@@ -108,7 +109,7 @@ def _files_of_kind(directory: Path, kind: str) -> list[Path]:
 def test_every_damaged_array_file_is_a_corrupt_error_naming_it(
     saved, tmp_path, table, kind, damage, read
 ):
-    original = _contents(Table.restore(saved[table]))
+    original = _contents(only_table(saved[table]))
     rng = random.Random(f"{table}{kind}{damage}")
     for source in rng.sample(_files_of_kind(saved[table], kind), 1):
         cases = {n: d for n, d in _damages(source, rng).items() if n.split()[0] == damage}
@@ -117,7 +118,7 @@ def test_every_damaged_array_file_is_a_corrupt_error_naming_it(
             shutil.copytree(saved[table], copy)
             _damage(copy / source.name, how, at, arg)
             try:
-                restored = Table.restore(copy, **READS[read])
+                restored = only_table(copy, **READS[read])
             except CheckpointCorruptError as exc:
                 assert source.name in str(exc), (case, str(exc))
                 continue
@@ -143,14 +144,14 @@ def test_a_manifest_cut_short_is_a_corrupt_error_naming_it(saved, tmp_path, cut)
     where = MANIFEST_CUTS[cut]
     path.write_bytes(data[: int(where * len(data)) if where >= 0 else len(data) - 1])
     with pytest.raises(CheckpointCorruptError, match=r"manifest\.json"):
-        Table.restore(copy)
+        only_table(copy)
 
 
 def test_a_flipped_byte_anywhere_in_the_manifest_is_caught_by_its_checksum(saved, tmp_path):
     """The manifest carries its own crc32: a flip in a number (a size, a step count, a
     priority exponent) is refused, never restored as a different table. Only a flip in
     the checksum entry's own name leaves what restore reads whole."""
-    original = _contents(Table.restore(saved["p"]))
+    original = _contents(only_table(saved["p"]))
     data = (saved["p"] / "manifest.json").read_bytes()
     rng = random.Random(5)
     for at in sorted(rng.sample(range(len(data)), 60)):
@@ -160,7 +161,7 @@ def test_a_flipped_byte_anywhere_in_the_manifest_is_caught_by_its_checksum(saved
         flipped[at] ^= 1 << rng.randrange(8)
         (copy / "manifest.json").write_bytes(bytes(flipped))
         try:
-            restored = Table.restore(copy)
+            restored = only_table(copy)
         except CheckpointCorruptError as exc:
             assert "manifest.json" in str(exc), (at, str(exc))
             continue

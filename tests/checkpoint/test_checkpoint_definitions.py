@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from checkpoint_ops import only_table
 
 from rlreplay import (
     CheckpointMismatchError,
@@ -48,14 +49,14 @@ def saved(tmp_path):
     table.insert(rows(0, 25), np.linspace(0.5, 3.0, 25))
     table.insert(rows(25, 25), np.linspace(1.0, 2.0, 25))  # wrapped
     table.sample(7)
-    return table, table.checkpoint(tmp_path)
+    return table, checkpoint.save(table, tmp_path)
 
 
 def test_restoring_into_a_table_built_alike_continues_exactly(tmp_path):
     table, path = saved(tmp_path)
     fresh = build()
     fresh.insert(rows(500, 3))  # what it held before is replaced
-    assert Table.restore(path, into=fresh) is fresh
+    assert checkpoint.restore(path, fresh) == {fresh.name: fresh}
     a, b = table.sample(16), fresh.sample(16)
     np.testing.assert_array_equal(a.info.keys, b.info.keys)
     np.testing.assert_array_equal(a.data["obs"], b.data["obs"])
@@ -86,11 +87,11 @@ def test_a_different_definition_is_refused_naming_it_and_changes_nothing(tmp_pat
     other.insert({"step": np.arange(4), "obs": np.ones((4, width), np.float32)})
     before = {p: c.copy() for p, c in other.store.columns.items()}
     with pytest.raises(CheckpointMismatchError, match=name.split("_")[0]) as err:
-        Table.restore(path, into=other)
+        checkpoint.restore(path, other)
     assert ("adapt=True takes this" in str(err.value)) == adaptable
     if not adaptable:
         with pytest.raises(CheckpointMismatchError, match="cannot be adapted"):
-            Table.restore(path, into=other, adapt=True)
+            checkpoint.restore(path, other, adapt=True)
     assert other.size == 4 and other.store.next_id == 4
     for p, c in other.store.columns.items():
         np.testing.assert_array_equal(c, before[p])
@@ -100,7 +101,7 @@ def test_a_different_definition_is_refused_naming_it_and_changes_nothing(tmp_pat
 def test_adapt_takes_an_adaptable_difference_keeping_every_item(tmp_path, name):
     table, path = saved(tmp_path)
     other = build(**MISMATCHES[name][0])
-    Table.restore(path, into=other, adapt=True)
+    checkpoint.restore(path, other, adapt=True)
     assert other.size == table.size
     assert other.rate_limiter.inserts == table.rate_limiter.inserts
     assert other.rate_limiter.samples == table.rate_limiter.samples
@@ -125,9 +126,9 @@ def _items(table: Table) -> tuple[np.ndarray, np.ndarray]:
 def test_restore_flags_that_are_not_bools_are_refused_before_anything_changes(tmp_path, flag):
     saved(tmp_path)
     into = build(capacity=80, max_size=60)
-    (name, value), = flag.items()
+    ((name, value),) = flag.items()
     with pytest.raises(InvalidArgumentError, match=f"{name}={value!r} must be True"):
-        Table.restore(tmp_path, into=into, **flag)  # "no" would have counted as true
+        checkpoint.restore(tmp_path, into, **flag)  # "no" would have counted as true
     assert into.size == 0
 
 
@@ -138,8 +139,8 @@ def test_a_larger_capacity_keeps_the_order_and_refuses_keys_from_before(tmp_path
     table_fifo = build(sampler=Fifo())
     table_fifo.insert(rows(0, 25))
     table_fifo.insert(rows(25, 25))
-    path = table_fifo.checkpoint(tmp_path / "fifo")
-    Table.restore(path, into=bigger, adapt=True)
+    path = checkpoint.save(table_fifo, tmp_path / "fifo")
+    checkpoint.restore(path, bigger, adapt=True)
     # FIFO order by step, and the data of each item read from its new row.
     got = bigger.sample(30).data["step"]
     np.testing.assert_array_equal(got, table_fifo.sample(30).data["step"])
@@ -151,9 +152,9 @@ def test_a_larger_capacity_keeps_the_order_and_refuses_keys_from_before(tmp_path
 def test_adapting_to_sizes_that_cannot_hold_what_was_saved_is_refused(tmp_path):
     _, path = saved(tmp_path)
     with pytest.raises(CheckpointMismatchError, match="max_size of at least 30"):
-        Table.restore(path, into=build(max_size=10), adapt=True)
+        checkpoint.restore(path, build(max_size=10), adapt=True)
     with pytest.raises(CheckpointMismatchError, match="capacity of at least 40"):
-        Table.restore(path, into=build(capacity=32, max_size=30), adapt=True)
+        checkpoint.restore(path, build(capacity=32, max_size=30), adapt=True)
 
 
 def test_tables_over_one_store_are_restored_into_tables_over_one_store(tmp_path):
@@ -186,14 +187,14 @@ def test_tables_over_one_store_are_restored_into_tables_over_one_store(tmp_path)
         checkpoint.restore(path, [Table("zzz", signature=SIG, max_size=4)])
 
 
-def test_restore_by_name_picks_one_of_several_tables(tmp_path):
+def test_restore_gives_each_of_several_tables_by_name(tmp_path):
     a = Table("a", signature=SIG, max_size=8, seed=1)
     b = Table("b", signature=SIG, max_size=8, seed=2)
     b.insert(rows(0, 3))
     path = checkpoint.save([a, b], tmp_path)
-    assert Table.restore(path, name="b").size == 3
-    with pytest.raises(InvalidArgumentError, match=r"holds tables \['a', 'b'\]"):
-        Table.restore(path)
+    tables = checkpoint.restore(path)
+    assert sorted(tables) == ["a", "b"]
+    assert (tables["a"].size, tables["b"].size) == (0, 3)
 
 
 def test_a_writer_open_during_a_checkpoint_has_its_items_and_steps_saved(tmp_path):
@@ -207,10 +208,10 @@ def test_a_writer_open_during_a_checkpoint_has_its_items_and_steps_saved(tmp_pat
             writer.append({"step": np.int64(i), "obs": np.full(3, i, np.float32)})
             if i:
                 writer.create_item(table, start=-2)
-        path = table.checkpoint(tmp_path)
+        path = checkpoint.save(table, tmp_path)
         writer.append({"step": np.int64(5), "obs": np.full(3, 5, np.float32)})
         writer.create_item(table, start=-2)  # the open writer goes on after the save
-    restored = Table.restore(path)
+    restored = only_table(path)
     assert restored.size == 4 and restored.store.next_id == 5
     data = restored.sample(16).data
     np.testing.assert_array_equal(data["next_obs"][:, 0], data["step"] + 1)
@@ -228,7 +229,7 @@ def test_a_closed_table_is_not_restored_into(tmp_path):
     closed = build()
     closed.close()
     with pytest.raises(ClosedError, match="closed"):
-        Table.restore(path, into=closed)
+        checkpoint.restore(path, closed)
 
 
 def test_a_store_of_several_lanes_round_trips(tmp_path):
@@ -236,7 +237,7 @@ def test_a_store_of_several_lanes_round_trips(tmp_path):
     table = Table("lanes", store=store, max_size=20, sampler=Prioritized(1.0), seed=4)
     for first in range(0, 40, 8):
         table.insert(rows(first, 8), np.arange(1.0, 9.0))
-    restored = Table.restore(table.checkpoint(tmp_path))
+    restored = only_table(checkpoint.save(table, tmp_path))
     assert restored.store.lanes == 2 and restored.store.next_id == store.next_id
     a, b = table.sample(12), restored.sample(12)
     np.testing.assert_array_equal(a.info.keys, b.info.keys)
@@ -249,7 +250,7 @@ def test_a_full_tables_idle_remover_restores_into_a_larger_table_oldest_first(tm
     full.insert(rows(0, 20))
     full.insert(rows(20, 20))  # wrapped: steps 10..39 held
     larger = build(capacity=64, max_size=32, sampler=Uniform(), remover=Fifo())
-    Table.restore(full.checkpoint(tmp_path), into=larger, adapt=True)
+    checkpoint.restore(checkpoint.save(full, tmp_path), larger, adapt=True)
     assert larger.index.remover_active and larger.size == 30
     larger.insert(rows(40, 4))  # two over max_size: the two oldest go
     held = sorted(larger.store.columns["step"][np.flatnonzero(larger.index.live)].tolist())

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from checkpoint_ops import only_table
 
 from rlreplay import (
     CheckpointCorruptError,
@@ -40,7 +41,7 @@ def make(n: int = 20) -> Table:
 
 def test_a_checkpoint_is_npy_files_and_a_manifest_listing_their_sizes_and_checksums(tmp_path):
     table = make()
-    path = table.checkpoint(tmp_path)
+    path = checkpoint.save(table, tmp_path)
     assert path.parent == tmp_path and path.name == "ckpt-00000001"
     manifest = json.loads((path / "manifest.json").read_text())
     assert manifest["format"] == "rlreplay-checkpoint"
@@ -63,21 +64,21 @@ def test_a_checkpoint_is_npy_files_and_a_manifest_listing_their_sizes_and_checks
 
 def test_keep_leaves_the_newest_checkpoints(tmp_path):
     table = make()
-    paths = [table.checkpoint(tmp_path, keep=2) for _ in range(4)]
+    paths = [checkpoint.save(table, tmp_path, keep=2) for _ in range(4)]
     assert checkpoint.list_checkpoints(str(tmp_path)) == paths[:1:-1]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-00000003", "ckpt-00000004"]
 
 
 def test_a_temporary_directory_is_never_restored_and_a_dead_saves_one_is_removed(tmp_path):
     table = make()
-    first = table.checkpoint(tmp_path)
+    first = checkpoint.save(table, tmp_path)
     table.insert(rows(20, 5))
     # A save that died before its rename: a later checkpoint than the published one.
     dead = tmp_path / ".tmp-ckpt-00000002-999999999-abcd"
     dead.mkdir()
     (dead / "manifest.json").write_text("{}")
-    assert Table.restore(tmp_path).store.next_id == 20
-    second = table.checkpoint(tmp_path)
+    assert only_table(tmp_path).store.next_id == 20
+    second = checkpoint.save(table, tmp_path)
     assert second.name == "ckpt-00000003" and first.exists() and not dead.exists()
 
 
@@ -87,9 +88,9 @@ def test_a_temporary_directory_is_never_restored_and_a_dead_saves_one_is_removed
 )
 def test_a_damaged_newest_checkpoint_is_skipped_with_a_warning(tmp_path, damage):
     table = make()
-    table.checkpoint(tmp_path)
+    checkpoint.save(table, tmp_path)
     table.insert(rows(20, 5))
-    newest = table.checkpoint(tmp_path)
+    newest = checkpoint.save(table, tmp_path)
     manifest = json.loads((newest / "manifest.json").read_text())
     column = newest / manifest["stores"][0]["columns"]["obs"][0]
     if damage == "truncated_column":
@@ -106,55 +107,55 @@ def test_a_damaged_newest_checkpoint_is_skipped_with_a_warning(tmp_path, damage)
     else:
         (newest / "manifest.json").write_text('{"format": "rlreplay-checkpoint", ')
     with pytest.warns(UserWarning, match="skipping checkpoint ckpt-00000002"):
-        restored = Table.restore(tmp_path)
+        restored = only_table(tmp_path)
     assert restored.store.next_id == 20  # the older, valid one
     with pytest.raises(CheckpointCorruptError, match=r"restore from another checkpoint|damaged"):
-        Table.restore(newest)
+        only_table(newest)
 
 
 def test_a_flipped_byte_in_an_item_array_is_caught_by_its_checksum(tmp_path):
-    path = make().checkpoint(tmp_path)
+    path = checkpoint.save(make(), tmp_path)
     target = path / "t0.index.sampler.sums.npy"
     data = bytearray(target.read_bytes())
     data[-1] ^= 0x01
     target.write_bytes(bytes(data))
     with pytest.raises(CheckpointCorruptError, match="fails its checksum"):
-        Table.restore(path)
+        only_table(path)
 
 
 def test_a_memory_mapped_restore_checks_sizes_and_can_check_checksums(tmp_path):
-    path = make().checkpoint(tmp_path)
+    path = checkpoint.save(make(), tmp_path)
     manifest = json.loads((path / "manifest.json").read_text())
     column = path / manifest["stores"][0]["columns"]["obs"][0]
     data = bytearray(column.read_bytes())
     data[-3] ^= 0xFF
     column.write_bytes(bytes(data))
-    assert Table.restore(path, mmap=True).size == 20  # sizes and headers only, by default
+    assert only_table(path, mmap=True).size == 20  # sizes and headers only, by default
     with pytest.raises(CheckpointCorruptError, match="fails its checksum"):
-        Table.restore(path, mmap=True, verify=True)
+        only_table(path, mmap=True, verify=True)
 
 
 def test_another_format_version_is_refused_saying_what_to_do(tmp_path):
-    path = make().checkpoint(tmp_path)
+    path = checkpoint.save(make(), tmp_path)
     manifest = json.loads((path / "manifest.json").read_text())
     manifest["format_version"] = checkpoint.FORMAT_VERSION + 1
     write_manifest(path, manifest)  # as a later version writes it, checksum and all
     later = checkpoint.FORMAT_VERSION + 1
     with pytest.raises(CheckpointVersionError, match=rf"format version {later}.*rlreplay version"):
-        Table.restore(tmp_path)
+        only_table(tmp_path)
 
 
 def test_no_checkpoint_anywhere_is_a_typed_error_naming_what_was_skipped(tmp_path):
     with pytest.raises(CheckpointNotFoundError, match="holds no checkpoint"):
-        Table.restore(tmp_path)
+        only_table(tmp_path)
     with pytest.raises(CheckpointNotFoundError, match="not a directory"):
-        Table.restore(tmp_path / "missing")
-    path = make().checkpoint(tmp_path)
+        only_table(tmp_path / "missing")
+    path = checkpoint.save(make(), tmp_path)
     os.remove(path / "manifest.json")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with pytest.raises(CheckpointNotFoundError, match=r"ckpt-00000001: .*no manifest.json"):
-            Table.restore(tmp_path)
+            only_table(tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -164,7 +165,7 @@ def test_no_checkpoint_anywhere_is_a_typed_error_naming_what_was_skipped(tmp_pat
         lambda t, p: checkpoint.save([t, t], p),
         lambda t, p: checkpoint.save(t, 42),
         lambda t, p: checkpoint.save(t, p / "file.txt"),
-        lambda t, p: t.checkpoint(p, keep=0),
+        lambda t, p: checkpoint.save(t, p, keep=0),
         lambda t, p: checkpoint.start_save(t, p, keep="2"),
     ],
     ids=["no_tables", "same_name_twice", "path_not_a_path", "path_a_file", "keep_0", "keep_str"],
@@ -183,7 +184,7 @@ def test_a_closed_table_is_not_saved(tmp_path):
     table = make()
     table.close()
     with pytest.raises(ClosedError):
-        table.checkpoint(tmp_path)
+        checkpoint.save(table, tmp_path)
     assert [p.name for p in tmp_path.iterdir()] == []
 
 
@@ -200,8 +201,8 @@ def test_a_background_save_returns_its_path_and_its_figures(tmp_path):
 
 def test_progress_shows_a_bar_when_tqdm_is_installed(tmp_path, capsys):
     pytest.importorskip("tqdm")
-    path = make().checkpoint(tmp_path, progress=True)
-    Table.restore(path, progress=True)
+    path = checkpoint.save(make(), tmp_path, progress=True)
+    only_table(path, progress=True)
     assert "checkpoint" in capsys.readouterr().err
 
 
@@ -211,7 +212,7 @@ def test_a_save_failing_mid_stream_publishes_nothing_and_leaves_the_store_as_it_
     from rlreplay.checkpoint import streaming
 
     table = make(20)
-    table.checkpoint(tmp_path)
+    checkpoint.save(table, tmp_path)
     calls = []
     copy_chunk = streaming.ColumnStream._copy_chunk
 
@@ -225,23 +226,23 @@ def test_a_save_failing_mid_stream_publishes_nothing_and_leaves_the_store_as_it_
     monkeypatch.setattr(streaming.ColumnStream, "_copy_chunk", failing)
     table.insert(rows(20, 2))  # a changed chunk: streamed, not reused
     with pytest.raises(OSError, match="No space"):
-        table.checkpoint(tmp_path)
+        checkpoint.save(table, tmp_path)
     assert table.store.observers == ()  # no stream left
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-00000001"]
     table.insert(rows(22, 4))  # the table goes on
-    assert Table.restore(tmp_path).store.next_id == 20
+    assert only_table(tmp_path).store.next_id == 20
 
 
 def test_a_memory_mapped_table_keeps_serving_after_its_files_are_pruned(tmp_path):
-    path = make(20).checkpoint(tmp_path)
-    mapped = Table.restore(path, mmap=True)
+    path = checkpoint.save(make(20), tmp_path)
+    mapped = only_table(path, mmap=True)
     mapped.insert(rows(20, 4))  # copy-on-write: the file does not change
     assert np.load(path / "s0.c0.k000000.npy", allow_pickle=False)[20:24].tolist() == [0] * 4
-    mapped.checkpoint(tmp_path, keep=1)  # deletes the directory it is mapped from
+    checkpoint.save(mapped, tmp_path, keep=1)  # deletes the directory it is mapped from
     assert not path.exists()
     batch = mapped.sample(16)
     np.testing.assert_array_equal(batch.data["obs"][:, 0], batch.data["step"])
-    assert Table.restore(tmp_path).store.next_id == 24
+    assert only_table(tmp_path).store.next_id == 24
 
 
 def test_a_memory_mapped_restore_is_not_refused_for_columns_larger_than_free_memory(
@@ -251,12 +252,12 @@ def test_a_memory_mapped_restore_is_not_refused_for_columns_larger_than_free_mem
         "big", signature={"frame": ((1024,), "uint8")}, max_size=4096, capacity=4096, seed=0
     )  # 4 MiB of columns: above the size the memory check looks at
     big.insert({"frame": np.full((8, 1024), 7, np.uint8)})
-    path = big.checkpoint(tmp_path)
+    path = checkpoint.save(big, tmp_path)
     from rlreplay.core import memory
     from rlreplay.errors import InsufficientMemoryError
 
     monkeypatch.setattr(memory, "available_bytes", lambda: 1 << 20)  # 1 MiB free
-    mapped = Table.restore(path, mmap=True)  # the pages are the file's, not new memory
+    mapped = only_table(path, mmap=True)  # the pages are the file's, not new memory
     assert mapped.size == 8 and int(mapped.sample(4).data["frame"].min()) == 7
     with pytest.raises(InsufficientMemoryError):  # new memory is still checked
         Table("new", signature={"frame": ((1024,), "uint8")}, max_size=4096, capacity=4096)
@@ -271,23 +272,23 @@ def test_a_save_still_streaming_times_out_typed_and_a_second_save_of_its_store_i
     with pytest.raises(ReplayTimeoutError, match="still being written"):
         pending.result(timeout=0)
     with pytest.raises(CheckpointError, match="being written already"):
-        big.checkpoint(tmp_path / "b")
+        checkpoint.save(big, tmp_path / "b")
     assert list((tmp_path / "b").iterdir()) == []  # nothing left behind
     assert pending.result(timeout=60).is_dir()
-    assert Table.restore(tmp_path / "a").size == 4096
+    assert only_table(tmp_path / "a").size == 4096
 
 
 def test_a_checkpoint_half_deleted_by_a_dead_process_is_removed_by_the_next_save(tmp_path):
     table = make()
-    first = table.checkpoint(tmp_path)
+    first = checkpoint.save(table, tmp_path)
     # A prune killed while deleting: its checkpoint renamed away, partly deleted.
     half = tmp_path / ".del-ckpt-00000000-999999999"
     half.mkdir()
     (half / "s0.c0.k000000.npy").write_bytes(b"partial")
     mine = tmp_path / f".del-ckpt-00000007-{os.getpid()}"  # this process deletes it itself
     mine.mkdir()
-    assert Table.restore(tmp_path).store.next_id == 20
-    second = table.checkpoint(tmp_path, keep=2)
+    assert only_table(tmp_path).store.next_id == 20
+    second = checkpoint.save(table, tmp_path, keep=2)
     left = sorted(p.name for p in tmp_path.iterdir())
     assert left == sorted([first.name, second.name, mine.name])
 
@@ -304,14 +305,14 @@ def test_a_checkpoint_half_deleted_by_a_dead_process_is_removed_by_the_next_save
 )
 def test_a_manifest_that_parses_but_lacks_entries_is_skipped_as_damaged(tmp_path, damage):
     table = make()
-    first = table.checkpoint(tmp_path)
+    first = checkpoint.save(table, tmp_path)
     table.insert(rows(20, 5))
-    second = table.checkpoint(tmp_path)
+    second = checkpoint.save(table, tmp_path)
     manifest = json.loads((second / "manifest.json").read_text())
     damage(manifest)
     write_manifest(second, manifest)  # its own checksum holds: the entries are what is wrong
     with pytest.warns(UserWarning, match="skipping checkpoint ckpt-00000002.*damaged"):
-        assert Table.restore(tmp_path).store.next_id == 20  # the older one, whole
+        assert only_table(tmp_path).store.next_id == 20  # the older one, whole
     with pytest.raises(CheckpointCorruptError, match="damaged"):
-        Table.restore(second)
+        only_table(second)
     assert first.exists()

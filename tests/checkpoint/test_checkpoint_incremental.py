@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from checkpoint_ops import CONFIGS, KINDS, run
+from checkpoint_ops import CONFIGS, KINDS, only_table, run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -89,7 +89,7 @@ def test_a_second_checkpoint_after_a_few_inserts_writes_only_the_changed_chunks(
     assert stats.bytes == stats.total_bytes - stats.reused_bytes
     # the per-item arrays are written whole; the columns only where they changed
     assert stats.bytes < full.bytes - stats.reused_bytes + written
-    restored = Table.restore(second)
+    restored = only_table(second)
     for p, col in table.store.columns.items():
         np.testing.assert_array_equal(restored.store.columns[p], col)
 
@@ -101,7 +101,7 @@ def test_keep_1_deletes_the_older_checkpoint_and_the_newer_still_restores(chunks
     second, stats = save(table, tmp_path, keep=1)
     assert stats.reused_bytes > 0
     assert not first.exists() and checkpoint.list_checkpoints(tmp_path) == [second]
-    restored = Table.restore(tmp_path, verify=True)
+    restored = only_table(tmp_path, verify=True)
     for p, col in table.store.columns.items():
         np.testing.assert_array_equal(restored.store.columns[p], col)
     assert restored.sample(8).data["obs"].shape == (8, 60)
@@ -122,7 +122,7 @@ def test_unchanged_chunks_are_copied_where_links_cannot_be_made(
     assert stats.reused_bytes > 0
     new = column_files(second)
     assert all(f.stat().st_nlink == 1 for files in new.values() for f in files)
-    restored = Table.restore(second, verify=True)
+    restored = only_table(second, verify=True)
     for p, col in table.store.columns.items():
         np.testing.assert_array_equal(restored.store.columns[p], col)
 
@@ -136,7 +136,7 @@ def test_a_chunk_whose_previous_file_is_gone_is_written_again(chunks_of_64kb, tm
     files = column_files(second)
     assert files["obs"][3].stat().st_nlink == 1 and files["reward"][3].stat().st_nlink == 1
     assert files["obs"][5].stat().st_nlink == 2
-    restored = Table.restore(second, verify=True)
+    restored = only_table(second, verify=True)
     for p, col in table.store.columns.items():
         np.testing.assert_array_equal(restored.store.columns[p], col)
 
@@ -154,7 +154,7 @@ def test_columns_replaced_by_a_restore_into_the_table_are_not_taken_for_unchange
     checkpoint.restore(tmp_path / "other", [table])
     path, stats = save(table, tmp_path / "mine")
     assert stats.reused_bytes == 0
-    restored = Table.restore(path, verify=True)
+    restored = only_table(path, verify=True)
     for p, col in other.store.columns.items():
         np.testing.assert_array_equal(restored.store.columns[p], col)
 
@@ -162,7 +162,7 @@ def test_columns_replaced_by_a_restore_into_the_table_are_not_taken_for_unchange
 def test_a_memory_mapped_restore_maps_the_chunk_files_side_by_side(chunks_of_64kb, tmp_path):
     table = large_table(8 * CHUNK_ROWS)
     path, _ = save(table, tmp_path)
-    mapped = Table.restore(path, mmap=True)
+    mapped = only_table(path, mmap=True)
     col = mapped.store.columns["obs"]
     assert type(col.base).__name__ == "_Mapping"  # mapped, not read into memory
     for p, c in table.store.columns.items():
@@ -174,7 +174,7 @@ def test_a_memory_mapped_restore_maps_the_chunk_files_side_by_side(chunks_of_64k
     again, _ = save(mapped, tmp_path, keep=1)  # a mapped table saves (all written)
     del mapped, col
     np.testing.assert_array_equal(
-        Table.restore(again).store.columns["reward"][:10], np.arange(10**6, 10**6 + 10)
+        only_table(again).store.columns["reward"][:10], np.arange(10**6, 10**6 + 10)
     )
 
 
@@ -220,7 +220,7 @@ def test_a_format_version_1_checkpoint_one_file_per_column_still_restores(tmp_pa
     """Version 1 named one file per column (a string in ``columns``); it restores."""
     table = Table("t", signature=SIG, capacity=64, max_size=64, seed=0)
     table.insert(rows(0, 40))
-    path = table.checkpoint(tmp_path)
+    path = checkpoint.save(table, tmp_path)
     manifest = json.loads((path / "manifest.json").read_text())
     (store,) = manifest["stores"]
     for field, (name,) in store["columns"].items():
@@ -232,10 +232,10 @@ def test_a_format_version_1_checkpoint_one_file_per_column_still_restores(tmp_pa
     manifest["format_version"] = 1
     del manifest["manifest_crc32"]  # that version wrote none
     (path / "manifest.json").write_text(json.dumps(manifest))
-    restored = Table.restore(path, verify=True)
+    restored = only_table(path, verify=True)
     for p, col in table.store.columns.items():
         np.testing.assert_array_equal(restored.store.columns[p], col)
-    mapped = Table.restore(path, mmap=True)
+    mapped = only_table(path, mmap=True)
     np.testing.assert_array_equal(mapped.store.columns["reward"], table.store.columns["reward"])
     # a save after it (into the same directory) writes everything: nothing to link from
     _, stats = save(restored, tmp_path)
@@ -257,5 +257,5 @@ def test_a_restore_shows_progress_over_every_chunk_file(chunks_of_64kb, tmp_path
     monkeypatch.setattr(loading, "Progress", Recording)
     table = large_table(8 * CHUNK_ROWS)
     path, _ = save(table, tmp_path)
-    Table.restore(path, progress=True)
+    only_table(path, progress=True)
     assert sum(counted) == table.store.nbytes  # every column byte, chunk after chunk

@@ -21,9 +21,7 @@ def table_of(value: float, n: int) -> Table:
 
 
 @pytest.mark.parametrize("mmap", [False, True])
-def test_a_restore_into_the_tables_while_their_checkpoint_streams_leaves_its_moment(
-    tmp_path, mmap
-):
+def test_a_restore_into_the_tables_while_their_checkpoint_streams_leaves_its_moment(tmp_path, mmap):
     other = table_of(7.0, 64)
     checkpoint.save(other, tmp_path / "other")
     table = table_of(1.0, 32)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from checkpoint_ops import CONFIGS, KINDS, SIGNATURE, rows, run
+from checkpoint_ops import CONFIGS, KINDS, SIGNATURE, only_table, rows, run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -75,9 +75,7 @@ def sliced_while(tables: dict, during: list | Callable, memory: dict) -> tuple[l
     store = tables[names[0]].store
     buffers = [tables[n].index.state_buffers() for n in names]
     with store.mutex:
-        started = [
-            tables[n].index.start_sliced_state(b) for n, b in zip(names, buffers)
-        ]
+        started = [tables[n].index.start_sliced_state(b) for n, b in zip(names, buffers)]
     for k in range(3):
         for _, parts in started:
             for source, out, _ in parts:
@@ -207,7 +205,7 @@ def test_a_save_of_a_large_index_holds_the_lock_a_slice_at_a_time_and_restores_e
         stop.set()
         worker.join(30)
     assert calls[0] > 0
-    restored = Table.restore(path)
+    restored = only_table(path)
     index = restored.index
     leaves = index.sampler.sums.levels[0][:n]
     np.testing.assert_array_equal(index.sampler.held, index.live)
@@ -268,7 +266,7 @@ def test_a_stepwise_save_taken_between_calls_holds_its_moment_and_refuses_a_seco
     assert first.done
     expected = table.index.state()
     table.insert({"x": np.float32(-1)}, 5.0)  # after the moment: not in the checkpoint
-    restored = Table.restore(first.write())
+    restored = only_table(first.write())
     assert_same_state(restored.index.state(), expected)
     assert not table.index.changes.tracking
 

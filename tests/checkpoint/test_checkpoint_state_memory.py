@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from checkpoint_ops import CONFIGS, KINDS, run
+from checkpoint_ops import CONFIGS, KINDS, only_table, run
 from test_checkpoint_sliced_capture import assert_same_state
 
 from rlreplay import Fifo, Prioritized, Table, Uniform, checkpoint
@@ -55,7 +55,7 @@ def test_a_save_of_many_items_holds_a_bounded_copy_of_their_state(tmp_path):
     manifest = json.loads((path / "manifest.json").read_text())
     assert manifest["format_version"] == 3
     assert manifest["tables"][0]["state"]["index"]["remover"] is None  # idle: not saved
-    restored = Table.restore(path).index.state()
+    restored = only_table(path).index.state()
     del restored["remover"]
     assert_same_state(restored, expected)
 
@@ -141,7 +141,7 @@ def test_a_change_record_past_its_limit_turns_into_flags_and_the_save_stays_exac
     save, steps, expected = stepwise_with_calls(table, tmp_path, look)
     assert steps > 20 and kinds[-1] and not kinds[0]  # past the limit: flags
     table.insert({"x": np.float32(-1)}, 5.0)  # after the moment: not in the checkpoint
-    restored = Table.restore(save.write(), verify=True)
+    restored = only_table(save.write(), verify=True)
     assert_same_state(restored.index.state(), expected)
 
 
@@ -160,7 +160,7 @@ def test_a_reset_between_the_slices_starts_them_over_and_the_save_holds_the_mome
     quiet.abandon()
     save, steps, expected = stepwise_with_calls(table, tmp_path / "reset", reset_once)
     assert steps >= plain_steps + 3  # the slices copied before the reset, again
-    restored = Table.restore(save.write(), verify=True)
+    restored = only_table(save.write(), verify=True)
     assert_same_state(restored.index.state(), expected)
 
 
@@ -174,7 +174,7 @@ def test_an_abandoned_capture_leaves_no_files(tmp_path, monkeypatch):
     save.abandon()
     assert list(tmp_path.iterdir()) == [] and not table.index.changes.tracking
     path = checkpoint.save(table, tmp_path)  # and the next save goes on
-    assert Table.restore(path).size == table.size
+    assert only_table(path).size == table.size
 
 
 def as_version_2(path: Path) -> None:
@@ -209,14 +209,14 @@ def test_a_format_version_2_checkpoint_with_its_idle_remover_saved_still_restore
     full = Table("t", signature={"step": "int64"}, capacity=30, max_size=30, sampler=Uniform())
     full.insert({"step": np.arange(25, dtype=np.int64)})
     full.insert({"step": np.arange(25, 45, dtype=np.int64)})  # wrapped: steps 15..44 held
-    path = full.checkpoint(tmp_path)
+    path = checkpoint.save(full, tmp_path)
     as_version_2(path)
     assert (path / "t0.index.remover.next.npy").exists()
-    again = Table.restore(path, verify=True)
+    again = only_table(path, verify=True)
     assert again.size == 30
     np.testing.assert_array_equal(again.sample(8).info.keys, full.sample(8).info.keys)
     larger = Table("t", signature={"step": "int64"}, capacity=64, max_size=32, sampler=Uniform())
-    Table.restore(path, into=larger, adapt=True)
+    checkpoint.restore(path, larger, adapt=True)
     assert larger.index.remover_active and larger.size == 30
     larger.insert({"step": np.arange(45, 49, dtype=np.int64)})  # two over max_size
     held = sorted(larger.store.columns["step"][np.flatnonzero(larger.index.live)].tolist())
@@ -237,7 +237,7 @@ def test_a_reset_between_the_last_slice_and_the_moment_copies_every_part_whole(
     assert save.done
     expected = table.index.state()
     stats = save.stats
-    restored = Table.restore(save.write(), verify=True)
+    restored = only_table(save.write(), verify=True)
     assert_same_state(restored.index.state(), expected)
     assert restored.size == 40
     assert stats.state_peak_bytes >= table.index.records.nbytes()  # the whole state, once

@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 import pytest
+from checkpoint_ops import only_table
 
 from rlreplay import Fifo, MaxHeap, StepStore, Table, TrajectoryWriter, checkpoint
 from rlreplay.checkpoint import streaming
@@ -170,7 +171,7 @@ def test_a_save_while_another_thread_inserts_restores_the_moment_it_took(tmp_pat
     finally:
         stop.set()
         worker.join(30)
-    restored = Table.restore(path)
+    restored = only_table(path)
     cols = restored.store.columns
     np.testing.assert_array_equal(cols["obs"], np.repeat(cols["step"][:, None], 3, axis=1))
     # The saved steps are one contiguous run of ids ending at the moment's next id.
@@ -196,7 +197,10 @@ def test_a_saves_moment_does_not_wait_for_the_idle_removers_index_build(tmp_path
     for _ in range(5):
         start = time.perf_counter()
         idle_remover.idle_state(  # what a restore into an active remover makes
-            table.index.remover, state["live"], state["newest"], state["priority"],
+            table.index.remover,
+            state["live"],
+            state["newest"],
+            state["priority"],
             buffers.get("remover"),
         )
         builds.append(time.perf_counter() - start)
@@ -207,4 +211,4 @@ def test_a_saves_moment_does_not_wait_for_the_idle_removers_index_build(tmp_path
     # each save next to a build, under the same load: the moment takes a fraction of it
     ratios = sorted(m / b for m, b in zip(moments, builds))
     assert ratios[len(ratios) // 2] < 0.7, (moments, builds)
-    assert Table.restore(tmp_path).size == n
+    assert only_table(tmp_path).size == n

@@ -43,9 +43,7 @@ def inserter(address: str, stop: threading.Event, calls: Calls, acked: list[int]
     try:
         i = ITEMS
         while not stop.is_set() and time.monotonic() < end:
-            calls.timed(
-                client.insert, "prio", {"i": np.int64(i)}, float(prio_priority(i))
-            )
+            calls.timed(client.insert, "prio", {"i": np.int64(i)}, float(prio_priority(i)))
             acked.append(i)
             i += 1
     except BaseException as exc:
@@ -124,9 +122,7 @@ def test_a_server_serves_between_the_capture_steps_and_saves_exactly_its_moment(
     # answered before its moment (a dispatcher that copied the index in one go answers
     # none of them in that window).
     began = stats["capture_began_unix"]
-    moment = load(tmp_path / path.rsplit("/", 1)[-1], False, None, False).manifest[
-        "created_unix"
-    ]
+    moment = load(tmp_path / path.rsplit("/", 1)[-1], False, None, False).manifest["created_unix"]
     assert began < moment
     inside = [c for c in ins.times + learn.times if began < c[0] and c[1] < moment]
     assert inside, (moment - began, stats)
@@ -188,5 +184,6 @@ def test_a_server_stopped_during_a_capture_gives_it_up_and_its_tables_save_again
     assert server.checkpoints.failures == 0 and server.checkpoints.saved == 0
     assert not rlreplay.checkpoint.list_checkpoints(tmp_path / "served")
     table.insert({"x": np.ones(5, np.float32)})
-    restored = rlreplay.Table.restore(rlreplay.checkpoint.save(table, tmp_path / "local"))
+    saved = rlreplay.checkpoint.save(table, tmp_path / "local")
+    restored = rlreplay.checkpoint.restore(saved)[table.name]
     assert restored.size == table.size == 20_005
