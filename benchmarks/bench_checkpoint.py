@@ -19,9 +19,9 @@ checkpoint. Figures:
   chunk's copy), what the checkpoint alone holds calls up by;
 * ``save_gbps``: checkpoint bytes over the save's wall time (fsync included), next to
   this disk's write speed (``disk_write_gbps``: one file of the same size, fsynced);
-* ``restore_gbps``: bytes over the wall time of ``rlreplay.checkpoint.restore`` from files evicted from
-  the page cache (``posix_fadvise(DONTNEED)``), next to reading the same files cold
-  (``disk_read_gbps``);
+* ``restore_gbps``: bytes over the wall time of ``rlreplay.checkpoint.restore`` from
+  files evicted from the page cache (``posix_fadvise(DONTNEED)``), next to reading the
+  same files cold (``disk_read_gbps``);
 * ``mmap_first_sample_s``: a memory-mapped restore from cold files until its first
   sample of 32 returns;
 * ``full_*`` and ``incremental_*``: a full checkpoint into a new directory, then

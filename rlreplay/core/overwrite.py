@@ -37,15 +37,40 @@ dropped stops holding rows. :meth:`Table.close` detaches its table explicitly.
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from rlreplay.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
-    from rlreplay.core.storage import StepStore
-    from rlreplay.core.table import Table
+    from rlreplay.core.item_index import ItemIndex
+
+
+class RingStore(Protocol):
+    """What the protocol needs of the store it serves (a
+    :class:`~rlreplay.core.storage.StepStore`): its ring, and its reads and writes."""
+
+    capacity: int
+    lanes: int
+    next_id: int
+
+    def read_rows(self, rows: np.ndarray) -> dict[str, np.ndarray]: ...
+
+    def read_range(self, first: int, n: int) -> dict[str, np.ndarray]: ...
+
+    def write(self, steps: Mapping[str, Any], n: int) -> int | None: ...
+
+
+class RowHolder(Protocol):
+    """What the protocol and its store need of a table whose items hold rows (a
+    :class:`~rlreplay.core.table.Table`): how it takes overwrites, and its items."""
+
+    on_overwrite: str
+    index: ItemIndex
+
+    def reset_locked(self) -> None: ...
 
 
 class Retention:
@@ -92,7 +117,7 @@ class OverwriteProtocol:
     Every method expects ``store.mutex`` to be held by the caller.
     """
 
-    def __init__(self, store: StepStore):
+    def __init__(self, store: RingStore):
         self._store = weakref.ref(store)
         self._tables: tuple[weakref.ref, ...] = ()
         self._retentions: tuple[weakref.ref, ...] = ()
@@ -108,7 +133,7 @@ class OverwriteProtocol:
         self._only_retention: weakref.ref | None = None
 
     # ------------------------------------------------------------ registration
-    def attach(self, table: Table) -> weakref.ref:
+    def attach(self, table: RowHolder) -> weakref.ref:
         """Register a table; returns the weak reference the store keeps of it, which the
         table keeps as ``store_ref`` for the one-row path to compare with :attr:`sole`."""
         ref = weakref.ref(table, self._dropped)
@@ -116,7 +141,7 @@ class OverwriteProtocol:
         self.refresh()
         return ref
 
-    def detach(self, table: Table) -> None:
+    def detach(self, table: RowHolder) -> None:
         """Forget a table: its items no longer hold rows."""
         self._tables = tuple(r for r in self.live_refs(self._tables) if r() is not table)
         self.refresh()
@@ -148,7 +173,7 @@ class OverwriteProtocol:
     def live_refs(refs: tuple[weakref.ref, ...]) -> tuple[weakref.ref, ...]:
         return tuple(r for r in refs if r() is not None)
 
-    def tables(self) -> list[Table]:
+    def tables(self) -> list[RowHolder]:
         """The attached tables still alive."""
         return [t for t in (r() for r in self._tables) if t is not None]
 
@@ -174,14 +199,14 @@ class OverwriteProtocol:
             self.sole = next(r for r in self._tables if r() is tables[0])
 
     # ---------------------------------------------------------------- planning
-    def _overwritten(self, store: StepStore, w: int) -> tuple[int, int]:
+    def _overwritten(self, store: RingStore, w: int) -> tuple[int, int]:
         """Ids ``[lo, hi)`` that writing ``w`` steps at the head overwrites."""
         lo = store.next_id - store.capacity
         return max(lo, 0), max(lo + w, 0)
 
     def _plan(
-        self, store: StepStore, n: int, own: Retention | None, keep: int
-    ) -> tuple[int, list[Retention], list[tuple[Table, np.ndarray]], bool]:
+        self, store: RingStore, n: int, own: Retention | None, keep: int
+    ) -> tuple[int, list[Retention], list[tuple[RowHolder, np.ndarray]], bool]:
         """Rows to write for an append of ``n`` steps, without changing anything.
 
         Copies are written at the head before the ``n`` steps and overwrite rows too, so
@@ -204,7 +229,7 @@ class OverwriteProtocol:
         own_away = bool(keep and own.end != store.next_id)
         w = n + (keep if own_away else 0)
         moving: list[Retention] = []
-        items: list[tuple[Table, np.ndarray]] = []
+        items: list[tuple[RowHolder, np.ndarray]] = []
         while True:
             if w > cap:
                 raise InvalidArgumentError(
@@ -231,7 +256,7 @@ class OverwriteProtocol:
                 return w, moving, items, own_away
             w = target
 
-    def blocking_table(self, store: StepStore, lo: int, hi: int) -> Table | None:
+    def blocking_table(self, store: RingStore, lo: int, hi: int) -> RowHolder | None:
         """A queue (``"block"``) table holding an item anchored on ids ``[lo, hi)``."""
         if lo >= hi:
             return None
@@ -261,7 +286,7 @@ class OverwriteProtocol:
         n: int,
         own: Retention | None = None,
         keep: int = 0,
-        successor: Table | None = None,
+        successor: RowHolder | None = None,
     ) -> int | None:
         """Free the rows for ``n`` new steps at the head; returns the first row to write.
 
@@ -339,11 +364,11 @@ class OverwriteProtocol:
 
     def _evict(
         self,
-        store: StepStore,
+        store: RingStore,
         lo: int,
         hi: int,
         n: int,
-        successor: Table | None,
+        successor: RowHolder | None,
         wake: bool = True,
     ) -> None:
         """Evicting tables remove their items anchored on ids ``[lo, hi)``, except the
@@ -361,7 +386,7 @@ class OverwriteProtocol:
             store.wake_waiters()
 
 
-def _move_items(items: list[tuple[Table, int, Any, Any]], new_slots: list[int]) -> None:
+def _move_items(items: list[tuple[RowHolder, int, Any, Any]], new_slots: list[int]) -> None:
     """Give each moved stack item its new slot, never onto a slot another moving item
     still occupies (a move's target is free or that item's own old slot)."""
     pending = dict(enumerate(items))

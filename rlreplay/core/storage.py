@@ -32,7 +32,7 @@ import numpy as np
 
 from rlreplay.core import waiting
 from rlreplay.core._compiled import load_kernel
-from rlreplay.core.overwrite import OverwriteProtocol
+from rlreplay.core.overwrite import OverwriteProtocol, RowHolder
 from rlreplay.core.specs import Signature
 from rlreplay.core.store_changes import CHECKPOINT_CHUNK_ALIGN, ChangedChunks
 from rlreplay.core.store_columns import checked_columns, new_columns, store_capacity
@@ -40,8 +40,6 @@ from rlreplay.errors import InvalidArgumentError, ReplayTimeoutError, describe
 
 if TYPE_CHECKING:
     import weakref
-
-    from rlreplay.core.table import Table
 
 __all__ = ["CHECKPOINT_CHUNK_ALIGN", "StepStore"]  # the alignment: for checkpoint files
 
@@ -242,13 +240,13 @@ class StepStore:
         """Stop telling ``observer`` (lock held; one not observing is ignored)."""
         self.observers = tuple(o for o in self.observers if o is not observer)
 
-    def attach(self, table: Table) -> weakref.ref:
+    def attach(self, table: RowHolder) -> weakref.ref:
         """Let ``table``'s items hold rows of this store (see :mod:`overwrite`); returns
         the weak reference the store keeps of it (the table's ``store_ref``)."""
         with self.mutex:
             return self.overwrite.attach(table)
 
-    def detach(self, table: Table) -> None:
+    def detach(self, table: RowHolder) -> None:
         """Forget ``table``: its items no longer hold rows (:meth:`Table.close`)."""
         with self.mutex:
             self.overwrite.detach(table)

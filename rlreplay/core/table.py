@@ -678,7 +678,24 @@ class Table:
     def info(self) -> TableInfo:
         """A snapshot of the table's counters and configuration."""
         with self.mutex:
-            return TableInfo.of(self)
+            lim, index = self.rate_limiter, self.index
+            return TableInfo(
+                name=self.name,
+                size=index.size,
+                max_size=self.max_size,
+                store_capacity=self.store.capacity,
+                stored_steps=self.store.num_steps,
+                sampler=repr(index.sampler),
+                remover=repr(index.remover),
+                rate_limiter=lim.config(),
+                max_times_sampled=self.max_times_sampled,
+                inserts=lim.inserts,
+                samples=lim.samples,
+                insert_blocked_s=lim.insert_blocked_s,
+                sample_blocked_s=lim.sample_blocked_s,
+                index_bytes=index.nbytes(),
+                **index.counts,
+            )
 
     def index_nbytes(self) -> int:
         """Bytes of item bookkeeping (per-slot state, sampler and remover indexes)."""

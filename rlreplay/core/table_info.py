@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from rlreplay.core.table import Table
 
 
 @dataclass
@@ -43,25 +39,3 @@ class TableInfo:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-    @classmethod
-    def of(cls, table: Table) -> TableInfo:
-        """The snapshot of ``table`` now (its lock held by the caller)."""
-        lim, index = table.rate_limiter, table.index
-        return cls(
-            name=table.name,
-            size=index.size,
-            max_size=table.max_size,
-            store_capacity=table.store.capacity,
-            stored_steps=table.store.num_steps,
-            sampler=repr(index.sampler),
-            remover=repr(index.remover),
-            rate_limiter=lim.config(),
-            max_times_sampled=table.max_times_sampled,
-            inserts=lim.inserts,
-            samples=lim.samples,
-            insert_blocked_s=lim.insert_blocked_s,
-            sample_blocked_s=lim.sample_blocked_s,
-            index_bytes=index.nbytes(),
-            **index.counts,
-        )
