@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import tempfile
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -305,18 +306,29 @@ class Server:
         names = [t.name for t in tables]
         if len(set(names)) != len(names):
             raise InvalidArgumentError(f"Multiple items in tables have the same name: {names}")
+        # Without a checkpointer, checkpoints go to a new temporary directory, as in
+        # Reverb; it is removed on stop() when no checkpoint was written there.
+        self._own_directory: str | None = None
         if checkpointer is None:
-            directory = tempfile.mkdtemp(prefix="rlreplay_reverb_checkpoints_")
+            directory = self._own_directory = tempfile.mkdtemp(
+                prefix="rlreplay_reverb_checkpoints_"
+            )
         else:
             directory = getattr(checkpointer, "path", checkpointer)
         self._tables = tables
-        self._server = _rr.Server(
-            [t.rlreplay_table for t in tables] + [_meta_table(tables)],
-            port=port,
-            bind=bind,
-            checkpoint_dir=str(directory),
-            **(server_options or {}),
-        ).start()
+        try:
+            self._server = _rr.Server(
+                [t.rlreplay_table for t in tables] + [_meta_table(tables)],
+                port=port,
+                bind=bind,
+                checkpoint_dir=str(directory),
+                **(server_options or {}),
+            ).start()
+        except BaseException:
+            if self._own_directory is not None:
+                with contextlib.suppress(OSError):
+                    os.rmdir(self._own_directory)
+            raise
         self._port = int(str(self._server.address).rsplit(":", 1)[1])
 
     @property
@@ -335,8 +347,16 @@ class Server:
         return Client(f"localhost:{self._port}")
 
     def stop(self) -> None:
-        """Stop serving (waiting calls end with an error). Stopping twice does nothing."""
+        """Stop serving (waiting calls end with an error). Stopping twice does nothing.
+
+        The temporary checkpoint directory of a server made without a checkpointer is
+        removed here when it is empty; one holding checkpoints stays, for a restore.
+        """
         self._server.stop()
+        directory, self._own_directory = self._own_directory, None
+        if directory is not None:
+            with contextlib.suppress(OSError):  # not empty (checkpoints), or already gone
+                os.rmdir(directory)
 
     def wait(self) -> None:
         """Block until the server stops; a KeyboardInterrupt stops it."""
@@ -354,10 +374,9 @@ class Server:
         self.stop()
 
     def __del__(self) -> None:
-        server = getattr(self, "_server", None)
-        if server is not None:
+        if getattr(self, "_server", None) is not None:
             with contextlib.suppress(Exception):
-                server.stop()
+                self.stop()
 
     def __repr__(self) -> str:
         return f"Server(port={self._port}, tables={[t.name for t in self._tables]})"

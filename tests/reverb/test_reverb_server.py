@@ -492,3 +492,21 @@ def test_full_tables_keep_taking_items_from_every_writer(tmp_path, remover):
         held = {int(s.data[0].reshape(-1)[0]) for s in samples}  # shapes () and (1,)
         if remover == "Fifo":
             assert held == set(range(125, 135))
+
+
+def test_a_server_without_checkpointer_removes_its_empty_temporary_directory(monkeypatch, tmp_path):
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))  # where mkdtemp makes it
+    table = reverb.Table.queue("q", 4, signature=reverb.TensorSpec([], np.int64))
+    with reverb.Server([table]):
+        (made,) = tmp_path.glob("rlreplay_reverb_checkpoints_*")
+    assert not made.exists()  # no checkpoint was written: nothing is left behind
+
+    table = reverb.Table.queue("q", 4, signature=reverb.TensorSpec([], np.int64))
+    with reverb.Server([table]) as srv:
+        srv.localhost_client().insert(np.int64(1), {"q": 1.0})
+        saved = Path(srv.localhost_client().checkpoint())
+    assert saved.exists() and saved.parent.name.startswith("rlreplay_reverb_checkpoints_")
+    table = reverb.Table.queue("q", 4, signature=reverb.TensorSpec([], np.int64))
+    checkpointer = reverb.checkpointers.DefaultCheckpointer(saved.parent)
+    with reverb.Server([table], checkpointer=checkpointer):  # the checkpoint stays, to restore
+        assert table.info.current_size == 1
