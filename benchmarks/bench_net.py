@@ -66,12 +66,12 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.children import reply_from
 from rlreplay.runtime.stop_flag import StopFlag
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import rlreplay
+from benchmarks.children import reply_from
 from rlreplay import Prioritized, Table, TrajectoryWriter
 
 CTX = mp.get_context("spawn")

@@ -47,10 +47,11 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.children import reply_from
 from rlreplay.runtime.stop_flag import StopFlag
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.children import reply_from
 
 CTX = mp.get_context("spawn")
 DIM = 24  # float32 obs of 96 B + a 4 B reward: 100 B items

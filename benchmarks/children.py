@@ -20,10 +20,19 @@ def reply_from(proc: Any, out: Any, timeout: float) -> Any:
             return out.get(timeout=min(0.5, max(end - time.monotonic(), 0.01)))
         except queue.Empty:
             if not proc.is_alive():
-                raise RuntimeError(
-                    f"the child process {proc.pid} exited with code {proc.exitcode} before "
-                    "replying; its error is printed above"
-                ) from None
+                try:  # it may have replied just before it exited
+                    return out.get_nowait()
+                except queue.Empty:
+                    pass
+                code = proc.exitcode
+                why = (
+                    f"exited with code {code}; its error is printed above"
+                    if code is not None and code > 0
+                    else f"was ended by signal {-code}"
+                    if code is not None and code < 0
+                    else "ended"
+                )
+                raise RuntimeError(f"the child process {proc.pid} {why}, before replying") from None
             if time.monotonic() >= end:
                 raise TimeoutError(
                     f"no reply from child process {proc.pid} in {timeout}s"

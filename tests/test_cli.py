@@ -7,6 +7,7 @@ real servers on 127.0.0.1, and checks the exit status (2: the command cannot run
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import re
 import shutil
@@ -88,6 +89,9 @@ def curve_server(keys):
 def test_version_prints_the_package_version():
     result = cli("--version")
     assert result.returncode == 0 and result.stdout.strip() == f"rlreplay {rlreplay.__version__}"
+    # one version: the package's own attribute is the installed distribution's (which
+    # checkpoint manifests record)
+    assert rlreplay.__version__ == importlib.metadata.version("rlreplay")
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-# Run as a script (by another interpreter, too): the repository root for benchmarks.children.
+# Run as a script: the repository root, for benchmarks.children.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import zmq
 

@@ -364,14 +364,14 @@ def _write(
     stats.total_bytes = sum(f["bytes"] for f in files.values())
     stats.bytes = stats.total_bytes - stats.reused_bytes
     created = datetime.datetime.fromtimestamp(snap.created_unix, datetime.timezone.utc)
-    from rlreplay import __version__
+    from importlib.metadata import version  # the installed package's: rlreplay.__version__
 
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "created_at": created.isoformat(),
         "created_unix": snap.created_unix,
-        "rlreplay_version": __version__,
+        "rlreplay_version": version("rlreplay"),
         "stores": [
             {
                 **s.definition,

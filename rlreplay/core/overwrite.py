@@ -62,11 +62,14 @@ class RingStore(Protocol):
 
     def write(self, steps: Mapping[str, Any], n: int) -> int | None: ...
 
+    def wake_waiters(self) -> None: ...
+
 
 class RowHolder(Protocol):
     """What the protocol and its store need of a table whose items hold rows (a
     :class:`~rlreplay.core.table.Table`): how it takes overwrites, and its items."""
 
+    name: str
     on_overwrite: str
     index: ItemIndex
 
