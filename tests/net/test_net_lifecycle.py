@@ -195,3 +195,19 @@ def test_metrics_port_without_prometheus_client_is_skipped_with_a_warning(caplog
     with rlreplay.Server([table], metrics_port=free_port()) as server:
         assert rlreplay.Client(server.address).ping() == ["t"]
     assert "prometheus-client is not installed" in caplog.text
+
+
+def test_a_dispatcher_that_fails_before_serving_fails_start_in_bounded_time(monkeypatch):
+    table = rlreplay.Table("t", signature={"step": "int64"}, max_size=10)
+
+    def broken(*args, **kwargs):
+        raise OSError("no waker")
+
+    monkeypatch.setattr(type(table.store), "add_waker", broken)
+    monkeypatch.setattr("threading.excepthook", lambda args: None)  # the thread's traceback
+    server = rlreplay.Server([table], port=free_port(), bind="127.0.0.1")
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="ended before serving"):
+        server.start()
+    assert time.monotonic() - start < 5.0
+    server.stop()

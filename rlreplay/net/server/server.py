@@ -256,7 +256,12 @@ class Server:
         self.replies.epoch = self._requests.epoch = self.epoch
         self._thread = threading.Thread(target=self._run, name="rlreplay-server", daemon=True)
         self._thread.start()
-        self._started.wait()
+        while not self._started.wait(0.1):  # the dispatcher registers, then serves
+            if not self._thread.is_alive():
+                raise RuntimeError(
+                    f"the server's dispatcher thread on {self.address} ended before serving; "
+                    "its error is printed above"
+                )
         if self.metrics_port is not None:
             from rlreplay.net.server import metrics
 
