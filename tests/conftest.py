@@ -81,3 +81,10 @@ def _examples_in_a_temporary_folder(request, tmp_path, monkeypatch):
     files to ``runs/<example>`` under the working directory, never into the checkout."""
     if request.node.path.parent.name == "examples":
         monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture(autouse=True)
+def _sb3_log_folder(monkeypatch, tmp_path_factory):
+    """SB3's logger makes a folder under the system's temporary directory at every
+    ``learn()``: the tests give it one of their own, so that none is left behind."""
+    monkeypatch.setenv("SB3_LOGDIR", str(tmp_path_factory.getbasetemp() / "sb3_log"))
