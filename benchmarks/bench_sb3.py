@@ -14,7 +14,10 @@ evaluation return of 475 (10 deterministic episodes every ``--eval-every`` steps
 steps to a mean evaluation of -200.
 
 ``calls``: ``sample()`` and ``add()`` alone on buffers holding the same 20k transitions,
-SB3's and rlreplay's alternating in rounds, the median round reported.
+SB3's and rlreplay's alternating in rounds, the median round reported; and ``sample()``
+right after a gradient step of SB3's default network (64-64, Adam), as inside training,
+where the code the step ran has pushed numpy's out of the CPU's caches: the median call,
+with ``np.random.randint`` (which both buffers call) timed the same way.
 
 Run: ``python -m benchmarks.bench_sb3 speed [--steps 20000]``, ``... calls`` or
 ``python -m benchmarks.bench_sb3 learning [--seeds 5] [--agents dqn sac]``. Prints a
@@ -25,6 +28,7 @@ table and writes ``benchmarks/results/sb3_<part>[_<agents>].json``
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 from pathlib import Path
@@ -165,6 +169,7 @@ def calls(args) -> list[dict]:
                 )
             )
             obs = env.reset()[0] if terminated or truncated else next_obs
+        update = _gradient_step(env)
         times: dict[str, dict[str, list[float]]] = {}
         for _ in range(args.rounds):
             for name, cls in (("sb3", SB3ReplayBuffer), ("rlreplay", ReplayBuffer)):
@@ -177,18 +182,27 @@ def calls(args) -> list[dict]:
                 for _ in range(2_000):
                     buffer.sample(batch)
                 sample_us = 1e6 * (time.perf_counter() - start) / 2_000
-                entry = times.setdefault(name, {"add": [], "sample": []})
+                entry = times.setdefault(name, {"add": [], "sample": [], "after": []})
                 entry["add"].append(add_us)
                 entry["sample"].append(sample_us)
+                entry["after"].append(
+                    _after_update(update, functools.partial(buffer.sample, batch))
+                )
+            randint = times.setdefault("randint", {"sample": [], "after": []})
+            draw = functools.partial(np.random.randint, 0, 20_000, size=batch)
+            randint["sample"].append(_after_update(None, draw))
+            randint["after"].append(_after_update(update, draw))
         del rng
-        for name, entry in times.items():
+        for name in ("sb3", "rlreplay", "randint"):
+            entry = times[name]
             rows.append(
                 {
                     "env": env_id,
                     "batch_size": batch,
                     "buffer": name,
-                    "add_us": round(float(np.median(entry["add"])), 2),
+                    "add_us": round(float(np.median(entry["add"])), 2) if "add" in entry else None,
                     "sample_us": round(float(np.median(entry["sample"])), 2),
+                    "sample_after_update_us": round(float(np.median(entry["after"])), 2),
                     "rounds": args.rounds,
                 }
             )
@@ -196,16 +210,57 @@ def calls(args) -> list[dict]:
     print()
     print(
         "| observations, batch | SB3 sample() us | rlreplay sample() us | speed-up "
+        "| after an update: SB3 | rlreplay | speed-up | randint alone | after an update "
         "| SB3 add() us | rlreplay add() us |"
     )
-    print("|---|---:|---:|---:|---:|---:|")
-    for sb3_row, ours in zip(rows[::2], rows[1::2]):
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for sb3_row, ours, draw in zip(rows[::3], rows[1::3], rows[2::3]):
         print(
             f"| {sb3_row['env']}, {sb3_row['batch_size']} | {sb3_row['sample_us']} | "
             f"{ours['sample_us']} | {sb3_row['sample_us'] / ours['sample_us']:.2f}x | "
+            f"{sb3_row['sample_after_update_us']} | {ours['sample_after_update_us']} | "
+            f"{sb3_row['sample_after_update_us'] / ours['sample_after_update_us']:.2f}x | "
+            f"{draw['sample_us']} | {draw['sample_after_update_us']} | "
             f"{sb3_row['add_us']} | {ours['add_us']} |"
         )
     return rows
+
+
+def _gradient_step(env):
+    """One Adam step of SB3's default MLP (64-64) on a batch of 32 random inputs, as a
+    function: what runs between two ``sample()`` calls inside training."""
+    import torch as th
+
+    n_in = int(np.prod(env.observation_space.shape))
+    net = th.nn.Sequential(
+        th.nn.Linear(n_in, 64),
+        th.nn.ReLU(),
+        th.nn.Linear(64, 64),
+        th.nn.ReLU(),
+        th.nn.Linear(64, 2),
+    )
+    optimizer = th.optim.Adam(net.parameters())
+
+    def step() -> None:
+        loss = net(th.randn(32, n_in)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
+def _after_update(update, call, n: int = 1_000) -> float:
+    """The median time of ``call`` (us), each call right after ``update()`` (``None``:
+    after the previous call)."""
+    times = []
+    for _ in range(n):
+        if update is not None:
+            update()
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return 1e6 * float(np.median(times))
 
 
 def evaluate(model, env, episodes: int) -> float:
