@@ -22,7 +22,7 @@ from rlreplay.errors import InvalidArgumentError, describe
 # agent name -> (example module, what it trains)
 AGENTS = {
     "dqn": ("dqn_cartpole", "DQN with prioritized n-step replay on CartPole-v1"),
-    "sac": ("sac_continuous", "SAC on Pendulum-v1 (any continuous task with --env-id)"),
+    "sac": ("sac_continuous", "SAC on Pendulum-v1 (other tasks: the example's --env-id)"),
     "ppo": ("ppo_cartpole", "PPO on CartPole-v1, on-policy through a queue table"),
     "apex": ("apex_dqn", "Ape-X DQN: actor processes with an epsilon ladder, a replay server"),
 }

@@ -46,6 +46,8 @@ def test_demo_trains_from_the_command_line(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert "done:" in result.stdout
     summary = json.loads((out / "summary.json").read_text())
+    # whether the run reached its target is said, not left to the summary file
+    assert f"(target {summary['target']:g}: not reached" in result.stdout
     assert summary["env_steps"] >= 600
     assert (out / "metrics.csv").exists()
     # 600 steps are fewer than DQN's learning_starts: the run says so

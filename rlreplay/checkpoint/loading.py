@@ -388,7 +388,9 @@ def check_path(path: Any) -> Path:
         raise InvalidArgumentError(f"path={describe(path)} must be a directory path")
     root = Path(path)
     if not root.is_dir():
+        what = "is a file" if root.exists() else "does not exist"
         raise CheckpointNotFoundError(
-            f"{root} is not a directory; give the directory a save wrote into"
+            f"path={str(root)!r} {what}; give the directory a save wrote into, or one of "
+            "its ckpt-* directories"
         )
     return root

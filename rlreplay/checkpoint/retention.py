@@ -15,6 +15,7 @@ here (another pid namespace sharing the directory) keeps its directory.
 
 from __future__ import annotations
 
+import operator
 import os
 import re
 import shutil
@@ -42,12 +43,16 @@ def check_keep(keep: object) -> int | None:
     """
     if keep is None:
         return None
-    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+    try:  # any integer (numpy's too), but not a bool
+        count = None if isinstance(keep, bool) else operator.index(keep)  # type: ignore[arg-type]
+    except TypeError:
+        count = None
+    if count is None or count < 1:
         raise InvalidArgumentError(
             f"keep={describe(keep)} must be an int >= 1 (how many of the newest checkpoints "
             "to keep) or None to keep them all"
         )
-    return keep
+    return count
 
 
 def name_of(sequence: int) -> str:

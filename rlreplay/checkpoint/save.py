@@ -196,11 +196,27 @@ class StepwiseSave:
             self._hold.release()
             self._hold = None
 
+    def _make_root(self) -> None:
+        """Create the directory the checkpoints go into (and its parents).
+
+        Raises:
+            CheckpointError: naming it, when it cannot be created (a path under a file,
+                or one this process may not write).
+        """
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise CheckpointError(
+                f"the checkpoint could not be written into {str(self.root)!r}: "
+                f"{error.strerror or error} ({type(error).__name__}); give a directory "
+                "this process can create and write"
+            ) from error
+
     def _staging(self) -> Path:
         """A temporary directory for the files a capture in slices writes before the
         moment (named as a save's temporary directory of sequence 0, so that a later
         save deletes it if this process dies), renamed at the moment."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        self._make_root()
         staging = self.root / _temporary_name(0)
         staging.mkdir()
         self._hold = retention.DirectoryHold(staging)  # kept through the rename to tmp
@@ -210,7 +226,7 @@ class StepwiseSave:
         # Naming and the moment under one process-wide lock, so that a later sequence
         # number never holds an earlier moment; the columns stream without it.
         with _NAMING:
-            self.root.mkdir(parents=True, exist_ok=True)
+            self._make_root()
             seq = retention.next_sequence(self.root)
             tmp = self.root / _temporary_name(seq)
             staged = self.capture.staging_dir

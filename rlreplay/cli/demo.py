@@ -39,9 +39,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
         "on-policy: each item sampled once" if target is None
         else f"samples per insert {observed or 0:.2f} (target {target:g})"
     )
+    goal, reached = summary.get("target"), summary.get("steps_to_target")
+    verdict = (
+        "" if goal is None
+        else f" (target {goal:g}: first reached at env step {reached:,})" if reached is not None
+        else f" (target {goal:g}: not reached; train longer with --total-steps)"
+    )
     print(
         f"done: {summary.get('env_steps')} env steps in {summary.get('wall_s') or 0:.0f}s, "
-        f"final evaluation return {summary.get('final_eval_return')}, {ratio}"
+        f"final evaluation return {summary.get('final_eval_return')}{verdict}, {ratio}"
     )
     if summary.get("updates") == 0:
         print(

@@ -148,8 +148,12 @@ def test_another_format_version_is_refused_saying_what_to_do(tmp_path):
 def test_no_checkpoint_anywhere_is_a_typed_error_naming_what_was_skipped(tmp_path):
     with pytest.raises(CheckpointNotFoundError, match="holds no checkpoint"):
         only_table(tmp_path)
-    with pytest.raises(CheckpointNotFoundError, match="not a directory"):
+    with pytest.raises(CheckpointNotFoundError, match="missing' does not exist"):
         only_table(tmp_path / "missing")
+    (tmp_path / "file.txt").write_text("x")
+    with pytest.raises(CheckpointNotFoundError, match=r"file\.txt' is a file"):
+        only_table(tmp_path / "file.txt")
+    (tmp_path / "file.txt").unlink()
     path = checkpoint.save(make(), tmp_path)
     os.remove(path / "manifest.json")
     with warnings.catch_warnings():
@@ -167,8 +171,13 @@ def test_no_checkpoint_anywhere_is_a_typed_error_naming_what_was_skipped(tmp_pat
         lambda t, p: checkpoint.save(t, p / "file.txt"),
         lambda t, p: checkpoint.save(t, p, keep=0),
         lambda t, p: checkpoint.start_save(t, p, keep="2"),
+        lambda t, p: checkpoint.save(t, p, keep=True),
+        lambda t, p: checkpoint.save(t, p, keep=2.0),
     ],
-    ids=["no_tables", "same_name_twice", "path_not_a_path", "path_a_file", "keep_0", "keep_str"],
+    ids=[
+        "no_tables", "same_name_twice", "path_not_a_path", "path_a_file", "keep_0",
+        "keep_str", "keep_bool", "keep_float",
+    ],
 )
 def test_bad_save_arguments_are_refused_before_anything_is_written(tmp_path, call):
     table = make()
@@ -176,6 +185,20 @@ def test_bad_save_arguments_are_refused_before_anything_is_written(tmp_path, cal
     with pytest.raises(InvalidArgumentError):
         call(table, tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file.txt"]
+
+
+def test_a_path_under_a_file_is_a_checkpoint_error_naming_it(tmp_path):
+    (tmp_path / "file.txt").write_text("x")
+    with pytest.raises(CheckpointError, match=r"could not be written into .*file\.txt/sub"):
+        checkpoint.save(make(), tmp_path / "file.txt" / "sub")
+    assert (tmp_path / "file.txt").read_text() == "x"
+
+
+def test_keep_takes_any_integer_numpy_s_too(tmp_path):
+    table = make()
+    for _ in range(3):
+        checkpoint.save(table, tmp_path, keep=np.int64(2))
+    assert len(checkpoint.list_checkpoints(tmp_path)) == 2
 
 
 def test_a_closed_table_is_not_saved(tmp_path):

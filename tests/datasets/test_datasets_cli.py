@@ -84,7 +84,7 @@ def test_export_minari_writes_the_episodes_of_a_tables_rows(checkpoint, tmp_path
 def test_export_of_a_missing_checkpoint_is_a_usage_error(tmp_path, capsys):
     assert main(["export", str(tmp_path / "nowhere"), "--npz", str(tmp_path / "x.npz")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("rlreplay export: error:") and "nowhere is not a directory" in err
+    assert err.startswith("rlreplay export: error:") and "nowhere' does not exist" in err
     assert not (tmp_path / "x.npz").exists()
 
 
