@@ -66,6 +66,20 @@ def table_definition(table: Table) -> dict[str, Any]:
 _ADAPTABLE = {"capacity", "max_size", "rate_limiter", "default_priority", "warn_after"}
 
 
+# Definitions compared per step field (a dict of field path -> its spec or window).
+_PER_FIELD = ("signature", "layout")
+
+
+class _Absent:
+    """A field one of the two definitions does not have (shown as ``absent``)."""
+
+    def __repr__(self) -> str:
+        return "absent"
+
+
+_ABSENT = _Absent()
+
+
 def _selector_adaptable(saved: dict, given: dict) -> bool:
     """Selectors of one type differing only in their arguments (priority_exponent)."""
     return saved.get("type") == given.get("type")
@@ -75,7 +89,8 @@ def compare(
     where: str, saved: dict[str, Any], given: dict[str, Any]
 ) -> list[tuple[str, Any, Any, bool]]:
     """``(field, saved, given, adaptable)`` for every field of two definitions that
-    differs (``warn_after`` is a runtime setting and never counts)."""
+    differs (``warn_after`` is a runtime setting and never counts). A signature or a
+    layout is compared per step field, so that the one that differs is named."""
     out = []
     for key in saved.keys() | given.keys():
         a, b = saved.get(key), given.get(key)
@@ -84,7 +99,14 @@ def compare(
         adaptable = key in _ADAPTABLE or (
             key in ("sampler", "remover") and _selector_adaptable(a or {}, b or {})
         )
-        out.append((f"{where}.{key}", a, b, adaptable))
+        if key in _PER_FIELD and isinstance(a, dict) and isinstance(b, dict):
+            out += [
+                (f"{where}.{key}[{field!r}]", a.get(field, _ABSENT), b.get(field, _ABSENT), False)
+                for field in a.keys() | b.keys()
+                if a.get(field) != b.get(field)
+            ]
+        else:
+            out.append((f"{where}.{key}", a, b, adaptable))
     return sorted(out, key=lambda d: d[0])
 
 

@@ -97,6 +97,18 @@ def test_a_different_definition_is_refused_naming_it_and_changes_nothing(tmp_pat
         np.testing.assert_array_equal(c, before[p])
 
 
+def test_a_different_signature_names_the_field_that_differs(tmp_path):
+    _, path = saved(tmp_path)
+    other = build(signature={"step": "int64", "obs": ((4,), "float32"), "extra": "int8"})
+    with pytest.raises(CheckpointMismatchError) as err:
+        checkpoint.restore(path, other)
+    message = str(err.value)
+    assert "signature['obs']: checkpoint {'shape': [3]" in message
+    assert "'shape': [4]" in message
+    assert "signature['extra']: checkpoint absent" in message
+    assert "signature['step']" not in message  # the fields that agree are not listed
+
+
 @pytest.mark.parametrize("name", ["max_size", "rate_limiter", "priority_exponent", "capacity"])
 def test_adapt_takes_an_adaptable_difference_keeping_every_item(tmp_path, name):
     table, path = saved(tmp_path)
