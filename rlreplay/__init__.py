@@ -36,6 +36,7 @@ from rlreplay.errors import (
     SignatureError,
 )
 from rlreplay.iterators import ReplayIterator, learn_while_can_sample
+from rlreplay.version import __version__
 from rlreplay.writers import (
     EpisodeAdder,
     NStepTransitionAdder,
@@ -45,8 +46,6 @@ from rlreplay.writers import (
     StreamAdder,
     TrajectoryWriter,
 )
-
-__version__ = "0.1.0"
 
 # The network layer needs pyzmq and msgpack; it is imported on first use of these names.
 _NET_NAMES = ("Client", "RemoteTrajectoryWriter", "SampleIterator", "Server")

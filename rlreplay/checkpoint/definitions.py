@@ -101,7 +101,12 @@ def compare(
         )
         if key in _PER_FIELD and isinstance(a, dict) and isinstance(b, dict):
             out += [
-                (f"{where}.{key}[{field!r}]", a.get(field, _ABSENT), b.get(field, _ABSENT), False)
+                (
+                    f"{where}.{key}[{field!r}]",
+                    a.get(field, _ABSENT),
+                    b.get(field, _ABSENT),
+                    adaptable,
+                )
                 for field in a.keys() | b.keys()
                 if a.get(field) != b.get(field)
             ]

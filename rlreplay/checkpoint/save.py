@@ -45,6 +45,7 @@ from rlreplay.checkpoint.progress import Progress
 from rlreplay.checkpoint.snapshot import Capture, Snapshot, as_tables
 from rlreplay.core.table import Table
 from rlreplay.errors import CheckpointError, InvalidArgumentError, ReplayTimeoutError, describe
+from rlreplay.version import __version__
 
 _NAMING = threading.Lock()
 
@@ -380,14 +381,12 @@ def _write(
     stats.total_bytes = sum(f["bytes"] for f in files.values())
     stats.bytes = stats.total_bytes - stats.reused_bytes
     created = datetime.datetime.fromtimestamp(snap.created_unix, datetime.timezone.utc)
-    from importlib.metadata import version  # the installed package's: rlreplay.__version__
-
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "created_at": created.isoformat(),
         "created_unix": snap.created_unix,
-        "rlreplay_version": version("rlreplay"),
+        "rlreplay_version": __version__,
         "stores": [
             {
                 **s.definition,

@@ -325,9 +325,7 @@ class Server:
                 **(server_options or {}),
             ).start()
         except BaseException:
-            if self._own_directory is not None:
-                with contextlib.suppress(OSError):
-                    os.rmdir(self._own_directory)
+            self._remove_own_directory()
             raise
         self._port = int(str(self._server.address).rsplit(":", 1)[1])
 
@@ -353,6 +351,11 @@ class Server:
         removed here when it is empty; one holding checkpoints stays, for a restore.
         """
         self._server.stop()
+        self._remove_own_directory()
+
+    def _remove_own_directory(self) -> None:
+        """Remove the temporary checkpoint directory this server made, if no checkpoint
+        was written there (once)."""
         directory, self._own_directory = self._own_directory, None
         if directory is not None:
             with contextlib.suppress(OSError):  # not empty (checkpoints), or already gone
