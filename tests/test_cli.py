@@ -89,8 +89,8 @@ def curve_server(keys):
 def test_version_prints_the_package_version():
     result = cli("--version")
     assert result.returncode == 0 and result.stdout.strip() == f"rlreplay {rlreplay.__version__}"
-    # one version: the package's own attribute is the installed distribution's (which
-    # checkpoint manifests record)
+    # one version: rlreplay/version.py's (which checkpoint manifests record) is the
+    # installed distribution's, from pyproject.toml
     assert rlreplay.__version__ == importlib.metadata.version("rlreplay")
 
 
