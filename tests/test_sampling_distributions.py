@@ -282,3 +282,59 @@ def test_prioritized_remover_evicts_distinct_items_when_positive_weights_run_out
     assert table.size == 3 and table.info().evictions == 2
     kept = held_steps(table, keys)
     assert len(kept) == 3 and {3, 4} <= set(kept) and 0 not in kept
+
+
+def consecutive_draws(weights, limit, n):
+    """Every sequence of ``n`` consecutive single draws from items of ``weights``, each
+    leaving once drawn ``limit`` times: ``{sequence: (probability, per-draw probabilities)}``."""
+    out = {}
+
+    def walk(seq, left, prob, each):
+        if len(seq) == n:
+            out[tuple(seq)] = (prob, tuple(each))
+            return
+        mass = sum(w for i, w in enumerate(weights) if left[i])
+        for i, w in enumerate(weights):
+            if left[i]:
+                p = w / mass
+                walk([*seq, i], {**left, i: left[i] - 1}, prob * p, [*each, p])
+
+    walk([], dict.fromkeys(range(len(weights)), limit), 1.0, [])
+    return out
+
+
+# (name, priorities, max_times_sampled, batch size)
+LIMITED_BATCHES = [
+    ("each item once, batch of 2", [1.0, 2.0, 3.0], 1, 2),
+    ("each item twice, batch of 4", [1.0, 2.0, 3.0], 2, 4),
+    ("each item once, batch of all 3", [1.0, 2.0, 3.0], 1, 3),
+]
+
+
+@pytest.mark.parametrize(
+    "prios,limit,n", [c[1:] for c in LIMITED_BATCHES], ids=[c[0] for c in LIMITED_BATCHES]
+)
+def test_a_limited_prioritized_batch_is_drawn_as_consecutive_single_samples(
+    prios, limit, n, make_table
+):
+    """With max_times_sampled, a batch's sequences follow one-at-a-time draws in which an
+    item leaves once it reaches the limit, and each draw reports the probability it had
+    among the items left at that draw."""
+    expected = consecutive_draws(prios, limit, n)
+    table = make_table(max_size=8, sampler=Prioritized(1.0), max_times_sampled=limit, seed=3)
+    counts = dict.fromkeys(expected, 0)
+    for _ in range(6_000):
+        table.insert(rows(0, len(prios)), priorities=prios)
+        batch = table.sample(n)
+        seq = tuple(batch.data["step"].tolist())
+        np.testing.assert_allclose(batch.info.probabilities, expected[seq][1])
+        counts[seq] += 1
+        table.reset()
+    # Sequences expected fewer than 5 times are pooled into one cell for the chi-square.
+    total = sum(counts.values())
+    small = [s for s in expected if expected[s][0] * total < 5]
+    cells = [s for s in expected if s not in small]
+    observed = [counts[s] for s in cells] + ([sum(counts[s] for s in small)] if small else [])
+    probs = [expected[s][0] for s in cells] + ([sum(expected[s][0] for s in small)] if small else [])
+    p = chisquare(observed, np.asarray(probs) * total).pvalue
+    assert p > P_MIN, f"p={p:.3g}: {dict(zip(cells, observed))}"

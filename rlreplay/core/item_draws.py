@@ -1,8 +1,10 @@
 """Item draws: choosing which items a sample returns and reading their data.
 
-Random samplers draw a whole batch at once; when ``max_times_sampled`` would be exceeded
-within the batch the draw falls back to one item at a time, so a batch always behaves as
-consecutive single samples. Deterministic samplers (Fifo, Lifo, heaps) return their first
+Random samplers draw a whole batch at once. With ``max_times_sampled`` a batch behaves as
+consecutive single samples, an item leaving the sampler as soon as it reaches the limit:
+the batch's independent draws stand up to the first one that exhausts an item (until then
+the sampler's distribution is unchanged), and the rest of the batch is drawn one at a
+time without the exhausted items. Deterministic samplers (Fifo, Lifo, heaps) return their first
 items in order. :class:`DrawPlan` is the part of a :class:`rlreplay.core.table.Table` that
 does this: it owns the gather plan (which column rows each output field reads) and the
 reusable batch buffers, and reads (and, for ``max_times_sampled``, changes) the table's
@@ -38,6 +40,16 @@ def _usable_cores() -> int:
 # A batch of several MB (image frames) is copied on two threads where two cores are there:
 # one core's copy does not reach the memory bandwidth two reach (about 30 % faster here).
 GATHER_THREADS = min(2, _usable_cores())
+
+
+def occurrence_rank(slots: np.ndarray) -> np.ndarray:
+    """For each entry, how many earlier entries hold the same slot (0 for a first)."""
+    order = np.argsort(slots, kind="stable")
+    sorted_slots = slots[order]
+    starts = np.r_[0, np.flatnonzero(np.diff(sorted_slots)) + 1]
+    rank = np.empty(len(slots), dtype=np.int64)
+    rank[order] = np.arange(len(slots)) - np.repeat(starts, np.diff(np.r_[starts, len(slots)]))
+    return rank
 
 
 class DrawPlan:
@@ -79,10 +91,7 @@ class DrawPlan:
         else:
             slots, probabilities = sampler.sample(n, index.rng)
             if self.max_times_sampled:
-                uniq, counts = np.unique(slots, return_counts=True)
-                left = self.max_times_sampled - index.times_sampled[uniq].astype(np.int64)
-                if (counts > left).any():
-                    slots, probabilities = self._sequential_picks(n)
+                slots, probabilities = self._limited(slots, probabilities)
         keys, priorities, times = self._mark_sampled(slots)
         data = self._gather(slots, buffers)
         if self.max_times_sampled:
@@ -118,13 +127,8 @@ class DrawPlan:
 
     def _count_samples(self, slots: np.ndarray) -> np.ndarray:
         """Increment times_sampled; each entry sees the count as of its own draw."""
-        order = np.argsort(slots, kind="stable")
-        sorted_slots = slots[order]
-        starts = np.r_[0, np.flatnonzero(np.diff(sorted_slots)) + 1]
-        rank = np.arange(len(slots)) - np.repeat(starts, np.diff(np.r_[starts, len(slots)]))
-        times = np.empty(len(slots), dtype=np.int64)
         times_sampled = self.index.times_sampled
-        times[order] = times_sampled[sorted_slots].astype(np.int64) + rank + 1
+        times = times_sampled[slots].astype(np.int64) + occurrence_rank(slots) + 1
         np.add.at(times_sampled, slots, 1)
         return times
 
@@ -136,8 +140,25 @@ class DrawPlan:
         left = self.max_times_sampled - index.times_sampled[order].astype(np.int64)
         return np.repeat(order, left)[:n]
 
-    def _sequential_picks(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Draw one at a time, hiding exhausted items until the batch is complete.
+    def _limited(
+        self, slots: np.ndarray, probabilities: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """A batch of independent draws as consecutive single samples under
+        ``max_times_sampled``: its draws up to the first that exhausts an item stand (no
+        item left the sampler before it), the rest is drawn again one at a time."""
+        n = len(slots)
+        times = self.index.times_sampled[slots].astype(np.int64) + occurrence_rank(slots) + 1
+        exhausting = np.flatnonzero(times >= self.max_times_sampled)
+        if len(exhausting) == 0 or exhausting[0] == n - 1:
+            return slots, probabilities
+        k = int(exhausting[0]) + 1
+        more, more_probabilities = self._sequential_picks(n - k, slots[:k])
+        slots = np.concatenate([slots[:k], more])
+        return slots, np.concatenate([probabilities[:k], more_probabilities])
+
+    def _sequential_picks(self, n: int, drawn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Draw ``n`` items one at a time after the ``drawn`` ones, hiding exhausted items
+        (those ``drawn`` exhausts first) until the batch is complete.
 
         The batch ends early when nothing drawable is left (every item hidden, or only
         items of priority 0); hidden items always return to the sampler.
@@ -145,8 +166,12 @@ class DrawPlan:
         sampler, rng, times_sampled = self.index.sampler, self.index.rng, self.index.times_sampled
         slots = np.empty(n, dtype=np.int64)
         probs = np.empty(n)
-        hidden: list[int] = []
         extra: dict[int, int] = {}
+        for s in drawn.tolist():
+            extra[s] = extra.get(s, 0) + 1
+        hidden = [s for s, c in extra.items() if times_sampled[s] + c >= self.max_times_sampled]
+        if hidden:
+            sampler.delete(np.array(hidden, dtype=np.int64))
         for i in range(n):
             if sampler.size == 0:
                 slots, probs = slots[:i], probs[:i]
