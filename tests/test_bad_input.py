@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -610,3 +611,89 @@ def test_blocking_calls_on_a_closed_table_raise_closed_error(call):
         else:
             table.sample(1, timeout=1.0)
     assert_same(before, snapshot(table))
+
+
+def full_queue():
+    """A queue of one item, full (its limiter blocks every insert), and its writer with
+    two steps retained."""
+    queue = Table.queue("q", 1, signature={"x": "float32"})
+    writer = TrajectoryWriter(queue, history=2)
+    writer.append({"x": 0.0})
+    writer.append({"x": 1.0})
+    writer.create_item(queue)
+    return queue, writer
+
+
+# Each call would wait for the full queue's limiter if its arguments were good: bad ones
+# are refused at once, naming what is wrong, whatever the timeout.
+BEFORE_WAITING = [
+    (
+        "writer item priority NaN",
+        lambda w, q, s: w.create_item(q, timeout=s, priority=float("nan")),
+        "priorit",
+    ),
+    (
+        "writer item priority text",
+        lambda w, q, s: w.create_item(q, timeout=s, priority="high"),
+        "priorit",
+    ),
+    (
+        "writer item before the episode",
+        lambda w, q, s: w.create_item(q, timeout=s, start=-3),
+        "start",
+    ),
+    (
+        "writer items float starts",
+        lambda w, q, s: w.create_items(q, timeout=s, starts=[-1.7]),
+        "starts",
+    ),
+    (
+        "writer items text starts",
+        lambda w, q, s: w.create_items(q, timeout=s, starts=["a"]),
+        "starts",
+    ),
+    (
+        "writer items priorities of another length",
+        lambda w, q, s: w.create_items(q, [1.0, 2.0], starts=[-1], timeout=s),
+        "priorities",
+    ),
+    (
+        "writer items before the episode",
+        lambda w, q, s: w.create_items(q, timeout=s, starts=[-1, -3]),
+        "starts",
+    ),
+    ("table item anchor not stored", lambda w, q, s: q.create_item(10**6, timeout=s), "anchor"),
+    ("table item anchor held", lambda w, q, s: q.create_item(1, timeout=s), "already holds"),
+    ("table item float anchor", lambda w, q, s: q.create_item(1.5, timeout=s), "anchor_id"),
+    (
+        "table items anchor not stored",
+        lambda w, q, s: q.create_items([1, 10**6], timeout=s),
+        "anchor",
+    ),
+    ("table items float anchors", lambda w, q, s: q.create_items([1.0], timeout=s), "anchor_ids"),
+]
+
+
+@pytest.mark.parametrize(
+    "call,word", [c[1:] for c in BEFORE_WAITING], ids=[c[0] for c in BEFORE_WAITING]
+)
+@pytest.mark.parametrize("timeout", [None, 5.0])
+def test_bad_item_arguments_are_refused_before_waiting_for_the_limiter(call, word, timeout):
+    queue, writer = full_queue()
+    before = snapshot(queue)
+    raised: list[BaseException] = []
+
+    def run():
+        try:
+            call(writer, queue, timeout)
+        except BaseException as error:  # reported below
+            raised.append(error)
+
+    caller = threading.Thread(target=run, daemon=True)
+    caller.start()
+    caller.join(2.0)  # (a call that waited would still be waiting)
+    assert not caller.is_alive(), "the call waited for the limiter instead of refusing"
+    assert len(raised) == 1 and isinstance(raised[0], InvalidArgumentError), raised
+    assert word in str(raised[0])
+    assert_same(before, snapshot(queue))
+    queue.close()

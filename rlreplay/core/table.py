@@ -11,6 +11,7 @@ constructors of the ordered tables.
 from __future__ import annotations
 
 import math
+import operator
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -35,6 +36,7 @@ from rlreplay.core.table_checks import (
     check_components,
     check_table_limits,
     check_timeout,
+    int_array,
     resolve_store,
 )
 from rlreplay.core.table_info import TableInfo
@@ -455,25 +457,19 @@ class Table:
             priority = float(check_priorities(priority, 1)[0])
         timeout = check_timeout(timeout)
         store, index, limiter = self.store, self.index, self.rate_limiter
-        anchor = int(anchor_id)
+        try:
+            anchor = operator.index(anchor_id)
+        except TypeError:
+            raise InvalidArgumentError(
+                f"anchor_id={describe(anchor_id)} must be an int (a store step id)"
+            ) from None
         with self.mutex:
             if self.admission.closed or not limiter.can_insert(1, index.size):
+                self._anchor_slot(anchor)  # a bad anchor is refused before any wait
                 waiter = self.admission.admit(1, None, timeout)
                 if waiter is not None:
                     waiter.settle()
-            last = anchor + (self.layout.span - 1) * store.lanes
-            if anchor < store.oldest_id or last >= store.next_id:
-                raise InvalidArgumentError(
-                    f"anchor id {anchor} with span {self.layout.span} reaches outside the "
-                    f"stored steps [{store.oldest_id}, {store.next_id}); create items only "
-                    "over steps already appended and not yet overwritten"
-                )
-            slot = anchor % store.capacity
-            if index.live[slot]:
-                raise InvalidArgumentError(
-                    f"table {self.name!r} already holds an item anchored at step {anchor}; "
-                    "a table holds at most one item per anchor step"
-                )
+            slot = self._anchor_slot(anchor)
             key = index.claim_one(slot, None if priority is None else float(priority))
             limiter.inserts += 1
             store.wake_waiters()
@@ -493,54 +489,92 @@ class Table:
             InvalidArgumentError: as :meth:`create_item`, and for more than ``max_size``
                 anchors at once (the remover could not make room for them).
         """
-        try:
-            ids = np.asarray(anchor_ids).reshape(-1)
-        except (TypeError, ValueError):
-            ids = np.zeros(0, dtype=object)
-        if ids.dtype.kind not in "iu" and not (ids.dtype.kind == "f" and len(ids) == 0):
-            raise InvalidArgumentError(
-                f"anchor_ids={describe(anchor_ids)} must be ints (store step ids)"
-            )
-        ids = ids.astype(np.int64, copy=False)
+        ids = int_array(anchor_ids, "anchor_ids")
         n = len(ids)
         if n > self.max_size:
             raise InvalidArgumentError(
                 f"anchor_ids holds {n} anchors, more than max_size={self.max_size} of table "
                 f"{self.name!r}; create at most max_size items at once"
             )
-        prios = None if priorities is None else check_priorities(priorities, n)
+        prios, extents = self.check_items(n, priorities, lengths)
         timeout = check_timeout(timeout)
         store = self.store
-        extents = self._extents(lengths, n)
         index = self.index
         limiter = self.rate_limiter
         with self.mutex:
             if self.admission.closed or not limiter.can_insert(n, index.size):
+                if n:
+                    self._anchor_slots(ids, extents)  # bad anchors are refused before any wait
                 waiter = self.admission.admit(n, None, timeout)
                 if waiter is not None:
                     waiter.settle()
             if n == 0:
                 return np.zeros(0, dtype=np.int64)
-            reach = self.layout.span - 1 if extents is None else extents - 1
-            last = ids + reach * store.lanes
-            if ids.min() < store.oldest_id or last.max() >= store.next_id:
-                raise InvalidArgumentError(
-                    f"anchor ids {describe(ids.tolist())} with span {self.layout.span} reach "
-                    f"outside the stored steps [{store.oldest_id}, {store.next_id}); create "
-                    "items only over steps already appended and not yet overwritten"
-                )
-            slots = ids % store.capacity
-            if index.live[slots].any() or not _distinct(ids, slots, store.capacity):
-                raise InvalidArgumentError(
-                    f"table {self.name!r} already holds an item anchored at one of steps "
-                    f"{describe(ids.tolist())}; a table holds at most one item per anchor step"
-                )
+            slots = self._anchor_slots(ids, extents)
             keys = index.claim(slots, prios)
             if extents is not None:
                 index.extent[slots] = extents
             limiter.inserts += n
             store.wake_waiters()
             return keys
+
+    def _anchor_slot(self, anchor: int) -> int:
+        """The slot of a new item of a fixed-span layout anchored at step ``anchor``
+        (lock held).
+
+        Raises:
+            InvalidArgumentError: if its window reaches outside the stored steps, or the
+                table holds an item anchored there.
+        """
+        store = self.store
+        last = anchor + (self.layout.span - 1) * store.lanes
+        if anchor < store.oldest_id or last >= store.next_id:
+            raise InvalidArgumentError(
+                f"anchor id {anchor} with span {self.layout.span} reaches outside the "
+                f"stored steps [{store.oldest_id}, {store.next_id}); create items only "
+                "over steps already appended and not yet overwritten"
+            )
+        slot = anchor % store.capacity
+        if self.index.live[slot]:
+            raise InvalidArgumentError(
+                f"table {self.name!r} already holds an item anchored at step {anchor}; "
+                "a table holds at most one item per anchor step"
+            )
+        return slot
+
+    def _anchor_slots(self, ids: np.ndarray, extents: np.ndarray | None) -> np.ndarray:
+        """:meth:`_anchor_slot` for several anchors (int64, at least one) of
+        ``extents`` steps each (``None``: the layout's span); also refused: two anchors
+        on one slot."""
+        store = self.store
+        reach = self.layout.span - 1 if extents is None else extents - 1
+        last = ids + reach * store.lanes
+        if ids.min() < store.oldest_id or last.max() >= store.next_id:
+            raise InvalidArgumentError(
+                f"anchor ids {describe(ids.tolist())} with span {self.layout.span} reach "
+                f"outside the stored steps [{store.oldest_id}, {store.next_id}); create "
+                "items only over steps already appended and not yet overwritten"
+            )
+        slots = ids % store.capacity
+        if self.index.live[slots].any() or not _distinct(ids, slots, store.capacity):
+            raise InvalidArgumentError(
+                f"table {self.name!r} already holds an item anchored at one of steps "
+                f"{describe(ids.tolist())}; a table holds at most one item per anchor step"
+            )
+        return slots
+
+    def check_items(
+        self, n: int, priorities: Any = None, lengths: Any = None
+    ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """Check the priorities and lengths of ``n`` new items, as :meth:`create_items`
+        takes them; returns them as arrays (``None`` where not given, and lengths on a
+        fixed-span layout). Writers call it before they wait for the rate limiter.
+
+        Raises:
+            InvalidArgumentError: for a bad priority or length.
+        """
+        prios = None if priorities is None else check_priorities(priorities, n)
+        return prios, self._extents(lengths, n)
 
     def _extents(self, lengths: Any, n: int) -> np.ndarray | None:
         """Per-item extents as int64 (``span`` when not given), for a layout with

@@ -191,3 +191,19 @@ def check_timeout(timeout: float | None) -> float | None:
             "without limit; use can_insert()/can_sample() to check without waiting"
         )
     return float(timeout)
+
+
+def int_array(values: Any, name: str) -> np.ndarray:
+    """``values`` (ints, one or a sequence) as a flat int64 array.
+
+    Raises:
+        InvalidArgumentError: naming ``name`` for anything but ints (floats included:
+            they are not cut down).
+    """
+    try:
+        arr = np.asarray(values).reshape(-1)
+    except (TypeError, ValueError):
+        arr = np.zeros(1, dtype=object)
+    if arr.dtype.kind not in "iu" and not (arr.dtype.kind == "f" and len(arr) == 0):
+        raise InvalidArgumentError(f"{name}={describe(values)} must be ints")
+    return arr.astype(np.int64, copy=False)

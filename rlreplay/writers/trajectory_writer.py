@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from rlreplay.core.table import Table
+from rlreplay.core.table_checks import int_array
 from rlreplay.errors import ClosedError, InvalidArgumentError, describe
 
 
@@ -199,7 +200,6 @@ class TrajectoryWriter:
                 f"{start + span} step(s) not appended yet"
             )
         with self.store.mutex:
-            self._admit(table, 1, timeout)
             held = self._retention.count
             if -start > held and defaulted:
                 raise too_few_steps(table.name, span, held)
@@ -208,19 +208,25 @@ class TrajectoryWriter:
                     f"start={start} reaches back {-start} steps but this episode retains "
                     f"{held}; |start| must be <= {held}"
                 )
+            self._admit(table, 1, timeout, priority, None if length is None else (length,))
             # Anchored after the limiter admitted the item: the steps cannot move between.
             anchor = self._retention.end + start
             return table.create_item(anchor, priority, length=length, timeout=timeout)
 
-    def _admit(self, table: Table, n: int, timeout: float | None) -> None:
-        """Wait until ``table``'s rate limiter admits ``n`` items (store lock held).
+    def _admit(
+        self, table: Table, n: int, timeout: float | None, priorities: Any, lengths: Any
+    ) -> None:
+        """Wait until ``table``'s rate limiter admits ``n`` items of ``priorities`` and
+        ``lengths`` (store lock held); they are checked before any wait.
 
         Raises:
+            InvalidArgumentError: for a bad priority or length.
             DeadlockError: for ``n`` items the limiter could never admit at once, however
                 much is sampled (a wait for them would never end).
         """
         if table.admission.can_insert(n, 0):
             return
+        table.check_items(n, priorities, lengths)
         table.rate_limiter.check_insert_batch(n)
         waiter = table.admission.admit(n, None, timeout)
         if waiter is not None:
@@ -254,24 +260,25 @@ class TrajectoryWriter:
         if self._closed:
             raise ClosedError("the writer is closed")
         table = self._table(table)
-        starts = np.asarray(starts, dtype=np.int64).reshape(-1)
-        span = table.layout.span if lengths is None else np.asarray(lengths, dtype=np.int64)
+        starts = int_array(starts, "starts")
         if len(starts) == 0:
             return np.zeros(0, dtype=np.int64)
+        _, extents = table.check_items(len(starts), None, lengths)
+        span = table.layout.span if extents is None else extents
         if starts.max() >= 0 or (starts + span).max() > 0:
             raise InvalidArgumentError(
                 f"starts={describe(starts.tolist())} must be negative and cover only steps "
                 "already appended"
             )
         with self.store.mutex:
-            if len(starts) <= table.max_size:
-                self._admit(table, len(starts), timeout)
             held = self._retention.count
             if -starts.min() > held:
                 raise InvalidArgumentError(
                     f"starts={describe(starts.tolist())} reach back more than the {held} "
                     "retained steps of this episode"
                 )
+            if len(starts) <= table.max_size:
+                self._admit(table, len(starts), timeout, priorities, lengths)
             anchors = self._retention.end + starts  # retained ids are consecutive
             return table.create_items(anchors, priorities, lengths=lengths, timeout=timeout)
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from rlreplay.core.rate_limiters import insert_pack
+from rlreplay.core.table_checks import int_array
 from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.net.client.writer.chunks import MAX_IN_FLIGHT
 from rlreplay.writers.trajectory_writer import too_few_steps
@@ -79,8 +80,9 @@ def check_writer_args(
     # the server refuses a chunk creating more items in a table than its max_size
     limits = [int(d["max_size"]) for d in descs]
     # and a chunk holds at most half of what a limiter admits at once (see insert_pack)
-    limits += [int(insert_pack(d["insert_window"])) for d in descs
-               if d.get("insert_window") is not None]
+    limits += [
+        int(insert_pack(d["insert_window"])) for d in descs if d.get("insert_window") is not None
+    ]
     return names, spans, history, chunk_steps, min(limits)
 
 
@@ -241,7 +243,7 @@ class PendingItems:
             InvalidArgumentError: as :meth:`add`, or for ``priorities`` or ``lengths``
                 that do not match ``starts``; nothing is added then.
         """
-        starts = np.asarray(starts, dtype=np.int64).reshape(-1).tolist()
+        starts = int_array(starts, "starts").tolist()
         prios = _per_item(priorities, len(starts), "priorities")
         lens = _per_item(lengths, len(starts), "lengths")
         before, tops = len(self.items), list(self._top_anchor)
