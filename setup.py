@@ -16,6 +16,7 @@ setup(
     # it, whose path begins with the driver's directory) finds rlreplay.examples too,
     # without the editable install's import hook.
     packages=find_packages(include=["rlreplay", "rlreplay.*"]),
+    package_data={"rlreplay.examples": ["tables.toml"]},
     ext_modules=[
         Extension(
             "rlreplay.core.selectors._sumtree",

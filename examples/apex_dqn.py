@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 from dataclasses import dataclass
@@ -44,7 +43,7 @@ except ImportError:  # run from a source checkout without installing
     import dqn_cartpole as dqn  # type: ignore[no-redef]
 
 from rlreplay.errors import InvalidArgumentError, describe
-from rlreplay.runtime.flags import parse_flags
+from rlreplay.runtime.flags import parse_flags, run_script
 
 
 @dataclass
@@ -143,7 +142,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     parser.add_argument("--scaling", type=int, nargs="+", default=None, help=SCALING_HELP)
     known, rest = parser.parse_known_args(argv)
-    args = parse_flags(ApexArgs, rest, __doc__.splitlines()[0], epilog=SCALING_HELP)
+    args = parse_flags(ApexArgs, rest, __doc__, epilog=SCALING_HELP)
     if known.scaling:
         if any(c < 1 for c in known.scaling):
             raise InvalidArgumentError(f"--scaling={known.scaling} must list actor counts >= 1")
@@ -153,4 +152,4 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(), indent=2))
+    run_script(main)

@@ -73,7 +73,7 @@ import rlreplay
 import rlreplay.runtime as rt
 from rlreplay.errors import InvalidArgumentError
 from rlreplay.runtime import report
-from rlreplay.runtime.flags import check_ranges, parse_flags
+from rlreplay.runtime.flags import check_ranges, parse_flags, run_script
 
 ENV_ID = "CartPole-v1"
 OBS_DIM = 4
@@ -329,7 +329,7 @@ class DqnLearner:
 def parse_args(argv: list[str] | None = None, args_class: type[Args] = Args) -> Args:
     """``args_class`` (:class:`Args` or a subclass) from command-line flags (every field
     is a ``--flag``; see :func:`rlreplay.runtime.flags.parse_flags`)."""
-    return parse_flags(args_class, argv, __doc__.splitlines()[0])
+    return parse_flags(args_class, argv, __doc__)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -407,6 +407,4 @@ def train(args: Args, policy: type[QPolicy] = QPolicy) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    import json
-
-    print(json.dumps(main(), indent=2))
+    run_script(main)

@@ -29,7 +29,6 @@ Run:  python examples/ppo_cartpole.py --seed 0 --total-steps 200000 --out runs/p
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -41,7 +40,7 @@ from torch import nn
 import rlreplay.runtime as rt
 from rlreplay import RolloutAdder
 from rlreplay.runtime import report
-from rlreplay.runtime.flags import check_ranges, parse_flags
+from rlreplay.runtime.flags import check_ranges, parse_flags, run_script
 
 OBS_SHAPE = (4,)
 NUM_ACTIONS = 2
@@ -371,7 +370,7 @@ class GreedyReturn:
 
 def parse_args(argv: list[str] | None = None) -> Args:
     """``Args`` from the command line (every field is a ``--flag``)."""
-    return parse_flags(Args, argv, __doc__.splitlines()[0])
+    return parse_flags(Args, argv, __doc__)
 
 
 def check_args(args: Args) -> None:
@@ -455,4 +454,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(), indent=2))
+    run_script(main)

@@ -58,7 +58,7 @@ import rlreplay
 import rlreplay.runtime as rt
 from rlreplay.errors import InvalidArgumentError
 from rlreplay.runtime import report
-from rlreplay.runtime.flags import check_ranges, parse_flags
+from rlreplay.runtime.flags import check_ranges, parse_flags, run_script
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
@@ -428,7 +428,7 @@ class SacLearner:
 def parse_args(argv: list[str] | None = None) -> Args:
     """:class:`Args` from command-line flags (every field is a ``--flag``; see
     :func:`rlreplay.runtime.flags.parse_flags`)."""
-    return parse_flags(Args, argv, __doc__.splitlines()[0])
+    return parse_flags(Args, argv, __doc__)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -511,6 +511,4 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    import json
-
-    print(json.dumps(main(), indent=2))
+    run_script(main)

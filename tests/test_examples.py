@@ -1,5 +1,7 @@
 """The example server configuration builds the tables it describes."""
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,3 +18,30 @@ def test_example_tables_toml_builds_a_shared_store_and_a_queue():
     assert set(tables) == {"replay", "rows"}
     assert tables["replay"].layout.span == 2 and tables["replay"].store.capacity == 100_000
     assert tables["rows"].max_times_sampled == 1
+
+
+def test_the_example_config_is_installed_with_the_package_and_named_when_a_config_is_missing():
+    from rlreplay.errors import InvalidArgumentError
+    from rlreplay.net.server.config import EXAMPLE_CONFIG
+
+    assert {t.name for t in load_config(EXAMPLE_CONFIG)} == {"replay", "rows"}
+    with pytest.raises(InvalidArgumentError, match=r"tables\.toml is one"):
+        load_config(Path("no") / "such.toml")
+
+
+@pytest.mark.parametrize("script", ["dqn_cartpole", "sac_continuous", "ppo_cartpole", "apex_dqn"])
+def test_each_example_prints_its_help_and_refuses_a_bad_flag_in_one_line(script):
+    path = Path(__file__).resolve().parents[1] / "examples" / f"{script}.py"
+    shown = subprocess.run(
+        [sys.executable, str(path), "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert shown.returncode == 0, shown.stderr
+    first = " ".join(shown.stdout.split("\n\n")[1].split())  # the description
+    assert first.endswith((".", ")")), first  # its whole first paragraph, not a cut line
+    refused = subprocess.run(
+        [sys.executable, str(path), "--seed", "1", "--eval-episodes", "0"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines()[-1].endswith("must be an int >= 1")
+    assert "Traceback" not in refused.stderr

@@ -334,7 +334,10 @@ def test_a_limited_prioritized_batch_is_drawn_as_consecutive_single_samples(
     total = sum(counts.values())
     small = [s for s in expected if expected[s][0] * total < 5]
     cells = [s for s in expected if s not in small]
-    observed = [counts[s] for s in cells] + ([sum(counts[s] for s in small)] if small else [])
-    probs = [expected[s][0] for s in cells] + ([sum(expected[s][0] for s in small)] if small else [])
+    observed = [counts[s] for s in cells]
+    probs = [expected[s][0] for s in cells]
+    if small:
+        observed.append(sum(counts[s] for s in small))
+        probs.append(sum(expected[s][0] for s in small))
     p = chisquare(observed, np.asarray(probs) * total).pvalue
     assert p > P_MIN, f"p={p:.3g}: {dict(zip(cells, observed))}"

@@ -12,9 +12,12 @@ import ast
 import dataclasses
 import inspect
 import itertools
+import json
 import math
+import os
+import sys
 import textwrap
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from rlreplay.errors import InvalidArgumentError, describe
@@ -53,15 +56,17 @@ def field_docs(args_class: type) -> dict[str, str]:
 def parse_flags(
     args_class: type[T], argv: list[str] | None, description: str = "", epilog: str = ""
 ) -> T:
-    """An ``args_class`` instance from ``argv`` (``None``: ``sys.argv[1:]``); ``description``
-    heads ``--help`` and ``epilog`` ends it (for flags a script parses itself).
+    """An ``args_class`` instance from ``argv`` (``None``: ``sys.argv[1:]``); the first
+    paragraph of ``description`` (a script's docstring) heads ``--help`` and ``epilog``
+    ends it (for flags a script parses itself).
 
     Raises:
         SystemExit: for an unknown flag or a value of the wrong type (argparse's message).
-        Whatever ``args_class`` raises for values out of range (its ``__post_init__``).
+        Whatever ``args_class`` raises for values out of range (its ``__post_init__``;
+        :func:`run_script` makes that one line on the command line).
     """
     parser = argparse.ArgumentParser(
-        description=description,
+        description=" ".join(description.strip().split("\n\n")[0].split()),
         epilog=epilog or None,
         allow_abbrev=False,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -69,7 +74,7 @@ def parse_flags(
     docs = field_docs(args_class)
     for field in dataclasses.fields(args_class):  # type: ignore[arg-type]
         default: Any = field.default
-        help_text = docs.get(field.name, " ")
+        help_text = docs.get(field.name, " ").replace("%", "%%")  # argparse formats help
         if isinstance(default, bool):
             parser.add_argument(
                 flag(field.name), action=argparse.BooleanOptionalAction, default=default,
@@ -83,6 +88,19 @@ def parse_flags(
             kind = type(default) if default is not None else str
             parser.add_argument(flag(field.name), type=kind, default=default, help=help_text)
     return args_class(**vars(parser.parse_args(argv)))
+
+
+def run_script(main: Callable[[], Any]) -> None:
+    """Run a script's ``main()`` from the command line and print what it returns as
+    JSON. A flag out of range or a missing extra (``InvalidArgumentError``,
+    ``ImportError``, which name what to do) ends it as argparse ends a bad flag: one line
+    on stderr, exit status 2, no traceback."""
+    try:
+        result = main()
+    except (InvalidArgumentError, ImportError) as error:
+        print(f"{os.path.basename(sys.argv[0])}: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    print(json.dumps(result, indent=2))
 
 
 def check_ranges(

@@ -10,6 +10,7 @@ import numpy as np
 from rlreplay.core.layout import ItemLayout, Window
 from rlreplay.core.specs import Signature
 from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.writers.adder_options import table_span
 from rlreplay.writers.nstep_blocks import NStepBlock
 from rlreplay.writers.stream import StreamAdder
 
@@ -94,6 +95,15 @@ class NStepTransitionAdder(StreamAdder):
         self.lag = n
         self.pad = stack - 1
         super().__init__(writer, **kwargs)
+        for table in self.tables:  # (sequence tables may make self.span longer)
+            span = table_span(self.writer, table, n + stack)
+            if span != n + stack:
+                name = getattr(table, "name", table)
+                raise InvalidArgumentError(
+                    f"table {name!r} has items of span {span}, but this adder's n={n} and "
+                    f"stack={stack} make items of span {n + stack}; build the table with "
+                    f"layout=NStepTransitionAdder.layout(signature, n={n}, stack={stack})"
+                )
         self._next_item = np.zeros(self.num_envs, dtype=np.int64)
         self._powers = self.discount ** np.arange(n + 1)
         self._weights = self._powers[:n]  # of a return's n rewards

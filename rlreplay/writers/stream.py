@@ -46,7 +46,7 @@ import numpy as np
 
 from rlreplay.core.table import Table
 from rlreplay.core.table_checks import check_timeout
-from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.errors import ClosedError, InvalidArgumentError, describe
 from rlreplay.writers.adder_options import (
     AdderOptions,
     adder_tables,
@@ -183,6 +183,14 @@ class StreamAdder:
         # the episode rows up to date), set by a subclass as its hand-over's ``deferred``
         # (see :class:`~rlreplay.writers.nstep_blocks.NStepBlock`).
         self._block: Any = None
+        self._closed = False  # by close(): every later call raises ClosedError
+
+    def _check_open(self, call: str) -> None:
+        if self._closed:
+            raise ClosedError(
+                f"{call}() after close(): the adder no longer writes (its steps would be "
+                "lost); create a new adder"
+            )
 
     @property
     def _steps(self) -> np.ndarray:
@@ -250,6 +258,7 @@ class StreamAdder:
             ReplayTimeoutError: if the writer timed out; the call's step is kept and
                 what the writer did not take stays pending for the next call.
         """
+        self._check_open("reset")
         idx = self._inputs.env_ids(env_ids)
         first = self._inputs.observations(obs, len(idx), "reset()")
         self._settle()
@@ -300,6 +309,7 @@ class StreamAdder:
             ReplayTimeoutError: if the writer timed out; the call's step is kept and
                 what the writer did not take stays pending for the next call.
         """
+        self._check_open("add")
         fields, obs = self._inputs.step(action, reward, next_obs, extras)
         term = self._inputs.flags(terminated, "terminated")
         trunc = self._inputs.flags(truncated, "truncated")
@@ -322,6 +332,7 @@ class StreamAdder:
             ReplayTimeoutError: if the writer timed out; the call's step is kept and
                 what the writer did not take stays pending for the next call.
         """
+        self._check_open("end_episode")
         if not isinstance(terminated, (bool, np.bool_)):
             raise InvalidArgumentError(
                 f"terminated={describe(terminated)} must be a bool (True: no bootstrapping)"
@@ -347,6 +358,7 @@ class StreamAdder:
             InvalidArgumentError: for a ``timeout`` that is not ``None`` or seconds > 0.
             ReplayTimeoutError: if the writer timed out again (the chunks stay kept).
         """
+        self._check_open("hand_over")
         timeout = check_timeout(timeout)
         self._chunks.drain(self.timeout if timeout is None else timeout)
         self._chunks.raise_failure()
@@ -360,6 +372,7 @@ class StreamAdder:
             ReplayTimeoutError: if the writer timed out (what it did not take stays
                 pending for the next call).
         """
+        self._check_open("flush")
         timeout = check_timeout(timeout)
         self._settle()
         self._chunks.drain(self.timeout if timeout is None else timeout)
@@ -377,9 +390,12 @@ class StreamAdder:
             ReplayTimeoutError: if the writer timed out; the writer stays open and the
                 rest stays pending, so ``close()`` may be called again.
         """
+        if self._closed:
+            return
         self.end_episode(terminated=False)
         self.writer.flush(self.timeout)
         self.writer.close()
+        self._closed = True
 
     def __enter__(self) -> StreamAdder:
         return self

@@ -247,6 +247,36 @@ def test_a_closed_client_refuses_inserts(address):
         client.insert("gym", step(1))
 
 
+def test_a_closed_client_hands_out_no_writer_or_iterator_even_for_a_table_it_knows(address):
+    client = rlreplay.Client(address)
+    client.insert("gym", step(0))
+    client.trajectory_writer("gym").close()  # the table is described now
+    client.close()
+    for make in (
+        lambda: client.trajectory_writer("gym"),
+        lambda: client.sample_iterator("gym", 1),
+    ):
+        with pytest.raises(ClosedError, match="closed"):
+            make()
+
+
+def test_a_closed_sample_iterator_stops_and_refuses_priorities(client):
+    client.insert("prio", block(0, 4))
+    it = client.sample_iterator("prio", 2, timeout=5.0)
+    batch = next(it)
+    it.close()
+    with pytest.raises(StopIteration):
+        next(it)
+    assert list(it) == []
+    with pytest.raises(ClosedError, match="update_priorities"):
+        it.update_priorities(batch.info.keys, np.ones(2))
+
+
+def test_an_address_of_none_says_a_server_has_one_once_started():
+    with pytest.raises(InvalidArgumentError, match=r"start\(\)"):
+        rlreplay.Client(None)
+
+
 def test_leaving_a_with_block_by_an_error_does_not_wait_for_a_dead_server():
     with served(TABLES) as (address, proc):
         client = rlreplay.Client(address, call_timeout=20.0)

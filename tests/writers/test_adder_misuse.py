@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlreplay import (
+    ClosedError,
     EpisodeAdder,
     Fifo,
     InvalidArgumentError,
@@ -444,3 +445,30 @@ def test_one_env_in_same_step_mode_reads_final_obs_as_one_observation():
     np.testing.assert_array_equal(data["next_obs"][:, -1], [final, final])  # n=2
     adder.close()
     assert table.size == 0  # the new episode (from reset_obs) had no step
+
+
+def test_every_call_after_close_raises_closed_error_and_close_again_does_nothing():
+    _, adder = make_adder("nstep")
+    obs = np.zeros((NUM_ENVS, 3), np.float32)
+    adder.reset(obs)
+    adder.close()
+    adder.close()
+    calls = {
+        "reset": lambda: adder.reset(obs),
+        "add": lambda: adder.add(np.zeros(NUM_ENVS, np.int64), np.zeros(NUM_ENVS), obs,
+                                 np.zeros(NUM_ENVS, bool), np.zeros(NUM_ENVS, bool)),
+        "end_episode": adder.end_episode,
+        "hand_over": adder.hand_over,
+        "flush": adder.flush,
+    }  # fmt: skip
+    for name, call in calls.items():
+        with pytest.raises(ClosedError, match=rf"{name}\(\) after close"):
+            call()
+
+
+def test_an_nstep_adder_refuses_a_table_whose_layout_has_another_n():
+    sig = NStepTransitionAdder.signature(obs=((3,), "float32"), action="int64")
+    table = Table("t", signature=sig, layout=NStepTransitionAdder.layout(sig, n=1), max_size=64)
+    with pytest.raises(InvalidArgumentError, match=r"span 2.*n=3.*layout\(signature, n=3"):
+        NStepTransitionAdder(table, n=3, discount=0.9)
+    NStepTransitionAdder(table, n=1, discount=0.9).close()

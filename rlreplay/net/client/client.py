@@ -403,10 +403,12 @@ class Client:
 
     def trajectory_writer(self, tables: str | Sequence[str], **kwargs: Any):
         """A :class:`RemoteTrajectoryWriter` streaming steps to ``tables``."""
+        self.transport.check_open()
         return RemoteTrajectoryWriter(self, tables, **kwargs)
 
     def sample_iterator(self, table: str, batch_size: int, **kwargs: Any):
         """A :class:`SampleIterator` keeping several sample requests in flight."""
+        self.transport.check_open()
         return SampleIterator(self, table, batch_size, **kwargs)
 
     def __repr__(self) -> str:

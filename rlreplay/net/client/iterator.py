@@ -10,7 +10,7 @@ import numpy as np
 
 from rlreplay.core.sample import Sample
 from rlreplay.core.table_checks import check_timeout
-from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.errors import ClosedError, InvalidArgumentError, describe
 from rlreplay.iterators import batch_output
 from rlreplay.net.client.transport import Sender
 from rlreplay.net.wire.payloads import checked_update
@@ -102,6 +102,7 @@ class SampleIterator:
         self.in_flight, self.timeout = in_flight, timeout
         self._pending: deque[int] = deque()
         self._updates: list[tuple[np.ndarray, np.ndarray]] = []
+        self._closed = False
 
     def update_priorities(self, keys: Any, priorities: Any) -> None:
         """Queue new priorities; they go to the server with the next sample request.
@@ -114,13 +115,21 @@ class SampleIterator:
         Raises:
             InvalidArgumentError: at once, for keys that are not a 1-d integer array or
                 priorities that are not finite, >= 0 and one per key.
+            ClosedError: after :meth:`close` (no request would carry them).
         """
+        if self._closed:
+            raise ClosedError(
+                "the sample iterator is closed; send priorities with "
+                "client.update_priorities(table, keys, priorities)"
+            )
         self._updates.append(checked_update(keys, priorities))
 
     def __iter__(self) -> SampleIterator:
         return self
 
     def __next__(self) -> Sample:
+        if self._closed:
+            raise StopIteration
         while len(self._pending) < self.in_flight:
             self._pending.append(
                 self.client.sample_async(
@@ -150,6 +159,7 @@ class SampleIterator:
         Raises:
             InvalidArgumentError: if the server rejected the queued updates (``wait``).
         """
+        self._closed = True
         self.client.transport.forget(self._pending)
         self._pending.clear()
         update = self._take()

@@ -150,6 +150,14 @@ class Transport:
         sock.connect(self.address)
         return sock
 
+    def check_open(self) -> None:
+        """Raise :class:`~rlreplay.errors.ClosedError` once :meth:`close` was called."""
+        if self.closed:
+            raise ClosedError(
+                f"this client of {self.address} was closed (close() or the end of its with "
+                "block); create a new Client(address) to connect again"
+            )
+
     def channel(self) -> Channel:
         """This thread's socket and reply bookkeeping (opened on first use per process).
 
@@ -157,11 +165,7 @@ class Transport:
             ClosedError: once :meth:`close` was called (every call of the client comes
                 here for its socket, so none goes on after it).
         """
-        if self.closed:
-            raise ClosedError(
-                f"this client of {self.address} was closed (close() or the end of its with "
-                "block); create a new Client(address) to connect again"
-            )
+        self.check_open()
         ch = getattr(self._local, "channel", None)
         if ch is None or ch.pid != os.getpid():
             ch = self._local.channel = Channel(self.connect)

@@ -50,6 +50,11 @@ from rlreplay.core.storage import StepStore
 from rlreplay.core.table import Table
 from rlreplay.errors import InvalidArgumentError, describe
 
+# An example of the format, installed with the package (examples/tables.toml in a checkout).
+EXAMPLE_CONFIG = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "examples", "tables.toml"
+)
+
 LIMITERS = {
     "MinSize": MinSize,
     "SampleToInsertRatio": SampleToInsertRatio,
@@ -87,7 +92,7 @@ def load_config(path: str | os.PathLike) -> list[Table]:
     except FileNotFoundError:
         raise InvalidArgumentError(
             f"config file {name!r} does not exist; give the path of a tables.toml "
-            "(examples/tables.toml is one)"
+            f"({EXAMPLE_CONFIG} is one)"
         ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidArgumentError(f"config file {name!r} cannot be read: {exc}") from None

@@ -28,6 +28,12 @@ def normalize_address(address: str) -> str:
         InvalidArgumentError: for anything else: no host, a port that is not a number in
             [1, 65535], whitespace, or an ``ipc://`` address without a path.
     """
+    if address is None:
+        raise InvalidArgumentError(
+            "address=None must be a string such as 'localhost:8000' (a Server's address "
+            "is known once it is started: server.start(), or with rlreplay.Server(...) as "
+            "server)"
+        )
     if not isinstance(address, str) or not address:
         raise InvalidArgumentError(f"address={describe(address)} must be a string")
     usage = "tcp://HOST:PORT, HOST:PORT or ipc:///path"
