@@ -409,6 +409,30 @@ class Signature:
             return data  # values that are dicts are caught by _leaf
         return self._flatten(data, argument)
 
+    def _untupled(self, flat: Mapping[str, Any]) -> dict[str, Any]:
+        """``flat`` with each tuple or list given for a ``Tuple`` space's fields (paths
+        ``path/0``, ``path/1``, ...) spread over them, as gymnasium gives such values."""
+        out: dict[str, Any] = {}
+
+        def spread(path: str, value: Any) -> None:
+            nested = path + SEPARATOR
+            if isinstance(value, Mapping):
+                for key, item in value.items():
+                    spread(nested + str(key), item)
+            elif (
+                isinstance(value, (tuple, list))
+                and path not in self.fields
+                and any(f.startswith(nested) for f in self.fields)
+            ):
+                for i, item in enumerate(value):
+                    spread(nested + str(i), item)
+            else:
+                out[path] = value
+
+        for path, value in flat.items():
+            spread(path, value)
+        return out
+
     def _leaf(self, value: Any, data: Any, argument: str) -> Any:
         """``value`` if it is not a dict; for a dict, raise the error the slow path gives."""
         if isinstance(value, Mapping):
@@ -419,6 +443,8 @@ class Signature:
         flat = flatten(data) if isinstance(data, Mapping) else None
         if flat is None:
             raise SignatureError(f"{argument} must be a dict of arrays, got {describe(data)}")
+        if flat.keys() != self.fields.keys():  # a Tuple space's value, given as a tuple?
+            flat = self._untupled(flat)
         if flat.keys() != self.fields.keys():
             missing = [p for p in self.fields if p not in flat]
             extra = [p for p in flat if p not in self.fields]

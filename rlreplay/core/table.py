@@ -377,10 +377,15 @@ class Table:
         if type(rows) is not dict and not isinstance(rows, Mapping):
             return False, None
         probe = rows.get(path)
-        if probe is None and SEPARATOR in path:  # nested: rows["obs"]["pos"]
+        if probe is None and SEPARATOR in path:  # nested: rows["obs"]["pos"], or a tuple
             probe = rows
             for part in path.split(SEPARATOR):
-                probe = probe.get(part) if isinstance(probe, Mapping) else None
+                if isinstance(probe, Mapping):
+                    probe = probe.get(part)
+                elif isinstance(probe, (tuple, list)) and part.isdigit() and int(part) < len(probe):
+                    probe = probe[int(part)]
+                else:
+                    probe = None
         if probe is None:
             return False, None
         if type(probe) is np.ndarray:

@@ -175,3 +175,62 @@ def test_reading_spaces_does_not_import_gymnasium():
         "assert 'gymnasium' not in sys.modules, 'imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+TUPLE_SPACE = spaces.Tuple(
+    (spaces.Discrete(3), spaces.Box(0, 1, (2,)), spaces.Dict({"m": spaces.MultiBinary(2)}))
+)
+ONE = (np.int64(2), np.array([0.25, 0.5], np.float32), {"m": np.array([1, 0], np.int8)})
+BATCH = (
+    np.array([0, 1]),
+    np.zeros((2, 2), np.float32),
+    {"m": np.ones((2, 2), np.int8)},
+)
+
+# (name, value of the Tuple field as gymnasium or a user gives it, rows it stores)
+TUPLE_VALUES = [
+    ("one row as a tuple", ONE, 1),
+    ("one row as a list", list(ONE), 1),
+    ("a batch as a tuple (a vector env's)", BATCH, 2),
+    ("a batch as a list", list(BATCH), 2),
+]
+
+
+@pytest.mark.parametrize("value,n", [c[1:] for c in TUPLE_VALUES], ids=[c[0] for c in TUPLE_VALUES])
+def test_a_tuple_spaces_value_is_stored_as_gymnasium_gives_it(value, n):
+    table = rr.Table("t", signature={"obs": TUPLE_SPACE, "r": "float32"}, max_size=8)
+    keys = table.insert({"obs": value, "r": np.zeros(n) if n > 1 else 0.0})
+    assert len(keys) == n
+    data = table.sample(8).data
+    assert set(data["obs/0"].tolist()) == ({2} if n == 1 else {0, 1})
+    assert set(data["obs/2/m"][:, 0].tolist()) == {1}
+    assert data["obs/1"].shape == (8, 2)
+
+
+def test_a_tuple_of_the_wrong_length_is_refused_naming_the_missing_field():
+    table = rr.Table("t", signature={"obs": TUPLE_SPACE}, max_size=8)
+    with pytest.raises(rr.SignatureError, match="obs/2/m"):
+        table.insert({"obs": ONE[:2]})
+    assert table.size == 0
+
+
+def test_an_adder_takes_tuple_observations_from_one_env_and_from_a_vector_env():
+    sig = rr.NStepTransitionAdder.signature(obs=TUPLE_SPACE, action="int64")
+    table = rr.Table("n", signature=sig, layout=rr.NStepTransitionAdder.layout(sig, n=2),
+                     max_size=64)  # fmt: skip
+    one = rr.NStepTransitionAdder(table, n=2, discount=0.9)
+    one.reset(ONE)
+    for i in range(3):
+        one.add(0, 1.0, ONE, i == 2, False)
+    one.flush()
+    assert table.size == 3
+    vec = rr.NStepTransitionAdder(table, n=2, discount=0.9, num_envs=2)
+    vec.reset(BATCH)
+    for i in range(3):
+        vec.add(np.zeros(2, np.int64), np.ones(2), BATCH, np.array([False, i == 2]),
+                np.zeros(2, bool))  # fmt: skip
+    vec.flush()
+    # env 1's three items; env 0's episode is open: an item reads the row of the step n
+    # after it, appended once that row's own return is known
+    assert table.size == 3 + 3
+    assert table.sample(4).data["next_obs/2/m"].shape == (4, 2)
