@@ -106,6 +106,18 @@ CASES = [
         "insert missing field", lambda t, k: t.insert(bad_rows(obs=None)), SignatureError, ("obs",)
     ),
     Bad(
+        "insert ragged lists",
+        lambda t, k: t.insert(bad_rows(obs=[[0.0, 0.0, 0.0], [1.0, 1.0]])),
+        SignatureError,
+        ("'obs'", "one array"),
+    ),
+    Bad(
+        "insert one row of ragged lists",
+        lambda t, k: t.insert({"step": 3, "obs": [0.0, 0.0, [1.0]]}),
+        SignatureError,
+        ("'obs'", "one array"),
+    ),
+    Bad(
         "insert wrong trailing shape",
         lambda t, k: t.insert(bad_rows(obs=np.zeros((2, 4)))),
         SignatureError,

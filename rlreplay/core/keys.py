@@ -186,7 +186,7 @@ def check_priorities(priorities: object, n: int, argument: str = "priorities") -
     if p.ndim == 0:
         p = np.full(n, float(p))
     if len(p) != n:
-        raise InvalidArgumentError(f"{argument} has {len(p)} values for {n} items; give {n}")
+        raise InvalidArgumentError(f"{argument} has {len(p)} value(s) for {n} item(s); give {n}")
     if not np.isfinite(p).all() or (p < 0).any():
         bad = p[~np.isfinite(p) | (p < 0)]
         raise InvalidArgumentError(

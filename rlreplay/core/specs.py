@@ -335,10 +335,10 @@ class Signature:
                 leaf = self._leaf(arr, data, argument)
                 arr = as_column_array(leaf, dtype, f"{argument}[{path!r}]")
             if arr.ndim != ndim + 1 or arr.shape[1:] != shape:
+                axes = ", ".join(["batch", *map(str, shape)]) + ("," if not shape else "")
                 raise SignatureError(
-                    f"{argument}[{path!r}] has shape {arr.shape}; expected "
-                    f"(batch, {', '.join(map(str, shape))}) with "
-                    f"trailing shape {shape}"
+                    f"{argument}[{path!r}] has shape {arr.shape}; expected ({axes}): a batch "
+                    f"of rows of shape {shape}"
                 )
             if arr.dtype != dtype:
                 refused = refusal(argument, path, arr, dtype, value)

@@ -394,7 +394,10 @@ class Table:
             if probe.ndim == ndim + 1 and type(rows) is dict:
                 return False, len(probe)
             return False, None
-        return (True, 1) if np.ndim(probe) == ndim else (False, None)
+        try:
+            return (True, 1) if np.ndim(probe) == ndim else (False, None)
+        except ValueError:  # ragged nested lists: the validation names the field
+            return False, None
 
     def _raise_not_a_mapping(self, rows: Any) -> None:
         """Raise the error for ``insert(rows)`` given something other than a mapping (a

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.errors import InvalidArgumentError, SignatureError, describe
 
 
 def cast_problem(arr: np.ndarray, dtype: np.dtype) -> str | None:
@@ -112,8 +112,18 @@ def as_column_array(value: Any, dtype: np.dtype, argument: str) -> np.ndarray:
 
     Raises:
         InvalidArgumentError: as :func:`as_array`.
+        SignatureError: naming ``argument``, for anything else numpy cannot read as one
+            array (ragged nested lists, say).
     """
-    arr = as_array(value, argument)
+    try:
+        arr = as_array(value, argument)
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, InvalidArgumentError):
+            raise
+        raise SignatureError(
+            f"{argument}={describe(value)} cannot be read as one array ({exc}); give an array, "
+            "or nested lists of one length per axis"
+        ) from None
     if dtype.kind in "fc" and _python_ints(arr):
         try:
             return np.asarray(value, dtype=dtype)
