@@ -275,3 +275,52 @@ def test_dict_observations_are_stored_per_key_and_served_as_next_obs_paths():
         data["next_obs"]["frame"][:, 0, 0], data["obs"]["frame"][:, 0, 0] + 1
     )
     assert sorted(data["action"].tolist()) == [1, 1, 2, 2, 3, 3]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 4),
+    steps=st.integers(1, 9),
+    chunk=st.sampled_from([1, 2, 3, 64]),
+    flushed=st.booleans(),
+)
+def test_end_episode_terminated_makes_the_last_transitions_terminal_whatever_was_written(
+    n, steps, chunk, flushed
+):
+    """An episode every add() reported open, ended by end_episode(terminated=True): the
+    items whose returns reach its end do not bootstrap, whether or not a flush or a full
+    chunk had already written their rows."""
+    from rlreplay import SequenceAdder
+
+    sig = NStepTransitionAdder.signature(obs=((1,), "float32"), action="int64")
+    table = Table("t", signature=sig, layout=NStepTransitionAdder.layout(sig, n=n),
+                  max_size=64, capacity=256, sampler=Fifo(), remover=Fifo(),
+                  max_times_sampled=1)  # fmt: skip
+    adder = NStepTransitionAdder(table, n=n, discount=0.9, chunk_length=chunk)
+    adder.reset(np.zeros(1, np.float32))
+    for t in range(steps):
+        adder.add(0, 1.0, np.full(1, t + 1, np.float32), False, False)
+    if flushed:
+        adder.flush()
+    adder.end_episode(terminated=True)
+    adder.flush()
+    data = table.sample(table.size).data
+    left = steps - data["obs"][:, 0].astype(int)  # steps from each item's step to the end
+    expected = np.where(left <= n, 0.0, 0.9**n)
+    np.testing.assert_allclose(data["discount"], expected, rtol=1e-6)
+    assert len(left) == steps
+
+    seq_sig = SequenceAdder.signature(obs=((1,), "float32"), action="int64")
+    seq_table = Table("s", signature=seq_sig, layout=SequenceAdder.layout(seq_sig, steps + 1),
+                      max_size=8, capacity=256, max_times_sampled=1)  # fmt: skip
+    seq = SequenceAdder(seq_table, length=steps + 1, period=steps + 1, discount=0.9,
+                        chunk_length=chunk)  # fmt: skip
+    seq.reset(np.zeros(1, np.float32))
+    for t in range(steps):
+        seq.add(0, 1.0, np.full(1, t + 1, np.float32), False, False)
+    if flushed:
+        seq.flush()
+    seq.end_episode(terminated=True)
+    seq.flush()
+    discount = seq_table.sample(1).data["discount"][0]
+    np.testing.assert_allclose(discount, [0.9] * (steps - 1) + [0.0, 0.0], rtol=1e-6)

@@ -38,7 +38,8 @@ class NStepTransitionAdder(StreamAdder):
     Storage: every observation is stored once. Each step's row holds ``obs``, ``action``,
     the one-step ``reward``, extras, and the two computed columns ``n_step_return`` and
     ``discount`` of the item anchored there: a step is appended only once its ``n``
-    rewards are known, so items are plain windows and the store is written once. The
+    rewards are known and the episode went on past them (so that its discount is
+    final), so items are plain windows and the store is written once. The
     item's ``next_obs`` is read from the *same* ``obs`` column at the item's last row
     (a ``from_end`` window), so short items at episode end need no copies.
 
@@ -92,7 +93,7 @@ class NStepTransitionAdder(StreamAdder):
         self.stack = stack
         self.stacked_obs = stacked_obs
         self.span = n + stack
-        self.lag = n
+        self.lag = n + 1  # complete once the episode went on past its n rewards
         self.pad = stack - 1
         super().__init__(writer, **kwargs)
         for table in self.tables:  # (sequence tables may make self.span longer)

@@ -70,7 +70,7 @@ class SequenceAdder(StreamAdder):
         self.pad_end = bool(pad_end)
         self.discount = float(discount)
         self.span = burn_in + length
-        self.lag = 1
+        self.lag = 2  # complete once the episode went on past its step
         self.pad = 0
         super().__init__(writer, **kwargs)
         self.rule.bind(self.num_envs)

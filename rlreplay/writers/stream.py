@@ -15,8 +15,10 @@ of one episode are, in order:
 
 Rows are held per environment (:class:`~rlreplay.writers.episode_steps.EpisodeRows`, one
 write per field per call, vectorised over environments) and completed in pieces of about
-``chunk_length`` rows: a row is complete once every stored field of it is known (an
-n-step return needs ``n`` rewards). Completed pieces are staged and handed to the writer
+``chunk_length`` rows: a row is complete once no later call can change it, every stored
+field of it known and the episode gone on past them (an n-step return needs ``n``
+rewards, and ``end_episode(terminated=True)`` right after them would end it without
+bootstrapping). Completed pieces are staged and handed to the writer
 in bulk every ``hand_over_every`` calls (:mod:`rlreplay.writers.hand_over`; joined by
 :class:`~rlreplay.writers.hand_over.ChunkBatch`, kept across writer timeouts by
 :class:`~rlreplay.writers.hand_over.ChunkWriter`). Items never span two episodes.

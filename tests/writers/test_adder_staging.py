@@ -48,13 +48,15 @@ def test_items_reach_the_table_within_hand_over_every_calls_and_at_flush():
     assert (table.size, adder.staged_rows) == (0, 4)
     adder.add(*step, ~done, ~done)  # the fourth call hands the staged rows over
     assert (table.size, adder.staged_rows) == (2, 0)
-    adder.flush()  # complete rows of open episodes go over as well
-    assert (table.size, adder.staged_rows) == (4, 0)
-    adder.add(*step, done, ~done)
+    # Two steps into the new episodes: the first step's row is complete (the episode
+    # went on past it), and flush hands it over; its item also reads the second step's
+    # row, not complete yet (end_episode could still make its step the last).
+    adder.flush()
+    assert (table.size, adder.staged_rows, adder.appended_rows) == (2, 0, 6)
     adder.add(*step, ~done, ~done)
-    assert (table.size, adder.staged_rows) == (4, 6)
-    adder.end_episode()  # as flush, reset and close: everything staged goes over
-    assert (table.size, adder.staged_rows) == (8, 0)
+    assert (table.size, adder.staged_rows) == (2, 0)  # a chunk of 64 rows is not full
+    adder.end_episode()  # as flush, reset and close: everything goes over
+    assert (table.size, adder.staged_rows) == (2 + 2 * 3, 0)
 
 
 def test_staged_rows_go_over_early_once_they_fill_every_times_num_envs_rows():

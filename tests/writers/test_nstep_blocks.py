@@ -206,7 +206,9 @@ def test_a_new_episode_with_padding_rows_is_cut_once_it_holds_a_chunk(cls):
     adder.reset(obs[:1] + 1, [0])  # truncates env 0's episode, starts a new one
     before = adder.appended_rows
     adder.add(*step, extras={"version": np.zeros(2, np.int64)})
-    # two padding rows and the first step's row: a chunk of 3 complete rows
+    adder.add(*step, extras={"version": np.zeros(2, np.int64)})
+    # two padding rows and the first step's row, complete once the second step is
+    # taken: a chunk of 3 complete rows (env 1's rows need more calls)
     assert adder.appended_rows - before == 3
 
 
