@@ -106,6 +106,18 @@ CASES = [
         "insert missing field", lambda t, k: t.insert(bad_rows(obs=None)), SignatureError, ("obs",)
     ),
     Bad(
+        "insert one row with a float beyond float32",
+        lambda t, k: t.insert({"step": 3, "obs": np.array([0.0, 1e40, 0.0])}),
+        SignatureError,
+        ("'obs'", "1e+40", "inf"),
+    ),
+    Bad(
+        "insert rows with a float beyond float32",
+        lambda t, k: t.insert(bad_rows(obs=np.full((2, 3), -1e39))),
+        SignatureError,
+        ("'obs'", "-1e+39", "inf"),
+    ),
+    Bad(
         "insert ragged lists",
         lambda t, k: t.insert(bad_rows(obs=[[0.0, 0.0, 0.0], [1.0, 1.0]])),
         SignatureError,
@@ -533,6 +545,12 @@ WRITER_CASES = [
         lambda w, t: w.append_batch({"obs": np.zeros((2, 2)), "step": np.zeros(2)}),
         SignatureError,
         "step",
+    ),
+    (
+        "append a float beyond float32",
+        lambda w, t: w.append({"obs": np.array([1e40, 0.0]), "step": 1}),
+        SignatureError,
+        "inf",
     ),
     (
         "item priority NaN",

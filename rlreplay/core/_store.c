@@ -29,6 +29,8 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <float.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -226,6 +228,9 @@ convert_scalar(const Scalar *s, char code, Py_ssize_t itemsize, char *to)
         default: x = (double)s->i; /* bool or signed */
         }
         if (code == 'f') {
+            if (isfinite(x) && (x > FLT_MAX || x < -FLT_MAX)) {
+                return 0; /* it would become inf: refused by the Python path */
+            }
             float y = (float)x;
             memcpy(to, &y, 4);
         }

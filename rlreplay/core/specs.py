@@ -43,7 +43,7 @@ from rlreplay.core.spec_checks import (
     is_dtype,
     swapped_example,
 )
-from rlreplay.core.value_casting import as_column_array, cast_problem, refusal
+from rlreplay.core.value_casting import as_column_array, cast_problem, float_fits, refusal
 from rlreplay.errors import InvalidArgumentError, SignatureError, describe
 
 __all__ = [
@@ -377,7 +377,13 @@ class Signature:
             value = flat[path]
             if type(value) is np.ndarray:
                 arr = value
-            elif keep_floats and type(value) is float and not shape and dtype.kind in "fc":
+            elif (
+                keep_floats
+                and type(value) is float
+                and not shape
+                and dtype.kind in "fc"
+                and (dtype.itemsize == 8 or float_fits(value, dtype))
+            ):
                 out[path] = value
                 continue
             else:

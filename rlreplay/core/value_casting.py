@@ -11,8 +11,10 @@ compiled writes:
   ``-1`` into ``uint32`` or ``2**40`` into ``int32`` are refused), and into a float or
   complex column (rounded to the nearest representable value, as ``2**60`` into float32);
 - a float goes into a float or complex column, rounded to the column's precision
-  (float64 into float32: to the nearest float32, magnitudes beyond its range to ±inf); a
-  float into an integer or bool column is refused, whatever its value (``1.0`` as well);
+  (float64 into float32: to the nearest float32), unless it is finite and beyond the
+  column's range (it would become ±inf: ``1e40`` into float32 is refused; NaN and ±inf
+  go in as they are); a float into an integer or bool column is refused, whatever its
+  value (``1.0`` as well);
 - a complex value goes only into a complex column;
 - any other kind (datetime, timedelta, bytes, str) only when numpy casts it safely
   (``datetime64[s]`` into ``datetime64[ms]``, not back; no truncated strings).
@@ -23,6 +25,7 @@ compiled store writes are tested to agree with it (tests/core/test_value_casting
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -54,6 +57,8 @@ def cast_problem(arr: np.ndarray, dtype: np.dtype) -> str | None:
         allowed = into in "iufc"
     elif kind == "f":
         allowed = into in "fc"
+        if into == "f" and dtype.itemsize < src.itemsize and arr.size:
+            return _overflow(arr, dtype)
     elif kind == "c":
         allowed = into == "c"
     elif kind == "O":
@@ -63,6 +68,26 @@ def cast_problem(arr: np.ndarray, dtype: np.dtype) -> str | None:
     if allowed:
         return None
     return f"has dtype {src}, which cannot be stored as {dtype} without changing its kind"
+
+
+def float_fits(value: float, dtype: np.dtype) -> bool:
+    """Whether a float column of ``dtype`` holds ``value`` without it becoming inf (NaN
+    and infinities are themselves)."""
+    return not math.isfinite(value) or abs(value) <= float(np.finfo(dtype).max)
+
+
+def _overflow(arr: np.ndarray, dtype: np.dtype) -> str | None:
+    """Why a float array may not go into the narrower float ``dtype``: a finite value
+    beyond its range would be stored as inf (``None`` when none is)."""
+    big = np.finfo(dtype).max
+    if -big <= arr.min() and arr.max() <= big:  # the common case: one pass each
+        return None
+    with np.errstate(invalid="ignore"):
+        over = np.isfinite(arr) & (np.abs(arr) > big)
+    if not over.any():
+        return None
+    value = float(arr[over].flat[0])
+    return f"holds {value:g}, beyond the largest {dtype} ({big:g}): it would be stored as inf"
 
 
 def _python_ints(arr: np.ndarray) -> bool:

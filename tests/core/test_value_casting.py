@@ -65,9 +65,14 @@ ACCEPTED = {
     "zero-d-int8-array-into-int32": ("i32", np.array(-5, np.int8), -5),
     "zero-d-int64-array-into-uint8": ("u8", np.array(7), 7),
     "numpy-bool-into-bool": ("flag", np.bool_(True), True),
-    # beyond float32's range: +-inf, as documented, and silently on every path
-    "float-beyond-float32-to-inf": ("f32", 1e300, np.inf),
-    "numpy-float64-beyond-float32-to-minus-inf": ("f32", np.float64(-1e300), -np.inf),
+    # infinities and NaN are themselves in float32; the largest float32 fits
+    "float-inf-into-float32": ("f32", float("inf"), np.inf),
+    "numpy-float64-minus-inf-into-float32": ("f32", np.float64(-np.inf), -np.inf),
+    "largest-float32-as-float64": (
+        "f32",
+        float(np.finfo(np.float32).max),
+        np.finfo(np.float32).max,
+    ),
 }
 # name: (field, value, text the error must contain besides the field and the dtype)
 REFUSED = {
@@ -87,6 +92,9 @@ REFUSED = {
     "int-into-bool": ("flag", 1, "int64"),
     "complex-into-float64": ("f64", 1 + 0j, "complex128"),
     "numpy-complex-into-float32": ("f32", np.complex64(1), "complex64"),
+    # a finite value beyond float32's range would become inf
+    "float-beyond-float32": ("f32", 1e300, "inf"),
+    "numpy-float64-beyond-float32-below": ("f32", np.float64(-1e300), "inf"),
 }
 # RLREPLAY_NO_EXTENSION=1 leaves the numpy path only
 PATHS = ["compiled", "numpy"] if storage._kernel is not None else ["numpy"]
