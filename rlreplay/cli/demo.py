@@ -45,9 +45,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
         else f" (target {goal:g}: first reached at env step {reached:,})" if reached is not None
         else f" (target {goal:g}: not reached; train longer with --total-steps)"
     )
+    final = summary.get("final_eval_return")
+    final = "-" if final is None else f"{final:.1f}"
     print(
         f"done: {summary.get('env_steps')} env steps in {summary.get('wall_s') or 0:.0f}s, "
-        f"final evaluation return {summary.get('final_eval_return')}{verdict}, {ratio}"
+        f"final evaluation return {final}{verdict}, {ratio}"
     )
     if summary.get("updates") == 0:
         print(

@@ -189,8 +189,10 @@ class TrajectoryWriter:
         table = self._table(table)
         span = table.layout.span if length is None else length
         defaulted = start is None
+        if not defaulted and isinstance(start, np.integer):
+            start = int(start)
         start = -span if defaulted else start
-        if not isinstance(start, int) or start >= 0:
+        if not isinstance(start, int) or isinstance(start, bool) or start >= 0:
             raise InvalidArgumentError(
                 f"start={describe(start)} must be a negative int (-1 is the latest step)"
             )

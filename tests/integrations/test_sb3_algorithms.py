@@ -326,3 +326,14 @@ def test_cleanrl_runner_resolves_both_buffer_imports(tmp_path):
         "['--seed',",
         "'3']",
     ]
+
+
+def test_cleanrl_runner_shows_its_help_and_names_a_missing_script(tmp_path, capsys):
+    from rlreplay.integrations.sb3.cleanrl import main
+
+    main(["--help"])  # returns: exit status 0
+    assert "python -m rlreplay.integrations.sb3.cleanrl" in capsys.readouterr().out
+    missing = str(tmp_path / "dqn.py")
+    with pytest.raises(SystemExit, match="does not exist") as exit_:
+        main([missing, "--seed", "1"])
+    assert missing in str(exit_.value)

@@ -18,6 +18,7 @@ unless the script calls ``rb.update_priorities(data.keys, td_error)``).
 from __future__ import annotations
 
 import importlib
+import os
 import runpy
 import sys
 import types
@@ -54,8 +55,13 @@ def main(argv: list[str] | None = None) -> None:
     if args and args[0] == "--prioritized":
         buffer_class = rlreplay_buffers.PrioritizedReplayBuffer
         args = args[1:]
+    if args and args[0] in ("-h", "--help"):
+        print(__doc__)
+        return
     if not args or args[0].startswith("-"):
         raise SystemExit(__doc__)
+    if not os.path.isfile(args[0]):
+        raise SystemExit(f"cleanrl: error: the script {args[0]!r} does not exist")
     install(buffer_class)
     sys.argv = args
     runpy.run_path(args[0], run_name="__main__")
