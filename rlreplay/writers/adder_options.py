@@ -79,7 +79,8 @@ def adder_writer(writer: Any, capacity: int, wanted: int | None = None) -> Any:
         raise InvalidArgumentError(
             f"the writer keeps history={history} steps; this adder needs at least "
             f"{capacity} (span - 1 + chunk_length + lag + pad + 2); create it with "
-            f"TrajectoryWriter(tables, history={capacity}) or pass the tables"
+            f"history={capacity} (TrajectoryWriter(tables, history={capacity}), or "
+            f"client.trajectory_writer(tables, history={capacity})) or pass the tables"
         )
     return writer
 
