@@ -220,7 +220,7 @@ def test_an_insert_without_timeout_waits_for_the_limiter(client):
 
 def test_an_insert_to_a_dead_server_raises_server_unavailable_and_stores_nothing_later():
     with served(TABLES) as (address, proc):
-        client = rlreplay.Client(address, call_timeout=1.0, diagnose_timeout=0.0)
+        client = rlreplay.Client(address, call_timeout=1.0, diagnose_timeout=0.0, liveness_s=1.0)
         client.insert("gym", step(0))
         os.kill(proc.pid, signal.SIGSTOP)
         try:
