@@ -133,6 +133,8 @@ WRITER_ERRORS = {
     "unknown_table": lambda w: (w.append(STEP), w.create_item("nope")),
     "duplicate_anchor": lambda w: (w.append(STEP), w.create_item("rows"), w.create_item("rows")),
     "negative_priority": lambda w: (w.append(STEP), w.create_item("rows", priority=-1.0)),
+    "text_priority": lambda w: (w.append(STEP), w.create_item("rows", priority="high")),
+    "float_start": lambda w: (w.append(STEP), w.create_item("rows", start=-1.0)),
     "bad_step": lambda w: w.append({"obs": np.zeros(3, np.float32), "reward": np.float32(0)}),
     "items_before_episode": lambda w: (
         w.append(STEP),

@@ -170,8 +170,32 @@ class PendingItems:
         given the stream index of the next step and where the episode began.
 
         Raises:
+            InvalidArgumentError: as :meth:`check`; nothing is added then.
+        """
+        t, anchor, priority = self.check(table, priority, start, length, stream, episode_start)
+        self._top_anchor[t] = max(self._top_anchor[t], anchor)
+        seen = self._anchors[t]
+        seen.add(anchor)
+        if len(seen) > self._prune_at:
+            low = stream - self.history
+            self._anchors[t] = {a for a in seen if a >= low}
+        self.items.append((t, anchor, priority, -1 if length is None else length))
+
+    def check(
+        self,
+        table: Any,
+        priority: Any,
+        start: int | None,
+        length: int | None,
+        stream: int,
+        episode_start: int,
+    ) -> tuple[int, int, float]:
+        """The table's index, the anchor and the priority (NaN: the table's default) of an
+        item :meth:`add` would buffer; changes nothing.
+
+        Raises:
             InvalidArgumentError: for an unknown table, a bad ``start``, ``length`` or
-                priority, or a second item at one anchor of a table; nothing is added.
+                priority, or a second item at one anchor of a table.
         """
         t = self._index.get(table)
         if t is None:
@@ -193,8 +217,11 @@ class PendingItems:
             start = -span
             if span > retained:
                 raise too_few_steps(self.names[t], span, retained)
-        elif not isinstance(start, int) or start >= 0:
+        elif (
+            not isinstance(start, (int, np.integer)) or isinstance(start, bool) or start >= 0
+        ):
             raise InvalidArgumentError(f"start={describe(start)} must be a negative int")
+        start = int(start)
         if -start > retained:
             raise InvalidArgumentError(
                 f"start={start} must satisfy |start| <= {retained} (the retained steps of "
@@ -208,6 +235,11 @@ class PendingItems:
         if priority is None:
             priority = math.nan
         else:
+            if isinstance(priority, bool) or not isinstance(priority, (int, float, np.number)):
+                raise InvalidArgumentError(
+                    f"priority={describe(priority)} must be a number >= 0, or None for the "
+                    "table's default"
+                )
             priority = float(priority)
             if not (math.isfinite(priority) and priority >= 0):
                 raise InvalidArgumentError(
@@ -219,13 +251,7 @@ class PendingItems:
                 f"table {self.names[t]!r} already gets an item anchored at that step; "
                 "a table holds at most one item per anchor step"
             )
-        self._top_anchor[t] = max(self._top_anchor[t], anchor)
-        seen = self._anchors[t]
-        seen.add(anchor)
-        if len(seen) > self._prune_at:
-            low = stream - self.history
-            self._anchors[t] = {a for a in seen if a >= low}
-        self.items.append((t, anchor, priority, -1 if length is None else length))
+        return t, anchor, priority
 
     def add_all(
         self,

@@ -226,6 +226,8 @@ class RemoteTrajectoryWriter:
             timeout = check_timeout(timeout)
         full = self._pending.full
         if full or self._chunks.unsent:
+            # Bad arguments are refused before the wait a hand-over may bring.
+            self._pending.check(table, priority, start, length, self._stream, self._episode_start)
             # A chunk holds at most what a table's limiter admits at once (it is stored
             # whole): send the full one before this item, so a failure changes nothing.
             self._hand_over(timeout, full)
