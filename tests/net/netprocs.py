@@ -6,6 +6,7 @@ import contextlib
 import multiprocessing as mp
 import os
 import signal
+import socket
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -168,3 +169,10 @@ def parked_queue_sample(address: str, table: str, out: Any) -> None:
     out.put(("connected", os.getpid()))
     batch = client.sample(table, 1)
     out.put(("sampled", batch.data["step"].tolist()))
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -7,7 +7,6 @@ benchmarks.crash_trials`` runs the server trials 50 times.)"""
 from __future__ import annotations
 
 import random
-import socket
 import time
 
 from checkpoint_procs import (
@@ -19,16 +18,11 @@ from checkpoint_procs import (
     server_process,
     write_steps,
 )
+from netprocs import free_port
 
 import rlreplay
 from benchmarks import crash_trials
 from rlreplay.runtime.stop_flag import StopFlag
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_server_killed_at_random_moments_leaves_a_valid_complete_newest_checkpoint(tmp_path):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from netprocs import config, served
+from netprocs import config, free_port, served
 
 import rlreplay
 from rlreplay.errors import (
@@ -304,3 +304,23 @@ def test_a_process_that_exits_right_after_its_inserts_has_every_row_stored(addre
     reader = rlreplay.Client(address)
     assert reader.info("gym").size == 200
     reader.close()
+
+
+def test_a_call_to_a_port_where_nothing_listens_says_so_while_it_waits(caplog):
+    from rlreplay.net.client import transport
+
+    wait = transport.UNANSWERED_WARN_S + 1.5
+    client = rlreplay.Client(f"127.0.0.1:{free_port()}", call_timeout=wait)
+    with caplog.at_level("WARNING", logger="rlreplay"), pytest.raises(ServerUnavailableError):
+        client.server_info()
+    said = [r.getMessage() for r in caplog.records if "without a reply" in r.getMessage()]
+    assert len(said) == 1 and "nothing accepts connections" in said[0], said
+    client.close()
+
+
+def test_a_call_held_by_a_live_servers_limiter_does_not_say_the_server_is_missing(
+    client, caplog
+):
+    with caplog.at_level("WARNING", logger="rlreplay"), pytest.raises(RateLimiterTimeoutError):
+        client.sample("gym", 1, timeout=3.5)  # the empty table holds it
+    assert not [r for r in caplog.records if "without a reply" in r.getMessage()]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -14,7 +13,7 @@ import time
 import numpy as np
 import pytest
 import zmq
-from netprocs import STEP_SIGNATURE, config, served, wait_until_stopped
+from netprocs import STEP_SIGNATURE, config, free_port, served, wait_until_stopped
 
 import rlreplay
 from rlreplay.errors import (
@@ -29,12 +28,6 @@ from rlreplay.net.wire import auth, codec
 MIN5 = {"type": "MinSize", "min_size_to_sample": 5}
 CONFIG = config({"name": "t", "signature": STEP_SIGNATURE, "max_size": 100, "rate_limiter": MIN5})
 GHOST_WAIT_S = 2.0  # how long a request that raised gets to show up late
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rows(n: int) -> dict:

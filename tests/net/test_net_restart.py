@@ -5,7 +5,6 @@ processes killed with SIGKILL."""
 
 from __future__ import annotations
 
-import socket
 import time
 
 import numpy as np
@@ -24,16 +23,11 @@ from checkpoint_procs import (
     step,
     write_steps,
 )
+from netprocs import free_port
 
 import rlreplay
 from rlreplay.errors import InvalidArgumentError, ServerRestartedError
 from rlreplay.runtime.stop_flag import StopFlag
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(condition, limit_s: float, what: str) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import os
 import threading
 import time
@@ -44,6 +45,11 @@ from rlreplay.net.wire import auth, codec, framing
 # (nothing listening, a refused CURVE handshake):
 # :func:`rlreplay.net.wire.auth.diagnose_connection`.
 DIAGNOSE_S = 0.25
+
+# A call still unanswered after this long on a socket the server never answered looks at
+# why (as above) and, when it can tell (nothing listening, a refused credential), logs it
+# once while it goes on waiting: a wait for a server that is not there is never silent.
+UNANSWERED_WARN_S = 3.0
 
 # Extra seconds a client waits past a call's timeout for the server's own timeout reply.
 REPLY_GRACE_S = 0.5
@@ -387,8 +393,6 @@ class Transport:
         return self.wait_until(rid, until)
 
 
-
-
 class ReplyWaits:
     """The waits of one transport's calls.
 
@@ -426,15 +430,17 @@ class ReplyWaits:
         finally:
             ch.waiting_since = outer
 
-    def _wait(
-        self, ch: Channel, rid: int, until: float | None, start: float
-    ) -> tuple[dict, dict]:
+    def _wait(self, ch: Channel, rid: int, until: float | None, start: float) -> tuple[dict, dict]:
         """The loop of :meth:`wait_until` (``ch.waiting_since`` set)."""
         last_ping = ping_sent = -float("inf")
         ping_s = self.tr.liveness_s / 2
+        warned = ch.greeted  # a server that answered this socket before is not missing
         while rid not in ch.replies:
             now = time.monotonic()
             silent = now - max(ch.last_heard, start)
+            if not warned and now - start >= UNANSWERED_WARN_S:
+                warned = True
+                self._warn_unanswered(ch, now - start, until)
             if until is not None and now >= until:
                 if ch.last_heard > ping_sent:
                     ch.abandon(rid)
@@ -461,6 +467,8 @@ class ReplyWaits:
                     ping_sent = last_ping = now
                     ch.abandon(self.tr.send({"op": "ping"}, until=until))
                 wait = min(wait, until - now - (REPLY_GRACE_S if ping_sent < start else 0.0))
+            if not warned:
+                wait = max(min(wait, start + UNANSWERED_WARN_S - now), 0.0)
             if silent >= ping_s and now - last_ping >= ping_s:
                 # Pings while waiting also reveal a restarted server (its epoch), and renew
                 # this socket's lease (see lease_of): every half liveness_s, so that the
@@ -473,6 +481,22 @@ class ReplyWaits:
         if not header.get("ok"):
             raise codec.error_from_code(header.get("code"), str(header.get("message", "")))
         return header, arrays
+
+    def _warn_unanswered(self, ch: Channel, waited: float, until: float | None) -> None:
+        """Log why the server does not answer a call waiting ``waited`` seconds, when a
+        look at a new connection tells: nothing listening, or a refused credential."""
+        verdict = self.diagnose()
+        if verdict in (None, "ok", "silent") or ch.greeted:
+            return
+        left = "without a deadline" if until is None else f"{until - time.monotonic():.3g}s more"
+        logging.getLogger("rlreplay").warning(
+            "a call to the replay server at %s has waited %.3gs without a reply: %s (it "
+            "waits %s)",
+            self.tr.address,
+            waited,
+            auth.unreachable_reason(verdict),
+            left,
+        )
 
     def no_answer(self, ch: Channel, rid: int, message: str) -> None:
         """A wait with a deadline ended without an answer, not even to its last ping.
