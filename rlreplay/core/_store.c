@@ -228,10 +228,10 @@ convert_scalar(const Scalar *s, char code, Py_ssize_t itemsize, char *to)
         default: x = (double)s->i; /* bool or signed */
         }
         if (code == 'f') {
-            if (isfinite(x) && (x > FLT_MAX || x < -FLT_MAX)) {
+            float y = (float)x;
+            if (isfinite(x) && !isfinite(y)) {
                 return 0; /* it would become inf: refused by the Python path */
             }
-            float y = (float)x;
             memcpy(to, &y, 4);
         }
         else {

@@ -382,7 +382,7 @@ class Signature:
                 and type(value) is float
                 and not shape
                 and dtype.kind in "fc"
-                and (dtype.itemsize == 8 or float_fits(value, dtype))
+                and ((dtype.itemsize >= 8 and dtype.kind == "f") or float_fits(value, dtype))
             ):
                 out[path] = value
                 continue
@@ -415,9 +415,17 @@ class Signature:
             return data  # values that are dicts are caught by _leaf
         return self._flatten(data, argument)
 
+    def _tuple_fields(self, nested: str) -> set[str]:
+        """The positions ``"0"``, ``"1"``, ... of a ``Tuple`` space's fields under
+        ``nested`` (``path/``)."""
+        parts = {f[len(nested) :].split(SEPARATOR)[0] for f in self.fields if f.startswith(nested)}
+        return parts if parts == {str(i) for i in range(len(parts))} else set()
+
     def _untupled(self, flat: Mapping[str, Any]) -> dict[str, Any]:
-        """``flat`` with each tuple or list given for a ``Tuple`` space's fields (paths
-        ``path/0``, ``path/1``, ...) spread over them, as gymnasium gives such values."""
+        """``flat`` with each tuple given for a ``Tuple`` space's fields (paths ``path/0``,
+        ``path/1``, ...; one entry per field) spread over them, as gymnasium gives such
+        values: one row's, or a vector env's tuple of batched arrays. A list is not spread
+        (a list of per-row tuples would be read transposed)."""
         out: dict[str, Any] = {}
 
         def spread(path: str, value: Any) -> None:
@@ -426,9 +434,9 @@ class Signature:
                 for key, item in value.items():
                     spread(nested + str(key), item)
             elif (
-                isinstance(value, (tuple, list))
+                type(value) is tuple
                 and path not in self.fields
-                and any(f.startswith(nested) for f in self.fields)
+                and len(value) == len(self._tuple_fields(nested))
             ):
                 for i, item in enumerate(value):
                     spread(nested + str(i), item)

@@ -379,8 +379,8 @@ class StepStore:
                 return first
         if not checked:
             return None
-        # A float beyond a float column's range is stored as +-inf (the casting rule in
-        # specs.py), silently, as the compiled writes store it.
+        # Values were checked (the casting rule in value_casting.py refuses a finite float
+        # that would become inf); numpy's overflow check is not needed again here.
         with np.errstate(over="ignore"):
             if end <= self.capacity:
                 for path, col in self.columns.items():

@@ -382,7 +382,7 @@ class Table:
             for part in path.split(SEPARATOR):
                 if isinstance(probe, Mapping):
                     probe = probe.get(part)
-                elif isinstance(probe, (tuple, list)) and part.isdigit() and int(part) < len(probe):
+                elif type(probe) is tuple and part.isdigit() and int(part) < len(probe):
                     probe = probe[int(part)]
                 else:
                     probe = None

@@ -57,10 +57,12 @@ def cast_problem(arr: np.ndarray, dtype: np.dtype) -> str | None:
         allowed = into in "iufc"
     elif kind == "f":
         allowed = into in "fc"
-        if into == "f" and dtype.itemsize < src.itemsize and arr.size:
+        if allowed and arr.size:
             return _overflow(arr, dtype)
     elif kind == "c":
         allowed = into == "c"
+        if allowed and arr.size:
+            return _overflow(arr, dtype)
     elif kind == "O":
         allowed = False
     else:
@@ -71,23 +73,33 @@ def cast_problem(arr: np.ndarray, dtype: np.dtype) -> str | None:
 
 
 def float_fits(value: float, dtype: np.dtype) -> bool:
-    """Whether a float column of ``dtype`` holds ``value`` without it becoming inf (NaN
-    and infinities are themselves)."""
-    return not math.isfinite(value) or abs(value) <= float(np.finfo(dtype).max)
+    """Whether a float or complex column of ``dtype`` holds ``value`` without it becoming
+    inf (NaN and infinities are themselves)."""
+    if not math.isfinite(value):
+        return True
+    with np.errstate(over="ignore"):
+        return bool(np.isfinite(dtype.type(value)))
 
 
 def _overflow(arr: np.ndarray, dtype: np.dtype) -> str | None:
-    """Why a float array may not go into the narrower float ``dtype``: a finite value
-    beyond its range would be stored as inf (``None`` when none is)."""
-    big = np.finfo(dtype).max
-    if -big <= arr.min() and arr.max() <= big:  # the common case: one pass each
+    """Why a float or complex array may not go into the float or complex ``dtype``: a
+    finite value (or part) would be stored as inf (``None`` when none would)."""
+    parts = np.dtype(dtype.char.lower()) if dtype.kind == "c" else dtype
+    big = np.finfo(parts).max
+    own = np.finfo(arr.dtype.char.lower() if arr.dtype.kind == "c" else arr.dtype).max
+    if own <= big:
+        return None  # every finite value of arr's dtype fits
+    values = arr.reshape(-1)
+    if arr.dtype.kind == "c":
+        values = values.view(arr.dtype.char.lower())
+    if -big <= values.min() and values.max() <= big:  # the common case: one pass each
         return None
-    with np.errstate(invalid="ignore"):
-        over = np.isfinite(arr) & (np.abs(arr) > big)
+    with np.errstate(over="ignore", invalid="ignore"):
+        over = np.isfinite(values) & ~np.isfinite(values.astype(parts))
     if not over.any():
         return None
-    value = float(arr[over].flat[0])
-    return f"holds {value:g}, beyond the largest {dtype} ({big:g}): it would be stored as inf"
+    value = float(values[over].flat[0])
+    return f"holds {value:g}, beyond the largest {parts} ({big:g}): it would be stored as inf"
 
 
 def _python_ints(arr: np.ndarray) -> bool:

@@ -190,9 +190,7 @@ BATCH = (
 # (name, value of the Tuple field as gymnasium or a user gives it, rows it stores)
 TUPLE_VALUES = [
     ("one row as a tuple", ONE, 1),
-    ("one row as a list", list(ONE), 1),
     ("a batch as a tuple (a vector env's)", BATCH, 2),
-    ("a batch as a list", list(BATCH), 2),
 ]
 
 
@@ -234,3 +232,11 @@ def test_an_adder_takes_tuple_observations_from_one_env_and_from_a_vector_env():
     # after it, appended once that row's own return is known
     assert table.size == 3 + 3
     assert table.sample(4).data["next_obs/2/m"].shape == (4, 2)
+
+
+def test_a_list_of_per_row_tuples_is_refused_not_read_transposed():
+    pair = spaces.Tuple((spaces.Discrete(10), spaces.Discrete(10)))
+    table = rr.Table("t", signature={"obs": pair}, max_size=8)
+    with pytest.raises(rr.SignatureError, match="obs/0"):
+        table.insert({"obs": [(1, 2), (3, 4)]})
+    assert table.size == 0

@@ -220,3 +220,33 @@ def test_a_datetime_value_is_stored_only_in_a_unit_that_holds_it():
     with pytest.raises(SignatureError, match="datetime64"):
         table.insert({"t": np.datetime64("2024-05-01T12:00:00.001", "us")})  # would truncate
     assert table.store.next_id == 1
+
+
+# (name, column dtype, value, stored or None for refused)
+OVERFLOW_EDGES = [
+    ("float64-rounding-to-largest-float32", "float32", 3.4028235e38, np.finfo(np.float32).max),
+    ("float64-just-past-float32", "float32", 3.403e38, None),
+    ("complex-beyond-complex64", "complex64", 1e40, None),
+    ("imaginary-part-beyond-complex64", "complex64", complex(0, -1e40), None),
+    ("float-beyond-float16", "float16", 70000.0, None),
+    ("float-within-float16", "float16", 60000.0, np.float16(60000.0)),
+    ("inf-into-complex64", "complex64", complex(np.inf, 1.0), complex(np.inf, 1.0)),
+]
+
+
+@pytest.mark.parametrize(
+    "dtype,value,stored", [c[1:] for c in OVERFLOW_EDGES], ids=[c[0] for c in OVERFLOW_EDGES]
+)
+@pytest.mark.parametrize("batch", [False, True], ids=["one-row", "batch"])
+def test_a_finite_value_is_refused_exactly_when_its_column_would_make_it_inf(
+    dtype, value, stored, batch
+):
+    table = Table("t", signature={"x": dtype}, max_size=4)
+    rows = {"x": np.array([value]) if batch else value}
+    if stored is None:
+        with pytest.raises(SignatureError, match="inf"):
+            table.insert(rows)
+        assert table.size == 0
+    else:
+        table.insert(rows)
+        assert table.sample(1).data["x"][0] == stored
