@@ -228,6 +228,8 @@ class Signature:
             (p, spec.shape, len(spec.shape), spec.dtype) for p, spec in self.fields.items()
         )
         self._paths = self.fields.keys()
+        # row_count tells one row from a batch by the first field's number of dimensions.
+        self._row_probe = self._checks[0][0], self._checks[0][2]
 
     @classmethod
     def from_spaces(
@@ -400,6 +402,36 @@ class Signature:
                     raise SignatureError(refused)
             out[path] = arr
         return out
+
+    def row_count(self, rows: Any) -> tuple[bool, int | None]:
+        """``(one_row, n)``: whether ``rows`` (given to an insert) are one row without the
+        batch axis, and the rows they hold, judged by the first field (``n`` is ``None``
+        when the rows must be validated to tell)."""
+        path, ndim = self._row_probe
+        if type(rows) is not dict and not isinstance(rows, Mapping):
+            return False, None
+        probe = rows.get(path)
+        if probe is None and SEPARATOR in path:  # nested: rows["obs"]["pos"], or a tuple
+            probe = rows
+            for part in path.split(SEPARATOR):
+                if isinstance(probe, Mapping):
+                    probe = probe.get(part)
+                elif type(probe) is tuple and part.isdigit() and int(part) < len(probe):
+                    probe = probe[int(part)]
+                else:
+                    probe = None
+        if probe is None:
+            return False, None
+        if type(probe) is np.ndarray:
+            if probe.ndim == ndim:
+                return True, 1
+            if probe.ndim == ndim + 1 and type(rows) is dict:
+                return False, len(probe)
+            return False, None
+        try:
+            return (True, 1) if np.ndim(probe) == ndim else (False, None)
+        except ValueError:  # ragged nested lists: the validation names the field
+            return False, None
 
     def _flat_fields(self, data: Any, argument: str) -> Mapping[str, Any]:
         """``data`` flattened to paths, with exactly the signature's fields.

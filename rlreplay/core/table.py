@@ -27,7 +27,6 @@ from rlreplay.core.layout import ItemLayout
 from rlreplay.core.rate_limiters import MinSize, Queue, RateLimiter
 from rlreplay.core.sample import Sample
 from rlreplay.core.selectors import Fifo, Lifo, Selector, Uniform
-from rlreplay.core.spec_checks import SEPARATOR
 from rlreplay.core.specs import Signature
 from rlreplay.core.storage import StepStore
 from rlreplay.core.table_checks import (
@@ -188,9 +187,6 @@ class Table:
         )
         self.mutex = store.mutex
         self._is_rows = self.layout.is_rows
-        first_path, first_spec = next(iter(store.signature.fields.items()))
-        # insert() tells one row from a batch by the first field's number of dimensions.
-        self._row_probe = (first_path, len(first_spec.shape))
         # The weak reference the store keeps of this table: the one-row insert writes in
         # place when it is the overwrite protocol's ``sole``.
         self.store_ref: weakref.ref = store.attach(self)
@@ -326,7 +322,7 @@ class Table:
         store = self.store
         # Rows that may fit the store as they are (one row, or a dict of arrays of one
         # length) are checked while they are written; others are validated first.
-        one_row, n = self._row_count(rows)
+        one_row, n = store.signature.row_count(rows)
         steps = rows
         if n is None:
             if type(rows) is not dict and not isinstance(rows, Mapping):
@@ -368,36 +364,6 @@ class Table:
             limiter.inserts += n
             store.wake_waiters()
         return keys
-
-    def _row_count(self, rows: Any) -> tuple[bool, int | None]:
-        """``(one_row, n)``: whether ``rows`` is one row without the batch axis, and the
-        rows it holds, judged by its first field (``n`` is ``None`` when the rows must be
-        validated to tell)."""
-        path, ndim = self._row_probe
-        if type(rows) is not dict and not isinstance(rows, Mapping):
-            return False, None
-        probe = rows.get(path)
-        if probe is None and SEPARATOR in path:  # nested: rows["obs"]["pos"], or a tuple
-            probe = rows
-            for part in path.split(SEPARATOR):
-                if isinstance(probe, Mapping):
-                    probe = probe.get(part)
-                elif type(probe) is tuple and part.isdigit() and int(part) < len(probe):
-                    probe = probe[int(part)]
-                else:
-                    probe = None
-        if probe is None:
-            return False, None
-        if type(probe) is np.ndarray:
-            if probe.ndim == ndim:
-                return True, 1
-            if probe.ndim == ndim + 1 and type(rows) is dict:
-                return False, len(probe)
-            return False, None
-        try:
-            return (True, 1) if np.ndim(probe) == ndim else (False, None)
-        except ValueError:  # ragged nested lists: the validation names the field
-            return False, None
 
     def _raise_not_a_mapping(self, rows: Any) -> None:
         """Raise the error for ``insert(rows)`` given something other than a mapping (a

@@ -324,3 +324,18 @@ def test_a_call_held_by_a_live_servers_limiter_does_not_say_the_server_is_missin
     with caplog.at_level("WARNING", logger="rlreplay"), pytest.raises(RateLimiterTimeoutError):
         client.sample("gym", 1, timeout=3.5)  # the empty table holds it
     assert not [r for r in caplog.records if "without a reply" in r.getMessage()]
+
+
+def test_remote_rows_are_read_as_local_ones_tuple_values_and_ragged_lists_included():
+    tables = config({"name": "pair", "signature": {"obs": {"0": "int64", "1": "float32"},
+                                                   "r": "float32"}, "max_size": 16})  # fmt: skip
+    with served(tables) as (address, _):
+        client = rlreplay.Client(address, call_timeout=10.0)
+        assert len(client.insert("pair", {"obs": (1, 2.5), "r": 0.0})) == 1  # one row
+        batch = (np.array([3, 4]), np.array([0.5, 1.5], np.float32))
+        assert len(client.insert("pair", {"obs": batch, "r": np.zeros(2)})) == 2
+        assert sorted(client.sample("pair", 16, timeout=5.0).data["obs/0"].tolist())[:1] == [1]
+        with pytest.raises(SignatureError, match="one array"):
+            client.insert("pair", {"obs": (1, [2.0, [3.0]]), "r": 0.0})
+        assert client.info("pair").size == 3
+        client.close()

@@ -34,9 +34,7 @@ def rows_arrays(sig: Signature, rows: Mapping[str, Any], is_rows: bool, table: s
             f"table {table!r} has items spanning several steps; insert() stores one row per "
             "item, so append steps with a trajectory writer instead"
         )
-    first_path, first_spec = next(iter(sig.fields.items()))
-    probe = rows.get(first_path) if isinstance(rows, Mapping) and "/" not in first_path else None
-    if probe is not None and np.ndim(probe) == len(first_spec.shape):
+    if sig.row_count(rows)[0]:
         flat = {p: a[None] for p, a in sig.check_step(rows, "rows").items()}
     else:
         flat, _ = sig.check_batch(rows, "rows")
