@@ -701,6 +701,17 @@ BEFORE_WAITING = [
         "anchor",
     ),
     ("table items float anchors", lambda w, q, s: q.create_items([1.0], timeout=s), "anchor_ids"),
+    (
+        "writer item at an anchor the table holds",
+        lambda w, q, s: w.create_item(q, start=-1, timeout=s),
+        "already holds",
+    ),
+    (
+        "writer items at an anchor the table holds",
+        lambda w, q, s: w.create_items(q, starts=[-1], timeout=s),
+        "already holds",
+    ),
+    ("table item bool anchor", lambda w, q, s: q.create_item(True, timeout=s), "anchor_id"),
 ]
 
 

@@ -432,6 +432,8 @@ class Table:
         timeout = check_timeout(timeout)
         store, index, limiter = self.store, self.index, self.rate_limiter
         try:
+            if isinstance(anchor_id, bool):
+                raise TypeError
             anchor = operator.index(anchor_id)
         except TypeError:
             raise InvalidArgumentError(
@@ -538,17 +540,21 @@ class Table:
         return slots
 
     def check_items(
-        self, n: int, priorities: Any = None, lengths: Any = None
+        self, n: int, priorities: Any = None, lengths: Any = None, anchors: Any = None
     ) -> tuple[np.ndarray | None, np.ndarray | None]:
         """Check the priorities and lengths of ``n`` new items, as :meth:`create_items`
-        takes them; returns them as arrays (``None`` where not given, and lengths on a
+        takes them, and (with the lock held) their ``anchors`` if given; returns the
+        priorities and lengths as arrays (``None`` where not given, and lengths on a
         fixed-span layout). Writers call it before they wait for the rate limiter.
 
         Raises:
-            InvalidArgumentError: for a bad priority or length.
+            InvalidArgumentError: for a bad priority, length or anchor.
         """
         prios = None if priorities is None else check_priorities(priorities, n)
-        return prios, self._extents(lengths, n)
+        extents = self._extents(lengths, n)
+        if anchors is not None and n:
+            self._anchor_slots(np.asarray(anchors, dtype=np.int64), extents)
+        return prios, extents
 
     def _extents(self, lengths: Any, n: int) -> np.ndarray | None:
         """Per-item extents as int64 (``span`` when not given), for a layout with

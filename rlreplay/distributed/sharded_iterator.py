@@ -13,6 +13,7 @@ from rlreplay.distributed.shard_deadline import Deadline
 from rlreplay.distributed.shard_keys import ShardKeys
 from rlreplay.distributed.sharded_sampling import Round, ShardedSampler
 from rlreplay.errors import (
+    ClosedError,
     InvalidArgumentError,
     ReplayTimeoutError,
     ServerUnavailableError,
@@ -102,6 +103,7 @@ class ShardedSampleIterator:
         self._sampler = client.sampler(table)
         self._rounds: deque[Round] = deque()
         self._updates: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+        self._closed = False
 
     def update_priorities(self, keys: Any, priorities: Any) -> None:
         """Queue new priorities; each shard's go with the next request to that shard.
@@ -109,7 +111,13 @@ class ShardedSampleIterator:
         Raises:
             InvalidArgumentError: at once, for keys not of this client or priorities that
                 are not finite, >= 0 and one per key.
+            ClosedError: after :meth:`close` (no request would carry them).
         """
+        if self._closed:
+            raise ClosedError(
+                "the sample iterator is closed; send priorities with "
+                "client.update_priorities(table, keys, priorities)"
+            )
         for shard, pair in self.client.keys.group(*checked_update(keys, priorities)).items():
             self._updates.setdefault(shard, []).append(pair)
 
@@ -124,6 +132,8 @@ class ShardedSampleIterator:
         return self
 
     def __next__(self) -> Sample:
+        if self._closed:
+            raise StopIteration
         if self._ready:
             return self._convert(self._ready.popleft())
         deadline = self.client.deadline(self.timeout)  # this call's, for every step
@@ -146,6 +156,7 @@ class ShardedSampleIterator:
     def close(self, wait: bool = True) -> None:
         """Forget the batches in flight and send the queued updates (``wait``: wait for
         the shards to apply them)."""
+        self._closed = True
         self._ready.clear()
         while self._rounds:
             self._sampler.forget(self._rounds.popleft())

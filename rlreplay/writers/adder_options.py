@@ -116,8 +116,9 @@ def table_span(writer: Any, table: Any, default: int) -> int:
     ``default`` when the writer does not tell."""
     if isinstance(table, Table):
         return table.layout.span
+    name = getattr(table, "name", table)  # a name, or a remote table's handle
     for t in getattr(writer, "tables", ()):
-        if getattr(t, "name", None) == table:
+        if getattr(t, "name", None) == name:
             return t.layout.span
     return default
 

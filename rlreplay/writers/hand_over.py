@@ -14,9 +14,10 @@ Bounded delay: a piece staged by an adder call is handed over by that call or on
 next ``every - 1`` calls (earlier once ``every * num_envs`` rows are staged), and by every
 ``flush()``, ``end_episode()``, ``reset()`` and ``close()``. Items therefore reach the
 table at most ``every - 1`` vector steps after their piece was cut: an n-step row is
-complete ``n - 1`` steps after it was taken and an open episode is cut once it holds
-``chunk_length`` complete rows, so without flushes an item waits at most
-``chunk_length + n - 1 + every - 1`` steps. With ``every=1`` each call hands over what
+complete ``n`` steps after it was taken (once the episode went on past its returns), an
+item also reads the row ``n`` steps after its own, and an open episode is cut once it
+holds ``chunk_length`` complete rows, so without flushes an item waits at most
+``chunk_length + 2n - 1 + every - 1`` steps. With ``every=1`` each call hands over what
 it completed.
 
 Staging changes only when the writer is called, never what it receives: the store holds

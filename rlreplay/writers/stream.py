@@ -367,7 +367,9 @@ class StreamAdder:
 
     def flush(self, timeout: float | None = None) -> None:
         """Append every complete buffered row and create the items it allows, then flush
-        the writer. Steps whose fields are not known yet (an n-step return) stay buffered.
+        the writer. Rows not complete yet stay buffered: those whose fields are not known
+        (an n-step return) and the last ones of an open episode, whose discount
+        ``end_episode(terminated=True)`` may still change.
 
         Raises:
             InvalidArgumentError: for a ``timeout`` that is not ``None`` or seconds > 0.

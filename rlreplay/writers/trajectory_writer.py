@@ -210,16 +210,25 @@ class TrajectoryWriter:
                     f"start={start} reaches back {-start} steps but this episode retains "
                     f"{held}; |start| must be <= {held}"
                 )
-            self._admit(table, 1, timeout, priority, None if length is None else (length,))
+            self._admit(
+                table, 1, timeout, priority, None if length is None else (length,),
+                (self._retention.end + start,),
+            )
             # Anchored after the limiter admitted the item: the steps cannot move between.
             anchor = self._retention.end + start
             return table.create_item(anchor, priority, length=length, timeout=timeout)
 
     def _admit(
-        self, table: Table, n: int, timeout: float | None, priorities: Any, lengths: Any
+        self,
+        table: Table,
+        n: int,
+        timeout: float | None,
+        priorities: Any,
+        lengths: Any,
+        anchors: Any,
     ) -> None:
         """Wait until ``table``'s rate limiter admits ``n`` items of ``priorities`` and
-        ``lengths`` (store lock held); they are checked before any wait.
+        ``lengths`` at ``anchors`` (store lock held); they are checked before any wait.
 
         Raises:
             InvalidArgumentError: for a bad priority or length.
@@ -228,7 +237,7 @@ class TrajectoryWriter:
         """
         if table.admission.can_insert(n, 0):
             return
-        table.check_items(n, priorities, lengths)
+        table.check_items(n, priorities, lengths, anchors)
         table.rate_limiter.check_insert_batch(n)
         waiter = table.admission.admit(n, None, timeout)
         if waiter is not None:
@@ -280,7 +289,8 @@ class TrajectoryWriter:
                     "retained steps of this episode"
                 )
             if len(starts) <= table.max_size:
-                self._admit(table, len(starts), timeout, priorities, lengths)
+                anchors = self._retention.end + starts
+                self._admit(table, len(starts), timeout, priorities, lengths, anchors)
             anchors = self._retention.end + starts  # retained ids are consecutive
             return table.create_items(anchors, priorities, lengths=lengths, timeout=timeout)
 

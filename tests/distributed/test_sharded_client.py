@@ -10,7 +10,7 @@ from shardprocs import CTX, insert_through, shards, table
 
 from rlreplay import Prioritized, Table, Uniform
 from rlreplay.distributed import ShardedClient
-from rlreplay.errors import InvalidArgumentError, RateLimiterTimeoutError
+from rlreplay.errors import ClosedError, InvalidArgumentError, RateLimiterTimeoutError
 from rlreplay.net import Server
 
 scipy_stats = pytest.importorskip("scipy.stats")
@@ -255,6 +255,17 @@ def test_iterator_updates_reach_each_keys_shard(client):
     got = dict(zip(batch.data["x"].tolist(), batch.info.priorities.tolist()))
     assert all(p == (0.5 if x < 5 else 1.0 + x) for x, p in got.items())
     assert len(got) > 20
+
+
+def test_a_closed_sharded_iterator_stops_and_refuses_priorities(client):
+    keys = fill(client, "prio", [10, 10, 10], lambda x: np.ones(len(x)))
+    it = client.sample_iterator("prio", 4, timeout=5.0)
+    next(it)
+    it.close()
+    with pytest.raises(StopIteration):
+        next(it)
+    with pytest.raises(ClosedError, match="update_priorities"):
+        it.update_priorities(keys[:2], 1.0)
 
 
 def test_samplers_that_cannot_be_split_are_refused(client):
