@@ -92,12 +92,15 @@ def parse_flags(
 
 def run_script(main: Callable[[], Any]) -> None:
     """Run a script's ``main()`` from the command line and print what it returns as
-    JSON. A flag out of range or a missing extra (``InvalidArgumentError``,
-    ``ImportError``, which name what to do) ends it as argparse ends a bad flag: one line
-    on stderr, exit status 2, no traceback."""
+    JSON. A refused flag (an ``InvalidArgumentError`` whose message begins with the flag,
+    as :func:`check_ranges` and the flag checks write it) or a missing extra
+    (``ImportError``, which names what to install) ends it as argparse ends a bad flag: one
+    line on stderr, exit status 2. Any other failure keeps its traceback."""
     try:
         result = main()
     except (InvalidArgumentError, ImportError) as error:
+        if isinstance(error, InvalidArgumentError) and not str(error).startswith("--"):
+            raise
         print(f"{os.path.basename(sys.argv[0])}: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
     print(json.dumps(result, indent=2))

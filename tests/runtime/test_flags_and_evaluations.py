@@ -80,3 +80,24 @@ def test_help_ends_with_the_epilog(capsys):
     out = capsys.readouterr().out
     assert out.split("\n", 2)[2].startswith("what it trains")
     assert out.rstrip().endswith("--extra N: parsed apart")
+
+
+def test_run_script_ends_a_refused_flag_in_one_line_and_keeps_other_failures_whole(capsys):
+    from rlreplay.errors import InvalidArgumentError, SignatureError
+    from rlreplay.runtime.flags import run_script
+
+    def refused_flag():
+        raise InvalidArgumentError("--lr=-1 must be a finite number > 0")
+
+    with pytest.raises(SystemExit) as ended:
+        run_script(refused_flag)
+    assert ended.value.code == 2
+    assert capsys.readouterr().err.strip().endswith("error: --lr=-1 must be a finite number > 0")
+
+    def failed_mid_run():
+        raise SignatureError("rows['obs'] has shape (3,); expected (4,)")
+
+    with pytest.raises(SignatureError):  # not hidden behind one line
+        run_script(failed_mid_run)
+    run_script(lambda: {"ok": 1})
+    assert '"ok": 1' in capsys.readouterr().out
