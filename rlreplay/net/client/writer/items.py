@@ -253,6 +253,14 @@ class PendingItems:
             )
         return t, anchor, priority
 
+    def check_all(self, *item_args: Any) -> None:
+        """Raise as :meth:`add_all` would for these arguments, changing nothing."""
+        before, tops = len(self.items), list(self._top_anchor)
+        anchors = [set(a) for a in self._anchors]
+        self.add_all(*item_args)
+        del self.items[before:]
+        self._top_anchor, self._anchors = tops, anchors
+
     def add_all(
         self,
         table: Any,

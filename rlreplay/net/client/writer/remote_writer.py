@@ -267,6 +267,10 @@ class RemoteTrajectoryWriter:
         timeout = check_timeout(timeout)
         full = self._pending.full
         if full or self._chunks.unsent:
+            # Bad arguments are refused before the wait a hand-over may bring.
+            self._pending.check_all(
+                table, priorities, starts, lengths, self._stream, self._episode_start
+            )
             self._hand_over(timeout, full)
         stream, episode = self._stream, self._episode_start
         self._pending.add_all(table, priorities, starts, lengths, stream, episode)
