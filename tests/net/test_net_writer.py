@@ -135,6 +135,7 @@ WRITER_ERRORS = {
     "negative_priority": lambda w: (w.append(STEP), w.create_item("rows", priority=-1.0)),
     "text_priority": lambda w: (w.append(STEP), w.create_item("rows", priority="high")),
     "float_start": lambda w: (w.append(STEP), w.create_item("rows", start=-1.0)),
+    "float_starts": lambda w: (w.append(STEP), w.create_items("rows", starts=[-1.5])),
     "bad_step": lambda w: w.append({"obs": np.zeros(3, np.float32), "reward": np.float32(0)}),
     "items_before_episode": lambda w: (
         w.append(STEP),
