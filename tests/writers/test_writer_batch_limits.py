@@ -37,6 +37,7 @@ def test_the_warning_of_a_blocked_batch_gives_the_cause_for_the_whole_batch(capl
     writer = TrajectoryWriter(table, history=32)
     writer.append_batch({"x": np.arange(20)})
     writer.create_items("t", starts=-np.arange(10, 0, -1))
+    writer.append_batch({"x": np.arange(20, 28)})  # steps no item is anchored on yet
     with (
         caplog.at_level(logging.WARNING, logger="rlreplay"),
         pytest.raises(RateLimiterTimeoutError, match="samples_per_insert=1 ratio"),
