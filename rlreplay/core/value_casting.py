@@ -74,11 +74,20 @@ def cast_problem(arr: np.ndarray, dtype: np.dtype) -> str | None:
 
 def float_fits(value: float, dtype: np.dtype) -> bool:
     """Whether a float or complex column of ``dtype`` holds ``value`` without it becoming
-    inf (NaN and infinities are themselves)."""
-    if not math.isfinite(value):
-        return True
-    with np.errstate(over="ignore"):
-        return bool(np.isfinite(dtype.type(value)))
+    inf (NaN and infinities are themselves). Runs per Python float a row holds: one
+    comparison with the column's rounding limit."""
+    limit = _ROUNDING_LIMITS.get(dtype)
+    if limit is None:
+        parts = np.dtype(dtype.char.lower()) if dtype.kind == "c" else dtype
+        big = float(np.finfo(parts).max)
+        below = float(np.nextafter(parts.type(big), parts.type(0)))
+        # Values from here on round to inf (a tie rounds up: the largest value is odd).
+        limit = _ROUNDING_LIMITS[dtype] = big + (big - below) / 2
+    return abs(value) < limit or not math.isfinite(value)
+
+
+# Per float or complex dtype, the magnitude from which a float64 rounds to inf in it.
+_ROUNDING_LIMITS: dict[np.dtype, float] = {}
 
 
 def _overflow(arr: np.ndarray, dtype: np.dtype) -> str | None:
