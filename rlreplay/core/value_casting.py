@@ -9,7 +9,9 @@ compiled writes:
 - a bool goes into any numeric column (as 0 or 1);
 - an integer goes into an integer column whose range holds it (``300`` into ``uint8``,
   ``-1`` into ``uint32`` or ``2**40`` into ``int32`` are refused), and into a float or
-  complex column (rounded to the nearest representable value, as ``2**60`` into float32);
+  complex column (rounded to the nearest representable value, as ``2**60`` into float32)
+  unless it is beyond the column's range (``70000`` into float16 or ``10**40`` into
+  float32 would become inf, and are refused);
 - a float goes into a float or complex column, rounded to the column's precision
   (float64 into float32: to the nearest float32), unless it is finite and beyond the
   column's range (it would become ±inf: ``1e40`` into float32 is refused; NaN and ±inf
@@ -55,6 +57,8 @@ def cast_problem(arr: np.ndarray, dtype: np.dtype) -> str | None:
         allowed = into in "biufc"
     elif kind in "iu":
         allowed = into in "iufc"
+        if into in "fc" and arr.size:
+            return _overflow(arr, dtype)
     elif kind == "f":
         allowed = into in "fc"
         if allowed and arr.size:
@@ -91,11 +95,14 @@ _ROUNDING_LIMITS: dict[np.dtype, float] = {}
 
 
 def _overflow(arr: np.ndarray, dtype: np.dtype) -> str | None:
-    """Why a float or complex array may not go into the float or complex ``dtype``: a
-    finite value (or part) would be stored as inf (``None`` when none would)."""
+    """Why an integer, float or complex array may not go into the float or complex
+    ``dtype``: a finite value (or part) would be stored as inf (``None`` when none would)."""
     parts = np.dtype(dtype.char.lower()) if dtype.kind == "c" else dtype
-    big = np.finfo(parts).max
-    own = np.finfo(arr.dtype.char.lower() if arr.dtype.kind == "c" else arr.dtype).max
+    big = float(np.finfo(parts).max)
+    if arr.dtype.kind in "iu":
+        own = float(np.iinfo(arr.dtype).max)
+    else:
+        own = float(np.finfo(arr.dtype.char.lower() if arr.dtype.kind == "c" else arr.dtype).max)
     if own <= big:
         return None  # every finite value of arr's dtype fits
     values = arr.reshape(-1)
@@ -172,10 +179,13 @@ def as_column_array(value: Any, dtype: np.dtype, argument: str) -> np.ndarray:
         ) from None
     if dtype.kind in "fc" and _python_ints(arr):
         try:
-            return np.asarray(value, dtype=dtype)
+            with np.errstate(over="ignore"):
+                converted = np.asarray(value, dtype=dtype)
         except OverflowError:
-            pass
-    return arr
+            return arr
+        if np.isfinite(converted).all():
+            return converted
+    return arr  # refused by refusal(): an integer beyond the column's range
 
 
 def refusal(argument: str, path: str, arr: np.ndarray, dtype: np.dtype, value: Any) -> str | None:
@@ -190,12 +200,16 @@ def refusal(argument: str, path: str, arr: np.ndarray, dtype: np.dtype, value: A
                 f"holds {bad}, outside the range [{info.min}, {info.max}] of its column's {dtype}"
             )
         else:
-            reason = f"holds {describe(value)}, which its column's {dtype} cannot hold"
+            parts = np.dtype(dtype.char.lower()) if dtype.kind == "c" else dtype
+            reason = (
+                f"holds {describe(value)}, beyond the largest {parts} "
+                f"({np.finfo(parts).max:g}): it would be stored as inf"
+            )
     else:
         reason = cast_problem(arr, dtype)
         if reason is None:
             return None
-    in_range_check = integers or (arr.dtype.kind in "iu" and dtype.kind in "iu")
+    in_range_check = integers or (arr.dtype.kind in "iu" and dtype.kind in "iufc")
     shown = f" = {describe(value)}" if arr.ndim == 0 and not in_range_check else ""
     return (
         f"{argument}[{path!r}]{shown} {reason}; a value is stored only when it fits its "

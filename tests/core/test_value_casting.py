@@ -95,6 +95,10 @@ REFUSED = {
     # a finite value beyond float32's range would become inf
     "float-beyond-float32": ("f32", 1e300, "inf"),
     "numpy-float64-beyond-float32-below": ("f32", np.float64(-1e300), "inf"),
+    # so would an integer beyond it
+    "int-10**40-into-float32": ("f32", 10**40, "inf"),
+    "negative-int-10**40-into-float32": ("f32", -(10**40), "inf"),
+    "int-10**400-into-float64": ("f64", 10**400, "inf"),
 }
 # RLREPLAY_NO_EXTENSION=1 leaves the numpy path only
 PATHS = ["compiled", "numpy"] if storage._kernel is not None else ["numpy"]
@@ -231,6 +235,12 @@ OVERFLOW_EDGES = [
     ("float-beyond-float16", "float16", 70000.0, None),
     ("float-within-float16", "float16", 60000.0, np.float16(60000.0)),
     ("inf-into-complex64", "complex64", complex(np.inf, 1.0), complex(np.inf, 1.0)),
+    ("int-beyond-float16", "float16", 70000, None),
+    ("numpy-int64-beyond-float16", "float16", np.int64(-70000), None),
+    ("int-rounding-to-largest-float16", "float16", 65519, np.float16(65504)),
+    ("int-within-float16", "float16", 60000, np.float16(60000)),
+    ("int-beyond-complex64", "complex64", 10**40, None),
+    ("uint64-max-into-float32", "float32", np.uint64(2**64 - 1), np.float32(2.0**64)),
 ]
 
 
