@@ -97,10 +97,7 @@ def _workload() -> None:
     adder.flush()
     sums, mins = KaryTree(40, "sum"), KaryTree(40, "min")  # what the selectors call alone
     mins.set(np.array([1, 2]), np.array([1.0, 2.0]))
-    mins.set_one(3, 1.0)
-    sums.set_one(3, 1.0)
     mins = KaryTree(40, "min", leaves=sums.levels[0])
-    sums.set_two(3, 1.0, 4, 2.0, mins)
     sums.set(np.array([1, 2]), np.array([1.0, 2.0]), mins)  # set_sum with its min tree
 
 
@@ -235,9 +232,7 @@ def _tree(leaves: int = 40) -> list[np.ndarray]:
 
 
 LEAF_WRITER_CALLS = {
-    "set_one": (3, 1.0),
-    "set_two": (3, 1.0, 4, 2.0),
-    "set_many": (np.array([1, 2], np.int64), np.array([1.0, 2.0])),
+    "set_many": (np.array([1, 2], np.int64), np.array([1.0, 2.0]), 0.5),
 }
 
 

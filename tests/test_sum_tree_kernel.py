@@ -250,133 +250,6 @@ def assert_pairs_agree(trees) -> None:
     assert_parents_exact(fast_sums)
 
 
-@pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
-def test_set_one_of_both_trees_matches_the_numpy_path(size):
-    rng = np.random.default_rng(size + 3)
-    trees = [tree_pair(size, True), tree_pair(size, False)]
-    assert trees[0][0]._kset_one is not None and trees[1][0]._kset_one is None
-    for step in range(200):
-        i = int(rng.integers(0, size))
-        value = None if step % 7 == 3 else float(rng.uniform(0.0, 3.0))
-        if value is not None and rng.random() < 0.3:
-            value = 0.0  # weight 0: skipped by the min tree
-        for sums, mins in trees:
-            if value is None:
-                sums.levels[0][i] = 0.25  # written already: set_one only fixes ancestors
-            sums.set_one(i, value, mins)
-        assert_pairs_agree(trees)
-        (fast_sums, fast_mins), _ = trees
-        positive = fast_sums.leaves[fast_sums.leaves > 0]
-        assert fast_mins.root == (positive.min() if len(positive) else np.inf)
-
-
-@pytest.mark.parametrize("op", ["sum", "min"])
-def test_set_one_of_one_tree_matches_the_numpy_path(op):
-    fast, slow = pair(5000, op)
-    rng = np.random.default_rng(4)
-    for _ in range(100):
-        i, value = int(rng.integers(0, 5000)), float(rng.uniform(0.0, 2.0))
-        fast.set_one(i, value)
-        slow.set_one(i, value)
-    for a, b in zip(fast.levels, slow.levels):
-        np.testing.assert_allclose(a, b, rtol=1e-12, atol=0)
-    assert_parents_exact(fast)
-
-
-def test_set_one_takes_numpy_scalars():
-    sums, mins = tree_pair(300, True)
-    sums.set_one(np.int64(7), np.float64(2.5), mins)
-    assert sums.root == 2.5 and mins.root == 2.5
-
-
-def test_set_one_many_updates_do_not_drift():
-    sums, mins = tree_pair(4096, True)
-    rng = np.random.default_rng(5)
-    for _ in range(2000):
-        big = rng.random() < 0.5
-        sums.set_one(int(rng.integers(0, 4096)), 1e6 * rng.random() if big else 1e-6, mins)
-    for i in range(4096):
-        sums.set_one(i, 1.0, mins)
-    assert sums.root == 4096.0 and mins.root == 1.0
-
-
-BAD_ONE_CALLS = {
-    "slot-negative": (lambda s, m: (s, -1, 1.0, m), ValueError),
-    "slot-past-leaves": (lambda s, m: (s, 304, 1.0, m), ValueError),
-    "slot-not-int": (lambda s, m: (s, 1.5, 1.0, m), TypeError),
-    "value-not-number": (lambda s, m: (s, 3, "x", m), TypeError),
-    "mins-own-leaves": (lambda s, m: (s, 3, 1.0, KaryTree(300, "min").levels), ValueError),
-    "levels-not-list": (lambda s, m: (np.zeros(16), 3, 1.0, m), TypeError),
-    "too-few-arguments": (lambda s, m: (s, 3), TypeError),
-}
-
-
-@pytest.mark.parametrize("make, error", BAD_ONE_CALLS.values(), ids=BAD_ONE_CALLS.keys())
-def test_set_one_bad_arguments_raise_and_change_nothing(make, error):
-    sums, mins = tree_pair(300, True)
-    sums.set(np.arange(300), np.ones(300), mins)
-    before = [level.copy() for level in sums.levels + mins.levels]
-    with pytest.raises(error):
-        kernel.set_one_sum(*make(sums.levels, mins.levels))
-    with pytest.raises(TypeError):
-        kernel.set_one_min(mins.levels, 3, 1.0, sums.levels)  # set_one_min takes no mins
-    for a, b in zip(before, sums.levels + mins.levels):
-        np.testing.assert_array_equal(a, b)
-
-
-@pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
-def test_set_two_of_both_trees_matches_the_numpy_path(size):
-    rng = np.random.default_rng(size + 6)
-    trees = [tree_pair(size, True), tree_pair(size, False)]
-    for step in range(200):
-        i, j = (int(k) for k in rng.integers(0, size, 2))
-        if step % 5 == 0:
-            j = i  # the same leaf: the second write wins
-        vi, vj = 0.0, float(rng.uniform(0.0, 3.0))
-        for sums, mins in trees:
-            sums.set_two(i, vi, j, vj, mins)
-        assert trees[0][0].levels[0][j] == vj
-        assert_pairs_agree(trees)
-
-
-BAD_TWO_CALLS = {
-    "second-slot-past-leaves": (lambda s, m: (s, 3, 0.0, 304, 1.0, m), ValueError),
-    "second-slot-negative": (lambda s, m: (s, 3, 0.0, -2, 1.0, m), ValueError),
-    "second-value-not-number": (lambda s, m: (s, 3, 0.0, 4, [1.0], m), TypeError),
-    "mins-own-leaves": (lambda s, m: (s, 3, 0.0, 4, 1.0, KaryTree(300, "min").levels), ValueError),
-    "too-many-arguments": (lambda s, m: (s, 3, 0.0, 4, 1.0, m, m), TypeError),
-}
-
-
-@pytest.mark.parametrize("make, error", BAD_TWO_CALLS.values(), ids=BAD_TWO_CALLS.keys())
-def test_set_two_bad_arguments_raise_and_change_nothing(make, error):
-    sums, mins = tree_pair(300, True)
-    sums.set(np.arange(300), np.ones(300), mins)
-    before = [level.copy() for level in sums.levels + mins.levels]
-    with pytest.raises(error):
-        kernel.set_two_sum(*make(sums.levels, mins.levels))
-    for a, b in zip(before, sums.levels + mins.levels):
-        np.testing.assert_array_equal(a, b)
-
-
-@pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
-def test_leaf_writer_matches_the_numpy_twin(size):
-    rng = np.random.default_rng(size + 8)
-    trees = [tree_pair(size, True), tree_pair(size, False)]
-    writers = [sums.leaf_writer(mins) for sums, mins in trees]
-    assert isinstance(writers[0], kernel.LeafWriter)
-    assert isinstance(writers[1], sum_tree.LeafWriter)
-    for step in range(200):
-        i, j = (int(k) for k in rng.integers(0, size, 2))
-        v = float(rng.uniform(0.0, 3.0)) if step % 4 else 0.0
-        for writer in writers:
-            if step % 3:
-                writer.set_one(i, v)
-            else:
-                writer.set_two(i, 0.0, j, v)
-        assert_pairs_agree(trees)
-
-
 # Batches over trees of every shape: near the root the kernel recomputes each shared parent
 # once (levels of at most 64 nodes per leaf of the batch and 65,536 nodes); elsewhere (a
 # tree of 1.1M leaves, small batches) once per leaf.
@@ -388,28 +261,49 @@ def test_leaf_writer_set_many_matches_the_numpy_twin(size):
     rng = np.random.default_rng(size + 11)
     trees = [tree_pair(size, True), tree_pair(size, False)]
     writers = [sums.leaf_writer(mins) for sums, mins in trees]
+    assert isinstance(writers[0], kernel.LeafWriter)
+    assert isinstance(writers[1], sum_tree.LeafWriter)
     for batch in (1, 2, 256, 3000):  # large batches on small trees: many duplicates
         for _ in range(3):
             idx = rng.integers(0, size, batch)
             values = rng.uniform(0.0, 3.0, batch)
             values[rng.random(batch) < 0.2] = 0.0  # weight 0: left out of the min tree
             for writer in writers:
-                writer.set_many(idx, values)
+                writer.set_many(idx, values, 1.0)
             assert_pairs_agree(trees)
+
+
+@pytest.mark.parametrize("exponent", [0.0, 0.6, 1.0, 2.5])
+def test_leaf_writer_raises_priorities_to_the_exponent(exponent):
+    """Leaves hold priority ** exponent (0 ** 0 is 1, as numpy's power gives it)."""
+    rng = np.random.default_rng(12)
+    for use_kernel in (True, False):
+        sums, mins = tree_pair(700, use_kernel)
+        idx = rng.permutation(700)[:300]
+        priorities = rng.uniform(0.0, 4.0, 300)
+        priorities[:20] = 0.0
+        sums.leaf_writer(mins).set_many(idx, priorities, exponent)
+        np.testing.assert_allclose(
+            sums.levels[0][idx], np.power(priorities, exponent), rtol=1e-15, atol=0
+        )
+        assert_parents_exact(sums)
+        positive = sums.leaves[sums.leaves > 0]
+        assert mins.root == positive.min()
 
 
 def test_leaf_writer_set_many_refuses_bad_writes_and_changes_nothing():
     sums, mins = tree_pair(300, True)
     writer = sums.leaf_writer(mins)
-    writer.set_many(np.arange(300), np.ones(300))
+    writer.set_many(np.arange(300), np.ones(300), 1.0)
     before = [level.copy() for level in sums.levels + mins.levels]
     for args, error in [
-        ((np.array([3, 304]), np.ones(2)), ValueError),  # the second out of range
-        ((np.array([-1]), np.ones(1)), ValueError),
-        ((np.array([3, 4]), np.ones(3)), ValueError),
-        ((np.array([3.0]), np.ones(1)), TypeError),
-        ((np.array([3]), np.ones(1, np.float32)), TypeError),
-        ((np.array([3]),), TypeError),
+        ((np.array([3, 304]), np.ones(2), 1.0), ValueError),  # the second out of range
+        ((np.array([-1]), np.ones(1), 1.0), ValueError),
+        ((np.array([3, 4]), np.ones(3), 1.0), ValueError),
+        ((np.array([3.0]), np.ones(1), 1.0), TypeError),
+        ((np.array([3]), np.ones(1, np.float32), 1.0), TypeError),
+        ((np.array([3]), np.ones(1), "x"), TypeError),
+        ((np.array([3]), np.ones(1)), TypeError),
     ]:
         with pytest.raises(error):
             writer.set_many(*args)
@@ -417,28 +311,13 @@ def test_leaf_writer_set_many_refuses_bad_writes_and_changes_nothing():
         np.testing.assert_array_equal(a, b)
 
 
-def test_leaf_writer_keeps_its_trees_and_refuses_bad_writes():
+def test_leaf_writer_keeps_its_trees():
     sums, mins = tree_pair(300, True)
     writer = kernel.LeafWriter(sums.levels, mins.levels)
     levels = sums.levels
     del sums, mins
-    writer.set_one(5, 2.0)  # the writer holds the levels' buffers
+    writer.set_many(np.array([5]), np.array([2.0]), 1.0)  # the writer holds the buffers
     assert levels[-1][0] == 2.0
-    before = [level.copy() for level in levels]
-    for args, error in [
-        ((304, 1.0), ValueError),
-        ((-1, 1.0), ValueError),
-        ((3, "x"), TypeError),
-        ((3,), TypeError),
-    ]:
-        with pytest.raises(error):
-            writer.set_one(*args)
-    with pytest.raises(ValueError, match="slot2"):
-        writer.set_two(3, 0.0, 400, 1.0)
-    with pytest.raises(TypeError):
-        writer.set_two(3, 0.0, 4)
-    for a, b in zip(before, levels):
-        np.testing.assert_array_equal(a, b)
     with pytest.raises(ValueError, match="same leaves"):
         kernel.LeafWriter(levels, KaryTree(300, "min").levels)
     with pytest.raises(TypeError):

@@ -12,8 +12,7 @@ and :meth:`~ItemIndex.attach_moved` for rows the store is about to overwrite.
 
 Its parts: the per-slot arrays and their layout are a
 :class:`~rlreplay.core.slot_records.SlotRecords` it owns (they write the records of new
-and moved items, a batch in one compiled pass; the one-row insert and the evictions write
-single slots here, through memoryviews), the lookup of the items keys name is
+and moved items, a batch in one compiled pass), the lookup of the items keys name is
 :mod:`rlreplay.core.held_keys`; its checkpoint state (whole, or in slices while the slots
 changed meanwhile are noted: :mod:`rlreplay.core.slot_changes`) is made, checked and put
 back here. The compiled loops of ``_slots.c`` are bound here
@@ -29,12 +28,7 @@ import numpy as np
 
 from rlreplay.core import held_keys, idle_remover
 from rlreplay.core._compiled import load_kernel
-from rlreplay.core.keys import (
-    CYCLED,
-    GENERATION_MASK,
-    GENERATIONS,
-    SLOT_BITS,
-)
+from rlreplay.core.keys import GENERATIONS
 from rlreplay.core.selectors import Selector
 from rlreplay.core.slot_changes import UNTRACKED, SlotChanges, Untracked
 from rlreplay.core.slot_records import (  # noqa: F401 (the record layout, named here too)
@@ -126,7 +120,6 @@ class ItemIndex:
         self.priority, self.generation = records.priority, records.generation
         self.times_sampled = records.times_sampled
         self.live, self.extent = records.live, records.extent
-        self._slot_views, self._live_view = records.slot_views, records.live_view
         # The records' queries of the live flags, bound here (the overwrite protocol calls
         # ``index.live_in`` / ``index.any_live_in`` for the rows it is about to overwrite).
         self.live_in, self.any_live_in = records.live_in, records.any_live_in
@@ -145,28 +138,13 @@ class ItemIndex:
         self.changes: SlotChanges | Untracked = UNTRACKED
 
     # --------------------------------------------------------------- creation
-    def _fill(self) -> float:
-        fill = self.default_priority
-        return self.max_priority if fill is None else float(fill)
-
     def _make_room_for(self, n: int) -> None:
         """Evict the remover's choice so that ``n`` more items fit ``max_size``."""
         excess = self.size + n - self.max_size
         if excess > 0:
             victims = self.remover.choose_victims(excess, self.rng)
-            self.remove(victims)
+            self._drop(np.asarray(victims, dtype=np.int64))  # held items: the remover's
             self.counts["evictions"] += len(victims)
-
-    def _evict_one(self) -> int:
-        """The remover's choice of one item to evict for a one-row insert, marked not
-        live and counted; the caller takes it out of the selectors with
-        ``evict_insert_one`` as the new item comes in (for ``Prioritized``, one compiled
-        call for both leaves in both trees)."""
-        victim = int(self.remover.choose_victims(1, self.rng)[0])
-        self.changes.note_one(victim)
-        self._live_view[victim] = False
-        self.counts["evictions"] += 1
-        return victim
 
     def claim(
         self, slots: np.ndarray, prios: np.ndarray | None, start: int | None = None
@@ -180,12 +158,17 @@ class ItemIndex:
         all of them are, the new items take over their selector entries.
         """
         n = len(slots)
-        fill = self._fill()
+        fill = self.default_priority
+        fill = self.max_priority if fill is None else float(fill)
         self.changes.note(slots)
         if prios is not None:
             self.max_priority = max(self.max_priority, float(prios.max()))
-        at = slots if start is None else slice(start, start + n)
-        held = int(np.count_nonzero(self.live[at]))
+        # Every slot holds an item when the index is full (a full ring's rows): no count.
+        if self.size == self.capacity:
+            held = n
+        else:
+            at = slots if start is None else slice(start, start + n)
+            held = int(np.count_nonzero(self.live[at]))
         replacing = held == n
         if replacing:
             self.counts["overwrite_evictions"] += n
@@ -206,49 +189,6 @@ class ItemIndex:
             self.size += n
         self._newest = int(slots[-1]) if start is None else start + n - 1
         return keys
-
-    def claim_one(self, slot: int, prio: float | None) -> int:
-        """:meth:`claim` for one slot, in Python scalars; returns the key."""
-        if prio is None:
-            fill = self.default_priority
-            prio = self.max_priority if fill is None else float(fill)
-        elif prio > self.max_priority:
-            self.max_priority = prio
-        self.changes.note_one(slot)
-        replacing = self._live_view[slot]
-        victim = -1
-        if replacing:
-            self.counts["overwrite_evictions"] += 1
-        elif self.size >= self.max_size:
-            victim = self._evict_one()
-        else:
-            self.size += 1
-        generations, priorities, times = self._slot_views
-        generation = generations[slot] + 1
-        if not generation & GENERATION_MASK:  # past the last generation: 1 again (keys.py)
-            generation = CYCLED | 1
-        generations[slot] = generation
-        if priorities is not None:
-            priorities[slot] = prio
-        times[slot] = 0
-        self._live_view[slot] = True
-        self._newest = slot
-        remover = self._remover
-        if replacing:
-            self.sampler.replace_one(slot, prio)
-            if remover is not None:
-                remover.replace_one(slot, prio)
-        elif victim >= 0:  # the victim leaves each selector as the new item comes in
-            self.sampler.evict_insert_one(victim, slot, prio)
-            remover.evict_insert_one(victim, slot, prio)  # active: it chose the victim
-        else:
-            self.sampler.insert_one(slot, prio)
-            if remover is not None:
-                remover.insert_one(slot, prio)
-        generation = (generation & GENERATION_MASK) + self.origin  # the key's (keys.py)
-        if generation > GENERATIONS:
-            generation -= GENERATIONS
-        return generation << SLOT_BITS | slot
 
     # ---------------------------------------------------------------- removal
     def remove(self, slots: np.ndarray) -> None:
@@ -283,9 +223,6 @@ class ItemIndex:
         ``slots`` (int64, distinct) must all hold items: the callers take them from
         :attr:`live`, so they are not checked again.
         """
-        if len(slots) == 1:  # (one slot: its row's eviction, counted there)
-            self.evict_rows(int(slots[0]), 1)
-            return
         self._drop(slots)
         self.counts["overwrite_evictions"] += len(slots)
 
@@ -293,16 +230,6 @@ class ItemIndex:
         """Remove the items anchored on rows ``[start, start + n)`` (wrapping), which the
         store is about to overwrite."""
         if n <= 0 or self.size == 0:
-            return
-        if n == 1:
-            if self._live_view[start]:
-                self.changes.note_one(start)
-                self.sampler.delete_one(start)
-                if self._remover is not None:
-                    self._remover.delete_one(start)
-                self._live_view[start] = False
-                self.size -= 1
-                self.counts["overwrite_evictions"] += 1
             return
         doomed = self.live_in(start, n)
         if len(doomed):
@@ -320,7 +247,7 @@ class ItemIndex:
         its selector entries for :meth:`attach_moved`; returns ``(span, state)``."""
         span = int(self.spans(np.array([slot]))[0])
         state = (float(self.priority[slot]), int(self.times_sampled[slot]), span)
-        self.changes.note_one(slot)
+        self.changes.note(np.array([slot]))
         self.live[slot] = False
         return span, state
 
@@ -328,8 +255,7 @@ class ItemIndex:
         """The item taken off ``old`` now lives at ``new``, where its steps were copied:
         same priority, times sampled and place in the selectors' order; a new key."""
         priority, times, span = state
-        self.changes.note_one(old)
-        self.changes.note_one(new)
+        self.changes.note(np.array([old, new]))
         self.sampler.move(old, new, priority)
         if self._remover is not None:
             self._remover.move(old, new, priority)

@@ -38,9 +38,6 @@ class Untracked:
     def note(self, slots: np.ndarray) -> None:
         """Nothing to note."""
 
-    def note_one(self, slot: int) -> None:
-        """Nothing to note."""
-
     def note_all(self) -> None:
         """Nothing to note."""
 
@@ -56,13 +53,12 @@ class SlotChanges:
         capacity: the index's slots (the size of the flags the record may turn into).
     """
 
-    __slots__ = ("_arrays", "_noted", "_ones", "capacity", "everything", "flags")
+    __slots__ = ("_arrays", "_noted", "capacity", "everything", "flags")
     tracking = True
 
     def __init__(self, capacity: int) -> None:
         self.capacity = int(capacity)
         self._arrays: list[np.ndarray] = []
-        self._ones: list[int] = []
         self._noted = 0
         self.flags: np.ndarray | None = None  # one per slot, once past LIST_LIMIT notes
         self.everything = False  # a reset or a restore: every slot
@@ -77,25 +73,16 @@ class SlotChanges:
         if self._noted > LIST_LIMIT:
             self._to_flags()
 
-    def note_one(self, slot: int) -> None:
-        if self.flags is not None:
-            self.flags[slot] = True
-            return
-        self._ones.append(int(slot))
-        self._noted += 1
-        if self._noted > LIST_LIMIT:
-            self._to_flags()
-
     def note_all(self) -> None:
         self.everything = True
 
     def _to_flags(self) -> None:
         flags = np.zeros(self.capacity, dtype=bool)
         flags[self._listed()] = True
-        self.flags, self._arrays, self._ones = flags, [], []
+        self.flags, self._arrays = flags, []
 
     def _listed(self) -> np.ndarray:
-        return np.concatenate([*self._arrays, np.array(self._ones, dtype=np.int64)])
+        return np.concatenate([*self._arrays, np.zeros(0, dtype=np.int64)])
 
     @property
     def nbytes(self) -> int:

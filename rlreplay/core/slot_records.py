@@ -8,8 +8,7 @@ and ``_slots.c`` can take the records' bytes as they are; it copies, checks and 
 them for checkpoints, and writes the records of new and moved items (their next
 generation and keys: a batch in one compiled pass or its numpy twin). The rules that keep
 them in agreement with the selectors and the table's size are the item index's
-(item_index.py), which asks for those writes and makes the one-slot ones itself, in place
-(the one-row insert's fast path).
+(item_index.py), which asks for those writes.
 """
 
 from __future__ import annotations
@@ -59,10 +58,6 @@ class SlotRecords:
             bytes (slots x record bytes), as the compiled loops take them.
         live: whether each slot holds an item.
         extent: per-item extents, or ``None``.
-        slot_views: memoryviews of ``generation``, ``priority`` (``None`` when not kept)
-            and ``times_sampled``; ``live_view`` of ``live``: one-slot reads and writes
-            through them cost a third of numpy's scalar indexing (the one-row insert does
-            several).
     """
 
     def __init__(self, capacity: int, record: np.dtype, variable: bool):
@@ -77,12 +72,6 @@ class SlotRecords:
         self.times_sampled = self.slot_state["times_sampled"]
         self.slot_bytes = self.slot_state.view(np.uint8).reshape(capacity, record.itemsize)
         self.live = np.zeros(capacity, dtype=bool)
-        self.slot_views = (
-            memoryview(self.generation),
-            memoryview(self.priority) if self.keeps_priorities else None,
-            memoryview(self.times_sampled),
-        )
-        self.live_view = memoryview(self.live)
         self.extent = np.zeros(capacity, dtype=np.int32) if variable else None
 
     def live_in(self, start: int, n: int) -> np.ndarray:
@@ -118,38 +107,36 @@ class SlotRecords:
         fill: float,
         origin: int,
         start: int | None = None,
-    ) -> tuple[np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray | float]:
         """Write the records of new items at ``slots`` (distinct; ``slots == arange(start,
         start + n)`` when ``start`` is given, written through slices): each slot's
         generation steps to the next (keys.py), its priority becomes ``prios`` (``fill``
         where ``None``; not kept where the records keep none), its sample count 0 and its
         live flag set. Returns ``(keys, priorities)``: the new items' keys for a table of
-        generation ``origin`` and their priorities (float64).
+        generation ``origin`` and their priorities (``prios``, or ``fill`` for all).
 
         ``kernel``: the compiled ``_slots`` loops (``claim_range``/``claim_slots``, one
         pass), or ``None`` for their numpy twin here.
         """
         n = len(slots)
         if kernel is None:
-            if prios is None:
-                prios = np.full(n, fill, dtype=np.float64)
             at = slots if start is None else slice(start, start + n)
             generations = next_generations(self.generation[at])
             self.generation[at] = generations
             if self.keeps_priorities:
-                self.priority[at] = prios
+                self.priority[at] = fill if prios is None else prios
             self.times_sampled[at] = 0
             self.live[at] = True
-            return make_keys(slots, generations, origin), prios
+            return make_keys(slots, generations, origin), (fill if prios is None else prios)
         keys = np.empty(n, dtype=np.int64)
         if prios is not None:
             prios = np.ascontiguousarray(prios, dtype=np.float64)
         if start is not None:
             kernel.claim_range(start, keys, self.slot_bytes, self.live, prios, fill, origin)
-            return keys, self.priority[start : start + n]
-        slots = np.ascontiguousarray(slots, dtype=np.int64)
-        kernel.claim_slots(slots, keys, self.slot_bytes, self.live, prios, fill, origin)
-        return keys, (np.full(n, fill, dtype=np.float64) if prios is None else prios)
+        else:
+            slots = np.ascontiguousarray(slots, dtype=np.int64)
+            kernel.claim_slots(slots, keys, self.slot_bytes, self.live, prios, fill, origin)
+        return keys, (fill if prios is None else prios)
 
     def place_moved(self, slot: int, priority: float, times_sampled: int, span: int) -> None:
         """Write the record of an item moved to ``slot`` (its steps copied there): a new

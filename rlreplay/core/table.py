@@ -10,7 +10,6 @@ constructors of the ordered tables.
 
 from __future__ import annotations
 
-import math
 import operator
 import weakref
 from collections.abc import Mapping
@@ -354,10 +353,7 @@ class Table:
                         steps, n = store.signature.check_batch(rows, "rows")
                 first = self._store_rows(steps, n, one_row, timeout)
             start = first % store.capacity
-            if one_row:
-                keys = np.empty(1, dtype=np.int64)
-                keys[0] = index.claim_one(start, None if prios is None else float(prios[0]))
-            elif start + n <= store.capacity:
+            if start + n <= store.capacity:
                 keys = index.claim(np.arange(start, start + n), prios, start)
             else:
                 keys = index.claim(np.arange(first, first + n) % store.capacity, prios)
@@ -420,17 +416,6 @@ class Table:
                 an item at that anchor, the length or the priority is invalid.
             RateLimiterTimeoutError: if the limiter blocked the insert for ``timeout``.
         """
-        if length is not None or self.index.extent is not None:
-            lengths = None if length is None else (length,)
-            keys = self.create_items((anchor_id,), priority, lengths=lengths, timeout=timeout)
-            return int(keys[0])
-        # One item of a fixed-span layout, in Python scalars (what writers make per step).
-        if priority is not None and not (
-            isinstance(priority, (int, float)) and 0 <= priority < math.inf
-        ):
-            priority = float(check_priorities(priority, 1)[0])
-        timeout = check_timeout(timeout)
-        store, index, limiter = self.store, self.index, self.rate_limiter
         try:
             if isinstance(anchor_id, bool):
                 raise TypeError
@@ -439,17 +424,9 @@ class Table:
             raise InvalidArgumentError(
                 f"anchor_id={describe(anchor_id)} must be an int (a store step id)"
             ) from None
-        with self.mutex:
-            if self.admission.closed or not limiter.can_insert(1, index.size):
-                self._anchor_slot(anchor)  # a bad anchor is refused before any wait
-                waiter = self.admission.admit(1, None, timeout)
-                if waiter is not None:
-                    waiter.settle()
-            slot = self._anchor_slot(anchor)
-            key = index.claim_one(slot, None if priority is None else float(priority))
-            limiter.inserts += 1
-            store.wake_waiters()
-            return key
+        lengths = None if length is None else (length,)
+        keys = self.create_items((anchor,), priority, lengths=lengths, timeout=timeout)
+        return int(keys[0])
 
     def create_items(
         self,
@@ -494,34 +471,14 @@ class Table:
             store.wake_waiters()
             return keys
 
-    def _anchor_slot(self, anchor: int) -> int:
-        """The slot of a new item of a fixed-span layout anchored at step ``anchor``
-        (lock held).
+    def _anchor_slots(self, ids: np.ndarray, extents: np.ndarray | None) -> np.ndarray:
+        """The slots of new items anchored at steps ``ids`` (int64, at least one) of
+        ``extents`` steps each (``None``: the layout's span), lock held.
 
         Raises:
-            InvalidArgumentError: if its window reaches outside the stored steps, or the
-                table holds an item anchored there.
+            InvalidArgumentError: if a window reaches outside the stored steps, the table
+                holds an item anchored there, or two anchors share a slot.
         """
-        store = self.store
-        last = anchor + (self.layout.span - 1) * store.lanes
-        if anchor < store.oldest_id or last >= store.next_id:
-            raise InvalidArgumentError(
-                f"anchor id {anchor} with span {self.layout.span} reaches outside the "
-                f"stored steps [{store.oldest_id}, {store.next_id}); create items only "
-                "over steps already appended and not yet overwritten"
-            )
-        slot = anchor % store.capacity
-        if self.index.live[slot]:
-            raise InvalidArgumentError(
-                f"table {self.name!r} already holds an item anchored at step {anchor}; "
-                "a table holds at most one item per anchor step"
-            )
-        return slot
-
-    def _anchor_slots(self, ids: np.ndarray, extents: np.ndarray | None) -> np.ndarray:
-        """:meth:`_anchor_slot` for several anchors (int64, at least one) of
-        ``extents`` steps each (``None``: the layout's span); also refused: two anchors
-        on one slot."""
         store = self.store
         reach = self.layout.span - 1 if extents is None else extents - 1
         last = ids + reach * store.lanes

@@ -9,11 +9,8 @@
  * set_sum(levels, idx, values)        writes leaves, recomputes ancestors as sums.
  * set_min(levels, idx, values)        writes leaves, recomputes ancestors as the smallest
  *                                     positive child (inf when none is).
- * set_one_sum(levels, slot, value[, min_levels]) and set_one_min(levels, slot, value): the
- *                                     same for one leaf in Python numbers (one-row inserts);
- * set_two_sum(levels, slot, value, slot2, value2[, min_levels]): for two such leaves.
- * LeafWriter(levels[, min_levels]).set_one / .set_two / .set_many: the same on trees
- *                                     held once (set_many: set_sum's arrays).
+ * LeafWriter(levels[, min_levels]).set_many(idx, priorities, exponent): set_sum of
+ *                                     priorities ** exponent, on trees held once.
  * With values None, the leaves are left as they are (a min tree over a sum tree's leaves,
  * which set_sum has just written) and only the ancestors are recomputed. set_sum also
  * takes min_levels, such a min tree, and recomputes it in the same pass.
@@ -381,32 +378,42 @@ recompute_ancestors(const Levels *lv, const Levels *mv, Py_ssize_t *p, Py_ssize_
 }
 
 /* Write leaves idx[0..n) (val[i], or left as they are when val is NULL; duplicates: the
- * last wins), then recompute their ancestors (see recompute_ancestors). The indexes must
- * be checked already. Returns -1 (MemoryError set) when the scratch cannot be allocated,
- * before anything is written. Called with the GIL, released around the loops. */
+ * last wins; val_step 0: val[0] for every leaf), then recompute their ancestors (see
+ * recompute_ancestors). The indexes must be checked already; with exponent other than 1,
+ * each value written is val ** exponent. Returns -1 (MemoryError set) when the scratch cannot be allocated, before
+ * anything is written. Called with the GIL, released around the loops of batches larger
+ * than SMALL_BATCH (smaller ones take less time than the release and its scratch). */
+#define SMALL_BATCH 64
 static int
 write_many(const Levels *lv, const Levels *mv, const int64_t *idx, const double *val,
-           Py_ssize_t n, int is_sum)
+           Py_ssize_t val_step, Py_ssize_t n, int is_sum, double exponent)
 {
-    Py_ssize_t *p = (Py_ssize_t *)PyMem_RawMalloc((size_t)(n > 0 ? n : 1) * sizeof(Py_ssize_t));
-    if (p == NULL) {
-        PyErr_NoMemory();
-        return -1;
+    Py_ssize_t small[SMALL_BATCH];
+    Py_ssize_t *p = small;
+    if (n > SMALL_BATCH) {
+        p = (Py_ssize_t *)PyMem_RawMalloc((size_t)n * sizeof(Py_ssize_t));
+        if (p == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
     }
-    Py_BEGIN_ALLOW_THREADS
+    PyThreadState *released = n > SMALL_BATCH ? PyEval_SaveThread() : NULL;
     double *leaf = lv->data[0];
     for (Py_ssize_t i = 0; i < n; i++) {
         if (i + AHEAD < n) {
             prefetch_block(leaf + (idx[i + AHEAD] / FANOUT) * FANOUT);
         }
         if (val != NULL) {
-            leaf[idx[i]] = val[i];
+            double v = val[i * val_step];
+            leaf[idx[i]] = exponent == 1.0 ? v : pow(v, exponent);
         }
         p[i] = (Py_ssize_t)idx[i];
     }
     recompute_ancestors(lv, mv, p, n, is_sum);
-    Py_END_ALLOW_THREADS
-    PyMem_RawFree(p);
+    if (released != NULL) {
+        PyEval_RestoreThread(released);
+        PyMem_RawFree(p);
+    }
     return 0;
 }
 
@@ -477,7 +484,7 @@ set_leaves(PyObject *args, int is_sum, const char *name)
         goto done;
     }
     if (check_indexes(idx, n, lv.len[0], name) < 0 ||
-        write_many(&lv, &mv, idx, has_values ? val : NULL, n, is_sum) < 0) {
+        write_many(&lv, &mv, idx, has_values ? val : NULL, 1, n, is_sum, 1.0) < 0) {
         goto done;
     }
     result = Py_NewRef(Py_None);
@@ -501,79 +508,6 @@ set_min(PyObject *self, PyObject *args)
     return set_leaves(args, 0, "set_min");
 }
 
-/* Recompute the ancestors of leaf i, level by level up to the root. */
-static inline void
-fix_path(const Levels *lv, Py_ssize_t i, int is_sum)
-{
-    for (int l = 1; l < lv->count; l++) {
-        i /= FANOUT;
-        lv->data[l][i] = reduce16(lv->data[l - 1] + i * FANOUT, is_sum);
-    }
-}
-
-/* A leaf index given as a Python int (or anything with __index__), checked against the
- * leaves; -1 with an exception set when it is not one. */
-static Py_ssize_t
-leaf_index(PyObject *obj, Py_ssize_t leaves, const char *name, const char *what)
-{
-    Py_ssize_t i = PyNumber_AsSsize_t(obj, PyExc_OverflowError);
-    if (i == -1 && PyErr_Occurred()) {
-        return -1;
-    }
-    if (i < 0 || i >= leaves) {
-        PyErr_Format(PyExc_ValueError, "%s: %s=%zd is outside [0, %zd)", name, what, i, leaves);
-        return -1;
-    }
-    return i;
-}
-
-/* A leaf value: 0 with *has cleared for None, else the float (-1 and an exception when it
- * is not a number). */
-static int
-leaf_value(PyObject *obj, double *value, int *has)
-{
-    *has = obj != Py_None;
-    *value = 0.0;
-    if (*has) {
-        *value = PyFloat_AsDouble(obj);
-        if (*value == -1.0 && PyErr_Occurred()) {
-            return -1;
-        }
-    }
-    return 0;
-}
-
-/* Write one or two leaves given as Python numbers, args = (slot, value[, slot2, value2]),
- * and recompute their ancestors in lv and, when mv->count, in the min tree mv over the
- * same leaves (the second write wins when both are the same leaf). Every argument is
- * checked before anything is written. */
-static int
-write_leaves(Levels *lv, Levels *mv, PyObject *const *args, int pairs, int is_sum,
-             const char *name)
-{
-    double value[2];
-    int has[2];
-    Py_ssize_t slot[2];
-    for (int k = 0; k < pairs; k++) {
-        slot[k] = leaf_index(args[2 * k], lv->len[0], name, k ? "slot2" : "slot");
-        if (slot[k] < 0 || leaf_value(args[2 * k + 1], &value[k], &has[k]) < 0) {
-            return -1;
-        }
-    }
-    for (int k = 0; k < pairs; k++) {
-        if (has[k]) {
-            lv->data[0][slot[k]] = value[k];
-        }
-    }
-    for (int k = 0; k < pairs; k++) {
-        fix_path(lv, slot[k], is_sum);
-        if (mv->count) {
-            fix_path(mv, slot[k], 0);
-        }
-    }
-    return 0;
-}
-
 /* Acquire a min tree's levels over the leaves of lv (nothing acquired for None). */
 static int
 mins_acquire(PyObject *mins_obj, const Levels *lv, Levels *mv)
@@ -593,41 +527,8 @@ mins_acquire(PyObject *mins_obj, const Levels *lv, Levels *mv)
     return 0;
 }
 
-/* set_one_sum / set_one_min (levels, slot, value[, min_levels]) and
- * set_two_sum (levels, slot, value, slot2, value2[, min_levels]): set_sum / set_min for
- * one or two leaves given as Python numbers, without index and value arrays (two leaves:
- * an evicted item's and the new item's). The GIL is kept (a few dozen loads and
- * stores). LeafWriter does the same without acquiring the levels on every call. */
-static PyObject *
-set_scalar_leaves(PyObject *const *args, Py_ssize_t nargs, int pairs, int is_sum,
-                  const char *name)
-{
-    Py_ssize_t need = 1 + 2 * pairs;
-    if (nargs < need || nargs > need + is_sum) {
-        PyErr_Format(PyExc_TypeError, "%s takes (levels, %s%s) (%zd arguments given)", name,
-                     pairs == 1 ? "slot, value" : "slot, value, slot2, value2",
-                     is_sum ? "[, min_levels]" : "", nargs);
-        return NULL;
-    }
-    Levels lv, mv;
-    if (levels_acquire(args[0], &lv) < 0) {
-        return NULL;
-    }
-    if (mins_acquire(nargs > need ? args[need] : Py_None, &lv, &mv) < 0) {
-        levels_release(&lv);
-        return NULL;
-    }
-    int rc = write_leaves(&lv, &mv, args + 1, pairs, is_sum, name);
-    levels_release(&mv);
-    levels_release(&lv);
-    if (rc < 0) {
-        return NULL;
-    }
-    Py_RETURN_NONE;
-}
-
 /* LeafWriter(levels, min_levels=None): a sum tree (and a min tree over its leaves) held
- * for one-leaf writes; the levels are acquired once, checked as set_sum checks them, and
+ * for a prioritized selector's writes; the levels are acquired once, checked as set_sum checks them, and
  * kept (so they cannot be resized) until the writer is freed. */
 typedef struct {
     PyObject_HEAD
@@ -666,42 +567,19 @@ LeafWriter_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     return (PyObject *)self;
 }
 
-static PyObject *
-LeafWriter_set_one(LeafWriter *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 2) {
-        PyErr_Format(PyExc_TypeError, "set_one takes (slot, value) (%zd arguments given)",
-                     nargs);
-        return NULL;
-    }
-    if (write_leaves(&self->sums, &self->mins, args, 1, 1, "set_one") < 0) {
-        return NULL;
-    }
-    Py_RETURN_NONE;
-}
-
-static PyObject *
-LeafWriter_set_two(LeafWriter *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 4) {
-        PyErr_Format(PyExc_TypeError,
-                     "set_two takes (slot, value, slot2, value2) (%zd arguments given)", nargs);
-        return NULL;
-    }
-    if (write_leaves(&self->sums, &self->mins, args, 2, 1, "set_two") < 0) {
-        return NULL;
-    }
-    Py_RETURN_NONE;
-}
-
-/* set_many(idx, values): set_sum (with the min tree) for int64 leaf indexes and float64
- * values given as buffers, on the held trees. */
+/* set_many(idx, priorities, exponent): set_sum (with the min tree) of priorities **
+ * exponent for int64 leaf indexes and float64 priorities given as buffers, on the held
+ * trees. */
 static PyObject *
 LeafWriter_set_many(LeafWriter *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2) {
-        PyErr_Format(PyExc_TypeError, "set_many takes (idx, values) (%zd arguments given)",
-                     nargs);
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError,
+                     "set_many takes (idx, priorities, exponent) (%zd arguments given)", nargs);
+        return NULL;
+    }
+    double exponent = PyFloat_AsDouble(args[2]);
+    if (exponent == -1.0 && PyErr_Occurred()) {
         return NULL;
     }
     Py_buffer iv, vv;
@@ -714,22 +592,25 @@ LeafWriter_set_many(LeafWriter *self, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_ssize_t n = iv.len / 8;
     const int64_t *idx = (const int64_t *)iv.buf;
+    Py_ssize_t step = vv.len / 8 == 1 ? 0 : 1; /* one priority for all */
     int rc = -1;
-    if (vv.len / 8 != n) {
-        PyErr_Format(PyExc_ValueError, "set_many: values has %zd items but idx has %zd",
+    if (vv.len / 8 != n && step) {
+        PyErr_Format(PyExc_ValueError,
+                     "set_many: priorities has %zd items but idx has %zd (give one per "
+                     "index, or one for all)",
                      vv.len / 8, n);
     }
     else if (check_indexes(idx, n, self->sums.len[0], "set_many") == 0) {
         const Levels *sums = &self->sums, *mins = &self->mins;
         if (mins->count == 0 || mins->count == sums->count) {
-            rc = write_many(sums, mins, idx, (const double *)vv.buf, n, 1);
+            rc = write_many(sums, mins, idx, (const double *)vv.buf, step, n, 1, exponent);
         }
         else { /* a min tree with another number of levels: its own pass */
             Levels none;
             none.count = 0;
-            rc = write_many(sums, &none, idx, (const double *)vv.buf, n, 1);
+            rc = write_many(sums, &none, idx, (const double *)vv.buf, step, n, 1, exponent);
             if (rc == 0) {
-                rc = write_many(mins, &none, idx, NULL, n, 0);
+                rc = write_many(mins, &none, idx, NULL, 0, n, 0, 1.0);
             }
         }
     }
@@ -742,14 +623,11 @@ LeafWriter_set_many(LeafWriter *self, PyObject *const *args, Py_ssize_t nargs)
 }
 
 static PyMethodDef LeafWriter_methods[] = {
-    {"set_one", (PyCFunction)(void (*)(void))LeafWriter_set_one, METH_FASTCALL,
-     "set_one(slot, value): set_one_sum on the held trees (value None keeps the leaf)."},
-    {"set_two", (PyCFunction)(void (*)(void))LeafWriter_set_two, METH_FASTCALL,
-     "set_two(slot, value, slot2, value2): set_two_sum on the held trees."},
     {"set_many", (PyCFunction)(void (*)(void))LeafWriter_set_many, METH_FASTCALL,
-     "set_many(idx, values): set_sum on the held trees for an int64 buffer of leaves and a "
-     "float64 buffer of values (duplicates: the last wins); nothing is written when an index "
-     "is out of range (ValueError)."},
+     "set_many(idx, priorities, exponent): set_sum on the held trees of priorities ** "
+     "exponent, for an int64 buffer of leaves and a float64 buffer of priorities, one "
+     "per leaf or one for all (duplicates: the last wins); nothing is written when an index is out of range "
+     "(ValueError)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -759,31 +637,13 @@ static PyTypeObject LeafWriterType = {
     .tp_dealloc = (destructor)LeafWriter_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "LeafWriter(levels, min_levels=None): a sum tree's levels (and a min tree's "
-              "over the same leaves) held for set_one / set_two, the one-row insert's "
-              "writes, without acquiring the levels on every call.\n"
+              "over the same leaves) held for set_many, without acquiring the levels on "
+              "every call.\n"
               "Raises TypeError for a wrong buffer kind, ValueError for wrong sizes or "
-              "min_levels over other leaves; set_one / set_two raise as set_one_sum.",
+              "min_levels over other leaves.",
     .tp_methods = LeafWriter_methods,
     .tp_new = LeafWriter_new,
 };
-
-static PyObject *
-set_one_sum(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    return set_scalar_leaves(args, nargs, 1, 1, "set_one_sum");
-}
-
-static PyObject *
-set_one_min(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    return set_scalar_leaves(args, nargs, 1, 0, "set_one_min");
-}
-
-static PyObject *
-set_two_sum(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    return set_scalar_leaves(args, nargs, 2, 1, "set_two_sum");
-}
 
 static PyMethodDef methods[] = {
     {"find_prefix", find_prefix, METH_VARARGS,
@@ -801,18 +661,6 @@ static PyMethodDef methods[] = {
      "set_min(levels, idx, values): like set_sum, each ancestor the smallest positive child "
      "(inf when none is). values=None (also for set_sum) keeps the leaves and only "
      "recomputes the ancestors of idx."},
-    {"set_one_sum", (PyCFunction)(void (*)(void))set_one_sum, METH_FASTCALL,
-     "set_one_sum(levels, slot, value, min_levels=None): set_sum for one leaf given as a "
-     "Python int and float (value None keeps the leaf): writes it, recomputes its ancestors "
-     "and, with min_levels (a min tree over the same leaves), the min tree's ancestors too.\n"
-     "Raises TypeError for a wrong buffer kind or argument type, ValueError for wrong sizes "
-     "or a slot out of range (nothing is written then)."},
-    {"set_one_min", (PyCFunction)(void (*)(void))set_one_min, METH_FASTCALL,
-     "set_one_min(levels, slot, value): set_min for one leaf (see set_one_sum)."},
-    {"set_two_sum", (PyCFunction)(void (*)(void))set_two_sum, METH_FASTCALL,
-     "set_two_sum(levels, slot, value, slot2, value2, min_levels=None): set_one_sum for two "
-     "leaves in one call (an evicted item's and a new item's); the second write wins when "
-     "slot2 == slot. Every argument is checked before anything is written."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -3,7 +3,9 @@
 A table holds its items in fixed slots ``0..capacity-1``. A selector keeps its own index
 over the live slots and answers two questions: which slots to *sample* (sampler role)
 and which slots to *evict* when the table is full (remover role). Every method is
-batch-first and takes numpy arrays of slots; none holds a lock (the table does).
+batch-first and takes numpy arrays of slots (a single item is a batch of one) and, where
+it takes priorities, a float64 array of one per slot or one float for all; none holds a
+lock (the table does).
 :class:`Selector` is the interface, a ``typing.Protocol``; the selectors here subclass
 it for its default methods.
 """
@@ -84,20 +86,6 @@ class Selector(Protocol):
         """Change the priorities of held slots (no duplicates)."""
         raise NotImplementedError
 
-    def insert_one(self, slot: int, priority: float) -> None:
-        """:meth:`insert` for one slot given as Python numbers (the one-row fast path)."""
-        self.insert(np.array([slot], dtype=np.int64), np.array([priority], dtype=np.float64))
-
-    def delete_one(self, slot: int) -> None:
-        """:meth:`delete` for one slot given as a Python int."""
-        self.delete(np.array([slot], dtype=np.int64))
-
-    def evict_insert_one(self, victim: int, slot: int, priority: float) -> None:
-        """:meth:`delete_one` of the held ``victim`` then :meth:`insert_one` of ``slot``
-        (not held, another slot): a one-row insert that evicts an item to make room."""
-        self.delete_one(victim)
-        self.insert_one(slot, priority)
-
     def replace(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         """Delete held ``slots`` and insert them again as new items, in that order.
 
@@ -107,17 +95,12 @@ class Selector(Protocol):
         self.delete(slots)
         self.insert(slots, priorities)
 
-    def replace_one(self, slot: int, priority: float) -> None:
-        """:meth:`replace` for one slot given as Python numbers."""
-        self.delete_one(slot)
-        self.insert_one(slot, priority)
-
     def move(self, old: int, new: int, priority: float) -> None:
         """The held item at ``old`` now lives at ``new`` (not held); order-keeping
         selectors keep its place, the others re-insert it."""
         if old != new:
-            self.delete_one(old)
-            self.insert_one(new, priority)
+            self.delete(np.array([old], dtype=np.int64))
+            self.insert(np.array([new], dtype=np.int64), np.array([priority]))
 
     def delete(self, slots: np.ndarray) -> None:
         """Remove held slots (no duplicates)."""

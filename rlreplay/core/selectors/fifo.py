@@ -26,8 +26,6 @@ class _InsertionOrder(OrderedSelector):
     def bind(self, capacity: int) -> None:
         self.prev = np.full(capacity, NIL, dtype=np.int32)
         self.next = np.full(capacity, NIL, dtype=np.int32)
-        # For one-slot updates: indexing a memoryview costs a third of numpy's.
-        self._prev_view, self._next_view = memoryview(self.prev), memoryview(self.next)
         self.head = NIL  # oldest
         self.tail = NIL  # newest
         self.size = 0
@@ -48,21 +46,6 @@ class _InsertionOrder(OrderedSelector):
             self.next[self.tail] = first
         self.tail = last
         self.size += n
-
-    def insert_one(self, slot: int, priority: float) -> None:
-        tail = self.tail
-        self.prev[slot] = tail
-        self.next[slot] = NIL
-        if tail == NIL:
-            self.head = slot
-        else:
-            self.next[tail] = slot
-        self.tail = slot
-        self.size += 1
-
-    def delete_one(self, slot: int) -> None:
-        self._unlink_one(slot)
-        self.size -= 1
 
     def move(self, old: int, new: int, priority: float) -> None:
         """Relink ``new`` where ``old`` was, so the item keeps its place in the order."""
@@ -88,24 +71,6 @@ class _InsertionOrder(OrderedSelector):
         else:
             self.delete(slots)
             self.insert(slots, priorities)
-
-    def replace_one(self, slot: int, priority: float) -> None:
-        if slot == self.head:
-            if self.size == 1:
-                return
-            # _move_head_chain_to_tail(slot, slot, 1), inlined: this runs once per row
-            # that a full ring overwrites.
-            nxt, prv, tail = self._next_view, self._prev_view, self.tail
-            new_head = nxt[slot]
-            prv[new_head] = NIL
-            self.head = new_head
-            nxt[tail] = slot
-            prv[slot] = tail
-            nxt[slot] = NIL
-            self.tail = slot
-        else:
-            self.delete_one(slot)
-            self.insert_one(slot, priority)
 
     def _move_head_chain_to_tail(self, first: int, last: int, n: int) -> None:
         """Move the chain ``first .. last`` (the ``n`` oldest items) behind the newest."""

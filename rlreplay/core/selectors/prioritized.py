@@ -10,6 +10,8 @@ from rlreplay.core.selectors.base import Selector, check_parts, copy_into, touch
 from rlreplay.core.selectors.sum_tree import FANOUT, KaryTree
 from rlreplay.errors import EmptyTableError, InvalidArgumentError, describe
 
+_ZERO = np.zeros(1)  # the priority of a deleted slot: never drawn
+
 
 class Prioritized(Selector):
     """Samples in proportion to ``priority ** priority_exponent`` (PER's alpha).
@@ -45,62 +47,34 @@ class Prioritized(Selector):
         self.sums = KaryTree(capacity, "sum")
         # Over the sum tree's leaves: only its internal nodes cost memory and updates.
         self.mins = KaryTree(capacity, "min", leaves=self.sums.levels[0])
-        # One-row inserts: one call writes a leaf (or two) and fixes both trees.
+        # Inserts, updates and deletes: one call raises the priorities to the exponent,
+        # writes the leaves and fixes both trees.
         self.leaf_writer = self.sums.leaf_writer(self.mins)
         self.held = np.zeros(capacity, dtype=bool)
         self.size = 0
-
-    def _weights(self, priorities: np.ndarray) -> np.ndarray:
-        p = np.asarray(priorities, dtype=np.float64)
-        if self.priority_exponent == 1.0:
-            return p
-        return np.power(p, self.priority_exponent)
 
     def insert(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         self.update(slots, priorities)
         self.held[slots] = True
         self.size += len(slots)
 
-    def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
-        n = len(slots)
-        if n == 0:
+    def update(self, slots: np.ndarray, priorities: np.ndarray | float) -> None:
+        if len(slots) == 0:
             return
-        w = self._weights(priorities)
-        if w.shape != (n,):  # one priority for all
-            w = np.broadcast_to(w, (n,))
         # Items of weight 0 are never sampled; the min tree skips them.
         self.leaf_writer.set_many(
-            np.ascontiguousarray(slots, dtype=np.int64), np.ascontiguousarray(w, np.float64)
+            np.ascontiguousarray(slots, dtype=np.int64),
+            np.ascontiguousarray(priorities, dtype=np.float64),  # one per slot, or one for all
+            self.priority_exponent,
         )
-
-    def insert_one(self, slot: int, priority: float) -> None:
-        w = priority if self.priority_exponent == 1.0 else priority**self.priority_exponent
-        self.leaf_writer.set_one(slot, w)
-        self.held[slot] = True
-        self.size += 1
-
-    def evict_insert_one(self, victim: int, slot: int, priority: float) -> None:
-        w = priority if self.priority_exponent == 1.0 else priority**self.priority_exponent
-        self.leaf_writer.set_two(victim, 0.0, slot, w)  # both leaves, both trees
-        self.held[victim] = False
-        self.held[slot] = True
 
     def replace(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         self.update(slots, priorities)  # held stays set and the size unchanged
 
-    def replace_one(self, slot: int, priority: float) -> None:
-        w = priority if self.priority_exponent == 1.0 else priority**self.priority_exponent
-        self.leaf_writer.set_one(slot, w)  # both trees in one compiled call
-
     def delete(self, slots: np.ndarray) -> None:
-        self.sums.set(slots, np.zeros(len(slots)), self.mins)
+        self.leaf_writer.set_many(np.ascontiguousarray(slots, dtype=np.int64), _ZERO, 1.0)
         self.held[slots] = False
         self.size -= len(slots)
-
-    def delete_one(self, slot: int) -> None:
-        self.leaf_writer.set_one(slot, 0.0)
-        self.held[slot] = False
-        self.size -= 1
 
     def clear(self) -> None:
         self.sums.clear()

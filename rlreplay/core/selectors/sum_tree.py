@@ -10,8 +10,7 @@ sums do not drift however many updates are applied.
 Costs, for a batch of ``b`` leaves and ``n`` leaves in all: ``set`` and ``sample`` are
 ``O(b * 16 * log16 n)`` in a few numpy calls per level, ``total``/``root`` ``O(1)``.
 
-Two implementations of ``set``, ``set_one``, ``set_two``, ``leaf_writer`` and
-``find_prefix``: the compiled kernel
+Two implementations of ``set``, ``leaf_writer`` and ``find_prefix``: the compiled kernel
 ``rlreplay.core.selectors._sumtree`` (built from ``_sumtree.c`` by the package's install when a C
 compiler is present; one C loop per batch, the GIL released) and the numpy path below, used
 when the kernel is not built or when the environment variable ``RLREPLAY_NO_EXTENSION=1``
@@ -82,10 +81,8 @@ class KaryTree:
         if use_kernel and _kernel is None:
             raise ValueError("use_kernel=True but the compiled kernel is not available")
         self._kernel = _kernel if use_kernel is None or use_kernel else None
-        self._kset_one = None
         if self._kernel is not None:
             self._kset = self._kernel.set_sum if op == "sum" else self._kernel.set_min
-            self._kset_one = self._kernel.set_one_sum if op == "sum" else self._kernel.set_one_min
 
     @property
     def leaves(self) -> np.ndarray:
@@ -135,9 +132,6 @@ class KaryTree:
             return
         if values is not None:
             levels[0][idx] = values
-        if n == 1:
-            self.set_one(int(idx[0]), None)
-            return
         # Parents are not deduplicated: a repeated parent gets the same value twice,
         # which costs less than finding the repeats. Small levels are recomputed whole.
         parents = idx // FANOUT
@@ -150,63 +144,14 @@ class KaryTree:
             upper[parents] = np.einsum("ij->i", children) if is_sum else _min_positive(children, 1)
             parents //= FANOUT
 
-    def set_one(self, i: int, value: float | None, mins: KaryTree | None = None) -> None:
-        """Set leaf ``i`` to ``value`` (``None``: it is already set) and fix its ancestors;
-        ``mins``, a min tree over this sum tree's leaves, has its ancestors of ``i`` fixed
-        too. With the kernel this is one compiled call for both trees (the one-row insert);
-        the numpy path below gives the same trees.
-
-        Raises:
-            ValueError: with the kernel, if ``i`` is outside the leaves (nothing changes).
-        """
-        if self._kset_one is not None and (mins is None or mins._kernel is not None):
-            if mins is None:
-                self._kset_one(self.levels, i, value)
-            else:
-                self._kset_one(self.levels, i, value, mins.levels)
-            return
-        levels = self.levels
-        if value is not None:
-            levels[0][i] = value
-        node = i
-        if self.op == "sum":
-            for lower, upper in pairwise(levels):
-                node //= FANOUT
-                base = node * FANOUT
-                upper[node] = lower[base : base + FANOUT].sum()
-        else:
-            for lower, upper in pairwise(levels):
-                node //= FANOUT
-                base = node * FANOUT
-                upper[node] = _min_positive(lower[base : base + FANOUT])
-        if mins is not None:
-            mins.set_one(i, None)
-
-    def set_two(
-        self, i: int, value: float | None, j: int, value_j: float | None, mins: KaryTree
-    ) -> None:
-        """:meth:`set_one` for leaves ``i`` then ``j`` (``j`` wins when they are the same),
-        with ``mins`` (a min tree over these leaves): an evicted item's leaf and a new
-        item's in one compiled call with the kernel.
-
-        Raises:
-            ValueError: with the kernel, if ``i`` or ``j`` is outside the leaves (nothing
-                changes).
-        """
-        if self._kset_one is not None and mins._kernel is not None and self.op == "sum":
-            self._kernel.set_two_sum(self.levels, i, value, j, value_j, mins.levels)
-            return
-        self.set_one(i, value, mins)
-        self.set_one(j, value_j, mins)
-
     def leaf_writer(self, mins: KaryTree) -> LeafWriter:
-        """An object whose ``set_one(i, value)``, ``set_two(i, value, j, value_j)`` and
-        ``set_many(idx, values)`` are :meth:`set_one`, :meth:`set_two` and :meth:`set` of
-        this sum tree with ``mins``: with the kernel a compiled ``_sumtree.LeafWriter``
-        that holds both trees' levels (so a one-row insert or a priority update does not
-        acquire them on every call; ``set_many`` takes int64 and float64 arrays), else
-        :class:`LeafWriter`."""
-        if self._kset_one is not None and mins._kernel is not None and self.op == "sum":
+        """An object whose ``set_many(idx, priorities, exponent)`` is :meth:`set` of
+        ``priorities ** exponent`` at ``idx`` on this sum tree with ``mins`` (int64 and
+        float64 arrays; one priority per index, or one for all): with the kernel a
+        compiled ``_sumtree.LeafWriter`` that holds both trees' levels (so an insert or a
+        priority update does not acquire them on every call, and raises the priorities
+        to the exponent in the same loop), else :class:`LeafWriter`."""
+        if self._kernel is not None and mins._kernel is not None and self.op == "sum":
             return self._kernel.LeafWriter(self.levels, mins.levels)
         return LeafWriter(self, mins)
 
@@ -276,7 +221,7 @@ class KaryTree:
 
 class LeafWriter:
     """The numpy twin of the compiled ``_sumtree.LeafWriter`` (see
-    :meth:`KaryTree.leaf_writer`): one-leaf writes of a sum tree and its min tree."""
+    :meth:`KaryTree.leaf_writer`): writes of a sum tree and its min tree."""
 
     __slots__ = ("mins", "sums")
 
@@ -284,11 +229,13 @@ class LeafWriter:
         self.sums = sums
         self.mins = mins
 
-    def set_one(self, i: int, value: float | None) -> None:
-        self.sums.set_one(i, value, self.mins)
-
-    def set_two(self, i: int, value: float | None, j: int, value_j: float | None) -> None:
-        self.sums.set_two(i, value, j, value_j, self.mins)
-
-    def set_many(self, idx: np.ndarray, values: np.ndarray) -> None:
+    def set_many(self, idx: np.ndarray, priorities: np.ndarray, exponent: float) -> None:
+        if len(priorities) not in (len(idx), 1):
+            raise ValueError(
+                f"set_many: priorities has {len(priorities)} items but idx has {len(idx)} "
+                "(give one per index, or one for all)"
+            )
+        if len(idx) and not 0 <= idx.min() <= idx.max() < len(self.sums.levels[0]):
+            raise ValueError(f"set_many: an index of {idx} is outside the leaves")
+        values = priorities if exponent == 1.0 else np.power(priorities, exponent)
         self.sums.set(idx, values, self.mins)

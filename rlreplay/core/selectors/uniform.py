@@ -33,27 +33,15 @@ class Uniform(Selector):
 
     def insert(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         n = len(slots)
-        if n == 1:
-            self.insert_one(int(slots[0]), 0.0)
-            return
         self.dense[self.size : self.size + n] = slots
         self.where[slots] = np.arange(self.size, self.size + n, dtype=np.int32)
         self.size += n
-
-    def insert_one(self, slot: int, priority: float) -> None:
-        size = self.size
-        self.dense[size] = slot
-        self.where[slot] = size
-        self.size = size + 1
 
     def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         pass
 
     def delete(self, slots: np.ndarray) -> None:
         k = len(slots)
-        if k == 1:
-            self.delete_one(int(slots[0]))
-            return
         if _kernel is not None:
             slots = np.ascontiguousarray(slots, dtype=np.int64)
             self.size = _kernel.sparse_delete(self.dense, self.where, self.size, slots)
@@ -70,18 +58,8 @@ class Uniform(Selector):
         self.where[keepers] = holes
         self.size = new_size
 
-    def delete_one(self, slot: int) -> None:
-        i = int(self.where[slot])
-        self.size = size = self.size - 1
-        last = int(self.dense[size])
-        self.dense[i] = last
-        self.where[last] = i
-
     def replace(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         pass  # the same slots stay held, and priorities do not matter
-
-    def replace_one(self, slot: int, priority: float) -> None:
-        pass
 
     def clear(self) -> None:
         self.size = 0
