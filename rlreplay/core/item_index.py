@@ -129,6 +129,10 @@ class ItemIndex:
         self._remover = remover if self.remover_active else None
         if self._remover is not None:
             remover.bind(capacity)
+        # The largest priority both selectors take (see Selector.max_priority).
+        self.priority_cap = min(sampler.max_priority, remover.max_priority)
+        if self._remover is None:
+            self.priority_cap = sampler.max_priority
         self._newest = capacity - 1  # the slot of the item inserted last (idle order)
         self.size = 0
         self.max_priority = 1.0
@@ -138,6 +142,23 @@ class ItemIndex:
         self.changes: SlotChanges | Untracked = UNTRACKED
 
     # --------------------------------------------------------------- creation
+    def check_priority_range(self, prios: np.ndarray | None, argument: str = "priorities") -> None:
+        """Refuse priorities (checked finite and >= 0) beyond what the selectors take.
+
+        Raises:
+            InvalidArgumentError: naming the largest, the cap and why.
+        """
+        if prios is None or not len(prios):
+            return
+        top = float(prios.max())
+        if top > self.priority_cap:
+            raise InvalidArgumentError(
+                f"{argument} contains {top:.6g}, beyond the largest this table takes "
+                f"({self.priority_cap:.6g}): its {self.sampler!r} raises priorities to its "
+                f"exponent and sums them over {self.capacity} slots in float64, which would "
+                "overflow; scale the priorities down (e.g. abs(td_error) + 1e-6)"
+            )
+
     def _make_room_for(self, n: int) -> None:
         """Evict the remover's choice so that ``n`` more items fit ``max_size``."""
         excess = self.size + n - self.max_size
@@ -288,6 +309,7 @@ class ItemIndex:
         slots, values, stale = held_keys.held(
             _kernel, self.records, self.origin, keys, priorities, deleting
         )
+        self.check_priority_range(values)
         if stale:
             self.counts[stale_counter] += stale
         return slots, values

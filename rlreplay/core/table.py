@@ -36,6 +36,7 @@ from rlreplay.core.table_checks import (
     check_timeout,
     int_array,
     resolve_store,
+    seeded_rng,
 )
 from rlreplay.core.table_info import TableInfo
 from rlreplay.core.waiting import BlockedCall
@@ -168,7 +169,7 @@ class Table:
         memory.check_index(self, cap, sampler, remover, self.layout.variable, self.max_size)
         self.max_times_sampled = max_times_sampled
         self.on_overwrite = on_overwrite
-        self.rng = np.random.default_rng(seed)
+        self.rng = seeded_rng(seed)
         self.index = ItemIndex(
             cap,
             sampler,
@@ -180,6 +181,8 @@ class Table:
             self.rng,
             generation_origin(seed, name),
         )
+        if default_priority is not None:
+            self.index.check_priority_range(np.array([float(default_priority)]), "default_priority")
         self.draws = DrawPlan(self.index, store, self.layout, max_times_sampled)
         self.admission = Admission(
             name, self.rate_limiter, self.index, store, max_times_sampled, warn_after
@@ -333,6 +336,8 @@ class Table:
                 + (f", a multiple of lanes={store.lanes}" if store.lanes > 1 else "")
             )
         prios = None if priorities is None else check_priorities(priorities, n)
+        if prios is not None:
+            self.index.check_priority_range(prios)
         timeout = check_timeout(timeout)
         limiter = self.rate_limiter
         limiter.check_insert_batch(n)
@@ -508,6 +513,7 @@ class Table:
             InvalidArgumentError: for a bad priority, length or anchor.
         """
         prios = None if priorities is None else check_priorities(priorities, n)
+        self.index.check_priority_range(prios)
         extents = self._extents(lengths, n)
         if anchors is not None and n:
             self._anchor_slots(np.asarray(anchors, dtype=np.int64), extents)

@@ -207,3 +207,18 @@ def int_array(values: Any, name: str) -> np.ndarray:
     if arr.dtype.kind not in "iu" and not (arr.dtype.kind == "f" and len(arr) == 0):
         raise InvalidArgumentError(f"{name}={describe(values)} must be ints")
     return arr.astype(np.int64, copy=False)
+
+
+def seeded_rng(seed: Any) -> np.random.Generator:
+    """``np.random.default_rng(seed)`` for a ``seed`` given by a user.
+
+    Raises:
+        InvalidArgumentError: for a seed that is not None or an int >= 0.
+    """
+    if seed is not None and (
+        isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0
+    ):
+        raise InvalidArgumentError(
+            f"seed={describe(seed)} must be an int >= 0, or None for a fresh random seed"
+        )
+    return np.random.default_rng(seed)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from rlreplay.core.sample import Sample
-from rlreplay.core.table_checks import check_timeout
+from rlreplay.core.table_checks import check_timeout, seeded_rng
 from rlreplay.core.table_info import TableInfo
 from rlreplay.distributed.routed_calls import each_shard, merged_info, routed_call, same_table
 from rlreplay.distributed.shard_checkpoints import checkpoint_shards
@@ -126,7 +126,7 @@ class ShardedClient:
             )
         self.health = ShardHealth(self.addresses, on_shard_down, retry_down_s)
         self.keys = ShardKeys(n)
-        self._rng = np.random.default_rng(seed)
+        self._rng = seeded_rng(seed)
         # Clients of many actors (each unpickled) spread their writers over the shards.
         first = int(self._rng.integers(n)) if first_shard is None else first_shard % n
         self.inserts = InsertRouter(self.shards, self.keys, self.health, first)

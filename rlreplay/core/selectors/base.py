@@ -69,6 +69,10 @@ class Selector(Protocol):
 
     deterministic: bool = False
     name: str = "selector"
+    max_priority: float = float("inf")
+    """The largest priority the bound selector takes (:class:`~rlreplay.Prioritized`: the
+    largest whose ``priority ** priority_exponent`` over every slot sums to a finite
+    float64); a table refuses larger ones before changing anything."""
     uses_priorities: bool = True
     """Whether the selector's choices depend on priorities; a table whose sampler and
     remover both ignore them keeps no priorities (see :class:`~rlreplay.core.item_index.

@@ -44,6 +44,13 @@ class Prioritized(Selector):
         self.priority_exponent = float(priority_exponent)
 
     def bind(self, capacity: int) -> None:
+        # A weight below float64's largest over 2 * capacity keeps every sum of leaves finite.
+        if self.priority_exponent > 0:
+            largest = float(np.finfo(np.float64).max) / (2 * max(capacity, 1))
+            try:
+                self.max_priority = largest ** (1.0 / self.priority_exponent)
+            except OverflowError:  # an exponent below 1: every finite priority fits
+                self.max_priority = float("inf")
         self.sums = KaryTree(capacity, "sum")
         # Over the sum tree's leaves: only its internal nodes cost memory and updates.
         self.mins = KaryTree(capacity, "min", leaves=self.sums.levels[0])
