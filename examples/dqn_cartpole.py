@@ -157,10 +157,13 @@ class Args:
             self,
             counts=("total_steps", "num_envs", "num_actors", "buffer_size", "n_step", "hidden",
                     "target_update_every", "eps_decay_steps", "eval_every", "eval_episodes",
-                    "replay_shards"),
-            positive=("lr", "max_grad_norm"),
+                    "replay_shards", "batch_size", "weight_sync_period", "publish_every"),
+            non_negative=("seed", "learning_starts"),
+            positive=("lr", "max_grad_norm", "updates_per_env_step"),
             fractions=("gamma", "eps_start", "eps_end", "priority_exponent", "beta_start"),
             open_fractions=("target_tau",),
+            at_most=(("batch_size", "buffer_size"), ("learning_starts", "buffer_size"),
+                     ("learning_starts", "total_steps")),
         )
 
 

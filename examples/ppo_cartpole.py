@@ -39,6 +39,7 @@ from torch import nn
 
 import rlreplay.runtime as rt
 from rlreplay import RolloutAdder
+from rlreplay.errors import InvalidArgumentError
 from rlreplay.runtime import report
 from rlreplay.runtime.flags import check_ranges, parse_flags, run_script
 
@@ -383,8 +384,16 @@ def check_args(args: Args) -> None:
         args,
         counts=("total_steps", "num_actors", "num_envs", "num_steps", "update_epochs",
                 "num_minibatches", "eval_every", "eval_episodes"),
+        non_negative=("seed",),
+        positive=("learning_rate", "max_grad_norm", "timeout_s"),
         fractions=("gamma", "gae_lambda"),
     )
+    rollout = args.num_envs * args.num_steps
+    if args.num_minibatches > rollout:
+        raise InvalidArgumentError(
+            f"--num-minibatches={args.num_minibatches} must be at most --num-envs x "
+            f"--num-steps={rollout}, the items of a rollout it splits"
+        )
 
 
 def main(argv: list[str] | None = None) -> dict:

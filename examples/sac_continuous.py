@@ -188,10 +188,13 @@ class Args:
         check_ranges(
             self,
             counts=("total_steps", "num_envs", "buffer_size", "hidden", "eval_every",
-                    "eval_episodes"),
-            positive=("policy_lr", "q_lr", "alpha_lr"),
+                    "eval_episodes", "batch_size", "weight_sync_period", "publish_every"),
+            non_negative=("seed", "learning_starts"),
+            positive=("policy_lr", "q_lr", "alpha_lr", "updates_per_env_step"),
             fractions=("gamma",),
             open_fractions=("tau",),
+            at_most=(("batch_size", "buffer_size"), ("learning_starts", "buffer_size"),
+                     ("learning_starts", "total_steps")),
         )
 
 

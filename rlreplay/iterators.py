@@ -182,7 +182,9 @@ class ReplayIterator:
             naming a framework that is not installed, a ``device`` that framework cannot
             use here, or ``pin_memory=True`` without an accelerator.
         ReplayTimeoutError: from ``next()`` when no batch arrived within ``timeout``.
-        ReplayError: any error the sampling thread hit is re-raised by ``next()``.
+        ReplayError: any error the sampling thread hit is re-raised by ``next()``; a
+            table closed under the iterator ends it instead (StopIteration), as closing
+            the iterator does.
 
     Example:
         >>> with ReplayIterator(table, 256, prefetch=2, output="torch") as it:  # doctest: +SKIP
@@ -269,16 +271,23 @@ class ReplayIterator:
         return self
 
     def __next__(self) -> Sample:
-        if self._finished:
-            raise StopIteration
         start = time.monotonic()
+        end = None if self.timeout is None else start + self.timeout
         try:
-            item = self._queue.get(timeout=self.timeout)
-        except queue.Empty:
-            raise ReplayTimeoutError(
-                f"no batch of {self.batch_size} arrived within timeout={self.timeout}s; the "
-                "table may be empty or its rate limiter blocks sampling (insert more data)"
-            ) from None
+            while True:  # in slices, so that close() from another thread ends the wait
+                if self._finished:
+                    raise StopIteration
+                left = _POLL_S if end is None else min(_POLL_S, end - time.monotonic())
+                try:
+                    item = self._queue.get(timeout=max(left, 0.0))
+                    break
+                except queue.Empty:
+                    if end is not None and time.monotonic() >= end:
+                        raise ReplayTimeoutError(
+                            f"no batch of {self.batch_size} arrived within timeout="
+                            f"{self.timeout}s; the table may be empty or its rate limiter "
+                            "blocks sampling (insert more data)"
+                        ) from None
         finally:
             self.wait_s += time.monotonic() - start
         if item is self._done:
@@ -291,7 +300,8 @@ class ReplayIterator:
         return item
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop the background thread (waits up to ``timeout`` seconds for it)."""
+        """Stop the background thread (waits up to ``timeout`` seconds for it); a
+        :meth:`__next__` waiting in another thread raises StopIteration."""
         self._stop.set()
         self._finished = True
         self._thread.join(timeout)

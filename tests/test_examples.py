@@ -1,5 +1,6 @@
 """The example server configuration builds the tables it describes."""
 
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -8,6 +9,7 @@ import pytest
 
 pytest.importorskip("zmq")  # rlreplay.net needs the net extra
 
+from rlreplay.errors import InvalidArgumentError
 from rlreplay.net.server.config import load_config
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tables.toml"
@@ -45,3 +47,34 @@ def test_each_example_prints_its_help_and_refuses_a_bad_flag_in_one_line(script)
     assert refused.returncode == 2
     assert refused.stderr.strip().splitlines()[-1].endswith("must be an int >= 1")
     assert "Traceback" not in refused.stderr
+
+
+# (example, flags, what the one-line refusal says): flags the run would otherwise refuse
+# late, or with a traceback from the runtime
+LATE_REFUSALS = [
+    ("dqn_cartpole", ["--batch-size", "0"], "--batch-size=0 must be an int >= 1"),
+    ("dqn_cartpole", ["--updates-per-env-step", "0"], "must be a number > 0"),
+    ("dqn_cartpole", ["--learning-starts", "-1"], "--learning-starts=-1 must be an int >= 0"),
+    ("dqn_cartpole", ["--weight-sync-period", "0"], "--weight-sync-period=0 must be"),
+    ("dqn_cartpole", ["--publish-every", "0"], "--publish-every=0 must be an int >= 1"),
+    ("dqn_cartpole", ["--seed", "-1"], "--seed=-1 must be an int >= 0"),
+    ("dqn_cartpole", ["--batch-size", "100000"], "must be at most --buffer-size=50000"),
+    ("dqn_cartpole", ["--learning-starts", "60000", "--buffer-size", "70000"],
+     "--learning-starts=60000 must be at most --total-steps=50000"),
+    ("sac_continuous", ["--batch-size", "0"], "--batch-size=0 must be an int >= 1"),
+    ("sac_continuous", ["--updates-per-env-step", "0"], "must be a number > 0"),
+    ("sac_continuous", ["--weight-sync-period", "0"], "--weight-sync-period=0 must be"),
+    ("ppo_cartpole", ["--num-minibatches", "1000"], "must be at most --num-envs x --num-steps"),
+]
+
+
+@pytest.mark.parametrize(
+    ("script", "argv", "said"), LATE_REFUSALS,
+    ids=[f"{s}{'-'.join(a)}" for s, a, _ in LATE_REFUSALS],
+)
+def test_flags_the_run_cannot_use_are_refused_before_it_starts(script, argv, said):
+    module = importlib.import_module(f"rlreplay.examples.{script}")
+    with pytest.raises(InvalidArgumentError) as info:
+        args = module.parse_args(argv)
+        getattr(module, "check_args", lambda a: None)(args)
+    assert str(info.value).startswith("--") and said in str(info.value)

@@ -246,3 +246,23 @@ def test_remote_sample_iterator_checks_its_arguments_at_construction(kwargs, wor
         SampleIterator(object(), table, batch_size, **kwargs)  # the client is never used
     for word in words:
         assert word in str(caught.value)
+
+
+def test_close_from_another_thread_ends_a_next_waiting_for_a_batch():
+    table = Table("t", signature=SIG, max_size=16, rate_limiter=MinSize(10))  # stays empty
+    it = ReplayIterator(table, 4)
+    outcome: list = []
+
+    def consume() -> None:
+        try:
+            next(it)
+        except BaseException as error:
+            outcome.append(error)
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    time.sleep(0.2)
+    it.close()
+    consumer.join(5)
+    assert not consumer.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], StopIteration)

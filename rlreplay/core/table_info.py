@@ -37,5 +37,10 @@ class TableInfo:
     index_bytes: int
     sampled_items: int = 0  # (a server from before this counter does not send it)
 
+    @classmethod
+    def from_stats(cls, stats: dict) -> TableInfo:
+        """The info in a server's statistics of a table (which hold more fields)."""
+        return cls(**{k: v for k, v in stats.items() if k in cls.__dataclass_fields__})
+
     def to_dict(self) -> dict:
         return asdict(self)

@@ -4,14 +4,13 @@ owning their keys, and table statistics added up."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from rlreplay.core.table_info import TableInfo
 from rlreplay.distributed.shard_deadline import Deadline, greet
 from rlreplay.distributed.shard_health import ShardHealth
 from rlreplay.distributed.shard_keys import ShardKeys
-from rlreplay.errors import InvalidArgumentError, ServerUnavailableError
+from rlreplay.errors import InvalidArgumentError, ReplayError, ServerUnavailableError
 
 # TableInfo fields that add up over shards; the others are taken from the first shard.
 SUMMED = (
@@ -23,21 +22,53 @@ SUMMED = (
 
 
 def each_shard(
-    shards: list, health: ShardHealth, deadline: Deadline, call: Callable[[Any, float], Any]
-) -> dict[int, Any]:
-    """``call(client, until)`` on every reachable shard, in turn, all by the call's
-    ``deadline`` (``until`` is its ``bound``; the shards not greeted yet are greeted
-    together first, see :func:`~rlreplay.distributed.shard_deadline.greet`); the results
-    by shard.
+    shards: list, health: ShardHealth, deadline: Deadline, header: dict
+) -> dict[int, dict]:
+    """The request ``header`` to every reachable shard, all in flight before any reply is
+    awaited, all by the call's ``deadline`` (its ``bound``; the shards not greeted yet
+    are greeted together first, see :func:`~rlreplay.distributed.shard_deadline.greet`);
+    the reply headers by shard. A shard that does not answer uses up no other shard's
+    time: their replies are read as they come.
 
     Raises:
         ShardUnavailableError: for a shard down under ``"fail"``, or every shard down.
     """
-    out = {}
     greet(shards, health.live(), deadline, health.failed)
+    until = deadline.bound
+    sent = {}
     for shard in health.live():
         try:
-            out[shard] = call(shards[shard], deadline.bound)
+            sent[shard] = shards[shard].transport.send(header, until=until, expires=until)
+        except ServerUnavailableError as error:
+            health.failed(shard, error)
+    out = {}
+    for shard, rid in sent.items():
+        try:
+            out[shard] = shards[shard].transport.wait_until(rid, until)[0]
+            health.answered(shard)
+        except ServerUnavailableError as error:
+            health.failed(shard, error)
+    if not out:
+        health.live()  # raises: every shard is down
+    return out
+
+
+def described(
+    shards: list, health: ShardHealth, deadline: Deadline, table: str
+) -> dict[int, dict]:
+    """Every reachable shard's description of ``table`` (each client keeps its shard's
+    descriptions once fetched, so this asks only the shards not asked before, greeted
+    together first), by the call's ``deadline``.
+
+    Raises:
+        InvalidArgumentError: if a shard does not serve ``table``.
+        ShardUnavailableError: for a shard down under ``"fail"``, or every shard down.
+    """
+    greet(shards, health.live(), deadline, health.failed)
+    out = {}
+    for shard in health.live():
+        try:
+            out[shard] = shards[shard].describe(table, until=deadline.bound)
         except ServerUnavailableError as error:
             health.failed(shard, error)
     if not out:
@@ -82,7 +113,7 @@ def routed_call(
     Raises:
         ShardUnavailableError: for a shard down, under ``"fail"``.
         InvalidArgumentError: from a shard that refused its keys (that shard changed
-            nothing; the others may have applied theirs).
+            nothing; the others may have applied theirs: the error names those that did).
     """
     sent = {}
     greet(shards, [s for s in groups if not health.is_down(s)], deadline, health.failed)
@@ -106,12 +137,30 @@ def routed_call(
     if not wait:
         return None
     count = 0
+    refused: dict[int, ReplayError] = {}
+    applied = []
     for shard, rid in sent.items():
         client = shards[shard]
         try:
             count += int(client.transport.wait_until(rid, until)[0]["count"])
+            applied.append(shard)
         except ServerUnavailableError as error:
             health.failed(shard, error)
+        except ReplayError as error:  # the others are still awaited: they may apply theirs
+            refused[shard] = error
+    if refused:
+        shard, error = next(iter(refused.items()))
+        done = f"shards {applied} applied theirs" if applied else "no shard applied its keys"
+        message = (
+            f"replay shard {shard} at {health.addresses[shard]} refused its part of the "
+            f"{op} (its keys in the shard's own numbering, without the shard bits): {error}; "
+            f"it changed nothing, {done}"
+        )
+        try:
+            named = type(error)(message)
+        except TypeError:  # an error class with another constructor: raised as it is
+            raise error from None
+        raise named from error
     return count
 
 

@@ -11,7 +11,7 @@ batch is drawn over shards (:mod:`rlreplay.distributed.sharded_sampling`, split 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -19,7 +19,13 @@ import numpy as np
 from rlreplay.core.sample import Sample
 from rlreplay.core.table_checks import check_timeout, seeded_rng
 from rlreplay.core.table_info import TableInfo
-from rlreplay.distributed.routed_calls import each_shard, merged_info, routed_call, same_table
+from rlreplay.distributed.routed_calls import (
+    described,
+    each_shard,
+    merged_info,
+    routed_call,
+    same_table,
+)
 from rlreplay.distributed.shard_checkpoints import checkpoint_shards
 from rlreplay.distributed.shard_deadline import Deadline
 from rlreplay.distributed.shard_health import ShardHealth
@@ -200,7 +206,7 @@ class ShardedClient:
 
     def _describe(self, table: str, deadline: Deadline) -> dict[str, Any]:
         """:meth:`describe` within ``deadline``."""
-        descriptions = self._each(lambda c, until: c.describe(table, until=until), deadline)
+        descriptions = described(self.shards, self.health, deadline, table)
         return same_table(table, descriptions, self.addresses, self.keys)
 
     def signature(self, table: str):
@@ -208,12 +214,10 @@ class ShardedClient:
 
         return Signature.from_json(self.describe(table)["signature"])
 
-    def _each(
-        self, call: Callable[[Client, float], Any], deadline: Deadline | None = None
-    ) -> dict[int, Any]:
-        """``call(client, until)`` on every reachable shard, in turn, within ``deadline``
-        (default: a call that never blocks, from now); results by shard."""
-        return each_shard(self.shards, self.health, deadline or self.deadline(), call)
+    def _each(self, header: dict, deadline: Deadline | None = None) -> dict[int, dict]:
+        """The request ``header`` to every reachable shard within ``deadline`` (default: a
+        call that never blocks, from now); reply headers by shard."""
+        return each_shard(self.shards, self.health, deadline or self.deadline(), header)
 
     # --------------------------------------------------------------- inserts
     def insert(
@@ -302,7 +306,7 @@ class ShardedClient:
                 smallest shard's ``max_size``.
         """
         batch_size = check_batch_size(batch_size)
-        descriptions = self._each(lambda c, until: c.describe(table, until=until), deadline)
+        descriptions = described(self.shards, self.health, deadline or self.deadline(), table)
         largest = min(d["max_size"] for d in descriptions.values())
         if batch_size > largest:
             raise InvalidArgumentError(
@@ -345,7 +349,7 @@ class ShardedClient:
             InvalidArgumentError: for keys or priorities that are malformed or name no
                 shard of this client (checked for all keys before any is sent), or keys
                 a shard never issued: that shard changes nothing, the others may have
-                applied theirs.
+                applied theirs (the error names the shards that did).
             ShardUnavailableError: for a shard down (``"fail"``; the others may have
                 applied theirs).
         """
@@ -355,14 +359,24 @@ class ShardedClient:
         )
 
     def delete(self, table: str, keys: Any) -> int:
-        """:meth:`Client.delete`, each key sent to its shard; how many items were removed."""
+        """:meth:`Client.delete`, each key sent to its shard (all shards' requests in
+        flight at once); how many items were removed.
+
+        Raises:
+            InvalidArgumentError: for keys that are malformed or name no shard of this
+                client (checked for all keys before any is sent), or keys a shard never
+                issued: that shard removes nothing, the others may have removed theirs
+                (the error names the shards that did).
+            ShardUnavailableError: for a shard down (``"fail"``; the others may have
+                removed theirs).
+        """
         groups = self.keys.group(keys)
         return routed_call(self.shards, self.health, "delete", table, groups, True, self.deadline())
 
     # ------------------------------------------------------------ the rest
     def reset(self, table: str) -> None:
         """:meth:`Client.reset` on every reachable shard."""
-        self._each(lambda c, until: c.transport.call({"op": "reset", "table": table}, until=until))
+        self._each({"op": "reset", "table": table})
 
     def checkpoint(self, timeout: float | None = None) -> dict[int, str]:
         """:meth:`Client.checkpoint` on every reachable shard, all requests in flight at
@@ -387,11 +401,13 @@ class ShardedClient:
 
     def shard_info(self, table: str) -> dict[int, TableInfo]:
         """Each reachable shard's :class:`TableInfo` of ``table``, by shard index."""
-        return self._each(lambda c, until: c.info(table, until=until))
+        replies = self._each({"op": "info", "table": table})
+        return {shard: TableInfo.from_stats(r["tables"][table]) for shard, r in replies.items()}
 
     def server_info(self, table: str | None = None) -> dict[int, dict[str, dict]]:
         """Each reachable shard's :meth:`Client.server_info`, by shard index."""
-        return self._each(lambda c, until: c.server_info(table, until=until))
+        header = {"op": "info"} if table is None else {"op": "info", "table": table}
+        return {shard: reply["tables"] for shard, reply in self._each(header).items()}
 
     def info(self, table: str) -> TableInfo:
         """``table``'s :class:`TableInfo` over the reachable shards: counts and sizes

@@ -138,9 +138,15 @@ class ShardedSampleIterator:
             return self._convert(self._ready.popleft())
         deadline = self.client.deadline(self.timeout)  # this call's, for every step
         while len(self._rounds) < self.in_flight:
-            self._rounds.append(
-                self._sampler.send(self._request_size, deadline, self._take())
-            )
+            updates = self._take()
+            try:
+                self._rounds.append(self._sampler.send(self._request_size, deadline, updates))
+            except BaseException:
+                # Not sent (or not to every shard): they go with the next requests; an
+                # update a shard took already is applied again, to the same priorities.
+                for shard, pair in updates.items():
+                    self._updates.setdefault(shard, []).insert(0, pair)
+                raise
         rnd = self._rounds.popleft()
         try:
             sample = self._sampler.finish(rnd, deadline)

@@ -95,9 +95,11 @@ class ThreadActors:
             ) from error
 
     def stop(self, timeout: float = 5.0) -> None:
+        """Ask every actor to stop and wait for them, ``timeout`` seconds in all."""
         self._stop.set()
+        end = time.monotonic() + timeout
         for thread in self._threads:
-            thread.join(timeout)
+            thread.join(max(end - time.monotonic(), 0.0))
 
 
 def _actor_process(

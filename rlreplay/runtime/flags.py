@@ -110,20 +110,26 @@ def check_ranges(
     args: Any,
     *,
     counts: Iterable[str] = (),
+    non_negative: Iterable[str] = (),
     positive: Iterable[str] = (),
     fractions: Iterable[str] = (),
     open_fractions: Iterable[str] = (),
+    at_most: Iterable[tuple[str, str]] = (),
 ) -> None:
     """Refuse hyperparameters out of range, naming the flag: ``counts`` must be ints >= 1,
-    ``positive`` finite numbers > 0, ``fractions`` in [0, 1], ``open_fractions`` in (0, 1].
+    ``non_negative`` ints >= 0, ``positive`` finite numbers > 0, ``fractions`` in [0, 1],
+    ``open_fractions`` in (0, 1], and for each ``(a, b)`` of ``at_most`` ``a <= b``.
 
     Raises:
         InvalidArgumentError: for the first field out of its range.
     """
-    for name in counts:
-        value = getattr(args, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InvalidArgumentError(f"{flag(name)}={describe(value)} must be an int >= 1")
+    for names, least in ((counts, 1), (non_negative, 0)):
+        for name in names:
+            value = getattr(args, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise InvalidArgumentError(
+                    f"{flag(name)}={describe(value)} must be an int >= {least}"
+                )
     for name in positive:
         value = getattr(args, name)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
@@ -137,3 +143,9 @@ def check_ranges(
             above = number and (value >= 0.0 if zero_ok else value > 0.0)
             if not (above and value <= 1.0):
                 raise InvalidArgumentError(f"{flag(name)}={describe(value)} must be in {bounds}")
+    for small, large in at_most:
+        if getattr(args, small) > getattr(args, large):
+            raise InvalidArgumentError(
+                f"{flag(small)}={getattr(args, small)} must be at most "
+                f"{flag(large)}={getattr(args, large)}"
+            )

@@ -75,6 +75,13 @@ def run(
     if not isinstance(config, RuntimeConfig):
         raise InvalidArgumentError(f"config={describe(config)} must be a RuntimeConfig")
     _check_args(total_env_steps, max_updates, on_stats, replay)
+    if not replay.on_policy and max_updates != 0 and total_env_steps < config.min_size_to_sample:
+        raise InvalidArgumentError(
+            f"total_env_steps={total_env_steps} is below min_size_to_sample="
+            f"{config.min_size_to_sample}: the table would never hold enough items to "
+            "sample, so the learner would take no step; raise total_env_steps or lower "
+            "min_size_to_sample"
+        )
     check_logic(learner)
     recipe = ActorRecipe(
         config, make_env, make_policy, replay.adder,

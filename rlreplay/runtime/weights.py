@@ -55,9 +55,10 @@ def check_params(params: Any) -> dict[str, np.ndarray]:
         if not isinstance(name, str) or not name:
             raise InvalidArgumentError(f"params name {describe(name)} must be a non-empty str")
         array = np.array(value, copy=True)
-        if array.dtype == object:
+        if array.dtype.kind not in "biufc":
             raise InvalidArgumentError(
-                f"params[{name!r}]={describe(value)} is not numeric; give numpy arrays"
+                f"params[{name!r}]={describe(value)} is not numeric (dtype {array.dtype}); "
+                "give numpy arrays of numbers"
             )
         array.flags.writeable = False
         out[name] = array
@@ -134,7 +135,8 @@ def weights_table(params: Mapping[str, np.ndarray]) -> Table:
     Its columns are the params' arrays (names may hold any character but ``/``) plus the
     version; publishing inserts a row, which evicts the previous one.
     """
-    signature = {name: (np.shape(a), np.asarray(a).dtype.str) for name, a in params.items()}
+    params = check_params(params)
+    signature = {name: (a.shape, a.dtype.str) for name, a in params.items()}
     signature[VERSION_FIELD] = "int64"
     return Table(
         WEIGHTS_TABLE,

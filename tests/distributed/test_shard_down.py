@@ -11,7 +11,7 @@ from shardprocs import shards, table
 
 from rlreplay import Prioritized, Table
 from rlreplay.distributed import ShardedClient
-from rlreplay.errors import ServerUnavailableError, ShardUnavailableError
+from rlreplay.errors import InvalidArgumentError, ServerUnavailableError, ShardUnavailableError
 
 ALPHA = 0.6
 CONFIG = {"table": [table("prio", sampler={"type": "Prioritized", "priority_exponent": ALPHA})]}
@@ -78,3 +78,37 @@ def test_skip_policy_samples_the_reachable_shards_with_their_probabilities(
     assert client.update_priorities("prio", keys[8:12], 2.0) == 2
     assert client.info("prio").size == 25
     client.close()
+
+
+@pytest.mark.parametrize("call", ["info", "sample", "update_priorities"])
+def test_skip_policy_answers_over_the_live_shard_when_one_dies_after_answering(call):
+    """Shard 0 answered, then was killed: under "skip" each call waits for it until its
+    deadline, marks it down and answers over shard 1 (whose reply came meanwhile)."""
+    with shards([CONFIG] * 2) as started:
+        client = ShardedClient([a for a, _ in started], on_shard_down="skip", **FAST)
+        keys = np.concatenate([client.insert("prio", rows(10 * s, 10), 1.0) for s in range(2)])
+        client.sample("prio", 8, timeout=1.0)
+        started[0][1].kill()
+        started[0][1].join(10.0)
+        start = time.monotonic()
+        if call == "info":
+            assert client.info("prio").size == 10
+        elif call == "sample":
+            batch = client.sample("prio", 8, timeout=1.0)
+            assert (client.shard_of(batch.info.keys) == 1).all()
+        else:
+            ours = keys[client.shard_of(keys) == 1]
+            assert client.update_priorities("prio", ours, 9.0) == len(ours)
+        assert time.monotonic() - start < 6.0  # the call's deadline, plus the reply grace
+        client.close()
+
+
+def test_a_shard_refusing_its_keys_is_named_with_the_shards_that_applied_theirs():
+    with shards([CONFIG] * 2) as started:
+        client = ShardedClient([a for a, _ in started], first_shard=0, **FAST)
+        keys = client.insert("prio", rows(0, 4), 1.0)
+        made_up = client.keys.to_global(np.array([500]), 1)  # a key shard 1 never issued
+        with pytest.raises(InvalidArgumentError, match=r"replay shard 1 .*shards \[0\] applied"):
+            client.update_priorities("prio", np.concatenate([keys, made_up]), 7.0)
+        assert (client.sample("prio", 4, timeout=1.0).info.priorities == 7.0).all()
+        client.close()

@@ -77,3 +77,26 @@ def test_a_shard_down_follows_the_on_shard_down_policy(tmp_path, policy):
             client.close()
     # the shard that answered saved its checkpoint either way
     assert len(list_checkpoints(tmp_path / "a")) == 1
+
+
+@pytest.mark.parametrize("policy", ["fail", "skip"])
+def test_a_shard_killed_after_answering_uses_none_of_the_others_time(tmp_path, policy):
+    """Shard 0 answered once, then was killed: waiting for it until the deadline must not
+    leave shard 1's reply, which came meanwhile, unread (it published its checkpoint)."""
+    options = [{"checkpoint_dir": str(tmp_path / "a")}, {"checkpoint_dir": str(tmp_path / "b")}]
+    with shards([CONFIG] * 2, options) as started:
+        client = ShardedClient([a for a, _ in started], on_shard_down=policy, **FAST)
+        try:
+            assert list(client.checkpoint(timeout=5.0)) == [0, 1]
+            started[0][1].kill()
+            started[0][1].join(10.0)
+            if policy == "fail":
+                with pytest.raises(ShardUnavailableError) as caught:
+                    client.checkpoint(timeout=1.0)
+                assert caught.value.shard == 0
+                assert "the other shards published {1:" in str(caught.value)
+            else:
+                assert list(client.checkpoint(timeout=1.0)) == [1]
+        finally:
+            client.close()
+    assert len(list_checkpoints(tmp_path / "b")) == 2

@@ -345,3 +345,46 @@ def test_remote_rows_are_read_as_local_ones_tuple_values_and_ragged_lists_includ
             client.insert("pair", {"obs": (1, [2.0, [3.0]]), "r": 0.0})
         assert client.info("pair").size == 3
         client.close()
+
+
+def test_a_call_to_a_server_killed_after_it_answered_says_so_while_it_waits(caplog):
+    """A server that answered this socket before, then was killed: the wait still says,
+    after UNANSWERED_WARN_S of silence, what it waits for and why the server is silent."""
+    from rlreplay.net.client import transport
+
+    with served(TABLES) as (addr, proc):
+        client = rlreplay.Client(addr, call_timeout=transport.UNANSWERED_WARN_S + 1.5)
+        client.server_info()
+        proc.kill()
+        proc.join(10.0)
+        with caplog.at_level("WARNING", logger="rlreplay"), pytest.raises(ServerUnavailableError):
+            client.server_info()
+        said = [r.getMessage() for r in caplog.records if "without a reply" in r.getMessage()]
+        assert len(said) == 1 and "nothing accepts connections" in said[0], said
+        client.close()
+
+
+def test_an_update_sent_without_waiting_to_a_missing_server_fails_within_the_grace():
+    from rlreplay.net.client.transport import REPLY_GRACE_S
+
+    client = rlreplay.Client(f"127.0.0.1:{free_port()}", call_timeout=30.0)
+    start = time.monotonic()
+    with pytest.raises(ServerUnavailableError):
+        client.update_priorities("gym", np.arange(3), 1.0, wait=False)
+    assert time.monotonic() - start < REPLY_GRACE_S + 1.0  # not the call_timeout's 30 s
+    client.close()
+
+
+def test_closing_a_writer_whose_server_was_killed_takes_its_timeout_not_the_clients():
+    with served(TABLES) as (addr, proc):
+        client = rlreplay.Client(addr, call_timeout=30.0)
+        writer = client.trajectory_writer("gym")
+        writer.append(step(0))
+        writer.create_item("gym", priority=1.0)
+        proc.kill()
+        proc.join(10.0)
+        start = time.monotonic()
+        with pytest.raises(ServerUnavailableError):
+            writer.close(timeout=1.0)
+        assert time.monotonic() - start < 4.0  # the flush's 1 s and the reply grace
+        client.close()

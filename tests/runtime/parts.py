@@ -65,6 +65,17 @@ class CrashingPolicy(RandomPolicy):
         return super().__call__(obs, env_steps)
 
 
+class StuckOrCrashingPolicy(RandomPolicy):
+    """After 200 env steps actor 0 raises; the others are stuck in a 30 s call."""
+
+    def __call__(self, obs, env_steps):
+        if env_steps >= 200:
+            if self.index == 0:
+                raise RuntimeError("policy exploded")
+            time.sleep(30)
+        return super().__call__(obs, env_steps)
+
+
 class DyingPolicy(RandomPolicy):
     """Actor 0's process kills itself with SIGKILL after 300 env steps."""
 

@@ -58,3 +58,27 @@ def test_off_policy_run_without_a_ratio_is_refused():
 def test_ratio_in_updates_per_env_step_is_samples_per_insert_over_the_batch():
     assert rt.RuntimeConfig(updates_per_env_step=0.5, batch_size=64).ratio == 32.0
     assert rt.RuntimeConfig(samples_per_insert=8.0).ratio == 8.0
+
+
+def test_a_run_too_short_to_ever_sample_is_refused_before_anything_starts():
+    import parts
+
+    config = rt.RuntimeConfig(
+        backend="processes", updates_per_env_step=0.25, batch_size=16, min_size_to_sample=2000
+    )
+    with pytest.raises(InvalidArgumentError, match="total_env_steps=500 is below min_size"):
+        rt.run(
+            config, make_env=parts.make_env, make_policy=parts.RandomPolicy,
+            learner=parts.CountingLearner(), replay=parts.replay(), total_env_steps=500,
+        )
+
+
+@pytest.mark.parametrize(
+    "params", [None, [1.0, 2.0], {"w": "abc"}, {"w": [["a", "b"]]}, {}],
+    ids=["none", "list", "string", "strings", "empty"],
+)
+def test_the_weights_table_refuses_params_that_are_not_named_numeric_arrays(params):
+    from rlreplay.runtime.weights import weights_table
+
+    with pytest.raises(InvalidArgumentError, match="params"):
+        weights_table(params)

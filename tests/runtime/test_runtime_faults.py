@@ -49,6 +49,15 @@ def test_a_learner_that_raises_fails_the_run_naming_it(backend):
     assert isinstance(info.value.__cause__, ValueError)
 
 
+def test_actor_threads_stuck_in_calls_are_waited_for_once_not_each_in_turn():
+    """The driver gives stopping actors 5 s in all: three actor threads stuck in a 30 s
+    call cost it those 5 s once (they are daemon threads: the run does not wait longer)."""
+    start = time.monotonic()
+    with pytest.raises(ComponentFailedError, match="policy exploded"):
+        run("threads", policy=parts.StuckOrCrashingPolicy, num_actors=4)
+    assert time.monotonic() - start < 12  # 15 s and more when each got 5 s
+
+
 def test_an_actor_process_killed_fails_the_run_within_5_s():
     start = time.monotonic()
     with pytest.raises(ComponentFailedError, match="signal 9") as info:

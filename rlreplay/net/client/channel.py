@@ -6,12 +6,17 @@ import contextlib
 import logging
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import zmq
 
 from rlreplay.net.wire import codec, framing
+
+# Replies whose clock readings give a channel's offset to its server's clock (the largest
+# of the latest OFFSET_WINDOW: one read late lowers none of them).
+OFFSET_WINDOW = 16
 
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 _RESTARTED = codec.CODE_OF[codec.errors.ServerRestartedError]
@@ -46,6 +51,7 @@ class Channel:
         self.waiting_since: float | None = None  # when the wait under way began, if any
         self.max_message_bytes: int | None = None  # the server's limit, once known
         self.clock_offset = 0.0  # server clock minus this clock, a lower bound
+        self._offsets: deque[float] = deque(maxlen=OFFSET_WINDOW)  # this epoch's latest
         self.last_heard = time.monotonic()
         # The latest lease a message on this socket carried, in this process's clock:
         # once it has passed the server refuses whatever of them it had not started.
@@ -100,11 +106,16 @@ class Channel:
         epoch = header.get("epoch")
         if not isinstance(epoch, int) or isinstance(epoch, bool):
             return  # a server that does not send epochs: nothing to compare
+        if epoch != self.epoch:
+            self._offsets.clear()  # another server's clock
         server_now = header.get("now")
         if isinstance(server_now, float):
-            # The server stamped the reply between our send and now, so this underestimates
-            # the offset (never over): deadlines converted with it err on the early side.
-            self.clock_offset = server_now - now
+            # The server stamped the reply between our send and now, so each reply gives a
+            # lower bound of the offset (never over): deadlines converted with it err on the
+            # early side, by as long as the reply waited unread (while another server was
+            # awaited, say). The largest of the latest few is the tightest bound.
+            self._offsets.append(server_now - now)
+            self.clock_offset = max(self._offsets)
         if epoch == self.epoch:
             return
         if self.epoch is not None:

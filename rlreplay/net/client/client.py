@@ -322,21 +322,25 @@ class Client:
     ) -> int | None:
         """:meth:`Table.update_priorities`: one priority per key, or one for all keys.
 
-        With ``wait=False`` returns at once (None) and the server only logs errors. A
-        learner can instead send the update with its next sample request
-        (``sample(..., update=(keys, priorities))``) and save a round trip.
+        With ``wait=False`` returns at once (None) and the server only logs errors; only
+        a connection that has not yet greeted its server waits for that, at most the
+        reply grace (``REPLY_GRACE_S``). A learner can instead send the update with its
+        next sample request (``sample(..., update=(keys, priorities))``) and save a
+        round trip.
 
         Returns:
             How many items were updated (keys of items no longer held are skipped).
 
         Raises:
             InvalidArgumentError: for keys or priorities the table refuses.
+            ServerUnavailableError: if the server did not answer (with ``wait=False``:
+                its greeting, within the reply grace).
         """
         arrays = update_arrays(keys, priorities)
         header: dict[str, Any] = {"op": "update_priorities", "table": table}
         if not wait:
             header["noreply"] = True
-            self.transport.send(header, arrays)
+            self.transport.send(header, arrays, until=time.monotonic() + REPLY_GRACE_S)
             return None
         return int(self.transport.call(header, arrays)[0]["count"])
 
@@ -362,8 +366,7 @@ class Client:
 
     def info(self, table: str, *, until: Any = CALL) -> TableInfo:
         """:meth:`Table.info` of the server's ``table`` (``until`` as in :meth:`describe`)."""
-        stats = self.server_info(table, until=until)[table]
-        return TableInfo(**{k: v for k, v in stats.items() if k in TableInfo.__dataclass_fields__})
+        return TableInfo.from_stats(self.server_info(table, until=until)[table])
 
     def server_info(
         self, table: str | None = None, *, until: Any = CALL

@@ -131,11 +131,16 @@ class SampleIterator:
         if self._closed:
             raise StopIteration
         while len(self._pending) < self.in_flight:
-            self._pending.append(
-                self.client.sample_async(
-                    self.table, self.batch_size, timeout=self.timeout, update=self._take()
+            update = self._take()
+            try:
+                rid = self.client.sample_async(
+                    self.table, self.batch_size, timeout=self.timeout, update=update
                 )
-            )
+            except BaseException:
+                if update is not None:  # not sent: it goes with the next request
+                    self._updates.insert(0, update)
+                raise
+            self._pending.append(rid)
         return self._convert(self.client.sample_result(self._pending.popleft(), self.timeout))
 
     def _take(self) -> tuple[np.ndarray, np.ndarray] | None:

@@ -53,6 +53,7 @@ UNANSWERED_WARN_S = 3.0
 
 # Extra seconds a client waits past a call's timeout for the server's own timeout reply.
 REPLY_GRACE_S = 0.5
+UNDIAGNOSED = object()  # a wait has not looked at why its server is silent
 # The server must not start a request later than this before its client gives up (or a
 # quarter of the time left, if less), leaving the reply time to arrive.
 EXPIRY_MARGIN_S = 0.25
@@ -423,6 +424,7 @@ class ReplyWaits:
         """
         start = time.monotonic()
         ch = self.tr.channel()
+        ch.receive()  # a reply already here is taken, even past ``until`` (waits in turn)
         outer = ch.waiting_since
         ch.waiting_since = start if outer is None else outer
         try:
@@ -434,25 +436,27 @@ class ReplyWaits:
         """The loop of :meth:`wait_until` (``ch.waiting_since`` set)."""
         last_ping = ping_sent = -float("inf")
         ping_s = self.tr.liveness_s / 2
-        warned = ch.greeted  # a server that answered this socket before is not missing
+        warned = False
+        verdict: Any = UNDIAGNOSED  # why the server is silent, once looked at
         while rid not in ch.replies:
             now = time.monotonic()
             silent = now - max(ch.last_heard, start)
-            if not warned and now - start >= UNANSWERED_WARN_S:
+            if not warned and silent >= UNANSWERED_WARN_S:
                 warned = True
-                self._warn_unanswered(ch, now - start, until)
+                verdict = self._warn_unanswered(ch, now - start, silent, until)
             if until is not None and now >= until:
+                waited = f"within {max(until - start, 0.0):.3g}s"
                 if ch.last_heard > ping_sent:
                     ch.abandon(rid)
                     raise ReplayTimeoutError(
                         f"the replay server at {self.tr.address} answers, but this call "
-                        f"did not complete within {until - start:.3g}s"
+                        f"did not complete {waited}"
                     )
                 self.no_answer(
                     ch,
                     rid,
-                    f"no reply from the replay server at {self.tr.address} within "
-                    f"{until - start:.3g}s",
+                    f"no reply from the replay server at {self.tr.address} {waited}",
+                    verdict,
                 )
             if until is None and silent >= 2 * self.tr.liveness_s:
                 self.unavailable(
@@ -466,9 +470,14 @@ class ReplyWaits:
                     # the last ping tells a busy server from a dead one at the deadline
                     ping_sent = last_ping = now
                     ch.abandon(self.tr.send({"op": "ping"}, until=until))
+                    if ch.last_heard < start and verdict is UNDIAGNOSED:
+                        # why a silent server may not answer, looked at while its last
+                        # ping is out: an error at the deadline says it without a wait
+                        verdict = self.diagnose(min(self.tr.diagnose_s, REPLY_GRACE_S / 2))
+                        now = time.monotonic()
                 wait = min(wait, until - now - (REPLY_GRACE_S if ping_sent < start else 0.0))
             if not warned:
-                wait = max(min(wait, start + UNANSWERED_WARN_S - now), 0.0)
+                wait = max(min(wait, max(ch.last_heard, start) + UNANSWERED_WARN_S - now), 0.0)
             if silent >= ping_s and now - last_ping >= ping_s:
                 # Pings while waiting also reveal a restarted server (its epoch), and renew
                 # this socket's lease (see lease_of): every half liveness_s, so that the
@@ -482,23 +491,38 @@ class ReplyWaits:
             raise codec.error_from_code(header.get("code"), str(header.get("message", "")))
         return header, arrays
 
-    def _warn_unanswered(self, ch: Channel, waited: float, until: float | None) -> None:
-        """Log why the server does not answer a call waiting ``waited`` seconds, when a
-        look at a new connection tells: nothing listening, or a refused credential."""
-        verdict = self.diagnose()
-        if verdict in (None, "ok", "silent") or ch.greeted:
-            return
-        left = "without a deadline" if until is None else f"{until - time.monotonic():.3g}s more"
+    def _warn_unanswered(
+        self, ch: Channel, waited: float, silent: float, until: float | None
+    ) -> Any:
+        """Log that a call has waited ``waited`` seconds while its server answered
+        nothing, not even a ping, for ``silent`` seconds, and why where a look at a new
+        connection tells (nothing listening, a refused credential); returns that look's
+        verdict. Nothing is logged when a new connection is answered (the server is up and
+        busy). The look ends by ``until``."""
+        look = self.tr.diagnose_s
+        if until is not None:
+            look = min(look, max(until - time.monotonic(), 0.05))
+        verdict = self.diagnose(look)
+        if verdict == "ok":
+            return verdict
+        why = auth.unreachable_reason(verdict) or "the server is stalled, overloaded or down"
+        left = (
+            "without a deadline"
+            if until is None
+            else f"{max(until - time.monotonic(), 0.0):.3g}s more"
+        )
         logging.getLogger("rlreplay").warning(
-            "a call to the replay server at %s has waited %.3gs without a reply: %s (it "
-            "waits %s)",
+            "a call to the replay server at %s has waited %.3gs without a reply (nothing "
+            "heard from the server for %.3gs, not even to a ping): %s (it waits %s)",
             self.tr.address,
             waited,
-            auth.unreachable_reason(verdict),
+            silent,
+            why,
             left,
         )
+        return verdict
 
-    def no_answer(self, ch: Channel, rid: int, message: str) -> None:
+    def no_answer(self, ch: Channel, rid: int, message: str, verdict: Any = None) -> None:
         """A wait with a deadline ended without an answer, not even to its last ping.
 
         Once the latest lease this socket sent has passed, the server refuses whatever of
@@ -513,28 +537,30 @@ class ReplyWaits:
             ServerUnavailableError: with why where it can tell (as :meth:`unavailable`).
         """
         if time.monotonic() >= ch.latest_lease:
-            self.unavailable(ch, message)  # the server refuses all of them from now on
+            self.unavailable(ch, message, verdict)  # the server refuses all of them now
         # The next request first pings: a server that restarted meanwhile shows its new
         # epoch (failing what the old one had taken) before that request is stamped.
         ch.greeted = False
         ch.abandon(rid)
-        raise self._diagnosed(message) from None
+        raise self._diagnosed(message, verdict) from None
 
-    def unavailable(self, ch: Channel, message: str) -> None:
+    def unavailable(self, ch: Channel, message: str, verdict: Any = None) -> None:
         """Drop the channel's socket and queued requests; raise ServerUnavailableError.
 
         The socket is dropped first, so nothing it queued can reach a server that comes
         back; then :meth:`_diagnosed` says why the server did not answer.
         """
         ch.reset(message)
-        raise self._diagnosed(message) from None
+        raise self._diagnosed(message, verdict) from None
 
-    def _diagnosed(self, message: str) -> ServerUnavailableError:
+    def _diagnosed(self, message: str, verdict: Any = None) -> ServerUnavailableError:
         """The ServerUnavailableError of a call that got no answer: ``message`` and why,
-        where a short look at a new connection's handshake (at most ``diagnose_s``) can
-        tell: nothing accepts connections at the address, or which CURVE credential the
-        server refused (also the error's ``reason``)."""
-        verdict = self.diagnose()
+        where a short look at a new connection's handshake (at most ``diagnose_s``, or
+        ``verdict`` when the wait has looked already) can tell: nothing accepts
+        connections at the address, or which CURVE credential the server refused (also
+        the error's ``reason``)."""
+        if verdict is None or verdict is UNDIAGNOSED:
+            verdict = self.diagnose()
         why = auth.unreachable_reason(verdict)
         if why is None:
             why = "server down, unreachable, or rejecting this client's credentials"

@@ -42,7 +42,7 @@ import numpy as np
 
 from rlreplay.core.specs import Signature
 from rlreplay.core.table_checks import check_timeout
-from rlreplay.errors import ClosedError, ReplayTimeoutError
+from rlreplay.errors import ClosedError, ReplayTimeoutError, ServerUnavailableError
 from rlreplay.net.client.transport import REPLY_GRACE_S, Sender
 from rlreplay.net.client.writer.chunks import ChunkStream, discard_open, register_open, wait_time
 from rlreplay.net.client.writer.items import PendingItems, check_writer_args
@@ -388,14 +388,19 @@ class RemoteTrajectoryWriter:
         """
         if self._closed:
             return
+        reachable = True
         try:
             held = self._steps.n + self._chunks.pending_steps
             if held or not self.client.transport.closed:  # (else nothing to send)
                 self.flush(timeout)
+        except ServerUnavailableError:
+            reachable = False  # nothing to tell a server that does not answer
+            raise
         finally:
             self._closed = True
             discard_open(self)
-            self._chunks.close()
+            if reachable:
+                self._chunks.close()
 
     def __del__(self) -> None:
         chunks = getattr(self, "_chunks", None)
