@@ -66,3 +66,29 @@ def test_an_async_sample_that_got_no_answer_is_never_applied_later(stalled):
     assert info.samples == samples
     batch = client.sample("t", 2, timeout=5.0)
     assert not np.any(batch.info.priorities == 9.0)
+
+
+PRIO = config({"name": "p", "signature": STEP_SIGNATURE, "max_size": 100,
+               "sampler": {"type": "Prioritized", "priority_exponent": 1.0}})  # fmt: skip
+
+
+def test_priority_updates_a_failed_request_did_not_carry_go_with_a_later_one():
+    with served(PRIO) as (address, proc):
+        client = rlreplay.Client(address, call_timeout=1.0, liveness_s=0.5)
+        keys = client.insert("p", rows(10), 1.0)
+        it = client.sample_iterator("p", 4, in_flight=1, timeout=1.0)
+        next(it)
+        os.kill(proc.pid, signal.SIGSTOP)
+        wait_until_stopped(proc.pid)
+        try:
+            with pytest.raises(ServerUnavailableError):
+                next(it)
+            it.update_priorities(keys, np.full(10, 50.0))
+            with pytest.raises(ServerUnavailableError):
+                next(it)  # its request was not sent: the update stays queued
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        next(it)
+        it.close()
+        assert set(client.sample("p", 100, timeout=5.0).info.priorities.tolist()) == {50.0}
+        client.close()
