@@ -385,9 +385,11 @@ class ShardedSampler:
         self._probe(shards, dict(updates), deadline)
 
     def forget(self, rnd: Round) -> None:
-        """Drop ``rnd``'s replies when they arrive."""
+        """Give up on ``rnd``: its replies are dropped when they arrive, and each shard
+        drops its part if still parked (see :meth:`~rlreplay.net.client.transport.
+        Transport.cancel`)."""
         for shard, rid in rnd.rids.items():
-            self.shards[shard].transport.forget([rid])
+            self.shards[shard].transport.cancel([rid])
         rnd.rids.clear()
 
 

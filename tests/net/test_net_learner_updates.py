@@ -204,3 +204,22 @@ def test_packed_arrays_outside_their_frame_are_protocol_errors(client, raw_socke
         header, _ = request(raw_socket, [msgpack.packb(head), bytes(16)])
         assert (header["ok"], header["code"]) == (False, 9), entry  # ProtocolError
     assert client.ping() == ["gated", "prio"]
+
+
+def test_closing_an_iterator_cancels_its_parked_requests_so_a_queue_loses_no_item():
+    """Requests a closed iterator left parked on the server (no deadline: they wait for
+    items) are dropped by the server, not served to nobody: every item later put in the
+    queue stays for the next reader, and the limiter counts only the samples delivered."""
+    queue = config({"name": "q", "kind": "queue", "size": 100, "signature": STEP_SIGNATURE})
+    with served(queue) as (address, _):
+        c = rlreplay.Client(address, call_timeout=10.0)
+        c.insert("q", rows(2))
+        it = c.sample_iterator("q", 2, in_flight=3)
+        assert next(it).data["step"].tolist() == [0, 1]
+        it.close()  # two requests were parked: the queue is empty
+        c.insert("q", rows(6, first=10))
+        info = c.info("q")
+        assert (info.size, info.samples) == (6, 2)
+        batch = c.sample("q", 6, timeout=5.0)
+        assert batch.data["step"].tolist() == list(range(10, 16))
+        c.close()

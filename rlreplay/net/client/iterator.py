@@ -153,8 +153,8 @@ class SampleIterator:
         return np.concatenate([k for k, _ in updates]), np.concatenate([p for _, p in updates])
 
     def close(self, wait: bool = True) -> None:
-        """Send the queued updates and forget the outstanding requests (their replies are
-        dropped when they arrive).
+        """Send the queued updates and cancel the outstanding requests (their replies are
+        dropped when they arrive, and the server drops those still parked).
 
         Args:
             wait: wait for the server to apply the queued updates (``False``: send them
@@ -165,7 +165,7 @@ class SampleIterator:
             InvalidArgumentError: if the server rejected the queued updates (``wait``).
         """
         self._closed = True
-        self.client.transport.forget(self._pending)
+        self.client.transport.cancel(self._pending)  # parked ones draw nothing
         self._pending.clear()
         update = self._take()
         if update is not None:

@@ -34,6 +34,7 @@ import zmq
 from rlreplay.errors import (
     ClosedError,
     InvalidArgumentError,
+    ReplayError,
     ReplayTimeoutError,
     ServerRestartedError,
     ServerUnavailableError,
@@ -87,6 +88,8 @@ class Sender(Protocol):
     def wait(self, rid: int, timeout: float | None) -> tuple[dict, dict]: ...
 
     def forget(self, rids: Any) -> None: ...
+
+    def cancel(self, rids: Any) -> None: ...
 
 
 # Milliseconds a closed socket may take to deliver its last shm_detach (in ZeroMQ's
@@ -357,6 +360,24 @@ class Transport:
     def forget(self, rids: Any) -> None:
         """Drop the replies to ``rids`` (of this thread's channel) when they arrive."""
         self.channel().forget(rids)
+
+    def cancel(self, rids: Any) -> None:
+        """Give up on the requests ``rids`` (of this thread's channel): their replies are
+        dropped, and the server drops those it still has parked, unanswered, so that a
+        sample nobody waits for draws no item (a queue's, taken once). Best effort: the
+        cancel message is sent without a reply within the reply grace; a server that does
+        not get it drops the calls when their deadline or lease ends."""
+        rids = [int(r) for r in rids]
+        if not rids:
+            return
+        self.channel().forget(rids)
+        if self.closed:
+            return
+        header = {"op": "cancel", "rids": rids, "noreply": True}
+        try:
+            self.send(header, until=time.monotonic() + REPLY_GRACE_S)
+        except ReplayError as error:
+            logging.getLogger("rlreplay").debug("cancel of %s not sent: %s", rids, error)
 
     def wait_until(self, rid: int, until: float | None) -> tuple[dict, dict]:
         """Wait for the reply to ``rid``; raise its typed error if it failed (see

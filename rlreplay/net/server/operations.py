@@ -29,6 +29,7 @@ from rlreplay.errors import InvalidArgumentError, ProtocolError, describe
 from rlreplay.net.server import jobs
 from rlreplay.net.server.ingest import WriterSession
 from rlreplay.net.server.jobs import sample_credit, sampler_mass
+from rlreplay.net.server.parking import ParkedCalls
 from rlreplay.net.server.sessions import WriterSessions
 from rlreplay.net.server.shm import SharedSegments
 from rlreplay.net.wire import schema
@@ -157,8 +158,10 @@ class ServerOperations:
         shm: SharedSegments,
         checkpoints: ServerCheckpoints,
         max_message_bytes: int,
+        parked: ParkedCalls,
     ):
         self.tables = tables
+        self._parked = parked
         self._sessions = sessions
         self._shm = shm
         self._checkpoints = checkpoints
@@ -344,6 +347,12 @@ class ServerOperations:
     def shm_detach(self, header, arrays):
         return self._shm.detach(self.caller, header), None
 
+    def cancel(self, header, arrays):
+        """Drop this client's parked calls ``rids`` unanswered: requests it no longer
+        waits for (a closed sample iterator's), which would otherwise draw items (a
+        queue's, taken once) for nobody."""
+        return {"cancelled": self._parked.cancel(self.caller, header["rids"])}, None
+
     def checkpoint(self, header, arrays):
         deadline = deadline_of(header, time.monotonic())
         return self._checkpoints.request(deadline, self.tables, self._sessions)
@@ -420,6 +429,7 @@ OPERATIONS: dict[str, Operation] = {
             parks=True,
         ),
         Operation("close_writer", _S.close_writer, {"writer": (schema.writer_id, True)}),
+        Operation("cancel", _S.cancel, {"rids": (schema.stream_indices, True)}),
         Operation("checkpoint", _S.checkpoint, TIMEOUT, parks=True),
         # their fields are checked by rlreplay.net.server.shm, the one place that reads them
         Operation("shm_attach", _S.shm_attach),

@@ -193,6 +193,19 @@ class ParkedCalls:
                     job.version,
                 )
 
+    def cancel(self, client: bytes, rids: list[int]) -> int:
+        """Drop ``client``'s parked calls of request ids ``rids``, unanswered (their client
+        no longer waits: a closed iterator's requests); returns how many were parked."""
+        wanted = set(rids)
+        dropped = 0
+        for job in list(self._jobs):
+            if job.client == client and job.rid in wanted:
+                self._finish(job)
+                if isinstance(job, WriteJob):
+                    job.abort()
+                dropped += 1
+        return dropped
+
     def close(self, exc: ReplayError) -> None:
         """Answer every parked call with ``exc`` (the server is stopping)."""
         for job in list(self._jobs):

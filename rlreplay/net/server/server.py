@@ -180,7 +180,8 @@ class Server:
         self._sessions = WriterSessions(max_writers_per_client)
         self._shm = SharedSegments()  # clients' shared memory for sample replies
         self.operations = ServerOperations(
-            self.tables, self._sessions, self._shm, self.checkpoints, max_message_bytes
+            self.tables, self._sessions, self._shm, self.checkpoints, max_message_bytes,
+            self._parked,
         )
         self._requests = RequestHandler(
             self.operations,
