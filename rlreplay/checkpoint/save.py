@@ -494,8 +494,17 @@ class PendingSave:
         Raises:
             ReplayTimeoutError: (a ``TimeoutError``) if the save has not finished within
                 ``timeout``; it goes on, ask again.
+            InvalidArgumentError: for a ``timeout`` that is not a number >= 0 or None
+                (``0``: look without waiting).
             Exception: what the save raised.
         """
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0
+        ):
+            raise InvalidArgumentError(
+                f"timeout={describe(timeout)} must be a number of seconds >= 0 (0: look "
+                "without waiting), or None to wait until the save ends"
+            )
         if self._thread is not None:
             self._thread.join(timeout)
         if not self.done():

@@ -174,11 +174,13 @@ def check_priorities(priorities: object, n: int, argument: str = "priorities") -
             infinity or a negative value.
     """
     try:
-        p = as_array(priorities, argument, np.float64) if priorities is not None else None
+        p = as_array(priorities, argument) if priorities is not None else None
     except InvalidArgumentError:  # a tensor numpy cannot read, named
         raise
-    except (TypeError, ValueError):  # e.g. a string, or ragged lists
+    except (TypeError, ValueError):  # e.g. ragged lists
         p = None
+    numbers = p is not None and p.dtype.kind in "iuf"  # not strings, bools or objects
+    p = p.astype(np.float64, copy=False) if numbers else None  # type: ignore[union-attr]
     if p is None or p.ndim > 1:
         raise InvalidArgumentError(
             f"{argument} must be a number or a 1-d array of {n} numbers, got {describe(priorities)}"

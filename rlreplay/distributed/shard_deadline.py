@@ -56,6 +56,15 @@ class Deadline:
         self.waits_end: float | None = None if self.until is None else self.until - grace
         self.bound: float = transport.until(CALL) if self.until is None else self.until
 
+    def grant_grace(self) -> None:
+        """Leave the call at least the reply grace from now: a shard found down at the
+        end of the call's time used it up, and the shard the call goes on with (under
+        ``"skip"``) must get time to answer."""
+        floor = time.monotonic() + REPLY_GRACE_S
+        if self.until is not None:
+            self.until = max(self.until, floor)
+        self.bound = max(self.bound, floor)
+
     def greeting(self) -> float:
         """When handshakes started now give up: after half the time left before
         ``bound``, or ``call_timeout`` if less (a handshake never blocks: a shard down
@@ -121,14 +130,19 @@ def greet(
             if not pings or left <= 0:
                 break
             poller.poll(max(1, int(left * 1000)))
+        # Why each is silent is looked at within half the call's time left, in all: the
+        # looks of several silent shards must not use up the live ones' time.
+        looks_end = time.monotonic() + max(deadline.bound - time.monotonic(), 0.0) / 2
         for shard in list(pings):  # no answer by ``until``
             tr = shards[shard].transport
             message = (
                 f"no reply to the handshake from the replay server at {tr.address} within "
                 f"{until - started:.3g}s"
             )
+            left = looks_end - time.monotonic()
+            verdict = tr.diagnose(min(tr.diagnose_s, left)) if left > 0.01 else "silent"
             try:  # as a wait with a deadline that got no answer concludes
-                tr.waits.no_answer(tr.channel(), pings.pop(shard), message)
+                tr.waits.no_answer(tr.channel(), pings.pop(shard), message, verdict)
             except ServerUnavailableError as error:
                 failed(shard, error)
     finally:

@@ -84,7 +84,8 @@ class InsertRouter:
                 keys = client.insert(table, rows, priorities, timeout=timeout, until=deadline.until)
             except ServerUnavailableError as error:
                 tried.add(shard)
-                self.health.failed(shard, error)
+                self.health.failed(shard, error)  # raises under "fail"
+                deadline.grant_grace()
                 continue
             self._sent(shard, len(keys))
             return self.keys.to_global(keys, shard)
@@ -112,12 +113,24 @@ class InsertRouter:
 
     def can_insert(self, table: str, num_inserts: int, deadline: Deadline) -> bool:
         """Whether the shard the next insert goes to would take ``num_inserts`` now
-        (asked within ``deadline``)."""
-        shard = self.next_shard()
-        greet(self.shards, [shard], deadline, self.health.failed)
+        (asked within ``deadline``); a shard that does not answer is handled by the
+        shard-down policy as an insert's is (under ``"skip"`` the next shard is asked).
+
+        Raises:
+            ShardUnavailableError: for a shard down (``"fail"``), or every shard down.
+        """
         header = {"op": "can_insert", "table": table, "n": plain_int(num_inserts)}
-        reply = self.shards[shard].transport.call(header, until=deadline.bound)
-        return bool(reply[0]["result"])
+        while True:
+            shard = self.next_shard()
+            try:
+                greet(self.shards, [shard], deadline, _raise)
+                reply = self.shards[shard].transport.call(header, until=deadline.bound)
+            except ServerUnavailableError as error:
+                self.health.failed(shard, error)  # raises under "fail"
+                deadline.grant_grace()
+                continue
+            self.health.answered(shard)
+            return bool(reply[0]["result"])
 
 
 def _raise(shard: int, error: ServerUnavailableError) -> None:

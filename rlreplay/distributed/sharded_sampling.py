@@ -28,7 +28,6 @@ from rlreplay.errors import (
     ReplayTimeoutError,
     ServerUnavailableError,
 )
-from rlreplay.net.client.transport import REPLY_GRACE_S
 from rlreplay.net.wire.payloads import update_arrays
 
 Updates = dict[int, tuple[np.ndarray, np.ndarray]]
@@ -292,11 +291,9 @@ class ShardedSampler:
         while True:
             if not rnd.rids and (rnd.held or rnd.lost):
                 asks = self._reassign_held(rnd, deadline)
+                if rnd.lost:  # its part is drawn again from the others, however late
+                    deadline.grant_grace()
                 rnd.timeout, rnd.until, rnd.error = deadline.timeout, deadline.until, None
-                if rnd.lost and rnd.until is not None:
-                    # A shard found down at the deadline: its part is drawn again from the
-                    # others, which get the reply grace for it however late that is.
-                    rnd.until = max(rnd.until, time.monotonic() + REPLY_GRACE_S)
                 if rnd.lost:
                     alive = rnd.shares.copy()
                     for shard in range(len(alive)):

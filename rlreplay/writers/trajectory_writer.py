@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from rlreplay.core.table import Table
-from rlreplay.core.table_checks import int_array
+from rlreplay.core.table_checks import check_timeout, int_array
 from rlreplay.errors import ClosedError, InvalidArgumentError, describe
 
 
@@ -118,12 +118,14 @@ class TrajectoryWriter:
             ReplayTimeoutError: if a queue table kept the store from overwriting for
                 ``timeout`` seconds.
         """
+        timeout = check_timeout(timeout)
         row = self.store.signature.check_row(step, "step")
         return self._append(row, None, timeout)
 
     def append_batch(self, steps: Mapping[str, Any], *, timeout: float | None = None) -> int:
         """Append consecutive steps of this stream (each field ``[n, ...]``); returns the
         first id."""
+        timeout = check_timeout(timeout)
         arrays, n = self.store.signature.check_batch(steps, "steps")
         if n < 1 or n > self.store.capacity:
             raise InvalidArgumentError(
@@ -186,6 +188,7 @@ class TrajectoryWriter:
         """
         if self._closed:
             raise ClosedError("the writer is closed")
+        timeout = check_timeout(timeout)
         table = self._table(table)
         span = table.layout.span if length is None else length
         defaulted = start is None
@@ -270,6 +273,7 @@ class TrajectoryWriter:
         """
         if self._closed:
             raise ClosedError("the writer is closed")
+        timeout = check_timeout(timeout)
         table = self._table(table)
         starts = int_array(starts, "starts")
         if len(starts) == 0:
@@ -305,14 +309,26 @@ class TrajectoryWriter:
 
     def end_episode(self) -> None:
         """End the current episode: later items cannot reach the steps before this call,
-        and the store may overwrite them."""
+        and the store may overwrite them.
+
+        Raises:
+            ClosedError: after :meth:`close`.
+        """
+        if self._closed:
+            raise ClosedError("the writer is closed")
         with self.store.mutex:
             self._retention.release()
 
     def flush(self, timeout: float | None = None) -> None:
-        """Wait until everything appended is stored (always already true locally)."""
+        """Wait until everything appended is stored (always already true locally).
+
+        Raises:
+            InvalidArgumentError: for a ``timeout`` that is not a number > 0 or None.
+            ClosedError: after :meth:`close`.
+        """
         if self._closed:
             raise ClosedError("the writer is closed")
+        check_timeout(timeout)
 
     def close(self) -> None:
         """Release the retained steps; later calls raise :class:`ClosedError`."""

@@ -70,3 +70,14 @@ def test_selectors_whose_weights_cannot_overflow_take_any_finite_priority(sample
 def test_a_seed_that_is_not_an_int_of_zero_or_more_is_refused_by_name(seed):
     with pytest.raises(InvalidArgumentError, match="seed="):
         table(Uniform()).__class__("t", signature={"a": "int64"}, max_size=4, seed=seed)
+
+
+@pytest.mark.parametrize("priorities", ["1", ["1", "2"], True, [True, False], None])
+def test_priorities_must_be_numbers_not_strings_or_bools(priorities):
+    t = table(Prioritized(1.0))
+    if priorities is None:
+        t.insert({"a": np.arange(2)}, priorities=priorities)
+        return
+    with pytest.raises(InvalidArgumentError, match="priorities must be a number"):
+        t.insert({"a": np.arange(2)}, priorities=priorities)
+    assert len(t) == 0

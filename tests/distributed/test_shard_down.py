@@ -80,13 +80,16 @@ def test_skip_policy_samples_the_reachable_shards_with_their_probabilities(
     client.close()
 
 
-@pytest.mark.parametrize("call", ["info", "sample", "update_priorities"])
+@pytest.mark.parametrize("call", ["info", "sample", "update_priorities", "insert", "can_insert"])
 def test_skip_policy_answers_over_the_live_shard_when_one_dies_after_answering(call):
     """Shard 0 answered, then was killed: under "skip" each call waits for it until its
     deadline, marks it down and answers over shard 1 (whose reply came meanwhile)."""
     with shards([CONFIG] * 2) as started:
-        client = ShardedClient([a for a, _ in started], on_shard_down="skip", **FAST)
+        client = ShardedClient(
+            [a for a, _ in started], on_shard_down="skip", first_shard=0, **FAST
+        )
         keys = np.concatenate([client.insert("prio", rows(10 * s, 10), 1.0) for s in range(2)])
+        client.can_insert("prio")
         client.sample("prio", 8, timeout=1.0)
         started[0][1].kill()
         started[0][1].join(10.0)
@@ -96,9 +99,13 @@ def test_skip_policy_answers_over_the_live_shard_when_one_dies_after_answering(c
         elif call == "sample":
             batch = client.sample("prio", 8, timeout=1.0)
             assert (client.shard_of(batch.info.keys) == 1).all()
-        else:
+        elif call == "update_priorities":
             ours = keys[client.shard_of(keys) == 1]
             assert client.update_priorities("prio", ours, 9.0) == len(ours)
+        elif call == "insert":  # the next insert's shard is shard 0 (fewest rows sent)
+            assert (client.shard_of(client.insert("prio", rows(20, 2), 1.0)) == 1).all()
+        else:
+            assert client.can_insert("prio") is True
         assert time.monotonic() - start < 6.0  # the call's deadline, plus the reply grace
         client.close()
 
@@ -112,3 +119,25 @@ def test_a_shard_refusing_its_keys_is_named_with_the_shards_that_applied_theirs(
             client.update_priorities("prio", np.concatenate([keys, made_up]), 7.0)
         assert (client.sample("prio", 4, timeout=1.0).info.priorities == 7.0).all()
         client.close()
+
+
+def test_a_new_client_skips_several_stalled_shards_within_its_call():
+    """Three of four shards stalled (SIGSTOP) before a new client greets them: looking at
+    why they are silent takes at most half the call's time, and the call is answered by
+    the live shard."""
+    import os
+    import signal
+
+    with shards([CONFIG] * 4) as started:
+        addresses = [a for a, _ in started]
+        ShardedClient(addresses[:1], **FAST).insert("prio", rows(0, 10), 1.0)
+        for _, proc in started[1:]:
+            os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            client = ShardedClient(addresses, on_shard_down="skip", **FAST)
+            batch = client.sample("prio", 4, timeout=1.0)
+            assert (client.shard_of(batch.info.keys) == 0).all()
+            client.close()
+        finally:
+            for _, proc in started[1:]:
+                os.kill(proc.pid, signal.SIGCONT)

@@ -250,6 +250,12 @@ def test_prioritized_beta_schedule_and_stale_updates_skipped():
     assert buffer.current_beta == pytest.approx(0.4)
     buffer.progress = 0.5
     assert buffer.current_beta == pytest.approx(0.7)
+    buffer.progress = 2.0  # clamped
+    assert buffer.current_beta == pytest.approx(1.0)
+    with pytest.raises(InvalidArgumentError, match="progress=nan"):
+        buffer.progress = float("nan")
+    assert buffer.current_beta == pytest.approx(1.0)  # unchanged
+    buffer.progress = 0.5
     feed([buffer], 10, 1, BOX, DISCRETE)
     old = buffer.sample(8)
     feed([buffer], 10, 1, BOX, DISCRETE, seed=1)  # every transition replaced

@@ -388,3 +388,12 @@ def test_closing_a_writer_whose_server_was_killed_takes_its_timeout_not_the_clie
             writer.close(timeout=1.0)
         assert time.monotonic() - start < 4.0  # the flush's 1 s and the reply grace
         client.close()
+
+
+def test_a_remote_writers_end_episode_after_close_raises_closed_error(address):
+    client = rlreplay.Client(address, call_timeout=10.0)
+    writer = client.trajectory_writer("gym")
+    writer.close()
+    with pytest.raises(ClosedError):
+        writer.end_episode()
+    client.close()

@@ -550,11 +550,31 @@ class _Prioritized:
         self.progress = 0.0
 
     @property
+    def progress(self) -> float:
+        """The fraction of training done, in [0, 1] (values outside are clamped); the
+        prioritized algorithms set it.
+
+        Raises:
+            InvalidArgumentError: on setting it to anything but a finite number.
+        """
+        return self._progress
+
+    @progress.setter
+    def progress(self, value: float) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or (
+            not math.isfinite(value)
+        ):
+            raise InvalidArgumentError(
+                f"progress={describe(value)} must be a finite number: the fraction of "
+                "training done, from 0 to 1"
+            )
+        self._progress = min(max(float(value), 0.0), 1.0)
+
+    @property
     def current_beta(self) -> float:
         """``beta`` moved linearly to ``final_beta`` as ``progress`` goes from 0 to 1 (the
         prioritized algorithms set ``progress`` to the fraction of training done)."""
-        progress = min(max(float(self.progress), 0.0), 1.0)
-        return self.beta + (self.final_beta - self.beta) * progress
+        return self.beta + (self.final_beta - self.beta) * self._progress
 
     @property
     def table(self) -> Any:

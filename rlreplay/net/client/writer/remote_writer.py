@@ -278,7 +278,12 @@ class RemoteTrajectoryWriter:
             self._seal()
 
     def end_episode(self) -> None:
-        """End the current episode: later items cannot reach the steps before this call."""
+        """End the current episode: later items cannot reach the steps before this call.
+
+        Raises:
+            ClosedError: after :meth:`close`.
+        """
+        self._check_open()
         if self._stream != self._episode_start:
             self._episode_start = self._stream
             self._episode_starts.append(self._stream)
