@@ -209,3 +209,19 @@ class ComponentFailedError(ReplayError):
     def __init__(self, component: str, message: str):
         super().__init__(f"{component} failed: {message}")
         self.component = component
+
+
+def check_keywords(make: object, given: dict, what: str) -> None:
+    """Refuse keyword arguments ``make`` (a class or function) does not take, before it
+    is called: ``what`` names the component in the message, with the keywords it takes
+    (configurations written by hand name them).
+
+    Raises:
+        InvalidArgumentError: for keywords ``make`` has no parameter of.
+    """
+    import inspect
+
+    taken = [name for name in inspect.signature(make).parameters if name != "self"]
+    unknown = sorted(set(given) - set(taken))
+    if unknown:
+        raise InvalidArgumentError(f"{what} has unknown keys {unknown}; it takes {taken}")

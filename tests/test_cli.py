@@ -142,7 +142,15 @@ CONFIG_ERRORS = {
     "size_on_a_table": (TABLE + "size = 4\n", ["table[0] 't'", "max_size"]),
     "bad_limiter_argument": (
         TABLE + "rate_limiter = { type = 'MinSize', size = 3 }\n",
-        ["table[0] 't'", "size"],
+        ["table[0] 't'", "unknown keys ['size']", "it takes ['min_size_to_sample']"],
+    ),
+    "bad_selector_argument": (
+        TABLE + "sampler = { type = 'Prioritized', alpha = 0.6 }\n",
+        ["table[0] 't'", "unknown keys ['alpha']", "it takes ['priority_exponent']"],
+    ),
+    "limiter_named_not_described": (
+        TABLE + "rate_limiter = 'MinSize'\n",
+        ["table[0] 't'", "must be a table such as", "min_size_to_sample"],
     ),
 }
 

@@ -63,6 +63,11 @@ def checked_dtype(dtype: Any, shape: tuple[int, ...] = ()) -> np.dtype:
             f"structured dtype); give (shape, dtype), e.g. {EXAMPLE}"
         )
     if not isinstance(dtype, (np.dtype, str, type)):
+        if hasattr(dtype, "observation_space") and hasattr(dtype, "action_space"):
+            raise InvalidArgumentError(
+                f"{describe(dtype)} is an environment, not a space; give its spaces, e.g. "
+                "env.observation_space (for a vector env, env.single_observation_space)"
+            )
         # numpy would take any object with a ``dtype`` attribute (an array, a gymnasium
         # space) and drop the rest of it, its shape first
         raise InvalidArgumentError(

@@ -105,9 +105,15 @@ def _as_spec(path: str, leaf: Any) -> FieldSpec:
                 )
             return FieldSpec(leaf[0], leaf[1])
         if isinstance(leaf, (tuple, list)):
+            toml = (
+                "; a {'shape': ..., 'dtype': ...} table is the form of config files: in "
+                "Python give (shape, dtype)"
+                if path.rsplit(SEPARATOR, 1)[-1] == "shape"
+                else ""
+            )
             raise InvalidArgumentError(
                 f"{describe(leaf)} is not a spec; give a FieldSpec, a (shape, dtype) tuple, "
-                f"e.g. {EXAMPLE}, or a dtype"
+                f"e.g. {EXAMPLE}, or a dtype{toml}"
             )
         shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
         if isinstance(shape, tuple) and dtype is not None:
@@ -219,7 +225,8 @@ class Signature:
             )
         elif (empty := empty_branch(fields)) is not None:
             raise InvalidArgumentError(
-                f"signature field {empty!r} is an empty dict; give it fields or leave it out"
+                f"signature field {empty!r} is empty (a dict, Dict space or Tuple space of "
+                "no fields); give it fields or leave it out"
             )
         else:
             self.fields = {p: _as_spec(p, leaf) for p, leaf in flatten(fields).items()}
@@ -338,9 +345,15 @@ class Signature:
                 arr = as_column_array(leaf, dtype, f"{argument}[{path!r}]")
             if arr.ndim != ndim + 1 or arr.shape[1:] != shape:
                 axes = ", ".join(["batch", *map(str, shape)]) + ("," if not shape else "")
+                mixed = (
+                    f" (one row, where the fields before it hold a batch of {n}: give every "
+                    "field a batch axis, or none)"
+                    if argument == "rows" and n != -1 and arr.shape == shape
+                    else ""
+                )
                 raise SignatureError(
                     f"{argument}[{path!r}] has shape {arr.shape}; expected ({axes}): a batch "
-                    f"of rows of shape {shape}"
+                    f"of rows of shape {shape}{mixed}"
                 )
             if arr.dtype != dtype:
                 refused = refusal(argument, path, arr, dtype, value)
@@ -393,8 +406,14 @@ class Signature:
                     self._leaf(value, data, argument), dtype, f"{argument}[{path!r}]"
                 )
             if arr.shape != shape:
+                mixed = (
+                    " (a batch, where the first field holds one row: give every field a "
+                    "batch axis, or none)"
+                    if argument == "rows" and out and arr.shape[1:] == shape
+                    else ""
+                )
                 raise SignatureError(
-                    f"{argument}[{path!r}] has shape {arr.shape}; expected {shape}"
+                    f"{argument}[{path!r}] has shape {arr.shape}; expected {shape}{mixed}"
                 )
             if arr.dtype != dtype:
                 refused = refusal(argument, path, arr, dtype, value)

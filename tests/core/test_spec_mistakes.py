@@ -87,8 +87,8 @@ BAD_SIGNATURES = [
     ),
     pytest.param({"obs": ((4,),)}, ["'obs'", "(shape, dtype) tuple"], id="shape_without_dtype"),
     pytest.param({}, ["non-empty", "e.g. {'obs'"], id="empty_signature"),
-    pytest.param({"obs": {}}, ["'obs'", "empty dict"], id="empty_nested_dict"),
-    pytest.param({"obs": {"image": {}}}, ["'obs/image'", "empty dict"], id="deep_empty_dict"),
+    pytest.param({"obs": {}}, ["'obs'", "is empty (a dict"], id="empty_nested_dict"),
+    pytest.param({"obs": {"image": {}}}, ["'obs/image'", "is empty (a dict"], id="deep_empty_dict"),
     pytest.param([("obs", "float32")], ["non-empty dict"], id="list_of_pairs"),
     pytest.param(
         np.zeros(4, np.float32), ["non-empty dict", "one field's spec", "{'obs': spec}"],
@@ -238,3 +238,37 @@ def test_a_gymnasium_space_given_as_the_signature_is_refused_naming_from_spaces(
         rr.Table("x", signature=gym.spaces.Box(-1, 1, (3,)), max_size=5)
     message = str(caught.value)
     assert "signature=Box(" in message and "Signature.from_spaces(" in message
+
+
+def test_an_environment_given_for_a_space_is_named_as_one():
+    gym = pytest.importorskip("gymnasium")
+    env = gym.make("CartPole-v1")
+    with pytest.raises(InvalidArgumentError, match="is an environment, not a space"):
+        Signature.from_spaces(env, env.action_space)
+    env.close()
+
+
+def test_the_config_file_form_of_a_field_points_at_the_python_form():
+    with pytest.raises(InvalidArgumentError, match=r"form of config files: in Python give"):
+        Signature({"x": {"shape": [3], "dtype": "float32"}})
+
+
+def test_an_empty_tuple_space_is_named_empty_not_a_dict():
+    gym = pytest.importorskip("gymnasium")
+    with pytest.raises(InvalidArgumentError, match="is empty"):
+        Signature({"x": gym.spaces.Tuple(())})
+
+
+@pytest.mark.parametrize(
+    ("rows", "said"),
+    [({"obs": np.zeros((1, 4), np.float32), "action": 1, "reward": 1.0},
+      "one row, where the fields before it hold a batch of 1"),
+     ({"obs": np.zeros(4, np.float32), "action": np.array([1]), "reward": 1.0},
+      "a batch, where the first field holds one row")],
+    ids=["batch-then-row", "row-then-batch"],
+)
+def test_rows_mixing_one_row_and_a_batch_say_so(rows, said):
+    table = rr.Table("t", signature=SIG, max_size=8)
+    with pytest.raises(rr.SignatureError, match=said):
+        table.insert(rows)
+    assert table.size == 0

@@ -13,9 +13,9 @@ def selector_from_config(config: dict) -> Selector:
     """Rebuild a selector from :meth:`Selector.config` output (checkpoints, server configs).
 
     Raises:
-        InvalidArgumentError: for an unknown selector type.
+        InvalidArgumentError: for an unknown selector type, or keys it does not take.
     """
-    from rlreplay.errors import InvalidArgumentError
+    from rlreplay.errors import InvalidArgumentError, check_keywords
 
     kind = config.get("type")
     if kind not in SELECTORS:
@@ -23,6 +23,7 @@ def selector_from_config(config: dict) -> Selector:
             f"selector type {kind!r} is unknown; choose one of {sorted(SELECTORS)}"
         )
     args = {k: v for k, v in config.items() if k != "type"}
+    check_keywords(SELECTORS[kind], args, f"selector {kind}")
     return SELECTORS[kind](**args)
 
 

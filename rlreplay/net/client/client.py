@@ -165,10 +165,11 @@ class Client:
         self.close()
 
     # ---------------------------------------------------------- table calls
-    def ping(self, timeout: float = 5.0) -> list[str]:
-        """Names of the served tables; raises ServerUnavailableError if none answers."""
-        timeout = check_timeout(timeout)
-        until = None if timeout is None else time.monotonic() + timeout
+    def ping(self, timeout: float | None = None) -> list[str]:
+        """Names of the served tables, answered within ``timeout`` seconds (default: the
+        client's ``call_timeout``); raises ServerUnavailableError if none answers."""
+        timeout = self.transport.call_timeout if timeout is None else check_timeout(timeout)
+        until = time.monotonic() + timeout
         tr = self.transport
         return list(tr.wait_until(tr.send({"op": "ping"}, until=until), until)[0]["tables"])
 

@@ -48,7 +48,7 @@ from rlreplay.core.selectors import selector_from_config
 from rlreplay.core.specs import FieldSpec, Signature
 from rlreplay.core.storage import StepStore
 from rlreplay.core.table import Table
-from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.errors import InvalidArgumentError, check_keywords, describe
 
 # An example of the format, installed with the package (examples/tables.toml in a checkout).
 EXAMPLE_CONFIG = os.path.join(
@@ -195,13 +195,20 @@ def _layout(spec: Any, signature: Signature, where: str) -> ItemLayout | None:
 def _limiter(spec: Any, where: str) -> RateLimiter | None:
     if spec is None:
         return None
-    kind = spec.get("type") if isinstance(spec, Mapping) else None
+    if not isinstance(spec, Mapping):
+        raise InvalidArgumentError(
+            f"{where}: rate_limiter={describe(spec)} must be a table such as "
+            f'{{ type = "MinSize", min_size_to_sample = 1 }}, type one of {sorted(LIMITERS)}'
+        )
+    kind = spec.get("type")
     if kind not in LIMITERS:
         raise InvalidArgumentError(
             f"{where}: rate_limiter={describe(spec)} is unknown; give type= one of "
             f"{sorted(LIMITERS)}"
         )
-    return LIMITERS[kind](**{k: v for k, v in spec.items() if k != "type"})
+    args = {k: v for k, v in spec.items() if k != "type"}
+    check_keywords(LIMITERS[kind], args, f"{where}: rate_limiter {kind}")
+    return LIMITERS[kind](**args)
 
 
 def _selector(spec: Any, where: str, role: str):

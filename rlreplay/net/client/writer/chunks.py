@@ -135,14 +135,14 @@ class ChunkStream:
         except (ReplayTimeoutError, ResourceLimitError) as exc:
             self.requeue()
             raise type(exc)(
-                f"{exc} [writer chunk of steps {_steps(header)} was not stored; the writer "
+                f"{exc} [writer chunk {_steps(header)} was not stored; the writer "
                 "keeps it and sends it again with its next flush()]"
             ) from exc
         except ReplayError as exc:
             self.in_flight.popleft()
             dropped = self._drop(header, arrays)
             raise type(exc)(
-                f"{exc} [writer chunk of steps {_steps(header)} was not stored and is "
+                f"{exc} [writer chunk {_steps(header)} was not stored and is "
                 f"dropped, with {dropped} items; later steps continue as a new episode]"
             ) from exc
         self.in_flight.popleft()
@@ -237,7 +237,9 @@ def chunk_arrays(parts: list, fields: list, n: int, items: list) -> dict[str, np
 
 
 def _steps(header: dict) -> str:
-    return f"[{header['first']}, {header['first'] + header['n']})"
+    """What a chunk holds, for messages: its stream steps (and items)."""
+    first, n = header["first"], header["n"]
+    return f"of steps [{first}, {first + n})" if n else "of items only (no new step)"
 
 
 def _items_from(arrays: dict, first: int) -> tuple[dict, int]:
