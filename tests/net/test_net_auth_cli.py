@@ -158,3 +158,14 @@ def test_serve_prints_its_address_answers_info_and_stops_on_signal(toml, sig):
             proc.wait(5.0)
         proc.stdout.close()
         proc.stderr.close()
+
+
+def test_a_server_key_given_as_its_secret_file_works_but_warns(tmp_path, caplog):
+    from rlreplay.net.wire import auth
+
+    public_file, secret_file = auth.keygen(tmp_path, "server")
+    with caplog.at_level("WARNING", logger="rlreplay"):
+        public = auth.public_key(public_file)
+        assert auth.public_key(secret_file) == public
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and "is a secret key file" in said[0], said

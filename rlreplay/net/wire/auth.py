@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+import logging
 import os
 import time
 from pathlib import Path
@@ -251,7 +252,14 @@ def public_key(value: str | bytes | None) -> bytes | None:
         return None
     if isinstance(value, bytes) and len(value) == 40:
         return value
-    return load_keys(value)[0]
+    public, secret = load_keys(value)
+    if secret is not None:
+        logging.getLogger("rlreplay").warning(
+            "the server key %r is a secret key file: a client needs only the server's "
+            "public NAME.key, and the secret should stay on the server's machine",
+            os.fspath(value),
+        )
+    return public
 
 
 def client_keys(value: str | bytes | tuple[bytes, bytes] | None) -> tuple[bytes, bytes]:
