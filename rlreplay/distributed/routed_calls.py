@@ -33,10 +33,12 @@ def each_shard(
     Raises:
         ShardUnavailableError: for a shard down under ``"fail"``, or every shard down.
     """
-    greet(shards, health.live(), deadline, health.failed)
+    silent = greet(shards, health.live(), deadline, health.failed)
     until = deadline.bound
     sent = {}
     for shard in health.live():
+        if shard in silent:
+            continue
         try:
             sent[shard] = shards[shard].transport.send(header, until=until, expires=until)
         except ServerUnavailableError as error:
@@ -64,9 +66,11 @@ def described(
         InvalidArgumentError: if a shard does not serve ``table``.
         ShardUnavailableError: for a shard down under ``"fail"``, or every shard down.
     """
-    greet(shards, health.live(), deadline, health.failed)
+    silent = greet(shards, health.live(), deadline, health.failed)
     out = {}
     for shard in health.live():
+        if shard in silent:
+            continue
         try:
             out[shard] = shards[shard].describe(table, until=deadline.bound)
         except ServerUnavailableError as error:
@@ -116,10 +120,10 @@ def routed_call(
             nothing; the others may have applied theirs: the error names those that did).
     """
     sent = {}
-    greet(shards, [s for s in groups if not health.is_down(s)], deadline, health.failed)
+    silent = greet(shards, [s for s in groups if not health.is_down(s)], deadline, health.failed)
     until = deadline.bound
     for shard, (local, values) in groups.items():
-        if health.is_down(shard):
+        if shard in silent or health.is_down(shard):
             health.failed(shard, ServerUnavailableError("taken for down"))
             continue
         arrays = {"keys": local}
@@ -151,11 +155,14 @@ def routed_call(
     if refused:
         shard, error = next(iter(refused.items()))
         done = f"shards {applied} applied theirs" if applied else "no shard applied its keys"
-        message = (
-            f"replay shard {shard} at {health.addresses[shard]} refused its part of the "
-            f"{op} (its keys in the shard's own numbering, without the shard bits): {error}; "
-            f"it changed nothing, {done}"
-        )
+        if isinstance(error, InvalidArgumentError):
+            what = (
+                f"refused its part of the {op} (its keys in the shard's own numbering, "
+                f"without the shard bits): {error}; it changed nothing"
+            )
+        else:
+            what = f"did not complete its part of the {op}: {error}"
+        message = f"replay shard {shard} at {health.addresses[shard]} {what}, {done}"
         try:
             named = type(error)(message)
         except TypeError:  # an error class with another constructor: raised as it is

@@ -81,9 +81,11 @@ def greet(
     indices: Iterable[int],
     deadline: Deadline,
     failed: Callable[[int, ServerUnavailableError], None],
-) -> None:
+) -> set[int]:
     """Open this thread's connection to each of ``indices`` not greeted yet: their
-    handshakes in flight together, within :meth:`Deadline.greeting`.
+    handshakes in flight together, within :meth:`Deadline.greeting`; returns the shards
+    that did not answer (the rest of the call leaves them out, whatever the shard-down
+    policy's retry time).
 
     Every reply is read as soon as it arrives (a channel learns its server's clock from
     the time it reads a reply: one left unread while another shard is awaited would make
@@ -96,7 +98,13 @@ def greet(
             ``"skip"``).
     """
     pings: dict[int, int] = {}
+    silent: set[int] = set()
     started = until = 0.0
+
+    def note(shard: int, error: ServerUnavailableError) -> None:
+        silent.add(shard)
+        failed(shard, error)
+
     try:
         for shard in indices:
             tr = shards[shard].transport
@@ -107,9 +115,9 @@ def greet(
             try:
                 pings[shard] = tr.send({"op": "ping"}, until=until)
             except ServerUnavailableError as error:
-                failed(shard, error)
+                note(shard, error)
         if not pings:
-            return
+            return silent
         poller = zmq.Poller()
         for shard in pings:
             poller.register(shards[shard].transport.channel().sock, zmq.POLLIN)
@@ -123,7 +131,7 @@ def greet(
                 try:
                     tr.wait_until(pings.pop(shard), until)  # its reply: a typed error if failed
                 except ServerUnavailableError as error:  # (restarted meanwhile, say)
-                    failed(shard, error)
+                    note(shard, error)
                     continue
                 ch.greeted = True
             left = until - time.monotonic()
@@ -144,7 +152,8 @@ def greet(
             try:  # as a wait with a deadline that got no answer concludes
                 tr.waits.no_answer(tr.channel(), pings.pop(shard), message, verdict)
             except ServerUnavailableError as error:
-                failed(shard, error)
+                note(shard, error)
     finally:
         for shard, rid in pings.items():  # an error left these unread
             shards[shard].transport.channel().forget([rid])
+    return silent
