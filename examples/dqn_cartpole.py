@@ -162,8 +162,7 @@ class Args:
             positive=("lr", "max_grad_norm", "updates_per_env_step"),
             fractions=("gamma", "eps_start", "eps_end", "priority_exponent", "beta_start"),
             open_fractions=("target_tau",),
-            at_most=(("batch_size", "buffer_size"), ("learning_starts", "buffer_size"),
-                     ("learning_starts", "total_steps")),
+            at_most=(("batch_size", "buffer_size"), ("learning_starts", "buffer_size")),
         )
 
 

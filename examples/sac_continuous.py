@@ -193,8 +193,7 @@ class Args:
             positive=("policy_lr", "q_lr", "alpha_lr", "updates_per_env_step"),
             fractions=("gamma",),
             open_fractions=("tau",),
-            at_most=(("batch_size", "buffer_size"), ("learning_starts", "buffer_size"),
-                     ("learning_starts", "total_steps")),
+            at_most=(("batch_size", "buffer_size"), ("learning_starts", "buffer_size")),
         )
 
 

@@ -10,6 +10,7 @@ it; Ctrl-C stops every thread and process before it propagates.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from rlreplay.errors import InvalidArgumentError, describe
@@ -76,11 +77,12 @@ def run(
         raise InvalidArgumentError(f"config={describe(config)} must be a RuntimeConfig")
     _check_args(total_env_steps, max_updates, on_stats, replay)
     if not replay.on_policy and max_updates != 0 and total_env_steps < config.min_size_to_sample:
-        raise InvalidArgumentError(
-            f"total_env_steps={total_env_steps} is below min_size_to_sample="
-            f"{config.min_size_to_sample}: the table would never hold enough items to "
-            "sample, so the learner would take no step; raise total_env_steps or lower "
-            "min_size_to_sample"
+        logging.getLogger("rlreplay").warning(
+            "total_env_steps=%d is below min_size_to_sample=%d: the table will never hold "
+            "enough items to sample, so the learner takes no step in this run (raise "
+            "total_env_steps or lower min_size_to_sample to learn)",
+            total_env_steps,
+            config.min_size_to_sample,
         )
     check_logic(learner)
     recipe = ActorRecipe(
