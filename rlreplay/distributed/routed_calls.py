@@ -33,26 +33,18 @@ def each_shard(
     Raises:
         ShardUnavailableError: for a shard down under ``"fail"``, or every shard down.
     """
-    silent = greet(shards, health.live(), deadline, health.failed)
     until = deadline.bound
-    sent = {}
-    for shard in health.live():
-        if shard in silent:
-            continue
-        try:
-            sent[shard] = shards[shard].transport.send(header, until=until, expires=until)
-        except ServerUnavailableError as error:
-            health.failed(shard, error)
-    out = {}
-    for shard, rid in sent.items():
-        try:
-            out[shard] = shards[shard].transport.wait_until(rid, until)[0]
-            health.answered(shard)
-        except ServerUnavailableError as error:
-            health.failed(shard, error)
-    if not out:
-        health.live()  # raises: every shard is down
-    return out
+
+    def reply(shard: int, rid: int) -> dict:
+        header = shards[shard].transport.wait_until(rid, until)[0]
+        health.answered(shard)
+        return header
+
+    sent = per_shard(
+        health, reachable(shards, health, deadline),
+        lambda shard: shards[shard].transport.send(header, until=until, expires=until),
+    )
+    return per_shard(health, sent, lambda shard: reply(shard, sent[shard]), at_least_one=True)
 
 
 def described(
@@ -66,16 +58,36 @@ def described(
         InvalidArgumentError: if a shard does not serve ``table``.
         ShardUnavailableError: for a shard down under ``"fail"``, or every shard down.
     """
+    return per_shard(
+        health, reachable(shards, health, deadline),
+        lambda shard: shards[shard].describe(table, until=deadline.bound),
+        at_least_one=True,
+    )
+
+
+def reachable(shards: list, health: ShardHealth, deadline: Deadline) -> list[int]:
+    """The shards not taken for down, greeted (those that did not answer left out)."""
     silent = greet(shards, health.live(), deadline, health.failed)
+    return [shard for shard in health.live() if shard not in silent]
+
+
+def per_shard(
+    health: ShardHealth, indices: Any, call: Any, at_least_one: bool = False
+) -> dict[int, Any]:
+    """``call(shard)`` for each of ``indices``, by shard; a shard that does not answer is
+    left out under the shard-down policy (``health.failed`` raises under ``"fail"``).
+
+    Raises:
+        ShardUnavailableError: as ``health.failed``; with ``at_least_one``, when no shard
+            answered.
+    """
     out = {}
-    for shard in health.live():
-        if shard in silent:
-            continue
+    for shard in indices:
         try:
-            out[shard] = shards[shard].describe(table, until=deadline.bound)
+            out[shard] = call(shard)
         except ServerUnavailableError as error:
             health.failed(shard, error)
-    if not out:
+    if at_least_one and not out:
         health.live()  # raises: every shard is down
     return out
 
