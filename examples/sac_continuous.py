@@ -188,8 +188,9 @@ class Args:
         check_ranges(
             self,
             counts=("total_steps", "num_envs", "buffer_size", "hidden", "eval_every",
-                    "eval_episodes", "batch_size", "weight_sync_period", "publish_every"),
-            non_negative=("seed", "learning_starts"),
+                    "eval_episodes", "batch_size", "weight_sync_period", "publish_every",
+                    "learning_starts"),
+            non_negative=("seed",),
             positive=("policy_lr", "q_lr", "alpha_lr", "updates_per_env_step"),
             fractions=("gamma",),
             open_fractions=("tau",),

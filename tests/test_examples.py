@@ -54,7 +54,7 @@ def test_each_example_prints_its_help_and_refuses_a_bad_flag_in_one_line(script)
 LATE_REFUSALS = [
     ("dqn_cartpole", ["--batch-size", "0"], "--batch-size=0 must be an int >= 1"),
     ("dqn_cartpole", ["--updates-per-env-step", "0"], "must be a number > 0"),
-    ("dqn_cartpole", ["--learning-starts", "-1"], "--learning-starts=-1 must be an int >= 0"),
+    ("dqn_cartpole", ["--learning-starts", "0"], "--learning-starts=0 must be an int >= 1"),
     ("dqn_cartpole", ["--weight-sync-period", "0"], "--weight-sync-period=0 must be"),
     ("dqn_cartpole", ["--publish-every", "0"], "--publish-every=0 must be an int >= 1"),
     ("dqn_cartpole", ["--seed", "-1"], "--seed=-1 must be an int >= 0"),

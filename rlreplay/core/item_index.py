@@ -148,13 +148,16 @@ class ItemIndex:
         Raises:
             InvalidArgumentError: naming the largest, the cap and why.
         """
-        if prios is None or not len(prios):
+        if prios is None or not len(prios) or self.priority_cap == float("inf"):
             return
         top = float(prios.max())
         if top > self.priority_cap:
+            capped = self.sampler
+            if self._remover is not None and self._remover.max_priority < capped.max_priority:
+                capped = self._remover
             raise InvalidArgumentError(
                 f"{argument} contains {top:.6g}, beyond the largest this table takes "
-                f"({self.priority_cap:.6g}): its {self.sampler!r} raises priorities to its "
+                f"({self.priority_cap:.6g}): its {capped!r} raises priorities to its "
                 f"exponent and sums them over {self.capacity} slots in float64, which would "
                 "overflow; scale the priorities down (e.g. abs(td_error) + 1e-6)"
             )

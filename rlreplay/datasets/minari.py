@@ -400,6 +400,7 @@ def import_minari(
         _check_cast(rows[roles[role][0]], roles[role][0], store, table.name)
     n = len(data.scalars["reward"])
     prios = None if priority is None else check_priorities(priority, n, "priority")
+    table.index.check_priority_range(prios, "priority")
     _check_room(table, n)
     with store.mutex:
         _check_room(table, n)  # again, with the lock held until the items exist

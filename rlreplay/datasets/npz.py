@@ -395,6 +395,7 @@ def item_plan(
         raise DatasetError(
             f"dataset {describe(str(path))}: {exc}; the file is damaged: export it again"
         ) from exc
+    table.index.check_priority_range(prios, f"dataset tables/{table.name}/priority")
     lengths = extents if table.index.extent is not None else None
     return anchors.astype(np.int64), prios, lengths
 

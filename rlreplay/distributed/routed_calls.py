@@ -44,7 +44,13 @@ def each_shard(
         health, reachable(shards, health, deadline),
         lambda shard: shards[shard].transport.send(header, until=until, expires=until),
     )
-    return per_shard(health, sent, lambda shard: reply(shard, sent[shard]), at_least_one=True)
+    try:
+        return per_shard(
+            health, list(sent), lambda shard: reply(shard, sent.pop(shard)), at_least_one=True
+        )
+    finally:
+        for shard, rid in sent.items():  # an error left these unread: their replies go
+            shards[shard].transport.forget([rid])
 
 
 def described(

@@ -141,3 +141,16 @@ def test_a_new_client_skips_several_stalled_shards_within_its_call():
         finally:
             for _, proc in started[1:]:
                 os.kill(proc.pid, signal.SIGCONT)
+
+
+def test_a_call_refused_by_a_shard_leaves_no_reply_of_the_others_unread():
+    with shards([CONFIG] * 2) as started:
+        client = ShardedClient([a for a, _ in started], **FAST)
+        for _ in range(5):
+            with pytest.raises(InvalidArgumentError, match="not served"):
+                client.reset("nope")
+        client.info("prio")
+        for shard in client.shards:
+            channel = shard.transport.channel()
+            assert not channel.replies and not channel.pending
+        client.close()

@@ -223,3 +223,23 @@ def test_closing_an_iterator_cancels_its_parked_requests_so_a_queue_loses_no_ite
         batch = c.sample("q", 6, timeout=5.0)
         assert batch.data["step"].tolist() == list(range(10, 16))
         c.close()
+
+
+def test_a_writer_chunk_with_a_priority_beyond_the_cap_is_refused_before_any_step_is_stored(
+    client,
+):
+    from rlreplay.errors import InvalidArgumentError as Refused
+
+    strong = config({"name": "sq", "signature": STEP_SIGNATURE, "max_size": 100,
+                     "sampler": {"type": "Prioritized", "priority_exponent": 2.0}})  # fmt: skip
+    with served(strong) as (address, _):
+        c = rlreplay.Client(address, call_timeout=10.0)
+        writer = c.trajectory_writer("sq")
+        writer.append({"obs": np.zeros(3, np.float32), "step": np.int64(0)})
+        writer.create_item("sq", priority=1e200)
+        with pytest.raises(Refused, match="beyond the largest this table takes"):
+            writer.flush()
+        info = c.info("sq")
+        assert (info.size, info.stored_steps) == (0, 0)
+        writer.close()
+        c.close()

@@ -11,6 +11,9 @@ from rlreplay.core.selectors.sum_tree import FANOUT, KaryTree
 from rlreplay.errors import EmptyTableError, InvalidArgumentError, describe
 
 _ZERO = np.zeros(1)  # the priority of a deleted slot: never drawn
+# Batches larger than this are raised to the exponent by numpy's vectorised power before
+# the compiled tree write (which raises smaller ones itself, saving numpy's call).
+_RAISED_IN_NUMPY = 64
 
 
 class Prioritized(Selector):
@@ -68,12 +71,12 @@ class Prioritized(Selector):
     def update(self, slots: np.ndarray, priorities: np.ndarray | float) -> None:
         if len(slots) == 0:
             return
+        p = np.ascontiguousarray(priorities, dtype=np.float64)  # one per slot, or one for all
+        exponent = self.priority_exponent
+        if exponent != 1.0 and len(p) > _RAISED_IN_NUMPY:
+            p, exponent = np.power(p, exponent), 1.0  # numpy's vector power: faster here
         # Items of weight 0 are never sampled; the min tree skips them.
-        self.leaf_writer.set_many(
-            np.ascontiguousarray(slots, dtype=np.int64),
-            np.ascontiguousarray(priorities, dtype=np.float64),  # one per slot, or one for all
-            self.priority_exponent,
-        )
+        self.leaf_writer.set_many(np.ascontiguousarray(slots, dtype=np.int64), p, exponent)
 
     def replace(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         self.update(slots, priorities)  # held stays set and the size unchanged

@@ -154,7 +154,9 @@ class SampleIterator:
 
     def close(self, wait: bool = True) -> None:
         """Send the queued updates and cancel the outstanding requests (their replies are
-        dropped when they arrive, and the server drops those still parked).
+        dropped when they arrive, and the server drops those still parked). Call it from
+        the thread that iterates: requests are its connection's, and another thread's
+        cannot cancel them (they end with their lease, or by drawing their items).
 
         Args:
             wait: wait for the server to apply the queued updates (``False``: send them

@@ -182,6 +182,7 @@ class WriterSession:
             keep = self._continued(chunk)
             self._check_reach(chunk, keep)
             self._check_repeats(chunk)
+            self._check_priorities(chunk)
             # The first change, all or nothing: room for every step of the chunk.
             own = self.retention
             if chunk.n and store.overwrite.make_room(chunk.n, own=own, keep=keep) is None:
@@ -336,6 +337,19 @@ class WriterSession:
             own.release()  # a new episode: earlier steps are no longer reachable
             own.extend(first + (last - chunk.first), chunk.first + chunk.n - last)
         return first
+
+    def _check_priorities(self, chunk: Chunk) -> None:
+        """Refuse items whose priority a table's selectors could not take (see
+        ``Selector.max_priority``), before anything changes.
+
+        Raises:
+            InvalidArgumentError: naming the priority and the table's largest.
+        """
+        for t, m in enumerate(chunk.counts.tolist()):
+            if m:
+                given = chunk.priority[chunk.table == t]
+                given = given[~np.isnan(given)]  # (NaN: the table's default)
+                self.tables[t].index.check_priority_range(given, "item priorities")
 
     def _create(self, chunk: Chunk, ids: np.ndarray) -> np.ndarray:
         """Create the chunk's items, one batch per table; keys in creation order."""
