@@ -129,10 +129,10 @@ class ItemIndex:
         self._remover = remover if self.remover_active else None
         if self._remover is not None:
             remover.bind(capacity)
-        # The largest priority both selectors take (see Selector.max_priority).
-        self.priority_cap = min(sampler.max_priority, remover.max_priority)
-        if self._remover is None:
-            self.priority_cap = sampler.max_priority
+        # The largest priority the selectors in use take (see Selector.max_priority).
+        self.priority_cap = min(
+            sampler.max_priority, remover.max_priority if self.remover_active else float("inf")
+        )
         self._newest = capacity - 1  # the slot of the item inserted last (idle order)
         self.size = 0
         self.max_priority = 1.0

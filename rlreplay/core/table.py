@@ -338,11 +338,9 @@ class Table:
         prios = None if priorities is None else check_priorities(priorities, n)
         if prios is not None:
             self.index.check_priority_range(prios)
-        if timeout is not None:
-            timeout = check_timeout(timeout)
+        timeout = check_timeout(timeout)
         limiter = self.rate_limiter
-        if n > limiter.min_size_to_sample:  # (a batch that small is always admissible)
-            limiter.check_insert_batch(n)
+        limiter.check_insert_batch(n)
         index = self.index
         with self.mutex:
             first = None

@@ -380,9 +380,10 @@ recompute_ancestors(const Levels *lv, const Levels *mv, Py_ssize_t *p, Py_ssize_
 /* Write leaves idx[0..n) (val[i], or left as they are when val is NULL; duplicates: the
  * last wins; val_step 0: val[0] for every leaf), then recompute their ancestors (see
  * recompute_ancestors). The indexes must be checked already; with exponent other than 1,
- * each value written is val ** exponent. Returns -1 (MemoryError set) when the scratch cannot be allocated, before
- * anything is written. Called with the GIL, released around the loops of batches larger
- * than SMALL_BATCH (smaller ones take less time than the release and its scratch). */
+ * each value written is val ** exponent. Returns -1 (MemoryError set) when the scratch
+ * cannot be allocated, before anything is written. Called with the GIL, released around
+ * the loops of batches larger than SMALL_BATCH (smaller ones take less time than the
+ * release and its scratch). */
 #define SMALL_BATCH 64
 static int
 write_many(const Levels *lv, const Levels *mv, const int64_t *idx, const double *val,
@@ -528,8 +529,8 @@ mins_acquire(PyObject *mins_obj, const Levels *lv, Levels *mv)
 }
 
 /* LeafWriter(levels, min_levels=None): a sum tree (and a min tree over its leaves) held
- * for a prioritized selector's writes; the levels are acquired once, checked as set_sum checks them, and
- * kept (so they cannot be resized) until the writer is freed. */
+ * for a prioritized selector's writes; the levels are acquired once, checked as set_sum
+ * checks them, and kept (so they cannot be resized) until the writer is freed. */
 typedef struct {
     PyObject_HEAD
     Levels sums;
@@ -626,8 +627,8 @@ static PyMethodDef LeafWriter_methods[] = {
     {"set_many", (PyCFunction)(void (*)(void))LeafWriter_set_many, METH_FASTCALL,
      "set_many(idx, priorities, exponent): set_sum on the held trees of priorities ** "
      "exponent, for an int64 buffer of leaves and a float64 buffer of priorities, one "
-     "per leaf or one for all (duplicates: the last wins); nothing is written when an index is out of range "
-     "(ValueError)."},
+     "per leaf or one for all (duplicates: the last wins); nothing is written when an "
+     "index is out of range (ValueError)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -91,6 +91,8 @@ class Sender(Protocol):
 
     def cancel(self, rids: Any) -> None: ...
 
+    def notify(self, header: dict) -> None: ...
+
 
 # Milliseconds a closed socket may take to deliver its last shm_detach (in ZeroMQ's
 # background thread: closing does not wait).
@@ -368,16 +370,20 @@ class Transport:
         cancel message is sent without a reply within the reply grace; a server that does
         not get it drops the calls when their deadline or lease ends."""
         rids = [int(r) for r in rids]
-        if not rids:
-            return
-        self.channel().forget(rids)
+        if rids:
+            self.channel().forget(rids)
+            self.notify({"op": "cancel", "rids": rids})
+
+    def notify(self, header: dict) -> None:
+        """Send ``header`` without a reply, best effort: nothing when this transport is
+        closed, and a connection that must first greet its server again gives it the reply
+        grace, no more; a message that could not be sent is logged (debug), not raised."""
         if self.closed:
             return
-        header = {"op": "cancel", "rids": rids, "noreply": True}
         try:
-            self.send(header, until=time.monotonic() + REPLY_GRACE_S)
+            self.send({**header, "noreply": True}, until=time.monotonic() + REPLY_GRACE_S)
         except ReplayError as error:
-            logging.getLogger("rlreplay").debug("cancel of %s not sent: %s", rids, error)
+            logging.getLogger("rlreplay").debug("%s not sent: %s", header["op"], error)
 
     def wait_until(self, rid: int, until: float | None) -> tuple[dict, dict]:
         """Wait for the reply to ``rid``; raise its typed error if it failed (see

@@ -189,15 +189,10 @@ class ChunkStream:
         return dropped + self.on_drop(end)
 
     def close(self) -> None:
-        """Tell the server to forget this writer's stream (no reply awaited; a server that
-        does not hear it, or is gone, forgets the stream once idle). A connection that
-        must first greet its server again gives it the reply grace, no more."""
-        if self.pid == os.getpid() and not self.sender.closed:
-            header = {"op": "close_writer", "writer": self.id, "noreply": True}
-            try:
-                self.sender.send(header, until=time.monotonic() + REPLY_GRACE_S)
-            except ReplayError as error:
-                logging.getLogger("rlreplay").debug("close_writer not sent: %s", error)
+        """Tell the server to forget this writer's stream (no reply awaited, best effort:
+        a server that does not hear it, or is gone, forgets the stream once idle)."""
+        if self.pid == os.getpid():
+            self.sender.notify({"op": "close_writer", "writer": self.id})
 
 
 def _send(sender: Sender, header: dict, arrays: dict, end: float | None) -> int:
