@@ -2,9 +2,10 @@
 
 The package's install builds small C extensions (``rlreplay/core/_store.c``, ``_draws.c``,
 ``_slots.c``, ``rlreplay/core/selectors/_sumtree.c``, ``rlreplay/writers/_blocks.c``) when a
-C compiler is present. Each has a numpy equivalent with the same results, used when the
+C compiler is present. Each has an equivalent with the same results, used when the
 kernel was not built, when it fails to import, or when the environment variable
-``RLREPLAY_NO_EXTENSION=1`` is set at import (tests run both paths and compare them).
+``RLREPLAY_NO_EXTENSION=1`` is set at import (tests run both paths and compare them): a
+numpy path behind the same function, or for ``_blocks`` the n-step adder's per-call path.
 :func:`kernel_status` says which path each kernel takes in this process and why
 (``rlreplay info --build`` prints it).
 """

@@ -11,7 +11,7 @@ from rlreplay.core.layout import ItemLayout, Window
 from rlreplay.core.specs import Signature
 from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.writers.adder_options import table_span
-from rlreplay.writers.nstep_blocks import NStepBlock
+from rlreplay.writers.nstep_blocks import COMPILED, NStepBlock
 from rlreplay.writers.stream import StreamAdder
 
 COMPUTED = ("n_step_return", "discount")
@@ -162,13 +162,15 @@ class NStepTransitionAdder(StreamAdder):
         # Sequence rules keep per-piece state of their own, and padding rows that fill a
         # chunk are cut as an episode starts (both rare): those take the per-call path.
         # So do large rows (images): a block copies each row into the block, its scratch
-        # rows and the stage, which costs more than it saves past about 1 KiB a row.
+        # rows and the stage, which costs more than it saves past about 1 KiB a row. So
+        # does every call without the compiled plan.
         sig = self._inputs.signature
         row_bytes = sum(
             sig[p].dtype.itemsize * int(np.prod(sig[p].shape)) for p in self._inputs.paths
         )
         if (
-            self.batched
+            COMPILED
+            and self.batched
             and not self._sequences
             and self.pad < self.chunk_length
             and row_bytes <= BLOCK_ROW_BYTES

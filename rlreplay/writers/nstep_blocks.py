@@ -25,11 +25,11 @@ one pass what those calls would have done, whatever the number of episodes that 
   matrix product over the reward windows, and the block's pieces go to the chunk batch
   as one entry.
 
-Without the compiled plan (no compiler, or ``RLREPLAY_NO_EXTENSION=1``),
-:meth:`NStepBlock._settle_numpy` does the same with vectorised numpy. The writer
-receives exactly what the per-call path gives it: same rows, same items in the same
-order per table, same counters (a property test compares the three over random episode
-ends, truncations, autoreset modes and calls that settle early).
+The writer receives exactly what the per-call path gives it: same rows, same items in
+the same order per table, same counters (a property test compares the two over random
+episode ends, truncations, autoreset modes and calls that settle early). Without the
+compiled plan (no compiler, or ``RLREPLAY_NO_EXTENSION=1``) there are no blocks: every
+call takes the per-call path.
 """
 
 from __future__ import annotations
@@ -42,8 +42,9 @@ from rlreplay.core._compiled import load_kernel
 from rlreplay.writers.autoreset import final_obs_source
 from rlreplay.writers.episode_steps import EpisodeSteps
 
-# The compiled plan of a block (rlreplay/writers/_blocks.c), or None: the numpy settle.
+# The compiled plan of a block (rlreplay/writers/_blocks.c), or None: no blocks.
 _kernel = load_kernel("rlreplay.writers._blocks")
+COMPILED = _kernel is not None
 
 
 class NStepBlock:
@@ -115,8 +116,8 @@ class NStepBlock:
         }
         self._flat = {p: s.reshape(e * self.width, *s.shape[2:]) for p, s in self.scratch.items()}
         # The compiled plan's outputs (see _settle_compiled), sized for the worst block.
-        self._plan = None if _kernel is None else _kernel.plan
-        self._copy_rows = None if _kernel is None else _kernel.copy_rows
+        self._plan = _kernel.plan
+        self._copy_rows = _kernel.copy_rows
         # The block's rows per field as [every * num_envs, ...] (views): the steps' values
         # (fields, observations after them) and a new episode's first observation.
         self._rows_of = {
@@ -209,10 +210,7 @@ class NStepBlock:
             return
         self.calls = 0
         self.rows = 0
-        if self._plan is not None:
-            self._settle_compiled(K)
-        else:
-            self._settle_numpy(K)
+        self._settle_compiled(K)
 
     def sync(self) -> None:
         """Settle, and give the episode rows their held rows back (what the per-call path
@@ -377,283 +375,3 @@ class NStepBlock:
                     (t, span, starts[end - k : end], extents[end - k : end]) for t, span in tables
                 ]
             batch.add(c, bool(sw), piece)
-
-    def _settle_numpy(self, K: int) -> None:
-        """:meth:`settle` in numpy alone (without the compiled plan), same results: every
-        step of the bookkeeping a vectorised operation over the block's ``[calls, num_envs]``
-        grid."""
-        a = self.adder
-        episodes, rows, pieces = self.episodes, self.episode_rows, self.pieces
-        E, W = a.num_envs, self.width
-        pad, n, lag, chunk, span, stack = a.pad, a.n, a.lag, a.chunk_length, a.span, a.stack
-        # Episodes that end: done, unless the step is the ignored one after an end.
-        done = self.terminated[:K] | self.truncated[:K]
-        if self.same_step:
-            ended = done
-        else:
-            ended = done.copy()
-            ended[0] &= ~episodes.awaiting_reset
-            for k in range(1, K):
-                ended[k] &= ~ended[k - 1]
-        envs = np.arange(E, dtype=np.int64)
-
-        # -- which calls step, where each env's rows go in the scratch buffer
-        aw0 = episodes.awaiting_reset.copy()
-        if self.same_step:
-            stepping = np.ones((K, E), dtype=bool)
-            restart = np.zeros((K + 1, E), dtype=bool)  # a new episode from this call on
-            restart[1:] = ended
-            advance = 1 + ended * (1 + pad)
-        else:
-            ignored = np.empty((K, E), dtype=bool)
-            ignored[0] = aw0
-            ignored[1:] = ended[:-1]
-            stepping = ~ignored
-            restart = np.zeros((K + 1, E), dtype=bool)
-            restart[:K] = ignored
-            advance = stepping.astype(np.int64) + ended + ignored * pad
-        steps0 = episodes.steps.copy()
-        base0 = rows.base.copy()
-        # Stream position (scratch row) of each env's current row before the block: its
-        # held rows start at position 0 (episode row base0); an env waiting for its
-        # reset starts its next episode at 0.
-        cur0 = np.where(aw0, 0, pad + steps0 - base0)
-        ends_at = np.cumsum(advance, axis=0)
-        cur = cur0 + ends_at - advance  # [K, E] position of the current row at call k
-        cur_end = cur0 + ends_at[-1]
-        # Steps taken before each call in its episode: steps before the block for the
-        # episode open at its start, counted from the last restart otherwise.
-        taken = np.zeros((K + 1, E), dtype=np.int64)
-        np.cumsum(stepping, axis=0, out=taken[1:])
-        seg = np.cumsum(restart, axis=0)  # restarts so far ([K + 1, E])
-        last = np.where(restart, np.arange(K + 1)[:, None], -1)
-        np.maximum.accumulate(last, axis=0, out=last)
-        offset = np.where(last >= 0, taken[np.maximum(last, 0), envs], -steps0)
-        before = taken - offset  # [K + 1, E]: steps of the episode before call k
-        s = before[:K]
-        first_ep = seg == 0  # still the episode open at the block's start
-        a0 = np.where(first_ep, episodes.appended, 0)  # rows handed over before the block
-        ni0 = np.where(first_ep, self.next_item, 0)  # its next item anchor
-        serial = episodes.serial + seg
-        start = np.where(first_ep, base0, 0)  # its first held row
-
-        # -- the scratch rows: held rows, then each call's step and observations
-        flat = self._flat
-        held = int((cur0 + 1).max())
-        for p in self.field_paths:
-            scratch = self.scratch[p]
-            scratch[:, :held] = rows.arrays[p][:, :held]
-            scratch[:, held : int(cur_end.max()) + 2] = 0
-            if aw0.any():
-                scratch[aw0, :held] = 0
-        for p in self.obs_paths:
-            self.scratch[p][:, :held] = rows.arrays[p][:, :held]
-        row0 = envs * W
-        pos = cur + row0  # flat positions of the current rows
-        if stepping.all():
-            at, step_k, step_e = pos.reshape(-1), slice(None), slice(None)
-            for p in self.field_paths:
-                flat[p][at] = self.fields[p][:K].reshape(K * E, *flat[p].shape[1:])
-            for p in self.obs_paths:
-                flat[p][at + 1] = self.obs[p][:K].reshape(K * E, *flat[p].shape[1:])
-        else:
-            step_k, step_e = np.nonzero(stepping)
-            at = pos[step_k, step_e]
-            for p in self.field_paths:
-                flat[p][at] = self.fields[p][step_k, step_e]
-            for p in self.obs_paths:
-                flat[p][at + 1] = self.obs[p][step_k, step_e]
-        # A new episode's first observation fills its padding rows and first row.
-        if self.same_step:
-            rk, re = np.nonzero(ended)
-            if len(rk):
-                first_at = pos[rk, re] + 2
-                for p in self.obs_paths:
-                    values = self.reset_obs[p][rk, re]
-                    for j in range(pad + 1):
-                        flat[p][first_at + j] = values
-        else:
-            rk, re = np.nonzero(ignored)
-            if len(rk):
-                first_at = pos[rk, re]
-                for p in self.obs_paths:
-                    values = self.obs[p][rk, re]
-                    for j in range(pad + 1):
-                        flat[p][first_at + j] = values
-
-        # -- the pieces: ended episodes and full chunks, by call, ended first, by env
-        ek, ee = np.nonzero(ended)
-        s_e = s[ek, ee]
-        a0_e = a0[ek, ee]
-        ready_e = pad + np.maximum(0, s_e - lag + 1)  # complete rows before the last step
-        lo_e = a0_e + chunk * ((ready_e - a0_e) // chunk)
-        hi_e = pad + s_e + 2
-        after = s + 1  # steps after the call's step
-        ready = pad + np.maximum(0, after - lag + 1)
-        grown = ready - a0[:K]
-        full = stepping & ~ended & (grown >= chunk) & (grown % chunk == 0)
-        ck, ce = np.nonzero(full)
-        hi_c = ready[ck, ce]
-        lo_c = hi_c - chunk
-        key = np.concatenate((ek * (2 * E) + ee, ck * (2 * E) + E + ce))
-        order = np.argsort(key, kind="stable")
-        pk = np.concatenate((ek, ck))[order]
-        pe = np.concatenate((ee, ce))[order]
-        lo = np.concatenate((lo_e, lo_c))[order]
-        hi = np.concatenate((hi_e, hi_c))[order]
-        is_end = np.zeros(len(key), dtype=bool)
-        is_end[: len(ek)] = True
-        is_end = is_end[order]
-        total = np.concatenate((s_e + 1, after[ck, ce]))[order]  # episode steps so far
-        z = (cur - pad - s)[pk, pe] + row0[pe]  # flat position of episode row 0
-        ni = ni0[pk, pe]
-        first_item = np.maximum(ni, lo - n - stack + 1)
-        stop = np.where(is_end, total, np.maximum(first_item, hi - n - stack + 1))
-        term = self.terminated[:K][pk, pe]
-        stream_serial = serial[pk, pe]
-        if len(pk):
-            self._stage_rows(pe, stream_serial, z, lo, hi, total, is_end, term, first_item, stop)
-
-        # -- the episodes after the block
-        waiting = ended[-1] if not self.same_step else self._no_ends
-        steps_end = before[K]
-        a0_end = a0[K]
-        ready_end = pad + np.maximum(0, steps_end - lag + 1)
-        appended_end = a0_end + chunk * ((ready_end - a0_end) // chunk)
-        cut = appended_end > a0_end
-        ni_end = np.where(cut, np.maximum(ni0[K], appended_end - n - stack + 1), ni0[K])
-        base_end = np.where(cut, np.maximum(start[K], appended_end - (span - 1)), start[K])
-        z_end = cur_end - pad - steps_end
-        held_end = pad + steps_end + 1 - base_end
-        if waiting.any():
-            steps_end[waiting] = 0
-            appended_end[waiting] = 0
-            ni_end[waiting] = 0
-            base_end[waiting] = 0
-            held_end[waiting] = 0
-        cap = rows.capacity
-        j = np.arange(cap)
-        src = row0[:, None] + np.minimum(z_end + base_end, W - cap)[:, None] + j
-        beyond = j >= held_end[:, None]
-        for p, arr in rows.arrays.items():
-            np.take(flat[p], src, axis=0, out=arr)
-            if p in self.fields:
-                arr[beyond] = 0
-        episodes.active[:] = ~waiting
-        episodes.awaiting_reset[:] = waiting
-        episodes.steps[:] = steps_end
-        episodes.appended[:] = appended_end
-        episodes.serial[:] = serial[K]
-        episodes.waiting = np.flatnonzero(waiting)
-        episodes.episodes += len(ek)
-        rows.base[:] = base_end
-        self.next_item[:] = ni_end
-        pieces.started()
-
-
-    def _stage_rows(
-        self,
-        env: np.ndarray,
-        serial: np.ndarray,
-        z: np.ndarray,
-        lo: np.ndarray,
-        hi: np.ndarray,
-        total: np.ndarray,
-        ended: np.ndarray,
-        terminated: np.ndarray,
-        first_item: np.ndarray,
-        stop: np.ndarray,
-    ) -> None:
-        """Stage the pieces (in order): rows ``[lo, hi)`` of the episode whose row 0 is
-        at flat scratch position ``z``, with context rows where a piece does not continue
-        the last piece's stream, and items ``first_item .. stop - 1``."""
-        a = self.adder
-        pieces = self.pieces
-        n, stack = a.n, a.stack
-        has = hi > lo
-        with_rows = np.flatnonzero(has)
-        first = lo.copy()
-        switch = np.zeros(len(env), dtype=bool)
-        if len(with_rows):
-            e, s = env[with_rows], serial[with_rows]
-            last_e, last_s = pieces.last_stream or (-1, -1)
-            prev_e = np.concatenate(([last_e], e[:-1]))
-            prev_s = np.concatenate(([last_s], s[:-1]))
-            sw = (e != prev_e) | (s != prev_s)
-            switch[with_rows] = sw
-            lw = lo[with_rows]
-            first[with_rows] = np.where(sw, np.maximum(0, lw - (a.span - 1)), lw)
-            pieces.last_stream = (int(e[-1]), int(s[-1]))
-        counts = np.where(has, hi - first, 0)
-        rows_total = int(counts.sum())
-        pieces.copied_rows += int((lo - first).sum())
-        pieces.appended_rows += rows_total
-        ends = np.cumsum(counts)
-        if rows_total:
-            out = self.out.reserve(rows_total)
-            row = np.arange(rows_total, dtype=np.int64) + np.repeat(first - (ends - counts), counts)
-            pos = row + np.repeat(z, counts)
-            for p, f in self._flat.items():
-                np.take(f, pos, axis=0, out=out[p])
-            self._returns(
-                row,
-                pos,
-                np.repeat(total, counts),
-                np.repeat(ended, counts),
-                np.repeat(terminated, counts),
-                out,
-            )
-        items = stop - first_item
-        count = int(items.sum())
-        iends = np.cumsum(items)
-        t = np.arange(count, dtype=np.int64) + np.repeat(first_item - (iends - items), items)
-        left = np.repeat(total, items) - t
-        extent = np.where(np.repeat(ended, items), np.minimum(left, n), n) + stack
-        rel = t - np.repeat(hi, items)
-        tables = self.pieces.tables
-        batch = self.out.batch
-        for c, sw, i0, i1 in zip(
-            counts.tolist(), switch.tolist(), (iends - items).tolist(), iends.tolist()
-        ):
-            jobs = []
-            if i1 > i0:
-                starts, ext = rel[i0:i1], extent[i0:i1]
-                jobs = [(table, span, starts, ext) for table, span in tables]
-            if c or jobs:
-                batch.add(c, sw, jobs)
-
-
-    def _returns(
-        self,
-        row: np.ndarray,
-        pos: np.ndarray,
-        total: np.ndarray,
-        ended: np.ndarray,
-        terminated: np.ndarray,
-        out: dict[str, np.ndarray],
-    ) -> None:
-        """The n-step return and discount of every staged row (see
-        :class:`~rlreplay.writers.nstep.NStepTransitionAdder`): episode row ``row[k]`` of
-        an episode of ``total[k]`` steps so far, its reward at flat position ``pos[k]``."""
-        a = self.adder
-        n, pad = a.n, a.pad
-        step = row - pad  # < 0: padding rows, no item is anchored there
-        left = total - step  # steps from this row's to the episode's end (so far)
-        reward = self._flat["reward"]
-        last = len(reward) - 1
-        # An open episode's complete rows have n rewards; an ended one's last rows fewer
-        # (rewards past the final row count as zero, as in the per-piece cut).
-        # [rows, n] windows of float64 rewards times discount powers: the per-piece cut's
-        # product, so that the float32 returns round the same way.
-        window = np.minimum(pos[:, None] + np.arange(n), last)
-        r = reward[window].astype(np.float64)
-        r[left[:, None] <= np.arange(n)] = 0.0
-        ret = r @ self.weights
-        padding = step < 0
-        ret[padding] = 0.0
-        out["n_step_return"][:] = ret
-        disc = np.where(ended, self.tail[np.clip(left, 0, n)], self.powers[n])
-        # No bootstrapping from a terminal state: the last n steps of a terminated episode.
-        disc[terminated & (left <= n)] = 0.0
-        disc[padding] = 0.0
-        out["discount"][:] = disc
