@@ -103,6 +103,14 @@ def test_client_with_nothing_listening_says_so_within_its_timeout(call):
     client.close()
     assert caught.value.reason == "refused"
     assert "nothing accepts connections there" in str(caught.value)
+    # the request that went unanswered is named: the call's own, or the handshake before it
+    named = {
+        "info": "the handshake before info",
+        "ping": "ping",
+        "insert": "the handshake",
+        "sample": "the handshake before sample",
+    }
+    assert f"no reply to {named[call]}" in str(caught.value)
     # the timeout, its reply grace, and the short diagnosis after the failure
     assert elapsed < 0.5 + transport.REPLY_GRACE_S + DIAGNOSE_S + 0.75
 

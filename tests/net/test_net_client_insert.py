@@ -315,6 +315,7 @@ def test_a_call_to_a_port_where_nothing_listens_says_so_while_it_waits(caplog):
         client.server_info()
     said = [r.getMessage() for r in caplog.records if "without a reply" in r.getMessage()]
     assert len(said) == 1 and "nothing accepts connections" in said[0], said
+    assert "without a reply to the handshake before info" in said[0], said
     client.close()
 
 

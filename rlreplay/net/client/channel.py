@@ -45,7 +45,8 @@ class Channel:
         self.pid = os.getpid()
         self.replies: dict[int, tuple[dict, dict]] = {}
         self.abandoned: set[int] = set()
-        self.pending: dict[int, int | None] = {}  # request id -> epoch it was sent under
+        # request id -> (epoch it was sent under, its op: named by the errors of its wait)
+        self.pending: dict[int, tuple[int | None, str]] = {}
         self.epoch: int | None = None
         self.greeted = False  # a handshake ping was answered on this socket
         self.waiting_since: float | None = None  # when the wait under way began, if any
@@ -64,9 +65,13 @@ class Channel:
         self.poller = zmq.Poller()
         self.poller.register(self.sock, zmq.POLLIN)
 
-    def sent(self, rid: int) -> None:
-        """Note that request ``rid`` went out under the current epoch."""
-        self.pending[rid] = self.epoch
+    def sent(self, rid: int, op: str) -> None:
+        """Note that request ``rid`` (operation ``op``) went out under the current epoch."""
+        self.pending[rid] = (self.epoch, op)
+
+    def op_of(self, rid: int) -> str:
+        """The operation of outstanding request ``rid`` (``"call"`` once it is not)."""
+        return self.pending.get(rid, (None, "call"))[1]
 
     def abandon(self, rid: int) -> None:
         """Stop waiting for ``rid``: its reply is dropped when it arrives."""
@@ -123,7 +128,7 @@ class Channel:
                 f"the replay server restarted (epoch {self.epoch} -> {epoch}) while this call "
                 "was outstanding; the new server did not apply it"
             )
-            self.fail([r for r, e in self.pending.items() if e != epoch], _RESTARTED, message)
+            self.fail([r for r, (e, _) in self.pending.items() if e != epoch], _RESTARTED, message)
         self.epoch = epoch
 
     def fail(self, rids: Iterable[int], code: int, message: str) -> None:

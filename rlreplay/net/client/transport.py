@@ -242,6 +242,7 @@ class Transport:
         until: Any = CALL,
         expires: float | None = None,
         timeout: Any = CALL,
+        label: str | None = None,
     ) -> int:
         """Send a request without waiting for its reply; returns its id.
 
@@ -257,6 +258,7 @@ class Transport:
                 request (this client stops waiting for it then); None: no such limit.
             timeout: seconds the server may block the request, sent as ``"timeout"``,
                 shortened to what is left before ``until`` (default: the header's own).
+            label: what the errors of its wait call the request (default: its op).
 
         Raises:
             ServerUnavailableError: if the server did not answer the handshake or take the
@@ -269,7 +271,7 @@ class Transport:
         op = header.get("op")
         ping = op == "ping"
         if not ping and not ch.greeted:
-            self._greet(ch, until)
+            self._greet(ch, until, op)
         if timeout is not CALL:
             if timeout is not None and until is not None:
                 # the server gives up (and answers) before this client does
@@ -303,7 +305,7 @@ class Transport:
                 )
             framing.send(sock, frames)
         if not header.get("noreply"):  # no reply comes: nothing to wait for or to fail
-            ch.sent(rid)
+            ch.sent(rid, label or op)
         if slot is not None:
             self.shm.sent(ch, slot, rid)
         return rid
@@ -319,13 +321,14 @@ class Transport:
             self.check_size(frames, ch.max_message_bytes)
         return frames
 
-    def _greet(self, ch: Channel, until: float | None) -> None:
-        """The handshake before a socket's first request: a ping learns the server's epoch
-        (a reply with a new epoch fails what the old server took, this ping included:
-        then once more)."""
+    def _greet(self, ch: Channel, until: float | None, op: str) -> None:
+        """The handshake before a socket's first request (an ``op``): a ping learns the
+        server's epoch (a reply with a new epoch fails what the old server took, this ping
+        included: then once more)."""
+        label = f"the handshake before {op}"
         for _ in range(2):
             try:
-                self.wait_until(self.send({"op": "ping"}, until=until), until)
+                self.wait_until(self.send({"op": "ping"}, until=until, label=label), until)
                 break
             except ServerRestartedError:
                 continue
@@ -470,19 +473,20 @@ class ReplyWaits:
             silent = now - max(ch.last_heard, start)
             if not warned and silent >= UNANSWERED_WARN_S:
                 warned = True
-                verdict = self._warn_unanswered(ch, now - start, silent, until)
+                verdict = self._warn_unanswered(ch, rid, now - start, silent, until)
             if until is not None and now >= until:
                 waited = f"within {max(until - start, 0.0):.3g}s"
                 if ch.last_heard > ping_sent:
                     ch.abandon(rid)
                     raise ReplayTimeoutError(
-                        f"the replay server at {self.tr.address} answers, but this call "
-                        f"did not complete {waited}"
+                        f"the replay server at {self.tr.address} answers, but this "
+                        f"{ch.op_of(rid)} did not complete {waited}"
                     )
                 self.no_answer(
                     ch,
                     rid,
-                    f"no reply from the replay server at {self.tr.address} {waited}",
+                    f"no reply to {ch.op_of(rid)} from the replay server at "
+                    f"{self.tr.address} {waited}",
                     verdict,
                 )
             if until is None and silent >= 2 * self.tr.liveness_s:
@@ -519,9 +523,9 @@ class ReplyWaits:
         return header, arrays
 
     def _warn_unanswered(
-        self, ch: Channel, waited: float, silent: float, until: float | None
+        self, ch: Channel, rid: int, waited: float, silent: float, until: float | None
     ) -> Any:
-        """Log that a call has waited ``waited`` seconds while its server answered
+        """Log that call ``rid`` has waited ``waited`` seconds while its server answered
         nothing, not even a ping, for ``silent`` seconds, and why where a look at a new
         connection tells (nothing listening, a refused credential); returns that look's
         verdict. Nothing is logged when a new connection is answered (the server is up and
@@ -539,10 +543,11 @@ class ReplyWaits:
             else f"{max(until - time.monotonic(), 0.0):.3g}s more"
         )
         logging.getLogger("rlreplay").warning(
-            "a call to the replay server at %s has waited %.3gs without a reply (nothing "
-            "heard from the server for %.3gs, not even to a ping): %s (it waits %s)",
+            "a call to the replay server at %s has waited %.3gs without a reply to %s "
+            "(nothing heard from the server for %.3gs, not even to a ping): %s (it waits %s)",
             self.tr.address,
             waited,
+            ch.op_of(rid),
             silent,
             why,
             left,
