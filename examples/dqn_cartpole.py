@@ -32,8 +32,8 @@ returns ended 2 runs of 20 below 475 on each backend; 10-step returns ended all 
 seeds 300-324 at 500 (``inline``) and all 20 of seeds 400-419 at 496 or more
 (``threads``), where 5-step returns ended 25 of 25 and 18 of 20; on seeds 500-519,
 600-619 and 700-719, which chose nothing, ``inline`` ended 59 of 60 at the target and
-``threads`` 57, then ``threads`` 20 of 20 on seeds 800-819 (the runs that failed never
-reached it; each backend failed on other seeds). A faster target network
+``threads`` 57, then ``threads`` 60 of 60 on seeds 800-819 and 900-939 (the runs that
+failed never reached it; each backend failed on other seeds). A faster target network
 (``target_tau`` 0.02, 3-step returns) ended 3 of 24 low; uniform replay, larger batches,
 a lower learning rate, more exploration and a smaller network each failed one of 6 to 9
 (docs/learning.md).

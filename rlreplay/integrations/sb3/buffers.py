@@ -137,6 +137,7 @@ class ReplayBuffer(_SB3ReplayBuffer):
     """
 
     _dict_obs = False
+    _samples_type: type = ReplayBufferSamples  # what sample() returns
 
     def __init__(
         self,
@@ -364,6 +365,17 @@ class ReplayBuffer(_SB3ReplayBuffer):
         batch_inds = np.random.randint(0, self._ring.size, size=batch_size)
         return self._get_samples(batch_inds, env=env)
 
+    def _get_samples(  # type: ignore[override]
+        self, batch_inds: np.ndarray, env: VecNormalize | None = None
+    ) -> ReplayBufferSamples | DictReplayBufferSamples:
+        """SB3's ``_get_samples``: transitions at positions ``batch_inds``."""
+        if self.n_envs == 1:  # SB3 draws from [0, 1), which leaves the generator as it was
+            env_indices = _zeros(len(batch_inds))
+        else:
+            env_indices = np.random.randint(0, high=self.n_envs, size=(len(batch_inds),))
+        parts = self._samples(np.asarray(batch_inds, dtype=np.int64), env_indices, env)
+        return self._samples_type(*parts)
+
     def _check_sample(self, batch_size: Any) -> int:
         if type(batch_size) is not int or batch_size < 1:
             batch_size = _check_int("batch_size", batch_size)
@@ -496,31 +508,13 @@ def _zeros(n: int) -> np.ndarray:
     return zeros
 
 
-def _samples_method(cls_samples: type) -> Any:
-    def _get_samples(
-        self: ReplayBuffer, batch_inds: np.ndarray, env: VecNormalize | None = None
-    ) -> Any:
-        if self.n_envs == 1:  # SB3 draws from [0, 1), which leaves the generator as it was
-            env_indices = _zeros(len(batch_inds))
-        else:
-            env_indices = np.random.randint(0, high=self.n_envs, size=(len(batch_inds),))
-        parts = self._samples(np.asarray(batch_inds, dtype=np.int64), env_indices, env)
-        return cls_samples(*parts)
-
-    _get_samples.__doc__ = "SB3's ``_get_samples``: transitions at positions ``batch_inds``."
-    return _get_samples
-
-
-ReplayBuffer._get_samples = _samples_method(ReplayBufferSamples)  # type: ignore[method-assign]
-
-
 class DictReplayBuffer(ReplayBuffer, _SB3DictReplayBuffer):
     """SB3's ``DictReplayBuffer`` with each observation stored once (timeouts and
     n-step returns included, which SB3's cannot combine with that); arguments as
     :class:`ReplayBuffer`."""
 
     _dict_obs = True
-    _get_samples = _samples_method(DictReplayBufferSamples)  # type: ignore[assignment]
+    _samples_type = DictReplayBufferSamples
 
 
 class NStepReplayBuffer(ReplayBuffer, _SB3NStepReplayBuffer):
