@@ -361,7 +361,7 @@ static PyMethodDef methods[] = {
      "awaiting, steps_out, first_out, rows_out, window_out, disc_out, pieces_out, rel_out, "
      "ext_out, held_out, origin) -> (steps, firsts, rows, pieces, items, copied_rows, episodes, "
      "last_env, last_serial, has_last): the plan of one block of an n-step adder's calls "
-     "(see NStepBlock._settle_compiled); updates the episode state arrays in place."},
+     "(see NStepBlock._run_plan); updates the episode state arrays in place."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -115,7 +115,7 @@ class NStepBlock:
             p: np.zeros((e, self.width, *sig[p].shape), dtype=sig[p].dtype) for p in inputs.paths
         }
         self._flat = {p: s.reshape(e * self.width, *s.shape[2:]) for p, s in self.scratch.items()}
-        # The compiled plan's outputs (see _settle_compiled), sized for the worst block.
+        # The compiled plan's outputs (see _run_plan), sized for the worst block.
         self._plan = _kernel.plan
         self._copy_rows = _kernel.copy_rows
         # The block's rows per field as [every * num_envs, ...] (views): the steps' values
@@ -210,7 +210,7 @@ class NStepBlock:
             return
         self.calls = 0
         self.rows = 0
-        self._settle_compiled(K)
+        self._run_plan(K)
 
     def sync(self) -> None:
         """Settle, and give the episode rows their held rows back (what the per-call path
@@ -253,7 +253,7 @@ class NStepBlock:
         self._origin[:] = 0
         self._in_scratch = True
 
-    def _settle_compiled(self, K: int) -> None:
+    def _run_plan(self, K: int) -> None:
         """:meth:`settle` with the compiled plan (``rlreplay.writers._blocks``): the
         kernel replays the calls' bookkeeping; numpy moves the rows, one gather or
         scatter per field."""
