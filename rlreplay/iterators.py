@@ -340,9 +340,14 @@ def learn_while_can_sample(
         The number of batches learned from.
 
     Raises:
-        InvalidArgumentError: for a bad ``max_batches``.
+        InvalidArgumentError: for a bad ``max_batches``, ``learn`` not callable, or a
+            ``batch_size`` the table refuses; nothing is sampled then.
     """
-    if not isinstance(max_batches, int) or max_batches < 0:
+    if not callable(learn):
+        raise InvalidArgumentError(
+            f"learn={describe(learn)} must be callable: it is called with each Sample"
+        )
+    if isinstance(max_batches, bool) or not isinstance(max_batches, int) or max_batches < 0:
         raise InvalidArgumentError(
             f"max_batches={describe(max_batches)} must be an int >= 0; it bounds the loop when "
             "the rate limiter always allows sampling"

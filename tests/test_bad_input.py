@@ -23,6 +23,7 @@ from rlreplay import (
     TrajectoryWriter,
     Uniform,
     Window,
+    learn_while_can_sample,
 )
 
 MAX_SIZE = 8
@@ -293,6 +294,23 @@ CASES = [
         InvalidArgumentError,
         ("batch_size", "max_size"),
     ),
+    # --- what can_sample and can_insert are asked about: what sample and insert refuse
+    Bad("can_sample zero", lambda t, k: t.can_sample(0), InvalidArgumentError, ("num_samples",)),
+    Bad(
+        "can_sample more than max_size",
+        lambda t, k: t.can_sample(MAX_SIZE + 1),
+        InvalidArgumentError,
+        ("num_samples", "max_size"),
+    ),
+    Bad("can_sample str", lambda t, k: t.can_sample("a"), InvalidArgumentError, ("num_samples",)),
+    Bad("can_insert zero", lambda t, k: t.can_insert(0), InvalidArgumentError, ("num_inserts",)),
+    Bad("can_insert str", lambda t, k: t.can_insert("a"), InvalidArgumentError, ("num_inserts",)),
+    Bad(
+        "learn_while_can_sample without a callable",
+        lambda t, k: learn_while_can_sample(t, 2, None, 5),
+        InvalidArgumentError,
+        ("learn", "callable"),
+    ),
     # --- importance weights (the table is untouched: the batch is drawn before the case)
 ]
 
@@ -492,6 +510,25 @@ CONSTRUCTOR = [
         "dtype",
     ),
     ("writer with no tables", lambda: TrajectoryWriter([]), InvalidArgumentError, "tables"),
+    ("writer of None", lambda: TrajectoryWriter(None), InvalidArgumentError, "tables"),
+    (
+        "prioritized exponent as a string",
+        lambda: Prioritized("0.6"),
+        InvalidArgumentError,
+        "priority_exponent",
+    ),
+    (
+        "signature field that is also a branch",
+        lambda: StepStore({"a/b": "float32", "a": "int64"}, 4),
+        InvalidArgumentError,
+        "'a' is both a field and a branch",
+    ),
+    (
+        "signature nested field that is also a branch",
+        lambda: StepStore({"obs": {"x": "float32", "x/y": "int64"}}, 4),
+        InvalidArgumentError,
+        "'obs/x' is both a field and a branch",
+    ),
     (
         "writer history below span",
         lambda: TrajectoryWriter(

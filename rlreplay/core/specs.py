@@ -230,6 +230,16 @@ class Signature:
             )
         else:
             self.fields = {p: _as_spec(p, leaf) for p, leaf in flatten(fields).items()}
+            # a path that also leads to nested fields would lose one or the other in tree()
+            branches = {p.rsplit(SEPARATOR, k)[0] for p in self.fields
+                        for k in range(1, p.count(SEPARATOR) + 1)}
+            clash = [p for p in self.fields if p in branches]
+            if clash:
+                raise InvalidArgumentError(
+                    f"signature field {clash[0]!r} is both a field and a branch of nested "
+                    f"fields ({[p for p in self.fields if p.startswith(clash[0] + SEPARATOR)]}); "
+                    "rename one of them"
+                )
         # Per-field (path, shape, ndim, dtype), read by the validation fast paths.
         self._checks = tuple(
             (p, spec.shape, len(spec.shape), spec.dtype) for p, spec in self.fields.items()

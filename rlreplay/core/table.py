@@ -279,16 +279,32 @@ class Table:
     def can_insert(self, num_inserts: int = 1) -> bool:
         """Whether inserting ``num_inserts`` items would proceed now without blocking: the
         rate limiter admits them and, for :meth:`insert` (tables of rows), the store can
-        take their rows without waiting for a queue's items."""
+        take their rows without waiting for a queue's items.
+
+        Raises:
+            InvalidArgumentError: for ``num_inserts`` not an int >= 1.
+        """
+        if isinstance(num_inserts, bool) or not isinstance(num_inserts, (int, np.integer)) or (
+            num_inserts < 1
+        ):
+            raise InvalidArgumentError(
+                f"num_inserts={describe(num_inserts)} must be an int >= 1"
+            )
         with self.mutex:
             rows = num_inserts * self.store.lanes if self._is_rows else 0
             return self.admission.can_insert(num_inserts, rows)
 
     def can_sample(self, num_samples: int = 1) -> bool:
         """Whether sampling ``num_samples`` items would proceed now without blocking or
-        failing (False also when every item of a prioritized table has priority 0)."""
+        failing (False also when every item of a prioritized table has priority 0).
+
+        Raises:
+            InvalidArgumentError: for ``num_samples`` that :meth:`sample` refuses as a
+                ``batch_size`` (not an int in ``[1, max_size]``).
+        """
+        n = check_batch_size(num_samples, self.max_size, "num_samples")
         with self.mutex:
-            return self.admission.can_sample(num_samples)
+            return self.admission.can_sample(n)
 
     # ----------------------------------------------------------------- inserts
     def insert(

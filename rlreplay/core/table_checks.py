@@ -159,8 +159,8 @@ def check_components(
         )
 
 
-def check_batch_size(batch_size: Any, max_size: int) -> int:
-    """A sample's ``batch_size`` as an int in ``[1, max_size]``.
+def check_batch_size(batch_size: Any, max_size: int, name: str = "batch_size") -> int:
+    """A sample's ``batch_size`` (the argument ``name``) as an int in ``[1, max_size]``.
 
     Raises:
         InvalidArgumentError: for a bool, a non-integer or a size outside that range (a
@@ -172,7 +172,7 @@ def check_batch_size(batch_size: Any, max_size: int) -> int:
         or not 1 <= batch_size <= max_size
     ):
         raise InvalidArgumentError(
-            f"batch_size={describe(batch_size)} must be an int in [1, max_size={max_size}]"
+            f"{name}={describe(batch_size)} must be an int in [1, max_size={max_size}]"
         )
     return int(batch_size)
 

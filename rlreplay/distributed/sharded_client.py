@@ -422,4 +422,5 @@ class ShardedClient:
         """Whether a sample of ``num_samples`` would be served now without waiting for
         inserts (see :meth:`ShardedSampler.can_sample`; one round trip to every shard,
         all at once)."""
-        return self.sampler(table).can_sample(num_samples, self.deadline())
+        n = check_batch_size(num_samples, "num_samples")
+        return self.sampler(table).can_sample(n, self.deadline())

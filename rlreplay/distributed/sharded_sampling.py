@@ -390,16 +390,18 @@ class ShardedSampler:
         rnd.rids.clear()
 
 
-def check_batch_size(batch_size: Any) -> int:
-    """``batch_size`` as an int >= 1.
+def check_batch_size(batch_size: Any, name: str = "batch_size") -> int:
+    """``batch_size`` (the argument ``name``) as an int >= 1.
 
     Raises:
         InvalidArgumentError: otherwise (each shard checks its own part's limit).
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
-        raise InvalidArgumentError(f"batch_size={batch_size!r} must be an int >= 1")
-    if batch_size < 1:
-        raise InvalidArgumentError(f"batch_size={batch_size!r} must be an int >= 1")
+    if (
+        isinstance(batch_size, bool)
+        or not isinstance(batch_size, (int, np.integer))
+        or batch_size < 1
+    ):
+        raise InvalidArgumentError(f"{name}={batch_size!r} must be an int >= 1")
     return int(batch_size)
 
 

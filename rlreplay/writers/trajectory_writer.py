@@ -68,7 +68,15 @@ class TrajectoryWriter:
     """
 
     def __init__(self, tables: Table | Sequence[Table], *, history: int | None = None):
-        tables = [tables] if isinstance(tables, Table) else list(tables)
+        if isinstance(tables, Table):
+            tables = [tables]
+        elif isinstance(tables, (list, tuple)) and all(isinstance(t, Table) for t in tables):
+            tables = list(tables)
+        else:
+            raise InvalidArgumentError(
+                f"tables={describe(tables)} must be a Table or a list of Tables sharing one "
+                "StepStore"
+            )
         if not tables:
             raise InvalidArgumentError("tables is empty; give at least one Table")
         if len({id(t) for t in tables}) != len(tables):

@@ -335,3 +335,31 @@ def test_a_remote_insert_timing_out_on_an_unconsumed_queue_says_why():
         with pytest.raises(rlreplay.RateLimiterTimeoutError, match="no sampler is consuming"):
             client.insert("q", {"x": np.ones(1, np.float32)}, timeout=0.3)
     assert queue.size == 2
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda t: t.can_sample(0),
+        lambda t: t.can_insert(0),
+        lambda t: t.can_sample("2"),
+        lambda t: t.sample(0, timeout=1.0),
+    ],
+    ids=["can_sample_zero", "can_insert_zero", "can_sample_str", "sample_zero"],
+)
+def test_counts_a_table_refuses_are_refused_as_such_locally_and_remotely(client, call):
+    """What sample() or insert() would refuse, can_sample() and can_insert() refuse too, and
+    the message gives the range that holds (from 1)."""
+    from rlreplay.net import tables_from_config
+
+    spec = table("prio", sampler={"type": "Prioritized", "priority_exponent": 1.0})
+    local = tables_from_config(config(spec))[0]
+    for t in (local, client.table("prio")):
+        t.insert(rows(4), [1.0, 2.0, 3.0, 4.0])
+        with pytest.raises(InvalidArgumentError, match=r"must be an int (in \[1, |>= 1)"):
+            call(t)
+
+
+def test_an_empty_address_is_refused_as_empty():
+    with pytest.raises(InvalidArgumentError, match="non-empty string"):
+        rlreplay.Client("")

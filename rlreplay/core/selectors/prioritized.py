@@ -39,7 +39,12 @@ class Prioritized(Selector):
     name = "prioritized"
 
     def __init__(self, priority_exponent: float = 1.0):
-        if not np.isfinite(priority_exponent) or priority_exponent < 0:
+        if (
+            isinstance(priority_exponent, bool)
+            or not isinstance(priority_exponent, (int, float, np.integer, np.floating))
+            or not np.isfinite(priority_exponent)
+            or priority_exponent < 0
+        ):
             raise InvalidArgumentError(
                 f"priority_exponent={describe(priority_exponent)} must be a finite number "
                 ">= 0 (0 samples uniformly, 1 proportionally to priority)"

@@ -370,8 +370,8 @@ OPERATIONS: dict[str, Operation] = {
         Operation("ping", _S.ping),
         Operation("describe", _S.describe),
         Operation("info", _S.info, {"table": (schema.table_name, False)}),
-        Operation("can_insert", _S.can_insert, {**_TABLE, "n": (schema.count, False)}),
-        Operation("can_sample", _S.can_sample, {**_TABLE, "n": (schema.count, False)}),
+        Operation("can_insert", _S.can_insert, {**_TABLE, "n": (schema.positive_count, False)}),
+        Operation("can_sample", _S.can_sample, {**_TABLE, "n": (schema.positive_count, False)}),
         Operation(
             "insert",
             _S.insert,
@@ -386,7 +386,7 @@ OPERATIONS: dict[str, Operation] = {
             _S.sample,
             {
                 **_TABLE,
-                "batch_size": (schema.count, True),
+                "batch_size": (schema.positive_count, True),
                 "shm": (schema.stream, False),
                 **TIMEOUT,
             },

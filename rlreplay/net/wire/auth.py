@@ -36,7 +36,9 @@ def normalize_address(address: str) -> str:
             "server)"
         )
     if not isinstance(address, str) or not address:
-        raise InvalidArgumentError(f"address={describe(address)} must be a string")
+        raise InvalidArgumentError(
+            f"address={describe(address)} must be a non-empty string such as 'localhost:8000'"
+        )
     usage = "tcp://HOST:PORT, HOST:PORT or ipc:///path"
     if address.startswith("ipc://"):
         if len(address) == len("ipc://"):

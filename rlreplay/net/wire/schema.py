@@ -46,6 +46,12 @@ def count(value: Any, key: str) -> int:
     return value
 
 
+def positive_count(value: Any, key: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_COUNT:
+        raise InvalidArgumentError(f"{key}={describe(value)} must be an int in [1, {MAX_COUNT}]")
+    return value
+
+
 def size(value: Any, key: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_COUNT:
         raise ProtocolError(f"request field {key!r} is {describe(value)}, not an int in [0, 2**31)")
