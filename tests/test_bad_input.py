@@ -775,3 +775,28 @@ def test_bad_item_arguments_are_refused_before_waiting_for_the_limiter(call, wor
     assert word in str(raised[0])
     assert_same(before, snapshot(queue))
     queue.close()
+
+
+@pytest.mark.parametrize(
+    "value, said",
+    [
+        ([1, np.zeros(2, np.float32)], "is a list of 2 value(s)"),
+        ((1,), "is a tuple of 1 value(s)"),
+        ((1, np.zeros(2, np.float32), 3), "is a tuple of 3 value(s)"),
+    ],
+    ids=["list", "too_short", "too_long"],
+)
+def test_a_tuple_space_value_of_the_wrong_form_says_what_it_takes(value, said):
+    from gymnasium.spaces import Box, Discrete
+    from gymnasium.spaces import Tuple as TupleSpace
+
+    from rlreplay import Signature
+
+    sig = Signature.from_spaces(TupleSpace((Discrete(2), Box(-1, 1, (2,)))), Discrete(2))
+    table = Table("t", signature=sig, max_size=4)
+    with pytest.raises(SignatureError) as err:
+        table.insert({"obs": value, "action": 0, "reward": 0.0})
+    assert said in str(err.value) and "takes a tuple of 2 values" in str(err.value)
+    assert table.size == 0
+    table.insert({"obs": (1, np.zeros(2, np.float32)), "action": 0, "reward": 0.0})
+    assert table.size == 1

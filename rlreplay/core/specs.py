@@ -523,6 +523,16 @@ class Signature:
         if flat.keys() != self.fields.keys():
             missing = [p for p in self.fields if p not in flat]
             extra = [p for p in flat if p not in self.fields]
+            for p in extra:
+                width = len(self._tuple_fields(p + SEPARATOR))
+                value = flat[p]
+                if width and isinstance(value, (tuple, list)):
+                    raise SignatureError(
+                        f"{argument}[{p!r}] is a {type(value).__name__} of {len(value)} "
+                        f"value(s); the Tuple space there takes a tuple of {width} values "
+                        f"(fields {p}/0 .. {p}/{width - 1}, as gymnasium gives them), or a "
+                        "dict of them by position"
+                    )
             raise SignatureError(
                 f"{argument} fields do not match the signature: missing {missing}, "
                 f"unknown {extra}; expected exactly {list(self.fields)}"
