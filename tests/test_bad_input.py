@@ -665,18 +665,23 @@ def test_row_insert_into_a_table_of_multi_step_items_is_rejected():
     assert store.next_id == 0 and table.size == 0
 
 
-@pytest.mark.parametrize("call", ["insert", "sample"])
-def test_blocking_calls_on_a_closed_table_raise_closed_error(call):
+CLOSED_CALLS = {
+    "insert": lambda t, k: t.insert(rows(10, 1), timeout=1.0),
+    "sample": lambda t, k: t.sample(1, timeout=1.0),
+    "update_priorities": lambda t, k: t.update_priorities(k[:2], [1.0, 2.0]),
+    "delete": lambda t, k: t.delete(k[:2]),
+}
+
+
+@pytest.mark.parametrize("call", sorted(CLOSED_CALLS))
+def test_calls_on_a_closed_table_raise_closed_error(call):
     from rlreplay import ClosedError
 
-    table, _ = filled_table()
+    table, keys = filled_table()
     table.close()
     before = snapshot(table)
-    with pytest.raises(ClosedError):
-        if call == "insert":
-            table.insert(rows(10, 1), timeout=1.0)
-        else:
-            table.sample(1, timeout=1.0)
+    with pytest.raises(ClosedError, match="closed"):
+        CLOSED_CALLS[call](table, keys)
     assert_same(before, snapshot(table))
 
 

@@ -531,7 +531,7 @@ class Signature:
                         f"{argument}[{p!r}] is a {type(value).__name__} of {len(value)} "
                         f"value(s); the Tuple space there takes a tuple of {width} values "
                         f"(fields {p}/0 .. {p}/{width - 1}, as gymnasium gives them), or a "
-                        "dict of them by position"
+                        f"dict of them by position; missing {missing}"
                     )
             raise SignatureError(
                 f"{argument} fields do not match the signature: missing {missing}, "

@@ -40,7 +40,7 @@ from rlreplay.core.table_checks import (
 )
 from rlreplay.core.table_info import TableInfo
 from rlreplay.core.waiting import BlockedCall
-from rlreplay.errors import InvalidArgumentError, SignatureError, describe
+from rlreplay.errors import ClosedError, InvalidArgumentError, SignatureError, describe
 
 __all__ = ["OVERWRITE_POLICIES", "SLOT_STATE", "Table"]
 
@@ -619,8 +619,10 @@ class Table:
 
         Raises:
             InvalidArgumentError: for keys not made by this table or invalid priorities.
+            ClosedError: if the table was closed (its items were dropped).
         """
         with self.mutex:
+            self._check_open("update_priorities")
             slots, prios = self.index.held(keys, priorities, "stale_updates")
             self.index.update(slots, prios)
             return len(slots)
@@ -633,14 +635,20 @@ class Table:
 
         Raises:
             InvalidArgumentError: for keys not made by this table.
+            ClosedError: if the table was closed (its items were dropped).
         """
         with self.mutex:
+            self._check_open("delete")
             slots, _ = self.index.held(keys, None, "stale_deletes")
             if len(slots):
                 self.index.remove(slots)
                 self.index.counts["deletes"] += len(slots)
                 self.store.wake_waiters()
             return len(slots)
+
+    def _check_open(self, call: str) -> None:
+        if self.closed:
+            raise ClosedError(f"{call} on table {self.name!r}, which is closed")
 
     # ----------------------------------------------------------- housekeeping
     def reset(self) -> None:
