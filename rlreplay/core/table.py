@@ -32,6 +32,7 @@ from rlreplay.core.table_checks import (
     OVERWRITE_POLICIES,
     check_batch_size,
     check_components,
+    check_count,
     check_table_limits,
     check_timeout,
     int_array,
@@ -284,12 +285,7 @@ class Table:
         Raises:
             InvalidArgumentError: for ``num_inserts`` not an int >= 1.
         """
-        if isinstance(num_inserts, bool) or not isinstance(num_inserts, (int, np.integer)) or (
-            num_inserts < 1
-        ):
-            raise InvalidArgumentError(
-                f"num_inserts={describe(num_inserts)} must be an int >= 1"
-            )
+        num_inserts = check_count(num_inserts, "num_inserts")
         with self.mutex:
             rows = num_inserts * self.store.lanes if self._is_rows else 0
             return self.admission.can_insert(num_inserts, rows)

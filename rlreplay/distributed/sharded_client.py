@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from rlreplay.core.sample import Sample
-from rlreplay.core.table_checks import check_timeout, seeded_rng
+from rlreplay.core.table_checks import check_count, check_timeout, seeded_rng
 from rlreplay.core.table_info import TableInfo
 from rlreplay.distributed.routed_calls import (
     described,
@@ -32,7 +32,7 @@ from rlreplay.distributed.shard_health import ShardHealth
 from rlreplay.distributed.shard_inserts import InsertRouter
 from rlreplay.distributed.shard_keys import ShardKeys
 from rlreplay.distributed.sharded_iterator import ShardedSampleIterator
-from rlreplay.distributed.sharded_sampling import ShardedSampler, check_batch_size
+from rlreplay.distributed.sharded_sampling import ShardedSampler
 from rlreplay.distributed.sharded_table import ShardedTable, ShardWriter
 from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.net.client.client import Client
@@ -305,7 +305,7 @@ class ShardedClient:
             InvalidArgumentError: for a batch size that is not an int >= 1, or above the
                 smallest shard's ``max_size``.
         """
-        batch_size = check_batch_size(batch_size)
+        batch_size = check_count(batch_size, "batch_size")
         descriptions = described(self.shards, self.health, deadline or self.deadline(), table)
         largest = min(d["max_size"] for d in descriptions.values())
         if batch_size > largest:
@@ -422,5 +422,5 @@ class ShardedClient:
         """Whether a sample of ``num_samples`` would be served now without waiting for
         inserts (see :meth:`ShardedSampler.can_sample`; one round trip to every shard,
         all at once)."""
-        n = check_batch_size(num_samples, "num_samples")
+        n = check_count(num_samples, "num_samples")
         return self.sampler(table).can_sample(n, self.deadline())

@@ -23,7 +23,6 @@ from rlreplay.distributed.shard_draws import ShardState, check_samplers, merge, 
 from rlreplay.distributed.shard_health import ShardHealth
 from rlreplay.distributed.shard_keys import ShardKeys
 from rlreplay.errors import (
-    InvalidArgumentError,
     RateLimiterTimeoutError,
     ReplayTimeoutError,
     ServerUnavailableError,
@@ -388,20 +387,5 @@ class ShardedSampler:
         for shard, rid in rnd.rids.items():
             self.shards[shard].transport.cancel([rid])
         rnd.rids.clear()
-
-
-def check_batch_size(batch_size: Any, name: str = "batch_size") -> int:
-    """``batch_size`` (the argument ``name``) as an int >= 1.
-
-    Raises:
-        InvalidArgumentError: otherwise (each shard checks its own part's limit).
-    """
-    if (
-        isinstance(batch_size, bool)
-        or not isinstance(batch_size, (int, np.integer))
-        or batch_size < 1
-    ):
-        raise InvalidArgumentError(f"{name}={batch_size!r} must be an int >= 1")
-    return int(batch_size)
 
 

@@ -40,16 +40,16 @@ def table_name(value: Any, key: str) -> str:
     return value
 
 
-def count(value: Any, key: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_COUNT:
-        raise InvalidArgumentError(f"{key}={describe(value)} must be an int in [0, {MAX_COUNT}]")
+def count(value: Any, key: str, low: int = 0) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= MAX_COUNT:
+        raise InvalidArgumentError(
+            f"{key}={describe(value)} must be an int in [{low}, {MAX_COUNT}]"
+        )
     return value
 
 
 def positive_count(value: Any, key: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_COUNT:
-        raise InvalidArgumentError(f"{key}={describe(value)} must be an int in [1, {MAX_COUNT}]")
-    return value
+    return count(value, key, low=1)
 
 
 def size(value: Any, key: str) -> int:
