@@ -175,8 +175,9 @@ class ItemLayout:
         may be named by a string (``next_fields="obs"``).
 
         Raises:
-            InvalidArgumentError: for a ``next_fields`` entry not in the signature or
-                ``n_step`` not an int >= 1.
+            InvalidArgumentError: for a ``next_fields`` entry not in the signature, a
+                ``next_prefix`` that makes an output name a stored field's (``obs`` and
+                ``next_obs`` stored: give another prefix) or ``n_step`` not an int >= 1.
         """
         signature = _as_signature(signature)
         if isinstance(next_fields, str):
@@ -195,6 +196,12 @@ class ItemLayout:
                     f"{list(signature.paths)}"
                 )
             for p in paths:
+                if next_prefix + p in windows:
+                    raise InvalidArgumentError(
+                        f"next_prefix={next_prefix!r} names the next {p!r} "
+                        f"{next_prefix + p!r}, which is also a stored field: give a "
+                        "next_prefix no field starts with"
+                    )
                 windows[next_prefix + p] = Window(p, offset=n_step)
         return cls(windows, signature)
 

@@ -217,6 +217,13 @@ def test_a_layout_built_from_the_dict_serves_the_table_of_that_signature():
             lambda: ItemLayout.transition(SIG, n_step=1.5), ["n_step=1.5"], id="n_step_float"
         ),
         pytest.param(lambda: ItemLayout.sequence(SIG, True), ["length=True"], id="bool_length"),
+        pytest.param(
+            lambda: ItemLayout.transition(
+                {"obs": ((2,), "float32"), "next_obs": ((2,), "float32")}
+            ),
+            ["next_prefix='next_'", "'next_obs'", "also a stored field"],
+            id="next_shadows_a_field",
+        ),
         pytest.param(lambda: ItemLayout([], SIG), ["windows=[]"], id="windows_list"),
         pytest.param(
             lambda: ItemLayout({"o": Window("obs", offset=0.5)}, SIG),

@@ -301,7 +301,12 @@ def test_cleanrl_runner_resolves_both_buffer_imports(tmp_path):
     script.write_text(
         "import sys\n"
         "from cleanrl_utils.buffers import ReplayBuffer as A\n"
-        "from stable_baselines3.common.buffers import ReplayBuffer as B\n"
+        "from stable_baselines3.common.buffers import ReplayBuffer as B, DictReplayBuffer\n"
+        "from gymnasium import spaces\n"
+        "import stable_baselines3.common.buffers as sb3\n"
+        "space = spaces.Dict({'x': spaces.Box(0, 1, (2,))})\n"
+        "DictReplayBuffer(4, space, spaces.Discrete(2))  # SB3's own classes unchanged\n"
+        "assert sb3.ReplayBuffer.__module__ == 'stable_baselines3.common.buffers'\n"
         "print(A.__module__, B.__name__, B.__module__, sys.argv[1:])\n"
     )
     out = subprocess.run(

@@ -131,6 +131,48 @@ def test_n_step_same_as_sb3(n_steps, n_envs):
     assert got.discounts is not None and got.discounts.shape == (64, 1)
 
 
+@pytest.mark.parametrize(
+    ("buffer_size", "n_envs"), [(1, 1), (2, 2), (3, 2)], ids=["1x1", "2x2", "3x2"]
+)
+def test_one_transition_per_env_same_as_sb3(buffer_size, n_envs):
+    """buffer_size // n_envs == 1: each add replaces the only transition of an env, and
+    its next observation stays its own across episode ends."""
+    ref = sb3.ReplayBuffer(buffer_size, BOX, DISCRETE, "cpu", n_envs=n_envs)
+    ours = ReplayBuffer(buffer_size, BOX, DISCRETE, "cpu", n_envs=n_envs)
+    prioritized = PrioritizedReplayBuffer(buffer_size, BOX, DISCRETE, "cpu", n_envs=n_envs)
+    for steps in range(1, 12):
+        feed([ref, ours, prioritized], 1, n_envs, BOX, DISCRETE, seed=steps, continue_prob=0.5)
+        assert_arrays_equal(ref, ours)
+        assert_arrays_equal(ref, prioritized)
+        np.random.seed(steps)
+        expected = ref.sample(8)
+        np.random.seed(steps)
+        assert_samples_equal(expected, ours.sample(8))
+        batch = prioritized.sample(8)
+        positions, envs = prioritized._ring.transitions_of_slots(batch.keys)
+        np.testing.assert_array_equal(
+            batch.next_observations.numpy(), ref.next_observations[positions, envs]
+        )
+
+
+def test_prioritized_dict_with_a_key_named_next_of_another():
+    """Observation keys "a" and "next_a": each sampled as itself, not one for the other."""
+    space = spaces.Dict(
+        {"a": spaces.Box(-1, 1, (2,), np.float32), "next_a": spaces.Box(-1, 1, (2,), np.float32)}
+    )
+    ref = sb3.DictReplayBuffer(20, space, CONTINUOUS, "cpu", n_envs=2)
+    ours = PrioritizedDictReplayBuffer(20, space, CONTINUOUS, "cpu", n_envs=2)
+    feed([ref, ours], 15, 2, space, CONTINUOUS)
+    assert_arrays_equal(ref, ours)
+    batch = ours.sample(16)
+    positions, envs = ours._ring.transitions_of_slots(batch.keys)
+    for key in ("a", "next_a"):
+        for name in ("observations", "next_observations"):
+            np.testing.assert_array_equal(
+                getattr(batch, name)[key].numpy(), getattr(ref, name)[key][positions, envs]
+            )
+
+
 def test_observations_stored_once_and_final_ones_freed():
     ours = ReplayBuffer(100, BOX, DISCRETE, "cpu", n_envs=2)
     ref = sb3.ReplayBuffer(100, BOX, DISCRETE, "cpu", n_envs=2)
@@ -212,6 +254,12 @@ def test_pickle_round_trip_restores_exactly(cls):
             ours._ring.held_priorities()[1], back._ring.held_priorities()[1]
         )
         assert back._ring.table.index.max_priority == ours._ring.table.index.max_priority
+        # keys sampled before saving still update; the sampler's generator goes on
+        # where it was, not from its seed
+        assert back.update_priorities(batch.keys, np.ones(16)) == len(set(batch.keys.tolist()))
+        ours.update_priorities(batch.keys, np.ones(16))
+        for _ in range(3):
+            np.testing.assert_array_equal(ours.sample(8).keys, back.sample(8).keys)
     else:
         np.random.seed(2)
         expected = ours.sample(32)

@@ -605,7 +605,7 @@ class _Prioritized:
         obs = {name: field(name) for name in ring.names}
         next_obs = None
         if self._one_step:  # type: ignore[attr-defined]
-            next_obs = {name: field("next_" + name) for name in ring.names}
+            next_obs = {name: field(ring.next_prefix + name) for name in ring.names}
         parts = self._samples(positions, envs, env, obs, next_obs)  # type: ignore[attr-defined]
         # PER's importance weights, (N * P(i)) ** -beta over the batch's largest.
         weights = np.power(parts_[0].info.table_size * probabilities, -self.current_beta)

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.core.keys import SLOT_MASK
+from rlreplay.core.keys import SLOT_MASK, make_keys
 from rlreplay.core.layout import ItemLayout
 from rlreplay.core.rate_limiters import MinSize
 from rlreplay.core.selectors import Prioritized
@@ -93,6 +93,10 @@ class ObservationRing:
         self.per_env = int(per_env)
         self.n_envs = int(n_envs)
         self.ring = self.per_env + 1
+        # the table's name for a next observation: "next_" unless a field starts with it
+        self.next_prefix = "next_"
+        while any(name.startswith(self.next_prefix) for name in self.names):
+            self.next_prefix = "_" + self.next_prefix
         self.alpha = alpha
         self.seed = seed
         self._build(None)
@@ -118,7 +122,9 @@ class ObservationRing:
             self.table = Table(
                 "sb3",
                 store=self.store,
-                layout=ItemLayout.transition(self.store.signature, next_fields=self.names),
+                layout=ItemLayout.transition(
+                    self.store.signature, next_fields=self.names, next_prefix=self.next_prefix
+                ),
                 sampler=Prioritized(priority_exponent=self.alpha),
                 max_size=self.per_env * self.n_envs,
                 rate_limiter=MinSize(1),
@@ -204,9 +210,12 @@ class ObservationRing:
 
     def _episode_ends(self, obs: Mapping[str, np.ndarray], first: int, k: int) -> None:
         """Environments whose ``obs`` is not the previous ``next_obs``: that one moves to
-        the side store as transition ``k - 1``'s final observation, ``obs`` takes its row."""
+        the side store as transition ``k - 1``'s final observation, ``obs`` takes its row.
+        With one transition per environment, transition ``k - 1`` has just left (its
+        position is ``k``'s), so its final observation is dropped."""
         n = self.n_envs
         q = (k - 1) % self.per_env
+        kept = self.per_env > 1
         with self.store.mutex:
             for e in range(n):
                 if all(
@@ -214,9 +223,10 @@ class ObservationRing:
                     for name, col in zip(self.names, self.columns)
                 ):
                     continue
-                slot = self._side_slot()
+                slot = self._side_slot() if kept else -1
                 for name, col in zip(self.names, self.columns):
-                    self.side[name][slot] = col[first + e]
+                    if kept:
+                        self.side[name][slot] = col[first + e]
                     col[first + e] = obs[name][e]
                 self.final_at[q, e] = slot + 1
 
@@ -316,6 +326,10 @@ class ObservationRing:
             keys, priorities = self.held_priorities()
             state["priorities"] = (keys & SLOT_MASK, priorities)
             state["max_priority"] = float(self.table.index.max_priority)
+        if self.table is not None:
+            # keys sampled before saving stay valid after loading; draws go on alike
+            state["generations"] = np.array(self.table.index.generation)
+            state["rng"] = self.table.rng.bit_generator.state
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -323,6 +337,8 @@ class ObservationRing:
         next_id = state.pop("store_next_id")
         priorities = state.pop("priorities", None)
         max_priority = state.pop("max_priority", None)
+        rng = state.pop("rng", None)
+        generations = state.pop("generations", None)
         self.__dict__.update(state)
         self._build(columns)
         self.store.load_state({"next_id": next_id})
@@ -333,6 +349,9 @@ class ObservationRing:
             k = self.count - (self.count - ring_steps) % self.ring
             self.table.create_items(k * self.n_envs + envs, values)
             self.table.index.max_priority = max_priority
+        if self.table is not None:  # keys issued before saving name the same items
+            self.table.index.generation[:] = generations
+            self.table.rng.bit_generator.state = rng
 
     def held_priorities(self) -> tuple[np.ndarray, np.ndarray]:
         """Keys and priorities of every held transition, oldest first (prioritized)."""
@@ -342,7 +361,5 @@ class ObservationRing:
         envs = np.tile(np.arange(self.n_envs), held)
         slots = (k % self.ring) * self.n_envs + envs
         index = self.table.index
-        from rlreplay.core.keys import make_keys
-
         keys = make_keys(slots, index.generation[slots], index.origin)
         return keys, np.array(index.priority[slots], dtype=np.float64)
