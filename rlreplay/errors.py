@@ -151,7 +151,8 @@ class ServerUnavailableError(ReplayTimeoutError, ConnectionError):
 
     Attributes:
         reason: why, when the client could tell after the call failed: one of
-            ``"refused"`` (nothing accepts connections at the address), ``"needs_curve"``,
+            ``"refused"`` (nothing accepts connections at the address), ``"unresolved"``
+            (the host name does not resolve), ``"needs_curve"``,
             ``"not_curve"``, ``"wrong_server_key"``, ``"client_not_authorized"`` (the
             CURVE handshake was refused), ``"ok"`` (the server accepts connections but did
             not answer), ``"silent"``; None when not checked.

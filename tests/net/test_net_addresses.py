@@ -91,6 +91,19 @@ UNREACHABLE_CALLS = {
 DIAGNOSE_S = 2.0  # the diagnosis window these tests give a client
 
 
+def test_a_host_name_that_does_not_resolve_is_named_as_such():
+    # ".invalid" is reserved (RFC 2606): no resolver answers it with an address.
+    client = rlreplay.Client("no-such-host.invalid:8000", call_timeout=0.5)
+    start = time.monotonic()
+    with pytest.raises(ServerUnavailableError) as caught:
+        client.ping(timeout=0.5)
+    client.close()
+    assert caught.value.reason == "unresolved"
+    assert "host name does not resolve" in str(caught.value)
+    assert "no-such-host.invalid" in str(caught.value)
+    assert time.monotonic() - start < 0.5 + DIAGNOSE_S + 2.0
+
+
 @pytest.mark.parametrize("call", sorted(UNREACHABLE_CALLS))
 def test_client_with_nothing_listening_says_so_within_its_timeout(call):
     # A generous diagnosis window, so a loaded machine still tells why; a refused

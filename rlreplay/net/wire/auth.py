@@ -12,6 +12,8 @@ import errno
 import ipaddress
 import logging
 import os
+import socket
+import threading
 import time
 from pathlib import Path
 
@@ -289,6 +291,7 @@ HANDSHAKE_VERDICTS = (
     "wrong_server_key",  # the server refused the handshake: not its public key
     "client_not_authorized",  # the server's authenticator refused this client's key
     "refused",  # nothing accepts connections at the address
+    "unresolved",  # the host name does not resolve to an address
     "silent",  # no answer at all within the timeout
 )
 
@@ -306,6 +309,8 @@ UNREACHABLE_REASONS = {
     "with a .key_secret whose public .key is in the server's {authorized_keys} folder",
     "refused": "nothing accepts connections there: is the server running, and are the host "
     "name and the port right?",
+    "unresolved": "its host name does not resolve to an address: check the name (a typo?), "
+    "or give the server's IP address",
     "ok": "the server accepts connections but did not answer: it may be stalled or overloaded",
 }
 PYTHON_NAMES = {
@@ -328,6 +333,29 @@ def unreachable_reason(verdict: str | None, names: dict[str, str] = PYTHON_NAMES
     """
     template = UNREACHABLE_REASONS.get(verdict) if verdict is not None else None
     return None if template is None else template.format(**names)
+
+
+def resolves(address: str, timeout: float) -> bool | None:
+    """Whether the host of a ``tcp://`` address resolves (an IP address or ``ipc://``:
+    True); None when the resolver did not answer within ``timeout`` seconds."""
+    if address.startswith("ipc://"):
+        return True
+    host, _, port = address[len("tcp://") :].rpartition(":")
+    answer: list[bool] = []
+
+    def lookup() -> None:
+        try:
+            socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)
+            answer.append(True)
+        except (OSError, UnicodeError):
+            answer.append(False)
+
+    # The system resolver has no timeout of its own: it runs in a thread left behind
+    # when it takes longer than ``timeout``.
+    thread = threading.Thread(target=lookup, name="rlreplay-resolve", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return answer[0] if answer else None
 
 
 def diagnose_connection(
@@ -357,6 +385,8 @@ def diagnose_connection(
 
     address = normalize_address(address)
     server_key = public_key(server_public_key)
+    if resolves(address, timeout) is False:
+        return "unresolved"
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     # A peer that closes during the handshake may be told apart only by a later attempt
