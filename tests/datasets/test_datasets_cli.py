@@ -42,7 +42,9 @@ def episodes_rows(n_episodes: int = 5, length: int = 7) -> dict[str, np.ndarray]
 def checkpoint(tmp_path):
     store = StepStore(SIG, capacity=100)
     rows = Table("rows", store=store, seed=0)
-    pairs = Table("pairs", store=store, layout=ItemLayout.transition(SIG, "obs"), seed=1)
+    # "then_obs": the stored field next_obs keeps its name
+    pairs_layout = ItemLayout.transition(SIG, "obs", next_prefix="then_")
+    pairs = Table("pairs", store=store, layout=pairs_layout, seed=1)
     rows.insert(episodes_rows())
     pairs.create_items(np.arange(0, 30, 2))
     save([rows, pairs], tmp_path / "ckpts")
