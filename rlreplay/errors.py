@@ -8,6 +8,8 @@ its message text.
 
 from __future__ import annotations
 
+import numbers
+
 
 class ReplayError(Exception):
     """Base class of every error rlreplay raises on purpose."""
@@ -210,6 +212,18 @@ class ComponentFailedError(ReplayError):
     def __init__(self, component: str, message: str):
         super().__init__(f"{component} failed: {message}")
         self.component = component
+
+
+def check_count(value: object, name: str, hint: str = "") -> int:
+    """``value`` (the argument ``name``) as an int >= 1; ``hint`` says what it counts.
+
+    Raises:
+        InvalidArgumentError: for a bool, a non-integer or a value below 1.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        said = f" ({hint})" if hint else ""
+        raise InvalidArgumentError(f"{name}={describe(value)} must be an int >= 1{said}")
+    return int(value)
 
 
 def check_keywords(make: object, given: dict, what: str) -> None:

@@ -27,6 +27,7 @@ from rlreplay.errors import (
     InvalidArgumentError,
     RateLimiterTimeoutError,
     ReplayTimeoutError,
+    check_count,
     describe,
 )
 
@@ -210,16 +211,8 @@ class ReplayIterator:
                 f"table={describe(table)} has no sample(batch_size, timeout=) method; give a "
                 "Table (or a client's remote table, client.table(name))"
             )
-        if (
-            isinstance(batch_size, bool)
-            or not isinstance(batch_size, (int, np.integer))
-            or batch_size < 1
-        ):
-            raise InvalidArgumentError(
-                f"batch_size={describe(batch_size)} must be an int >= 1 (items per batch)"
-            )
-        if not isinstance(prefetch, int) or prefetch < 1:
-            raise InvalidArgumentError(f"prefetch={describe(prefetch)} must be an int >= 1")
+        check_count(batch_size, "batch_size", "items per batch")
+        check_count(prefetch, "prefetch")
         if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
             raise InvalidArgumentError(f"timeout={describe(timeout)} must be seconds > 0 or None")
         if max_batches is not None and (not isinstance(max_batches, int) or max_batches < 0):

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from rlreplay.core.specs import Signature
-from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.errors import InvalidArgumentError, check_count, describe
 
 
 def _is_int(value: object) -> bool:
@@ -182,11 +182,7 @@ class ItemLayout:
         signature = _as_signature(signature)
         if isinstance(next_fields, str):
             next_fields = (next_fields,)
-        if not _is_int(n_step) or n_step < 1:
-            raise InvalidArgumentError(
-                f"n_step={describe(n_step)} must be an int >= 1 (next_<field> is read n_step "
-                "steps after the anchor)"
-            )
+        n_step = check_count(n_step, "n_step", "next_<field> is read n_step steps later")
         windows = {p: Window(p) for p in signature.paths}
         for f in next_fields:
             paths = [p for p in signature.paths if p == f or p.startswith(f + "/")]
@@ -209,8 +205,7 @@ class ItemLayout:
     def sequence(cls, signature: Signature | Mapping, length: int) -> ItemLayout:
         """Every field as ``length`` consecutive steps: ``[B, length, ...]``."""
         signature = _as_signature(signature)
-        if not _is_int(length) or length < 1:
-            raise InvalidArgumentError(f"length={describe(length)} must be an int >= 1")
+        length = check_count(length, "length")
         return cls({p: Window(p, 0, length) for p in signature.paths}, signature)
 
     def __repr__(self) -> str:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from rlreplay.errors import DeadlockError, InvalidArgumentError, describe
+from rlreplay.errors import DeadlockError, InvalidArgumentError, check_count, describe
 
 
 class RateLimiter:
@@ -61,10 +61,7 @@ class RateLimiter:
             raise InvalidArgumentError(
                 f"samples_per_insert={describe(samples_per_insert)} must be a number > 0"
             )
-        if not isinstance(min_size_to_sample, int) or min_size_to_sample < 1:
-            raise InvalidArgumentError(
-                f"min_size_to_sample={describe(min_size_to_sample)} must be an int >= 1"
-            )
+        check_count(min_size_to_sample, "min_size_to_sample")
         if math.isnan(min_diff) or math.isnan(max_diff) or min_diff > max_diff:
             raise InvalidArgumentError(
                 f"min_diff={min_diff} and max_diff={max_diff}: min_diff must be <= max_diff"
@@ -245,10 +242,7 @@ def SampleToInsertRatio(
             f"{samples_per_insert}: it must be at least max(1, samples_per_insert) / 2 or "
             "inserts and samples can block each other forever"
         )
-    if not isinstance(min_size_to_sample, int) or min_size_to_sample < 1:
-        raise InvalidArgumentError(
-            f"min_size_to_sample={describe(min_size_to_sample)} must be an int >= 1"
-        )
+    check_count(min_size_to_sample, "min_size_to_sample")
     offset = samples_per_insert * min_size_to_sample
     return RateLimiter(
         samples_per_insert, min_size_to_sample, offset - error_buffer, offset + error_buffer
@@ -261,9 +255,7 @@ def Queue(size: int) -> RateLimiter:
     A sampler must consume the queue: with nobody sampling, inserts (and a queue table's
     writers) stop once ``size`` items wait, and warn "no sampler is consuming this queue".
     """
-    if not isinstance(size, int) or size < 1:
-        raise InvalidArgumentError(f"size={describe(size)} must be an int >= 1")
-    return RateLimiter(1.0, 1, 0.0, float(size))
+    return RateLimiter(1.0, 1, 0.0, float(check_count(size, "size")))
 
 
 def Stack(size: int) -> RateLimiter:

@@ -32,7 +32,6 @@ from rlreplay.core.table_checks import (
     OVERWRITE_POLICIES,
     check_batch_size,
     check_components,
-    check_count,
     check_table_limits,
     check_timeout,
     int_array,
@@ -41,7 +40,13 @@ from rlreplay.core.table_checks import (
 )
 from rlreplay.core.table_info import TableInfo
 from rlreplay.core.waiting import BlockedCall
-from rlreplay.errors import ClosedError, InvalidArgumentError, SignatureError, describe
+from rlreplay.errors import (
+    ClosedError,
+    InvalidArgumentError,
+    SignatureError,
+    check_count,
+    describe,
+)
 
 __all__ = ["OVERWRITE_POLICIES", "SLOT_STATE", "Table"]
 

@@ -159,17 +159,6 @@ def check_components(
         )
 
 
-def check_count(value: Any, name: str) -> int:
-    """``value`` (the argument ``name``) as an int >= 1.
-
-    Raises:
-        InvalidArgumentError: for a bool, a non-integer or a value below 1.
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise InvalidArgumentError(f"{name}={describe(value)} must be an int >= 1")
-    return int(value)
-
-
 def check_batch_size(batch_size: Any, max_size: int, name: str = "batch_size") -> int:
     """A sample's ``batch_size`` (the argument ``name``) as an int in ``[1, max_size]``.
 

@@ -30,7 +30,7 @@ from rlreplay.distributed.ray_checks import (
     shortfall,
 )
 from rlreplay.distributed.sharded_client import ShardedClient
-from rlreplay.errors import InvalidArgumentError, ReplayTimeoutError, describe
+from rlreplay.errors import InvalidArgumentError, ReplayTimeoutError, check_count, describe
 
 STRATEGIES = ("SPREAD", "STRICT_SPREAD", "PACK", "STRICT_PACK")
 _WILDCARDS = ("0.0.0.0", "*", "::")
@@ -254,8 +254,7 @@ def start_shards(
             tell), or the servers do not report their addresses within it.
         ImportError: without Ray.
     """
-    if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1:
-        raise InvalidArgumentError(f"num_shards={describe(num_shards)} must be an int >= 1")
+    check_count(num_shards, "num_shards")
     if strategy not in STRATEGIES:
         raise InvalidArgumentError(f"strategy={strategy!r} is unknown; choose one of {STRATEGIES}")
     if isinstance(num_cpus, bool) or not isinstance(num_cpus, (int, float)) or num_cpus < 0:

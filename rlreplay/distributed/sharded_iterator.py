@@ -14,10 +14,9 @@ from rlreplay.distributed.shard_keys import ShardKeys
 from rlreplay.distributed.sharded_sampling import Round, ShardedSampler
 from rlreplay.errors import (
     ClosedError,
-    InvalidArgumentError,
     ReplayTimeoutError,
     ServerUnavailableError,
-    describe,
+    check_count,
 )
 from rlreplay.iterators import batch_output
 from rlreplay.net.wire.payloads import checked_update
@@ -84,10 +83,8 @@ class ShardedSampleIterator:
         timeout: float | None = None, batches_per_request: int = 1,
         output: str = "numpy", device: Any = None, pin_memory: bool = False,
     ):
-        for name, value in (("in_flight", in_flight), ("batches_per_request",
-                                                      batches_per_request)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidArgumentError(f"{name}={describe(value)} must be an int >= 1")
+        check_count(in_flight, "in_flight")
+        check_count(batches_per_request, "batches_per_request")
         self._convert = batch_output(output, device, pin_memory)
         self.client = client
         self.table = table

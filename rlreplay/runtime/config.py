@@ -19,7 +19,7 @@ from rlreplay.core.rate_limiters import SampleToInsertRatio
 from rlreplay.core.selectors import Fifo, Selector, Uniform
 from rlreplay.core.specs import Signature
 from rlreplay.core.table import Table
-from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.errors import InvalidArgumentError, check_count, describe
 
 BACKENDS = ("inline", "threads", "processes", "ray")
 POLICY_VERSION = "policy_version"
@@ -74,9 +74,7 @@ class ReplaySpec:
                 f"adder={describe(self.adder)} must be a callable adder(writer, num_envs=N), "
                 "e.g. functools.partial(NStepTransitionAdder, n=3, discount=0.99)"
             )
-        size = self.max_size
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise InvalidArgumentError(f"max_size={describe(self.max_size)} must be an int >= 1")
+        check_count(self.max_size, "max_size")
 
 
 def _positive(name: str, value: Any, *, integer: bool = False, allow_none: bool = False) -> None:

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.errors import InvalidArgumentError, check_count, describe
 from rlreplay.runtime.evaluator import EvaluatorProcess
 
 __all__ = ["Evaluations", "evaluate", "summarize", "write_outputs"]
@@ -131,10 +131,8 @@ class Evaluations:
         every: int,
         timeout_s: float = 600.0,
     ):
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-            raise InvalidArgumentError(f"every={describe(every)} must be an int >= 1")
+        self.every = check_count(every, "every")
         self.evaluator = EvaluatorProcess(evaluate_params, timeout_s)
-        self.every = every
         self.next_at = every
 
     def __call__(self, row: Mapping[str, Any], weights: Any) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.errors import InvalidArgumentError, check_count, describe
 from rlreplay.runtime.backends import backend_named
 from rlreplay.runtime.config import ReplaySpec, RuntimeConfig
 from rlreplay.runtime.environment_loop import ActorRecipe, actor_quota
@@ -24,12 +24,7 @@ __all__ = ["RunResult", "run"]
 
 
 def _check_args(total_env_steps: Any, max_updates: Any, on_stats: Any, replay: Any) -> None:
-    if isinstance(total_env_steps, bool) or not isinstance(total_env_steps, int) or (
-        total_env_steps < 1
-    ):
-        raise InvalidArgumentError(
-            f"total_env_steps={describe(total_env_steps)} must be an int >= 1"
-        )
+    check_count(total_env_steps, "total_env_steps")
     if max_updates is not None and (
         isinstance(max_updates, bool) or not isinstance(max_updates, int) or max_updates < 0
     ):

@@ -25,7 +25,7 @@ from rlreplay.core.specs import Signature
 from rlreplay.core.storage import StepStore
 from rlreplay.core.table import Table
 from rlreplay.core.table_checks import check_timeout
-from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.errors import InvalidArgumentError, check_count, describe
 from rlreplay.writers.autoreset import mode_name
 from rlreplay.writers.hand_over import check_every
 from rlreplay.writers.sequence_items import SequenceItems
@@ -255,13 +255,9 @@ class AdderOptions:
         if chunk_length is None:
             room = DEFAULT_CHUNK_LENGTH if store_capacity is None else store_capacity - fixed
             chunk_length = max(1, min(DEFAULT_CHUNK_LENGTH, room))
-        if not isinstance(chunk_length, int) or chunk_length < 1:
-            raise InvalidArgumentError(f"chunk_length={describe(chunk_length)} must be an int >= 1")
-        if num_envs is not None and (not isinstance(num_envs, int) or num_envs < 1):
-            raise InvalidArgumentError(
-                f"num_envs={describe(num_envs)} must be an int >= 1, or None for one env "
-                "without a batch axis"
-            )
+        chunk_length = check_count(chunk_length, "chunk_length")
+        if num_envs is not None:
+            num_envs = check_count(num_envs, "num_envs", "None: one env without a batch axis")
         check_priority(priority)
         timeout = check_timeout(timeout)
         every = check_every(hand_over_every, num_envs is not None)

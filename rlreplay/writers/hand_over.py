@@ -51,7 +51,7 @@ import numpy as np
 
 from rlreplay.core.rate_limiters import insert_pack
 from rlreplay.core.specs import unflatten
-from rlreplay.errors import InvalidArgumentError, ReplayTimeoutError, describe
+from rlreplay.errors import ReplayTimeoutError, check_count
 
 Job = tuple[Any, int, np.ndarray, np.ndarray]
 
@@ -477,12 +477,12 @@ def check_every(every: Any, batched: bool) -> int:
     """
     if every is None:
         return DEFAULT_EVERY if batched else 1
-    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-        raise InvalidArgumentError(
-            f"hand_over_every={describe(every)} must be an int >= 1 (adder calls that stage "
-            "completed rows before handing them to the writer), or None for the default"
-        )
-    return every
+    return check_count(
+        every,
+        "hand_over_every",
+        "adder calls that stage completed rows before handing them to the writer; None: "
+        "the default",
+    )
 
 
 class HandOver:

@@ -9,7 +9,7 @@ import numpy as np
 
 from rlreplay.core.layout import ItemLayout, Window
 from rlreplay.core.specs import Signature
-from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.errors import InvalidArgumentError, check_count, describe
 from rlreplay.writers.adder_options import table_span
 from rlreplay.writers.nstep_blocks import COMPILED, NStepBlock
 from rlreplay.writers.stream import StreamAdder
@@ -82,12 +82,10 @@ class NStepTransitionAdder(StreamAdder):
         stacked_obs: bool = False,
         **kwargs: Any,
     ):
-        if not isinstance(n, int) or n < 1:
-            raise InvalidArgumentError(f"n={describe(n)} must be an int >= 1")
+        n = check_count(n, "n")
         if not isinstance(discount, (int, float)) or not 0.0 <= discount <= 1.0:
             raise InvalidArgumentError(f"discount={describe(discount)} must be in [0, 1]")
-        if not isinstance(stack, int) or stack < 1:
-            raise InvalidArgumentError(f"stack={describe(stack)} must be an int >= 1")
+        stack = check_count(stack, "stack")
         self.n = n
         self.discount = float(discount)
         self.stack = stack

@@ -15,19 +15,13 @@ import numpy as np
 
 from rlreplay.core.layout import ItemLayout, Window
 from rlreplay.core.specs import FieldSpec, Signature, flatten, unflatten
-from rlreplay.errors import ClosedError, InvalidArgumentError, SignatureError, describe
+from rlreplay.errors import ClosedError, InvalidArgumentError, SignatureError, check_count, describe
 from rlreplay.writers.adder_options import adder_writer, writer_signature
 from rlreplay.writers.autoreset import final_obs_source, mode_name
 
 FLAGS = ("terminated", "truncated", "autoreset")
 POLICY_VERSION = "policy_version"
 RESERVED = ("obs", "action", "reward", *FLAGS, POLICY_VERSION)
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise InvalidArgumentError(f"{name}={describe(value)} must be an int >= 1")
-    return int(value)
 
 
 def _per_env(prefix: str, spec: Any, num_envs: int) -> dict[str, FieldSpec]:
@@ -109,9 +103,9 @@ class RolloutAdder:
         timeout: float | None = None,
         autoreset_mode: Any = "next_step",
     ):
-        num_steps = _positive_int("num_steps", num_steps)
+        num_steps = check_count(num_steps, "num_steps")
         if num_envs is not None:
-            num_envs = _positive_int("num_envs", num_envs)
+            num_envs = check_count(num_envs, "num_envs")
         if mode_name(autoreset_mode) != "next_step":
             raise InvalidArgumentError(
                 f"autoreset_mode={describe(autoreset_mode)}: RolloutAdder takes next-step "
@@ -169,7 +163,7 @@ class RolloutAdder:
             InvalidArgumentError: for a bad ``num_envs`` or spec, or extras that use the
                 names the adder fills itself.
         """
-        num_envs = _positive_int("num_envs", num_envs)
+        num_envs = check_count(num_envs, "num_envs")
         extras = dict(extras or {})
         clash = [k for k in extras if k in RESERVED]
         if clash:
@@ -196,7 +190,7 @@ class RolloutAdder:
         Raises:
             InvalidArgumentError: for a bad ``num_steps``.
         """
-        length = _positive_int("num_steps", num_steps) + 1
+        length = check_count(num_steps, "num_steps") + 1
         sig = Signature(signature)
         return ItemLayout({p: Window(p, 0, length) for p in sig.paths}, sig)
 

@@ -30,7 +30,7 @@ from stable_baselines3.common.type_aliases import DictReplayBufferSamples, Repla
 from stable_baselines3.common.utils import get_device
 from stable_baselines3.common.vec_env import VecNormalize
 
-from rlreplay.errors import EmptyTableError, InvalidArgumentError, describe
+from rlreplay.errors import EmptyTableError, InvalidArgumentError, check_count, describe
 from rlreplay.integrations.sb3.steps import ObservationRing
 
 __all__ = [
@@ -101,12 +101,6 @@ def observation_fields(space: spaces.Space) -> dict[str, tuple[tuple[int, ...], 
     return {"obs": (tuple(shape), np.dtype(space.dtype))}
 
 
-def _check_int(name: str, value: Any, low: int = 1) -> int:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
-        raise InvalidArgumentError(f"{name}={describe(value)} must be an int >= {low}")
-    return int(value)
-
-
 def _check_unit(name: str, value: Any) -> float:
     ok = isinstance(value, (int, float, np.floating)) and not isinstance(value, bool)
     if not ok or not 0.0 <= float(value) <= 1.0:
@@ -152,9 +146,9 @@ class ReplayBuffer(_SB3ReplayBuffer):
         n_steps: int = 1,
         gamma: float = 0.99,
     ):
-        buffer_size = _check_int("buffer_size", buffer_size)
-        n_envs = _check_int("n_envs", n_envs)
-        n_steps = _check_int("n_steps", n_steps)
+        buffer_size = check_count(buffer_size, "buffer_size")
+        n_envs = check_count(n_envs, "n_envs")
+        n_steps = check_count(n_steps, "n_steps")
         gamma = _check_unit("gamma", gamma)
         fields = observation_fields(observation_space)
         if isinstance(observation_space, spaces.Dict) != self._dict_obs:
@@ -378,7 +372,7 @@ class ReplayBuffer(_SB3ReplayBuffer):
 
     def _check_sample(self, batch_size: Any) -> int:
         if type(batch_size) is not int or batch_size < 1:
-            batch_size = _check_int("batch_size", batch_size)
+            batch_size = check_count(batch_size, "batch_size")
         if self._ring.count == 0:
             raise EmptyTableError(
                 "sample() on an empty replay buffer: add transitions first (SB3 waits "

@@ -38,7 +38,7 @@ from rlreplay.core.rate_limiters import MinSize
 from rlreplay.core.selectors import Prioritized
 from rlreplay.core.storage import StepStore
 from rlreplay.core.table import Table
-from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.errors import InvalidArgumentError, check_count, describe
 
 __all__ = ["ObservationRing"]
 
@@ -69,9 +69,8 @@ class ObservationRing:
         alpha: float | None = None,
         seed: int | None = None,
     ):
-        for name, value in (("per_env", per_env), ("n_envs", n_envs)):
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-                raise InvalidArgumentError(f"{name}={describe(value)} must be an int >= 1")
+        check_count(per_env, "per_env")
+        check_count(n_envs, "n_envs")
         if not fields:
             raise InvalidArgumentError(
                 "fields={} is empty: give the observation's fields as {name: (shape, dtype)}"

@@ -10,7 +10,7 @@ import numpy as np
 
 from rlreplay.core.sample import Sample
 from rlreplay.core.table_checks import check_timeout
-from rlreplay.errors import ClosedError, InvalidArgumentError, describe
+from rlreplay.errors import ClosedError, InvalidArgumentError, check_count, describe
 from rlreplay.iterators import batch_output
 from rlreplay.net.client.transport import Sender
 from rlreplay.net.wire.payloads import checked_update
@@ -88,14 +88,10 @@ class SampleIterator:
         device: Any = None,
         pin_memory: bool = False,
     ):
-        if not isinstance(in_flight, int) or in_flight < 1:
-            raise InvalidArgumentError(f"in_flight={describe(in_flight)} must be an int >= 1")
+        in_flight = check_count(in_flight, "in_flight")
         if not isinstance(table, str) or not table:
             raise InvalidArgumentError(f"table={describe(table)} must be a table's name (a str)")
-        if not isinstance(batch_size, (int, np.integer)) or type(batch_size) is bool:
-            raise InvalidArgumentError(f"batch_size={describe(batch_size)} must be an int >= 1")
-        if batch_size < 1:
-            raise InvalidArgumentError(f"batch_size={describe(batch_size)} must be an int >= 1")
+        batch_size = check_count(batch_size, "batch_size")
         timeout = check_timeout(timeout)
         self._convert = batch_output(output, device, pin_memory)
         self.client, self.table, self.batch_size = client, table, batch_size
