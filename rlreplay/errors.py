@@ -226,6 +226,29 @@ def check_count(value: object, name: str, hint: str = "") -> int:
     return int(value)
 
 
+WAIT_WITHOUT_LIMIT = (
+    "wait without limit; use can_insert()/can_sample() to check without waiting"
+)
+
+
+def check_timeout(
+    value: object, name: str = "timeout", none: str = WAIT_WITHOUT_LIMIT
+) -> float | None:
+    """``value`` (the argument ``name``) as seconds > 0, or None; ``none`` says what None
+    does.
+
+    Raises:
+        InvalidArgumentError: for a bool, a non-number or a value <= 0.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise InvalidArgumentError(
+            f"{name}={describe(value)} must be a number of seconds > 0, or None to {none}"
+        )
+    return float(value)
+
+
 def check_keywords(make: object, given: dict, what: str) -> None:
     """Refuse keyword arguments ``make`` (a class or function) does not take, before it
     is called: ``what`` names the component in the message, with the keywords it takes

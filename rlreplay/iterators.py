@@ -28,6 +28,7 @@ from rlreplay.errors import (
     RateLimiterTimeoutError,
     ReplayTimeoutError,
     check_count,
+    check_timeout,
     describe,
 )
 
@@ -213,8 +214,7 @@ class ReplayIterator:
             )
         check_count(batch_size, "batch_size", "items per batch")
         check_count(prefetch, "prefetch")
-        if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
-            raise InvalidArgumentError(f"timeout={describe(timeout)} must be seconds > 0 or None")
+        timeout = check_timeout(timeout)
         if max_batches is not None and (not isinstance(max_batches, int) or max_batches < 0):
             raise InvalidArgumentError(f"max_batches={describe(max_batches)} must be an int >= 0")
         self.table = table

@@ -15,7 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from rlreplay.core import waiting
 from rlreplay.core.rate_limiters import RateLimiter
-from rlreplay.errors import ClosedError, InvalidArgumentError, RateLimiterTimeoutError, describe
+from rlreplay.errors import (
+    ClosedError,
+    InvalidArgumentError,
+    RateLimiterTimeoutError,
+    check_timeout,
+)
 
 if TYPE_CHECKING:
     from rlreplay.core.item_index import ItemIndex
@@ -28,14 +33,9 @@ def check_warn_after(seconds: Any) -> float | None:
     Raises:
         InvalidArgumentError: for anything else.
     """
-    if seconds is None:
-        return None
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
-        raise InvalidArgumentError(
-            f"warn_after={describe(seconds)} must be a number of seconds > 0, or None (false "
-            "in a config file) to never warn about blocked calls"
-        )
-    return float(seconds)
+    return check_timeout(
+        seconds, "warn_after", "never warn about blocked calls (false in a config file)"
+    )
 
 
 class Admission:

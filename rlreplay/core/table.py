@@ -33,7 +33,6 @@ from rlreplay.core.table_checks import (
     check_batch_size,
     check_components,
     check_table_limits,
-    check_timeout,
     int_array,
     resolve_store,
     seeded_rng,
@@ -45,6 +44,7 @@ from rlreplay.errors import (
     InvalidArgumentError,
     SignatureError,
     check_count,
+    check_timeout,
     describe,
 )
 

@@ -177,22 +177,6 @@ def check_batch_size(batch_size: Any, max_size: int, name: str = "batch_size") -
     return int(batch_size)
 
 
-def check_timeout(timeout: float | None) -> float | None:
-    """Validate a ``timeout`` in seconds (``None``: no limit).
-
-    Raises:
-        InvalidArgumentError: for a non-number or a value <= 0.
-    """
-    if timeout is None:
-        return None
-    if not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise InvalidArgumentError(
-            f"timeout={describe(timeout)} must be a number of seconds > 0, or None to wait "
-            "without limit; use can_insert()/can_sample() to check without waiting"
-        )
-    return float(timeout)
-
-
 def int_array(values: Any, name: str) -> np.ndarray:
     """``values`` (ints, one or a sequence) as a flat int64 array.
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from rlreplay.core.sample import Sample
-from rlreplay.core.table_checks import check_timeout, seeded_rng
+from rlreplay.core.table_checks import seeded_rng
 from rlreplay.core.table_info import TableInfo
 from rlreplay.distributed.routed_calls import (
     described,
@@ -34,7 +34,7 @@ from rlreplay.distributed.shard_keys import ShardKeys
 from rlreplay.distributed.sharded_iterator import ShardedSampleIterator
 from rlreplay.distributed.sharded_sampling import ShardedSampler
 from rlreplay.distributed.sharded_table import ShardedTable, ShardWriter
-from rlreplay.errors import InvalidArgumentError, check_count, describe
+from rlreplay.errors import InvalidArgumentError, check_count, check_timeout, describe
 from rlreplay.net.client.client import Client
 from rlreplay.net.client.transport import CALL
 from rlreplay.net.wire.payloads import checked_update

@@ -8,7 +8,6 @@ from typing import Any, Protocol
 import numpy as np
 
 from rlreplay.core.sample import Sample, SampleInfo
-from rlreplay.core.table_checks import check_timeout
 from rlreplay.distributed.shard_deadline import Deadline
 from rlreplay.distributed.shard_keys import ShardKeys
 from rlreplay.distributed.sharded_sampling import Round, ShardedSampler
@@ -17,6 +16,7 @@ from rlreplay.errors import (
     ReplayTimeoutError,
     ServerUnavailableError,
     check_count,
+    check_timeout,
 )
 from rlreplay.iterators import batch_output
 from rlreplay.net.wire.payloads import checked_update

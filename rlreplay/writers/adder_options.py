@@ -24,8 +24,7 @@ from rlreplay.core.keys import check_priorities
 from rlreplay.core.specs import Signature
 from rlreplay.core.storage import StepStore
 from rlreplay.core.table import Table
-from rlreplay.core.table_checks import check_timeout
-from rlreplay.errors import InvalidArgumentError, check_count, describe
+from rlreplay.errors import InvalidArgumentError, check_count, check_timeout, describe
 from rlreplay.writers.autoreset import mode_name
 from rlreplay.writers.hand_over import check_every
 from rlreplay.writers.sequence_items import SequenceItems

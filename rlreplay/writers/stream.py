@@ -47,8 +47,7 @@ from typing import Any
 import numpy as np
 
 from rlreplay.core.table import Table
-from rlreplay.core.table_checks import check_timeout
-from rlreplay.errors import ClosedError, InvalidArgumentError, describe
+from rlreplay.errors import ClosedError, InvalidArgumentError, check_timeout, describe
 from rlreplay.writers.adder_options import (
     AdderOptions,
     adder_tables,

@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 
 from rlreplay.core.table import Table
-from rlreplay.core.table_checks import check_timeout, int_array
-from rlreplay.errors import ClosedError, InvalidArgumentError, describe
+from rlreplay.core.table_checks import int_array
+from rlreplay.errors import ClosedError, InvalidArgumentError, check_timeout, describe
 
 
 def too_few_steps(table: str, needed: int, has: int) -> InvalidArgumentError:

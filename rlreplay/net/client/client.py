@@ -27,9 +27,8 @@ import numpy as np
 from rlreplay.core.keys import check_priorities
 from rlreplay.core.sample import Sample
 from rlreplay.core.specs import Signature
-from rlreplay.core.table_checks import check_timeout
 from rlreplay.core.table_info import TableInfo
-from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.errors import InvalidArgumentError, check_timeout, describe
 from rlreplay.net.client.iterator import SampleIterator
 from rlreplay.net.client.served_tables import ServedTables
 from rlreplay.net.client.settings import ClientSettings, check_call_timeout

@@ -9,8 +9,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from rlreplay.core.sample import Sample
-from rlreplay.core.table_checks import check_timeout
-from rlreplay.errors import ClosedError, InvalidArgumentError, check_count, describe
+from rlreplay.errors import ClosedError, InvalidArgumentError, check_count, check_timeout, describe
 from rlreplay.iterators import batch_output
 from rlreplay.net.client.transport import Sender
 from rlreplay.net.wire.payloads import checked_update

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.errors import InvalidArgumentError, ProtocolError, describe
+from rlreplay.errors import InvalidArgumentError, ProtocolError, check_timeout, describe
 
 MAX_NAME = 1024  # longest table name accepted
 MAX_TABLES = 64  # most tables one writer may name
@@ -59,14 +59,7 @@ def size(value: Any, key: str) -> int:
 
 
 def timeout(value: Any, key: str) -> float | None:
-    if value is None:
-        return None
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
-        raise InvalidArgumentError(
-            f"{key}={describe(value)} must be a number of seconds > 0, or None to wait without "
-            "limit; use can_insert()/can_sample() to check without waiting"
-        )
-    return value
+    return check_timeout(value, key)
 
 
 def priority(value: Any, key: str) -> float | None:

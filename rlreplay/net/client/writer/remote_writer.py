@@ -41,8 +41,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from rlreplay.core.specs import Signature
-from rlreplay.core.table_checks import check_timeout
-from rlreplay.errors import ClosedError, ReplayTimeoutError, ServerUnavailableError
+from rlreplay.errors import ClosedError, ReplayTimeoutError, ServerUnavailableError, check_timeout
 from rlreplay.net.client.transport import REPLY_GRACE_S, Sender
 from rlreplay.net.client.writer.chunks import ChunkStream, discard_open, register_open, wait_time
 from rlreplay.net.client.writer.items import PendingItems, check_writer_args
