@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from conftest import ROW_SIGNATURE, rows
 
+import rlreplay as rr
 from rlreplay import (
     DeadlockError,
     Fifo,
@@ -805,3 +806,36 @@ def test_a_tuple_space_value_of_the_wrong_form_says_what_it_takes(value, said):
     assert table.size == 0
     table.insert({"obs": (1, np.zeros(2, np.float32)), "action": 0, "reward": 0.0})
     assert table.size == 1
+
+
+BOOLS_FOR_NUMBERS = [
+    ("n_step", lambda: ItemLayout.transition(ROW_SIGNATURE, n_step=True), "n_step=True"),
+    ("length", lambda: ItemLayout.sequence(ROW_SIGNATURE, True), "length=True"),
+    ("queue size", lambda: rr.Queue(True), "size=True"),
+    ("min size", lambda: rr.MinSize(True), "min_size_to_sample=True"),
+    (
+        "sample timeout",
+        lambda: make(max_size=4, capacity=4).sample(1, timeout=True),
+        "timeout=True",
+    ),
+    (
+        "warn_after",
+        lambda: Table("t", signature=ROW_SIGNATURE, max_size=4, warn_after=True),
+        "warn_after=True",
+    ),
+    (
+        "n-step n",
+        lambda: rr.NStepTransitionAdder(make(max_size=4, capacity=4), n=True, discount=0.9),
+        "n=True",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "build,word", [c[1:] for c in BOOLS_FOR_NUMBERS], ids=[c[0] for c in BOOLS_FOR_NUMBERS]
+)
+def test_a_bool_given_for_a_count_or_seconds_is_refused_naming_it(build, word):
+    # True is an int to Python; as a count or a timeout it is a mistake
+    with pytest.raises(InvalidArgumentError) as caught:
+        build()
+    assert word in str(caught.value)
