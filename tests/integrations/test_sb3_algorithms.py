@@ -333,6 +333,25 @@ def test_cleanrl_runner_resolves_both_buffer_imports(tmp_path):
     ]
 
 
+def test_cleanrl_runner_finds_the_modules_beside_the_script(tmp_path):
+    """As `python script.py`, the script's folder comes first on the path."""
+    import subprocess
+    import sys
+
+    (tmp_path / "helper_module.py").write_text("X = 42\n")
+    script = tmp_path / "script.py"
+    script.write_text("from helper_module import X\nprint(X)\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "rlreplay.integrations.sb3.cleanrl", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["42"]
+
+
 def test_cleanrl_runner_shows_its_help_and_names_a_missing_script(tmp_path, capsys):
     from rlreplay.integrations.sb3.cleanrl import main
 

@@ -7,6 +7,7 @@ import io
 import pickle
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -363,6 +364,83 @@ def test_bad_input_is_refused_and_changes_nothing():
         buffer.sample(0)
     with pytest.raises(InvalidArgumentError, match="pos"):
         buffer.pos = 7
+
+
+IMAGE = spaces.Box(0, 255, (3, 8, 8), np.uint8)
+
+
+@pytest.mark.parametrize(
+    ("space", "n_envs", "obs", "said"),
+    [
+        (IMAGE, 1, np.zeros((1, 8, 8, 3), np.uint8), "shape (1, 8, 8, 3)"),  # HWC for CHW
+        (BOX, 2, np.zeros((1, 6), np.float32), "shape (1, 6)"),  # two envs run together
+        (BOX, 2, np.zeros(6, np.float32), "shape (6,)"),
+        (BOX, 1, {"pos": np.zeros(3)}, "a dict with keys ['pos']"),
+    ],
+    ids=["hwc-for-chw", "envs-in-one-row", "envs-flat", "dict-for-array"],
+)
+def test_observations_of_another_shape_with_as_many_values_are_refused(space, n_envs, obs, said):
+    buffer = ReplayBuffer(10, space, DISCRETE, "cpu", n_envs=n_envs)
+    rest = (np.zeros(n_envs, np.int64), np.zeros(n_envs), np.zeros(n_envs), [{}] * n_envs)
+    with pytest.raises(InvalidArgumentError, match="obs") as caught:
+        buffer.add(obs, obs, *rest)
+    assert said in str(caught.value)
+    assert buffer.size() == 0
+
+
+@pytest.mark.parametrize(
+    ("space", "n_envs", "obs"),
+    [
+        (BOX, 1, np.arange(3, dtype=np.float32)),  # no env axis, as SB3 broadcasts
+        (spaces.Discrete(5), 2, np.array([1, 4])),  # SB3 stores a Discrete obs as (1,)
+        (BOX, 2, np.arange(6, dtype=np.float32).reshape(2, 1, 3)),
+    ],
+    ids=["no-env-axis", "discrete", "extra-axis-of-1"],
+)
+def test_observations_differing_by_axes_of_one_are_stored_as_sb3_stores_them(space, n_envs, obs):
+    """The same values in the same order; where SB3 cannot broadcast (an extra axis of
+    1) it gets them in its own shape."""
+    ref = sb3.ReplayBuffer(10, space, DISCRETE, "cpu", n_envs=n_envs)
+    ours = ReplayBuffer(10, space, DISCRETE, "cpu", n_envs=n_envs)
+    rest = (np.zeros(n_envs, np.int64), np.zeros(n_envs), np.zeros(n_envs), [{}] * n_envs)
+    ours.add(obs, obs, *rest)
+    as_sb3 = obs.reshape(n_envs, -1) if obs.ndim == 3 else obs
+    ref.add(as_sb3, as_sb3, *rest)
+    assert_arrays_equal(ref, ours)
+
+
+@pytest.mark.parametrize(
+    ("keys", "said"),
+    [
+        ((1, 2), "the key 1"),
+        (("",), "the key ''"),
+        (("a", "a/b"), "the key 'a/b'"),
+        ((), "no keys"),
+    ],
+    ids=["int", "empty", "slash", "none"],
+)
+def test_dict_spaces_whose_keys_cannot_name_fields_are_refused(keys, said):
+    space = spaces.Dict({key: spaces.Box(-1, 1, (2,), np.float32) for key in keys})
+    with pytest.raises(InvalidArgumentError, match="observation_space") as caught:
+        DictReplayBuffer(10, space, DISCRETE, "cpu")
+    assert said in str(caught.value)
+
+
+def test_a_prioritized_buffer_whose_priorities_never_come_back_warns_once():
+    buffer = PrioritizedReplayBuffer(20, BOX, DISCRETE, "cpu", eps=np.float32(1e-3))
+    feed([buffer], 20, 1, BOX, DISCRETE)
+    with pytest.warns(RuntimeWarning, match="no update_priorities call") as caught:
+        for _ in range(2_000):
+            batch = buffer.sample(4)
+    assert len(caught) == 1
+    again = PrioritizedReplayBuffer(20, BOX, DISCRETE, "cpu")
+    feed([again], 20, 1, BOX, DISCRETE)
+    again.update_priorities(again.sample(4).keys, np.ones(4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(2_000):
+            again.sample(4)
+    del batch
 
 
 def test_import_rlreplay_imports_neither_sb3_nor_torch():

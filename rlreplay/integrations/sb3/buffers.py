@@ -18,6 +18,7 @@ the same batches as SB3's.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -86,7 +87,9 @@ def observation_fields(space: spaces.Space) -> dict[str, tuple[tuple[int, ...], 
     key (in the space's order) for a ``Dict`` space.
 
     Raises:
-        InvalidArgumentError: for a space that is not a gymnasium space SB3 can store.
+        InvalidArgumentError: for a space that is not a gymnasium space SB3 can store, or
+            a ``Dict`` space with no keys or a key that is not a non-empty string without
+            ``/`` (the keys name the stored fields).
     """
     if not isinstance(space, spaces.Space):
         raise InvalidArgumentError(f"observation_space={describe(space)} must be a gymnasium space")
@@ -97,7 +100,16 @@ def observation_fields(space: spaces.Space) -> dict[str, tuple[tuple[int, ...], 
             f"observation_space={describe(space)} is not a space SB3's buffers store ({error})"
         ) from None
     if isinstance(space, spaces.Dict):
-        return {key: (tuple(shape[key]), np.dtype(space[key].dtype)) for key in space.spaces}
+        keys = list(space.spaces)
+        bad = [key for key in keys if not isinstance(key, str) or not key or "/" in key]
+        if bad or not keys:
+            raise InvalidArgumentError(
+                f"observation_space={describe(space)} has "
+                + (f"the key {bad[0]!r}" if bad else "no keys")
+                + ": each key names a stored field, so give non-empty string keys "
+                "without '/' (rename the keys, e.g. with a gymnasium ObservationWrapper)"
+            )
+        return {key: (tuple(shape[key]), np.dtype(space[key].dtype)) for key in keys}
     return {"obs": (tuple(shape), np.dtype(space.dtype))}
 
 
@@ -519,6 +531,10 @@ class NStepReplayBuffer(ReplayBuffer, _SB3NStepReplayBuffer):
         super().__init__(*args, n_steps=n_steps, gamma=gamma, **kwargs)
 
 
+#: Samples a prioritized buffer draws without any update_priorities call before it warns.
+SAMPLES_BEFORE_WARNING = 1_000
+
+
 class _Prioritized:
     """Prioritized sampling over a buffer's transitions (mixed into the buffers below)."""
 
@@ -529,13 +545,17 @@ class _Prioritized:
     def _setup_priorities(self, beta: float, final_beta: float, eps: float) -> None:
         self.beta = _check_unit("beta", beta)
         self.final_beta = _check_unit("final_beta", final_beta)
-        if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps > 0):
+        number = isinstance(eps, (int, float, np.floating)) and not isinstance(eps, bool)
+        if not (number and math.isfinite(eps) and eps > 0):
             raise InvalidArgumentError(
                 f"eps={describe(eps)} must be a finite number > 0 (added to |TD error| so "
                 "that no transition gets priority 0)"
             )
         self.eps = float(eps)
         self.progress = 0.0
+        # samples drawn before the first update_priorities (None after it): a loop that
+        # never sends priorities back samples uniformly, which it is told once
+        self._samples_before_update: int | None = 0
 
     @property
     def progress(self) -> float:
@@ -579,6 +599,18 @@ class _Prioritized:
             EmptyTableError: if nothing was added yet.
         """
         batch_size = self._check_sample(batch_size)  # type: ignore[attr-defined]
+        if self._samples_before_update is not None:
+            self._samples_before_update += 1
+            if self._samples_before_update == SAMPLES_BEFORE_WARNING:
+                warnings.warn(
+                    f"{type(self).__name__}: {SAMPLES_BEFORE_WARNING} samples and no "
+                    "update_priorities call, so every transition keeps its first priority "
+                    "and sampling is uniform; train with PrioritizedDQN, PrioritizedSAC, "
+                    "PrioritizedTD3 or PrioritizedDDPG, or call "
+                    "buffer.update_priorities(samples.keys, td_errors) after each update",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
         ring = self._ring
         table = ring.table
         # A table draws at most max_size at once; SB3 allows larger batches (with
@@ -633,7 +665,9 @@ class _Prioritized:
                 f"priorities={describe(priorities)} must hold one finite value per key "
                 f"({len(keys)} keys)"
             )
-        return self._ring.table.update_priorities(keys, values)
+        updated = self._ring.table.update_priorities(keys, values)
+        self._samples_before_update = None
+        return updated
 
     @property
     def stale_updates(self) -> int:

@@ -39,7 +39,8 @@ REDIRECTED = ("cleanrl_utils.buffers", "stable_baselines3.common.buffers")
 def run_script(
     path: str, argv: Sequence[str] = (), buffer_class: type = rlreplay_buffers.ReplayBuffer
 ) -> None:
-    """Run the script at ``path`` as ``__main__`` with ``sys.argv = [path, *argv]``; its
+    """Run the script at ``path`` as ``__main__`` with ``sys.argv = [path, *argv]`` and
+    its folder first on ``sys.path``, as ``python path`` runs it; its
     ``from <m> import ReplayBuffer`` for a module ``m`` in :data:`REDIRECTED` gives
     ``buffer_class`` (other names come from ``m`` itself)."""
     real_import = builtins.__import__
@@ -56,6 +57,8 @@ def run_script(
 
     script_builtins = dict(vars(builtins), __import__=redirecting_import)
     sys.argv = [path, *argv]
+    # as `python path` does: the script's folder first on the path (its own modules)
+    sys.path[0] = os.path.dirname(os.path.abspath(path))
     runpy.run_path(path, init_globals={"__builtins__": script_builtins}, run_name="__main__")
 
 

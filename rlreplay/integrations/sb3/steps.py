@@ -45,6 +45,10 @@ __all__ = ["ObservationRing"]
 FieldSpecs = Mapping[str, tuple[tuple[int, ...], np.dtype]]
 
 
+def _without_ones(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(d for d in shape if d != 1)
+
+
 class ObservationRing:
     """Each observation of ``n_envs`` streams stored once, for ``per_env`` transitions each.
 
@@ -83,9 +87,10 @@ class ObservationRing:
             name: (tuple(shape), np.dtype(dtype)) for name, (shape, dtype) in fields.items()
         }
         self.names = tuple(self.fields)
-        # per field: shape, dtype, shape of one add's array and its number of values
+        # per field: shape, dtype, shape of one add's array and that shape without its
+        # 1s (an array of this shape without 1s holds the same values in the same order)
         self._specs = {
-            name: (shape, dtype, (int(n_envs), *shape), int(n_envs) * int(np.prod(shape)))
+            name: (shape, dtype, (n := (int(n_envs), *shape)), _without_ones(n))
             for name, (shape, dtype) in self.fields.items()
         }
         self._single = self._specs["obs"] if self.names == ("obs",) else None
@@ -142,7 +147,8 @@ class ObservationRing:
 
     # ---------------------------------------------------------------- writes
     def check(self, obs: Any, argument: str) -> dict[str, np.ndarray]:
-        """``obs`` as one ``[n_envs, *shape]`` array per field (cast as SB3 assigns).
+        """``obs`` as one ``[n_envs, *shape]`` array per field (cast as SB3 assigns; a
+        shape that differs only by axes of length 1 is reshaped, as SB3 broadcasts).
 
         Raises:
             InvalidArgumentError: naming ``argument``, if a field is missing or does not
@@ -154,7 +160,7 @@ class ObservationRing:
                 return {"obs": obs}
             if obs.dtype != single[1]:
                 obs = obs.astype(single[1])
-            if obs.size == single[3]:
+            if _without_ones(obs.shape) == single[3]:
                 return {"obs": obs.reshape(single[2])}
         if type(obs) is not dict:
             if len(self.names) == 1 and not isinstance(obs, Mapping):
@@ -164,8 +170,14 @@ class ObservationRing:
                     f"{argument}={describe(obs)} must be a dict with keys {list(self.names)}"
                 )
         out = {}
-        for name, (shape, dtype, full_shape, size) in self._specs.items():
+        for name, (shape, dtype, full_shape, squeezed) in self._specs.items():
             value = obs.get(name)
+            if value is None and single is not None:
+                raise InvalidArgumentError(
+                    f"{argument} is a dict with keys {list(obs)}; this buffer's observation "
+                    "space is an array space: give an array (DictReplayBuffer takes dict "
+                    "observations of a Dict space)"
+                )
             if value is None:
                 raise InvalidArgumentError(
                     f"{argument} has no key {name!r}; give every key of the observation "
@@ -173,7 +185,7 @@ class ObservationRing:
                 )
             if type(value) is not np.ndarray or value.dtype != dtype:
                 value = np.asarray(value).astype(dtype, copy=False)
-            if value.size != size:
+            if _without_ones(value.shape) != squeezed:
                 where = argument if len(self.names) == 1 else f"{argument}[{name!r}]"
                 raise InvalidArgumentError(
                     f"{where} has shape {value.shape}; give {self.n_envs} observation(s) of "
