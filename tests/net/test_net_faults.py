@@ -353,7 +353,7 @@ def test_message_larger_than_the_server_accepts_is_refused_before_it_is_sent():
         peer = RawPeer(server.address)
         big = np.ones((20, 1024), np.float32)  # 80 KiB per frame, 160 KiB in all
         header = {"op": "insert", "table": "t", "id": 7}
-        peer.sock.send_multipart(codec.encode(header, {"data/x": big, "data/y": big}, version=1))
+        peer.sock.send_multipart(codec.encode(header, {"data/x": big, "data/y": big}))
         assert peer.recv()["code"] == codec.CODE_OF[InvalidArgumentError]
         peer.send({"op": "insert", "table": "t"}, {"data/x": np.ones((32, 1024), np.float32)})
         time.sleep(0.3)

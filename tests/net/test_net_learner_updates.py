@@ -1,7 +1,7 @@
 """A learner's priority updates sent with its sample requests (one round trip a cycle):
 applied in order before the sample, stale keys skipped and counted, bad input rejected
 with the error update_priorities gives and nothing changed, and the server keeps serving.
-Also: the server still answers protocol version 1 peers in their own version."""
+Also: a request in another protocol version is refused, saying which one is spoken."""
 
 from __future__ import annotations
 
@@ -181,21 +181,15 @@ def request(sock: zmq.Socket, frames: list) -> tuple[dict, list]:
     return msgpack.unpackb(reply[0]), reply[1:]
 
 
-def test_version_1_requests_get_version_1_replies(client, raw_socket):
+def test_a_request_in_another_protocol_version_is_refused_naming_both(client, raw_socket):
     keys = client.insert("prio", rows(3), priorities=1.0)
-    header, _ = request(raw_socket, [msgpack.packb({"v": 1, "id": 1, "op": "ping"})])
-    assert (header["v"], header["ok"], header["tables"]) == (1, True, ["gated", "prio"])
     meta = [["keys", "<i8", [3]], ["priorities", "<f8", [3]]]
     head = {"v": 1, "id": 2, "op": "update_priorities", "table": "prio", "arrays": meta}
     frames = [msgpack.packb(head), keys.tobytes(), np.full(3, 2.0).tobytes()]
     header, _ = request(raw_socket, frames)
-    assert (header["v"], header["count"]) == (1, 3)
-    head = {"v": 1, "id": 3, "op": "sample", "table": "prio", "batch_size": 5, "timeout": 5.0}
-    header, data = request(raw_socket, [msgpack.packb(head)])
-    assert header["v"] == 1 and header["ok"]
-    assert len(data) == len(header["arrays"])  # one frame per array in version 1
-    entry = next(e for e in header["arrays"] if e[0] == "priorities")
-    np.testing.assert_array_equal(np.frombuffer(data[header["arrays"].index(entry)]), 2.0)
+    assert (header["ok"], header["code"]) == (False, 9)  # ProtocolError
+    assert "protocol version 1 is not supported; this side speaks 2" in header["message"]
+    assert client.info("prio").size == 3  # nothing changed; the server goes on
 
 
 def test_packed_arrays_outside_their_frame_are_protocol_errors(client, raw_socket):

@@ -210,16 +210,20 @@ def test_malformed_messages_get_protocol_errors_and_the_server_keeps_serving(cli
         messages = [
             [b"\xc1garbage"],
             [msgpack.packb({"v": 999, "id": 1, "op": "ping"})],
-            [msgpack.packb({"v": 1, "id": 2, "op": "ping", "arrays": [["a", "|O", [1]]]}), b"x"],
-            [msgpack.packb({"v": 1, "id": 3, "op": "no_such_op"})],
+            [msgpack.packb({"v": 1, "id": 5, "op": "ping"})],  # a version no longer spoken
+            [
+                msgpack.packb({"v": 2, "id": 2, "op": "ping", "arrays": [["a", "|O", [1], 1, 0]]}),
+                b"x",
+            ],
+            [msgpack.packb({"v": 2, "id": 3, "op": "no_such_op"})],
             [
                 msgpack.packb(
                     {
-                        "v": 1,
+                        "v": 2,
                         "id": 4,
                         "op": "insert",
                         "table": "uniform",
-                        "arrays": [["data/obs", "<f4", [2, 3]]],
+                        "arrays": [["data/obs", "<f4", [2, 3], 1, 0]],
                     }
                 ),
                 b"short",

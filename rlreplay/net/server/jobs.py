@@ -102,7 +102,6 @@ class Job:
         self.parked_at: float | None = None
         self.identity: Any = None  # the requesting client, set by the server
         self.rid: Any = None
-        self.version = 1  # the protocol version the request came in, and its reply goes in
 
     def attempt(self) -> Reply | None:
         raise NotImplementedError

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlreplay.core import table_checks
 from rlreplay.core.keys import check_priorities
 from rlreplay.core.table import Table
 from rlreplay.errors import InvalidArgumentError, ProtocolError, describe
@@ -105,12 +106,9 @@ def sampler_state(table: Table) -> dict[str, Any]:
 
 
 def check_batch_size(value: Any, table: Table) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= table.max_size:
-        raise InvalidArgumentError(
-            f"batch_size={describe(value)} must be an int in [1, max_size={table.max_size}]"
-        )
-    table.rate_limiter.check_sample_batch(value)
-    return value
+    n = table_checks.check_batch_size(value, table.max_size)
+    table.rate_limiter.check_sample_batch(n)
+    return n
 
 
 def rows_from(arrays: dict[str, np.ndarray], table: Table) -> tuple[dict, int]:

@@ -52,11 +52,11 @@ class ParkedCalls:
         clients: the server's per-client ledger (parked counts, last contact).
         expiry_s: a call parked without a deadline is dropped once its client has sent
             nothing for this many seconds.
-        reply: ``reply(identity, rid, header, arrays, version)`` sends a result.
-        reply_error: ``reply_error(identity, rid, exc, version)`` sends an error.
+        reply: ``reply(identity, rid, header, arrays)`` sends a result.
+        reply_error: ``reply_error(identity, rid, exc)`` sends an error.
         reachable: ``reachable(identity)``: True if a reply can be sent to the client now,
             False if its connection is gone, None if its queue is full.
-        notify: ``notify(identity, rid, message, version)`` sends a call's client a
+        notify: ``notify(identity, rid, message)`` sends a call's client a
             warning to log.
     """
 
@@ -131,7 +131,7 @@ class ParkedCalls:
                     continue
                 if reply is not None:
                     self._finish(job)
-                    self._reply(job.identity, job.rid, *reply, job.version)
+                    self._reply(job.identity, job.rid, *reply)
                     progress = True
 
     def expire(self, now: float) -> None:
@@ -190,7 +190,6 @@ class ParkedCalls:
                     job.identity,
                     job.rid,
                     f"{message} (a call of this process, parked on the replay server)",
-                    job.version,
                 )
 
     def cancel(self, client: bytes, rids: list[int]) -> int:
@@ -215,7 +214,7 @@ class ParkedCalls:
         self._finish(job)
         if isinstance(job, WriteJob):
             job.abort()
-        self._reply_error(job.identity, job.rid, exc, job.version)
+        self._reply_error(job.identity, job.rid, exc)
 
     def _finish(self, job: Job) -> float:
         """Unpark ``job`` and count the time it waited as the limiter's blocked time."""

@@ -27,7 +27,6 @@ from rlreplay.net.wire import codec, framing
 
 log = logging.getLogger("rlreplay.net")
 
-OLDEST_VERSION = min(codec.SUPPORTED_VERSIONS)
 # What a client is sent before a parked call of its is served: nothing for it to do
 # (clients drop notices without a ``message``); only whether ZeroMQ can send it matters.
 PROBE = codec.encode({"notice": "probe"})
@@ -50,17 +49,15 @@ class Replies:
         self.epoch: int | None = None
         self._last_drop_log = -float("inf")
 
-    def ok(self, identity: Any, rid: Any, header: dict, arrays: dict | None, version: int) -> None:
-        """Answer request ``rid`` of ``identity`` with a result, in protocol ``version``."""
+    def ok(self, identity: Any, rid: Any, header: dict, arrays: dict | None) -> None:
+        """Answer request ``rid`` of ``identity`` with a result."""
         header["id"] = rid
         header["ok"] = True
         header["epoch"] = self.epoch
         header["now"] = time.monotonic()
-        self.send(identity, codec.encode(header, arrays, version), rid)
+        self.send(identity, codec.encode(header, arrays), rid)
 
-    def error(
-        self, identity: Any, rid: Any, exc: BaseException, version: int = OLDEST_VERSION
-    ) -> None:
+    def error(self, identity: Any, rid: Any, exc: BaseException) -> None:
         """Answer request ``rid`` of ``identity`` with the typed error ``exc``."""
         header = {
             "id": rid,
@@ -70,7 +67,7 @@ class Replies:
             "epoch": self.epoch,
             "now": time.monotonic(),
         }
-        self.send(identity, codec.encode(header, None, version), rid)
+        self.send(identity, codec.encode(header), rid)
 
     def reachable(self, identity: Any) -> bool | None:
         """Whether the client ``identity`` can be sent a reply now: True; False if its
@@ -87,14 +84,14 @@ class Replies:
             raise
         return True
 
-    def notice(self, identity: Any, rid: Any, message: str, version: int) -> None:
+    def notice(self, identity: Any, rid: Any, message: str) -> None:
         """Tell the client ``identity`` about its call ``rid`` (still waiting): a
         ``message`` its process logs as a warning (see
         :func:`rlreplay.net.client.channel.notice`). Never blocks; a client that is gone or not
         reading misses it."""
         header = {"notice": "blocked", "call": rid, "message": message}
         with contextlib.suppress(zmq.ZMQError):  # zmq.Again included
-            framing.send(self.sock, codec.encode(header, None, version), identity)
+            framing.send(self.sock, codec.encode(header), identity)
 
     def send(self, identity: Any, frames: list, rid: Any = None) -> None:
         """Send the reply to request ``rid`` without blocking. A large reply is tracked

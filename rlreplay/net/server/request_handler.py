@@ -22,7 +22,7 @@ from rlreplay.errors import InvalidArgumentError, ReplayError
 from rlreplay.net.server.limits import ClientLedger, check_envelope, check_lease
 from rlreplay.net.server.operations import OPERATIONS, ServerOperations
 from rlreplay.net.server.parking import ParkedCalls, cap_deadline, refuse_lapsed
-from rlreplay.net.server.replies import OLDEST_VERSION, Replies
+from rlreplay.net.server.replies import Replies
 from rlreplay.net.server.shm import SharedSegments
 from rlreplay.net.wire import codec
 from rlreplay.net.wire.schema import operation_of
@@ -68,10 +68,9 @@ class RequestHandler:
         it may have changed a table (then parked calls are worth retrying)."""
         identity, body = frames[0], frames[1:]
         rid = None
-        version = OLDEST_VERSION  # what a request that cannot be read is answered in
         try:
             header = codec.decode_header(body)
-            rid, version = header.get("id"), header["v"]
+            rid = header.get("id")
             if len(body) > 1 and sum(map(len, body)) > self.max_message_bytes:
                 # ZeroMQ bounds each frame; this bounds the frames of a request together
                 raise self._too_large(sum(map(len, body)))
@@ -91,23 +90,23 @@ class RequestHandler:
             self.operations.caller = client
             result = op.handler(self.operations, header, arrays)
             if op.parks:
-                result.identity, result.rid, result.version = identity, rid, version
+                result.identity, result.rid = identity, rid
                 cap_deadline(result, expires)
                 refuse_lapsed(result, lease, now)
                 reply = result.attempt()
                 if reply is None:
                     self.parked.park(result, client, time.monotonic(), lease)
                 else:
-                    self.replies.ok(identity, rid, *reply, version)
+                    self.replies.ok(identity, rid, *reply)
             elif not header.get("noreply"):
-                self.replies.ok(identity, rid, *result, version)
+                self.replies.ok(identity, rid, *result)
             return op.mutates
         except ReplayError as exc:
-            self.replies.error(identity, rid, exc, version)
+            self.replies.error(identity, rid, exc)
         except Exception as exc:
             log.exception("internal error serving a request")
             exc = ReplayError(f"internal server error: {exc!r}")
-            self.replies.error(identity, rid, exc, version)
+            self.replies.error(identity, rid, exc)
         return True
 
     def _too_large(self, nbytes: int) -> InvalidArgumentError:

@@ -1,12 +1,11 @@
 """Wire codec: one message is a msgpack header frame followed by raw array frames.
 
 Every header is a msgpack map that carries the protocol version under ``"v"``. Arrays are
-never pickled: the header lists each array's name, dtype string and shape under ``"arrays"``.
-In version 2 (this side's own) arrays under ``ZERO_COPY_BYTES`` travel together in one
-packed frame, each at an 8-byte aligned offset, and larger arrays get a frame of their own,
-sent without copying (pyzmq keeps a reference to the numpy buffer). Version 1 gives every
-array its own frame; it is still read, and :func:`encode` writes it for version 1 peers.
-Received arrays are views over the received frames (no copy). See ``docs/protocol.md``.
+never pickled: the header lists each array's name, dtype string, shape, frame and byte
+offset under ``"arrays"``. Arrays under ``ZERO_COPY_BYTES`` travel together in one packed
+frame, each at an 8-byte aligned offset, and larger arrays get a frame of their own, sent
+without copying (pyzmq keeps a reference to the numpy buffer). Received arrays are views
+over the received frames (no copy). See ``docs/protocol.md``.
 """
 
 from __future__ import annotations
@@ -20,9 +19,7 @@ import numpy as np
 
 from rlreplay import errors
 
-PROTOCOL_VERSION = 2
-# Versions this side reads. A server answers each request in the request's own version.
-SUPPORTED_VERSIONS = (1, 2)
+PROTOCOL_VERSION = 2  # the one version spoken; a message of another is refused
 
 # Frames at least this large are handed to ZeroMQ without a copy; smaller ones are copied,
 # which is cheaper than the bookkeeping zero-copy needs.
@@ -66,37 +63,23 @@ def error_from_code(code: Any, message: str) -> errors.ReplayError:
     return cls(message)
 
 
-def encode(
-    header: dict[str, Any],
-    arrays: Mapping[str, np.ndarray] | None = None,
-    version: int = PROTOCOL_VERSION,
-) -> list:
+def encode(header: dict[str, Any], arrays: Mapping[str, np.ndarray] | None = None) -> list:
     """Frames of one message: the packed header, then the array frames.
 
-    Arrays are made C-contiguous (copied only if they are not); their names, dtypes and
-    shapes (and in version 2 their frame and byte offset) are recorded in the header under
-    ``"arrays"``.
+    Arrays are made C-contiguous (copied only if they are not); their names, dtypes,
+    shapes, frames and byte offsets are recorded in the header under ``"arrays"``.
 
     Args:
         header: the message's header fields (``"v"`` and ``"arrays"`` are filled in).
         arrays: named arrays of numeric dtypes.
-        version: the protocol version to write (1 for a version 1 peer).
 
     Returns:
         The frames, ready for ``send_multipart``.
     """
     frames: list = [b""]
     if arrays:
-        if version == 1:
-            meta = []
-            for name, arr in arrays.items():
-                a = _contiguous(arr)
-                meta.append((name, a.dtype.str, a.shape))
-                frames.append(a if a.nbytes >= ZERO_COPY_BYTES else a.tobytes())
-        else:
-            meta = _pack(arrays, frames)
-        header["arrays"] = meta
-    header["v"] = version
+        header["arrays"] = _pack(arrays, frames)
+    header["v"] = PROTOCOL_VERSION
     frames[0] = _packer().pack(header)
     return frames
 
@@ -210,8 +193,7 @@ def array_extent(shape: Any, itemsize: int) -> tuple[int, int]:
 def decode(frames: Sequence[Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Header and arrays of one message (``frames`` as received, bytes or zmq Frames).
 
-    Arrays are views over the received frames when pyzmq allows it (no copy). The
-    header's ``"v"`` tells which version the sender wrote (see ``SUPPORTED_VERSIONS``).
+    Arrays are views over the received frames when pyzmq allows it (no copy).
 
     Raises:
         ProtocolError: as :func:`decode_header` and :func:`decode_arrays`.
@@ -238,11 +220,10 @@ def decode_header(frames: Sequence[Any]) -> dict[str, Any]:
     if not isinstance(header, dict):
         raise errors.ProtocolError("message header is not a map")
     version = header.get("v")
-    if version not in SUPPORTED_VERSIONS or isinstance(version, bool):
+    if version != PROTOCOL_VERSION or isinstance(version, bool):
         raise errors.ProtocolError(
             f"protocol version {errors.describe(version)} is not supported; this side speaks "
-            f"{', '.join(map(str, SUPPORTED_VERSIONS))} (upgrade the older of client and "
-            "server)"
+            f"{PROTOCOL_VERSION} (install the same rlreplay version on client and server)"
         )
     rid = header.get("id")
     if not (
@@ -265,23 +246,16 @@ def decode_arrays(header: dict[str, Any], frames: Sequence[Any]) -> dict[str, np
             ``MAX_DIMS`` dimensions or a negative or huge extent, an offset not aligned to
             the dtype, or bytes that do not fit the frame that carries them.
     """
-    version = header["v"]
     meta = header.pop("arrays", None) or []
-    if not isinstance(meta, list) or (version == 1 and len(meta) != len(frames) - 1):
-        raise errors.ProtocolError(
-            f"message declares {len(meta) if isinstance(meta, list) else errors.describe(meta)} "
-            f"arrays but carries {len(frames) - 1} data frames"
-        )
+    if not isinstance(meta, list):
+        raise errors.ProtocolError(f"message declares arrays {errors.describe(meta)}, not a list")
     if not meta:
         return {}
     buffers = [_bytes(f) for f in frames]
     arrays: dict[str, np.ndarray] = {}
-    for i, entry in enumerate(meta):
+    for entry in meta:
         try:
-            if version == 1:
-                (name, dtype_str, shape), index, offset = entry, i + 1, 0
-            else:
-                name, dtype_str, shape, index, offset = entry
+            name, dtype_str, shape, index, offset = entry
             dtype = _DTYPES.get(dtype_str) or dtype_of(dtype_str)
             if type(shape) is list and len(shape) == 1:  # the common case, checked inline
                 count = shape[0]
@@ -302,8 +276,7 @@ def decode_arrays(header: dict[str, Any], frames: Sequence[Any]) -> dict[str, np
             raise errors.ProtocolError(f"array {name!r} is given twice")
         nbytes = buf.nbytes if type(buf) is memoryview else len(buf)
         size = count * dtype.itemsize
-        fits = size == nbytes if version == 1 else offset >= 0 and offset + size <= nbytes
-        if not fits or offset % dtype.alignment:
+        if not 0 <= offset <= nbytes - size or offset % dtype.alignment:
             raise errors.ProtocolError(
                 f"array {name!r} declares shape {tuple(shape)} of {dtype} at frame {index!r}, "
                 f"byte {offset!r}, but that frame holds {nbytes} bytes (offsets are multiples "
