@@ -32,6 +32,11 @@ from rlreplay.core.specs import Signature
 from rlreplay.errors import InvalidArgumentError, check_count, describe
 
 
+def _overlap(a: str, b: str) -> bool:
+    """Whether paths ``a`` and ``b`` are the same, or one is a branch holding the other."""
+    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
+
+
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -184,7 +189,7 @@ class ItemLayout:
             next_fields = (next_fields,)
         n_step = check_count(n_step, "n_step", "next_<field> is read n_step steps later")
         windows = {p: Window(p) for p in signature.paths}
-        for f in next_fields:
+        for f in dict.fromkeys(next_fields):
             paths = [p for p in signature.paths if p == f or p.startswith(f + "/")]
             if not paths:
                 raise InvalidArgumentError(
@@ -192,13 +197,14 @@ class ItemLayout:
                     f"{list(signature.paths)}"
                 )
             for p in paths:
-                if next_prefix + p in windows:
+                name = next_prefix + p
+                if any(_overlap(name, q) for q in signature.paths):
                     raise InvalidArgumentError(
-                        f"next_prefix={next_prefix!r} names the next {p!r} "
-                        f"{next_prefix + p!r}, which is also a stored field: give a "
-                        "next_prefix no field starts with"
+                        f"next_prefix={next_prefix!r} names the next {p!r} {name!r}, which "
+                        "is also a stored field or branch: give a next_prefix no field "
+                        "starts with"
                     )
-                windows[next_prefix + p] = Window(p, offset=n_step)
+                windows[name] = Window(p, offset=n_step)
         return cls(windows, signature)
 
     @classmethod

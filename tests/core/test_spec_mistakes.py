@@ -201,6 +201,11 @@ def test_a_layout_built_from_the_dict_serves_the_table_of_that_signature():
     np.testing.assert_array_equal(table.sample(1).data["next_obs"], np.ones((1, 4)))
 
 
+def test_a_field_named_twice_in_next_fields_gets_one_next_window():
+    layout = ItemLayout.transition({"obs": ((2,), "float32")}, next_fields=("obs", "obs"))
+    assert sorted(layout.windows) == ["next_obs", "obs"]
+
+
 @pytest.mark.parametrize(
     "build, words",
     [
@@ -223,6 +228,13 @@ def test_a_layout_built_from_the_dict_serves_the_table_of_that_signature():
             ),
             ["next_prefix='next_'", "'next_obs'", "also a stored field"],
             id="next_shadows_a_field",
+        ),
+        pytest.param(
+            lambda: ItemLayout.transition(
+                {"obs": ((2,), "float32"), "next_obs": {"x": ((2,), "float32")}}
+            ),
+            ["'next_obs'", "also a stored field or branch"],
+            id="next_shadows_a_branch",
         ),
         pytest.param(lambda: ItemLayout([], SIG), ["windows=[]"], id="windows_list"),
         pytest.param(

@@ -352,6 +352,21 @@ def test_cleanrl_runner_finds_the_modules_beside_the_script(tmp_path):
     assert out.stdout.split() == ["42"]
 
 
+def test_run_script_restores_argv_and_path_and_changes_nothing_for_a_missing_script(tmp_path):
+    import sys
+
+    from rlreplay.integrations.sb3.cleanrl import run_script
+
+    script = tmp_path / "script.py"
+    script.write_text("import sys\nassert sys.argv[1:] == ['--seed', '3']\n")
+    argv, path = list(sys.argv), list(sys.path)
+    run_script(str(script), ["--seed", "3"])
+    assert (sys.argv, sys.path) == (argv, path)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        run_script(str(tmp_path / "nope.py"), ["--x"])
+    assert (sys.argv, sys.path) == (argv, path)
+
+
 def test_cleanrl_runner_shows_its_help_and_names_a_missing_script(tmp_path, capsys):
     from rlreplay.integrations.sb3.cleanrl import main
 

@@ -434,12 +434,14 @@ def test_a_prioritized_buffer_whose_priorities_never_come_back_warns_once():
             batch = buffer.sample(4)
     assert len(caught) == 1
     again = PrioritizedReplayBuffer(20, BOX, DISCRETE, "cpu")
-    feed([again], 20, 1, BOX, DISCRETE)
+    uniform = PrioritizedReplayBuffer(20, BOX, DISCRETE, "cpu", alpha=0.0)  # by choice
+    feed([again, uniform], 20, 1, BOX, DISCRETE)
     again.update_priorities(again.sample(4).keys, np.ones(4))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for _ in range(2_000):
             again.sample(4)
+            uniform.sample(4)
     del batch
 
 

@@ -187,7 +187,7 @@ def test_a_request_in_another_protocol_version_is_refused_naming_both(client, ra
     head = {"v": 1, "id": 2, "op": "update_priorities", "table": "prio", "arrays": meta}
     frames = [msgpack.packb(head), keys.tobytes(), np.full(3, 2.0).tobytes()]
     header, _ = request(raw_socket, frames)
-    assert (header["ok"], header["code"]) == (False, 9)  # ProtocolError
+    assert (header["id"], header["ok"], header["code"]) == (2, False, 9)  # ProtocolError
     assert "protocol version 1 is not supported; this side speaks 2" in header["message"]
     assert client.info("prio").size == 3  # nothing changed; the server goes on
 

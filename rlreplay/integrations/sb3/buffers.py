@@ -541,6 +541,9 @@ class _Prioritized:
     _ring: ObservationRing
     _dict_obs: bool
     device: th.device
+    # samples drawn before the first update_priorities (None after it, or for alpha 0): a
+    # loop that never sends priorities back samples uniformly, which it is told once
+    _samples_before_update: int | None = 0
 
     def _setup_priorities(self, beta: float, final_beta: float, eps: float) -> None:
         self.beta = _check_unit("beta", beta)
@@ -553,9 +556,6 @@ class _Prioritized:
             )
         self.eps = float(eps)
         self.progress = 0.0
-        # samples drawn before the first update_priorities (None after it): a loop that
-        # never sends priorities back samples uniformly, which it is told once
-        self._samples_before_update: int | None = 0
 
     @property
     def progress(self) -> float:
@@ -710,6 +710,8 @@ class PrioritizedReplayBuffer(_Prioritized, ReplayBuffer):
     ):
         self.alpha = _check_unit("alpha", alpha)
         self._setup_priorities(beta, final_beta, eps)
+        if self.alpha == 0:  # uniform by choice: nothing to warn about
+            self._samples_before_update = None
         ReplayBuffer.__init__(
             self,
             buffer_size,

@@ -40,9 +40,16 @@ def run_script(
     path: str, argv: Sequence[str] = (), buffer_class: type = rlreplay_buffers.ReplayBuffer
 ) -> None:
     """Run the script at ``path`` as ``__main__`` with ``sys.argv = [path, *argv]`` and
-    its folder first on ``sys.path``, as ``python path`` runs it; its
-    ``from <m> import ReplayBuffer`` for a module ``m`` in :data:`REDIRECTED` gives
-    ``buffer_class`` (other names come from ``m`` itself)."""
+    its folder first on ``sys.path``, as ``python path`` runs it (both are restored when
+    it returns); its ``from <m> import ReplayBuffer`` for a module ``m`` in
+    :data:`REDIRECTED` gives ``buffer_class`` (other names come from ``m`` itself; other
+    import forms are not redirected).
+
+    Raises:
+        FileNotFoundError: if there is no file at ``path`` (nothing is changed then).
+    """
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"the script {path!r} does not exist")
     real_import = builtins.__import__
     views: dict[str, types.ModuleType] = {}
 
@@ -56,10 +63,14 @@ def run_script(
         return views[name]
 
     script_builtins = dict(vars(builtins), __import__=redirecting_import)
+    argv_before, path_before = sys.argv, list(sys.path)
     sys.argv = [path, *argv]
     # as `python path` does: the script's folder first on the path (its own modules)
-    sys.path[0] = os.path.dirname(os.path.abspath(path))
-    runpy.run_path(path, init_globals={"__builtins__": script_builtins}, run_name="__main__")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    try:
+        runpy.run_path(path, init_globals={"__builtins__": script_builtins}, run_name="__main__")
+    finally:
+        sys.argv, sys.path[:] = argv_before, path_before
 
 
 def _view(name: str, buffer_class: type) -> types.ModuleType:

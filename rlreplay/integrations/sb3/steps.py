@@ -87,20 +87,10 @@ class ObservationRing:
             name: (tuple(shape), np.dtype(dtype)) for name, (shape, dtype) in fields.items()
         }
         self.names = tuple(self.fields)
-        # per field: shape, dtype, shape of one add's array and that shape without its
-        # 1s (an array of this shape without 1s holds the same values in the same order)
-        self._specs = {
-            name: (shape, dtype, (n := (int(n_envs), *shape)), _without_ones(n))
-            for name, (shape, dtype) in self.fields.items()
-        }
-        self._single = self._specs["obs"] if self.names == ("obs",) else None
         self.per_env = int(per_env)
         self.n_envs = int(n_envs)
         self.ring = self.per_env + 1
-        # the table's name for a next observation: "next_" unless a field starts with it
-        self.next_prefix = "next_"
-        while any(name.startswith(self.next_prefix) for name in self.names):
-            self.next_prefix = "_" + self.next_prefix
+        self._derive()
         self.alpha = alpha
         self.seed = seed
         self._build(None)
@@ -115,6 +105,21 @@ class ObservationRing:
         self.free: list[int] = []
 
     # ------------------------------------------------------------------ parts
+    DERIVED = ("_specs", "_single", "next_prefix")  # from fields and n_envs; not pickled
+
+    def _derive(self) -> None:
+        # per field: shape, dtype, shape of one add's array and that shape without its
+        # 1s (an array of this shape without 1s holds the same values in the same order)
+        self._specs = {
+            name: (shape, dtype, (n := (self.n_envs, *shape)), _without_ones(n))
+            for name, (shape, dtype) in self.fields.items()
+        }
+        self._single = self._specs["obs"] if self.names == ("obs",) else None
+        # the table's name for a next observation: "next_" unless a field starts with it
+        self.next_prefix = "next_"
+        while any(name.startswith(self.next_prefix) for name in self.names):
+            self.next_prefix = "_" + self.next_prefix
+
     def _build(self, columns: Mapping[str, np.ndarray] | None) -> None:
         signature = {name: (shape, dtype.str) for name, (shape, dtype) in self.fields.items()}
         self.store = StepStore(
@@ -174,9 +179,9 @@ class ObservationRing:
             value = obs.get(name)
             if value is None and single is not None:
                 raise InvalidArgumentError(
-                    f"{argument} is a dict with keys {list(obs)}; this buffer's observation "
-                    "space is an array space: give an array (DictReplayBuffer takes dict "
-                    "observations of a Dict space)"
+                    f"{argument} is a dict with keys {list(obs)}; this buffer stores "
+                    f"{list(self.names)}: give an array for an array space, or a dict with "
+                    "those keys for a Dict space"
                 )
             if value is None:
                 raise InvalidArgumentError(
@@ -329,7 +334,7 @@ class ObservationRing:
         state = {
             key: value
             for key, value in self.__dict__.items()
-            if key not in ("store", "columns", "table")
+            if key not in ("store", "columns", "table", *self.DERIVED)
         }
         state["store_columns"] = {name: np.array(col) for name, col in self.store.columns.items()}
         state["store_next_id"] = self.store.next_id
@@ -351,6 +356,7 @@ class ObservationRing:
         rng = state.pop("rng", None)
         generations = state.pop("generations", None)
         self.__dict__.update(state)
+        self._derive()
         self._build(columns)
         self.store.load_state({"next_id": next_id})
         if self.table is not None and priorities is not None:
@@ -360,7 +366,8 @@ class ObservationRing:
             k = self.count - (self.count - ring_steps) % self.ring
             self.table.create_items(k * self.n_envs + envs, values)
             self.table.index.max_priority = max_priority
-        if self.table is not None:  # keys issued before saving name the same items
+        if self.table is not None and generations is not None:
+            # keys issued before saving name the same items; draws go on where they were
             self.table.index.generation[:] = generations
             self.table.rng.bit_generator.state = rng
 

@@ -337,18 +337,22 @@ def unreachable_reason(verdict: str | None, names: dict[str, str] = PYTHON_NAMES
 
 def resolves(address: str, timeout: float) -> bool | None:
     """Whether the host of a ``tcp://`` address resolves (an IP address or ``ipc://``:
-    True); None when the resolver did not answer within ``timeout`` seconds."""
+    True); None when the resolver did not answer within ``timeout`` seconds or failed for
+    a reason other than an unknown name (no DNS server reachable, say)."""
     if address.startswith("ipc://"):
         return True
     host, _, port = address[len("tcp://") :].rpartition(":")
-    answer: list[bool] = []
+    answer: list[bool | None] = []
+    unknown_name = {socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)}
 
     def lookup() -> None:
         try:
             socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)
             answer.append(True)
+        except socket.gaierror as error:
+            answer.append(False if error.errno in unknown_name else None)
         except (OSError, UnicodeError):
-            answer.append(False)
+            answer.append(None)
 
     # The system resolver has no timeout of its own: it runs in a thread left behind
     # when it takes longer than ``timeout``.
@@ -385,6 +389,7 @@ def diagnose_connection(
 
     address = normalize_address(address)
     server_key = public_key(server_public_key)
+    deadline = time.monotonic() + timeout  # the name's lookup and the handshake share it
     if resolves(address, timeout) is False:
         return "unresolved"
     sock = zmq.Context.instance().socket(zmq.DEALER)
@@ -401,7 +406,6 @@ def diagnose_connection(
     verdict, connected = "silent", False
     try:
         sock.connect(address)
-        deadline = time.monotonic() + timeout
         while (left := deadline - time.monotonic()) > 0 and monitor.poll(int(left * 1000) + 1):
             event = recv_monitor_message(monitor)
             kind, value = event["event"], event["value"]

@@ -203,13 +203,13 @@ def decode(frames: Sequence[Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]
 
 
 def decode_header(frames: Sequence[Any]) -> dict[str, Any]:
-    """The header of one message, with its version and request id checked (a server
-    answers a request whose arrays are malformed under the request's own id).
+    """The header of one message, with its request id checked (a server answers a
+    request of another version, or whose arrays are malformed, under the request's own
+    id; :func:`decode_arrays` checks the version).
 
     Raises:
-        ProtocolError: on an empty message, a header that is not a msgpack map, an
-            unsupported protocol version, or an ``id`` that is not an int, a short str
-            or nil.
+        ProtocolError: on an empty message, a header that is not a msgpack map, or an
+            ``id`` that is not an int, a short str or nil.
     """
     if not frames:
         raise errors.ProtocolError("empty message")
@@ -219,12 +219,6 @@ def decode_header(frames: Sequence[Any]) -> dict[str, Any]:
         raise errors.ProtocolError(f"malformed message header: {exc}") from None
     if not isinstance(header, dict):
         raise errors.ProtocolError("message header is not a map")
-    version = header.get("v")
-    if version != PROTOCOL_VERSION or isinstance(version, bool):
-        raise errors.ProtocolError(
-            f"protocol version {errors.describe(version)} is not supported; this side speaks "
-            f"{PROTOCOL_VERSION} (install the same rlreplay version on client and server)"
-        )
     rid = header.get("id")
     if not (
         rid is None
@@ -241,11 +235,18 @@ def decode_arrays(header: dict[str, Any], frames: Sequence[Any]) -> dict[str, np
     ``"arrays"`` entry is removed).
 
     Raises:
-        ProtocolError: for an entry that is not ``[name, dtype, shape(, frame, offset)]``,
+        ProtocolError: for a protocol version other than :data:`PROTOCOL_VERSION`, an
+            entry that is not ``[name, dtype, shape, frame, offset]``,
             a name given twice, a dtype that is not numeric, a shape of more than
             ``MAX_DIMS`` dimensions or a negative or huge extent, an offset not aligned to
             the dtype, or bytes that do not fit the frame that carries them.
     """
+    version = header.get("v")
+    if version != PROTOCOL_VERSION or isinstance(version, bool):
+        raise errors.ProtocolError(
+            f"protocol version {errors.describe(version)} is not supported; this side speaks "
+            f"{PROTOCOL_VERSION} (install the same rlreplay version on client and server)"
+        )
     meta = header.pop("arrays", None) or []
     if not isinstance(meta, list):
         raise errors.ProtocolError(f"message declares arrays {errors.describe(meta)}, not a list")
