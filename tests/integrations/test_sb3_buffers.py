@@ -348,6 +348,9 @@ def test_bad_input_is_refused_and_changes_nothing():
         ("reward", np.zeros(1)),
         ("done", np.zeros(5)),
         ("infos", [{}]),
+        ("reward", None),  # numpy would store None as NaN, and as False for done
+        ("done", None),
+        ("action", ["left", "right"]),
     ):
         with pytest.raises(InvalidArgumentError, match=name):
             buffer.add(**{**good, name: bad})

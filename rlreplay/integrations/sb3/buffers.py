@@ -336,6 +336,12 @@ class ReplayBuffer(_SB3ReplayBuffer):
         """
         n = self.n_envs
         action, reward, done = np.asarray(action), np.asarray(reward), np.asarray(done)
+        for name, value in (("action", action), ("reward", reward), ("done", done)):
+            if value.dtype.kind in "OSUV":  # None, strings, objects: numpy would cast them
+                raise InvalidArgumentError(
+                    f"{name}={describe(value if value.ndim else value.item())} is not numeric; "
+                    "give a number (bool for done) per environment"
+                )
         if action.size != n * self.action_dim:
             raise InvalidArgumentError(
                 f"action has shape {action.shape}; give {n} action(s) of {self.action_dim} "
