@@ -143,7 +143,8 @@ def _bad_values(value: Any) -> dict[str, Any]:
     }
     if isinstance(value, np.ndarray):
         other = np.float32 if value.dtype != np.float32 else np.int64
-        out["another dtype"] = value.astype(other)
+        with np.errstate(over="ignore", invalid="ignore"):  # any values of another dtype
+            out["another dtype"] = value.astype(other)
         out["two dimensions"] = np.repeat(value.reshape(1, -1), 2, axis=0)
         out["not contiguous"] = np.repeat(value, 2)[::2] if value.ndim == 1 else value.T
         out["empty"] = value[:0]
