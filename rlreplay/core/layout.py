@@ -181,8 +181,9 @@ class ItemLayout:
 
         Raises:
             InvalidArgumentError: for a ``next_fields`` entry not in the signature, a
-                ``next_prefix`` that makes an output name a stored field's (``obs`` and
-                ``next_obs`` stored: give another prefix) or ``n_step`` not an int >= 1.
+                ``next_prefix`` that makes an output name a stored field's or branch's
+                (``obs`` and ``next_obs`` stored: give another prefix) or ``n_step`` not an
+                int >= 1.
         """
         signature = _as_signature(signature)
         if isinstance(next_fields, str):

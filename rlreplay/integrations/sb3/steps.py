@@ -73,8 +73,8 @@ class ObservationRing:
         alpha: float | None = None,
         seed: int | None = None,
     ):
-        check_count(per_env, "per_env")
-        check_count(n_envs, "n_envs")
+        per_env = check_count(per_env, "per_env")
+        n_envs = check_count(n_envs, "n_envs")
         if not fields:
             raise InvalidArgumentError(
                 "fields={} is empty: give the observation's fields as {name: (shape, dtype)}"
@@ -239,12 +239,13 @@ class ObservationRing:
                     for name, col in zip(self.names, self.columns)
                 ):
                     continue
-                slot = self._side_slot() if kept else -1
-                for name, col in zip(self.names, self.columns):
-                    if kept:
+                if kept:
+                    slot = self._side_slot()
+                    for name, col in zip(self.names, self.columns):
                         self.side[name][slot] = col[first + e]
+                    self.final_at[q, e] = slot + 1
+                for name, col in zip(self.names, self.columns):
                     col[first + e] = obs[name][e]
-                self.final_at[q, e] = slot + 1
 
     def _side_slot(self) -> int:
         if not self.free:  # every slot used: double the side store
