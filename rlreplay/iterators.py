@@ -212,8 +212,8 @@ class ReplayIterator:
                 f"table={describe(table)} has no sample(batch_size, timeout=) method; give a "
                 "Table (or a client's remote table, client.table(name))"
             )
-        check_count(batch_size, "batch_size", "items per batch")
-        check_count(prefetch, "prefetch")
+        batch_size = check_count(batch_size, "batch_size", "items per batch")
+        prefetch = check_count(prefetch, "prefetch")
         timeout = check_timeout(timeout)
         if max_batches is not None and (not isinstance(max_batches, int) or max_batches < 0):
             raise InvalidArgumentError(f"max_batches={describe(max_batches)} must be an int >= 0")

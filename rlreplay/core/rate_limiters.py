@@ -61,7 +61,7 @@ class RateLimiter:
             raise InvalidArgumentError(
                 f"samples_per_insert={describe(samples_per_insert)} must be a number > 0"
             )
-        check_count(min_size_to_sample, "min_size_to_sample")
+        min_size_to_sample = check_count(min_size_to_sample, "min_size_to_sample")
         if math.isnan(min_diff) or math.isnan(max_diff) or min_diff > max_diff:
             raise InvalidArgumentError(
                 f"min_diff={min_diff} and max_diff={max_diff}: min_diff must be <= max_diff"
@@ -242,7 +242,7 @@ def SampleToInsertRatio(
             f"{samples_per_insert}: it must be at least max(1, samples_per_insert) / 2 or "
             "inserts and samples can block each other forever"
         )
-    check_count(min_size_to_sample, "min_size_to_sample")
+    min_size_to_sample = check_count(min_size_to_sample, "min_size_to_sample")
     offset = samples_per_insert * min_size_to_sample
     return RateLimiter(
         samples_per_insert, min_size_to_sample, offset - error_buffer, offset + error_buffer

@@ -254,7 +254,7 @@ def start_shards(
             tell), or the servers do not report their addresses within it.
         ImportError: without Ray.
     """
-    check_count(num_shards, "num_shards")
+    num_shards = check_count(num_shards, "num_shards")
     if strategy not in STRATEGIES:
         raise InvalidArgumentError(f"strategy={strategy!r} is unknown; choose one of {STRATEGIES}")
     if isinstance(num_cpus, bool) or not isinstance(num_cpus, (int, float)) or num_cpus < 0:

@@ -83,8 +83,8 @@ class ShardedSampleIterator:
         timeout: float | None = None, batches_per_request: int = 1,
         output: str = "numpy", device: Any = None, pin_memory: bool = False,
     ):
-        check_count(in_flight, "in_flight")
-        check_count(batches_per_request, "batches_per_request")
+        in_flight = check_count(in_flight, "in_flight")
+        batches_per_request = check_count(batches_per_request, "batches_per_request")
         self._convert = batch_output(output, device, pin_memory)
         self.client = client
         self.table = table

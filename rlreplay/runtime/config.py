@@ -74,7 +74,7 @@ class ReplaySpec:
                 f"adder={describe(self.adder)} must be a callable adder(writer, num_envs=N), "
                 "e.g. functools.partial(NStepTransitionAdder, n=3, discount=0.99)"
             )
-        check_count(self.max_size, "max_size")
+        self.max_size = check_count(self.max_size, "max_size")
 
 
 def _positive(name: str, value: Any, *, integer: bool = False, allow_none: bool = False) -> None:

@@ -23,8 +23,9 @@ from rlreplay.runtime.learner import check_logic
 __all__ = ["RunResult", "run"]
 
 
-def _check_args(total_env_steps: Any, max_updates: Any, on_stats: Any, replay: Any) -> None:
-    check_count(total_env_steps, "total_env_steps")
+def _check_args(total_env_steps: Any, max_updates: Any, on_stats: Any, replay: Any) -> int:
+    """``total_env_steps`` as an int, once every argument is checked."""
+    total_env_steps = check_count(total_env_steps, "total_env_steps")
     if max_updates is not None and (
         isinstance(max_updates, bool) or not isinstance(max_updates, int) or max_updates < 0
     ):
@@ -33,6 +34,7 @@ def _check_args(total_env_steps: Any, max_updates: Any, on_stats: Any, replay: A
         raise InvalidArgumentError(f"on_stats={describe(on_stats)} must be callable or None")
     if not isinstance(replay, ReplaySpec):
         raise InvalidArgumentError(f"replay={describe(replay)} must be a runtime.ReplaySpec")
+    return total_env_steps
 
 
 def run(
@@ -70,7 +72,7 @@ def run(
     """
     if not isinstance(config, RuntimeConfig):
         raise InvalidArgumentError(f"config={describe(config)} must be a RuntimeConfig")
-    _check_args(total_env_steps, max_updates, on_stats, replay)
+    total_env_steps = _check_args(total_env_steps, max_updates, on_stats, replay)
     if not replay.on_policy and max_updates != 0 and total_env_steps < config.min_size_to_sample:
         logging.getLogger("rlreplay").warning(
             "total_env_steps=%d is below min_size_to_sample=%d: the table will never hold "
