@@ -33,5 +33,11 @@ setup(
             "rlreplay.core._store", ["rlreplay/core/_store.c"], depends=[COMMON], optional=True
         ),
         Extension("rlreplay.writers._blocks", ["rlreplay/writers/_blocks.c"], optional=True),
+        Extension(
+            "rlreplay.integrations.sb3._transitions",
+            ["rlreplay/integrations/sb3/_transitions.c"],
+            depends=[COMMON],
+            optional=True,
+        ),
     ]
 )

@@ -455,3 +455,100 @@ def test_import_rlreplay_imports_neither_sb3_nor_torch():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# ---------------------------------------------------------------- compiled sampling
+# The compiled draws and gathers (``_transitions.c``) against their numpy paths, called
+# side by side on the same buffers: the same numbers, arrays and generator state.
+kernel = pytest.importorskip("rlreplay.integrations.sb3._transitions")
+from rlreplay.integrations.sb3 import steps as ring_module  # noqa: E402
+
+
+@pytest.mark.parametrize("high", [1, 2, 3, 7, 40, 1000, 2**16 + 1, 2**31 + 7, 2**32])
+@pytest.mark.parametrize("size", [0, 1, 33, 500])
+def test_compiled_randint_gives_numpys_numbers_and_state(high, size):
+    np.random.seed(high % 1000 + size)
+    expected = np.random.randint(0, high, size=size)
+    after = np.random.get_state()
+    np.random.seed(high % 1000 + size)
+    got = ring_module._randint_compiled(high, size)
+    assert got.dtype == np.int64 and got.shape == (size,)
+    np.testing.assert_array_equal(got, expected)
+    state = np.random.get_state()
+    assert state[2] == after[2] and np.array_equal(state[1], after[1])
+
+
+@pytest.mark.parametrize("high", [0, -3, 2**32 + 1])
+def test_compiled_randint_refuses_a_bound_outside_its_range(high):
+    before = np.random.get_state()
+    with pytest.raises(ValueError, match=r"must be in 1 \.\. 2"):
+        kernel.randint(np.random.get_bit_generator().capsule, high, np.empty(4, np.int64))
+    assert np.array_equal(np.random.get_state()[1], before[1])
+
+
+RING_CASES = {
+    # name: (buffer class, obs space, action space, buffer_size, n_envs, adds)
+    "one-env-not-full": (ReplayBuffer, BOX, DISCRETE, 40, 1, 30),
+    "one-env-turned": (ReplayBuffer, BOX, CONTINUOUS, 40, 1, 95),
+    "two-envs-turned": (ReplayBuffer, BOX, DISCRETE, 40, 2, 77),
+    "three-envs-exactly-full": (ReplayBuffer, BOX, CONTINUOUS, 30, 3, 10),
+    "one-transition-per-env": (ReplayBuffer, BOX, CONTINUOUS, 2, 2, 9),
+    "dict-two-envs-turned": (DictReplayBuffer, DICT, CONTINUOUS, 30, 2, 50),
+    "prioritized-dict": (PrioritizedDictReplayBuffer, DICT, DISCRETE, 24, 2, 31),
+}
+
+
+@pytest.mark.parametrize("case", RING_CASES.values(), ids=RING_CASES)
+def test_compiled_transitions_equal_the_numpy_path(case):
+    cls, obs_space, act_space, size, n_envs, adds = case
+    buffer = cls(size, obs_space, act_space, "cpu", n_envs=n_envs)
+    feed([buffer], adds, n_envs, obs_space, act_space, seed=adds, continue_prob=0.6)
+    ring = buffer._ring
+    assert ring.final_at.any() or ring.per_env == 1  # some next observations are final ones
+    rng = np.random.default_rng(adds)
+    positions = rng.integers(0, ring.size, 200)
+    envs = rng.integers(0, n_envs, 200)
+    expected = ring._transitions_numpy(positions, envs, buffer._steps)
+    got = ring._transitions_compiled(positions, envs, buffer._steps)
+    for part, (x, y) in enumerate(zip(expected, got)):
+        for key in x if isinstance(x, dict) else [None]:
+            a, b = (x[key], y[key]) if key is not None else (x, y)
+            assert a.dtype == b.dtype and a.shape == b.shape, (part, key)
+            np.testing.assert_array_equal(a, b, err_msg=f"part {part}, {key}")
+
+
+def test_compiled_transitions_refuse_indexes_out_of_range_and_write_nothing():
+    buffer = ReplayBuffer(10, BOX, CONTINUOUS, "cpu", n_envs=2)
+    feed([buffer], 4, 2, BOX, CONTINUOUS)
+    ring = buffer._ring
+    outs = (
+        (np.full((2, 3), 7.0, np.float32),),
+        (np.full((2, 3), 7.0, np.float32),),
+        np.full((2, 2), 7.0, np.float32),
+        np.full((2, 1), 7.0, np.float32),
+        np.full((2, 1), 7.0, np.float32),
+    )
+    for positions, envs in (([0, 5], [0, 0]), ([0, -1], [0, 0]), ([0, 1], [0, 2])):
+        with pytest.raises(ValueError, match=r"positions must be in 0 \.\. 4 and envs in 0 \.\. 1"):
+            kernel.transitions(
+                np.array(positions),
+                np.array(envs),
+                (ring.count, ring.per_env, ring.n_envs),
+                tuple(ring.columns),
+                tuple(ring.side.values()),
+                ring.final_at.reshape(-1),
+                buffer._steps,
+                outs,
+            )
+        assert all((np.asarray(o) == 7.0).all() for o in (*outs[0], *outs[1], *outs[2:]))
+    with pytest.raises(ValueError, match="rows"):  # an out of another batch's size
+        kernel.transitions(
+            np.array([0, 1, 2]),
+            np.array([0, 1, 0]),
+            (ring.count, ring.per_env, ring.n_envs),
+            tuple(ring.columns),
+            tuple(ring.side.values()),
+            ring.final_at.reshape(-1),
+            buffer._steps,
+            outs,
+        )

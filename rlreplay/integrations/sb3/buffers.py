@@ -32,7 +32,7 @@ from stable_baselines3.common.utils import get_device
 from stable_baselines3.common.vec_env import VecNormalize
 
 from rlreplay.errors import EmptyTableError, InvalidArgumentError, check_count, describe
-from rlreplay.integrations.sb3.steps import ObservationRing
+from rlreplay.integrations.sb3.steps import ObservationRing, randint
 
 __all__ = [
     "DictReplayBuffer",
@@ -374,8 +374,7 @@ class ReplayBuffer(_SB3ReplayBuffer):
             EmptyTableError: if nothing was added yet.
         """
         batch_size = self._check_sample(batch_size)
-        batch_inds = np.random.randint(0, self._ring.size, size=batch_size)
-        return self._get_samples(batch_inds, env=env)
+        return self._get_samples(randint(self._ring.size, batch_size), env=env)
 
     def _get_samples(  # type: ignore[override]
         self, batch_inds: np.ndarray, env: VecNormalize | None = None
@@ -384,7 +383,7 @@ class ReplayBuffer(_SB3ReplayBuffer):
         if self.n_envs == 1:  # SB3 draws from [0, 1), which leaves the generator as it was
             env_indices = _zeros(len(batch_inds))
         else:
-            env_indices = np.random.randint(0, high=self.n_envs, size=(len(batch_inds),))
+            env_indices = randint(self.n_envs, len(batch_inds))
         parts = self._samples(np.asarray(batch_inds, dtype=np.int64), env_indices, env)
         return self._samples_type(*parts)
 
@@ -398,34 +397,20 @@ class ReplayBuffer(_SB3ReplayBuffer):
             )
         return batch_size
 
-    def _samples(
-        self,
-        positions: np.ndarray,
-        envs: np.ndarray,
-        env: VecNormalize | None,
-        obs: dict[str, np.ndarray] | None = None,
-        next_obs: dict[str, np.ndarray] | None = None,
-    ) -> tuple:
-        """The parts of SB3's sample tuple for transitions at ``positions`` of ``envs``;
-        ``obs``/``next_obs`` when already gathered (by a prioritized table)."""
+    def _samples(self, positions: np.ndarray, envs: np.ndarray, env: VecNormalize | None) -> tuple:
+        """The parts of SB3's sample tuple for transitions at ``positions`` of ``envs``."""
         ring = self._ring
-        flat = positions * self.n_envs + envs if self.n_envs > 1 else positions
-        if obs is None:
-            rows = ring.rows(positions, envs)
-            obs = ring.take(rows)
-            if self._one_step:
-                next_obs = ring.take(ring.next_rows(rows))
-        actions = self._flat_actions.take(flat, axis=0)
         discounts = None
         if self._one_step:
-            ring.patch_finals(next_obs, flat)  # type: ignore[arg-type]
-            # done and not a timeout, as SB3's dones * (1 - timeouts)
-            dones = np.greater(self._flat_dones.take(flat), self._flat_timeouts.take(flat))
-            dones = dones.astype(np.float32).reshape(-1, 1)
-            rewards = self._flat_rewards.take(flat).reshape(-1, 1)
+            obs, next_obs, actions, rewards, dones = ring.transitions(
+                positions, envs, self._steps
+            )
             if env is not None:
                 rewards = self._normalize_reward(rewards, env)
         else:
+            obs = ring.gather(positions, envs, next_obs=False)
+            flat = positions * self.n_envs + envs if self.n_envs > 1 else positions
+            actions = self._flat_actions.take(flat, axis=0)
             last, dones, rewards, discounts = self._n_step(positions, envs, env)
             next_obs = ring.gather(last, envs, next_obs=True)
         tensor = th.from_numpy if self._on_cpu else self._tensor
@@ -452,16 +437,20 @@ class ReplayBuffer(_SB3ReplayBuffer):
         """Flat views of SB3's arrays, indexed by ``position * n_envs + env``, and the
         dtype and shapes of the arrays ``add`` stores without a cast."""
         self._flat_actions = self.actions.reshape(-1, self.action_dim)
-        self._flat_rewards = self.rewards.reshape(-1)
-        self._flat_dones = self.dones.reshape(-1)
-        self._flat_timeouts = self.timeouts.reshape(-1)
+        # actions, rewards, dones and timeouts, flat (ObservationRing.transitions' steps)
+        self._steps = (
+            self._flat_actions,
+            self.rewards.reshape(-1),
+            self.dones.reshape(-1),
+            self.timeouts.reshape(-1),
+        )
         self._on_cpu = self.device.type == "cpu"
         self._action_dtype = self.actions.dtype
         self._action_shape = (self.n_envs, self.action_dim)
         self._env_shape = (self.n_envs,)
 
     def __getstate__(self) -> dict[str, Any]:
-        views = ("_flat_actions", "_flat_rewards", "_flat_dones", "_flat_timeouts", "_on_cpu")
+        views = ("_flat_actions", "_steps", "_on_cpu")
         views += ("_action_dtype", "_action_shape", "_env_shape")
         return {key: value for key, value in self.__dict__.items() if key not in views}
 
@@ -627,18 +616,8 @@ class _Prioritized:
         ]
         keys = np.concatenate([part.info.keys for part in parts_])
         probabilities = np.concatenate([part.info.probabilities for part in parts_])
-
-        def field(name: str) -> np.ndarray:
-            if len(parts_) == 1:
-                return parts_[0].data[name]
-            return np.concatenate([part.data[name] for part in parts_])
-
         positions, envs = ring.transitions_of_slots(keys)
-        obs = {name: field(name) for name in ring.names}
-        next_obs = None
-        if self._one_step:  # type: ignore[attr-defined]
-            next_obs = {name: field(ring.next_prefix + name) for name in ring.names}
-        parts = self._samples(positions, envs, env, obs, next_obs)  # type: ignore[attr-defined]
+        parts = self._samples(positions, envs, env)  # type: ignore[attr-defined]
         # PER's importance weights, (N * P(i)) ** -beta over the batch's largest.
         weights = np.power(parts_[0].info.table_size * probabilities, -self.current_beta)
         weights = (weights / weights.max()).astype(np.float32).reshape(-1, 1)

@@ -16,6 +16,11 @@ in an rlreplay :class:`~rlreplay.core.storage.StepStore` with one lane per envir
   observations and any autoreset scheme keep their exact next observations, and each
   observation is stored once except final ones.
 
+Uniform batches are drawn with :func:`randint` and gathered with
+:meth:`ObservationRing.transitions`; where the package's C extension is built, each is one
+compiled call (``_transitions.c``) that gives exactly what its numpy path gives, numpy's
+global generator included (tests compare the two).
+
 A prioritized buffer adds a :class:`~rlreplay.core.table.Table` over the same store whose
 items are the transitions (anchor: the observation's row, layout: a transition reading
 ``next_obs`` one step later in the lane): a ``Prioritized`` sampler, keys with generation
@@ -32,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.core._compiled import load_kernel
 from rlreplay.core.keys import SLOT_MASK, make_keys
 from rlreplay.core.layout import ItemLayout
 from rlreplay.core.rate_limiters import MinSize
@@ -40,9 +46,30 @@ from rlreplay.core.storage import StepStore
 from rlreplay.core.table import Table
 from rlreplay.errors import InvalidArgumentError, check_count, describe
 
-__all__ = ["ObservationRing"]
+__all__ = ["ObservationRing", "randint"]
 
 FieldSpecs = Mapping[str, tuple[tuple[int, ...], np.dtype]]
+
+_kernel = load_kernel("rlreplay.integrations.sb3._transitions")
+
+
+def _randint_numpy(high: int, size: int) -> np.ndarray:
+    return np.random.randint(0, high, size=size)
+
+
+def _randint_compiled(high: int, size: int) -> np.ndarray:
+    out = np.empty(size, dtype=np.int64)
+    generator = np.random.get_bit_generator()
+    with generator.lock:
+        _kernel.randint(generator.capsule, high, out)
+    return out
+
+
+randint = _randint_numpy if _kernel is None else _randint_compiled
+"""``np.random.randint(0, high, size=size)``: the same numbers from numpy's global
+generator, which is left in the same state (SB3's seeding gives SB3's batches). Compiled,
+it is one call of a few instructions per number where numpy's runs many layers of checks,
+which inside training (caches emptied by the network's step) cost several times more."""
 
 
 def _without_ones(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -289,6 +316,56 @@ class ObservationRing:
         if self.count < self.ring:  # the ring has not turned: no next row wraps
             return rows + self.n_envs
         return (rows + self.n_envs) % self.store.capacity
+
+    def _transitions_numpy(
+        self, positions: np.ndarray, envs: np.ndarray, steps: tuple[np.ndarray, ...]
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
+        flat = positions * self.n_envs + envs if self.n_envs > 1 else positions
+        rows = self.rows(positions, envs)
+        obs = self.take(rows)
+        next_obs = self.take(self.next_rows(rows))
+        self.patch_finals(next_obs, flat)
+        actions, rewards, dones, timeouts = steps
+        # done and not a timeout, as SB3's dones * (1 - timeouts)
+        terminal = np.greater(dones.take(flat), timeouts.take(flat))
+        return (
+            obs,
+            next_obs,
+            actions.take(flat, axis=0),
+            rewards.take(flat).reshape(-1, 1),
+            terminal.astype(np.float32).reshape(-1, 1),
+        )
+
+    def _transitions_compiled(
+        self, positions: np.ndarray, envs: np.ndarray, steps: tuple[np.ndarray, ...]
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
+        n = len(positions)
+        obs = {name: np.empty((n, *shape), dtype) for name, (shape, dtype) in self.fields.items()}
+        next_obs = {
+            name: np.empty((n, *shape), dtype) for name, (shape, dtype) in self.fields.items()
+        }
+        actions = np.empty((n, *steps[0].shape[1:]), steps[0].dtype)
+        rewards = np.empty((n, 1), np.float32)
+        dones = np.empty((n, 1), np.float32)
+        _kernel.transitions(
+            positions,
+            envs,
+            (self.count, self.per_env, self.n_envs),
+            tuple(self.columns),
+            tuple(self.side[name] for name in self.names),
+            self.final_at.reshape(-1),
+            steps,
+            (tuple(obs.values()), tuple(next_obs.values()), actions, rewards, dones),
+        )
+        return obs, next_obs, actions, rewards, dones
+
+    transitions = _transitions_numpy if _kernel is None else _transitions_compiled
+    """The transitions at SB3 ``positions`` of environments ``envs`` (int64 arrays):
+    ``(obs, next_obs, actions, rewards, dones)``, each array fresh; ``steps`` holds
+    SB3's per-transition arrays flat (``position * n_envs + env``): actions
+    ``(slots, action_dim)``, float32 rewards, bool dones and timeouts. ``rewards`` and
+    ``dones`` come as float32 ``(n, 1)``, ``dones`` true for a done that is not a
+    timeout. Compiled, one call (tests compare it with the numpy path)."""
 
     def take(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         """The observation fields at store ``rows``: one fresh array per field."""
