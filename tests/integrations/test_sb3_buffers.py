@@ -26,6 +26,7 @@ from rlreplay.integrations.sb3 import (
     PrioritizedReplayBuffer,
     ReplayBuffer,
 )
+from rlreplay.integrations.sb3 import steps as ring_steps
 
 BOX = spaces.Box(-1.0, 1.0, (3,), np.float32)
 DICT = spaces.Dict(
@@ -460,29 +461,50 @@ def test_import_rlreplay_imports_neither_sb3_nor_torch():
 # ---------------------------------------------------------------- compiled sampling
 # The compiled draws and gathers (``_transitions.c``) against their numpy paths, called
 # side by side on the same buffers: the same numbers, arrays and generator state.
-kernel = pytest.importorskip("rlreplay.integrations.sb3._transitions")
-from rlreplay.integrations.sb3 import steps as ring_module  # noqa: E402
+# Skipped where the extension is not built or RLREPLAY_NO_EXTENSION=1 turned it off.
+kernel = ring_steps._kernel
+compiled = pytest.mark.skipif(kernel is None, reason="the compiled sampling is not in use")
 
 
-@pytest.mark.parametrize("high", [1, 2, 3, 7, 40, 1000, 2**16 + 1, 2**31 + 7, 2**32])
-@pytest.mark.parametrize("size", [0, 1, 33, 500])
-def test_compiled_randint_gives_numpys_numbers_and_state(high, size):
-    np.random.seed(high % 1000 + size)
-    expected = np.random.randint(0, high, size=size)
-    after = np.random.get_state()
-    np.random.seed(high % 1000 + size)
-    got = ring_module._randint_compiled(high, size)
-    assert got.dtype == np.int64 and got.shape == (size,)
-    np.testing.assert_array_equal(got, expected)
-    state = np.random.get_state()
-    assert state[2] == after[2] and np.array_equal(state[1], after[1])
+def assert_transitions_equal(expected, got):
+    for part, (x, y) in enumerate(zip(expected, got)):
+        for key in x if isinstance(x, dict) else [None]:
+            a, b = (x[key], y[key]) if key is not None else (x, y)
+            assert a.dtype == b.dtype and a.shape == b.shape, (part, key)
+            np.testing.assert_array_equal(a, b, err_msg=f"part {part}, {key}")
 
 
-@pytest.mark.parametrize("high", [0, -3, 2**32 + 1])
-def test_compiled_randint_refuses_a_bound_outside_its_range(high):
+@compiled
+@pytest.mark.parametrize("held", [1, 2, 3, 7, 40, 1000, 4097])
+@pytest.mark.parametrize("n_envs", [1, 3])
+def test_compiled_draws_give_numpys_numbers_and_leave_its_state(held, n_envs):
+    # positions drawn over `held` transitions (numpy's masked draw redraws above the bound)
+    buffer = ReplayBuffer(held * n_envs, BOX, DISCRETE, "cpu", n_envs=n_envs)
+    feed([buffer], held, n_envs, BOX, DISCRETE, seed=held)
+    ring = buffer._ring
+    assert ring.size == held
+    for size in (1, 33, 500):
+        np.random.seed(held + size)
+        expected = ring._sample_numpy(size, buffer._steps)
+        after = np.random.get_state()
+        np.random.seed(held + size)
+        got = ring._sample_compiled(size, buffer._steps)
+        assert_transitions_equal(expected, got)
+        state = np.random.get_state()
+        assert state[2] == after[2] and np.array_equal(state[1], after[1])
+
+
+@compiled
+def test_compiled_draws_refuse_a_bound_outside_the_held_positions():
+    buffer = ReplayBuffer(10, BOX, CONTINUOUS, "cpu", n_envs=2)
+    feed([buffer], 4, 2, BOX, CONTINUOUS)
+    ring = buffer._ring
     before = np.random.get_state()
-    with pytest.raises(ValueError, match=r"must be in 1 \.\. 2"):
-        kernel.randint(np.random.get_bit_generator().capsule, high, np.empty(4, np.int64))
+    for high in (0, ring.per_env + 1):
+        with pytest.raises(ValueError, match=r"must be in 1 \.\. per_env"):
+            ring._gather_compiled(
+                (np.random.get_bit_generator().capsule, high), None, 4, buffer._steps
+            )
     assert np.array_equal(np.random.get_state()[1], before[1])
 
 
@@ -498,6 +520,7 @@ RING_CASES = {
 }
 
 
+@compiled
 @pytest.mark.parametrize("case", RING_CASES.values(), ids=RING_CASES)
 def test_compiled_transitions_equal_the_numpy_path(case):
     cls, obs_space, act_space, size, n_envs, adds = case
@@ -509,14 +532,14 @@ def test_compiled_transitions_equal_the_numpy_path(case):
     positions = rng.integers(0, ring.size, 200)
     envs = rng.integers(0, n_envs, 200)
     expected = ring._transitions_numpy(positions, envs, buffer._steps)
-    got = ring._transitions_compiled(positions, envs, buffer._steps)
-    for part, (x, y) in enumerate(zip(expected, got)):
-        for key in x if isinstance(x, dict) else [None]:
-            a, b = (x[key], y[key]) if key is not None else (x, y)
-            assert a.dtype == b.dtype and a.shape == b.shape, (part, key)
-            np.testing.assert_array_equal(a, b, err_msg=f"part {part}, {key}")
+    assert_transitions_equal(expected, ring._transitions_compiled(positions, envs, buffer._steps))
+    np.random.seed(adds)
+    expected = ring._sample_numpy(64, buffer._steps)
+    np.random.seed(adds)
+    assert_transitions_equal(expected, ring._sample_compiled(64, buffer._steps))
 
 
+@compiled
 def test_compiled_transitions_refuse_indexes_out_of_range_and_write_nothing():
     buffer = ReplayBuffer(10, BOX, CONTINUOUS, "cpu", n_envs=2)
     feed([buffer], 4, 2, BOX, CONTINUOUS)
@@ -536,7 +559,7 @@ def test_compiled_transitions_refuse_indexes_out_of_range_and_write_nothing():
                 (ring.count, ring.per_env, ring.n_envs),
                 tuple(ring.columns),
                 tuple(ring.side.values()),
-                ring.final_at.reshape(-1),
+                ring.final_at,
                 buffer._steps,
                 outs,
             )
@@ -548,7 +571,7 @@ def test_compiled_transitions_refuse_indexes_out_of_range_and_write_nothing():
             (ring.count, ring.per_env, ring.n_envs),
             tuple(ring.columns),
             tuple(ring.side.values()),
-            ring.final_at.reshape(-1),
+            ring.final_at,
             buffer._steps,
             outs,
         )

@@ -1,17 +1,16 @@
 /*
  * Compiled sampling of the SB3 buffers' uniform batches (see steps.py).
  *
- * randint(bitgen, high, out)
- *     Fills the int64 array `out` with the numbers np.random.randint(0, high, size=len(out))
- *     returns when numpy's global generator holds the bit generator behind the capsule
- *     `bitgen` (np.random.get_bit_generator().capsule), and leaves that generator in the
- *     state the call would leave it: numpy's legacy bounded draw, a 32-bit draw masked to
- *     the next power of two and drawn again while above high - 1. high is in 1 .. 2**32.
- *     The caller holds the generator's lock.
- *
- * transitions(positions, envs, ring, columns, side, final_at, steps, outs)
- *     Gathers the transitions at SB3 positions `positions` of environments `envs` (int64)
- *     from an ObservationRing, as its numpy path does (ObservationRing.transitions):
+ * transitions(draw, envs, ring, columns, side, final_at, steps, outs)
+ *     Gathers transitions of an ObservationRing as its numpy path does
+ *     (ObservationRing.transitions and .sample):
+ *       draw      the SB3 positions (int64, with `envs` their environments), or a tuple
+ *                 (bitgen, high): draw len(outs' rows) positions in 0 .. high - 1, then
+ *                 as many environments when n_envs > 1 (else 0), from the bit generator
+ *                 behind the capsule `bitgen` (np.random.get_bit_generator().capsule) with
+ *                 numpy's legacy bounded draw: the numbers np.random.randint(0, high,
+ *                 size=n) and np.random.randint(0, n_envs, size=n) give, the generator left
+ *                 as they leave it (the caller holds the generator's lock; `envs` is None);
  *       ring      (count, per_env, n_envs): the ring's add calls so far and its sizes;
  *       columns   the store's observation columns, (per_env + 1) * n_envs rows each;
  *       side      the side store's arrays of final observations, one per column;
@@ -20,10 +19,10 @@
  *       steps     (actions, rewards, dones, timeouts): per transition, actions of any
  *                 dtype, rewards float32, dones and timeouts bool;
  *       outs      (obs_outs, next_outs, actions_out, rewards_out, dones_out): obs_outs and
- *                 next_outs one array per column, one row per position; rewards_out and
+ *                 next_outs one array per column, one row per transition; rewards_out and
  *                 dones_out float32 (dones_out: done and not a timeout).
- *     Raises TypeError for a wrong buffer kind and ValueError for wrong sizes or an index
- *     out of range; nothing is written then.
+ *     Raises TypeError for a wrong buffer kind and ValueError for wrong sizes, an index
+ *     out of range or high outside 1 .. per_env; nothing is written then.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -45,48 +44,29 @@ typedef struct {
     uint64_t (*next_raw)(void *st);
 } bitgen_t;
 
-static PyObject *
-randint(PyObject *self, PyObject *args)
+/* numpy's legacy bounded draw (RandomState.randint for int64): n numbers in 0 .. high - 1
+ * (1 <= high <= 2**32), each a 32-bit draw masked to the next power of two, drawn again
+ * while above high - 1 (none drawn when high is 1). */
+static void
+draw_bounded(bitgen_t *bitgen, int64_t high, int64_t *values, Py_ssize_t n)
 {
-    PyObject *capsule, *out_obj;
-    long long high;
-    if (!PyArg_ParseTuple(args, "OLO:randint", &capsule, &high, &out_obj)) {
-        return NULL;
-    }
-    if (high < 1 || high > 0x100000000LL) {
-        PyErr_Format(PyExc_ValueError, "high=%lld must be in 1 .. 2**32", high);
-        return NULL;
-    }
-    bitgen_t *bitgen = (bitgen_t *)PyCapsule_GetPointer(capsule, "BitGenerator");
-    if (bitgen == NULL) {
-        return NULL;
-    }
-    Py_buffer out;
-    if (get_buffer(out_obj, &out, 1, INT64_CODES, 8, "out") < 0) {
-        return NULL;
-    }
-    int64_t *values = (int64_t *)out.buf;
-    Py_ssize_t n = out.shape[0];
     uint32_t top = (uint32_t)(high - 1);
     if (top == 0) {
         memset(values, 0, (size_t)n * sizeof(int64_t));
+        return;
     }
-    else {
-        uint32_t mask = top; /* the smallest 2**b - 1 >= top */
-        mask |= mask >> 1;
-        mask |= mask >> 2;
-        mask |= mask >> 4;
-        mask |= mask >> 8;
-        mask |= mask >> 16;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            uint32_t value;
-            while ((value = bitgen->next_uint32(bitgen->state) & mask) > top) {
-            }
-            values[i] = (int64_t)value;
+    uint32_t mask = top; /* the smallest 2**b - 1 >= top */
+    mask |= mask >> 1;
+    mask |= mask >> 2;
+    mask |= mask >> 4;
+    mask |= mask >> 8;
+    mask |= mask >> 16;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint32_t value;
+        while ((value = bitgen->next_uint32(bitgen->state) & mask) > top) {
         }
+        values[i] = (int64_t)value;
     }
-    PyBuffer_Release(&out);
-    Py_RETURN_NONE;
 }
 
 /* Acquired buffers, released together. */
@@ -104,14 +84,32 @@ views_release(Views *v)
     v->count = 0;
 }
 
-/* The next buffer of `obj` (see get_buffer), or NULL with an error set. */
+/* The next buffer of `obj` (see get_buffer; with no `codes`, any C-contiguous array of
+ * one or more dimensions, its format not asked for: only its bytes are copied), or NULL
+ * with an error set. */
 static Py_buffer *
 acquire(Views *v, PyObject *obj, int writable, const char *codes, Py_ssize_t itemsize,
         const char *what)
 {
     Py_buffer *view = &v->views[v->count];
-    if (get_buffer(obj, view, writable, codes, itemsize, what) < 0) {
-        return NULL;
+    if (codes != NULL) {
+        if (get_buffer(obj, view, writable, codes, itemsize, what) < 0) {
+            return NULL;
+        }
+    }
+    else {
+        int flags = PyBUF_C_CONTIGUOUS | PyBUF_ND | (writable ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(obj, view, flags) < 0) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "%s must be a %sC-contiguous array", what,
+                         writable ? "writable " : "");
+            return NULL;
+        }
+        if (view->ndim < 1) {
+            PyBuffer_Release(view);
+            PyErr_Format(PyExc_TypeError, "%s must have at least one dimension", what);
+            return NULL;
+        }
     }
     v->count++;
     return view;
@@ -132,9 +130,9 @@ row_bytes(const Py_buffer *view, Py_ssize_t rows, const char *what)
 static PyObject *
 transitions(PyObject *self, PyObject *args)
 {
-    PyObject *positions_obj, *envs_obj, *columns, *side, *final_obj, *steps, *outs;
+    PyObject *draw, *envs_obj, *columns, *side, *final_obj, *steps, *outs;
     long long count, per_env, n_envs;
-    if (!PyArg_ParseTuple(args, "OO(LLL)O!O!OO!O!:transitions", &positions_obj, &envs_obj,
+    if (!PyArg_ParseTuple(args, "OO(LLL)O!O!OO!O!:transitions", &draw, &envs_obj,
                           &count, &per_env, &n_envs, &PyTuple_Type, &columns, &PyTuple_Type,
                           &side, &final_obj, &PyTuple_Type, &steps, &PyTuple_Type, &outs)) {
         return NULL;
@@ -160,11 +158,29 @@ transitions(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "ring must be (count >= 0, per_env >= 1, n_envs >= 1)");
         return NULL;
     }
+    bitgen_t *bitgen = NULL;
+    long long high = 0;
+    if (PyTuple_Check(draw)) {
+        PyObject *capsule;
+        if (!PyArg_ParseTuple(draw, "OL;draw must be positions or (bitgen, high)", &capsule,
+                              &high)) {
+            return NULL;
+        }
+        if (high < 1 || high > per_env) {
+            PyErr_Format(PyExc_ValueError, "high=%lld must be in 1 .. per_env (%lld)", high,
+                         per_env);
+            return NULL;
+        }
+        if ((bitgen = (bitgen_t *)PyCapsule_GetPointer(capsule, "BitGenerator")) == NULL) {
+            return NULL;
+        }
+    }
     Views v = {.count = 0};
-    Py_buffer *pos_v, *env_v, *final_v, *act_v, *rew_v, *done_v, *tout_v, *aout_v, *rout_v,
-        *dout_v;
-    if ((pos_v = acquire(&v, positions_obj, 0, INT64_CODES, 8, "positions")) == NULL ||
-        (env_v = acquire(&v, envs_obj, 0, INT64_CODES, 8, "envs")) == NULL ||
+    Py_buffer *pos_v = NULL, *env_v = NULL, *final_v, *act_v, *rew_v, *done_v, *tout_v,
+              *aout_v, *rout_v, *dout_v;
+    if ((bitgen == NULL &&
+         ((pos_v = acquire(&v, draw, 0, INT64_CODES, 8, "positions")) == NULL ||
+          (env_v = acquire(&v, envs_obj, 0, INT64_CODES, 8, "envs")) == NULL)) ||
         (final_v = acquire(&v, final_obj, 0, NULL, 0, "final_at")) == NULL ||
         (act_v = acquire(&v, step_objs[0], 0, NULL, 0, "actions")) == NULL ||
         (rew_v = acquire(&v, step_objs[1], 0, NULL, 0, "rewards")) == NULL ||
@@ -176,11 +192,11 @@ transitions(PyObject *self, PyObject *args)
         views_release(&v);
         return NULL;
     }
-    const Py_ssize_t n = pos_v->shape[0];
+    const Py_ssize_t n = bitgen != NULL ? rout_v->shape[0] : pos_v->shape[0];
     const Py_ssize_t slots = (Py_ssize_t)(per_env * n_envs);
     const Py_ssize_t capacity = (Py_ssize_t)((per_env + 1) * n_envs);
     Py_ssize_t action_bytes;
-    if (env_v->shape[0] != n || row_bytes(final_v, slots, "final_at") != 4 ||
+    if ((env_v != NULL && env_v->shape[0] != n) || row_bytes(final_v, slots, "final_at") != 4 ||
         (action_bytes = row_bytes(act_v, slots, "actions")) < 0 ||
         row_bytes(rew_v, slots, "rewards") != 4 || row_bytes(done_v, slots, "dones") != 1 ||
         row_bytes(tout_v, slots, "timeouts") != 1 ||
@@ -225,8 +241,22 @@ transitions(PyObject *self, PyObject *args)
         next_out[j] = (char *)x->buf;
         field_bytes[j] = rb;
     }
-    const int64_t *positions = (const int64_t *)pos_v->buf;
-    const int64_t *envs = (const int64_t *)env_v->buf;
+    const int64_t *positions, *envs;
+    int64_t *drawn = NULL;
+    if (bitgen != NULL) {
+        if ((drawn = PyMem_Malloc((size_t)(2 * n + 1) * sizeof(int64_t))) == NULL) {
+            views_release(&v);
+            return PyErr_NoMemory();
+        }
+        draw_bounded(bitgen, high, drawn, n);
+        draw_bounded(bitgen, n_envs, drawn + n, n);
+        positions = drawn;
+        envs = drawn + n;
+    }
+    else {
+        positions = (const int64_t *)pos_v->buf;
+        envs = (const int64_t *)env_v->buf;
+    }
     const int32_t *final_at = (const int32_t *)final_v->buf;
     for (Py_ssize_t i = 0; i < n; i++) { /* validate, then write */
         if (positions[i] < 0 || positions[i] >= per_env || envs[i] < 0 || envs[i] >= n_envs) {
@@ -234,6 +264,7 @@ transitions(PyObject *self, PyObject *args)
                          "positions must be in 0 .. %lld and envs in 0 .. %lld (entry %zd: "
                          "%lld, %lld)", per_env - 1, n_envs - 1, i, (long long)positions[i],
                          (long long)envs[i]);
+            PyMem_Free(drawn);
             views_release(&v);
             return NULL;
         }
@@ -241,6 +272,7 @@ transitions(PyObject *self, PyObject *args)
         if (at < 0 || at > side_rows) {
             PyErr_Format(PyExc_ValueError, "final_at names side slot %d of %zd", at - 1,
                          side_rows);
+            PyMem_Free(drawn);
             views_release(&v);
             return NULL;
         }
@@ -270,17 +302,16 @@ transitions(PyObject *self, PyObject *args)
         rewards_out[i] = rewards[flat];
         dones_out[i] = (dones[flat] && !timeouts[flat]) ? 1.0f : 0.0f;
     }
+    PyMem_Free(drawn);
     views_release(&v);
     Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
-    {"randint", randint, METH_VARARGS,
-     "randint(bitgen, high, out): out filled as np.random.randint(0, high, size=len(out)) "
-     "fills it from the generator behind the capsule bitgen, which is left as it leaves it."},
     {"transitions", transitions, METH_VARARGS,
-     "transitions(positions, envs, ring, columns, side, final_at, steps, outs): the "
-     "transitions at SB3 positions of envs gathered into outs (see the module's source)."},
+     "transitions(draw, envs, ring, columns, side, final_at, steps, outs): transitions at "
+     "SB3 positions of envs, or drawn as SB3 draws them, gathered into outs (see the "
+     "module's source)."},
     {NULL, NULL, 0, NULL},
 };
 

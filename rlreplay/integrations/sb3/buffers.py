@@ -32,7 +32,7 @@ from stable_baselines3.common.utils import get_device
 from stable_baselines3.common.vec_env import VecNormalize
 
 from rlreplay.errors import EmptyTableError, InvalidArgumentError, check_count, describe
-from rlreplay.integrations.sb3.steps import ObservationRing, randint
+from rlreplay.integrations.sb3.steps import ObservationRing, Transitions
 
 __all__ = [
     "DictReplayBuffer",
@@ -374,7 +374,11 @@ class ReplayBuffer(_SB3ReplayBuffer):
             EmptyTableError: if nothing was added yet.
         """
         batch_size = self._check_sample(batch_size)
-        return self._get_samples(randint(self._ring.size, batch_size), env=env)
+        if self._one_step:
+            parts = self._finish(self._ring.sample(batch_size, self._steps), env)
+            return self._samples_type(*parts)
+        batch_inds = np.random.randint(0, self._ring.size, size=batch_size)
+        return self._get_samples(batch_inds, env=env)
 
     def _get_samples(  # type: ignore[override]
         self, batch_inds: np.ndarray, env: VecNormalize | None = None
@@ -383,7 +387,7 @@ class ReplayBuffer(_SB3ReplayBuffer):
         if self.n_envs == 1:  # SB3 draws from [0, 1), which leaves the generator as it was
             env_indices = _zeros(len(batch_inds))
         else:
-            env_indices = randint(self.n_envs, len(batch_inds))
+            env_indices = np.random.randint(0, high=self.n_envs, size=(len(batch_inds),))
         parts = self._samples(np.asarray(batch_inds, dtype=np.int64), env_indices, env)
         return self._samples_type(*parts)
 
@@ -400,19 +404,23 @@ class ReplayBuffer(_SB3ReplayBuffer):
     def _samples(self, positions: np.ndarray, envs: np.ndarray, env: VecNormalize | None) -> tuple:
         """The parts of SB3's sample tuple for transitions at ``positions`` of ``envs``."""
         ring = self._ring
-        discounts = None
         if self._one_step:
-            obs, next_obs, actions, rewards, dones = ring.transitions(
-                positions, envs, self._steps
-            )
-            if env is not None:
-                rewards = self._normalize_reward(rewards, env)
-        else:
-            obs = ring.gather(positions, envs, next_obs=False)
-            flat = positions * self.n_envs + envs if self.n_envs > 1 else positions
-            actions = self._flat_actions.take(flat, axis=0)
-            last, dones, rewards, discounts = self._n_step(positions, envs, env)
-            next_obs = ring.gather(last, envs, next_obs=True)
+            return self._finish(ring.transitions(positions, envs, self._steps), env)
+        obs = ring.gather(positions, envs, next_obs=False)
+        flat = positions * self.n_envs + envs if self.n_envs > 1 else positions
+        actions = self._flat_actions.take(flat, axis=0)
+        last, dones, returns, discounts = self._n_step(positions, envs, env)
+        next_obs = ring.gather(last, envs, next_obs=True)
+        return self._finish((obs, next_obs, actions, returns, dones), env, discounts)
+
+    def _finish(
+        self, parts: Transitions, env: VecNormalize | None, discounts: np.ndarray | None = None
+    ) -> tuple:
+        """SB3's sample tuple of gathered ``parts``: normalized by ``env`` when given (the
+        rewards of one-step parts; n-step returns come normalized), as tensors."""
+        obs, next_obs, actions, rewards, dones = parts
+        if env is not None and discounts is None:
+            rewards = self._normalize_reward(rewards, env)
         tensor = th.from_numpy if self._on_cpu else self._tensor
         if self._dict_obs:
             obs_out: Any = self._normalize_obs(obs, env) if env is not None else obs
@@ -420,7 +428,7 @@ class ReplayBuffer(_SB3ReplayBuffer):
             obs_t: Any = {key: tensor(value) for key, value in obs_out.items()}
             next_t: Any = {key: tensor(value) for key, value in next_out.items()}
         else:
-            obs_t, next_t = obs["obs"], next_obs["obs"]  # type: ignore[index]
+            obs_t, next_t = obs["obs"], next_obs["obs"]
             if env is not None:
                 obs_t, next_t = self._normalize_obs(obs_t, env), self._normalize_obs(next_t, env)
             obs_t, next_t = tensor(obs_t), tensor(next_t)

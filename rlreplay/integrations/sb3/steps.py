@@ -16,10 +16,10 @@ in an rlreplay :class:`~rlreplay.core.storage.StepStore` with one lane per envir
   observations and any autoreset scheme keep their exact next observations, and each
   observation is stored once except final ones.
 
-Uniform batches are drawn with :func:`randint` and gathered with
-:meth:`ObservationRing.transitions`; where the package's C extension is built, each is one
-compiled call (``_transitions.c``) that gives exactly what its numpy path gives, numpy's
-global generator included (tests compare the two).
+A uniform batch is drawn and gathered by :meth:`ObservationRing.sample`, as SB3 draws
+it; where the package's C extension is built, that is one compiled call
+(``_transitions.c``) that gives exactly what its numpy path gives, numpy's global
+generator included (tests compare the two).
 
 A prioritized buffer adds a :class:`~rlreplay.core.table.Table` over the same store whose
 items are the transitions (anchor: the observation's row, layout: a transition reading
@@ -46,30 +46,14 @@ from rlreplay.core.storage import StepStore
 from rlreplay.core.table import Table
 from rlreplay.errors import InvalidArgumentError, check_count, describe
 
-__all__ = ["ObservationRing", "randint"]
+__all__ = ["ObservationRing"]
 
 FieldSpecs = Mapping[str, tuple[tuple[int, ...], np.dtype]]
+# obs, next_obs (field name to array), actions, rewards and dones of a batch
+Arrays = dict[str, np.ndarray]
+Transitions = tuple[Arrays, Arrays, np.ndarray, np.ndarray, np.ndarray]
 
 _kernel = load_kernel("rlreplay.integrations.sb3._transitions")
-
-
-def _randint_numpy(high: int, size: int) -> np.ndarray:
-    return np.random.randint(0, high, size=size)
-
-
-def _randint_compiled(high: int, size: int) -> np.ndarray:
-    out = np.empty(size, dtype=np.int64)
-    generator = np.random.get_bit_generator()
-    with generator.lock:
-        _kernel.randint(generator.capsule, high, out)
-    return out
-
-
-randint = _randint_numpy if _kernel is None else _randint_compiled
-"""``np.random.randint(0, high, size=size)``: the same numbers from numpy's global
-generator, which is left in the same state (SB3's seeding gives SB3's batches). Compiled,
-it is one call of a few instructions per number where numpy's runs many layers of checks,
-which inside training (caches emptied by the network's step) cost several times more."""
 
 
 def _without_ones(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -122,10 +106,10 @@ class ObservationRing:
         self.seed = seed
         self._build(None)
         self.count = 0  # add calls so far: transition k of every env was added by call k
-        # Per transition (position, env): 1 + the side store's slot of its next
-        # observation when that is a final one (not the next row), else 0. Invariant:
+        # Per transition (flat: position * n_envs + env): 1 + the side store's slot of its
+        # next observation when that is a final one (not the next row), else 0. Invariant:
         # the slots named here and those in ``free`` are the side store's slots, each once.
-        self.final_at = np.zeros((self.per_env, self.n_envs), dtype=np.int32)
+        self.final_at = np.zeros(self.per_env * self.n_envs, dtype=np.int32)
         self.side: dict[str, np.ndarray] = {
             name: np.zeros((0, *shape), dtype) for name, (shape, dtype) in self.fields.items()
         }
@@ -232,7 +216,7 @@ class ObservationRing:
         p = k % self.per_env
         # transition k - per_env leaves, and the side slot of its final observation
         # (count_nonzero: any() costs a microsecond more)
-        if k >= self.per_env and np.count_nonzero(leaving := self.final_at[p]):
+        if k >= self.per_env and np.count_nonzero(leaving := self.final_at[p * n : p * n + n]):
             self.free.extend((leaving[leaving > 0] - 1).tolist())
             leaving.fill(0)
         store = self.store
@@ -270,7 +254,7 @@ class ObservationRing:
                     slot = self._side_slot()
                     for name, col in zip(self.names, self.columns):
                         self.side[name][slot] = col[first + e]
-                    self.final_at[q, e] = slot + 1
+                    self.final_at[q * n + e] = slot + 1
                 for name, col in zip(self.names, self.columns):
                     col[first + e] = obs[name][e]
 
@@ -317,9 +301,26 @@ class ObservationRing:
             return rows + self.n_envs
         return (rows + self.n_envs) % self.store.capacity
 
+    def _sample_numpy(self, batch_size: int, steps: tuple[np.ndarray, ...]) -> Transitions:
+        positions = np.random.randint(0, self.size, size=batch_size)
+        envs = np.random.randint(0, self.n_envs, size=batch_size)  # none drawn for one env
+        return self._transitions_numpy(positions, envs, steps)
+
+    def _sample_compiled(self, batch_size: int, steps: tuple[np.ndarray, ...]) -> Transitions:
+        generator = np.random.get_bit_generator()
+        with generator.lock:
+            return self._gather_compiled((generator.capsule, self.size), None, batch_size, steps)
+
+    sample = _sample_numpy if _kernel is None else _sample_compiled
+    """``batch_size`` transitions drawn uniformly with numpy's global generator as SB3
+    draws them (``np.random.randint`` over the positions held, then over the
+    environments), as :meth:`transitions` gives them. Compiled, one call: where numpy's
+    draw and gathers run many layers of calls, which inside training (the network's step
+    has emptied the CPU's caches) cost several times what they cost alone."""
+
     def _transitions_numpy(
         self, positions: np.ndarray, envs: np.ndarray, steps: tuple[np.ndarray, ...]
-    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
+    ) -> Transitions:
         flat = positions * self.n_envs + envs if self.n_envs > 1 else positions
         rows = self.rows(positions, envs)
         obs = self.take(rows)
@@ -338,26 +339,8 @@ class ObservationRing:
 
     def _transitions_compiled(
         self, positions: np.ndarray, envs: np.ndarray, steps: tuple[np.ndarray, ...]
-    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
-        n = len(positions)
-        obs = {name: np.empty((n, *shape), dtype) for name, (shape, dtype) in self.fields.items()}
-        next_obs = {
-            name: np.empty((n, *shape), dtype) for name, (shape, dtype) in self.fields.items()
-        }
-        actions = np.empty((n, *steps[0].shape[1:]), steps[0].dtype)
-        rewards = np.empty((n, 1), np.float32)
-        dones = np.empty((n, 1), np.float32)
-        _kernel.transitions(
-            positions,
-            envs,
-            (self.count, self.per_env, self.n_envs),
-            tuple(self.columns),
-            tuple(self.side[name] for name in self.names),
-            self.final_at.reshape(-1),
-            steps,
-            (tuple(obs.values()), tuple(next_obs.values()), actions, rewards, dones),
-        )
-        return obs, next_obs, actions, rewards, dones
+    ) -> Transitions:
+        return self._gather_compiled(positions, envs, len(positions), steps)
 
     transitions = _transitions_numpy if _kernel is None else _transitions_compiled
     """The transitions at SB3 ``positions`` of environments ``envs`` (int64 arrays):
@@ -366,6 +349,28 @@ class ObservationRing:
     ``(slots, action_dim)``, float32 rewards, bool dones and timeouts. ``rewards`` and
     ``dones`` come as float32 ``(n, 1)``, ``dones`` true for a done that is not a
     timeout. Compiled, one call (tests compare it with the numpy path)."""
+
+    def _gather_compiled(
+        self, draw: Any, envs: np.ndarray | None, n: int, steps: tuple[np.ndarray, ...]
+    ) -> Transitions:
+        obs = {name: np.empty((n, *shape), dtype) for name, (shape, dtype) in self.fields.items()}
+        next_obs = {
+            name: np.empty((n, *shape), dtype) for name, (shape, dtype) in self.fields.items()
+        }
+        actions = np.empty((n, *steps[0].shape[1:]), steps[0].dtype)
+        rewards = np.empty((n, 1), np.float32)
+        dones = np.empty((n, 1), np.float32)
+        _kernel.transitions(
+            draw,
+            envs,
+            (self.count, self.per_env, self.n_envs),
+            tuple(self.columns),
+            tuple(self.side.values()),
+            self.final_at,
+            steps,
+            (tuple(obs.values()), tuple(next_obs.values()), actions, rewards, dones),
+        )
+        return obs, next_obs, actions, rewards, dones
 
     def take(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         """The observation fields at store ``rows``: one fresh array per field."""
@@ -386,7 +391,7 @@ class ObservationRing:
     def patch_finals(self, next_obs: dict[str, np.ndarray], flat: np.ndarray) -> None:
         """Put the side store's final observations into gathered ``next_obs`` of the
         transitions ``flat`` (``position * n_envs + env``)."""
-        at = self.final_at.reshape(-1).take(flat)
+        at = self.final_at.take(flat)
         which = at.nonzero()[0]
         if len(which) == 0:
             return
