@@ -34,8 +34,8 @@ setup(
         ),
         Extension("rlreplay.writers._blocks", ["rlreplay/writers/_blocks.c"], optional=True),
         Extension(
-            "rlreplay.integrations.sb3._transitions",
-            ["rlreplay/integrations/sb3/_transitions.c"],
+            "rlreplay.integrations._sb3_transitions",
+            ["rlreplay/integrations/_sb3_transitions.c"],
             depends=[COMMON],
             optional=True,
         ),

@@ -2,7 +2,7 @@
 
 The package's install builds small C extensions (``rlreplay/core/_store.c``, ``_draws.c``,
 ``_slots.c``, ``rlreplay/core/selectors/_sumtree.c``, ``rlreplay/writers/_blocks.c``,
-``rlreplay/integrations/sb3/_transitions.c``) when a C compiler is present. Each has an
+``rlreplay/integrations/_sb3_transitions.c``) when a C compiler is present. Each has an
 equivalent with the same results, used when the kernel was not built, when it fails to
 import, or when the environment variable ``RLREPLAY_NO_EXTENSION=1`` is set at import
 (tests run both paths and compare them): a numpy path behind the same function, or for
@@ -28,7 +28,7 @@ KERNELS = (
     "rlreplay.core._slots",
     "rlreplay.core.selectors._sumtree",
     "rlreplay.writers._blocks",
-    "rlreplay.integrations.sb3._transitions",
+    "rlreplay.integrations._sb3_transitions",
 )
 """Every compiled kernel, in the order :func:`kernel_status` reports them."""
 

@@ -459,7 +459,7 @@ def test_import_rlreplay_imports_neither_sb3_nor_torch():
 
 
 # ---------------------------------------------------------------- compiled sampling
-# The compiled draws and gathers (``_transitions.c``) against their numpy paths, called
+# The compiled draws and gathers (``_sb3_transitions.c``) against their numpy paths, called
 # side by side on the same buffers: the same numbers, arrays and generator state.
 # Skipped where the extension is not built or RLREPLAY_NO_EXTENSION=1 turned it off.
 kernel = ring_steps._kernel
@@ -475,36 +475,26 @@ def assert_transitions_equal(expected, got):
 
 
 @compiled
-@pytest.mark.parametrize("held", [1, 2, 3, 7, 40, 1000, 4097])
-@pytest.mark.parametrize("n_envs", [1, 3])
-def test_compiled_draws_give_numpys_numbers_and_leave_its_state(held, n_envs):
-    # positions drawn over `held` transitions (numpy's masked draw redraws above the bound)
-    buffer = ReplayBuffer(held * n_envs, BOX, DISCRETE, "cpu", n_envs=n_envs)
-    feed([buffer], held, n_envs, BOX, DISCRETE, seed=held)
-    ring = buffer._ring
-    assert ring.size == held
-    for size in (1, 33, 500):
-        np.random.seed(held + size)
-        expected = ring._sample_numpy(size, buffer._steps)
-        after = np.random.get_state()
-        np.random.seed(held + size)
-        got = ring._sample_compiled(size, buffer._steps)
-        assert_transitions_equal(expected, got)
-        state = np.random.get_state()
-        assert state[2] == after[2] and np.array_equal(state[1], after[1])
+@pytest.mark.parametrize("high", [1, 2, 3, 7, 40, 1000, 2**16 + 1, 2**31 + 7, 2**32])
+@pytest.mark.parametrize("size", [0, 1, 33, 500])
+def test_compiled_randint_gives_numpys_numbers_and_state(high, size):
+    np.random.seed(high % 1000 + size)
+    expected = np.random.randint(0, high, size=size)
+    after = np.random.get_state()
+    np.random.seed(high % 1000 + size)
+    got = ring_steps._randint_compiled(high, size)
+    assert got.dtype == np.int64 and got.shape == (size,)
+    np.testing.assert_array_equal(got, expected)
+    state = np.random.get_state()
+    assert state[2] == after[2] and np.array_equal(state[1], after[1])
 
 
 @compiled
-def test_compiled_draws_refuse_a_bound_outside_the_held_positions():
-    buffer = ReplayBuffer(10, BOX, CONTINUOUS, "cpu", n_envs=2)
-    feed([buffer], 4, 2, BOX, CONTINUOUS)
-    ring = buffer._ring
+@pytest.mark.parametrize("high", [0, -3, 2**32 + 1])
+def test_compiled_randint_refuses_a_bound_outside_its_range(high):
     before = np.random.get_state()
-    for high in (0, ring.per_env + 1):
-        with pytest.raises(ValueError, match=r"must be in 1 \.\. per_env"):
-            ring._gather_compiled(
-                (np.random.get_bit_generator().capsule, high), None, 4, buffer._steps
-            )
+    with pytest.raises(ValueError, match=r"must be in 1 \.\. 2"):
+        kernel.randint(np.random.get_bit_generator().capsule, high, np.empty(4, np.int64))
     assert np.array_equal(np.random.get_state()[1], before[1])
 
 
@@ -533,17 +523,54 @@ def test_compiled_transitions_equal_the_numpy_path(case):
     envs = rng.integers(0, n_envs, 200)
     expected = ring._transitions_numpy(positions, envs, buffer._steps)
     assert_transitions_equal(expected, ring._transitions_compiled(positions, envs, buffer._steps))
-    np.random.seed(adds)
-    expected = ring._sample_numpy(64, buffer._steps)
-    np.random.seed(adds)
-    assert_transitions_equal(expected, ring._sample_compiled(64, buffer._steps))
+    # numpy's indexing counts negative positions and environments from the end
+    back = (positions - ring.per_env, envs - n_envs)
+    assert_transitions_equal(expected, ring._transitions_compiled(*back, buffer._steps))
+    empty = np.zeros(0, np.int64)
+    assert_transitions_equal(
+        ring._transitions_numpy(empty, empty, buffer._steps),
+        ring._transitions_compiled(empty, empty, buffer._steps),
+    )
+
+
+def _kernel_call(buffer, drawn, envs, outs, **changes):
+    ring = buffer._ring
+    args = dict(
+        positions=np.array(drawn, np.int64),
+        envs=np.array(envs, np.int64),
+        ring=(ring.count, ring.per_env, ring.n_envs),
+        columns=ring.columns,
+        side=tuple(ring.side.values()),
+        final_at=ring.final_at,
+        steps=buffer._steps,
+        outs=outs,
+    )
+    args.update(changes)
+    return kernel.transitions(*args.values())
+
+
+BAD_KERNEL_CALLS = {
+    # name: (positions, envs, changed argument, error, message)
+    "position-past-the-end": ([0, 5], [0, 0], {}, IndexError, "index 5 is out of bounds"),
+    "position-before-the-start": ([0, -6], [0, 0], {}, IndexError, "index -6 is out"),
+    "env-past-the-end": ([0, 1], [0, 2], {}, IndexError, "for environments of size 2"),
+    "ring-too-large": ([0, 1], [0, 0], {"ring": (4, 2**62, 4)}, ValueError, "fewer than 2"),
+    "final-at-of-another-dtype": (
+        [0, 1], [0, 0], {"final_at": np.zeros(10, np.uint32)}, TypeError, "final_at must"
+    ),
+    "positions-not-contiguous": (
+        [0, 1], [0, 0], {"positions": np.arange(4)[::2]}, TypeError, "C-contiguous"
+    ),
+    "outs-of-another-batch": ([0, 1, 2], [0, 1, 0], {}, ValueError, "rows of"),
+}
 
 
 @compiled
-def test_compiled_transitions_refuse_indexes_out_of_range_and_write_nothing():
+@pytest.mark.parametrize("case", BAD_KERNEL_CALLS.values(), ids=BAD_KERNEL_CALLS)
+def test_compiled_transitions_refuse_bad_calls_and_write_nothing(case):
+    positions, envs, changes, error, message = case
     buffer = ReplayBuffer(10, BOX, CONTINUOUS, "cpu", n_envs=2)
     feed([buffer], 4, 2, BOX, CONTINUOUS)
-    ring = buffer._ring
     outs = (
         (np.full((2, 3), 7.0, np.float32),),
         (np.full((2, 3), 7.0, np.float32),),
@@ -551,27 +578,35 @@ def test_compiled_transitions_refuse_indexes_out_of_range_and_write_nothing():
         np.full((2, 1), 7.0, np.float32),
         np.full((2, 1), 7.0, np.float32),
     )
-    for positions, envs in (([0, 5], [0, 0]), ([0, -1], [0, 0]), ([0, 1], [0, 2])):
-        with pytest.raises(ValueError, match=r"positions must be in 0 \.\. 4 and envs in 0 \.\. 1"):
-            kernel.transitions(
-                np.array(positions),
-                np.array(envs),
-                (ring.count, ring.per_env, ring.n_envs),
-                tuple(ring.columns),
-                tuple(ring.side.values()),
-                ring.final_at,
-                buffer._steps,
-                outs,
-            )
-        assert all((np.asarray(o) == 7.0).all() for o in (*outs[0], *outs[1], *outs[2:]))
-    with pytest.raises(ValueError, match="rows"):  # an out of another batch's size
-        kernel.transitions(
-            np.array([0, 1, 2]),
-            np.array([0, 1, 0]),
-            (ring.count, ring.per_env, ring.n_envs),
-            tuple(ring.columns),
-            tuple(ring.side.values()),
-            ring.final_at,
-            buffer._steps,
-            outs,
-        )
+    with pytest.raises(error, match=message):
+        _kernel_call(buffer, positions, envs, outs, **changes)
+    assert all((np.asarray(o) == 7.0).all() for o in (*outs[0], *outs[1], *outs[2:]))
+
+
+@pytest.mark.parametrize("cls", [sb3.ReplayBuffer, ReplayBuffer])
+def test_get_samples_indexes_as_numpy_does(cls):
+    # SB3's _get_samples indexes its arrays: negative positions count from the end, and a
+    # position past the end is an IndexError (on the compiled path too)
+    buffer = cls(4, BOX, CONTINUOUS, "cpu")
+    feed([buffer], 6, 1, BOX, CONTINUOUS)
+    last = buffer._get_samples(np.array([3])).observations
+    assert th.equal(buffer._get_samples(np.array([-1])).observations, last)
+    with pytest.raises(IndexError):
+        buffer._get_samples(np.array([4]))
+
+
+@pytest.mark.parametrize("base", [ReplayBuffer, DictReplayBuffer])
+def test_sample_goes_through_get_samples_as_sb3s_does(base):
+    # a subclass that changes _get_samples (augmentation, say) changes what sample() gives
+    class Flipped(base):
+        def _get_samples(self, batch_inds, env=None):
+            samples = super()._get_samples(batch_inds, env)
+            return samples._replace(rewards=-samples.rewards)
+
+    space = DICT if base is DictReplayBuffer else BOX
+    plain, flipped = base(20, space, CONTINUOUS, "cpu"), Flipped(20, space, CONTINUOUS, "cpu")
+    feed([plain, flipped], 10, 1, space, CONTINUOUS)
+    np.random.seed(3)
+    expected = plain.sample(8).rewards
+    np.random.seed(3)
+    assert th.equal(flipped.sample(8).rewards, -expected)

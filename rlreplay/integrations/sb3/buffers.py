@@ -32,7 +32,7 @@ from stable_baselines3.common.utils import get_device
 from stable_baselines3.common.vec_env import VecNormalize
 
 from rlreplay.errors import EmptyTableError, InvalidArgumentError, check_count, describe
-from rlreplay.integrations.sb3.steps import ObservationRing, Transitions
+from rlreplay.integrations.sb3.steps import ObservationRing, Transitions, randint
 
 __all__ = [
     "DictReplayBuffer",
@@ -374,11 +374,7 @@ class ReplayBuffer(_SB3ReplayBuffer):
             EmptyTableError: if nothing was added yet.
         """
         batch_size = self._check_sample(batch_size)
-        if self._one_step:
-            parts = self._finish(self._ring.sample(batch_size, self._steps), env)
-            return self._samples_type(*parts)
-        batch_inds = np.random.randint(0, self._ring.size, size=batch_size)
-        return self._get_samples(batch_inds, env=env)
+        return self._get_samples(randint(self._ring.size, batch_size), env=env)
 
     def _get_samples(  # type: ignore[override]
         self, batch_inds: np.ndarray, env: VecNormalize | None = None
@@ -387,8 +383,8 @@ class ReplayBuffer(_SB3ReplayBuffer):
         if self.n_envs == 1:  # SB3 draws from [0, 1), which leaves the generator as it was
             env_indices = _zeros(len(batch_inds))
         else:
-            env_indices = np.random.randint(0, high=self.n_envs, size=(len(batch_inds),))
-        parts = self._samples(np.asarray(batch_inds, dtype=np.int64), env_indices, env)
+            env_indices = randint(self.n_envs, len(batch_inds))
+        parts = self._samples(np.ascontiguousarray(batch_inds, dtype=np.int64), env_indices, env)
         return self._samples_type(*parts)
 
     def _check_sample(self, batch_size: Any) -> int:
@@ -408,7 +404,7 @@ class ReplayBuffer(_SB3ReplayBuffer):
             return self._finish(ring.transitions(positions, envs, self._steps), env)
         obs = ring.gather(positions, envs, next_obs=False)
         flat = positions * self.n_envs + envs if self.n_envs > 1 else positions
-        actions = self._flat_actions.take(flat, axis=0)
+        actions = self._steps[0].take(flat, axis=0)
         last, dones, returns, discounts = self._n_step(positions, envs, env)
         next_obs = ring.gather(last, envs, next_obs=True)
         return self._finish((obs, next_obs, actions, returns, dones), env, discounts)
@@ -444,10 +440,9 @@ class ReplayBuffer(_SB3ReplayBuffer):
     def _make_views(self) -> None:
         """Flat views of SB3's arrays, indexed by ``position * n_envs + env``, and the
         dtype and shapes of the arrays ``add`` stores without a cast."""
-        self._flat_actions = self.actions.reshape(-1, self.action_dim)
         # actions, rewards, dones and timeouts, flat (ObservationRing.transitions' steps)
         self._steps = (
-            self._flat_actions,
+            self.actions.reshape(-1, self.action_dim),
             self.rewards.reshape(-1),
             self.dones.reshape(-1),
             self.timeouts.reshape(-1),
@@ -458,7 +453,7 @@ class ReplayBuffer(_SB3ReplayBuffer):
         self._env_shape = (self.n_envs,)
 
     def __getstate__(self) -> dict[str, Any]:
-        views = ("_flat_actions", "_steps", "_on_cpu")
+        views = ("_steps", "_on_cpu")
         views += ("_action_dtype", "_action_shape", "_env_shape")
         return {key: value for key, value in self.__dict__.items() if key not in views}
 

@@ -16,16 +16,18 @@ in an rlreplay :class:`~rlreplay.core.storage.StepStore` with one lane per envir
   observations and any autoreset scheme keep their exact next observations, and each
   observation is stored once except final ones.
 
-A uniform batch is drawn and gathered by :meth:`ObservationRing.sample`, as SB3 draws
-it; where the package's C extension is built, that is one compiled call
-(``_transitions.c``) that gives exactly what its numpy path gives, numpy's global
-generator included (tests compare the two).
+A uniform batch is drawn with :func:`randint`, as SB3 draws it, and gathered by
+:meth:`ObservationRing.transitions`; where the package's C extension is built, each is
+one compiled call (``rlreplay/integrations/_sb3_transitions.c``) that gives exactly what
+its numpy path gives, numpy's global generator included (tests compare the two).
 
 A prioritized buffer adds a :class:`~rlreplay.core.table.Table` over the same store whose
-items are the transitions (anchor: the observation's row, layout: a transition reading
-``next_obs`` one step later in the lane): a ``Prioritized`` sampler, keys with generation
-stamps (an item replaced since it was sampled gets a new key, so late priority updates
-for it are skipped), and eviction by the store's overwrite protocol as the ring turns.
+items are the transitions (anchor: the observation's row; each item spans two steps of
+its lane, so the store's overwrite protocol evicts it before either step is
+overwritten): a ``Prioritized`` sampler and keys with generation stamps (an item replaced
+since it was sampled gets a new key, so late priority updates for it are skipped). The
+table draws the keys; the transitions are gathered from them by
+:meth:`ObservationRing.transitions`, as for a uniform batch.
 
 Nothing here imports torch or Stable-Baselines3.
 """
@@ -39,21 +41,39 @@ import numpy as np
 
 from rlreplay.core._compiled import load_kernel
 from rlreplay.core.keys import SLOT_MASK, make_keys
-from rlreplay.core.layout import ItemLayout
+from rlreplay.core.layout import ItemLayout, Window
 from rlreplay.core.rate_limiters import MinSize
 from rlreplay.core.selectors import Prioritized
 from rlreplay.core.storage import StepStore
 from rlreplay.core.table import Table
 from rlreplay.errors import InvalidArgumentError, check_count, describe
 
-__all__ = ["ObservationRing"]
+__all__ = ["ObservationRing", "randint"]
 
 FieldSpecs = Mapping[str, tuple[tuple[int, ...], np.dtype]]
 # obs, next_obs (field name to array), actions, rewards and dones of a batch
 Arrays = dict[str, np.ndarray]
 Transitions = tuple[Arrays, Arrays, np.ndarray, np.ndarray, np.ndarray]
 
-_kernel = load_kernel("rlreplay.integrations.sb3._transitions")
+_kernel = load_kernel("rlreplay.integrations._sb3_transitions")
+
+
+def _randint_numpy(high: int, size: int) -> np.ndarray:
+    return np.random.randint(0, high, size=size)
+
+
+def _randint_compiled(high: int, size: int) -> np.ndarray:
+    out = np.empty(size, dtype=np.int64)
+    generator = np.random.get_bit_generator()
+    with generator.lock:
+        _kernel.randint(generator.capsule, high, out)
+    return out
+
+
+randint = _randint_numpy if _kernel is None else _randint_compiled
+"""``np.random.randint(0, high, size=size)``: the same numbers from numpy's global
+generator, which is left in the same state (SB3's seeding gives SB3's batches). Compiled,
+one call of a few instructions per number where numpy's runs layers of checks."""
 
 
 def _without_ones(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -116,7 +136,7 @@ class ObservationRing:
         self.free: list[int] = []
 
     # ------------------------------------------------------------------ parts
-    DERIVED = ("_specs", "_single", "next_prefix")  # from fields and n_envs; not pickled
+    DERIVED = ("_specs", "_single")  # from fields and n_envs; not pickled
 
     def _derive(self) -> None:
         # per field: shape, dtype, shape of one add's array and that shape without its
@@ -126,25 +146,21 @@ class ObservationRing:
             for name, (shape, dtype) in self.fields.items()
         }
         self._single = self._specs["obs"] if self.names == ("obs",) else None
-        # the table's name for a next observation: "next_" unless a field starts with it
-        self.next_prefix = "next_"
-        while any(name.startswith(self.next_prefix) for name in self.names):
-            self.next_prefix = "_" + self.next_prefix
 
     def _build(self, columns: Mapping[str, np.ndarray] | None) -> None:
         signature = {name: (shape, dtype.str) for name, (shape, dtype) in self.fields.items()}
         self.store = StepStore(
             signature, capacity=self.ring * self.n_envs, lanes=self.n_envs, columns=columns
         )
-        self.columns = [self.store.columns[name] for name in self.names]
+        self.columns = tuple(self.store.columns[name] for name in self.names)
         self.table: Table | None = None
         if self.alpha is not None:
+            first = self.names[0]
             self.table = Table(
                 "sb3",
                 store=self.store,
-                layout=ItemLayout.transition(
-                    self.store.signature, next_fields=self.names, next_prefix=self.next_prefix
-                ),
+                # two steps an item (a transition); the table's own batch reads one field
+                layout=ItemLayout({first: Window(first)}, self.store.signature, span=2),
                 sampler=Prioritized(priority_exponent=self.alpha),
                 max_size=self.per_env * self.n_envs,
                 rate_limiter=MinSize(1),
@@ -301,23 +317,6 @@ class ObservationRing:
             return rows + self.n_envs
         return (rows + self.n_envs) % self.store.capacity
 
-    def _sample_numpy(self, batch_size: int, steps: tuple[np.ndarray, ...]) -> Transitions:
-        positions = np.random.randint(0, self.size, size=batch_size)
-        envs = np.random.randint(0, self.n_envs, size=batch_size)  # none drawn for one env
-        return self._transitions_numpy(positions, envs, steps)
-
-    def _sample_compiled(self, batch_size: int, steps: tuple[np.ndarray, ...]) -> Transitions:
-        generator = np.random.get_bit_generator()
-        with generator.lock:
-            return self._gather_compiled((generator.capsule, self.size), None, batch_size, steps)
-
-    sample = _sample_numpy if _kernel is None else _sample_compiled
-    """``batch_size`` transitions drawn uniformly with numpy's global generator as SB3
-    draws them (``np.random.randint`` over the positions held, then over the
-    environments), as :meth:`transitions` gives them. Compiled, one call: where numpy's
-    draw and gathers run many layers of calls, which inside training (the network's step
-    has emptied the CPU's caches) cost several times what they cost alone."""
-
     def _transitions_numpy(
         self, positions: np.ndarray, envs: np.ndarray, steps: tuple[np.ndarray, ...]
     ) -> Transitions:
@@ -340,19 +339,7 @@ class ObservationRing:
     def _transitions_compiled(
         self, positions: np.ndarray, envs: np.ndarray, steps: tuple[np.ndarray, ...]
     ) -> Transitions:
-        return self._gather_compiled(positions, envs, len(positions), steps)
-
-    transitions = _transitions_numpy if _kernel is None else _transitions_compiled
-    """The transitions at SB3 ``positions`` of environments ``envs`` (int64 arrays):
-    ``(obs, next_obs, actions, rewards, dones)``, each array fresh; ``steps`` holds
-    SB3's per-transition arrays flat (``position * n_envs + env``): actions
-    ``(slots, action_dim)``, float32 rewards, bool dones and timeouts. ``rewards`` and
-    ``dones`` come as float32 ``(n, 1)``, ``dones`` true for a done that is not a
-    timeout. Compiled, one call (tests compare it with the numpy path)."""
-
-    def _gather_compiled(
-        self, draw: Any, envs: np.ndarray | None, n: int, steps: tuple[np.ndarray, ...]
-    ) -> Transitions:
+        n = len(positions)
         obs = {name: np.empty((n, *shape), dtype) for name, (shape, dtype) in self.fields.items()}
         next_obs = {
             name: np.empty((n, *shape), dtype) for name, (shape, dtype) in self.fields.items()
@@ -361,16 +348,26 @@ class ObservationRing:
         rewards = np.empty((n, 1), np.float32)
         dones = np.empty((n, 1), np.float32)
         _kernel.transitions(
-            draw,
+            positions,
             envs,
             (self.count, self.per_env, self.n_envs),
-            tuple(self.columns),
+            self.columns,
             tuple(self.side.values()),
             self.final_at,
             steps,
             (tuple(obs.values()), tuple(next_obs.values()), actions, rewards, dones),
         )
         return obs, next_obs, actions, rewards, dones
+
+    transitions = _transitions_numpy if _kernel is None else _transitions_compiled
+    """The transitions at SB3 ``positions`` of environments ``envs`` (int64 arrays):
+    ``(obs, next_obs, actions, rewards, dones)``, each array fresh; ``steps`` holds
+    SB3's per-transition arrays flat (``position * n_envs + env``): actions
+    ``(slots, action_dim)``, float32 rewards, bool dones and timeouts. ``rewards`` and
+    ``dones`` come as float32 ``(n, 1)``, ``dones`` true for a done that is not a
+    timeout. Compiled, one call where numpy's gathers make a dozen, each of which costs
+    several times more inside training (the network's step has emptied the CPU's caches)
+    than alone; tests compare the two paths."""
 
     def take(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         """The observation fields at store ``rows``: one fresh array per field."""
