@@ -214,15 +214,16 @@ class ComponentFailedError(ReplayError):
         self.component = component
 
 
-def check_count(value: object, name: str, hint: str = "") -> int:
-    """``value`` (the argument ``name``) as an int >= 1; ``hint`` says what it counts.
+def check_count(value: object, name: str, hint: str = "", minimum: int = 1) -> int:
+    """``value`` (the argument ``name``) as an int >= ``minimum``; ``hint`` says what it
+    counts.
 
     Raises:
-        InvalidArgumentError: for a bool, a non-integer or a value below 1.
+        InvalidArgumentError: for a bool, a non-integer or a value below ``minimum``.
     """
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         said = f" ({hint})" if hint else ""
-        raise InvalidArgumentError(f"{name}={describe(value)} must be an int >= 1{said}")
+        raise InvalidArgumentError(f"{name}={describe(value)} must be an int >= {minimum}{said}")
     return int(value)
 
 

@@ -215,8 +215,8 @@ class ReplayIterator:
         batch_size = check_count(batch_size, "batch_size", "items per batch")
         prefetch = check_count(prefetch, "prefetch")
         timeout = check_timeout(timeout)
-        if max_batches is not None and (not isinstance(max_batches, int) or max_batches < 0):
-            raise InvalidArgumentError(f"max_batches={describe(max_batches)} must be an int >= 0")
+        if max_batches is not None:
+            max_batches = check_count(max_batches, "max_batches", "or None", minimum=0)
         self.table = table
         self.batch_size = int(batch_size)
         self.timeout = timeout
@@ -340,11 +340,12 @@ def learn_while_can_sample(
         raise InvalidArgumentError(
             f"learn={describe(learn)} must be callable: it is called with each Sample"
         )
-    if isinstance(max_batches, bool) or not isinstance(max_batches, int) or max_batches < 0:
-        raise InvalidArgumentError(
-            f"max_batches={describe(max_batches)} must be an int >= 0; it bounds the loop when "
-            "the rate limiter always allows sampling"
-        )
+    max_batches = check_count(
+        max_batches,
+        "max_batches",
+        "it bounds the loop when the rate limiter always allows sampling",
+        minimum=0,
+    )
     done = 0
     while done < max_batches and table.can_sample(batch_size):
         try:

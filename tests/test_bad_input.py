@@ -828,6 +828,17 @@ BOOLS_FOR_NUMBERS = [
         lambda: rr.NStepTransitionAdder(make(max_size=4, capacity=4), n=True, discount=0.9),
         "n=True",
     ),
+    (
+        "max_times_sampled",
+        lambda: Table("t", signature=ROW_SIGNATURE, max_size=4, max_times_sampled=True),
+        "max_times_sampled=True",
+    ),
+    ("table seed", lambda: Table("t", signature=ROW_SIGNATURE, max_size=4, seed=True), "seed=True"),
+    (
+        "iterator max_batches",
+        lambda: rr.ReplayIterator(make(max_size=4, capacity=4), 1, max_batches=True),
+        "max_batches=True",
+    ),
 ]
 
 

@@ -36,7 +36,7 @@ from rlreplay.core.overwrite import OverwriteProtocol, RowHolder
 from rlreplay.core.specs import Signature
 from rlreplay.core.store_changes import CHECKPOINT_CHUNK_ALIGN, ChangedChunks
 from rlreplay.core.store_columns import checked_columns, new_columns, store_capacity
-from rlreplay.errors import InvalidArgumentError, ReplayTimeoutError, describe
+from rlreplay.errors import InvalidArgumentError, ReplayTimeoutError, check_count, describe
 
 if TYPE_CHECKING:
     import weakref
@@ -209,8 +209,7 @@ class StepStore:
                 its field's shape and dtype; nothing changes then.
         """
         next_id = state["next_id"]
-        if not isinstance(next_id, (int, np.integer)) or next_id < 0:
-            raise InvalidArgumentError(f"next_id={describe(next_id)} must be an int >= 0")
+        check_count(next_id, "next_id", minimum=0)
         if columns is not None:
             checked = checked_columns(self.signature, self.capacity, columns)
             with self.mutex:  # other contents: no chunk matches an earlier checkpoint

@@ -17,7 +17,7 @@ from rlreplay.core.rate_limiters import RateLimiter
 from rlreplay.core.selectors import Selector
 from rlreplay.core.specs import Signature
 from rlreplay.core.storage import StepStore
-from rlreplay.errors import DeadlockError, InvalidArgumentError, describe
+from rlreplay.errors import DeadlockError, InvalidArgumentError, check_count, describe
 
 OVERWRITE_POLICIES = ("evict", "block", "relocate")
 
@@ -95,10 +95,7 @@ def check_table_limits(
             f"max_size={describe(max_size)} must be an int in [1, {cap}]: a table holds "
             "at most one item per stored step"
         )
-    if not isinstance(max_times_sampled, int) or max_times_sampled < 0:
-        raise InvalidArgumentError(
-            f"max_times_sampled={describe(max_times_sampled)} must be an int >= 0 (0: no limit)"
-        )
+    check_count(max_times_sampled, "max_times_sampled", "0: no limit", minimum=0)
     if on_overwrite not in OVERWRITE_POLICIES:
         raise InvalidArgumentError(
             f"on_overwrite={on_overwrite!r} is unknown; choose one of {OVERWRITE_POLICIES}"
@@ -199,10 +196,6 @@ def seeded_rng(seed: Any) -> np.random.Generator:
     Raises:
         InvalidArgumentError: for a seed that is not None or an int >= 0.
     """
-    if seed is not None and (
-        isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0
-    ):
-        raise InvalidArgumentError(
-            f"seed={describe(seed)} must be an int >= 0, or None for a fresh random seed"
-        )
+    if seed is not None:
+        check_count(seed, "seed", "or None for a fresh random seed", minimum=0)
     return np.random.default_rng(seed)

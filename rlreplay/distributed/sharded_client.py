@@ -116,12 +116,8 @@ class ShardedClient:
                 f"server_public_key has {len(keys)} keys for {n} shards; give one per shard "
                 "(or one for all)"
             )
-        if first_shard is not None and (
-            isinstance(first_shard, bool) or not isinstance(first_shard, int) or first_shard < 0
-        ):
-            raise InvalidArgumentError(
-                f"first_shard={describe(first_shard)} must be None or an int >= 0"
-            )
+        if first_shard is not None:
+            first_shard = check_count(first_shard, "first_shard", "or None", minimum=0)
         self.shards = [
             Client(a, server_public_key=k, **client_kwargs) for a, k in zip(addresses, keys)
         ]

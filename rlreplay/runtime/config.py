@@ -169,8 +169,7 @@ class RuntimeConfig:
         _positive("samples_per_insert", self.samples_per_insert, allow_none=True)
         _positive("updates_per_env_step", self.updates_per_env_step, allow_none=True)
         _positive("error_buffer", self.error_buffer, allow_none=True)
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise InvalidArgumentError(f"seed={describe(self.seed)} must be an int >= 0")
+        check_count(self.seed, "seed", minimum=0)
         if self.max_policy_lag is not None and (
             isinstance(self.max_policy_lag, bool) or self.max_policy_lag != 0
         ):

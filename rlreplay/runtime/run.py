@@ -26,10 +26,8 @@ __all__ = ["RunResult", "run"]
 def _check_args(total_env_steps: Any, max_updates: Any, on_stats: Any, replay: Any) -> int:
     """``total_env_steps`` as an int, once every argument is checked."""
     total_env_steps = check_count(total_env_steps, "total_env_steps")
-    if max_updates is not None and (
-        isinstance(max_updates, bool) or not isinstance(max_updates, int) or max_updates < 0
-    ):
-        raise InvalidArgumentError(f"max_updates={describe(max_updates)} must be None or >= 0")
+    if max_updates is not None:
+        check_count(max_updates, "max_updates", "or None", minimum=0)
     if on_stats is not None and not callable(on_stats):
         raise InvalidArgumentError(f"on_stats={describe(on_stats)} must be callable or None")
     if not isinstance(replay, ReplaySpec):
