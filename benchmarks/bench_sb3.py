@@ -13,14 +13,19 @@ evaluation return of 475 (10 deterministic episodes every ``--eval-every`` steps
 ``PrioritizedSAC`` against ``SAC`` on Pendulum-v1 (zoo settings: learning rate 1e-3):
 steps to a mean evaluation of -200.
 
+``train``: SB3's ``train()`` alone, ``--gradient-steps`` steps from the same weights on
+buffers holding the same 20k transitions, SB3's and rlreplay's alternating in
+``--rounds`` rounds (median reported): the training step's time with each buffer,
+``sample()`` included, without the drift of a long run.
+
 ``calls``: ``sample()`` and ``add()`` alone on buffers holding the same 20k transitions,
 SB3's and rlreplay's alternating in rounds, the median round reported; and ``sample()``
 right after a gradient step of SB3's default network (64-64, Adam), as inside training,
 where the code the step ran has pushed numpy's out of the CPU's caches: the median call,
 with ``np.random.randint`` (which both buffers call) timed the same way.
 
-Run: ``python -m benchmarks.bench_sb3 speed [--steps 20000]``, ``... calls`` or
-``python -m benchmarks.bench_sb3 learning [--seeds 5] [--agents dqn sac]``. Prints a
+Run: ``python -m benchmarks.bench_sb3 speed [--steps 20000]``, ``... calls``, ``... train``
+or ``python -m benchmarks.bench_sb3 learning [--seeds 5] [--agents dqn sac]``. Prints a
 table and writes ``benchmarks/results/sb3_<part>[_<agents>].json``
 (and ``docs/sb3_learning_*.png`` curves when matplotlib is installed).
 """
@@ -226,6 +231,80 @@ def calls(args) -> list[dict]:
     return rows
 
 
+def train(args) -> list[dict]:
+    """SB3's ``train()`` alone (``--gradient-steps`` steps, ``sample()`` included), with
+    SB3's buffer and rlreplay's holding the same 20k transitions, from the same weights,
+    alternating in ``--rounds`` rounds: what the buffers change in a training step, without
+    the environment's and ``add()``'s time or the drift of a long run."""
+    import copy
+
+    import gymnasium as gym
+    import torch as th
+    from stable_baselines3 import DQN, SAC
+    from stable_baselines3.common.buffers import ReplayBuffer as SB3ReplayBuffer
+    from stable_baselines3.common.logger import configure
+
+    from rlreplay.integrations.sb3 import ReplayBuffer
+
+    th.set_num_threads(1)
+    rows = []
+    for algo_name in args.agents:
+        algo, env_id = {"dqn": (DQN, "CartPole-v1"), "sac": (SAC, "Pendulum-v1")}[algo_name]
+        env = gym.make(env_id)
+        buffers = {}
+        for name, cls in (("sb3", SB3ReplayBuffer), ("rlreplay", ReplayBuffer)):
+            buffer = cls(1_000_000, env.observation_space, env.action_space, "cpu")
+            obs, _ = env.reset(seed=0)
+            env.action_space.seed(0)
+            for _ in range(20_000):
+                action = env.action_space.sample()
+                next_obs, reward, terminated, truncated, _ = env.step(action)
+                buffer.add(
+                    obs[None], next_obs[None], np.array([action]),
+                    np.array([reward], dtype=np.float32), np.array([terminated or truncated]),
+                    [{"TimeLimit.truncated": truncated}],
+                )
+                obs = env.reset()[0] if terminated or truncated else next_obs
+            buffers[name] = buffer
+        model = algo("MlpPolicy", env_id, device="cpu", seed=0)
+        model.set_logger(configure(None, []))
+        weights = copy.deepcopy(model.policy.state_dict())
+        seconds: dict[str, list[float]] = {name: [] for name in buffers}
+        for round_ in range(args.rounds):
+            for name in list(buffers) if round_ % 2 == 0 else list(buffers)[::-1]:
+                model.policy.load_state_dict(weights)
+                model.replay_buffer = buffers[name]
+                np.random.seed(round_)
+                start = time.perf_counter()
+                model.train(gradient_steps=args.gradient_steps, batch_size=model.batch_size)
+                seconds[name].append(time.perf_counter() - start)
+        for name, times in seconds.items():
+            rows.append(
+                {
+                    "algo": algo_name,
+                    "env": env_id,
+                    "buffer": name,
+                    "gradient_steps": args.gradient_steps,
+                    "batch_size": model.batch_size,
+                    "train_s_median": round(float(np.median(times)), 3),
+                    "train_s": [round(t, 3) for t in times],
+                    "rounds": args.rounds,
+                }
+            )
+            print(json.dumps(rows[-1]), flush=True)
+    print()
+    print("| algorithm | train() s, SB3's buffer | rlreplay's | ratio |")
+    print("|---|---:|---:|---:|")
+    for sb3_row, ours in zip(rows[::2], rows[1::2]):
+        print(
+            f"| {sb3_row['algo']} {sb3_row['env']} ({sb3_row['gradient_steps']} steps, batch "
+            f"{sb3_row['batch_size']}) | {sb3_row['train_s_median']} | "
+            f"{ours['train_s_median']} | "
+            f"{sb3_row['train_s_median'] / ours['train_s_median']:.2f}x |"
+        )
+    return rows
+
+
 def _gradient_step(env):
     """One Adam step of SB3's default MLP (64-64) on a batch of 32 random inputs, as a
     function: what runs between two ``sample()`` calls inside training."""
@@ -398,11 +477,14 @@ def plot(rows: list[dict]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("part", choices=["speed", "calls", "learning"])
+    parser.add_argument("part", choices=["speed", "calls", "train", "learning"])
     parser.add_argument("--rounds", type=int, default=5, help="calls: alternating rounds")
     parser.add_argument("--agents", nargs="+", choices=["dqn", "sac"], default=["dqn", "sac"])
     parser.add_argument("--steps", type=int, default=20_000, help="speed: env steps per run")
     parser.add_argument("--repeats", type=int, default=1, help="speed: runs per buffer")
+    parser.add_argument(
+        "--gradient-steps", type=int, default=600, help="train: steps per timed call"
+    )
     parser.add_argument("--seeds", type=int, default=5, help="learning: DQN seeds")
     parser.add_argument("--sac-seeds", type=int, default=2, help="learning: SAC seeds")
     parser.add_argument("--sac-steps", type=int, default=10_000, help="learning: SAC steps")
@@ -413,7 +495,9 @@ def main() -> None:
     )
     args = parser.parse_args()
     args.eval_every = {"dqn": 2_500, "sac": 1_000}
-    rows = {"speed": speed, "calls": calls, "learning": learning}[args.part](args)
+    rows = {"speed": speed, "calls": calls, "train": train, "learning": learning}[args.part](
+        args
+    )
     RESULTS.mkdir(parents=True, exist_ok=True)
     name = args.part if args.part == "calls" else "_".join([args.part, *args.agents])
     out = RESULTS / f"sb3_{name}.json"
