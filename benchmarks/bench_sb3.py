@@ -157,23 +157,7 @@ def calls(args) -> list[dict]:
     rows = []
     for env_id, batch in cases:
         env = gym.make(env_id)
-        rng = np.random.default_rng(0)
-        obs, _ = env.reset(seed=0)
-        steps = []
-        for _ in range(20_000):
-            action = env.action_space.sample()
-            next_obs, reward, terminated, truncated, _ = env.step(action)
-            steps.append(
-                (
-                    obs[None],
-                    next_obs[None],
-                    np.array([action]),
-                    np.array([reward], dtype=np.float32),  # as SB3's VecEnv gives rewards
-                    np.array([terminated or truncated]),
-                    [{"TimeLimit.truncated": truncated}],
-                )
-            )
-            obs = env.reset()[0] if terminated or truncated else next_obs
+        steps = _recorded_steps(env)
         update = _gradient_step(env)
         times: dict[str, dict[str, list[float]]] = {}
         for _ in range(args.rounds):
@@ -197,7 +181,6 @@ def calls(args) -> list[dict]:
             draw = functools.partial(np.random.randint, 0, 20_000, size=batch)
             randint["sample"].append(_after_update(None, draw))
             randint["after"].append(_after_update(update, draw))
-        del rng
         for name in ("sb3", "rlreplay", "randint"):
             entry = times[name]
             rows.append(
@@ -231,6 +214,28 @@ def calls(args) -> list[dict]:
     return rows
 
 
+def _recorded_steps(env, steps: int = 20_000) -> list[tuple]:
+    """``steps`` random-action transitions of ``env`` (seed 0) as ``add()``'s arguments for
+    one env, in the dtypes SB3's ``VecEnv`` hands its buffers (float32 rewards)."""
+    obs, _ = env.reset(seed=0)
+    recorded = []
+    for _ in range(steps):
+        action = env.action_space.sample()
+        next_obs, reward, terminated, truncated, _ = env.step(action)
+        recorded.append(
+            (
+                obs[None],
+                next_obs[None],
+                np.array([action]),
+                np.array([reward], dtype=np.float32),
+                np.array([terminated or truncated]),
+                [{"TimeLimit.truncated": truncated}],
+            )
+        )
+        obs = env.reset()[0] if terminated or truncated else next_obs
+    return recorded
+
+
 def train(args) -> list[dict]:
     """SB3's ``train()`` alone (``--gradient-steps`` steps, ``sample()`` included), with
     SB3's buffer and rlreplay's holding the same 20k transitions, from the same weights,
@@ -251,20 +256,12 @@ def train(args) -> list[dict]:
     for algo_name in args.agents:
         algo, env_id = {"dqn": (DQN, "CartPole-v1"), "sac": (SAC, "Pendulum-v1")}[algo_name]
         env = gym.make(env_id)
+        steps = _recorded_steps(env)
         buffers = {}
         for name, cls in (("sb3", SB3ReplayBuffer), ("rlreplay", ReplayBuffer)):
             buffer = cls(1_000_000, env.observation_space, env.action_space, "cpu")
-            obs, _ = env.reset(seed=0)
-            env.action_space.seed(0)
-            for _ in range(20_000):
-                action = env.action_space.sample()
-                next_obs, reward, terminated, truncated, _ = env.step(action)
-                buffer.add(
-                    obs[None], next_obs[None], np.array([action]),
-                    np.array([reward], dtype=np.float32), np.array([terminated or truncated]),
-                    [{"TimeLimit.truncated": truncated}],
-                )
-                obs = env.reset()[0] if terminated or truncated else next_obs
+            for step in steps:
+                buffer.add(*step)
             buffers[name] = buffer
         model = algo("MlpPolicy", env_id, device="cpu", seed=0)
         model.set_logger(configure(None, []))

@@ -106,28 +106,33 @@ views_release(Views *v)
     v->count = 0;
 }
 
-/* The next buffer of `obj`, a C-contiguous array of one or more dimensions: with `codes`,
- * of that element kind and `itemsize` bytes (its format is asked for: the arrays the ring
- * keeps, whose buffer description numpy caches); without, any kind (the fresh outs, only
- * written as bytes). NULL with an error set. */
+/* The next buffer of `obj`: with `codes`, as get_buffer takes it (one-dimensional, of that
+ * element kind and `itemsize` bytes: the arrays the ring keeps, whose buffer description
+ * numpy caches); without, any C-contiguous array of one or more dimensions, its format not
+ * asked for (the fresh outs and the columns, copied as bytes). NULL with an error set. */
 static Py_buffer *
 acquire(Views *v, PyObject *obj, int writable, const char *codes, Py_ssize_t itemsize,
         const char *what)
 {
     Py_buffer *view = &v->views[v->count];
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_ND | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, view, flags | (codes != NULL ? PyBUF_FORMAT : 0)) < 0) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "%s must be a %sC-contiguous array", what,
-                     writable ? "writable " : "");
-        return NULL;
+    if (codes != NULL) {
+        if (get_buffer(obj, view, writable, codes, itemsize, what) < 0) {
+            return NULL;
+        }
     }
-    if (view->ndim < 1 ||
-        (codes != NULL && (view->itemsize != itemsize || !format_is(view->format, codes)))) {
-        PyErr_Format(PyExc_TypeError, "%s must be an array of one or more dimensions%s%s",
-                     what, codes != NULL ? " of format " : "", codes != NULL ? codes : "");
-        PyBuffer_Release(view);
-        return NULL;
+    else {
+        int flags = PyBUF_C_CONTIGUOUS | PyBUF_ND | (writable ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(obj, view, flags) < 0) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "%s must be a %sC-contiguous array", what,
+                         writable ? "writable " : "");
+            return NULL;
+        }
+        if (view->ndim < 1) {
+            PyBuffer_Release(view);
+            PyErr_Format(PyExc_TypeError, "%s must have at least one dimension", what);
+            return NULL;
+        }
     }
     v->count++;
     return view;
@@ -219,7 +224,8 @@ transitions(PyObject *self, PyObject *args)
     const Py_ssize_t slots = (Py_ssize_t)(per_env * n_envs);
     const Py_ssize_t capacity = (Py_ssize_t)((per_env + 1) * n_envs);
     const Py_ssize_t action_bytes = row_bytes(act_v);
-    if (!rows_of(pos_v, n, 8, "positions") || !rows_of(env_v, n, 8, "envs") || !rows_of(final_v, slots, 4, "final_at") ||
+    if (!rows_of(pos_v, n, 8, "positions") || !rows_of(env_v, n, 8, "envs") ||
+        !rows_of(final_v, slots, 4, "final_at") ||
         !rows_of(act_v, slots, action_bytes, "actions") ||
         !rows_of(rew_v, slots, 4, "rewards") || !rows_of(done_v, slots, 1, "dones") ||
         !rows_of(tout_v, slots, 1, "timeouts") ||
