@@ -203,25 +203,25 @@ def test_reset_of_some_envs_ends_their_episodes_as_truncated():
     np.testing.assert_allclose(data["reward"][order], [1.5, 1.0, 1.0, 1.0])
 
 
-class ItemByItemWriter:
-    """The plain writer interface (no ``create_items``), as a remote writer may offer."""
+class MinimalWriter:
+    """Only what :class:`rlreplay.runtime.interfaces.Writer` declares, nothing more."""
 
     def __init__(self, tables, history):
         from rlreplay import TrajectoryWriter
 
-        self._inner = TrajectoryWriter(tables, history=history)
-        self.tables, self.history = self._inner.tables, history
-        self.append_batch = self._inner.append_batch
-        self.create_item = self._inner.create_item
-        self.end_episode = self._inner.end_episode
-        self.flush = self._inner.flush
-        self.close = self._inner.close
+        inner = TrajectoryWriter(tables, history=history)
+        self.signature, self.tables, self.history = inner.signature, inner.tables, history
+        self.append_batch = inner.append_batch
+        self.create_items = inner.create_items
+        self.end_episode = inner.end_episode
+        self.flush = inner.flush
+        self.close = inner.close
 
 
 @pytest.mark.parametrize("mode", ["next_step", "same_step"])
-def test_item_by_item_writers_get_the_same_items(mode):
+def test_a_writer_with_only_the_declared_interface_gets_the_same_items(mode):
     results = []
-    for item_by_item in (False, True):
+    for minimal in (False, True):
         envs, obs = make_vec(3, mode, seed=11)
         sig = NStepTransitionAdder.signature(obs=((3,), "float32"), action="int64")
         table = Table(
@@ -232,7 +232,7 @@ def test_item_by_item_writers_get_the_same_items(mode):
             max_times_sampled=1,
             layout=NStepTransitionAdder.layout(sig, n=3, stack=2),
         )
-        writer = ItemByItemWriter(table, history=200) if item_by_item else table
+        writer = MinimalWriter(table, history=200) if minimal else table
         adder = NStepTransitionAdder(
             writer, n=3, discount=0.9, stack=2, num_envs=3, autoreset_mode=mode, chunk_length=5
         )

@@ -4,7 +4,8 @@ A run is a few parts with short interfaces, each implemented more than once:
 
 - a :class:`ReplayTable` the learner samples: a local :class:`~rlreplay.Table`, a
   served table through a :class:`~rlreplay.Client`, or tables sharded over servers;
-- an :class:`Adder` the actor writes through, over a table or a remote writer;
+- an :class:`Adder` the actor writes through, over a :class:`Writer`: a table's
+  :class:`~rlreplay.TrajectoryWriter`, a server's remote writer or a shard's;
 - a :class:`WeightsSource` actors pull versioned weights from, and the
   :class:`WeightsPublisher` the learner publishes them to (in process, or a weights
   table on a server);
@@ -24,6 +25,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from rlreplay.core.sample import Sample
+    from rlreplay.core.specs import Signature
     from rlreplay.core.table_info import TableInfo
     from rlreplay.runtime.config import ReplaySpec, RuntimeConfig
     from rlreplay.runtime.weights import WeightsSnapshot
@@ -49,6 +51,38 @@ class ReplayTable(Protocol):
 
     def info(self) -> TableInfo:
         """Size and counters (inserts, samples)."""
+
+
+class Writer(Protocol):
+    """One stream of steps into tables that share a step store, and the items over them:
+    what an adder writes through. A call that raises a timeout error took nothing of its
+    input; one that returns took all of it."""
+
+    signature: Signature
+    """The store's step signature: what each appended step holds."""
+    history: int
+    """Steps an item may reach back from the latest one."""
+    tables: list[Any]
+    """The tables items go to: :class:`~rlreplay.Table` s, or handles with the served
+    tables' ``name`` and ``layout``."""
+
+    def append_batch(self, steps: Any, *, timeout: float | None = None) -> Any:
+        """Append consecutive steps of the current episode (one array per field)."""
+
+    def create_items(
+        self, table: Any, priorities: Any = None, *, starts: Any, lengths: Any = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """One item per entry of ``starts`` (negative indexes into this episode's steps)."""
+
+    def end_episode(self) -> None:
+        """Later items cannot reach the steps before this call."""
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until everything appended is stored."""
+
+    def close(self) -> None:
+        """Release the retained steps; later calls raise a closed error."""
 
 
 class Adder(Protocol):
@@ -155,7 +189,8 @@ class ActorFactory(Protocol):
     quota: int
 
     def build(
-        self, index: int, writer: Any, weights: WeightsSource, counters: np.ndarray, stop: Any,
+        self, index: int, writer: Writer, weights: WeightsSource, counters: np.ndarray,
+        stop: Any,
         waits_for_room: bool = True,
     ) -> Any:
         """The environment loop of actor ``index``, writing through ``writer``."""

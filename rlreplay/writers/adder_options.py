@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -29,6 +29,9 @@ from rlreplay.writers.autoreset import mode_name
 from rlreplay.writers.hand_over import check_every
 from rlreplay.writers.sequence_items import SequenceItems
 from rlreplay.writers.trajectory_writer import TrajectoryWriter
+
+if TYPE_CHECKING:
+    from rlreplay.runtime.interfaces import Writer
 
 
 def _tables(writer: Any) -> list[Table] | None:
@@ -51,7 +54,7 @@ def writer_store(writer: Any) -> StepStore | None:
 _HISTORY_SHARE = 32
 
 
-def adder_writer(writer: Any, capacity: int, wanted: int | None = None) -> Any:
+def adder_writer(writer: Any, capacity: int, wanted: int | None = None) -> Writer:
     """``writer`` itself, or a :class:`TrajectoryWriter` over the given tables, keeping
     the ``capacity`` rows the adder may still reach back to, or up to ``wanted`` rows
     (what it stages, handed over as one chunk) as far as 1/32 of the store allows: each
@@ -73,8 +76,8 @@ def adder_writer(writer: Any, capacity: int, wanted: int | None = None) -> Any:
             )
         history = max(capacity, min(wanted or capacity, store.capacity // _HISTORY_SHARE))
         writer = TrajectoryWriter(tables, history=history)
-    history = getattr(writer, "history", None)
-    if history is not None and history < capacity:
+    history = writer.history
+    if history < capacity:
         raise InvalidArgumentError(
             f"the writer keeps history={history} steps; this adder needs at least "
             f"{capacity} (span - 1 + chunk_length + lag + pad + 2); create it with "
@@ -85,11 +88,11 @@ def adder_writer(writer: Any, capacity: int, wanted: int | None = None) -> Any:
 
 
 def writer_signature(writer: Any) -> Signature:
-    """The step signature of a writer's (or tables') store: ``writer.signature``, its
-    store's, or its first table's store's.
+    """The step signature of a writer (:class:`~rlreplay.runtime.interfaces.Writer`), or
+    of the tables' store.
 
     Raises:
-        InvalidArgumentError: if the writer exposes none.
+        InvalidArgumentError: for anything else.
     """
     tables = _tables(writer)
     if tables is not None:
@@ -97,39 +100,30 @@ def writer_signature(writer: Any) -> Signature:
     sig = getattr(writer, "signature", None)
     if isinstance(sig, Signature):
         return sig
-    store = getattr(writer, "store", None)
-    if isinstance(getattr(store, "signature", None), Signature):
-        return store.signature
-    for table in getattr(writer, "tables", ()):
-        if isinstance(table, Table):
-            return table.store.signature
     raise InvalidArgumentError(
-        f"writer={describe(writer)} exposes no step signature (a 'signature' or "
-        "'store.signature' attribute, or Table objects in 'tables'); the adder checks "
-        "each step against it"
+        f"writer={describe(writer)} is not a Table, a list of Tables or a writer with a step "
+        "'signature' (rlreplay.runtime.interfaces.Writer); pass the tables, a "
+        "TrajectoryWriter or client.trajectory_writer(...)"
     )
 
 
-def table_span(writer: Any, table: Any, default: int) -> int:
-    """The layout span of ``table`` (a table, or the name of one of the writer's),
-    ``default`` when the writer does not tell."""
+def table_span(writer: Writer, table: Any) -> int:
+    """The layout span of ``table``: a table, or the name or handle of one of the
+    writer's (checked by :func:`check_tables`)."""
     if isinstance(table, Table):
         return table.layout.span
-    name = getattr(table, "name", table)  # a name, or a remote table's handle
-    for t in getattr(writer, "tables", ()):
-        if getattr(t, "name", None) == name:
-            return t.layout.span
-    return default
+    name = getattr(table, "name", table)
+    return next(t.layout.span for t in writer.tables if t.name == name)
 
 
-def check_tables(writer: Any, tables: list[Any]) -> None:
+def check_tables(writer: Writer, tables: list[Any]) -> None:
     """Check that every table (a table or a name) is one of the writer's.
 
     Raises:
         InvalidArgumentError: naming the first table the writer does not write to.
     """
-    own = list(getattr(writer, "tables", ()))
-    names = [getattr(t, "name", None) for t in own]
+    own = list(writer.tables)
+    names = [t.name for t in own]
     local = any(isinstance(t, Table) for t in own)  # else remote handles, known by name
     for table in tables:
         if isinstance(table, str):
@@ -146,7 +140,7 @@ def check_tables(writer: Any, tables: list[Any]) -> None:
         )
 
 
-def adder_tables(writer: Any, tables: Any, sequence_tables: list[Any]) -> list[Any]:
+def adder_tables(writer: Writer, tables: Any, sequence_tables: list[Any]) -> list[Any]:
     """The tables an adder fills with its own items: ``tables``, or (``None``) every
     table of the writer that is not one of ``sequence_tables``; all of them checked to
     be the writer's, sequence tables included.

@@ -29,13 +29,13 @@ reaches back and what each table's rate limiter admits in one call), and the chu
 reach the writer in order across timeouts (:class:`ChunkWriter`). The writer may time
 out (a full queue table, a rate limiter, a server that does not answer). A chunk the
 writer timed out on stays pending with what it already did recorded (rows appended,
-tables whose items exist, items created one by one), and so do the chunks staged after
+tables whose items exist), and so do the chunks staged after
 it; the next adder call hands them over first. So nothing is
 written twice, nothing is lost, and the order of appends and items is the order of
 the steps, whatever fails when.
 
 This relies on one property of every writer (local and remote alike): a writer call
-(``append_batch``, ``create_items``, ``create_item``, ``end_episode``) that raises
+(``append_batch``, ``create_items``, ``end_episode``) that raises
 :class:`~rlreplay.errors.ReplayTimeoutError` took nothing of its input, and one that
 returns took all of it; ``end_episode`` twice in a row is ``end_episode`` once.
 """
@@ -45,13 +45,16 @@ from __future__ import annotations
 import itertools
 import math
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rlreplay.core.rate_limiters import insert_pack
 from rlreplay.core.specs import unflatten
 from rlreplay.errors import ReplayTimeoutError, check_count
+
+if TYPE_CHECKING:
+    from rlreplay.runtime.interfaces import Writer
 
 Job = tuple[Any, int, np.ndarray, np.ndarray]
 
@@ -66,7 +69,7 @@ class Chunk:
             rows, ``starts`` relative to the chunk's last row (``-1`` is that row).
     """
 
-    __slots__ = ("appended", "items_done", "jobs", "jobs_done", "owned", "rows", "switch")
+    __slots__ = ("appended", "jobs", "jobs_done", "owned", "rows", "switch")
 
     def __init__(
         self,
@@ -81,7 +84,6 @@ class Chunk:
         self.owned = owned  # the rows are the chunk's own, not views of a staging buffer
         self.appended = rows is None
         self.jobs_done = 0  # jobs whose items all exist
-        self.items_done = 0  # items of the current job created one by one
 
     def detach(self) -> Chunk:
         """Own the rows (the staging buffer they view will be reused)."""
@@ -106,7 +108,7 @@ class ChunkWriter:
         timeout: seconds each writer call may wait.
     """
 
-    def __init__(self, writer: Any, priority: float | None, timeout: float | None):
+    def __init__(self, writer: Writer, priority: float | None, timeout: float | None):
         self.writer = writer
         self.priority = priority
         self.timeout = timeout
@@ -168,26 +170,12 @@ class ChunkWriter:
             chunk.appended = True
         while chunk.jobs_done < len(chunk.jobs):
             table, span, starts, extents = chunk.jobs[chunk.jobs_done]
-            batch = getattr(writer, "create_items", None)
-            if batch is not None:
-                full = bool((extents == span).all())
-                lengths = None if full else extents
-                batch(table, self.priority, starts=starts, lengths=lengths, timeout=timeout)
-                self.items_created += len(starts)
-            else:
-                for k in range(chunk.items_done, len(starts)):
-                    extent = int(extents[k])
-                    writer.create_item(
-                        table,
-                        self.priority,
-                        start=int(starts[k]),
-                        length=None if extent == span else extent,
-                        timeout=timeout,
-                    )
-                    chunk.items_done = k + 1
-                    self.items_created += 1
+            lengths = None if bool((extents == span).all()) else extents
+            writer.create_items(
+                table, self.priority, starts=starts, lengths=lengths, timeout=timeout
+            )
+            self.items_created += len(starts)
             chunk.jobs_done += 1
-            chunk.items_done = 0
 
 
 class ChunkBatch:
@@ -503,7 +491,7 @@ class HandOver:
 
     def __init__(
         self,
-        writer: Any,
+        writer: Writer,
         priority: float | None,
         timeout: float | None,
         *,

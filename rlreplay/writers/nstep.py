@@ -95,7 +95,7 @@ class NStepTransitionAdder(StreamAdder):
         self.pad = stack - 1
         super().__init__(writer, **kwargs)
         for table in self.tables:  # (sequence tables may make self.span longer)
-            span = table_span(self.writer, table, n + stack)
+            span = table_span(self.writer, table)
             if span != n + stack:
                 name = getattr(table, "name", table)
                 raise InvalidArgumentError(

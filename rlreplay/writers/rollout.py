@@ -44,7 +44,7 @@ class RolloutAdder:
     ``[B, num_steps + 1, num_envs, ...]`` per field. The last row holds the observation
     after the rollout's last step (to bootstrap from) and zeros in the other fields
     (its ``policy_version`` repeats the last step's). Rows are buffered and written with
-    one ``append_batch``, one ``create_item`` and ``end_episode`` when the rollout is
+    one ``append_batch``, one ``create_items`` and ``end_episode`` when the rollout is
     complete, so every rollout is exactly one item whatever the episodes do: an actor
     whose weight sync period is ``num_steps * num_envs`` env steps adds one item per
     period. The bootstrap observation is stored twice: as the last row of one rollout
@@ -354,10 +354,10 @@ class RolloutAdder:
         rows[POLICY_VERSION][n] = rows[POLICY_VERSION][n - 1]
         self._rows = self._new_rows()
         self._t = 0
-        writer, table = self.writer, self.table
+        writer, table, start = self.writer, self.table, -(n + 1)
         self._pending += [
             lambda t: writer.append_batch(rows, timeout=t),
-            lambda t: writer.create_item(table, timeout=t),
+            lambda t: writer.create_items(table, starts=[start], timeout=t),
             lambda t: writer.end_episode(),
         ]
         self.items_added += 1

@@ -2,9 +2,9 @@
 
 An adder receives environment steps, one environment or a batch of ``num_envs`` of them
 (gymnasium ``VectorEnv`` shapes), and turns each environment's episodes into *episode
-rows* that it appends through a writer with the :class:`TrajectoryWriter` interface
-(``append_batch``, ``create_item(table, priority, start=, length=)``, ``end_episode``,
-``flush``, and the step signature as ``signature`` or ``store.signature``). Episode rows
+rows* that it appends through a :class:`~rlreplay.runtime.interfaces.Writer`
+(``append_batch``, ``create_items(table, priorities, starts=, lengths=)``,
+``end_episode``, ``flush``, and the step ``signature``, ``history`` and ``tables``). Episode rows
 of one episode are, in order:
 
 * ``stack - 1`` padding rows whose observation repeats the episode's first observation
@@ -154,13 +154,11 @@ class StreamAdder:
             rule.bind(self.num_envs)
         n = self.num_envs
         self._rows = EpisodeRows(self._inputs.signature, self._inputs.paths, n, self.capacity)
-        history = getattr(writer, "history", None)
-        reach = max(self.capacity, history) if isinstance(history, int) else self.capacity
         self._out = HandOver(
             writer,
             priority,
             timeout,
-            reach=reach,
+            reach=max(self.capacity, writer.history),
             chunk_length=chunk_length,
             every=every,
             rows_per_call=self.num_envs,
@@ -175,8 +173,8 @@ class StreamAdder:
             (self.pad, self.lag, self.span, chunk_length),
             self._computed,
             self._items,
-            [(t, table_span(writer, t, self.span)) for t in self.tables],
-            [(t, rule, table_span(writer, t, self.span)) for t, rule in self._sequences],
+            [(t, table_span(writer, t)) for t in self.tables],
+            [(t, rule, table_span(writer, t)) for t, rule in self._sequences],
         )
         # What records the calls and settles them a block at a time, or None: every call
         # goes through EpisodeSteps at once. An object with ``calls``, ``record(fields,

@@ -103,6 +103,7 @@ class TrajectoryWriter:
             )
         self.tables = tables
         self.store = store
+        self.signature = store.signature
         self.history = history
         with store.mutex:
             # The retained steps: ids [first, first + count), moved only by the store's

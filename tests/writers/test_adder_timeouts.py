@@ -9,7 +9,7 @@ import pytest
 from counting_env import make_vec
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_nstep_adder import ItemByItemWriter
+from test_nstep_adder import MinimalWriter
 
 from rlreplay import (
     Fifo,
@@ -44,15 +44,15 @@ def drain(queue: Table, out: list) -> None:
         out.append((data["obs"][0].copy(), data["action"][0].copy()))
 
 
-def play(mode, queue_size, item_by_item, consume, seed=9, chunk=2):
+def play(mode, queue_size, minimal, consume, seed=9, chunk=2):
     """Feed CountingEnv steps to an adder over a table and a queue of ``queue_size``
     sequences, taking the queue's items after step ``t`` when ``consume(t)``."""
     envs, obs = make_vec(2, mode, seed=seed, max_len=6)
     replay, queue = tables(queue_size)
     history = 64
     writer = (
-        ItemByItemWriter([replay, queue], history)
-        if item_by_item
+        MinimalWriter([replay, queue], history)
+        if minimal
         else TrajectoryWriter([replay, queue], history=history)
     )
     adder = NStepTransitionAdder(
@@ -94,19 +94,19 @@ def play(mode, queue_size, item_by_item, consume, seed=9, chunk=2):
     return {k: v[order] for k, v in data.items()}, taken, timeouts, adder
 
 
-@pytest.mark.parametrize("item_by_item", [False, True], ids=["create_items", "item_by_item"])
+@pytest.mark.parametrize("minimal", [False, True], ids=["TrajectoryWriter", "declared_interface"])
 @pytest.mark.parametrize("mode", ["next_step", "same_step"])
-def test_items_after_writer_timeouts_equal_those_of_a_writer_that_never_waits(mode, item_by_item):
-    timeouts = check_same_as_never_waiting(mode, 6, item_by_item, lambda t: t % 7 == 0)
+def test_items_after_writer_timeouts_equal_those_of_a_writer_that_never_waits(mode, minimal):
+    timeouts = check_same_as_never_waiting(mode, 6, minimal, lambda t: t % 7 == 0)
     assert timeouts > 3, "the queue must have blocked the adder"
 
 
-def check_same_as_never_waiting(mode, queue_size, item_by_item, consume, seed=9, chunk=2) -> int:
+def check_same_as_never_waiting(mode, queue_size, minimal, consume, seed=9, chunk=2) -> int:
     """Items of a run whose queue blocks equal those of a run that never waits (the same
     items in the same order). Returns the timeouts the blocking run met."""
-    expected, expected_taken, none, ref = play(mode, 4096, item_by_item, bool, seed, chunk)
+    expected, expected_taken, none, ref = play(mode, 4096, minimal, bool, seed, chunk)
     assert none == 0
-    replay, taken, timeouts, adder = play(mode, queue_size, item_by_item, consume, seed, chunk)
+    replay, taken, timeouts, adder = play(mode, queue_size, minimal, consume, seed, chunk)
     for key in expected:
         np.testing.assert_array_equal(replay[key], expected[key], err_msg=key)
     assert len(taken) == len(expected_taken) > 0
@@ -120,16 +120,16 @@ def check_same_as_never_waiting(mode, queue_size, item_by_item, consume, seed=9,
 @settings(max_examples=15, deadline=None)
 @given(
     mode=st.sampled_from(["next_step", "same_step"]),
-    item_by_item=st.booleans(),
+    minimal=st.booleans(),
     seed=st.integers(0, 1000),
     queue_size=st.integers(6, 9),
     chunk=st.integers(1, 3),
     schedule=st.lists(st.booleans(), min_size=60, max_size=60),
 )
 def test_any_consumption_schedule_gives_the_items_of_a_writer_that_never_waits(
-    mode, item_by_item, seed, queue_size, chunk, schedule
+    mode, minimal, seed, queue_size, chunk, schedule
 ):
-    check_same_as_never_waiting(mode, queue_size, item_by_item, lambda t: schedule[t], seed, chunk)
+    check_same_as_never_waiting(mode, queue_size, minimal, lambda t: schedule[t], seed, chunk)
 
 
 def test_a_timeout_keeps_the_step_and_the_next_call_hands_it_over():
