@@ -216,6 +216,7 @@ class MinimalWriter:
         self.end_episode = inner.end_episode
         self.flush = inner.flush
         self.close = inner.close
+        self.__exit__ = inner.__exit__
 
 
 @pytest.mark.parametrize("mode", ["next_step", "same_step"])

@@ -1,7 +1,7 @@
 """The ``rlreplay`` command line: one function per subcommand.
 
     rlreplay demo [--agent dqn|sac|ppo|apex] [--seed N] [--total-steps N]
-                  [--backend inline|threads|processes] [--out DIR]
+                  [--backend inline|threads|processes|ray] [--out DIR]
     rlreplay serve --config tables.toml [--bind HOST] [--port N] [--insecure]
                    [--curve-secret FILE] [--authorized-keys DIR] [--metrics-port N]
                    [--max-message-bytes SIZE] [--max-unread-bytes SIZE]

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from rlreplay.cli.parsing import CommandError, positive
+from rlreplay.runtime.config import BACKENDS
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -77,8 +78,9 @@ def add_demo_parser(sub: argparse._SubParsersAction) -> None:
         help="env steps to train for (default: the agent's)",
     )
     p.add_argument(
-        "--backend", choices=("inline", "threads", "processes"), default=None,
-        help="where actors and learner run (default: the agent's own)",
+        "--backend", choices=BACKENDS, default=None,
+        help="where actors and learner run (default: the agent's own; ray needs the ray "
+        "extra)",
     )
     p.add_argument(
         "--out", default=None, metavar="DIR",

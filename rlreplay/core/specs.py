@@ -125,6 +125,11 @@ def _as_spec(path: str, leaf: Any) -> FieldSpec:
                 f"MultiBinary, and Dict and Tuple of them: give a (shape, dtype) spec, e.g. "
                 f"{EXAMPLE}, for what you store of it"
             )
+        if isinstance(leaf, type) and _is_space_class(leaf):
+            raise InvalidArgumentError(
+                f"{describe(leaf)} is the gymnasium space class {leaf.__name__}, not a space; "
+                f"give a space, e.g. env.single_observation_space or {leaf.__name__}(...)"
+            )
         return FieldSpec((), leaf)  # refused, named, as no dtype
     except InvalidArgumentError as exc:
         raise InvalidArgumentError(f"signature field {path!r}: {exc}") from None
@@ -133,9 +138,13 @@ def _as_spec(path: str, leaf: Any) -> FieldSpec:
 def _is_space(value: Any) -> bool:
     """Whether ``value`` is a gymnasium (or gym) space, told by its class (gymnasium is
     not imported for it)."""
+    return _is_space_class(type(value))
+
+
+def _is_space_class(cls: type) -> bool:
     return any(
-        cls.__name__ == "Space" and cls.__module__.split(".")[0] in ("gymnasium", "gym")
-        for cls in type(value).__mro__
+        c.__name__ == "Space" and c.__module__.split(".")[0] in ("gymnasium", "gym")
+        for c in cls.__mro__
     )
 
 
@@ -189,6 +198,29 @@ def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
             node = node.setdefault(part, {})
         node[leaf] = value
     return out
+
+
+def checked_extras(extras: Any, reserved: Sequence[str], owner: str) -> dict[str, Any]:
+    """``extras`` (field name to spec, or ``None``) as a new dict, checked before the
+    fields ``owner`` fills itself (``reserved``) are added to it.
+
+    Raises:
+        InvalidArgumentError: for extras that are not a dict, or that name a reserved field.
+    """
+    if extras is None:
+        return {}
+    if not isinstance(extras, Mapping):
+        raise InvalidArgumentError(
+            f"extras={describe(extras)} must be a dict of field name to spec, e.g. "
+            "{'logp': 'float32'}"
+        )
+    clash = [k for k in extras if k in reserved]
+    if clash:
+        raise InvalidArgumentError(
+            f"extras name {clash}, which {owner} fills itself (reserved: {list(reserved)}); "
+            "rename them"
+        )
+    return dict(extras)
 
 
 class Signature:
@@ -283,13 +315,7 @@ class Signature:
             >>> Signature.from_spaces(env.observation_space, env.action_space)
             Signature(obs: float32[4], action: int64[], reward: float32[])
         """
-        extras = dict(extras or {})
-        clash = [k for k in ("obs", "action", "reward") if k in extras]
-        if clash:
-            raise InvalidArgumentError(
-                f"extras={describe(extras)} name {clash}, which from_spaces fills from its "
-                "own arguments; rename them"
-            )
+        extras = checked_extras(extras, ("obs", "action", "reward"), "from_spaces")
         return cls({"obs": observation_space, "action": action_space, "reward": reward, **extras})
 
     @property
@@ -449,6 +475,11 @@ class Signature:
                     probe = probe[int(part)]
                 else:
                     probe = None
+            if probe is None:  # keys that are paths themselves ({"obs": {"a/b": ...}})
+                try:
+                    probe = flatten(rows).get(path)
+                except InvalidArgumentError:  # the validation names the bad key
+                    return False, None
         if probe is None:
             return False, None
         if type(probe) is np.ndarray:

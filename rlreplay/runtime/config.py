@@ -10,6 +10,7 @@ uses, with the rate limiter that holds the ratio: the loops themselves never cou
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -146,7 +147,7 @@ class RuntimeConfig:
     stats_every_s: float = 1.0
     stats_every_steps: int | None = None
     progress: bool = True
-    out_dir: str | None = None
+    out_dir: str | os.PathLike[str] | None = None
     timeout_s: float = 60.0
     replay_shards: int = 1
 
@@ -170,6 +171,17 @@ class RuntimeConfig:
         _positive("updates_per_env_step", self.updates_per_env_step, allow_none=True)
         _positive("error_buffer", self.error_buffer, allow_none=True)
         check_count(self.seed, "seed", minimum=0)
+        if self.out_dir is not None:
+            if not isinstance(self.out_dir, (str, os.PathLike)):
+                raise InvalidArgumentError(
+                    f"out_dir={describe(self.out_dir)} must be a folder's path (a str or "
+                    "os.PathLike), or None to write no files"
+                )
+            if os.path.exists(self.out_dir) and not os.path.isdir(self.out_dir):
+                raise InvalidArgumentError(
+                    f"out_dir={describe(self.out_dir)} is a file, not a folder; give a folder's "
+                    "path (it is created if missing)"
+                )
         if self.max_policy_lag is not None and (
             isinstance(self.max_policy_lag, bool) or self.max_policy_lag != 0
         ):

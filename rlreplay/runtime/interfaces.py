@@ -84,6 +84,9 @@ class Writer(Protocol):
     def close(self) -> None:
         """Release the retained steps; later calls raise a closed error."""
 
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        """:meth:`close`; after an exception, without waiting to store what it holds."""
+
 
 class Adder(Protocol):
     """Turns an actor's vector steps into items (:mod:`rlreplay.writers`)."""

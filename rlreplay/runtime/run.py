@@ -23,7 +23,9 @@ from rlreplay.runtime.learner import check_logic
 __all__ = ["RunResult", "run"]
 
 
-def _check_args(total_env_steps: Any, max_updates: Any, on_stats: Any, replay: Any) -> int:
+def _check_args(
+    config: RuntimeConfig, total_env_steps: Any, max_updates: Any, on_stats: Any, replay: Any
+) -> int:
     """``total_env_steps`` as an int, once every argument is checked."""
     total_env_steps = check_count(total_env_steps, "total_env_steps")
     if max_updates is not None:
@@ -32,6 +34,11 @@ def _check_args(total_env_steps: Any, max_updates: Any, on_stats: Any, replay: A
         raise InvalidArgumentError(f"on_stats={describe(on_stats)} must be callable or None")
     if not isinstance(replay, ReplaySpec):
         raise InvalidArgumentError(f"replay={describe(replay)} must be a runtime.ReplaySpec")
+    if not replay.on_policy and config.batch_size > replay.max_size:
+        raise InvalidArgumentError(
+            f"batch_size={config.batch_size} is more than the table holds (ReplaySpec "
+            f"max_size={replay.max_size}); lower batch_size or raise max_size"
+        )
     return total_env_steps
 
 
@@ -70,7 +77,7 @@ def run(
     """
     if not isinstance(config, RuntimeConfig):
         raise InvalidArgumentError(f"config={describe(config)} must be a RuntimeConfig")
-    total_env_steps = _check_args(total_env_steps, max_updates, on_stats, replay)
+    total_env_steps = _check_args(config, total_env_steps, max_updates, on_stats, replay)
     if not replay.on_policy and max_updates != 0 and total_env_steps < config.min_size_to_sample:
         logging.getLogger("rlreplay").warning(
             "total_env_steps=%d is below min_size_to_sample=%d: the table will never hold "

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from rlreplay.core.layout import ItemLayout, Window
-from rlreplay.core.specs import Signature
+from rlreplay.core.specs import Signature, checked_extras
 from rlreplay.errors import InvalidArgumentError, check_count, describe
 from rlreplay.writers.adder_options import table_span
 from rlreplay.writers.nstep_blocks import COMPILED, NStepBlock
@@ -129,10 +129,10 @@ class NStepTransitionAdder(StreamAdder):
         ``reward``, extras and the computed ``n_step_return`` and ``discount``. Each spec
         may be a gymnasium space (``obs=env.single_observation_space``), see
         :class:`~rlreplay.core.specs.Signature`."""
-        fields = {"obs": obs, "action": action, "reward": reward, **(extras or {})}
-        clash = [c for c in COMPUTED if c in fields]
-        if clash:
-            raise InvalidArgumentError(f"extras use the reserved names {clash}; rename them")
+        extras = checked_extras(
+            extras, ("obs", "action", "reward", *COMPUTED), "NStepTransitionAdder"
+        )
+        fields = {"obs": obs, "action": action, "reward": reward, **extras}
         fields.update({c: "float32" for c in COMPUTED})
         return Signature(fields)
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from rlreplay.core.layout import ItemLayout, Window
-from rlreplay.core.specs import FieldSpec, Signature, flatten, unflatten
+from rlreplay.core.specs import FieldSpec, Signature, checked_extras, flatten, unflatten
 from rlreplay.errors import ClosedError, InvalidArgumentError, SignatureError, check_count, describe
 from rlreplay.writers.adder_options import adder_writer, writer_signature
 from rlreplay.writers.autoreset import final_obs_source, mode_name
@@ -164,13 +164,7 @@ class RolloutAdder:
                 names the adder fills itself.
         """
         num_envs = check_count(num_envs, "num_envs")
-        extras = dict(extras or {})
-        clash = [k for k in extras if k in RESERVED]
-        if clash:
-            raise InvalidArgumentError(
-                f"extras use the names {clash}, which the adder fills itself "
-                f"(reserved: {list(RESERVED)}); rename them"
-            )
+        extras = checked_extras(extras, RESERVED, "RolloutAdder")
         fields: dict[str, FieldSpec] = {}
         fields.update(_per_env("obs", obs, num_envs))
         fields.update(_per_env("action", action, num_envs))

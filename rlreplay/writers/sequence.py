@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from rlreplay.core.layout import ItemLayout, Window
-from rlreplay.core.specs import Signature
+from rlreplay.core.specs import Signature, checked_extras
 from rlreplay.errors import InvalidArgumentError, describe
 from rlreplay.writers.sequence_items import SequenceItems
 from rlreplay.writers.stream import StreamAdder
@@ -84,9 +84,8 @@ class SequenceAdder(StreamAdder):
     ) -> Signature:
         """Stored step signature: ``obs``, ``action``, ``reward``, extras, ``discount``;
         each spec may be a gymnasium space (see :class:`~rlreplay.core.specs.Signature`)."""
-        fields = {"obs": obs, "action": action, "reward": reward, **(extras or {})}
-        if "discount" in fields:
-            raise InvalidArgumentError("extras use the reserved name 'discount'; rename it")
+        extras = checked_extras(extras, ("obs", "action", "reward", "discount"), "SequenceAdder")
+        fields = {"obs": obs, "action": action, "reward": reward, **extras}
         fields["discount"] = "float32"
         return Signature(fields)
 

@@ -389,7 +389,9 @@ class StreamAdder:
 
         Raises:
             ReplayTimeoutError: if the writer timed out; the writer stays open and the
-                rest stays pending, so ``close()`` may be called again.
+                rest stays pending, so ``close()`` may be called again. (Leaving a
+                ``with`` block because of an exception hands nothing more over and waits
+                for nothing: what is still staged or pending is dropped.)
         """
         if self._closed:
             return
@@ -401,8 +403,15 @@ class StreamAdder:
     def __enter__(self) -> StreamAdder:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        # An exception is leaving the block: hand nothing more over (a table that refuses
+        # it would hold the exception back for the whole timeout, or for ever); the writer
+        # drops what it still holds.
+        self._closed = True
+        self.writer.__exit__(exc_type, *exc)
 
     # ------------------------------------------------------------ subclasses
     def _computed(

@@ -9,7 +9,7 @@ import numpy as np
 
 from rlreplay.core.table import Table
 from rlreplay.core.table_checks import int_array
-from rlreplay.errors import ClosedError, InvalidArgumentError, check_timeout, describe
+from rlreplay.errors import ClosedError, InvalidArgumentError, check_count, check_timeout, describe
 
 
 def too_few_steps(table: str, needed: int, has: int) -> InvalidArgumentError:
@@ -199,6 +199,8 @@ class TrajectoryWriter:
             raise ClosedError("the writer is closed")
         timeout = check_timeout(timeout)
         table = self._table(table)
+        if length is not None:
+            length = check_count(length, "length", f"steps, at most {table.layout.span}")
         span = table.layout.span if length is None else length
         defaulted = start is None
         if not defaulted and isinstance(start, np.integer):

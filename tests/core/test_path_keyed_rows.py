@@ -81,3 +81,18 @@ def test_a_field_named_twice_or_by_a_broken_path_is_refused(rows, words):
     for word in words:
         assert word in str(caught.value)
     assert table.size == 4
+
+
+def test_one_row_whose_nested_keys_are_paths_is_one_row():
+    """A gymnasium Dict key holding the separator names a path inside the nest: one row of
+    that space is one row, as it is given nested."""
+    gym = pytest.importorskip("gymnasium")
+    from rlreplay import Signature
+
+    space = gym.spaces.Dict({"a/b": gym.spaces.Box(0, 1, (2,)), "c": gym.spaces.Box(0, 1, (2,))})
+    table = Table("t", signature=Signature.from_spaces(space, gym.spaces.Discrete(2)), max_size=4)
+    obs = {"a/b": np.array([0.25, 0.5], np.float32), "c": np.array([1.0, 0.0], np.float32)}
+    table.insert({"obs": obs, "action": 1, "reward": 0.0})
+    table.insert({"obs": {"a": {"b": obs["a/b"]}, "c": obs["c"]}, "action": 0, "reward": 1.0})
+    assert table.size == 2
+    np.testing.assert_array_equal(table.store.columns["obs/a/b"][:2], [obs["a/b"]] * 2)

@@ -99,6 +99,8 @@ REFUSED = {
     ),
     "a_plain_object": (object(), ["'x'", "object", "not a numpy dtype"]),
     "a_space_inside_a_dtype": (((4,), spaces.Box(0, 1, (4,))), ["'x'", "Box", "not a numpy dtype"]),
+    "a_space_class": (spaces.Box, ["'x'", "space class Box", "give a space"]),
+    "a_dict_space_class": (spaces.Dict, ["'x'", "space class Dict", "give a space"]),
 }
 
 
@@ -147,9 +149,41 @@ def test_from_spaces_nests_a_dict_observation_space():
     assert sig["reward"] == FieldSpec((), "float64")
 
 
-def test_from_spaces_refuses_extras_named_like_its_own_fields():
-    with pytest.raises(InvalidArgumentError, match="'reward'"):
-        Signature.from_spaces(spaces.Discrete(2), spaces.Discrete(2), extras={"reward": "f4"})
+# name -> a signature helper called with extras
+WITH_EXTRAS = {
+    "from_spaces": lambda extras: Signature.from_spaces(
+        spaces.Box(0, 1, (2,)), spaces.Discrete(2), extras=extras
+    ),
+    "nstep": lambda extras: rr.NStepTransitionAdder.signature(
+        obs=((2,), "float32"), action="int64", extras=extras
+    ),
+    "sequence": lambda extras: rr.SequenceAdder.signature(
+        obs=((2,), "float32"), action="int64", extras=extras
+    ),
+    "rollout": lambda extras: rr.RolloutAdder.signature(
+        obs=((2,), "float32"), action="int64", num_envs=3, extras=extras
+    ),
+}
+
+
+@pytest.mark.parametrize("helper", WITH_EXTRAS)
+@pytest.mark.parametrize("field", ["obs", "action", "reward"])
+def test_signature_helpers_refuse_extras_that_would_replace_their_own_fields(helper, field):
+    with pytest.raises(InvalidArgumentError, match=f"extras name \\['{field}'\\]"):
+        WITH_EXTRAS[helper]({field: "float64"})
+
+
+@pytest.mark.parametrize("helper", WITH_EXTRAS)
+@pytest.mark.parametrize("extras", [["logp"], "logp", ("logp", "float32")])
+def test_signature_helpers_refuse_extras_that_are_not_a_dict(helper, extras):
+    with pytest.raises(InvalidArgumentError, match=r"extras=.* must be a dict of field name"):
+        WITH_EXTRAS[helper](extras)
+
+
+@pytest.mark.parametrize("helper", WITH_EXTRAS)
+def test_signature_helpers_add_extras_beside_their_own_fields(helper):
+    sig = WITH_EXTRAS[helper]({"logp": "float32"})
+    assert "logp" in sig.paths and "obs" in sig.paths
 
 
 ADDERS = {

@@ -430,6 +430,16 @@ def test_dict_spaces_whose_keys_cannot_name_fields_are_refused(keys, said):
     assert said in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    "inner", [spaces.Dict({"b": spaces.Box(0, 1, (2,))}), spaces.Tuple((spaces.Discrete(2),))],
+    ids=["dict", "tuple"],
+)
+def test_dict_spaces_that_nest_spaces_are_refused_naming_the_key(inner):
+    space = spaces.Dict({"pos": spaces.Box(0, 1, (2,)), "goal": inner})
+    with pytest.raises(InvalidArgumentError, match=r"nests a .* space under the key 'goal'"):
+        DictReplayBuffer(10, space, DISCRETE, "cpu")
+
+
 def test_a_prioritized_buffer_whose_priorities_never_come_back_warns_once():
     buffer = PrioritizedReplayBuffer(20, BOX, DISCRETE, "cpu", eps=np.float32(1e-3))
     feed([buffer], 20, 1, BOX, DISCRETE)

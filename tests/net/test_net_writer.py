@@ -158,6 +158,20 @@ def test_remote_writer_rejects_bad_calls_like_the_local_writer(address, case):
         WRITER_ERRORS[case](w)
 
 
+@pytest.mark.parametrize("length", [0, -1, 2.5, "3"])
+def test_a_bad_length_is_named_by_the_local_and_the_remote_writer(address, length):
+    store = StepStore(SIG, 100)
+    local = Table("rows", store=store, sampler=Fifo())
+    client = rlreplay.Client(address)
+    for writer in (TrajectoryWriter(local, history=3), client.trajectory_writer("rows", history=3)):
+        with writer as w:
+            w.append(STEP)
+            w.append(STEP)
+            with pytest.raises(InvalidArgumentError, match=f"length={length!r}"):
+                w.create_item("rows", length=length)
+    assert local.size == 0
+
+
 def test_a_writer_naming_a_table_twice_is_refused_locally_and_remotely(address):
     store = StepStore(SIG, 100)
     local = Table("rows", store=store, sampler=Fifo())

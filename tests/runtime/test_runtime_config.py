@@ -28,9 +28,12 @@ ADDER = functools.partial(rr.NStepTransitionAdder, n=1, discount=0.9)
         ({"samples_per_insert": 4.0, "updates_per_env_step": 1.0}, "give one of them"),
         ({"max_policy_lag": -1}, "max_policy_lag=-1"),
         ({"seed": True}, "seed=True"),
+        ({"out_dir": 5}, "out_dir=5"),
+        ({"out_dir": __file__}, "is a file, not a folder"),
     ],
     ids=["unknown-backend", "no-actors", "float-batch", "negative-period", "zero-timeout",
-         "negative-ratio", "ratio-twice", "negative-lag", "bool-seed"],
+         "negative-ratio", "ratio-twice", "negative-lag", "bool-seed", "number-out-dir",
+         "file-out-dir"],
 )
 def test_runtime_config_names_the_bad_argument(kwargs, names):
     with pytest.raises(InvalidArgumentError, match=names.replace("(", r"\(").replace(".", r"\.")):
@@ -75,6 +78,18 @@ def test_a_run_too_short_to_ever_sample_says_so(caplog):
     said = [r.getMessage() for r in caplog.records if "below min_size_to_sample" in r.getMessage()]
     assert len(said) == 1 and "takes no step" in said[0]
     assert result.summary["updates"] == 0
+
+
+@pytest.mark.parametrize("backend", ["inline", "threads"])
+def test_a_batch_larger_than_the_table_is_refused_before_anything_starts(backend):
+    import parts
+
+    config = rt.RuntimeConfig(backend=backend, updates_per_env_step=0.25, batch_size=6000,
+                              progress=False)
+    learner = parts.CountingLearner()
+    with pytest.raises(InvalidArgumentError, match="batch_size=6000 is more than the table holds"):
+        rt.run(config, make_env=parts.make_env, make_policy=parts.RandomPolicy, learner=learner,
+               replay=parts.replay(), total_env_steps=64)
 
 
 @pytest.mark.parametrize(

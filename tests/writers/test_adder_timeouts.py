@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from test_nstep_adder import MinimalWriter
 
 from rlreplay import (
+    ClosedError,
     Fifo,
     NStepTransitionAdder,
     RateLimiterTimeoutError,
@@ -165,3 +166,23 @@ def test_a_timeout_keeps_the_step_and_the_next_call_hands_it_over():
     np.testing.assert_array_equal(steps, np.arange(t + 1))  # every step once, in order
     starts = [int(obs[0, 0]) for obs, _ in taken]
     assert starts == list(range(0, 3 * len(starts), 3)) and len(starts) >= 2
+
+
+def test_an_exception_leaving_the_with_block_is_not_held_back_by_a_full_queue():
+    """Leaving ``with adder:`` because of an exception hands nothing more over: the
+    exception comes out at once, not the full queue's timeout, and the writer is released."""
+    replay, queue = tables(1)
+    adder = NStepTransitionAdder(
+        [replay, queue], n=2, discount=0.9, num_envs=None, chunk_length=1, timeout=30.0,
+        tables=[replay], sequence_tables={queue: SequenceItems(3, 3)}, hand_over_every=50,
+    )
+    with pytest.raises(ValueError, match="the user's own error"), adder:
+        adder.reset(np.zeros(3, np.float32))
+        for t in range(1, 12):  # staged: several queue items for a queue of one
+            adder.add(t, 1.0, np.full(3, t, np.float32), False, False)
+        assert queue.size == 0
+        raise ValueError("the user's own error")
+    assert replay.store.overwrite.retentions() == []  # the writer let its steps go
+    with pytest.raises(ClosedError):
+        adder.add(5, 1.0, np.full(3, 5, np.float32), False, False)
+    adder.close()  # closed already: nothing to do

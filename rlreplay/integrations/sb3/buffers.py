@@ -88,17 +88,11 @@ def observation_fields(space: spaces.Space) -> dict[str, tuple[tuple[int, ...], 
 
     Raises:
         InvalidArgumentError: for a space that is not a gymnasium space SB3 can store, or
-            a ``Dict`` space with no keys or a key that is not a non-empty string without
-            ``/`` (the keys name the stored fields).
+            a ``Dict`` space with no keys, a key that is not a non-empty string without
+            ``/`` (the keys name the stored fields) or a nested ``Dict`` or ``Tuple``.
     """
     if not isinstance(space, spaces.Space):
         raise InvalidArgumentError(f"observation_space={describe(space)} must be a gymnasium space")
-    try:
-        shape = get_obs_shape(space)
-    except NotImplementedError as error:
-        raise InvalidArgumentError(
-            f"observation_space={describe(space)} is not a space SB3's buffers store ({error})"
-        ) from None
     if isinstance(space, spaces.Dict):
         keys = list(space.spaces)
         bad = [key for key in keys if not isinstance(key, str) or not key or "/" in key]
@@ -109,7 +103,21 @@ def observation_fields(space: spaces.Space) -> dict[str, tuple[tuple[int, ...], 
                 + ": each key names a stored field, so give non-empty string keys "
                 "without '/' (rename the keys, e.g. with a gymnasium ObservationWrapper)"
             )
-        return {key: (tuple(shape[key]), np.dtype(space[key].dtype)) for key in keys}
+        nested = [key for key in keys if isinstance(space[key], (spaces.Dict, spaces.Tuple))]
+        if nested:
+            raise InvalidArgumentError(
+                f"observation_space={describe(space)} nests a {type(space[nested[0]]).__name__} "
+                f"space under the key {nested[0]!r}; SB3's Dict buffers store one array per "
+                "key: flatten the nested spaces (e.g. with a gymnasium ObservationWrapper)"
+            )
+    try:
+        shape = get_obs_shape(space)
+    except NotImplementedError as error:
+        raise InvalidArgumentError(
+            f"observation_space={describe(space)} is not a space SB3's buffers store ({error})"
+        ) from None
+    if isinstance(space, spaces.Dict):
+        return {key: (tuple(shape[key]), np.dtype(space[key].dtype)) for key in space.spaces}
     return {"obs": (tuple(shape), np.dtype(space.dtype))}
 
 
