@@ -198,12 +198,14 @@ def short(row: dict[str, Any]) -> str:
     """The figures a progress bar shows (the bar itself shows env steps and steps/s):
     updates/s, samples per insert held so far, the actors' mean policy lag (updates), the
     last evaluation and training return."""
-    parts = [f"{row['updates_per_s']:.0f} upd/s", f"spi {row['samples_per_insert_total']:.1f}"]
-    lag = row.get("policy_lag_mean")
-    if isinstance(lag, (int, float)) and np.isfinite(lag):
-        parts.append(f"lag {lag:.0f}")
-    for key, name in (("eval_return", "eval"), ("train_return", "ret")):
+    parts = [f"{row['updates_per_s']:.0f} upd/s"]
+    for key, name, digits in (
+        ("samples_per_insert_total", "spi", 1),  # (none before the first insert)
+        ("policy_lag_mean", "lag", 0),
+        ("eval_return", "eval", 0),
+        ("train_return", "ret", 0),
+    ):
         value = row.get(key)
         if isinstance(value, (int, float)) and np.isfinite(value):
-            parts.append(f"{name} {value:.0f}")
+            parts.append(f"{name} {value:.{digits}f}")
     return " ".join(parts)

@@ -349,6 +349,8 @@ class TrajectoryWriter:
                 self.store.overwrite.forget(self._retention)
 
     def __enter__(self) -> TrajectoryWriter:
+        if self._closed:
+            raise ClosedError("the writer is closed; create a new one")
         return self
 
     def __exit__(self, *exc: object) -> None:

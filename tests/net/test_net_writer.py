@@ -172,6 +172,13 @@ def test_a_bad_length_is_named_by_the_local_and_the_remote_writer(address, lengt
     assert local.size == 0
 
 
+def test_entering_a_closed_remote_writer_raises_closed_error(address):
+    writer = rlreplay.Client(address).trajectory_writer("rows")
+    writer.close()
+    with pytest.raises(ClosedError, match="closed"), writer:
+        pass
+
+
 def test_a_writer_naming_a_table_twice_is_refused_locally_and_remotely(address):
     store = StepStore(SIG, 100)
     local = Table("rows", store=store, sampler=Fifo())

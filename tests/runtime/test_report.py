@@ -242,10 +242,12 @@ def test_the_learning_curve_has_its_title_and_a_y_axis_that_reaches_0(tmp_path, 
     assert low <= min(returns) and high >= max(returns)
 
 
-def test_the_progress_bar_shows_the_policy_lag():
+def test_the_progress_bar_shows_the_figures_it_has():
     from rlreplay.runtime.stats import short
 
     row = {"updates_per_s": 50.0, "samples_per_insert_total": 7.9, "policy_lag_mean": 3.0}
     assert short(row) == "50 upd/s spi 7.9 lag 3"
     row.update(policy_lag_mean=float("nan"), eval_return=300.0)  # no batch since the last row
     assert short(row) == "50 upd/s spi 7.9 eval 300"
+    row.update(samples_per_insert_total=float("nan"))  # nothing inserted yet
+    assert short(row) == "50 upd/s eval 300"

@@ -37,3 +37,10 @@ def test_end_episode_after_close_raises_closed_error():
     writer.close()
     with pytest.raises(ClosedError):
         writer.end_episode()
+
+
+def test_entering_a_closed_writer_raises_closed_error():
+    writer = TrajectoryWriter(Table("t", signature=SIG, max_size=8))
+    writer.close()
+    with pytest.raises(ClosedError, match="closed"), writer:
+        pass

@@ -420,6 +420,7 @@ class RemoteTrajectoryWriter:
         )
 
     def __enter__(self) -> RemoteTrajectoryWriter:
+        self._check_open()
         return self
 
     def __exit__(self, exc_type, *exc: object) -> None:
