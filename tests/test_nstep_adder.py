@@ -219,6 +219,23 @@ class MinimalWriter:
         self.__exit__ = inner.__exit__
 
 
+@pytest.mark.parametrize("member", ["create_items", "history", "__exit__", "signature"])
+def test_a_writer_without_a_declared_member_is_refused_naming_it(member):
+    sig = NStepTransitionAdder.signature(obs=((3,), "float32"), action="int64")
+    table = Table("t", signature=sig, capacity=256, layout=NStepTransitionAdder.layout(sig, n=2))
+    full = MinimalWriter(table, history=64)
+    lacking = type("Lacking", (), {
+        m: getattr(full, m) for m in ("append_batch", "create_items", "end_episode", "flush",
+                                      "close", "signature", "history", "tables")
+        if m != member
+    })()
+    if member != "__exit__":
+        lacking.__class__.__exit__ = lambda self, *exc: full.close()
+    with pytest.raises(InvalidArgumentError, match=f"it lacks \\['{member}'\\]"):
+        NStepTransitionAdder(lacking, n=2, discount=0.9)
+    full.close()
+
+
 @pytest.mark.parametrize("mode", ["next_step", "same_step"])
 def test_a_writer_with_only_the_declared_interface_gets_the_same_items(mode):
     results = []

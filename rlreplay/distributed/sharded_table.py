@@ -50,6 +50,7 @@ class ShardWriter:
         return getattr(self.writer, name)
 
     def __enter__(self) -> ShardWriter:
+        self.writer.__enter__()  # (refuses a closed writer)
         return self
 
     def __exit__(self, exc_type, *exc: object) -> None:

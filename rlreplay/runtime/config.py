@@ -172,7 +172,7 @@ class RuntimeConfig:
         _positive("error_buffer", self.error_buffer, allow_none=True)
         check_count(self.seed, "seed", minimum=0)
         if self.out_dir is not None:
-            if not isinstance(self.out_dir, (str, os.PathLike)):
+            if not isinstance(self.out_dir, (str, os.PathLike)) or not os.fspath(self.out_dir):
                 raise InvalidArgumentError(
                     f"out_dir={describe(self.out_dir)} must be a folder's path (a str or "
                     "os.PathLike), or None to write no files"

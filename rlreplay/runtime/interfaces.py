@@ -58,13 +58,18 @@ class Writer(Protocol):
     what an adder writes through. A call that raises a timeout error took nothing of its
     input; one that returns took all of it."""
 
-    signature: Signature
-    """The store's step signature: what each appended step holds."""
-    history: int
-    """Steps an item may reach back from the latest one."""
-    tables: list[Any]
-    """The tables items go to: :class:`~rlreplay.Table` s, or handles with the served
-    tables' ``name`` and ``layout``."""
+    @property
+    def signature(self) -> Signature:
+        """The store's step signature: what each appended step holds."""
+
+    @property
+    def history(self) -> int:
+        """Steps an item may reach back from the latest one."""
+
+    @property
+    def tables(self) -> list[Any]:
+        """The tables items go to: :class:`~rlreplay.Table` s, or handles with the served
+        tables' ``name`` and ``layout``."""
 
     def append_batch(self, steps: Any, *, timeout: float | None = None) -> Any:
         """Append consecutive steps of the current episode (one array per field)."""

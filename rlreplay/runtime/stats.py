@@ -119,7 +119,9 @@ class StatsSinks:
     """Where rows go: a progress bar (tqdm if installed, else a log line per row),
     ``out_dir/metrics.csv`` row by row, and TensorBoard when it is installed."""
 
-    def __init__(self, total_env_steps: int, progress: bool, out_dir: str | None):
+    def __init__(
+        self, total_env_steps: int, progress: bool, out_dir: str | os.PathLike[str] | None
+    ):
         self._bar = None
         self._print = False
         self._last_eval: float | None = None

@@ -87,24 +87,39 @@ def adder_writer(writer: Any, capacity: int, wanted: int | None = None) -> Write
     return writer
 
 
+# What rlreplay.runtime.interfaces.Writer declares: every writer an adder is given has it.
+WRITER_MEMBERS = (
+    "append_batch", "create_items", "end_episode", "flush", "close", "__exit__", "signature",
+    "history", "tables",
+)
+
+
 def writer_signature(writer: Any) -> Signature:
     """The step signature of a writer (:class:`~rlreplay.runtime.interfaces.Writer`), or
     of the tables' store.
 
     Raises:
-        InvalidArgumentError: for anything else.
+        InvalidArgumentError: for a writer without every member the interface declares,
+            or anything else that is not a table or a list of tables.
     """
     tables = _tables(writer)
     if tables is not None:
         return tables[0].store.signature
-    sig = getattr(writer, "signature", None)
-    if isinstance(sig, Signature):
-        return sig
+    missing = [m for m in WRITER_MEMBERS if not hasattr(writer, m)]
+    if not missing and isinstance(writer.signature, Signature):
+        return writer.signature
+    lacks = f"it lacks {missing}" if missing else "its signature is not a Signature"
     raise InvalidArgumentError(
-        f"writer={describe(writer)} is not a Table, a list of Tables or a writer with a step "
-        "'signature' (rlreplay.runtime.interfaces.Writer); pass the tables, a "
+        f"writer={describe(writer)} is not a Table, a list of Tables or a writer "
+        f"(rlreplay.runtime.interfaces.Writer: {lacks}); pass the tables, a "
         "TrajectoryWriter or client.trajectory_writer(...)"
     )
+
+
+def first_table_span(writer: Any) -> int:
+    """The layout span of the first table of ``writer`` (a writer, a table or tables)."""
+    tables = _tables(writer)
+    return (tables or writer.tables)[0].layout.span
 
 
 def table_span(writer: Writer, table: Any) -> int:

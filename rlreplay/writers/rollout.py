@@ -16,7 +16,7 @@ import numpy as np
 from rlreplay.core.layout import ItemLayout, Window
 from rlreplay.core.specs import FieldSpec, Signature, checked_extras, flatten, unflatten
 from rlreplay.errors import ClosedError, InvalidArgumentError, SignatureError, check_count, describe
-from rlreplay.writers.adder_options import adder_writer, writer_signature
+from rlreplay.writers.adder_options import adder_writer, first_table_span, writer_signature
 from rlreplay.writers.autoreset import final_obs_source, mode_name
 
 FLAGS = ("terminated", "truncated", "autoreset")
@@ -119,6 +119,13 @@ class RolloutAdder:
             raise InvalidArgumentError(f"timeout={describe(timeout)} must be seconds >= 0 or None")
         signature = writer_signature(writer)
         self.num_envs, self.obs_paths, self.extras = self._check_signature(signature, num_envs)
+        span = first_table_span(writer)
+        if span != num_steps + 1:
+            raise InvalidArgumentError(
+                f"the table's items span {span} rows, but a rollout of num_steps={num_steps} "
+                f"is {num_steps + 1} (its bootstrap row included); build the table with "
+                f"layout=RolloutAdder.layout(signature, {num_steps})"
+            )
         self.writer = adder_writer(writer, num_steps + 1)
         self.table = self.writer.tables[0]
         self.num_steps = num_steps

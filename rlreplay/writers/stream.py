@@ -4,7 +4,8 @@ An adder receives environment steps, one environment or a batch of ``num_envs`` 
 (gymnasium ``VectorEnv`` shapes), and turns each environment's episodes into *episode
 rows* that it appends through a :class:`~rlreplay.runtime.interfaces.Writer`
 (``append_batch``, ``create_items(table, priorities, starts=, lengths=)``,
-``end_episode``, ``flush``, and the step ``signature``, ``history`` and ``tables``). Episode rows
+``end_episode``, ``flush``, ``close``, ``__exit__``, and the step ``signature``,
+``history`` and ``tables``). Episode rows
 of one episode are, in order:
 
 * ``stack - 1`` padding rows whose observation repeats the episode's first observation

@@ -201,6 +201,11 @@ class TrajectoryWriter:
         table = self._table(table)
         if length is not None:
             length = check_count(length, "length", f"steps, at most {table.layout.span}")
+            if length > table.layout.span:
+                raise InvalidArgumentError(
+                    f"length={length} is more than the {table.layout.span} steps the items of "
+                    f"table {table.name!r} span; give at most {table.layout.span}"
+                )
         span = table.layout.span if length is None else length
         defaulted = start is None
         if not defaulted and isinstance(start, np.integer):

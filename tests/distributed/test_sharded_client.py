@@ -204,6 +204,13 @@ def test_a_writers_steps_stay_on_one_shard_and_writers_take_turns(client):
     assert batch.data["x"].shape == (64,)
 
 
+def test_entering_a_closed_shard_writer_raises_closed_error(client):
+    writer = client.trajectory_writer("seq")
+    writer.close()
+    with pytest.raises(ClosedError, match="closed"), writer:
+        pass
+
+
 def test_learner_iterator_keeps_a_request_to_every_shard_in_flight(client):
     fill(client, "uni", [10, 10, 10])
     with client.sample_iterator("uni", 16, in_flight=3, timeout=5.0) as it:

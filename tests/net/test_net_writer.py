@@ -172,6 +172,33 @@ def test_a_bad_length_is_named_by_the_local_and_the_remote_writer(address, lengt
     assert local.size == 0
 
 
+@pytest.mark.parametrize(
+    ("name", "length", "words"),
+    [
+        ("nstep3", 5, "length=5 "),  # more than the span of 4
+        ("rows", 2, "length=2 "),  # more than the span of 1
+        ("seq4_lagged", 2, "fixed-span layout"),  # no per-item extents
+    ],
+    ids=["beyond_the_span", "beyond_a_span_of_one", "fixed_span"],
+)
+def test_a_length_the_table_cannot_take_is_refused_before_anything_is_sent(
+    address, name, length, words
+):
+    make_layout = LAYOUTS[name][1]
+    store = StepStore(SIG, 100)
+    local = Table(name, store=store, layout=make_layout(store.signature), sampler=Fifo())
+    client = rlreplay.Client(address)
+    client.reset(name)
+    for writer in (TrajectoryWriter(local, history=6), client.trajectory_writer(name, history=6)):
+        with writer as w:
+            for _ in range(6):
+                w.append(STEP)
+            with pytest.raises(InvalidArgumentError, match=words):
+                w.create_item(name, length=length)
+            w.flush(timeout=10.0)
+    assert local.size == 0 and client.info(name).size == 0
+
+
 def test_entering_a_closed_remote_writer_raises_closed_error(address):
     writer = rlreplay.Client(address).trajectory_writer("rows")
     writer.close()

@@ -128,6 +128,18 @@ def test_signature_refuses_reserved_names_and_bad_specs(kwargs, named):
         RolloutAdder.signature(**spec)
 
 
+@pytest.mark.parametrize("layout_steps", [STEPS - 1, None], ids=["shorter_rollouts", "rows"])
+def test_a_table_whose_items_are_not_this_adders_rollouts_is_refused(layout_steps):
+    table = queue(steps=STEPS)
+    if layout_steps is None:  # items of one row each
+        table = Table.queue("rows", 4, signature=table.store.signature)
+    else:
+        table = queue(steps=layout_steps)
+    with pytest.raises(InvalidArgumentError, match=f"num_steps={STEPS} is {STEPS + 1}"):
+        RolloutAdder(table, STEPS, num_envs=N)
+    assert table.store.overwrite.retentions() == []  # no writer was set up
+
+
 def test_layout_refuses_a_bad_num_steps():
     sig = RolloutAdder.signature(((4,), "float32"), "int64", num_envs=N)
     with pytest.raises(InvalidArgumentError, match="num_steps=0"):

@@ -44,3 +44,19 @@ def test_entering_a_closed_writer_raises_closed_error():
     writer.close()
     with pytest.raises(ClosedError, match="closed"), writer:
         pass
+
+
+@pytest.mark.parametrize("length", [4, 100])
+def test_a_length_beyond_the_items_span_is_refused_naming_it(length):
+    from rlreplay import NStepTransitionAdder
+
+    sig = NStepTransitionAdder.signature(obs="float32", action="int64")
+    layout = NStepTransitionAdder.layout(sig, n=2)  # items of 3 steps, shorter at episode ends
+    table = Table("t", signature=sig, max_size=8, layout=layout)
+    step = {"obs": 0.0, "action": 0, "reward": 0.0, "n_step_return": 0.0, "discount": 1.0}
+    with TrajectoryWriter(table, history=5) as writer:
+        for _ in range(5):
+            writer.append(step)
+        with pytest.raises(InvalidArgumentError, match=f"length={length} is more than the 3"):
+            writer.create_item(table, length=length)
+    assert table.size == 0

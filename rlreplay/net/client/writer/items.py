@@ -30,12 +30,13 @@ Item = tuple[int, int, float, int]  # table index, anchor (stream index), priori
 
 def check_writer_args(
     client: Any, tables: Any, history: Any, chunk_steps: Any, max_in_flight: Any
-) -> tuple[list[str], list[int], int, int, int]:
+) -> tuple[list[str], list[int], list[bool], int, int, int]:
     """Check a remote writer's arguments against its tables on the server.
 
     Returns:
-        The table names, their item spans, ``history`` and ``chunk_steps`` (defaults
-        filled in), and the most items one chunk may hold: a chunk is admitted whole, so
+        The table names, their item spans, whether each takes per-item lengths (its
+        layout has ``from_end``/``pad`` windows), ``history`` and ``chunk_steps``
+        (defaults filled in), and the most items one chunk may hold: a chunk is admitted whole, so
         it holds at most half of what the smallest window of its tables' rate limiters
         admits at once (:func:`~rlreplay.core.rate_limiters.insert_pack`: the next chunk
         goes in while the learner still samples the previous one), and no more than the
@@ -83,7 +84,8 @@ def check_writer_args(
     limits += [
         int(insert_pack(d["insert_window"])) for d in descs if d.get("insert_window") is not None
     ]
-    return names, spans, history, chunk_steps, min(limits)
+    variable = [bool(client.table(n).layout.variable) for n in names]
+    return names, spans, variable, history, chunk_steps, min(limits)
 
 
 def _per_item(values: Any, n: int, name: str) -> list:
@@ -108,13 +110,18 @@ class PendingItems:
     Args:
         names: the writer's tables, in the order chunks index them.
         spans: each table's item span.
+        variable: whether each table takes per-item lengths.
         history: steps an item may reach back.
         max_items: the most items one chunk may hold (the tables' smallest insert window).
     """
 
-    def __init__(self, names: list[str], spans: list[int], history: int, max_items: int):
+    def __init__(
+        self, names: list[str], spans: list[int], variable: list[bool], history: int,
+        max_items: int,
+    ):
         self.names = names
         self.spans = spans
+        self.variable = variable
         self.history = history
         self.max_items = max_items
         self.items: list[Item] = []
@@ -207,9 +214,15 @@ class PendingItems:
                 )
         span = self.spans[t]
         if length is not None:
-            if not isinstance(length, int) or not 1 <= length <= self.history:
+            if isinstance(length, bool) or not isinstance(length, int) or not 1 <= length <= span:
                 raise InvalidArgumentError(
-                    f"length={describe(length)} must be an int in [1, history={self.history}]"
+                    f"length={describe(length)} must be an int in [1, {span}] (the steps the "
+                    f"items of table {self.names[t]!r} span)"
+                )
+            if not self.variable[t]:
+                raise InvalidArgumentError(
+                    f"length={length} was given but table {self.names[t]!r} has a fixed-span "
+                    "layout; per-item lengths need from_end or pad windows"
                 )
             span = length
         retained = min(self.history, stream - episode_start)

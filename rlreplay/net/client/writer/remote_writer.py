@@ -99,7 +99,7 @@ class RemoteTrajectoryWriter:
         timeout: float | None = None,
         keep_keys: bool = False,
     ):
-        names, self.spans, history, chunk_steps, max_items = check_writer_args(
+        names, self.spans, variable, history, chunk_steps, max_items = check_writer_args(
             client, tables, history, chunk_steps, max_in_flight
         )
         self.client = client
@@ -107,7 +107,7 @@ class RemoteTrajectoryWriter:
         self.signature = client.signature(names[0])
         self.history = history
         self.chunk_steps = chunk_steps
-        self._pending = PendingItems(names, self.spans, history, max_items)
+        self._pending = PendingItems(names, self.spans, variable, history, max_items)
         self.max_in_flight = max_in_flight
         self.timeout = check_timeout(timeout)
         self._chunks = ChunkStream(
