@@ -200,6 +200,27 @@ def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _value_at(tree: Any, path: str) -> Any:
+    """The value at ``path`` in ``tree`` (nested dicts and tuples, a tuple's items named
+    ``"0"``, ``"1"``, ...; a key may itself be a path, as :func:`flatten` reads it), or
+    ``None``."""
+    if isinstance(tree, Mapping):
+        value = tree.get(path)
+        if value is not None:
+            return value
+        for key, value in tree.items():
+            if isinstance(key, str) and path.startswith(key + SEPARATOR):
+                found = _value_at(value, path[len(key) + 1 :])
+                if found is not None:
+                    return found
+        return None
+    if type(tree) is tuple:
+        head, _, rest = path.partition(SEPARATOR)
+        if head.isdigit() and int(head) < len(tree):
+            return _value_at(tree[int(head)], rest) if rest else tree[int(head)]
+    return None
+
+
 def checked_extras(extras: Any, reserved: Sequence[str], owner: str) -> dict[str, Any]:
     """``extras`` (field name to spec, or ``None``) as a new dict, checked before the
     fields ``owner`` fills itself (``reserved``) are added to it.
@@ -467,19 +488,7 @@ class Signature:
             return False, None
         probe = rows.get(path)
         if probe is None and SEPARATOR in path:  # nested: rows["obs"]["pos"], or a tuple
-            probe = rows
-            for part in path.split(SEPARATOR):
-                if isinstance(probe, Mapping):
-                    probe = probe.get(part)
-                elif type(probe) is tuple and part.isdigit() and int(part) < len(probe):
-                    probe = probe[int(part)]
-                else:
-                    probe = None
-            if probe is None:  # keys that are paths themselves ({"obs": {"a/b": ...}})
-                try:
-                    probe = flatten(rows).get(path)
-                except InvalidArgumentError:  # the validation names the bad key
-                    return False, None
+            probe = _value_at(rows, path)
         if probe is None:
             return False, None
         if type(probe) is np.ndarray:

@@ -83,16 +83,35 @@ def test_a_field_named_twice_or_by_a_broken_path_is_refused(rows, words):
     assert table.size == 4
 
 
-def test_one_row_whose_nested_keys_are_paths_is_one_row():
+def _path_keyed_spaces(spaces) -> dict:
+    box, two = spaces.Box(0, 1, (2,)), spaces.Discrete(2)
+    # name -> (space, the value of its first field in an observation)
+    return {
+        "dict_key_holding_a_path": (spaces.Dict({"a/b": box, "c": box}), lambda o: o["a/b"]),
+        "path_key_over_a_tuple": (
+            spaces.Dict({"x/y": spaces.Tuple((box, two))}), lambda o: o["x/y"][0]
+        ),
+        "tuple_over_a_path_key": (
+            spaces.Tuple((box, spaces.Dict({"k/l": two}))), lambda o: o[0]
+        ),
+    }
+
+
+@pytest.mark.parametrize(
+    "case", ["dict_key_holding_a_path", "path_key_over_a_tuple", "tuple_over_a_path_key"]
+)
+def test_one_row_whose_nested_keys_are_paths_is_one_row(case):
     """A gymnasium Dict key holding the separator names a path inside the nest: one row of
     that space is one row, as it is given nested."""
     gym = pytest.importorskip("gymnasium")
     from rlreplay import Signature
 
-    space = gym.spaces.Dict({"a/b": gym.spaces.Box(0, 1, (2,)), "c": gym.spaces.Box(0, 1, (2,))})
+    space, first_value = _path_keyed_spaces(gym.spaces)[case]
+    space.seed(0)
     table = Table("t", signature=Signature.from_spaces(space, gym.spaces.Discrete(2)), max_size=4)
-    obs = {"a/b": np.array([0.25, 0.5], np.float32), "c": np.array([1.0, 0.0], np.float32)}
+    obs = space.sample()
     table.insert({"obs": obs, "action": 1, "reward": 0.0})
-    table.insert({"obs": {"a": {"b": obs["a/b"]}, "c": obs["c"]}, "action": 0, "reward": 1.0})
+    table.insert({"obs": obs, "action": 0, "reward": 1.0})
     assert table.size == 2
-    np.testing.assert_array_equal(table.store.columns["obs/a/b"][:2], [obs["a/b"]] * 2)
+    first = table.store.columns[table.store.signature.paths[0]]
+    np.testing.assert_array_equal(first[:2], [first_value(obs)] * 2)
