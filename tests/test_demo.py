@@ -119,3 +119,13 @@ def test_the_demos_last_line_says_where_its_files_are(tmp_path):
 def test_a_demo_told_to_write_nothing_says_so(tmp_path):
     assert demo.written("") == "no files written (--out '')"
     assert demo.written(str(tmp_path)) == f"files in {tmp_path.resolve()}: none"
+
+
+@pytest.mark.parametrize("backend", ["inline", "threads", "processes", "ray"])
+def test_the_demo_takes_every_backend_the_runtime_has(backend):
+    from rlreplay.cli import build_parser
+    from rlreplay.runtime.config import BACKENDS
+
+    assert backend in BACKENDS
+    args = build_parser().parse_args(["demo", "--backend", backend])
+    assert args.backend == backend
