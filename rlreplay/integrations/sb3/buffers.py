@@ -411,8 +411,7 @@ class ReplayBuffer(_SB3ReplayBuffer):
         if self._one_step:
             return self._finish(ring.transitions(positions, envs, self._steps), env)
         obs = ring.gather(positions, envs, next_obs=False)
-        flat = positions * self.n_envs + envs if self.n_envs > 1 else positions
-        actions = self._steps[0].take(flat, axis=0)
+        actions = self._steps[0].take(ring.flat(positions, envs), axis=0)
         last, dones, returns, discounts = self._n_step(positions, envs, env)
         next_obs = ring.gather(last, envs, next_obs=True)
         return self._finish((obs, next_obs, actions, returns, dones), env, discounts)

@@ -301,11 +301,17 @@ class ObservationRing:
         k = self.count - (self.count - ring_steps) % self.ring
         return k % self.per_env, envs
 
+    def flat(self, positions: np.ndarray, envs: np.ndarray) -> np.ndarray:
+        """The flat index ``position * n_envs + env`` of transitions at SB3 ``positions``
+        of environments ``envs``: where they are in SB3's arrays seen flat, and in
+        ``final_at``."""
+        return positions * self.n_envs + envs if self.n_envs > 1 else positions
+
     def rows(self, positions: np.ndarray, envs: np.ndarray) -> np.ndarray:
         """Store rows of the observations of transitions at SB3 ``positions`` of
         environments ``envs``; their next observations are ``next_rows(rows)``."""
         if self.count <= self.per_env:  # nothing overwritten yet: k is the position
-            return positions * self.n_envs + envs if self.n_envs > 1 else positions
+            return self.flat(positions, envs)
         base = self.count - self.per_env
         k = base + (positions - base) % self.per_env
         if self.n_envs == 1:
@@ -320,7 +326,7 @@ class ObservationRing:
     def _transitions_numpy(
         self, positions: np.ndarray, envs: np.ndarray, steps: tuple[np.ndarray, ...]
     ) -> Transitions:
-        flat = positions * self.n_envs + envs if self.n_envs > 1 else positions
+        flat = self.flat(positions, envs)
         rows = self.rows(positions, envs)
         obs = self.take(rows)
         next_obs = self.take(self.next_rows(rows))
@@ -382,7 +388,7 @@ class ObservationRing:
         if not next_obs:
             return self.take(rows)
         out = self.take(self.next_rows(rows))
-        self.patch_finals(out, positions * self.n_envs + envs)
+        self.patch_finals(out, self.flat(positions, envs))
         return out
 
     def patch_finals(self, next_obs: dict[str, np.ndarray], flat: np.ndarray) -> None:
