@@ -9,9 +9,10 @@ as one :class:`~rlreplay.Client` call is: by its ``timeout`` (plus the client's 
 grace), or by ``call_timeout`` for what never blocks when it has none.
 
 A shard that does not answer must not use up the other shards' time: handshakes with the
-shards a call needs go out together (:func:`greet`) and get half the time the call has
-left (at most ``call_timeout``), so that under ``on_shard_down="skip"`` the call still has
-the other half to go on over the shards that answered.
+shards a call needs go out together (:func:`greet`), and they and the looks at why
+shards are silent get half the time the call has left (at most ``call_timeout``), so that
+under ``on_shard_down="skip"`` the call still has the other half to go on over the shards
+that answered.
 """
 
 from __future__ import annotations
@@ -65,12 +66,16 @@ class Deadline:
             self.until = max(self.until, floor)
         self.bound = max(self.bound, floor)
 
-    def greeting(self) -> float:
-        """When handshakes started now give up: after half the time left before
-        ``bound``, or ``call_timeout`` if less (a handshake never blocks: a shard down
-        is found out then, not at the end of a long ``timeout``)."""
+    def greeting(self, look_s: float) -> tuple[float, float]:
+        """When a greeting started now ends: ``(handshakes, looks)``, the
+        ``time.monotonic()`` at which its handshakes give up and at which the looks at
+        why shards are silent end. The greeting takes half the time left before
+        ``bound``, or ``call_timeout`` if less (a handshake never blocks: a shard down is
+        found out then, not at the end of a long ``timeout``); its looks take the last
+        ``look_s`` of it, at most half."""
         now = time.monotonic()
-        return now + min(max(self.bound - now, 0.0) / 2, self.call_timeout)
+        span = min(max(self.bound - now, 0.0) / 2, self.call_timeout)
+        return now + span - min(look_s, span / 2), now + span
 
     def __repr__(self) -> str:
         return f"Deadline(timeout={self.timeout!r}, in {self.bound - time.monotonic():.3g}s)"
@@ -99,7 +104,7 @@ def greet(
     """
     pings: dict[int, int] = {}
     silent: set[int] = set()
-    started = until = 0.0
+    started = until = looks_end = 0.0
 
     def note(shard: int, error: ServerUnavailableError) -> None:
         silent.add(shard)
@@ -111,7 +116,8 @@ def greet(
             if tr.channel().greeted:
                 continue
             if not pings and not until:
-                started, until = time.monotonic(), deadline.greeting()
+                started = time.monotonic()
+                until, looks_end = deadline.greeting(tr.diagnose_s)
             try:
                 pings[shard] = tr.send({"op": "ping"}, until=until)
             except ServerUnavailableError as error:
@@ -138,17 +144,16 @@ def greet(
             if not pings or left <= 0:
                 break
             poller.poll(max(1, int(left * 1000)))
-        # Why each is silent is looked at within half the call's time left, in all: the
-        # looks of several silent shards must not use up the live ones' time.
-        looks_end = time.monotonic() + max(deadline.bound - time.monotonic(), 0.0) / 2
+        # Why each is silent is looked at within the greeting's looks, shared by the
+        # silent shards: their looks must not use up the time of the shards that answered.
         for shard in list(pings):  # no answer by ``until``
             tr = shards[shard].transport
             message = (
                 f"no reply to the handshake from the replay server at {tr.address} within "
                 f"{until - started:.3g}s"
             )
-            left = looks_end - time.monotonic()
-            verdict = tr.diagnose(min(tr.diagnose_s, left)) if left > 0.01 else "silent"
+            share = (looks_end - time.monotonic()) / len(pings)  # (the shards left to look at)
+            verdict = tr.diagnose(min(tr.diagnose_s, share)) if share > 0.01 else "silent"
             try:  # as a wait with a deadline that got no answer concludes
                 tr.waits.no_answer(tr.channel(), pings.pop(shard), message, verdict)
             except ServerUnavailableError as error:
