@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.errors import InvalidArgumentError, RateLimiterTimeoutError, describe
+from rlreplay.errors import RateLimiterTimeoutError, describe
 from rlreplay.reverb import _nest
 from rlreplay.reverb.client import Client, reverb_errors, to_reverb_keys
+from rlreplay.reverb.errors import InvalidArgumentError
 from rlreplay.reverb.replay_sample import ReplaySample, SampleInfo
 from rlreplay.reverb.specs import TensorSpec, as_numpy_dtype, shape_fits
 
@@ -236,7 +237,16 @@ class _Source:
                     cols = [c[:n] for c in cols]
             else:
                 items = fmt.decode(batch.data)[:n]
-                cols = [np.stack(parts) for parts in zip(*items)]
+                for columns in items:
+                    self._check_item(columns, columns)
+                try:
+                    cols = [np.stack(parts) for parts in zip(*items)]
+                except ValueError:
+                    raise InvalidArgumentError(
+                        f"the items of table {self.table!r} in one batch differ in shape "
+                        f"({[[c.shape for c in it] for it in items[:4]]}...); batch items of "
+                        "one shape (give dtypes and shapes to have each item checked)"
+                    ) from None
             yield self._info(batch.info, 0, n), cols
 
     def _timestep_batches(
@@ -245,8 +255,43 @@ class _Source:
         items = self.meta.format.decode(batch.data)[:n]
         for i, columns in enumerate(items):
             info = self._info(batch.info, i, i + 1)
+            if self._one_timestep(columns):
+                yield info, [c[None] for c in columns]
+                continue
+            self._check_item(columns, [c[0] for c in columns])
             for t in range(len(columns[0])):
                 yield info, [c[t : t + 1] for c in columns]
+
+    def _check_item(self, columns: list[np.ndarray], timestep: list[np.ndarray]) -> None:
+        """Refuse a sampled item of a table without a signature (whose items the server
+        does not check) that ``dtypes`` and ``shapes`` do not describe: ``timestep`` is
+        the item itself, or for a timestep dataset its first timestep.
+
+        Raises:
+            InvalidArgumentError: naming the leaf, what came and what was asked.
+        """
+        specs = self.specs
+        if specs is None or self.meta.format.typed:
+            return
+        if len(specs) != len(columns):
+            raise InvalidArgumentError(
+                f"an item of table {self.table!r} has {len(columns)} columns but dtypes has "
+                f"{len(specs)} leaves; give one dtype and shape per column"
+            )
+        for i, (have, want) in enumerate(zip(timestep, specs)):
+            if have.dtype != want.dtype or not shape_fits(have.shape, want.shape):
+                raise InvalidArgumentError(
+                    f"an item of table {self.table!r} holds {have.dtype}{list(have.shape)} "
+                    f"at leaf {i} but dtypes/shapes give {want.dtype}{list(want.shape)}"
+                )
+
+    def _one_timestep(self, columns: list[np.ndarray]) -> bool:
+        """Whether an item is one timestep without a time axis (a trajectory writer's item
+        of single cells): its columns have the shapes of a timestep, by ``dtypes`` and
+        ``shapes`` where given; else its first axis is time (none: one timestep)."""
+        if self.specs is not None and len(self.specs) == len(columns):
+            return all(shape_fits(c.shape, s.shape) for c, s in zip(columns, self.specs))
+        return any(c.ndim == 0 for c in columns)
 
     def singles(self) -> Iterator[ReplaySample]:
         for info, cols in self.items(self._chunk(max(1, min(self.in_flight, 64)))):

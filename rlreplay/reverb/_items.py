@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.errors import InvalidArgumentError, SignatureError
+from rlreplay.reverb.errors import InvalidArgumentError, SignatureError
 from rlreplay.reverb.specs import TensorSpec, shape_text, tf_dtype_name
 
 DEFAULT_MAX_ITEM_BYTES = 16 << 10
@@ -75,12 +75,22 @@ class ItemFormat:
 
     # ------------------------------------------------------------------ encoding
     def check(self, table: str, columns: list[np.ndarray], timestep: bool) -> int:
-        """The ``steps`` value of an item of ``columns`` (see the module docstring).
+        """The ``steps`` value of an item of ``columns`` (see the module docstring), once
+        the item is known to fit the table: whatever passes goes into a row.
 
         Raises:
             SignatureError: naming the table and the column, if the item does not match
                 the table's signature.
+            InvalidArgumentError: for a serialized item larger than ``max_item_bytes`` or
+                holding Python objects.
         """
+        steps = self._steps(table, columns, timestep)
+        if not self.typed:
+            self._header(table, columns)
+        return steps
+
+    def _steps(self, table: str, columns: list[np.ndarray], timestep: bool) -> int:
+        """:meth:`check` against the signature alone."""
         specs = self.specs
         if specs is None:
             return 0
@@ -129,15 +139,19 @@ class ItemFormat:
             InvalidArgumentError: for a serialized item larger than ``max_item_bytes`` or
                 holding Python objects.
         """
+        steps = self._steps(table, columns, timestep)
         if self.typed:
-            steps = self.check(table, columns, timestep)
             row: dict[str, Any] = {f: (c[0] if steps else c) for f, c in zip(self.fields, columns)}
             row["steps"] = steps
             return row
-        self.check(table, columns, timestep)
         return {"blob": self.serialize(table, columns)}
 
-    def serialize(self, table: str, columns: list[np.ndarray]) -> np.ndarray:
+    def _header(self, table: str, columns: list[np.ndarray]) -> bytes:
+        """A serialized item's header (its columns' dtypes and shapes).
+
+        Raises:
+            InvalidArgumentError: see :meth:`check`.
+        """
         for c in columns:
             if c.dtype == object:
                 raise InvalidArgumentError(
@@ -152,6 +166,10 @@ class ItemFormat:
                 f"max_item_bytes={self.max_item_bytes}; give the table a signature (typed "
                 "storage has no such limit) or a larger max_item_bytes"
             )
+        return header
+
+    def serialize(self, table: str, columns: list[np.ndarray]) -> np.ndarray:
+        header = self._header(table, columns)
         blob = np.zeros(self.max_item_bytes, np.uint8)
         _HEADER.pack_into(blob, 0, len(header))
         pos = _HEADER.size

@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.errors import InvalidArgumentError, ReplayError, ServerUnavailableError, describe
+from rlreplay.errors import ClosedError, ReplayError, ServerUnavailableError, describe
 from rlreplay.reverb import _nest, errors, specs
 from rlreplay.reverb._items import ItemFormat
+from rlreplay.reverb.errors import InvalidArgumentError
 from rlreplay.reverb.replay_sample import ReplaySample, SampleInfo
 from rlreplay.reverb.reverb_types import META_TABLE, TableInfo, table_info
 
@@ -96,6 +97,42 @@ class TableMeta:
         self.insert_batch = max(1, min(batch, data["max_size"], MAX_INSERT_BATCH))
 
 
+def checked_priority(priority: Any, table: str) -> float:
+    """``priority`` as a float, for an item of ``table``.
+
+    Raises:
+        InvalidArgumentError: for anything but a finite number >= 0 (a bool or a string
+            included).
+    """
+    if isinstance(priority, (int, float, np.integer, np.floating)) and not isinstance(
+        priority, (bool, np.bool_)
+    ):
+        value = float(priority)
+        if 0.0 <= value < float("inf"):
+            return value
+    raise InvalidArgumentError(
+        f"priority={describe(priority)} for table {table!r} must be a finite number >= 0"
+    )
+
+
+_NUMBERS = frozenset({int, float, np.float64, np.float32, np.int64, np.int32})
+
+
+def checked_priorities(priorities: Iterable[Any], table: str) -> np.ndarray:
+    """``priorities`` as float64, each as :func:`checked_priority` takes it (the common
+    case, Python or numpy numbers, checked as one array).
+
+    Raises:
+        InvalidArgumentError: naming the first priority that is not a finite number >= 0.
+    """
+    values = list(priorities)
+    if set(map(type, values)) <= _NUMBERS:
+        out = np.fromiter(values, np.float64, len(values))
+        if np.isfinite(out).all() and (out >= 0).all():
+            return out
+    return np.fromiter((checked_priority(v, table) for v in values), np.float64, len(values))
+
+
 def _columns(flat: list[Any]) -> list[np.ndarray]:
     """The leaves as arrays of their own (copies: the caller may reuse its arrays)."""
     return [np.array(x) for x in flat]
@@ -171,7 +208,8 @@ class Client:
         self, table: str, columns: list[np.ndarray], priority: float, timestep: bool
     ) -> None:
         """Insert one item; returns once the server has it."""
-        self._insert_rows(table, self._encode_item(table, columns, timestep), float(priority))
+        priority = checked_priority(priority, table)
+        self._insert_rows(table, self._encode_item(table, columns, timestep), priority)
 
     def _insert_items(
         self,
@@ -214,9 +252,10 @@ class Client:
             InvalidArgumentError (a ValueError): if ``priorities`` is empty, names an
                 unknown table, or the data does not match a table's signature.
         """
-        if not priorities:
+        if not isinstance(priorities, Mapping) or not priorities:
             raise InvalidArgumentError(
-                f"priorities={describe(priorities)}: priorities must contain at least one item"
+                f"priorities={describe(priorities)} must be a dict of table name to priority, "
+                "with at least one item"
             )
         columns = [c[None] for c in _columns(_nest.flatten(data))]
         for table, priority in priorities.items():
@@ -241,18 +280,18 @@ class Client:
         """
         if not isinstance(max_sequence_length, int) or max_sequence_length < 1:
             raise InvalidArgumentError(
-                f"max_sequence_length ({max_sequence_length}) must be a positive integer"
+                f"max_sequence_length ({describe(max_sequence_length)}) must be a positive integer"
             )
         if chunk_length is None:
             chunk_length = min(10, max_sequence_length)
         if chunk_length < 1 or chunk_length > max_sequence_length:
             raise InvalidArgumentError(
-                f"chunk_length ({chunk_length}) must be a positive integer le to "
-                f"max_sequence_length ({max_sequence_length})"
+                f"chunk_length ({describe(chunk_length)}) must be a positive integer le to "
+                f"max_sequence_length ({describe(max_sequence_length)})"
             )
         if max_in_flight_items is not None and max_in_flight_items < 1:
             raise InvalidArgumentError(
-                f"max_in_flight_items ({max_in_flight_items}) must be a positive integer"
+                f"max_in_flight_items ({describe(max_in_flight_items)}) must be a positive integer"
             )
         return Writer(self, max_sequence_length)
 
@@ -271,7 +310,7 @@ class Client:
             or num_keep_alive_refs < 1
         ):
             raise InvalidArgumentError(
-                f"num_keep_alive_refs ({num_keep_alive_refs}) must be a positive integer"
+                f"num_keep_alive_refs ({describe(num_keep_alive_refs)}) must be a positive integer"
             )
         return TrajectoryWriter(self, num_keep_alive_refs, validate_items=validate_items)
 
@@ -363,17 +402,12 @@ class Client:
         Raises:
             InvalidArgumentError (a ValueError): for keys or priorities that are not valid.
         """
+        self._table(table)  # an unknown table is named, with the served ones
         rr = self.rlreplay_client
         with reverb_errors():
             if updates:
                 keys = to_rlreplay_keys(updates.keys())
-                try:
-                    prios = np.fromiter(updates.values(), np.float64, len(updates))
-                except (TypeError, ValueError):
-                    raise InvalidArgumentError(
-                        f"updates={describe(updates)}: every priority must be a number"
-                    ) from None
-                rr.update_priorities(table, keys, prios)
+                rr.update_priorities(table, keys, checked_priorities(updates.values(), table))
             if deletes is not None:
                 keys = to_rlreplay_keys(list(deletes))
                 if len(keys):
@@ -381,6 +415,7 @@ class Client:
 
     def reset(self, table: str) -> None:
         """Remove every item of ``table`` and reset its rate limiter."""
+        self._table(table)
         with reverb_errors():
             self.rlreplay_client.reset(table)
 
@@ -455,8 +490,17 @@ class Writer:
     def __repr__(self) -> str:
         return f"Writer(steps={len(self._steps)}), closed: {self._closed}"
 
+    def _check_open(self, method: str) -> None:
+        if self._closed:
+            raise ClosedError(f"Calling method {method} after Close has been called")
+
     def append(self, data: Any) -> None:
-        """Make one step (a nest) available to the next items."""
+        """Make one step (a nest) available to the next items.
+
+        Raises:
+            ClosedError: after :meth:`close`.
+        """
+        self._check_open("Append")
         self._steps.append(_columns(_nest.flatten(data)))
 
     def append_sequence(self, sequence: Any) -> None:
@@ -464,7 +508,9 @@ class Writer:
 
         Raises:
             InvalidArgumentError (a ValueError): if the leaves differ in length.
+            ClosedError: after :meth:`close`.
         """
+        self._check_open("AppendSequence")
         columns = _columns(_nest.flatten(sequence))
         lengths = {len(c) for c in columns}
         if len(lengths) != 1:
@@ -481,19 +527,22 @@ class Writer:
         Raises:
             InvalidArgumentError (a ValueError): for ``num_timesteps < 1`` or more than
                 are held, steps of different structure, or data the table refuses.
+            ClosedError: after :meth:`close`.
         """
+        self._check_open("CreateItem")
         if (
             isinstance(num_timesteps, bool)
             or not isinstance(num_timesteps, int)
             or num_timesteps < 1
         ):
             raise InvalidArgumentError(
-                f"num_timesteps ({num_timesteps}) must be a positive integer"
+                f"num_timesteps ({describe(num_timesteps)}) must be a positive integer"
             )
         if num_timesteps > len(self._steps):
             raise InvalidArgumentError(
-                f"num_timesteps ({num_timesteps}) is more than the {len(self._steps)} steps "
-                "this writer holds (at most max_sequence_length); append more first"
+                f"num_timesteps ({describe(num_timesteps)}) is more than the "
+                f"{len(self._steps)} steps this writer holds (at most max_sequence_length); "
+                "append more first"
             )
         steps = list(self._steps)[-num_timesteps:]
         width = {len(s) for s in steps}

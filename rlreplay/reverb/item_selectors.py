@@ -10,7 +10,8 @@ import math
 from typing import Any
 
 import rlreplay as _rr
-from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.errors import describe
+from rlreplay.reverb.errors import InvalidArgumentError
 
 __all__ = ["Fifo", "HeapSelector", "Lifo", "MaxHeap", "MinHeap", "Prioritized", "Uniform"]
 

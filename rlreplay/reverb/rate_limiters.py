@@ -11,7 +11,8 @@ import logging
 import sys
 
 import rlreplay as _rr
-from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.errors import describe
+from rlreplay.reverb.errors import InvalidArgumentError
 
 __all__ = ["MinSize", "Queue", "RateLimiter", "SampleToInsertRatio", "Stack"]
 
@@ -27,7 +28,7 @@ def _number(name: str, value: object) -> float:
 def _count(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InvalidArgumentError(
-            f"min_size_to_sample ({value}) must be a positive integer"
+            f"min_size_to_sample ({describe(value)}) must be a positive integer"
             if name == "min_size_to_sample"
             else f"{name}={describe(value)} must be a positive integer"
         )
@@ -151,7 +152,9 @@ class SampleToInsertRatio(RateLimiter):
                 f"error_buffer={describe(error_buffer)} must be a number or a (min, max) pair"
             )
         if spi <= 0:
-            raise InvalidArgumentError(f"samples_per_insert ({samples_per_insert}) must be > 0")
+            raise InvalidArgumentError(
+                f"samples_per_insert ({describe(samples_per_insert)}) must be > 0"
+            )
         if max_diff - min_diff < 2 * max(1.0, spi):
             raise InvalidArgumentError(
                 f"error_buffer={error_buffer!r}: the size of error_buffer must be >= "

@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 
 import rlreplay as _rr
-from rlreplay.errors import InvalidArgumentError, describe
+from rlreplay.errors import describe
 from rlreplay.reverb import item_selectors, rate_limiters, specs
 from rlreplay.reverb._items import DEFAULT_MAX_ITEM_BYTES, ItemFormat
+from rlreplay.reverb.errors import InvalidArgumentError
 from rlreplay.reverb.reverb_types import META_TABLE, TableInfo, table_info
 
 __all__ = ["Server", "Table", "TableExtensionBase"]
@@ -77,7 +78,9 @@ class Table:
             or not isinstance(max_size, (int, np.integer))
             or max_size < 1
         ):
-            raise InvalidArgumentError(f"max_size ({max_size}) must be a positive integer")
+            raise InvalidArgumentError(
+                f"max_size ({describe(max_size)}) must be a positive integer"
+            )
         ok = isinstance(max_times_sampled, (int, np.integer)) and not isinstance(
             max_times_sampled, bool
         )

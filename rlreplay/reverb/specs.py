@@ -12,8 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.errors import InvalidArgumentError, SignatureError, describe
+from rlreplay.errors import describe
 from rlreplay.reverb import _nest
+from rlreplay.reverb.errors import InvalidArgumentError, SignatureError
 
 # TensorFlow's names of numpy dtypes, as Reverb's error messages spell them.
 _TF_NAMES = {

@@ -18,17 +18,18 @@ from typing import Any
 import numpy as np
 
 from rlreplay.errors import (
-    InvalidArgumentError,
+    ClosedError,
     RateLimiterTimeoutError,
     ReplayError,
     ReplayTimeoutError,
+    describe,
 )
 from rlreplay.reverb import _nest, errors
+from rlreplay.reverb.client import checked_priority
+from rlreplay.reverb.errors import InvalidArgumentError
 from rlreplay.reverb.specs import shape_text, tf_dtype_name
 
 __all__ = ["TrajectoryColumn", "TrajectoryWriter"]
-
-_INF = float("inf")
 
 
 class CellRef:
@@ -271,7 +272,22 @@ class TrajectoryWriter:
             self.flush()
 
     def __del__(self) -> None:
-        self._closed = True
+        # As Reverb's: a writer dropped without close() is closed, its held items sent.
+        if getattr(self, "_closed", True) or not (self._pending or any(self._held_back.values())):
+            self._closed = True
+            return
+        try:
+            self.close()
+        except Exception as exc:  # (at interpreter exit, say: the client is gone)
+            self._closed = True
+            logging.getLogger("rlreplay").warning(
+                "a TrajectoryWriter dropped without close() could not send its held items: %s",
+                exc,
+            )
+
+    def _check_open(self, method: str) -> None:
+        if self._closed:
+            raise ClosedError(f"Calling method {method} after Close has been called")
 
     @property
     def history(self) -> Any:
@@ -308,12 +324,12 @@ class TrajectoryWriter:
         """
         if num_keep_alive_refs < 1:
             raise InvalidArgumentError(
-                f"num_keep_alive_refs ({num_keep_alive_refs}) must be a positive integer"
+                f"num_keep_alive_refs ({describe(num_keep_alive_refs)}) must be a positive integer"
             )
         if max_chunk_length is not None and not 1 <= max_chunk_length <= num_keep_alive_refs:
             raise InvalidArgumentError(
-                f"max_chunk_length ({max_chunk_length}) must be None or a positive integer "
-                f"<= num_keep_alive_refs ({num_keep_alive_refs})"
+                f"max_chunk_length ({describe(max_chunk_length)}) must be None or a positive "
+                f"integer <= num_keep_alive_refs ({describe(num_keep_alive_refs)})"
             )
         self._configs[path] = num_keep_alive_refs
         if path in self._path_index:
@@ -353,7 +369,9 @@ class TrajectoryWriter:
             InvalidArgumentError (a ValueError): for a value whose dtype or shape differs
                 from its column's first value (naming the column's path), or a field
                 given twice in one (partial) step.
+            ClosedError: after :meth:`close`.
         """
+        self._check_open("Append")
         if (
             not partial_step
             and not self._last_open
@@ -437,8 +455,12 @@ class TrajectoryWriter:
 
         Raises:
             TypeError: if a leaf of ``trajectory`` is not a TrajectoryColumn.
-            InvalidArgumentError (a ValueError): for data the table's signature refuses.
+            InvalidArgumentError (a ValueError): for data the table refuses (its
+                signature, or a serialized item's ``max_item_bytes``) or a priority that
+                is not a finite number >= 0.
+            ClosedError: after :meth:`close`.
         """
+        self._check_open("CreateItem")
         columns: list[np.ndarray] | None = None
         if type(trajectory) is dict:
             keys = tuple(trajectory)
@@ -469,16 +491,14 @@ class TrajectoryWriter:
         meta = self._metas.get(table)
         if meta is None:
             meta = self._metas[table] = client._table(table)
+        prio = checked_priority(priority, table)
         if meta.insert_batch <= 1:
-            self._offer(table, (client._encode_item(table, columns, False), float(priority)))
+            self._offer(table, (client._encode_item(table, columns, False), prio))
             return
         try:
             steps = meta.format.check(table, columns, False)
         except ReplayError as exc:
             raise errors.translate(exc) from exc
-        prio = float(priority)
-        if not (prio >= 0.0 and prio < _INF):
-            raise errors.InvalidArgumentError(f"priority={priority!r} must be a finite number >= 0")
         held = self._pending.get(table)
         if held is None:
             held = self._pending[table] = _HeldItems(meta.format, meta.insert_batch)
@@ -561,10 +581,17 @@ class TrajectoryWriter:
             InvalidArgumentError (a ValueError): if ``block_until_num_items < 0``.
             DeadlineExceededError: if ``timeout_ms`` passed first (the items a rate
                 limiter held back stay held, and go in with a later call).
+            ClosedError: after :meth:`close`.
         """
-        if block_until_num_items < 0:
+        self._check_open("Flush")
+        if not _is_int(block_until_num_items) or block_until_num_items < 0:
             raise InvalidArgumentError(
-                f"block_until_num_items must be >= 0, got {block_until_num_items}"
+                f"block_until_num_items must be an int >= 0, got {describe(block_until_num_items)}"
+            )
+        if timeout_ms is not None and not _is_int(timeout_ms):
+            raise InvalidArgumentError(
+                f"timeout_ms={describe(timeout_ms)} must be an int (milliseconds; None or < 0: "
+                "no limit)"
             )
         timeout = None if timeout_ms is None or timeout_ms < 0 else timeout_ms / 1000.0
         try:
@@ -579,6 +606,7 @@ class TrajectoryWriter:
 
     def end_episode(self, clear_buffers: bool = True, timeout_ms: int | None = None) -> None:
         """Flush, then start a new episode (clearing the history unless told not to)."""
+        self._check_open("EndEpisode")
         try:
             self.flush(0, timeout_ms)
         finally:
@@ -653,6 +681,10 @@ def _squeezed_columns(flat: list[Any]) -> list[np.ndarray] | None:
             return None
         out.append(ref.data)
     return out
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
 def _sortable(keys: tuple[Any, ...]) -> bool:

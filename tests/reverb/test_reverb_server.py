@@ -208,7 +208,7 @@ def test_mutate_priorities_updates_then_deletes(client):
     for bad in ([-1], [1.5], [2**64]):
         with pytest.raises(ValueError, match="keys"):
             client.mutate_priorities("prio", deletes=bad)
-    with pytest.raises(ValueError, match="priority must be a number"):
+    with pytest.raises(ValueError, match="priority='high' for table 'prio' must be a finite"):
         client.mutate_priorities("prio", updates={keys[1]: "high"})
 
 
