@@ -380,8 +380,9 @@ IMAGE = spaces.Box(0, 255, (3, 8, 8), np.uint8)
         (BOX, 2, np.zeros((1, 6), np.float32), "shape (1, 6)"),  # two envs run together
         (BOX, 2, np.zeros(6, np.float32), "shape (6,)"),
         (BOX, 1, {"pos": np.zeros(3)}, "a dict with keys ['pos']"),
+        (BOX, 4, np.zeros((1, 3), np.float32), "made for n_envs=4"),  # loaded into 1 env
     ],
-    ids=["hwc-for-chw", "envs-in-one-row", "envs-flat", "dict-for-array"],
+    ids=["hwc-for-chw", "envs-in-one-row", "envs-flat", "dict-for-array", "one-env-of-four"],
 )
 def test_observations_of_another_shape_with_as_many_values_are_refused(space, n_envs, obs, said):
     buffer = ReplayBuffer(10, space, DISCRETE, "cpu", n_envs=n_envs)

@@ -221,7 +221,8 @@ class ObservationRing:
                 where = argument if len(self.names) == 1 else f"{argument}[{name!r}]"
                 raise InvalidArgumentError(
                     f"{where} has shape {value.shape}; give {self.n_envs} observation(s) of "
-                    f"shape {shape} (an array of shape {full_shape})"
+                    f"shape {shape} (an array of shape {full_shape}): this buffer was made "
+                    f"for n_envs={self.n_envs}"
                 )
             out[name] = value.reshape(full_shape)
         return out
