@@ -72,10 +72,10 @@ class Deadline:
         why shards are silent end. The greeting takes half the time left before
         ``bound``, or ``call_timeout`` if less (a handshake never blocks: a shard down is
         found out then, not at the end of a long ``timeout``); its looks take the last
-        ``look_s`` of it, at most half."""
+        ``look_s`` of it, at most a quarter."""
         now = time.monotonic()
         span = min(max(self.bound - now, 0.0) / 2, self.call_timeout)
-        return now + span - min(look_s, span / 2), now + span
+        return now + span - min(look_s, span / 4), now + span
 
     def __repr__(self) -> str:
         return f"Deadline(timeout={self.timeout!r}, in {self.bound - time.monotonic():.3g}s)"

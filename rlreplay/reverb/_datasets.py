@@ -256,6 +256,7 @@ class _Source:
         for i, columns in enumerate(items):
             info = self._info(batch.info, i, i + 1)
             if self._one_timestep(columns):
+                self._check_item(columns, columns)
                 yield info, [c[None] for c in columns]
                 continue
             self._check_item(columns, [c[0] for c in columns])

@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.errors import ClosedError, ReplayError, ServerUnavailableError, describe
+from rlreplay.errors import ReplayError, ServerUnavailableError, describe
 from rlreplay.reverb import _nest, errors, specs
 from rlreplay.reverb._items import ItemFormat
-from rlreplay.reverb.errors import InvalidArgumentError
+from rlreplay.reverb.errors import ClosedError, InvalidArgumentError
 from rlreplay.reverb.replay_sample import ReplaySample, SampleInfo
 from rlreplay.reverb.reverb_types import META_TABLE, TableInfo, table_info
 
@@ -104,17 +104,18 @@ def checked_priority(priority: Any, table: str) -> float:
         InvalidArgumentError: for anything but a finite number >= 0 (a bool or a string
             included).
     """
-    if isinstance(priority, (int, float, np.integer, np.floating)) and not isinstance(
-        priority, (bool, np.bool_)
-    ):
-        value = float(priority)
-        if 0.0 <= value < float("inf"):
-            return value
+    if type(priority) is float and 0.0 <= priority < _INF:  # the common case
+        return priority
+    if not isinstance(priority, (str, bytes)):  # (numpy would read numbers in them)
+        arr = np.asarray(priority)  # numbers, numpy scalars and 0-d arrays
+        if arr.ndim == 0 and arr.dtype.kind in "iuf" and 0.0 <= float(arr) < _INF:
+            return float(arr)
     raise InvalidArgumentError(
         f"priority={describe(priority)} for table {table!r} must be a finite number >= 0"
     )
 
 
+_INF = float("inf")
 _NUMBERS = frozenset({int, float, np.float64, np.float32, np.int64, np.int32})
 
 

@@ -5,6 +5,9 @@ both catch a call that ran out of time."""
 from __future__ import annotations
 
 from rlreplay.errors import (
+    ClosedError as _Closed,
+)
+from rlreplay.errors import (
     InvalidArgumentError as _InvalidArgument,
 )
 from rlreplay.errors import (
@@ -20,6 +23,7 @@ from rlreplay.errors import (
 )
 
 __all__ = [
+    "ClosedError",
     "DeadlineExceededError",
     "InvalidArgumentError",
     "RateLimiterTimeoutError",
@@ -44,6 +48,11 @@ class RateLimiterTimeoutError(DeadlineExceededError, _RateLimiterTimeout):
 class UnavailableError(DeadlineExceededError, ServerUnavailableError):
     """The server did not answer within the call's timeout (no server at the address,
     or it stopped)."""
+
+
+class ClosedError(ReverbError, _Closed, RuntimeError):
+    """A writer's method called after its ``close()`` (a ``RuntimeError``, as Reverb's
+    failed precondition is)."""
 
 
 class InvalidArgumentError(ReverbError, _InvalidArgument):

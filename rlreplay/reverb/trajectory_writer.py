@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 
 from rlreplay.errors import (
-    ClosedError,
     RateLimiterTimeoutError,
     ReplayError,
     ReplayTimeoutError,
@@ -26,7 +25,7 @@ from rlreplay.errors import (
 )
 from rlreplay.reverb import _nest, errors
 from rlreplay.reverb.client import checked_priority
-from rlreplay.reverb.errors import InvalidArgumentError
+from rlreplay.reverb.errors import ClosedError, InvalidArgumentError
 from rlreplay.reverb.specs import shape_text, tf_dtype_name
 
 __all__ = ["TrajectoryColumn", "TrajectoryWriter"]
@@ -268,21 +267,31 @@ class TrajectoryWriter:
         return self
 
     def __exit__(self, exc_type: Any, *exc: object) -> None:
-        if exc_type is None or not issubclass(exc_type, errors.ReverbError):
+        if not self._closed and (exc_type is None or not issubclass(exc_type, errors.ReverbError)):
             self.flush()
 
     def __del__(self) -> None:
-        # As Reverb's: a writer dropped without close() is closed, its held items sent.
-        if getattr(self, "_closed", True) or not (self._pending or any(self._held_back.values())):
-            self._closed = True
+        # A writer dropped without close() is closed, as Reverb's is: its held items are
+        # offered once, never waited for (a collection may run in any thread, the learner's
+        # included, whose samples the rate limiter may be waiting for).
+        if getattr(self, "_closed", True):
             return
+        self._closed = True
         try:
-            self.close()
+            self._send()
+            for table, queue in self._held_back.items():
+                self._drain(table, queue, self.OFFER_S, offer=True)
         except Exception as exc:  # (at interpreter exit, say: the client is gone)
-            self._closed = True
             logging.getLogger("rlreplay").warning(
-                "a TrajectoryWriter dropped without close() could not send its held items: %s",
-                exc,
+                "a TrajectoryWriter dropped without close() could not send its items: %s", exc
+            )
+            return
+        dropped = sum(1 if type(e) is tuple else e.n for q in self._held_back.values() for e in q)
+        if dropped:
+            logging.getLogger("rlreplay").warning(
+                "a TrajectoryWriter dropped without close() dropped %d item(s) a rate limiter "
+                "held back (close() waits for them)",
+                dropped,
             )
 
     def _check_open(self, method: str) -> None:

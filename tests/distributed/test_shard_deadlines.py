@@ -113,3 +113,28 @@ def test_a_sample_on_empty_live_shards_times_out_at_its_timeout_not_after_the_gr
                 assert took < timeout + REPLY_GRACE_S / 2, (timeout, took)
         finally:
             client.close()
+
+
+@pytest.mark.parametrize(
+    ("timeout", "look_s"),
+    [(1.0, 0.1), (1.0, 5.0), (0.0, 0.25), (None, 0.25)],
+    ids=["short-look", "look-longer-than-the-call", "timeout-0", "no-timeout"],
+)
+def test_a_greeting_and_its_looks_take_half_the_call_at_most(timeout, look_s):
+    """Handshakes, then the looks at silent shards, end within half the time the call has
+    left (at most call_timeout), the looks within the greeting's last quarter at most: the
+    shards that answer keep the other half."""
+    from rlreplay import Client
+    from rlreplay.distributed.shard_deadline import Deadline
+
+    client = Client(free_address(), call_timeout=2.0)
+    try:
+        deadline = Deadline(client.transport, timeout)
+        now = time.monotonic()
+        handshakes, looks = deadline.greeting(look_s)
+        span = min((deadline.bound - now) / 2, 2.0)
+        assert looks - now == pytest.approx(span, abs=0.01)
+        assert looks - handshakes == pytest.approx(min(look_s, span / 4), abs=0.01)
+        assert deadline.bound - looks >= span - 0.01
+    finally:
+        client.close()

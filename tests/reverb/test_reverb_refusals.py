@@ -6,12 +6,12 @@ is refused where it is made, by a Reverb-named error, and nothing stored changes
 from __future__ import annotations
 
 import gc
+import time
 
 import numpy as np
 import pytest
 
 import rlreplay.reverb as reverb
-from rlreplay.errors import ClosedError
 
 VEC = reverb.TensorSpec([3], np.float32)
 
@@ -76,8 +76,9 @@ def test_a_closed_trajectory_writer_refuses_every_call(client, call):
     writer = client.trajectory_writer(1)
     writer.append({"obs": np.zeros(3, np.float32)})
     writer.close()
-    with pytest.raises(ClosedError, match="after Close"):
+    with pytest.raises(reverb.errors.ClosedError, match="after Close") as info:
         call(writer)
+    assert isinstance(info.value, RuntimeError)
     assert size(client, "vec") == 0
 
 
@@ -94,9 +95,17 @@ def test_a_closed_legacy_writer_refuses_every_call(client, call):
     writer = client.writer(2)
     writer.append(np.float32(1))
     writer.close()
-    with pytest.raises(ClosedError, match="after Close"):
+    with pytest.raises(reverb.errors.ClosedError, match="after Close"):
         call(writer)
     assert size(client, "plain") == 0
+
+
+def test_a_writer_closed_inside_its_with_block_leaves_it_quietly(client):
+    with client.trajectory_writer(1) as writer:
+        writer.append({"obs": np.zeros(3, np.float32)})
+        writer.create_item("vec", 1.0, {"obs": writer.history["obs"][-1]})
+        writer.close()
+    assert size(client, "vec") == 1
 
 
 def test_a_trajectory_writer_dropped_without_close_sends_what_it_held(client):
@@ -120,10 +129,21 @@ def test_a_timestep_dataset_takes_an_item_of_single_cells_as_one_timestep(client
     dataset = reverb.TimestepDataset.from_table_signature(client, table, 4, max_samples=3)
     samples = list(dataset)
     assert [s.data["obs"].shape for s in samples] == [shape] * 3
-    assert sorted(float(np.ravel(s.data["obs"])[0]) for s in samples) <= [2.0] * 3
+    assert all(0 <= np.ravel(s.data["obs"])[0] <= 2 for s in samples)
     client.insert({"obs": np.ones(shape, np.float32)}, {table: 1.0})  # a timestep item
     batches = reverb.TimestepDataset.from_table_signature(client, table, 4).batch(4).take(2)
     assert [b.data["obs"].shape for b in batches] == [(4, *shape)] * 2
+
+
+def test_a_timestep_dataset_refuses_single_cells_its_dtypes_do_not_describe(client):
+    with client.trajectory_writer(1) as writer:
+        writer.append({"obs": np.zeros(3, np.float64)})
+        writer.create_item("plain", 1.0, {"obs": writer.history["obs"][-1]})
+    dataset = reverb.TimestepDataset(
+        client, "plain", {"obs": np.float32}, {"obs": [3]}, rate_limiter_timeout_ms=500
+    )
+    with pytest.raises(reverb.errors.InvalidArgumentError, match=r"float64\[3\].*float32\[3\]"):
+        list(dataset.take(1))
 
 
 def test_a_dataset_over_an_unsigned_table_refuses_items_its_dtypes_do_not_describe(client):
@@ -179,6 +199,17 @@ def test_a_priority_that_is_not_a_finite_number_is_refused_and_nothing_stored(
     assert size(client, "vec") == 0
 
 
+@pytest.mark.parametrize("priority", [2, np.float32(2), np.int64(2), np.array(2.0)], ids=repr)
+@pytest.mark.parametrize("call", PRIORITY_CALLS.values(), ids=PRIORITY_CALLS.keys())
+def test_a_priority_of_any_numeric_type_goes_in(client, call, priority):
+    call(client, priority)
+    info = next(client.sample("vec", 1, emit_timesteps=False)).info
+    assert info.priority == 2.0
+    client.mutate_priorities("vec", updates={info.key: 1.0})
+    client.mutate_priorities("vec", updates={info.key: priority})
+    assert next(client.sample("vec", 1, emit_timesteps=False)).info.priority == 2.0
+
+
 @pytest.mark.parametrize("priority", BAD_PRIORITIES, ids=repr)
 def test_mutate_priorities_refuses_a_bad_priority_and_changes_nothing(client, priority):
     client.insert({"obs": np.zeros(3, np.float32)}, {"vec": 2.0})
@@ -221,3 +252,31 @@ def test_errors_of_the_reverb_layer_carry_reverbs_names(client):
     with pytest.raises(reverb.errors.InvalidArgumentError, match=r"max_size \('10'\)"):
         fifo = reverb.selectors.Fifo()
         reverb.Table("t", fifo, fifo, "10", reverb.rate_limiters.MinSize(1))
+
+
+def test_a_dropped_writer_whose_items_a_limiter_holds_back_never_waits_for_them():
+    limited = reverb.Table(
+        "limited",
+        reverb.selectors.Uniform(),
+        reverb.selectors.Fifo(),
+        100,
+        reverb.rate_limiters.SampleToInsertRatio(1.0, 1, 2.0),
+        signature={"obs": VEC},
+    )
+    server = reverb.Server([limited])
+    try:
+        client = server.localhost_client()
+
+        def actor():
+            writer = client.trajectory_writer(1)
+            for i in range(20):  # nobody samples: the limiter holds most of them back
+                writer.append({"obs": np.full(3, i, np.float32)})
+                writer.create_item("limited", 1.0, {"obs": writer.history["obs"][-1]})
+
+        start = time.monotonic()
+        actor()  # the writer is collected at its return, or by the collection below
+        gc.collect()
+        assert time.monotonic() - start < 10.0  # offers, not close()'s wait of call_timeout
+        assert 1 <= client.server_info()["limited"].current_size < 20
+    finally:
+        server.stop()
