@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from typing import Any, Protocol
 
@@ -157,15 +158,36 @@ class ShardedSampleIterator:
         return self._convert(self._ready.popleft())
 
     def close(self, wait: bool = True) -> None:
-        """Forget the batches in flight and send the queued updates (``wait``: wait for
-        the shards to apply them)."""
+        """Forget the batches in flight and send the queued updates.
+
+        Args:
+            wait: wait for the shards to apply them, as :meth:`ShardedClient.
+                update_priorities` does (a shard that went down is waited for up to half
+                the client's ``call_timeout``, and raises under ``"fail"``). ``False``
+                (leaving a ``with`` block because of an exception): send them and return at
+                once; the updates of a shard down, or not connected without a handshake,
+                are dropped with a warning, never raised.
+        """
         self._closed = True
         self._ready.clear()
         while self._rounds:
             self._sampler.forget(self._rounds.popleft())
         for shard, (keys, prios) in self._take().items():
             ours = self.client.keys.to_global(keys, shard)
-            self.client.update_priorities(self.table, ours, prios, wait=wait)
+            if wait:
+                self.client.update_priorities(self.table, ours, prios)
+                continue
+            why: Any = "it is down, or not connected without a handshake"
+            if self._sampler.ready(shard):
+                try:
+                    self.client.update_priorities(self.table, ours, prios, wait=False)
+                    continue
+                except ServerUnavailableError as error:  # (taken for down under "fail")
+                    why = error
+            logging.getLogger("rlreplay").warning(
+                "closing a sample iterator dropped %d priority update(s) of shard %d: %s",
+                len(keys), shard, why,
+            )
 
     def __enter__(self) -> ShardedSampleIterator:
         return self

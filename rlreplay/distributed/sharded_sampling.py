@@ -287,6 +287,9 @@ class ShardedSampler:
             ShardUnavailableError: under ``"fail"``, for a shard that did not answer (the
                 other shards' parts are dropped); under ``"skip"``, if none answered.
         """
+        if rnd.until is not None:  # a round sent by an earlier call (a learner's, in flight):
+            # its replies are awaited within this call, however long ago that one ended
+            rnd.until = None if deadline.until is None else max(rnd.until, deadline.until)
         while True:
             if not rnd.rids and (rnd.held or rnd.lost):
                 asks = self._reassign_held(rnd, deadline)
@@ -379,6 +382,11 @@ class ShardedSampler:
         """Priority updates on their own, as state requests carrying them."""
         shards = [s for s in updates if not self.health.is_down(s)]
         self._probe(shards, dict(updates), deadline)
+
+    def ready(self, shard: int) -> bool:
+        """Whether ``shard`` is taken for up and this thread's connection to it is open:
+        a request to it waits for no handshake."""
+        return not self.health.is_down(shard) and self.shards[shard].transport.channel().greeted
 
     def forget(self, rnd: Round) -> None:
         """Give up on ``rnd``: its replies are dropped when they arrive, and each shard

@@ -154,3 +154,61 @@ def test_a_call_refused_by_a_shard_leaves_no_reply_of_the_others_unread():
             channel = shard.transport.channel()
             assert not channel.replies and not channel.pending
         client.close()
+
+
+@pytest.mark.parametrize("policy", ["skip", "fail"])
+def test_a_learners_round_in_flight_finds_its_shard_died_while_the_learner_was_away(policy):
+    """A round sent by an earlier ``next`` is finished by a later one, long after the
+    earlier call's deadline: its replies are awaited within the later call, so a shard
+    that died meanwhile is found down (the batch goes on over the other, or the error
+    names the shard), never taken for one that answers but timed out."""
+    with shards([CONFIG] * 2) as started:
+        client = ShardedClient([a for a, _ in started], on_shard_down=policy, **FAST)
+        for s in range(2):  # 20 rows on each shard
+            client.insert("prio", rows(20 * s, 20), 1.0)
+        with client.sample_iterator("prio", 8, in_flight=2, timeout=1.0) as it:
+            next(it)
+            started[1][1].kill()
+            started[1][1].join(10.0)
+            time.sleep(2.0)  # past the deadline of the round in flight
+            if policy == "skip":
+                next(it)  # (shard 1's part, if its reply came before the kill)
+                time.sleep(2.0)  # the round this call sent to the dead shard, left waiting
+                assert (client.shard_of(next(it).info.keys) == 0).all()
+            else:
+                with pytest.raises(ShardUnavailableError) as info:
+                    next(it)
+                    next(it)
+                assert info.value.shard == 1
+        client.close()
+
+
+def test_leaving_an_iterators_with_block_by_an_exception_drops_a_down_shards_updates():
+    """The user's exception leaves the block at once: the queued priority updates of a
+    shard down are dropped, with a warning, never waited for or raised."""
+    import os
+    import signal
+
+    with shards([CONFIG] * 2) as started:
+        client = ShardedClient([a for a, _ in started], **FAST)
+        for s in range(2):
+            client.insert("prio", rows(20 * s, 20), 1.0)
+        try:
+            start = time.monotonic()
+            with (
+                pytest.raises(KeyError, match="the user's"),
+                client.sample_iterator("prio", 8, in_flight=1, timeout=1.0) as it,
+            ):
+                batch = next(it)
+                os.kill(started[1][1].pid, signal.SIGSTOP)
+                it.update_priorities(batch.info.keys, np.full(len(batch), 2.0))
+                with pytest.raises(ShardUnavailableError):
+                    next(it)
+                it.update_priorities(batch.info.keys, np.full(len(batch), 3.0))
+                left = time.monotonic()
+                raise KeyError("the user's")
+            assert time.monotonic() - left < 1.0  # no handshake or reply waited for
+            assert time.monotonic() - start < 10.0
+        finally:
+            os.kill(started[1][1].pid, signal.SIGCONT)
+        client.close()
