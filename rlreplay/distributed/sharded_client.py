@@ -34,7 +34,13 @@ from rlreplay.distributed.shard_keys import ShardKeys
 from rlreplay.distributed.sharded_iterator import ShardedSampleIterator
 from rlreplay.distributed.sharded_sampling import ShardedSampler
 from rlreplay.distributed.sharded_table import ShardedTable, ShardWriter
-from rlreplay.errors import InvalidArgumentError, check_count, check_timeout, describe
+from rlreplay.errors import (
+    ClosedError,
+    InvalidArgumentError,
+    check_count,
+    check_timeout,
+    describe,
+)
 from rlreplay.net.client.client import Client
 from rlreplay.net.client.transport import CALL
 from rlreplay.net.wire.payloads import checked_update
@@ -127,6 +133,7 @@ class ShardedClient:
                 f"addresses={self.addresses} repeat a server; give each shard once"
             )
         self.health = ShardHealth(self.addresses, on_shard_down, retry_down_s)
+        self._closed = False
         self.keys = ShardKeys(n)
         self._rng = seeded_rng(seed)
         # Clients of many actors (each unpickled) spread their writers over the shards.
@@ -162,7 +169,8 @@ class ShardedClient:
         return self.inserts.first_shard
 
     def close(self) -> None:
-        """Close this process's sockets to every shard."""
+        """Close this process's sockets to every shard; later calls raise ClosedError."""
+        self._closed = True
         for client in self.shards:
             client.close()
 
@@ -177,7 +185,16 @@ class ShardedClient:
 
     def deadline(self, timeout: Any = CALL) -> Deadline:
         """The :class:`~rlreplay.distributed.shard_deadline.Deadline` of a call with
-        ``timeout`` starting now (``CALL``: a call that never blocks)."""
+        ``timeout`` starting now (``CALL``: a call that never blocks).
+
+        Raises:
+            ClosedError: after :meth:`close` (every call starts here).
+        """
+        if self._closed:
+            raise ClosedError(
+                f"this ShardedClient of {self.addresses} was closed; create a new "
+                "ShardedClient(addresses)"
+            )
         return Deadline(self.shards[0].transport, timeout)
 
     def table(self, name: str) -> ShardedTable:
@@ -393,7 +410,8 @@ class ShardedClient:
             ReplayTimeoutError: if a shard did not publish within ``timeout``.
             ShardUnavailableError: for a shard down under ``"fail"`` (or all down).
         """
-        return checkpoint_shards(self.shards, self.health, self.deadline(check_timeout(timeout)))
+        deadline = self.deadline(check_timeout(timeout, none="wait until it is published"))
+        return checkpoint_shards(self.shards, self.health, deadline)
 
     def shard_info(self, table: str) -> dict[int, TableInfo]:
         """Each reachable shard's :class:`TableInfo` of ``table``, by shard index."""

@@ -4,6 +4,8 @@ shard; the learner's iterator keeps every shard busy."""
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 from shardprocs import CTX, insert_through, shards, table
@@ -209,6 +211,28 @@ def test_entering_a_closed_shard_writer_raises_closed_error(client):
     writer.close()
     with pytest.raises(ClosedError, match="closed"), writer:
         pass
+
+
+CLOSED_CALLS = {
+    "insert": lambda c: c.insert("uni", rows(0, 2)),
+    "sample": lambda c: c.sample("uni", 1),
+    "info": lambda c: c.info("uni"),
+    "update_priorities": lambda c: c.update_priorities("prio", np.array([0]), 1.0),
+    "delete": lambda c: c.delete("uni", np.array([0])),
+    "trajectory_writer": lambda c: c.trajectory_writer("seq"),
+    "sample_iterator": lambda c: c.sample_iterator("uni", 1),
+    "checkpoint": lambda c: c.checkpoint(),
+    "can_sample": lambda c: c.can_sample("uni", 1),
+}
+
+
+@pytest.mark.parametrize("call", CLOSED_CALLS.values(), ids=CLOSED_CALLS.keys())
+def test_a_closed_sharded_client_names_itself_in_every_calls_error(addresses, call):
+    sharded = ShardedClient(addresses)
+    sharded.close()
+    with pytest.raises(ClosedError, match=r"this ShardedClient of \[.*\] was closed"):
+        call(sharded)
+    assert pickle.loads(pickle.dumps(sharded)).info("uni").size >= 0  # a copy is open
 
 
 def test_learner_iterator_keeps_a_request_to_every_shard_in_flight(client):

@@ -395,7 +395,7 @@ class Client:
                 goes on writing it).
             ServerUnavailableError: if the server did not answer.
         """
-        timeout = check_timeout(timeout)
+        timeout = check_timeout(timeout, none="wait until it is published")
         return str(self.transport.call({"op": "checkpoint"}, timeout=timeout)[0]["path"])
 
     # -------------------------------------------------------------- helpers
