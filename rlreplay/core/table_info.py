@@ -12,7 +12,9 @@ class TableInfo:
     ``inserts`` and ``samples`` are the rate limiter's counts and ``sampled_items`` the items
     drawn at least once (Reverb's ``num_unique_samples``), each since creation or the last
     :meth:`Table.reset`; every other counter (deletes, evictions, stale keys, time blocked)
-    counts since the table was created.
+    counts since the table was created. ``insert_blocked_s`` and ``sample_blocked_s`` are
+    the seconds calls waited for the rate limiter, summed over the calls (two calls waiting
+    together count twice: several writers waiting a minute add up to minutes).
     """
 
     name: str
