@@ -19,6 +19,7 @@ import numpy as np
 from rlreplay.errors import ReplayError, ServerUnavailableError, describe
 from rlreplay.reverb import _nest, errors, specs
 from rlreplay.reverb._items import ItemFormat
+from rlreplay.reverb._priorities import checked_priorities, checked_priority
 from rlreplay.reverb.errors import ClosedError, InvalidArgumentError
 from rlreplay.reverb.replay_sample import ReplaySample, SampleInfo
 from rlreplay.reverb.reverb_types import META_TABLE, TableInfo, table_info
@@ -95,43 +96,6 @@ class TableMeta:
         else:
             batch = int((lim["max_diff"] - lim["min_diff"]) / (2 * lim["samples_per_insert"]))
         self.insert_batch = max(1, min(batch, data["max_size"], MAX_INSERT_BATCH))
-
-
-def checked_priority(priority: Any, table: str) -> float:
-    """``priority`` as a float, for an item of ``table``.
-
-    Raises:
-        InvalidArgumentError: for anything but a finite number >= 0 (a bool or a string
-            included).
-    """
-    if type(priority) is float and 0.0 <= priority < _INF:  # the common case
-        return priority
-    if not isinstance(priority, (str, bytes)):  # (numpy would read numbers in them)
-        arr = np.asarray(priority)  # numbers, numpy scalars and 0-d arrays
-        if arr.ndim == 0 and arr.dtype.kind in "iuf" and 0.0 <= float(arr) < _INF:
-            return float(arr)
-    raise InvalidArgumentError(
-        f"priority={describe(priority)} for table {table!r} must be a finite number >= 0"
-    )
-
-
-_INF = float("inf")
-_NUMBERS = frozenset({int, float, np.float64, np.float32, np.int64, np.int32})
-
-
-def checked_priorities(priorities: Iterable[Any], table: str) -> np.ndarray:
-    """``priorities`` as float64, each as :func:`checked_priority` takes it (the common
-    case, Python or numpy numbers, checked as one array).
-
-    Raises:
-        InvalidArgumentError: naming the first priority that is not a finite number >= 0.
-    """
-    values = list(priorities)
-    if set(map(type, values)) <= _NUMBERS:
-        out = np.fromiter(values, np.float64, len(values))
-        if np.isfinite(out).all() and (out >= 0).all():
-            return out
-    return np.fromiter((checked_priority(v, table) for v in values), np.float64, len(values))
 
 
 def _columns(flat: list[Any]) -> list[np.ndarray]:

@@ -24,7 +24,7 @@ from rlreplay.errors import (
     describe,
 )
 from rlreplay.reverb import _nest, errors
-from rlreplay.reverb.client import checked_priority
+from rlreplay.reverb._priorities import checked_priority
 from rlreplay.reverb.errors import ClosedError, InvalidArgumentError
 from rlreplay.reverb.specs import shape_text, tf_dtype_name
 

@@ -39,14 +39,6 @@ def server():
     srv.stop()
 
 
-@pytest.fixture
-def client(server):
-    c = server.localhost_client()
-    yield c
-    for table in ("plain", "vec", "scalar"):
-        c.reset(table)
-
-
 def size(client, table):
     return client.server_info()[table].current_size
 

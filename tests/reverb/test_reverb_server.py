@@ -69,14 +69,6 @@ def server(tmp_path_factory):
     srv.stop()
 
 
-@pytest.fixture
-def client(server):
-    c = server.localhost_client()
-    yield c
-    for table in ("prio", "nested", "transitions", "queue", "stack", "small"):
-        c.reset(table)
-
-
 def sizes(client):
     return {name: info.current_size for name, info in client.server_info(timeout=10).items()}
 
