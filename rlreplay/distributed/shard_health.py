@@ -75,14 +75,18 @@ class ShardHealth:
                 shard is left out and the caller goes on.
         """
         if self.policy == "fail":
-            raise ShardUnavailableError(
-                f"replay shard {shard} at {self.addresses[shard]} is unavailable: {error}",
-                error.reason,
-                shard,
-                self.addresses[shard],
-            ) from error
+            raise self.unavailable(shard, error) from error
         with self._lock:
             self._down[shard] = time.monotonic() + self.retry_down_s
+
+    def unavailable(self, shard: int, error: ServerUnavailableError) -> ShardUnavailableError:
+        """``error`` of ``shard``'s server as the error naming the shard."""
+        return ShardUnavailableError(
+            f"replay shard {shard} at {self.addresses[shard]} is unavailable: {error}",
+            error.reason,
+            shard,
+            self.addresses[shard],
+        )
 
     def answered(self, shard: int) -> None:
         """Note that ``shard`` answered (it is up again)."""

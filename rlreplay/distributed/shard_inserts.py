@@ -109,7 +109,8 @@ class InsertRouter:
         client = self.shards[shard]
         names = [tables] if isinstance(tables, str) else tables
         self.keys.check_shard_tables(client, names, deadline.bound)
-        return ShardWriter(client.trajectory_writer(tables, **kwargs), shard, self.keys)
+        writer = client.trajectory_writer(tables, **kwargs)
+        return ShardWriter(writer, shard, self.keys, self.health)
 
     def can_insert(self, table: str, num_inserts: int, deadline: Deadline) -> bool:
         """Whether the shard the next insert goes to would take ``num_inserts`` now

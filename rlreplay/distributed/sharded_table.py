@@ -7,7 +7,13 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.distributed.shard_health import ShardHealth
 from rlreplay.distributed.shard_keys import ShardKeys
+from rlreplay.errors import (
+    ServerRestartedError,
+    ServerUnavailableError,
+    ShardUnavailableError,
+)
 from rlreplay.net.client.client import RemoteTable
 
 
@@ -24,17 +30,21 @@ class ShardedTable(RemoteTable):
 
 class ShardWriter:
     """A :class:`~rlreplay.RemoteTrajectoryWriter` on one shard, whose :attr:`keys` are
-    the sharded client's keys (they carry the shard). Every other call is the writer's.
+    the sharded client's keys (they carry the shard). Every other call is the writer's,
+    except that a shard that does not answer raises :class:`~rlreplay.errors.
+    ShardUnavailableError` naming it (under ``"skip"`` too: a writer's steps cannot go
+    to another shard; the shard is taken for down).
 
     Attributes:
         writer: the shard's writer.
         shard: the shard's index.
     """
 
-    def __init__(self, writer: Any, shard: int, keys: ShardKeys):
+    def __init__(self, writer: Any, shard: int, keys: ShardKeys, health: ShardHealth):
         self.writer = writer
         self.shard = shard
         self._keys = keys
+        self._health = health
 
     @property
     def keys(self) -> list[np.ndarray] | None:
@@ -47,14 +57,36 @@ class ShardWriter:
     def __getattr__(self, name: str) -> Any:
         # append, append_batch, create_item(s), end_episode, flush, close and the
         # writer's counters: the shard's writer's own (its docs apply).
-        return getattr(self.writer, name)
+        value = getattr(self.writer, name)
+        if not callable(value):
+            return value
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return value(*args, **kwargs)
+            except (ShardUnavailableError, ServerRestartedError):
+                raise
+            except ServerUnavailableError as error:
+                raise self._named(error) from error
+
+        return call
+
+    def _named(self, error: ServerUnavailableError) -> ShardUnavailableError:
+        """The error naming this writer's shard, which is taken for down."""
+        self._health.failed(self.shard, error)  # (raises it under "fail")
+        return self._health.unavailable(self.shard, error)
 
     def __enter__(self) -> ShardWriter:
         self.writer.__enter__()  # (refuses a closed writer)
         return self
 
     def __exit__(self, exc_type, *exc: object) -> None:
-        self.writer.__exit__(exc_type, *exc)
+        try:
+            self.writer.__exit__(exc_type, *exc)
+        except (ShardUnavailableError, ServerRestartedError):
+            raise
+        except ServerUnavailableError as error:
+            raise self._named(error) from error
 
     def __repr__(self) -> str:
         return f"ShardWriter(shard {self.shard}, {self.writer!r})"

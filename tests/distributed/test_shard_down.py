@@ -212,3 +212,24 @@ def test_leaving_an_iterators_with_block_by_an_exception_drops_a_down_shards_upd
         finally:
             os.kill(started[1][1].pid, signal.SIGCONT)
         client.close()
+
+
+@pytest.mark.parametrize("policy", ["skip", "fail"])
+def test_a_writer_on_a_shard_that_died_names_the_shard(policy):
+    """A writer's steps cannot go to another shard: its call raises the error naming its
+    shard under either policy, and under "skip" the shard is then taken for down."""
+    seq = table("seq", layout={"type": "transition", "n_step": 1, "next_fields": ["obs"]})
+    with shards([{"table": [seq]}] * 2) as started:
+        client = ShardedClient([a for a, _ in started], on_shard_down=policy, **FAST)
+        writer = client.trajectory_writer("seq", shard=1)
+        writer.append({"x": np.int64(0), "obs": np.zeros(2, np.float32)})
+        started[1][1].kill()
+        started[1][1].join(10.0)
+        writer.append({"x": np.int64(1), "obs": np.zeros(2, np.float32)})
+        writer.create_item("seq")
+        with pytest.raises(ShardUnavailableError) as info:
+            writer.flush(timeout=1.0)
+        assert info.value.shard == 1 and info.value.address == started[1][0]
+        if policy == "skip":
+            assert client.health.is_down(1)
+        client.close()

@@ -39,6 +39,14 @@ def server():
     srv.stop()
 
 
+@pytest.fixture
+def client(server):
+    c = server.localhost_client()
+    yield c
+    for table in c.server_info():  # every table emptied after each test
+        c.reset(table)
+
+
 def size(client, table):
     return client.server_info()[table].current_size
 

@@ -69,6 +69,14 @@ def server(tmp_path_factory):
     srv.stop()
 
 
+@pytest.fixture
+def client(server):
+    c = server.localhost_client()
+    yield c
+    for table in c.server_info():  # every table emptied after each test
+        c.reset(table)
+
+
 def sizes(client):
     return {name: info.current_size for name, info in client.server_info(timeout=10).items()}
 
