@@ -174,20 +174,17 @@ class ShardedSampleIterator:
             self._sampler.forget(self._rounds.popleft())
         for shard, (keys, prios) in self._take().items():
             ours = self.client.keys.to_global(keys, shard)
-            if wait:
-                self.client.update_priorities(self.table, ours, prios)
-                continue
-            why: Any = "it is down, or not connected without a handshake"
-            if self._sampler.ready(shard):
-                try:
-                    self.client.update_priorities(self.table, ours, prios, wait=False)
-                    continue
-                except ServerUnavailableError as error:  # (taken for down under "fail")
-                    why = error
-            logging.getLogger("rlreplay").warning(
-                "closing a sample iterator dropped %d priority update(s) of shard %d: %s",
-                len(keys), shard, why,
-            )
+            try:
+                if not (wait or self._sampler.ready(shard)):
+                    raise ServerUnavailableError("down, or not connected without a handshake")
+                self.client.update_priorities(self.table, ours, prios, wait=wait)
+            except ServerUnavailableError as error:  # (under "fail": taken for down)
+                if wait:
+                    raise
+                logging.getLogger("rlreplay").warning(
+                    "closing a sample iterator dropped %d priority update(s) of shard %d: %s",
+                    len(keys), shard, error,
+                )
 
     def __enter__(self) -> ShardedSampleIterator:
         return self

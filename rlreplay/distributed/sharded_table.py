@@ -57,6 +57,8 @@ class ShardWriter:
     def __getattr__(self, name: str) -> Any:
         # append, append_batch, create_item(s), end_episode, flush, close and the
         # writer's counters: the shard's writer's own (its docs apply).
+        # A server that does not answer is named as this writer's shard (then taken for
+        # down).
         value = getattr(self.writer, name)
         if not callable(value):
             return value
@@ -67,26 +69,17 @@ class ShardWriter:
             except (ShardUnavailableError, ServerRestartedError):
                 raise
             except ServerUnavailableError as error:
-                raise self._named(error) from error
+                self._health.failed(self.shard, error)  # (raises it under "fail")
+                raise self._health.unavailable(self.shard, error) from error
 
         return call
-
-    def _named(self, error: ServerUnavailableError) -> ShardUnavailableError:
-        """The error naming this writer's shard, which is taken for down."""
-        self._health.failed(self.shard, error)  # (raises it under "fail")
-        return self._health.unavailable(self.shard, error)
 
     def __enter__(self) -> ShardWriter:
         self.writer.__enter__()  # (refuses a closed writer)
         return self
 
     def __exit__(self, exc_type, *exc: object) -> None:
-        try:
-            self.writer.__exit__(exc_type, *exc)
-        except (ShardUnavailableError, ServerRestartedError):
-            raise
-        except ServerUnavailableError as error:
-            raise self._named(error) from error
+        self.__getattr__("__exit__")(exc_type, *exc)  # (its error named as every call's)
 
     def __repr__(self) -> str:
         return f"ShardWriter(shard {self.shard}, {self.writer!r})"

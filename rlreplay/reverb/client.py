@@ -20,7 +20,7 @@ from rlreplay.errors import ReplayError, ServerUnavailableError, describe
 from rlreplay.reverb import _nest, errors, specs
 from rlreplay.reverb._items import ItemFormat
 from rlreplay.reverb._priorities import checked_priorities, checked_priority
-from rlreplay.reverb.errors import ClosedError, InvalidArgumentError
+from rlreplay.reverb.errors import InvalidArgumentError, check_open
 from rlreplay.reverb.replay_sample import ReplaySample, SampleInfo
 from rlreplay.reverb.reverb_types import META_TABLE, TableInfo, table_info
 
@@ -455,17 +455,13 @@ class Writer:
     def __repr__(self) -> str:
         return f"Writer(steps={len(self._steps)}), closed: {self._closed}"
 
-    def _check_open(self, method: str) -> None:
-        if self._closed:
-            raise ClosedError(f"Calling method {method} after Close has been called")
-
     def append(self, data: Any) -> None:
         """Make one step (a nest) available to the next items.
 
         Raises:
             ClosedError: after :meth:`close`.
         """
-        self._check_open("Append")
+        check_open(self._closed, "Append")
         self._steps.append(_columns(_nest.flatten(data)))
 
     def append_sequence(self, sequence: Any) -> None:
@@ -475,7 +471,7 @@ class Writer:
             InvalidArgumentError (a ValueError): if the leaves differ in length.
             ClosedError: after :meth:`close`.
         """
-        self._check_open("AppendSequence")
+        check_open(self._closed, "AppendSequence")
         columns = _columns(_nest.flatten(sequence))
         lengths = {len(c) for c in columns}
         if len(lengths) != 1:
@@ -494,7 +490,7 @@ class Writer:
                 are held, steps of different structure, or data the table refuses.
             ClosedError: after :meth:`close`.
         """
-        self._check_open("CreateItem")
+        check_open(self._closed, "CreateItem")
         if (
             isinstance(num_timesteps, bool)
             or not isinstance(num_timesteps, int)

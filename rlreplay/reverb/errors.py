@@ -55,6 +55,16 @@ class ClosedError(ReverbError, _Closed, RuntimeError):
     failed precondition is)."""
 
 
+def check_open(closed: bool, method: str) -> None:
+    """Refuse ``method`` (Reverb's name of it) of a writer that was closed.
+
+    Raises:
+        ClosedError: if ``closed``.
+    """
+    if closed:
+        raise ClosedError(f"Calling method {method} after Close has been called")
+
+
 class InvalidArgumentError(ReverbError, _InvalidArgument):
     """An argument the call refuses (also a ``ValueError``)."""
 

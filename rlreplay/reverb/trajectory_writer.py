@@ -25,7 +25,7 @@ from rlreplay.errors import (
 )
 from rlreplay.reverb import _nest, errors
 from rlreplay.reverb._priorities import checked_priority
-from rlreplay.reverb.errors import ClosedError, InvalidArgumentError
+from rlreplay.reverb.errors import InvalidArgumentError, check_open
 from rlreplay.reverb.specs import shape_text, tf_dtype_name
 
 __all__ = ["TrajectoryColumn", "TrajectoryWriter"]
@@ -294,10 +294,6 @@ class TrajectoryWriter:
                 dropped,
             )
 
-    def _check_open(self, method: str) -> None:
-        if self._closed:
-            raise ClosedError(f"Calling method {method} after Close has been called")
-
     @property
     def history(self) -> Any:
         """Each column's history, nested as the appended data.
@@ -380,7 +376,7 @@ class TrajectoryWriter:
                 given twice in one (partial) step.
             ClosedError: after :meth:`close`.
         """
-        self._check_open("Append")
+        check_open(self._closed, "Append")
         if (
             not partial_step
             and not self._last_open
@@ -469,7 +465,7 @@ class TrajectoryWriter:
                 is not a finite number >= 0.
             ClosedError: after :meth:`close`.
         """
-        self._check_open("CreateItem")
+        check_open(self._closed, "CreateItem")
         columns: list[np.ndarray] | None = None
         if type(trajectory) is dict:
             keys = tuple(trajectory)
@@ -592,7 +588,7 @@ class TrajectoryWriter:
                 limiter held back stay held, and go in with a later call).
             ClosedError: after :meth:`close`.
         """
-        self._check_open("Flush")
+        check_open(self._closed, "Flush")
         if not _is_int(block_until_num_items) or block_until_num_items < 0:
             raise InvalidArgumentError(
                 f"block_until_num_items must be an int >= 0, got {describe(block_until_num_items)}"
@@ -615,7 +611,7 @@ class TrajectoryWriter:
 
     def end_episode(self, clear_buffers: bool = True, timeout_ms: int | None = None) -> None:
         """Flush, then start a new episode (clearing the history unless told not to)."""
-        self._check_open("EndEpisode")
+        check_open(self._closed, "EndEpisode")
         try:
             self.flush(0, timeout_ms)
         finally:
