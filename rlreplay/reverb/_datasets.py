@@ -19,7 +19,7 @@ import numpy as np
 from rlreplay.errors import RateLimiterTimeoutError, describe
 from rlreplay.reverb import _nest
 from rlreplay.reverb.client import Client, reverb_errors, to_reverb_keys
-from rlreplay.reverb.errors import InvalidArgumentError
+from rlreplay.reverb.errors import InvalidArgumentError, is_int
 from rlreplay.reverb.replay_sample import ReplaySample, SampleInfo
 from rlreplay.reverb.specs import TensorSpec, as_numpy_dtype, shape_fits
 
@@ -27,8 +27,7 @@ __all__ = ["Dataset", "TimestepDataset", "TrajectoryDataset"]
 
 
 def _check_count(name: str, value: Any, allow_unset: bool = True) -> int:
-    ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-    if not ok or (value < 1 and not (allow_unset and value == -1)):
+    if not is_int(value) or (value < 1 and not (allow_unset and value == -1)):
         raise InvalidArgumentError(
             f"{name}={describe(value)} must be an int >= 1" + (" or -1" if allow_unset else "")
         )

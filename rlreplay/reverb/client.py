@@ -20,7 +20,7 @@ from rlreplay.errors import ReplayError, ServerUnavailableError, describe
 from rlreplay.reverb import _nest, errors, specs
 from rlreplay.reverb._items import ItemFormat
 from rlreplay.reverb._priorities import checked_priorities, checked_priority
-from rlreplay.reverb.errors import InvalidArgumentError, check_open
+from rlreplay.reverb.errors import InvalidArgumentError, check_open, is_int
 from rlreplay.reverb.replay_sample import ReplaySample, SampleInfo
 from rlreplay.reverb.reverb_types import META_TABLE, TableInfo, table_info
 
@@ -269,11 +269,7 @@ class Client:
         """
         from rlreplay.reverb.trajectory_writer import TrajectoryWriter
 
-        if (
-            isinstance(num_keep_alive_refs, bool)
-            or not isinstance(num_keep_alive_refs, int)
-            or num_keep_alive_refs < 1
-        ):
+        if not is_int(num_keep_alive_refs) or num_keep_alive_refs < 1:
             raise InvalidArgumentError(
                 f"num_keep_alive_refs ({describe(num_keep_alive_refs)}) must be a positive integer"
             )
@@ -328,11 +324,7 @@ class Client:
             ValueError: with ``emit_timesteps``, for an item whose columns differ in length.
             InvalidArgumentError (a ValueError): for an unknown table.
         """
-        if (
-            isinstance(num_samples, bool)
-            or not isinstance(num_samples, (int, np.integer))
-            or num_samples < 1
-        ):
+        if not is_int(num_samples) or num_samples < 1:
             raise InvalidArgumentError(f"num_samples={describe(num_samples)} must be an int >= 1")
         signature = self._table(table).signature if unpack_as_table_signature else None
 
@@ -491,11 +483,7 @@ class Writer:
             ClosedError: after :meth:`close`.
         """
         check_open(self._closed, "CreateItem")
-        if (
-            isinstance(num_timesteps, bool)
-            or not isinstance(num_timesteps, int)
-            or num_timesteps < 1
-        ):
+        if not is_int(num_timesteps) or num_timesteps < 1:
             raise InvalidArgumentError(
                 f"num_timesteps ({describe(num_timesteps)}) must be a positive integer"
             )

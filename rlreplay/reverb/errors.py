@@ -4,6 +4,8 @@ both catch a call that ran out of time."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from rlreplay.errors import (
     ClosedError as _Closed,
 )
@@ -53,6 +55,11 @@ class UnavailableError(DeadlineExceededError, ServerUnavailableError):
 class ClosedError(ReverbError, _Closed, RuntimeError):
     """A writer's method called after its ``close()`` (a ``RuntimeError``, as Reverb's
     failed precondition is)."""
+
+
+def is_int(value: object) -> bool:
+    """Whether ``value`` is a Python or numpy integer (a bool is not)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
 def check_open(closed: bool, method: str) -> None:

@@ -12,7 +12,7 @@ import sys
 
 import rlreplay as _rr
 from rlreplay.errors import describe
-from rlreplay.reverb.errors import InvalidArgumentError
+from rlreplay.reverb.errors import InvalidArgumentError, is_int
 
 __all__ = ["MinSize", "Queue", "RateLimiter", "SampleToInsertRatio", "Stack"]
 
@@ -26,7 +26,7 @@ def _number(name: str, value: object) -> float:
 
 
 def _count(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_int(value) or value < 1:
         raise InvalidArgumentError(
             f"min_size_to_sample ({describe(value)}) must be a positive integer"
             if name == "min_size_to_sample"

@@ -22,7 +22,7 @@ import rlreplay as _rr
 from rlreplay.errors import describe
 from rlreplay.reverb import item_selectors, rate_limiters, specs
 from rlreplay.reverb._items import DEFAULT_MAX_ITEM_BYTES, ItemFormat
-from rlreplay.reverb.errors import InvalidArgumentError
+from rlreplay.reverb.errors import InvalidArgumentError, is_int
 from rlreplay.reverb.reverb_types import META_TABLE, TableInfo, table_info
 
 __all__ = ["Server", "Table", "TableExtensionBase"]
@@ -73,18 +73,11 @@ class Table:
             raise InvalidArgumentError(f"name={describe(name)} must be a non-empty string")
         if name == META_TABLE:
             raise InvalidArgumentError(f"name={name!r} is reserved; choose another name")
-        if (
-            isinstance(max_size, bool)
-            or not isinstance(max_size, (int, np.integer))
-            or max_size < 1
-        ):
+        if not is_int(max_size) or max_size < 1:
             raise InvalidArgumentError(
                 f"max_size ({describe(max_size)}) must be a positive integer"
             )
-        ok = isinstance(max_times_sampled, (int, np.integer)) and not isinstance(
-            max_times_sampled, bool
-        )
-        if not ok or max_times_sampled < 0:
+        if not is_int(max_times_sampled) or max_times_sampled < 0:
             raise InvalidArgumentError(
                 f"max_times_sampled={describe(max_times_sampled)} must be an int >= 0 (0: never)"
             )
@@ -93,11 +86,7 @@ class Table:
                 f"extensions={describe(extensions)}: rlreplay tables run no extensions; "
                 "leave extensions out"
             )
-        if (
-            isinstance(max_item_bytes, bool)
-            or not isinstance(max_item_bytes, int)
-            or max_item_bytes < 64
-        ):
+        if not is_int(max_item_bytes) or max_item_bytes < 64:
             raise InvalidArgumentError(
                 f"max_item_bytes={describe(max_item_bytes)} must be an int >= 64"
             )

@@ -25,7 +25,7 @@ from rlreplay.errors import (
 )
 from rlreplay.reverb import _nest, errors
 from rlreplay.reverb._priorities import checked_priority
-from rlreplay.reverb.errors import InvalidArgumentError, check_open
+from rlreplay.reverb.errors import InvalidArgumentError, check_open, is_int
 from rlreplay.reverb.specs import shape_text, tf_dtype_name
 
 __all__ = ["TrajectoryColumn", "TrajectoryWriter"]
@@ -589,11 +589,11 @@ class TrajectoryWriter:
             ClosedError: after :meth:`close`.
         """
         check_open(self._closed, "Flush")
-        if not _is_int(block_until_num_items) or block_until_num_items < 0:
+        if not is_int(block_until_num_items) or block_until_num_items < 0:
             raise InvalidArgumentError(
                 f"block_until_num_items must be an int >= 0, got {describe(block_until_num_items)}"
             )
-        if timeout_ms is not None and not _is_int(timeout_ms):
+        if timeout_ms is not None and not is_int(timeout_ms):
             raise InvalidArgumentError(
                 f"timeout_ms={describe(timeout_ms)} must be an int (milliseconds; None or < 0: "
                 "no limit)"
@@ -687,9 +687,6 @@ def _squeezed_columns(flat: list[Any]) -> list[np.ndarray] | None:
         out.append(ref.data)
     return out
 
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
 def _sortable(keys: tuple[Any, ...]) -> bool:
