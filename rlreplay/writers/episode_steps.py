@@ -301,7 +301,7 @@ class EpisodeSteps:
         self.appended = np.zeros(n, dtype=np.int64)  # episode rows cut into pieces so far
         self.serial = np.zeros(n, dtype=np.int64)  # episodes started per environment
         self.stepping = 0  # environments active or waiting for their reset
-        self.waiting = _NO_ENVS  # environments waiting for their reset (next-step mode)
+        self.open = 0  # environments active (an open episode)
         self.episodes = 0  # episodes ended
 
     def record(
@@ -314,14 +314,55 @@ class EpisodeSteps:
     ) -> None:
         """Record one checked step of every environment (see :meth:`StreamAdder.add`).
 
+        Environments without an open episode (before their :meth:`reset`, or after
+        :meth:`end_episode`) are left alone; in next-step mode, one that waits for its
+        reset starts its next episode with this step's observation.
+
         Raises:
             InvalidArgumentError: before any episode started, or for final observations
                 that do not fit; nothing changes then.
         """
+        if not self.stepping:
+            raise InvalidArgumentError("add() was called before reset(); call reset(obs) first")
+        done = term | trunc
+        any_done = bool(done.any())
+        ended = _NO_ENVS
+        if any_done:  # an environment waiting for its reset is not active
+            ended = np.flatnonzero(done if self.open == self.num_envs else done & self.active)
+        source = final_obs_source(self.mode, info, any_done)
+        final = obs
+        if source is not None and len(ended):
+            final = self.inputs.final_observations(obs, source, ended)
+        # Everything is checked: the adder changes from here on.
+        self.out.chunks.drain(self.timeout)
+        restart = np.flatnonzero(self.awaiting_reset) if self.open < self.stepping else _NO_ENVS
         if self.stepping == self.num_envs:
-            self.step_all(fields, obs, term, trunc, info)
+            # Whole arrays, no gathers: a waiting environment's ignored step lands in the
+            # first rows of its ended episode (``finish`` set its step count and base to
+            # 0), which its restart below clears.
+            self.rows.write_all(self.pad + self.steps if self.pad else self.steps, fields, final)
+            self.steps += 1
+        elif self.open:
+            idx = np.flatnonzero(self.active)
+            fields = {p: a[idx] for p, a in fields.items()}
+            final = {p: a[idx] for p, a in final.items()}
+            self.rows.write_step(idx, self.pad + self.steps[idx], fields, final)
+            self.steps[idx] += 1
+        if len(ended):
+            self.finish(ended, term[ended])
+        self.pieces.flush_ready()
+        self.out.release(self.rows)
+        if self.mode == "same_step":
+            restart = ended
         else:
-            self.step_some(fields, obs, term, trunc, info)
+            self.awaiting_reset[ended] = True
+        if len(restart):
+            self.start(restart, {p: a[restart] for p, a in obs.items()})
+            if self.pad >= self.chunk_length:  # new episodes' padding rows fill a chunk
+                self.pieces.flush_ready()
+                self.out.release(self.rows)
+        if len(ended) or len(restart):
+            self.count_stepping()
 
     def start(self, idx: np.ndarray, obs: dict[str, np.ndarray]) -> None:
         """Start episodes of environments ``idx`` with first observations ``obs[p][k]``
@@ -337,113 +378,16 @@ class EpisodeSteps:
         self.rows.write_first(idx, self.pad + 1, obs)
         self.pieces.started()
 
-    def step_all(
-        self,
-        fields: dict[str, np.ndarray],
-        obs: dict[str, np.ndarray],
-        term: np.ndarray,
-        trunc: np.ndarray,
-        info: Any,
-    ) -> None:
-        """:meth:`StreamAdder.add` when every environment steps or starts a new episode
-        (the common case): the step is written for every environment at once. An
-        environment that waits for its reset (next-step mode) gets its ignored step's
-        values written into its old buffer, which is cleared as its new episode starts."""
-        done = term | trunc
-        any_done = bool(done.any())
-        ended = _NO_ENVS
-        if any_done:
-            ended = np.flatnonzero(done & self.active if len(self.waiting) else done)
-        source = final_obs_source(self.mode, info, any_done)
-        final = obs
-        if source is not None and len(ended):
-            final = self.inputs.final_observations(obs, source, ended)
-        # Everything is checked: the adder changes from here on.
-        self.out.chunks.drain(self.timeout)
-        self.rows.write_all(self.pad + self.steps if self.pad else self.steps, fields, final)
-        self.steps += 1
-        if len(ended):
-            self.finish(ended, term[ended])
-        self.pieces.flush_ready()
-        self.out.release(self.rows)
-        restart = ended if self.mode == "same_step" else self.waiting
-        if self.mode == "next_step":
-            self.awaiting_reset[ended] = True
-            self.waiting = ended
-        if len(restart):  # finished: nothing appended; the ignored steps' rows are cleared
-            sel = _selector(restart)
-            self.rows.clear(sel)
-            self.active[sel] = True
-            self.awaiting_reset[sel] = False
-            self.steps[sel] = 0  # a waiting env's ignored step was counted
-            self.serial[sel] += 1
-            self.rows.write_first(restart, self.pad + 1, {p: a[sel] for p, a in obs.items()})
-            self.pieces.started()
-            if self.pad >= self.chunk_length:  # new episodes' padding rows fill a chunk
-                self.pieces.flush_ready()
-                self.out.release(self.rows)
-
-    def step_some(
-        self,
-        fields: dict[str, np.ndarray],
-        obs: dict[str, np.ndarray],
-        term: np.ndarray,
-        trunc: np.ndarray,
-        info: Any,
-    ) -> None:
-        """:meth:`StreamAdder.add` when some environments have no open episode (before their
-        :meth:`reset`, or after :meth:`end_episode`): those are left alone."""
-        done = term | trunc
-        if self.mode == "next_step":
-            resetting = self.awaiting_reset.copy()
-            valid = self.active & ~resetting
-        else:
-            resetting = None
-            valid = self.active.copy()
-        if not valid.any() and (resetting is None or not resetting.any()):
-            raise InvalidArgumentError("add() was called before reset(); call reset(obs) first")
-        any_done = bool(done.any())
-        ended = np.flatnonzero(valid & done) if any_done else _NO_ENVS
-        source = final_obs_source(self.mode, info, any_done)
-        final = obs
-        if source is not None and len(ended):
-            final = self.inputs.final_observations(obs, source, ended)
-        # Everything is checked: the adder changes from here on.
-        self.out.chunks.drain(self.timeout)
-        idx = np.flatnonzero(valid)
-        if len(idx):
-            fields = {p: a[idx] for p, a in fields.items()}
-            final = {p: a[idx] for p, a in final.items()}
-            self.rows.write_step(idx, self.pad + self.steps[idx], fields, final)
-            self.steps[idx] += 1
-            if len(ended):
-                self.finish(ended, term[ended])
-        self.pieces.flush_ready()
-        self.out.release(self.rows)
-        restart = _NO_ENVS
-        if resetting is not None and resetting.any():
-            restart = np.flatnonzero(resetting)
-        if self.mode == "same_step":
-            restart = ended
-        elif len(ended):
-            self.awaiting_reset[ended] = True
-        if len(restart):
-            self.start(restart, {p: a[restart] for p, a in obs.items()})
-            if self.pad >= self.chunk_length:  # new episodes' padding rows fill a chunk
-                self.pieces.flush_ready()
-                self.out.release(self.rows)
-        self.count_stepping()
-
     def count_stepping(self) -> None:
-        """Recount the environments that step (an open episode, or waiting for the reset
-        of a next-step env): a step is written for all at once when all do."""
-        self.stepping = int(np.count_nonzero(self.active | self.awaiting_reset))
-        self.waiting = np.flatnonzero(self.awaiting_reset)
+        """Recount the environments with an open episode and those that step (an open
+        episode, or waiting for the reset of a next-step env); an environment waiting
+        for its reset has no open episode (``awaiting_reset`` implies not ``active``)."""
+        self.open = int(np.count_nonzero(self.active))
+        self.stepping = self.open + int(np.count_nonzero(self.awaiting_reset))
 
     def finish(self, idx: np.ndarray, terminated: np.ndarray) -> None:
         """End the episodes of environments ``idx``: stage their last rows and items. Their
-        buffers are cleared when their next episodes start; until then a step written for
-        every environment lands in their first rows (step count and ``base`` 0)."""
+        buffers are cleared when their next episodes start."""
         self.pieces.end(idx, terminated)
         sel = _selector(idx)
         self.active[sel] = False

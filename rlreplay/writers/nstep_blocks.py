@@ -343,7 +343,7 @@ class NStepBlock:
                 o["ext"][:nitems].copy(),
             )
         episodes.active[:] = ~awaiting
-        episodes.waiting = np.flatnonzero(awaiting)
+        episodes.count_stepping()
         episodes.episodes += ended
         pieces.copied_rows += copied
         pieces.appended_rows += count
