@@ -1,14 +1,7 @@
 """Loading the optional compiled kernels, and reporting which ones are active.
 
-The package's install builds small C extensions (``rlreplay/core/_store.c``, ``_draws.c``,
-``_slots.c``, ``rlreplay/core/selectors/_sumtree.c``, ``rlreplay/writers/_blocks.c``,
-``rlreplay/integrations/_sb3_transitions.c``) when a C compiler is present. Each has an
-equivalent with the same results, used when the kernel was not built, when it fails to
-import, or when the environment variable ``RLREPLAY_NO_EXTENSION=1`` is set at import
-(tests run both paths and compare them): a numpy path behind the same function, or for
-``_blocks`` the n-step adder's per-call path.
-:func:`kernel_status` says which path each kernel takes in this process and why
-(``rlreplay info --build`` prints it).
+Each kernel has an equivalent with the same results, used when it is not built, fails to
+import, or ``RLREPLAY_NO_EXTENSION=1`` is set at import.
 """
 
 from __future__ import annotations
@@ -45,8 +38,7 @@ class KernelStatus:
     Attributes:
         module: the kernel's module name, e.g. ``"rlreplay.core._store"``.
         active: True when the compiled loops are used, False when the numpy path serves.
-        reason: ``"active"``, or why the numpy path serves (not built, disabled by
-            ``RLREPLAY_NO_EXTENSION=1``, or the import error's text).
+        reason: ``"active"``, or why the numpy path serves.
         path: the extension file when it exists, else ``None``.
     """
 
@@ -72,8 +64,7 @@ def _find(module: str) -> str | None:
 
 
 def load_kernel(module: str) -> ModuleType | None:
-    """The compiled module ``module``, or ``None`` when it is not built, fails to import or
-    is disabled; the outcome is recorded for :func:`kernel_status`."""
+    """The compiled module ``module``, or ``None``; recorded for :func:`kernel_status`."""
     path = _find(module)
     if _disabled():
         _loaded[module] = KernelStatus(
@@ -93,10 +84,7 @@ def load_kernel(module: str) -> ModuleType | None:
 def kernel_status(modules: Sequence[str] = KERNELS) -> list[KernelStatus]:
     """Which compiled kernels this process uses, one :class:`KernelStatus` per module.
 
-    Reports the decision each kernel's module made when it was imported (so a change of
-    ``RLREPLAY_NO_EXTENSION`` after ``import rlreplay`` does not show here, as it does not
-    change the running code); a module no part of the package loaded is loaded the same
-    way now.
+    Reports the decision made at import; later changes of ``RLREPLAY_NO_EXTENSION`` do not show.
 
     Args:
         modules: kernel module names (default: every kernel of the package).

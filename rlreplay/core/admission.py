@@ -1,11 +1,7 @@
 """A table's admission: its rate limiter, the waits of blocked calls, and closing.
 
-:class:`Admission` is the part of a :class:`~rlreplay.core.table.Table` that decides
-whether an insert or a sample may proceed now and, when not, waits for it on the store's
-condition with the call's one deadline (:class:`~rlreplay.core.waiting.BlockedCall`). A
-call still blocked after ``warn_after`` seconds logs one warning that names the table,
-the limiter's state and the likely cause. Closing the table wakes every waiting call with
-:class:`ClosedError`. Every method expects the store's lock held.
+Closing wakes every waiting call with :class:`ClosedError`. Every method expects the
+store's lock held.
 """
 
 from __future__ import annotations
@@ -43,10 +39,8 @@ class Admission:
 
     Args:
         name: the table's name (for messages).
-        rate_limiter: the table's limiter (its counters live there).
-        index: the table's items (their count is the limiter's ``size``).
-        store: the step store (its condition, and the queue that holds rows).
-        max_times_sampled: the table's limit (a queue's warning differs).
+        rate_limiter, index, store: the table's limiter, items and step store.
+        max_times_sampled: the table's limit.
         warn_after: seconds before a blocked call's warning (``None``: never).
     """
 
@@ -68,8 +62,7 @@ class Admission:
         self.closed = False
 
     def blocked_call(self, timeout: float | None, what: str, n: int = 1) -> waiting.BlockedCall:
-        """The waiting of one blocked ``what`` ("insert" or "sample") of ``n`` items on
-        this table."""
+        """The waiting of one blocked ``what`` of ``n`` items on this table."""
         return waiting.BlockedCall(
             self.store.waits,
             timeout,
@@ -79,17 +72,14 @@ class Admission:
         )
 
     def describe(self, what: str, n: int = 1) -> str:
-        """The warning of a call of ``n`` items blocked for ``warn_after`` seconds: who
-        blocks and why."""
+        """The warning of a call of ``n`` items blocked for ``warn_after`` seconds."""
         return (
             f"{what} on table {self.name!r} has been blocked for over {self.warn_after:g}s "
             f"({self.state()}): {self.likely_cause(what, n)}"
         )
 
     def timeout_message(self, what: str, waited: float | None, n: int = 1) -> str:
-        """The message of a ``what`` of ``n`` items that timed out after ``waited``
-        seconds: the limiter's state and the likely cause, as in the warning (a timeout
-        shorter than ``warn_after`` never shows the warning)."""
+        """The message of a ``what`` of ``n`` items that timed out after ``waited`` seconds."""
         return (
             f"{what} on table {self.name!r} was blocked by its rate limiter for {waited}s "
             f"({self.state()}): {self.likely_cause(what, n)}"
@@ -104,9 +94,7 @@ class Admission:
         )
 
     def likely_cause(self, what: str, n: int = 1) -> str:
-        """Why a ``what`` ("insert" or "sample") of ``n`` items on this table is held
-        back, in words: who is not doing their part ("no sampler is consuming this queue",
-        ...)."""
+        """Why a ``what`` of ``n`` items is held back, in words."""
         lim = self.rate_limiter
         if what == "insert" and lim.can_insert(n, self.index.size):
             blocker = self.store.overwrite.blocker
@@ -142,9 +130,9 @@ class Admission:
         what: str,
         n: int = 1,
     ) -> waiting.BlockedCall | None:
-        """Wait on the store's condition until ``allowed()`` (lock held); returns the
-        call's :class:`BlockedCall` (``None`` if it never had to wait), to be passed to
-        its later waits so that ``timeout`` bounds them all together.
+        """Wait on the store's condition until ``allowed()`` (lock held); returns its BlockedCall.
+
+        Pass the result (``None`` if it never waited) to the call's later waits.
 
         Raises:
             ClosedError: if the table is or gets closed.
@@ -171,8 +159,7 @@ class Admission:
         return self.wait_until(allowed, waiter, timeout, "insert", n)
 
     def admit_samples(self, n: int, timeout: float | None) -> None:
-        """Wait until the rate limiter admits a sample of ``n`` items from a non-empty
-        table (lock held); the time blocked counts as ``sample_blocked_s``.
+        """Wait until the rate limiter admits a sample of ``n`` items (lock held).
 
         Raises:
             ClosedError, RateLimiterTimeoutError: as :meth:`wait_until`.
@@ -184,9 +171,7 @@ class Admission:
             waiter.settle()
 
     def can_sample(self, n: int) -> bool:
-        """Whether a sample of ``n`` items would proceed now without blocking or failing:
-        the table is open and holds items, the limiter admits ``n`` samples and the
-        sampler has an item to draw (not so when every priority is 0; lock held)."""
+        """Whether a sample of ``n`` items would proceed now without blocking or failing."""
         size = self.index.size
         return (
             not self.closed
@@ -196,9 +181,7 @@ class Admission:
         )
 
     def can_insert(self, n: int, rows: int) -> bool:
-        """Whether ``n`` inserts would proceed now: the limiter admits them and the store
-        can take ``rows`` new rows (0 for items over stored steps) without waiting for a
-        queue's items (lock held)."""
+        """Whether ``n`` inserts of ``rows`` new rows would proceed now (lock held)."""
         if self.closed or not self.rate_limiter.can_insert(n, self.index.size):
             return False
         if rows == 0:

@@ -1,16 +1,7 @@
 """Output arrays for sampled batches, reused once nothing outside refers to them.
 
-A batch of large items is megabytes (256 Atari frames stacks are 7 MB a field). A fresh
-array for every batch is fresh memory from the operating system, and its first write pays a
-page fault per 4 KiB page: on the machines measured here that made gathering a batch of
-images five times slower than copying the same bytes into memory already in use.
-
-:class:`BatchBuffers` keeps the last few output arrays of each shape. When a sample asks
-for an array and one of the kept arrays has no reference left but the pool's own (the
-learner dropped the batch, and no view, tensor or pending send holds it), that array is
-written again instead of a new one. A batch the caller still holds, or any view of it, is
-never touched. Arrays smaller than :data:`MIN_BYTES` are always allocated fresh (small
-allocations are cheap and reuse their memory already).
+Reuse avoids fresh memory's page faults; a batch or view the caller still holds is never
+touched.
 """
 
 from __future__ import annotations
@@ -28,8 +19,7 @@ def _refcount_at(arrays: list[np.ndarray], i: int) -> int:
     return sys.getrefcount(arrays[i])
 
 
-# What _refcount_at reports for an array held by nothing but its list (measured, since
-# the count of temporary references depends on the interpreter).
+# What _refcount_at reports for an array held only by its list (measured: interpreters differ).
 _ONLY_LISTED = _refcount_at([np.empty(1)], 0)
 
 
@@ -44,8 +34,7 @@ def _spare_index(arrays: list[np.ndarray]) -> int:
 class BatchBuffers:
     """Output arrays of one table's samples (call with the table's lock held).
 
-    Memory: up to ``KEEP`` arrays per output shape stay allocated while the table lives,
-    each at least ``MIN_BYTES``.
+    Up to ``KEEP`` arrays of at least ``MIN_BYTES`` per output shape stay allocated.
     """
 
     def __init__(self) -> None:

@@ -1,13 +1,7 @@
 """Reading items whose windows depend on each item's extent (``from_end``/``pad``).
 
-Used by :class:`~rlreplay.core.table.Table` for layouts with per-item extents (n-step
-transitions that end early at an episode's end, padded sequences and episodes).
-
-Windows that read the same column at per-item offsets that turn out equal across the
-batch (the common case: every n-step transition in the batch is full length) are read
-with *one* gather of the rows they cover together; each output is then a view of that
-block. ``obs`` and ``next_obs`` of stacked frames thus cost one ``[B, n + k]`` gather
-instead of two ``[B, k]`` ones, and share memory: copy before writing into them.
+Windows of one column whose offsets turn out equal across the batch are read with one
+gather, each output a view of it: outputs may share memory, so copy before writing.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """Which held items a batch of keys names: the lookup behind priority updates and deletes.
 
-A key names a slot and a generation (keys.py). Given a table's per-slot records, the
-lookup keeps the keys whose slot holds an item of that generation, each slot once (the
-last key for it wins), counts the others as stale (items since removed or overwritten)
-and refuses keys the table never issued. The compiled loop (``_slots.c``) does this in
-one pass for int64 key arrays; the numpy path here is its twin, and names the offending
-entry when the compiled loop finds one. Nothing here changes the records.
+Stale keys are counted, keys never issued refused; ``_slots.c`` and the numpy path here
+are twins.
 """
 
 from __future__ import annotations
@@ -34,9 +30,7 @@ def held(
     priorities: Any,
     deleting: bool,
 ) -> tuple[np.ndarray, np.ndarray | None, int]:
-    """``(slots, priorities, stale)``: the slots of the held items that ``keys`` name, each
-    once (the last key for it wins), their priorities (``None`` when ``deleting``), and
-    how many keys named items no longer held.
+    """``(slots, priorities, stale)`` of the held items ``keys`` name.
 
     Args:
         kernel: the compiled ``_slots`` module, or ``None`` for the numpy path.
@@ -82,9 +76,7 @@ def current(
     """The numpy path of :func:`held`, for keys already split into slots and generations.
 
     Raises:
-        InvalidArgumentError: for a key this table never issued (generation 0, or
-            outside the generations it issued for the slot while the slot has not
-            cycled: a key of another table, see keys.py).
+        InvalidArgumentError: for a key this table never issued.
     """
     fields = records.generation[slots]
     gens = relative_generations(gens, origin)

@@ -1,14 +1,9 @@
 """Item draws: choosing which items a sample returns and reading their data.
 
-Random samplers draw a whole batch at once. With ``max_times_sampled`` a batch behaves as
-consecutive single samples, an item leaving the sampler as soon as it reaches the limit:
-the batch's independent draws stand up to the first one that exhausts an item (until then
-the sampler's distribution is unchanged), and the rest of the batch is drawn one at a
-time without the exhausted items. Deterministic samplers (Fifo, Lifo, heaps) return their first
-items in order. :class:`DrawPlan` is the part of a :class:`rlreplay.core.table.Table` that
-does this: it owns the gather plan (which column rows each output field reads) and the
-reusable batch buffers, and reads (and, for ``max_times_sampled``, changes) the table's
-:class:`~rlreplay.core.item_index.ItemIndex`. Every method expects the table's lock held.
+Under ``max_times_sampled`` a batch behaves as consecutive single samples: independent
+draws stand up to the first that exhausts an item, the rest is drawn one at a time.
+:class:`DrawPlan` owns the gather plan and the reusable batch buffers. Every method
+expects the table's lock held.
 """
 
 from __future__ import annotations
@@ -37,8 +32,7 @@ def _usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-# A batch of several MB (image frames) is copied on two threads where two cores are there:
-# one core's copy does not reach the memory bandwidth two reach (about 30 % faster here).
+# A batch of several MB is copied on two threads where two cores are there.
 GATHER_THREADS = min(2, _usable_cores())
 
 
@@ -73,14 +67,11 @@ class DrawPlan:
         self._batch_buffers = BatchBuffers()
 
     def replan(self) -> None:
-        """Take the store's columns afresh (lock held): a checkpoint restore replaced
-        them (with memory-mapped files, say)."""
+        """Take the store's columns afresh (lock held), after a restore replaced them."""
         self._gather_plan = self._plan_gather()
 
     def draw(self, n: int, buffers: BatchBuffers | None = None) -> Sample:
-        """Sample ``n`` items (the table has checked that it may); items that reach
-        ``max_times_sampled`` are removed from the index. ``buffers`` (anything with
-        ``empty(shape, dtype)``) gives the output arrays; default the plan's own."""
+        """Sample ``n`` items into ``buffers`` (default the plan's own), removing exhausted ones."""
         index = self.index
         sampler = index.sampler
         size = index.size
@@ -102,8 +93,7 @@ class DrawPlan:
         return Sample(data, info)
 
     def _mark_sampled(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Keys, priorities and sample counts (this draw included) of the drawn slots; an
-        item drawn for the first time (its count now 1) counts in ``sampled_items``."""
+        """Keys, priorities and sample counts of the drawn slots; counts first draws."""
         index = self.index
         index.changes.note(slots)
         if _kernel is not None:
@@ -143,9 +133,7 @@ class DrawPlan:
     def _limited(
         self, slots: np.ndarray, probabilities: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
-        """A batch of independent draws as consecutive single samples under
-        ``max_times_sampled``: its draws up to the first that exhausts an item stand (no
-        item left the sampler before it), the rest is drawn again one at a time."""
+        """Independent draws as consecutive single samples under ``max_times_sampled``."""
         n = len(slots)
         times = self.index.times_sampled[slots].astype(np.int64) + occurrence_rank(slots) + 1
         exhausting = np.flatnonzero(times >= self.max_times_sampled)
@@ -157,12 +145,7 @@ class DrawPlan:
         return slots, np.concatenate([probabilities[:k], more_probabilities])
 
     def _sequential_picks(self, n: int, drawn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Draw ``n`` items one at a time after the ``drawn`` ones, hiding exhausted items
-        (those ``drawn`` exhausts first) until the batch is complete.
-
-        The batch ends early when nothing drawable is left (every item hidden, or only
-        items of priority 0); hidden items always return to the sampler.
-        """
+        """Draw ``n`` items one at a time after ``drawn``, hiding exhausted ones; may end early."""
         sampler, rng, times_sampled = self.index.sampler, self.index.rng, self.index.times_sampled
         slots = np.empty(n, dtype=np.int64)
         probs = np.empty(n)
@@ -193,8 +176,7 @@ class DrawPlan:
         return slots, probs
 
     def _plan_gather(self) -> list[tuple[str, np.ndarray, int, np.ndarray | None]]:
-        """Per output field: (name, the column's array, row offset of a one-step window,
-        and the step offsets of a sequence window, or None)."""
+        """Per output field: (name, column, row offset, sequence step offsets or None)."""
         lanes = self.store.lanes
         plan = []
         for name, win in self.layout.windows.items():

@@ -1,23 +1,8 @@
 """The item index: a table's items, one per anchor slot, and the state that goes with them.
 
-A table holds at most one item per anchor step, in the slot equal to the anchor's row in
-the step store. :class:`ItemIndex` owns everything per slot (a record of generation,
-times sampled and, where a selector uses priorities, the priority: 16 bytes, or 8; the
-live flag; the item's extent for layouts with per-item extents), the sampler and the
-remover (the selectors) and the table's size and counters, and keeps them in agreement:
-every method leaves ``size``, the live flags and both selectors consistent, or raises
-before changing anything. The table calls it with its lock held; the overwrite protocol
-(overwrite.py) calls :meth:`ItemIndex.evict_rows`, :meth:`~ItemIndex.detach_for_move`
-and :meth:`~ItemIndex.attach_moved` for rows the store is about to overwrite.
-
-Its parts: the per-slot arrays and their layout are a
-:class:`~rlreplay.core.slot_records.SlotRecords` it owns (they write the records of new
-and moved items, a batch in one compiled pass), the lookup of the items keys name is
-:mod:`rlreplay.core.held_keys`; its checkpoint state (whole, or in slices while the slots
-changed meanwhile are noted: :mod:`rlreplay.core.slot_changes`) is made, checked and put
-back here. The compiled loops of ``_slots.c`` are bound here
-(``_kernel``, handed to the records and the lookup; ``None`` without a compiler: the
-numpy twins).
+The slot of an item is its anchor's row in the store. Every :class:`ItemIndex` method leaves
+records, live flags, selectors, size and counters consistent, or raises before changing
+anything. The table calls it with its lock held.
 """
 
 from __future__ import annotations
@@ -52,8 +37,7 @@ COUNTERS = (
     "stale_deletes",
     "sampled_items",
 )
-# Counted since creation but for ``sampled_items`` (items drawn at least once), which a
-# reset zeroes as it zeroes the rate limiter's counts (Reverb's num_unique_samples).
+# Counted since creation but ``sampled_items``, which a reset zeroes (as Reverb does).
 
 
 class ItemIndex:
@@ -65,27 +49,9 @@ class ItemIndex:
         max_size: most items held; inserts beyond it evict the remover's choice.
         span: the layout's span (the steps an item reads).
         variable: whether items have per-item extents (``from_end``/``pad`` windows).
-        default_priority: priority of items inserted without one (``None``: the largest
-            priority seen so far, 1.0 at first).
+        default_priority: priority of items inserted without one (``None``: the largest seen).
         rng: the table's random generator (victims of random removers).
-        origin: the table's generation origin (0 .. 2**31 - 2, see keys.py): the keys of
-            its items carry their generations moved by it, so that another table's keys
-            are refused as not this table's.
-
-    Attributes (read by the table and the draws; changed only through the methods):
-        size, live, priority, generation, times_sampled, slot_bytes, extent, counts,
-        max_priority, origin, keeps_priorities, remover_active; ``live_in`` and
-        ``any_live_in`` are :class:`~rlreplay.core.slot_records.SlotRecords`'
-        (slots holding items among a range of rows, and whether any does).
-
-    Remover: a table whose ``max_size`` reaches ``capacity`` never asks its remover for
-    victims (see :mod:`rlreplay.core.idle_remover`): the remover is left unbound and idle
-    (``remover_active`` False), costing no memory and no work per insert.
-
-    Priorities: when neither selector uses them (``Uniform``, ``Fifo``, ``Lifo``), the
-    index keeps none (its records take 8 bytes per slot, not 16): priorities given to
-    inserts and updates are checked, then dropped, and every item's priority reads as
-    :data:`UNKEPT_PRIORITY` (``priority`` is then a read-only array of it).
+        origin: the table's generation origin (see keys.py), so other tables' keys are refused.
     """
 
     def __init__(
@@ -110,8 +76,6 @@ class ItemIndex:
         self.span = span
         self.default_priority = default_priority
         self.rng = rng
-        # The per-slot arrays are the records' (written in place, never replaced); the
-        # index holds references to them so its calls reach them with no indirection.
         self.records = records = SlotRecords(
             capacity, slot_record_dtype(sampler, remover), variable
         )
@@ -120,16 +84,12 @@ class ItemIndex:
         self.priority, self.generation = records.priority, records.generation
         self.times_sampled = records.times_sampled
         self.live, self.extent = records.live, records.extent
-        # The records' queries of the live flags, bound here (the overwrite protocol calls
-        # ``index.live_in`` / ``index.any_live_in`` for the rows it is about to overwrite).
         self.live_in, self.any_live_in = records.live_in, records.any_live_in
         sampler.bind(capacity)
         self.remover_active = not idle_remover.remover_is_idle(capacity, max_size)
-        # The remover's calls go to ``_remover``: None while it is idle.
         self._remover = remover if self.remover_active else None
         if self._remover is not None:
             remover.bind(capacity)
-        # The largest priority the selectors in use take (see Selector.max_priority).
         self.priority_cap = min(
             sampler.max_priority, remover.max_priority if self.remover_active else float("inf")
         )
@@ -137,13 +97,11 @@ class ItemIndex:
         self.size = 0
         self.max_priority = 1.0
         self.counts = dict.fromkeys(COUNTERS, 0)
-        # While a checkpoint copies the per-slot state in slices: the slots each mutation
-        # below changes are noted here; else notes go nowhere (rlreplay.core.slot_changes).
+        # While a checkpoint copies slices, the slots each mutation changes are noted here.
         self.changes: SlotChanges | Untracked = UNTRACKED
 
-    # --------------------------------------------------------------- creation
     def check_priority_range(self, prios: np.ndarray | None, argument: str = "priorities") -> None:
-        """Refuse priorities (checked finite and >= 0) beyond what the selectors take.
+        """Refuse priorities beyond what the selectors take.
 
         Raises:
             InvalidArgumentError: naming the largest, the cap and why.
@@ -173,21 +131,14 @@ class ItemIndex:
     def claim(
         self, slots: np.ndarray, prios: np.ndarray | None, start: int | None = None
     ) -> np.ndarray:
-        """Make new items at ``slots`` (distinct; ``slots == arange(start, start + n)`` when
-        ``start`` is given, which lets per-slot state be written through slices); returns
-        their keys.
-
-        Items this table holds on those slots are the ones whose rows the caller has
-        just rewritten: they are overwritten (counted as overwrite evictions), and when
-        all of them are, the new items take over their selector entries.
-        """
+        """Make new items at distinct ``slots`` (``arange(start, start + n)``); return keys."""
         n = len(slots)
         fill = self.default_priority
         fill = self.max_priority if fill is None else float(fill)
         self.changes.note(slots)
         if prios is not None:
             self.max_priority = max(self.max_priority, float(prios.max()))
-        # Every slot holds an item when the index is full (a full ring's rows): no count.
+        # A full index has every slot live: nothing to count.
         if self.size == self.capacity:
             held = n
         else:
@@ -214,14 +165,11 @@ class ItemIndex:
         self._newest = int(slots[-1]) if start is None else start + n - 1
         return keys
 
-    # ---------------------------------------------------------------- removal
     def remove(self, slots: np.ndarray) -> None:
         """Remove the held items at ``slots`` (distinct).
 
         Raises:
-            InvalidArgumentError: if a slot is out of range or holds no item; nothing
-                changes then (the check comes before any change, and the changes after
-                it cannot fail, so removal never stops halfway).
+            InvalidArgumentError: if a slot is out of range or holds no item; nothing changes then.
         """
         slots = np.asarray(slots, dtype=np.int64)
         if len(slots) == 0:
@@ -233,7 +181,7 @@ class ItemIndex:
         self._drop(slots)
 
     def _drop(self, slots: np.ndarray) -> None:
-        """:meth:`remove` without its checks: ``slots`` (int64, distinct) all hold items."""
+        """:meth:`remove` without its checks."""
         self.changes.note(slots)
         self.sampler.delete(slots)
         if self._remover is not None:
@@ -242,24 +190,18 @@ class ItemIndex:
         self.size -= len(slots)
 
     def evict_slots(self, slots: np.ndarray) -> None:
-        """Remove held items whose rows are overwritten (counted as overwrite evictions).
-
-        ``slots`` (int64, distinct) must all hold items: the callers take them from
-        :attr:`live`, so they are not checked again.
-        """
+        """Remove held items at ``slots`` whose rows are overwritten (not checked again)."""
         self._drop(slots)
         self.counts["overwrite_evictions"] += len(slots)
 
     def evict_rows(self, start: int, n: int) -> None:
-        """Remove the items anchored on rows ``[start, start + n)`` (wrapping), which the
-        store is about to overwrite."""
+        """Remove the items anchored on rows ``[start, start + n)`` (wrapping)."""
         if n <= 0 or self.size == 0:
             return
         doomed = self.live_in(start, n)
         if len(doomed):
             self.evict_slots(doomed)
 
-    # -------------------------------------------------------------- relocation
     def spans(self, slots: np.ndarray) -> np.ndarray:
         """Steps each item at ``slots`` reads (its extent, or the layout's span)."""
         if self.extent is not None:
@@ -267,8 +209,7 @@ class ItemIndex:
         return np.full(len(slots), self.span, dtype=np.int64)
 
     def detach_for_move(self, slot: int) -> tuple[int, tuple[float, int, int]]:
-        """Take the item at ``slot`` off its row, which is about to be overwritten, keeping
-        its selector entries for :meth:`attach_moved`; returns ``(span, state)``."""
+        """Take the item at ``slot`` off its row, keeping its selector entries."""
         span = int(self.spans(np.array([slot]))[0])
         state = (float(self.priority[slot]), int(self.times_sampled[slot]), span)
         self.changes.note(np.array([slot]))
@@ -276,8 +217,7 @@ class ItemIndex:
         return span, state
 
     def attach_moved(self, old: int, new: int, state: tuple[float, int, int]) -> None:
-        """The item taken off ``old`` now lives at ``new``, where its steps were copied:
-        same priority, times sampled and place in the selectors' order; a new key."""
+        """The item taken off ``old`` now lives at ``new``, with a new key."""
         priority, times, span = state
         self.changes.note(np.array([old, new]))
         self.sampler.move(old, new, priority)
@@ -286,7 +226,6 @@ class ItemIndex:
         self.records.place_moved(new, priority, times, span)
         self.counts["relocations"] += 1
 
-    # ------------------------------------------------------------ by key
     def update(self, slots: np.ndarray, prios: np.ndarray) -> None:
         """Set the priorities of held items (distinct slots)."""
         if len(slots):
@@ -299,10 +238,7 @@ class ItemIndex:
                 self._remover.update(slots, prios)
 
     def held(self, keys: Any, priorities: Any, stale_counter: str):
-        """``(slots, priorities)`` of the held items that ``keys`` name, each slot once (the
-        last key for it wins); keys of items no longer held are skipped and counted in
-        ``stale_counter``. ``priorities`` is ``None`` for deletes (see
-        :mod:`rlreplay.core.held_keys`).
+        """``(slots, priorities)`` of the held items ``keys`` name; stale keys are counted.
 
         Raises:
             InvalidArgumentError: for keys this table never issued or invalid priorities;
@@ -328,22 +264,19 @@ class ItemIndex:
         self.size = 0
         self.max_priority = 1.0
 
-    # ------------------------------------------------------------ checkpoints
     @property
     def newest(self) -> int:
-        """The slot of the item inserted last (the order an idle remover's state uses)."""
+        """The slot of the item inserted last."""
         return self._newest
 
     def state(
         self, into: dict[str, Any] | None = None, *, idle_remover_later: bool = False
     ) -> dict[str, Any]:
-        """A snapshot (copies, lock held) of every slot's item state, the size, the
-        counters, the generation origin and both selectors' states, for checkpoints;
-        :meth:`load_state` puts it back. ``into``: arrays from :meth:`state_buffers` to
-        copy into instead of allocating. ``idle_remover_later``: leave an idle
-        remover's state ``None``, for :func:`~rlreplay.core.idle_remover.idle_state` to
-        make from the snapshot where one is needed, after the lock is released (it costs
-        an index build, not a copy)."""
+        """A snapshot (copies, lock held) of the index for checkpoints; see :meth:`load_state`.
+
+        ``into``: arrays from :meth:`state_buffers`. ``idle_remover_later``: leave an idle
+        remover's state ``None``, for :func:`~rlreplay.core.idle_remover.idle_state`.
+        """
         into = into or {}
         out: dict[str, Any] = self.records.state(into)
         return self._with_scalars(out, into, None, idle_remover_later)
@@ -351,9 +284,7 @@ class ItemIndex:
     def _with_scalars(
         self, out: dict[str, Any], into: dict[str, Any], sampler: Any, idle_remover_later: bool
     ) -> dict[str, Any]:
-        """``out`` (the per-slot arrays) completed with the state beside them, taken now
-        (lock held): sizes, counters, the sampler's state (``sampler`` if already copied
-        in slices) and the remover's (None for an idle remover built later)."""
+        """``out`` completed with sizes, counters and selector states (lock held)."""
         extent = out.pop("extent", None)
         out.update(
             size=self.size,
@@ -373,15 +304,13 @@ class ItemIndex:
         return out
 
     def _remover_state(self, into: dict[str, Any] | None) -> dict[str, Any]:
-        """The remover's state; an idle remover's is made now, holding the items in
-        :func:`~rlreplay.core.idle_remover.idle_order`."""
+        """The remover's state; an idle remover's is made now."""
         if self.remover_active:
             return self.remover.state(into)
         return idle_remover.idle_state(self.remover, self.live, self.newest, self.priority, into)
 
     def state_buffers(self) -> dict[str, Any]:
-        """Arrays :meth:`state` can copy into, made (and written once) outside the
-        table's lock; see :meth:`Selector.state_buffers`."""
+        """Arrays :meth:`state` can copy into, made outside the table's lock."""
         out = self.records.state_buffers()
         out["sampler"] = self.sampler.state_buffers()
         if self.remover_active:  # (an idle remover's state is made, not copied: no buffers)
@@ -389,18 +318,11 @@ class ItemIndex:
         return out
 
     def start_sliced_state(self, into: dict[str, Any] | None) -> tuple[dict, list]:
-        """The first step of a :meth:`state` taken in slices (lock held): the state's
-        per-slot arrays, not filled yet (records, live flags, extents and, where the
-        sampler offers them, its arrays: see :meth:`Selector.state_parts`), and the parts
-        that fill them, ``(array, its copy, slots per entry)``. From now on the index
-        notes the slots its mutations change. The caller copies the parts, a slice per
-        lock hold; at the moment (lock held) it copies again the entries
-        :meth:`take_changes` and :func:`~rlreplay.core.slot_changes.changed_entries`
-        name and completes the state with :meth:`finish_scalars` (see
-        :meth:`rlreplay.checkpoint.state_files.StateStream.moment`), or it calls
-        :meth:`abandon_sliced_state`. (Arrays missing from ``into`` are made
-        empty: they take no memory until written, so a caller that writes the slices
-        elsewhere, into files, may use them only to see where each part's entries go.)"""
+        """Start a :meth:`state` taken in slices (lock held); returns its arrays and parts.
+
+        From now on the index notes the slots it changes, until :meth:`take_changes` or
+        :meth:`abandon_sliced_state`.
+        """
         into = into or {}
         out, parts = self.records.state_parts(into)
         sampler = self.sampler.state_parts(into.get("sampler"))
@@ -411,17 +333,15 @@ class ItemIndex:
         return out, parts
 
     def take_changes(self) -> np.ndarray | None:
-        """The slots changed since :meth:`start_sliced_state`, sorted, each once, or
-        ``None`` when every slot may have changed (a reset or a restore); the index stops
-        noting changes (lock held)."""
+        """Slots changed since :meth:`start_sliced_state` (``None``: all); stops noting."""
+
         changes, self.changes = self.changes, UNTRACKED
         return None if not changes.tracking or changes.everything else changes.slots()
 
     def finish_scalars(
         self, out: dict[str, Any], into: dict[str, Any] | None, idle_remover_later: bool
     ) -> dict[str, Any]:
-        """Complete a sliced state's ``out`` (its per-slot parts taken) with the rest of
-        the state, taken now as :meth:`state` takes it (lock held)."""
+        """Complete a sliced state's ``out`` with the rest of the state (lock held)."""
         sampler = out.pop("sampler", None)
         return self._with_scalars(out, into or {}, sampler, idle_remover_later)
 
@@ -430,9 +350,7 @@ class ItemIndex:
         self.changes = UNTRACKED
 
     def moment_buffers(self) -> dict[str, Any]:
-        """Arrays for what the moment of a sliced state copies whole (lock held), made
-        outside the lock: the sampler's state where the sampler offers no parts, an
-        active remover's state (an idle remover's is not taken)."""
+        """Arrays for what a sliced state's moment copies whole, made outside the lock."""
         out: dict[str, Any] = {}
         if type(self.sampler).state_parts is Selector.state_parts:  # no parts offered
             out["sampler"] = self.sampler.state_buffers()
@@ -441,13 +359,7 @@ class ItemIndex:
         return out
 
     def _check_state(self, state: dict[str, Any]) -> int:
-        """Check that ``state`` fits this index (arrays of one entry per slot, live flags
-        that agree with the size, an origin in range); returns its size.
-
-        Raises:
-            InvalidArgumentError: naming what does not fit, the sampler's and an active
-                remover's states included.
-        """
+        """Check that ``state`` fits this index; returns its size. Raises InvalidArgumentError."""
         self.records.check_state(state)
         self.sampler.check_state(state["sampler"])
         if self.remover_active:  # an idle remover keeps no state to load
@@ -462,13 +374,11 @@ class ItemIndex:
         return size
 
     def load_state(self, state: dict[str, Any]) -> None:
-        """Put back what :meth:`state` returned, for an index of the same capacity and
-        extents (lock held).
+        """Put back what :meth:`state` returned (lock held).
 
         Raises:
-            InvalidArgumentError: if an array does not fit this index (the selectors'
-                states included), or the live flags disagree with the size; nothing
-                changes then.
+            InvalidArgumentError: if an array does not fit this index or the live flags disagree
+                with the size; nothing changes then.
         """
         size = self._check_state(state)
         self.changes.note_all()
@@ -487,6 +397,6 @@ class ItemIndex:
             self._remover.load_state(state["remover"])
 
     def nbytes(self) -> int:
-        """Bytes of item bookkeeping (per-slot state, sampler and remover indexes)."""
+        """Bytes of item bookkeeping."""
         remover = self.remover.nbytes() if self.remover_active else 0
         return self.records.nbytes() + self.sampler.nbytes() + remover

@@ -1,26 +1,9 @@
 """Item layouts: how an item's data is read out of the step store.
 
-An item is an anchor step plus a layout shared by the whole table. For each output field
-the layout names a source column, an offset from the anchor and a length:
-
-* ``length=None``: one step, returned as ``[B, *shape]``;
-* ``length=T``: ``T`` consecutive steps, returned as ``[B, T, *shape]``.
-
-Items may also have a per-item *extent* (how many stored steps the item covers, at most
-the layout's ``span``), given when the item is created. Two window options use it:
-
-* ``from_end=True``: ``offset`` counts back from the item's last step, so an n-step
-  transition that ends early (episode end) still reads ``next_obs`` from its own last
-  step;
-* ``pad=True`` (with ``length=T``): the window reads the item's own steps from
-  ``offset`` on, at most ``T`` of them; positions past the item's end come back as
-  zeros, and the layout's ``mask_field`` (if set) returns a ``[B, T]`` bool mask.
-
-A transition ``(obs, action, reward, next_obs)`` reads ``obs``/``action``/``reward`` at
-offset 0 and ``next_obs`` from the *same* ``obs`` column at offset 1, so each
-observation is stored once. The anchor is always the item's oldest step (every offset
-is >= 0), which is what lets the store evict an item before any of its steps is
-overwritten.
+Each output field reads a column at an offset from the anchor: one step (``[B, *shape]``)
+or ``length=T`` steps (``[B, T, *shape]``); ``from_end`` and ``pad`` windows depend on
+each item's extent. Invariant: the anchor is the item's oldest step (offsets >= 0), so an
+item can be evicted before any of its steps is overwritten.
 """
 
 from __future__ import annotations
@@ -42,12 +25,7 @@ def _is_int(value: object) -> bool:
 
 
 def _as_signature(signature: object) -> Signature:
-    """``signature`` as a :class:`Signature`; a dict of field specs is converted.
-
-    Raises:
-        InvalidArgumentError: naming ``signature``, for anything else, or a dict that is
-            not a valid signature.
-    """
+    """``signature`` as a :class:`Signature`; a dict of field specs is converted."""
     if isinstance(signature, Signature):
         return signature
     if isinstance(signature, Mapping):
@@ -70,7 +48,7 @@ class Window:
 
     @property
     def end(self) -> int:
-        """One past the last step offset this window reads (for a full-extent item)."""
+        """One past the last step offset this window reads."""
         return self.offset + (1 if self.length is None else self.length)
 
     @property
@@ -84,20 +62,13 @@ class ItemLayout:
 
     Args:
         windows: output field name to :class:`Window`.
-        signature: the store's signature.
-        mask_field: for layouts with ``pad`` windows, the output name of the ``[B, T]``
-            bool mask (True where a padded window holds real steps).
-        span: most steps one item may cover, when ``from_end`` windows make items longer
-            than their windows (an n-step transition spans ``n + 1`` steps); default: the
-            furthest step any window reads.
-
-    A ``signature`` given as a dict of field specs is read as ``Signature(signature)``
-    (here and in the named constructors :meth:`rows`, :meth:`transition` and
-    :meth:`sequence`), so ``store.signature`` and the dict it was built from both work.
+        signature: the store's signature (a dict of field specs is converted).
+        mask_field: for ``pad`` windows, the output name of the ``[B, T]`` bool mask.
+        span: most steps one item may cover (default: the furthest step any window reads).
 
     Raises:
-        InvalidArgumentError: for unknown columns, negative offsets or lengths < 1, or a
-            ``signature`` that is neither a :class:`Signature` nor a dict of field specs.
+        InvalidArgumentError: for unknown columns, negative offsets, lengths < 1, or a bad
+            ``signature``.
     """
 
     def __init__(
@@ -176,14 +147,9 @@ class ItemLayout:
     ) -> ItemLayout:
         """Every field at the anchor, plus ``next_<f>`` read ``n_step`` steps later.
 
-        For a field path ``obs/image`` the extra output is ``next_obs/image``. One field
-        may be named by a string (``next_fields="obs"``).
-
         Raises:
             InvalidArgumentError: for a ``next_fields`` entry not in the signature, a
-                ``next_prefix`` that makes an output name a stored field's or branch's
-                (``obs`` and ``next_obs`` stored: give another prefix) or ``n_step`` not an
-                int >= 1.
+                ``next_prefix`` that names a stored field, or ``n_step`` not an int >= 1.
         """
         signature = _as_signature(signature)
         if isinstance(next_fields, str):

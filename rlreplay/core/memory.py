@@ -1,22 +1,7 @@
 """Memory fit: refuse, before allocating, a store or table that cannot fit in memory.
 
-A step store preallocates ``capacity x shape`` per field and a table's item index
-``capacity`` slots (a slot record, a live flag, an extent for per-item layouts, and
-the selectors' indexes; measured per slot on a small index built the same way). numpy
-takes fresh zeroed memory from the operating system lazily, so an allocation larger
-than the machine "succeeds" and the process is
-killed hours later, when the buffer fills. :func:`check_fits` refuses such a
-configuration at construction instead, with the bytes needed and available
-(:class:`~rlreplay.errors.InsufficientMemoryError`), and :func:`rows_for_bytes` turns a
-byte budget (``capacity_bytes=`` of :class:`~rlreplay.StepStore` and
-:class:`~rlreplay.Table`) into rows.
-
-What is available: ``MemAvailable`` of ``/proc/meminfo`` (memory the kernel can hand out
-without swapping), lowered to what a cgroup (container) limit leaves, less what stores
-and indexes of this process promised earlier but have not touched yet (zeroed memory
-counts once written). Swap does not count: a replay buffer in swap is too slow to
-sample. Where none of this can be read (not Linux), nothing is refused. Configurations
-needing less than :data:`CHECKED_BYTES` are neither checked nor counted.
+numpy allocates lazily, so an oversized buffer would be killed hours later as it fills;
+:func:`check_fits` refuses it at construction instead. See docs/tables.md.
 """
 
 from __future__ import annotations
@@ -89,10 +74,7 @@ def _resident_bytes() -> int:
 
 
 def available_bytes() -> int | None:
-    """Bytes a new store or table of this process may still use: ``MemAvailable`` (or a
-    cgroup limit's remainder, when lower) less what earlier stores and indexes promised
-    and have not written yet (estimated optimistically: at most this process's resident
-    size counts as written). ``None`` where the system does not say (not Linux)."""
+    """Bytes a new store or table may still use; ``None`` where the system does not say."""
     info = _meminfo()
     avail = info.get("MemAvailable")
     if avail is None:
@@ -116,15 +98,13 @@ def _release(nbytes: int) -> None:
 
 
 def check_fits(owner: Any, nbytes: int, what: str, fix: str) -> None:
-    """Refuse ``nbytes`` of new memory for ``what`` when it cannot fit; else count it as
-    promised for as long as ``owner`` lives (``owner=None``: count nothing yet).
+    """Refuse ``nbytes`` for ``what`` when it cannot fit; else count it while ``owner`` lives.
 
     Args:
         owner: the object the memory belongs to (weakly referenced), or None to check only.
         nbytes: bytes the configuration allocates.
-        what: the configuration, for the message (e.g. ``"a step store of 10**9 rows
-            of 64 bytes"``).
-        fix: what the user may change (e.g. ``"lower capacity= or give capacity_bytes="``).
+        what: the configuration, for the message.
+        fix: what the user may change (e.g. ``"lower capacity="``).
 
     Raises:
         InsufficientMemoryError: when ``nbytes`` exceeds :func:`available_bytes`; nothing
@@ -159,12 +139,7 @@ def format_bytes(n: float) -> str:
 
 
 def index_slot_bytes(sampler: Any, remover: Any, variable: bool, evicts: bool = True) -> float:
-    """Bytes per slot of a table's item index, measured on an :class:`ItemIndex` of
-    :data:`PROBE_SLOTS` slots built with copies of the selectors (they are left
-    untouched), so the estimate follows the index's own layout: the slot record, the live
-    flag, the extents of layouts with per-item extents, the sampler's index and the
-    remover's when it is used (``evicts``: the table's ``max_size`` is below its
-    capacity)."""
+    """Bytes per slot of a table's item index, measured on a small :class:`ItemIndex`."""
     from rlreplay.core.item_index import ItemIndex
 
     probe = ItemIndex(
@@ -187,9 +162,7 @@ def index_slot_bytes(sampler: Any, remover: Any, variable: bool, evicts: bool = 
 def check_index(
     owner: Any, capacity: int, sampler: Any, remover: Any, variable: bool, max_size: int
 ) -> None:
-    """:func:`check_fits` for the item index of table ``owner`` over ``capacity`` slots
-    (measured only when a generous bound of 128 bytes per slot reaches
-    :data:`CHECKED_BYTES`).
+    """:func:`check_fits` for the item index of table ``owner`` over ``capacity`` slots.
 
     Raises:
         InsufficientMemoryError: naming the table, its slots and bytes per slot.
@@ -217,10 +190,7 @@ def table_rows(
     layout: Any,
     max_size: Any,
 ) -> int:
-    """The capacity a table's own store gets from ``capacity_bytes``: the most steps
-    whose columns and item-index slots fit in it (an index as the table would build it:
-    its remover counted when ``max_size`` is given, since it may then evict; selectors
-    that are not selector instances count nothing here, the table refuses them next).
+    """The capacity a table's own store gets from ``capacity_bytes`` (columns and index slots).
 
     Raises:
         InvalidArgumentError: with ``capacity=`` or ``store=`` also given, without
@@ -235,7 +205,6 @@ def table_rows(
             "capacity_bytes= sizes the table's own store: give it with signature= and "
             "without capacity= or store= (a shared store takes its own capacity_bytes=)"
         )
-    # (a selector class passes the protocol's check; only an instance is a selector)
     if isinstance(sampler, type) or not isinstance(sampler, Selector):
         sampler = Uniform()
     if isinstance(remover, type) or not isinstance(remover, Selector):
@@ -254,8 +223,7 @@ def table_rows(
 
 
 def rows_for_bytes(capacity_bytes: Any, row_bytes: float, lanes: int, name: str) -> int:
-    """The most rows (a multiple of ``lanes``) of ``row_bytes`` each within
-    ``capacity_bytes``.
+    """The most rows (a multiple of ``lanes``) of ``row_bytes`` each within ``capacity_bytes``.
 
     Raises:
         InvalidArgumentError: for a ``capacity_bytes`` that is not a positive int, or one

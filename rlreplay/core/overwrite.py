@@ -1,37 +1,19 @@
 """The overwrite protocol: how the step store hands over rows that items or writers hold.
 
-A :class:`~rlreplay.core.storage.StepStore` is a ring: appending ``n`` steps overwrites
-the ``n`` oldest rows once it is full. Two kinds of parties hold rows:
+Tables' items are anchored on rows, and each table's ``on_overwrite`` says what becomes of
+items on rows about to be overwritten (``"evict"``, ``"block"``, ``"relocate"``). Writers
+hold a :class:`Retention`: retained steps later items may anchor on. Invariant, whenever
+the store's lock is free:
 
-* **tables**, whose items are anchored on stored rows (an item reads a window of steps
-  from its anchor on). Each table has a policy for its items on rows about to be
-  overwritten: ``"evict"`` removes them, ``"block"`` (queues) makes the append wait
-  until they are consumed, ``"relocate"`` (stacks) copies their steps to the head of the
-  store and moves the items there (same place in the order, new keys);
-* **writers**, whose *retained* steps (appended, not yet released: the last ``history``
-  steps of the current episode) later items may anchor on. Each writer holds a
-  :class:`Retention`, one contiguous range of step ids.
+1. No item is served a step it did not anchor: before a row is written, its items are
+   removed or moved, or the append waits.
+2. Every table's size, live flags and selectors agree; nothing is left pending across a wait.
+3. A writer's retained steps are contiguous and never overwritten: they are copied to the
+   head instead; if they cannot fit, the append fails before anything changes.
+4. Nothing deadlocks: an append plans every row it touches before changing anything, and
+   waits (changing nothing) while a queue's items hold one.
 
-This module is the one place that decides what happens to those rows. Invariant, true
-whenever the store's lock is free:
-
-1. No item is ever served with a step it did not anchor: before a row is written, every
-   item anchored on it has been removed or moved, or the append waits.
-2. Every table's size, live flags and selectors agree: removals and moves happen in one
-   lock hold, never left pending across a wait (there is no deferred state).
-3. A writer's retained steps are contiguous and are never overwritten: an append that
-   reaches another writer's retained steps first copies them to the head of the store
-   (the writer's ids move with them); a writer whose own steps are no longer at the head
-   has its retained steps copied there before its new steps. When the store cannot hold
-   every writer's retained steps plus the append, the append fails with
-   :class:`InvalidArgumentError` before anything changes.
-4. Nothing deadlocks: an append first plans every row it will touch (the rows of the
-   copies included) without changing anything; if a queue's items hold one of them it
-   changes nothing and the caller waits (``store.waits``) with its deadline, then plans
-   again. Once planned, the hand-over and the write happen in the same lock hold.
-
-Tables and retentions are held through weak references: a table or writer that is
-dropped stops holding rows. :meth:`Table.close` detaches its table explicitly.
+Tables and retentions are held weakly: a dropped one stops holding rows.
 """
 
 from __future__ import annotations
@@ -49,8 +31,7 @@ if TYPE_CHECKING:
 
 
 class RingStore(Protocol):
-    """What the protocol needs of the store it serves (a
-    :class:`~rlreplay.core.storage.StepStore`): its ring, and its reads and writes."""
+    """What the protocol needs of its :class:`~rlreplay.core.storage.StepStore`."""
 
     capacity: int
     lanes: int
@@ -66,8 +47,7 @@ class RingStore(Protocol):
 
 
 class RowHolder(Protocol):
-    """What the protocol and its store need of a table whose items hold rows (a
-    :class:`~rlreplay.core.table.Table`): how it takes overwrites, and its items."""
+    """What the protocol needs of a :class:`~rlreplay.core.table.Table` whose items hold rows."""
 
     name: str
     on_overwrite: str
@@ -79,8 +59,7 @@ class RowHolder(Protocol):
 class Retention:
     """A writer's retained steps: ids ``first .. first + count - 1``, at most ``limit``.
 
-    Only the :class:`OverwriteProtocol` moves ``first`` (when it copies the steps to the
-    head of the store); the writer extends, trims and releases its range under the
+    Only the :class:`OverwriteProtocol` moves ``first``; the writer changes the range under the
     store's lock.
     """
 
@@ -97,8 +76,7 @@ class Retention:
         return self.first + self.count
 
     def extend(self, first: int, n: int) -> None:
-        """Retain ``n`` new steps from id ``first`` (right after the retained ones, or a
-        fresh range), keeping the newest ``limit``."""
+        """Retain ``n`` new steps from id ``first``, keeping the newest ``limit``."""
         count = self.count
         if count and first == self.first + count:
             count += n
@@ -110,35 +88,28 @@ class Retention:
         self.count = count
 
     def release(self) -> None:
-        """Let every retained step go (end of episode, writer closed)."""
+        """Let every retained step go."""
         self.count = 0
 
 
 class OverwriteProtocol:
-    """The hand-over of overwritten rows for one store (see the module docstring).
-
-    Every method expects ``store.mutex`` to be held by the caller.
-    """
+    """The hand-over of overwritten rows for one store; callers hold ``store.mutex``."""
 
     def __init__(self, store: RingStore):
         self._store = weakref.ref(store)
         self._tables: tuple[weakref.ref, ...] = ()
         self._retentions: tuple[weakref.ref, ...] = ()
-        # The one table that may write a row and replace its own item there directly (the
-        # one-row insert): alone on the store, evicting, and no writer retains steps.
+        # The one table whose one-row insert may replace its own item in place.
         self.sole: weakref.ref | None = None
         self.blocker: str | None = None  # the queue that held the rows, after a refusal
         self.relocated_steps = 0  # steps copied to the head for writers and stacks
         self._stale = False  # a party was dropped since the last refresh()
-        # Every table evicts and at most one writer retains steps: an append by that
-        # writer (or by a table, with no writer) only evicts, without a plan.
+        # Every table evicts and at most one writer retains: appends only evict, without a plan.
         self._evict_only = True
         self._only_retention: weakref.ref | None = None
 
-    # ------------------------------------------------------------ registration
     def attach(self, table: RowHolder) -> weakref.ref:
-        """Register a table; returns the weak reference the store keeps of it, which the
-        table keeps as ``store_ref`` for the one-row path to compare with :attr:`sole`."""
+        """Register a table; returns the store's weak reference to it."""
         ref = weakref.ref(table, self._dropped)
         self._tables = (*self.live_refs(self._tables), ref)
         self.refresh()
@@ -160,7 +131,7 @@ class OverwriteProtocol:
         return retention
 
     def forget(self, retention: Retention) -> None:
-        """Release a writer's retention for good (the writer is closed)."""
+        """Release a writer's retention for good."""
         retention.release()
         self._retentions = tuple(
             r for r in self.live_refs(self._retentions) if r() is not retention
@@ -168,8 +139,7 @@ class OverwriteProtocol:
         self.refresh()
 
     def _dropped(self, _ref: weakref.ref) -> None:
-        """A table or retention was garbage-collected: recompute :attr:`sole` at the next
-        hand-over (this may run in any thread, without the lock, so it only flags)."""
+        """A party was garbage-collected: flag a refresh (any thread, no lock)."""
         self._stale = True
 
     @staticmethod
@@ -201,7 +171,6 @@ class OverwriteProtocol:
         ):
             self.sole = next(r for r in self._tables if r() is tables[0])
 
-    # ---------------------------------------------------------------- planning
     def _overwritten(self, store: RingStore, w: int) -> tuple[int, int]:
         """Ids ``[lo, hi)`` that writing ``w`` steps at the head overwrites."""
         lo = store.next_id - store.capacity
@@ -210,21 +179,7 @@ class OverwriteProtocol:
     def _plan(
         self, store: RingStore, n: int, own: Retention | None, keep: int
     ) -> tuple[int, list[Retention], list[tuple[RowHolder, np.ndarray]], bool]:
-        """Rows to write for an append of ``n`` steps, without changing anything.
-
-        Copies are written at the head before the ``n`` steps and overwrite rows too, so
-        the plan grows until it holds everything anchored or retained on the rows it
-        writes (a fixpoint: the rows written only grow).
-
-        Returns ``(w, retentions, stack_items, move_own)``: the steps written in all
-        (copies included), the other writers' retentions and the stacks' items to copy
-        first, and whether ``own``'s ``keep`` newest steps are copied (last, so the
-        append continues them).
-
-        Raises:
-            InvalidArgumentError: if the store cannot hold what writers retain and stacks
-                keep, plus the append.
-        """
+        """Plan ``(w, retentions, stack_items, move_own)`` for appending ``n``; changes nothing."""
         cap = store.capacity
         stacks = [t for t in self.tables() if t.on_overwrite == "relocate" and t.index.size]
         others = [r for r in self.retentions() if r is not own and r.count]
@@ -260,7 +215,7 @@ class OverwriteProtocol:
             w = target
 
     def blocking_table(self, store: RingStore, lo: int, hi: int) -> RowHolder | None:
-        """A queue (``"block"``) table holding an item anchored on ids ``[lo, hi)``."""
+        """A ``"block"`` table holding an item anchored on ids ``[lo, hi)``."""
         if lo >= hi:
             return None
         for t in self.tables():
@@ -283,7 +238,6 @@ class OverwriteProtocol:
         w = self._plan(store, n, own, keep)[0]
         return self.blocking_table(store, *self._overwritten(store, w)) is None
 
-    # --------------------------------------------------------------- hand-over
     def make_room(
         self,
         n: int,
@@ -295,20 +249,17 @@ class OverwriteProtocol:
 
         Args:
             n: steps the caller writes next, in this lock hold, at ``store.next_id``.
-            own: the appending writer's retention; its ``keep`` newest steps stay
-                retained and are copied to the head first when they are not there.
-            successor: a table whose insert fills these ``n`` rows with its own items: its
-                items on them stay live for it to replace (it must do so in this lock
-                hold).
+            own: the appending writer's retention; its ``keep`` newest steps stay retained.
+            successor: a table whose insert fills these rows; its items there stay for it to
+                replace in this lock hold.
 
         Returns:
-            The first row, or ``None`` when a queue's items hold a row to be overwritten:
-            nothing changed then, and the caller waits (``store.waits``) and calls again
-            (:attr:`blocker` names the queue).
+            The first row, or ``None`` when a queue's items hold a row: nothing changed, and the
+            caller waits and calls again (:attr:`blocker` names the queue).
 
         Raises:
-            InvalidArgumentError: if ``n`` exceeds the capacity, or the store cannot hold
-                what writers retain plus the append; nothing changed then.
+            InvalidArgumentError: if ``n`` exceeds the capacity, or the store cannot hold what
+                writers retain plus the append; nothing changed then.
         """
         if self._stale:
             self.refresh()
@@ -374,8 +325,7 @@ class OverwriteProtocol:
         successor: RowHolder | None,
         wake: bool = True,
     ) -> None:
-        """Evicting tables remove their items anchored on ids ``[lo, hi)``, except the
-        successor's on the last ``n`` (which it replaces)."""
+        """Evicting tables remove their items on ids ``[lo, hi)``, but the successor's."""
         lo = max(lo, 0)
         if hi <= lo:
             return
@@ -390,8 +340,7 @@ class OverwriteProtocol:
 
 
 def _move_items(items: list[tuple[RowHolder, int, Any, Any]], new_slots: list[int]) -> None:
-    """Give each moved stack item its new slot, never onto a slot another moving item
-    still occupies (a move's target is free or that item's own old slot)."""
+    """Give each moved stack item its new slot, never onto one still occupied."""
     pending = dict(enumerate(items))
     olds = {(id(t), slot): i for i, (t, slot, _, _) in pending.items()}
     while pending:

@@ -1,25 +1,7 @@
 """Rate limiters: keep sampling and inserting at a chosen ratio by blocking one side.
 
-One mechanism, Reverb's rule. With ``inserts`` and ``samples`` counted since the table was
-created (or reset) and ``size`` the items it holds, define
-``diff = inserts * samples_per_insert - samples``. Then
-
-* an insert of ``n`` items may proceed if ``size + n <= min_size_to_sample`` or
-  ``(inserts + n) * samples_per_insert - samples <= max_diff``;
-* a sample of ``n`` items may proceed if ``size >= min_size_to_sample`` and
-  ``inserts * samples_per_insert - (samples + n) >= min_diff``.
-
-Presets: :func:`MinSize`, :func:`SampleToInsertRatio`, :func:`Queue`, :func:`Stack`.
-
-The limiter holds only counters; the table owns the lock and the waiting. Time spent
-blocked is accumulated here so a table can report it.
-
-Someone must consume what a limiter holds back, or the blocked side waits until its
-``timeout`` (a call blocked longer than the table's ``warn_after`` logs one warning naming
-the cause): with :func:`Queue` / :func:`Stack` a sampler must take the items or inserts
-stop once ``size`` wait; with :func:`SampleToInsertRatio` the learner must keep sampling
-or the actors' inserts stop, and the actors must keep inserting or the learner's samples
-stop; with ``min_size_to_sample`` writers must insert that many items before any sample.
+The limiter holds only counters; the table owns the lock and the waiting. The rule,
+Reverb's, is in docs/tables.md.
 """
 
 from __future__ import annotations
@@ -31,7 +13,7 @@ from rlreplay.errors import DeadlockError, InvalidArgumentError, check_count, de
 
 
 class RateLimiter:
-    """Reverb's rate-limiting rule (see the module docstring).
+    """Reverb's rate-limiting rule over ``diff = inserts * samples_per_insert - samples``.
 
     Args:
         samples_per_insert: samples (items) expected per inserted item, > 0.
@@ -42,8 +24,7 @@ class RateLimiter:
     Raises:
         InvalidArgumentError: for non-positive ratios, ``min_size_to_sample < 1`` or
             ``min_diff > max_diff``.
-        DeadlockError: when ``max_diff - min_diff < samples_per_insert`` (the gap is too small
-            for one insert to ever let a sample through, so both sides would wait forever).
+        DeadlockError: when ``max_diff - min_diff < samples_per_insert`` (both would wait forever).
 
     Example:
         >>> limiter = RateLimiter(samples_per_insert=4.0, min_size_to_sample=100,
@@ -82,7 +63,6 @@ class RateLimiter:
         self.insert_blocked_s = 0.0
         self.sample_blocked_s = 0.0
 
-    # Rules ---------------------------------------------------------------------
     def can_insert(self, n: int, size: int) -> bool:
         """Whether inserting ``n`` items into a table holding ``size`` may proceed now."""
         if size + n <= self.min_size_to_sample:
@@ -96,12 +76,7 @@ class RateLimiter:
         return self.inserts * self.samples_per_insert - (self.samples + n) >= self.min_diff
 
     def check_sample_batch(self, n: int, size: int = 0) -> None:
-        """Reject a batch that this limiter could never let through from its current state.
-
-        ``diff`` never rises above ``max_diff`` through inserts, except that the inserts
-        that fill a table of ``size`` items up to ``min_size_to_sample`` are always allowed;
-        a batch that would take ``diff`` below ``min_diff`` even from that highest reachable
-        ``diff`` can never proceed.
+        """Reject a sample batch this limiter could never let through from its current state.
 
         Raises:
             DeadlockError: if ``n`` exceeds the largest batch the limiter can ever admit.
@@ -119,13 +94,8 @@ class RateLimiter:
     def check_insert_batch(self, n: int) -> None:
         """Reject an insert batch this limiter could never let through from its current state.
 
-        Samples never take ``diff`` below ``min_diff``, so a batch larger than
-        ``min_size_to_sample`` that would exceed ``max_diff`` even from the lowest reachable
-        ``diff`` can never proceed.
-
         Raises:
-            DeadlockError: if ``n`` items would overshoot ``max_diff`` even after every
-                possible sample.
+            DeadlockError: if ``n`` items would overshoot ``max_diff`` after every possible sample.
         """
         if n <= self.min_size_to_sample:
             return
@@ -139,19 +109,12 @@ class RateLimiter:
             )
 
     def insert_window(self) -> float:
-        """The most items one insert may hold and still be admitted from every state a
-        writer may wait in (``math.inf``: inserts never block).
+        """The most items one insert may hold and be admitted from every state a writer waits in.
 
-        Once sampling runs, ``diff`` falls no lower than ``min_diff``, so at most
-        ``(max_diff - min_diff) / samples_per_insert`` items go in at once; while the table
-        fills (one item short of ``min_size_to_sample``, when no sample can make room, and
-        where a queue's sampler leaves it) at most ``max_diff / samples_per_insert -
-        min_size_to_sample + 1``. Writers that split their items into batches of this size
-        never ask for a batch :meth:`check_insert_batch` refuses or one that waits for a
-        sample that cannot come.
+        Writers that split inserts into batches of this size never deadlock.
 
         Returns:
-            an int >= 1, or ``math.inf``.
+            an int >= 1, or ``math.inf`` (inserts never block).
         """
         spi = self.samples_per_insert
         window = min(
@@ -162,7 +125,6 @@ class RateLimiter:
             return math.inf
         return max(1, int(window))
 
-    # Bookkeeping ---------------------------------------------------------------
     def reset(self) -> None:
         self.inserts = 0
         self.samples = 0
@@ -195,24 +157,14 @@ class RateLimiter:
 
 
 def insert_pack(window: float) -> float:
-    """The most items a writer puts in one insert under a limiter that admits ``window``
-    at once (:meth:`RateLimiter.insert_window`): half of it, at least 1.
-
-    An insert of the whole window is admitted only once the samples drained ``diff`` to
-    ``min_diff``, where the sampler itself is blocked: the two sides would take turns,
-    each idle while the other works. Packs of half the window go in while the sampler
-    still draws the previous pack's samples, so inserting and sampling overlap.
-    """
+    """Items a writer puts in one insert under ``window``: half, so inserts and samples overlap."""
     if not math.isfinite(window):
         return window
     return max(1, int(window) // 2)
 
 
 def MinSize(min_size_to_sample: int = 1) -> RateLimiter:
-    """Block sampling until the table holds ``min_size_to_sample`` items; never block inserts.
-
-    Writers must insert that many items first: until then every sample waits.
-    """
+    """Block sampling until the table holds ``min_size_to_sample`` items; never block inserts."""
     return RateLimiter(1.0, min_size_to_sample, -math.inf, math.inf)
 
 
@@ -222,15 +174,10 @@ def SampleToInsertRatio(
     """Hold ``samples / inserts`` near ``samples_per_insert`` once the table is big enough.
 
     ``diff`` may wander ``error_buffer`` either side of ``min_size_to_sample *
-    samples_per_insert``; the side that gets ahead blocks. Both sides must run: when the
-    learner stops sampling, inserts block (the actors stall), and when the actors stop
-    inserting, samples block; a blocked call warns after the table's ``warn_after``
-    seconds ("the learner (sampler) is behind") and raises at its ``timeout``.
+    samples_per_insert``; the side that gets ahead blocks, so both sides must keep running.
 
     Raises:
-        DeadlockError: if ``error_buffer`` is too small for one insert to let a sample through
-            (it must be at least ``max(1, samples_per_insert) / 2``; Reverb's guidance of
-            ``>= max(1, samples_per_insert)`` leaves room for concurrency).
+        DeadlockError: if ``error_buffer`` is below ``max(1, samples_per_insert) / 2``.
     """
     if not isinstance(error_buffer, (int, float)) or not error_buffer >= 0:
         raise InvalidArgumentError(f"error_buffer={describe(error_buffer)} must be a number >= 0")
@@ -252,15 +199,11 @@ def SampleToInsertRatio(
 def Queue(size: int) -> RateLimiter:
     """Each item is sampled once: inserts block when ``size`` items wait, samples when none do.
 
-    A sampler must consume the queue: with nobody sampling, inserts (and a queue table's
-    writers) stop once ``size`` items wait, and warn "no sampler is consuming this queue".
+    A sampler must consume the queue, or inserts stop once ``size`` items wait.
     """
     return RateLimiter(1.0, 1, 0.0, float(check_count(size, "size")))
 
 
 def Stack(size: int) -> RateLimiter:
-    """The :func:`Queue` rule for a stack: at most ``size`` items wait, each sampled once.
-
-    A stack differs from a queue only in its selectors (:class:`Lifo`), not in its limits.
-    """
+    """The :func:`Queue` rule for a stack: at most ``size`` items wait, each sampled once."""
     return Queue(size)

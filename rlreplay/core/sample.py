@@ -19,8 +19,7 @@ class SampleInfo:
     Attributes:
         keys: int64 item keys, for :meth:`Table.update_priorities` and :meth:`Table.delete`.
         probabilities: probability with which each item was selected in this draw.
-        priorities: the items' priorities when sampled (1.0 from a table that keeps
-            none: its sampler and remover both ignore priorities).
+        priorities: the items' priorities when sampled (1.0 if the table keeps none).
         times_sampled: how often each item has been sampled, this sample included.
         table_size: items in the table when the batch was drawn.
         min_probability: smallest selection probability of any item then in the table.
@@ -57,9 +56,7 @@ def _shape_of(value: object) -> str:
 class Sample:
     """A batch of items: ``data`` maps each layout field to ``[B, ...]`` or ``[B, T, ...]``.
 
-    A nested field is keyed by its path (``"obs/pos"``), as everywhere in the library;
-    :meth:`tree` gives the nest. Inserts and writers take either form (and a mix), so
-    ``data`` (or its rows) goes back into a table of the same signature as it is.
+    Nested fields are keyed by path (``"obs/pos"``); :meth:`tree` gives the nest.
 
     Example:
         >>> batch = table.sample(256)                                # doctest: +SKIP
@@ -74,8 +71,7 @@ class Sample:
         return len(self.info.keys)
 
     def __repr__(self) -> str:
-        """The fields' shapes and dtypes, never the arrays (a batch of images would print
-        for pages)."""
+        """The fields' shapes and dtypes, never the arrays."""
         fields = ", ".join(f"{path!r}: {_shape_of(a)}" for path, a in self.data.items())
         return f"Sample({len(self)} items, data={{{fields}}}, info={self.info!r})"
 
@@ -92,10 +88,8 @@ class Sample:
 
         Args:
             beta: exponent in ``[0, 1]``; 0 gives all ones, 1 fully corrects the bias.
-            normalize: ``"batch"`` divides by the largest weight in this batch (so the
-                largest is 1, as in the PER paper's implementations); ``"table"`` divides by
-                the largest weight any item in the table could get, ``(N * P_min) ** -beta``
-                (weights then compare across batches); ``"none"`` returns them raw.
+            normalize: ``"batch"`` divides by the batch's largest weight; ``"table"`` by the
+                largest any item could get, ``(N * P_min) ** -beta``; ``"none"``: raw.
 
         Raises:
             InvalidArgumentError: for ``beta`` outside ``[0, 1]`` or an unknown ``normalize``.

@@ -1,23 +1,10 @@
 """The slots an item index changed while a checkpoint copied its per-slot state in slices.
 
-A checkpoint of a table of many items copies its per-slot arrays (records, live flags,
-extents, a prioritized sampler's trees) a slice per lock hold, so that no table call
-waits for the whole copy, then takes its moment in one last short hold. For the copy to
-be the state at that moment, the slots changed meanwhile are copied again in that hold.
-The item index knows them: while :attr:`ItemIndex.changes
-<rlreplay.core.item_index.ItemIndex.changes>` holds a :class:`SlotChanges`, each of its
-mutation paths (items made, removed, evicted, moved, priorities set, draws counted, a
-reset) notes the slots it touches. One mechanism, in the index's own mutation paths: a
-selector's entries change only with the slot they belong to (the sum tree: the leaf and
-its ancestors), so the slots say what to copy again. Outside a checkpoint the index
-holds :data:`UNTRACKED`, whose notes do nothing: the paths never ask which record
-they hold (invariant: ``index.changes.tracking`` is True exactly while a sliced copy
-is under way).
-
-The record is bounded: it keeps the slots as noted (8 bytes each, repeats included)
-until they number ``LIST_LIMIT``, then turns into one flag per slot (``capacity`` bytes),
-where every later note lands. So however many calls run during a capture, the record
-holds at most ``max(8 * LIST_LIMIT, capacity)`` bytes.
+A checkpoint copies the per-slot arrays a slice per lock hold, then, at its moment, copies
+again the slots the index's mutations noted meanwhile. Invariant:
+``index.changes.tracking`` is True exactly while a sliced copy is under way (outside it
+the index holds :data:`UNTRACKED`). The record holds at most ``max(8 * LIST_LIMIT,
+capacity)`` bytes: past ``LIST_LIMIT`` notes it turns into one flag per slot.
 """
 
 from __future__ import annotations
@@ -50,7 +37,7 @@ class SlotChanges:
     """Slots noted by an index's mutations (lock held), and whether it changed whole.
 
     Args:
-        capacity: the index's slots (the size of the flags the record may turn into).
+        capacity: the index's slots.
     """
 
     __slots__ = ("_arrays", "_noted", "capacity", "everything", "flags")
@@ -98,24 +85,19 @@ class SlotChanges:
         return sorted_unique(np.sort(self._listed()))
 
 
-# A part of a sliced copy with at most this many entries is copied whole at the moment
-# (the top levels of a sum tree, which some updates recompute whole).
+# A part of at most this many entries is copied whole at the moment.
 WHOLE_ENTRIES = 1 << 16
 
 
 def changed_entries(entries: int, per_entry: int, slots: np.ndarray | None) -> np.ndarray | None:
-    """The entries of a part (``entries`` long, ``per_entry`` slots an entry) that the
-    moment of a sliced copy copies again, given the changed ``slots`` (sorted, from
-    :meth:`SlotChanges.slots`); ``None``: the whole part, after a reset or a restore
-    (``slots`` ``None``) or for a part of at most ``WHOLE_ENTRIES`` entries."""
+    """Entries of a part (``per_entry`` slots each) that a moment copies again; ``None``: all."""
     if slots is None or entries <= WHOLE_ENTRIES:
         return None
     return slots if per_entry == 1 else sorted_unique(slots // per_entry)
 
 
 def sorted_unique(values: np.ndarray) -> np.ndarray:
-    """``np.unique`` of sorted ``values``, without ``np.unique``'s first-call import of
-    ``numpy.ma`` (5-15 ms, too long for a checkpoint's moment under the store's lock)."""
+    """``np.unique`` of sorted ``values``, without its slow first-call import of ``numpy.ma``."""
     if len(values) < 2:
         return values
     return values[np.concatenate(([True], values[1:] != values[:-1]))]

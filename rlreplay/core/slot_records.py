@@ -1,14 +1,7 @@
 """The item index's per-slot records: their layout, the arrays holding them, their state.
 
-A table keeps, for every anchor slot, one record (generation, times sampled and, where a
-selector uses priorities, the priority: 16 bytes, or 8), a live flag and, for layouts with
-per-item extents, the item's extent. :class:`SlotRecords` owns these arrays, so that a
-sampled item's state is one cache line (not three) and the compiled loops in ``_draws.c``
-and ``_slots.c`` can take the records' bytes as they are; it copies, checks and restores
-them for checkpoints, and writes the records of new and moved items (their next
-generation and keys: a batch in one compiled pass or its numpy twin). The rules that keep
-them in agreement with the selectors and the table's size are the item index's
-(item_index.py), which asks for those writes.
+One record per slot (generation, times sampled and, if kept, the priority) keeps a sampled
+item's state in one cache line, in the layout the compiled loops take.
 """
 
 from __future__ import annotations
@@ -21,8 +14,7 @@ from rlreplay.core.keys import make_keys, next_generation, next_generations
 from rlreplay.core.selectors.base import copy_into, touched
 from rlreplay.errors import InvalidArgumentError, describe
 
-# Per-slot item state (the compiled loops in _draws.c and _slots.c rely on these layouts:
-# the first 8 bytes alike, the priority at byte 8 where there is one).
+# Per-slot item state; the compiled loops rely on these layouts.
 SLOT_STATE = np.dtype([("generation", "<u4"), ("times_sampled", "<u4"), ("priority", "<f8")])
 SLOT_STATE_UNPRIORITIZED = np.dtype([("generation", "<u4"), ("times_sampled", "<u4")])
 UNKEPT_PRIORITY = 1.0
@@ -30,9 +22,7 @@ UNKEPT_PRIORITY = 1.0
 
 
 def keeps_priorities(sampler: Any, remover: Any) -> bool:
-    """Whether a table with these selectors keeps its items' priorities: unless both
-    ignore them (``uses_priorities``: Uniform, Fifo and Lifo do), so a uniform table
-    spends no 8 bytes per slot on numbers nothing reads."""
+    """Whether a table with these selectors keeps its items' priorities."""
     return getattr(sampler, "uses_priorities", True) or getattr(remover, "uses_priorities", True)
 
 
@@ -46,18 +36,10 @@ class SlotRecords:
 
     Args:
         capacity: slots.
-        record: :data:`SLOT_STATE`, or :data:`SLOT_STATE_UNPRIORITIZED` for a table that
-            keeps no priorities (see :func:`slot_record_dtype`).
-        variable: whether items have per-item extents (``from_end``/``pad`` windows).
+        record: :data:`SLOT_STATE`, or :data:`SLOT_STATE_UNPRIORITIZED`.
+        variable: whether items have per-item extents.
 
-    Attributes (arrays allocated once and only ever written in place, so holders of
-    references to them, the item index and the draws, always see the current values):
-        slot_state: the records; ``generation``, ``times_sampled`` and ``priority`` are
-            views of its fields (``priority`` a read-only array of
-            :data:`UNKEPT_PRIORITY` when the records keep none) and ``slot_bytes`` its
-            bytes (slots x record bytes), as the compiled loops take them.
-        live: whether each slot holds an item.
-        extent: per-item extents, or ``None``.
+    Arrays are allocated once and only written in place, so references to them stay current.
     """
 
     def __init__(self, capacity: int, record: np.dtype, variable: bool):
@@ -98,7 +80,6 @@ class SlotRecords:
         """Bytes of the records and live flags."""
         return self.slot_state.nbytes + self.live.nbytes
 
-    # ------------------------------------------------------ new and moved items
     def claim(
         self,
         kernel: Any,
@@ -108,15 +89,9 @@ class SlotRecords:
         origin: int,
         start: int | None = None,
     ) -> tuple[np.ndarray, np.ndarray | float]:
-        """Write the records of new items at ``slots`` (distinct; ``slots == arange(start,
-        start + n)`` when ``start`` is given, written through slices): each slot's
-        generation steps to the next (keys.py), its priority becomes ``prios`` (``fill``
-        where ``None``; not kept where the records keep none), its sample count 0 and its
-        live flag set. Returns ``(keys, priorities)``: the new items' keys for a table of
-        generation ``origin`` and their priorities (``prios``, or ``fill`` for all).
+        """Write the records of new items at distinct ``slots``; returns ``(keys, priorities)``.
 
-        ``kernel``: the compiled ``_slots`` loops (``claim_range``/``claim_slots``, one
-        pass), or ``None`` for their numpy twin here.
+        ``kernel``: the compiled ``_slots`` loops, or ``None`` for the numpy twin.
         """
         n = len(slots)
         if kernel is None:
@@ -139,8 +114,7 @@ class SlotRecords:
         return keys, (fill if prios is None else prios)
 
     def place_moved(self, slot: int, priority: float, times_sampled: int, span: int) -> None:
-        """Write the record of an item moved to ``slot`` (its steps copied there): a new
-        generation, its priority, sample count and (with extents) extent, live."""
+        """Write the record of an item moved to ``slot``, with a new generation."""
         self.generation[slot] = next_generation(int(self.generation[slot]))
         if self.keeps_priorities:
             self.priority[slot] = priority
@@ -149,13 +123,9 @@ class SlotRecords:
             self.extent[slot] = span
         self.live[slot] = True
 
-    # ------------------------------------------------------------ checkpoints
     def state(self, into: dict[str, Any]) -> dict[str, Any]:
-        """Copies of the per-slot arrays (``priority``, ``generation``, ``times_sampled``,
-        ``live`` and, with extents, ``extent``), into the arrays of :meth:`state_buffers`
-        found in ``into`` (else newly allocated)."""
-        # One copy of the records' bytes (a structured copy, or one per field, costs
-        # several times more); the fields are views of it.
+        """Copies of the per-slot arrays, into ``into``'s buffers if given."""
+        # One copy of the records' bytes; the fields are views of it.
         records = copy_into(self.slot_bytes, into, "records").reshape(-1)
         records = records.view(self.slot_state.dtype)
         if self.keeps_priorities:
@@ -175,10 +145,7 @@ class SlotRecords:
         return out
 
     def state_parts(self, into: dict[str, Any]) -> tuple[dict[str, Any], list[tuple]]:
-        """:meth:`state`'s arrays, not filled yet (in the arrays of :meth:`state_buffers`
-        found in ``into``), and how to fill them: ``(array, its copy in the state, slots
-        per entry)``, for a checkpoint that copies them in slices (see
-        :mod:`rlreplay.core.slot_changes`)."""
+        """:meth:`state`'s arrays, not filled yet, and the parts that fill them."""
         records = into.get("records")
         if records is None:
             records = np.empty_like(self.slot_bytes)
@@ -202,8 +169,7 @@ class SlotRecords:
         return out, parts
 
     def state_buffers(self) -> dict[str, Any]:
-        """Arrays :meth:`state` can copy into, made (and written once) outside the
-        table's lock."""
+        """Arrays :meth:`state` can copy into, made outside the table's lock."""
         out: dict[str, Any] = {
             "records": touched(self.slot_bytes.shape, np.uint8),
             "live": touched(self.live.shape, bool),
@@ -218,8 +184,7 @@ class SlotRecords:
         """Check that ``state`` holds every per-slot array these records need.
 
         Raises:
-            InvalidArgumentError: naming the first array missing or not of one entry per
-                slot.
+            InvalidArgumentError: naming the first array missing or of the wrong size.
         """
         cap = self.capacity
         names = ["priority", "generation", "times_sampled", "live"]
@@ -233,8 +198,7 @@ class SlotRecords:
                 )
 
     def load_state(self, state: dict[str, Any]) -> None:
-        """Put back the arrays of a ``state`` that :meth:`check_state` accepted (in place:
-        references to the arrays stay valid)."""
+        """Put back the arrays of a checked ``state``, in place."""
         if self.keeps_priorities:
             self.priority[:] = state["priority"]
         self.generation[:] = state["generation"]

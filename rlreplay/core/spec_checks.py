@@ -1,9 +1,7 @@
 """Checks of field specs, run once when a signature is built (never per insert).
 
-They refuse what numpy would silently read as something else: a ``(dtype, shape)``
-tuple as a subarray dtype of shape ``()``, ``None`` as float64, ``"U"`` as strings of
-length 0 that cut every value. Each error names the argument, the value and what to give
-instead; :mod:`rlreplay.core.specs` adds the field's path.
+They refuse what numpy would silently read as something else (a ``(dtype, shape)`` tuple,
+``None`` as float64, ``"U"`` of length 0).
 """
 
 from __future__ import annotations
@@ -27,8 +25,7 @@ def checked_shape(shape: Any) -> tuple[int, ...]:
     """``shape`` (an int or a sequence of ints >= 0) as a tuple of ints.
 
     Raises:
-        InvalidArgumentError: for a string, a non-int or negative dimension, or a value
-            that is neither an int nor a sequence.
+        InvalidArgumentError: for a string, a non-int or negative dimension, or anything else.
     """
     if _is_int(shape):
         shape = (shape,)
@@ -68,8 +65,7 @@ def checked_dtype(dtype: Any, shape: tuple[int, ...] = ()) -> np.dtype:
                 f"{describe(dtype)} is an environment, not a space; give its spaces, e.g. "
                 "env.observation_space (for a vector env, env.single_observation_space)"
             )
-        # numpy would take any object with a ``dtype`` attribute (an array, a gymnasium
-        # space) and drop the rest of it, its shape first
+        # numpy would read any object with a ``dtype`` attribute as that dtype alone
         raise InvalidArgumentError(
             f"dtype={describe(dtype)} ({type(dtype).__name__}) is not a numpy dtype; give a dtype "
             f"such as 'float32' or np.uint8, or the whole spec as (shape, dtype), e.g. {EXAMPLE}"

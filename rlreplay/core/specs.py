@@ -1,29 +1,7 @@
 """Signatures: the named fields of a step, each with a fixed shape and dtype.
 
-A signature is given as a (possibly nested) dict whose leaves are specs:
-
-* a :class:`FieldSpec`, a ``(shape, dtype)`` tuple, or a dtype (a scalar field): a numpy
-  dtype, its name (``"float32"``) or a scalar type (``np.uint8``);
-* any object with a ``shape`` tuple and a ``dtype`` (a numpy array, a
-  ``jax.ShapeDtypeStruct``): its shape and dtype;
-* a gymnasium space: ``Box``, ``Discrete`` (an int64 scalar), ``MultiDiscrete`` and
-  ``MultiBinary`` by their shapes and dtypes; ``Dict`` and ``Tuple`` are nests (a
-  ``Tuple``'s fields are named ``"0"``, ``"1"``, ...). Other spaces (``Text``,
-  ``Sequence``, ``Graph``, ``OneOf``) have no fixed shape and are refused.
-
-Every other object is refused with an error naming it (numpy would read anything with a
-``dtype`` attribute as that dtype alone). Nested dicts are flattened to paths such as
-``"obs/image"``; every other part of the library speaks in paths.
-:meth:`Signature.from_spaces` builds a step's signature from an environment's spaces.
-gymnasium is never imported here: spaces are recognised by their class.
-
-What values a column takes (one rule for every write path) is
-:mod:`rlreplay.core.value_casting`.
-
-Example:
-    >>> sig = Signature({"obs": {"image": ((84, 84), "uint8")}, "reward": "float32"})
-    >>> sig.paths
-    ('obs/image', 'reward')
+Nested dicts flatten to paths such as ``"obs/image"``, which the rest of the library uses.
+gymnasium spaces are recognised by their class (gymnasium is never imported).
 """
 
 from __future__ import annotations
@@ -60,10 +38,8 @@ class FieldSpec:
         dtype: one numpy dtype of fixed size, e.g. ``"float32"``, ``np.uint8``, ``"U16"``.
 
     Raises:
-        InvalidArgumentError: for a shape that is not ints >= 0, or a dtype numpy would
-            reinterpret (``None`` as float64, a tuple or list as a subarray or structured
-            dtype), a structured or subarray dtype, one holding Python objects, a string or
-            bytes dtype without a length, or a datetime without a unit.
+        InvalidArgumentError: for a bad shape, or a dtype that is ambiguous, structured,
+            subarray, object, unsized string/bytes or a unitless datetime.
     """
 
     shape: tuple[int, ...]
@@ -88,12 +64,7 @@ class FieldSpec:
 
 
 def _as_spec(path: str, leaf: Any) -> FieldSpec:
-    """The :class:`FieldSpec` a signature's ``leaf`` at ``path`` describes.
-
-    Raises:
-        InvalidArgumentError: naming ``path``, for a ``(dtype, shape)`` tuple (swapped),
-            a list or a tuple of another length, or what :class:`FieldSpec` refuses.
-    """
+    """The :class:`FieldSpec` a signature's ``leaf`` at ``path`` describes."""
     if isinstance(leaf, FieldSpec):
         return leaf
     try:
@@ -136,8 +107,7 @@ def _as_spec(path: str, leaf: Any) -> FieldSpec:
 
 
 def _is_space(value: Any) -> bool:
-    """Whether ``value`` is a gymnasium (or gym) space, told by its class (gymnasium is
-    not imported for it)."""
+    """Whether ``value`` is a gymnasium (or gym) space, told by its class."""
     return _is_space_class(type(value))
 
 
@@ -149,8 +119,7 @@ def _is_space_class(cls: type) -> bool:
 
 
 def _spec_tree(tree: Any) -> Any:
-    """``tree`` with its gymnasium ``Dict`` and ``Tuple`` spaces as nested dicts (a
-    ``Tuple``'s fields named ``"0"``, ``"1"``, ...); other values as they are."""
+    """``tree`` with gymnasium ``Dict`` and ``Tuple`` spaces as nested dicts."""
     if _is_space(tree) and isinstance(getattr(tree, "spaces", None), tuple):
         if isinstance(tree, Sequence):  # a Tuple space (OneOf holds spaces but is none)
             return {str(i): _spec_tree(s) for i, s in enumerate(tree.spaces)}
@@ -161,14 +130,10 @@ def _spec_tree(tree: Any) -> Any:
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Flatten nested dicts to ``{"a/b": leaf}``. A key may itself be a path (``"a/b"``,
-    as :attr:`Sample.data <rlreplay.core.sample.Sample>` and :meth:`Signature.check_batch`
-    give them): it names the same field as the nested keys, so the nested, the flat and a
-    mixed form flatten alike.
+    """Flatten nested dicts to ``{"a/b": leaf}``; a key may itself be a path.
 
     Raises:
-        InvalidArgumentError: for a key that is not a non-empty string or a path with an
-            empty part, or a field given twice (nested and by its path).
+        InvalidArgumentError: for a bad key, or a field given twice (nested and by its path).
     """
     out: dict[str, Any] = {}
     for key, value in tree.items():
@@ -201,9 +166,7 @@ def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _value_at(tree: Any, path: str) -> Any:
-    """The value at ``path`` in ``tree`` (nested dicts and tuples, a tuple's items named
-    ``"0"``, ``"1"``, ...; a key may itself be a path, as :func:`flatten` reads it), or
-    ``None``."""
+    """The value at ``path`` in ``tree`` (nested dicts and tuples), or ``None``."""
     if isinstance(tree, Mapping):
         value = tree.get(path)
         if value is not None:
@@ -222,8 +185,7 @@ def _value_at(tree: Any, path: str) -> Any:
 
 
 def checked_extras(extras: Any, reserved: Sequence[str], owner: str) -> dict[str, Any]:
-    """``extras`` (field name to spec, or ``None``) as a new dict, checked before the
-    fields ``owner`` fills itself (``reserved``) are added to it.
+    """``extras`` as a new dict, checked not to name ``reserved`` fields.
 
     Raises:
         InvalidArgumentError: for extras that are not a dict, or that name a reserved field.
@@ -248,16 +210,18 @@ class Signature:
     """Ordered mapping of field path to :class:`FieldSpec`.
 
     Args:
-        fields: a (possibly nested) dict whose leaves are specs (see the module: a
-            :class:`FieldSpec`, a ``(shape, dtype)`` tuple, a dtype for a scalar, an object
-            with a ``shape`` and a ``dtype``, or a gymnasium space; ``Dict`` and ``Tuple``
-            spaces nest), or a :class:`Signature`.
+        fields: a (possibly nested) dict whose leaves are specs (a :class:`FieldSpec`, a
+            ``(shape, dtype)`` tuple, a dtype for a scalar, an object with ``shape`` and
+            ``dtype``, or a gymnasium space), or a :class:`Signature`.
 
     Raises:
-        InvalidArgumentError: naming the field, for an empty signature or nested dict, a
-            field name that is not a non-empty string, a ``(dtype, shape)`` tuple (say
-            ``(shape, dtype)``), a space without a fixed shape, an object that is no spec,
-            or a spec :class:`FieldSpec` refuses.
+        InvalidArgumentError: naming the field, for an empty signature, a bad name, a
+            ``(dtype, shape)`` tuple, a space without a fixed shape, or no spec.
+
+    Example:
+        >>> sig = Signature({"obs": {"image": ((84, 84), "uint8")}, "reward": "float32"})
+        >>> sig.paths
+        ('obs/image', 'reward')
     """
 
     def __init__(self, fields: Mapping[str, Any] | Signature):
@@ -293,7 +257,6 @@ class Signature:
                     f"fields ({[p for p in self.fields if p.startswith(clash[0] + SEPARATOR)]}); "
                     "rename one of them"
                 )
-        # Per-field (path, shape, ndim, dtype), read by the validation fast paths.
         self._checks = tuple(
             (p, spec.shape, len(spec.shape), spec.dtype) for p, spec in self.fields.items()
         )
@@ -309,26 +272,18 @@ class Signature:
         extras: Mapping[str, Any] | None = None,
         reward: Any = "float32",
     ) -> Signature:
-        """The signature of one environment step from its gymnasium spaces: ``obs``
-        (the observation space; a ``Dict`` or ``Tuple`` space makes it a nest),
-        ``action``, ``reward`` and ``extras``, the fields the adders' ``signature``
-        helpers take (which take spaces too) and a store with a transition layout
-        (:meth:`ItemLayout.transition`, whose ``next_obs`` is the next step's ``obs``)
-        holds. For rows that carry their own next observation and end flags (a
-        cpprb-style table), name them in ``extras``.
+        """The signature of one environment step (``obs``, ``action``, ``reward``, extras).
 
         Args:
-            observation_space: one environment's observation space (for a vector env,
-                its ``single_observation_space``), or any spec.
+            observation_space: one environment's observation space (a vector env's
+                ``single_observation_space``), or any spec.
             action_space: one environment's action space, or any spec.
-            extras: more fields, each a space or a spec, e.g.
-                ``{"next_obs": env.observation_space, "terminated": "bool"}``.
+            extras: more fields, each a space or a spec, e.g. ``{"terminated": "bool"}``.
             reward: the reward's spec.
 
         Raises:
-            InvalidArgumentError: naming the field, for a space without a fixed shape
-                (``Text``, ``Sequence``, ``Graph``) or an object that is not a spec, or
-                extras named ``obs``, ``action`` or ``reward``.
+            InvalidArgumentError: naming the field, for a space without a fixed shape, a
+                non-spec, or extras named ``obs``, ``action`` or ``reward``.
 
         Example:
             >>> import gymnasium as gym
@@ -370,7 +325,7 @@ class Signature:
 
     @classmethod
     def from_json(cls, data: Mapping) -> Signature:
-        """The signature :meth:`to_json` wrote (its paths are nested again).
+        """The signature :meth:`to_json` wrote.
 
         Raises:
             InvalidArgumentError: for a malformed field spec.
@@ -388,9 +343,8 @@ class Signature:
             ``(flat dict of numpy arrays, n)``.
 
         Raises:
-            SignatureError: on missing or unknown fields, wrong shapes, values their
-                column's dtype cannot hold (see the module's casting rule), or fields whose
-                batch sizes differ.
+            SignatureError: on missing or unknown fields, wrong shapes, values the dtype cannot
+                hold, or differing batch sizes.
         """
         flat = self._flat_fields(data, argument)
         out: dict[str, np.ndarray] = {}
@@ -435,10 +389,7 @@ class Signature:
         return self.check_row(data, argument, keep_floats=False)
 
     def check_row(self, data: Mapping[str, Any], argument: str, keep_floats: bool = True) -> dict:
-        """Validate one step like :meth:`check_step`, for storing it into one row.
-
-        With ``keep_floats``, a Python ``float`` given for a scalar float field is returned
-        as is (assigning it to a row needs no array), which saves an array per field.
+        """Validate one step like :meth:`check_step`; ``keep_floats`` keeps scalar Python floats.
 
         Raises:
             SignatureError: as :meth:`check_batch`.
@@ -480,9 +431,7 @@ class Signature:
         return out
 
     def row_count(self, rows: Any) -> tuple[bool, int | None]:
-        """``(one_row, n)``: whether ``rows`` (given to an insert) are one row without the
-        batch axis, and the rows they hold, judged by the first field (``n`` is ``None``
-        when the rows must be validated to tell)."""
+        """``(one_row, n)`` of insert ``rows``, by the first field (``n`` may be ``None``)."""
         path, ndim = self._row_probe
         if type(rows) is not dict and not isinstance(rows, Mapping):
             return False, None
@@ -503,30 +452,18 @@ class Signature:
             return False, None
 
     def _flat_fields(self, data: Any, argument: str) -> Mapping[str, Any]:
-        """``data`` flattened to paths, with exactly the signature's fields.
-
-        A flat dict whose keys are already the paths (the common case, and what
-        :meth:`check_batch` returns, e.g. the rows a client sends a server for a nested
-        signature) is returned as is.
-
-        Raises:
-            SignatureError: if ``data`` is not a dict or its fields differ from the signature.
-        """
+        """``data`` flattened to paths, with exactly the signature's fields."""
         if type(data) is dict and data.keys() == self._paths:
             return data  # values that are dicts are caught by _leaf
         return self._flatten(data, argument)
 
     def _tuple_fields(self, nested: str) -> set[str]:
-        """The positions ``"0"``, ``"1"``, ... of a ``Tuple`` space's fields under
-        ``nested`` (``path/``)."""
+        """The positions ``"0"``, ``"1"``, ... of a ``Tuple`` space's fields under ``nested``."""
         parts = {f[len(nested) :].split(SEPARATOR)[0] for f in self.fields if f.startswith(nested)}
         return parts if parts == {str(i) for i in range(len(parts))} else set()
 
     def _untupled(self, flat: Mapping[str, Any]) -> dict[str, Any]:
-        """``flat`` with each tuple given for a ``Tuple`` space's fields (paths ``path/0``,
-        ``path/1``, ...; one entry per field) spread over them, as gymnasium gives such
-        values: one row's, or a vector env's tuple of batched arrays. A list is not spread
-        (a list of per-row tuples would be read transposed)."""
+        """``flat`` with tuples given for ``Tuple`` space fields spread over them."""
         out: dict[str, Any] = {}
 
         def spread(path: str, value: Any) -> None:
@@ -549,7 +486,7 @@ class Signature:
         return out
 
     def _leaf(self, value: Any, data: Any, argument: str) -> Any:
-        """``value`` if it is not a dict; for a dict, raise the error the slow path gives."""
+        """``value`` if it is not a dict; for a dict, raise the slow path's error."""
         if isinstance(value, Mapping):
             self._flatten(data, argument)
         return value

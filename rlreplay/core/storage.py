@@ -1,25 +1,9 @@
 """The step store: columnar ring storage shared by one or more tables.
 
-Each field of the signature is one preallocated numpy array of ``capacity`` rows. Every
-appended step gets a monotonically increasing step id; it lives in row ``id % capacity``
-until ``capacity`` newer steps overwrite it. Tables never copy step data: their items
-are windows (anchor row plus per-field offsets) over these arrays.
-
-With ``lanes > 1`` the store holds ``lanes`` interleaved streams advancing in lockstep
-(one step per lane per append), as a vector environment produces them: step ``k`` of lane
-``i`` has id ``k * lanes + i``, so consecutive steps of one lane are ``lanes`` ids apart and
-an item's window uses that stride.
-
-What happens to the items and to writers' retained steps on rows about to be
-overwritten is decided in one place, the store's :class:`~rlreplay.core.overwrite.
-OverwriteProtocol` (``store.overwrite``; its docstring states the invariant). All mutation
-happens under ``store.mutex``, which every table over the store shares; blocked calls
-wait through ``store.waits`` (:class:`~rlreplay.core.waiting.Waits`).
-
-The store's parts: its capacity and columns, made or checked before anything changes
-(:mod:`rlreplay.core.store_columns`), and which chunks of rows changed since a checkpoint
-(:mod:`rlreplay.core.store_changes`, ``store.changes``). The write paths stay here, on the
-store's own attributes: no indirection per row.
+Each field is one preallocated array; step ``i`` lives in row ``i % capacity`` until
+overwritten, and items are windows over these arrays (never copies). The store's
+:class:`~rlreplay.core.overwrite.OverwriteProtocol` decides what happens to items on rows
+about to be overwritten. All mutation happens under ``store.mutex``, shared by its tables.
 """
 
 from __future__ import annotations
@@ -47,14 +31,13 @@ _kernel = load_kernel("rlreplay.core._store")
 
 
 class StoreObserver(Protocol):
-    """What :meth:`StepStore.observe` takes: told of changes to the rows before they are
-    made, with the store's lock held."""
+    """What :meth:`StepStore.observe` takes: told of row changes before they are made."""
 
     def before_write(self, first: int, n: int) -> None:
         """``n`` steps are about to be written from id ``first``."""
 
     def before_reset(self) -> None:
-        """Every row is about to be given up (a reset, or the columns replaced)."""
+        """Every row is about to be given up."""
 
 
 class StepStore:
@@ -64,19 +47,14 @@ class StepStore:
         signature: field specs of one step (nested dicts allowed).
         capacity: number of steps kept; older steps are overwritten.
         lanes: number of lockstep streams (1 for a plain stream).
-        capacity_bytes: instead of ``capacity``: the bytes the columns may take; the
-            capacity is the most steps (a multiple of ``lanes``) that fit.
-        columns: arrays to hold the steps instead of new ones, one of
-            ``(capacity, *shape)`` per field (e.g. a checkpoint's memory-mapped files).
-            They are not counted against available memory: their pages belong to files
-            or were allocated already.
+        capacity_bytes: instead of ``capacity``: the bytes the columns may take.
+        columns: arrays to use instead of new ones, one ``(capacity, *shape)`` per field (e.g.
+            a checkpoint's memory-mapped files); not counted against available memory.
 
     Raises:
-        InvalidArgumentError: if ``capacity`` is not a positive multiple of ``lanes``, or
-            neither or both of ``capacity`` and ``capacity_bytes`` are given, or a given
-            column does not match its field's shape and dtype.
-        InsufficientMemoryError: if new columns need more memory than is available (see
-            :mod:`rlreplay.core.memory`); nothing is allocated.
+        InvalidArgumentError: if ``capacity`` is not a positive multiple of ``lanes``, neither
+            or both of ``capacity`` and ``capacity_bytes`` are given, or a column mismatches.
+        InsufficientMemoryError: if new columns do not fit in memory; nothing is allocated.
 
     Example:
         >>> store = StepStore({"obs": ((4,), "float32")}, capacity=8)
@@ -104,25 +82,18 @@ class StepStore:
         else:
             self.columns = new_columns(self, self.signature, self.capacity, capacity_bytes)
         self.next_id = 0
-        # Every mutation holds ``mutex``; blocked calls wait through ``waits``, each on a
-        # condition of its own over it (see :class:`~rlreplay.core.waiting.Waits`).
         self.mutex = threading.RLock()
         self.waits = waiting.Waits(self.mutex)
         self._column_tuple = tuple(self.columns.values())
         self._path_tuple = tuple(self.columns)
-        # Whether writes of steps that fit the columns as they are go through the compiled
-        # kernel (one call per write); False: the numpy path (the tests compare them).
+        # Whether fitting writes go through the compiled kernel; False: the numpy path.
         self.compiled_writes = _kernel is not None
         self.overwrite = OverwriteProtocol(self)
-        # Which rows changed between two checkpoints (see :mod:`rlreplay.core.store_changes`).
         self.changes = ChangedChunks(self.signature, self.capacity)
-        # Told before rows change (lock held): see :meth:`observe`.
         self.observers: tuple[StoreObserver, ...] = ()
-        # Called by wake_waiters beside the lock's waiters: waiters of another kind (a
-        # server's parked calls), told without taking this store's lock themselves.
+        # Woken beside the lock's waiters, without taking the lock (a server's parked calls).
         self.wakers: tuple[Callable[[], None], ...] = ()
 
-    # ----------------------------------------------------------------- queries
     @property
     def num_steps(self) -> int:
         """Steps currently held (at most ``capacity``)."""
@@ -141,7 +112,7 @@ class StepStore:
         return self.oldest_id <= step_id < self.next_id
 
     def read(self, step_ids: np.ndarray | int) -> dict[str, np.ndarray]:
-        """Copy of the steps with the given ids (which must still be stored).
+        """Copy of the steps with the given ids.
 
         Raises:
             InvalidArgumentError: if an id is not stored.
@@ -160,19 +131,15 @@ class StepStore:
         return {p: col[rows] for p, col in self.columns.items()}
 
     def read_range(self, first: int, n: int) -> dict[str, np.ndarray]:
-        """Copy of the ``n`` steps from id ``first`` on (stored; lock held)."""
+        """Copy of the ``n`` steps from id ``first`` on (lock held)."""
         return self.read_rows((first + np.arange(n)) % self.capacity)
 
-    # ------------------------------------------------------------- checkpoints
     def state(self) -> dict[str, Any]:
-        """The store's bookkeeping for checkpoints (lock held): the next step id and the
-        steps relocated so far. The columns are not part of it: a checkpoint streams them
-        itself (see :mod:`rlreplay.checkpoint`)."""
+        """The store's bookkeeping for checkpoints (lock held); the columns are not part of it."""
         return {"next_id": self.next_id, "relocated_steps": self.overwrite.relocated_steps}
 
     def stamp_chunks(self) -> int:
-        """Bring ``chunk_generations`` up to date (lock held) and return the current
-        write generation (see :class:`~rlreplay.core.store_changes.ChangedChunks`)."""
+        """Bring ``chunk_generations`` up to date (lock held); return the write generation."""
         return self.changes.stamp(self.next_id)
 
     @property
@@ -192,21 +159,17 @@ class StepStore:
 
     @property
     def identity(self) -> str:
-        """This store's contents, for checkpoints: new with every store and whenever
-        :meth:`load_state` replaces its columns."""
+        """This store's contents: new with every store and every column replacement."""
         return self.changes.identity
 
     def load_state(
         self, state: Mapping[str, Any], columns: Mapping[str, np.ndarray] | None = None
     ) -> None:
-        """Put back what :meth:`state` returned; ``columns`` (one array of
-        ``(capacity, *shape)`` per field, e.g. memory-mapped files) replace the store's
-        own arrays when given. Writers' retained steps are released: they belonged to
-        the steps this replaces.
+        """Put back what :meth:`state` returned; ``columns``, if given, replace the arrays.
 
         Raises:
-            InvalidArgumentError: if ``next_id`` is negative or a column does not match
-                its field's shape and dtype; nothing changes then.
+            InvalidArgumentError: if ``next_id`` is negative or a column mismatches; nothing
+                changes then.
         """
         next_id = state["next_id"]
         check_count(next_id, "next_id", minimum=0)
@@ -226,37 +189,28 @@ class StepStore:
             self.overwrite.relocated_steps = int(state.get("relocated_steps", 0))
             self.waits.wake_all()
 
-    # ---------------------------------------------------------------- mutation
     def observe(self, observer: StoreObserver) -> None:
-        """Tell ``observer`` of every change to the rows from now on, before it is made
-        (core-internal, lock held): ``before_write(first_id, n)`` before a write of ``n``
-        steps from id ``first_id``, ``before_reset()`` before every row is given up (a
-        reset, columns replaced). A checkpoint streaming the columns copies aside the
-        rows it has not written yet."""
+        """Tell ``observer`` of every change to the rows before it is made (lock held)."""
         self.observers = (*self.observers, observer)
 
     def unobserve(self, observer: StoreObserver) -> None:
-        """Stop telling ``observer`` (lock held; one not observing is ignored)."""
+        """Stop telling ``observer`` (lock held)."""
         self.observers = tuple(o for o in self.observers if o is not observer)
 
     def attach(self, table: RowHolder) -> weakref.ref:
-        """Let ``table``'s items hold rows of this store (see :mod:`overwrite`); returns
-        the weak reference the store keeps of it (the table's ``store_ref``)."""
+        """Let ``table``'s items hold rows of this store; returns the store's weakref to it."""
+
         with self.mutex:
             return self.overwrite.attach(table)
 
     def detach(self, table: RowHolder) -> None:
-        """Forget ``table``: its items no longer hold rows (:meth:`Table.close`)."""
+        """Forget ``table``: its items no longer hold rows."""
         with self.mutex:
             self.overwrite.detach(table)
             self.waits.wake_all()  # appends waiting for its items may go on
 
     def wake_waiters(self) -> None:
-        """Core-internal, for the tables, writers and overwrite protocol over this store,
-        with ``mutex`` held: wake the calls waiting on the lock after a change that may let
-        them go on (only when one may: :class:`~rlreplay.core.waiting.Waits`; skipped when
-        none waits, as on almost every insert and sample, where a call costs more than the
-        check), and call every waker (see :meth:`add_waker`)."""
+        """Wake the waiting calls a change may let go on, and call every waker (``mutex`` held)."""
         waits = self.waits
         if waits.blocked:
             waits.wake()
@@ -264,11 +218,10 @@ class StepStore:
             waker()
 
     def add_waker(self, waker: Callable[[], None]) -> None:
-        """Call ``waker()`` after every change that may let a waiting call go on (an
-        insert, a sample, a delete, a reset), with the store's lock held: it must return
-        at once and never take the lock. A server parks the calls a limiter blocks and
-        retries them when woken, so a change made in its own process (a learner sampling
-        the served table) lets a parked insert in at once."""
+        """Call ``waker()`` after every change that may let a waiting call go on (lock held).
+
+        It must return at once and never take the lock.
+        """
         with self.mutex:
             self.wakers = (*self.wakers, waker)
 
@@ -282,18 +235,14 @@ class StepStore:
     ) -> int:
         """Append a batch of steps (every field ``[n, ...]``); returns the first new id.
 
-        With ``lanes > 1``, ``n`` must be a multiple of ``lanes`` (row ``j`` goes to lane
-        ``j % lanes``). Items anchored on rows about to be overwritten are handed over as
-        their tables' ``on_overwrite`` says (see :mod:`rlreplay.core.overwrite`); a queue's
-        items (``on_overwrite="block"``) make the append wait, up to ``timeout`` seconds in
-        all (``None``: without limit), until they are consumed.
+        A queue's items on rows about to be overwritten make it wait up to ``timeout`` seconds.
 
         Raises:
             SignatureError: if ``steps`` does not match the signature.
-            InvalidArgumentError: if ``n`` is 0, over ``capacity`` or not a multiple of
-                lanes, or the store cannot hold what writers retain plus ``n`` steps.
-            ReplayTimeoutError: if a queue kept the append waiting past ``timeout``;
-                nothing is appended then.
+            InvalidArgumentError: if ``n`` is 0, over ``capacity`` or not a multiple of lanes, or
+                the store cannot hold what writers retain plus ``n`` steps.
+            ReplayTimeoutError: if a queue kept the append waiting past ``timeout``; nothing is
+                appended then.
         """
         if validated:
             arrays, n = steps, len(next(iter(steps.values())))
@@ -310,8 +259,7 @@ class StepStore:
     def _append_locked(
         self, arrays: Mapping[str, np.ndarray], n: int, timeout: float | None = None
     ) -> int:
-        """Append ``n`` validated steps with the lock held (waiting for queues as
-        :meth:`append`); returns the first id."""
+        """Append ``n`` validated steps with the lock held; returns the first id."""
         waiter = None
         while True:
             if self.overwrite.make_room(n) is not None:
@@ -321,7 +269,7 @@ class StepStore:
                 raise self.timeout_error(n, timeout)
 
     def blocked_call(self, timeout: float | None, what: str) -> waiting.BlockedCall:
-        """The waiting of an append held back by a queue's items (one warning if long)."""
+        """The waiting of an append held back by a queue's items."""
         return waiting.BlockedCall(
             self.waits, timeout, waiting.WARN_AFTER_S, lambda: self._blocked_text(what)
         )
@@ -349,24 +297,16 @@ class StepStore:
         one_row: bool = False,
         checked: bool = True,
     ) -> int | None:
-        """Core-internal, for the tables, writers and overwrite protocol over this store,
-        with ``mutex`` held: write ``n`` steps at the head; returns the first id.
+        """Write ``n`` steps at the head, ``mutex`` held; returns the first id.
 
-        The rows are ones the overwrite protocol has freed, or ones the table it lets
-        replace its own items there (``overwrite.sole``) is about to claim. ``one_row``:
-        ``steps`` is one step without the batch axis (``n`` is 1). ``checked``: the steps
-        were validated (they match the columns), so the write cannot fail; with
-        ``checked=False`` they are written only when they fit the columns as they are
-        and do not wrap (the compiled write), else nothing is written and ``None``
-        returned, for the caller to validate them first.
+        With ``checked=False`` steps that do not fit the columns as they are, or would wrap, are
+        not written and ``None`` is returned, for the caller to validate them first.
         """
         first = self.next_id
         for observer in self.observers:
             observer.before_write(first, n)
         start = first % self.capacity
         end = start + n
-        # Steps that fit the columns as they are (what validation returns) in one
-        # compiled call when they do not wrap; it writes nothing when one does not fit.
         if end <= self.capacity and self.compiled_writes:
             cols, paths = self._column_tuple, self._path_tuple
             if (
@@ -378,8 +318,7 @@ class StepStore:
                 return first
         if not checked:
             return None
-        # Values were checked (the casting rule in value_casting.py refuses a finite float
-        # that would become inf); numpy's overflow check is not needed again here.
+        # Values were checked (value_casting.py refuses floats that would become inf).
         with np.errstate(over="ignore"):
             if end <= self.capacity:
                 for path, col in self.columns.items():
@@ -394,8 +333,7 @@ class StepStore:
         return first
 
     def reset(self) -> None:
-        """Forget every step (the arrays keep their memory); attached tables are reset and
-        writers' retained steps released."""
+        """Forget every step; attached tables are reset and retained steps released."""
         with self.mutex:
             for observer in self.observers:
                 observer.before_reset()

@@ -1,14 +1,7 @@
-"""Which rows of a step store changed since a checkpoint: the store's rows cut into chunks,
-each stamped with the write generation of its last write.
+"""Which rows of a step store changed since a checkpoint, by chunk and write generation.
 
-A checkpoint writes each column of a store in files of ``chunk_rows`` rows and records the
-write generation at its moment and the store's ``identity`` (its contents: new with every
-store and whenever its columns are replaced). The next checkpoint of the same store reuses
-the files of the chunks stamped no later (see :mod:`rlreplay.checkpoint.increments`).
-
-The stamps are brought up to date when a checkpoint asks (:meth:`ChangedChunks.stamp`), not
-by the writes: every write is at the store's head, so the steps written since the last
-stamp are one range of ids, and the write paths pay nothing for this.
+The next checkpoint of a store reuses the files of chunks stamped no later than the last
+one (see :mod:`rlreplay.checkpoint.increments`); writes pay nothing for the stamps.
 """
 
 from __future__ import annotations
@@ -20,19 +13,14 @@ import numpy as np
 
 from rlreplay.core.specs import Signature
 
-# Checkpoints write each column in files of ``chunk_rows`` rows (see
-# :func:`checkpoint_chunk_rows`): about this many bytes of all columns per chunk, each
-# chunk's bytes of each column a multiple of ``CHECKPOINT_CHUNK_ALIGN`` (a memory page)
-# so that a memory-mapped restore can map the files of a column side by side.
+# About this many bytes of all columns per chunk; each column's chunk is page-aligned so
+# a memory-mapped restore can map a column's files side by side.
 CHECKPOINT_CHUNK_BYTES = 16 << 20
 CHECKPOINT_CHUNK_ALIGN = 4096
 
 
 def checkpoint_chunk_rows(signature: Signature, capacity: int) -> int:
-    """Rows per checkpoint chunk of a store: about ``CHECKPOINT_CHUNK_BYTES`` of all its
-    columns, a multiple of the fewest rows whose bytes are a multiple of
-    ``CHECKPOINT_CHUNK_ALIGN`` in every column; ``capacity`` (one chunk) when that is
-    not smaller."""
+    """Rows per checkpoint chunk: about ``CHECKPOINT_CHUNK_BYTES``, aligned in every column."""
     unit = 1
     for spec in signature.fields.values():
         row = max(1, int(np.prod(spec.shape, dtype=np.int64)) * np.dtype(spec.dtype).itemsize)
@@ -45,19 +33,11 @@ def checkpoint_chunk_rows(signature: Signature, capacity: int) -> int:
 class ChangedChunks:
     """The write generation of each chunk of a store's rows, and the store's identity.
 
-    Owned by a :class:`~rlreplay.core.storage.StepStore` (``store.changes``); every call is
-    made with the store's lock held.
+    Owned by a :class:`~rlreplay.core.storage.StepStore`; every call holds the store's lock.
 
     Args:
         signature: the store's signature (sizes the chunks).
         capacity: the store's rows.
-
-    Attributes:
-        chunk_rows: rows per chunk (:func:`checkpoint_chunk_rows`).
-        generations: per chunk, the write generation of its last stamped write.
-        write_generation: the generation of the latest stamp.
-        identity: the store's contents, as a hex string (new with replaced columns).
-        stamped_to: steps before this id are stamped.
     """
 
     def __init__(self, signature: Signature, capacity: int):
@@ -69,9 +49,7 @@ class ChangedChunks:
         self.stamped_to = 0
 
     def stamp(self, next_id: int) -> int:
-        """Stamp the chunks of the steps written since the last call (ids
-        ``[stamped_to, next_id)``, in ring order) with a new generation; returns the
-        current write generation."""
+        """Stamp the chunks written since the last call with a new generation; return it."""
         n = next_id - self.stamped_to
         if n > 0:
             g = self.write_generation = self.write_generation + 1
@@ -89,8 +67,7 @@ class ChangedChunks:
         return self.write_generation
 
     def replaced(self) -> None:
-        """The store's columns were replaced: a new identity, and every chunk stamped with a
-        new generation (no chunk matches an earlier checkpoint)."""
+        """The columns were replaced: a new identity, and every chunk stamped anew."""
         self.identity = uuid.uuid4().hex
         self.write_generation += 1
         self.generations[:] = self.write_generation

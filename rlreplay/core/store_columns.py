@@ -1,10 +1,7 @@
 """A step store's columns: how many rows they hold, and the arrays that hold them.
 
-A store's capacity is given in steps or as a byte budget resolved to steps, always a
-multiple of its lanes. Its columns are either made here, one zeroed array per field after
-checking that they fit in available memory (:func:`rlreplay.core.memory.check_fits`), or
-given (a checkpoint's memory-mapped files) and checked to match the signature. Both happen
-before the store changes anything, so a refused configuration allocates nothing.
+Columns are made (zeroed, after a memory check) or given (a checkpoint's memory-mapped
+files) and checked, before the store changes anything.
 """
 
 from __future__ import annotations
@@ -22,14 +19,12 @@ from rlreplay.errors import InvalidArgumentError, describe
 def store_capacity(
     signature: Signature, capacity: Any, lanes: Any, capacity_bytes: Any
 ) -> tuple[int, int]:
-    """``(capacity, lanes)`` of a store with these arguments, checked (see
-    :class:`~rlreplay.core.storage.StepStore`).
+    """``(capacity, lanes)`` of a store with these arguments, checked.
 
     Raises:
-        InvalidArgumentError: if ``lanes`` is not an int in [1, 65535], neither or both of
-            ``capacity`` and ``capacity_bytes`` are given, ``capacity_bytes`` holds no
-            row, or ``capacity`` is not a positive int below 2**31 and a multiple of
-            ``lanes``.
+        InvalidArgumentError: for bad ``lanes``, neither or both of ``capacity`` and
+            ``capacity_bytes``, or a ``capacity`` that is not a positive multiple of ``lanes``
+            below 2**31.
     """
     if not isinstance(lanes, (int, np.integer)) or lanes < 1 or lanes > 65535:
         raise InvalidArgumentError(f"lanes={describe(lanes)} must be an int in [1, 65535]")
@@ -57,12 +52,10 @@ def store_capacity(
 def new_columns(
     owner: Any, signature: Signature, capacity: int, capacity_bytes: int | None
 ) -> dict[str, np.ndarray]:
-    """One zeroed array of ``(capacity, *shape)`` per field, counted against available
-    memory for as long as ``owner`` (the store) lives.
+    """One zeroed array of ``(capacity, *shape)`` per field, counted while ``owner`` lives.
 
     Raises:
-        InsufficientMemoryError: if they need more memory than is available; nothing is
-            allocated.
+        InsufficientMemoryError: if they do not fit; nothing is allocated.
     """
     row_bytes = signature.step_nbytes
     memory.check_fits(
@@ -82,8 +75,7 @@ def new_columns(
 def checked_columns(
     signature: Signature, capacity: int, columns: Mapping[str, np.ndarray]
 ) -> dict[str, np.ndarray]:
-    """``columns`` in field order, each checked to be ``(capacity, *shape)`` of its
-    field's dtype.
+    """``columns`` in field order, each checked to be ``(capacity, *shape)`` of its dtype.
 
     Raises:
         InvalidArgumentError: naming the first column that does not match.

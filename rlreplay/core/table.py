@@ -1,11 +1,6 @@
 """The replay table: items over a step store, a sampler, a remover and a rate limiter.
 
-:class:`Table` adds items two ways: :meth:`Table.insert` appends rows to the store, each
-becoming its own item (the cpprb-style path), and :meth:`Table.create_items` makes items
-over steps a writer has already appended. Every call validates all its arguments before
-it waits or changes anything, and waits at most ``timeout`` seconds in total, for the
-rate limiter and the store together. ``Table.queue`` and ``Table.stack`` are the named
-constructors of the ordered tables.
+Every call validates all its arguments before it waits or changes anything.
 """
 
 from __future__ import annotations
@@ -54,83 +49,42 @@ __all__ = ["OVERWRITE_POLICIES", "SLOT_STATE", "Table"]
 class Table:
     """A replay table: the central noun of rlreplay.
 
-    An *item* is what a sampler picks: an anchor step in the table's :class:`StepStore`
-    plus a priority, a 64-bit key and a ``times_sampled`` count. Its data is a window over
-    the stored steps described by the table's :class:`ItemLayout` (rows, transitions,
-    sequences), so steps are stored once however many items and tables read them. A table
-    holds at most one item per anchor step.
-
-    The *sampler* chooses which items :meth:`sample` returns; the *remover* chooses which
-    item to evict when an insert would exceed ``max_size``. Items are also removed when
-    they have been sampled ``max_times_sampled`` times, when deleted, and before the store
-    overwrites their oldest step (or, with ``on_overwrite="block"``, the store waits).
-    A table whose sampler and remover both ignore priorities (``Uniform``, ``Fifo``,
-    ``Lifo``) keeps none, to save 8 bytes per item: the priorities it is given are
-    checked, then dropped, and read back as 1.0 (``sample().info.priorities``, dataset
-    exports); give it a ``Prioritized`` or heap selector to keep them.
-
-    The *rate limiter* blocks inserts that run too far ahead of samples and samples that
-    run too far ahead of inserts; every blocking call takes a ``timeout`` in seconds, the
-    most it waits in total (for the limiter and the store together). Someone must consume
-    what a blocking table holds back: a queue (:meth:`queue`) or a
-    ``SampleToInsertRatio`` limiter blocks inserts until a sampler catches up, and a
-    ``min_size_to_sample`` blocks samples until writers have inserted that many items. A
-    call blocked for more than ``warn_after`` seconds logs one warning on the
-    ``"rlreplay"`` logger naming the table, the limiter's state and the likely cause; use
-    :meth:`can_insert` / :meth:`can_sample` where actor and learner share one thread.
-    All methods are thread-safe; tables over one store share its lock.
-
-    A table is composed of parts that own their state: its :class:`ItemIndex`
-    (``table.index``: per-slot records, live flags, sampler, remover, size, counters), its
-    :class:`DrawPlan` (``table.draws``: which rows a sample reads, batch buffers) and its
-    rate limiter; the store's :class:`~rlreplay.core.overwrite.OverwriteProtocol` hands
-    over rows the store overwrites. ``close()`` detaches the table from its store (its
-    items no longer hold rows); the store holds its tables weakly, so a dropped table
-    stops holding rows as well.
+    An *item* is an anchor step in the :class:`StepStore` plus a priority, a 64-bit key and a
+    ``times_sampled`` count; its data is the :class:`ItemLayout`'s window from the anchor (at
+    most one item per anchor). The sampler picks what :meth:`sample` returns, the remover what
+    an insert over ``max_size`` evicts. Blocking calls wait at most ``timeout`` seconds in
+    total; someone must consume what the rate limiter holds back. All methods are thread-safe;
+    tables over one store share its lock. See docs/tables.md.
 
     Args:
         name: table name (used by servers, checkpoints and error messages).
         signature: step fields, when the table should create its own store.
         capacity: steps the table's own store keeps (default ``max_size``).
-        capacity_bytes: instead of ``capacity``: the bytes the table's own store and its
-            item index may take together; the capacity (and the default ``max_size``) is
-            the most steps that fit (see :mod:`rlreplay.core.memory`).
+        capacity_bytes: instead of ``capacity``: bytes its own store and item index may take.
         store: an existing :class:`StepStore` to share with other tables.
-        layout: item layout (default: one stored step per item, field by field).
+        layout: item layout (default: one stored step per item).
         sampler: selector that samples (default :class:`Uniform`).
         remover: selector that evicts (default :class:`Fifo`).
         max_size: most items held (default: the store's capacity).
         rate_limiter: default ``MinSize(1)``.
         max_times_sampled: remove an item after this many samples (0: never).
-        default_priority: priority of items inserted without one; ``None`` uses the largest
-            priority inserted or updated so far (1.0 at first), the PER convention.
-        on_overwrite: ``"evict"`` removes items whose steps the store overwrites;
-            ``"block"`` makes the store wait until they are consumed (queues);
-            ``"relocate"`` copies their steps to the head of the store and moves them
-            there, keeping their place in the order but getting new keys (stacks, whose
-            oldest items wait longest).
-        seed: seed of the table's random generator. An int seed also fixes the table's
-            key origin (with its name), so a seeded run issues the same keys; without
-            one the origin is random. Either way, tables with different names (or
-            without seeds) issue different keys, and keys of one are refused by another
-            (see rlreplay/core/keys.py for the exact guarantee).
-        warn_after: seconds a blocked call waits before it logs its one warning; default
-            (``None``) ``rlreplay.core.waiting.WARN_AFTER_S`` (5 s). Set
-            ``table.warn_after = None`` to never warn.
+        default_priority: priority of items inserted without one; ``None``: the largest seen
+            (1.0 at first), as in PER.
+        on_overwrite: for items on overwritten steps: ``"evict"``, ``"block"`` the store
+            (queues), or ``"relocate"`` them to the head with new keys (stacks).
+        seed: seed of the random generator; an int seed also fixes the key origin.
+        warn_after: seconds before a blocked call logs one warning (``None``: never).
 
     Raises:
-        InvalidArgumentError: for inconsistent arguments (each message says which).
-        InsufficientMemoryError: if the store or the item index needs more memory than is
-            available; nothing is allocated.
-        DeadlockError: if the rate limiter's ``min_size_to_sample`` exceeds ``max_size``, or
-            it wants more samples per insert than ``max_times_sampled`` allows.
+        InvalidArgumentError: for inconsistent arguments.
+        InsufficientMemoryError: if the store or item index does not fit in memory.
+        DeadlockError: if the rate limiter could never admit a sample.
 
     Example:
         >>> table = Table("replay", signature={"obs": ((4,), "float32"), "reward": "float32"},
         ...               max_size=1000)
         >>> keys = table.insert({"obs": np.zeros((8, 4)), "reward": np.ones(8)})
-        >>> batch = table.sample(4)
-        >>> batch.data["obs"].shape
+        >>> table.sample(4).data["obs"].shape
         (4, 4)
     """
 
@@ -195,38 +149,28 @@ class Table:
         )
         self.mutex = store.mutex
         self._is_rows = self.layout.is_rows
-        # The weak reference the store keeps of this table: the one-row insert writes in
-        # place when it is the overwrite protocol's ``sole``.
+        # The store's weak reference to this table: a sole table's one-row insert writes in place.
         self.store_ref: weakref.ref = store.attach(self)
 
-    # ------------------------------------------------------------ constructors
     @classmethod
     def queue(cls, name: str, size: int, **kwargs: Any) -> Table:
         """A FIFO queue: each item sampled once, inserts block when ``size`` items wait.
 
-        Someone must sample the queue: with ``size`` items waiting, inserts (and appends
-        to the store that would overwrite waiting items) block until a sampler takes one,
-        up to their ``timeout``; a call blocked longer than ``warn_after`` seconds logs
-        "no sampler is consuming this queue". Takes the same keyword arguments as
-        :class:`Table` (``signature``/``store``, ``layout``, ...); with ``signature`` the
-        queue's own store holds ``size`` items of the layout's span, plus one item's
-        steps for the writer, so ``size`` items really fit.
+        Someone must sample it, or inserts block up to their ``timeout``. Takes :class:`Table`'s
+        keyword arguments.
         """
         return cls._ordered(name, size, Fifo, "block", kwargs)
 
     @classmethod
     def stack(cls, name: str, size: int, **kwargs: Any) -> Table:
-        """A LIFO stack: like :meth:`queue` but the newest item is sampled first (the
-        oldest items wait longest: when the store wraps, their steps are copied to its
-        head instead of blocking writers)."""
+        """A LIFO stack: like :meth:`queue` but the newest item is sampled first."""
         return cls._ordered(name, size, Lifo, "relocate", kwargs)
 
     @classmethod
     def _ordered(
         cls, name: str, size: int, selector: type, on_overwrite: str, kwargs: dict[str, Any]
     ) -> Table:
-        """A table of ``size`` items, each sampled once, in ``selector``'s order; a table
-        creating its own store sizes it for ``size`` items of its layout's span plus one."""
+        """A table of ``size`` items, each sampled once, in ``selector``'s order."""
         own_store = "store" not in kwargs and "capacity_bytes" not in kwargs
         if "signature" in kwargs and own_store and isinstance(size, int):
             layout = kwargs.get("layout")
@@ -243,7 +187,6 @@ class Table:
             **kwargs,
         )
 
-    # ------------------------------------------------------------ the parts
     @property
     def size(self) -> int:
         """Items held now."""
@@ -251,9 +194,7 @@ class Table:
 
     @property
     def signature(self) -> Signature:
-        """The steps' fields: its store's signature, what :meth:`insert` and writers take
-        (and ``Client.signature(name)`` returns for a served table). A sample's fields are
-        the layout's (``table.layout``: e.g. ``next_obs`` of a transition)."""
+        """The steps' fields, as :meth:`insert` and writers take them."""
         return self.store.signature
 
     @property
@@ -270,12 +211,12 @@ class Table:
 
     @property
     def closed(self) -> bool:
-        """Whether :meth:`close` was called (blocking calls then raise ClosedError)."""
+        """Whether :meth:`close` was called."""
         return self.admission.closed
 
     @property
     def warn_after(self) -> float | None:
-        """Seconds a blocked call waits before it logs its one warning (``None``: never)."""
+        """Seconds a blocked call waits before it logs its warning (``None``: never)."""
         return self.admission.warn_after
 
     @warn_after.setter
@@ -283,9 +224,7 @@ class Table:
         self.admission.warn_after = check_warn_after(seconds)
 
     def can_insert(self, num_inserts: int = 1) -> bool:
-        """Whether inserting ``num_inserts`` items would proceed now without blocking: the
-        rate limiter admits them and, for :meth:`insert` (tables of rows), the store can
-        take their rows without waiting for a queue's items.
+        """Whether inserting ``num_inserts`` items would proceed now without blocking.
 
         Raises:
             InvalidArgumentError: for ``num_inserts`` not an int >= 1.
@@ -296,18 +235,15 @@ class Table:
             return self.admission.can_insert(num_inserts, rows)
 
     def can_sample(self, num_samples: int = 1) -> bool:
-        """Whether sampling ``num_samples`` items would proceed now without blocking or
-        failing (False also when every item of a prioritized table has priority 0).
+        """Whether sampling ``num_samples`` items would proceed now without blocking or failing.
 
         Raises:
-            InvalidArgumentError: for ``num_samples`` that :meth:`sample` refuses as a
-                ``batch_size`` (not an int in ``[1, max_size]``).
+            InvalidArgumentError: for ``num_samples`` not an int in ``[1, max_size]``.
         """
         n = check_batch_size(num_samples, self.max_size, "num_samples")
         with self.mutex:
             return self.admission.can_sample(n)
 
-    # ----------------------------------------------------------------- inserts
     def insert(
         self,
         rows: Mapping[str, Any],
@@ -315,20 +251,18 @@ class Table:
         *,
         timeout: float | None = None,
     ) -> np.ndarray:
-        """Append rows to the store, each becoming its own item (the cpprb-style fast path).
+        """Append rows to the store, each becoming its own item.
 
         Args:
             rows: dict of arrays, each ``[n, *shape]`` (or one row without the batch axis).
-            priorities: ``n`` priorities, one for all, or ``None`` for the default priority.
-            timeout: seconds this call may wait in all, for the rate limiter and for a
-                queue's items in the store; ``None`` waits without limit.
+            priorities: ``n`` priorities, one for all, or ``None`` for the default.
+            timeout: seconds to wait in all (rate limiter and store); ``None``: no limit.
 
         Returns:
             int64 keys of the new items.
 
         Raises:
-            InvalidArgumentError: if the table's layout is not rows (use a writer), or on
-                bad rows or priorities; nothing is stored then.
+            InvalidArgumentError: if the layout is not rows (use a writer), or on bad input.
             RateLimiterTimeoutError: if the limiter blocked the insert for ``timeout``.
             ReplayTimeoutError: if a queue's items kept the store from taking the rows.
             ClosedError: if the table is or gets closed.
@@ -339,8 +273,7 @@ class Table:
                 "stores one row per item, so append steps with a TrajectoryWriter instead"
             )
         store = self.store
-        # Rows that may fit the store as they are (one row, or a dict of arrays of one
-        # length) are checked while they are written; others are validated first.
+        # Rows that fit the store as they are get checked while written; others first.
         one_row, n = store.signature.row_count(rows)
         steps = rows
         if n is None:
@@ -384,12 +317,7 @@ class Table:
         return keys
 
     def _raise_not_a_mapping(self, rows: Any) -> None:
-        """Raise the error for ``insert(rows)`` given something other than a mapping (a
-        tuple of arrays, one array), naming this table's fields.
-
-        Raises:
-            SignatureError: always.
-        """
+        """Raise SignatureError for ``insert(rows)`` given a non-mapping."""
         fields = list(self.store.signature.fields)
         shown = ", ".join(f"{f!r}: ..." for f in fields[:4]) + (", ..." if len(fields) > 4 else "")
         raise SignatureError(
@@ -400,10 +328,7 @@ class Table:
     def _store_rows(
         self, steps: Mapping[str, Any], n: int, one_row: bool, timeout: float | None
     ) -> int:
-        """Admit ``n`` items through the rate limiter and free ``n`` rows in the store,
-        waiting for either as needed (one deadline for both), then write the validated
-        rows; returns the first id (this table's own items on those rows are left for
-        the caller to replace, in this lock hold)."""
+        """Admit ``n`` items and free ``n`` rows under one deadline, write rows; return first id."""
         store = self.store
         waiter: BlockedCall | None = None
         while True:
@@ -428,14 +353,11 @@ class Table:
     ) -> int:
         """Create one item anchored at stored step ``anchor_id``; returns its key.
 
-        Writers call this; the item reads ``layout.span`` steps from the anchor (every
-        ``store.lanes`` ids), all of which must be stored. ``length`` (the item's extent,
-        ``1 <= length <= layout.span``) is for layouts with ``from_end``/``pad`` windows;
-        it defaults to ``layout.span``.
+        ``length`` (default ``layout.span``) is for layouts with ``from_end``/``pad`` windows.
 
         Raises:
-            InvalidArgumentError: if the window is not fully stored, the table already holds
-                an item at that anchor, the length or the priority is invalid.
+            InvalidArgumentError: if the window is not stored, an item is already there, or on
+                a bad length or priority.
             RateLimiterTimeoutError: if the limiter blocked the insert for ``timeout``.
         """
         try:
@@ -461,8 +383,7 @@ class Table:
         """Batch form of :meth:`create_item`; returns the new keys.
 
         Raises:
-            InvalidArgumentError: as :meth:`create_item`, and for more than ``max_size``
-                anchors at once (the remover could not make room for them).
+            InvalidArgumentError: as :meth:`create_item`, and for more than ``max_size`` anchors.
         """
         ids = int_array(anchor_ids, "anchor_ids")
         n = len(ids)
@@ -494,13 +415,7 @@ class Table:
             return keys
 
     def _anchor_slots(self, ids: np.ndarray, extents: np.ndarray | None) -> np.ndarray:
-        """The slots of new items anchored at steps ``ids`` (int64, at least one) of
-        ``extents`` steps each (``None``: the layout's span), lock held.
-
-        Raises:
-            InvalidArgumentError: if a window reaches outside the stored steps, the table
-                holds an item anchored there, or two anchors share a slot.
-        """
+        """Slots of new items anchored at ``ids``; lock held. Raises InvalidArgumentError."""
         store = self.store
         reach = self.layout.span - 1 if extents is None else extents - 1
         last = ids + reach * store.lanes
@@ -521,10 +436,7 @@ class Table:
     def check_items(
         self, n: int, priorities: Any = None, lengths: Any = None, anchors: Any = None
     ) -> tuple[np.ndarray | None, np.ndarray | None]:
-        """Check the priorities and lengths of ``n`` new items, as :meth:`create_items`
-        takes them, and (with the lock held) their ``anchors`` if given; returns the
-        priorities and lengths as arrays (``None`` where not given, and lengths on a
-        fixed-span layout). Writers call it before they wait for the rate limiter.
+        """Check ``n`` new items' priorities, lengths and ``anchors`` (lock held); return arrays.
 
         Raises:
             InvalidArgumentError: for a bad priority, length or anchor.
@@ -537,12 +449,7 @@ class Table:
         return prios, extents
 
     def _extents(self, lengths: Any, n: int) -> np.ndarray | None:
-        """Per-item extents as int64 (``span`` when not given), for a layout with
-        per-item extents; ``None`` for a fixed-span layout.
-
-        Raises:
-            InvalidArgumentError: for lengths on a fixed-span layout or outside ``[1, span]``.
-        """
+        """Per-item extents as int64, or ``None`` for a fixed-span layout."""
         span = self.layout.span
         if self.index.extent is None:
             if lengths is not None:
@@ -558,7 +465,6 @@ class Table:
             raise InvalidArgumentError(
                 f"lengths={describe(lengths)} must be {n} ints (one per item) or one int"
             )
-        # One per item: as int64 (no copy when it is already); one for all: filled.
         arr = arr.astype(np.int64, copy=False) if arr.ndim else np.full(n, arr.astype(np.int64))
         if n and (arr.min() < 1 or arr.max() > span):
             raise InvalidArgumentError(
@@ -566,30 +472,23 @@ class Table:
             )
         return arr
 
-    # ----------------------------------------------------------------- sampling
     def sample(
         self, batch_size: int, *, timeout: float | None = None, buffers: Any = None
     ) -> Sample:
         """Draw ``batch_size`` items (with replacement for random samplers).
 
-        A batch behaves as ``batch_size`` consecutive single samples: an item that reaches
-        ``max_times_sampled`` is removed and not returned again. If every item is used up
-        before the batch is full, the batch is shorter (it holds at least one item); the
-        rate limiter counts only the items returned.
+        Items reaching ``max_times_sampled`` are removed, so the batch may be shorter (never empty).
 
         Args:
             batch_size: items to draw, ``1 <= batch_size <= max_size``.
-            timeout: seconds to wait for the rate limiter (``None``: without limit).
-            buffers: where the batch's arrays are written: an object whose
-                ``empty(shape, dtype)`` returns an array no one else uses (a server
-                gathers straight into a client's shared memory this way); default: the
-                table's reusable output arrays.
+            timeout: seconds to wait for the rate limiter (``None``: no limit).
+            buffers: object whose ``empty(shape, dtype)`` gives the output arrays (default: reused).
 
         Returns:
             :class:`Sample` with ``data`` (``[B, ...]`` per layout field) and ``info``.
 
         Raises:
-            InvalidArgumentError: for a bad ``batch_size`` (a bool included) or ``timeout``.
+            InvalidArgumentError: for a bad ``batch_size`` or ``timeout``.
             DeadlockError: if the rate limiter could never admit ``batch_size`` samples.
             RateLimiterTimeoutError: if the limiter blocked the sample for ``timeout``.
             ClosedError: if the table was closed while waiting.
@@ -606,21 +505,15 @@ class Table:
             self.store.wake_waiters()
             return sample
 
-    # ------------------------------------------------------ priorities, deletes
     def update_priorities(self, keys: Any, priorities: Any) -> int:
-        """Set new priorities; keys of items no longer held are skipped and counted.
-
-        A table that keeps no priorities (sampler and remover both ignore them, see the
-        class docstring) checks them and drops them.
-
-        Duplicate keys: the last priority given wins.
+        """Set new priorities; keys no longer held are skipped. The last duplicate wins.
 
         Returns:
             How many items were updated.
 
         Raises:
             InvalidArgumentError: for keys not made by this table or invalid priorities.
-            ClosedError: if the table was closed (its items were dropped).
+            ClosedError: if the table was closed.
         """
         with self.mutex:
             self._check_open("update_priorities")
@@ -629,14 +522,14 @@ class Table:
             return len(slots)
 
     def delete(self, keys: Any) -> int:
-        """Remove items; keys of items no longer held are skipped and counted.
+        """Remove items; keys no longer held are skipped.
 
         Returns:
             How many items were removed.
 
         Raises:
             InvalidArgumentError: for keys not made by this table.
-            ClosedError: if the table was closed (its items were dropped).
+            ClosedError: if the table was closed.
         """
         with self.mutex:
             self._check_open("delete")
@@ -651,7 +544,6 @@ class Table:
         if self.closed:
             raise ClosedError(f"{call} on table {self.name!r}, which is closed")
 
-    # ----------------------------------------------------------- housekeeping
     def reset(self) -> None:
         """Remove every item and zero the rate limiter's counts (stored steps stay)."""
         with self.mutex:
@@ -659,16 +551,15 @@ class Table:
             self.store.wake_waiters()
 
     def reset_locked(self) -> None:
-        """:meth:`reset` with ``mutex`` held (core-internal: ``StepStore.reset`` calls it
-        for every table over the store)."""
+        """:meth:`reset` with ``mutex`` held."""
         self.index.reset()
         self.rate_limiter.reset()
 
     def close(self) -> None:
-        """Close the table: every blocked call (inserts waiting in the store included)
-        wakes with :class:`ClosedError`, later calls that may block raise it, and the
-        table detaches from its store, dropping its items, so they no longer hold rows
-        (appends that waited for a closed queue go on). Closing twice does nothing."""
+        """Close the table: blocked and later blocking calls raise :class:`ClosedError`.
+
+        Its items are dropped and stop holding rows; closing twice does nothing.
+        """
         with self.mutex:
             if self.closed:
                 return
@@ -700,20 +591,14 @@ class Table:
             )
 
     def index_nbytes(self) -> int:
-        """Bytes of item bookkeeping (per-slot state, sampler and remover indexes)."""
+        """Bytes of item bookkeeping."""
         return self.index.nbytes()
 
     def __len__(self) -> int:
         return self.index.size
 
     def __reduce_ex__(self, protocol: object) -> Any:
-        """A table is not pickled (nor copied): it lives in one process, with its lock,
-        its store's memory and the waits of its blocked calls.
-
-        Raises:
-            InvalidArgumentError: saying to serve the table and hand other processes a
-                ``Client``, which pickles as its address.
-        """
+        """Refuse pickling (InvalidArgumentError): serve the table and pass a ``Client``."""
         raise InvalidArgumentError(
             f"table {self.name!r} cannot be pickled or copied: a Table lives in one process. "
             "To use it from another process, serve it (server = rlreplay.Server([table])"
@@ -729,8 +614,7 @@ class Table:
 
 
 def _distinct(ids: np.ndarray, slots: np.ndarray, capacity: int) -> bool:
-    """Whether step ids ``ids`` fall on distinct ``slots``: increasing ids spanning less than
-    ``capacity`` do (what writers create, checked in one pass), others are counted."""
+    """Whether step ids ``ids`` fall on distinct ``slots``."""
     if len(ids) < 2 or (ids[-1] - ids[0] < capacity and (ids[1:] > ids[:-1]).all()):
         return True
     return len(np.unique(slots)) == len(ids)

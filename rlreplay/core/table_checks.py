@@ -1,7 +1,6 @@
 """Checks of a table's parts that reject configurations before anything is built.
 
-Each check names the argument, the value and what to change; the deadlock checks explain
-why the combination could never make progress.
+Each error names the argument, the value and what to change.
 """
 
 from __future__ import annotations
@@ -28,8 +27,7 @@ def resolve_store(
     store: StepStore | None,
     max_size: int | None,
 ) -> StepStore:
-    """The table's store: ``store``, or a new one of ``capacity`` (default ``max_size``)
-    steps for ``signature``.
+    """The table's store: ``store``, or a new one of ``capacity`` steps for ``signature``.
 
     Raises:
         InvalidArgumentError: when neither or both disagree, or no size is given.
@@ -75,8 +73,7 @@ def check_table_limits(
     on_overwrite: Any,
     default_priority: Any,
 ) -> int:
-    """Validate a table's layout and limits against its store; returns ``max_size``
-    (default: the store's capacity).
+    """Validate a table's layout and limits against its store; returns ``max_size``.
 
     Raises:
         InvalidArgumentError: naming the argument, its value and the constraint.
@@ -120,8 +117,7 @@ def check_components(
 
     Raises:
         InvalidArgumentError: for a part of the wrong type or one selector in both roles.
-        DeadlockError: when the rate limiter could never let a sample through with this
-            ``max_size`` or ``max_times_sampled``.
+        DeadlockError: when the rate limiter could never let a sample through.
     """
     for role, selector in (("sampler", sampler), ("remover", remover)):
         if isinstance(selector, type) or not isinstance(selector, Selector):
@@ -160,8 +156,7 @@ def check_batch_size(batch_size: Any, max_size: int, name: str = "batch_size") -
     """A sample's ``batch_size`` (the argument ``name``) as an int in ``[1, max_size]``.
 
     Raises:
-        InvalidArgumentError: for a bool, a non-integer or a size outside that range (a
-            table holds at most ``max_size`` items, so a larger batch could never fill).
+        InvalidArgumentError: for a bool, a non-integer or a size outside that range.
     """
     if (
         isinstance(batch_size, bool)
@@ -178,8 +173,7 @@ def int_array(values: Any, name: str) -> np.ndarray:
     """``values`` (ints, one or a sequence) as a flat int64 array.
 
     Raises:
-        InvalidArgumentError: naming ``name`` for anything but ints (floats included:
-            they are not cut down).
+        InvalidArgumentError: naming ``name`` for anything but ints (floats included).
     """
     try:
         arr = np.asarray(values).reshape(-1)

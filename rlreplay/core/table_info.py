@@ -9,12 +9,9 @@ from dataclasses import asdict, dataclass
 class TableInfo:
     """Counters and configuration of a table at one moment.
 
-    ``inserts`` and ``samples`` are the rate limiter's counts and ``sampled_items`` the items
-    drawn at least once (Reverb's ``num_unique_samples``), each since creation or the last
-    :meth:`Table.reset`; every other counter (deletes, evictions, stale keys, time blocked)
-    counts since the table was created. ``insert_blocked_s`` and ``sample_blocked_s`` are
-    the seconds calls waited for the rate limiter, summed over the calls (two calls waiting
-    together count twice: several writers waiting a minute add up to minutes).
+    ``inserts``, ``samples`` and ``sampled_items`` count since creation or the last
+    :meth:`Table.reset`; other counters since creation. ``insert_blocked_s`` and
+    ``sample_blocked_s`` sum the seconds all calls waited for the rate limiter.
     """
 
     name: str
@@ -41,7 +38,7 @@ class TableInfo:
 
     @classmethod
     def from_stats(cls, stats: dict) -> TableInfo:
-        """The info in a server's statistics of a table (which hold more fields)."""
+        """The info in a server's statistics of a table."""
         return cls(**{k: v for k, v in stats.items() if k in cls.__dataclass_fields__})
 
     def to_dict(self) -> dict:

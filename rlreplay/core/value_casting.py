@@ -1,28 +1,16 @@
 """Which values a column takes: one casting rule for every write path.
 
-A value is stored when it converts to its column's dtype without changing in kind or in
-value, and refused with a :class:`~rlreplay.errors.SignatureError` naming the field, the
-value and the dtype otherwise. Nothing is ever wrapped or truncated. The rule is the same
-for Python scalars, numpy scalars and arrays, one row or a batch, with or without the
-compiled writes:
+A value is stored when it converts to its column's dtype without changing in kind or
+value, and refused otherwise with a :class:`~rlreplay.errors.SignatureError`; nothing is
+wrapped or truncated:
 
-- a bool goes into any numeric column (as 0 or 1);
-- an integer goes into an integer column whose range holds it (``300`` into ``uint8``,
-  ``-1`` into ``uint32`` or ``2**40`` into ``int32`` are refused), and into a float or
-  complex column (rounded to the nearest representable value, as ``2**60`` into float32)
-  unless it is beyond the column's range (``70000`` into float16 or ``10**40`` into
-  float32 would become inf, and are refused);
-- a float goes into a float or complex column, rounded to the column's precision
-  (float64 into float32: to the nearest float32), unless it is finite and beyond the
-  column's range (it would become ±inf: ``1e40`` into float32 is refused; NaN and ±inf
-  go in as they are); a float into an integer or bool column is refused, whatever its
-  value (``1.0`` as well);
-- a complex value goes only into a complex column;
-- any other kind (datetime, timedelta, bytes, str) only when numpy casts it safely
-  (``datetime64[s]`` into ``datetime64[ms]``, not back; no truncated strings).
-
-:class:`~rlreplay.core.specs.Signature` applies it when it checks steps and rows; the
-compiled store writes are tested to agree with it (tests/core/test_value_casting.py).
+- a bool goes into any numeric column;
+- an integer into an integer column whose range holds it, or a float/complex column
+  unless it would become inf;
+- a float into a float/complex column (rounded) unless finite and beyond its range; never
+  into an integer or bool column;
+- a complex value only into a complex column;
+- other kinds only when numpy casts them safely.
 """
 
 from __future__ import annotations
@@ -36,10 +24,7 @@ from rlreplay.errors import InvalidArgumentError, SignatureError, describe
 
 
 def cast_problem(arr: np.ndarray, dtype: np.dtype) -> str | None:
-    """Why ``arr`` may not be stored as ``dtype`` under the module's casting rule, or
-    ``None`` when it may (then ``col[...] = arr`` stores every value unchanged in kind and,
-    for integers, exactly). Integer arrays cast to a narrower integer type are scanned for
-    their range (one pass), other checks look at the dtypes only."""
+    """Why ``arr`` may not be stored as ``dtype`` under the module's rule, or ``None``."""
     src = arr.dtype
     if src == dtype:
         return None
@@ -77,9 +62,7 @@ def cast_problem(arr: np.ndarray, dtype: np.dtype) -> str | None:
 
 
 def float_fits(value: float, dtype: np.dtype) -> bool:
-    """Whether a float or complex column of ``dtype`` holds ``value`` without it becoming
-    inf (NaN and infinities are themselves). Runs per Python float a row holds: one
-    comparison with the column's rounding limit."""
+    """Whether a float or complex column of ``dtype`` holds ``value`` without it becoming inf."""
     limit = _ROUNDING_LIMITS.get(dtype)
     if limit is None:
         parts = np.dtype(dtype.char.lower()) if dtype.kind == "c" else dtype
@@ -95,8 +78,7 @@ _ROUNDING_LIMITS: dict[np.dtype, float] = {}
 
 
 def _overflow(arr: np.ndarray, dtype: np.dtype) -> str | None:
-    """Why an integer, float or complex array may not go into the float or complex
-    ``dtype``: a finite value (or part) would be stored as inf (``None`` when none would)."""
+    """Why a finite value of ``arr`` would become inf in ``dtype``, or ``None``."""
     parts = np.dtype(dtype.char.lower()) if dtype.kind == "c" else dtype
     big = float(np.finfo(parts).max)
     if arr.dtype.kind in "iu":
@@ -124,14 +106,11 @@ def _python_ints(arr: np.ndarray) -> bool:
 
 
 def as_array(value: Any, argument: str, dtype: Any = None) -> np.ndarray:
-    """``np.asarray(value, dtype)`` of a value passed as ``argument``: a numpy array,
-    scalar or list, or anything numpy reads (a CPU torch tensor, a jax array). The one
-    place a caller's data, keys or priorities become arrays, so a tensor numpy cannot read
-    gets one typed error wherever it is passed (torch is never imported for it).
+    """``np.asarray(value, dtype)`` of a value passed as ``argument``, typing tensor errors.
 
     Raises:
-        InvalidArgumentError: naming ``argument``, for a tensor that requires grad (pass
-            ``tensor.detach()``) or one on another device than the CPU (``tensor.cpu()``).
+        InvalidArgumentError: naming ``argument``, for a tensor that requires grad or is not
+            on the CPU.
         TypeError, ValueError: as numpy raises them for anything else it cannot read.
     """
     try:
@@ -158,15 +137,11 @@ def _tensor_hint(value: Any) -> str | None:
 
 
 def as_column_array(value: Any, dtype: np.dtype, argument: str) -> np.ndarray:
-    """``value``, passed as ``argument``, as an array for a column of ``dtype`` (see
-    :func:`as_array`). Python ints too large for 64 bits give an object array; for a
-    float or complex column, which the rule lets them into, they are converted instead
-    (rounded).
+    """``value`` as an array for a column of ``dtype`` (see :func:`as_array`).
 
     Raises:
         InvalidArgumentError: as :func:`as_array`.
-        SignatureError: naming ``argument``, for anything else numpy cannot read as one
-            array (ragged nested lists, say).
+        SignatureError: naming ``argument``, for anything numpy cannot read as one array.
     """
     try:
         arr = as_array(value, argument)
@@ -189,8 +164,7 @@ def as_column_array(value: Any, dtype: np.dtype, argument: str) -> np.ndarray:
 
 
 def refusal(argument: str, path: str, arr: np.ndarray, dtype: np.dtype, value: Any) -> str | None:
-    """The message refusing ``value`` (as ``arr``) for the column ``path`` of ``dtype``, or
-    ``None`` when :func:`cast_problem` admits it."""
+    """The message refusing ``value`` for column ``path`` of ``dtype``, or ``None``."""
     integers = _python_ints(arr)
     if integers:
         if dtype.kind in "iu":

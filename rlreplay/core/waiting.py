@@ -1,14 +1,7 @@
 """Blocked calls: one deadline per call, and one warning when a call stays blocked.
 
-A call that may block (an insert held back by a rate limiter or by a full store, a sample
-waiting for items, an append waiting for a queue's items to be consumed) creates one
-:class:`BlockedCall` when it first has to wait and keeps it for every later wait of the
-same call, so ``timeout`` bounds the call's *total* waiting time, not each wait.
-
-Nothing hangs silently: a call still blocked after ``warn_after`` seconds (default
-:data:`WARN_AFTER_S`, per table ``Table.warn_after``) logs one warning on the
-``"rlreplay"`` logger that names the table, the limiter's state and the likely cause
-("no sampler is consuming this queue", ...).
+One :class:`BlockedCall` per call, so ``timeout`` bounds its total waiting time; after
+``warn_after`` seconds it logs one warning on the ``"rlreplay"`` logger.
 """
 
 from __future__ import annotations
@@ -22,23 +15,16 @@ log = logging.getLogger("rlreplay")
 
 # Seconds a call may stay blocked before it logs its warning (None: never warn).
 WARN_AFTER_S: float | None = 5.0
-# Longest single wait: a blocked call looks at its condition again at least this often,
-# so a change nobody could announce (a table or writer garbage-collected in another
-# thread, which cannot take the lock to notify) still lets it go on.
+# Longest single wait, so changes nobody could announce (a garbage-collected party) are seen.
 POLL_S = 1.0
 
 
 class Waits:
     """The calls blocked on one store, and what each of them waits for.
 
-    Invariant: a change wakes exactly the blocked calls that may go on. A call that
-    states what it waits for (``ready``, e.g. "the limiter admits my insert") is not woken
-    by changes under which that still does not hold: otherwise a learner's every sample
-    would wake an actor whose insert the limiter still holds back, and each such wake-up
-    costs the learner the interpreter lock. A call that states nothing is woken by every
-    change. Closing, resetting and detaching wake every call (:meth:`wake_all`). Each
-    blocked call waits on a condition of its own over the store's mutex, so waking one
-    never wakes another.
+    Invariant: a change wakes exactly the blocked calls that may go on (a call stating its
+    ``ready`` condition is not woken while it does not hold). Each call waits on its own
+    condition over the store's mutex.
 
     Args:
         mutex: the store's mutex, held by every caller of this object.
@@ -52,14 +38,13 @@ class Waits:
         self.blocked: list[tuple[Callable[[], bool] | None, threading.Condition]] = []
 
     def wake(self) -> None:
-        """After a change (mutex held): wake the blocked calls that may go on. Each
-        ``ready`` runs here, in the changing thread: it must be cheap and must not wait."""
+        """After a change (mutex held): wake the calls that may go on; ``ready`` must be cheap."""
         for ready, condition in self.blocked:
             if ready is None or ready():
                 condition.notify()
 
     def wake_all(self) -> None:
-        """Wake every blocked call (mutex held): after a close, a reset, a detach."""
+        """Wake every blocked call (mutex held)."""
         for _, condition in self.blocked:
             condition.notify()
 
@@ -71,9 +56,8 @@ class BlockedCall:
         waits: the store's :class:`Waits` (its mutex held by the caller).
         timeout: seconds the call may wait in total (``None``: without limit).
         warn_after: seconds after which one warning is logged (``None``: never).
-        describe: returns the warning's text (called once, when the warning is due).
-        account: ``(object, attribute)`` to which :meth:`settle` adds the seconds blocked
-            (a rate limiter's ``insert_blocked_s`` or ``sample_blocked_s``).
+        describe: returns the warning's text.
+        account: ``(object, attribute)`` to which :meth:`settle` adds the seconds blocked.
     """
 
     __slots__ = ("account", "condition", "deadline", "describe", "start", "waits", "warn_at")
@@ -101,21 +85,18 @@ class BlockedCall:
         return time.monotonic() - self.start
 
     def settle(self) -> None:
-        """Add the time blocked to ``account`` (once; later calls do nothing)."""
+        """Add the time blocked to ``account`` (once)."""
         account, self.account = self.account, None
         if account is not None:
             target, name = account
             setattr(target, name, getattr(target, name) + self.elapsed)
 
     def wait(self, ready: Callable[[], bool] | None = None) -> bool:
-        """Wait for a notification on the lock, the deadline or the warning time (at most
-        :data:`POLL_S` seconds); with ``ready``, notifications come only once it holds
-        (see :class:`Waits`). The warning is logged once the call has been blocked
-        ``warn_after`` seconds, even when it is woken so late that its deadline passed.
+        """Wait for a notification, the deadline or the warning time (at most :data:`POLL_S`).
 
         Returns:
-            False, without waiting, once the deadline has passed; True otherwise (the
-            caller checks its condition again: a wake-up does not mean it holds).
+            False, without waiting, once the deadline has passed; True otherwise (the caller
+            checks its condition again).
         """
         now = time.monotonic()
         warn_at = self.warn_at

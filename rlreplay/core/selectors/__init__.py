@@ -10,7 +10,7 @@ SELECTORS = {cls.__name__: cls for cls in (Uniform, Prioritized, Fifo, Lifo, Min
 
 
 def selector_from_config(config: dict) -> Selector:
-    """Rebuild a selector from :meth:`Selector.config` output (checkpoints, server configs).
+    """Rebuild a selector from :meth:`Selector.config` output.
 
     Raises:
         InvalidArgumentError: for an unknown selector type, or keys it does not take.

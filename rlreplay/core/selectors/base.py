@@ -1,13 +1,8 @@
 """The selector interface shared by samplers and removers.
 
-A table holds its items in fixed slots ``0..capacity-1``. A selector keeps its own index
-over the live slots and answers two questions: which slots to *sample* (sampler role)
-and which slots to *evict* when the table is full (remover role). Every method is
-batch-first and takes numpy arrays of slots (a single item is a batch of one) and, where
-it takes priorities, a float64 array of one per slot or one float for all; none holds a
-lock (the table does).
-:class:`Selector` is the interface, a ``typing.Protocol``; the selectors here subclass
-it for its default methods.
+A selector keeps its own index over a table's live slots ``0..capacity-1`` and answers
+which slots to *sample* and which to *evict*. Every method is batch-first (numpy arrays of
+slots; priorities as a float64 array or one float); none holds a lock (the table does).
 """
 
 from __future__ import annotations
@@ -20,8 +15,7 @@ from rlreplay.errors import InvalidArgumentError
 
 
 def check_parts(owner: Selector, state: Any, shapes: dict[str, tuple[int, ...]]) -> None:
-    """Refuse a selector state whose arrays are missing or not of ``shapes`` (name to
-    the shape this bound selector keeps).
+    """Refuse a selector state whose arrays are missing or not of ``shapes``.
 
     Raises:
         InvalidArgumentError: naming the selector, the part and both shapes.
@@ -60,11 +54,10 @@ def copy_into(source: np.ndarray, into: dict[str, np.ndarray] | None, name: str)
 
 @runtime_checkable
 class Selector(Protocol):
-    """What a table's sampler or remover is. Implementations state the cost of each
-    operation in their docstring; subclassing this class gives them its defaults.
+    """What a table's sampler or remover is; subclassing gives the default methods.
 
-    ``deterministic`` selectors (Fifo, Lifo, heaps) always pick the same slots for the
-    same contents; random ones (Uniform, Prioritized) draw from ``rng``.
+    ``deterministic`` selectors (Fifo, Lifo, heaps) always pick the same slots for the same
+    contents; random ones (Uniform, Prioritized) draw from ``rng``.
     """
 
     deterministic: bool = False
@@ -91,17 +84,12 @@ class Selector(Protocol):
         raise NotImplementedError
 
     def replace(self, slots: np.ndarray, priorities: np.ndarray) -> None:
-        """Delete held ``slots`` and insert them again as new items, in that order.
-
-        A table calls this when new rows take over the slots of the items they overwrite;
-        selectors whose index does not change in that case skip the work.
-        """
+        """Delete held ``slots`` and insert them again as new items, in that order."""
         self.delete(slots)
         self.insert(slots, priorities)
 
     def move(self, old: int, new: int, priority: float) -> None:
-        """The held item at ``old`` now lives at ``new`` (not held); order-keeping
-        selectors keep its place, the others re-insert it."""
+        """The held item at ``old`` now lives at ``new`` (not held)."""
         if old != new:
             self.delete(np.array([old], dtype=np.int64))
             self.insert(np.array([new], dtype=np.int64), np.array([priority]))
@@ -115,10 +103,7 @@ class Selector(Protocol):
         raise NotImplementedError
 
     def sample(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """``n`` slots drawn with replacement and their selection probabilities.
-
-        Deterministic selectors return their first slot ``n`` times with probability 1.
-        """
+        """``n`` slots drawn with replacement and their selection probabilities."""
         raise NotImplementedError
 
     def choose_victims(self, k: int, rng: np.random.Generator) -> np.ndarray:
@@ -126,37 +111,23 @@ class Selector(Protocol):
         raise NotImplementedError
 
     def min_probability(self) -> float:
-        """Smallest selection probability of any held slot (for importance weights); 0
-        when :meth:`sample` has nothing to draw (no held item can be selected)."""
+        """Smallest selection probability of any held slot; 0 when none can be drawn."""
         raise NotImplementedError
 
     def state(self, into: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
-        """A snapshot (copies) of the index as arrays and scalars, for checkpoints:
-        :meth:`load_state` on a selector bound to the same capacity restores it exactly
-        (the same picks for the same random draws). ``into``: arrays from
-        :meth:`state_buffers` to copy into instead of allocating."""
+        """A snapshot (copies) of the index, for checkpoints; ``into``: arrays to copy into."""
         raise NotImplementedError
 
     def state_parts(self, into: dict[str, np.ndarray] | None) -> tuple[dict, list] | None:
-        """:meth:`state` not filled yet, and how to fill it: ``(state, parts)``, each part
-        ``(array, its copy in the state, slots per entry)``, where a change to slot ``s``
-        changes at most entry ``s // slots_per_entry`` of the array (or a whole array
-        of few entries). A checkpoint copies such a state in slices, then again the
-        entries of the slots changed meanwhile (see :mod:`rlreplay.core.slot_changes`).
-        ``None`` (the default): the state is taken whole, by :meth:`state`."""
+        """``(state, parts)``, each part ``(array, its copy, slots per entry)``; ``None``: whole."""
         return None
 
     def state_buffers(self) -> dict[str, np.ndarray]:
-        """Arrays :meth:`state` can copy into, allocated and written once here: a
-        checkpoint makes them before it takes the table's lock, so that the copies under
-        the lock write memory that is already mapped (first writes to fresh memory cost
-        several times more)."""
+        """Arrays :meth:`state` can copy into, allocated and written once, outside the lock."""
         return {}
 
     def check_state(self, state: dict[str, Any]) -> None:
-        """Check that ``state`` (what :meth:`state` returned) fits this bound selector,
-        before anything is loaded: a restore checks every part first and then loads, so
-        a state that does not fit changes nothing.
+        """Check that ``state`` fits this bound selector, before anything is loaded.
 
         Raises:
             InvalidArgumentError: naming the part that does not fit.
@@ -164,14 +135,11 @@ class Selector(Protocol):
         raise NotImplementedError
 
     def load_state(self, state: dict[str, Any]) -> None:
-        """Put back what :meth:`state` returned, a state :meth:`check_state` accepts
-        (the selector is bound to the same capacity)."""
+        """Put back what :meth:`state` returned (same capacity)."""
         raise NotImplementedError
 
     def rebuild_order(self) -> np.ndarray:
-        """The held slots in an order that rebuilds an equivalent index when inserted one
-        after another into an empty selector (with their priorities): how a checkpoint
-        moves items to other slots (a store of another capacity)."""
+        """The held slots in an order that rebuilds an equivalent index when inserted."""
         raise NotImplementedError
 
     def config(self) -> dict[str, Any]:
@@ -188,12 +156,7 @@ class Selector(Protocol):
 
 
 class OrderedSelector(Selector):
-    """Base of the deterministic selectors (Fifo, Lifo, MinHeap, MaxHeap): they keep their
-    items in one order, and sampling and eviction both take the front of it.
-
-    Subclasses define :meth:`first`; sampling returns the first slot with probability 1,
-    and the victims are the ``k`` first slots.
-    """
+    """Base of the deterministic selectors: they define :meth:`first`, sampled and evicted first."""
 
     deterministic = True
 
@@ -202,13 +165,13 @@ class OrderedSelector(Selector):
         raise NotImplementedError
 
     def sample(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """The first slot ``n`` times, each with probability 1 (``rng`` is unused)."""
+        """The first slot ``n`` times, each with probability 1."""
         return np.full(n, self.first(1)[0], dtype=np.int64), np.ones(n)
 
     def choose_victims(self, k: int, rng: np.random.Generator) -> np.ndarray:
-        """The ``k`` first slots, in order (``rng`` is unused)."""
+        """The ``k`` first slots, in order."""
         return self.first(k)
 
     def min_probability(self) -> float:
-        """1: the one selectable slot is always selected (0 when none is held)."""
+        """1 (0 when no slot is held)."""
         return 1.0 if self.size else 0.0

@@ -13,12 +13,7 @@ _LOOP_LIMIT = 16  # below this many deletions, unlinking one by one is fastest
 
 
 class _InsertionOrder(OrderedSelector):
-    """Doubly linked list of held slots in insertion order (8 bytes per slot).
-
-    Costs: insert O(1) per slot, delete O(1) per slot (large batches are unlinked with
-    vectorised pointer jumping), update O(1) (priorities do not affect the order),
-    first(k) O(k). An updated item keeps its place: order is by insertion only.
-    """
+    """Doubly linked list of held slots in insertion order (8 bytes per slot; O(1) per slot)."""
 
     newest_first = False
     uses_priorities = False
@@ -108,17 +103,11 @@ class _InsertionOrder(OrderedSelector):
         self.size -= k
 
     def _unlink_many(self, slots: np.ndarray) -> None:
-        """Unlink ``k`` distinct held slots with O(log k) vectorised passes.
-
-        The deleted slots form chains of list neighbours; each chain is replaced by a link
-        between the survivors around it. The usual case (evicting the oldest items, or
-        a contiguous range of rows) is one chain and needs no jumping at all.
-        """
+        """Unlink ``k`` distinct held slots with O(log k) vectorised passes."""
         k = len(slots)
         first, last = int(slots[0]), int(slots[-1])
         if (self.next[slots[:-1]] == slots[1:]).all():
-            # Given in list order, each the next of the one before: one chain (the usual
-            # case: a range of rows evicted, its items linked in the order they came in).
+            # Given in list order, each the next of the one before: one chain (the usual case).
             before, after = int(self.prev[first]), int(self.next[last])
             self._link(before, after)
             return
@@ -169,8 +158,7 @@ class _InsertionOrder(OrderedSelector):
         self._link(before, after)
 
     def _link(self, before: int, after: int) -> None:
-        """Link ``before`` to ``after`` (either ``NIL``: the list's end) across an
-        unlinked chain."""
+        """Link ``before`` to ``after`` (either ``NIL``: the list's end) across a chain."""
         if before == NIL:
             self.head = after
         else:
@@ -195,7 +183,7 @@ class _InsertionOrder(OrderedSelector):
         return out
 
     def state(self, into: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
-        """The links as they are (copies: O(capacity) memory copies, no walk)."""
+        """The links as they are (copies)."""
         return {
             "prev": copy_into(self.prev, into, "prev"),
             "next": copy_into(self.next, into, "next"),

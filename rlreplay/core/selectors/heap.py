@@ -17,14 +17,7 @@ _NO_SEQ = np.iinfo(np.int64).max
 
 
 class _Heap(OrderedSelector):
-    """Tournament tree of winner slots over ``(key, seq)``, 16 children per node.
-
-    Index: key (float64) and seq (int64) per slot plus about ``n/15`` int64 winners, about
-    17 bytes per slot. Costs: insert, update and delete ``O(b * 16 * log16 n)`` for a batch
-    of ``b`` in a few numpy calls per level; first(1) O(1); first(k > 1), and so choosing
-    ``k`` victims, ``O(16 k log(16 k) log16 n)``: one sort of at most ``16 k`` winners per
-    level, independent of ``n``.
-    """
+    """Tournament tree of winner slots over ``(key, seq)``, 16-ary, about 17 bytes per slot."""
     sign = 1.0  # MaxHeap stores -priority so that the tree always picks the minimum
 
     def bind(self, capacity: int) -> None:
@@ -97,13 +90,7 @@ class _Heap(OrderedSelector):
         self.size = 0
 
     def first(self, k: int) -> np.ndarray:
-        """The ``k`` first held slots in ``(key, seq)`` order: the slots that ``k``
-        removals of the winner one after another would take, in that order.
-
-        Descends the tree from the root keeping, at each level, only the ``k`` nodes with
-        the best winners: a node whose winner has ``k`` better winners beside it (each the
-        best of a disjoint subtree) holds no slot among the first ``k``.
-        """
+        """The ``k`` first held slots in ``(key, seq)`` order."""
         k = min(int(k), self.size)
         if k <= 0:
             return np.empty(0, dtype=np.int64)
@@ -124,9 +111,7 @@ class _Heap(OrderedSelector):
         return nodes[np.lexsort((self.seq[nodes], self.key[nodes]))]
 
     def _best(self, slots: np.ndarray, k: int) -> np.ndarray:
-        """Indices of the ``k`` first of ``slots`` in ``(key, seq)`` order (all of them when
-        there are at most ``k``), in no particular order; O(len(slots)) plus a sort of the
-        slots whose key ties with the k-th."""
+        """Indices of the ``k`` first of ``slots`` in ``(key, seq)`` order, unordered."""
         if len(slots) <= k:
             return np.arange(len(slots))
         keys = self.key[slots]
@@ -138,7 +123,7 @@ class _Heap(OrderedSelector):
         return np.concatenate([below, ties])
 
     def state(self, into: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
-        """Keys and stamps per slot (copies); the tree follows from them."""
+        """Keys and stamps per slot (copies)."""
         return {
             "key": copy_into(self.key, into, "key"),
             "seq": copy_into(self.seq, into, "seq"),
@@ -151,7 +136,7 @@ class _Heap(OrderedSelector):
         return {name: touched(a.shape, a.dtype) for name, a in arrays}
 
     def rebuild_order(self) -> np.ndarray:
-        """Held slots by stamp: re-inserted in this order they keep their tie order."""
+        """Held slots by stamp, so re-insertion keeps their tie order."""
         held = np.flatnonzero(self.seq != _NO_SEQ)
         return held[np.argsort(self.seq[held], kind="stable")]
 

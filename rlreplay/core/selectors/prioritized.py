@@ -11,20 +11,15 @@ from rlreplay.core.selectors.sum_tree import FANOUT, KaryTree
 from rlreplay.errors import EmptyTableError, InvalidArgumentError, describe
 
 _ZERO = np.zeros(1)  # the priority of a deleted slot: never drawn
-# Batches larger than this are raised to the exponent by numpy's vectorised power before
-# the compiled tree write (which raises smaller ones itself, saving numpy's call).
+# Larger batches are raised to the exponent by numpy before the compiled tree write.
 _RAISED_IN_NUMPY = 64
 
 
 class Prioritized(Selector):
     """Samples in proportion to ``priority ** priority_exponent`` (PER's alpha).
 
-    Index: a 16-ary float64 sum tree over ``priority ** priority_exponent`` (about 8.6 bytes
-    per slot), a held flag (1 byte) and a min tree over the same leaves (its internal nodes
-    only, about 0.6 bytes per slot) for :meth:`min_probability` (importance weights
-    normalised by the table-wide maximum).
-    Costs, batch of ``b``: sample, insert, update and delete ``O(b * 16 * log16 n)``,
-    vectorised per tree level.
+    Index: a 16-ary sum tree plus a min tree, about 10 bytes per slot. Sample, insert, update
+    and delete cost ``O(b * 16 * log16 n)`` for a batch of ``b``.
 
     Args:
         priority_exponent: alpha >= 0; 0 is uniform, 1 fully proportional.
@@ -62,8 +57,7 @@ class Prioritized(Selector):
         self.sums = KaryTree(capacity, "sum")
         # Over the sum tree's leaves: only its internal nodes cost memory and updates.
         self.mins = KaryTree(capacity, "min", leaves=self.sums.levels[0])
-        # Inserts, updates and deletes: one call raises the priorities to the exponent,
-        # writes the leaves and fixes both trees.
+        # Inserts, updates and deletes: one call raises to the exponent and fixes both trees.
         self.leaf_writer = self.sums.leaf_writer(self.mins)
         self.held = np.zeros(capacity, dtype=bool)
         self.size = 0
@@ -119,7 +113,7 @@ class Prioritized(Selector):
         return np.array(chosen, dtype=np.int64)
 
     def _any_zero(self, chosen: list[int]) -> int:
-        """The first held slot of weight 0 not already chosen (picks are zeroed meanwhile)."""
+        """The first held slot of weight 0 not already chosen."""
         candidates = self.held & (self.sums.leaves == 0.0)
         candidates[chosen] = False
         return int(np.flatnonzero(candidates)[0])
@@ -132,9 +126,7 @@ class Prioritized(Selector):
         return self.sums.levels[0][slots] / self.sums.root
 
     def state(self, into: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
-        """Every node of both trees (copies, level after level), so that a restored
-        tree has the very sums this one has (a tree rebuilt from its leaves may round
-        its sums differently), and the held flags."""
+        """Every node of both trees (copies, so sums restore exactly) and the held flags."""
         into = into or {}
         return {
             "sums": np.concatenate(self.sums.levels, out=into.get("sums")),
@@ -143,9 +135,7 @@ class Prioritized(Selector):
         }
 
     def state_parts(self, into: dict[str, np.ndarray] | None) -> tuple[dict, list]:
-        """:meth:`state`'s arrays as parts: a change to slot ``s`` writes leaf ``s``, its
-        ancestors (entry ``s // 16**level`` of each level, in both trees) and
-        ``held[s]``; levels small enough to be recomputed whole are copied whole."""
+        """:meth:`state`'s arrays as parts (slot ``s``: entry ``s // 16**level``)."""
         into = into or {}
         sums = into.get("sums")
         if sums is None:

@@ -1,21 +1,7 @@
 """A wide (16-ary) float64 tree of sums or minima over a fixed number of leaves.
 
-Why 16-ary: a sample descends ``log16(n)`` levels (5 at one million leaves instead of 20
-for a binary tree), each level a vectorised gather of 16 contiguous float64 (two cache
-lines) per draw, and the tree needs about ``n/15`` internal nodes instead of ``n``.
-
-Parents are always recomputed from their children (never adjusted by deltas), so the
-sums do not drift however many updates are applied.
-
-Costs, for a batch of ``b`` leaves and ``n`` leaves in all: ``set`` and ``sample`` are
-``O(b * 16 * log16 n)`` in a few numpy calls per level, ``total``/``root`` ``O(1)``.
-
-Two implementations of ``set``, ``leaf_writer`` and ``find_prefix``: the compiled kernel
-``rlreplay.core.selectors._sumtree`` (built from ``_sumtree.c`` by the package's install when a C
-compiler is present; one C loop per batch, the GIL released) and the numpy path below, used
-when the kernel is not built or when the environment variable ``RLREPLAY_NO_EXTENSION=1``
-is set at import. Both give the same trees and the same picks up to floating-point rounding
-at a range boundary; ``tests/test_sum_tree_kernel.py`` compares them.
+Parents are always recomputed from their children, never adjusted by deltas, so sums do
+not drift. The compiled ``_sumtree`` kernel and the numpy path give the same trees.
 """
 
 from __future__ import annotations
@@ -44,11 +30,9 @@ def _min_positive(values: np.ndarray, axis: int | None = None, out=None) -> np.n
 class KaryTree:
     """Reduction tree over ``size`` float64 leaves.
 
-    ``op="sum"``: every node is the sum of its children. ``op="min"``: every node is the
-    smallest *positive* child (``inf`` when none is), so leaves of weight 0 (items never
-    drawn) do not count. A min tree may be built over another tree's leaves
-    (``leaves=sums.levels[0]``): it then stores only its internal nodes, and ``set(idx,
-    None)`` recomputes the ancestors of leaves the other tree has just written.
+    ``op="sum"``: every node is the sum of its children. ``op="min"``: the smallest *positive*
+    child (``inf`` if none). A min tree may share another tree's leaves
+    (``leaves=sums.levels[0]``).
     """
 
     def __init__(
@@ -105,10 +89,10 @@ class KaryTree:
     def set(
         self, idx: np.ndarray, values: np.ndarray | None, mins: KaryTree | None = None
     ) -> None:
-        """Set leaves ``idx`` (duplicates: last wins) and recompute their ancestors;
-        ``values=None`` leaves the leaves as they are (already written). ``mins``, a min
-        tree over this sum tree's leaves, has its ancestors of ``idx`` recomputed too (in
-        the same pass, with the kernel)."""
+        """Set leaves ``idx`` (last duplicate wins; ``None``: already written) and their ancestors.
+
+        ``mins``, a min tree over these leaves, has its ancestors recomputed too.
+        """
         n = len(idx)
         if n == 0:
             return
@@ -132,8 +116,7 @@ class KaryTree:
             return
         if values is not None:
             levels[0][idx] = values
-        # Parents are not deduplicated: a repeated parent gets the same value twice,
-        # which costs less than finding the repeats. Small levels are recomputed whole.
+        # Repeated parents are recomputed twice, cheaper than deduplicating.
         parents = idx // FANOUT
         is_sum = self.op == "sum"
         for lower, upper in pairwise(levels):
@@ -145,20 +128,17 @@ class KaryTree:
             parents //= FANOUT
 
     def leaf_writer(self, mins: KaryTree) -> LeafWriter:
-        """An object whose ``set_many(idx, priorities, exponent)`` is :meth:`set` of
-        ``priorities ** exponent`` at ``idx`` on this sum tree with ``mins`` (int64 and
-        float64 arrays; one priority per index, or one for all): with the kernel a
-        compiled ``_sumtree.LeafWriter`` that holds both trees' levels (so an insert or a
-        priority update does not acquire them on every call, and raises the priorities
-        to the exponent in the same loop), else :class:`LeafWriter`."""
+        """An object whose ``set_many(idx, priorities, exponent)`` sets ``priorities ** exponent``.
+
+        With the kernel a compiled ``_sumtree.LeafWriter``, else :class:`LeafWriter`.
+        """
         if self._kernel is not None and mins._kernel is not None and self.op == "sum":
             return self._kernel.LeafWriter(self.levels, mins.levels)
         return LeafWriter(self, mins)
 
     @staticmethod
     def _exact_children(children: np.ndarray, u: np.ndarray, j: np.ndarray) -> np.ndarray:
-        """Redo the child choice with sequential sums where the matrix product picked a
-        zero-weight child (its sums may round differently at a boundary)."""
+        """Redo the child choice with sequential sums where a zero-weight child was picked."""
         bad = np.flatnonzero(children.ravel()[np.arange(len(j)) * FANOUT + j] == 0)
         csum = np.cumsum(children[bad], axis=1)
         u_bad = np.minimum(u[bad], np.nextafter(csum[:, -1], 0.0))
@@ -176,8 +156,6 @@ class KaryTree:
         """For a sum tree: the leaf whose cumulative range holds each target.
 
         ``targets`` must lie in ``[0, root)``. A leaf of zero weight is never returned.
-        The small upper levels (up to ``FLAT_LEVEL`` nodes) are searched in one step with a
-        cumulative sum and ``searchsorted``; below that each level picks one of 16 children.
         """
         n = len(targets)
         levels = self.levels
@@ -203,11 +181,9 @@ class KaryTree:
         rows17 = rows16 + np.arange(n, dtype=np.int64)
         for level in reversed(levels[:top]):
             children = np.take(level.reshape(-1, FANOUT), idx, axis=0)
-            # prefix[:, k] = sum of the first k children (k = 0..16), in one matrix product:
-            # numpy's cumsum and counts along a 16-wide axis cost several times more.
+            # prefix[:, k] = sum of the first k children, in one matrix product.
             prefix = children @ _PREFIX
-            # Rounding can leave u at or past the children's total: clamp it below the
-            # total, so the pick is the last positive child, never a zero-weight one.
+            # Clamp u below the total (rounding) so a zero-weight child is never picked.
             np.minimum(u, np.nextafter(prefix[:, FANOUT], 0.0), out=u)
             j = ((prefix[:, 1:] <= u[:, None]) @ _ONES).astype(np.int64)
             if not children.ravel()[rows16 + j].all():
@@ -220,8 +196,7 @@ class KaryTree:
 
 
 class LeafWriter:
-    """The numpy twin of the compiled ``_sumtree.LeafWriter`` (see
-    :meth:`KaryTree.leaf_writer`): writes of a sum tree and its min tree."""
+    """The numpy twin of the compiled ``_sumtree.LeafWriter``."""
 
     __slots__ = ("mins", "sums")
 

@@ -18,9 +18,7 @@ _kernel = load_kernel("rlreplay.core._slots")
 class Uniform(Selector):
     """Every held item is equally likely.
 
-    Index: a sparse set (``dense`` lists the held slots, ``where`` maps a slot to its
-    position), 8 bytes per slot. Costs: insert, delete and update O(1) per slot (update
-    does nothing), sample O(1) per draw, victims O(k).
+    Index: a sparse set, 8 bytes per slot; every operation O(1) per slot, victims O(k).
     """
 
     name = "uniform"
@@ -66,8 +64,8 @@ class Uniform(Selector):
 
     def sample(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         size = self.size
-        # floor(u * size) with u in [0, 1) is uniform on [0, size) and always < size for
-        # size < 2**53; it costs far less than Generator.integers for small batches.
+        # floor(u * size), u in [0, 1), is uniform and < size for size < 2**53; cheaper than
+        # Generator.integers for small batches.
         picks = self.dense[(rng.random(n) * size).astype(np.intp)]
         probabilities = np.empty(n)
         probabilities.fill(1.0 / size)
@@ -98,7 +96,7 @@ class Uniform(Selector):
         return self.dense[: self.size].astype(np.int64)
 
     def check_state(self, state: dict[str, Any]) -> None:
-        """The held slots: at most one per slot, each a slot of this capacity."""
+        """The held slots: at most one per slot, each within capacity."""
         dense = state.get("dense") if isinstance(state, dict) else None
         capacity = len(self.dense)
         if (
