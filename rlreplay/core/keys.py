@@ -7,7 +7,7 @@ multiple of ``2**31 - 1`` times since. Each table's generations start at its own
 (random, or from an int ``seed`` and its name), so another table's key is refused but with
 probability about ``count / (2**31 - 1)``, and names a current item with probability at
 most ``1 / (2**31 - 1)``. A call refuses all its keys when one is refused; the compiled
-loops follow the same rules.
+loops follow the same rules. The exact guarantee is in docs/tables.md (Keys).
 """
 
 from __future__ import annotations
