@@ -31,7 +31,7 @@ _kernel = load_kernel("rlreplay.core._store")
 
 
 class StoreObserver(Protocol):
-    """What :meth:`StepStore.observe` takes: told of row changes before they are made."""
+    """What :meth:`StepStore.observe` takes: told of row changes before they are made, lock held."""
 
     def before_write(self, first: int, n: int) -> None:
         """``n`` steps are about to be written from id ``first``."""
@@ -82,7 +82,7 @@ class StepStore:
         else:
             self.columns = new_columns(self, self.signature, self.capacity, capacity_bytes)
         self.next_id = 0
-        self.mutex = threading.RLock()
+        self.mutex = threading.RLock()  # held by every mutation; blocked calls wait on waits
         self.waits = waiting.Waits(self.mutex)
         self._column_tuple = tuple(self.columns.values())
         self._path_tuple = tuple(self.columns)
