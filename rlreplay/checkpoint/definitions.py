@@ -1,25 +1,8 @@
 """Table and store definitions as a checkpoint records them, and how two are compared.
 
-A *definition* is what a user chose when building a table (signature, capacity, lanes,
-layout, selectors, rate limiter, sizes), as opposed to its *state* (steps, items,
-counters). Restoring into tables the user built checks their definitions against the
-checkpoint's: every difference is refused with :class:`CheckpointMismatchError`, except
-those :func:`compare` marks adaptable when the user passes ``adapt=True``:
-
-* a larger (or smaller) ``capacity``, if it holds every stored step: the steps and
-  items move to their new rows, so item keys issued before the save are refused
-  afterwards as keys of another table;
-* another ``max_size``, if it holds every item;
-* another rate limiter (its counters carry over) and another ``priority_exponent`` or
-  ``default_priority`` (the selectors are rebuilt from the items' priorities).
-
-Adapting (``adapt=True``): another store capacity moves every stored step from row
-``id % old`` to ``id % new`` (ids, and so the order of steps, are kept) and every item
-with its anchor. The item keys encode their slot, so a moved table gets another
-generation origin: keys issued before the checkpoint are then refused as keys of another
-table (send no priority updates across such a restore). Selectors are rebuilt, from their
-saved order and the items' priorities, when their slots move or their arguments change; a
-rebuilt ``Prioritized`` tree may round its sums differently from the saved one.
+Restoring into given tables refuses every difference with
+:class:`CheckpointMismatchError`, except those :func:`compare` marks adaptable under
+``adapt=True``. See docs/checkpoints.md.
 """
 
 from __future__ import annotations
@@ -66,7 +49,6 @@ def table_definition(table: Table) -> dict[str, Any]:
 _ADAPTABLE = {"capacity", "max_size", "rate_limiter", "default_priority", "warn_after"}
 
 
-# Definitions compared per step field (a dict of field path -> its spec or window).
 _PER_FIELD = ("signature", "layout")
 
 
@@ -88,9 +70,7 @@ def _selector_adaptable(saved: dict, given: dict) -> bool:
 def compare(
     where: str, saved: dict[str, Any], given: dict[str, Any]
 ) -> list[tuple[str, Any, Any, bool]]:
-    """``(field, saved, given, adaptable)`` for every field of two definitions that
-    differs (``warn_after`` is a runtime setting and never counts). A signature or a
-    layout is compared per step field, so that the one that differs is named."""
+    """``(field, saved, given, adaptable)`` for every field of two definitions that differs."""
     out = []
     for key in saved.keys() | given.keys():
         a, b = saved.get(key), given.get(key)
@@ -119,8 +99,7 @@ def refuse(differences: list[tuple[str, Any, Any, bool]], adapt: bool, source: s
     """Raise for the differences ``adapt`` does not allow.
 
     Raises:
-        CheckpointMismatchError: listing each difference, saved and given, and whether
-            ``adapt=True`` would take it.
+        CheckpointMismatchError: listing each difference and whether ``adapt=True`` takes it.
     """
     blocking = [d for d in differences if not (adapt and d[3])]
     if not blocking:
@@ -168,8 +147,7 @@ def move_columns(
 
 
 def slot_map(next_id: int, old: int, new: int) -> np.ndarray:
-    """New slot of each old slot (its row's stored step's new row; -1 for rows holding
-    no stored step)."""
+    """New slot of each old slot (-1 for rows holding no stored step)."""
     out = np.full(old, -1, dtype=np.int64)
     ids = np.arange(max(0, next_id - old), next_id, dtype=np.int64)
     out[ids % old] = ids % new
@@ -185,8 +163,7 @@ def _rebuilt(
     moved: np.ndarray | None,
     priority: np.ndarray,
 ) -> dict[str, Any]:
-    """A selector state for ``given_config`` over ``new`` slots holding the saved one's
-    items in its order (``moved``: new slot per old slot, or ``None`` when they stay)."""
+    """A selector state for ``given_config`` over ``new`` slots, in the saved one's order."""
     saved = selector_from_config(saved_config)
     saved.bind(old)
     saved.check_state(state)
@@ -201,11 +178,7 @@ def _rebuilt(
 
 
 def with_remover_state(state: dict[str, Any], remover: Any) -> dict[str, Any]:
-    """``state`` (an index state) with its remover's state made when the checkpoint left
-    it out (``None``: the remover was idle, see :mod:`~rlreplay.core.idle_remover`):
-    ``remover`` (a selector, or its config) holding the items oldest first, as an
-    active one would. Needed where a restored table's remover is active, or a selector
-    is rebuilt from the saved order; a table whose remover is idle too never reads it."""
+    """``state`` with its idle remover's left-out state made from the items, oldest first."""
     if state.get("remover") is not None:
         return state
     if isinstance(remover, dict):
@@ -224,8 +197,7 @@ def adapt_index(
     old: int,
     new: int,
 ) -> dict[str, Any]:
-    """The index state ``state`` (saved with definition ``saved`` over ``old`` slots)
-    for a table of definition ``given`` over ``new`` slots.
+    """The index ``state`` (saved as ``saved`` over ``old`` slots) for ``given`` over ``new``.
 
     Raises:
         CheckpointMismatchError: if the given ``max_size`` cannot hold the items.

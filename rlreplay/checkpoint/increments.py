@@ -1,24 +1,7 @@
 """Incremental checkpoints: reusing the previous checkpoint's files of unchanged chunks.
 
-A store's columns are written as files of ``store.chunk_rows`` rows. The store stamps
-each chunk with the write generation of the last write to it
-(:meth:`~rlreplay.core.storage.StepStore.stamp_chunks`: every write is at the store's
-head, so the steps written since the last stamp say which chunks changed), and a
-checkpoint records, per store, the store's ``identity`` and its write generation at the
-checkpoint's moment (the manifest's ``increments``). The next save into the same
-directory looks at the newest checkpoint there: for a store it holds (same identity,
-chunk size and columns), every chunk stamped no later than that checkpoint's generation
-holds the same rows now, so its files are hard-linked (``os.link``) from that
-checkpoint instead of written again, and their manifest entries (sizes, checksums) are
-copied. Where a link cannot be made (another filesystem, no hard links, too many links)
-the file is copied; where the previous file is gone (pruned meanwhile) or differs from
-its entry, the chunk is streamed as any other.
-
-Each checkpoint stays complete on its own: its manifest lists every file with its
-checksum, and a hard link is a name of the same data, so deleting the older checkpoint
-(``keep=K``) leaves the newer one whole. Checkpoint files are never written after they
-are published (a memory-mapped restore maps them copy-on-write), and a save creates its
-files exclusively, never writing through a linked name.
+Unchanged chunks are hard-linked (or copied) from the newest checkpoint; each checkpoint
+stays complete on its own, and published files are never written again.
 """
 
 from __future__ import annotations
@@ -52,8 +35,7 @@ class Previous:
     files: Mapping[str, Any]  # the manifest's file entries
 
     def reusable(self, store: StepStore) -> np.ndarray:
-        """The chunks of ``store`` unchanged since this checkpoint (lock held, its
-        chunks stamped)."""
+        """The chunks of ``store`` unchanged since this checkpoint (lock held, chunks stamped)."""
         if (
             self.chunk_rows != store.chunk_rows
             or self.capacity != store.capacity
@@ -65,8 +47,7 @@ class Previous:
 
 
 def previous_stores(root: Path) -> dict[str, Previous]:
-    """The stores of the newest published checkpoint under ``root``, by identity; empty
-    when there is none, or it cannot be read (then every chunk is written)."""
+    """The stores of the newest readable checkpoint under ``root``, by identity (else empty)."""
     newest = retention.published(root)[:1]
     if not newest:
         return {}
@@ -95,12 +76,7 @@ def previous_stores(root: Path) -> dict[str, Previous]:
 
 
 def _link_or_copy(source: Path, target: Path) -> None:
-    """``target`` as a new name of ``source``'s data, or a copy where links fail.
-
-    Raises:
-        FileNotFoundError: if ``source`` is gone.
-        OSError: if neither works.
-    """
+    """``target`` as a new name of ``source``'s data, or a copy where links fail."""
     try:
         os.link(source, target)
         return
@@ -117,13 +93,11 @@ def _link_or_copy(source: Path, target: Path) -> None:
 def reuse(
     previous: Previous, chunks: np.ndarray, files: dict[str, list[Path]]
 ) -> tuple[list[int], dict[Path, dict], int]:
-    """Link (or copy) the files of ``chunks`` from ``previous`` to ``files`` (field path
-    to the new checkpoint's file of each chunk).
+    """Link (or copy) the files of ``chunks`` from ``previous`` to ``files``.
 
     Returns:
-        The chunks reused, the manifest entries of their files by path, and their bytes.
-        A chunk whose previous files are missing or differ in size is left out (its
-        files here are removed): the caller streams it.
+        The chunks reused, their files' manifest entries by path, and their bytes (chunks
+        whose previous files are missing or differ are left out).
     """
     done: list[int] = []
     entries: dict[Path, dict] = {}

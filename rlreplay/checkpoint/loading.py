@@ -1,19 +1,7 @@
 """Reading a checkpoint: choosing it, checking it, loading its arrays.
 
-:func:`load` takes a checkpoint directory, or a directory of checkpoints (then the newest
-one that is complete and passes its checks; the others are skipped with a warning), and
-returns a :class:`Loaded`: its manifest, every table's state and every store's columns,
-read into memory with their checksums checked as they are read (or memory-mapped).
-Nothing here changes a table.
-
-A memory-mapped restore serves a store's columns straight from the checkpoint's files.
-A column written in chunks (see :mod:`~rlreplay.checkpoint.streaming`) is one array to
-the store, so its files are mapped side by side into one reserved address range: an
-anonymous reservation of the whole column, then each chunk file's data mapped over its
-part (``MAP_FIXED``), copy-on-write (``MAP_PRIVATE``: writes change memory, never the
-files). That needs each file's data to start on a page and every chunk but the last to
-be whole pages, as a save writes them; where that or the platform (Linux here) does not
-allow it, :func:`map_parts` returns ``None`` and the columns are read instead.
+Checksums are checked as files are read; memory-mapped columns are mapped copy-on-write,
+or read where mapping is impossible. Nothing here changes a table.
 """
 
 from __future__ import annotations
@@ -76,8 +64,7 @@ def _lib():
 
 
 class _Mapping:
-    """Owns one reserved range (unmapped when the last array over it goes) and
-    exposes it to numpy as an array of ``shape`` and ``dtype``."""
+    """Owns one reserved range, exposed to numpy as an array; unmapped when the last view goes."""
 
     def __init__(self, address: int, size: int, shape: tuple[int, ...], dtype: np.dtype):
         self.address, self.size = address, size
@@ -98,9 +85,7 @@ class _Mapping:
 def map_parts(
     parts: list[tuple[Path, int, int]], shape: tuple[int, ...], dtype: np.dtype
 ) -> np.ndarray | None:
-    """An array of ``shape`` and ``dtype`` whose bytes are, in order, ``nbytes`` of each
-    ``(path, offset, nbytes)``, mapped copy-on-write; ``None`` where the parts cannot
-    be mapped side by side (then read them).
+    """An array of the ``(path, offset, nbytes)`` parts mapped copy-on-write, or ``None``.
 
     Raises:
         OSError: if a file cannot be opened or mapped.
@@ -153,8 +138,7 @@ def _chain_crc(data: memoryview, before: Future) -> int:
 
 
 def read_array(directory: Path, name: str, info: Mapping[str, Any], progress=None) -> np.ndarray:
-    """An array file read into memory, checked against its manifest entry (size, header,
-    crc32) as it is read: one pass over the file.
+    """An array file read into memory, checked against its manifest entry in one pass.
 
     Raises:
         CheckpointCorruptError: if the file is missing or differs from its entry.
@@ -168,10 +152,7 @@ def read_array(directory: Path, name: str, info: Mapping[str, Any], progress=Non
 def read_column(
     directory: Path, names: list[str], files: Mapping[str, Any], out: np.ndarray, progress=None
 ) -> None:
-    """Read a column's chunk files, in order, into ``out`` (their rows one after
-    another), each checked against its manifest entry. The checksums run in a second
-    thread a piece behind the reads, across the files (both release the GIL): one after
-    the other they would take the sum of their times.
+    """Read a column's chunk files in order into ``out``, each checked against its entry.
 
     Raises:
         CheckpointCorruptError: if a file is missing or differs from its entry.
@@ -197,15 +178,7 @@ def _read_into(
     pool: ThreadPoolExecutor,
     progress,
 ) -> tuple[np.ndarray, Callable[[], None]]:
-    """Read the file into ``out`` (a C-contiguous array of its shape; new when ``None``)
-    by the layout its manifest entry gives (:func:`npy_layout`), its checksum computed in
-    ``pool``; returns the array and the check, which waits for that checksum and only then
-    parses the header (:func:`check_npy_header`).
-
-    Raises:
-        CheckpointCorruptError: if the entry makes no array file, or the file is missing
-            or of another size (the check raises it for the checksum and the header).
-    """
+    """Read the file into ``out``; returns the array and a check of checksum and header."""
     path = directory / name
     shape, dtype, offset = npy_layout(path, info)
     arr = np.empty(shape, dtype) if out is None else out
@@ -225,7 +198,7 @@ def _read_into(
                 f"{path} holds {size} bytes, the manifest says {info['bytes']}; the "
                 f"checkpoint {directory} is damaged: restore from another checkpoint"
             )
-        header = f.read(offset)  # parsed only once the whole file matched its checksum
+        header = f.read(offset)  # parsed only once the checksum matched
         view = memoryview(arr.reshape(-1).view(np.uint8)) if arr.size else memoryview(b"")
         pending = pool.submit(zlib.crc32, header)
         at = 0
@@ -250,18 +223,12 @@ def _read_into(
 
 
 def column_names(store: Mapping[str, Any]) -> dict[str, list[str]]:
-    """A manifest store's column files, field path to its chunk files (format version 1
-    names one file per column)."""
+    """A manifest store's column files, field path to its chunk files."""
     return {p: [v] if isinstance(v, str) else list(v) for p, v in store["columns"].items()}
 
 
 def _chunk_shapes(directory: Path, store: Mapping[str, Any], files: Mapping[str, Any]) -> dict:
-    """Per field path, the shape and dtype of the whole column its chunk files make.
-
-    Raises:
-        CheckpointCorruptError: if the chunks do not make a column of the store's
-            capacity (a damaged manifest).
-    """
+    """Per field path, the shape and dtype of the whole column its chunk files make."""
     out = {}
     for path, names in column_names(store).items():
         try:
@@ -284,12 +251,7 @@ def _chunk_shapes(directory: Path, store: Mapping[str, Any], files: Mapping[str,
 
 
 def _map_column(directory: Path, names: list[str], files: Mapping[str, Any], shape, dtype):
-    """A column mapped from its chunk files, copy-on-write (one file: numpy's
-    mapping); ``None`` where they cannot be mapped side by side.
-
-    Raises:
-        CheckpointCorruptError: if a file's header differs from its manifest entry.
-    """
+    """A column mapped from its chunk files, or ``None`` where they cannot be mapped."""
     if len(names) == 1:
         return map_array(directory, names[0], files[names[0]])
     parts = []

@@ -1,29 +1,7 @@
 """The checkpoint format: file names, the manifest, array files and their checksums.
 
-A checkpoint is a directory holding one ``.npy`` file per array (each step column of each
-store, and each per-slot array of each table's parts) plus ``manifest.json``. The
-manifest says what was written and how to check it:
-
-* ``format`` (``"rlreplay-checkpoint"``) and ``format_version`` (:data:`FORMAT_VERSION`);
-* ``created_at`` (UTC, ISO 8601), ``created_unix`` and ``rlreplay_version``;
-* ``stores``: per store its ``signature``, ``capacity``, ``lanes``, ``state`` (next step
-  id, relocated steps), ``columns`` (field path to the list of its chunk files, each of
-  ``chunk_rows`` rows, the last one of the rest; version 1: one file name) and
-  ``increments`` (the store's ``identity`` and write ``generation`` at the moment, see
-  :mod:`rlreplay.checkpoint.increments`);
-* ``tables``: per table its ``name``, ``store`` (index into ``stores``), ``definition``
-  (layout, selectors, limiter, sizes) and ``state``: the parts' states as JSON, where
-  each array is ``{"file": name}``;
-* ``files``: per file its ``bytes``, ``crc32`` (zlib's, of the whole file), ``dtype``
-  and ``shape``;
-* ``writers``: the note on writers open during the checkpoint (see the package docs);
-* ``manifest_crc32``: the manifest's own checksum, zlib's crc32 of its JSON text as
-  :func:`write_manifest` writes it without this entry (checked before anything in the
-  manifest is read; manifests of rlreplay versions that wrote none are read unchecked).
-
-Nothing is pickled: arrays are plain ``.npy`` files (loaded with ``allow_pickle=False``,
-memory-mappable), everything else is JSON (Python's ``json``, which writes the limiter's
-infinite bounds as ``Infinity``).
+Nothing is pickled: arrays are ``.npy`` files, the rest JSON; ``manifest.json`` lists each
+file's size and crc32 and carries its own checksum. See docs/checkpoints.md.
 """
 
 from __future__ import annotations
@@ -44,18 +22,14 @@ from rlreplay.errors import CheckpointCorruptError, CheckpointVersionError, desc
 
 FORMAT = "rlreplay-checkpoint"
 FORMAT_VERSION = 3
-# Versions this rlreplay reads: 1 wrote each column as one file (a file name in a store's
-# ``columns``), 2 as a list of chunk files; 3 leaves an idle remover's state out (``null``:
-# it is made from the items at restore where needed), where 1 and 2 saved it.
+# Versions read: 1 (one file per column), 2 (chunk files), 3 (idle remover's state left out).
 READABLE_VERSIONS = (1, 2, 3)
 MANIFEST = "manifest.json"
 CHUNK_BYTES = 8 << 20  # streamed reads, writes and checksums go this many bytes at a time
 
 
 def npy_header(shape: tuple[int, ...], dtype: np.dtype, align: int = 0) -> bytes:
-    """The ``.npy`` header (format 1.0, or 2.0 when that is too long) of a C-ordered
-    array of ``shape`` and ``dtype``; padded with spaces to a multiple of ``align``
-    bytes when given (a column chunk's data then starts on a page, to be mapped)."""
+    """The ``.npy`` header of a C-ordered array, padded to a multiple of ``align`` bytes."""
     header = {
         "descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
         "fortran_order": False,
@@ -69,8 +43,7 @@ def npy_header(shape: tuple[int, ...], dtype: np.dtype, align: int = 0) -> bytes
         np.lib.format.write_array_header_2_0(buf, header)
     out = buf.getvalue()
     if align and len(out) % align:
-        # magic (6), version (2), length (2 in 1.0, 4 in 2.0), then the dict padded with
-        # spaces and ended by a newline: pad the dict further, fix the length.
+        # then pad the header dict further and fix the length
         fmt = "<H" if out[6] == 1 else "<I"
         start = 6 + 2 + struct.calcsize(fmt)
         total = -(-len(out) // align) * align
@@ -81,9 +54,7 @@ def npy_header(shape: tuple[int, ...], dtype: np.dtype, align: int = 0) -> bytes
 
 
 def write_array(path: Path, arr: np.ndarray) -> dict[str, Any]:
-    """Write ``arr`` as ``.npy`` and fsync it; returns its manifest entry. A strided
-    array (a field of the item records) is written a chunk at a time, never copied
-    whole."""
+    """Write ``arr`` as ``.npy`` and fsync it; returns its manifest entry."""
     header = npy_header(arr.shape, arr.dtype)
     crc, size = zlib.crc32(header), len(header)
     rows = max(1, CHUNK_BYTES // max(1, arr[:1].nbytes)) if arr.ndim else 1
@@ -126,11 +97,8 @@ def file_crc(path: Path, progress: Callable[[int], None] | None = None) -> tuple
                 progress(got)
 
 
-# ------------------------------------------------------------------ state <-> JSON
 class FileBacked:
-    """An array of a state that is not in memory: it was written into its checkpoint file
-    ``name`` already (a large index's per-item state, see
-    :mod:`~rlreplay.checkpoint.state_files`)."""
+    """A state array already written into its checkpoint file ``name``."""
 
     __slots__ = ("name",)
 
@@ -147,10 +115,7 @@ def state_file_name(prefix: str, key: str) -> str:
 
 
 def flatten_state(state: Mapping[str, Any], prefix: str, arrays: dict[str, np.ndarray]) -> dict:
-    """``state`` as JSON: each array is moved to ``arrays`` under a file name made from
-    ``prefix`` and its key path and replaced by ``{"file": name}``; numpy scalars become
-    Python numbers; a :class:`FileBacked` array (written already) becomes its
-    ``{"file": name}``."""
+    """``state`` as JSON, each array moved to ``arrays`` and replaced by ``{"file": name}``."""
     out: dict[str, Any] = {}
     for key, value in state.items():
         name = f"{prefix}.{key}"
@@ -179,20 +144,17 @@ def unflatten_state(data: Mapping[str, Any], load: Callable[[str], np.ndarray]) 
     return out
 
 
-# ------------------------------------------------------------------ reading and checks
 CHECKSUM = "manifest_crc32"  # the manifest's entry for its own checksum
 
 
 def _manifest_crc(manifest: Mapping[str, Any]) -> int:
-    """crc32 of ``manifest`` (without its checksum entry) as JSON, written as
-    :func:`write_manifest` writes it: loading and dumping again gives the same text."""
+    """crc32 of ``manifest`` without its checksum entry, as :func:`write_manifest` writes it."""
     body = {k: v for k, v in manifest.items() if k != CHECKSUM}
     return zlib.crc32(json.dumps(body, indent=1, sort_keys=False).encode("utf-8"))
 
 
 def write_manifest(directory: Path, manifest: Mapping[str, Any]) -> None:
-    """Write ``manifest.json`` into ``directory``, its own checksum as its last entry,
-    and fsync it."""
+    """Write ``manifest.json`` into ``directory`` with its own checksum last, and fsync it."""
     path = directory / MANIFEST
     body = {k: v for k, v in manifest.items() if k != CHECKSUM}
     body[CHECKSUM] = _manifest_crc(body)
@@ -251,7 +213,6 @@ def read_manifest(directory: Path) -> dict[str, Any]:
     return manifest
 
 
-# The entries each store, table and file of a manifest has (what restore reads).
 _ENTRIES = {
     "stores": ("signature", "capacity", "lanes", "state", "columns"),
     "tables": ("name", "store", "definition", "state"),
@@ -261,12 +222,7 @@ _TABLE_STATE = ("index", "rate_limiter", "rng")
 
 
 def _check_entries(path: Path, manifest: Mapping[str, Any]) -> None:
-    """Refuse a manifest that parses but lacks what restore reads (a damaged or edited
-    file), before anything reads it, so a directory of checkpoints skips it.
-
-    Raises:
-        CheckpointCorruptError: naming the first missing entry.
-    """
+    """Refuse a manifest that lacks what restore reads (CheckpointCorruptError)."""
     files = manifest["files"]
     groups = {
         "stores": enumerate(manifest["stores"]) if isinstance(manifest["stores"], list) else None,
@@ -299,8 +255,7 @@ def check_files(
     skip_crc: set[str] = frozenset(),
     progress: Callable[[int], None] | None = None,
 ) -> None:
-    """Check that every file the manifest lists is there with its size and checksum
-    (files in ``skip_crc`` by size only).
+    """Check every listed file's size and checksum (files in ``skip_crc`` by size only).
 
     Raises:
         CheckpointCorruptError: naming the first file that is missing or differs.
@@ -331,14 +286,7 @@ def check_files(
 
 
 def npy_layout(path: Path, info: Mapping[str, Any]) -> tuple[tuple[int, ...], np.dtype, int]:
-    """``(shape, dtype, header bytes)`` of the array file at ``path`` as its manifest entry
-    ``info`` gives them: the file is ``info["bytes"]`` long, its data (the array's bytes,
-    C order) at the end, its ``.npy`` header before.
-
-    A checkpoint's array file is read by this layout, never by parsing its header first:
-    the header is parsed only to confirm it (:func:`check_npy_header`), after the whole
-    file matched its checksum where the read computes one, and every way that parse can
-    fail is a :class:`CheckpointCorruptError` naming the file.
+    """``(shape, dtype, header bytes)`` of the array file at ``path`` from its manifest entry.
 
     Raises:
         CheckpointCorruptError: if the entry's shape, dtype or size make no array file.
@@ -366,12 +314,10 @@ MIN_HEADER = 10  # magic (6), version (2), header length (2)
 
 
 def check_npy_header(header: bytes, path: Path, info: Mapping[str, Any]) -> None:
-    """Check that ``header``, the bytes before the data of the array file at ``path``, is
-    a ``.npy`` header of exactly the array its manifest entry ``info`` gives.
+    """Check that ``header`` is the ``.npy`` header of exactly the array ``info`` gives.
 
     Raises:
-        CheckpointCorruptError: naming the file, if the header cannot be parsed (whatever
-            numpy's parser raises) or describes another array or length.
+        CheckpointCorruptError: naming the file, if it cannot be parsed or differs.
     """
     f = io.BytesIO(header)
     try:
@@ -383,8 +329,7 @@ def check_npy_header(header: bytes, path: Path, info: Mapping[str, Any]) -> None
         )
         shape, fortran, dtype = read(f)
         descr = np.lib.format.dtype_to_descr(dtype)
-    except Exception as exc:  # numpy's header parser raises ValueError, SyntaxError,
-        # tokenize.TokenError and more on damaged bytes: each is a damaged file here
+    except Exception as exc:  # numpy's header parser raises many types on damaged bytes
         raise CheckpointCorruptError(
             f"{path} is not a readable .npy file ({type(exc).__name__}: {exc}); the "
             "checkpoint is damaged: restore from another checkpoint"
@@ -402,8 +347,7 @@ def check_npy_header(header: bytes, path: Path, info: Mapping[str, Any]) -> None
 
 
 def read_header(path: Path, info: Mapping[str, Any]) -> tuple[tuple[int, ...], np.dtype, int]:
-    """:func:`npy_layout` of the file at ``path``, its header read and checked
-    (:func:`check_npy_header`).
+    """:func:`npy_layout` of the file at ``path``, its header read and checked.
 
     Raises:
         CheckpointCorruptError: if the file cannot be read, or as those two.
@@ -419,12 +363,10 @@ def read_header(path: Path, info: Mapping[str, Any]) -> tuple[tuple[int, ...], n
 
 
 def map_array(directory: Path, name: str, info: Mapping[str, Any]) -> np.ndarray:
-    """The array in file ``name``, its header checked against its manifest entry,
-    memory-mapped copy-on-write (writes change memory, never the file).
+    """The array in file ``name``, header checked, memory-mapped copy-on-write.
 
     Raises:
-        CheckpointCorruptError: if the file's header differs from its entry or the file
-            cannot be mapped.
+        CheckpointCorruptError: if the header differs from its entry or mapping fails.
     """
     path = directory / name
     shape, dtype, offset = read_header(path, info)

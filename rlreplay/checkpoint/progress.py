@@ -1,5 +1,4 @@
-"""Progress of long saves and restores: a tqdm bar over bytes when asked for and
-installed, nothing otherwise."""
+"""Progress of long saves and restores: a tqdm bar over bytes when asked for and installed."""
 
 from __future__ import annotations
 
@@ -8,8 +7,7 @@ from typing import Any
 
 
 class Progress:
-    """Counts bytes done out of ``total``; shows a tqdm bar when ``enabled`` and tqdm
-    is installed (a missing tqdm shows nothing rather than failing)."""
+    """Counts bytes done out of ``total``; a tqdm bar when ``enabled`` and tqdm is installed."""
 
     def __init__(self, enabled: bool, total: int, what: str):
         self._bar: Any = None

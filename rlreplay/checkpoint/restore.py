@@ -1,12 +1,4 @@
-"""Restoring tables from a checkpoint: choose it, check it, load it, build or fill tables.
-
-:func:`restore` takes a checkpoint directory, or a directory of checkpoints (it then
-takes the newest one that is complete and passes its checks, and skips the others with a
-warning). Without ``tables`` it builds the tables (and their shared stores) from the
-manifest; with ``tables`` it checks their definitions against the checkpoint's and loads
-the checkpoint into them. Everything is read and checked before any table changes, so a
-failed restore changes nothing.
-"""
+"""Restoring tables from a checkpoint: choose it, check it, load it, build or fill tables."""
 
 from __future__ import annotations
 
@@ -43,7 +35,6 @@ from rlreplay.errors import (
 )
 
 
-# ------------------------------------------------------------------ building tables
 def _build(loaded: Loaded) -> dict[str, Table]:
     """New stores and tables from the manifest, holding the checkpoint's state."""
     manifest = loaded.manifest
@@ -76,9 +67,7 @@ def _build(loaded: Loaded) -> dict[str, Table]:
 
 
 def _load_table(table: Table, state: dict[str, Any]) -> None:
-    """Put a table's saved state into it (its store's lock held or not yet shared). A
-    remover the checkpoint saved no state for (it was idle) gets one made from the
-    items if it is active here."""
+    """Put a table's saved state into it; an idle remover's state is made from the items."""
     index = state["index"]
     if table.index.remover_active:
         index = with_remover_state(index, table.index.remover)
@@ -88,17 +77,8 @@ def _load_table(table: Table, state: dict[str, Any]) -> None:
     table.draws.replan()
 
 
-# ------------------------------------------------------------------ into given tables
 def _plan_into(loaded: Loaded, given: list[Table], adapt: bool) -> list[tuple]:
-    """Check ``given`` against the checkpoint; returns per given store ``(store,
-    state, columns, [(table, table_state)])`` ready to swap in.
-
-    Raises:
-        ClosedError: if a given table is closed.
-        CheckpointMismatchError: for tables missing from the checkpoint, another grouping
-            over stores, other tables on a store, or definitions that differ (beyond
-            what ``adapt`` allows).
-    """
+    """Check ``given`` against the checkpoint; per store, what to swap in."""
     manifest = loaded.manifest
     closed = [t.name for t in given if t.closed]
     if closed:
@@ -171,8 +151,7 @@ def _plan_into(loaded: Loaded, given: list[Table], adapt: bool) -> list[tuple]:
 
 
 def _swap(plans: list[tuple]) -> None:
-    """Load the planned states into the given stores and tables, each store under its
-    lock (nothing here fails for a checked plan)."""
+    """Load the planned states into the stores and tables, each under its store's lock."""
     for store, state, columns, swaps in plans:
         with store.mutex:
             store.load_state(state, columns=columns)
@@ -182,12 +161,7 @@ def _swap(plans: list[tuple]) -> None:
 
 
 def _check_flags(**flags: Any) -> None:
-    """Refuse a flag of :func:`restore` that is not a bool (``verify`` may be None): a
-    string such as ``adapt="no"`` would otherwise count as true.
-
-    Raises:
-        InvalidArgumentError: naming the flag and its value.
-    """
+    """Refuse a flag of :func:`restore` that is not a bool (``adapt="no"`` would count as true)."""
     for name, value in flags.items():
         if not isinstance(value, (bool, np.bool_)) and not (name == "verify" and value is None):
             allowed = "True, False or None" if name == "verify" else "True or False"
@@ -206,20 +180,15 @@ def restore(
     """Restore tables from the checkpoint at ``path``.
 
     Args:
-        path: a checkpoint directory (``ckpt-*``), or the directory saves wrote into
-            (the newest complete, valid checkpoint there is taken; damaged or incomplete
-            ones are skipped with a warning).
-        tables: tables to load the checkpoint into, built with the definitions you want
-            (their stores shared as in the checkpoint); their definitions are checked
-            against the checkpoint's. ``None`` builds the tables from the checkpoint.
-        adapt: take differences that can be adapted (another capacity or max_size that
-            holds what was saved, another rate limiter or selector arguments).
-        mmap: serve the step columns straight from the checkpoint's files, mapped
-            copy-on-write (writes change memory only, never the files); the first sample
-            comes without reading the files first.
-        verify: check the checksums of an ``mmap`` restore's column files too (default:
-            their sizes and headers only). A restore that reads the files checks every
-            checksum as it reads them, whatever ``verify`` says.
+        path: a checkpoint directory (``ckpt-*``), or the directory saves wrote into (the
+            newest complete, valid checkpoint is taken; others are skipped with a warning).
+        tables: tables to load into, their definitions checked against the checkpoint's;
+            ``None`` builds the tables from the checkpoint.
+        adapt: accept differences that can be adapted (a capacity or max_size that holds
+            what was saved, another rate limiter or selector arguments).
+        mmap: serve the step columns from the checkpoint's files, mapped copy-on-write.
+        verify: also check the checksums of an ``mmap`` restore's column files (default:
+            sizes and headers only); read files are always checked.
         progress: show a progress bar (tqdm, when installed).
 
     Returns:
@@ -230,8 +199,7 @@ def restore(
         CheckpointCorruptError: if the checkpoint directory given is damaged.
         CheckpointVersionError: if it is of another format version.
         CheckpointMismatchError: if the tables given do not match it.
-        InvalidArgumentError: for bad arguments. Nothing changes when any of these is
-            raised.
+        InvalidArgumentError: for bad arguments. Nothing changes when any is raised.
     """
     _check_flags(adapt=adapt, mmap=mmap, progress=progress, verify=verify)
     root = check_path(path)
@@ -251,11 +219,7 @@ def restore_with_extra(
     adapt: bool = False,
     progress: bool = False,
 ) -> tuple[Path, dict[str, Table], dict[str, Any] | None]:
-    """:func:`restore` into ``tables``, also returning the directory of the checkpoint
-    restored (the newest valid one when ``path`` holds several) and the ``extra`` state
-    saved with it (``None`` if none was). It raises as :func:`restore` does, and nothing
-    changes when it raises.
-    """
+    """:func:`restore` into ``tables``, also returning the checkpoint's directory and ``extra``."""
     root = check_path(path)
     given = as_tables(tables)
     loaded = load(root, False, None, bool(progress))

@@ -1,16 +1,7 @@
 """Where checkpoints live in their directory, which is newest, and keeping the last K.
 
-A checkpoint directory (the ``path`` given to save) holds one subdirectory per published
-checkpoint, ``ckpt-<sequence>`` with an 8-digit sequence number that grows by one per
-save, and, while a save is under way, its temporary sibling
-``.tmp-ckpt-<sequence>-<pid>-<token>``. A save becomes visible by one atomic rename of
-its temporary directory, so a directory named ``ckpt-*`` was complete when it appeared;
-restore still checks its manifest and checksums, and skips (with a warning) any that
-fail. Pruning renames a checkpoint to ``.del-<name>-<pid>`` before deleting it, so a
-half-deleted one is never taken for a checkpoint; a later save finishes deleting those
-(and temporary directories) of processes that died. A save holds an exclusive ``flock``
-on its temporary directory while it works in it, so that a saver whose pid means nothing
-here (another pid namespace sharing the directory) keeps its directory.
+Checkpoints are ``ckpt-<sequence>``, published by an atomic rename; pruning renames to
+``.del-...`` before deleting, so a half-deleted one is never taken for a checkpoint.
 """
 
 from __future__ import annotations
@@ -66,8 +57,7 @@ def sequence_of(path: Path) -> int | None:
 
 
 def published(root: str | os.PathLike) -> list[Path]:
-    """The published checkpoint directories under ``root``, newest first (restore
-    checks each before it takes one)."""
+    """The published checkpoint directories under ``root``, newest first."""
     root = Path(root)
     if not root.is_dir():
         return []
@@ -76,8 +66,7 @@ def published(root: str | os.PathLike) -> list[Path]:
 
 
 def next_sequence(root: Path) -> int:
-    """One more than the newest sequence number under ``root`` (temporary ones
-    included, so two saves in progress do not aim at one name)."""
+    """One more than the newest sequence number under ``root`` (temporary ones included)."""
     top = 0
     for p in root.iterdir():
         seq = sequence_of(p)
@@ -90,12 +79,7 @@ def next_sequence(root: Path) -> int:
 
 
 class DirectoryHold:
-    """An exclusive ``flock`` on a save's temporary directory for as long as the save
-    works in it (the lock goes with the directory through renames, and with the process
-    when it dies). :func:`prune` deletes no temporary directory that is held: its pid
-    alone cannot tell, since a saver in another pid namespace (a container sharing the
-    directory) has a pid that means nothing here. Where ``flock`` is not supported (some
-    network file systems) nothing is held and the pid decides, as before.
+    """An exclusive ``flock`` on a save's temporary directory, so :func:`prune` spares it.
 
     Args:
         path: the directory, just made by this save.
@@ -125,8 +109,7 @@ class DirectoryHold:
 
 
 def _held(path: Path) -> bool:
-    """Whether a live save holds ``path`` (see :class:`DirectoryHold`); ``False`` where
-    that cannot be told."""
+    """Whether a live save holds ``path``; ``False`` where that cannot be told."""
     if fcntl is None:
         return False
     try:
@@ -155,9 +138,7 @@ def _alive(pid: int) -> bool:
 
 
 def prune(root: Path, keep: int | None) -> list[Path]:
-    """Delete all but the ``keep`` newest published checkpoints, and the temporary
-    directories and half-deleted ones left by processes that died while saving or
-    pruning; returns what was deleted."""
+    """Delete all but the ``keep`` newest checkpoints and dead processes' leftovers; the deleted."""
     doomed = published(root)[keep:] if keep is not None else []
     trashed = []
     for p in list(root.iterdir()):

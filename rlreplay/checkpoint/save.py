@@ -1,23 +1,8 @@
 """Saving tables: capture, stream, publish atomically, keep the last K.
 
-:func:`save` runs in the calling thread; every other thread keeps using the tables
-meanwhile (the store's lock is held only to capture the per-item state and to copy each
-chunk of rows, see :mod:`~rlreplay.checkpoint.snapshot` and
-:mod:`~rlreplay.checkpoint.streaming`). It takes the steps of a :class:`StepwiseSave`
-back to back; a caller that must go on with other work between them (a server's
-dispatcher) takes them itself. :func:`start_save` runs a
-save in a background thread.
-
-Publishing: everything is written into a temporary sibling directory, each file fsynced,
-the manifest last, the directory fsynced, then renamed to ``ckpt-<sequence>`` in one
-atomic step and the parent fsynced. A crash at any moment leaves either the complete
-checkpoint or a temporary directory that restore never looks at (and a later save
-deletes once its process is gone).
-
-:func:`start_save` returns once the checkpoint's moment is taken and writes the columns
-in a background thread (:class:`PendingSave`); a server's dispatcher instead takes a
-:class:`StepwiseSave`'s capture steps itself between requests (:meth:`PendingSave.step`)
-and the thread starts at the moment.
+Files go into a temporary sibling directory, fsynced, manifest last, then one atomic
+rename to ``ckpt-<sequence>``: a crash leaves the complete checkpoint or a temporary
+directory restore ignores. See docs/checkpoints.md.
 """
 
 from __future__ import annotations
@@ -78,21 +63,13 @@ class SaveStats:
     """Figures of one save: bytes written, the longest lock holds, aside copies.
 
     Attributes:
-        bytes: bytes this save wrote (files reused from the previous checkpoint not
-            counted).
-        reused_bytes: bytes of column files linked (or copied) from the previous
-            checkpoint instead (see :mod:`~rlreplay.checkpoint.increments`).
+        bytes: bytes this save wrote (reused files not counted).
+        reused_bytes: bytes of column files linked or copied from the previous checkpoint.
         total_bytes: bytes of every file the checkpoint lists.
-        capture_held_s, chunk_held_s: the longest lock holds, in seconds: of the
-            per-item state's capture (the moment's hold, or one slice of a large index,
-            see :mod:`~rlreplay.checkpoint.snapshot`) and of one piece of the columns'
-            copy.
+        capture_held_s, chunk_held_s: the longest lock holds of the state's capture and of
+            one piece of the columns' copy, in seconds.
         aside_peak_bytes: the most bytes of rows copied aside at once.
-        state_peak_bytes: the most bytes of per-item state (the item index's copies)
-            held in memory at once: the whole state for a small index, the slice
-            buffers and the changed entries' values for a large one, whose slices go
-            to their files as they are copied (see
-            :mod:`~rlreplay.checkpoint.state_files`).
+        state_peak_bytes: the most bytes of per-item state held in memory at once.
         path: the published checkpoint.
     """
 
@@ -110,25 +87,16 @@ class SaveStats:
 
 
 class StepwiseSave:
-    """A save whose capture the caller takes a step at a time (see
-    :class:`~rlreplay.checkpoint.snapshot.Capture`); :func:`save` takes the steps back to
-    back, a server's dispatcher one between two requests, so that no request waits for
-    more than one step. The last step is the checkpoint's moment: the checkpoint is
-    named, each store's moment taken (one short lock hold each) and ``extra`` called,
-    with no other save taking its moment meanwhile. :meth:`write` then streams the
-    columns and publishes the checkpoint.
+    """A save whose capture the caller takes one step at a time.
+
+    The last step is the checkpoint's moment; :meth:`write` then streams the columns and
+    publishes the checkpoint.
 
     Args:
-        tables: as :func:`save`.
-        path: as :func:`save`.
-        keep: as :func:`save`.
-        progress: as :func:`save`.
-        extra: as :func:`save`.
+        tables, path, keep, progress, extra: as :func:`save`.
         stats: filled with the save's figures (a new :class:`SaveStats` when ``None``).
-        slice_bytes: bytes one step of a large index's capture copies (default
-            ``snapshot.SLICE_BYTES``).
-        buffers_in_thread: make the capture's buffers in a helper thread while
-            :meth:`step` returns at once.
+        slice_bytes: bytes one capture step copies (default ``snapshot.SLICE_BYTES``).
+        buffers_in_thread: make the capture's buffers in a helper thread.
 
     Raises:
         InvalidArgumentError: for bad ``tables``, ``path`` or ``keep`` (nothing written).
@@ -159,7 +127,7 @@ class StepwiseSave:
             staging=self._staging,
         )
         self._moment: tuple[Snapshot, Path, int, Any] | None = None  # until written
-        # the lock on the temporary directory while this save works in it (see prune)
+        # the lock on the temporary directory while this save works in it
         self._hold: retention.DirectoryHold | None = None
         self.moment_taken = False
         self.failed = False
@@ -170,8 +138,7 @@ class StepwiseSave:
         return self.moment_taken or self.failed
 
     def step(self) -> None:
-        """Take the capture's next step; the last one takes the checkpoint's moment.
-        A step that raises abandons the save (nothing is written; :attr:`done`).
+        """Take the capture's next step; the last one takes the moment. A failed step abandons it.
 
         Raises:
             ClosedError: if a table is closed.
@@ -198,12 +165,7 @@ class StepwiseSave:
             self._hold = None
 
     def _make_root(self) -> None:
-        """Create the directory the checkpoints go into (and its parents).
-
-        Raises:
-            CheckpointError: naming it, when it cannot be created (a path under a file,
-                or one this process may not write).
-        """
+        """Create the checkpoints' directory; raises CheckpointError when it cannot."""
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as error:
@@ -214,9 +176,7 @@ class StepwiseSave:
             ) from error
 
     def _staging(self) -> Path:
-        """A temporary directory for the files a capture in slices writes before the
-        moment (named as a save's temporary directory of sequence 0, so that a later
-        save deletes it if this process dies), renamed at the moment."""
+        """A temporary directory for files written before the moment, renamed at the moment."""
         self._make_root()
         staging = self.root / _temporary_name(0)
         staging.mkdir()
@@ -224,8 +184,7 @@ class StepwiseSave:
         return staging
 
     def _take_moment(self) -> None:
-        # Naming and the moment under one process-wide lock, so that a later sequence
-        # number never holds an earlier moment; the columns stream without it.
+        # One lock over naming and the moment: a later sequence never holds an earlier moment.
         with _NAMING:
             self._make_root()
             seq = retention.next_sequence(self.root)
@@ -252,7 +211,7 @@ class StepwiseSave:
         self.stats.captured.set()
 
     def abandon(self) -> None:
-        """Give up a save whose moment is not taken (the indexes stop noting changes)."""
+        """Give up a save whose moment is not taken."""
         if not self.done:
             self.failed = True
             self.capture.abandon()
@@ -260,13 +219,11 @@ class StepwiseSave:
             self.stats.captured.set()
 
     def write(self) -> Path:
-        """Stream the columns, write the manifest and publish the checkpoint (after the
-        moment: :attr:`done` and not failed); returns its directory.
+        """Stream the columns, write the manifest and publish; returns the checkpoint's directory.
 
         Raises:
             CheckpointError: if the moment was not taken.
-            OSError: if writing fails (the temporary directory is removed; nothing is
-                published).
+            OSError: if writing fails (nothing is published).
         """
         if self._moment is None:
             raise CheckpointError("the save has no moment to write: step() it until done")
@@ -301,11 +258,10 @@ def save(
     stats: SaveStats | None = None,
     extra: Callable[[], Mapping[str, Any]] | None = None,
 ) -> Path:
-    """Save ``tables`` (and the stores under them) as a new checkpoint under ``path``.
+    """Save ``tables`` (and their stores) as a new checkpoint under ``path``.
 
-    Tables over one store are saved as of one moment; tables over different stores each
-    as of their store's moment, one right after another. Other threads keep inserting
-    and sampling meanwhile; what they do after the moment is not in this checkpoint.
+    Tables over one store are saved as of one moment; other threads keep inserting and
+    sampling meanwhile, and what they do after the moment is not saved.
 
     Args:
         tables: a table, or a list or dict of tables with distinct names.
@@ -314,11 +270,9 @@ def save(
         keep: keep only this many newest checkpoints under ``path`` (``None``: all).
         progress: show a progress bar (tqdm, when installed).
         stats: filled with the save's figures when given.
-        extra: called right after the tables' state is taken, in the same thread; what
-            it returns (a dict of JSON values, numpy arrays and dicts of those) is saved
-            with the checkpoint (the manifest's ``extra``) and returned by
-            :func:`~rlreplay.checkpoint.restore.restore_with_extra`. A server saves its
-            writers' streams this way.
+        extra: called right after the tables' state is taken; its result (a dict of JSON
+            values and numpy arrays) is saved and returned by
+            :func:`~rlreplay.checkpoint.restore.restore_with_extra`.
 
     Returns:
         The published checkpoint's directory.
@@ -327,8 +281,7 @@ def save(
         InvalidArgumentError: for bad ``tables``, ``path`` or ``keep`` (nothing written).
         ClosedError: if a table is closed.
         CheckpointError: if another save of the same store is under way.
-        OSError: if writing fails (the temporary directory is removed; nothing is
-            published).
+        OSError: if writing fails (nothing is published).
     """
     steps = StepwiseSave(tables, path, keep=keep, progress=progress, stats=stats, extra=extra)
     while not steps.done:
@@ -339,8 +292,7 @@ def save(
 def _write(
     snap: Snapshot, tmp: Path, progress: bool, stats: SaveStats, extra: Any = None
 ) -> dict[str, Any]:
-    """Write every array of ``snap`` (and of ``extra``) into ``tmp``; returns the
-    manifest."""
+    """Write every array of ``snap`` and ``extra`` into ``tmp``; returns the manifest."""
     arrays: dict[str, Any] = {}
     tables = [
         {
@@ -357,7 +309,7 @@ def _write(
         a.nbytes for name, a in arrays.items() if name.startswith("t")
     )
     reused: dict[Path, dict] = {}
-    for s in snap.stores:  # first, while no row is streamed (a chunk left out streams)
+    for s in snap.stores:
         if s.previous is not None and s.reusable is not None and len(s.reusable):
             chunks, entries, nbytes = increments.reuse(s.previous, s.reusable, s.stream.files)
             s.stream.skip(np.asarray(chunks, np.int64))
@@ -405,8 +357,7 @@ def _write(
 
 
 def _publish(root: Path, tmp: Path, seq: int) -> Path:
-    """Rename ``tmp`` to the first free ``ckpt-<sequence>`` from ``seq`` on (another
-    process may publish into ``root`` too); fsync ``root``."""
+    """Rename ``tmp`` to the first free ``ckpt-<sequence>`` from ``seq`` on; fsync ``root``."""
     for attempt in range(1000):
         final = root / retention.name_of(seq + attempt)
         if final.exists():
@@ -414,7 +365,7 @@ def _publish(root: Path, tmp: Path, seq: int) -> Path:
         try:
             os.rename(tmp, final)
         except OSError:
-            if final.exists():  # taken meanwhile: try the next number
+            if final.exists():  # taken meanwhile
                 continue
             raise
         retention.fsync_dir(root)
@@ -423,13 +374,11 @@ def _publish(root: Path, tmp: Path, seq: int) -> Path:
 
 
 class PendingSave:
-    """A save written in a background thread (from :func:`start_save`, or from a
-    :class:`StepwiseSave` whose capture the caller steps with :meth:`step`).
+    """A save written in a background thread.
 
     Args:
         steps: the save.
-        capture_here: the caller takes the capture's steps (:meth:`step`); the thread
-            starts once the moment is taken. Otherwise the thread takes them too.
+        capture_here: the caller takes the capture's steps (:meth:`step`), not the thread.
     """
 
     def __init__(self, steps: StepwiseSave, *, capture_here: bool = False):
@@ -457,13 +406,11 @@ class PendingSave:
 
     @property
     def capturing(self) -> bool:
-        """Whether the caller still has capture steps to take (:meth:`step`)."""
+        """Whether the caller still has capture steps to take."""
         return self._thread is None and self._error is None
 
     def step(self) -> None:
-        """Take the capture's next step in the calling thread; once the moment is taken,
-        the columns are written in a background thread. A failure is kept for
-        :meth:`result` (the save is then done)."""
+        """Take the capture's next step; after the moment, columns are written in the background."""
         if not self.capturing:
             return
         try:
@@ -475,8 +422,7 @@ class PendingSave:
             self._start()
 
     def abandon(self) -> None:
-        """Give up the capture if its moment is not taken yet (:meth:`result` then
-        raises a :class:`~rlreplay.errors.CheckpointError`)."""
+        """Give up the capture if its moment is not taken (:meth:`result` then raises)."""
         if self.capturing:
             self.steps.abandon()
             self._error = CheckpointError("the checkpoint was abandoned before its moment")
@@ -488,14 +434,11 @@ class PendingSave:
         return not self._thread.is_alive()
 
     def result(self, timeout: float | None = None) -> Path:
-        """Wait up to ``timeout`` seconds (``None``: without limit) and return the
-        checkpoint's directory.
+        """Wait up to ``timeout`` seconds (``None``: no limit, ``0``: none); returns the directory.
 
         Raises:
-            ReplayTimeoutError: (a ``TimeoutError``) if the save has not finished within
-                ``timeout``; it goes on, ask again.
-            InvalidArgumentError: for a ``timeout`` that is not a number >= 0 or None
-                (``0``: look without waiting).
+            ReplayTimeoutError: if the save has not finished within ``timeout`` (it goes on).
+            InvalidArgumentError: for a ``timeout`` that is not a number >= 0 or None.
             Exception: what the save raised.
         """
         if timeout is not None and (
@@ -526,9 +469,7 @@ def start_save(
     progress: bool = False,
     extra: Callable[[], Mapping[str, Any]] | None = None,
 ) -> PendingSave:
-    """:func:`save` in a background thread; the arguments are checked first. Returns
-    once the checkpoint's moment is taken (the tables' small per-item state, and
-    ``extra``), so the checkpoint holds what the caller did before the call.
+    """:func:`save` in a background thread; returns once the checkpoint's moment is taken.
 
     Raises:
         InvalidArgumentError: as :func:`save`, before the thread starts.

@@ -1,28 +1,8 @@
 """The moment of a checkpoint: every part's state taken under its store's lock.
 
-For each store, with its lock held: the store's bookkeeping (:meth:`StepStore.state`),
-and for each of the tables being saved over it, its item index (per-slot priorities,
-generations, times sampled, live flags and extents; size, counters, generation origin;
-both selectors' states), its rate limiter's counters and its random generator's state.
-These are copies (per slot, a few dozen bytes); the step columns are not copied here but
-streamed afterwards by a :class:`~rlreplay.checkpoint.streaming.ColumnStream`, installed
-as the store's observer in the same lock hold so that the files show the columns as of
-this moment.
-
-A large index (many items) is not copied in that one hold: its per-slot arrays (records,
-live flags, extents, a prioritized sampler's trees) are copied a slice per lock hold
-first, each slice written into its checkpoint file at once (not kept in memory, see
-:mod:`~rlreplay.checkpoint.state_files`), the index noting the slots its mutations
-change meanwhile (:mod:`rlreplay.core.slot_changes`), and the moment's hold copies again
-only what those slots changed, with the rest of the state. Table calls wait for one
-slice, or for the moment's hold, never for the whole copy. An idle remover keeps no
-state, and none is saved for it (the manifest's ``null``; see
-:mod:`~rlreplay.checkpoint.restore`).
-
-What a capture took is a :class:`Snapshot`: per store, its definition, bookkeeping and
-the column stream installed at the moment (:class:`StoreSnapshot`), and per table its
-definition and its parts' states (:class:`TableSnapshot`); :func:`~rlreplay.checkpoint.save.save`
-writes it. :func:`as_tables` checks the tables a save or a restore is given.
+A large index is copied a slice per lock hold before the moment
+(:mod:`~rlreplay.checkpoint.state_files`), so table calls never wait for the whole copy.
+See docs/checkpoints.md.
 """
 
 from __future__ import annotations
@@ -50,8 +30,7 @@ def as_tables(tables: Table | Sequence[Table] | Mapping[str, Table]) -> list[Tab
     """``tables`` as a list of distinct tables with distinct names.
 
     Raises:
-        InvalidArgumentError: for an empty or malformed argument, or two tables sharing a
-            name (a checkpoint names its tables).
+        InvalidArgumentError: for an empty or malformed argument, or a repeated name.
     """
     if isinstance(tables, Table):
         items = [tables]
@@ -84,7 +63,7 @@ class StoreSnapshot:
     state: dict[str, Any]
     stream: ColumnStream
     column_files: dict[str, list[str]]  # field path to its chunk files' names
-    increments: dict[str, Any]  # the store's identity and write generation at the moment
+    increments: dict[str, Any]  # the store's identity and write generation
     previous: Previous | None = None  # the newest checkpoint's copy of this store
     reusable: np.ndarray | None = None  # chunks unchanged since ``previous``
 
@@ -107,13 +86,10 @@ class Snapshot:
     tables: list[TableSnapshot] = field(default_factory=list)
     created_unix: float = 0.0
     held_s: float = 0.0  # the longest lock hold of the capture, in seconds
-    # the per-item state written into files by the capture, finished by finish()
     state_streams: list[StateStream] = field(default_factory=list)
 
     def finish(self) -> dict[str, dict[str, Any]]:
-        """Finish the files the capture wrote the per-item state of large indexes into
-        (the changes of the moment applied, checksums, fsync): after the moment, in the
-        save's own thread. Returns their manifest entries by file name.
+        """Finish the files of large indexes' per-item state; their manifest entries by file name.
 
         Raises:
             OSError: if a write failed.
@@ -125,12 +101,11 @@ class Snapshot:
 
     @property
     def state_peak_bytes(self) -> int:
-        """The most bytes of per-item state the state streams held in memory at once."""
+        """The most bytes of per-item state held in memory at once."""
         return sum(s.peak_bytes for s in self.state_streams)
 
     def release(self) -> None:
-        """Take the column streams off their stores (after streaming, or on failure) and
-        close the state streams' files."""
+        """Take the column streams off their stores and close the state streams' files."""
         for s in self.stores:
             with s.store.mutex:
                 s.store.unobserve(s.stream)
@@ -145,10 +120,7 @@ SLICE_BYTES = 4 << 20  # bytes one lock hold of the sliced copy copies
 def table_state(
     table: Table, buffers: dict[str, Any] | None = None, index: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """The table's parts' states (lock held): index (copied into ``buffers`` from
-    ``table.index.state_buffers()`` when given; ``index`` when taken already, by a
-    :class:`~rlreplay.checkpoint.state_files.StateStream`), rate limiter, random
-    generator. An idle remover's state is ``None``: it keeps none."""
+    """The table's parts' states (lock held); an idle remover's state is ``None``."""
     if index is None:
         index = table.index.state(buffers, idle_remover_later=True)
     return {
@@ -159,13 +131,7 @@ def table_state(
 
 
 def _check(store: StepStore, tables: list[Table], starting: bool = False) -> None:
-    """Refuse closed tables and a store another checkpoint streams, or (``starting`` a
-    sliced copy) whose index another capture copies in slices now (lock held).
-
-    Raises:
-        ClosedError: if a table is closed.
-        CheckpointError: if the store is being checkpointed already.
-    """
+    """Refuse closed tables and a store being checkpointed (lock held)."""
     for t in tables:
         if t.closed:
             raise ClosedError(f"table {t.name!r} is closed; it cannot be saved")
@@ -187,35 +153,22 @@ def column_files(si: int, store: StepStore) -> dict[str, list[str]]:
 
 
 class Capture:
-    """The capture of ``tables``' state, taken a step at a time: the one mechanism under
-    every save (:func:`~rlreplay.checkpoint.save.save` takes its steps back to back; a
-    server's dispatcher takes one between requests, so that requests go on being served
-    during the copy).
+    """The capture of ``tables``' state, taken a step at a time, under every save.
 
-    Steps, each short: make the buffers the copies go into (outside any lock; with
-    ``buffers_in_thread``, in a helper thread while :meth:`step` returns at once, since
-    first writes to fresh memory are slow), then, for the indexes whose per-item state
-    exceeds ``SLICED_ABOVE_BYTES``, start noting their changed slots (one short hold per
-    store) and copy ``slice_bytes`` per step under the store's lock, each slice written
-    into its file in ``staging()`` by a :class:`~rlreplay.checkpoint.state_files.
-    StateStream`. When :attr:`ready`, :meth:`moment` takes the checkpoint's moment: one
-    short hold per store copying again what changed meanwhile and the rest of the state.
+    Large indexes are copied ``slice_bytes`` per step into files by a
+    :class:`~rlreplay.checkpoint.state_files.StateStream`; when :attr:`ready`, :meth:`moment`
+    takes the checkpoint's moment in one short hold per store.
 
     Args:
         tables: the tables (distinct, see :func:`as_tables`).
         slice_bytes: bytes one step copies (default ``SLICE_BYTES``).
-        buffers_in_thread: make the buffers in a helper thread (for an index over
-            ``SLICED_ABOVE_BYTES``; a small one's are made by the first step).
-        staging: makes and returns the directory the slices' files are written into
-            (called once, by the first step of a capture in slices; required then):
-            by :meth:`moment` it must have become the ``directory`` given to it (the
-            save renames it so).
+        buffers_in_thread: make the buffers in a helper thread.
+        staging: makes and returns the directory the slices' files go into (required for a
+            capture in slices); by :meth:`moment` it must have become its ``directory``.
 
     Attributes:
         held_s: the longest lock hold of the capture so far, in seconds.
-        staging_dir: the directory ``staging`` made, once made (the save renames it to
-            the checkpoint's temporary directory at the moment and updates this); it is
-            deleted if the capture is abandoned before its moment.
+        staging_dir: the directory ``staging`` made (deleted if the capture is abandoned).
     """
 
     def __init__(
@@ -237,7 +190,6 @@ class Capture:
         self._big = [
             sum(t.index.nbytes() for t in self.mine(s)) > SLICED_ABOVE_BYTES for s in self.stores
         ]
-        # (a small index's buffers are made at once: a thread would only add a wait)
         self._in_thread = buffers_in_thread and any(self._big)
         self._staging = staging
         self.staging_dir: Path | None = None
@@ -253,8 +205,7 @@ class Capture:
 
     @property
     def waiting(self) -> bool:
-        """Whether the next step waits for the helper thread making the buffers (a step
-        may also wait for the write of the slice before last, a few ms at most)."""
+        """Whether the next step waits for the helper thread making the buffers."""
         return self._maker is not None and self._maker.is_alive()
 
     @property
@@ -272,7 +223,7 @@ class Capture:
         self.held_s = max(self.held_s, time.perf_counter() - t0)
 
     def _make_buffers(self) -> None:
-        try:  # made before any lock, so that the copies under it write mapped memory
+        try:  # made before any lock, so the copies under it write mapped memory
             self._buffers = [
                 [
                     t.index.moment_buffers() if big else t.index.state_buffers()
@@ -288,8 +239,7 @@ class Capture:
 
         Raises:
             ClosedError: if a table is closed.
-            CheckpointError: if a store is being checkpointed already (the capture is
-                abandoned then).
+            CheckpointError: if a store is being checkpointed already (the capture is abandoned).
             MemoryError: if the buffers cannot be made.
             OSError: if the files of the slices cannot be made or written.
         """
@@ -322,8 +272,7 @@ class Capture:
         self.held_s = max(self.held_s, stream.held_s)
 
     def _start(self) -> None:
-        """Start noting changes in each large index (one hold per store), make its
-        files and plan its slices."""
+        """Start noting changes in each large index, make its files and plan its slices."""
         self._sliced = []
         try:
             for si, store in enumerate(self.stores):
@@ -350,8 +299,7 @@ class Capture:
             raise
 
     def abandon(self) -> None:
-        """Stop the capture (the indexes stop noting changes, the slices' files are
-        deleted); the moment is not taken."""
+        """Stop the capture and delete the slices' files; the moment is not taken."""
         for store, sliced in zip(self.stores, self._sliced or []):
             if sliced is not None:
                 sliced[0].close()
@@ -364,15 +312,11 @@ class Capture:
         self.taken = True
 
     def moment(self, directory: Path, previous: Mapping[str, Previous] | None = None) -> Snapshot:
-        """Take the checkpoint's moment (one hold per store, once :attr:`ready`) and
-        install the column streams that will write into ``directory`` (the staging
-        directory, renamed, where slices were written); for a store in ``previous`` (by
-        identity: the newest checkpoint's stores), note the chunks unchanged since.
+        """Take the checkpoint's moment and install the column streams writing into ``directory``.
 
         Raises:
             ClosedError: if a table is closed (nothing is captured then).
-            CheckpointError: if a store is being checkpointed already, or the capture is
-                not :attr:`ready`.
+            CheckpointError: if a store is being checkpointed already, or not :attr:`ready`.
         """
         if self.taken or not self.ready:
             raise CheckpointError("the capture is not ready for its moment: step() it first")

@@ -1,39 +1,8 @@
 """A large index's per-item state, written into its checkpoint files a slice at a time.
 
-A checkpoint copies the per-slot arrays of an index of many items (records, live flags,
-extents, a prioritized sampler's trees: about 27 bytes per item, 0.45 GB for 16.5
-million items) a slice per lock hold (see :mod:`~rlreplay.checkpoint.snapshot`). A
-:class:`StateStream` writes each slice into the files the checkpoint lists for those
-arrays as soon as it is copied, instead of keeping the copies until the checkpoint is
-written: a slice is copied under the lock into one of two reusable buffers, and a writer
-thread puts it into its files at its offsets while the next slice is copied. At the
-moment, the entries of the slots changed since the capture began (the index notes them,
-:mod:`rlreplay.core.slot_changes`) are copied under the lock (those values only) and
-applied when the files are finished, after the last slice's write.
-
-So the per-item state a save holds in memory is the two slice buffers, the record of
-changed slots and the changed entries' values, whatever the number of items. A part of
-at most ``WHOLE_ENTRIES`` entries (a tree's top levels) is copied whole again at the
-moment. A reset or a restore of the index (every slot changed) during the
-slices starts them over; one between the last slice and the moment has every part copied
-whole at the moment, in memory (as a save of a small index takes it).
-
-The index's state is copied as *parts* (see
-:meth:`~rlreplay.core.selectors.base.Selector.state_parts`): a part is an array of
-entries (a slot's record, a tree level's node) whose copy is an array of the index's
-state (never filled, so it takes no memory) or a view into one (a tree level into its
-tree's flat array, the records' fields into the record buffer). Where each state array
-lies against a part's copy (:func:`locate`) says which of the part's entries, and which
-bytes of each, go into that array's file: a :class:`Target`, which writes a slice of the
-part's entries there (:func:`put`) or keeps the entries changed at the moment as patches
-for the file. :func:`file_backed` puts the files' names in the state in place of the
-arrays they hold, as the manifest lists them.
-
-Each file is a :class:`StateFile`: made at its full size with its header, written with
-``pwrite`` at each slice's offset, and finished by reading it back a block at a time,
-putting the changed entries into each block, writing back the blocks they changed and
-computing the checksum over the final bytes, then fsynced. Reading back and patching
-take one block of memory, whatever the file's size.
+Slices are copied under the lock into two reusable buffers and written by a thread;
+entries changed meanwhile are patched in at the end, so memory stays bounded whatever
+the number of items. See docs/checkpoints.md.
 """
 
 from __future__ import annotations
@@ -79,8 +48,7 @@ def _pread(fd: int, into: memoryview, offset: int) -> None:
 
 
 class StateFile:
-    """One state array's ``.npy`` file: entries written at their offsets in any order
-    (:meth:`put`), then :meth:`finish`\\ ed with the changed entries of the moment.
+    """One state array's ``.npy`` file: entries written at their offsets, then finished.
 
     Args:
         path: the file to create (exclusively).
@@ -108,8 +76,7 @@ class StateFile:
         _pwrite(self.fd, data, len(self.header) + first * self.dtype.itemsize)
 
     def finish(self) -> dict[str, Any]:
-        """Apply the patches (a block at a time: read, patch, write back), checksum the
-        final bytes, fsync and close; returns the file's manifest entry."""
+        """Apply the patches a block at a time, checksum, fsync and close; the manifest entry."""
         assert self.fd is not None
         rows = max(1, FINISH_BYTES // self.dtype.itemsize)
         block_buffer = np.empty(min(rows, self.length), self.dtype)
@@ -147,8 +114,7 @@ def _address(arr: np.ndarray) -> int:
 
 @dataclass(frozen=True)
 class Target:
-    """Where a part's entries go in one file: part entry ``r`` is file entry
-    ``r - shift``, from byte ``offset`` of the part's entry on."""
+    """Where a part's entries go in one file: part entry ``r`` is file entry ``r - shift``."""
 
     file: StateFile
     shift: int
@@ -168,8 +134,7 @@ class Target:
             self.file.put(lo - self.shift, self.values(rows[lo - first : hi - first]))
 
     def patch(self, entries: np.ndarray, rows: np.ndarray) -> int:
-        """Keep the part's changed ``entries`` (sorted) and their ``rows`` for
-        :meth:`StateFile.finish`; returns the bytes kept."""
+        """Keep the part's changed ``entries`` and their ``rows`` for finishing; the bytes kept."""
         lo, hi = np.searchsorted(entries, (self.shift, self.shift + self.file.length))
         if hi <= lo:
             return 0
@@ -179,13 +144,10 @@ class Target:
 
 
 def locate(arr: np.ndarray, copy: np.ndarray) -> tuple[int, int, int] | None:
-    """``(shift, offset, entries)`` of state array ``arr`` against a part's ``copy``:
-    part entry ``r`` holds ``arr[r - shift]`` at byte ``offset`` of the entry; ``None``
-    when they share no memory.
+    """``(shift, offset, entries)`` of ``arr`` against a part's ``copy``; None if disjoint.
 
     Raises:
-        CheckpointError: for an array that lies across a part's entries (a selector
-            whose parts do not match its state).
+        CheckpointError: for an array that lies across a part's entries.
     """
     row = copy[:1].nbytes if len(copy) else 1
     c0, c1 = _address(copy), _address(copy) + copy.nbytes
@@ -226,8 +188,7 @@ def file_backed(state: dict[str, Any], prefix: str, files: Mapping[str, StateFil
 
 
 BUFFERS = 2  # slice buffers: one copied into under the lock while the other is written
-# A slice this small is written by the step itself: a hand-over to the writer thread
-# would cost more than the write.
+# A slice this small is written by the step itself (a hand-over would cost more).
 INLINE_BYTES = 256 << 10
 
 
@@ -245,17 +206,14 @@ class Part:
 
 
 class StateStream:
-    """The per-item state of one store's large indexes, written into files in
-    ``directory`` a slice per step; see the module's docs.
+    """The per-item state of one store's large indexes, written into files a slice per step.
 
     Args:
-        directory: where the files are made (the checkpoint's temporary directory, or
-            the one renamed to it at the moment).
+        directory: where the files are made.
         slice_bytes: the most bytes one step copies under the store's lock.
 
     Attributes:
-        peak_bytes: the most bytes of per-item state this stream held in memory at once
-            (slice buffers, the changed entries' values, parts copied whole).
+        peak_bytes: the most bytes of per-item state held in memory at once.
         held_s: the longest lock hold of one step, in seconds.
     """
 
@@ -276,12 +234,8 @@ class StateStream:
         self.held_s = 0.0
         self._closed = False
 
-    # ------------------------------------------------------------------ before the moment
     def add(self, index: Any, out: dict[str, Any], parts: list[tuple], prefix: str) -> None:
-        """Make the files of the arrays of ``out`` (an index state from
-        :meth:`~rlreplay.core.item_index.ItemIndex.start_sliced_state`, saved under file names
-        from ``prefix``) that ``parts`` fill, replace those arrays in ``out`` by
-        :class:`~rlreplay.checkpoint.manifest.FileBacked` names, and plan the slices.
+        """Make the files of ``out``'s arrays that ``parts`` fill, name them, plan slices.
 
         Raises:
             OSError: if a file cannot be made.
@@ -310,22 +264,20 @@ class StateStream:
             self.parts.append(Part(source, per_entry, made, index, row, step))
 
     def plan(self) -> None:
-        """Queue every slice of every part added (the small ones are copied whole again
-        at the moment, in case their changes are not told by slot); after :meth:`add`,
-        and again to start over."""
+        """Queue every slice of every part added; again to start over."""
         self.work = []
         for p, part in enumerate(self.parts):
             self.work.extend((p, a) for a in range(0, len(part.source), part.step))
         self.work.sort(reverse=True)
 
     def _next_buffer(self) -> np.ndarray:
-        """The buffer the next slice goes into (in turn; its last write waited for)."""
+        """The buffer the next slice goes into (its last write waited for)."""
         i = self._turn % BUFFERS
         self._turn += 1
         if i == len(self._buffers):
             size = max(self.slice_bytes, max(p.row_bytes for p in self.parts))
             buf = np.empty(-(-size // 8) * 8, np.uint8)
-            buf.fill(0)  # written now (np.zeros maps its pages lazily): no faults under the lock
+            buf.fill(0)  # np.zeros maps pages lazily: touch them now, not under the lock
             self._buffers.append(buf)
             self._writing.append(None)
             self._account(self._buffers[i].nbytes)
@@ -335,8 +287,7 @@ class StateStream:
         return self._buffers[i]
 
     def step(self) -> None:
-        """Copy the next slice under the store's lock and hand it to the writer thread.
-        A reset or a restore of an index since its slices began starts them over."""
+        """Copy the next slice under the store's lock and hand it to the writer thread."""
         p, a = self.work.pop()
         part = self.parts[p]
         b = min(len(part.source), a + part.step)
@@ -358,8 +309,7 @@ class StateStream:
             self.plan()
 
     def _restart_if_reset(self) -> bool:
-        """If an index changed whole (a reset, a restore) its changes are noted afresh
-        and every slice is to be copied again (lock held)."""
+        """After a reset or restore of an index, note changes afresh and copy every slice again."""
         indexes = {id(p.index): p.index for p in self.parts}.values()
         if not any(ix.changes.everything for ix in indexes):
             return False
@@ -367,13 +317,8 @@ class StateStream:
             ix.changes = SlotChanges(ix.capacity)
         return True
 
-    # ------------------------------------------------------------------ the moment
     def moment(self, index: Any, out: dict[str, Any], into: dict[str, Any]) -> dict[str, Any]:
-        """The moment of ``index`` (lock held): the changed entries of its parts are
-        copied (small parts, or all after a reset, whole), and ``out`` finished with
-        the rest of its state (see :meth:`~rlreplay.core.item_index.ItemIndex.
-        finish_scalars`). Returns the state; the copies are handed to the files by
-        :meth:`after_moment`."""
+        """Copy ``index``'s changed entries (lock held) and finish ``out``; returns the state."""
         slots = index.take_changes()
         for part in self.parts:
             if part.index is not index:
@@ -388,8 +333,7 @@ class StateStream:
         return index.finish_scalars(out, into, True)
 
     def after_moment(self) -> None:
-        """Hand the moment's copies to the files (outside the lock): whole parts are
-        written after the slices' writes, changed entries kept for :meth:`finish`."""
+        """Hand the moment's copies to the files (outside the lock)."""
         for part in self.parts:
             taken, part.moment = part.moment, None
             if taken is None:
@@ -403,8 +347,7 @@ class StateStream:
                     self._account(t.patch(at, rows))
 
     def finish(self) -> dict[str, dict[str, Any]]:
-        """Wait for every write, finish every file (patches, checksum, fsync); returns
-        their manifest entries by file name.
+        """Wait for every write and finish every file; their manifest entries by file name.
 
         Raises:
             OSError: if a write failed.
@@ -417,8 +360,7 @@ class StateStream:
         return entries
 
     def close(self) -> None:
-        """Stop the writer thread and close the files (after :meth:`finish`, or for a
-        save given up)."""
+        """Stop the writer thread and close the files."""
         if not self._closed:
             self._closed = True
             self._pool.shutdown(wait=True, cancel_futures=True)

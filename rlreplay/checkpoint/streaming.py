@@ -1,25 +1,7 @@
 """Streaming a store's columns to disk as they were at one moment, while serving goes on.
 
-A checkpoint takes the small per-item state of its tables under the store's lock, then
-streams the step columns without holding it for long: :class:`ColumnStream` copies a
-piece of rows (a few MB) under the lock into a reused buffer, releases the lock, and
-writes the piece (with its checksum) to its file. Each column is written as files of the
-store's ``chunk_rows`` rows (``.npy`` files whose data start on a page), chunk after
-chunk, each front to back. Chunks the previous checkpoint holds unchanged are not
-streamed (:meth:`ColumnStream.skip`; see :mod:`~rlreplay.checkpoint.increments`).
-
-Writes go on meanwhile. The stream observes the store (``store.observe``): before the
-store writes rows (any append, insert, writer chunk or relocation) it calls
-:meth:`ColumnStream.before_write`, which copies aside the rows about to change that the
-stream has not written yet. Writes after the checkpoint's moment overwrite rows in
-ring order from ``base % capacity`` on (``base`` being the store's next id then), so the
-rows copied aside are the first ``W`` in that order, ``W`` the writes since the moment
-(at most ``capacity``); they are kept in blocks indexed by that order. A chunk's row
-comes from the aside copy if it was overwritten, from the column otherwise. Rows of
-chunks that are skipped or streamed already are not copied aside. A reset of the store
-copies every row not yet streamed aside at once. So every file holds exactly
-the column at the checkpoint's moment, and the extra memory is the rows overwritten
-ahead of the stream (none when nothing is written during the checkpoint).
+Rows about to be overwritten before they are streamed are copied aside first, so every
+file holds exactly the column at the checkpoint's moment. See docs/checkpoints.md.
 """
 
 from __future__ import annotations
@@ -42,10 +24,7 @@ CHUNK_BYTES = 2 << 20  # bytes of rows copied under the store's lock at a time (
 
 
 class ColumnStream:
-    """The columns of ``store`` as of construction (call with the store's lock held),
-    written by :meth:`write` into ``files`` (field path to the file path of each chunk
-    of ``store.chunk_rows`` rows); ``chunk_bytes``: the most bytes copied per lock hold
-    (a piece of ``piece_rows`` rows).
+    """The columns of ``store`` as of construction (lock held), written by :meth:`write`.
 
     Attributes:
         aside_peak_bytes: the most bytes the aside copies held at once.
@@ -59,7 +38,6 @@ class ColumnStream:
         self.files = files
         self.capacity = cap = store.capacity
         self.file_rows = store.chunk_rows
-        # chunks still to be streamed (not skipped, not written yet)
         self.pending = np.ones(len(store.chunk_generations), bool)
         self.base = store.next_id
         self.start = self.base % cap  # the row the first write after the moment changes
@@ -76,10 +54,8 @@ class ColumnStream:
         self.aside_peak_bytes = 0
         self.held_s = 0.0
 
-    # ------------------------------------------------------------ store hooks (lock held)
     def before_write(self, first: int, n: int) -> None:
-        """Copy aside the rows ids ``[first, first + n)`` overwrite that the stream still
-        needs (called by the store before it writes them)."""
+        """Copy aside the rows ``[first, first + n)`` will overwrite that the stream still needs."""
         if self.reset_copy is not None:
             return  # everything not yet streamed is kept already
         k0 = max(first - self.base, self.overwritten)
@@ -106,8 +82,7 @@ class ColumnStream:
         return bool(self.pending[lo // fr : (hi - 1) // fr + 1].any())
 
     def skip(self, chunks: np.ndarray) -> None:
-        """Do not stream ``chunks`` (their files come from the previous checkpoint): their
-        rows are no longer copied aside. Call before :meth:`write`."""
+        """Do not stream ``chunks`` (reused); call before :meth:`write`."""
         with self.store.mutex:
             self.pending[np.asarray(chunks, np.int64)] = False
 
@@ -132,7 +107,6 @@ class ColumnStream:
             self.aside_bytes += (self.capacity - self.done) * self.row_bytes
             self.aside_peak_bytes = max(self.aside_peak_bytes, self.aside_bytes)
 
-    # ------------------------------------------------------------------- the stream
     def _copy_chunk(self, r0: int, r1: int, out: dict[str, np.ndarray]) -> None:
         """Rows ``[r0, r1)`` as of the moment into ``out`` (lock held)."""
         n = r1 - r0
@@ -170,8 +144,7 @@ class ColumnStream:
                 self.aside_bytes -= self.block_rows * self.row_bytes
 
     def _buffers(self) -> dict[str, np.ndarray]:
-        """One piece's rows per column, touched here so that no copy under the lock
-        faults pages in."""
+        """One piece's rows per column, touched now so no copy under the lock faults pages in."""
         bufs = {
             p: np.empty((self.piece_rows, *c.shape[1:]), c.dtype)
             for p, c in self.store.columns.items()
@@ -181,10 +154,7 @@ class ColumnStream:
         return bufs
 
     def write(self, progress: Callable[[int], None] | None = None) -> dict[Path, dict]:
-        """Write the files of every chunk not skipped; returns their manifest entries by
-        file path. Takes the store's lock for each piece's copy only. Two sets of piece
-        buffers: while a second thread writes one piece to its files (and checksums it),
-        this one copies the next; ``progress`` is called from that second thread."""
+        """Write the files of every chunk not skipped; their manifest entries by file path."""
         store = self.store
         cap, fr = self.capacity, self.file_rows
         columns = store.columns
@@ -208,7 +178,7 @@ class ColumnStream:
                         with store.mutex:
                             t0 = time.perf_counter()
                             self._copy_chunk(r0, r1, bufs)
-                            if r1 == c1:  # the chunk is copied: on to the next one to stream
+                            if r1 == c1:
                                 self.pending[c] = False
                                 r1 = after
                             self.done = r1
@@ -223,9 +193,7 @@ class ColumnStream:
 
 
 class Emitter:
-    """Writes a stream's pieces into the chunk files, in order (one thread): opens a
-    chunk's files at its first row (never through an existing name: a file of the
-    previous checkpoint may be linked there), fsyncs and closes them after its last."""
+    """Writes a stream's pieces into the chunk files in order; files are opened exclusively."""
 
     def __init__(
         self,

@@ -1,16 +1,4 @@
-"""Datasets out of and into replay: experience moved between buffers and tools.
-
-* :func:`export_npz` / :func:`import_npz`: any table (or several over one store, or a
-  range of a store's steps) as one ``.npz`` of steps, items, keys and priorities, and
-  back into tables of the same definition (:mod:`rlreplay.datasets.npz`).
-* :func:`export_minari` / :func:`import_minari`: the whole episodes of a store's step
-  rows as a Minari dataset, and a Minari dataset into a table of step rows or through
-  an adder (:mod:`rlreplay.datasets.minari`; the columns are described in
-  :mod:`rlreplay.datasets.episodes`).
-
-A dataset moves experience; a checkpoint (:func:`rlreplay.checkpoint.save`) restores a
-table exactly (times sampled, selector order, limiter counters, random generator).
-"""
+"""Datasets out of and into replay: ``.npz`` for any table, Minari for whole episodes."""
 
 from rlreplay.datasets.episodes import DEFAULT_FIELDS
 from rlreplay.datasets.minari import MinariImport, export_minari, import_minari

@@ -1,37 +1,9 @@
-"""Episodes as step rows: which stored columns hold what an episode needs, and reading
-whole episodes back out of replay (for the Minari export).
+"""Episodes as step rows: the roles an episode needs, and reading whole episodes back.
 
-A Minari episode of ``T`` steps has ``T + 1`` observations and ``T`` actions, rewards,
-``terminations`` and ``truncations``. rlreplay stores it as ``T`` *step rows* (the
-cpprb/Stable-Baselines3 convention) with these *roles*, each a column or, for nested
-observations and actions, a prefix of columns (``obs/image``, ``obs/state``):
-
-==================== ============ =====================================================
-role                 default      holds, for the step at row ``t``
-==================== ============ =====================================================
-``observation``      ``obs``      the observation the step was taken from
-``action``           ``action``   the action taken
-``reward``           ``reward``   the reward received (a scalar column)
-``terminated``       ``terminated`` whether the step ended the episode in a terminal state
-``truncated``        ``truncated`` whether the episode was cut off after it (time limit)
-``next_observation`` ``next_obs`` the observation the step led to (after the episode's
-                                  last step, its final observation)
-==================== ============ =====================================================
-
-Pass ``fields={"observation": "state", ...}`` to name other columns; gymnasium is
-imported only when a space is asked for. Two sources hold episodes in a way that can be
-read back without guessing:
-
-* **step rows** (:func:`episodes_from_rows`): an episode is the rows of one stream (one
-  lane of the store) up to and including a row with ``terminated`` or ``truncated`` set;
-* **an** :class:`~rlreplay.writers.EpisodeAdder` **table** (:func:`episodes_from_items`):
-  each item is one episode's rows (``T`` step rows and the final observation's row),
-  when the adder's ``max_length`` exceeds every episode's rows (else an episode is split
-  over several items, which the items alone cannot join: refused).
-
-Other adder tables (n-step transitions, sequences) store episodes in rows that chunks of
-several environments interleave, with copied context rows: no episode can be read from
-them with certainty, so they are refused (export them with ``export_npz``).
+An episode of ``T`` steps is ``T`` *step rows* with the roles of :data:`DEFAULT_FIELDS`,
+read from step rows (:func:`episodes_from_rows`) or an
+:class:`~rlreplay.writers.EpisodeAdder` table (:func:`episodes_from_items`). See
+docs/checkpoints.md.
 """
 
 from __future__ import annotations
@@ -72,8 +44,7 @@ def resolve_fields(
 
     Raises:
         InvalidArgumentError: for unknown roles in ``fields``.
-        DatasetError: naming every role whose column is missing, or a reward or flag
-            column that is not one number per step; says what is required.
+        DatasetError: naming every role whose column is missing or malformed.
     """
     if fields is not None and (
         not isinstance(fields, Mapping) or not all(isinstance(v, str) for v in fields.values())
@@ -130,8 +101,7 @@ def _describe_columns(signature: Signature, paths: list[str]) -> str:
 
 
 def nest(prefix: str, paths: list[str], arrays: Mapping[str, Any]) -> Any:
-    """The value of a role: the array itself for one column named ``prefix``, else the
-    nested dict of the columns under ``prefix/``."""
+    """The value of a role: one column's array, or the nested dict under ``prefix/``."""
     if paths == [prefix]:
         return arrays[prefix]
     return unflatten({p[len(prefix) + 1 :]: arrays[p] for p in paths})
@@ -150,11 +120,8 @@ def leaves(value: Any, prefix: str) -> dict[str, Any]:
 def infer_space(value: Any) -> Any:
     """A gymnasium space for a role's exported data (``[n, ...]`` per leaf).
 
-    Floats become an unbounded ``Box``; a scalar integer column of values >= 0 becomes
-    ``Discrete(max + 1)`` (its largest value in the data: give the space when the data
-    may miss the largest action); other integers become a ``Box`` over their dtype's
-    range; bool arrays become ``MultiBinary`` (a scalar bool ``Discrete(2)``); nested
-    dicts become ``Dict`` spaces.
+    Floats give an unbounded ``Box``, a scalar integer column >= 0 ``Discrete(max + 1)`` of
+    the data, other integers a ``Box``, bools ``MultiBinary``, nested dicts ``Dict``.
     """
     from gymnasium import spaces
 
@@ -181,7 +148,7 @@ class Episode:
     """One whole episode of ``T`` steps, as Minari stores it.
 
     Attributes:
-        first_id: step id of its first stored row (episodes are exported in this order).
+        first_id: step id of its first stored row.
         observations: ``[T + 1, ...]`` (or a nested dict of such arrays).
         actions: ``[T, ...]`` (or a nested dict).
         rewards, terminations, truncations: ``[T]``.
@@ -196,12 +163,7 @@ class Episode:
 
 
 def episode_bounds(done: np.ndarray, start_known: bool) -> tuple[np.ndarray, np.ndarray]:
-    """``(starts, ends)`` (inclusive) of the whole episodes in one stream's rows.
-
-    ``done[t]`` marks a row that ended its episode. Rows after the last such row belong
-    to an episode still running and are left out; so are the rows before the first one
-    unless ``start_known`` (the stream's first row starts an episode).
-    """
+    """``(starts, ends)`` (inclusive) of the whole episodes in one stream's rows."""
     ends = np.flatnonzero(done)
     starts = np.concatenate([[0], ends[:-1] + 1]).astype(np.int64) if len(ends) else ends
     if len(ends) and not start_known:
@@ -216,16 +178,10 @@ def episodes_from_rows(
     first_id: int | None,
     end_id: int | None,
 ) -> tuple[StepRange, list[Episode]]:
-    """``(span, episodes)``: the range ``[first_id, end_id)`` of step rows (default: all
-    stored) and the whole episodes in it (see the module), oldest first.
-
-    Rows before the first episode end are kept only when ``span`` starts at step 0 or
-    right after a stored step that ended an episode (else that episode's start may have
-    been overwritten or lie outside the range).
+    """``(span, episodes)``: the range ``[first_id, end_id)`` and the whole episodes in it.
 
     Raises:
-        DatasetError: where a step's next observation is not the next row's observation
-            within an episode (several environments' steps interleaved in one lane).
+        DatasetError: where a step's next observation is not the next row's observation.
     """
     needed = [p for paths in roles.values() for p in paths]
     lanes = store.lanes
@@ -280,10 +236,9 @@ def _check_continuity(
     lanes: int,
     first_id: int,
 ) -> None:
-    """Refuse rows of one lane where a step's next observation is not the next row's
-    observation though the episode had not ended."""
-    inner = lane_rows[:-1][~done[lane_rows[:-1]]]  # rows followed by their episode's next
-    if not len(inner):  # no row is followed by its episode's next (e.g. an empty store)
+    """Refuse rows where a step's next observation is not the next row's within an episode."""
+    inner = lane_rows[:-1][~done[lane_rows[:-1]]]
+    if not len(inner):
         return
     for o, x in zip(roles["observation"], roles["next_observation"]):
         a, b = data[x][inner], data[o][inner + lanes]
@@ -320,18 +275,12 @@ def _prefixed(paths: tuple[str, ...], name: str) -> list[str]:
 def episodes_from_items(
     table: Table, first_id: int | None, end_id: int | None
 ) -> tuple[StepRange, list[Episode]]:
-    """``(span, episodes)``: the range ``[first_id, end_id)`` (default: all stored) and
-    the episodes an :class:`~rlreplay.writers.EpisodeAdder` table's items whose rows lie
-    in it hold, oldest first.
+    """``(span, episodes)``: the range and the episodes of an EpisodeAdder table's items in it.
 
-    An episode ended by ``terminated`` is told from one ``truncated`` by its last step's
-    ``discount`` (0 when terminal): an episode whose last step was both reads as
-    terminated only, and an adder made with ``discount=0`` cannot tell them apart (its
-    episodes all read as terminated).
+    Terminated is told from truncated by the last step's ``discount`` (0 when terminal).
 
     Raises:
-        DatasetError: if an item holds ``max_length`` rows (it may be part of a longer
-            episode).
+        DatasetError: if an item holds ``max_length`` rows (it may split an episode).
     """
     store, max_rows = table.store, table.layout.span
     signature = store.signature

@@ -1,15 +1,4 @@
-"""Minari datasets, the gymnasium ecosystem's offline-RL format, out of and into replay.
-
-:func:`export_minari` writes the whole episodes held in a store's step rows (see
-:mod:`rlreplay.datasets.episodes` for the columns required) or in an ``EpisodeAdder``
-table's items as a Minari dataset that ``minari.load_dataset`` reads.
-:func:`import_minari` pre-fills a table of step rows from one, or feeds its episodes
-through an adder as an environment loop would give them.
-
-Minari (``pip install "rlreplay[minari]"``, which brings h5py for its storage) is
-imported when these functions are called. Minari keeps datasets under a root directory
-(``MINARI_DATASETS_PATH``, else ``~/.minari/datasets``); pass ``root=`` to use another.
-"""
+"""Minari datasets (``pip install "rlreplay[minari]"``): whole episodes out of and into replay."""
 
 from __future__ import annotations
 
@@ -46,10 +35,7 @@ _ROOT_LOCK = threading.Lock()
 
 @contextmanager
 def _datasets_root(root: str | os.PathLike | None) -> Iterator[None]:
-    """Point Minari at ``root`` for the calls inside (Minari reads the root from the
-    ``MINARI_DATASETS_PATH`` environment variable only); one such call at a time. A
-    relative ``root`` is made absolute first: Minari joins a relative root to a path that
-    already holds it and fails to find the file it has just written."""
+    """Point Minari at an absolute ``root`` (via ``MINARI_DATASETS_PATH``); one call at a time."""
     if root is None:
         yield
         return
@@ -97,18 +83,9 @@ def export_minari(
 ) -> Any:
     """Write the whole episodes held in replay as a Minari dataset.
 
-    From step rows (a :class:`StepStore`, or a table over one): each lane of the store is
-    one stream of steps; an episode is its rows up to and including a row with
-    ``terminated`` or ``truncated`` set, and its observations are the rows' observations
-    plus the last row's next observation. Rows of an episode that had not ended are left
-    out, and so are the rows before the first episode end unless the range starts at
-    step 0 or right after a stored step that ended an episode (the episode's start may
-    have been overwritten). Consecutive rows of an episode must continue each other
-    (``next_obs`` of one is ``obs`` of the next), which is checked.
-
-    From an :class:`~rlreplay.writers.EpisodeAdder` table: each of its items whose rows
-    lie in the range is one episode (see :mod:`rlreplay.datasets.episodes` for
-    what that requires).
+    Each lane of a store is one stream of episodes; rows of an unfinished or partly
+    overwritten episode are left out. From an :class:`~rlreplay.writers.EpisodeAdder` table,
+    each item is one episode. See :mod:`rlreplay.datasets.episodes` for what is required.
 
     Args:
         source: a :class:`StepStore` or a :class:`Table` (an EpisodeAdder table's items,
@@ -117,13 +94,11 @@ def export_minari(
         root: directory Minari keeps datasets in (default: Minari's own).
         fields: role to column name, for columns not named as in
             :data:`~rlreplay.datasets.episodes.DEFAULT_FIELDS`.
-        observation_space: a gymnasium space; when left out, the space of the ``env``
-            passed in ``metadata``, else inferred from the data (see
-            :func:`~rlreplay.datasets.episodes.infer_space`).
+        observation_space: a gymnasium space; default the ``env``'s (in ``metadata``), else
+            inferred (:func:`~rlreplay.datasets.episodes.infer_space`).
         action_space: a gymnasium space, found as ``observation_space`` is.
-        first_id: the first step id (insert count) to read, with ``end_id`` the range
-            ``[first_id, end_id)``.
-        end_id: the step id (insert count) the range read ends before.
+        first_id: the first step id (insert count) to read.
+        end_id: the step id the range read ends before.
         **metadata: passed to ``minari.create_dataset_from_buffers`` (``env``,
             ``algorithm_name``, ``author``, ``description``, ...).
 
@@ -131,10 +106,8 @@ def export_minari(
         The ``minari.MinariDataset`` written.
 
     Raises:
-        DatasetError: if the store lacks the episode columns (the message lists what is
-            required), its rows do not continue each other, an EpisodeAdder table's items
-            may split episodes, no whole episode is in the range, or the dataset exists
-            already.
+        DatasetError: if episode columns are missing, rows do not continue each other, items
+            may split episodes, no whole episode is in the range, or the dataset exists.
         InvalidArgumentError: for a bad ``source``, ``dataset_id``, ``fields`` or range.
     """
     minari = _minari()
@@ -149,7 +122,7 @@ def export_minari(
     if not from_items:
         roles = resolve_fields(store.signature, fields, "export")
     _check_new(minari, dataset_id, root)
-    step_range(store, first_id, end_id)  # a bad range is refused before anything is read
+    step_range(store, first_id, end_id)
     if from_items:
         span, episodes = episodes_from_items(source, first_id, end_id)
     else:
@@ -226,9 +199,7 @@ def _joined(values: list[Any]) -> Any:
 
 
 def load_dataset(dataset: Any, root: str | os.PathLike | None = None) -> Any:
-    """``dataset`` as a ``minari.MinariDataset``: one already, a dataset id looked up
-    under ``root`` (default: Minari's root), or a dataset's directory (a path object, an
-    absolute path or one that exists).
+    """``dataset`` as a ``minari.MinariDataset``: one already, an id under ``root``, or a path.
 
     Raises:
         InvalidArgumentError: for anything else.
@@ -265,8 +236,7 @@ class MinariImport:
     Attributes:
         episodes: episodes read.
         steps: environment steps read.
-        keys: int64 keys of the items created, one per step (direct import into a
-            table); ``None`` through an adder.
+        keys: int64 keys of the items created, one per step (``None`` through an adder).
         items: items created.
     """
 
@@ -280,8 +250,8 @@ class MinariImport:
 class _EpisodeSteps:
     """A Minari dataset's episodes as step columns (all episodes, in order)."""
 
-    obs: dict[str, np.ndarray]  # column path -> the observation each step was taken from
-    next_obs: dict[str, np.ndarray]  # the same paths -> the observation it led to
+    obs: dict[str, np.ndarray]
+    next_obs: dict[str, np.ndarray]
     action: dict[str, np.ndarray]
     scalars: dict[str, np.ndarray]  # "reward", "terminated", "truncated"
     lengths: np.ndarray  # steps of each episode
@@ -328,33 +298,24 @@ def import_minari(
 ) -> MinariImport:
     """Pre-fill replay from a Minari dataset's episodes.
 
-    Into a :class:`Table` of step rows (an item layout of rows, one item per step, and
-    the columns of :mod:`~rlreplay.datasets.episodes`): every step is appended
-    with its next observation and flags, one batch. Through an adder (one environment,
-    ``num_envs=None``): each episode is played into it (``reset`` with its first
-    observation, ``add`` per step), so its tables get the adder's items.
-
-    Everything that can be checked first is: the dataset's observation and action
-    shapes and dtypes against the columns (a mismatch names the column, both shapes
-    and dtypes), and for a table its capacity, ``max_size`` and rate limiter; nothing is
-    inserted when a check fails.
+    Into a :class:`Table` of step rows, one item per step; through an adder
+    (``num_envs=None``), as an environment loop would. Everything is checked first; a failed
+    check inserts nothing.
 
     Args:
-        dataset: a ``minari.MinariDataset``, a dataset id (looked up under ``root``) or
-            the path of a dataset's directory.
+        dataset: a ``minari.MinariDataset``, a dataset id (under ``root``) or a directory.
         target: a :class:`Table` of step rows, or an adder.
         root: directory Minari keeps datasets in (default: Minari's own).
         fields: role to column name, as for :func:`export_minari` (tables only).
-        priority: priority of the new items of a table (default: the table's); an
-            adder gives its items its own ``priority``.
+        priority: priority of a table's new items (default: the table's).
 
     Returns:
         :class:`MinariImport`.
 
     Raises:
         SignatureError: if the data do not fit the target's columns.
-        DatasetError: if the table lacks episode columns or is not of rows, or the data
-            do not fit its capacity, ``max_size`` or rate limiter now.
+        DatasetError: if the table lacks episode columns or is not of rows, or the data do
+            not fit its capacity, ``max_size`` or rate limiter now.
         InvalidArgumentError: for a bad ``dataset``, ``target`` or ``priority``.
     """
     from rlreplay.writers.stream import StreamAdder
@@ -496,8 +457,7 @@ def _into_adder(dataset: Any, adder: Any) -> MinariImport:
 
 
 def _steps(arrays: dict[str, np.ndarray], prefix: str) -> Any:
-    """A function of ``t`` giving step ``t`` of a role's columns: one array's row, or the
-    nested dict of rows."""
+    """A function of ``t`` giving step ``t`` of a role's columns."""
     paths = sorted(arrays)
     if paths == [prefix]:
         return arrays[prefix].__getitem__

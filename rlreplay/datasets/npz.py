@@ -1,28 +1,8 @@
 """A plain columnar dataset of any table: one ``.npz`` file of steps, items and priorities.
 
-Unlike a checkpoint (which restores every part's state exactly), a columnar dataset is
-for moving experience between buffers and tools: any numpy user can read it with
-``np.load(path, allow_pickle=False)``, and :func:`import_npz` pre-fills tables with the
-same definition from it. :func:`export_npz` writes one, a consistent snapshot of one
-moment while writers and samplers go on. For a range of one store's steps it holds:
-
-* ``meta``: a JSON string (format name and version, the signature, lanes, the step
-  range, and per table its layout and which arrays it has; :func:`read_npz_meta`);
-* ``steps/<field path>``: the stored steps in step-id order, ``[n, *shape]``;
-* ``tables/<name>/anchor`` (int64, the item's anchor as a step index into ``steps``),
-  ``extent`` (steps each item covers), ``key`` (the key the table issued), ``priority``
-  (float64) and ``times_sampled`` (uint32), one entry per item whose steps all lie in the
-  range, oldest anchor first;
-* with ``item_data=True``, ``tables/<name>/data/<output field>``: each item's layout
-  outputs, what sampling it returns (e.g. ``obs`` and ``next_obs`` of a transition).
-
-An import checks everything before it inserts anything (the file, the store's columns
-and lanes, each table's layout, sizes and whether the store and the rate limiters admit
-the whole import now), so a failed import inserts nothing. Imported items get new keys
-(returned, aligned with the file's ``key`` arrays) and start with ``times_sampled`` 0;
-their priorities are kept (a table that keeps no priorities, uniform and FIFO/LIFO,
-exports 1.0 for each). Parquet is not offered: it would add pyarrow, which nothing else
-here needs.
+Readable with ``np.load(path, allow_pickle=False)``: ``meta`` (JSON), ``steps/<field>``
+and per table ``tables/<name>/{anchor,extent,key,priority,times_sampled}``. A failed
+import inserts nothing. See docs/checkpoints.md.
 """
 
 from __future__ import annotations
@@ -53,8 +33,7 @@ def store_and_tables(source: Any, argument: str) -> tuple[StepStore, list[Table]
     """``(store, tables)`` of a table, a list of tables over one store, or a store.
 
     Raises:
-        InvalidArgumentError: for anything else, tables over different stores, or two
-            tables of one name.
+        InvalidArgumentError: for anything else, several stores, or two tables of one name.
     """
     if isinstance(source, StepStore):
         return source, []
@@ -97,8 +76,7 @@ def open_dataset(path: str | os.PathLike):
     """The ``.npz`` archive at ``path``, opened without pickle.
 
     Raises:
-        DatasetError: if it cannot be read, or is not an ``.npz`` archive (looked at
-            before numpy, whose advice for other files is to allow pickle).
+        DatasetError: if it cannot be read, or is not an ``.npz`` archive.
     """
     advice = "give a file written by rlreplay.datasets.export_npz"
     try:
@@ -120,8 +98,7 @@ def open_dataset(path: str | os.PathLike):
 
 
 def dataset_meta(data: Any, path: Any) -> dict[str, Any]:
-    """The checked ``meta`` record of an opened dataset (``signature`` as a
-    :class:`Signature`).
+    """The checked ``meta`` record of an opened dataset.
 
     Raises:
         DatasetError: if it is not an rlreplay columnar dataset of a known version.
@@ -155,32 +132,27 @@ def export_npz(
 ) -> Path:
     """Write a table's (or several tables') stored steps and items to one ``.npz`` file.
 
-    The file is a consistent snapshot of one moment while writers and samplers go on:
-    the items' per-item state is read in one lock hold, the steps a chunk per lock hold
-    (see :func:`~rlreplay.datasets.table_contents.read_steps`).
+    The file is a consistent snapshot of one moment while writers and samplers go on.
 
     Args:
         source: a :class:`Table`, tables over one store, or a :class:`StepStore` (steps
             only).
-        path: the file to write (``.npz`` is appended when missing); it is
-            written beside and renamed into place, so a reader never sees half a file.
-        first_id: the first step id (insert count) to export, with ``end_id`` the range
-            ``[first_id, end_id)``; default every stored step. Items are exported when
-            all their steps lie in the range.
-        end_id: the step id (insert count) the exported range ends before.
+        path: the file to write (``.npz`` appended when missing); renamed into place, so a
+            reader never sees half a file.
+        first_id: the first step id (insert count) to export; default every stored step.
+            Items are exported when all their steps lie in ``[first_id, end_id)``.
+        end_id: the step id the exported range ends before.
         item_data: also write each item's layout outputs (``tables/<name>/data/...``).
 
     Returns:
         The path written.
 
     Raises:
-        InvalidArgumentError: for a bad ``source``, range or ``path`` (not a path, a
-            folder that does not exist, or a directory in the way); nothing is read then.
+        InvalidArgumentError: for a bad ``source``, range or ``path`` (nothing is read).
     """
     store, tables = store_and_tables(source, "source")
     path = _output_path(path)
     arrays: dict[str, np.ndarray] = {}
-    # The items and the steps from one moment (the steps a chunk per lock hold).
     span, steps, records = read_steps(
         store,
         first_id,
@@ -231,12 +203,7 @@ def export_npz(
 
 
 def _output_path(path: Any) -> Path:
-    """The ``.npz`` file ``export_npz`` writes for ``path``, checked before any step is read.
-
-    Raises:
-        InvalidArgumentError: if ``path`` is not a path, its folder does not exist, or a
-            directory has its name.
-    """
+    """The ``.npz`` file ``export_npz`` writes for ``path``, checked before any step is read."""
     if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
         raise InvalidArgumentError(
             f"path={describe(path)} must be the path of the .npz file to write (str or os.PathLike)"
@@ -261,34 +228,24 @@ def import_npz(
     path: str | os.PathLike,
     target: Table | Sequence[Table] | StepStore,
 ) -> dict[str, np.ndarray]:
-    """Pre-fill tables from a columnar dataset: its steps are appended to the store and
-    each table's items are created over them, with the dataset's priorities.
+    """Pre-fill tables from a columnar dataset, with the dataset's priorities.
 
-    Everything is checked before anything is inserted: the file's format, the store's
-    signature and lanes against the dataset's (column by column), each table's layout
-    against the one it was exported with, the store's capacity and each table's
-    ``max_size``, and whether the rate limiters and the store admit the whole import
-    now (an import never waits: a queue's unconsumed items on the rows the steps would
-    overwrite, or a limiter that holds inserts back, refuse it). A failed import inserts
-    nothing.
+    Everything is checked before anything is inserted; an import never waits, and a failed
+    import inserts nothing.
 
     Args:
         path: a file written by :func:`export_npz`.
-        target: a :class:`Table`, tables over one store (each must be in the dataset, by
-            name), or a :class:`StepStore` (steps only).
+        target: a :class:`Table`, tables over one store (each in the dataset, by name), or
+            a :class:`StepStore` (steps only).
 
     Returns:
-        Table name to the int64 keys of its new items, aligned with the dataset's
-        ``tables/<name>/key`` (so old keys can be mapped to new ones).
+        Table name to the int64 keys of its new items, aligned with ``tables/<name>/key``.
 
     Raises:
-        DatasetError: for a file that is not a columnar dataset, a table the dataset
-            lacks or whose layout differs, steps or items that do not fit, or a rate
-            limiter or queue that would make the import wait.
-        SignatureError: if the store's columns differ from the dataset's (the message
-            names the column, its shapes and dtypes).
-        InvalidArgumentError: if the store cannot hold what writers retain plus the
-            dataset's steps.
+        DatasetError: for a file that is not a columnar dataset, a table missing or of
+            another layout, data that does not fit, or an import that would wait.
+        SignatureError: if the store's columns differ from the dataset's.
+        InvalidArgumentError: if the store cannot hold what writers retain plus the steps.
     """
     store, tables = store_and_tables(target, "target")
     with open_dataset(path) as data:
@@ -338,10 +295,7 @@ def item_plan(
     """``(anchors, priorities, lengths)`` of ``table``'s items in the dataset, checked.
 
     Raises:
-        DatasetError: for a table the dataset lacks, another layout, anchors or extents
-            that are not one int each per item, extents the layout's items cannot have,
-            items reaching outside the steps or anchored on one step twice, priorities
-            that are not finite and >= 0, or more items than ``max_size``.
+        DatasetError: for a missing table, another layout, malformed items, or too many.
     """
     entry = meta["tables"].get(table.name)
     if entry is None:
@@ -373,8 +327,7 @@ def item_plan(
             f"{table.name!r}, more than its max_size={table.max_size}; import into a table "
             "with a larger max_size"
         )
-    # Checked here, as create_items would after the steps are appended: an import that
-    # fails inserts nothing.
+    # Checked before the steps are appended, so a failed import inserts nothing.
     span, variable = table.layout.span, table.index.extent is not None
     if len(anchors) and (
         (extents.min() < 1 or extents.max() > span) if variable else (extents != span).any()

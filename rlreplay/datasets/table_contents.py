@@ -1,16 +1,4 @@
-"""What a table holds, read out in step order: a range of stored steps and the items on it.
-
-The dataset formats (:mod:`rlreplay.datasets.npz`, :mod:`rlreplay.datasets.minari`)
-read a store's steps and a table's items through this module: the items' small per-item
-state in one pass with the store's lock held, the steps a chunk per lock hold (stored
-rows never change until overwritten), so a consistent snapshot is read while writers and
-samplers go on, each waiting at most one chunk's copy. Nothing here changes a table or a store.
-
-A *range* of a store is given by step ids, the store's insert counts: step ``i`` is the
-``i``-th step ever appended, so ``first_id``/``end_id`` select the steps inserted between
-two moments a user noted ``store.next_id``. The store keeps no insertion times; to export
-by wall-clock time, store a time column and select with it.
-"""
+"""What a table holds, read out in step order: a range of stored steps and the items on it."""
 
 from __future__ import annotations
 
@@ -52,7 +40,7 @@ class ItemRecords:
 
     Attributes:
         anchor_ids: int64 step id of each item's anchor (its oldest step).
-        extents: int64 steps each item covers (the layout's span for fixed layouts).
+        extents: int64 steps each item covers.
         keys: int64 keys the table issued for them.
         priorities: float64 priorities.
         times_sampled: uint32 times each was sampled.
@@ -79,13 +67,11 @@ def _check_id(name: str, value: object, lo: int, hi: int, lanes: int) -> int:
 
 
 def step_range(store: StepStore, first_id: int | None, end_id: int | None) -> StepRange:
-    """The range ``[first_id, end_id)`` of ``store``'s stored steps (lock held or not: a
-    later read checks again); ``None`` stands for the oldest stored step and for the next
-    id to be appended.
+    """The range ``[first_id, end_id)`` of ``store``'s stored steps (``None``: oldest, next id).
 
     Raises:
-        InvalidArgumentError: for an id outside the stored range, not a multiple of the
-            store's lanes, or ``first_id > end_id``.
+        InvalidArgumentError: for an id not stored or not a multiple of lanes, or a reversed
+            range.
     """
     with store.mutex:
         lo, hi = store.oldest_id, store.next_id
@@ -107,13 +93,7 @@ def read_steps(
 ) -> tuple[StepRange, dict[str, np.ndarray], T | None]:
     """Copies of the steps ``[first_id, end_id)`` (:func:`step_range`), one snapshot.
 
-    A stored row never changes until the store overwrites it, oldest first. So the copy
-    is taken one chunk of about ``CHUNK_BYTES`` at a time, oldest first, each with the
-    lock held after checking that the rows not yet copied are still stored: writers and
-    samplers wait for one chunk's copy, never for the whole range, and the result is
-    what one copy taken at the first lock hold would hold. That hold also makes the
-    range and runs ``first_hold(span)`` (read the items there, for a snapshot of items
-    and steps from one moment).
+    Copied a chunk of about ``CHUNK_BYTES`` per lock hold, so writers wait for one chunk only.
 
     Args:
         store: the store.
@@ -126,8 +106,8 @@ def read_steps(
         in id order, and ``first_hold``'s result (``None`` without it).
 
     Raises:
-        InvalidArgumentError: for a bad range, or if steps not yet copied were
-            overwritten (writers lapped the copy: export a newer range, or pause them).
+        InvalidArgumentError: for a bad range, or if steps not yet copied were overwritten
+            (export a newer range, or pause the writers).
     """
     paths = list(store.columns) if fields is None else list(fields)
     row_bytes = max(1, sum(store.columns[p][:1].nbytes for p in paths))
@@ -173,8 +153,7 @@ def item_data(
     records: ItemRecords,
     first_id: int,
 ) -> dict[str, np.ndarray]:
-    """The layout outputs of ``records``' items (what sampling them returns), read from
-    ``steps``, a copy of the steps from ``first_id`` on (:func:`read_steps`)."""
+    """The layout outputs of ``records``' items, read from ``steps`` (a copy from ``first_id``)."""
     n = len(next(iter(steps.values())))
     copy = SimpleNamespace(columns=steps, lanes=lanes, capacity=max(n, 1))
     anchors = records.anchor_ids - first_id  # rows of the copy: no wrap-around
@@ -182,8 +161,7 @@ def item_data(
 
 
 def read_items(table: Table, span: StepRange) -> ItemRecords:
-    """The items of ``table`` whose every step lies in ``span``, oldest anchor first (the
-    per-item state only: one pass over the table's slots with the lock held).
+    """The items of ``table`` whose every step lies in ``span``, oldest anchor first.
 
     Raises:
         InvalidArgumentError: if steps of ``span`` were overwritten since it was made.

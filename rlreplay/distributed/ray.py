@@ -1,12 +1,7 @@
-"""Replay shards as Ray actors: placed across a cluster's nodes, served to Ray tasks and
-actors through a :class:`~rlreplay.ShardedClient` that pickles as its addresses.
+"""Replay shards as Ray actors, served through a :class:`~rlreplay.ShardedClient`.
 
-Ray is only the cluster manager here: it starts one replay :class:`~rlreplay.Server`
-per shard inside a Ray actor, on the node its placement group bundle names, and stops it.
-Steps, samples and weights then travel over the replay servers' own sockets (ZeroMQ),
-never as Ray calls (a Ray call costs about a millisecond here; a replay request tens of
-microseconds). Needs the ``ray`` extra (``pip install 'rlreplay[ray]'``); importing
-:mod:`rlreplay` or :mod:`rlreplay.distributed` does not import Ray.
+Ray only starts and stops the servers; data travels over their own sockets. Needs the
+``ray`` extra. See docs/distributed.md.
 
 Example:
     >>> import ray                                                       # doctest: +SKIP
@@ -53,17 +48,14 @@ def import_ray() -> Any:
 
 
 class ShardHost:
-    """The body of one shard's Ray actor: a replay server over the tables ``build()``
-    returns (built inside the actor, on its node).
+    """The body of one shard's Ray actor: a replay server over the tables ``build()`` returns.
 
     Args:
         build: picklable callable returning the shard's list of tables.
         index: the shard's index (names its checkpoint folder).
-        bind: host the server binds (``"127.0.0.1"``; ``"0.0.0.0"`` to serve other nodes,
-            with CURVE keys in ``server_kwargs`` or ``insecure=True``).
+        bind: host the server binds (``"0.0.0.0"``: other nodes, with CURVE or ``insecure``).
         server_kwargs: more :class:`~rlreplay.Server` arguments.
-        checkpoint_dir: folder whose ``shard-<index>`` subfolder holds this shard's
-            checkpoints (restored at start), or None.
+        checkpoint_dir: folder whose ``shard-<index>`` holds this shard's checkpoints, or None.
     """
 
     def __init__(
@@ -108,7 +100,7 @@ class ShardHost:
         return self._address
 
     def pid(self) -> int:
-        """The process the shard serves from (for measuring its CPU)."""
+        """The process the shard serves from."""
         return os.getpid()
 
     def node_id(self) -> str:
@@ -120,8 +112,7 @@ class ShardHost:
 
 
 class TablesFromConfig:
-    """A picklable ``build`` for :class:`ShardHost`: the tables of a ``tables.toml``-shaped
-    mapping (see :func:`rlreplay.net.tables_from_config`)."""
+    """A picklable ``build`` for :class:`ShardHost` from a ``tables.toml``-shaped mapping."""
 
     def __init__(self, config: Mapping[str, Any]):
         self.config = config
@@ -151,15 +142,11 @@ class RayShards:
         self._stopped = False
 
     def client(self, **kwargs: Any) -> ShardedClient:
-        """A :class:`~rlreplay.ShardedClient` over the shards (``kwargs`` override the
-        ``client_kwargs`` given to :func:`start_shards`). It pickles as its addresses, so
-        it can be passed into Ray tasks and actors, which connect on first use."""
+        """A picklable :class:`~rlreplay.ShardedClient` over the shards (``kwargs``: overrides)."""
         return ShardedClient(self.addresses, **{**self._client_kwargs, **kwargs})
 
     def checkpoint(self, timeout: float | None = 60.0) -> list[str]:
-        """Have every shard save a checkpoint (shards started with ``checkpoint_dir``)
-        and wait until each is published; returns each shard's checkpoint folder. The
-        shards go on serving meanwhile; all requests are in flight at once.
+        """Have every shard save a checkpoint (serving goes on) and wait; returns their folders.
 
         Raises:
             InvalidArgumentError: if the shards have no checkpoint folder.
@@ -179,8 +166,7 @@ class RayShards:
                 client.close()
 
     def shutdown(self, timeout: float = 10.0) -> None:
-        """Stop every shard's server, end its actor and free the placement group
-        (idempotent). Shards that do not stop within ``timeout`` seconds are killed."""
+        """Stop every shard (killed after ``timeout``), free the placement group; idempotent."""
         if self._stopped:
             return
         self._stopped = True
@@ -219,26 +205,18 @@ def start_shards(
 ) -> RayShards:
     """Start ``num_shards`` replay servers as Ray actors, placed by a placement group.
 
-    Each shard gets one bundle ``{"CPU": num_cpus, **resources}``; ``strategy="SPREAD"``
-    puts the bundles on different nodes where it can (``"STRICT_SPREAD"``: must), so a
-    custom resource such as ``{"replay": 1}`` declared only by the replay nodes puts
-    the shards there. Call ``ray.init(...)`` first (``ray.init(address="auto")`` on a
-    cluster); without it, Ray's first call connects to the Ray this machine runs, or
-    starts a local one with Ray's defaults. Every argument is checked in the driver
-    before anything starts.
+    Call ``ray.init(...)`` first; every argument is checked before anything starts.
 
     Args:
-        tables: a ``tables.toml``-shaped mapping every shard builds its tables from, or
-            ``tables(index)`` returning a picklable no-argument builder for shard
-            ``index`` (e.g. to seed shards apart or give each its share of a size).
+        tables: a ``tables.toml``-shaped mapping, or ``tables(index)`` returning a picklable
+            no-argument builder for shard ``index``.
         num_shards: shards to start (>= 1).
         num_cpus: CPUs each shard's bundle reserves.
-        resources: custom resources each shard's bundle reserves.
+        resources: custom resources each bundle reserves (e.g. ``{"replay": 1}``).
         strategy: the placement group's strategy, one of ``STRATEGIES``.
         bind: host each server binds (see :class:`ShardHost`).
         server_kwargs: more :class:`~rlreplay.Server` arguments (CURVE keys, limits).
-        checkpoint_dir: a folder every node can reach; shard ``i`` keeps its checkpoints
-            in ``shard-<i>`` there (restored when it starts again).
+        checkpoint_dir: a folder every node can reach; shard ``i`` uses ``shard-<i>``.
         client_kwargs: defaults for :meth:`RayShards.client`.
         start_timeout: seconds to wait for the placement and the servers.
 
@@ -246,12 +224,8 @@ def start_shards(
         The :class:`RayShards` (call :meth:`RayShards.shutdown`, or use it in ``with``).
 
     Raises:
-        InvalidArgumentError: for bad arguments (``server_kwargs`` and ``client_kwargs``
-            names included), or tables a shard refuses (the shard's own error, re-raised
-            by Ray as a subclass of it).
-        ReplayTimeoutError: if the cluster cannot place the bundles within
-            ``start_timeout`` (saying what the cluster lacks, where its nodes' totals
-            tell), or the servers do not report their addresses within it.
+        InvalidArgumentError: for bad arguments, or tables a shard refuses.
+        ReplayTimeoutError: if placement or server start exceeds ``start_timeout``.
         ImportError: without Ray.
     """
     num_shards = check_count(num_shards, "num_shards")
@@ -287,8 +261,7 @@ def start_shards(
             )
 
     def where(i: int) -> Any:
-        # Shards that reserve nothing need no placement group (Ray refuses empty
-        # bundles): they are spread, or packed, by Ray's own scheduler.
+        # Shards that reserve nothing need no placement group (Ray refuses empty bundles).
         if group is not None:
             return PlacementGroupSchedulingStrategy(group, i)
         return "SPREAD" if "SPREAD" in strategy else "DEFAULT"
@@ -323,12 +296,7 @@ def start_shards(
 
 
 def _builders(tables: Any, num_shards: int) -> list[Callable[[], list]]:
-    """Each shard's picklable builder of its tables.
-
-    Raises:
-        InvalidArgumentError: for ``tables`` that is neither a mapping nor a callable,
-            or a callable that returns something other than a builder.
-    """
+    """Each shard's picklable builder of its tables; InvalidArgumentError for bad ``tables``."""
     if isinstance(tables, Mapping):
         return [TablesFromConfig(tables)] * num_shards
     if not callable(tables):

@@ -1,16 +1,4 @@
-"""The runtime's ``ray`` backend: replay shards and actors as Ray actors, the learner in
-the driver, meeting only through the replay servers.
-
-:class:`RayBackend` runs a :class:`RayDeployment`, which starts ``config.replay_shards``
-shards (:func:`start_shards`), each with its share of the table (``max_size`` and
-``min_size_to_sample`` divided over the shards, the same samples-per-insert ratio), shard
-0 also the weights table. Actor ``i`` runs in a Ray actor and writes through a trajectory
-writer on shard ``i % replay_shards``; it pulls weights from shard 0 as the processes
-backend does. The learner samples all shards through a :class:`~rlreplay.ShardedClient`
-table handle. Steps, batches and weights never go through Ray calls; Ray only starts,
-watches and stops the parts (the driver reads each actor's counters about ten times a
-second).
-"""
+"""The runtime's ``ray`` backend: shards and actors as Ray actors, the learner in the driver."""
 
 from __future__ import annotations
 
@@ -38,8 +26,7 @@ _COUNTERS_S = 0.1  # the driver reads the actors' counters at most this often
 
 
 def shard_config(config: RuntimeConfig, replay: ReplaySpec, index: int):
-    """The run's config and replay spec for shard ``index``: its share of ``max_size``,
-    ``min_size_to_sample`` and the actors, its own seed, the same ratio."""
+    """The run's config and replay spec for shard ``index`` (its share of sizes and actors)."""
     n = config.replay_shards
     shard = dataclasses.replace(
         config,
@@ -57,11 +44,8 @@ def check_shardable(config: RuntimeConfig, replay: ReplaySpec) -> None:
     """Refuse a table that cannot be sharded, before anything starts.
 
     Raises:
-        InvalidArgumentError: for ``replay_shards > 1`` with an on-policy queue table or
-            a sampler other than Uniform or Prioritized (their order or choice of items
-            cannot be split over shards), or with fewer actors than shards (actor ``i``
-            writes to shard ``i % replay_shards``: a shard without one would stay empty,
-            its share of ``max_size`` unused).
+        InvalidArgumentError: for a queue table, a sampler not Uniform or Prioritized, or
+            fewer actors than shards (with ``replay_shards > 1``).
     """
     if config.replay_shards == 1:
         return
@@ -86,8 +70,7 @@ def check_shardable(config: RuntimeConfig, replay: ReplaySpec) -> None:
 
 
 class ShardTables:
-    """Picklable builder of shard ``index``'s tables (see :func:`shard_config`); shard 0
-    also hosts the weights table, created from the first published params."""
+    """Picklable builder of shard ``index``'s tables; shard 0 also hosts the weights table."""
 
     def __init__(self, config: RuntimeConfig, replay: ReplaySpec, index: int, first: dict):
         self.config, self.replay, self.index, self.first = config, replay, index, first
@@ -101,8 +84,7 @@ class ShardTables:
 
 
 class ActorHost:
-    """One runtime actor inside a Ray actor (threaded: :meth:`run` runs while the driver
-    reads :meth:`counters` and calls :meth:`stop`)."""
+    """One runtime actor inside a Ray actor (threaded, so the driver can read and stop it)."""
 
     def __init__(self, index: int, recipe: ActorRecipe, client: Any, table: str, shard: int):
         self.index, self.recipe, self.client = index, recipe, client
@@ -141,8 +123,7 @@ class ActorHost:
 
 
 class RayActors:
-    """Actors as Ray actors: the actor-group interface of the threads and processes
-    backends (``start``, ``counters``, ``done``, ``check``, ``stop``)."""
+    """Actors as Ray actors, with the actor-group interface of the other backends."""
 
     def __init__(self, recipe: ActorRecipe, client: Any, table: str):
         self.recipe, self.client, self.table = recipe, client, table
@@ -177,8 +158,7 @@ class RayActors:
         return bool(self._handles) and bool(self.counters()[:, FINISHED].all())
 
     def check(self) -> None:
-        """Raises ComponentFailedError for an actor whose loop raised or whose Ray actor
-        died."""
+        """Raises ComponentFailedError for an actor whose loop raised or whose Ray actor died."""
         if not self._runs:
             return
         ray = import_ray()
@@ -207,8 +187,7 @@ class RayActors:
 
 
 class RayDeployment:
-    """Everything the ray backend starts: shards, the sharded table handle, the weights
-    publisher and the actors. :meth:`stop` ends them all (and Ray, if it started it).
+    """Everything the ray backend starts; :meth:`stop` ends them all (and Ray, if it started it).
 
     Args:
         config: the run's config (``replay_shards`` shards).
@@ -253,8 +232,7 @@ class RayDeployment:
 
 
 class RayBackend(ConcurrentBackend):
-    """The ``ray`` backend: the table sharded over replay servers in Ray actors
-    (:class:`RayDeployment`), the actors as Ray actors, the learner in this process."""
+    """The ``ray`` backend: sharded table and actors in Ray actors, the learner in this process."""
 
     def deploy(
         self, config: RuntimeConfig, recipe: ActorRecipe, replay: ReplaySpec,

@@ -1,12 +1,4 @@
-"""Checks of :func:`rlreplay.distributed.ray.start_shards`' arguments, made in the driver
-before anything starts on the cluster, and what a cluster lacks when the shards cannot be
-placed.
-
-Arguments meant for each shard's server or for the client are checked against the
-signatures of :class:`~rlreplay.Server`, :class:`~rlreplay.ShardedClient` and
-:class:`~rlreplay.Client` (so a misspelt name is refused here, not inside a Ray actor
-on another node).
-"""
+"""Checks of :func:`rlreplay.distributed.ray.start_shards` arguments, before anything starts."""
 
 from __future__ import annotations
 
@@ -29,8 +21,7 @@ _CLIENT_SET = {"addresses": "start_shards passes the shards' addresses itself"}
 
 
 def server_arguments() -> dict[str, str | None]:
-    """Each :class:`~rlreplay.Server` argument ``server_kwargs`` may name (None), or what
-    to do instead."""
+    """Each :class:`~rlreplay.Server` argument ``server_kwargs`` may name (None), or what to use."""
     from rlreplay.net.server.server import Server  # the driver needs only the client otherwise
 
     names = dict.fromkeys(inspect.signature(Server).parameters)
@@ -38,8 +29,7 @@ def server_arguments() -> dict[str, str | None]:
 
 
 def client_arguments() -> dict[str, str | None]:
-    """Each :class:`~rlreplay.ShardedClient` or shard :class:`~rlreplay.Client` argument
-    ``client_kwargs`` may name (None), or what to do instead."""
+    """Each client argument ``client_kwargs`` may name (None), or what to do instead."""
     names = {}
     for target in (ShardedClient, Client):
         for name, parameter in inspect.signature(target).parameters.items():
@@ -50,8 +40,7 @@ def client_arguments() -> dict[str, str | None]:
 
 
 def checked_kwargs(name: str, kwargs: Any, allowed: dict[str, str | None]) -> dict:
-    """``kwargs`` as a dict, refused before anything starts if it names an argument the
-    target does not take (or one start_shards sets itself).
+    """``kwargs`` as a dict, refused if it names an argument the target does not take.
 
     Raises:
         InvalidArgumentError: naming the key and the arguments that may be given.
@@ -75,8 +64,7 @@ def checked_resources(resources: Any) -> dict[str, float]:
     """Each shard's custom resources as ``{name: amount}``.
 
     Raises:
-        InvalidArgumentError: for something other than a mapping of names to amounts
-            >= 0, or CPUs and GPUs given here (CPUs are ``num_cpus``).
+        InvalidArgumentError: for anything but names to amounts >= 0, or CPUs and GPUs.
     """
     if resources is None:
         return {}
@@ -102,8 +90,7 @@ def checked_resources(resources: Any) -> dict[str, float]:
 
 def shortfall(nodes: list[dict], bundle: dict[str, float], num_shards: int,
               strategy: str) -> str:
-    """What the cluster lacks for the shards' bundles, from its nodes' totals: ``""``
-    when each bundle fits a node and the totals suffice (it was busy, not too small)."""
+    """What the cluster lacks for the shards' bundles (``""`` when it was busy, not too small)."""
     alive = [n.get("Resources", {}) for n in nodes if n.get("Alive")]
     problems = []
     for name, amount in bundle.items():

@@ -1,6 +1,4 @@
-"""Calls a sharded client sends to several shards: the same call on every reachable
-shard (descriptions checked to agree), priority updates and deletes sent to the shards
-owning their keys, and table statistics added up."""
+"""Calls sent to several shards: the same call on each, routed updates and deletes, stats."""
 
 from __future__ import annotations
 
@@ -24,11 +22,7 @@ SUMMED = (
 def each_shard(
     shards: list, health: ShardHealth, deadline: Deadline, header: dict
 ) -> dict[int, dict]:
-    """The request ``header`` to every reachable shard, all in flight before any reply is
-    awaited, all by the call's ``deadline`` (its ``bound``; the shards not greeted yet
-    are greeted together first, see :func:`~rlreplay.distributed.shard_deadline.greet`);
-    the reply headers by shard. A shard that does not answer uses up no other shard's
-    time: their replies are read as they come.
+    """Send ``header`` to every reachable shard at once, within ``deadline``; replies by shard.
 
     Raises:
         ShardUnavailableError: for a shard down under ``"fail"``, or every shard down.
@@ -49,16 +43,14 @@ def each_shard(
             health, list(sent), lambda shard: reply(shard, sent.pop(shard)), at_least_one=True
         )
     finally:
-        for shard, rid in sent.items():  # an error left these unread: their replies go
+        for shard, rid in sent.items():  # an error left these unread
             shards[shard].transport.forget([rid])
 
 
 def described(
     shards: list, health: ShardHealth, deadline: Deadline, table: str
 ) -> dict[int, dict]:
-    """Every reachable shard's description of ``table`` (each client keeps its shard's
-    descriptions once fetched, so this asks only the shards not asked before, greeted
-    together first), by the call's ``deadline``.
+    """Every reachable shard's description of ``table`` (cached per client), within ``deadline``.
 
     Raises:
         InvalidArgumentError: if a shard does not serve ``table``.
@@ -80,12 +72,10 @@ def reachable(shards: list, health: ShardHealth, deadline: Deadline) -> list[int
 def per_shard(
     health: ShardHealth, indices: Any, call: Any, at_least_one: bool = False
 ) -> dict[int, Any]:
-    """``call(shard)`` for each of ``indices``, by shard; a shard that does not answer is
-    left out under the shard-down policy (``health.failed`` raises under ``"fail"``).
+    """``call(shard)`` for each of ``indices``, by shard; silent shards handled by the policy.
 
     Raises:
-        ShardUnavailableError: as ``health.failed``; with ``at_least_one``, when no shard
-            answered.
+        ShardUnavailableError: as ``health.failed``; with ``at_least_one``, if none answered.
     """
     out = {}
     for shard in indices:
@@ -101,12 +91,10 @@ def per_shard(
 def same_table(
     table: str, descriptions: dict[int, dict], addresses: list[str], keys: ShardKeys
 ) -> dict[str, Any]:
-    """The first of the shards' ``descriptions`` of ``table``, once every shard's is
-    checked to describe the same table with a store the keys' shard bits can address.
+    """The shards' common description of ``table``, checked to agree and fit the key bits.
 
     Raises:
-        InvalidArgumentError: if shards describe ``table`` differently, or a shard's
-            store is too large for the keys.
+        InvalidArgumentError: if shards differ, or a shard's store is too large for the keys.
     """
     first_shard, first = next(iter(descriptions.items()))
     for shard, desc in descriptions.items():
@@ -124,18 +112,14 @@ def routed_call(
     shards: list, health: ShardHealth, op: str, table: str, groups: dict, wait: bool,
     deadline: Deadline,
 ) -> int | None:
-    """Send ``op`` (``update_priorities`` or ``delete``) to each shard of ``groups``
-    (``{shard: (local keys, priorities or None)}``), every request in flight before any
-    reply is awaited, all within ``deadline``.
+    """Send ``op`` (``update_priorities`` or ``delete``) to each shard of ``groups`` at once.
 
     Returns:
-        The items the shards changed, summed (None without ``wait``). Keys of a shard
-        that is down are skipped under ``"skip"``.
+        The items changed, summed (None without ``wait``); down shards skipped under ``"skip"``.
 
     Raises:
         ShardUnavailableError: for a shard down, under ``"fail"``.
-        InvalidArgumentError: from a shard that refused its keys (that shard changed
-            nothing; the others may have applied theirs: the error names those that did).
+        InvalidArgumentError: from a shard that refused its keys (names those that applied).
     """
     sent = {}
     silent = greet(shards, [s for s in groups if not health.is_down(s)], deadline, health.failed)

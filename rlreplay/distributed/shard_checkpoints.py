@@ -1,9 +1,4 @@
-"""Checkpoints of every shard of a sharded client, asked for at once.
-
-Each shard is a :class:`~rlreplay.Server` with its own ``checkpoint_dir``; a sharded
-checkpoint is one checkpoint per shard, each holding what its shard acknowledged before
-the request reached it (shards are independent servers: there is no common moment).
-"""
+"""Checkpoints of every shard of a sharded client, asked for at once (no common moment)."""
 
 from __future__ import annotations
 
@@ -15,25 +10,19 @@ from rlreplay.errors import ReplayError, ServerUnavailableError, ShardUnavailabl
 
 
 def checkpoint_shards(shards: list, health: ShardHealth, deadline: Deadline) -> dict[int, str]:
-    """Ask every reachable shard for a checkpoint, every request in flight before any
-    reply is awaited, and wait for them all, within the call's ``deadline``; returns each
-    shard's checkpoint directory (on its server's machine) by shard index.
+    """Ask every reachable shard for a checkpoint at once and wait; directories by shard index.
 
-    A shard that does not answer is left out under ``on_shard_down="skip"``; every other
-    failure is raised once every request has been answered (or timed out), so the shards
-    that could save have published their checkpoints by then.
+    Failures are raised once every request is answered, naming the shard and what the others
+    published.
 
     Raises:
         ShardUnavailableError: for a shard down under ``"fail"`` (or every shard down).
         InvalidArgumentError: for a shard started without a checkpoint directory.
         CheckpointError: for a shard whose checkpoint could not be written.
-        ReplayTimeoutError: for a shard that did not publish within ``timeout`` (it goes
-            on writing it).
-        Each names the shard, its address and the checkpoints the other shards published.
+        ReplayTimeoutError: for a shard that did not publish within ``timeout``.
     """
     errors: dict[int, BaseException] = {}
     sent: dict[int, tuple[int, Any]] = {}
-    # a shard down is found out by its handshake, which leaves the others time (greet)
     greet(shards, health.live(), deadline, lambda s, e: note_down(health, s, e, errors))
     until = deadline.until  # when waiting for the shards' replies ends
     for shard in health.live():
@@ -78,8 +67,7 @@ def note_down(
 def shard_error(
     error: BaseException, shard: int, address: str, paths: dict[int, str]
 ) -> BaseException:
-    """``error`` of ``shard``, of the same class, naming the shard and what the others
-    published (a ShardUnavailableError already names its shard)."""
+    """``error`` of ``shard``, same class, naming the shard and what the others published."""
     if isinstance(error, ShardUnavailableError):
         prefix = ""
     else:

@@ -1,18 +1,7 @@
-"""When a call of a sharded client gives up: one deadline, fixed when the call starts and
-passed to every part of it.
+"""When a call of a sharded client gives up: one deadline, fixed when the call starts.
 
-A public call of a :class:`~rlreplay.distributed.ShardedClient` talks to several shards in
-several steps (handshakes, descriptions, state probes, the requests themselves, draws
-again after a shard went down). Each step is bounded by the same :class:`Deadline`, made
-once per call, never by a fresh ``call_timeout`` of its own, so the whole call is bounded
-as one :class:`~rlreplay.Client` call is: by its ``timeout`` (plus the client's reply
-grace), or by ``call_timeout`` for what never blocks when it has none.
-
-A shard that does not answer must not use up the other shards' time: handshakes with the
-shards a call needs go out together (:func:`greet`), and they and the looks at why
-shards are silent get half the time the call has left (at most ``call_timeout``), so that
-under ``on_shard_down="skip"`` the call still has the other half to go on over the shards
-that answered.
+Every step of a call is bounded by the same :class:`Deadline`, so it is bounded as one
+:class:`~rlreplay.Client` call is; handshakes (:func:`greet`) get at most half of it.
 """
 
 from __future__ import annotations
@@ -32,21 +21,14 @@ class Deadline:
 
     Args:
         transport: a shard client's transport (its ``call_timeout`` and reply grace).
-        timeout: the call's ``timeout``: seconds a shard's rate limiter may block it,
-            ``None`` for no limit, or ``CALL`` for a call that never blocks.
+        timeout: seconds a shard's rate limiter may block the call, ``None`` for no limit,
+            or ``CALL`` for a call that never blocks.
 
     Attributes:
-        timeout: as given (sent to the shards whose rate limiters may block the call).
-        until: ``time.monotonic()`` at which waits for replies end (``timeout`` plus
-            the reply grace, or ``call_timeout`` for ``CALL``); None: no limit (a wait
-            lasts while the shard answers pings).
-        waits_end: when waiting for the shards' rate limiters ends: ``timeout`` from the
-            call's start (``until`` for ``CALL``; None with ``until``). The client's own
-            polling stops there, so the requests then in flight keep the reply grace: a
-            shard that answers within it is never taken for one that is down.
-        bound: when the parts that never block (handshakes, descriptions, state probes,
-            routed updates) give up: ``until``, or ``call_timeout`` from the call's start
-            when ``until`` is None.
+        timeout: as given.
+        until: ``time.monotonic()`` at which waits for replies end; None: no limit.
+        waits_end: when waiting for the shards' rate limiters ends.
+        bound: when the parts that never block give up.
     """
 
     def __init__(self, transport: Any, timeout: Any = CALL):
@@ -58,21 +40,14 @@ class Deadline:
         self.bound: float = transport.until(CALL) if self.until is None else self.until
 
     def grant_grace(self) -> None:
-        """Leave the call at least the reply grace from now: a shard found down at the
-        end of the call's time used it up, and the shard the call goes on with (under
-        ``"skip"``) must get time to answer."""
+        """Leave the call at least the reply grace from now, for the shard it goes on with."""
         floor = time.monotonic() + REPLY_GRACE_S
         if self.until is not None:
             self.until = max(self.until, floor)
         self.bound = max(self.bound, floor)
 
     def greeting(self, look_s: float) -> tuple[float, float]:
-        """When a greeting started now ends: ``(handshakes, looks)``, the
-        ``time.monotonic()`` at which its handshakes give up and at which the looks at
-        why shards are silent end. The greeting takes half the time left before
-        ``bound``, or ``call_timeout`` if less (a handshake never blocks: a shard down is
-        found out then, not at the end of a long ``timeout``); its looks take the last
-        ``look_s`` of it, at most a quarter."""
+        """``(handshakes, looks)``: when a greeting started now gives up, and when its looks end."""
         now = time.monotonic()
         span = min(max(self.bound - now, 0.0) / 2, self.call_timeout)
         return now + span - min(look_s, span / 4), now + span
@@ -87,20 +62,13 @@ def greet(
     deadline: Deadline,
     failed: Callable[[int, ServerUnavailableError], None],
 ) -> set[int]:
-    """Open this thread's connection to each of ``indices`` not greeted yet: their
-    handshakes in flight together, within :meth:`Deadline.greeting`; returns the shards
-    that did not answer (the rest of the call leaves them out, whatever the shard-down
-    policy's retry time).
+    """Open this thread's connection to each of ``indices`` not greeted yet, all at once.
 
-    Every reply is read as soon as it arrives (a channel learns its server's clock from
-    the time it reads a reply: one left unread while another shard is awaited would make
-    the later requests' ``expires`` early by that long).
+    Returns the shards that did not answer within :meth:`Deadline.greeting`.
 
     Args:
         shards: one :class:`~rlreplay.Client` per shard.
-        failed: called with a shard that did not answer and its error (the shard-down
-            policy's ``failed``: it raises under ``"fail"``, the call goes on under
-            ``"skip"``).
+        failed: called with a silent shard and its error (raises under ``"fail"``).
     """
     pings: dict[int, int] = {}
     silent: set[int] = set()
@@ -144,15 +112,14 @@ def greet(
             if not pings or left <= 0:
                 break
             poller.poll(max(1, int(left * 1000)))
-        # Why each is silent is looked at within the greeting's looks, shared by the
-        # silent shards: their looks must not use up the time of the shards that answered.
+        # Silent shards share the looks' time, not that of the shards that answered.
         for shard in list(pings):  # no answer by ``until``
             tr = shards[shard].transport
             message = (
                 f"no reply to the handshake from the replay server at {tr.address} within "
                 f"{until - started:.3g}s"
             )
-            share = (looks_end - time.monotonic()) / len(pings)  # (the shards left to look at)
+            share = (looks_end - time.monotonic()) / len(pings)
             verdict = tr.diagnose(min(tr.diagnose_s, share)) if share > 0.01 else "silent"
             try:  # as a wait with a deadline that got no answer concludes
                 tr.waits.no_answer(tr.channel(), pings.pop(shard), message, verdict)

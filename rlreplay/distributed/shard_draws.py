@@ -1,35 +1,8 @@
-"""How a sharded sample is drawn: how many items each shard gives, and what each drawn
-item's probability is over all shards.
+"""How a sharded sample is drawn: each shard's share of a batch and each item's probability.
 
-One table holding every item draws each of a batch's ``B`` items independently with
-``P(i) = w_i / M``, where ``w_i`` is the item's selection weight (``priority **
-priority_exponent`` for a prioritized sampler, 1 for a uniform one) and ``M = sum_s M_s``
-the total over all shards' masses ``M_s``. The same distribution, drawn over shards:
-
-1. split ``B`` over the shards as one multinomial draw with cell probabilities
-   ``q_s = M_s / M`` (each of the ``B`` draws picks shard ``s`` with probability
-   ``q_s``), then
-2. let each shard draw its ``k_s`` items with its own sampler, ``P_s(i) = w_i / M_s``.
-
-Each item is then drawn with probability ``q_s * P_s(i) = w_i / M``, independently, and
-the concatenated batch (put in a random order) is distributed exactly as one big table's
-batch. The masses come with every reply, so ``q_s`` is computed from the masses the shards
-reported last: when the tables change between that reply and the draw, ``q_s`` lags by a
-round trip. The probability reported for an item is always ``q_s * P_s(i)`` with the
-``q_s`` that was used and the ``P_s(i)`` the shard drew with, so it is exactly the
-probability with which the item was selected, and importance weights built from it
-(with ``N = sum_s N_s``) correct for the distribution actually drawn.
-
-Rate limiters. Each shard's limiter admits or holds back its own part. A shard whose
-limiter cannot admit a whole batch now (its *credit*, the most items one sample may take,
-reported with every reply, is below the batch size) gets no part while another shard's
-credit covers the batch: the split runs over the shards that can be sampled, which is
-the distribution conditioned on them (when none covers a batch, over those with some
-credit; while every shard is held back, over all, and the batch waits). A part that its
-shard holds back past the call's timeout is kept waiting while the shard's credit could
-cover it, and otherwise drawn again over the other shards (conditioned as for a shard
-that went down). So a learner is never stopped, nor slowed to one batch per timeout, by
-one shard whose writers finished while others still take inserts.
+A multinomial split with ``q_s = M_s / M``, then each shard's own draw, gives each item
+probability ``w_i / M``, as one table holding every item. The reported ``q_s * P_s(i)``
+uses the ``q_s`` drawn with, so importance weights stay exact. See docs/distributed.md.
 """
 
 from __future__ import annotations
@@ -41,8 +14,7 @@ import numpy as np
 from rlreplay.core.sample import Sample, SampleInfo
 from rlreplay.errors import InvalidArgumentError
 
-# Samplers whose draws split over shards as above (the others pick items in an order,
-# which no split of a batch reproduces).
+# Samplers that pick items in an order cannot be split over shards.
 SHARDABLE = ("Uniform", "Prioritized")
 
 
@@ -80,8 +52,7 @@ def check_samplers(configs: list[dict], table: str, addresses: list[str]) -> Non
     """Refuse shards whose samplers cannot be split exactly, or differ.
 
     Raises:
-        InvalidArgumentError: for a sampler other than Uniform or Prioritized, or shards
-            whose sampler configs differ (their masses would not be comparable).
+        InvalidArgumentError: for a sampler not Uniform or Prioritized, or differing configs.
     """
     first = configs[0]
     if first.get("type") not in SHARDABLE:
@@ -110,14 +81,9 @@ def merge(
     Args:
         parts: ``(shard, reply arrays)`` of each shard that drew items.
         shares: the ``q_s`` the batch was drawn with (one per shard, summing to 1).
-        states: every shard's latest state (for the table size and smallest probability;
-            already updated from this round's replies).
+        states: every shard's latest state.
         to_global: ``to_global(local_keys, shard)`` gives the client's keys.
         rng: shuffles the batch's order.
-
-    Returns:
-        The sample, with probabilities ``q_s * P_s(i)``, ``table_size = sum_s N_s`` and
-        ``min_probability`` the smallest ``q_s * P_min,s`` over shards that could be drawn.
     """
     if len(parts) == 1:  # one shard's draws are already in a random order: no copies
         return _one_part(*parts[0], shares, states, to_global)
@@ -159,8 +125,7 @@ def _one_part(shard: int, arrays: dict, shares: np.ndarray, states: list[ShardSt
 
 
 def _sizes(shares: np.ndarray, states: list[ShardState]) -> tuple[int, float]:
-    """The batch's ``table_size`` (all shards' items) and ``min_probability`` (the
-    smallest ``q_s * P_min,s`` over shards that could be drawn)."""
+    """The batch's ``table_size`` and ``min_probability`` over all shards."""
     drawable = [
         shares[s] * st.min_probability
         for s, st in enumerate(states)

@@ -13,11 +13,9 @@ POLICIES = ("fail", "skip")
 class ShardHealth:
     """The shard-down policy and the shards currently taken for down.
 
-    ``"fail"``: a shard that does not answer makes the call raise
-    :class:`~rlreplay.errors.ShardUnavailableError` naming it. ``"skip"``: the shard is
-    left out for ``retry_down_s`` seconds and the call goes on over the others (a sample
-    over the reachable shards' items, with probabilities over those; an insert on another
-    shard); after that a call tries it again. With every shard down, ``"skip"`` raises too.
+    ``"fail"``: a silent shard makes the call raise
+    :class:`~rlreplay.errors.ShardUnavailableError`; ``"skip"``: it is left out for
+    ``retry_down_s`` seconds (with every shard down, it raises too).
 
     Args:
         addresses: the shards' addresses (for messages).
@@ -71,8 +69,7 @@ class ShardHealth:
         """Note that ``shard`` did not answer.
 
         Raises:
-            ShardUnavailableError: under ``"fail"`` (from ``error``); under ``"skip"`` the
-                shard is left out and the caller goes on.
+            ShardUnavailableError: under ``"fail"``; under ``"skip"`` the caller goes on.
         """
         if self.policy == "fail":
             raise self.unavailable(shard, error) from error

@@ -1,11 +1,4 @@
-"""Where a sharded client's rows go: the shard each insert and each writer is placed on.
-
-A sharded client spreads its writes over the shards so that every shard fills at about
-the same rate while a writer's steps stay together on one shard. :class:`InsertRouter`
-owns what that placement needs (the rows this client sent each shard, the writers it
-opened, the first shard) and the calls that write: ``insert`` and ``trajectory_writer``.
-Sampling is in :mod:`rlreplay.distributed.sharded_sampling`.
-"""
+"""Where a sharded client's rows go: the shard each insert and each writer is placed on."""
 
 from __future__ import annotations
 
@@ -25,10 +18,6 @@ from rlreplay.net.client.client import plain_int
 
 class InsertRouter:
     """Places a sharded client's inserts and writers on its shards (threads may share it).
-
-    An insert goes to the reachable shard this client has sent the fewest rows (ties
-    broken in turn from ``first_shard``); writers go to the shards in turn from
-    ``first_shard``. Keys that come back are the sharded client's (they carry the shard).
 
     Args:
         shards: one :class:`~rlreplay.Client` per shard.
@@ -66,8 +55,7 @@ class InsertRouter:
             self._sent_rows[shard] += rows
 
     def insert(self, table: str, rows: Any, priorities: Any, deadline: Deadline) -> np.ndarray:
-        """``rows`` inserted on :meth:`next_shard` (see :meth:`ShardedClient.insert`)
-        within ``deadline``: rows a shard did not take go to another under ``"skip"``.
+        """``rows`` inserted on :meth:`next_shard` within ``deadline`` (rerouted under ``"skip"``).
 
         Raises:
             as :meth:`Client.insert`; ShardUnavailableError for a shard down (``"fail"``).
@@ -93,8 +81,7 @@ class InsertRouter:
     def trajectory_writer(
         self, tables: str | Sequence[str], shard: int | None, deadline: Deadline, **kwargs: Any
     ) -> ShardWriter:
-        """A writer on ``shard``, or on the next shard in turn from ``first_shard`` (its
-        tables' descriptions fetched within ``deadline``).
+        """A writer on ``shard``, or on the next shard in turn.
 
         Raises:
             InvalidArgumentError: for a ``shard`` this client does not have.
@@ -113,9 +100,7 @@ class InsertRouter:
         return ShardWriter(writer, shard, self.keys, self.health)
 
     def can_insert(self, table: str, num_inserts: int, deadline: Deadline) -> bool:
-        """Whether the shard the next insert goes to would take ``num_inserts`` now
-        (asked within ``deadline``); a shard that does not answer is handled by the
-        shard-down policy as an insert's is (under ``"skip"`` the next shard is asked).
+        """Whether the next insert's shard would take ``num_inserts`` now.
 
         Raises:
             ShardUnavailableError: for a shard down (``"fail"``), or every shard down.
@@ -135,6 +120,5 @@ class InsertRouter:
 
 
 def _raise(shard: int, error: ServerUnavailableError) -> None:
-    """A shard an insert was to go to did not answer its handshake: the insert's loop
-    notes it down (under the policy) and goes on."""
+    """Note a shard that did not answer an insert's handshake (under the policy)."""
     raise error

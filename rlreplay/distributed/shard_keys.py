@@ -1,13 +1,4 @@
-"""Keys of a sharded table: a shard's own item key with the shard's index in it.
-
-A table's key is ``generation << 32 | slot`` (see :mod:`rlreplay.core.keys`), with the
-slot below the table's store capacity. With ``n`` shards, :class:`ShardKeys` writes the
-shard's index into the top ``bits = ceil(log2(n))`` bits of the 32-bit slot field, which
-every shard's store capacity leaves free (checked when a table is first used). A key is
-therefore still a non-negative int64 that names one item, now on one shard: priority
-updates and deletes are routed by it, and a key of one shard never reaches another. The
-generation stamp stays as it is, so a stale key is still recognised by its shard.
-"""
+"""Keys of a sharded table: a shard's own item key with the shard's index in its top bits."""
 
 from __future__ import annotations
 
@@ -54,9 +45,7 @@ class ShardKeys:
             )
 
     def check_shard_tables(self, client: Any, tables: Any, until: float) -> None:
-        """:meth:`check_capacity` for ``tables`` of the shard ``client`` serves (their
-        descriptions are cached by the shard's client, whose inserts read them anyway),
-        fetched by ``until`` (``time.monotonic()``) where not known yet.
+        """:meth:`check_capacity` for ``tables`` of ``client``'s shard, fetched by ``until``.
 
         Raises:
             InvalidArgumentError: as :meth:`check_capacity`, or for an unknown table.
@@ -79,8 +68,7 @@ class ShardKeys:
         """Validate the client's ``keys``; returns ``(shards, local keys)`` as int64.
 
         Raises:
-            InvalidArgumentError: for keys that are not a 1-d integer array, negative, or
-                naming a shard this client does not have.
+            InvalidArgumentError: for keys not a 1-d non-negative int array of this client's shards.
         """
         arr = key_array(keys, argument)
         shards = self.shard_of(arr)
@@ -94,12 +82,10 @@ class ShardKeys:
         return shards, arr & ~self._mask
 
     def group(self, keys: Any, values: Any | None = None, argument: str = "keys"):
-        """The client's ``keys`` (and per-key ``values``, or one value for all) grouped by
-        shard: ``{shard: (local keys, values or None)}``, each group in the given order.
+        """The client's ``keys`` (and ``values``, per key or one for all) grouped by shard.
 
         Raises:
-            InvalidArgumentError: as :meth:`split`, and for ``values`` that are not finite
-                priorities >= 0, one per key or one for all.
+            InvalidArgumentError: as :meth:`split`, or for values that are not priorities >= 0.
         """
         shards, local = self.split(keys, argument)
         vals = None if values is None else check_priorities(values, len(local))

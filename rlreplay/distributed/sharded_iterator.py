@@ -24,7 +24,7 @@ from rlreplay.net.wire.payloads import checked_update
 
 
 class ShardedCalls(Protocol):
-    """What a sharded sample iterator needs of its client (a :class:`~rlreplay.ShardedClient`)."""
+    """What a sharded sample iterator needs of its client."""
 
     keys: ShardKeys
 
@@ -42,12 +42,8 @@ class ShardedCalls(Protocol):
 class ShardedSampleIterator:
     """Yields batches drawn over all shards, ``in_flight`` batches outstanding.
 
-    Each batch is one round: its requests to every shard are sent together, and the
-    next batches' rounds are sent before this one's replies are awaited, so no shard
-    waits for another and the network works while the learner computes. Priority updates
-    given to :meth:`update_priorities` are grouped by shard and carried by the next
-    round's request to that shard. A round's split uses the masses the shards reported
-    last (``in_flight`` rounds back at most; see :mod:`rlreplay.distributed.shard_draws`).
+    Later rounds are sent before this one's replies are awaited; priority updates ride on
+    the next round's request to their shard.
 
     Args:
         client: the :class:`~rlreplay.ShardedClient`.
@@ -55,23 +51,14 @@ class ShardedSampleIterator:
         batch_size: items per batch.
         in_flight: requests kept outstanding (>= 1).
         timeout: seconds each shard's part may wait for its rate limiter (None: no limit).
-        batches_per_request: batches each round draws at once (>= 1), cut into
-            ``batch_size`` slices. A round of ``k * batch_size`` draws is ``k`` rounds of
-            ``batch_size`` in one (its items are independent draws in a random order, so
-            every slice is a batch as one round would give), at one request per shard
-            for ``k`` batches; priority updates then reach the shards every ``k`` batches,
-            and each shard must admit ``k * batch_size`` items at once (``max_size``,
-            rate limiter).
-        output: what the batches' data arrays become (``"numpy"``, ``"torch"`` or
-            ``"jax"``), as for a local :class:`~rlreplay.ReplayIterator` (see
-            :func:`rlreplay.iterators.batch_output`).
-        device: torch or jax device for the arrays (``None``: the CPU, or jax's
-            default).
+        batches_per_request: batches each round draws at once (>= 1); each shard must admit
+            ``k * batch_size``.
+        output: ``"numpy"``, ``"torch"`` or ``"jax"``, as for a :class:`~rlreplay.ReplayIterator`.
+        device: torch or jax device for the arrays (``None``: the CPU, or jax's default).
         pin_memory: pin torch host memory before moving it to ``device``.
 
-    Raises (from ``next``): as :meth:`ShardedClient.sample`. A batch that a shard's rate
-    limiter held back past ``timeout`` keeps the parts other shards drew, and the next
-    ``next`` completes it.
+    Raises (from ``next``): as :meth:`ShardedClient.sample`; a batch held back past
+    ``timeout`` is completed by the next ``next``.
 
     Example:
         >>> with client.sample_iterator("replay", 256, in_flight=2) as it:  # doctest: +SKIP
@@ -107,9 +94,8 @@ class ShardedSampleIterator:
         """Queue new priorities; each shard's go with the next request to that shard.
 
         Raises:
-            InvalidArgumentError: at once, for keys not of this client or priorities that
-                are not finite, >= 0 and one per key.
-            ClosedError: after :meth:`close` (no request would carry them).
+            InvalidArgumentError: at once, for keys not of this client or bad priorities.
+            ClosedError: after :meth:`close`.
         """
         if self._closed:
             raise ClosedError(
@@ -140,8 +126,7 @@ class ShardedSampleIterator:
             try:
                 self._rounds.append(self._sampler.send(self._request_size, deadline, updates))
             except BaseException:
-                # Not sent (or not to every shard): they go with the next requests; an
-                # update a shard took already is applied again, to the same priorities.
+                # Not sent to every shard: resent with the next requests (reapplying is harmless).
                 for shard, pair in updates.items():
                     self._updates.setdefault(shard, []).insert(0, pair)
                 raise
@@ -161,12 +146,8 @@ class ShardedSampleIterator:
         """Forget the batches in flight and send the queued updates.
 
         Args:
-            wait: wait for the shards to apply them, as :meth:`ShardedClient.
-                update_priorities` does (a shard that went down is waited for up to half
-                the client's ``call_timeout``, and raises under ``"fail"``). ``False``
-                (leaving a ``with`` block because of an exception): send them and return at
-                once; the updates of a shard down, or not connected without a handshake,
-                are dropped with a warning, never raised.
+            wait: wait for the shards to apply them; ``False``: return at once (a down shard's
+                updates are dropped with a warning).
         """
         self._closed = True
         self._ready.clear()
@@ -194,9 +175,7 @@ class ShardedSampleIterator:
 
 
 def slices(sample: Sample, size: int) -> list[Sample]:
-    """``sample`` cut into consecutive batches of ``size`` items (views, the last one
-    shorter when the sample is), each with the sample's table size and smallest
-    probability."""
+    """``sample`` cut into consecutive batches of ``size`` items (views)."""
     info = sample.info
     out = []
     for start in range(0, len(info.keys), size):

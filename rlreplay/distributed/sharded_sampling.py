@@ -1,12 +1,4 @@
-"""Sample rounds over shards: requests to every shard in flight at once, replies merged.
-
-A *round* is one batch: the batch split over the shards (see
-:mod:`rlreplay.distributed.shard_draws`), a ``sample`` request to each shard that draws
-items and a ``sampler_state`` request to every other reachable shard (so every shard's
-mass is known again after every batch), all sent before any reply is awaited. Priority
-updates ride on the round's request to their shard. A learner's iterator keeps several
-rounds in flight; :meth:`ShardedSampler.sample` sends one round and waits for it.
-"""
+"""Sample rounds over shards: one batch's requests to every shard in flight at once, merged."""
 
 from __future__ import annotations
 
@@ -38,14 +30,12 @@ class Round:
     """One batch's requests and what came back so far.
 
     Attributes:
-        shares: the ``q_s`` the batch is drawn with (renormalised when a shard is lost).
+        shares: the ``q_s`` the batch is drawn with.
         asked: per shard with a request out, how many items it asked (0: state only).
         parts: ``(shard, reply arrays)`` of the parts drawn so far.
-        held: per shard whose rate limiter held its part back past the deadline, the
-            items still to come from it: finishing the round again asks for them.
-        lost: items that shards which went down were to draw (drawn again elsewhere).
-        excluded: shards left out of this batch because their limiters held their parts
-            back and their credit could not cover them.
+        held: per shard whose rate limiter held its part back, the items still to come.
+        lost: items that down shards were to draw (drawn again elsewhere).
+        excluded: shards left out of this batch because their limiters held them back.
     """
 
     batch_size: int
@@ -62,8 +52,7 @@ class Round:
 
 
 class ShardedSampler:
-    """Draws batches of one table over all shards (its lock guards the split's random
-    generator and the shards' states, so threads may share it).
+    """Draws batches of one table over all shards; threads may share it.
 
     Args:
         table: the table's name on every shard.
@@ -92,7 +81,6 @@ class ShardedSampler:
         self._held: Round | None = None  # a batch a limiter held back, for the next call
         self._lock = threading.Lock()
 
-    # ------------------------------------------------------------------ rounds
     def send(
         self,
         batch_size: int,
@@ -101,14 +89,10 @@ class ShardedSampler:
         *,
         shares: np.ndarray | None = None,
     ) -> Round:
-        """Send one round's requests (waiting only to learn the shards' masses when
-        none is known, or none holds items), all within the call's ``deadline``: its
-        ``timeout`` bounds the shards' rate limiters, and the round's replies are
-        awaited until its ``until``.
+        """Send one round's requests within the call's ``deadline``.
 
         Args:
-            shares: split with these shares instead of the latest masses (a batch's
-                top-up after a shard went down keeps the shares of its first part).
+            shares: split with these shares instead of the latest masses.
 
         Raises:
             RateLimiterTimeoutError: if no shard held an item for ``timeout`` seconds.
@@ -134,12 +118,7 @@ class ShardedSampler:
         return rnd
 
     def _shares(self, batch_size: int, deadline: Deadline, updates: Updates) -> np.ndarray:
-        """The split's shares from the latest masses of the reachable shards, probing
-        shards not heard from yet, and polling while no shard holds items. The split
-        runs over the shards whose credit covers a whole batch when some holding items
-        do (a shard with a little credit, its writers finished, say, would hold each
-        round's part back for the whole timeout); else over those with some credit;
-        else over all (the batch waits, as one table's would)."""
+        """The split's shares over the reachable shards whose credit covers a batch, if any."""
         pause = _POLL_S[0]
         until = deadline.waits_end  # the probes in flight then keep the reply grace
         while True:
@@ -155,11 +134,11 @@ class ShardedSampler:
                     masses[s] = self.states[s].mass
                     credit[s] = self.states[s].credit
             for admits in (credit >= batch_size, credit > 0):
-                if (masses * admits).sum() > 0:  # over the shards whose limiters admit it
+                if (masses * admits).sum() > 0:
                     masses *= admits
                     break
             total = masses.sum()
-            if total > 0:  # (none admits any: over all, and the batch waits)
+            if total > 0:  # none admits any: over all, and the batch waits
                 return masses / total
             if until is not None and time.monotonic() + pause > until:
                 raise RateLimiterTimeoutError(
@@ -171,8 +150,7 @@ class ShardedSampler:
             self._known.difference_update(live)  # poll them again
 
     def _probe(self, shards: list[int], updates: Updates, deadline: Deadline) -> None:
-        """Learn ``shards``' states, all requests in flight at once (by the ``bound`` of
-        the call's ``deadline``, as for any part of a call that never blocks)."""
+        """Learn ``shards``' states, all requests in flight at once."""
         self._greet(shards, deadline)
         rnd = Round(0, None, deadline.bound, np.zeros(len(self.shards)))
         try:
@@ -185,9 +163,7 @@ class ShardedSampler:
         self._collect(rnd)
 
     def _greet(self, shards: list[int], deadline: Deadline) -> None:
-        """Open this thread's connection to each of ``shards`` not yet greeted, their
-        handshakes in flight together, within ``deadline`` (see
-        :func:`~rlreplay.distributed.shard_deadline.greet`)."""
+        """Open this thread's connection to each of ``shards`` not yet greeted."""
         greet(self.shards, shards, deadline, self._down)
 
     def _send_one(self, rnd: Round, shard: int, k: int, update: Any = None) -> None:
@@ -199,9 +175,7 @@ class ShardedSampler:
         tr = self.shards[shard].transport
         try:
             if k:
-                # ``expires``: a shard must not draw items after this client stopped
-                # waiting for them (a late reply's items would be counted as sampled there
-                # and never delivered), as a single client's sample does.
+                # ``expires``: a late reply's items would be counted as sampled and never delivered.
                 rid = tr.send(
                     header, arrays, until=rnd.until, expires=rnd.until, timeout=rnd.timeout
                 )
@@ -220,9 +194,7 @@ class ShardedSampler:
             self._known.discard(shard)
 
     def _collect(self, rnd: Round) -> None:
-        """Every reply of ``rnd``: the shards' states updated, the drawn parts added to
-        ``rnd.parts``; a part held back by its limiter goes to ``rnd.held``, one a shard
-        that went down was to draw to ``rnd.lost``."""
+        """Every reply of ``rnd``, sorted into ``parts``, ``held`` and ``lost``."""
         pending = dict(rnd.rids)
         rnd.rids.clear()
         try:
@@ -230,8 +202,7 @@ class ShardedSampler:
                 del pending[shard]
                 client = self.shards[shard]
                 k = rnd.asked.pop(shard)
-                # Replies that arrived while an earlier shard was awaited are taken first:
-                # a shard that never answers must not use up the others' deadline.
+                # Take replies already arrived first, so a silent shard cannot use up the deadline.
                 client.transport.channel().receive()
                 try:
                     header, arrays = client.transport.wait_until(rid, rnd.until)
@@ -253,12 +224,7 @@ class ShardedSampler:
                 self.shards[shard].transport.forget([rid])
 
     def _observe(self, shard: int, header: dict) -> None:
-        """Take a reply's state; a shard's first state reply is checked too.
-
-        Raises:
-            InvalidArgumentError: for a shard whose sampler differs from the others', or
-                whose store is too large for the shard bits of the keys.
-        """
+        """Take a reply's state, checking a shard's first (InvalidArgumentError if it differs)."""
         config = header.get("sampler")
         if config is not None:
             client = self.shards[shard]
@@ -272,23 +238,15 @@ class ShardedSampler:
             self.states[shard].observe(header)
 
     def finish(self, rnd: Round, deadline: Deadline) -> Sample:
-        """Wait for ``rnd``'s replies and merge them into one batch, within the
-        ``deadline`` of the call that finishes it (its parts asked again by then).
-
-        Items a shard that went down should have drawn are drawn again over the shards
-        that answered, with the round's shares renormalised over those (so every item of
-        the batch is drawn from the distribution conditioned on the reachable shards).
+        """Wait for ``rnd``'s replies within ``deadline`` and merge them into one batch.
 
         Raises:
-            RateLimiterTimeoutError: if a shard's rate limiter held its part back for the
-                round's ``timeout``. The round keeps the parts that came, and finishing it
-                again asks only the shards that held theirs back (nothing drawn is lost,
-                and the batch keeps its split).
-            ShardUnavailableError: under ``"fail"``, for a shard that did not answer (the
-                other shards' parts are dropped); under ``"skip"``, if none answered.
+            RateLimiterTimeoutError: if a shard's limiter held its part back for ``timeout``;
+                finishing again asks only those shards.
+            ShardUnavailableError: under ``"fail"``, for a silent shard; under ``"skip"``, if
+                none answered.
         """
-        if rnd.until is not None:  # a round sent by an earlier call (a learner's, in flight):
-            # its replies are awaited within this call, however long ago that one ended
+        if rnd.until is not None:  # sent by an earlier call: awaited within this one
             rnd.until = None if deadline.until is None else max(rnd.until, deadline.until)
         while True:
             if not rnd.rids and (rnd.held or rnd.lost):
@@ -319,15 +277,7 @@ class ShardedSampler:
                 return merge(rnd.parts, rnd.shares, self.states, self.keys.to_global, self.rng)
 
     def _reassign_held(self, rnd: Round, deadline: Deadline) -> dict[int, int]:
-        """Decide, for each part held back last time, whether to ask its shard again
-        (its credit covers the part, or no other shard is reachable) or to draw it
-        again over the other shards (moved to ``rnd.lost``, the shard excluded; when
-        no shard of the round's split is left, :meth:`finish` draws a new batch).
-
-        A shard outside the round's split counts as another shard: a round split over
-        one shard (the only one whose credit covered a batch) whose part is then held
-        back must not be asked again and again while the other shards' writers wait
-        for samples (their limiters hold them back until the learner samples)."""
+        """For each part held back, ask its shard again or draw it over the others."""
         held, rnd.held = rnd.held, {}
         if not held:
             return {}
@@ -348,9 +298,7 @@ class ShardedSampler:
         return asks
 
     def sample(self, batch_size: int, deadline: Deadline, updates: Updates | None) -> Sample:
-        """One batch (one round trip to every shard once their masses are known), within
-        ``deadline``. A batch that a shard's limiter held back is completed by the next
-        call (which then sends ``updates`` with a priority update of its own)."""
+        """One batch within ``deadline``; a batch held back is completed by the next call."""
         with self._lock:
             rnd, self._held = self._held, None
         if rnd is None or rnd.batch_size != batch_size:
@@ -366,9 +314,7 @@ class ShardedSampler:
             raise
 
     def can_sample(self, num_samples: int, deadline: Deadline) -> bool:
-        """Whether some reachable shard holding items has the credit (its rate limiter
-        admits) for ``num_samples`` now, so however a batch splits, its parts can be
-        drawn there (see :mod:`rlreplay.distributed.shard_draws`)."""
+        """Whether some reachable shard holding items admits ``num_samples`` now."""
         self._probe(self.health.live(), {}, deadline)
         with self._lock:
             states = list(enumerate(self.states))
@@ -384,14 +330,11 @@ class ShardedSampler:
         self._probe(shards, dict(updates), deadline)
 
     def ready(self, shard: int) -> bool:
-        """Whether ``shard`` is taken for up and this thread's connection to it is open:
-        a request to it waits for no handshake."""
+        """Whether ``shard`` is up and this thread's connection to it is open."""
         return not self.health.is_down(shard) and self.shards[shard].transport.channel().greeted
 
     def forget(self, rnd: Round) -> None:
-        """Give up on ``rnd``: its replies are dropped when they arrive, and each shard
-        drops its part if still parked (see :meth:`~rlreplay.net.client.transport.
-        Transport.cancel`)."""
+        """Give up on ``rnd``: late replies are dropped, and shards drop parked parts."""
         for shard, rid in rnd.rids.items():
             self.shards[shard].transport.cancel([rid])
         rnd.rids.clear()

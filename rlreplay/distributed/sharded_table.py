@@ -1,5 +1,4 @@
-"""Handles over a :class:`~rlreplay.distributed.ShardedClient`: a table's calls, and a
-writer on one shard whose keys are the sharded client's."""
+"""Handles over a :class:`~rlreplay.distributed.ShardedClient`: a table, and a shard's writer."""
 
 from __future__ import annotations
 
@@ -18,22 +17,16 @@ from rlreplay.net.client.client import RemoteTable
 
 
 class ShardedTable(RemoteTable):
-    """A sharded table with the calls of a local :class:`~rlreplay.Table`, so code
-    written against a table (the runtime's learner, :class:`~rlreplay.ReplayIterator`)
-    runs against shards unchanged (see :meth:`ShardedClient.table`). Its calls are a
-    :class:`~rlreplay.net.RemoteTable`'s, made on the sharded client, which has the same
-    calls as one server's client."""
+    """A sharded table with the calls of a local :class:`~rlreplay.Table`."""
 
     def __repr__(self) -> str:
         return f"ShardedTable({self.name!r} over {self.client.addresses!r})"
 
 
 class ShardWriter:
-    """A :class:`~rlreplay.RemoteTrajectoryWriter` on one shard, whose :attr:`keys` are
-    the sharded client's keys (they carry the shard). Every other call is the writer's,
-    except that a shard that does not answer raises :class:`~rlreplay.errors.
-    ShardUnavailableError` naming it (under ``"skip"`` too: a writer's steps cannot go
-    to another shard; the shard is taken for down).
+    """A :class:`~rlreplay.RemoteTrajectoryWriter` on one shard whose :attr:`keys` carry the shard.
+
+    A silent shard raises :class:`~rlreplay.errors.ShardUnavailableError`, under ``"skip"`` too.
 
     Attributes:
         writer: the shard's writer.
@@ -55,10 +48,7 @@ class ShardWriter:
         return [self._keys.to_global(k, self.shard) for k in local]
 
     def __getattr__(self, name: str) -> Any:
-        # append, append_batch, create_item(s), end_episode, flush, close and the
-        # writer's counters: the shard's writer's own (its docs apply).
-        # A server that does not answer is named as this writer's shard (then taken for
-        # down).
+        # The writer's own calls; a silent server is named as this writer's shard.
         value = getattr(self.writer, name)
         if not callable(value):
             return value
