@@ -79,7 +79,8 @@ def next_sequence(root: Path) -> int:
 
 
 class DirectoryHold:
-    """An exclusive ``flock`` on a save's temporary directory, so :func:`prune` spares it.
+    """An exclusive ``flock`` on a save's temporary directory, so :func:`prune` spares it
+    (a pid alone cannot tell: a saver in another pid namespace may share the directory).
 
     Args:
         path: the directory, just made by this save.
