@@ -1,12 +1,8 @@
 """Network layer: a replay server hosting tables and a client with the same calls.
 
-Its packages: :mod:`rlreplay.net.wire` (what both sides share: the codec, framing, request
-schemas, auth and the shared-memory segment format), :mod:`rlreplay.net.client` (the client,
-its remote tables, writers and iterators) and :mod:`rlreplay.net.server` (the server, its
-operations and what they serve).
-
-Importing this package imports pyzmq and msgpack (the ``net`` extra); ``import rlreplay``
-does not, and resolves ``rlreplay.Server`` / ``rlreplay.Client`` lazily.
+Packages: :mod:`rlreplay.net.wire` (shared by both sides), :mod:`rlreplay.net.client` and
+:mod:`rlreplay.net.server`. Importing it imports pyzmq and msgpack (the ``net`` extra);
+``import rlreplay`` does not.
 """
 
 from rlreplay.net.client.client import Client, RemoteTable

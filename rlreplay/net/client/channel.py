@@ -14,8 +14,7 @@ import zmq
 
 from rlreplay.net.wire import codec, framing
 
-# Replies whose clock readings give a channel's offset to its server's clock (the largest
-# of the latest OFFSET_WINDOW: one read late lowers none of them).
+# Replies whose clock readings give the offset to the server's clock (the largest wins).
 OFFSET_WINDOW = 16
 
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
@@ -26,15 +25,9 @@ _UNAVAILABLE = codec.CODE_OF[codec.errors.ServerUnavailableError]
 class Channel:
     """One thread's DEALER socket; replies arrive on the socket that sent the request.
 
-    Replies are kept by request id until the thread that waits for them takes them, so
-    several requests may be in flight and answered in any order.
-
-    The channel also knows which server it talks to: the *epoch* of the last reply (a
-    number each server start draws) and the offset of the server's clock. Each outstanding
-    request remembers the epoch it was sent under; when a reply shows another epoch the
-    server restarted, and every request the old server had taken is failed at once with
-    :class:`~rlreplay.errors.ServerRestartedError` (the new server never saw them, or
-    refuses them).
+    Replies are kept by request id until their waiter takes them, so requests may be
+    answered in any order. A reply with a new server epoch fails every request the old
+    server had taken (:class:`~rlreplay.errors.ServerRestartedError`).
 
     Args:
         connect: opens a new connected socket (used again by :meth:`reset`).
@@ -54,8 +47,7 @@ class Channel:
         self.clock_offset = 0.0  # server clock minus this clock, a lower bound
         self._offsets: deque[float] = deque(maxlen=OFFSET_WINDOW)  # this epoch's latest
         self.last_heard = time.monotonic()
-        # The latest lease a message on this socket carried, in this process's clock:
-        # once it has passed the server refuses whatever of them it had not started.
+        # the latest lease sent, in this clock: past it the server refuses what it had not started
         self.latest_lease = -float("inf")
         self.shm: Any = None  # the thread's shared-memory reply slots (rlreplay.net.client.shm)
         self._open()
@@ -82,8 +74,7 @@ class Channel:
     def receive(self) -> None:
         """Move every waiting reply into ``replies`` (dropping abandoned ones)."""
         sock = self.sock
-        # EVENTS tells whether a message waits, far cheaper than the exception that a
-        # non-blocking receive raises when none does.
+        # EVENTS is cheaper than the exception of an empty non-blocking receive
         while sock.getsockopt(_EVENTS) & _POLLIN:
             frames = framing.receive(sock)
             now = self.last_heard = time.monotonic()
@@ -91,8 +82,7 @@ class Channel:
             self._keep(header, arrays, header.get("id"), now)
 
     def _keep(self, header: dict, arrays: dict, rid: Any, now: float) -> None:
-        """Keep a reply for its waiter (or drop it, abandoned); a server's notice is no
-        reply (see :func:`notice`)."""
+        """Keep a reply for its waiter (or drop it, abandoned); a notice is no reply."""
         if "notice" in header:
             notice(header)
             return
@@ -115,10 +105,7 @@ class Channel:
             self._offsets.clear()  # another server's clock
         server_now = header.get("now")
         if isinstance(server_now, float):
-            # The server stamped the reply between our send and now, so each reply gives a
-            # lower bound of the offset (never over): deadlines converted with it err on the
-            # early side, by as long as the reply waited unread (while another server was
-            # awaited, say). The largest of the latest few is the tightest bound.
+            # Each reply gives a lower bound of the offset, so converted deadlines err early.
             self._offsets.append(server_now - now)
             self.clock_offset = max(self._offsets)
         if epoch == self.epoch:
@@ -143,12 +130,9 @@ class Channel:
             self.abandoned.add(rid)
 
     def reset(self, message: str) -> None:
-        """Drop the socket (and every message still queued in it), fail every outstanding
-        request with ServerUnavailableError, and open a fresh socket.
-
-        A request still queued when its call gave up would otherwise reach the server
-        later, after the caller was told it failed. Replies that already arrived are kept
-        first (e.g. answers to a sample iterator's requests nobody waited for yet).
+        """Drop the socket with everything queued in it (so no request reaches the server
+        after its call failed), fail every outstanding request with ServerUnavailableError,
+        and open a fresh socket. Replies already arrived are kept.
         """
         with contextlib.suppress(Exception):  # a malformed reply must not stop the reset
             self.receive()
@@ -171,10 +155,7 @@ class Channel:
 
 
 def notice(header: dict) -> None:
-    """A message the server sent on its own, about a call of this client: a probe before
-    a parked call is served (nothing to do), or a ``message`` to log in this process (a
-    call blocked on a rate limiter for the table's ``warn_after``: the warning the server
-    logs, with its cause)."""
+    """A message the server sent about a call: a probe (ignored) or a warning to log."""
     message = header.get("message")
     if isinstance(message, str):
         logging.getLogger("rlreplay").warning("%s", message)

@@ -1,19 +1,7 @@
 """The replay client: the calls of a local :class:`rlreplay.Table`, served by a Server.
 
-A client is a cheap handle. It opens its socket lazily in the process that uses it, and it
-pickles as its address (plus CURVE keys), so it can be handed to another process or a Ray
-actor and reconnects there. Once closed it stays closed, as a table or a writer does: its
-calls raise :class:`~rlreplay.errors.ClosedError` (a copy unpickled elsewhere is a new,
-open client).
-
-Its parts: the settings it is made from and pickles as
-(:mod:`rlreplay.net.client.settings`), the sockets and request ids
-(:mod:`rlreplay.net.client.transport`), what it knows of the served tables
-(:mod:`rlreplay.net.client.served_tables`) and the shared-memory path of sampled batches
-(:mod:`rlreplay.net.client.shm`). The requests of calls that carry arrays are built and
-checked here (:func:`insert_request`, :func:`sample_request`), in the caller's process,
-before anything is sent, so a call the server would refuse for its form raises at once
-and sends nothing.
+A client opens its socket lazily in the process that uses it and pickles as its address
+and keys. Requests are checked (:func:`insert_request`, :func:`sample_request`) before sending.
 """
 
 from __future__ import annotations
@@ -43,49 +31,31 @@ __all__ = ["REPLY_GRACE_S", "Client"]
 class Client:
     """Connection to a replay :class:`~rlreplay.Server`.
 
-    Each thread (and each process) gets its own socket, so a call blocked in one thread
-    never holds up another; a request's reply is awaited by the thread that sent it.
-
-    Every table call names its table first (``client.sample("replay", 256)``);
-    :meth:`table` returns a handle whose methods match a local :class:`~rlreplay.Table`
-    exactly, so code written against a table runs against a server unchanged.
+    Thread-safe: each thread (and process) gets its own socket, so a blocked call never holds
+    up another. :meth:`table` returns a handle with the exact calls of a local
+    :class:`~rlreplay.Table`.
 
     Args:
         address: ``tcp://host:port``, ``host:port`` or ``ipc:///path``.
-        server_public_key: the server's public key (``.key`` file path or z85 bytes) for a
-            CURVE-protected server.
-        client_secret_key: this client's ``.key_secret`` file (its public key must be in the
-            server's authorized folder); default: an ephemeral key pair.
-        call_timeout: seconds to wait for calls that never block on a rate limiter
-            (``info``, ``update_priorities``, ...) before :class:`ServerUnavailableError`.
-        liveness_s: while a call waits without a timeout, the server is pinged after half
-            this many silent seconds, and declared unavailable after twice as many.
-        diagnose_timeout: seconds spent, after a call got no answer, watching a new
-            connection's handshake to say why (0 to skip); a loaded machine may need more
-            than the default to tell a refused credential from silence.
-        shared_memory: whether sampled batches come through shared memory instead of the
-            socket (same host only; see :mod:`rlreplay.net.client.shm`): ``None`` (default)
-            for ``ipc://`` and loopback addresses where the server can map this
-            process's segments, else the socket; ``False`` never; ``True`` always
-            (:class:`~rlreplay.errors.InvalidArgumentError` where it cannot be used).
+        server_public_key: the server's public key (``.key`` path or z85 bytes), for CURVE.
+        client_secret_key: this client's ``.key_secret`` file (default: ephemeral keys).
+        call_timeout: seconds calls that never block wait before ServerUnavailableError.
+        liveness_s: a call waiting without timeout pings after half this many silent
+            seconds and gives up after twice as many.
+        diagnose_timeout: seconds spent, after a call got no answer, finding out why (0: skip).
+        shared_memory: use same-host shared memory: ``None`` (default) where usable,
+            ``False`` never, ``True`` always.
 
     Raises:
-        InvalidArgumentError: for a malformed address or unreadable key files, a
-            ``call_timeout``, ``liveness_s`` or ``diagnose_timeout`` that is not seconds in
-            range, or ``shared_memory=True`` on a platform without ``/dev/shm`` (naming
-            the argument; see :class:`~rlreplay.net.client.settings.ClientSettings`).
+        InvalidArgumentError: for a malformed address, unreadable key files, out-of-range
+            seconds, or ``shared_memory=True`` without ``/dev/shm``.
 
     A call that gets no answer raises :class:`~rlreplay.errors.ServerUnavailableError`
-    within its timeout; the client then checks the connection (at most
-    ``diagnose_timeout`` more, 0.25 s by default) and says why, where it can tell:
-    nothing accepts connections at ``address``, or which CURVE credential the server
-    refused (the error's ``reason``).
+    within its timeout, saying why where known.
 
     Attributes:
         address: the server's address, as given.
-        transport: the :class:`~rlreplay.net.client.transport.Transport` every request
-            travels through: what this client's writers and iterators send on, and what a
-            sharded client keeps requests in flight on over several servers.
+        transport: the :class:`~rlreplay.net.client.transport.Transport` all requests use.
 
     Example:
         >>> client = Client(server.address)                       # doctest: +SKIP
@@ -128,14 +98,12 @@ class Client:
             self.transport.shm = self._shm
         self._tables = ServedTables(self.address, self.transport)
 
-    # ------------------------------------------------------------ pickling
     def __getstate__(self) -> dict:
         return self._settings.arguments(self.call_timeout)
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(**state)
 
-    # --------------------------------------------------------- transport
     @property
     def call_timeout(self) -> float:
         """Seconds calls that never block on a rate limiter wait for their reply."""
@@ -151,10 +119,8 @@ class Client:
         return self.transport.liveness_s
 
     def close(self) -> None:
-        """Close this process's sockets. The client is closed for good: every later call
-        raises :class:`~rlreplay.errors.ClosedError` (its writers' and iterators' calls
-        too); closing again does nothing. It still pickles as its address: the copy is
-        open."""
+        """Close this process's sockets for good: later calls (also of its writers and
+        iterators) raise :class:`~rlreplay.errors.ClosedError`. A pickled copy is open."""
         self.transport.close()
 
     def __enter__(self) -> Client:
@@ -163,10 +129,8 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # ---------------------------------------------------------- table calls
     def ping(self, timeout: float | None = None) -> list[str]:
-        """Names of the served tables, answered within ``timeout`` seconds (default: the
-        client's ``call_timeout``); raises ServerUnavailableError if none answers."""
+        """Names of the served tables within ``timeout`` (default ``call_timeout``) seconds."""
         timeout = self.transport.call_timeout if timeout is None else check_timeout(timeout)
         until = time.monotonic() + timeout
         tr = self.transport
@@ -175,8 +139,7 @@ class Client:
     def describe(self, table: str, *, until: Any = CALL) -> dict[str, Any]:
         """Signature, layout and sizes of ``table`` (fetched once, then cached).
 
-        ``until``: the ``time.monotonic()`` by which the reply must come, a deadline
-        shared with other calls (a sharded client's); default ``call_timeout`` from now.
+        ``until``: ``time.monotonic()`` deadline for the reply; default ``call_timeout``.
         """
         return self._tables.describe(table, until)
 
@@ -192,34 +155,24 @@ class Client:
         timeout: float | None = None,
         until: Any = CALL,
     ) -> np.ndarray:
-        """:meth:`Table.insert` on the server's ``table``: one round trip, returning the
-        new items' keys.
-
-        The rows (and priorities) are checked against the table's signature in this
-        process first, so a call the table would refuse sends nothing. To stream single
-        steps, use :meth:`trajectory_writer` (it sends them in chunks, without a round
-        trip per step).
+        """:meth:`Table.insert` on the server's ``table`` (rows checked locally first); one
+        round trip. To stream steps, use :meth:`trajectory_writer`.
 
         Args:
             table: the table's name.
-            rows: one row (no batch axis) or rows with a leading batch axis.
+            rows: one row, or rows with a leading batch axis.
             priorities: one per row, one for all, or ``None`` (the table's default).
-            timeout: seconds the server's rate limiter may block these rows (``None``:
-                no limit, while the server answers pings).
-            until: the ``time.monotonic()`` by which the reply must come, a deadline
-                shared with other calls (a sharded client's; ``None``: none); default:
-                this call's own, from ``timeout``.
+            timeout: seconds the rate limiter may block (``None``: no limit).
+            until: shared ``time.monotonic()`` deadline for the reply (``None``: none);
+                default: from ``timeout``.
 
         Returns:
-            int64 keys of the new items, as the server's table assigned them.
+            int64 keys of the new items.
 
         Raises:
-            SignatureError, InvalidArgumentError: for rows, priorities or a timeout the
-                table refuses (nothing is stored).
-            RateLimiterTimeoutError: if the limiter blocked the rows for ``timeout``
-                (nothing is stored, and never will be).
-            ServerUnavailableError: if the server did not answer (these rows are applied by
-                no server later; ServerRestartedError if it restarted).
+            SignatureError, InvalidArgumentError: for refused rows, priorities or timeout.
+            RateLimiterTimeoutError: if blocked for ``timeout`` (nothing stored, ever).
+            ServerUnavailableError: if the server did not answer (rows never applied later).
         """
         timeout = check_timeout(timeout)
         if until is CALL:
@@ -227,12 +180,6 @@ class Client:
         header, arrays = insert_request(self._tables, table, rows, priorities, until)
         return self.transport.call(header, arrays, timeout, until)[1]["keys"]
 
-    # ------------------------------------------------------ a learner's calls
-    # Sample requests, awaited or kept in flight, that may carry the previous batch's new
-    # priorities (the server applies such an update before it samples: a learner's cycle
-    # is one round trip), and priority updates sent on their own. Sampled batches come back
-    # through shared memory where the client's SharedMemoryPath can use it, else through
-    # the socket.
     def sample(
         self,
         table: str,
@@ -243,36 +190,23 @@ class Client:
     ) -> Sample:
         """:meth:`Table.sample` on the server's ``table``, optionally after a priority update.
 
-        A learner's cycle (sample, learn, send new priorities) is one round trip when each
-        sample request carries the previous batch's priorities::
-
-            update = None
-            while training:
-                batch = client.sample("replay", 256, timeout=5.0, update=update)
-                update = (batch.info.keys, learn(batch))
+        Passing ``(batch.info.keys, new_priorities)`` of the previous batch as ``update``
+        makes a learner's cycle one round trip.
 
         Args:
             table: the table's name.
             batch_size: items to sample.
-            timeout: seconds the rate limiter may block the sample (``None``: no limit).
-                It bounds the whole call, plus ``REPLY_GRACE_S`` for the server's answer.
-            update: ``(keys, priorities)`` for :meth:`Table.update_priorities` on the same
-                table. The server checks and applies it when the request arrives, before
-                sampling (so the sample already sees the new priorities); keys of items no
-                longer held are skipped and counted in ``stale_updates``. It stays applied
-                if the sample then waits and times out. If the update is invalid, nothing
-                is updated and nothing is sampled.
+            timeout: seconds the rate limiter may block (``None``: no limit).
+            update: ``(keys, priorities)`` applied before sampling, even if it then times
+                out (stale keys skipped); if invalid, nothing is updated or sampled.
 
         Returns:
             The :class:`~rlreplay.Sample`.
 
         Raises:
-            InvalidArgumentError: for an invalid batch size, timeout or update (the same
-                error :meth:`update_priorities` raises for that update).
+            InvalidArgumentError: for an invalid batch size, timeout or update.
             RateLimiterTimeoutError: if the sample waited ``timeout`` seconds.
-            ServerUnavailableError: if the server does not answer; neither the sample nor
-                the update was applied, nor will be (ServerRestartedError if the server
-                restarted meanwhile).
+            ServerUnavailableError: if the server does not answer (nothing applied, ever).
         """
         timeout = check_timeout(timeout)
         until = self.transport.until(timeout)
@@ -290,19 +224,14 @@ class Client:
         timeout: float | None = None,
         update: tuple[Any, Any] | None = None,
     ) -> int:
-        """Send a sample request (and ``update``, see :meth:`sample`) without waiting.
-
-        With a ``timeout``, no server starts the request later than ``timeout`` (plus
-        ``REPLY_GRACE_S``) from now, as for :meth:`sample`: a :meth:`sample_result` that
-        hears nothing by then raises ServerUnavailableError, and neither the sample nor
-        the update is applied afterwards.
+        """Send a sample request (and ``update``, see :meth:`sample`) without waiting; no
+        server starts it later than ``timeout`` plus ``REPLY_GRACE_S`` from now.
 
         Returns:
             The request's id, for :meth:`sample_result`.
 
         Raises:
-            InvalidArgumentError: for an invalid timeout, or an update whose keys are not
-                integers or whose priorities are not numbers.
+            InvalidArgumentError: for an invalid timeout or update.
             ServerUnavailableError: if the request could not be sent within ``timeout``.
         """
         timeout = check_timeout(timeout)
@@ -320,21 +249,16 @@ class Client:
     def update_priorities(
         self, table: str, keys: Any, priorities: Any, *, wait: bool = True
     ) -> int | None:
-        """:meth:`Table.update_priorities`: one priority per key, or one for all keys.
-
-        With ``wait=False`` returns at once (None) and the server only logs errors; only
-        a connection that has not yet greeted its server waits for that, at most the
-        reply grace (``REPLY_GRACE_S``). A learner can instead send the update with its
-        next sample request (``sample(..., update=(keys, priorities))``) and save a
-        round trip.
+        """:meth:`Table.update_priorities`: one priority per key, or one for all keys. With
+        ``wait=False`` returns None at once (waiting at most ``REPLY_GRACE_S`` for a first
+        handshake) and the server only logs errors.
 
         Returns:
             How many items were updated (keys of items no longer held are skipped).
 
         Raises:
             InvalidArgumentError: for keys or priorities the table refuses.
-            ServerUnavailableError: if the server did not answer (with ``wait=False``:
-                its greeting, within the reply grace).
+            ServerUnavailableError: if the server did not answer.
         """
         arrays = update_arrays(keys, priorities)
         header: dict[str, Any] = {"op": "update_priorities", "table": table}
@@ -371,34 +295,29 @@ class Client:
     def server_info(
         self, table: str | None = None, *, until: Any = CALL
     ) -> dict[str, dict[str, Any]]:
-        """Per table: TableInfo fields plus ``inserts_per_s``, ``samples_per_s`` and the
-        observed ``samples_per_insert`` (``until`` as in :meth:`describe`)."""
+        """Per table: TableInfo fields plus insert and sample rates (``until`` as in describe)."""
         header = {"op": "info"} if table is None else {"op": "info", "table": table}
         return self.transport.call(header, until=until)[0]["tables"]
 
     def checkpoint(self, timeout: float | None = None) -> str:
-        """Have the server save a checkpoint of all its tables and writer streams, and
-        wait until it is published; returns its directory on the server's machine.
-
-        The checkpoint holds everything the server acknowledged before this call (a
-        checkpoint already under way is finished first). The server goes on serving
-        meanwhile. Needs a server started with ``checkpoint_dir`` (``rlreplay serve
-        --checkpoint-dir DIR``).
+        """Have the server checkpoint all tables and writer streams; blocks until published.
+        It holds everything acknowledged before the call; the server keeps serving.
 
         Args:
             timeout: seconds to wait (``None``: as long as the server answers pings).
 
+        Returns:
+            The checkpoint's directory on the server's machine.
+
         Raises:
             InvalidArgumentError: if the server has no checkpoint directory.
-            CheckpointError: if the checkpoint could not be written (nothing published).
-            ReplayTimeoutError: if it was not published within ``timeout`` (the server
-                goes on writing it).
+            CheckpointError: if it could not be written (nothing published).
+            ReplayTimeoutError: if not published within ``timeout`` (it is still written).
             ServerUnavailableError: if the server did not answer.
         """
         timeout = check_timeout(timeout, none="wait until it is published")
         return str(self.transport.call({"op": "checkpoint"}, timeout=timeout)[0]["path"])
 
-    # -------------------------------------------------------------- helpers
     def table(self, name: str) -> RemoteTable:
         """A :class:`RemoteTable`: the exact method signatures of a local :class:`Table`."""
         self.describe(name)
@@ -419,8 +338,7 @@ class Client:
 
 
 class RemoteTable:
-    """A served table with the same calls as a local :class:`~rlreplay.Table`, so code
-    written against a table runs against a server unchanged (see :meth:`Client.table`).
+    """A served table with the same calls as a local :class:`~rlreplay.Table`.
 
     Example:
         >>> replay = Client(address).table("replay")              # doctest: +SKIP
@@ -440,7 +358,7 @@ class RemoteTable:
         desc = self.client.describe(self.name)
         try:
             return ItemLayout.from_json(desc["layout"], self.client.signature(self.name))
-        except Exception:  # a layout kind this client does not know: its span still holds
+        except Exception:  # unknown layout kind: its span still holds
             return SimpleNamespace(span=desc["span"])
 
     def insert(self, rows, priorities=None, *, timeout=None) -> np.ndarray:
@@ -477,12 +395,10 @@ class RemoteTable:
 def insert_request(
     tables: ServedTables, table: str, rows: Mapping[str, Any], priorities: Any, until: Any
 ) -> tuple[dict, dict]:
-    """``(header, arrays)`` of an insert of ``rows`` into ``table``, checked against its
-    signature (its description fetched, once, within ``until``).
+    """``(header, arrays)`` of an insert into ``table``, checked against its signature.
 
     Raises:
-        SignatureError, InvalidArgumentError: for rows or priorities the table refuses,
-            or a table the server does not serve.
+        SignatureError, InvalidArgumentError: for refused rows or priorities, or table.
     """
     sig = tables.signature(table, until)
     arrays = rows_arrays(sig, rows, tables.describe(table, until)["is_rows"], table)
@@ -494,12 +410,10 @@ def insert_request(
 
 
 def sample_request(table: str, batch_size: Any, update: Any) -> tuple[dict, dict]:
-    """``(header, arrays)`` of a sample of ``batch_size`` items (the server checks it),
-    carrying ``update`` (``(keys, priorities)`` or ``None``).
+    """``(header, arrays)`` of a sample request carrying ``update`` (or ``None``).
 
     Raises:
-        InvalidArgumentError: if ``update`` is not such a pair, or its keys are not
-            integers or its priorities not numbers.
+        InvalidArgumentError: for a malformed ``update``.
     """
     header = {"op": "sample", "table": table, "batch_size": plain_int(batch_size)}
     if update is None:
@@ -512,6 +426,5 @@ def sample_request(table: str, batch_size: Any, update: Any) -> tuple[dict, dict
 
 
 def plain_int(value: Any) -> Any:
-    """A numpy integer as a Python int (what the wire carries); anything else unchanged,
-    for the server to check."""
+    """A numpy integer as a Python int; anything else unchanged, for the server to check."""
     return int(value) if isinstance(value, np.integer) else value

@@ -37,13 +37,8 @@ class LearnerCalls(Protocol):
 
 
 class SampleIterator:
-    """Yields :class:`~rlreplay.Sample` batches from a served table, with ``in_flight``
-    requests outstanding so the network and the server work while the learner computes.
-
-    Priority updates given to :meth:`update_priorities` travel with the next sample
-    request, so a learner's cycle costs one round trip. The server applies them before it
-    samples that request; batches already in flight were sampled before they arrived
-    (with ``in_flight=1`` every batch sees all earlier updates).
+    """Yields :class:`~rlreplay.Sample` batches of a served table with ``in_flight`` requests
+    outstanding; priority updates travel with the next request, applied before it samples.
 
     Args:
         client: the :class:`~rlreplay.Client`.
@@ -51,22 +46,16 @@ class SampleIterator:
         batch_size: items per batch.
         in_flight: requests kept outstanding (>= 1).
         timeout: seconds each request may wait for the rate limiter (``None``: no limit).
-        output: what the batches' data arrays become (``"numpy"``, ``"torch"`` or
-            ``"jax"``), as for a local :class:`~rlreplay.ReplayIterator` (see
-            :func:`rlreplay.iterators.batch_output`).
-        device: torch or jax device for the arrays (``None``: the CPU, or jax's
-            default).
+        output: ``"numpy"``, ``"torch"`` or ``"jax"`` (:func:`rlreplay.iterators.batch_output`).
+        device: torch or jax device (``None``: the CPU, or jax's default).
         pin_memory: pin torch host memory before moving it to ``device``.
 
     Raises:
-        InvalidArgumentError: for a bad argument (``output`` and the rest as
-            :func:`~rlreplay.iterators.batch_output` says).
+        InvalidArgumentError: for a bad argument.
 
     Raises (from ``next``):
-        RateLimiterTimeoutError: when a request waited ``timeout`` seconds (updates it
-            carried stay applied).
-        InvalidArgumentError: when the server rejected the updates the request carried
-            (keys not of this table); none of them was applied and nothing was sampled.
+        RateLimiterTimeoutError: when a request waited ``timeout`` s (its updates stay applied).
+        InvalidArgumentError: when the server rejected the carried updates (none applied).
         ServerUnavailableError: when the server stops answering.
 
     Example:
@@ -100,17 +89,12 @@ class SampleIterator:
         self._closed = False
 
     def update_priorities(self, keys: Any, priorities: Any) -> None:
-        """Queue new priorities; they go to the server with the next sample request.
-
-        Updates queued before one request are sent together, in the order given (for a
-        key given twice the last priority wins), and applied as one
-        :meth:`Table.update_priorities`: keys of items no longer held are skipped and
-        counted. :meth:`close` sends what is still queued.
+        """Queue new priorities for the next sample request (for a repeated key the last wins).
 
         Raises:
-            InvalidArgumentError: at once, for keys that are not a 1-d integer array or
-                priorities that are not finite, >= 0 and one per key.
-            ClosedError: after :meth:`close` (no request would carry them).
+            InvalidArgumentError: at once, for keys not 1-d integers or priorities not
+                finite, >= 0 and one per key.
+            ClosedError: after :meth:`close`.
         """
         if self._closed:
             raise ClosedError(
@@ -148,15 +132,12 @@ class SampleIterator:
         return np.concatenate([k for k, _ in updates]), np.concatenate([p for _, p in updates])
 
     def close(self, wait: bool = True) -> None:
-        """Send the queued updates and cancel the outstanding requests (their replies are
-        dropped when they arrive, and the server drops those still parked). Call it from
-        the thread that iterates: requests are its connection's, and another thread's
-        cannot cancel them (they end with their lease, or by drawing their items).
+        """Send the queued updates and cancel the outstanding requests. Call it from the
+        iterating thread: another thread cannot cancel its requests.
 
         Args:
-            wait: wait for the server to apply the queued updates (``False``: send them
-                and return at once; the server only logs errors). Leaving a ``with``
-                block because of an exception does not wait.
+            wait: wait for the server to apply the updates (``False``: return at once; the
+                server only logs errors). Leaving ``with`` on an exception does not wait.
 
         Raises:
             InvalidArgumentError: if the server rejected the queued updates (``wait``).

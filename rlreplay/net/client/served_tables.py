@@ -1,10 +1,5 @@
-"""What a client knows of a server's tables: their descriptions and signatures, fetched
-once.
-
-A :class:`~rlreplay.net.client.client.Client` asks the server to ``describe`` its tables on the
-first call that needs it (one round trip, within that call's deadline) and keeps the
-answer: the signatures and limits against which it checks rows before sending them.
-"""
+"""What a client knows of a server's tables: descriptions and signatures, fetched once on
+the first call that needs them."""
 
 from __future__ import annotations
 
@@ -32,12 +27,11 @@ class ServedTables:
         self.signatures: dict[str, Signature] = {}
 
     def describe(self, table: str, until: Any) -> dict[str, Any]:
-        """The description of ``table`` (signature, layout, sizes), fetched (once) within
-        the caller's ``until``.
+        """The description of ``table`` (signature, layout, sizes), fetched once within
+        ``until``.
 
         Raises:
-            InvalidArgumentError: if the server serves no table of that name (listing
-                those it serves).
+            InvalidArgumentError: if the server serves no table of that name.
             ServerUnavailableError: if the server did not answer in time.
         """
         if self.descriptions is None:

@@ -1,9 +1,5 @@
-"""What a client is made from: its server's address, CURVE keys, timeouts and whether it
-may use shared memory, checked once.
-
-A :class:`~rlreplay.net.client.client.Client` is a cheap handle that pickles as these settings and
-reconnects wherever it is unpickled, so they are kept apart from the sockets and threads
-built from them: the settings travel, the connections do not.
+"""What a client is made from: address, CURVE keys, timeouts and shared-memory choice,
+checked once. A client pickles as these settings, so they are kept apart from its sockets.
 """
 
 from __future__ import annotations
@@ -17,10 +13,8 @@ from rlreplay.net.wire import auth
 
 @dataclasses.dataclass(frozen=True)
 class ClientSettings:
-    """A client's checked settings; the fields are the :class:`~rlreplay.Client`'s
-    arguments (see it for their meaning), with the address normalized and the keys read.
-
-    Build them with :meth:`check`, which validates every argument first.
+    """A client's checked settings: the :class:`~rlreplay.Client`'s arguments, with the
+    address normalized and the keys read. Build them with :meth:`check`.
     """
 
     address: str
@@ -43,13 +37,11 @@ class ClientSettings:
         shared_memory: bool | None,
     ) -> ClientSettings:
         """The settings of a client with these arguments (``shared_memory`` is checked
-        where it is used, by :class:`~rlreplay.net.client.shm.SharedMemoryPath`).
+        where it is used).
 
         Raises:
-            InvalidArgumentError: for a malformed address, unreadable key files,
-                ``liveness_s`` not seconds > 0, ``diagnose_timeout`` not seconds in
-                [0, 60] or an invalid ``call_timeout`` (naming the argument and its
-                value).
+            InvalidArgumentError: for a malformed address, unreadable key files, or a
+                timeout out of range (naming the argument and its value).
         """
         address = auth.normalize_address(address)
         server_key = auth.public_key(server_public_key)
@@ -79,14 +71,12 @@ class ClientSettings:
         )
 
     def arguments(self, call_timeout: float) -> dict[str, Any]:
-        """The keyword arguments of a :class:`~rlreplay.Client` with these settings and
-        the given (current) ``call_timeout``: what a client pickles as."""
+        """The :class:`~rlreplay.Client` keyword arguments these settings pickle as."""
         return {**dataclasses.asdict(self), "call_timeout": call_timeout}
 
 
 def check_call_timeout(value: Any) -> float:
-    """A client's ``call_timeout``: seconds > 0 (calls that never block have a bound; a
-    call with ``timeout=None`` of its own waits while the server answers pings).
+    """A client's ``call_timeout``: seconds > 0.
 
     Raises:
         InvalidArgumentError: naming ``call_timeout`` and the value.

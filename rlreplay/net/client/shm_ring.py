@@ -1,6 +1,5 @@
-"""A thread's ring of shared-memory slots on one connection (the client's side of
-:mod:`rlreplay.net.client.shm`): leasing a slot to one request, attaching and detaching slots at the
-server, the views of a sampled batch on its slot, and the process's byte budget for slots.
+"""A thread's ring of shared-memory slots on one connection: leases, attach and detach,
+batch views, and the process's byte budget (client side of :mod:`rlreplay.net.client.shm`).
 """
 
 from __future__ import annotations
@@ -23,17 +22,14 @@ from rlreplay.net.wire.payloads import as_sample
 from rlreplay.net.wire.shm_segments import IDLE_S, Segment, aligned, boot_id, check_entries
 
 MAX_SLOTS = 8  # slots per thread (a learner's in-flight requests plus held batches)
-# Batches (and arrays of inserts) smaller than this go through the socket: there the
-# bookkeeping of a slot costs more than the copies it saves.
+# Smaller batches and arrays go through the socket: a slot's bookkeeping costs more.
 MIN_BYTES = codec.ZERO_COPY_BYTES
 SLOT_ROUNDING = 1 << 16  # slot sizes are multiples of this many bytes
-# A thread's slots unused for this long are dropped and attached afresh: the server
-# forgets them after IDLE_S, and a request must never name a slot it forgot.
+# Slots unused this long are attached afresh: the server forgets them after IDLE_S.
 RENEW_S = IDLE_S / 2
 
-# The process's slots (every client and thread together) hold at most this many bytes of
-# /dev/shm, or a quarter of its free space at first use if less: past it, requests go
-# through the socket as when a ring is full. BUDGET_VARIABLE sets another limit (0: none).
+# The process's slots hold at most this many bytes of /dev/shm (or a quarter of its free
+# space, if less); past it, the socket. BUDGET_VARIABLE overrides it (0: no limit).
 DEFAULT_BUDGET_BYTES = 256 << 20
 BUDGET_VARIABLE = "RLREPLAY_SHM_BUDGET_BYTES"
 
@@ -41,9 +37,7 @@ _FREE, _REQUESTED, _HELD, _RETIRED = 0, 1, 2, 3
 
 
 class _Budget:
-    """Bytes of ``/dev/shm`` this process's slots hold (until their segment object goes:
-    a batch still viewing a dropped slot keeps counting), against a limit set at first use.
-    """
+    """Bytes of ``/dev/shm`` this process's slots hold, against a limit set at first use."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -68,13 +62,11 @@ BUDGET = _Budget()
 
 
 def budget_bytes() -> int:
-    """The process's byte budget for slots: ``RLREPLAY_SHM_BUDGET_BYTES`` when set, else the
-    smaller of :data:`DEFAULT_BUDGET_BYTES` and a quarter of ``/dev/shm``'s free space, as
-    found at the first call.
+    """The process's byte budget for slots: ``RLREPLAY_SHM_BUDGET_BYTES`` if set, else the
+    smaller of :data:`DEFAULT_BUDGET_BYTES` and a quarter of ``/dev/shm``'s free space.
 
     Raises:
-        InvalidArgumentError: if ``RLREPLAY_SHM_BUDGET_BYTES`` is not a whole number of
-            bytes >= 0.
+        InvalidArgumentError: if ``RLREPLAY_SHM_BUDGET_BYTES`` is not an int >= 0.
     """
     if BUDGET.limit is not None:
         return BUDGET.limit
@@ -99,10 +91,8 @@ def budget_bytes() -> int:
     BUDGET.limit = limit
     return limit
 
-# Times this process forked. A slot's memory is shared with a forked child, not copied
-# on write: a batch held at a fork is the child's too, so its slot is never leased again
-# (it is retired when the parent's batch goes), or the parent's next batch would change
-# the child's.
+# Times this process forked: a slot holding a batch at a fork is shared with the child, so
+# it is never leased again.
 _forks = 0
 
 
@@ -114,14 +104,12 @@ def _count_fork() -> None:
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_parent=_count_fork)
 
-# id -> weak reference of each leased batch's base array (every view of the batch's data
-# has it as its ``base``), while the batch lives
+# id -> weak reference of each leased batch's base array, while the batch lives
 _ROOTS: dict[int, weakref.ref] = {}
 
 
 def is_shared(array: Any) -> bool:
-    """Whether ``array`` (a sampled data array, or any view of one) lies in a slot of
-    this process: the batch came through shared memory."""
+    """Whether ``array`` (or a view of it) lies in a slot of this process."""
     if not isinstance(array, np.ndarray):
         return False
     for candidate in (array, array.base):
@@ -149,8 +137,8 @@ class _Slot:
 
 
 class SlotRing:
-    """One thread's slots on one connection (its channel's socket): used by that thread
-    only, but for the finalizers that free slots of dropped batches.
+    """One thread's slots on one connection (used by that thread only, but for the
+    finalizers that free slots of dropped batches).
 
     Args:
         transport: the client's transport (for ``shm_attach``/``shm_detach``).
@@ -176,9 +164,7 @@ class SlotRing:
         self.no_room_until = -float("inf")  # no new slot before then (/dev/shm was full)
 
     def usable(self, now: float) -> bool:
-        """Whether the slots still belong to the channel's socket (a reset opens a new
-        connection, which the server knows nothing of), to the server that attached them
-        (not one restarted since), and were used recently enough that it still maps them."""
+        """Whether the slots still belong to the channel's socket and server, recently used."""
         ch = self._channel
         return (
             ch.sock is self._sock
@@ -186,7 +172,6 @@ class SlotRing:
             and now - self.last_used < RENEW_S
         )
 
-    # ------------------------------------------------------------- leases
     def lease(self, need: int, until: Any) -> _Slot | None:
         """A free slot of at least ``need`` bytes, leased (attaching one if needed);
         None when every slot is leased.
@@ -203,8 +188,7 @@ class SlotRing:
         return slot
 
     def sent(self, slot: _Slot | None, key: tuple[str, int] | None, rid: int) -> None:
-        """The request that leased ``slot`` (a sample of ``key``, or None) went out as
-        ``rid``."""
+        """The request that leased ``slot`` (a sample of ``key``, or None) went out as ``rid``."""
         if slot is not None:
             slot.rid = rid
         if slot is not None or key is not None:
@@ -216,8 +200,7 @@ class SlotRing:
             slot.state = _FREE
 
     def _reclaim(self) -> None:
-        """Free the slots of requests no reply will come for (nor be read from the slot),
-        and drop those retired (a forked child may still read their batch)."""
+        """Free the slots no reply will come for, and drop those retired."""
         ch = self._channel
         for rid in [r for r in self._requests if _settled(ch, r)]:
             _, slot = self._requests.pop(rid)
@@ -228,16 +211,11 @@ class SlotRing:
             self.detach(retired)
 
     def renewed(self) -> SlotRing:
-        """A ring for the channel's current socket that goes on with this one's
-        knowledge: batch sizes, and the requests still out (their replies may name
-        slots of this ring, which stay mapped here but are never leased again)."""
+        """A ring for the channel's new socket, keeping batch sizes and requests still out."""
         return SlotRing(self._transport, self._channel, self.need, self._requests)
 
     def _attach(self, need: int, until: Any) -> _Slot | None:
-        """Attach another slot of at least ``need`` bytes (replacing a free slot too
-        small for it when the ring is full); None when every slot is leased, while
-        ``/dev/shm`` had no room for one a moment ago (``no_room_until``), or when the
-        process's slots hold their budget (:func:`budget_bytes`)."""
+        """Attach another slot of ``need`` bytes or more; None if none may be had now."""
         if len(self.slots) >= MAX_SLOTS:
             free = [s for s in self.slots if s.state == _FREE]
             if not free:
@@ -286,10 +264,7 @@ class SlotRing:
             self._transport.send({"op": "shm_detach", "tokens": tokens, "noreply": True})
 
     def release(self) -> None:
-        """Drop every slot: the client closes, or its thread ended. Tells the server to
-        unmap them without waiting (a message queued on the socket, dropped if it cannot
-        be queued at once; the server forgets them after ``IDLE_S`` all the same); never
-        raises. Batches still viewing the slots stay valid."""
+        """Drop every slot, telling the server without waiting; never raises."""
         slots, self.slots = self.slots, []
         ch = self._channel
         if not slots or ch.sock is not self._sock or ch.epoch != self._epoch:
@@ -305,7 +280,6 @@ class SlotRing:
         with contextlib.suppress(zmq.ZMQError):
             framing.send(ch.sock, codec.encode(header, None))
 
-    # ------------------------------------------------------------- samples
     def sample(self, header: dict, arrays: dict) -> Sample:
         """The :class:`Sample` of a reply; its data arrays view the slot the reply names."""
         key, slot = self._requests.pop(header.get("id"), (None, None))
@@ -335,7 +309,6 @@ class SlotRing:
         weakref.finalize(root, slot.release, slot.lease, id(root))
         return as_sample(header, arrays)
 
-    # ------------------------------------------------------------- requests
     def place(self, slot: _Slot, header: dict, large: list[tuple[str, np.ndarray]]) -> None:
         """Copy ``large`` arrays into ``slot`` and name them in ``header["shm_in"]``."""
         data, entries, off = slot.segment.data, [], 0

@@ -1,19 +1,8 @@
 """How a client's requests travel: one socket per thread, server epochs, deadlines.
 
-A :class:`Transport` sends requests and waits for their replies on behalf of a
-:class:`~rlreplay.Client`. It keeps the guarantees the protocol makes under faults
-(``docs/protocol.md``):
-
-- a call's ``timeout`` bounds all of it: the handshake that learns the server's epoch, the
-  send (a full queue), the wait, and the pings that tell a busy server from a dead one;
-- every request carries the server epoch it is meant for and the time its caller stops
-  waiting, so a restarted server refuses it and no server starts it after that time;
-- a call with a deadline that gets no answer fails alone (its ``expires`` keeps any server
-  from starting it later); when a call without one hears nothing for ``2 * liveness_s``,
-  the thread's socket is dropped with everything still queued in it, after the lease past
-  which the server refuses those requests, so a call that raised is never applied later;
-- a reply with a new epoch fails every request the old server had taken
-  (:class:`~rlreplay.errors.ServerRestartedError`).
+A :class:`Transport` sends requests and awaits replies for a :class:`~rlreplay.Client`.
+A call's ``timeout`` bounds all of it, a restarted server refuses requests meant for its
+predecessor, and a call that raised is never applied later. See docs/protocol.md.
 """
 
 from __future__ import annotations
@@ -42,21 +31,16 @@ from rlreplay.errors import (
 from rlreplay.net.client.channel import Channel
 from rlreplay.net.wire import auth, codec, framing
 
-# After a call got no answer at all, the client spends at most this long finding out why
-# (nothing listening, a refused CURVE handshake):
-# :func:`rlreplay.net.wire.auth.diagnose_connection`.
+# Most seconds spent finding out why a call got no answer.
 DIAGNOSE_S = 0.25
 
-# A call still unanswered after this long on a socket the server never answered looks at
-# why (as above) and, when it can tell (nothing listening, a refused credential), logs it
-# once while it goes on waiting: a wait for a server that is not there is never silent.
+# A call unanswered this long logs why (once, where known): waiting is never silent.
 UNANSWERED_WARN_S = 3.0
 
 # Extra seconds a client waits past a call's timeout for the server's own timeout reply.
 REPLY_GRACE_S = 0.5
 UNDIAGNOSED = object()  # a wait has not looked at why its server is silent
-# The server must not start a request later than this before its client gives up (or a
-# quarter of the time left, if less), leaving the reply time to arrive.
+# Latest start of a request before its client gives up (or a quarter of the time left).
 EXPIRY_MARGIN_S = 0.25
 
 
@@ -71,8 +55,7 @@ CALL: Any = _CallTimeout()
 
 
 class Sender(Protocol):
-    """What a client's writers and iterators send their requests through (a
-    :class:`Transport`): requests sent, replies awaited or forgotten."""
+    """What a client's writers and iterators send requests through (a :class:`Transport`)."""
 
     closed: bool
 
@@ -94,8 +77,7 @@ class Sender(Protocol):
     def notify(self, header: dict) -> None: ...
 
 
-# Milliseconds a closed socket may take to deliver its last shm_detach (in ZeroMQ's
-# background thread: closing does not wait).
+# Milliseconds a closed socket may take to deliver its last shm_detach.
 DETACH_LINGER_MS = 200
 
 
@@ -104,24 +86,21 @@ class _ThreadEnd:
 
 
 def _thread_ended(ref: weakref.ref, ch: Channel) -> None:
-    """A thread that used ``ch`` ended: release its shared-memory slots (unless its
-    client closed meanwhile, or this is a forked child that must not use the socket)."""
+    """A thread that used ``ch`` ended: release its shared-memory slots."""
     transport = ref()
     if transport is not None and ch.pid == os.getpid() and ch.shm is not None:
         transport.release_slots(ch)
 
 
 class Transport:
-    """A client's sockets (one per thread, opened lazily in each process) and the
-    request/reply exchange over them.
+    """A client's sockets (one per thread, opened lazily per process) and requests over them.
 
     Args:
         address: normalized server address.
         server_key: the server's CURVE public key, or None.
         client_keys: this client's CURVE key pair (with ``server_key``).
         call_timeout: seconds calls that never block wait for their reply.
-        liveness_s: a call without a timeout declares the server unavailable after twice
-            this many seconds without a reply; a waiting call pings after half as many.
+        liveness_s: as for :class:`~rlreplay.Client`.
         diagnose_s: seconds spent finding out why a call got no answer.
     """
 
@@ -143,11 +122,10 @@ class Transport:
         self._local = threading.local()
         self._channels: list[Channel] = []
         self._ids = itertools.count(1)
-        self.shm: Any = None  # the client's shared-memory path (rlreplay.net.client.shm), if used
+        self.shm: Any = None  # the client's SharedMemoryPath, if used
         self.waits = ReplyWaits(self)
         self.closed = False  # by close(): every later call raises ClosedError
 
-    # -------------------------------------------------------------- socket
     def connect(self) -> zmq.Socket:
         """A new DEALER socket connected to the server."""
         sock = zmq.Context.instance().socket(zmq.DEALER)
@@ -171,18 +149,12 @@ class Transport:
             )
 
     def channel(self) -> Channel:
-        """This thread's socket and reply bookkeeping (opened on first use per process).
-
-        Raises:
-            ClosedError: once :meth:`close` was called (every call of the client comes
-                here for its socket, so none goes on after it).
-        """
+        """This thread's socket, opened on first use per process (ClosedError once closed)."""
         self.check_open()
         ch = getattr(self._local, "channel", None)
         if ch is None or ch.pid != os.getpid():
             ch = self._local.channel = Channel(self.connect)
-            # Dropped with the thread's locals when the thread ends: its shared-memory
-            # slots are released then, not when the client closes.
+            # Released when the thread ends, not when the client closes.
             self._local.end = end = _ThreadEnd()
             weakref.finalize(end, _thread_ended, weakref.ref(self), ch).atexit = False
             with self._lock:
@@ -194,9 +166,8 @@ class Transport:
         return next(self._ids)
 
     def release_slots(self, ch: Channel) -> None:
-        """Release the shared-memory slots of ``ch``, whose thread ended (unless this
-        transport closed meanwhile)."""
-        # bounded: a collection may run this in a thread that holds the lock
+        """Release the shared-memory slots of ``ch``, whose thread ended."""
+        # bounded: a garbage collection may run this in a thread holding the lock
         if not self._lock.acquire(timeout=1.0):
             return  # the server forgets the slots after IDLE_S unused
         try:
@@ -209,9 +180,7 @@ class Transport:
             ring.release()
 
     def close(self) -> None:
-        """Close this process's sockets for good (a later call raises ClosedError),
-        telling the server to unmap their shared-memory slots without waiting for it (the
-        message gets ``DETACH_LINGER_MS`` to leave)."""
+        """Close this process's sockets for good, telling the server to unmap their slots."""
         self.closed = True
         with self._lock:
             for ch in self._channels:
@@ -225,11 +194,8 @@ class Transport:
             self._channels = []
         self._local = threading.local()
 
-    # ------------------------------------------------------------- messaging
     def until(self, timeout: Any) -> float | None:
-        """When a call with ``timeout`` gives up: ``CALL`` (``call_timeout``) or seconds
-        the server may block it (plus ``REPLY_GRACE_S``), as a ``time.monotonic()`` value;
-        None (no timeout) waits as long as the server answers pings."""
+        """``time.monotonic()`` at which a call with ``timeout`` gives up (None: never)."""
         if timeout is CALL:
             return time.monotonic() + self.call_timeout
         return None if timeout is None else time.monotonic() + timeout + REPLY_GRACE_S
@@ -244,25 +210,18 @@ class Transport:
         timeout: Any = CALL,
         label: str | None = None,
     ) -> int:
-        """Send a request without waiting for its reply; returns its id.
-
-        Before the first request on a socket, a ping learns the server's epoch, its clock
-        and its message size limit. Each request is stamped with the epoch, so a
-        restarted server refuses requests meant for its predecessor.
+        """Send a request without waiting for its reply (a socket's first request is preceded
+        by a ping that learns the server's epoch); returns its id.
 
         Args:
-            until: ``time.monotonic()`` by which the request must be on its way (the
-                handshake and a full send queue included); None: as long as the server
-                answers pings; default: ``call_timeout`` from now.
-            expires: ``time.monotonic()`` after which the server must not start the
-                request (this client stops waiting for it then); None: no such limit.
-            timeout: seconds the server may block the request, sent as ``"timeout"``,
-                shortened to what is left before ``until`` (default: the header's own).
-            label: what the errors of its wait call the request (default: its op).
+            until: ``time.monotonic()`` by which it must be sent (None: no limit; default:
+                ``call_timeout`` from now).
+            expires: ``time.monotonic()`` after which the server must not start it.
+            timeout: seconds the server may block it, cut to what is left before ``until``.
+            label: the request's name in errors (default: its op).
 
         Raises:
-            ServerUnavailableError: if the server did not answer the handshake or take the
-                request before ``until`` (the request is then dropped, never sent later).
+            ServerUnavailableError: if not sent before ``until`` (then never sent later).
             InvalidArgumentError: if the request is larger than the server accepts.
         """
         if until is CALL:
@@ -282,8 +241,7 @@ class Transport:
         if ch.epoch is not None and not ping:
             header["epoch"] = ch.epoch
         if expires is not None:
-            # In the server's clock, early by at most a round trip; a margin (at most a
-            # quarter of the time left) is left for the reply to travel back.
+            # In the server's clock; a margin is left for the reply to travel back.
             margin = min(EXPIRY_MARGIN_S, max(expires - time.monotonic(), 0.0) / 4)
             header["expires"] = expires - margin + ch.clock_offset
         if ch.greeted:
@@ -291,7 +249,7 @@ class Transport:
             ch.latest_lease = max(ch.latest_lease, lease - ch.clock_offset)
         slot = None
         if arrays and self.shm is not None and (op == "insert" or op == "write"):
-            # large arrays of a same-host client travel in its shared memory
+            # a same-host client's large arrays travel in its shared memory
             arrays, slot = self.shm.place(ch, header, arrays, until)
         frames = self._encoded(ch, header, arrays)
         sock = ch.sock
@@ -311,20 +269,14 @@ class Transport:
         return rid
 
     def _encoded(self, ch: Channel, header: dict, arrays: Mapping | None) -> list:
-        """The frames of a request, checked against the server's size limit once known.
-
-        Raises:
-            InvalidArgumentError: if the request is larger than the server accepts.
-        """
+        """The frames of a request, checked against the server's size limit once known."""
         frames = codec.encode(header, arrays)
         if arrays and ch.max_message_bytes is not None:
             self.check_size(frames, ch.max_message_bytes)
         return frames
 
     def _greet(self, ch: Channel, until: float | None, op: str) -> None:
-        """The handshake before a socket's first request (an ``op``): a ping learns the
-        server's epoch (a reply with a new epoch fails what the old server took, this ping
-        included: then once more)."""
+        """The handshake before a socket's first request: a ping learns the epoch."""
         label = f"the handshake before {op}"
         for _ in range(2):
             try:
@@ -335,16 +287,7 @@ class Transport:
         ch.greeted = True
 
     def lease_of(self, ch: Channel) -> float:
-        """The ``lease`` a message on ``ch`` carries: a time (in the server's clock, as
-        ``ch`` underestimates it, so early) before which no wait without a deadline on
-        ``ch`` can declare the server unavailable. Such a wait gives up after
-        ``2 * liveness_s`` without a reply, counted from its start or its last reply, so a
-        message sent outside a wait gives ``now + 2 * liveness_s`` (later waits start
-        later), and a ping inside a wait ``max(last reply, start) + 2 * liveness_s``,
-        both less a margin. The server never applies a call parked without a timeout past
-        the latest lease of its socket (the socket may have been dropped, the call
-        reported failed).
-        """
+        """The ``lease`` a message on ``ch`` carries (see docs/protocol.md)."""
         since = ch.waiting_since
         base = time.monotonic() if since is None else max(ch.last_heard, since)
         margin = min(EXPIRY_MARGIN_S, self.liveness_s / 4)
@@ -367,20 +310,14 @@ class Transport:
         self.channel().forget(rids)
 
     def cancel(self, rids: Any) -> None:
-        """Give up on the requests ``rids`` (of this thread's channel): their replies are
-        dropped, and the server drops those it still has parked, unanswered, so that a
-        sample nobody waits for draws no item (a queue's, taken once). Best effort: the
-        cancel message is sent without a reply within the reply grace; a server that does
-        not get it drops the calls when their deadline or lease ends."""
+        """Give up on ``rids``, best effort: the server drops those still parked."""
         rids = [int(r) for r in rids]
         if rids:
             self.channel().forget(rids)
             self.notify({"op": "cancel", "rids": rids})
 
     def notify(self, header: dict) -> None:
-        """Send ``header`` without a reply, best effort: nothing when this transport is
-        closed, and a connection that must first greet its server again gives it the reply
-        grace, no more; a message that could not be sent is logged (debug), not raised."""
+        """Send ``header`` without a reply, best effort (failures are logged at debug)."""
         if self.closed:
             return
         try:
@@ -389,8 +326,7 @@ class Transport:
             logging.getLogger("rlreplay").debug("%s not sent: %s", header["op"], error)
 
     def wait_until(self, rid: int, until: float | None) -> tuple[dict, dict]:
-        """Wait for the reply to ``rid``; raise its typed error if it failed (see
-        :meth:`ReplyWaits.wait_until`)."""
+        """Wait for the reply to ``rid``; raise its typed error if it failed."""
         return self.waits.wait_until(rid, until)
 
     def _unavailable(self, ch: Channel, message: str) -> None:
@@ -398,8 +334,7 @@ class Transport:
         self.waits.unavailable(ch, message)
 
     def diagnose(self, timeout: float | None = None) -> str | None:
-        """A :func:`~rlreplay.net.wire.auth.diagnose_connection` verdict for this client's
-        address and keys (see :meth:`ReplyWaits.diagnose`)."""
+        """A :func:`~rlreplay.net.wire.auth.diagnose_connection` verdict for this client."""
         return self.waits.diagnose(timeout)
 
     def call(
@@ -412,11 +347,8 @@ class Transport:
         """Send a request and wait for its reply.
 
         Args:
-            timeout: seconds the server may block the call (a rate limiter), ``None`` for
-                no limit, or ``CALL`` for calls that never block (they wait
-                ``call_timeout``).
-            until: when the whole call gives up (default: from ``timeout``), so that work
-                done before sending (a handshake, a description) counts against it too.
+            timeout: seconds the server may block it, ``None`` (no limit) or ``CALL``.
+            until: when the whole call gives up (default: from ``timeout``).
         """
         if until is CALL:
             until = self.until(timeout)
@@ -425,11 +357,7 @@ class Transport:
 
 
 class ReplyWaits:
-    """The waits of one transport's calls.
-
-    Args:
-        tr: the transport whose channels, address, keys and ``liveness_s`` it uses.
-    """
+    """The waits of one transport's calls."""
 
     def __init__(self, tr: Transport):
         self.tr = tr
@@ -438,23 +366,17 @@ class ReplyWaits:
         """Wait for the reply to ``rid``; raise its typed error if it failed.
 
         Args:
-            until: ``time.monotonic()`` to give up at; ``None`` waits as long as the server
-                answers pings. A ping goes out ``REPLY_GRACE_S`` before a bounded wait
-                ends, to tell a live but busy server (ReplayTimeoutError) from a dead one.
+            until: ``time.monotonic()`` to give up at; ``None``: while the server answers pings.
 
         Raises:
-            ServerUnavailableError: if the server did not answer at all. By ``until``:
-                this call fails alone (see :meth:`no_answer`); without a deadline, after
-                ``2 * liveness_s`` of silence, the socket is dropped with everything still
-                queued in it and every other request outstanding on it fails the same way.
-                Either way none of them is applied later.
+            ServerUnavailableError: if the server did not answer by ``until`` (this call
+                fails) or for ``2 * liveness_s`` (the socket's calls fail); none applied later.
             ServerRestartedError: if the server restarted since the request was sent.
-            ReplayTimeoutError: if the server answers but this call did not complete (its
-                reply is dropped when it comes).
+            ReplayTimeoutError: if the server answers but this call did not complete.
         """
         start = time.monotonic()
         ch = self.tr.channel()
-        ch.receive()  # a reply already here is taken, even past ``until`` (waits in turn)
+        ch.receive()  # a reply already here is taken, even past ``until``
         outer = ch.waiting_since
         ch.waiting_since = start if outer is None else outer
         try:
@@ -463,7 +385,7 @@ class ReplyWaits:
             ch.waiting_since = outer
 
     def _wait(self, ch: Channel, rid: int, until: float | None, start: float) -> tuple[dict, dict]:
-        """The loop of :meth:`wait_until` (``ch.waiting_since`` set)."""
+        """The loop of :meth:`wait_until`."""
         last_ping = ping_sent = -float("inf")
         ping_s = self.tr.liveness_s / 2
         warned = False
@@ -502,17 +424,14 @@ class ReplyWaits:
                     ping_sent = last_ping = now
                     ch.abandon(self.tr.send({"op": "ping"}, until=until))
                     if ch.last_heard < start and verdict is UNDIAGNOSED:
-                        # why a silent server may not answer, looked at while its last
-                        # ping is out: an error at the deadline says it without a wait
+                        # look at why while the last ping is out
                         verdict = self.diagnose(min(self.tr.diagnose_s, REPLY_GRACE_S / 2))
                         now = time.monotonic()
                 wait = min(wait, until - now - (REPLY_GRACE_S if ping_sent < start else 0.0))
             if not warned:
                 wait = max(min(wait, max(ch.last_heard, start) + UNANSWERED_WARN_S - now), 0.0)
             if silent >= ping_s and now - last_ping >= ping_s:
-                # Pings while waiting also reveal a restarted server (its epoch), and renew
-                # this socket's lease (see lease_of): every half liveness_s, so that the
-                # next lease reaches the server before the last one ends.
+                # Pings reveal a restarted server and renew this socket's lease in time.
                 last_ping = now
                 ch.abandon(self.tr.send({"op": "ping"}, until=until))
             if ch.wait(wait):
@@ -525,11 +444,7 @@ class ReplyWaits:
     def _warn_unanswered(
         self, ch: Channel, rid: int, waited: float, silent: float, until: float | None
     ) -> Any:
-        """Log that call ``rid`` has waited ``waited`` seconds while its server answered
-        nothing, not even a ping, for ``silent`` seconds, and why where a look at a new
-        connection tells (nothing listening, a refused credential); returns that look's
-        verdict. Nothing is logged when a new connection is answered (the server is up and
-        busy). The look ends by ``until``."""
+        """Log once that call ``rid`` got no answer, and why; returns the verdict."""
         look = self.tr.diagnose_s
         if until is not None:
             look = min(look, max(until - time.monotonic(), 0.05))
@@ -555,42 +470,22 @@ class ReplyWaits:
         return verdict
 
     def no_answer(self, ch: Channel, rid: int, message: str, verdict: Any = None) -> None:
-        """A wait with a deadline ended without an answer, not even to its last ping.
-
-        Once the latest lease this socket sent has passed, the server refuses whatever of
-        its requests it had not started, so the socket is dropped and all of them fail
-        (:meth:`unavailable`). Before that, only this call fails: its request carries
-        ``expires``, so no server starts it later, while the socket may carry requests
-        without a deadline (a remote writer's chunks, say) that a stalled server could still
-        apply when it resumes, and must not be reported failed. The next request first
-        learns the server's epoch again. (What leases cover: ``docs/protocol.md``.)
-
-        Raises:
-            ServerUnavailableError: with why where it can tell (as :meth:`unavailable`).
-        """
+        """A wait with a deadline got no answer: only this call fails (raises
+        ServerUnavailableError), or all of the socket's once its latest lease has passed."""
         if time.monotonic() >= ch.latest_lease:
             self.unavailable(ch, message, verdict)  # the server refuses all of them now
-        # The next request first pings: a server that restarted meanwhile shows its new
-        # epoch (failing what the old one had taken) before that request is stamped.
+        # the next request pings first, to see a restarted server's new epoch
         ch.greeted = False
         ch.abandon(rid)
         raise self._diagnosed(message, verdict) from None
 
     def unavailable(self, ch: Channel, message: str, verdict: Any = None) -> None:
-        """Drop the channel's socket and queued requests; raise ServerUnavailableError.
-
-        The socket is dropped first, so nothing it queued can reach a server that comes
-        back; then :meth:`_diagnosed` says why the server did not answer.
-        """
+        """Drop the channel's socket and queued requests; raise ServerUnavailableError."""
         ch.reset(message)
         raise self._diagnosed(message, verdict) from None
 
     def _diagnosed(self, message: str, verdict: Any = None) -> ServerUnavailableError:
-        """The ServerUnavailableError of a call that got no answer: ``message`` and why,
-        where a short look at a new connection's handshake (at most ``diagnose_s``, or
-        ``verdict`` when the wait has looked already) can tell: nothing accepts
-        connections at the address, or which CURVE credential the server refused (also
-        the error's ``reason``)."""
+        """The ServerUnavailableError of a call that got no answer, with why where known."""
         if verdict is None or verdict is UNDIAGNOSED:
             verdict = self.diagnose()
         why = auth.unreachable_reason(verdict)
@@ -599,9 +494,7 @@ class ReplyWaits:
         return ServerUnavailableError(f"{message}: {why}", verdict)
 
     def diagnose(self, timeout: float | None = None) -> str | None:
-        """A :func:`~rlreplay.net.wire.auth.diagnose_connection` verdict for this client's address
-        and keys (watched for ``timeout``, default ``diagnose_s``), or None if the diagnosis
-        was skipped or itself failed. Only run after a call failed."""
+        """A diagnosis verdict for this client's address and keys, or None."""
         timeout = self.tr.diagnose_s if timeout is None else timeout
         if timeout <= 0:
             return None

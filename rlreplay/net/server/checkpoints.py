@@ -1,52 +1,8 @@
 """Server checkpoints: a server's tables and its writers' streams, saved while it serves.
 
-A :class:`~rlreplay.Server` given a ``checkpoint_dir`` saves every table it serves (and
-the stores under them) with :mod:`rlreplay.checkpoint`, every ``checkpoint_every_s``
-seconds and when a client asks (``client.checkpoint()``, ``rlreplay checkpoint
-ADDRESS``), keeping the newest ``keep_checkpoints``. When it starts, it restores the
-newest valid checkpoint in that directory (one that fails its checks is skipped with a
-warning).
-
-The capture. The dispatcher takes a checkpoint's capture a step at a time between
-requests (:class:`~rlreplay.checkpoint.save.StepwiseSave`, the mechanism under every
-save): the buffers are made in a helper thread, then a large index's per-item state is
-copied a slice (:data:`~rlreplay.checkpoint.snapshot.SLICE_BYTES`) per step while the
-index notes the slots that the requests served meanwhile change. A request waits for
-one step (at most ``STEP_S`` of steps, then one more), never for the whole copy.
-
-The moment. The capture's last step is the checkpoint's moment, taken on the dispatcher
-thread between two requests: what changed since the slices were copied and the rest of
-the per-item state of every table under its store's lock, and the state of every remote
-writer's stream (:meth:`~rlreplay.net.server.sessions.WriterSessions.state`: its position, the
-steps it retains, the replies kept for chunks sent again). No request runs meanwhile, so
-the streams match the tables exactly: every chunk applied before the moment is in the
-checkpoint with its reply, none after. The step columns are then
-streamed to disk by a background thread while the dispatcher goes on serving (the store
-copies aside, first, rows it overwrites before they are written, see
-:mod:`rlreplay.checkpoint.streaming`); the checkpoint is published by one atomic rename.
-
-After a restart from a checkpoint, a writer sends again every chunk it had not seen
-acknowledged. A chunk applied before the moment is answered with its first reply (its
-items are not created twice); the next one is applied as if nothing happened. Chunks
-the stopped server applied *after* the moment were acknowledged but are lost with it:
-the restored stream takes the writer's next chunk as a new episode (its items cannot
-reach the lost steps; a chunk whose items do is refused and the writer drops it, as for
-any refused chunk). Nothing acknowledged before the newest checkpoint's moment is lost.
-
-Idle servers write nothing. A periodic checkpoint is skipped when nothing changed since
-the last checkpoint's moment: no request that may change a table was served (inserts,
-samples, which change ``times_sampled`` and the limiter's counts, priority updates,
-deletes, resets, writer chunks), and no table's counters (inserts, samples, size,
-deletes, evictions, the store's next step id, the sampler's total weight) nor the number
-of writer streams differ from what they were then (which catches changes made in process
-to a served table). A requested checkpoint (``client.checkpoint()``) is always written.
-
-The parts. :class:`ServerCheckpoints` schedules and takes the checkpoints; its options
-are checked by :func:`check_options` (when the server is made) and :func:`check_writable`
-(when it starts), what changed since the last moment is told by :func:`fingerprint`, the
-restore at start is :func:`restore_served` and the writers' section of the manifest
-:func:`writer_streams_section`, and a client's request, parked until its checkpoint is
-published, is a :class:`CheckpointJob`.
+The capture is taken a step at a time between requests; its last step (the moment) saves
+tables and writer streams together, so nothing acknowledged before it is lost and no chunk
+is stored twice after a restore. See docs/checkpoints.md.
 """
 
 from __future__ import annotations
@@ -75,33 +31,25 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rlreplay.net")
 
-# The dispatcher takes capture steps until this many seconds are spent, then serves what
-# waits: a request waits for at most this plus one step (a slice's copy, ~1 ms).
+# Seconds of capture steps per dispatcher turn: a request waits at most this plus one step.
 STEP_S = 0.001
 
 
 class ServerCheckpoints:
-    """The checkpoints of one server: periodic ones, requested ones, and the restore at
-    start. Every method runs on the server's dispatcher thread, except :meth:`restore`
-    (before it starts) and :meth:`close` (as it stops).
+    """A server's checkpoints, run on its dispatcher thread (but :meth:`restore`, :meth:`close`).
 
     Args:
-        directory: where checkpoints are saved (``None``: the server saves none).
+        directory: where checkpoints are saved (``None``: none are).
         every_s: seconds between periodic checkpoints (``None``: only on request).
         keep: the newest checkpoints kept (``None``: all).
 
     Attributes:
         restored_from: the checkpoint restored at start, if any.
-        saved: checkpoints published since start; ``last_path`` the newest of them.
-        skipped: periodic checkpoints not written because nothing had changed.
-        changed: set by the server when it served a request that may change a table;
-            cleared at each checkpoint's moment.
-        failures: saves that failed (each logged).
-        longest_capture_s: the longest time the capture's steps held the dispatcher at
-            once, in seconds.
-        capture_steps: capture steps taken (several per checkpoint of a large index).
-        capture_began_unix: ``time.time()`` when the newest checkpoint's capture began
-            (its moment is the manifest's ``created_unix``).
+        saved, skipped, failures: checkpoints published, skipped unchanged, and failed.
+        last_path: the newest published checkpoint.
+        changed: set when a request may have changed a table; cleared at each moment.
+        longest_capture_s, capture_steps: the capture's longest turn (seconds) and steps.
+        capture_began_unix: ``time.time()`` when the newest capture began.
     """
 
     def __init__(self, directory: Any, every_s: Any = None, keep: Any = None):
@@ -125,8 +73,7 @@ class ServerCheckpoints:
 
     @property
     def next_due(self) -> float:
-        """``time.monotonic()`` value when the next periodic checkpoint is due (``inf``:
-        none is)."""
+        """``time.monotonic()`` when the next periodic checkpoint is due (``inf``: never)."""
         return self._next_due
 
     @property
@@ -136,21 +83,17 @@ class ServerCheckpoints:
 
     @property
     def capturing(self) -> bool:
-        """Whether a save's capture has steps left for the dispatcher (:meth:`tick`
-        takes them; the dispatcher does not wait for requests meanwhile)."""
+        """Whether a save's capture has steps left for :meth:`tick`."""
         return self._pending is not None and self._pending.capturing
 
-    # -------------------------------------------------------------- restore
     def restore(self, tables: dict[str, Table], sessions: WriterSessions) -> Path | None:
-        """Restore the newest valid checkpoint in the directory into ``tables`` (in
-        place; their definitions must match the checkpoint's) and ``sessions``; returns
-        its path, or ``None`` when the directory holds no checkpoint yet.
+        """Restore the newest valid checkpoint into ``tables`` (in place) and ``sessions``;
+        returns its path, or ``None`` if there is none yet.
 
         Raises:
             InvalidArgumentError: if the directory cannot be created or written.
-            CheckpointError: if checkpoints are there but none is valid, or the newest
-                valid one holds other tables or definitions (the message says which and
-                what to do); nothing is restored then.
+            CheckpointError: if none is valid or the newest holds other tables or
+                definitions; nothing is restored then.
         """
         if not self.enabled:
             return None
@@ -161,14 +104,11 @@ class ServerCheckpoints:
             self.restored_from = path
         return path
 
-    # ----------------------------------------------------------------- saving
     def _due_from(self, now: float) -> float:
         return math.inf if self.every_s is None else now + self.every_s
 
     def tick(self, tables: dict[str, Table], sessions: WriterSessions, now: float) -> None:
-        """Start a periodic checkpoint if one is due and none is being written (by this
-        server, or by an in-process save of the same tables, which it waits for), and
-        take the steps of a capture under way."""
+        """Start a periodic checkpoint if due, or take the steps of one under way."""
         if self.capturing:
             self.advance(tables, sessions)
             return
@@ -183,14 +123,10 @@ class ServerCheckpoints:
         self.start(tables, sessions)  # a failure is counted and logged by advance()
 
     def start(self, tables: dict[str, Table], sessions: WriterSessions) -> Any:
-        """Start a checkpoint: its capture's first steps are taken now, the others by
-        :meth:`tick` between requests; its moment (tables and writer streams) is the
-        last step, and the columns are then streamed in the background. Returns the
-        pending save. Always writes, changed or not.
+        """Start a checkpoint (always written, changed or not); returns the pending save.
 
         Raises:
-            InvalidArgumentError: if the server has no checkpoint directory (errors of
-                the capture itself are kept in the pending save).
+            InvalidArgumentError: if the server has no checkpoint directory.
         """
         if not self.enabled:
             raise InvalidArgumentError(
@@ -212,9 +148,7 @@ class ServerCheckpoints:
         return pending  # a capture that failed is counted, its error kept in it
 
     def advance(self, tables: dict[str, Table], sessions: WriterSessions) -> None:
-        """Take capture steps for up to ``STEP_S`` seconds (dispatcher thread, between
-        requests). When the moment is taken, note what it holds (no request ran between
-        the moment and this). A capture that fails is counted and logged here."""
+        """Take capture steps for up to ``STEP_S`` seconds; failures are counted."""
         pending = self._pending
         t0 = time.perf_counter()
         while pending is not None and pending.capturing:
@@ -228,8 +162,7 @@ class ServerCheckpoints:
         if pending.steps.moment_taken:
             self._moment, self.changed = fingerprint(tables, sessions), False
         elif self._pending is pending:
-            # failed before its moment: nothing was published; requests asking for this
-            # checkpoint get the error from the pending save
+            # failed before its moment: nothing published; the pending save keeps the error
             self._pending = None
             self.failures += 1
             self.changed = True
@@ -239,8 +172,7 @@ class ServerCheckpoints:
                 log.error("checkpoint failed before its moment: %s", exc)
 
     def settle(self) -> None:
-        """Account for the previous save once it is done (counted as saved or failed);
-        nothing while it is under way."""
+        """Account for the previous save once it is done (saved or failed)."""
         pending = self._pending
         if pending is None or not pending.done():
             return
@@ -267,9 +199,7 @@ class ServerCheckpoints:
             self.settle()
 
     def request(self, deadline: float | None, tables: dict, sessions: WriterSessions) -> Job:
-        """A client's ``checkpoint`` request: a job answered with the checkpoint's path
-        once it is published (a save under way is awaited first, so the new checkpoint
-        holds everything acknowledged before the request)."""
+        """A client's ``checkpoint`` request: a job answered once it is published."""
         if not self.enabled:
             self.start(tables, sessions)  # raises, naming the missing directory
         return CheckpointJob(self, deadline, tables, sessions)
@@ -278,13 +208,11 @@ class ServerCheckpoints:
 def check_options(
     directory: Any, every_s: Any, keep: Any
 ) -> tuple[Path | None, float | None, int | None]:
-    """Validate a server's checkpoint options; returns ``(directory, every_s, keep)`` as
-    a path, a float and an int (each ``None`` where not given).
+    """Validate a server's checkpoint options; returns ``(directory, every_s, keep)``.
 
     Raises:
-        InvalidArgumentError: for a directory that is not a path (or is a file), a period
-            that is not a positive number, a ``keep`` that is not an int >= 1, or a period
-            or ``keep`` without a directory.
+        InvalidArgumentError: for a bad directory, period or ``keep``, or a period or
+            ``keep`` without a directory.
     """
     if directory is None:
         if every_s is not None or keep is not None:
@@ -321,8 +249,7 @@ def check_options(
 
 
 def check_writable(directory: Path) -> None:
-    """Create the checkpoint ``directory`` if needed and check that this process may
-    write there, so that a server never starts whose every checkpoint would fail.
+    """Create ``directory`` if needed and check this process may write there.
 
     Raises:
         InvalidArgumentError: naming the directory and the operating system's reason.
@@ -342,8 +269,7 @@ def check_writable(directory: Path) -> None:
 
 
 def stores_busy(tables: dict[str, Table]) -> bool:
-    """Whether a checkpoint streams one of the tables' stores now, or copies one of
-    their indexes in slices (an in-process save: a second one would be refused)."""
+    """Whether a save streams one of the tables' stores or copies an index now."""
     return any(
         t.index.changes.tracking or any(isinstance(o, ColumnStream) for o in t.store.observers)
         for t in tables.values()
@@ -351,10 +277,7 @@ def stores_busy(tables: dict[str, Table]) -> bool:
 
 
 def fingerprint(tables: dict[str, Table], sessions: WriterSessions) -> tuple:
-    """What a checkpoint of ``tables`` and ``sessions`` holds, in a few counters: equal
-    fingerprints mean nothing a checkpoint saves changed in between (a sample changes the
-    limiter's ``samples``; a priority update the sampler's total weight; an appended step
-    the store's next step id). Takes each table's lock in turn."""
+    """Counters that change whenever anything a checkpoint saves changes."""
     parts: list[Any] = [len(sessions), sessions.dropped]
     for name in sorted(tables):
         t = tables[name]
@@ -375,8 +298,7 @@ def fingerprint(tables: dict[str, Table], sessions: WriterSessions) -> tuple:
 
 
 class CheckpointTaker(Protocol):
-    """What a request needs of the server's checkpoints
-    (:class:`~rlreplay.net.server.checkpoints.ServerCheckpoints`)."""
+    """What a request needs of :class:`~rlreplay.net.server.checkpoints.ServerCheckpoints`."""
 
     directory: Path | None
 
@@ -394,8 +316,8 @@ class CheckpointTaker(Protocol):
 class CheckpointJob(Job):
     """A ``checkpoint`` request, parked until its checkpoint is published.
 
-    It is answered with ``{"path": ...}``; when its deadline passes first it gets a
-    :class:`~rlreplay.errors.ReplayTimeoutError` (the checkpoint is still written).
+    Answered with ``{"path": ...}``, or :class:`~rlreplay.errors.ReplayTimeoutError` past its
+    deadline (the checkpoint is still written).
     """
 
     what = "checkpoint"
@@ -457,8 +379,7 @@ SERVER_STATE = "server"  # the manifest's extra section holding the writers' str
 
 
 def writer_streams_section(sessions: WriterSessions) -> dict[str, Any]:
-    """The manifest's extra section for the writers' streams now (taken at the moment):
-    each stream's state keyed by its position (least recently used first) as a string."""
+    """The manifest's extra section: each writer stream's state, least recently used first."""
     states = sessions.state()
     return {SERVER_STATE: {"writers": {str(i): state for i, state in enumerate(states)}}}
 
@@ -466,15 +387,12 @@ def writer_streams_section(sessions: WriterSessions) -> dict[str, Any]:
 def restore_served(
     directory: Path, tables: dict[str, Table], sessions: WriterSessions
 ) -> Path | None:
-    """Restore the newest valid checkpoint in ``directory`` into ``tables`` (in place;
-    their definitions must match the checkpoint's) and the writer streams it holds into
-    ``sessions`` (those naming tables not served are dropped with a warning); returns its
-    path, or ``None`` when the directory holds no checkpoint yet.
+    """Restore the newest valid checkpoint in ``directory`` into ``tables`` and its writer
+    streams into ``sessions``; returns its path, or ``None`` if there is none yet.
 
     Raises:
-        CheckpointError: if checkpoints are there but none is valid, or the newest
-            valid one holds other tables or definitions (the message says which and
-            what to do); nothing is restored then.
+        CheckpointError: if none is valid or the newest holds other tables or
+            definitions; nothing is restored then.
     """
     from rlreplay.checkpoint import list_checkpoints
     from rlreplay.checkpoint.restore import restore_with_extra

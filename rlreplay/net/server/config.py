@@ -26,11 +26,9 @@ Format (TOML shown; any mapping of the same shape works)::
     size = 1000                    # sampler, remover, limiter and max_size (= size) themselves
     signature = { obs = { shape = [4], dtype = "float32" } }
 
-Every ``[[store]]`` and ``[[table]]`` is an *array of tables* (two brackets): a single
-``[table]`` is refused with that advice. Every mistake raises
-:class:`~rlreplay.errors.InvalidArgumentError` naming the entry (``table[1] 'queue'``) and
-the key, before anything is served; :func:`load_config` adds the file's path and, for
-TOML syntax errors, the line and column.
+Every ``[[store]]`` and ``[[table]]`` is an array of tables (two brackets). Every mistake
+raises :class:`~rlreplay.errors.InvalidArgumentError` naming the entry and key, before
+anything is served.
 """
 
 from __future__ import annotations
@@ -77,9 +75,8 @@ ORDERED_FIXED = {
 def load_config(path: str | os.PathLike) -> list[Table]:
     """Tables described by the TOML file at ``path`` (see the module docstring).
 
-    Raises:
-        InvalidArgumentError: if the file is missing or unreadable, is not valid TOML (the
-            message gives the line and column), or describes tables wrongly.
+        InvalidArgumentError: if the file is missing or unreadable, is not valid TOML (with
+            line and column), or describes tables wrongly.
     """
     if sys.version_info >= (3, 11):
         import tomllib
@@ -109,8 +106,7 @@ SINGLE_BRACKET = re.compile(r"^[ \t]*\[[ \t]*(table|store)[ \t]*\][ \t]*(?:#.*)?
 
 
 def _single_bracket_hint(name: str) -> str:
-    """Advice for a TOML error caused by ``[table]`` (or ``[store]``) headers: TOML refuses
-    a second ``[table]`` before the configuration can be read, so say what was meant."""
+    """Advice for a TOML error caused by single-bracket ``[table]`` or ``[store]`` headers."""
     try:
         with open(name, encoding="utf-8", errors="replace") as f:
             found = SINGLE_BRACKET.search(f.read())
@@ -247,8 +243,7 @@ def _build(where: str, make: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 def _store(entry: Mapping[str, Any], where: str, stores: dict[str, StepStore]) -> StepStore:
-    """The store an entry describes; ``stores`` are the ones already built (a name is
-    refused before its store's memory is allocated)."""
+    """The store an entry describes; ``stores``: those already built."""
     _check_keys(entry, STORE_KEYS, where)
     missing = [k for k in ("name", "signature") if k not in entry]
     if "capacity" not in entry and "capacity_bytes" not in entry:

@@ -1,29 +1,8 @@
 """Server side of remote writers: apply each chunk of steps and items whole, or not at all.
 
-A remote writer sends its steps in chunks together with the items it created over them.
-Each item names its anchor by *stream index* (the position of the step in everything this
-writer appended, counted from 0). A :class:`WriterSession` maps stream indices to store
-step ids and, like :class:`rlreplay.TrajectoryWriter`, holds a retention of the store's
-overwrite protocol (:mod:`rlreplay.core.overwrite`): the newest ``history`` steps of the
-current episode are never overwritten by other writers (the protocol copies them to the
-store's head first), and each chunk's steps continue them contiguously.
-
-A chunk is all or nothing. :meth:`Chunk.parse` checks every field of the request against the
-session (shapes and dtypes of the steps, each item's table, anchor, extent and priority, the
-order of chunks) before anything changes. :meth:`WriterSession.apply` then checks, under the
-store's lock, what depends on the state of the tables and the store: every table's rate
-limiter admits all of the chunk's items, every item lies in steps the writer still retains,
-and the store has room for all of the chunk's steps *now* (the overwrite protocol makes that
-room in one step, or changes nothing). Only then does it change anything: one contiguous
-write of all the chunk's steps, whatever episodes they hold, then the items. Nothing after
-the first change fails for the chunk's reasons. When something must wait it changes nothing
-and the server parks the chunk; a chunk whose deadline passes leaves nothing behind. So a
-writer knows after each reply exactly what is stored, and may send a chunk that failed
-again. Chunks carry a sequence number: a chunk sent twice (a retry after a lost reply) is
-answered with the keys of its first application and not applied again.
-
-A session is registered (it retains steps, and the server keeps it) only once its first
-chunk is applied, so a refused first chunk leaves nothing behind either.
+Items name their anchor by *stream index* (the step's position in all this writer appended).
+Invariant: every check runs before the first change, and a chunk sent twice (same sequence
+number) is answered with its first keys, not applied again.
 """
 
 from __future__ import annotations
@@ -40,23 +19,17 @@ KEPT_REPLIES = 64  # replies a session keeps for chunks sent again
 
 
 def admits(table: Table, m: int) -> bool:
-    """Whether ``table``'s rate limiter admits a chunk's ``m`` items at once now (lock
-    held). Writers keep ``m`` within the table's ``insert_window`` (see
-    :func:`rlreplay.net.server.operations.insert_window`), so a chunk never waits for
-    samples that cannot come."""
+    """Whether ``table``'s limiter admits ``m`` items at once now (lock held)."""
     return table.rate_limiter.can_insert(m, table.size)
 
 
 class WriterSession:
     """One remote writer's stream state on the server.
 
-    A session holds no server state until its first chunk is applied: its retention is
-    registered with the store's overwrite protocol then (see :attr:`registered`), so a
-    refused first chunk leaves nothing behind.
+    It holds no server state until its first chunk is applied (see :attr:`registered`).
 
     Args:
-        tables: the writer's tables (sharing one store, each named once), in the order
-            its chunks index them.
+        tables: the writer's tables (sharing one store), in the order its chunks index them.
         history: steps an item may reach back.
     """
 
@@ -67,26 +40,18 @@ class WriterSession:
         self.spans = np.array([t.layout.span for t in tables], dtype=np.int64)
         self.variable = np.array([bool(t.layout.variable) for t in tables])
         self.next_seq = 0  # sequence number of the next chunk to apply
-        # The table that kept the last chunk :meth:`apply` refused waiting (its rate
-        # limiter; the first table when the chunk waits for room in the store), for the
-        # server's blocked-time accounting.
+        # the table that kept the last refused chunk waiting, for blocked-time accounting
         self.blocker = tables[0]
         self.applied = 0  # stream index one past the last applied chunk's steps
         self.episode_start = 0  # stream index where the current episode began
-        # The newest ``history`` steps of the current episode (stream indices
-        # ``applied - count .. applied - 1``), which later items may reach: the store's
-        # overwrite protocol never overwrites them (when an append would, it copies them
-        # to the store's head first), and this writer's next append continues them.
-        # None until the first chunk is applied.
+        # The newest ``history`` steps of the current episode, which later items may reach
+        # and the overwrite protocol never overwrites; None until the first chunk.
         self.retention: Retention | None = None
-        # Per table: anchors (stream indices) of items created over recent steps, so a
-        # chunk that repeats an earlier chunk's anchor is refused before it changes
-        # anything.
+        # Per table: anchors of recent items, to refuse a repeated anchor before any change.
         self.recent: list[np.ndarray] = [np.zeros(0, np.int64) for _ in tables]
         self.replies: OrderedDict[int, np.ndarray] = OrderedDict()
         self.pending: deque = deque()  # WriteJobs of this writer, oldest first
-        # Restored from a server checkpoint, no chunk applied since: chunks the server
-        # applied after the checkpoint were lost with it (see :meth:`skipped`).
+        # restored from a checkpoint, no chunk applied since (see :meth:`skipped`)
         self.resumed = False
 
     @property
@@ -99,20 +64,13 @@ class WriterSession:
         """Steps this writer retains now."""
         return 0 if self.retention is None else self.retention.count
 
-    # ---------------------------------------------------------------- chunks
     def parse(self, header: dict, arrays: dict) -> Chunk:
         """:meth:`Chunk.parse` for this session."""
         return Chunk.parse(self, header, arrays)
 
     def replayed(self, header: dict) -> np.ndarray | None:
-        """Keys of the chunk ``header`` numbers if it was applied already (the writer sent
-        it again after losing the reply); None if it was not. Checked before the chunk is
-        parsed: checks against the stream as it stands now would not hold for it.
-
-        Raises:
-            InvalidArgumentError: if the chunk was applied so long ago that its reply is
-                no longer kept (nothing changes).
-        """
+        """Keys of chunk ``header`` if already applied (sent again after a lost reply), else
+        None; InvalidArgumentError if its reply is no longer kept."""
         seq = header.get("seq")
         if seq is None or seq >= self.next_seq:
             return None
@@ -127,20 +85,11 @@ class WriterSession:
         return keys
 
     def skipped(self, seq: int | None) -> bool:
-        """Whether chunk ``seq`` comes after chunks this session never applied because
-        it was restored from a server checkpoint: the server that stopped applied them
-        after the checkpoint, and they were lost with it. Such a chunk is taken as the
-        start of a new episode (its items cannot reach the lost steps), once; its writer
-        never sends them again (they were acknowledged)."""
+        """Whether chunk ``seq`` follows chunks lost with a restored server."""
         return self.resumed and seq is not None and seq > self.next_seq
 
     def check_next(self, chunk: Chunk) -> None:
-        """Check that ``chunk`` continues this writer's stream of applied chunks.
-
-        Raises:
-            InvalidArgumentError: if it does not (an earlier chunk of this writer was not
-                applied); nothing of it is applied.
-        """
+        """Refuse (InvalidArgumentError) a ``chunk`` not continuing the applied chunks."""
         if self.skipped(chunk.seq):
             return
         if chunk.seq != self.next_seq or (chunk.first != self.applied and not chunk.restart):
@@ -151,23 +100,13 @@ class WriterSession:
             )
 
     def apply(self, chunk: Chunk) -> np.ndarray | None:
-        """Apply the whole chunk now if every table admits its items and the store has
-        room for its steps; returns the items' keys in creation order, or None (nothing
-        changed) when something must wait.
-
-        Everything is checked before the first change: the tables' admission, each item's
-        place in the steps (the retained ones the chunk continues and its own), anchors
-        repeated from earlier chunks, and room for *all* of the chunk's steps, made in
-        one step by the store's overwrite protocol (which changes nothing when it cannot).
-        The chunk's steps are then written contiguously in one write, whatever episodes
-        they hold (they never overwrite each other: ``n <= capacity - history``), and
-        its items created over them. Nothing after the first change fails for the
-        chunk's reasons.
+        """Apply the whole chunk if every table admits its items and the store has room;
+        returns the items' keys in creation order, or None (nothing changed) to wait. Nothing
+        fails after the first change.
 
         Raises:
-            InvalidArgumentError: if an item needs steps this writer no longer retains,
-                repeats an anchor an earlier chunk used, or the store cannot hold what
-                writers retain plus the chunk; nothing changes.
+            InvalidArgumentError: if an item needs steps no longer retained, repeats an
+                earlier anchor, or the store cannot hold the chunk; nothing changes.
             ClosedError: if one of the tables was closed; nothing changes.
         """
         store = self.store
@@ -183,7 +122,7 @@ class WriterSession:
             self._check_reach(chunk, keep)
             self._check_repeats(chunk)
             self._check_priorities(chunk)
-            # The first change, all or nothing: room for every step of the chunk.
+            # the first change, all or nothing: room for every step
             own = self.retention
             if chunk.n and store.overwrite.make_room(chunk.n, own=own, keep=keep) is None:
                 self.blocker = self.tables[0]
@@ -207,19 +146,13 @@ class WriterSession:
                 self.store.overwrite.forget(self.retention)
 
     def release(self) -> None:
-        """Let the retained steps go (the writer was silent too long, or the store needs
-        room for other writers): the next chunk's items cannot reach back before it."""
+        """Let the retained steps go (writer silent too long, or the store needs room)."""
         if self.retention is not None:
             with self.store.mutex:
                 self.retention.release()
 
-    # ------------------------------------------------------------ checkpoints
     def state(self) -> dict:
-        """The stream's position for a server checkpoint (store lock held, on the
-        dispatcher thread): what a restored server needs to answer this writer's chunks
-        as this one would (its retained steps as store ids, the anchors of recent items,
-        the replies kept for chunks sent again). Chunks waiting are not part of it: they
-        were not applied, and the writer sends them again."""
+        """The stream's position for a server checkpoint (store lock held)."""
         own = self.retention
         seqs = np.fromiter(self.replies, np.int64, len(self.replies))
         kept = list(self.replies.values())
@@ -239,9 +172,7 @@ class WriterSession:
 
     @classmethod
     def from_state(cls, tables: list[Table], state: dict) -> WriterSession:
-        """The session :meth:`state` describes, over the restored ``tables``, retaining
-        again the steps it retained (store lock taken). Its next chunk may skip chunks
-        (see :meth:`skipped`)."""
+        """The session :meth:`state` describes, over the restored ``tables``."""
         session = cls(tables, int(state["history"]))
         session.next_seq = int(state["next_seq"])
         session.applied = int(state["applied"])
@@ -263,7 +194,6 @@ class WriterSession:
                     own.extend(first, count)
         return session
 
-    # --------------------------------------------------------------- planning
     def _new_episode(self, chunk: Chunk) -> bool:
         """Whether ``chunk`` begins a new episode at its first step."""
         return (
@@ -273,10 +203,7 @@ class WriterSession:
         )
 
     def _continued(self, chunk: Chunk) -> int:
-        """How many of the retained steps ``chunk`` continues (kept contiguous before its
-        first step): all of them within one episode, none after a restart, and when an
-        episode begins at its first step only those that its items of the previous episode
-        reach back to (items travel with the chunk after the steps they cover)."""
+        """How many retained steps ``chunk`` continues."""
         if chunk.restart or chunk.first != self.applied:
             return 0
         if not (chunk.starts and chunk.starts[0] == chunk.first):
@@ -291,12 +218,7 @@ class WriterSession:
         return chunk.first if self._new_episode(chunk) else None
 
     def _check_reach(self, chunk: Chunk, keep: int) -> None:
-        """Every item lies in the ``keep`` retained steps the chunk continues and its own
-        (:meth:`Chunk.parse` checked the rest: its episode, the history, the chunk's end).
-
-        Raises:
-            InvalidArgumentError: for items reaching steps no longer retained.
-        """
+        """Refuse items reaching before the ``keep`` retained steps the chunk continues."""
         early = chunk.anchor < chunk.first - keep
         if early.any():
             raise InvalidArgumentError(
@@ -317,11 +239,8 @@ class WriterSession:
                     "per anchor step"
                 )
 
-    # --------------------------------------------------------------- applying
     def _write(self, chunk: Chunk, keep: int) -> int:
-        """Write the chunk's steps right after the ``keep`` retained steps it continues
-        (the overwrite protocol made room and put those at the head), retain the newest
-        of its last episode, and return the store id of stream index ``chunk.first``."""
+        """Write the chunk's steps; returns the store id of ``chunk.first``."""
         own = self.retention
         if own is None:  # the first chunk applied: the writer now retains steps
             own = self.retention = self.store.overwrite.retain(self.history)
@@ -339,12 +258,7 @@ class WriterSession:
         return first
 
     def _check_priorities(self, chunk: Chunk) -> None:
-        """Refuse items whose priority a table's selectors could not take (see
-        ``Selector.max_priority``), before anything changes.
-
-        Raises:
-            InvalidArgumentError: naming the priority and the table's largest.
-        """
+        """Refuse items whose priority a table's selectors could not take."""
         for t, m in enumerate(chunk.counts.tolist()):
             if m:
                 given = chunk.priority[chunk.table == t]
@@ -384,12 +298,11 @@ class Chunk:
     """One ``write`` request, checked against its session (nothing changed by parsing).
 
     Attributes:
-        seq: the chunk's sequence number in its writer's stream of chunks.
+        seq: the chunk's sequence number in its writer's stream.
         first, n: stream index of its first step, and its number of steps.
         steps: field path -> ``[n, ...]`` array in the store's dtype.
-        table, anchor, need, priority, length: per item, in creation order: table index,
-            anchor stream index, stream index one past its last step, priority (NaN: the
-            table's default) and extent (``-1``: the layout's span).
+        table, anchor, need, priority, length: per item: table index, anchor, stream index
+            past its last step, priority (NaN: default), extent (``-1``: the span).
         starts: stream indices in ``[first, first + n)`` where an episode begins.
         restart: the writer dropped earlier chunks; a new episode begins at ``first``.
     """
@@ -399,12 +312,9 @@ class Chunk:
         """Check a ``write`` request (header fields already type-checked by the schema).
 
         Raises:
-            ProtocolError: for steps that do not match the signature, item arrays of
-                different lengths or missing, or episode starts outside the chunk.
-            InvalidArgumentError: for items whose table, anchor, extent or priority is
-                invalid, or more steps than the store can take with the writer's history.
-            DeadlockError: for more items of one table than its rate limiter could ever
-                admit at once.
+            ProtocolError: for malformed steps, item arrays or episode starts.
+            InvalidArgumentError: for an invalid item or too many steps for the store.
+            DeadlockError: for more items of one table than its limiter could ever admit.
         """
         c = cls()
         c.first, c.n = header["first"], header["n"]
@@ -488,12 +398,7 @@ class Chunk:
                 f"item priorities {describe(prio[bad_prio][:4].tolist())} must be finite and "
                 ">= 0 (NaN: the table's default)"
             )
-        # Every item lies within the steps its writer has sent up to this chunk's end, in
-        # one episode (the one its anchor lies in), and no further back than the writer's
-        # history. Steps before the chunk's first continue the episode of the writer's
-        # previous chunk (unless the writer restarted its stream): an item created over
-        # them travels with the next chunk, also when a new episode begins at its first
-        # step (a chunk is also sent when it holds half of what a limiter admits at once).
+        # every item lies in one episode, sent by this chunk's end, at most ``history`` back
         end = self.first + self.n
         floor = self.first if self.restart else session.episode_start
         need = anchor + extent

@@ -1,9 +1,7 @@
 """Jobs: the server's calls that a rate limiter may block, and the sample replies they make.
 
-Operations that may be blocked by a rate limiter (``insert``, ``sample``, writer chunks)
-are *jobs*: :meth:`Job.attempt` runs the operation if the table admits it now and returns
-``None`` otherwise, without ever waiting on a lock's condition. The server parks jobs that
-return ``None`` and attempts them again whenever a table changes, until their deadline.
+:meth:`Job.attempt` runs the operation if the table admits it now and returns ``None``
+otherwise, never waiting; the server parks such jobs and retries them when a table changes.
 """
 
 from __future__ import annotations
@@ -26,8 +24,7 @@ Reply = tuple[dict[str, Any], dict[str, np.ndarray] | None]
 
 
 def sample_reply(table: Table, n: int, target: SlotTarget | None = None) -> Reply:
-    """Sample ``n`` items now (the caller checked the limiter under the lock); with a
-    ``target``, the data arrays are gathered into the client's shared memory."""
+    """Sample ``n`` items now (limiter checked); with a ``target``, into shared memory."""
     if target is None:
         s = table.sample(n)
         arrays = {"data/" + k: v for k, v in s.data.items()}
@@ -53,9 +50,7 @@ def sample_reply(table: Table, n: int, target: SlotTarget | None = None) -> Repl
 
 
 def sample_credit(table: Table) -> int:
-    """The most items ``table``'s rate limiter would let one sample take now (lock held;
-    0 while it blocks every sample). A sharded client leaves shards without credit out
-    of a batch's split instead of waiting on them."""
+    """The most items one sample may take from ``table`` now (lock held)."""
     lim, size = table.rate_limiter, table.index.size
     if size == 0 or not lim.can_sample(1, size):
         return 0
@@ -72,9 +67,7 @@ def sample_credit(table: Table) -> int:
 
 
 def sampler_mass(table: Table) -> float:
-    """The total selection weight of ``table``'s sampler (lock held): the sum of
-    ``priority ** priority_exponent`` for a prioritized sampler, the item count for any
-    other. A sharded client splits a batch over shards in proportion to it."""
+    """The total selection weight of ``table``'s sampler (lock held)."""
     sampler = table.index.sampler
     if isinstance(sampler, Prioritized):
         return float(sampler.sums.root)
@@ -92,8 +85,7 @@ class Job:
 
     counter: str | None = "insert_blocked_s"  # None: no limiter's blocked time to count
     n = 1  # items the call inserts or samples at once (for its timeout message)
-    # Served only to a client that can still get the reply (its result would be lost):
-    # see rlreplay.net.server.parking.
+    # served only to a client that can still get the reply (see parking)
     delivered_only = False
 
     def __init__(self, table: Table, deadline: float | None):
@@ -111,9 +103,7 @@ class Job:
         return True
 
     def may_go(self) -> bool:
-        """Whether the limiter that blocked it would now admit it (its table's store lock
-        held; a write may still wait for store room, or behind its writer's earlier
-        chunk: then its attempt parks it again)."""
+        """Whether the limiter that blocked it would now admit it (store lock held)."""
         if self.counter == "insert_blocked_s":
             return self.table.admission.can_insert(self.n, 0)
         if self.counter == "sample_blocked_s":
@@ -121,8 +111,7 @@ class Job:
         return True
 
     def blocked_message(self) -> str:
-        """The warning of this call blocked for its table's ``warn_after``: the table's
-        own (its limiter's state and the likely cause)."""
+        """The table's own warning for this call blocked past ``warn_after``."""
         with self.table.mutex:
             return self.table.admission.describe(self.what, self.n)
 
@@ -190,9 +179,7 @@ class InsertJob(Job):
 class WriteJob(Job):
     """One writer chunk, applied whole or not at all (see :mod:`rlreplay.net.server.ingest`).
 
-    Chunks of one writer run strictly in arrival order: a chunk waits while an earlier
-    chunk of the same writer is unfinished, and is checked when its turn comes (its
-    checks depend on the chunks before it).
+    Chunks of one writer run strictly in arrival order.
     """
 
     def __init__(
@@ -235,8 +222,7 @@ class WriteJob(Job):
         return {}, {"keys": keys}
 
     def ahead(self) -> WriteJob | None:
-        """The writer's earlier chunk this one waits behind, if any: what holds that one
-        back holds this one too (its own table and count are not yet looked at)."""
+        """The writer's earlier chunk this one waits behind, if any."""
         pending = self.session.pending
         head = pending[0] if pending else None
         return head if head is not self and isinstance(head, WriteJob) else None
@@ -257,8 +243,7 @@ class WriteJob(Job):
         )
 
     def abort(self) -> None:
-        """Drop this chunk, refused or expired: nothing of it was applied (a chunk is all
-        or nothing, and every refusal is decided before its first change)."""
+        """Drop this chunk, refused or expired: nothing of it was applied."""
         s = self.session
         if self in s.pending:
             s.pending.remove(self)

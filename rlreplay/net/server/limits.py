@@ -1,17 +1,7 @@
 """Per-client bookkeeping of a :class:`~rlreplay.Server`: what each client costs it.
 
-A server answers many clients from one thread; one misbehaving client must not take the
-memory the others need. The ledger holds, per client connection (ZeroMQ routing id):
-
-- the bytes of large replies ZeroMQ still holds for it (a client that sends requests and
-  never reads the replies would otherwise pin ``SNDHWM`` replies of any size);
-- how many of its calls are parked (waiting for a rate limiter);
-- when it was last heard from, while it has parked calls (so calls parked without a
-  deadline by a client that vanished are dropped).
-
-A request that would go over a limit is refused before it runs (nothing is applied), with
-:class:`~rlreplay.errors.ResourceLimitError`. So is a request whose envelope shows it is
-not for this server or too late (:func:`check_envelope`).
+A request over a client's limit, or whose envelope shows it is for another server or too
+late (:func:`check_envelope`), is refused before it runs.
 """
 
 from __future__ import annotations
@@ -43,13 +33,12 @@ def check_limit(name: str, value: object, minimum: float, integer: bool = False)
 
 def check_envelope(header: dict, op: str, epoch: int, now: float) -> float | None:
     """Refuse a request meant for an earlier server, or one arriving after its client gave
-    up; returns its ``expires`` time (in the server's ``time.monotonic()`` clock) or None.
+    up; returns its ``expires`` (server ``time.monotonic()`` clock) or None.
 
     Args:
-        header: the request's header; ``epoch`` and ``expires`` are optional.
+        header: the request's header (optional ``epoch`` and ``expires``).
         op: its operation (a ``ping`` is answered whatever its epoch).
-        epoch: this server's epoch.
-        now: this server's ``time.monotonic()``.
+        epoch, now: this server's epoch and ``time.monotonic()``.
 
     Raises:
         ServerRestartedError: the request is stamped with another server's epoch.
@@ -78,12 +67,9 @@ def check_envelope(header: dict, op: str, epoch: int, now: float) -> float | Non
 
 
 def check_lease(header: dict) -> float | None:
-    """The request's ``lease`` (in the server's ``time.monotonic()`` clock), or None.
+    """The request's ``lease`` (server ``time.monotonic()`` clock), or None.
 
-    Each message of a client carries ``lease``: a time before which its client cannot have
-    declared the server unavailable and dropped its socket (see
-    :meth:`rlreplay.net.client.transport.Transport.lease_of`). The server never applies a call
-    parked without a timeout past the latest lease of its socket.
+    A call parked without a timeout is never applied past its socket's latest lease.
 
     Raises:
         ProtocolError: for a ``lease`` that is not a number.
@@ -100,9 +86,8 @@ class ClientLedger:
     """Unread reply bytes, parked calls and last contact of each client of a server.
 
     Args:
-        max_unread_bytes: bytes of replies ZeroMQ may hold for one client that is not
-            reading them; while a client is over it, its requests (other than ``ping``) are
-            refused. A client may go over by at most one reply.
+        max_unread_bytes: reply bytes ZeroMQ may hold for one client not reading them;
+            over it, its requests (other than ``ping``) are refused.
         max_parked_per_client: calls of one client that may wait parked at once; a further
             ``insert``, ``sample`` or ``write`` request is refused.
     """
@@ -117,13 +102,12 @@ class ClientLedger:
         self._leases: dict[bytes, float] = {}
         self.refused = 0  # requests refused for a limit since the server started
 
-    # ----------------------------------------------------------------- checks
     def admit(self, client: bytes, op: Operation) -> None:
         """Refuse ``op`` from ``client`` if it is over a limit.
 
         Raises:
             ResourceLimitError: if the client's unread replies or parked calls are at
-                their limit (nothing of the request has run).
+                their limit (nothing has run).
         """
         if client in self._unread and op.name != "ping":
             unread = self.unread_bytes(client)
@@ -142,7 +126,6 @@ class ClientLedger:
                 "before sending more"
             )
 
-    # ------------------------------------------------------------ unread bytes
     def sent(self, client: bytes, tracker: zmq.MessageTracker, nbytes: int) -> None:
         """Record a large reply to ``client`` that ZeroMQ holds until ``tracker`` is done."""
         if tracker.done:
@@ -156,7 +139,7 @@ class ClientLedger:
         if queue is None:
             return 0
         total = self._unread_bytes[client]
-        # Replies leave a connection in order, so the first one not done ends the scan.
+        # replies leave in order: the first one not done ends the scan
         while queue and queue[0][0].done:
             total -= queue.popleft()[1]
         if not queue:
@@ -165,7 +148,6 @@ class ClientLedger:
         self._unread_bytes[client] = total
         return total
 
-    # ----------------------------------------------------------- parked calls
     def park(self, client: bytes, now: float) -> None:
         self._parked[client] = self._parked.get(client, 0) + 1
         self._seen.setdefault(client, now)
@@ -197,7 +179,6 @@ class ClientLedger:
         """Seconds since ``client`` was last heard from (0 if it has no parked calls)."""
         return now - self._seen.get(client, now)
 
-    # ------------------------------------------------------------- housekeeping
     def prune(self) -> None:
         """Forget replies ZeroMQ has released (also of clients never heard from again)."""
         for client in list(self._unread):

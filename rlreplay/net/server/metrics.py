@@ -1,8 +1,5 @@
-"""Optional Prometheus metrics for a :class:`~rlreplay.Server` (``prometheus-client``).
-
-Every scrape reads each table's counters (the table's lock is held only while copying
-them). Metric names: ``rlreplay_table_<field>`` with a ``table`` label.
-"""
+"""Optional Prometheus metrics for a :class:`~rlreplay.Server` (``prometheus-client``):
+``rlreplay_table_<field>`` with a ``table`` label, read from each table at every scrape."""
 
 from __future__ import annotations
 
@@ -27,8 +24,7 @@ GAUGES = {
 
 
 def serve(server: Any, port: int, addr: str = "127.0.0.1"):
-    """Start an HTTP metrics endpoint; returns an object with ``shutdown()`` or ``None``
-    (logged) when prometheus-client is not installed."""
+    """Start a metrics endpoint; an object with ``shutdown()``, or None."""
     try:
         from prometheus_client import CollectorRegistry, start_http_server
         from prometheus_client.core import GaugeMetricFamily

@@ -1,17 +1,7 @@
-"""The operations a :class:`~rlreplay.Server` serves: the table :data:`OPERATIONS`, one
-:class:`~rlreplay.net.wire.schema.Operation` per operation (its request schema, its handler,
-whether it mutates a table and whether it may park), which the request handler dispatches
-on and checks requests against, and which ``docs/protocol.md`` lists.
+"""The operations a :class:`~rlreplay.Server` serves: the table :data:`OPERATIONS`.
 
-Each handler is a method of :class:`ServerOperations`; it takes the decoded request header
-and arrays and returns ``(reply header, reply arrays)``, or a
-:class:`~rlreplay.net.server.jobs.Job` when a rate limiter may block it (the server attempts
-and parks jobs). Wire formats are listed in ``docs/protocol.md``.
-
-:class:`ServerOperations` is composed by the server and holds what the operations read
-and change: the served tables and their descriptions, their recent rates, the writers'
-sessions, the clients' shared memory, the server's checkpoints, and the client whose
-request is being served.
+Handlers are methods of :class:`ServerOperations`; each returns ``(reply header, reply
+arrays)``, or a :class:`~rlreplay.net.server.jobs.Job` when a rate limiter may block it.
 """
 
 from __future__ import annotations
@@ -46,8 +36,7 @@ def served_tables(given: Any) -> dict[str, Table]:
     """The tables a server is given, by name.
 
     Raises:
-        InvalidArgumentError: for ``given`` that is not a non-empty list (or other
-            iterable) of tables with unique names.
+        InvalidArgumentError: unless a non-empty iterable of tables with unique names.
     """
     tables = list(given) if isinstance(given, (list, tuple)) else None
     if tables is None and isinstance(given, Iterable) and not isinstance(given, str):
@@ -78,13 +67,7 @@ def table_description(table: Table, store_index: int) -> dict[str, Any]:
 
 
 def insert_window(table: Table) -> int | None:
-    """The most items a writer chunk may hold for ``table`` (None: no limit).
-
-    A chunk is admitted whole, so its items must fit what the rate limiter admits at once
-    from any state a writer may wait in: ``(max_diff - min_diff) / samples_per_insert``
-    once sampling runs, and while the table fills up to ``min_size_to_sample`` (when no
-    sample can make room) what it admits one item short of that size.
-    """
+    """The most items a writer chunk may hold for ``table`` (None: no limit)."""
     window = table.rate_limiter.insert_window()
     if window >= table.max_size:
         return None
@@ -92,8 +75,7 @@ def insert_window(table: Table) -> int | None:
 
 
 def sampler_state(table: Table) -> dict[str, Any]:
-    """What a sharded client needs to split a batch over shards, read under the lock:
-    the size, the sampler's mass and config and the smallest selection probability."""
+    """What a sharded client needs to split a batch over shards (read under the lock)."""
     with table.mutex:
         return {
             "table_size": int(table.index.size),
@@ -128,8 +110,7 @@ def rows_from(arrays: dict[str, np.ndarray], table: Table) -> tuple[dict, int]:
 
 
 def deadline_of(header: dict, now: float) -> float | None:
-    """When a call with this header's ``timeout`` (checked by :mod:`rlreplay.net.wire.schema`
-    before any handler runs) gives up: ``None`` for no limit."""
+    """When a call with this header's (already checked) ``timeout`` gives up; None: never."""
     timeout = header.get("timeout")
     return None if timeout is None else now + float(timeout)
 
@@ -139,14 +120,11 @@ class ServerOperations:
 
     Args:
         tables: the served tables by name (see :func:`served_tables`).
-        sessions: the remote writers' sessions.
-        shm: the clients' shared-memory segments (for sample replies).
-        checkpoints: the server's checkpoints.
+        sessions, shm, checkpoints: the writer sessions, shared memory and checkpoints.
         max_message_bytes: the largest request the server takes (told by ``ping``).
 
     Attributes:
-        caller: routing id of the client whose request is being served (set by the
-            server before each operation).
+        caller: routing id of the client whose request is being served.
     """
 
     def __init__(
@@ -178,8 +156,7 @@ class ServerOperations:
         self._rates = {n: deque(maxlen=RATE_SNAPSHOTS) for n in tables}
 
     def record_rates(self, now: float) -> None:
-        """Snapshot every table's insert and sample counters (once a second) for
-        :meth:`table_stats`."""
+        """Snapshot every table's insert and sample counters for :meth:`table_stats`."""
         for name, t in self.tables.items():
             lim = t.rate_limiter
             self._rates[name].append((now, lim.inserts, lim.samples))
@@ -238,8 +215,7 @@ class ServerOperations:
         return jobs.SampleJob(table, n, deadline, updated, target)
 
     def sampler_state(self, header, arrays):
-        """Size, sampler mass and config of a table (for a sharded client), after the
-        priority update the request may carry (as a sample request's)."""
+        """A table's size and sampler state, after any priority update carried."""
         table = self._table(header)
         reply = {}
         if arrays:
@@ -248,8 +224,7 @@ class ServerOperations:
         return reply, None
 
     def _carried_update(self, table: Table, arrays: dict) -> int:
-        """Apply the priority update a request carries as ``update/keys`` and
-        ``update/priorities``; the count updated."""
+        """Apply the priority update a request carries; returns the count."""
         keys, prios = arrays.get("update/keys"), arrays.get("update/priorities")
         if keys is None or prios is None:
             raise ProtocolError(
@@ -307,13 +282,7 @@ class ServerOperations:
         return job
 
     def _new_session(self, header: dict) -> WriterSession:
-        """The session of a writer not seen before (or forgotten), checked against the
-        served tables; it retains nothing until its first chunk is applied.
-
-        Raises:
-            InvalidArgumentError: for unknown tables, tables on different stores or on a
-                store with lanes, or a ``history`` out of range.
-        """
+        """A new session for an unseen (or forgotten) writer, checked against the tables."""
         names, history = header["tables"], header["history"]
         tables = [self._table({"table": n}) for n in names]
         store = tables[0].store
@@ -346,9 +315,7 @@ class ServerOperations:
         return self._shm.detach(self.caller, header), None
 
     def cancel(self, header, arrays):
-        """Drop this client's parked calls ``rids`` unanswered: requests it no longer
-        waits for (a closed sample iterator's), which would otherwise draw items (a
-        queue's, taken once) for nobody."""
+        """Drop this client's parked calls ``rids`` unanswered (so they draw no items)."""
         return {"cancelled": self._parked.cancel(self.caller, header["rids"])}, None
 
     def checkpoint(self, header, arrays):

@@ -1,29 +1,8 @@
 """Calls a rate limiter blocks, parked on the server until a table changes or they expire.
 
-The server never waits inside a table: a call that cannot proceed now is kept here with
-its deadline, attempted again after every request that may have changed a table, and
-answered when it completes, when its deadline passes (RateLimiterTimeoutError), when its
-client has been silent for too long (a call parked without a deadline), or when the server
-stops (ClosedError).
-
-A parked sample is served only to a client that can still get its reply: just before its
-items are drawn, :meth:`~rlreplay.net.server.replies.Replies.reachable` sends its client a probe,
-and a call whose client's connection ZeroMQ has closed (its process was killed, say) is
-dropped unanswered instead, so no item (a queue's, taken once) goes to a dead learner.
-What remains is the time ZeroMQ takes to notice a closed connection: about a
-millisecond on one host for a killed process, whose kernel closes its connections at
-once; for a host that vanished without closing them, until the call's lease ends (at
-most ``2 * liveness_s`` after the client's last message, see :meth:`ParkedCalls.expire`);
-and a client killed after its reply was sent loses that reply.
-
-Nothing hangs silently here either: a call parked longer than its table's ``warn_after``
-logs one warning on the server's log, with the text an in-process blocked call logs (the
-table, its limiter's state and the likely cause, from the table's own
-:class:`~rlreplay.core.admission.Admission`), and sends it to the call's client, whose
-process logs it too (as a local table's blocked call warns in its caller's process), and
-the time a call has waited counts as its limiter's ``insert_blocked_s`` /
-``sample_blocked_s`` while it is still parked (so a server's ``info`` shows a call that
-has been blocked for minutes).
+A parked call is answered when it completes, at its deadline, when its client is gone or
+its lease ended, or when the server stops; a parked sample is served only to a connected
+client. A call parked past ``warn_after`` logs one warning, also sent to its client.
 """
 
 from __future__ import annotations
@@ -41,7 +20,7 @@ log = logging.getLogger("rlreplay.net")
 
 Reply = Callable[..., None]
 
-# Least interval between two passes of :meth:`ParkedCalls.watch` over the parked calls.
+# Least interval between two passes of :meth:`ParkedCalls.watch`.
 WATCH_S = 0.1
 
 
@@ -50,14 +29,11 @@ class ParkedCalls:
 
     Args:
         clients: the server's per-client ledger (parked counts, last contact).
-        expiry_s: a call parked without a deadline is dropped once its client has sent
-            nothing for this many seconds.
+        expiry_s: seconds of client silence after which a deadline-less call is dropped.
         reply: ``reply(identity, rid, header, arrays)`` sends a result.
         reply_error: ``reply_error(identity, rid, exc)`` sends an error.
-        reachable: ``reachable(identity)``: True if a reply can be sent to the client now,
-            False if its connection is gone, None if its queue is full.
-        notify: ``notify(identity, rid, message)`` sends a call's client a
-            warning to log.
+        reachable: as :meth:`~rlreplay.net.server.replies.Replies.reachable`.
+        notify: ``notify(identity, rid, message)`` sends a call's client a warning to log.
     """
 
     def __init__(
@@ -78,8 +54,7 @@ class ParkedCalls:
         self._next_watch = 0.0
 
     def may_go(self, store: Any) -> bool:
-        """Whether a call parked on a table of ``store`` would now be admitted (called
-        from any thread, with ``store``'s lock held)."""
+        """Whether a call parked on ``store`` would now be admitted (lock held)."""
         return any(job.table.store is store and job.may_go() for job in tuple(self._jobs))
 
     def __len__(self) -> int:
@@ -89,8 +64,7 @@ class ParkedCalls:
         return iter(list(self._jobs))
 
     def park(self, job: Job, client: bytes, now: float, lease: float | None = None) -> None:
-        """Keep ``job`` (of ``client``) until it completes or expires; ``lease``: the
-        request's own lease (see :func:`~rlreplay.net.server.limits.check_lease`), or None."""
+        """Keep ``job`` of ``client`` until it completes or expires."""
         job.parked_at = now
         job.lease = lease
         job.accounted_at = now  # blocked time up to here is already counted
@@ -104,10 +78,7 @@ class ParkedCalls:
         return min((j.deadline for j in self._jobs if j.deadline is not None), default=None)
 
     def retry(self) -> None:
-        """Attempt every parked call again, until a pass completes none. A call whose
-        result would be lost undelivered (a sample's items) is attempted only once its
-        client is known to be reachable: dropped unanswered if its connection is gone,
-        left parked while its queue is full."""
+        """Retry the parked calls (samples only for reachable clients)."""
         progress = True
         while progress and self._jobs:
             progress = False
@@ -135,9 +106,7 @@ class ParkedCalls:
                     progress = True
 
     def expire(self, now: float) -> None:
-        """Answer calls past their deadline, and drop calls parked without one whose client
-        may have given up on this server (past the latest lease it sent: such a call is
-        never applied later) or has sent nothing for ``expiry_s`` seconds."""
+        """Answer calls past their deadline; drop those of clients that gave up."""
         for job in list(self._jobs):
             if job.deadline is not None:
                 if now < job.deadline:
@@ -167,11 +136,7 @@ class ParkedCalls:
                 )
 
     def watch(self, now: float) -> None:
-        """Count the time each parked call has waited so far as its limiter's blocked
-        time, and log the one warning of each call parked longer than its table's
-        ``warn_after`` (the in-process warning's text: who blocks and the likely cause),
-        also sent to the call's client to log in its process.
-        Does nothing if the last pass was less than :data:`WATCH_S` seconds ago."""
+        """Count parked calls' blocked time and warn once past ``warn_after``."""
         if now < self._next_watch:
             return
         self._next_watch = now + WATCH_S
@@ -193,8 +158,7 @@ class ParkedCalls:
                 )
 
     def cancel(self, client: bytes, rids: list[int]) -> int:
-        """Drop ``client``'s parked calls of request ids ``rids``, unanswered (their client
-        no longer waits: a closed iterator's requests); returns how many were parked."""
+        """Drop ``client``'s parked calls ``rids`` unanswered; returns how many were parked."""
         wanted = set(rids)
         dropped = 0
         for job in list(self._jobs):
@@ -225,8 +189,7 @@ class ParkedCalls:
         return now - job.parked_at
 
     def _account(self, job: Job, now: float) -> None:
-        """Add the time ``job`` waited since it was last counted to its limiter's blocked
-        time (the table of a writer's chunk is the one that blocks it now)."""
+        """Add the time ``job`` waited since last counted to its limiter's blocked time."""
         waited = now - job.accounted_at
         job.accounted_at = now
         if job.counter is None or waited <= 0.0:
@@ -243,8 +206,7 @@ def cap_deadline(job: Job, expires: Any) -> None:
 
 
 def refuse_lapsed(job: Job, lease: float | None, now: float) -> None:
-    """Refuse ``job``, which has no deadline, if its request arrived after its ``lease``
-    (its client may have given up on this server and reported it failed).
+    """Refuse deadline-less ``job`` if its request arrived after its ``lease``.
 
     Raises:
         ReplayTimeoutError: the request arrived after its lease; nothing was applied.

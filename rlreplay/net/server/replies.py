@@ -1,15 +1,5 @@
 """How a :class:`~rlreplay.Server` answers: every reply stamped with the server's epoch and
-clock, sent without ever blocking the dispatcher.
-
-Replies go out with ``NOBLOCK``: a client that stops reading only loses its own replies once
-its queue is full, so one slow or dead client never stalls the others. A large reply is
-tracked until ZeroMQ releases it, so the bytes held for a client that does not read are
-known and bounded (:class:`~rlreplay.net.server.limits.ClientLedger`).
-
-The socket is ``ROUTER_MANDATORY``: a message to a client whose connection ZeroMQ has
-closed (the process was killed, say) fails instead of vanishing, so :meth:`Replies.reachable`
-tells a parked call whose client is gone before it is served (see
-:mod:`rlreplay.net.server.parking`).
+clock, sent with ``NOBLOCK`` so one slow client never stalls the others.
 """
 
 from __future__ import annotations
@@ -27,8 +17,7 @@ from rlreplay.net.wire import codec, framing
 
 log = logging.getLogger("rlreplay.net")
 
-# What a client is sent before a parked call of its is served: nothing for it to do
-# (clients drop notices without a ``message``); only whether ZeroMQ can send it matters.
+# Sent before a parked call is served, only to see whether ZeroMQ can reach the client.
 PROBE = codec.encode({"notice": "probe"})
 
 
@@ -70,10 +59,7 @@ class Replies:
         self.send(identity, codec.encode(header), rid)
 
     def reachable(self, identity: Any) -> bool | None:
-        """Whether the client ``identity`` can be sent a reply now: True; False if its
-        connection is gone (ZeroMQ closed it: a reply would be lost); None if its queue
-        is full (it does not read: a reply now would be dropped). Sends it a probe
-        notice, which clients ignore."""
+        """Whether ``identity`` can get a reply now (None: its queue is full)."""
         try:
             framing.send(self.sock, PROBE, identity)
         except zmq.Again:
@@ -85,18 +71,13 @@ class Replies:
         return True
 
     def notice(self, identity: Any, rid: Any, message: str) -> None:
-        """Tell the client ``identity`` about its call ``rid`` (still waiting): a
-        ``message`` its process logs as a warning (see
-        :func:`rlreplay.net.client.channel.notice`). Never blocks; a client that is gone or not
-        reading misses it."""
+        """Send ``identity`` a warning about its call ``rid``, never blocking."""
         header = {"notice": "blocked", "call": rid, "message": message}
         with contextlib.suppress(zmq.ZMQError):  # zmq.Again included
             framing.send(self.sock, codec.encode(header), identity)
 
     def send(self, identity: Any, frames: list, rid: Any = None) -> None:
-        """Send the reply to request ``rid`` without blocking. A large reply is tracked
-        until ZeroMQ releases it, so the bytes held for a client that does not read are
-        known (and bounded)."""
+        """Send the reply to request ``rid`` without blocking."""
         nbytes = 0
         if len(frames) > 1:
             nbytes = codec.frames_nbytes(frames)
@@ -104,7 +85,7 @@ class Replies:
             if nbytes < codec.ZERO_COPY_BYTES:
                 framing.send(self.sock, frames, identity)
                 return
-            # The last frame leaves last: once ZeroMQ releases it, the reply is sent.
+            # the last frame leaves last: once released, the reply is sent
             frames[-1] = zmq.Frame(frames[-1], copy=False, track=True)
             tracker = self.sock.send_multipart([identity, *frames], zmq.NOBLOCK, copy=False)
             self.clients.sent(identity.bytes, tracker, nbytes)

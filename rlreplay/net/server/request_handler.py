@@ -1,16 +1,8 @@
 """Serving one request: from the frames a client sent to its reply, or to a parked call.
 
-The server's dispatcher hands every request from its ZeroMQ socket to
-:meth:`RequestHandler.handle`, which checks it completely before any table changes: the
-header and arrays against the operation's row of the table of operations
-(:data:`~rlreplay.net.server.operations.OPERATIONS`), the size of all its frames together,
-the envelope (the server's epoch and the time its client stops waiting,
-:func:`rlreplay.net.server.limits.check_envelope`) and what the client may still cost
-(:class:`~rlreplay.net.server.limits.ClientLedger`). Then the operation's handler runs
-(:class:`~rlreplay.net.server.operations.ServerOperations`); a call a rate limiter blocks is
-parked (:class:`~rlreplay.net.server.parking.ParkedCalls`), every other call is answered at
-once (:class:`~rlreplay.net.server.replies.Replies`). An error is always answered as a typed
-error, never raised into the dispatcher.
+:meth:`RequestHandler.handle` checks a request completely (schema, size, envelope, client
+limits) before any table changes, then runs its handler, parks it or answers it. Errors are
+always answered as typed errors, never raised into the dispatcher.
 """
 
 from __future__ import annotations
@@ -34,16 +26,11 @@ class RequestHandler:
     """Checks, runs and answers (or parks) one request at a time, on the dispatcher thread.
 
     Args:
-        operations: the server's operations.
-        clients: what each client costs the server, and its limits.
-        replies: the server's replies.
-        parked: the server's parked calls.
-        shm: the clients' shared-memory segments (requests may carry arrays there).
+        operations, clients, replies, parked, shm: the server's parts of those names.
         max_message_bytes: the largest request taken, all its frames together.
 
     Attributes:
-        epoch: the server's epoch, set at each start; requests stamped with another are
-            refused.
+        epoch: the server's epoch (set at each start); other epochs are refused.
     """
 
     def __init__(
@@ -64,8 +51,7 @@ class RequestHandler:
         self.epoch: int | None = None
 
     def handle(self, frames: list) -> bool:
-        """Serve one request (the client's routing id, then its frames); returns True if
-        it may have changed a table (then parked calls are worth retrying)."""
+        """Serve one request; True if it may have changed a table."""
         identity, body = frames[0], frames[1:]
         rid = None
         try:

@@ -1,35 +1,8 @@
 """The replay server: hosts in-process tables behind one ZeroMQ ROUTER socket.
 
-Concurrency model. One dispatcher thread owns the socket and runs every table call. Calls
-that cannot block (``sample`` when the limiter admits it, ``update_priorities``, ``info``,
-...) run at once. A call the rate limiter blocks is *parked*: it is kept in a list with its
-deadline and attempted again after every request that changes a table, and at least every
-``recheck_s`` seconds. A change made by an in-process user of a served table (a learner
-sampling it in the server's process) wakes the dispatcher through the table's store
-(:meth:`~rlreplay.core.storage.StepStore.add_waker`), so a parked insert it made room for
-goes in at once rather than at the next re-check. No thread
-ever waits on a table's condition, so a parked call costs nothing while it waits, and
-thousands of blocked clients need no threads. The choice over a pool of worker threads
-waiting on the table's condition: with the interpreter lock, extra threads do not run
-table code in parallel anyway, and a pool would bound how many calls can wait at once.
-
-Replies go out with ``NOBLOCK``: a client that stops reading only loses its own replies once
-its queue is full (ROUTER drops them), so one slow or dead client never stalls the others.
-
-Faults. Every reply carries the server's *epoch*, a random number drawn at each start, so
-a client notices a restart on the same address and fails the calls the old server took
-(:class:`~rlreplay.errors.ServerRestartedError`). A request stamped with another epoch (sent
-to the predecessor, still queued) is refused, as is one that arrives after the time its
-client stops waiting (``expires``): a call that raised never takes effect later. What one
-client may cost is bounded (:class:`~rlreplay.net.server.limits.ClientLedger`): message
-size, bytes of unread replies, parked calls, and parked calls of clients that went silent.
-
-This module holds the server's options, its lifecycle and the dispatcher loop. Its parts:
-one request from frames to reply (:class:`~rlreplay.net.server.request_handler.RequestHandler`),
-the table of operations and what they serve (:mod:`rlreplay.net.server.operations`), parked
-calls (:mod:`rlreplay.net.server.parking`), replies (:mod:`rlreplay.net.server.replies`),
-writers' sessions (:mod:`rlreplay.net.server.sessions`) and checkpoints
-(:mod:`rlreplay.net.server.checkpoints`).
+One dispatcher thread owns the socket and runs every table call; calls a rate limiter
+blocks are parked, so no thread ever waits on a table, and ``NOBLOCK`` replies mean one slow
+client never stalls the others. See docs/server.md and docs/protocol.md.
 """
 
 from __future__ import annotations
@@ -68,48 +41,30 @@ class Server:
     """Serve ``tables`` to :class:`rlreplay.Client` processes.
 
     Args:
-        tables: the tables to host (names must be unique; they may share step stores).
+        tables: the tables to host (unique names; they may share step stores).
         port: TCP port; ``None`` picks a free one (see :attr:`address` after ``start()``).
         bind: host to bind (default loopback ``"127.0.0.1"``), or an ``ipc://`` path.
-        curve_secret_key: server key file written by ``rlreplay keygen`` (the secret
-            ``.key_secret`` file). Enables CURVE encryption and authentication.
-        authorized_keys: folder of client public ``.key`` files allowed to connect; with
-            CURVE and no folder, any client that knows the server's public key may connect.
+        curve_secret_key: the server's ``.key_secret`` file (``rlreplay keygen``); enables CURVE.
+        authorized_keys: folder of client public ``.key`` files allowed (default: any client).
         insecure: allow binding a non-loopback address without CURVE (logged loudly).
         metrics_port: serve Prometheus metrics on this port (needs ``prometheus-client``).
-        recheck_s: longest interval between re-checks of parked calls.
-        max_message_bytes: largest request accepted, all its frames together (a peer that
-            sends a larger frame is disconnected by ZeroMQ's ``MAXMSGSIZE``; a larger request
-            of several frames is refused). Clients learn it and refuse to send larger
-            requests themselves.
-        max_unread_bytes: bytes of replies the server holds for one client that does not
-            read them; past it the client's requests are refused with
-            :class:`~rlreplay.errors.ResourceLimitError` until it reads.
-        max_parked_per_client: calls of one client that may wait on rate limiters at once;
-            a further ``insert``/``sample``/``write`` is refused (ResourceLimitError).
-        parked_expiry_s: a call parked *without* a timeout is dropped (answered with
-            ReplayTimeoutError) once its client has sent nothing for this many seconds.
-            Waiting clients ping every ``liveness_s`` (default 5 s), so only clients that
-            vanished (or stopped reading for this long) lose their calls.
-            Sooner, such a call is dropped once the latest lease of its client's socket
-            (the time before which that client cannot have given up on this server) has
-            passed: it is never applied after its client may have reported it failed.
-        max_writers_per_client: remote writers one client may keep on the server; a new
-            one beyond it closes that client's least recently used writer with no chunk
-            waiting, or is refused (ResourceLimitError) when each has one (see
-            :mod:`rlreplay.net.server.sessions`).
-        checkpoint_dir: ``start()`` restores the newest valid checkpoint in this
-            directory (tables and writer streams); one is saved there on request
-            (:meth:`Client.checkpoint`) and every ``checkpoint_every_s`` seconds; see
-            :mod:`rlreplay.net.server.checkpoints`.
+        recheck_s: longest interval between re-checks of parked calls, seconds.
+        max_message_bytes: largest request accepted, all frames together; clients learn it.
+        max_unread_bytes: unread reply bytes held per client before its requests are refused
+            (:class:`~rlreplay.errors.ResourceLimitError`).
+        max_parked_per_client: calls of one client that may wait parked at once.
+        parked_expiry_s: a call parked without a timeout is dropped (ReplayTimeoutError)
+            once its client sent nothing this long, or sooner when its socket's lease ends.
+        max_writers_per_client: remote writers one client may keep; a new one closes its
+            least recently used idle writer, or is refused (ResourceLimitError).
+        checkpoint_dir: where checkpoints are saved (:meth:`Client.checkpoint`, periodic) and
+            the newest valid one restored by ``start()``.
         checkpoint_every_s: seconds between checkpoints (``None``: on request only).
         keep_checkpoints: how many of the newest checkpoints to keep (``None``: all).
 
     Raises:
-        InvalidArgumentError: for ``tables`` that is not a list of tables, duplicate table
-            names, a ``bind`` that holds a port, a non-loopback ``bind`` without
-            ``curve_secret_key`` and without ``insecure=True``, or a limit that is not a
-            positive number, or checkpoint options that are not valid.
+        InvalidArgumentError: for bad ``tables``, ``bind`` or limits, a non-loopback ``bind``
+            without ``curve_secret_key`` or ``insecure=True``, or bad checkpoint options.
 
     Example:
         >>> with Server([table]) as server:                       # doctest: +SKIP
@@ -160,7 +115,7 @@ class Server:
         self.max_message_bytes = max_message_bytes
         self.parked_expiry_s = float(parked_expiry_s)
         self.clients = ClientLedger(max_unread_bytes, max_parked_per_client)
-        # Drawn at each start: replies carry it so that clients notice a restart.
+        # drawn at each start, so clients notice a restart
         self.epoch: int | None = None
         self.address: str | None = None
         self._ctx: zmq.Context | None = None
@@ -196,9 +151,7 @@ class Server:
         self._dispatcher: int | None = None  # the dispatcher thread's ident
 
     def _table_changed(self, store: Any) -> None:
-        """A served table's ``store`` changed (called with its lock held, from any thread):
-        wake the dispatcher when the change came from another thread and lets a call
-        parked on one of its tables be admitted."""
+        """A served store changed: wake the dispatcher if a parked call may go."""
         if (
             self._parked
             and threading.get_ident() != self._dispatcher
@@ -206,20 +159,16 @@ class Server:
         ):
             self._changed.signal()  # type: ignore[union-attr]
 
-    # ----------------------------------------------------------- lifecycle
     def start(self) -> Server:
-        """Bind the socket and start serving in a background thread; returns ``self``.
+        """Bind the socket and serve in a background thread; returns ``self``.
 
-        With a ``checkpoint_dir``, the newest valid checkpoint there is restored into the
-        tables (and the writers' streams) first.
+        With a ``checkpoint_dir``, the newest valid checkpoint is restored first.
 
         Raises:
             ClosedError: if the server was already started.
-            CheckpointError: if the checkpoint directory holds checkpoints but none that
-                is valid and matches the tables (nothing is restored; nothing served).
-            AddressInUseError: if another socket holds the address (choose another port).
-            InvalidArgumentError: if the address cannot be bound otherwise, or a key file
-                is missing or malformed.
+            CheckpointError: if checkpoints are there but none is valid and matches.
+            AddressInUseError: if another socket holds the address.
+            InvalidArgumentError: if the address cannot be bound, or a key file is bad.
         """
         if self._thread is not None:
             raise ClosedError("the server was already started; create a new Server")
@@ -280,7 +229,7 @@ class Server:
         waker = self._ctx.socket(zmq.PAIR)
         try:
             waker.connect(f"inproc://rlreplay-wake-{id(self)}")
-            # Never block: a dispatcher that has already exited leaves no peer to take it.
+            # never block: an exited dispatcher leaves no peer
             waker.send(b"", zmq.NOBLOCK)
         except zmq.ZMQError:  # zmq.Again included: the thread is gone or stops by itself
             pass
@@ -317,7 +266,6 @@ class Server:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    # ------------------------------------------------------------ dispatcher
     def _run(self) -> None:
         sock, wake = self._sock, self._wake
         poller = zmq.Poller()
@@ -357,16 +305,14 @@ class Server:
                 if changed.fileno() in events:
                     changed.drain()
                 if sock in events:
-                    # EVENTS says whether another message waits, which costs far less than
-                    # the exception a non-blocking receive raises when none does.
+                    # EVENTS is cheaper than the exception of an empty non-blocking receive
                     for _ in range(256):
                         if not sock.getsockopt(_EVENTS) & _POLLIN:
                             break
                         if handle(framing.receive(sock)):
                             checkpoints.changed = True
                 if self._parked:
-                    # Expire first: a call past its deadline (or whose client went silent)
-                    # must not be run by the retry after a long stall of this process.
+                    # expire first: after a stall, a call past its deadline must not run
                     self._parked.expire(time.monotonic())
                     self._parked.retry()
                     self._parked.watch(time.monotonic())
@@ -386,8 +332,7 @@ class Server:
             wake.close(linger=0)
 
     def table_stats(self, name: str) -> dict[str, Any]:
-        """``TableInfo`` of table ``name`` as a dict plus rates over the last ~10 seconds
-        (see :meth:`ServerOperations.table_stats`)."""
+        """``TableInfo`` of table ``name`` as a dict plus recent rates."""
         return self.operations.table_stats(name)
 
     def _snapshot(self, now: float) -> None:
@@ -399,8 +344,7 @@ class Server:
 
 
 class ChangeSignal:
-    """A wake-up the dispatcher polls beside its sockets, safe to give from any thread:
-    a byte on a non-blocking pipe (a full pipe has told the dispatcher already)."""
+    """A wake-up the dispatcher polls, safe to give from any thread (a pipe byte)."""
 
     def __init__(self) -> None:
         self._read, self._write = os.pipe()

@@ -1,27 +1,8 @@
 """The writer sessions of a server: which remote writers it keeps state for, and how long.
 
-A remote writer's state on the server (a :class:`~rlreplay.net.server.ingest.WriterSession`: the
-position of its stream, the replies to its last chunks and, once a chunk of it is
-applied, the steps it *retains* in a store) costs memory and store rows. This registry
-bounds both:
-
-- A session retains steps (and counts against its store's budget below) only once its
-  first chunk is applied. A writer whose first chunk is refused keeps no rows; its
-  session is kept only so that chunks it already sent behind the refused one are refused
-  too (they would otherwise be taken as the stream of a writer the server forgot).
-- One client connection keeps at most ``max_per_client`` sessions. Beyond that, the
-  client's least recently used session with no chunk waiting is closed: one whose first
-  chunk never applied when a new writer arrives, one that retains steps only once the new
-  writer's first chunk is applied (that writer's next chunk is then taken as a new
-  episode, as after an idle expiry). If every one has a chunk waiting, the new writer's
-  chunk is refused with :class:`~rlreplay.errors.ResourceLimitError` and nothing changes.
-- A session silent for :data:`WRITER_IDLE_S` with no chunk waiting lets its retained
-  steps go; one silent for :data:`WRITER_FORGET_S` is forgotten.
-- The writers of one store retain at most half of it: when a writer's first chunk is
-  applied, the writers of that store silent longest (with no chunk waiting) let their
-  retained steps go until the rest fit, so writers that vanished never fill a store.
-
-Every method runs on the server's dispatcher thread.
+Sessions retain store steps only once their first chunk is applied, are bounded per client
+(``max_per_client``) and per store (half of it), and expire when silent. Every method runs on
+the dispatcher thread.
 """
 
 from __future__ import annotations
@@ -32,8 +13,7 @@ from typing import Any
 from rlreplay.errors import ResourceLimitError
 from rlreplay.net.server.ingest import WriterSession
 
-# Seconds a writer may stay silent (with no chunk waiting) before the server lets go of
-# the steps it retains for its next items; its next chunk then cannot reach back.
+# Seconds a writer with no chunk waiting may stay silent before its retained steps go.
 WRITER_IDLE_S = 600.0
 # Seconds after which a silent writer's session is forgotten altogether.
 WRITER_FORGET_S = 3600.0
@@ -52,8 +32,7 @@ class WriterSessions:
     first.
 
     Args:
-        max_per_client: sessions one client connection may keep (see the module
-            docstring for what happens beyond it).
+        max_per_client: sessions one client connection may keep.
     """
 
     def __init__(self, max_per_client: int = MAX_WRITERS_PER_CLIENT):
@@ -81,10 +60,8 @@ class WriterSessions:
         return entry.session
 
     def add(self, key: Any, session: WriterSession, client: bytes, now: float) -> None:
-        """Keep the session of a new writer of ``client`` (it retains nothing yet). At the
-        client's limit, the least recently used session of the client whose first chunk
-        never applied goes first; one that retains steps goes only once the new writer's
-        first chunk applies (:meth:`first_applied`), so a refused chunk closes no writer.
+        """Keep the session of a new writer of ``client`` (it retains nothing yet); at the
+        client's limit, an idle session of it is closed (see the module docstring).
 
         Raises:
             ResourceLimitError: if ``client`` keeps ``max_per_client`` sessions and each
@@ -122,10 +99,7 @@ class WriterSessions:
         entry.session.close()
 
     def first_applied(self, key: Any) -> None:
-        """The first chunk of writer ``key`` was applied (it retains steps now): its
-        client's least recently used idle writers are closed while the client is over
-        its limit, and the other writers of its store silent longest let their retained
-        steps go until what writers retain fits half of the store."""
+        """Writer ``key``'s first chunk was applied: enforce the retention limits."""
         entry = self._entries.get(key)
         if entry is None:  # closed while its chunk waited
             return
@@ -152,9 +126,7 @@ class WriterSessions:
                 other.release()
 
     def state(self) -> list[dict]:
-        """Every session's :meth:`WriterSession.state` with its writer id (``"id"``: 16
-        bytes as hex, or an int from older clients), least recently used first, for a
-        server checkpoint (store locks held, on the dispatcher thread)."""
+        """Every session's state with its writer id, for a server checkpoint."""
         out = []
         for key, entry in self._entries.items():
             state = entry.session.state()
@@ -163,10 +135,7 @@ class WriterSessions:
         return out
 
     def load_state(self, states: list[dict], tables: dict[str, Any], now: float) -> None:
-        """Keep the sessions :meth:`state` described (over the restored ``tables`` by
-        name), in place of any held now; they belong to no client connection until their
-        writers send again (the first chunk is answered as the server that saved them
-        would have, or, after chunks lost with that server, as a new episode)."""
+        """Keep the sessions :meth:`state` described, over the restored ``tables``."""
         for key in list(self._entries):
             self.close(key)
         for state in states:
@@ -177,10 +146,7 @@ class WriterSessions:
             self._per_client[b""] = self._per_client.get(b"", 0) + 1
 
     def release_idle(self, now: float) -> None:
-        """Let go of the retained steps of writers silent for ``WRITER_IDLE_S`` with no
-        chunk waiting (a writer process that vanished would otherwise hold them, and make
-        every append copy them, until its session is forgotten). Looks at most once a
-        second."""
+        """Release the steps of writers silent for ``WRITER_IDLE_S``."""
         if now - self._idle_sweep < 1.0:
             return
         self._idle_sweep = now

@@ -1,20 +1,8 @@
-"""The server's side of the shared-memory reply path: the segments its clients attached,
-and the gather of a sampled batch straight into one of them.
+"""The server's side of shared memory: clients' segments, and batches gathered into them.
 
-A client on the server's host sends ``shm_attach`` with a segment it created
-(:mod:`rlreplay.net.wire.shm_segments`); the server maps it under the client's connection and
-answers a *token*. A sample request that carries ``"shm": token`` is gathered into that
-segment (the table's gather writes into it: no copy on the server) and answered
-with a header that says where each data array lies; the small arrays (keys,
-probabilities, ...) still travel in the reply's frames. The table, its selectors, rate
-limiter and keys work exactly as for any other sample.
-
-A segment belongs to the connection that attached it: another connection's token is
-unknown to it. A connection's segments are dropped when it detaches them, or when it used
-none of them for :data:`IDLE_S` seconds (a client killed with ``kill -9`` sends nothing
-more); a request with an unknown token is answered through the socket with
-``"shm_lost": true`` and its client attaches anew. Dropping a segment only drops this
-process's mapping: a sample still being gathered into it keeps it mapped until done.
+A segment belongs to the connection that attached it and is dropped when detached or unused
+for :data:`IDLE_S` seconds; an unknown token is answered through the socket with
+``"shm_lost": true``. See docs/shared_memory.md.
 """
 
 from __future__ import annotations
@@ -42,15 +30,10 @@ MAX_SEGMENTS_PER_CLIENT = 64
 
 
 class SlotTarget:
-    """Where one sample's data arrays go: a segment's data area, filled from its start.
-
-    Passed to :meth:`Table.sample` as its ``buffers``: :meth:`empty` hands out arrays in
-    the segment while they fit, ordinary arrays after that. :meth:`place` then tells
-    which arrays lie in the segment (copying in those made elsewhere, while they fit).
+    """Where one sample's data arrays go (the ``buffers`` of :meth:`Table.sample`).
 
     Args:
-        segment: the attached segment, or None when the request's token is unknown (or
-            0: the client only asks how many bytes its batches need).
+        segment: the attached segment, or None (token unknown, or 0: size query only).
         lost: the token was not 0 but is unknown to this connection.
     """
 
@@ -87,9 +70,8 @@ class SlotTarget:
 
         Returns:
             ``({"shm": [[name, dtype, shape, offset], ...], "shm_need": bytes}, arrays)``:
-            ``shm`` lists the arrays in the segment (offsets into its data area), and
-            ``arrays`` the others as ``"data/<name>"``; ``shm_need`` is the data area
-            the whole batch needs, so the client can size its next segment.
+            the arrays in the segment, the others as ``"data/<name>"``, and the data
+            area the batch needs.
         """
         offsets = {id(a): off for a, off in self._handed}
         entries, rest = [], {}
@@ -100,7 +82,7 @@ class SlotTarget:
             dtype = codec.dtype_of(a.dtype.str)
             if off is None and dtype is not None and a.flags.c_contiguous:
                 off = self._take(a.nbytes)
-                if off is not None:  # made elsewhere (a variable-length gather): copy in
+                if off is not None:  # made elsewhere: copy in
                     self.segment.data[off : off + a.nbytes] = a.reshape(-1).view(np.uint8)
             if off is None or dtype is None:
                 rest["data/" + name] = a
@@ -115,8 +97,7 @@ class SlotTarget:
 
 
 class SharedSegments:
-    """The segments each client connection attached (used by the server's dispatcher
-    thread only)."""
+    """The segments each client connection attached (dispatcher thread only)."""
 
     def __init__(self) -> None:
         self._boot_id = boot_id()
@@ -132,8 +113,8 @@ class SharedSegments:
 
         Raises:
             ProtocolError: for fields of the wrong type.
-            InvalidArgumentError: if the client runs on another host (its boot id) or
-                the segment cannot be mapped (the message says why).
+            InvalidArgumentError: if the client runs on another host or the segment
+                cannot be mapped.
             ResourceLimitError: if the connection holds ``MAX_SEGMENTS_PER_CLIENT``.
         """
         name, nbytes = header.get("name"), header.get("nbytes")
@@ -204,20 +185,12 @@ class SharedSegments:
     def request_arrays(
         self, client: bytes, header: dict, arrays: dict, epoch: int | None, now: float
     ) -> None:
-        """Add to a request's ``arrays`` those its ``"shm_in": [token, entries]`` places in
-        one of the client's segments: read-only views, valid while the request is served
-        (its client reuses the memory only once the reply arrived).
-
-        Only the step data of inserts and writer chunks (``data/...`` arrays) may come
-        this way: the server copies them into the store without reading their values, so
-        a client that changed them while the request is served would only change its own
-        rows; every array the server checks (keys, anchors, priorities) comes in frames.
+        """Add to ``arrays`` those ``"shm_in"`` places in the client's segment, as read-only
+        views. Only step data (``data/...``), which the server copies unread, may come so.
 
         Raises:
-            ProtocolError: for a malformed ``shm_in``, another operation or array name, or
-                an array also carried in frames.
-            InvalidArgumentError: for a token this connection did not attach (the server
-                forgot its segments after ``IDLE_S`` seconds unused): nothing is applied.
+            ProtocolError: for a malformed ``shm_in`` or an array it may not carry.
+            InvalidArgumentError: for a token this connection did not attach (or forgot).
         """
         spec = header.pop("shm_in")
         if header.get("op") not in PLACED_OPS:
@@ -230,7 +203,7 @@ class SharedSegments:
         segment = self._clients.get(client, {}).get(spec[0])
         if segment is None:
             if header.get("epoch", epoch) != epoch:
-                return  # meant for an earlier server: refused as such by the envelope check
+                return  # meant for an earlier server: the epoch check refuses it
             raise InvalidArgumentError(
                 f"the request's arrays are in shared memory this server does not map (token "
                 f"{spec[0]}, forgotten after {IDLE_S:g}s unused); nothing was applied"

@@ -1,9 +1,7 @@
 """Addresses, loopback checks and ZeroMQ CURVE authentication for server and client.
 
-CURVE gives each side a key pair; the client must know the server's public key, and the
-server's ZAP handler (:class:`zmq.auth.thread.ThreadAuthenticator`) accepts only the client
-public keys found in an ``authorized_keys`` folder (or any client key when none is given,
-which still requires the server's public key). Keys come from ``rlreplay keygen``.
+The client must know the server's public key; the server accepts only client keys in its
+``authorized_keys`` folder (any, when none is given). Keys come from ``rlreplay keygen``.
 """
 
 from __future__ import annotations
@@ -28,8 +26,8 @@ def normalize_address(address: str) -> str:
     """``host:port`` becomes ``tcp://host:port``; ``tcp://`` and ``ipc://`` pass through.
 
     Raises:
-        InvalidArgumentError: for anything else: no host, a port that is not a number in
-            [1, 65535], whitespace, or an ``ipc://`` address without a path.
+        InvalidArgumentError: for no host, a port not in [1, 65535], whitespace, or an
+            ``ipc://`` address without a path.
     """
     if address is None:
         raise InvalidArgumentError(
@@ -65,12 +63,10 @@ def normalize_address(address: str) -> str:
 
 
 def port_in_bind(bind: str) -> str | None:
-    """The ``:PORT`` (or ``tcp://``) part of a ``bind`` value that should hold only a host.
+    """The ``:PORT`` (or URL path) part of a ``bind`` value that should hold only a host.
 
-    ``"localhost:8000"``, ``"tcp://127.0.0.1:8001"`` and ``"[::1]:8000"`` give ``"8000"``,
-    ``"8001"`` and ``"8000"``; a host (``"127.0.0.1"``, ``"::1"``, ``"[::1]"``,
-    ``"tcp://127.0.0.1"``) or an ``ipc://`` path gives None. A ``/`` after the host (a
-    URL path) gives the text after the host.
+    ``"localhost:8000"`` and ``"[::1]:8000"`` give ``"8000"``; a bare host or ``ipc://``
+    path gives None.
     """
     if bind.startswith("ipc://"):
         return None
@@ -90,8 +86,8 @@ def endpoint(bind: str, port: int | None) -> str:
     """The ZeroMQ endpoint to bind (``port`` 0/None: any free port, resolved at bind).
 
     Raises:
-        InvalidArgumentError: if ``bind`` is not a host (it holds a port: give it as
-            ``port``) or ``port`` is not an int in [0, 65535].
+        InvalidArgumentError: if ``bind`` holds a port (give it as ``port``) or ``port``
+            is not an int in [0, 65535].
     """
     if not isinstance(bind, str) or not bind:
         raise InvalidArgumentError(f"bind={describe(bind)} must be a host or ipc:// path")
@@ -136,8 +132,7 @@ def bind(sock: zmq.Socket, address: str) -> str:
 
     Raises:
         AddressInUseError: if another socket holds the address (host and port).
-        InvalidArgumentError: if the address cannot be bound otherwise (a host that is not
-            an address of this machine, an ``ipc://`` path in a missing folder, ...).
+        InvalidArgumentError: if the address cannot be bound otherwise.
     """
     wanted = address
     if address.startswith("tcp://") and address.endswith(":0"):
@@ -219,8 +214,7 @@ def start_curve(ctx: zmq.Context, sock: zmq.Socket, secret_file: str, authorized
 def keygen(folder: str | os.PathLike, name: str = "server") -> tuple[str, str]:
     """Write a CURVE key pair ``NAME.key`` (public) and ``NAME.key_secret``; returns paths.
 
-    The folder is created if missing. An existing key pair is never overwritten (servers
-    and clients may already trust it).
+    The folder is created if missing; an existing key pair is never overwritten.
 
     Raises:
         InvalidArgumentError: if ``name`` is not a plain file name, either file exists, or
@@ -296,8 +290,7 @@ HANDSHAKE_VERDICTS = (
 )
 
 
-# Why a connection failed, for each verdict that says more than "no answer". The names of
-# the arguments are filled in by the caller: Python keywords, or the command line's flags.
+# Why a connection failed, per verdict; the caller fills in the argument names.
 UNREACHABLE_REASONS = {
     "needs_curve": "the server uses CURVE and no credentials were given: give "
     "{server_key_example} (its public key from `rlreplay keygen`), and {client_key_example} "
@@ -324,21 +317,17 @@ PYTHON_NAMES = {
 
 def unreachable_reason(verdict: str | None, names: dict[str, str] = PYTHON_NAMES) -> str | None:
     """Why a connection failed, in words, for a :func:`diagnose_connection` verdict (None
-    for ``"silent"``, which says nothing more than the failed call did).
+    for ``"silent"``).
 
     Args:
-        names: how to name the credentials (``server_key``, ``server_key_example``,
-            ``client_key``, ``client_key_example``, ``authorized_keys``): the Python
-            keywords by default, or a command's flags.
+        names: how to name the credentials: Python keywords (default) or a command's flags.
     """
     template = UNREACHABLE_REASONS.get(verdict) if verdict is not None else None
     return None if template is None else template.format(**names)
 
 
 def resolves(address: str, timeout: float) -> bool | None:
-    """Whether the host of a ``tcp://`` address resolves (an IP address or ``ipc://``:
-    True); None when the resolver did not answer within ``timeout`` seconds or failed for
-    a reason other than an unknown name (no DNS server reachable, say)."""
+    """Whether the host of ``address`` resolves; None if the resolver failed."""
     if address.startswith("ipc://"):
         return True
     host, _, port = address[len("tcp://") :].rpartition(":")
@@ -354,8 +343,7 @@ def resolves(address: str, timeout: float) -> bool | None:
         except (OSError, UnicodeError):
             answer.append(None)
 
-    # The system resolver has no timeout of its own: it runs in a thread left behind
-    # when it takes longer than ``timeout``.
+    # the system resolver has no timeout: a slow lookup's thread is left behind
     thread = threading.Thread(target=lookup, name="rlreplay-resolve", daemon=True)
     thread.start()
     thread.join(timeout)
@@ -368,15 +356,10 @@ def diagnose_connection(
     client_secret_key: str | bytes | tuple[bytes, bytes] | None = None,
     timeout: float = 1.0,
 ) -> str:
-    """Why a connection to ``address`` fails, told by ZeroMQ's handshake events.
-
-    A call that gets no reply cannot tell a dead server from one that refuses its
-    credentials: ZeroMQ retries the handshake silently. This opens one socket with a
-    monitor and reads the events of its first connection attempts.
+    """Why a connection to ``address`` fails, told by a monitored socket's handshake events.
 
     Args:
-        address: as for :class:`~rlreplay.Client`.
-        server_public_key, client_secret_key: as for :class:`~rlreplay.Client`.
+        address, server_public_key, client_secret_key: as for :class:`~rlreplay.Client`.
         timeout: seconds to watch the handshake.
 
     Returns:
@@ -394,8 +377,7 @@ def diagnose_connection(
         return "unresolved"
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
-    # A peer that closes during the handshake may be told apart only by a later attempt
-    # (the first often ends without detail): attempt again every 10 ms, not every 100.
+    # a later attempt tells more than the first: retry every 10 ms, not 100
     sock.setsockopt(zmq.RECONNECT_IVL, 10)
     if server_key is not None:
         sock.curve_serverkey = server_key
@@ -421,8 +403,7 @@ def diagnose_connection(
                 if server_key is not None:
                     return "wrong_server_key"
             elif kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL and server_key is not None:
-                # The peer closed during the handshake: a wrong server key, or a server
-                # without CURVE that closed first; a later attempt tells the two apart.
+                # wrong server key, or a non-CURVE server closed first; a retry tells
                 verdict = "wrong_server_key"
             elif kind == zmq.EVENT_CONNECT_RETRIED and not connected:
                 return "refused"

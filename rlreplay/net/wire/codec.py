@@ -1,11 +1,8 @@
 """Wire codec: one message is a msgpack header frame followed by raw array frames.
 
-Every header is a msgpack map that carries the protocol version under ``"v"``. Arrays are
-never pickled: the header lists each array's name, dtype string, shape, frame and byte
-offset under ``"arrays"``. Arrays under ``ZERO_COPY_BYTES`` travel together in one packed
-frame, each at an 8-byte aligned offset, and larger arrays get a frame of their own, sent
-without copying (pyzmq keeps a reference to the numpy buffer). Received arrays are views
-over the received frames (no copy). See ``docs/protocol.md``.
+Arrays are never pickled: the header lists each array's name, dtype, shape, frame and
+offset. Small arrays share one packed frame; large ones get their own, sent without copy.
+Received arrays are views over the frames. See docs/protocol.md.
 """
 
 from __future__ import annotations
@@ -21,12 +18,10 @@ from rlreplay import errors
 
 PROTOCOL_VERSION = 2  # the one version spoken; a message of another is refused
 
-# Frames at least this large are handed to ZeroMQ without a copy; smaller ones are copied,
-# which is cheaper than the bookkeeping zero-copy needs.
+# Frames at least this large go to ZeroMQ without a copy; copying smaller ones is cheaper.
 ZERO_COPY_BYTES = 65536
 
-# Error codes carried in reply headers (``"code"``). Clients raise the class by its code,
-# never by matching message text. Codes are part of the protocol: never renumber them.
+# Error codes of reply headers (``"code"``); part of the protocol: never renumber them.
 ERROR_CODES: dict[int, type[errors.ReplayError]] = {
     1: errors.ReplayError,
     2: errors.InvalidArgumentError,
@@ -66,9 +61,6 @@ def error_from_code(code: Any, message: str) -> errors.ReplayError:
 def encode(header: dict[str, Any], arrays: Mapping[str, np.ndarray] | None = None) -> list:
     """Frames of one message: the packed header, then the array frames.
 
-    Arrays are made C-contiguous (copied only if they are not); their names, dtypes,
-    shapes, frames and byte offsets are recorded in the header under ``"arrays"``.
-
     Args:
         header: the message's header fields (``"v"`` and ``"arrays"`` are filled in).
         arrays: named arrays of numeric dtypes.
@@ -88,9 +80,7 @@ _LOCAL = threading.local()
 
 
 def _packer() -> msgpack.Packer:
-    """This thread's msgpack packer (``msgpack.packb`` makes a new one per call, a third
-    of the cost of packing a request's header; a packer holds a buffer, so one per
-    thread)."""
+    """This thread's reused msgpack packer (``packb`` makes a costly new one per call)."""
     packer = getattr(_LOCAL, "packer", None)
     if packer is None:
         packer = _LOCAL.packer = msgpack.Packer(use_bin_type=True)
@@ -103,8 +93,7 @@ def frames_nbytes(frames: Sequence[Any]) -> int:
 
 
 def _contiguous(a: Any) -> np.ndarray:
-    """``a`` as a C-contiguous array of the same shape (0-d arrays stay 0-d, which
-    ``np.ascontiguousarray`` would make 1-d)."""
+    """``a`` as a C-contiguous array of the same shape (0-d stays 0-d)."""
     a = np.asarray(a)
     return a if a.flags.c_contiguous else np.ascontiguousarray(a)
 
@@ -114,13 +103,7 @@ _PAD = bytes(ALIGN)
 
 
 def _pack(arrays: Mapping[str, np.ndarray], frames: list) -> list:
-    """Version 2 layout, appended to ``frames``: the arrays under ``ZERO_COPY_BYTES`` share
-    frame 1 (each at an offset aligned to ``ALIGN`` bytes), each larger one follows in a
-    frame of its own. Returns the ``"arrays"`` entries, in the order of ``arrays``.
-
-    One pass over the arrays (a request's few small arrays are its common case): a large
-    array's frame number depends on whether any array is small, so it is noted as
-    ``-1 - k`` (the k-th large one) and settled at the end."""
+    """Append the array frames to ``frames``; returns the ``"arrays"`` entries."""
     meta: list = []
     parts: list = []
     large: list = []
@@ -153,19 +136,15 @@ def _pack(arrays: Mapping[str, np.ndarray], frames: list) -> list:
 
 MAX_DIMS = 32  # most dimensions an array may declare (numpy's own limit is 64)
 MAX_DIM = 2**40  # largest extent of one dimension
-# numpy refuses a shape whose non-zero extents multiply, times the itemsize, past this,
-# even when another extent is 0 (the array would hold nothing).
+# numpy refuses a shape spanning more bytes than this, even with a zero extent.
 MAX_NBYTES = int(np.iinfo(np.intp).max)
 
 
 def array_extent(shape: Any, itemsize: int) -> tuple[int, int]:
-    """``(elements, bytes)`` of an array of the declared ``shape`` whose elements take
-    ``itemsize`` bytes, computed in Python ints (which do not overflow).
+    """``(elements, bytes)`` of an array of ``shape`` with ``itemsize``-byte elements.
 
-    The invariant every received shape keeps: it is a list of at most ``MAX_DIMS`` ints
-    in ``0 .. MAX_DIM`` whose non-zero extents multiply, times ``itemsize``, to at most
-    ``MAX_NBYTES``. Such a shape is one numpy can build, so a view of it never fails
-    later (``reshape`` of an empty array to ``[0, 2**31, 2**31, 2**31]`` would).
+    Invariant of every received shape: at most ``MAX_DIMS`` ints in ``0 .. MAX_DIM`` whose
+    non-zero extents times ``itemsize`` stay within ``MAX_NBYTES``, so numpy can build it.
 
     Raises:
         ValueError: naming the shape, for one that breaks the invariant.
@@ -191,9 +170,7 @@ def array_extent(shape: Any, itemsize: int) -> tuple[int, int]:
 
 
 def decode(frames: Sequence[Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Header and arrays of one message (``frames`` as received, bytes or zmq Frames).
-
-    Arrays are views over the received frames when pyzmq allows it (no copy).
+    """Header and arrays of one message (arrays are views over the frames where possible).
 
     Raises:
         ProtocolError: as :func:`decode_header` and :func:`decode_arrays`.
@@ -203,9 +180,8 @@ def decode(frames: Sequence[Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]
 
 
 def decode_header(frames: Sequence[Any]) -> dict[str, Any]:
-    """The header of one message, with its request id checked (a server answers a
-    request of another version, or whose arrays are malformed, under the request's own
-    id; :func:`decode_arrays` checks the version).
+    """The header of one message, with its request id checked (the version is checked by
+    :func:`decode_arrays`, so an error can be answered under the request's id).
 
     Raises:
         ProtocolError: on an empty message, a header that is not a msgpack map, or an
@@ -231,15 +207,11 @@ def decode_header(frames: Sequence[Any]) -> dict[str, Any]:
 
 
 def decode_arrays(header: dict[str, Any], frames: Sequence[Any]) -> dict[str, np.ndarray]:
-    """The arrays of a message whose header :func:`decode_header` returned (the header's
-    ``"arrays"`` entry is removed).
+    """The arrays of a message whose header :func:`decode_header` returned (popping ``"arrays"``).
 
     Raises:
-        ProtocolError: for a protocol version other than :data:`PROTOCOL_VERSION`, an
-            entry that is not ``[name, dtype, shape, frame, offset]``,
-            a name given twice, a dtype that is not numeric, a shape of more than
-            ``MAX_DIMS`` dimensions or a negative or huge extent, an offset not aligned to
-            the dtype, or bytes that do not fit the frame that carries them.
+        ProtocolError: for another protocol version than :data:`PROTOCOL_VERSION`, or a
+            malformed array entry (name, dtype, shape, alignment or size).
     """
     version = header.get("v")
     if version != PROTOCOL_VERSION or isinstance(version, bool):
@@ -283,7 +255,7 @@ def decode_arrays(header: dict[str, Any], frames: Sequence[Any]) -> dict[str, np
                 f"byte {offset!r}, but that frame holds {nbytes} bytes (offsets are multiples "
                 "of the dtype's alignment)"
             )
-        a = np.frombuffer(buf, dtype, count, offset)  # keywords cost numpy 0.3 us more
+        a = np.frombuffer(buf, dtype, count, offset)  # positional: keywords cost more
         arrays[name] = a if len(shape) == 1 else a.reshape(shape)
     return arrays
 

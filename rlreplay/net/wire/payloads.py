@@ -43,8 +43,7 @@ def rows_arrays(sig: Signature, rows: Mapping[str, Any], is_rows: bool, table: s
 
 def update_arrays(keys: Any, priorities: Any, prefix: str = "") -> dict[str, np.ndarray]:
     """The arrays of a priority update, named ``prefix + "keys"`` and ``prefix +
-    "priorities"``. The server checks them exactly as :meth:`Table.update_priorities` does
-    (keys of this table, one finite priority >= 0 per key) before changing anything.
+    "priorities"`` (the server checks them fully).
 
     Raises:
         InvalidArgumentError: if ``keys`` are not integers or ``priorities`` not numbers.
@@ -67,9 +66,8 @@ def update_arrays(keys: Any, priorities: Any, prefix: str = "") -> dict[str, np.
 
 
 def checked_update(keys: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray]:
-    """A priority update checked as far as a client can without the table: ``keys`` a
-    1-d integer array, ``priorities`` finite, >= 0 and one per key (a scalar applies to
-    every key). The server still checks that the keys are the table's.
+    """A priority update checked as far as a client can without the table (``keys`` 1-d
+    integers; ``priorities`` finite, >= 0, one per key or one for all).
 
     Returns:
         ``(keys, priorities)`` as int64 and float64 arrays of equal length.

@@ -1,18 +1,5 @@
-"""Request schemas: every header field and array of each operation, checked in one place.
-
-Each operation of a server is one :class:`Operation` (its name, fields, arrays, handler
-and whether it mutates or parks), declared in the server's table of operations
-(:data:`rlreplay.net.server.operations.OPERATIONS`). The server checks every decoded request
-against its operation (:func:`operation_of`, :meth:`Operation.check`) before any handler sees it,
-so a handler only meets fields of the types it expects: a table name that is a list, a
-count that is a string, values nested hundreds of levels deep or an array of the wrong
-kind are answered with a typed error, never an internal one. Values a user passes through
-a :class:`~rlreplay.Client` call (``table``, ``batch_size``, ``n``, ``timeout``,
-``priority``) are :class:`InvalidArgumentError` when wrong, naming the argument; fields
-only the library writes (writer ids, stream indices, flags, array layout) are
-:class:`ProtocolError`. Ranges that depend on a table (``batch_size <= max_size``, keys of
-the table, a chunk's anchors) are checked by the handlers, still before anything changes.
-Unknown header keys are ignored (a newer client may send more); unknown arrays are not.
+"""Request schemas: every header field and array of each operation, checked in one place,
+before any handler runs. Unknown header keys are ignored; unknown arrays are refused.
 """
 
 from __future__ import annotations
@@ -119,10 +106,7 @@ def stream_indices(value: Any, key: str) -> list[int]:
 
 Check = Callable[[Any, str], Any]
 Field = tuple[Check, bool]  # a header field's check, and whether it is required
-# An array's accepted dtype kinds, accepted ndim (None: any) and the error class for a wrong
-# one. Keys and priorities come from a user's call: the table checks their shapes and
-# values itself, and a wrong kind is that user's InvalidArgumentError. ``data/`` arrays are
-# the signature's fields, checked against it by the handler.
+# An array's accepted dtype kinds, ndim (None: any) and the error class for a wrong one.
 ArraySpec = tuple[str, tuple[int, ...] | None, type]
 INT, NUM = "iu", "iuf"
 TIMEOUT: dict[str, Field] = {"timeout": (timeout, False)}
@@ -131,19 +115,16 @@ COMMON: dict[str, Field] = {"noreply": (flag, False)}
 
 @dataclass(frozen=True)
 class Operation:
-    """One row of a server's table of operations: the one declaration that its dispatch,
-    its request checks and ``docs/protocol.md`` read.
+    """One row of a server's table of operations (read by dispatch, checks and docs).
 
     Attributes:
         name: what a request's ``op`` names.
-        handler: called as ``handler(operations, header, arrays)`` with the server's
-            operations; returns ``(reply header, reply arrays)``, or a job when it ``parks``.
+        handler: ``handler(operations, header, arrays)`` -> reply ``(header, arrays)`` or a job.
         headers: header field -> (check, required).
         arrays: array name -> (dtype kinds, ndims or None, error class).
         data: whether it also takes ``data/<field>`` arrays (checked by the handler).
         mutates: whether it may change a table (parked calls are retried after it).
-        parks: whether a rate limiter (or a checkpoint under way) may hold it: it is then
-            parked, and counts against the client's ``max_parked_per_client``.
+        parks: whether it may be parked (counted in ``max_parked_per_client``).
     """
 
     name: str
@@ -155,14 +136,12 @@ class Operation:
     parks: bool = False
 
     def check(self, header: dict, arrays: dict[str, np.ndarray]) -> None:
-        """Check a decoded request of this operation: header fields (ints left as Python
-        ints, so handlers may use them as they are) and arrays. Nothing is changed.
+        """Check a decoded request of this operation, changing nothing.
 
         Raises:
             ProtocolError: for a library-written field of the wrong type or range, or an
                 array the operation does not take or of the wrong kind.
-            InvalidArgumentError: for a user-given field (table, counts, timeout,
-                priority) of the wrong type or range.
+            InvalidArgumentError: for a user-given field of the wrong type or range.
         """
         op = self.name
         for key, (check, required) in (*self.headers.items(), *COMMON.items()):
@@ -190,8 +169,7 @@ class Operation:
 
 
 def operation_of(header: dict, operations: Mapping[str, Operation]) -> Operation:
-    """The operation a request names, checked with its fields and arrays (see
-    :meth:`Operation.check`) before any handler runs.
+    """The operation a request names, checked (see :meth:`Operation.check`).
 
     Raises:
         ProtocolError: for an operation ``operations`` does not hold.

@@ -1,20 +1,9 @@
 """Shared-memory segments: POSIX shared memory files a client creates and a server maps.
 
-A segment is a file under ``/dev/shm`` named ``rlreplay-<creator pid>-<16 hex digits>``,
-created by a client with mode 0600 (only processes of the same user can map it), a small
-header (a magic number and a random nonce) and then its data area. The server that
-attaches it checks the name, that it is a regular file of the announced size, and that it
-holds the nonce the client announced over the socket (so the server mapped the client's
-own file, on the client's own host), and then unlinks it. The client unlinks it too, once
-the server answered (attached or not).
-
-The invariant this keeps: **once a segment is unlinked, no crash leaks it.** An unlinked
-segment has no name anywhere; its memory belongs to the mappings that remain, and the
-kernel frees it when the last of them goes, whichever side is killed (``kill -9``
-included). The only window where a name exists is between the client's create and the
-server's answer (one round trip); a client killed inside it leaves a file whose creator is
-dead, and :func:`sweep_stale` (run when a process creates its first segment) removes
-those.
+A segment is a mode-0600 file under ``/dev/shm`` with a header holding a random nonce; the
+server checks the nonce (so it maps the client's own file) and both sides unlink it once
+mapped. Invariant: once unlinked, no crash leaks it; files of clients killed before that
+are removed by :func:`sweep_stale`. See docs/shared_memory.md.
 """
 
 from __future__ import annotations
@@ -39,16 +28,14 @@ MAGIC = b"RLRSHM01"
 NONCE_BYTES = 16
 HEADER_BYTES = 64  # magic, nonce, padding: the data area starts 64-byte aligned
 MAX_SEGMENT_BYTES = 1 << 40
-# A server drops a connection's segments after this long without use (its client renews
-# them sooner).
+# A server drops a connection's segments after this long unused.
 IDLE_S = 60.0
 
 _swept = False
 
 
 def available() -> bool:
-    """Whether this process can create shared-memory segments (Linux with a writable
-    ``/dev/shm``)."""
+    """Whether this process can create segments (Linux with a writable ``/dev/shm``)."""
     return sys.platform.startswith("linux") and os.access(SHM_DIR, os.W_OK | os.X_OK)
 
 
@@ -72,10 +59,7 @@ class Segment:
         name: the file's name under ``/dev/shm`` (gone once unlinked).
         nbytes: bytes of the data area.
         nonce: the random bytes in its header.
-        data: a writable ``uint8`` array over the data area.
-
-    The mapping is released when the last reference to it goes (``data`` and every array
-    made from it included), never explicitly: an array still viewing it stays valid.
+        data: a writable ``uint8`` array over the data area (the mapping lives as long).
     """
 
     def __init__(self, name: str, nbytes: int, nonce: bytes, mm: mmap.mmap):
@@ -84,9 +68,7 @@ class Segment:
         self.data = self.view()
 
     def view(self) -> np.ndarray:
-        """A new ``uint8`` array over the data area whose base is the mapping itself, so
-        that every view made from it has it as its base (numpy collapses chains of views
-        down to the first array that does not view another array)."""
+        """A ``uint8`` array over the data area whose base is the mapping itself."""
         return np.frombuffer(self._mm, np.uint8, count=self.nbytes, offset=HEADER_BYTES)
 
     @classmethod
@@ -107,8 +89,7 @@ class Segment:
         fd = os.open(_path(name), os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
             os.ftruncate(fd, HEADER_BYTES + nbytes)
-            # Reserve the pages now: a write to a page a full /dev/shm (a container's
-            # 64 MiB, say) cannot provide would kill the writing process with SIGBUS.
+            # reserve the pages now: writing a page a full /dev/shm cannot give is SIGBUS
             os.posix_fallocate(fd, 0, HEADER_BYTES + nbytes)
             mm = mmap.mmap(fd, HEADER_BYTES + nbytes)
         except BaseException:
@@ -125,10 +106,8 @@ class Segment:
         """Map the segment a client created and unlink its name.
 
         Raises:
-            ValueError: for a name that is not a segment's, a file that is not a regular
-                file of at least the announced size, not owned by this process's user or
-                open to other users (its mode is not 600), or a header without the nonce
-                (the file is not the client's: another host's ``/dev/shm``, say).
+            ValueError: for a bad name, a file not regular, too small, not this user's or
+                open to others, or a header without the nonce.
             OSError: if the file cannot be opened or mapped (another user's, say).
         """
         if not isinstance(name, str) or not NAME_RE.fullmatch(name):
@@ -141,9 +120,7 @@ class Segment:
                     f"segment {name!r} holds {st.st_size} bytes, not the "
                     f"{HEADER_BYTES + nbytes} announced"
                 )
-            # Only a process of this user may hand this process memory to write into: a
-            # file another user owns, or one others may open, could be changed or shrunk
-            # under the mapping (a server running as root opens any file).
+            # only this user's private file may be mapped for writing (root opens any)
             if st.st_uid != os.geteuid() or st.st_mode & 0o077:
                 raise ValueError(
                     f"segment {name!r} is owned by uid {st.st_uid} with mode "
@@ -165,8 +142,7 @@ class Segment:
 
 
 def sweep_stale() -> int:
-    """Unlink segments left by processes that died between creating a segment and its
-    server's answer (their creator pid is gone); returns how many were removed."""
+    """Unlink segments whose creator died before its server answered; returns how many."""
     removed = 0
     try:
         names = os.listdir(SHM_DIR)
@@ -198,12 +174,12 @@ def aligned(nbytes: int) -> int:
 
 
 def check_entries(entries: Any, nbytes: int) -> list[tuple[str, np.dtype, tuple, int, int]]:
-    """Checked ``[name, dtype, shape, offset]`` entries that place arrays in a segment's
-    data area of ``nbytes`` bytes; each returned with its byte count.
+    """Checked ``[name, dtype, shape, offset]`` entries placing arrays in a data area of
+    ``nbytes`` bytes, each returned with its byte count.
 
     Raises:
-        ProtocolError: for an entry that is malformed, of a dtype that may not cross the
-            wire, or that does not fit the data area.
+        ProtocolError: for an entry that is malformed, of a disallowed dtype, or that does
+            not fit the data area.
     """
     from rlreplay.net.wire import codec
 

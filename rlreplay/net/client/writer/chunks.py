@@ -1,22 +1,7 @@
 """The sending side of a remote writer: numbered chunks, acknowledged whole or sent again.
 
-A :class:`ChunkStream` owns what a
-:class:`~rlreplay.net.client.writer.remote_writer.RemoteTrajectoryWriter` has handed over
-for sending: chunks queued, chunks sent and awaiting acknowledgement, the writer's id and
-the sequence number of the next chunk. The server applies a chunk whole or not at all (see
-:mod:`rlreplay.net.server.ingest`), so after every reply the stream knows what is stored:
-
-* acknowledged: the chunk's items exist (their keys are in the reply);
-* not stored in time (rate limiter timeout, server unavailable or restarted, per-client
-  limit): the chunk and every later one are queued again, in order, and the next call
-  that sends resends them with the same numbers. A chunk the server did apply although
-  its reply was lost is answered with its first reply and not applied twice;
-* refused for its content (e.g. its items reach steps the store no longer holds): it is
-  dropped, and later chunks continue as a new episode without the items that reached
-  into it; the error says how many items were lost.
-
-Writers still open when the interpreter exits are closed by one exit handler, which
-flushes what they hold for at most ``EXIT_FLUSH_S`` seconds in all.
+A chunk not stored in time is resent, with every later one, under the same numbers (never
+applied twice); one refused for its content is dropped and later chunks start a new episode.
 """
 
 from __future__ import annotations
@@ -39,8 +24,8 @@ from rlreplay.net.client.transport import REPLY_GRACE_S, Sender
 
 log = logging.getLogger("rlreplay.net")
 
-# Chunks one writer may keep unacknowledged: the server remembers its replies to this many
-# recent chunks of a writer (``ingest.KEPT_REPLIES``), so a chunk sent again is applied once.
+# Chunks one writer may keep unacknowledged: the server keeps replies to this many
+# (``ingest.KEPT_REPLIES``), so a chunk sent again is applied once.
 MAX_IN_FLIGHT = 64
 
 Queued = tuple[Any, dict, dict]  # (request id or None, header, arrays)
@@ -53,16 +38,14 @@ class ChunkStream:
         sender: the client's sender (:attr:`rlreplay.Client.transport`).
         header: the fields every chunk carries (``tables``, ``history``).
         max_in_flight: chunks that may await acknowledgement at once.
-        on_drop: called with the stream index where a refused chunk ended; removes the
-            writer's buffered items that reach before it and returns how many it removed.
+        on_drop: ``on_drop(end)`` drops buffered items before a refused chunk's ``end``.
     """
 
     def __init__(
         self, sender: Sender, header: dict, max_in_flight: int, on_drop: Callable[[int], int]
     ):
         self.sender = sender
-        # 128 random bits from the OS: unique whatever the program seeds (``random``,
-        # numpy) and in every process, so two writers never share a server-side stream.
+        # 128 random OS bits: unique whatever the program seeds, in every process
         self.id = secrets.token_bytes(16)
         self.pid = os.getpid()
         self.header = {"op": "write", "writer": self.id, **header}
@@ -94,13 +77,11 @@ class ChunkStream:
         self.unsent.append((None, header, arrays))
 
     def send(self, timeout: float | None, wait: float | None, end: float | None) -> None:
-        """Send every queued chunk (the server may block each up to ``timeout``), waiting
-        for the oldest acknowledgement while ``max_in_flight`` are out: ``wait`` seconds
-        each, or until ``end`` (a ``time.monotonic()`` value) when given.
+        """Send every queued chunk, waiting ``wait`` s (or until ``end``) for the oldest
+        while ``max_in_flight`` are out; the server may block each up to ``timeout``.
 
         Raises:
             ClosedError: in a process other than the writer's (a forked copy).
-            as :meth:`wait_oldest`.
         """
         if self.pid != os.getpid():
             raise ClosedError(
@@ -121,13 +102,11 @@ class ChunkStream:
 
     def wait_oldest(self, wait: float | None) -> None:
         """Wait up to ``wait`` seconds (``None``: while the server answers pings) for the
-        oldest chunk's acknowledgement; see the module docstring for what a failure does.
+        oldest chunk's acknowledgement.
 
         Raises:
-            RateLimiterTimeoutError, ReplayTimeoutError, ServerUnavailableError: the chunk
-                was not stored in time; it is kept and sent again.
-            InvalidArgumentError (or another ReplayError): the server refused the chunk;
-                it is dropped.
+            ReplayTimeoutError, ServerUnavailableError: not stored in time (kept, resent).
+            InvalidArgumentError (or another ReplayError): refused; the chunk is dropped.
         """
         rid, header, arrays = self.in_flight[0]
         try:
@@ -152,23 +131,13 @@ class ChunkStream:
             self.keys.append(np.array(keys))
 
     def requeue(self) -> None:
-        """Put every unacknowledged chunk back in front of the queue, in order. Replies to
-        them that still arrive are dropped; the server answers a chunk it already applied
-        with its first reply, so nothing is applied twice."""
+        """Put every unacknowledged chunk back in front of the queue, in order."""
         self.sender.forget([rid for rid, _, _ in self.in_flight])
         self.unsent.extendleft((None, h, a) for _, h, a in reversed(self.in_flight))
         self.in_flight.clear()
 
     def _drop(self, failed: dict, arrays: dict) -> int:
-        """Forget the chunk ``failed`` the server refused for its content: later chunks are
-        renumbered to follow the last applied one, start a new episode, and lose the items
-        that reach into the dropped steps. Returns how many items were dropped.
-
-        Nothing of a refused chunk is stored: the server makes every check before its
-        first change to a chunk and applies it whole (:mod:`rlreplay.net.server.ingest`). The one
-        refusal of a stored chunk, "applied too long ago to be answered again", answers a
-        chunk sent again after ``KEPT_REPLIES`` later ones were applied, which this stream
-        never sends (it keeps at most ``MAX_IN_FLIGHT`` chunks unacknowledged)."""
+        """Forget a refused chunk: later ones start a new episode; items dropped."""
         dropped = len(arrays.get("item_anchor", ()))
         end = failed["first"] + failed["n"]
         self.requeue()
@@ -189,31 +158,27 @@ class ChunkStream:
         return dropped + self.on_drop(end)
 
     def close(self) -> None:
-        """Tell the server to forget this writer's stream (no reply awaited, best effort:
-        a server that does not hear it, or is gone, forgets the stream once idle)."""
+        """Tell the server to forget this writer's stream (best effort, no reply)."""
         if self.pid == os.getpid():
             self.sender.notify({"op": "close_writer", "writer": self.id})
 
 
 def _send(sender: Sender, header: dict, arrays: dict, end: float | None) -> int:
-    """Send a chunk; with ``end`` (a ``time.monotonic()`` value) the hand-over is bounded
-    by it, and the server never starts the chunk after it (the caller stops waiting)."""
+    """Send a chunk, bounded by ``end``, after which no server starts it."""
     if end is None:
         return sender.send(header, arrays)
     return sender.send(header, arrays, until=end, expires=end)
 
 
 def wait_time(timeout: float | None, end: float | None) -> float | None:
-    """Seconds to wait for one acknowledgement: until ``end`` if given, else the chunk's
-    ``timeout`` plus the reply grace (``None``: as long as the server answers pings)."""
+    """Seconds to wait for one acknowledgement (``None``: no limit)."""
     if end is not None:
         return max(0.0, end - time.monotonic())
     return None if timeout is None else timeout + REPLY_GRACE_S
 
 
 def chunk_arrays(parts: list, fields: list, n: int, items: list) -> dict[str, np.ndarray]:
-    """The arrays of a chunk: ``n`` buffered steps (per field, each step's bytes or a
-    scalar) and the buffered items ``(table, anchor, priority, length)``."""
+    """The arrays of a chunk: ``n`` buffered steps and the buffered items."""
     arrays = {}
     for field_parts, (path, shape, dtype) in zip(parts, fields):
         if shape:
@@ -232,14 +197,13 @@ def chunk_arrays(parts: list, fields: list, n: int, items: list) -> dict[str, np
 
 
 def _steps(header: dict) -> str:
-    """What a chunk holds, for messages: its stream steps (and items)."""
+    """A chunk's stream steps, for messages."""
     first, n = header["first"], header["n"]
     return f"of steps [{first}, {first + n})" if n else "of items only (no new step)"
 
 
 def _items_from(arrays: dict, first: int) -> tuple[dict, int]:
-    """``arrays`` without the items anchored before stream step ``first``, and how many
-    were removed."""
+    """``arrays`` without items anchored before ``first``, and how many were removed."""
     anchors = arrays.get("item_anchor")
     if anchors is None:
         return arrays, 0
@@ -250,9 +214,7 @@ def _items_from(arrays: dict, first: int) -> tuple[dict, int]:
     return out, int((~keep).sum())
 
 
-# ------------------------------------------------------------ writers left open
-# Writers of this process not yet closed, flushed by one exit handler. Held weakly: a
-# writer dropped unclosed is collected (and warns with a ResourceWarning).
+# Writers of this process not yet closed, held weakly (one dropped unclosed just warns).
 EXIT_FLUSH_S = 10.0  # seconds the exit handler spends, over all writers still open
 _OPEN: weakref.WeakSet = weakref.WeakSet()
 _registered = threading.Lock()
@@ -273,9 +235,7 @@ def discard_open(writer: Any) -> None:
 
 
 def flush_open_writers(budget_s: float = EXIT_FLUSH_S) -> int:
-    """Close every writer of this process still open, spending at most ``budget_s``
-    seconds in all; runs at interpreter exit. Returns how many writers were closed with
-    everything they held stored (failures are logged, never raised)."""
+    """At exit, close this process's open writers within ``budget_s``; count stored."""
     end = time.monotonic() + budget_s
     stored = 0
     for writer in list(_OPEN):

@@ -1,14 +1,5 @@
-"""What a remote writer checks before it buffers anything: its arguments, and the items it
-has created and not yet sent, checked as a local writer checks them.
-
-A :class:`~rlreplay.net.client.writer.remote_writer.RemoteTrajectoryWriter` creates items
-on the server when their chunk arrives, so it must refuse a bad item when it is created, as
-:class:`rlreplay.TrajectoryWriter` does: an unknown table, a ``start`` outside the retained
-steps of the episode, an item needing steps not appended yet, a second item at one anchor
-of a table, a bad priority. :class:`PendingItems` holds those checks and the state they
-need (per table, the anchors used over the recent steps), and the items buffered for the
-next chunk.
-"""
+"""A remote writer's argument and item checks, made when an item is created (as
+:class:`rlreplay.TrajectoryWriter` does), not when the server makes it."""
 
 from __future__ import annotations
 
@@ -34,17 +25,12 @@ def check_writer_args(
     """Check a remote writer's arguments against its tables on the server.
 
     Returns:
-        The table names, their item spans, whether each takes per-item lengths (its
-        layout has ``from_end``/``pad`` windows), ``history`` and ``chunk_steps``
-        (defaults filled in), and the most items one chunk may hold: a chunk is admitted whole, so
-        it holds at most half of what the smallest window of its tables' rate limiters
-        admits at once (:func:`~rlreplay.core.rate_limiters.insert_pack`: the next chunk
-        goes in while the learner still samples the previous one), and no more than the
-        smallest ``max_size`` of its tables.
+        Table names, item spans, per-item-length flags, ``history``, ``chunk_steps`` and the
+        most items one chunk may hold (see :func:`~rlreplay.core.rate_limiters.insert_pack`).
 
     Raises:
-        InvalidArgumentError: for unknown tables, a table named twice, tables on different
-            stores, or bad sizes.
+        InvalidArgumentError: as for
+            :class:`~rlreplay.net.client.writer.remote_writer.RemoteTrajectoryWriter`.
     """
     names = [tables] if isinstance(tables, str) else [getattr(t, "name", t) for t in tables]
     if not names:
@@ -78,9 +64,8 @@ def check_writer_args(
         raise InvalidArgumentError(
             f"max_in_flight={describe(max_in_flight)} must be an int in [1, {MAX_IN_FLIGHT}]"
         )
-    # the server refuses a chunk creating more items in a table than its max_size
+    # a chunk holds at most a table's max_size items and half what its limiter admits
     limits = [int(d["max_size"]) for d in descs]
-    # and a chunk holds at most half of what a limiter admits at once (see insert_pack)
     limits += [
         int(insert_pack(d["insert_window"])) for d in descs if d.get("insert_window") is not None
     ]
@@ -89,11 +74,7 @@ def check_writer_args(
 
 
 def _per_item(values: Any, n: int, name: str) -> list:
-    """``values`` (one per item, one for all, or ``None``) as a list of ``n``.
-
-    Raises:
-        InvalidArgumentError: if ``values`` has neither one nor ``n`` entries.
-    """
+    """``values`` (one per item, one for all, or ``None``) as a list of ``n``."""
     if values is None:
         return [None] * n
     try:
@@ -137,14 +118,11 @@ class PendingItems:
 
     @property
     def over(self) -> bool:
-        """Whether more items are buffered than one chunk may hold (after
-        :meth:`add_all`): :meth:`take` then takes one chunk's worth."""
+        """Whether more items are buffered than one chunk may hold."""
         return len(self.items) > self.max_items
 
     def add_latest(self, table: Any, priority: Any, stream: int, episode_start: int) -> bool:
-        """The common case, fast: an item of ``table`` ending at the latest step, anchors
-        growing, priority ``None`` or a float. Returns False (nothing added) when the item
-        is not that case; :meth:`add` then checks it in full."""
+        """Fast path for an item ending at the latest step; False if not that case."""
         t = self._index.get(table)
         if t is None:
             return False
@@ -172,13 +150,7 @@ class PendingItems:
         stream: int,
         episode_start: int,
     ) -> None:
-        """Check and buffer one item (arguments as
-        :meth:`~rlreplay.net.client.writer.remote_writer.RemoteTrajectoryWriter.create_item`),
-        given the stream index of the next step and where the episode began.
-
-        Raises:
-            InvalidArgumentError: as :meth:`check`; nothing is added then.
-        """
+        """Check and buffer one item (InvalidArgumentError as :meth:`check`: nothing added)."""
         t, anchor, priority = self.check(table, priority, start, length, stream, episode_start)
         self._top_anchor[t] = max(self._top_anchor[t], anchor)
         seen = self._anchors[t]
@@ -197,8 +169,8 @@ class PendingItems:
         stream: int,
         episode_start: int,
     ) -> tuple[int, int, float]:
-        """The table's index, the anchor and the priority (NaN: the table's default) of an
-        item :meth:`add` would buffer; changes nothing.
+        """The table's index, the anchor and the priority (NaN: default) of an item
+        :meth:`add` would buffer; changes nothing.
 
         Raises:
             InvalidArgumentError: for an unknown table, a bad ``start``, ``length`` or
@@ -283,12 +255,10 @@ class PendingItems:
         stream: int,
         episode_start: int,
     ) -> None:
-        """Check and buffer one item per entry of ``starts`` (``priorities`` and
-        ``lengths``: one per item, one for all, or ``None``), all of them or none.
+        """Check and buffer one item per entry of ``starts``, all or none.
 
         Raises:
-            InvalidArgumentError: as :meth:`add`, or for ``priorities`` or ``lengths``
-                that do not match ``starts``; nothing is added then.
+            InvalidArgumentError: as :meth:`add`, or ``priorities``/``lengths`` not matching.
         """
         starts = int_array(starts, "starts").tolist()
         prios = _per_item(priorities, len(starts), "priorities")
@@ -298,7 +268,7 @@ class PendingItems:
             for start, priority, length in zip(starts, prios, lens):
                 self.add(table, priority, start, length, stream, episode_start)
         except InvalidArgumentError:
-            # The anchors added here were new to their table (a repeat is refused).
+            # these anchors were new to their table
             for t, anchor, _, _ in self.items[before:]:
                 self._anchors[t].discard(anchor)
             del self.items[before:]
@@ -306,8 +276,7 @@ class PendingItems:
             raise
 
     def take(self) -> list[Item]:
-        """The buffered items for one chunk (at most ``max_items``, oldest first); they
-        leave the buffer."""
+        """Take the buffered items for one chunk (at most ``max_items``, oldest first)."""
         if len(self.items) <= self.max_items:
             items, self.items = self.items, []
             return items
@@ -322,8 +291,7 @@ class PendingItems:
         self._top_anchor = [stream - 1] * len(self._anchors)
 
     def drop_before(self, end: int) -> int:
-        """Remove the buffered items anchored before stream index ``end`` (their steps
-        were dropped); returns how many were removed."""
+        """Remove buffered items anchored before ``end``; returns how many."""
         before = len(self.items)
         self.items = [it for it in self.items if it[1] >= end]
         return before - len(self.items)

@@ -1,33 +1,8 @@
 """The remote writer: the TrajectoryWriter interface over the network, in chunks.
 
-Steps are copied into per-field buffers as they are appended
-(:class:`~rlreplay.net.client.writer.steps.StepBuffer`); the items created over them are
-buffered beside them (:class:`~rlreplay.net.client.writer.items.PendingItems`). A chunk (steps
-plus items, in order) is queued when a step arrives after ``chunk_steps`` steps are
-buffered (so the items over a chunk's last steps travel with it), when an item arrives
-after half a table's ``insert_window`` items (the server stores a chunk whole, so it holds no
-more than a limiter admits at once, and half of it goes in while the learner still samples
-the previous chunk), and on :meth:`flush` and :meth:`close`. Up to
-``max_in_flight`` chunks may await acknowledgement; the writer then waits for the oldest
-(backpressure from the server's rate limiters).
-
-One invariant: every call takes all of its input or none of it, as a local
-:class:`rlreplay.TrajectoryWriter` does. A call first hands over what is due (the full
-buffer, the queued chunks), waiting at most its ``timeout`` (default: the writer's), and
-only then takes its steps or items; chunks it fills on the way are queued, never sent, and
-go out with the next call. So a call that raises a timeout took nothing and is repeated
-(as adders do), never a part of it twice. Items are created on the server when their
-chunk arrives, so :meth:`create_item` returns ``None`` (not a key), and a limiter timeout
-or a refused item surfaces from a later call that waits for the chunk's acknowledgement.
-A chunk is stored whole or not at all and never twice (see
-:mod:`rlreplay.net.client.writer.chunks`).
-
-If the caller never flushes, what the last call buffered stays in this process until
-``close()``. A writer still open when the program exits is flushed then (for at most
-``EXIT_FLUSH_S`` seconds over all writers); one garbage-collected without ``close()``
-loses what it held and warns with a ``ResourceWarning``. A writer belongs to the process
-that made it: its id is 128 random bits from the operating system, unaffected by seeding
-``random`` or numpy, so actors seeded alike never share a stream on the server.
+Invariant: every call takes all of its input or none of it, so a call that timed out can be
+repeated. Items are made when their chunk reaches the server, so :meth:`create_item`
+returns ``None``; chunks are stored whole, once (:mod:`rlreplay.net.client.writer.chunks`).
 """
 
 from __future__ import annotations
@@ -49,8 +24,7 @@ from rlreplay.net.client.writer.steps import StepBuffer
 
 
 class WriterClient(Protocol):
-    """What a remote writer needs of its client (a :class:`~rlreplay.Client`): the served
-    tables' descriptions, a table handle, and a sender for its chunks."""
+    """What a remote writer needs of its client (a :class:`~rlreplay.Client`)."""
 
     address: str
 
@@ -70,12 +44,9 @@ class RemoteTrajectoryWriter:
         client: the :class:`~rlreplay.Client`.
         tables: table name(s) items will be created in.
         history: steps an item may reach back (default: the longest item span).
-        chunk_steps: steps per message (the writer's buffer size); default 1024, or less
-            when the store is small (at most its capacity minus ``history``).
+        chunk_steps: steps per message; default 1024, or less for a small store.
         max_in_flight: unacknowledged chunks allowed before the writer waits.
-        timeout: seconds a chunk may wait for the rate limiters on the server, and a call
-            for acknowledgements (plus a reply grace), when the call gives no ``timeout``
-            of its own (``None``: no limit).
+        timeout: default seconds a call waits for the server (``None``: no limit).
         keep_keys: collect the keys of acknowledged items in :attr:`keys`.
 
     Raises:
@@ -127,8 +98,7 @@ class RemoteTrajectoryWriter:
 
     @property
     def open_here(self) -> bool:
-        """Whether this writer is open and was made in this process (a forked child's
-        copy sends nothing)."""
+        """Whether this writer is open and was made in this process."""
         return not self._closed and self._chunks.pid == os.getpid()
 
     @property
@@ -141,20 +111,17 @@ class RemoteTrajectoryWriter:
         """Retained steps of the current episode an item may start at."""
         return min(self.history, self._stream - self._episode_start)
 
-    # -------------------------------------------------------------- appending
     def append(self, step: Mapping[str, Any], *, timeout: float | None = None) -> int:
-        """Buffer one step; returns its stream index (its position in this writer's stream).
+        """Buffer one step; returns its stream index.
 
         Args:
             step: one value per signature field.
-            timeout: seconds to wait for the server when a full chunk or queued chunks go
-                out first (``None``: the writer's ``timeout``).
+            timeout: seconds to wait when chunks go out first (``None``: the writer's).
 
         Raises:
             SignatureError: if the step does not match the signature.
             ClosedError: if the writer is closed.
-            ReplayTimeoutError: if what went out first was not acknowledged in time; the
-                step was not taken (append it again).
+            ReplayTimeoutError: if chunks sent first were late; the step was not taken.
         """
         self._check_open()
         if timeout is not None:
@@ -162,18 +129,15 @@ class RemoteTrajectoryWriter:
         steps = self._steps
         full = steps.n >= self.chunk_steps
         if full or self._chunks.unsent:
-            # A full chunk goes out when the next step arrives, so items created over its
-            # last steps travel with it.
+            # a full chunk goes out at the next step, so items over its last steps go with it
             self._hand_over(timeout, full)
         steps.add(step)
         self._stream += 1
         return self._stream - 1
 
     def append_batch(self, steps: Mapping[str, Any], *, timeout: float | None = None) -> int:
-        """Buffer consecutive steps (each field ``[n, ...]``); returns the first's index.
-
-        All of them or none: chunks filled on the way are queued, and sent by the next
-        call (or ``flush``).
+        """Buffer consecutive steps (each field ``[n, ...]``), all or none; returns the first's
+        stream index.
 
         Raises:
             SignatureError, InvalidArgumentError: for steps that do not match the signature.
@@ -198,7 +162,6 @@ class RemoteTrajectoryWriter:
             done += take
         return first
 
-    # ----------------------------------------------------------------- items
     def create_item(
         self,
         table: str,
@@ -208,16 +171,11 @@ class RemoteTrajectoryWriter:
         length: int | None = None,
         timeout: float | None = None,
     ) -> None:
-        """Create an item over this stream's recent steps when the chunk reaches the server.
-
-        Args as :meth:`rlreplay.TrajectoryWriter.create_item`; ``timeout`` bounds the wait
-        when a full chunk or queued chunks go out first (``None``: the writer's
-        ``timeout``).
+        """Create an item over recent steps (made when the chunk reaches the server). Args as
+        :meth:`rlreplay.TrajectoryWriter.create_item`; ``timeout`` as in :meth:`append`.
 
         Raises:
-            InvalidArgumentError: for an unknown table, a ``start`` outside the retained
-                steps of this episode, an item needing steps not appended yet, or a second
-                item at the same anchor in one table.
+            InvalidArgumentError: as the local writer's (checked before sending).
             ReplayTimeoutError: as :meth:`append`; the item was not taken.
         """
         self._check_open()
@@ -225,10 +183,9 @@ class RemoteTrajectoryWriter:
             timeout = check_timeout(timeout)
         full = self._pending.full
         if full or self._chunks.unsent:
-            # Bad arguments are refused before the wait a hand-over may bring.
+            # bad arguments are refused before any wait
             self._pending.check(table, priority, start, length, self._stream, self._episode_start)
-            # A chunk holds at most what a table's limiter admits at once (it is stored
-            # whole): send the full one before this item, so a failure changes nothing.
+            # a chunk is stored whole: send the full one first, so a failure changes nothing
             self._hand_over(timeout, full)
         stream, episode = self._stream, self._episode_start
         if (
@@ -248,15 +205,14 @@ class RemoteTrajectoryWriter:
         lengths: Any = None,
         timeout: float | None = None,
     ) -> None:
-        """Batch form of :meth:`create_item`: one item per entry of ``starts``, all of
-        them or none (chunks they fill are queued, and sent by the next call or ``flush``).
+        """Batch form of :meth:`create_item`, all items or none.
 
         Args:
             table: one of the writer's tables (name or handle).
-            priorities: one priority per item, one for all, or ``None`` (default).
-            starts: negative indexes into this episode's retained steps, as ``start``.
-            lengths: per-item lengths (``None``: the layout's span for every item).
-            timeout: as in :meth:`create_item`.
+            priorities: one per item, one for all, or ``None`` (default).
+            starts: negative indexes into this episode's retained steps.
+            lengths: per-item lengths (``None``: the layout's span).
+            timeout: as in :meth:`append`.
 
         Raises:
             InvalidArgumentError: as :meth:`create_item`; no item is taken then.
@@ -266,7 +222,7 @@ class RemoteTrajectoryWriter:
         timeout = check_timeout(timeout)
         full = self._pending.full
         if full or self._chunks.unsent:
-            # Bad arguments are refused before the wait a hand-over may bring.
+            # bad arguments are refused before any wait
             self._pending.check_all(
                 table, priorities, starts, lengths, self._stream, self._episode_start
             )
@@ -303,10 +259,8 @@ class RemoteTrajectoryWriter:
         """Chunks not yet acknowledged by the server (sent, or kept to send again)."""
         return self._chunks.pending
 
-    # --------------------------------------------------------------- sending
     def _seal(self) -> None:
-        """Queue the buffered steps and at most a chunk's worth of the buffered items as a
-        chunk (sent by the next call that hands over; never fails)."""
+        """Queue the buffered steps and up to a chunk's worth of items as a chunk."""
         n = self._steps.n
         if n or self._pending.items:
             first = self._chunk_first
@@ -318,14 +272,8 @@ class RemoteTrajectoryWriter:
             self._steps.clear()
 
     def _hand_over(self, timeout: float | None, seal: bool) -> None:
-        """Before a call takes anything: queue the buffer as a chunk (with ``seal``) and
-        send the queued chunks, waiting while ``max_in_flight`` are unacknowledged, for at
-        most the call's checked ``timeout`` (``None``: the writer's) plus the reply grace.
-
-        Raises:
-            ReplayTimeoutError: if acknowledgements did not come in time (the chunks are
-                kept, queued to be sent again); and as :meth:`ChunkStream.wait_oldest`.
-        """
+        """Queue the buffer (with ``seal``) and send queued chunks, waiting at most
+        ``timeout`` plus the reply grace (ReplayTimeoutError: the chunks stay queued)."""
         timeout = self.timeout if timeout is None else timeout
         end = None if timeout is None else time.monotonic() + timeout + REPLY_GRACE_S
         if seal:
@@ -333,18 +281,13 @@ class RemoteTrajectoryWriter:
         self._chunks.send(timeout, wait_time(timeout, end), end)
 
     def _dropped_until(self, end: int) -> int:
-        """A chunk ending at stream index ``end`` was refused and dropped: buffered items
-        reaching into it go too, and later items may not reach back before ``end`` (a new
-        episode begins there). Returns how many buffered items were dropped."""
+        """A chunk ending at ``end`` was refused: a new episode starts there."""
         self._episode_start = max(self._episode_start, min(end, self._stream))
         return self._pending.drop_before(end)
 
     def flush(self, timeout: float | None = None) -> None:
-        """Send everything buffered and wait until the server has stored it.
-
-        Each chunk is stored whole or not at all. When this raises because a chunk was
-        not stored in time, the writer keeps it (and every later one) and the next
-        ``flush`` sends them again; nothing is stored twice.
+        """Send everything buffered and wait until the server has stored it; a chunk not
+        stored in time is kept for the next ``flush`` (never stored twice).
 
         Args:
             timeout: seconds to wait (rate limiters included); ``None``: no limit.
@@ -353,8 +296,7 @@ class RemoteTrajectoryWriter:
             RateLimiterTimeoutError: if the server's limiter kept a chunk blocked.
             ReplayTimeoutError: if acknowledgements did not arrive within ``timeout``.
             ServerUnavailableError: if the server stopped answering.
-            InvalidArgumentError: if the server refused a chunk's items (their steps are
-                no longer stored); that chunk is dropped, as the message says.
+            InvalidArgumentError: if the server refused a chunk's items (the chunk is dropped).
         """
         self._check_open()
         timeout = check_timeout(timeout)
@@ -387,8 +329,7 @@ class RemoteTrajectoryWriter:
     def close(self, timeout: float | None = None) -> None:
         """Flush (waiting up to ``timeout``) and release the server-side stream state.
 
-        The writer is closed even when the flush fails (the error is raised): chunks it
-        still held are not stored.
+        The writer is closed even if the flush raises; chunks still held are then lost.
         """
         if self._closed:
             return

@@ -1,11 +1,7 @@
 """The steps a remote writer has buffered since its last chunk.
 
-Per field, the buffer keeps each step's bytes (fields with a shape) or its scalar (scalar
-fields), copied when the step is appended, so callers may reuse their arrays. A step whose
-values are arrays or numpy scalars of exactly the stored shape and dtype is copied as it
-is (nothing to check or convert: a gymnasium loop's steps); any other step is checked
-against the signature and converted first. Sealing a chunk joins each field's parts into
-one array (:func:`rlreplay.net.client.writer.chunks.chunk_arrays`).
+Each step is copied in when appended (callers may reuse their arrays); values of exactly
+the stored shape and dtype take a fast path, others are checked and converted first.
 """
 
 from __future__ import annotations
@@ -73,8 +69,7 @@ class StepBuffer:
         self.n += 1
 
     def check_batch(self, steps: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], int]:
-        """``steps`` (each field ``[n, ...]``) as arrays of the stored dtypes, and ``n``,
-        for :meth:`add_rows`.
+        """``steps`` (each field ``[n, ...]``) as arrays of the stored dtypes, and ``n``.
 
         Raises:
             SignatureError, InvalidArgumentError: for steps that do not match the
@@ -97,6 +92,5 @@ class StepBuffer:
         self.n += count
 
     def chunk_arrays(self, items: list) -> dict[str, np.ndarray]:
-        """The arrays of a chunk of the buffered steps and ``items`` (see
-        :func:`rlreplay.net.client.writer.chunks.chunk_arrays`)."""
+        """The arrays of a chunk of the buffered steps and ``items``."""
         return chunk_arrays(self._parts, self._fields, self.n, items)
