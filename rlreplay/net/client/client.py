@@ -173,6 +173,7 @@ class Client:
             SignatureError, InvalidArgumentError: for refused rows, priorities or timeout.
             RateLimiterTimeoutError: if blocked for ``timeout`` (nothing stored, ever).
             ServerUnavailableError: if the server did not answer (rows never applied later).
+            ServerRestartedError: if the server restarted meanwhile (nothing applied).
         """
         timeout = check_timeout(timeout)
         if until is CALL:
@@ -207,6 +208,7 @@ class Client:
             InvalidArgumentError: for an invalid batch size, timeout or update.
             RateLimiterTimeoutError: if the sample waited ``timeout`` seconds.
             ServerUnavailableError: if the server does not answer (nothing applied, ever).
+            ServerRestartedError: if the server restarted meanwhile (nothing applied).
         """
         timeout = check_timeout(timeout)
         until = self.transport.until(timeout)
