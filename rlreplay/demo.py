@@ -1,12 +1,8 @@
 """`rlreplay demo`: train an agent through replay, with a live progress bar.
 
-The default is DQN on CartPole-v1 with prioritized n-step replay on the threads backend
-(an actor thread beside the learner's, the fastest here for this cheap env): actors and
-learner run in parallel and meet only through one table, whose rate limiter holds the
-ratio of updates to env steps. The progress bar shows env steps/s, updates/s, the observed
-samples per insert, policy lag and returns; the run writes ``metrics.csv``,
-``summary.json`` and ``learning_curve.png`` to ``--out`` (default ``runs/<example>``, see
-:func:`default_out`; ``''`` writes nothing). The agents are the example files
+The default is DQN on CartPole-v1 with prioritized n-step replay on the threads backend.
+The run writes ``metrics.csv``, ``summary.json`` and ``learning_curve.png`` to ``--out``
+(:func:`default_out`; ``''`` writes nothing). The agents are the example files
 (``examples/*.py``, installed as ``rlreplay.examples``).
 """
 
@@ -31,8 +27,7 @@ OUTPUTS = ("metrics.csv", "summary.json", "learning_curve.png")  # what a run wr
 
 
 def default_out(agent: str) -> str:
-    """The folder a run of ``agent`` writes to without ``--out``: ``runs/<example>``
-    (``runs/dqn_cartpole`` for ``dqn``), the default of the example's own ``--out``."""
+    """The folder a run of ``agent`` writes to without ``--out``: ``runs/<example>``."""
     return f"runs/{AGENTS[agent][0]}"
 
 INSTALL = 'python -m pip install "rlreplay[examples]"'
@@ -51,14 +46,11 @@ def run_demo(
     backend: str | None = None,
     out: str | None = None,
 ) -> dict[str, Any]:
-    """Train ``agent`` (see :data:`AGENTS`) and return its summary.
-
-    Options left ``None`` keep the example's defaults; ``out=None`` writes to
-    :func:`default_out` (the example's default too), ``out=""`` writes nothing.
+    """Train ``agent`` (see :data:`AGENTS`) and return its summary; options left ``None`` keep
+    the example's defaults, ``out=""`` writes nothing.
 
     Raises:
-        InvalidArgumentError: for an unknown agent, or when torch or gymnasium is missing
-            (with the command that installs them).
+        InvalidArgumentError: for an unknown agent, or when torch or gymnasium is missing.
     """
     if agent not in AGENTS:
         raise InvalidArgumentError(

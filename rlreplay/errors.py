@@ -1,9 +1,7 @@
 """Typed errors raised by rlreplay.
 
-Every error raised on bad input derives from :class:`InvalidArgumentError` (also a
-``ValueError``), so callers can catch one class; waits that expire raise
-:class:`TimeoutError` subclasses. Decide what happened by the error's type, never by
-its message text.
+Bad input raises :class:`InvalidArgumentError` (a ``ValueError``); expired waits raise
+:class:`TimeoutError` subclasses. Decide by the error's type, never its message text.
 """
 
 from __future__ import annotations
@@ -16,11 +14,7 @@ class ReplayError(Exception):
 
 
 class InvalidArgumentError(ReplayError, ValueError):
-    """An argument has a wrong name, type, shape, dtype or value.
-
-    The message names the argument, the value received and what to do instead.
-    Nothing stored is changed by the call that raised it.
-    """
+    """An argument has a wrong name, type, shape, dtype or value; nothing stored was changed."""
 
 
 class SignatureError(InvalidArgumentError):
@@ -32,9 +26,8 @@ class DeadlockError(InvalidArgumentError):
 
 
 class DatasetError(InvalidArgumentError):
-    """A dataset cannot be exported or imported as asked: the stored steps lack what the
-    format needs (e.g. episode boundaries), or a dataset file is not one rlreplay can read
-    or does not fit the table it is imported into. Nothing was written or inserted."""
+    """A dataset cannot be exported or imported as asked (missing episode boundaries, an
+    unreadable file, a table it does not fit); nothing was written or inserted."""
 
 
 class ReplayTimeoutError(ReplayError, TimeoutError):
@@ -46,10 +39,7 @@ class RateLimiterTimeoutError(ReplayTimeoutError):
 
 
 class InsufficientMemoryError(InvalidArgumentError):
-    """A store or table configuration needs more memory than the machine has available.
-
-    Raised at construction, before anything is allocated (numpy would hand out the
-    memory lazily, and the process would be killed once the buffer fills).
+    """A store or table needs more memory than available (raised before anything is allocated).
 
     Attributes:
         needed_bytes: bytes the configuration allocates.
@@ -71,13 +61,8 @@ class ClosedError(ReplayError):
 
 
 def describe(value: object, limit: int = 60) -> str:
-    """Short one-line printable form of ``value`` for error messages (at most ``limit``
-    characters): its repr with every run of whitespace (the line breaks of a multi-line
-    repr, such as a numpy array's) made one space, cut with "..."; an array or tensor
-    (anything with a ``shape`` tuple and a ``dtype``) whose repr does not fit is named by
-    its type, shape and dtype instead, and a tuple or list of those by their count and the
-    first one's description, when that fits. A value nested too deeply to print (from
-    the network, say) is named by its type."""
+    """Short one-line form of ``value`` for error messages (at most ``limit`` characters); an
+    array (or list of them) too long to print is named by type, shape and dtype."""
     try:
         text = " ".join(repr(value).split())
     except RecursionError:
@@ -103,20 +88,15 @@ def _summary(value: object) -> str | None:
 
 
 class CheckpointError(ReplayError):
-    """A checkpoint could not be written or restored; the message says why and what to do.
-
-    Restoring never changes a table when it raises one of these.
-    """
+    """A checkpoint could not be written or restored; a failed restore never changes a table."""
 
 
 class CheckpointNotFoundError(CheckpointError):
-    """No complete, valid checkpoint is where restore looked (the message lists what was
-    skipped and why)."""
+    """No complete, valid checkpoint is where restore looked."""
 
 
 class CheckpointCorruptError(CheckpointError):
-    """A checkpoint is incomplete or damaged: a file is missing, has another size or fails
-    its checksum, or the manifest cannot be read."""
+    """A checkpoint is incomplete or damaged (missing file, bad size, checksum or manifest)."""
 
 
 class CheckpointVersionError(CheckpointError):
@@ -124,9 +104,8 @@ class CheckpointVersionError(CheckpointError):
 
 
 class CheckpointMismatchError(CheckpointError):
-    """A checkpoint's table definitions differ from the ones given to restore (signature,
-    capacity, layout, selectors, limiter, sizes); pass ``adapt=True`` where the message
-    says a difference can be adapted."""
+    """A checkpoint's table definitions differ from the ones given to restore; pass
+    ``adapt=True`` where the message says a difference can be adapted."""
 
 
 class ProtocolError(ReplayError):
@@ -134,9 +113,7 @@ class ProtocolError(ReplayError):
 
 
 class AddressInUseError(InvalidArgumentError):
-    """A server cannot bind its address: another socket already holds that host and port.
-
-    Choose another port, or leave the port out so that the server picks a free one.
+    """A server cannot bind its address (another socket holds it); choose another port, or none.
 
     Attributes:
         address: the address that could not be bound (``tcp://host:port``).
@@ -148,16 +125,13 @@ class AddressInUseError(InvalidArgumentError):
 
 
 class ServerUnavailableError(ReplayTimeoutError, ConnectionError):
-    """The replay server did not answer within the timeout (down, unreachable, or it
-    rejected the client's credentials).
+    """The replay server did not answer within the timeout (down, unreachable, or it rejected
+    the client's credentials).
 
     Attributes:
-        reason: why, when the client could tell after the call failed: one of
-            ``"refused"`` (nothing accepts connections at the address), ``"unresolved"``
-            (the host name does not resolve), ``"needs_curve"``,
-            ``"not_curve"``, ``"wrong_server_key"``, ``"client_not_authorized"`` (the
-            CURVE handshake was refused), ``"ok"`` (the server accepts connections but did
-            not answer), ``"silent"``; None when not checked.
+        reason: why, when the client could tell: ``"refused"``, ``"unresolved"``,
+            ``"needs_curve"``, ``"not_curve"``, ``"wrong_server_key"``,
+            ``"client_not_authorized"``, ``"ok"`` (connects, no answer), ``"silent"``; or None.
     """
 
     def __init__(self, message: str = "", reason: str | None = None):
@@ -166,11 +140,8 @@ class ServerUnavailableError(ReplayTimeoutError, ConnectionError):
 
 
 class ShardUnavailableError(ServerUnavailableError):
-    """One replay server (shard) of a :class:`~rlreplay.ShardedClient` did not answer.
-
-    Raised under the client's ``on_shard_down="fail"`` policy (and under ``"skip"`` when
-    no shard is reachable). The call changed nothing on the shard that failed; on other
-    shards, see the call's documentation.
+    """One replay server (shard) of a :class:`~rlreplay.ShardedClient` did not answer (under
+    ``on_shard_down="fail"``, or ``"skip"`` with no shard reachable); it changed nothing there.
 
     Attributes:
         shard: the shard's index in the client's address list.
@@ -186,28 +157,19 @@ class ShardUnavailableError(ServerUnavailableError):
 
 
 class ServerRestartedError(ServerUnavailableError):
-    """The replay server restarted while a call was outstanding (its epoch changed).
-
-    The restarted server never received the call, or refused it as addressed to its
-    predecessor: the call was not applied and never will be. Tables on the new server
-    start from their configured (or restored) state; call again to retry.
-    """
+    """The server restarted during a call, which was not applied and never will be; retry it."""
 
 
 class ResourceLimitError(ReplayError):
-    """The server refused a request because this client is over one of its configured
-    per-client limits (unread reply bytes, parked calls); nothing was applied.
-
-    Read outstanding replies (or wait for parked calls) before sending more requests,
-    or raise the server's limit.
-    """
+    """The server refused a request because this client is over a per-client limit; nothing
+    was applied. Read outstanding replies before sending more, or raise the limit."""
 
 
 class ComponentFailedError(ReplayError):
-    """A part of a training run (an actor, the learner, the replay server) failed: it
-    raised, or its process died. ``component`` names it ("actor 2", "learner"); the
-    original exception, when there is one, is the ``__cause__``. Every other part of the
-    run was stopped before this was raised."""
+    """A part of a training run (an actor, the learner, the server) raised or died.
+
+    ``component`` names it; the original exception, if any, is the ``__cause__``. Every other
+    part of the run was stopped before this was raised."""
 
     def __init__(self, component: str, message: str):
         super().__init__(f"{component} failed: {message}")
@@ -215,8 +177,7 @@ class ComponentFailedError(ReplayError):
 
 
 def check_count(value: object, name: str, hint: str = "", minimum: int = 1) -> int:
-    """``value`` (the argument ``name``) as an int >= ``minimum``; ``hint`` says what it
-    counts.
+    """``value`` (the argument ``name``) as an int >= ``minimum``; ``hint`` says what it counts.
 
     Raises:
         InvalidArgumentError: for a bool, a non-integer or a value below ``minimum``.
@@ -235,8 +196,7 @@ WAIT_WITHOUT_LIMIT = (
 def check_timeout(
     value: object, name: str = "timeout", none: str = WAIT_WITHOUT_LIMIT
 ) -> float | None:
-    """``value`` (the argument ``name``) as seconds > 0, or None; ``none`` says what None
-    does.
+    """``value`` (the argument ``name``) as seconds > 0, or None; ``none`` says what None does.
 
     Raises:
         InvalidArgumentError: for a bool, a non-number or a value <= 0.
@@ -251,9 +211,7 @@ def check_timeout(
 
 
 def check_keywords(make: object, given: dict, what: str) -> None:
-    """Refuse keyword arguments ``make`` (a class or function) does not take, before it
-    is called: ``what`` names the component in the message, with the keywords it takes
-    (configurations written by hand name them).
+    """Refuse keyword arguments ``make`` does not take, naming ``what`` and the keywords taken.
 
     Raises:
         InvalidArgumentError: for keywords ``make`` has no parameter of.

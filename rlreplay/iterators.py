@@ -1,13 +1,8 @@
 """Learner-side batch iteration: background prefetching and a single-thread loop helper.
 
-:class:`ReplayIterator` samples a table in a background thread and keeps up to
-``prefetch`` batches ready, converted to numpy (default), torch or jax. torch and jax are
-imported only when asked for. Conversion is zero-copy where the framework allows it
-(``torch.from_numpy`` on CPU); ``pin_memory=True`` pins host batches for fast,
-asynchronous copies to a CUDA ``device``.
-
-:func:`learn_while_can_sample` is the single-threaded act-then-learn helper: it learns
-only while the table's rate limiter would let a sample proceed now, so it never blocks.
+:class:`ReplayIterator` samples a table in a background thread, ``prefetch`` batches
+ready, as numpy, torch or jax (imported only when asked for). :func:`learn_while_can_sample`
+learns only while the rate limiter allows a sample now, so it never blocks.
 """
 
 from __future__ import annotations
@@ -47,7 +42,7 @@ def _import(output: str) -> Any:
     """The framework module ``output`` names.
 
     Raises:
-        InvalidArgumentError: if it is not installed, with the command that installs it.
+        InvalidArgumentError: if it is not installed.
     """
     try:
         return importlib.import_module(output)
@@ -59,11 +54,10 @@ def _import(output: str) -> Any:
 
 
 def _torch_device(torch: Any, device: Any, pin_memory: bool) -> Any:
-    """``device`` as a torch device that can hold tensors here (None: stay on the CPU).
+    """``device`` as a torch device usable here (None: the CPU).
 
     Raises:
-        InvalidArgumentError: for a device torch does not know or cannot use here (a CPU-only
-            build, no such GPU), or ``pin_memory=True`` without an accelerator to pin for.
+        InvalidArgumentError: for an unusable device, or ``pin_memory=True`` without one.
     """
     dev = None
     if device is not None:
@@ -87,11 +81,7 @@ def _torch_device(torch: Any, device: Any, pin_memory: bool) -> Any:
 
 
 def _converter(output: str, device: Any, pin_memory: bool) -> Callable[[np.ndarray], Any]:
-    """The function converting one sampled array to ``output``'s type on ``device``.
-
-    Raises:
-        InvalidArgumentError: as :func:`_import` and :func:`_torch_device`.
-    """
+    """The function converting one sampled array to ``output``'s type on ``device``."""
     if output == "numpy":
         return lambda a: a
     if output == "torch":
@@ -122,20 +112,16 @@ def _converter(output: str, device: Any, pin_memory: bool) -> Callable[[np.ndarr
 def batch_output(
     output: str = "numpy", device: Any = None, pin_memory: bool = False
 ) -> Callable[[Sample], Sample]:
-    """The conversion every sample iterator applies to its batches (local
-    :class:`ReplayIterator`, a client's :class:`~rlreplay.net.client.iterator.SampleIterator`, a
-    sharded client's :class:`~rlreplay.distributed.ShardedSampleIterator`): each data
-    array to ``output``'s type on ``device`` (the info arrays stay numpy).
+    """The conversion every sample iterator applies to its batches' data arrays (info stays numpy).
 
     Args:
         output: ``"numpy"`` (no conversion), ``"torch"`` or ``"jax"``.
-        device: torch device or jax device for the arrays (default: CPU / jax default).
+        device: torch or jax device for the arrays (default: CPU / jax default).
         pin_memory: pin torch host memory before moving to ``device``.
 
     Raises:
-        InvalidArgumentError: for an unknown ``output``, one naming a framework that is not
-            installed, a ``device`` that framework cannot use here, or ``pin_memory=True``
-            without ``output="torch"`` or without an accelerator.
+        InvalidArgumentError: for an unknown or uninstalled ``output``, an unusable
+            ``device``, or ``pin_memory=True`` without torch or an accelerator.
     """
     if not isinstance(output, str) or output not in OUTPUTS:
         raise InvalidArgumentError(
@@ -162,31 +148,25 @@ def _same(batch: Sample) -> Sample:
 class ReplayIterator:
     """Iterates over batches sampled from a table, ``prefetch`` of them kept ready.
 
-    Each item is a :class:`~rlreplay.core.sample.Sample` whose ``data`` arrays are converted
-    to the requested framework; ``info`` stays numpy (keys for priority updates).
-    Close the iterator (or use it in a ``with`` block): until then its thread keeps
-    ``prefetch`` batches sampled, which counts against the table's rate limiter.
+    Items are :class:`~rlreplay.core.sample.Sample` s, ``data`` converted to ``output``. Close
+    it (or use ``with``): its thread keeps ``prefetch`` batches sampled, which counts against
+    the rate limiter.
 
     Args:
         table: a :class:`Table` (or anything with ``sample(batch_size, timeout=)``).
         batch_size: items per batch.
         prefetch: batches kept ready ahead of the learner (``>= 1``).
-        timeout: seconds :meth:`__next__` waits for a batch before raising
-            :class:`ReplayTimeoutError` (``None``: without limit).
+        timeout: seconds :meth:`__next__` waits for a batch (``None``: without limit).
         output: ``"numpy"``, ``"torch"`` or ``"jax"``.
-        device: torch device or jax device for the arrays (default: CPU / jax default).
+        device: torch or jax device for the arrays (default: CPU / jax default).
         pin_memory: pin torch host memory before moving to ``device``.
         max_batches: stop after this many batches (``None``: until closed).
 
     Raises:
-        InvalidArgumentError: for a bad argument, checked here rather than in the sampling
-            thread: a ``table`` without ``sample``, a ``batch_size`` below 1, ``output``
-            naming a framework that is not installed, a ``device`` that framework cannot
-            use here, or ``pin_memory=True`` without an accelerator.
+        InvalidArgumentError: for a bad argument (checked here, not in the thread).
         ReplayTimeoutError: from ``next()`` when no batch arrived within ``timeout``.
-        ReplayError: any error the sampling thread hit is re-raised by ``next()``; a
-            table closed under the iterator ends it instead (StopIteration), as closing
-            the iterator does.
+        ReplayError: the sampling thread's error, re-raised by ``next()`` (a closed table
+            ends iteration instead).
 
     Example:
         >>> with ReplayIterator(table, 256, prefetch=2, output="torch") as it:  # doctest: +SKIP
@@ -231,7 +211,6 @@ class ReplayIterator:
         self._thread = threading.Thread(target=self._run, name="rlreplay-prefetch", daemon=True)
         self._thread.start()
 
-    # ------------------------------------------------------------ background
     def _run(self) -> None:
         produced = 0
         try:
@@ -259,7 +238,6 @@ class ReplayIterator:
             except queue.Full:
                 continue
 
-    # -------------------------------------------------------------- consumer
     def __iter__(self) -> ReplayIterator:
         return self
 
@@ -293,8 +271,7 @@ class ReplayIterator:
         return item
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop the background thread (waits up to ``timeout`` seconds for it); a
-        :meth:`__next__` waiting in another thread raises StopIteration."""
+        """Stop the thread (waiting up to ``timeout`` s); a waiting :meth:`__next__` stops too."""
         self._stop.set()
         self._finished = True
         self._thread.join(timeout)
@@ -319,9 +296,7 @@ def learn_while_can_sample(
 ) -> int:
     """Sample and learn while the table allows a sample now; never blocks.
 
-    For the single-threaded loop ``act -> add -> learn_while_can_sample``: the rate
-    limiter decides how many batches each insert pays for (``SampleToInsertRatio``), and
-    ``max_batches`` bounds the call when the limiter never says stop (``MinSize``).
+    For the single-threaded loop ``act -> add -> learn_while_can_sample``.
 
     Args:
         table: the table to sample.
@@ -333,8 +308,8 @@ def learn_while_can_sample(
         The number of batches learned from.
 
     Raises:
-        InvalidArgumentError: for a bad ``max_batches``, ``learn`` not callable, or a
-            ``batch_size`` the table refuses; nothing is sampled then.
+        InvalidArgumentError: for a bad ``max_batches``, a non-callable ``learn``, or a
+            ``batch_size`` the table refuses (nothing is sampled).
     """
     if not callable(learn):
         raise InvalidArgumentError(

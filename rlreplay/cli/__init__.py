@@ -1,29 +1,8 @@
-"""The ``rlreplay`` command line: one function per subcommand.
+"""The ``rlreplay`` command line: one function per subcommand (see docs/command_line.md).
 
-    rlreplay demo [--agent dqn|sac|ppo|apex] [--seed N] [--total-steps N]
-                  [--backend inline|threads|processes|ray] [--out DIR]
-    rlreplay serve --config tables.toml [--bind HOST] [--port N] [--insecure]
-                   [--curve-secret FILE] [--authorized-keys DIR] [--metrics-port N]
-                   [--max-message-bytes SIZE] [--max-unread-bytes SIZE]
-                   [--max-parked-per-client N] [--parked-expiry-s S]
-                   [--checkpoint-dir DIR [--checkpoint-every S] [--keep K]]
-    rlreplay checkpoint ADDRESS [--timeout S] [--server-key FILE] [--client-key FILE]
-    rlreplay info ADDRESS [TABLE] [--server-key FILE] [--client-key FILE] [--timeout S]
-    rlreplay info --build
-    rlreplay export CHECKPOINT (--npz FILE | --minari DATASET_ID) [--tables NAME,...]
-    rlreplay keygen DIR [--name NAME]
-    rlreplay --version
-
-A user error is answered in one line on stderr (``rlreplay SUBCOMMAND: error: ...``),
-never with a traceback. Exit status: 0 on success; 2 when the command cannot run as
-given (a bad option or argument, an unknown table, a missing or malformed configuration,
-a port in use, a missing extra); 1 when the server cannot be reached or fails.
-
-To add a subcommand, write a parser function (``add_<name>_parser(subparsers)``) and
-``cmd_<name>(args)`` and list the parser function in ``SUBCOMMANDS``. The subcommands
-live in :mod:`rlreplay.cli.demo`, :mod:`rlreplay.cli.serve` (``serve``, ``keygen``),
-:mod:`rlreplay.cli.remote` (``info``, ``checkpoint``) and :mod:`rlreplay.cli.export`;
-argument parsing in :mod:`rlreplay.cli.parsing`.
+A user error is one line on stderr; exit status 0 on success, 2 when the command cannot
+run as given, 1 when the server cannot be reached or fails. To add a subcommand, write
+``add_<name>_parser(subparsers)`` and ``cmd_<name>(args)`` and list it in ``SUBCOMMANDS``.
 """
 
 from __future__ import annotations
@@ -62,9 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def configure_logging(verbose: bool) -> None:
-    """rlreplay's own log lines at INFO (DEBUG with ``--verbose``), every other library's
-    at WARNING: the root logger is not lowered, so matplotlib's, torch's or any library's
-    INFO lines never break the demo's progress bar or a command's output."""
+    """rlreplay's log lines at INFO (DEBUG with ``--verbose``), other libraries' at WARNING, so
+    they never break the progress bar or a command's output."""
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s"
     )

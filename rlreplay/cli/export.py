@@ -1,15 +1,8 @@
 """``rlreplay export``: a checkpoint's tables as a dataset, on the command line.
 
-    rlreplay export CHECKPOINT --npz FILE [--tables NAME,...] [--first-id N] [--end-id N]
-                    [--item-data]
-    rlreplay export CHECKPOINT --minari DATASET_ID [--minari-root DIR] [--tables NAME]
-                    [--field ROLE=COLUMN ...] [--first-id N] [--end-id N]
-
-``CHECKPOINT`` is a checkpoint directory, or a directory of checkpoints (the newest valid
-one is used), as ``rlreplay serve --checkpoint-dir`` writes them; it is memory-mapped,
-not loaded. ``--npz`` writes the tables' steps and items (every table over one store by
-default); ``--minari`` writes the whole episodes of a table's step rows (see
-docs/checkpoints.md, "Datasets"). Prints what it wrote.
+``CHECKPOINT`` is a checkpoint directory or a directory of them (the newest valid one is
+used), memory-mapped. ``--npz`` writes the tables' steps and items; ``--minari`` writes a
+table's whole episodes. See docs/checkpoints.md, "Datasets".
 """
 
 from __future__ import annotations
@@ -61,11 +54,8 @@ def add_export_parser(sub: Any) -> None:
 
 
 def _chosen(tables: dict, names: str | None, minari: bool) -> list:
-    """The restored tables ``--tables`` names (default: all, which must share a store).
-
-    Raises:
-        CommandError: for unknown names, or tables over several stores.
-    """
+    """The restored tables ``--tables`` names (default: all, which must share a store);
+    CommandError otherwise."""
     if names is None:
         chosen = list(tables.values())
         if len({id(t.store) for t in chosen}) > 1:

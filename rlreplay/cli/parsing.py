@@ -43,12 +43,8 @@ class Parser(argparse.ArgumentParser):
         self.exit(USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
     def parse_command(self, argv: Sequence[str] | None) -> argparse.Namespace:
-        """Parse ``argv``; an unknown option is named before a missing COMMAND.
-
-        argparse checks required arguments before it reports unknown ones, so a typo such
-        as ``rlreplay --versoin`` would otherwise read "the following arguments are
-        required: COMMAND".
-        """
+        """Parse ``argv``; an unknown option is named before a missing COMMAND (argparse would
+        report the missing COMMAND for a typo such as ``--versoin``)."""
         args, unknown = self.parse_known_args(argv)
         if unknown:
             self.error(f"unrecognized arguments: {' '.join(unknown)}")
@@ -82,9 +78,8 @@ SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*")
 
 
 def size_bytes(text: str) -> int:
-    """An argparse type: a size in bytes greater than zero, plain (``1048576``) or with a
-    unit: ``KiB``, ``MiB``, ``GiB``, ``TiB`` (powers of 1024) or ``KB``, ``MB``, ``GB``,
-    ``TB`` (powers of 1000), in any case (``512MiB``, ``1.5GiB``, ``1gib``)."""
+    """An argparse type: a size in bytes > 0, plain or with a unit (``KiB``..``TiB`` powers of
+    1024, ``KB``..``TB`` powers of 1000, any case: ``512MiB``, ``1.5GiB``)."""
     match = SIZE.fullmatch(text)
     unit = match and BYTE_UNITS.get(match.group(2).lower())
     if not unit:

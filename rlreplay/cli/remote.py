@@ -1,7 +1,6 @@
-"""Reaching a running server from the command line: the key-file checks, the ``net``
-extra's import, one call on a client with one-line errors; ``rlreplay info`` (the text
-tables it prints) and ``rlreplay checkpoint`` (a running server saves one now and the
-command prints its directory once it is published)."""
+"""Reaching a running server from the command line: ``rlreplay info`` and ``rlreplay
+checkpoint``, with key-file checks and one-line errors.
+"""
 
 from __future__ import annotations
 
@@ -18,12 +17,7 @@ NET_MODULES = ("zmq", "msgpack", "tomli")
 
 
 def check_key_files(**flags: str | None) -> None:
-    """Refuse, naming the flag, a key file that does not exist (``curve_secret="x"`` is the
-    flag ``--curve-secret x``).
-
-    Raises:
-        CommandError: for a path given that is not a file.
-    """
+    """Refuse, naming the flag, a key file path that is not a file (CommandError)."""
     for name, path in flags.items():
         if path is not None and not os.path.isfile(path):
             flag = "--" + name.replace("_", "-")
@@ -81,8 +75,7 @@ def add_info_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_info)
 
 
-# ``info`` is where a user asks why a server cannot be reached: it watches the handshake
-# of a failed connection longer than a library call does (which keeps 0.25 s).
+# ``info`` diagnoses unreachable servers, so it watches a failed handshake longer.
 INFO_DIAGNOSE_S = 2.0
 
 # The command's flags, named in the reasons a server could not be reached.
@@ -96,8 +89,7 @@ CREDENTIAL_FLAGS = {
 
 
 def why_unreachable(args: argparse.Namespace, error: Exception) -> str:
-    """One line on why ``info`` got no reply: the reason the client found after the call
-    failed (:attr:`ServerUnavailableError.reason`), with this command's flags."""
+    """One line on why ``info`` got no reply, naming this command's flags."""
     from rlreplay.net.wire import auth
 
     why = auth.unreachable_reason(getattr(error, "reason", None), CREDENTIAL_FLAGS)
@@ -107,14 +99,9 @@ def why_unreachable(args: argparse.Namespace, error: Exception) -> str:
 
 
 def call_server(args: argparse.Namespace, command: str, call: Any, **client_args: Any) -> Any:
-    """``call(client)`` on a client of the server at ``args.address`` (with the command's
-    key flags), closed afterwards; what it returns.
-
-    Raises:
-        CommandError: one line for a missing key file, a server that cannot be reached or
-            restarted during the call (exit status ``FAILED``), or an address ZeroMQ
-            refuses.
-    """
+    """``call(client)`` on a client of the server at ``args.address``, closed afterwards; raises
+    CommandError for a missing key file, an unreachable or restarted server (exit status
+    ``FAILED``), or an address ZeroMQ refuses."""
     net = import_net(command)
     import zmq
 

@@ -1,9 +1,7 @@
-"""``rlreplay serve``: tables served from a TOML configuration, and ``rlreplay keygen``,
-the CURVE keys a server and its clients authenticate with.
+"""``rlreplay serve`` (tables from a TOML configuration) and ``rlreplay keygen`` (CURVE keys).
 
-``serve --checkpoint-dir DIR`` restores the newest valid checkpoint in ``DIR`` at start
-(and says so), saves one every ``--checkpoint-every S`` seconds while serving and keeps
-the newest ``--keep K``.
+``--checkpoint-dir DIR`` restores the newest valid checkpoint at start, saves one every
+``--checkpoint-every S`` seconds and keeps the newest ``--keep K``.
 """
 
 from __future__ import annotations
@@ -90,15 +88,8 @@ SERVER_LIMITS = (
 
 
 def check_serve_options(args: argparse.Namespace) -> None:
-    """Refuse, naming the flags, a ``--bind`` that is not a host, a public bind without
-    keys, keys without CURVE, and ``--metrics-port`` without the metrics extra.
-
-    Raises:
-        CommandError: for a ``--bind`` holding a port or a ``tcp://`` URL with one, a
-            non-loopback ``--bind`` with neither ``--curve-secret`` nor ``--insecure``,
-            ``--authorized-keys`` that is not a folder or lacks ``--curve-secret``, or
-            ``--metrics-port`` without prometheus-client.
-    """
+    """Refuse with CommandError, naming the flags, a bad ``--bind``, a public bind without keys,
+    keys without CURVE, and ``--metrics-port`` without the metrics extra."""
     from rlreplay.net.wire import auth
 
     check_key_files(curve_secret=args.curve_secret)
@@ -205,11 +196,8 @@ def add_checkpoint_flags(p: argparse.ArgumentParser) -> None:
 
 
 def checkpoint_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """The Server keyword arguments of the checkpoint flags.
-
-    Raises:
-        CommandError: for ``--checkpoint-every`` or ``--keep`` without ``--checkpoint-dir``.
-    """
+    """The Server keyword arguments of the checkpoint flags; CommandError for
+    ``--checkpoint-every`` or ``--keep`` without ``--checkpoint-dir``."""
     if args.checkpoint_dir is None:
         given = [f for f, v in (("--checkpoint-every", args.checkpoint_every),
                                 ("--keep", args.keep)) if v is not None]  # fmt: skip

@@ -1,9 +1,8 @@
 """Actors and learners that meet only through replay.
 
-Actors step vector envs with a batched policy and write through an adder; the learner
-samples the table, runs the user's update and publishes versioned weights;
-the table's rate limiter alone holds the ratio of samples to inserts. Backends (``inline``,
-``threads``, ``processes``) are chosen by :class:`RuntimeConfig`, not by code changes.
+Actors write through an adder, the learner samples and publishes versioned weights, and
+the table's rate limiter alone holds the ratio. The backend is chosen by
+:class:`RuntimeConfig`, not by code changes.
 
 Example:
     >>> import rlreplay.runtime as rt

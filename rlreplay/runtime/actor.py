@@ -1,15 +1,7 @@
 """The actor: one batched policy call per vector step, one adder.
 
-Its :class:`~rlreplay.runtime.environment_loop.EnvironmentLoop` steps the env and hands it
-each observation and step. The actor pulls new weights every ``weight_sync_period`` env
-steps and stamps every step it writes with the version of the weights that chose its
-action, so a learner can measure policy lag from its samples. What it writes is held back
-only by the table's rate limiter: a blocked write is retried in short slices, so a stop
-request is noticed and the time spent blocked is counted. A batched adder stages completed
-rows for ``hand_over_every`` vector steps (16 by default) and hands them over in bulk
-(:mod:`rlreplay.writers.hand_over`): an item reaches the table at most that many vector
-steps after its rows are complete, and the actor's flushes (before it waits for weights,
-at the end) hand everything over.
+It pulls weights every ``weight_sync_period`` env steps and stamps each step with their
+version, so a learner can measure policy lag. See docs/runtime.md.
 """
 
 from __future__ import annotations
@@ -25,38 +17,28 @@ from rlreplay.errors import ClosedError, InvalidArgumentError, ReplayTimeoutErro
 from rlreplay.runtime.config import POLICY_VERSION, RuntimeConfig
 from rlreplay.runtime.interfaces import Adder, Policy, WeightsSource
 
-# Slots of an actor's counters array (a plain array in threads, shared memory across
-# processes): read by the statistics, written only by the actor.
-# FINISHED is 1 once the actor handed every step over; WAITING is 1 while it waits for
-# newer weights (max_policy_lag), so the driver can tell a deadlock from slow progress.
+# Counter slots, written only by the actor; WAITING lets the driver spot a deadlock.
 ENV_STEPS, BLOCKED_S, SYNCS, VERSION, EPISODES, RETURN_SUM, FINISHED, WAITING = range(8)
 NUM_COUNTERS = 8
-# An actor that waits for room (beside a learner that makes it) lets its adder wait at
-# most this long per call, then checks for a stop request and hands the rest over again.
+# Longest adder wait per call before checking for a stop request.
 WRITE_SLICE_S = 0.25
-# One that does not (inline: nothing can make room while it waits) lets a write the
-# limiter refuses return at once, its rows pending in the adder, and the learner goes next.
+# Inline: nothing makes room while it waits, so a refused write returns at once.
 REFUSED_WRITE_S = 1e-3
 
 
 class Actor:
-    """Acts with the newest weights it was given and writes what it saw through an adder
-    (the :class:`~rlreplay.runtime.environment_loop.EnvironmentLoop` gives it the env's
-    observations and steps).
+    """Acts with the newest weights it was given and writes what it saw through an adder.
 
     Args:
         index: this actor's number (in error messages and seeds).
         policy: a :class:`~rlreplay.runtime.interfaces.Policy`.
         adder: the adder to write through (its ``num_envs`` matches the env's).
         weights: where weights come from (``latest()``, ``wait_for(version, timeout)``).
-        config: the run's configuration (sync period, lag bound, timeouts).
+        config: the run's configuration.
         num_envs: envs of the vector env it acts in.
-        counters: float64 array of ``NUM_COUNTERS`` slots (this actor writes
-            ``BLOCKED_S``, ``SYNCS``, ``VERSION``, ``FINISHED`` and ``WAITING``).
+        counters: float64 array of ``NUM_COUNTERS`` slots, written by this actor.
         stop: set to end a write that waits for room.
-        waits_for_room: a write the table refuses waits for room, in slices, for up to
-            ``timeout_s`` (a learner elsewhere makes room); ``False``: it only sets
-            :attr:`blocked`, its rows stay pending, and the caller runs the learner.
+        waits_for_room: retry a refused write up to ``timeout_s`` (else only set :attr:`blocked`).
     """
 
     def __init__(
@@ -86,16 +68,12 @@ class Actor:
         self.finished = False
         self._since_sync = 0
         self._sync_period = config.weight_sync_period
-        # The extras of a policy that returns none: the version column, one read-only
-        # array per loaded version (an adder may keep a reference to it).
+        # Read-only version column per loaded version (an adder may keep a reference).
         self._extras = self._version_extras()
 
     def observe_first(self, obs: Any) -> None:
-        """Start the adder's episodes at ``obs`` and load the first weights.
-
-        Raises:
-            ReplayTimeoutError: if no weights are published within ``timeout_s``.
-        """
+        """Start the adder's episodes at ``obs`` and load the first weights (ReplayTimeoutError if
+        none come within ``timeout_s``)."""
         self.adder.reset(obs)
         self._load(self.weights.wait_for(0, self.config.timeout_s))
 
@@ -121,20 +99,15 @@ class Actor:
         return latest is None or latest.version <= self.version
 
     def ready(self) -> bool:
-        """False when the lag bound makes the next step wait for newer weights; the
-        adder is flushed then, so the learner has the data it needs to publish them."""
+        """False (adder flushed) when the lag bound makes the next step wait for newer weights."""
         if not self.needs_newer_weights():
             return True
         self._write(self.adder.flush)
         return False
 
     def sync(self) -> None:
-        """Pull the newest weights; with ``max_policy_lag`` wait (flushing the adder first,
-        so the learner has the data it needs to publish) for a version recent enough.
-
-        Raises:
-            ReplayTimeoutError: if the needed version does not come within ``timeout_s``.
-        """
+        """Pull the newest weights; with ``max_policy_lag``, flush and wait (up to ``timeout_s``,
+        then ReplayTimeoutError) for a newer version."""
         lag = self.config.max_policy_lag
         if lag is None:
             latest = self.weights.latest()
@@ -153,13 +126,8 @@ class Actor:
             self._since_sync = 0
 
     def select_action(self, obs: Any, env_steps: int) -> tuple[Any, dict[str, np.ndarray]]:
-        """The policy's actions for ``obs`` (after pulling weights when a sync is due) and
-        the extras to write with them (the weights' version among them).
-
-        Raises:
-            InvalidArgumentError: if the policy's actions are not one per env.
-            ReplayTimeoutError: if weights the lag bound needs do not come in time.
-        """
+        """The policy's actions for ``obs`` and the extras to write, syncing weights when due;
+        InvalidArgumentError unless one action per env."""
         if self._since_sync >= self._sync_period:
             self.sync()
         out = self.policy(obs, env_steps)
@@ -181,11 +149,7 @@ class Actor:
         self, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any,
         info: Any, extras: dict[str, np.ndarray],
     ) -> None:
-        """Write one vector step through the adder (see :meth:`_write` for a refusal).
-
-        Raises:
-            ReplayTimeoutError: if the table kept the write blocked ``timeout_s``.
-        """
+        """Write one vector step through the adder (ReplayTimeoutError if blocked ``timeout_s``)."""
         start = time.monotonic()
         try:
             self.adder.add(action, reward, next_obs, terminated, truncated, info, extras=extras)
@@ -202,22 +166,13 @@ class Actor:
             self.counters[FINISHED] = 1
 
     def drain(self) -> None:
-        """Hand over again what the table refused (without ``waits_for_room``; sets
-        :attr:`blocked`)."""
+        """Hand over again what the table refused (sets :attr:`blocked`)."""
         self._write(self.adder.close if self.finished else self.adder.flush)
         if self.finished and not self.blocked:
             self.counters[FINISHED] = 1
 
     def _write(self, call: Callable[[], None]) -> None:
-        """Run an adder call. Without ``waits_for_room`` a refused write only sets
-        :attr:`blocked` (its rows stay pending in the adder, the learner runs next). With
-        it the call is repeated in slices so stop requests are noticed, for up to
-        ``timeout_s``.
-
-        Raises:
-            ReplayTimeoutError: if the table kept the write blocked ``timeout_s``.
-            ClosedError: if the run stopped while the write was blocked.
-        """
+        """Run an adder call; on refusal retry in slices, or only set :attr:`blocked`."""
         start = time.monotonic()
         try:
             call()
@@ -227,9 +182,7 @@ class Actor:
             self._blocked(start, call)
 
     def _blocked(self, start: float, retry: Callable[[], None]) -> None:
-        """After an adder call that started at ``start`` timed out: without
-        ``waits_for_room`` only set :attr:`blocked`; with it ``retry`` until the table
-        takes what is due, a stop, or ``timeout_s``."""
+        """After a timeout: set :attr:`blocked`, or ``retry`` until done, stopped or timed out."""
         if not self.waits_for_room:
             self.blocked = True
             return

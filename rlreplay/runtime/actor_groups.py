@@ -1,10 +1,7 @@
 """Where actors run: threads of this process, or processes talking to a replay server.
 
-Both groups have the same small interface, which is all a driver (and a future backend,
-such as Ray's) needs: ``start()``, ``counters()`` (``[num_actors, NUM_COUNTERS]``, each row
-written only by its actor), ``done()`` (every actor reached its quota), ``check()``
-(raises :class:`~rlreplay.errors.ComponentFailedError` for an actor that raised or whose
-process died) and ``stop(timeout)`` (nothing is left running when it returns).
+Both have the same small interface: ``start()``, ``counters()``, ``done()``, ``check()``
+(raises :class:`~rlreplay.errors.ComponentFailedError`) and ``stop(timeout)``.
 """
 
 from __future__ import annotations
@@ -32,16 +29,11 @@ _MAX_HISTORY = 4096
 
 
 def actor_writer(client: Any, table: str, writers_per_store: int, **options: Any) -> Any:
-    """The remote writer an actor writes through (``options``: e.g. a sharded client's
-    ``shard``).
+    """The remote writer an actor writes through (``options``: e.g. a sharded client's ``shard``).
 
-    The writers of one store share half of it for the steps they retain. One chunk may
-    await acknowledgement while the actor fills the next: a chunk holds at most half of
-    what the limiter admits at once, so the learner still has a chunk's samples when the
-    next goes in, and the actor's env steps run ahead of what the table holds by at most
-    two chunks (with more in flight, by more: the learner would learn from fewer of the
-    env steps it is credited with, and learning per env step would lag ``inline``'s).
-    """
+    The writers of one store share half of it for retained steps. One chunk may await
+    acknowledgement while the next fills, each at most half of what the limiter admits, so
+    env steps run at most two chunks ahead of the table."""
     described = client.describe(table)
     capacity, span = described["store_capacity"], described["span"]
     share = (capacity // 2) // writers_per_store
@@ -133,8 +125,7 @@ def _actor_process(
 
 
 class ProcessActors:
-    """Actors as processes (spawned, so no lock or thread is inherited) that write and
-    pull weights through the replay server at ``address``."""
+    """Actors as spawned processes that write and pull weights through the server at ``address``."""
 
     def __init__(self, recipe: ActorRecipe, address: str, table: str):
         try:

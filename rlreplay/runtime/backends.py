@@ -1,16 +1,8 @@
 """The backends: where each part of a run lives, chosen once by name.
 
-- ``inline`` (:class:`~rlreplay.runtime.inline.InlineBackend`): actors and learner take
-  turns in this thread, exactly reproducible;
-- ``threads`` (:class:`ThreadsBackend`): actors in threads writing into the table here;
-- ``processes`` (:class:`ProcessesBackend`): actors in processes of their own, writing
-  through a replay server that serves this process's table (and the weights);
-- ``ray`` (:class:`~rlreplay.distributed.ray_backend.RayBackend`): the table sharded over
-  replay servers in Ray actors, the actors as Ray actors.
-
-The concurrent ones place the parts as a :class:`~rlreplay.runtime.driver.Deployment`
-and hand it to :func:`~rlreplay.runtime.driver.drive`; the learner always runs in this
-process.
+``inline`` (:class:`~rlreplay.runtime.inline.InlineBackend`), ``threads``
+(:class:`ThreadsBackend`), ``processes`` (:class:`ProcessesBackend`) and ``ray``
+(:class:`~rlreplay.distributed.ray_backend.RayBackend`); the learner runs in this process.
 """
 
 from __future__ import annotations
@@ -40,8 +32,7 @@ class ThreadsBackend(ConcurrentBackend):
 
 
 class ProcessesBackend(ConcurrentBackend):
-    """Actors as processes of their own; a replay server in this process serves them the
-    table and the weights."""
+    """Actors as processes; a replay server here serves them the table and the weights."""
 
     def deploy(
         self, config: RuntimeConfig, recipe: ActorRecipe, replay: ReplaySpec,
@@ -62,8 +53,7 @@ class ProcessesBackend(ConcurrentBackend):
 
 
 def backend_named(name: str) -> Backend:
-    """The backend ``RuntimeConfig.backend`` names (already checked against
-    :data:`~rlreplay.runtime.config.BACKENDS`)."""
+    """The backend ``RuntimeConfig.backend`` names (already checked)."""
     if name == "ray":  # imported only when chosen: it needs ray
         from rlreplay.distributed.ray_backend import RayBackend
 

@@ -1,10 +1,8 @@
 """What a run is: the replay table it meets through and the knobs of its loops.
 
-:class:`ReplaySpec` describes the table (signature, item layout, selectors, the adder that
-fills it); :class:`RuntimeConfig` holds the loop's knobs in the algorithm's words
-(``samples_per_insert``, ``min_size_to_sample``, ``weight_sync_period`` in env steps).
-:func:`build_table` turns the two into the one :class:`~rlreplay.Table` every backend
-uses, with the rate limiter that holds the ratio: the loops themselves never count.
+:class:`ReplaySpec` describes the table; :class:`RuntimeConfig` holds the loop's knobs in
+the algorithm's words. :func:`build_table` turns the two into one :class:`~rlreplay.Table`
+whose rate limiter holds the ratio: the loops themselves never count.
 """
 
 from __future__ import annotations
@@ -24,8 +22,7 @@ from rlreplay.errors import InvalidArgumentError, check_count, describe
 
 BACKENDS = ("inline", "threads", "processes", "ray")
 POLICY_VERSION = "policy_version"
-# Rows an adder appends per environment in one chunk at most (its default chunk_length):
-# one insert may create that many items at once, so the limiter's buffer must admit them.
+# An adder's default chunk_length: one insert may create this many items at once.
 ITEMS_PER_INSERT = 64
 
 
@@ -34,22 +31,18 @@ class ReplaySpec:
     """The replay table actors write to and the learner samples.
 
     Args:
-        signature: stored step signature; must hold ``policy_version`` (int64), which the
-            actor fills with the version of the weights that chose each action.
-        layout: item layout (what one sampled item reads), e.g.
-            ``NStepTransitionAdder.layout(signature, n=3)``.
-        adder: picklable factory called as ``adder(writer, num_envs=N)`` in each actor,
-            returning an adder (``reset``, ``add``, ``flush``, ``close``), e.g.
+        signature: stored step signature, with an int64 ``policy_version`` (filled by actors).
+        layout: item layout, e.g. ``NStepTransitionAdder.layout(signature, n=3)``.
+        adder: picklable factory ``adder(writer, num_envs=N)``, e.g.
             ``functools.partial(NStepTransitionAdder, n=3, discount=0.99)``.
-        max_size: most items the table holds (the oldest are removed first).
+        max_size: most items the table holds (oldest removed first).
         sampler: how items are drawn (default :class:`~rlreplay.Uniform`).
-        on_policy: a queue table: every item is sampled exactly once, in order, and the
-            ratio knobs of :class:`RuntimeConfig` are not used.
+        on_policy: a queue table (every item sampled once, in order; ratio knobs unused).
         name: the table's name (also on the server).
 
     Raises:
-        InvalidArgumentError: for a signature without an int64 ``policy_version``, an
-            adder that is not callable, or a bad ``max_size``.
+        InvalidArgumentError: for a signature without an int64 ``policy_version``, an adder
+            that is not callable, or a bad ``max_size``.
     """
 
     signature: Any
@@ -92,45 +85,32 @@ class RuntimeConfig:
     """Knobs of a run, named for what they mean to the algorithm.
 
     Args:
-        backend: ``"inline"`` (one thread; actor and learner alternate as the limiter
-            allows, so a seeded run is exactly reproducible), ``"threads"`` (actors and
-            learner in threads of this process), ``"processes"`` (a replay server on
-            loopback, actors as processes) or ``"ray"`` (``replay_shards`` replay servers
-            and the actors as Ray actors, the learner here; see
-            :mod:`rlreplay.distributed.ray_backend`).
+        backend: ``"inline"`` (one thread, exactly reproducible when seeded), ``"threads"``,
+            ``"processes"`` or ``"ray"`` (see :mod:`rlreplay.distributed.ray_backend`).
         num_actors: actors, each with its own vector env and seed.
         seed: base seed; actor ``i`` uses ``seed + 1000 * (i + 1)``.
         batch_size: items per learner batch.
-        samples_per_insert: sampled items per inserted item, held by the table's
-            :func:`~rlreplay.SampleToInsertRatio` limiter.
-        updates_per_env_step: the same ratio in learner updates per env step (one item
-            per env step): ``samples_per_insert = updates_per_env_step * batch_size``.
-            Give exactly one of the two (off-policy runs).
+        samples_per_insert: sampled items per inserted item (a
+            :func:`~rlreplay.SampleToInsertRatio` limiter).
+        updates_per_env_step: the same ratio as ``samples_per_insert / batch_size``; give
+            exactly one of the two (off-policy runs).
         min_size_to_sample: items the table must hold before the first sample.
-        error_buffer: how far ``samples - inserts * samples_per_insert`` may wander before
-            a side blocks (``None``: large enough that neither side can deadlock).
-        weight_sync_period: env steps an actor takes (summed over its envs) between
-            pulls of new weights.
+        error_buffer: how far ``samples - inserts * samples_per_insert`` may wander before a
+            side blocks (``None``: enough that neither side can deadlock).
+        weight_sync_period: env steps an actor takes (over its envs) between weight pulls.
         publish_every: learner updates between weight publications.
-        max_policy_lag: ``None`` (actors never wait for weights), or ``0``: each sync
-            period waits for weights newer than the ones the previous period used
-            (on-policy training; with one batch of items per period and actor, every
-            sampled item was acted by the learner's current weights).
+        max_policy_lag: ``None`` (actors never wait for weights) or ``0`` (each sync period
+            waits for newer weights: on-policy training).
         stats_every_s: seconds between statistics rows.
-        stats_every_steps: also a row each time the env steps reach a multiple of this
-            (``None``: by time only). Rows there make evaluations in ``on_stats`` land at
-            the same env steps on any machine: exactly in the inline backend, within the
-            driver's 50 ms check elsewhere.
+        stats_every_steps: also a row at each multiple of this many env steps (``None``: none).
         progress: show a progress bar (tqdm when installed, else one line per row).
         out_dir: where ``metrics.csv`` (and TensorBoard events, when installed) go.
-        timeout_s: the longest any component waits before the run fails with an error
-            saying which and why.
-        replay_shards: replay servers the table is sharded over (``"ray"`` backend only),
-            each with its share of ``max_size`` and ``min_size_to_sample``.
+        timeout_s: the longest any component waits before the run fails naming it.
+        replay_shards: replay servers the table is sharded over (``"ray"`` backend only).
 
     Raises:
-        InvalidArgumentError: for an unknown backend, a bad number, or a ratio given
-            both ways (or neither way for an off-policy table).
+        InvalidArgumentError: for an unknown backend, a bad number, or a ratio given both
+            ways (or neither for an off-policy table).
     """
 
     backend: str = "threads"
@@ -208,8 +188,7 @@ class RuntimeConfig:
         return self.seed + 1000 * (index + 1)
 
     def limiter_buffer(self) -> float:
-        """The limiter's ``error_buffer``: given, or room for one adder chunk of items and
-        two of the learner's batches on either side, so no side can deadlock."""
+        """The limiter's ``error_buffer``: given, or large enough that no side can deadlock."""
         if self.error_buffer is not None:
             return float(self.error_buffer)
         ratio = self.ratio or 1.0
@@ -218,12 +197,8 @@ class RuntimeConfig:
 
 def build_table(config: RuntimeConfig, replay: ReplaySpec) -> Table:
     """The run's table: a queue for on-policy runs, else ``replay.sampler`` with a
-    :func:`~rlreplay.SampleToInsertRatio` limiter at ``config.ratio``.
-
-    Raises:
-        InvalidArgumentError: for an off-policy run without a ratio, or a table the
-            replay spec cannot build (bad layout, sizes).
-    """
+    :func:`~rlreplay.SampleToInsertRatio` limiter at ``config.ratio`` (InvalidArgumentError
+    without a ratio)."""
     if replay.on_policy:
         if config.ratio is not None:
             raise InvalidArgumentError(
@@ -248,8 +223,7 @@ def build_table(config: RuntimeConfig, replay: ReplaySpec) -> Table:
             "(sampled items per inserted item) or updates_per_env_step (e.g. 0.25)"
         )
     span = replay.layout.span if replay.layout is not None else 1
-    # Steps for max_size items, plus a quarter for rows that anchor no item (each
-    # episode's final observation) and room for every actor's writer.
+    # max_size items, a quarter more for rows anchoring no item, and the actors' writers.
     capacity = (
         replay.max_size + replay.max_size // 4 + span
         + config.num_actors * (2 * ITEMS_PER_INSERT + span) * 16

@@ -1,15 +1,9 @@
 """The driver of the concurrent backends: actors apart, the learner in a thread, this
 thread watching both.
 
-A concurrent backend places the parts and hands the driver a :class:`Deployment`: the
-learner's table handle, the weights publisher, the actor group and what else it started.
-The driver publishes version 0, starts the actors and the learner thread and, until the
-actors took their steps and the learner drained what the limiter allows, emits a
-statistics row every interval and checks that every part is alive. A part that raises or
-dies stops the run within :data:`CHECK_S` and becomes a
-:class:`~rlreplay.errors.ComponentFailedError` naming it; Ctrl-C stops every thread and
-process before it propagates. Everything the deployment started is stopped on the way
-out, in reverse order: actors, learner, then the servers.
+It starts the parts of a :class:`Deployment`, emits statistics rows and stops the run
+within :data:`CHECK_S` of a part failing (a
+:class:`~rlreplay.errors.ComponentFailedError`); everything is stopped in reverse order.
 """
 
 from __future__ import annotations
@@ -47,7 +41,7 @@ class Deployment:
         weights: where the learner publishes its weights.
         actors: the actor group (not yet started).
         stop: the threads' stop flag, set when the run ends.
-        close: stops what the backend started besides the actors (servers, shards).
+        close: stops what the backend started besides the actors.
     """
 
     table: ReplayTable
@@ -61,12 +55,8 @@ def drive(
     config: RuntimeConfig, deployment: Deployment, logic: LearnerLogic,
     total_env_steps: int, on_stats: OnStats | None, max_updates: int | None,
 ) -> RunResult:
-    """Run ``deployment`` to the end with ``logic`` learning in a thread of this process.
-
-    Raises:
-        ComponentFailedError: when an actor or the learner raised or died.
-        DeadlockError: for an on-policy run that can make no progress.
-    """
+    """Run ``deployment`` to the end, ``logic`` learning in a thread of this process; raises
+    ComponentFailedError for a failed part, DeadlockError for a stuck on-policy run."""
     table, weights, actors, stop = (
         deployment.table, deployment.weights, deployment.actors, deployment.stop
     )
@@ -115,12 +105,8 @@ def _join_started(thread: threading.Thread) -> None:
 
 
 class StallWatch:
-    """Tells an on-policy deadlock from slow progress: every actor waits for newer
-    weights, the table allows no sample and the learner made no update, for 2 s.
-
-    Raises (from :meth:`check`):
-        DeadlockError: naming the cause (one sync period must yield a batch).
-    """
+    """Tells an on-policy deadlock from slow progress (every actor waits for newer weights, no
+    sample allowed, no update, for 2 s); :meth:`check` then raises DeadlockError."""
 
     STALL_S = 2.0
 
@@ -160,8 +146,7 @@ class StallWatch:
 
 
 class ConcurrentBackend:
-    """A backend whose parts run apart: :meth:`deploy` places them, the one driver loop
-    (:func:`drive`) runs them."""
+    """A backend whose parts run apart: :meth:`deploy` places them, :func:`drive` runs them."""
 
     def deploy(
         self, config: RuntimeConfig, recipe: ActorRecipe, replay: ReplaySpec,

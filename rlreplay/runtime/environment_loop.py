@@ -1,10 +1,8 @@
 """The environment loop: one vector env stepped by one actor, to a quota of env steps.
 
-The loop owns the env and its state between calls (collecting N steps never resets an
-episode half-way), counts env steps and finished episodes with their returns, and hands
-each observation and step to its :class:`~rlreplay.runtime.actor.Actor`, which acts and
-writes. Acme separates the two the same way: the actor does not know where its
-observations come from.
+The loop owns the env and its state between calls, counts env steps and finished
+episodes, and hands each observation and step to its
+:class:`~rlreplay.runtime.actor.Actor`, which acts and writes.
 """
 
 from __future__ import annotations
@@ -36,8 +34,7 @@ class EnvironmentLoop:
         env: a gymnasium vector env (either autoreset mode the actor's adder accepts).
         actor: the :class:`~rlreplay.runtime.actor.Actor` acting in it.
         quota: env steps to take in all (rounded up to whole vector steps).
-        counters: the actor's float64 counters (this loop writes ``ENV_STEPS``,
-            ``EPISODES`` and ``RETURN_SUM``).
+        counters: the actor's float64 counters.
         stop: set to make :meth:`run` return at the next step.
         seed: the seed of the env's first reset.
 
@@ -62,11 +59,7 @@ class EnvironmentLoop:
 
     @staticmethod
     def num_envs(env: Any) -> int:
-        """The vector env's number of envs.
-
-        Raises:
-            InvalidArgumentError: if ``env`` is not a vector env.
-        """
+        """The vector env's number of envs (InvalidArgumentError if not a vector env)."""
         num_envs = getattr(env, "num_envs", None)
         if not isinstance(num_envs, int) or num_envs < 1:
             raise InvalidArgumentError(
@@ -85,21 +78,14 @@ class EnvironmentLoop:
         return self._env_steps >= self.quota
 
     def start(self) -> None:
-        """Reset the env (seeded) and start the actor at its first observation.
-
-        Raises:
-            ReplayTimeoutError: if no weights are published within ``timeout_s``.
-        """
+        """Reset the env (seeded) and start the actor (ReplayTimeoutError if no weights come)."""
         obs, _ = self.env.reset(seed=self.seed)
         self._obs = obs
         self.actor.observe_first(obs)
 
     def step(self) -> None:
-        """One vector step: the actor acts, the env steps, the actor writes the step.
-
-        Raises:
-            RateLimiterTimeoutError: if the table kept the write blocked ``timeout_s``.
-        """
+        """One vector step: the actor acts, the env steps, the actor writes the step
+        (RateLimiterTimeoutError if the table blocks the write ``timeout_s``)."""
         actor = self.actor
         action, extras = actor.select_action(self._obs, self._env_steps)
         next_obs, reward, terminated, truncated, info = self.env.step(action)
@@ -117,8 +103,7 @@ class EnvironmentLoop:
         self.counters[ENV_STEPS] = self._env_steps
 
     def run(self) -> None:
-        """Start, then step until the quota is reached or ``stop`` is set; then let the
-        actor hand everything over (open episodes end as truncated) and close the env."""
+        """Step until the quota or ``stop``, let the actor hand everything over, close the env."""
         try:
             self.start()
             while not self.done and not self.stop.is_set():
@@ -136,8 +121,7 @@ def actor_quota(total_env_steps: int, num_actors: int) -> int:
 
 @dataclass
 class ActorRecipe:
-    """Everything an actor is built from; picklable when its callables are (module-level
-    functions and classes), so the processes backend can send it to a new process."""
+    """Everything an actor is built from; picklable when its callables are module-level."""
 
     config: RuntimeConfig
     make_env: Callable[[int], Any]
@@ -149,12 +133,8 @@ class ActorRecipe:
         self, index: int, writer: Any, weights: WeightsSource, counters: np.ndarray, stop: Any,
         waits_for_room: bool = True,
     ) -> EnvironmentLoop:
-        """The environment loop of actor ``index``, writing through ``writer`` (a table,
-        or a remote writer); see :class:`Actor` for ``waits_for_room``.
-
-        Raises:
-            InvalidArgumentError: if ``make_env`` does not return a vector env.
-        """
+        """The environment loop of actor ``index``, writing through ``writer``
+        (InvalidArgumentError if ``make_env`` returns no vector env)."""
         config = self.config
         seed = config.actor_seed(index)
         env = self.make_env(seed)

@@ -1,18 +1,7 @@
 """The evaluator: a process of its own that scores published weights.
 
-Evaluating a policy (a few dozen greedy episodes) is Python work that holds the
-interpreter lock while it runs. Done in the learner's process it competes with the
-learner's own Python between torch kernels and slows every update; done in a process of
-its own it runs on another core, and the driver that asked for it only waits on a pipe
-(holding no lock). Acme runs its evaluator as a node apart for the same reason.
-
-:class:`EvaluatorProcess` starts that process when it is made (so its start-up overlaps
-the run's) and answers ``evaluator(params) -> float`` by sending the params down a pipe and
-waiting, at most ``timeout_s``, for the score. ``evaluate_params`` is pickled into the
-process: it must be defined at module level (a function, a ``functools.partial`` of one,
-or an instance of a module-level class), as the processes backend asks of ``make_env``.
-Every evaluation, on every backend, runs there, so evaluations score weights the same way
-whatever the backend.
+Evaluation holds the interpreter lock, so it runs apart from the learner;
+``evaluate_params`` is pickled into the process and must be defined at module level.
 """
 
 from __future__ import annotations
@@ -54,7 +43,7 @@ class EvaluatorProcess:
     """Scores params with ``evaluate_params`` in a process of its own.
 
     Args:
-        evaluate_params: ``params -> mean return``, picklable (see the module docstring).
+        evaluate_params: ``params -> mean return``, picklable (defined at module level).
         timeout_s: seconds one evaluation may take before the call raises.
 
     Raises:
@@ -101,13 +90,12 @@ class EvaluatorProcess:
         self._closer = weakref.finalize(self, _close, self._conn, self._proc)
 
     def __call__(self, params: Mapping[str, np.ndarray]) -> float:
-        """The score of ``params``, computed in the evaluator process.
+        """The score of ``params`` from the evaluator process (blocks up to ``timeout_s``).
 
         Raises:
-            ComponentFailedError: if ``evaluate_params`` raised (its traceback is in the
-                message) or the process died.
-            ReplayTimeoutError: if no score came within ``timeout_s`` (the process is
-                stopped: a later call raises :class:`ComponentFailedError`).
+            ComponentFailedError: if ``evaluate_params`` raised (traceback in the message) or the
+                process died.
+            ReplayTimeoutError: if no score came within ``timeout_s``; the process is stopped.
         """
         if not self._proc.is_alive():
             raise ComponentFailedError("evaluator", self._ended())

@@ -1,8 +1,7 @@
 """Command-line flags from a dataclass of hyperparameters, for training scripts.
 
-Every field of the dataclass becomes a ``--flag`` (``total_steps`` -> ``--total-steps``) of
-its default's type; a bool becomes ``--flag`` / ``--no-flag``; ``backend`` offers the
-runtime's backends. Abbreviations are refused, so a typo never silently sets another flag.
+Each field becomes a ``--flag`` of its default's type (a bool: ``--flag`` / ``--no-flag``);
+abbreviations are refused, so a typo never silently sets another flag.
 """
 
 from __future__ import annotations
@@ -32,8 +31,7 @@ def flag(name: str) -> str:
 
 
 def field_docs(args_class: type) -> dict[str, str]:
-    """The docstring under each field of ``args_class`` and its bases (the string literal
-    right after the field's line), for ``--help``; empty where the source is unavailable."""
+    """The docstring under each field of ``args_class`` and its bases, for ``--help``."""
     docs: dict[str, str] = {}
     for cls in reversed(args_class.__mro__):
         try:
@@ -56,14 +54,13 @@ def field_docs(args_class: type) -> dict[str, str]:
 def parse_flags(
     args_class: type[T], argv: list[str] | None, description: str = "", epilog: str = ""
 ) -> T:
-    """An ``args_class`` instance from ``argv`` (``None``: ``sys.argv[1:]``); the first
-    paragraph of ``description`` (a script's docstring) heads ``--help`` and ``epilog``
-    ends it (for flags a script parses itself).
+    """An ``args_class`` instance from ``argv`` (``None``: ``sys.argv[1:]``).
+
+    The first paragraph of ``description`` heads ``--help``; ``epilog`` ends it.
 
     Raises:
-        SystemExit: for an unknown flag or a value of the wrong type (argparse's message).
-        Whatever ``args_class`` raises for values out of range (its ``__post_init__``;
-        :func:`run_script` makes that one line on the command line).
+        SystemExit: for an unknown flag or a value of the wrong type.
+        Whatever ``args_class`` raises for values out of range.
     """
     parser = argparse.ArgumentParser(
         description=" ".join(description.strip().split("\n\n")[0].split()),
@@ -91,11 +88,11 @@ def parse_flags(
 
 
 def run_script(main: Callable[[], Any]) -> None:
-    """Run a script's ``main()`` from the command line and print what it returns as
-    JSON. A refused flag (an ``InvalidArgumentError`` whose message begins with the flag,
-    as :func:`check_ranges` and the flag checks write it) or a missing extra
-    (``ImportError``, which names what to install) ends it as argparse ends a bad flag: one
-    line on stderr, exit status 2. Any other failure keeps its traceback."""
+    """Run a script's ``main()`` and print what it returns as JSON.
+
+    A refused flag (an ``InvalidArgumentError`` starting with the flag) or a missing extra
+    (``ImportError``) ends it in one stderr line, exit status 2; other failures keep their
+    traceback."""
     try:
         result = main()
     except (InvalidArgumentError, ImportError) as error:
@@ -116,9 +113,9 @@ def check_ranges(
     open_fractions: Iterable[str] = (),
     at_most: Iterable[tuple[str, str]] = (),
 ) -> None:
-    """Refuse hyperparameters out of range, naming the flag: ``counts`` must be ints >= 1,
+    """Refuse hyperparameters out of range, naming the flag: ``counts`` ints >= 1,
     ``non_negative`` ints >= 0, ``positive`` finite numbers > 0, ``fractions`` in [0, 1],
-    ``open_fractions`` in (0, 1], and for each ``(a, b)`` of ``at_most`` ``a <= b``.
+    ``open_fractions`` in (0, 1], and ``a <= b`` for each ``(a, b)`` of ``at_most``.
 
     Raises:
         InvalidArgumentError: for the first field out of its range.

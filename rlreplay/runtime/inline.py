@@ -1,14 +1,7 @@
 """The inline backend: actors and learner take turns in one thread.
 
-The rule is the rate limiter's: whenever the table allows a sample, the learner takes one
-batch; otherwise an actor whose adder holds items the table refused hands them over again,
-or else the actor with the fewest env steps takes one vector step. A write the limiter
-refuses never waits (it returns at once and stays pending in the adder), so the learner can
-catch up in between, whatever the number of envs. Nothing
-depends on timing, so a seeded run is exactly reproducible: the same seeds give the same
-batches, the same updates and the same weights, step for step. With ``max_policy_lag``,
-an actor that needs newer weights hands its data over and waits its turn; when neither
-side can move the run raises instead of hanging.
+The learner samples whenever the table allows, else an actor steps; refused writes never
+wait and nothing depends on timing, so a seeded run is exactly reproducible.
 """
 
 from __future__ import annotations
@@ -42,12 +35,8 @@ class InlineBackend:
         logic: LearnerLogic, total_env_steps: int, on_stats: OnStats | None,
         max_updates: int | None,
     ) -> RunResult:
-        """Run to completion in this thread.
-
-        Raises:
-            ComponentFailedError: when an actor or the learner raised.
-            DeadlockError: when no actor may step and the table allows no sample.
-        """
+        """Run to completion in this thread; raises ComponentFailedError when a part raised,
+        DeadlockError when no actor may step and no sample is allowed."""
         table = build_table(config, replay)
         learner = Learner(logic, table, Weights(), config)
         learner.publish()
@@ -82,14 +71,8 @@ class InlineBackend:
     def _turn(
         config: RuntimeConfig, table: Table, learner: Learner, loops: list[EnvironmentLoop]
     ) -> bool:
-        """One turn: the learner if the table allows a sample, else an actor hands refused
-        items over again, else the actor with the fewest env steps steps. False when every
-        actor finished and nothing is left to learn.
-
-        Raises:
-            ComponentFailedError: when an actor or the learner raised.
-            DeadlockError: when no actor may step and the table allows no sample.
-        """
+        """One turn: the learner, a blocked actor's hand-over, or the furthest-behind actor's step;
+        False when every actor finished and nothing is left to learn."""
         batch = config.batch_size
         if table.can_sample(batch):
             try:

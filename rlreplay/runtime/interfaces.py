@@ -1,18 +1,8 @@
 """The runtime's parts, as the interfaces they meet through.
 
-A run is a few parts with short interfaces, each implemented more than once:
-
-- a :class:`ReplayTable` the learner samples: a local :class:`~rlreplay.Table`, a
-  served table through a :class:`~rlreplay.Client`, or tables sharded over servers;
-- an :class:`Adder` the actor writes through, over a :class:`Writer`: a table's
-  :class:`~rlreplay.TrajectoryWriter`, a server's remote writer or a shard's;
-- a :class:`WeightsSource` actors pull versioned weights from, and the
-  :class:`WeightsPublisher` the learner publishes them to (in process, or a weights
-  table on a server);
-- the user's :class:`Policy` (acting) and :class:`LearnerLogic` (learning);
-- an :class:`ActorGroup` running the actors (threads, processes, Ray actors);
-- a :class:`Backend`, chosen once by ``RuntimeConfig.backend``, which places the parts
-  and runs them to a :class:`RunResult`. Nothing else reads the backend's name.
+:class:`ReplayTable`, :class:`Adder` over a :class:`Writer`, :class:`WeightsSource` /
+:class:`WeightsPublisher`, the user's :class:`Policy` and :class:`LearnerLogic`,
+:class:`ActorGroup`, and the :class:`Backend` that runs them to a :class:`RunResult`.
 """
 
 from __future__ import annotations
@@ -54,9 +44,8 @@ class ReplayTable(Protocol):
 
 
 class Writer(Protocol):
-    """One stream of steps into tables that share a step store, and the items over them:
-    what an adder writes through. A call that raises a timeout error took nothing of its
-    input; one that returns took all of it."""
+    """One stream of steps into tables sharing a step store, and the items over them; a call
+    that raises a timeout error took nothing of its input, one that returns took all."""
 
     @property
     def signature(self) -> Signature:
@@ -68,8 +57,8 @@ class Writer(Protocol):
 
     @property
     def tables(self) -> list[Any]:
-        """The tables items go to: :class:`~rlreplay.Table` s, or handles with the served
-        tables' ``name`` and ``layout``."""
+        """The tables items go to: :class:`~rlreplay.Table` s, or handles with the served tables'
+        ``name`` and ``layout``."""
 
     def append_batch(self, steps: Any, *, timeout: float | None = None) -> Any:
         """Append consecutive steps of the current episode (one array per field)."""
@@ -103,12 +92,10 @@ class Adder(Protocol):
         self, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any,
         info: Any, *, extras: dict[str, np.ndarray] | None = None,
     ) -> None:
-        """One vector step; raises a timeout error (taking nothing) when the table refuses
-        what is due."""
+        """One vector step; raises a timeout error (keeping the step) when the table refuses."""
 
     def hand_over(self) -> None:
-        """Retry what :meth:`add` could not hand over, waiting only for room; raises a
-        timeout error (keeping it) when the table still refuses it."""
+        """Retry what :meth:`add` could not hand over, waiting only for room; may time out again."""
 
     def flush(self) -> None:
         """Hand over every completed item now."""
@@ -144,9 +131,8 @@ class Policy(Protocol):
         """Load newly published weights."""
 
     def __call__(self, obs: np.ndarray, env_steps: int) -> Any:
-        """Actions for a batch of observations, or ``(actions, extras)`` where ``extras``
-        holds per-env arrays of the signature's other extra fields. ``env_steps`` is the
-        actor's env steps so far (for exploration schedules)."""
+        """Actions for a batch of observations, or ``(actions, extras)`` of per-env extra fields;
+        ``env_steps`` is the actor's env steps so far."""
 
 
 class LearnerLogic(Protocol):
@@ -172,8 +158,7 @@ class ActorGroup(Protocol):
         """Every actor reached its quota and handed its last step over."""
 
     def check(self) -> None:
-        """Raise :class:`~rlreplay.errors.ComponentFailedError` for an actor that raised
-        or whose process died."""
+        """Raise :class:`~rlreplay.errors.ComponentFailedError` for an actor that raised or died."""
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop every actor; nothing is left running when it returns."""
@@ -181,8 +166,7 @@ class ActorGroup(Protocol):
 
 @dataclass
 class RunResult:
-    """What :func:`~rlreplay.runtime.run` returns: the statistics ``rows``, a ``summary``
-    and the ``table``."""
+    """What :func:`~rlreplay.runtime.run` returns: statistics ``rows``, ``summary``, ``table``."""
 
     rows: list[dict]
     summary: dict
@@ -191,7 +175,7 @@ class RunResult:
 
 class ActorFactory(Protocol):
     """What a backend builds actors from (:class:`~rlreplay.runtime.environment_loop.
-    ActorRecipe`): the run's config, each actor's quota of env steps, and the build."""
+    ActorRecipe`): the config, each actor's quota of env steps, and the build."""
 
     config: RuntimeConfig
     quota: int
@@ -217,6 +201,6 @@ class Backend(Protocol):
         on_stats: OnStats | None,
         max_updates: int | None,
     ) -> RunResult:
-        """Train until the actors took ``total_env_steps`` and the learner drained what
-        the limiter allows (or ``max_updates``); raise
-        :class:`~rlreplay.errors.ComponentFailedError` when a part fails."""
+        """Train until the actors took ``total_env_steps`` and the learner drained what the limiter
+        allows (or ``max_updates``); raise :class:`~rlreplay.errors.ComponentFailedError` when a
+        part fails."""

@@ -1,17 +1,7 @@
 """The learner: the user's update on each batch, priorities back, weights out.
 
-The learner owns the update count and the weights version. It publishes weights every
-``publish_every`` updates (version 0 before any actor starts), writes the priorities the
-update returns back to the table and measures the age of the data it learns from: how
-many versions older than its own the weights that acted each sampled step were (the
-``policy_version`` column of every batch).
-
-Everything happens in the learner's one thread: the sample, the update, the priority
-write. On every backend the table the learner meets is in its own process (or a client
-whose requests the transport carries), so a sample costs tens of microseconds beside an
-update's milliseconds; a prefetching thread or a priority thread beside it would only
-contend for the interpreter lock the update needs (measured: six times the context
-switches and more CPU per update, for no gain in updates per second).
+Everything runs in one thread (sample, update, priority write): helper threads would only
+contend for the interpreter lock the update needs.
 """
 
 from __future__ import annotations
@@ -86,12 +76,8 @@ class Learner:
         self.version = self.weights.publish(self.logic.params()).version
 
     def update(self, batch: Sample) -> None:
-        """One update on ``batch``: priorities written, sample ages recorded, weights published
-        every ``publish_every`` updates.
-
-        Raises:
-            InvalidArgumentError: if the update returned priorities of the wrong shape.
-        """
+        """One update on ``batch``: priorities written back (InvalidArgumentError for a wrong
+        shape), sample ages recorded, weights published every ``publish_every`` updates."""
         versions = batch.data.get(POLICY_VERSION)
         start = time.monotonic()
         priorities = self.logic.update(batch)
@@ -122,23 +108,15 @@ class Learner:
         return np.concatenate(ages) if ages else np.zeros(0)
 
     def updates_behind(self, version: np.ndarray) -> np.ndarray:
-        """Updates the learner has made since weights of ``version`` were published
-        (version ``v`` is published after update ``v * publish_every``): an actor's weight
-        staleness, which Ape-X and IMPALA call policy lag."""
+        """Updates made since weights of ``version`` were published (policy lag)."""
         made = np.asarray(version, dtype=np.float64) * self.config.publish_every
         return np.maximum(0.0, self.updates - made)
 
     def run(
         self, done: Callable[[], bool], stop: threading.Event, max_updates: int | None
     ) -> None:
-        """Sample and learn until ``stop``, ``max_updates``, or ``done()`` (the actors
-        finished) and no batch is left that the limiter allows.
-
-        Raises:
-            ReplayTimeoutError: if no batch came for ``timeout_s`` while actors ran.
-            ClosedError: if the table was closed while actors ran (the run would
-                otherwise end early, quietly).
-        """
+        """Sample and learn until ``stop``, ``max_updates``, or ``done()`` and no allowed batch is
+        left; ReplayTimeoutError or ClosedError if no batch comes while actors run."""
         config = self.config
         last = time.monotonic()
         inserts = self.table.info().inserts
@@ -173,7 +151,6 @@ class Learner:
         self.publish_last()
 
     def publish_last(self) -> None:
-        """Publish the final weights if updates happened since the last publication, so
-        the run ends with what the learner learned."""
+        """Publish the final weights if updates happened since the last publication."""
         if self.updates % self.config.publish_every:
             self.publish()

@@ -1,23 +1,8 @@
 """Reporting helpers for the learning examples: evaluate, summarize, write the outputs.
 
-An example's run produces stats rows (one dict per interval, see :func:`rlreplay.runtime.run`);
-some rows carry an ``eval_return`` (mean greedy return measured by :func:`evaluate`). These
-helpers turn the rows into the example's ``summary.json`` and ``learning_curve.png``, so
-every example reports the same keys measured the same way:
-
-- ``final_eval_return``: the last evaluation (the examples evaluate once more at the end),
-- ``best_eval_return``: the best one,
-- ``steps_to_target``: the env steps of the first evaluation that reached ``target``, else
-  ``None``,
-- ``samples_per_insert_target`` / ``samples_per_insert_observed``: the ratio asked for and
-  the ratio held over the whole run,
-- ``policy_lag_mean``: the mean over rows of each row's mean policy lag (updates the
-  learner made since the weights the actors act with were published),
-- ``sample_age_mean``: the mean over rows of each row's mean sample age (versions between
-  the weights that acted a sampled step and the learner's).
-
-Pure numpy, csv and json; matplotlib is optional (imported lazily with the Agg backend): without
-it the PNG is skipped and one log line says so.
+:func:`summarize` turns a run's stats rows into ``summary.json`` keys
+(``final_eval_return``, ``best_eval_return``, ``steps_to_target``,
+``samples_per_insert_*``, ``policy_lag_mean``, ``sample_age_mean``).
 
 Example::
 
@@ -57,25 +42,19 @@ def evaluate(
 ) -> float:
     """Mean undiscounted return of ``act`` over ``episodes`` episodes of a fresh single env.
 
-    Episode ``e`` starts from ``env.reset(seed=seed + e)``, so two policies evaluated with
-    the same ``seed`` face the same initial states. The env is built once by
-    ``make_env_single(seed)`` and closed at the end, whatever happens.
-
     Args:
         make_env_single: builds one (not vectorized) gymnasium env from a seed.
-        act: maps one observation to one action (greedy: evaluation does not explore).
-        episodes: number of episodes, at least 1 (the examples use >= 10).
+        act: maps one observation to one action (greedy).
+        episodes: number of episodes, at least 1.
         seed: seed of the first episode's reset; episode ``e`` uses ``seed + e``.
-        max_steps_per_episode: an episode still running after this many steps is cut there
-            (a bound for envs without a time limit).
+        max_steps_per_episode: an episode is cut after this many steps.
 
     Returns:
         The mean return over the episodes, a float.
 
     Raises:
-        InvalidArgumentError: ``make_env_single`` or ``act`` is not callable, or
-            ``episodes`` / ``max_steps_per_episode`` is not a positive int, or ``seed`` is
-            not an int.
+        InvalidArgumentError: for a non-callable ``make_env_single`` or ``act``, or a bad
+            ``episodes``, ``max_steps_per_episode`` or ``seed``.
     """
     for name, fn in (("make_env_single", make_env_single), ("act", act)):
         if not callable(fn):
@@ -104,25 +83,20 @@ def evaluate(
 
 
 class Evaluations:
-    """An ``on_stats`` hook for :func:`rlreplay.runtime.run`: evaluates the newest published
-    weights every ``every`` env steps and on the run's final row; other rows get an empty
-    ``eval_return``. Pair it with ``RuntimeConfig(stats_every_steps=every)`` so the
-    evaluations fall at the same env steps on any machine.
+    """An ``on_stats`` hook for :func:`rlreplay.runtime.run` that evaluates the newest weights.
 
-    The evaluations run in a process of their own
-    (:class:`~rlreplay.runtime.evaluator.EvaluatorProcess`, started here), so they never
-    hold the learner's interpreter lock; the hook waits for each score. Close it (or use it
-    as a context manager) when the run is over.
+    Evaluates every ``every`` env steps and on the final row, in an
+    :class:`~rlreplay.runtime.evaluator.EvaluatorProcess`; the hook blocks until each score
+    arrives. Pair it with ``RuntimeConfig(stats_every_steps=every)``; close it when done.
 
     Args:
-        evaluate_params: ``params -> mean return`` (e.g. :func:`evaluate` of a greedy policy
-            built from the params), picklable: defined at module level.
+        evaluate_params: ``params -> mean return``, picklable (defined at module level).
         every: env steps between evaluations (>= 1).
         timeout_s: seconds one evaluation may take.
 
     Raises:
-        InvalidArgumentError: for a non-callable or unpicklable ``evaluate_params``, or a
-            bad ``every`` or ``timeout_s``.
+        InvalidArgumentError: for a non-callable or unpicklable ``evaluate_params``, or a bad
+            ``every`` or ``timeout_s``.
     """
 
     def __init__(
@@ -156,8 +130,7 @@ class Evaluations:
 
 
 def _number(value: Any) -> float | None:
-    """``value`` as a finite float, or ``None`` when it is not a number (missing, text),
-    NaN or infinite."""
+    """``value`` as a finite float, else ``None``."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
         return None
     number = float(value)
@@ -169,29 +142,20 @@ def summarize(
     target: float,
     samples_per_insert_target: float | None,
 ) -> dict[str, Any]:
-    """The summary of one run from its stats rows (see the module docstring for the keys).
-
-    Rows are taken in order; ``env_steps`` and ``wall_s`` are the last row's. A row's
-    ``eval_return`` counts when it is a finite number (rows between evaluations may leave it
-    out or set it to ``None`` / NaN). ``samples_per_insert_observed`` is the last row's
-    ``samples_per_insert_total`` (the ratio over the whole run).
+    """The summary of one run from its stats rows (keys: see the module docstring).
 
     Args:
-        rows: the run's stats rows (``RunResult.rows``), at least one, each with
-            ``env_steps``.
+        rows: the run's stats rows (``RunResult.rows``), at least one, each with ``env_steps``.
         target: the example's return target (CartPole: 475).
-        samples_per_insert_target: the ratio the run asked for; ``None`` when the run has
-            none (an on-policy queue table).
+        samples_per_insert_target: the ratio asked for; ``None`` for an on-policy queue.
 
     Returns:
-        A dict with ``env_steps, wall_s, final_eval_return, best_eval_return,
-        steps_to_target, target, samples_per_insert_target, samples_per_insert_observed,
-        policy_lag_mean, sample_age_mean, num_evals`` (missing measurements are ``None``).
+        The summary keys plus ``env_steps, wall_s, target, num_evals``; missing measurements
+        are ``None``.
 
     Raises:
-        InvalidArgumentError: ``rows`` is empty or holds a row that is not a mapping with
-            ``env_steps``; ``target`` is not a finite number; ``samples_per_insert_target``
-            is neither ``None`` nor a positive number.
+        InvalidArgumentError: for empty ``rows``, a row without ``env_steps``, a non-finite
+            ``target``, or a ``samples_per_insert_target`` neither ``None`` nor positive.
     """
     if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence) or len(rows) == 0:
         raise InvalidArgumentError(
@@ -264,15 +228,7 @@ def write_outputs(
     summary: Mapping[str, Any],
     title: str = "evaluation return during training",
 ) -> dict[str, Path]:
-    """Write ``out_dir/summary.json`` and, when matplotlib is installed, the learning curve.
-
-    ``learning_curve.png`` plots each row's ``eval_return`` against ``env_steps`` under
-    ``title``, with the summary's ``target`` as a dashed line when it has one; its y-axis
-    always reaches 0 (from 0 up for positive returns such as CartPole's, up to 0 for
-    negative ones such as Pendulum's), so a small change never looks like a large one.
-    Without matplotlib the PNG is
-    skipped and a log line says so (once per process). ``metrics.csv`` is not written here:
-    :func:`rlreplay.runtime.run` writes it row by row when ``config.out_dir`` is set.
+    """Write ``out_dir/summary.json`` and, with matplotlib, ``learning_curve.png``.
 
     Args:
         out_dir: the output folder, created if missing.
@@ -283,8 +239,8 @@ def write_outputs(
         ``{"summary": path}`` plus ``{"learning_curve": path}`` when the PNG was written.
 
     Raises:
-        InvalidArgumentError: ``summary`` is not a mapping or ``rows`` is not a sequence of
-            mappings (nothing is written then).
+        InvalidArgumentError: if ``summary`` is not a mapping or ``rows`` not a sequence of
+            mappings (nothing is written).
     """
     if not isinstance(summary, Mapping):
         raise InvalidArgumentError(

@@ -15,12 +15,8 @@ from rlreplay.runtime.stats import StatsRecorder, StatsSinks
 
 
 class Reporter:
-    """Emits a row every ``stats_every_s`` seconds: statistics, merged with what
-    ``on_stats(row, weights)`` returns, to the sinks and :attr:`rows`.
-
-    Raises:
-        InvalidArgumentError: if ``on_stats`` returns something other than a dict or None.
-    """
+    """Emits a row every ``stats_every_s`` seconds: statistics merged with what
+    ``on_stats(row, weights)`` returns (a dict or None, else InvalidArgumentError)."""
 
     def __init__(
         self, config: Any, table: Any, learner: Any, counters: Callable[[], np.ndarray],
@@ -41,8 +37,7 @@ class Reporter:
         return int(self._counters()[:, ENV_STEPS].sum())
 
     def due(self) -> bool:
-        """True when a row is due: by time, or the env steps reached the next multiple of
-        ``stats_every_steps``."""
+        """True when a row is due: by time, or env steps reached the next ``stats_every_steps``."""
         if self._every_steps and self._env_steps() >= self._next_steps:
             return True
         return time.monotonic() >= self._next
@@ -51,8 +46,7 @@ class Reporter:
         return max(0.0, self._next - time.monotonic())
 
     def emit(self, final: bool = False) -> dict:
-        """Compute, extend, record and show one row; ``final`` marks the run's last row
-        (after the learner stopped: the place for a last evaluation)."""
+        """Compute, extend, record and show one row; ``final`` marks the run's last row."""
         row = self._recorder.row()
         row["final"] = final
         if self.on_stats is not None:

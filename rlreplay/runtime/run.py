@@ -1,11 +1,9 @@
 """``run``: actors and a learner meeting only through one replay table.
 
-:func:`run` checks its arguments, and the backend ``config.backend`` names
-(:mod:`rlreplay.runtime.backends`) places the table, the weights, the actors and the
-learner and runs them: until the actors took ``total_env_steps`` and the learner drained
-what the limiter allows, with a statistics row every interval. A part that raises or
-dies stops the run and becomes a :class:`~rlreplay.errors.ComponentFailedError` naming
-it; Ctrl-C stops every thread and process before it propagates.
+The backend ``config.backend`` names (:mod:`rlreplay.runtime.backends`) places the table,
+weights, actors and learner and runs them until the actors took ``total_env_steps`` and the
+learner drained what the limiter allows. A failing part becomes a
+:class:`~rlreplay.errors.ComponentFailedError`; Ctrl-C stops every thread and process.
 """
 
 from __future__ import annotations
@@ -60,12 +58,10 @@ def run(
         make_env: ``make_env(seed)`` returns a gymnasium vector env.
         make_policy: ``make_policy(actor_index, num_actors, seed)`` returns a policy
             (``set_params(params)``, ``policy(obs, env_steps) -> actions``).
-        learner: the user's learner (``update(batch)``, ``params()``); it runs in this
-            process whatever the backend.
+        learner: the user's learner (``update(batch)``, ``params()``), run in this process.
         replay: the table and adder (:class:`ReplaySpec`).
         total_env_steps: env steps to take, summed over actors and their envs.
-        on_stats: ``on_stats(row, weights)`` called in this thread once per statistics
-            row (evaluation goes here); the dict it returns is merged into the row.
+        on_stats: ``on_stats(row, weights)`` per statistics row; its dict is merged into it.
         max_updates: stop the learner (and then the run) after this many updates.
 
     Returns:

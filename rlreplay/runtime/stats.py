@@ -1,17 +1,8 @@
 """Statistics like Ape-X's, one row per interval, to a progress bar, CSV and TensorBoard.
 
-A row says how fast each side runs (env steps/s, updates/s), whether the ratio holds (the
-observed samples per insert over the interval and since the start), who waits (the
-learner's wait fraction, the actors' blocked fraction), how fresh the policy is (weight
-syncs, the actors' policy lag and the age of sampled data) and how full the table is:
-
-- ``policy_lag_min/mean/max``: over actors, when the row is made, how many learner updates
-  were made since the weights the actor acts with were published (weight staleness: what
-  Ape-X and IMPALA call policy lag);
-- ``sample_age_min/mean/max``: over the items learned from during the interval, how many
-  versions of the weights were published between the ones that acted the item's step and
-  the learner's current ones (the age of sampled data). Rows are computed in the driver
-from counters the components own; nothing here runs in an actor or the learner.
+Besides speeds, ratio and waits, a row has ``policy_lag_*`` (learner updates since each
+actor's weights were published) and ``sample_age_*`` (versions between the weights that
+acted a sampled step and the learner's).
 """
 
 from __future__ import annotations
@@ -116,8 +107,7 @@ class StatsRecorder:
 
 
 class StatsSinks:
-    """Where rows go: a progress bar (tqdm if installed, else a log line per row),
-    ``out_dir/metrics.csv`` row by row, and TensorBoard when it is installed."""
+    """Where rows go: a progress bar, ``out_dir/metrics.csv`` and TensorBoard (when installed)."""
 
     def __init__(
         self, total_env_steps: int, progress: bool, out_dir: str | os.PathLike[str] | None
@@ -197,9 +187,7 @@ class StatsSinks:
 
 
 def short(row: dict[str, Any]) -> str:
-    """The figures a progress bar shows (the bar itself shows env steps and steps/s):
-    updates/s, samples per insert held so far, the actors' mean policy lag (updates), the
-    last evaluation and training return."""
+    """The figures a progress bar shows besides env steps: updates/s, ratio, lag, returns."""
     parts = [f"{row['updates_per_s']:.0f} upd/s"]
     for key, name, digits in (
         ("samples_per_insert_total", "spi", 1),  # (none before the first insert)

@@ -1,14 +1,8 @@
 """A stop request shared with child processes that no process can wedge by dying.
 
-``multiprocessing.Event`` guards its flag with a lock shared between processes and counts
-the processes sleeping in ``wait()``. A process killed (``kill -9``, the OOM killer) while
-inside ``is_set()``, ``set()`` or ``wait()`` leaves that lock held or a sleeper counted
-forever, and from then on every ``set()`` in every process blocks without end: the driver
-that stops its actors after one of them was killed would hang.
-
-:class:`StopFlag` is one shared byte and nothing else. Setting it is one store and reading
-it one load, so a process killed at any instruction leaves nothing half done; ``wait``
-polls. Invariant: no method takes a lock shared with another process.
+A process killed inside a ``multiprocessing.Event`` call can leave its lock held; a
+:class:`StopFlag` is one shared byte. Invariant: no method takes a lock shared with
+another process.
 """
 
 from __future__ import annotations
@@ -22,9 +16,8 @@ POLL_S = 0.01  # how often wait() looks at the flag
 
 
 class StopFlag:
-    """A flag that one process sets and others poll, safe against processes killed at
-    any moment. Pass it to a child process as a ``Process`` argument (like any shared
-    ``multiprocessing`` value, it cannot travel through a queue)."""
+    """A flag one process sets and others poll, safe against processes killed at any moment;
+    pass it to a child as a ``Process`` argument (not through a queue)."""
 
     def __init__(self, ctx: Any = None):
         ctx = ctx if ctx is not None else mp.get_context()
@@ -39,8 +32,7 @@ class StopFlag:
         return bool(self._flag.value)
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Wait until the flag is set or ``timeout`` seconds pass (None: no limit); returns
-        whether it is set."""
+        """Wait until set or ``timeout`` seconds pass (None: no limit); returns whether set."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self._flag.value:
             if deadline is not None:

@@ -1,14 +1,8 @@
 """Versioned weights: the learner publishes, actors pull.
 
-One mechanism with two carriers. :class:`Weights` is the in-process one: a shared
-reference to the newest published arrays under a condition variable. Across processes the
-same arrays travel through the replay server as the one item of a small table
-(:func:`weights_table`), so they cross the wire as typed numpy columns, never as pickles;
-:class:`RemoteWeights` is the actor side of that table.
-
-Invariant: versions only grow. Version 0 is the initial weights, published before any
-actor starts, and every publication is one version more, so ``learner version -
-policy_version`` of a sampled step is how many publications it is behind.
+In process through :class:`Weights`; across processes as the one item of a server table
+(:func:`weights_table`) read by :class:`RemoteWeights`. Invariant: versions only grow, by
+one per publication from 0.
 """
 
 from __future__ import annotations
@@ -40,11 +34,7 @@ class WeightsSnapshot:
 
 
 def check_params(params: Any) -> dict[str, np.ndarray]:
-    """``params`` as a dict of read-only numpy arrays (copies of what was given).
-
-    Raises:
-        InvalidArgumentError: if ``params`` is not a non-empty mapping of names to arrays.
-    """
+    """``params`` as a dict of read-only numpy array copies (InvalidArgumentError otherwise)."""
     if not isinstance(params, Mapping) or not params:
         raise InvalidArgumentError(
             f"params={describe(params)} must be a non-empty dict of name -> numpy array "
@@ -68,8 +58,7 @@ def check_params(params: Any) -> dict[str, np.ndarray]:
 class Weights:
     """The in-process carrier: publish replaces a shared reference, pull reads it.
 
-    Thread-safe; readers never see a half-published set (a publication swaps one
-    reference). Example:
+    Thread-safe; readers never see a half-published set. Example:
         >>> w = Weights()
         >>> w.publish({"w": np.zeros(3)}).version
         0
@@ -83,11 +72,7 @@ class Weights:
         self._closed = False
 
     def publish(self, params: Mapping[str, np.ndarray]) -> WeightsSnapshot:
-        """Publish ``params`` (copied) as the next version and wake waiting actors.
-
-        Raises:
-            InvalidArgumentError: for params that are not a dict of arrays.
-        """
+        """Publish ``params`` (copied) as the next version and wake waiting actors."""
         checked = check_params(params)
         with self._cond:
             version = 0 if self._latest is None else self._latest.version + 1
@@ -100,12 +85,8 @@ class Weights:
         return self._latest
 
     def wait_for(self, min_version: int, timeout: float) -> WeightsSnapshot:
-        """The newest weights once their version is at least ``min_version``.
-
-        Raises:
-            ReplayTimeoutError: if no such version is published within ``timeout`` s.
-            ClosedError: if the run stopped while waiting.
-        """
+        """The newest weights once their version is at least ``min_version``; blocks up to
+        ``timeout`` s (then ReplayTimeoutError), ClosedError if the run stops meanwhile."""
         deadline = time.monotonic() + timeout
         with self._cond:
             while self._latest is None or self._latest.version < min_version:
@@ -132,9 +113,8 @@ class Weights:
 def weights_table(params: Mapping[str, np.ndarray]) -> Table:
     """The server-side carrier: a table holding one item, the newest weights.
 
-    Its columns are the params' arrays (names may hold any character but ``/``) plus the
-    version; publishing inserts a row, which evicts the previous one.
-    """
+    Columns are the params' arrays (names without ``/``) plus the version; publishing evicts
+    the previous row."""
     params = check_params(params)
     signature = {name: (a.shape, a.dtype.str) for name, a in params.items()}
     signature[VERSION_FIELD] = "int64"
@@ -150,8 +130,7 @@ def weights_table(params: Mapping[str, np.ndarray]) -> Table:
 
 
 class TableWeights(Weights):
-    """:class:`Weights` that also keep the newest set in a :func:`weights_table`, so
-    actors in other processes can pull them through the server."""
+    """:class:`Weights` also kept in a :func:`weights_table` for other processes."""
 
     def __init__(self, table: Table) -> None:
         super().__init__()
@@ -166,11 +145,8 @@ class TableWeights(Weights):
 
 
 class RemoteWeights:
-    """The actor side across processes: pulls the weights table through a client.
-
-    A pull first asks the table's insert count (a few bytes) and transfers the arrays
-    only when a newer version was published.
-    """
+    """The actor side across processes: pulls the weights table through a client, transferring
+    arrays only when a newer version was published."""
 
     def __init__(self, client: Any, table: str = WEIGHTS_TABLE, stop: Any = None) -> None:
         self.stop = stop  # an event: waiting ends with ClosedError once it is set
@@ -191,12 +167,7 @@ class RemoteWeights:
         return self._latest
 
     def wait_for(self, min_version: int, timeout: float) -> WeightsSnapshot:
-        """As :meth:`Weights.wait_for`, polling the server.
-
-        Raises:
-            ReplayTimeoutError: if no such version is published within ``timeout`` s.
-            ClosedError: if ``stop`` was set while waiting.
-        """
+        """As :meth:`Weights.wait_for`, polling the server; ClosedError once ``stop`` is set."""
         deadline = time.monotonic() + timeout
         while True:
             latest = self.latest()

@@ -1,14 +1,8 @@
 """The options every stream adder takes, checked and sized before any part is built.
 
-:class:`~rlreplay.writers.stream.StreamAdder` and its subclasses share one set of
-options (environments per call, autoreset mode, priority of new items, chunk length,
-timeout, hand-over period, sequence tables). They are checked here, all before the
-adder builds its writer, buffers or hand-over, so a bad option changes nothing, and
-turned into the sizes those parts are built with (:class:`AdderOptions`).
-
-The writer is one of them: what an adder writes through is a writer, or tables it
-creates a :class:`~rlreplay.writers.trajectory_writer.TrajectoryWriter` over
-(:func:`adder_writer`).
+They are all checked before the adder builds its writer, buffers or hand-over, so a bad
+option changes nothing (:class:`AdderOptions`). :func:`adder_writer` takes a writer, or
+tables to create a :class:`~rlreplay.writers.trajectory_writer.TrajectoryWriter` over.
 """
 
 from __future__ import annotations
@@ -49,22 +43,14 @@ def writer_store(writer: Any) -> StepStore | None:
     return tables[0].store if tables else getattr(writer, "store", None)
 
 
-# A writer an adder creates holds back at most 1/_HISTORY_SHARE of its store beyond the
-# adder's capacity, so that many writers (one per actor) still fit (see adder_writer).
+# A created writer retains at most 1/_HISTORY_SHARE of its store beyond the adder's capacity.
 _HISTORY_SHARE = 32
 
 
 def adder_writer(writer: Any, capacity: int, wanted: int | None = None) -> Writer:
-    """``writer`` itself, or a :class:`TrajectoryWriter` over the given tables, keeping
-    the ``capacity`` rows the adder may still reach back to, or up to ``wanted`` rows
-    (what it stages, handed over as one chunk) as far as 1/32 of the store allows: each
-    writer's retained rows are protected from overwriting, and a store must hold every
-    writer's plus an append, so many writers on one store keep room.
-
-    Raises:
-        InvalidArgumentError: if the store or the writer's history is shorter than
-            ``capacity``.
-    """
+    """``writer`` itself, or a :class:`TrajectoryWriter` over the given tables retaining the
+    ``capacity`` rows the adder reaches back to (up to ``wanted``, within 1/32 of the store);
+    InvalidArgumentError if the store or history is shorter than ``capacity``."""
     tables = _tables(writer)
     if tables is not None:
         store = tables[0].store
@@ -95,13 +81,8 @@ WRITER_MEMBERS = (
 
 
 def writer_signature(writer: Any) -> Signature:
-    """The step signature of a writer (:class:`~rlreplay.runtime.interfaces.Writer`), or
-    of the tables' store.
-
-    Raises:
-        InvalidArgumentError: for a writer without every member the interface declares,
-            or anything else that is not a table or a list of tables.
-    """
+    """The step signature of a writer (:class:`~rlreplay.runtime.interfaces.Writer`) or tables;
+    InvalidArgumentError for anything else."""
     tables = _tables(writer)
     if tables is not None:
         return tables[0].store.signature
@@ -123,8 +104,7 @@ def first_table_span(writer: Any) -> int:
 
 
 def table_span(writer: Writer, table: Any) -> int:
-    """The layout span of ``table``: a table, or the name or handle of one of the
-    writer's (checked by :func:`check_tables`)."""
+    """The layout span of ``table`` (a table, or the name or handle of one of the writer's)."""
     if isinstance(table, Table):
         return table.layout.span
     name = getattr(table, "name", table)
@@ -132,11 +112,7 @@ def table_span(writer: Writer, table: Any) -> int:
 
 
 def check_tables(writer: Writer, tables: list[Any]) -> None:
-    """Check that every table (a table or a name) is one of the writer's.
-
-    Raises:
-        InvalidArgumentError: naming the first table the writer does not write to.
-    """
+    """Check that every table (or name) is one of the writer's (else InvalidArgumentError)."""
     own = list(writer.tables)
     names = [t.name for t in own]
     local = any(isinstance(t, Table) for t in own)  # else remote handles, known by name
@@ -156,14 +132,8 @@ def check_tables(writer: Writer, tables: list[Any]) -> None:
 
 
 def adder_tables(writer: Writer, tables: Any, sequence_tables: list[Any]) -> list[Any]:
-    """The tables an adder fills with its own items: ``tables``, or (``None``) every
-    table of the writer that is not one of ``sequence_tables``; all of them checked to
-    be the writer's, sequence tables included.
-
-    Raises:
-        InvalidArgumentError: for no table to fill, or a table the writer does not
-            write to (see :func:`check_tables`).
-    """
+    """The tables an adder fills with its own items: ``tables``, or (``None``) every writer table
+    not in ``sequence_tables``; InvalidArgumentError for none, or one not the writer's."""
     if tables is None:
         names = {getattr(t, "name", t) for t in sequence_tables}
         tables = [
@@ -180,11 +150,7 @@ DEFAULT_CHUNK_LENGTH = 64
 
 
 def check_priority(priority: Any) -> None:
-    """Check the priority an adder gives new items: a number >= 0, or ``None``.
-
-    Raises:
-        InvalidArgumentError: for anything else.
-    """
+    """Check an item priority: a number >= 0, or ``None`` (else InvalidArgumentError)."""
     if priority is None:
         return
     if isinstance(priority, bool) or not isinstance(priority, (int, float, np.number)):
@@ -195,12 +161,7 @@ def check_priority(priority: Any) -> None:
 
 
 def sequence_rules(sequence_tables: Mapping[Any, Any] | None) -> list[tuple[Any, SequenceItems]]:
-    """``sequence_tables`` as ``(table, rule)`` pairs, each rule the adder's own copy (a
-    rule holds per-environment positions, so adders never share one).
-
-    Raises:
-        InvalidArgumentError: for a value that is not a :class:`SequenceItems`.
-    """
+    """``sequence_tables`` as ``(table, rule)`` pairs, each rule the adder's own copy."""
     rules = [(t, copy.copy(r)) for t, r in (sequence_tables or {}).items()]
     for _, rule in rules:
         if not isinstance(rule, SequenceItems):
@@ -217,14 +178,13 @@ class AdderOptions:
 
     Attributes:
         num_envs: environments per call (1 without a batch axis).
-        batched: whether inputs carry a batch axis (``num_envs`` was given).
+        batched: whether inputs carry a batch axis.
         mode: the autoreset mode's name.
         chunk_length: rows buffered per environment before they are handed over.
         priority: priority of new items (``None``: each table's default).
         timeout: seconds each writer call may wait (``None``: no limit).
-        every: adder calls completed rows are staged for before they are handed over.
-        capacity: rows each environment's buffer holds: the rows an item may reach back
-            to (``fixed``) plus a chunk.
+        every: adder calls completed rows are staged for.
+        capacity: rows each environment's buffer holds (``fixed`` plus a chunk).
     """
 
     num_envs: int
@@ -249,16 +209,14 @@ class AdderOptions:
         timeout: Any,
         hand_over_every: Any,
     ) -> AdderOptions:
-        """The options checked, ``chunk_length`` defaulted to what the store leaves.
+        """The options checked (InvalidArgumentError for the first out of range), ``chunk_length``
+        defaulted to what the store leaves.
 
         Args:
             fixed: rows a buffer needs besides a chunk (items' span, lag, padding).
-            store_capacity: the store's rows when it is known locally (``None``: remote).
+            store_capacity: the store's rows when known locally (``None``: remote).
             num_envs, autoreset_mode, priority, chunk_length, timeout, hand_over_every:
                 as :class:`~rlreplay.writers.stream.StreamAdder` takes them.
-
-        Raises:
-            InvalidArgumentError: for the first option that is out of its range.
         """
         if chunk_length is None:
             room = DEFAULT_CHUNK_LENGTH if store_capacity is None else store_capacity - fixed

@@ -1,9 +1,6 @@
-"""gymnasium 1.x vector-env autoreset modes, as the adders see them.
-
-* ``"next_step"`` (gymnasium's default): after an episode ends, the next ``step`` call
-  for that environment ignores its action and returns the reset observation.
-* ``"same_step"``: the observation returned with ``terminated``/``truncated`` is already
-  the reset one; the true final observation is in ``info["final_obs"]``.
+"""gymnasium 1.x vector-env autoreset modes, as the adders see them: ``"next_step"`` (the step
+after an episode end returns the reset observation) and ``"same_step"`` (the final
+observation is in ``info["final_obs"]``).
 """
 
 from __future__ import annotations
@@ -17,11 +14,7 @@ AUTORESET_MODES = ("next_step", "same_step")
 
 
 def mode_name(mode: Any) -> str:
-    """Our name for ``mode``: accepts our names and gymnasium's ``AutoresetMode`` members.
-
-    Raises:
-        InvalidArgumentError: for any other mode (gymnasium's ``DISABLED`` included).
-    """
+    """Our name for ``mode`` (ours or gymnasium's ``AutoresetMode``); InvalidArgumentError else."""
     value = getattr(mode, "value", mode)
     key = str(value).lower().replace("-", "_")
     key = {"nextstep": "next_step", "samestep": "same_step"}.get(key, key)
@@ -37,25 +30,14 @@ FINAL_OBS_KEYS = ("final_obs", "final_observation")
 
 
 def final_obs_source(mode: str, info: Any, any_ended: bool) -> Any:
-    """The true final observations of a step's ended episodes, or ``None`` when the
-    step's ``next_obs`` already holds them; checks that the env's autoreset mode is the
-    adder's.
-
-    A same-step vector env (gymnasium's ``AutoresetMode.SAME_STEP``; ``final_observation``
-    in gymnasium < 1.0) puts the final observations in ``info["final_obs"]`` and returns
-    reset observations in their place; a next-step env (the default) returns the final
-    observations and never sets ``final_obs``. Feeding one to an adder in the other mode
-    would store reset observations as final ones, so a mismatch is refused.
+    """The true final observations of a step's ended episodes, or ``None`` when ``next_obs``
+    holds them; InvalidArgumentError for a non-dict ``info`` or an env in the other autoreset
+    mode (it would store reset observations as final ones).
 
     Args:
         mode: the adder's mode, ``"next_step"`` or ``"same_step"``.
         info: the step's info dict (or ``None``).
-        any_ended: whether an episode of the step ended (terminated or truncated).
-
-    Raises:
-        InvalidArgumentError: if ``info`` is not a dict, if a next-step adder receives
-            final observations in ``info`` with an ended episode, or if a same-step adder
-            receives an ended episode without them.
+        any_ended: whether an episode of the step ended.
     """
     if info is None or (type(info) is dict and not info):
         key = None

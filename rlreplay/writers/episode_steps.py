@@ -1,21 +1,8 @@
 """Each environment's current episode, as an adder records the steps it is given.
 
-An adder (:class:`~rlreplay.writers.stream.StreamAdder`) checks a call's arguments, then
-hands the checked step to :class:`EpisodeSteps`, which writes it into each environment's
-episode rows (:class:`EpisodeRows`), ends the episodes that ended (their last piece is
-cut by :class:`EpisodePieces`) and starts new ones as the autoreset mode says
-(:mod:`rlreplay.writers.autoreset`).
-
-A *piece* is what one environment hands over at once: its episode rows that became
-complete since its last piece (every stored field known: an n-step return needs ``n``
-rewards), the adder's computed columns for them, and the items they allow, per table. A
-piece is cut when an episode ends or when an open episode holds ``chunk_length``
-complete rows; it goes to the :class:`~rlreplay.writers.hand_over.HandOver`, which stages
-its rows and hands it to the writer later.
-
-Pieces of different environments interleave in the store and an item must be contiguous
-there, so a piece that does not continue the previous piece's stream (environment and
-episode) starts with the last ``span - 1`` rows of its episode again (``copied_rows``).
+:class:`EpisodeSteps` writes checked steps into :class:`EpisodeRows` and ends and starts
+episodes; :class:`EpisodePieces` cuts *pieces* (rows completed since the last piece, and
+their items) when an episode ends or holds ``chunk_length`` complete rows.
 """
 
 from __future__ import annotations
@@ -34,12 +21,9 @@ from rlreplay.writers.step_inputs import StepInputs
 
 
 class EpisodeRows:
-    """Per-environment buffers of episode rows: one array per stored input field,
-    ``[num_envs, capacity, *shape]`` with the signature's dtype.
+    """Per-environment buffers of episode rows, ``[num_envs, capacity, *shape]`` per field.
 
-    Slot ``k`` of environment ``i`` holds episode row ``base[i] + k``. A row is written
-    once (a step's fields when it is recorded, its observation one row ahead) and dropped
-    from the front (:meth:`keep_from`) once it is appended and no later item reaches it.
+    Slot ``k`` of env ``i`` holds episode row ``base[i] + k``; see :meth:`keep_from`.
 
     Args:
         signature: the store's step signature.
@@ -68,8 +52,7 @@ class EpisodeRows:
             self.arrays[path][idx, slots] = arr
 
     def write_first(self, idx: np.ndarray, count: int, obs: Mapping[str, np.ndarray]) -> None:
-        """Write ``obs[p][k]`` into episode rows ``0 .. count - 1`` of environment
-        ``idx[k]``, whose episode starts (``base`` 0, see :meth:`clear`)."""
+        """Write first observations into rows ``0 .. count - 1`` of starting episodes."""
         slots = self._offsets[idx]
         for r in range(count):
             for path, arr in obs.items():
@@ -82,9 +65,7 @@ class EpisodeRows:
         fields: Mapping[str, np.ndarray],
         obs: Mapping[str, np.ndarray],
     ) -> None:
-        """Write one step of environments ``idx``: ``fields[p][k]`` into episode row
-        ``rows[k]`` of environment ``idx[k]`` and the observation it led to, ``obs[p][k]``,
-        into the row after it (:meth:`write` twice, locating the slots once)."""
+        """Write one step of envs ``idx``: fields into row ``rows[k]``, obs into the next."""
         slots = rows - self.base[idx]
         for path, arr in fields.items():
             self.arrays[path][idx, slots] = arr
@@ -137,28 +118,20 @@ class EpisodeRows:
         self.base[i] = row
 
     def clear(self, idx: np.ndarray | slice) -> None:
-        """Forget the episodes of environments ``idx`` (their next ones start at row 0,
-        every row zero: a final row's fields stay zero)."""
+        """Forget the episodes of environments ``idx`` (next ones start at row 0, zeroed)."""
         for arr in self.arrays.values():
             arr[idx] = 0
         self.base[idx] = 0
 
 
 class EpisodePieces:
-    """Cuts the episode rows of an adder's :class:`EpisodeSteps` into pieces and stages
-    them with the hand-over.
-
-    The episodes' state (``active``, ``steps``, ``serial``, ``rows``) is ``episodes``';
-    this object reads it and records how far each episode was handed over
-    (``episodes.appended``), the stream of the last piece and the row counters.
+    """Cuts the episode rows of an adder's :class:`EpisodeSteps` into pieces and stages them.
 
     Args:
         episodes: the episodes whose rows are cut (their ``out`` is where pieces go).
         sizes: the adder's ``(pad, lag, span, chunk_length)``.
-        computed: writes the adder's computed columns of rows ``[lo, hi)`` of an
-            episode (see :meth:`StreamAdder._computed`).
-        items: the anchors and extents of the items an episode's rows now allow (see
-            :meth:`StreamAdder._items`).
+        computed: writes the adder's computed columns (:meth:`StreamAdder._computed`).
+        items: the items an episode's rows now allow (:meth:`StreamAdder._items`).
         tables: ``(table, span)`` of each table the adder fills with ``items``.
         sequences: ``(table, rule, span)`` of each sequence table.
     """
@@ -182,9 +155,7 @@ class EpisodePieces:
         self.last_stream: tuple[int, int] | None = None  # stream of the last piece
         self.copied_rows = 0
         self.appended_rows = 0
-        # A lower bound on the calls of flush_ready before an open episode can hold a
-        # chunk of complete rows (its steps past what was appended grow by at most one
-        # between calls, and only shrink otherwise).
+        # Lower bound on flush_ready calls before an open episode can hold a chunk.
         self._countdown = 0
 
     def flush_ready(self) -> None:
@@ -194,8 +165,7 @@ class EpisodePieces:
             self._countdown -= 1
             if self._countdown > 0:
                 return
-            # ready - appended >= chunk_length with ready = pad + max(0, steps - lag + 1):
-            # before lag - 1 steps only padding rows are ready, fewer than a chunk.
+            # ready - appended >= chunk_length, ready = pad + max(0, steps - lag + 1)
             gap = self.chunk_length + self.lag - 1 - self.pad
             behind = np.where(e.active, e.steps - e.appended, 0)
             full = behind >= gap
@@ -208,19 +178,16 @@ class EpisodePieces:
                 self.cut(i, ended=False, terminated=False)
 
     def started(self) -> None:
-        """Episodes started: a new episode's padding rows count as complete, so it may
-        hold a chunk sooner than the countdown assumed; recount at the next call."""
+        """Episodes started (padding rows count as complete): recount at the next call."""
         self._countdown = 0
 
     def end(self, idx: np.ndarray, terminated: np.ndarray) -> None:
-        """Cut the last piece of the episodes of environments ``idx`` (``terminated[k]``
-        for ``idx[k]``); their rows are then staged and the adder's buffers free."""
+        """Cut the last piece of the episodes of environments ``idx``."""
         for i, term in zip(idx.tolist(), terminated.tolist()):
             self.cut(i, ended=True, terminated=bool(term))
 
     def cut(self, i: int, ended: bool, terminated: bool) -> None:
-        """Cut env ``i``'s piece: its rows complete since the last one (all of them when
-        the episode ``ended``) and the items they allow."""
+        """Cut env ``i``'s piece: rows completed since the last (all if ``ended``), their items."""
         e, pad = self.episodes, self.pad
         lo = int(e.appended[i])
         steps = int(e.steps[i])
@@ -259,19 +226,17 @@ _NO_ENVS = np.zeros(0, dtype=np.int64)
 
 
 class EpisodeSteps:
-    """The episodes of ``num_envs`` environments: which are open, which wait for their
-    reset (next-step mode), their steps, how many rows of each were cut into pieces
-    (``appended``), and their rows.
+    """The episodes of ``num_envs`` environments: open or awaiting reset, steps, rows cut so far.
 
     Args:
         num_envs: environments.
         mode: the autoreset mode, ``"next_step"`` or ``"same_step"``.
         pad: padding rows at episode start (frame stacks).
         chunk_length: the adder's ``chunk_length``.
-        inputs: the adder's input checks (final observations of same-step envs).
+        inputs: the adder's input checks.
         rows: the episode rows.
-        out: where cut pieces are staged (its ``release`` drops rows after a cut).
-        timeout: seconds a writer call may wait (pending chunks are retried first).
+        out: where cut pieces are staged.
+        timeout: seconds a writer call may wait.
     """
 
     def __init__(
@@ -312,16 +277,10 @@ class EpisodeSteps:
         trunc: np.ndarray,
         info: Any,
     ) -> None:
-        """Record one checked step of every environment (see :meth:`StreamAdder.add`).
-
-        Environments without an open episode (before their :meth:`reset`, or after
-        :meth:`end_episode`) are left alone; in next-step mode, one that waits for its
-        reset starts its next episode with this step's observation.
-
-        Raises:
-            InvalidArgumentError: before any episode started, or for final observations
-                that do not fit; nothing changes then.
-        """
+        """Record one checked step of every environment; environments without an open episode
+        are left alone, and a next-step one waiting for its reset starts its next episode.
+        InvalidArgumentError (nothing changed) before any episode started or for final
+        observations that do not fit."""
         if not self.stepping:
             raise InvalidArgumentError("add() was called before reset(); call reset(obs) first")
         done = term | trunc
@@ -365,8 +324,7 @@ class EpisodeSteps:
             self.count_stepping()
 
     def start(self, idx: np.ndarray, obs: dict[str, np.ndarray]) -> None:
-        """Start episodes of environments ``idx`` with first observations ``obs[p][k]``
-        for ``idx[k]``."""
+        """Start episodes of environments ``idx`` with first observations ``obs``."""
         if len(idx) == 0:
             return
         self.rows.clear(idx)
@@ -379,9 +337,8 @@ class EpisodeSteps:
         self.pieces.started()
 
     def count_stepping(self) -> None:
-        """Recount the environments with an open episode and those that step (an open
-        episode, or waiting for the reset of a next-step env); an environment waiting
-        for its reset has no open episode (``awaiting_reset`` implies not ``active``)."""
+        """Recount the open episodes and the environments that step (open, or waiting for a
+        next-step reset; ``awaiting_reset`` implies not ``active``)."""
         self.open = int(np.count_nonzero(self.active))
         self.stepping = self.open + int(np.count_nonzero(self.awaiting_reset))
 
@@ -398,8 +355,7 @@ class EpisodeSteps:
 
 
 def _selector(idx: np.ndarray) -> np.ndarray | slice:
-    """``idx`` (distinct environments) as an index: one environment as a slice,
-    which numpy reads and writes through without the cost of an index array."""
+    """``idx`` as an index: one environment as a slice (cheaper than an index array)."""
     if len(idx) == 1:
         j = int(idx[0])
         return slice(j, j + 1)

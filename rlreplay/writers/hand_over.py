@@ -1,43 +1,10 @@
 """When an adder's completed rows and items go to its writer: staged, then in bulk.
 
-An adder completes *pieces* (one environment's episode rows and the items over them, see
-:class:`ChunkBatch`) as episodes end or chunks fill. A
-writer call has a fixed cost far above its cost per row (a store append, an item insert,
-the evictions they cause: tens of microseconds for a few rows, about a tenth of a
-microsecond per row more), and with many environments short episodes end on almost every
-call. So pieces are *staged*: their rows are copied into the batch's staging buffer as
-they complete (one slice copy per field; the adder's own buffers are then free to move
-on), and the staged pieces are handed to the writer together, joined into as few chunks
-as the writer's ``history`` allows, once every ``every`` adder calls.
-
-Bounded delay: a piece staged by an adder call is handed over by that call or one of the
-next ``every - 1`` calls (earlier once ``every * num_envs`` rows are staged), and by every
-``flush()``, ``end_episode()``, ``reset()`` and ``close()``. Items therefore reach the
-table at most ``every - 1`` vector steps after their piece was cut: an n-step row is
-complete ``n`` steps after it was taken (once the episode went on past its returns), an
-item also reads the row ``n`` steps after its own, and an open episode is cut once it
-holds ``chunk_length`` complete rows, so without flushes an item waits at most
-``chunk_length + 2n - 1 + every - 1`` steps. With ``every=1`` each call hands over what
-it completed.
-
-Staging changes only when the writer is called, never what it receives: the store holds
-the same rows and items, in the same order per table, as with ``every=1``.
-
-Staged pieces are joined into as few chunks as the writer allows (:class:`ChunkBatch`:
-one ``append_batch`` and one ``create_items`` per table, within what the writer's history
-reaches back and what each table's rate limiter admits in one call), and the chunks
-reach the writer in order across timeouts (:class:`ChunkWriter`). The writer may time
-out (a full queue table, a rate limiter, a server that does not answer). A chunk the
-writer timed out on stays pending with what it already did recorded (rows appended,
-tables whose items exist), and so do the chunks staged after
-it; the next adder call hands them over first. So nothing is
-written twice, nothing is lost, and the order of appends and items is the order of
-the steps, whatever fails when.
-
-This relies on one property of every writer (local and remote alike): a writer call
-(``append_batch``, ``create_items``, ``end_episode``) that raises
-:class:`~rlreplay.errors.ReplayTimeoutError` took nothing of its input, and one that
-returns took all of it; ``end_episode`` twice in a row is ``end_episode`` once.
+Pieces (an environment's completed rows and their items) are staged and handed over every
+``every`` adder calls, joined into as few writer calls as ``history`` allows; the writer
+receives the same rows and items, in the same order per table, as with ``every=1``. This
+relies on every writer call that raises :class:`~rlreplay.errors.ReplayTimeoutError`
+taking nothing of its input. See docs/adders.md.
 """
 
 from __future__ import annotations
@@ -65,8 +32,7 @@ class Chunk:
     Args:
         rows: flat path to ``[k, ...]`` rows to append (``None``: nothing to append).
         switch: end the writer's episode first (the rows continue another stream).
-        jobs: ``(table, span, starts, extents)`` per table: items to create after the
-            rows, ``starts`` relative to the chunk's last row (``-1`` is that row).
+        jobs: ``(table, span, starts, extents)`` items per table, ``starts`` from the last row.
     """
 
     __slots__ = ("appended", "jobs", "jobs_done", "owned", "rows", "switch")
@@ -96,11 +62,8 @@ class Chunk:
 class ChunkWriter:
     """Hands :class:`Chunk` s to a writer in the order they are submitted.
 
-    While a chunk is pending, later chunks queue behind it (detached from the adder's
-    buffers) and the writer is not called again in the same adder call: one call waits
-    at most one ``timeout``. :meth:`drain` retries the pending chunks (at the start of
-    the next call), :meth:`raise_failure` re-raises the timeout at the end of the call
-    that met it.
+    While a chunk is pending, later chunks queue behind it and the writer is not called
+    again in the same adder call, so one call waits at most one ``timeout``.
 
     Args:
         writer: the adder's writer.
@@ -128,8 +91,7 @@ class ChunkWriter:
             self.failure = exc
 
     def drain(self, timeout: float | None) -> None:
-        """Hand the pending chunks over, oldest first, until one times out again (the
-        start of an adder call: a failure left by a call that raised otherwise is reset)."""
+        """Hand the pending chunks over, oldest first, until one times out again."""
         self.failure = None
         while self.pending:
             try:
@@ -140,12 +102,8 @@ class ChunkWriter:
             self.pending.popleft()
 
     def raise_failure(self) -> None:
-        """Re-raise the timeout met during this call, if any (the call's step is kept).
-
-        Raises:
-            ReplayTimeoutError: the writer's own error type, its message extended by what
-                the adder kept.
-        """
+        """Re-raise this call's writer timeout, if any, as its own type with a message saying what
+        the adder kept (the call's step is kept)."""
         exc, self.failure = self.failure, None
         if exc is None:
             return
@@ -161,7 +119,7 @@ class ChunkWriter:
         raise error from exc
 
     def _run(self, chunk: Chunk, timeout: float | None) -> None:
-        """Do what is left of ``chunk``; its progress is recorded as each part succeeds."""
+        """Do what is left of ``chunk``, recording progress as each part succeeds."""
         writer = self.writer
         if not chunk.appended:
             if chunk.switch:
@@ -179,49 +137,19 @@ class ChunkWriter:
 
 
 class ChunkBatch:
-    """The writer work of the pieces an adder staged, joined into as few chunks as the
-    writer allows.
+    """The writer work of the pieces an adder staged, joined into as few chunks as allowed.
 
-    Each environment's part (a *piece*: its rows, whether they continue the previous
-    piece's stream, the items over them) is added here, its rows copied into the batch's
-    staging buffer (one slice copy per field), and consecutive pieces are joined into one
-    :class:`Chunk`: one ``append_batch`` of their rows one after another and one
-    ``create_items`` per table. The store then holds exactly the rows and items it would
-    hold with one chunk per piece: a piece that does not continue the one before it
-    already carries the context rows its items need, and item starts, relative to the
-    piece's last row, are shifted by the rows appended after it in the same chunk. Only
-    the writer's episode marks differ: ``end_episode`` comes before a chunk, not between
-    its pieces, so the writer keeps the earlier pieces' rows retained until the next
-    chunk (no item reaches them: a piece that does not continue the one before it has its
-    items within its own rows, as it had after ``end_episode``).
-
-    The chunks :meth:`take` returns view the staging buffer, which the next :meth:`add`
-    reuses: they are handed over at once, and one that has to wait copies its rows
-    (:meth:`Chunk.detach`).
-
-    A chunk reaches back at most ``limit`` rows from its end (rows and item starts alike),
-    the history the adder asks of its writer; a piece that would exceed it starts the
-    next chunk. One ``create_items`` call holds the items of whole pieces, at most
-    ``max_items`` of them or the largest piece's (and at most a table's ``max_size``):
-    no more than one environment's chunk creates, so a rate limiter that admits the
-    items of one environment's chunk at once admits every call. A local table whose
-    limiter never blocks inserts takes all of a chunk's items in one call; one whose
-    limiter admits fewer items at once than its ``max_size`` (its
-    :meth:`~rlreplay.core.rate_limiters.RateLimiter.insert_window`) takes them in
-    consecutive packs of half that many
-    (:func:`~rlreplay.core.rate_limiters.insert_pack`), pieces split where a pack ends: a
-    call beyond the window would be refused (``DeadlockError``) or wait for samples that
-    could never come, and one of the whole window would wait until the sampler drained
-    the limiter. The items and their order are the same either way.
+    Joined pieces give the store the same rows and items as one chunk per piece. The chunks
+    :meth:`take` returns view the staging buffer, reused by the next :meth:`add`, so a waiting
+    chunk copies its rows (:meth:`Chunk.detach`). A table whose limiter admits fewer items at
+    once (:meth:`~rlreplay.core.rate_limiters.RateLimiter.insert_window`) gets consecutive
+    packs (:func:`~rlreplay.core.rate_limiters.insert_pack`): a larger call would deadlock.
 
     Args:
-        limit: rows a chunk may reach back from its end (the writer's ``history``, at
-            least the adder's ``capacity``).
+        limit: rows a chunk may reach back (the writer's ``history``).
         max_items: items one ``create_items`` call may hold (the adder's ``chunk_length``).
-        tables: the writer's tables, whose ``max_size`` applies to items of a table given
-            by name.
-        fields: path to ``(shape, dtype)`` of the rows staged (:meth:`reserve`); rows
-            given to :meth:`add` as arrays may bring their own.
+        tables: the writer's tables (for ``max_size`` and rate limiters).
+        fields: path to ``(shape, dtype)`` of the staged rows.
     """
 
     def __init__(
@@ -239,8 +167,7 @@ class ChunkBatch:
             for t in tables
             if isinstance(getattr(t, "max_size", None), (int, np.integer))
         }
-        # Tables whose rate limiter never blocks an insert, and the items the others'
-        # admit at once where that is below their max_size (known for local tables only).
+        # Local tables whose limiter never blocks inserts, and others' insert packs.
         self._unlimited: set[str] = set()
         self._windows: dict[str, int] = {}
         for t in tables:
@@ -278,8 +205,7 @@ class ChunkBatch:
         self._pieces: list[tuple[int, list[Any], list[int] | None]] = []
 
     def reserve(self, n: int) -> dict[str, np.ndarray]:
-        """Views of the staging buffer where the next piece's ``n`` rows go: fill them,
-        then :meth:`add` the piece with ``rows=n``."""
+        """Staging views for the next piece's ``n`` rows; fill, then :meth:`add` with ``rows=n``."""
         used = self._used
         stage = self._stage
         if used + n > self._size:
@@ -299,9 +225,8 @@ class ChunkBatch:
         switch: bool,
         jobs: list[Job],
     ) -> None:
-        """Add one piece: ``rows`` (arrays, copied into the staging buffer now, or the
-        number of rows filled in through :meth:`reserve`) and ``jobs`` as :class:`Chunk`
-        takes them, ``starts`` relative to the piece's last row and ascending."""
+        """Add one piece: ``rows`` (arrays to copy, or a count filled via :meth:`reserve`) and its
+        ``jobs``, ``starts`` relative to the piece's last row and ascending."""
         if isinstance(rows, dict):
             n = len(next(iter(rows.values())))
             for p, a in rows.items():
@@ -328,12 +253,10 @@ class ChunkBatch:
         jobs: list[Job],
         counts: list[int],
     ) -> bool:
-        """Add consecutive pieces at once, as :meth:`add` of each would: ``rows`` rows in
-        all, filled in through :meth:`reserve`, ``switch`` the first piece's, each job's
-        ``starts`` relative to the *last* piece's last row, ``counts`` the items of each
-        piece that has items (the same for every table). Returns ``False`` and adds
-        nothing when adding them one by one would close a chunk among them (they reach
-        back past ``limit``): the caller adds them one by one then."""
+        """Add consecutive pieces at once, as :meth:`add` of each would.
+
+        ``starts`` are relative to the last piece's last row; ``counts`` are the items per piece.
+        Returns ``False`` and adds nothing if they would not fit one chunk."""
         reach = rows
         if jobs and len(jobs[0][2]):
             reach = max(reach, -int(jobs[0][2].min()))
@@ -345,8 +268,7 @@ class ChunkBatch:
     def _open(
         self, rows: int, reach: int, switch: bool, jobs: list[Job], counts: list[int] | None
     ) -> None:
-        """Put pieces of ``rows`` rows reaching ``reach`` rows back into the open chunk
-        (``switch`` is the chunk's when they are its first)."""
+        """Put pieces into the open chunk."""
         if not self._pieces:
             self._switch = switch
         self._used += rows
@@ -399,8 +321,7 @@ class ChunkBatch:
     def _split(
         self, jobs: list[Job]
     ) -> list[Job]:
-        """``jobs`` with those over their table's insert window cut into consecutive
-        packs of that many items (views, in order)."""
+        """``jobs`` cut into packs of their table's insert window."""
         out = []
         for table, span, starts, extents in jobs:
             window = self._windows.get(getattr(table, "name", table))
@@ -412,10 +333,7 @@ class ChunkBatch:
         return out
 
     def _cap(self, table: Any, counts: list[int]) -> int:
-        """Items one ``create_items`` call for ``table`` may hold: ``max_items`` or the
-        largest piece's items (every item for a table whose limiter never blocks), at
-        most the table's ``max_size`` (a piece is never split, so a piece over
-        ``max_size`` fails in the writer as it would alone)."""
+        """Items one ``create_items`` call for ``table`` may hold."""
         name = getattr(table, "name", table)
         cap = sum(counts) if name in self._unlimited else max(self.max_items, max(counts))
         size = self._sizes.get(name)
@@ -424,8 +342,7 @@ class ChunkBatch:
         return cap
 
     def take(self) -> list[Chunk]:
-        """The chunks of the pieces added so far, oldest first (their rows view the
-        staging buffer until the next :meth:`add`); the batch is empty after."""
+        """The chunks staged so far, oldest first (viewing the stage until the next :meth:`add`)."""
         if self.empty:
             return []
         self._close()
@@ -436,8 +353,7 @@ class ChunkBatch:
 
 
 def _packs(counts: list[int], cap: int) -> list[tuple[int, int]]:
-    """Consecutive runs ``[lo, hi)`` of pieces, each holding at most ``cap`` items (or one
-    piece over ``cap``)."""
+    """Consecutive runs ``[lo, hi)`` of pieces holding at most ``cap`` items each."""
     packs, lo, total = [], 0, 0
     for k, n in enumerate(counts):
         if k > lo and total + n > cap:
@@ -456,13 +372,8 @@ DEFAULT_EVERY = 16
 
 
 def check_every(every: Any, batched: bool) -> int:
-    """The ``hand_over_every`` an adder stages pieces for: ``every`` checked, or the
-    default (:data:`DEFAULT_EVERY` with a batch axis, 1 without one: a single
-    environment's episodes go over as they end).
-
-    Raises:
-        InvalidArgumentError: for anything but ``None`` or an int >= 1.
-    """
+    """The ``hand_over_every`` to use: ``every`` checked (an int >= 1, else
+    InvalidArgumentError), or the default (:data:`DEFAULT_EVERY` with a batch axis, else 1)."""
     if every is None:
         return DEFAULT_EVERY if batched else 1
     return check_count(
@@ -481,11 +392,9 @@ class HandOver:
         priority: priority of new items (``None``: each table's default).
         timeout: seconds each writer call may wait.
         reach: rows a joined chunk may reach back (the writer's ``history``).
-        chunk_length: the adder's ``chunk_length`` (items of one ``create_items`` call
-            for a rate-limited table, see :class:`ChunkBatch`).
-        every: adder calls a staged piece may wait (see the module docstring).
-        rows_per_call: rows one call may complete (the adder's ``num_envs``); staged
-            rows past ``every * rows_per_call`` are handed over at once.
+        chunk_length: the adder's ``chunk_length``.
+        every: adder calls a staged piece may wait.
+        rows_per_call: the adder's ``num_envs`` (``every`` times it fills the stage).
         fields: path to ``(shape, dtype)`` of the stored rows.
     """
 
@@ -506,11 +415,9 @@ class HandOver:
         self.every = every
         self.max_rows = every * rows_per_call
         self._calls = 0  # adder calls since the oldest staged piece or recorded call
-        # The adder's calls recorded but not settled yet (an n-step adder's NStepBlock, or
-        # None): they may have cut pieces, settled before the stage is counted or handed over.
+        # Recorded but unsettled calls (an n-step adder's NStepBlock, or None).
         self.deferred: Any = None
-        # (env, first episode row kept) to drop from the adder's buffers once the call's
-        # pieces are staged
+        # (env, first row kept) to drop from the adder's buffers once staged
         self.drops: list[tuple[int, int]] = []
 
     @property
@@ -532,17 +439,14 @@ class HandOver:
         self.batch.add(rows, switch, jobs)
 
     def release(self, rows: Any) -> None:
-        """Drop the rows the adder no longer needs from its buffers (``rows``, its
-        :class:`~rlreplay.writers.episode_steps.EpisodeRows`): staged pieces hold copies."""
+        """Drop rows the adder no longer needs from ``rows`` (staged pieces hold copies)."""
         for i, row in self.drops:
             rows.keep_from(i, row)
         self.drops.clear()
 
     def end_call(self, force: bool) -> None:
-        """End an adder call: hand the staged pieces over if ``force``, or if they have
-        waited ``every`` calls or fill the stage. A writer timeout is kept for
-        :meth:`ChunkWriter.raise_failure`. Recorded calls count as staged pieces; they
-        are settled before a hand-over."""
+        """End an adder call: hand staged pieces over if ``force``, after ``every`` calls, or when
+        the stage is full; a timeout is kept for :meth:`ChunkWriter.raise_failure`."""
         recorded = self.deferred is not None and self.deferred.calls > 0
         if self.batch.empty and not recorded:
             self._calls = 0

@@ -15,48 +15,27 @@ from rlreplay.writers.nstep_blocks import COMPILED, NStepBlock
 from rlreplay.writers.stream import StreamAdder
 
 COMPUTED = ("n_step_return", "discount")
-# Largest stored row (bytes, every input field) for which a batched adder records its calls
-# in blocks (see NStepBlock): measured with 16 envs, a block is faster up to 32x32 uint8
-# observations (35 against 39 us a call) and slower from 48x48 on (79 against 59).
+# Largest row (bytes) recorded in blocks: past it the extra copies cost more than they save.
 BLOCK_ROW_BYTES = 1024
 
 
 class NStepTransitionAdder(StreamAdder):
     """Adds ``(obs, action, reward, discount, next_obs)`` items, ``reward`` an n-step return.
 
-    For the step taken at ``t`` with ``m = min(n, steps left in the episode)``:
-
-    * ``reward = sum_{j<m} discount**j * r_{t+j}``;
-    * ``discount = discount**m``, or ``0`` when the episode terminated within those ``m``
-      steps (truncation keeps ``discount**m`` and bootstraps);
-    * ``next_obs = obs_{t+m}``: after a truncation the true final observation.
-
-    The target is ``reward + discount * max_a Q(next_obs, a)``. As in Acme and TorchRL,
-    the last ``n - 1`` steps of an episode get shorter returns (``m < n``) rather than
-    being dropped.
-
-    Storage: every observation is stored once. Each step's row holds ``obs``, ``action``,
-    the one-step ``reward``, extras, and the two computed columns ``n_step_return`` and
-    ``discount`` of the item anchored there: a step is appended only once its ``n``
-    rewards are known and the episode went on past them (so that its discount is
-    final), so items are plain windows and the store is written once. The
-    item's ``next_obs`` is read from the *same* ``obs`` column at the item's last row
-    (a ``from_end`` window), so short items at episode end need no copies.
-
-    Frame stacks (``stack=k``): the ``obs`` column holds one frame per step; ``obs`` and
-    ``next_obs`` are served as ``[k, *frame]`` views over the ``k`` most recent frames.
-    Each episode starts with ``k - 1`` padding rows that repeat its first frame (as
-    gymnasium's ``FrameStackObservation`` does), so stacks never mix two episodes.
+    For the step at ``t`` with ``m = min(n, steps left)``: ``reward = sum_{j<m} discount**j
+    * r_{t+j}``; ``discount = discount**m``, or ``0`` if the episode terminated within those
+    steps (truncation bootstraps); ``next_obs = obs_{t+m}``. With ``stack=k``, ``obs`` and
+    ``next_obs`` are ``[k, *frame]`` and each episode starts with ``k - 1`` padding rows
+    repeating its first frame. See docs/adders.md.
 
     Args:
         writer: writer, table or tables (see :class:`StreamAdder`).
         n: steps per return, ``>= 1``.
         discount: per-step discount in ``[0, 1]``.
         stack: frames per observation (1: no stacking).
-        stacked_obs: observations arrive already stacked ``[..., k, *frame]``; only the
-            newest frame is stored.
-        **kwargs: ``tables``, ``num_envs``, ``autoreset_mode``, ``priority``,
-            ``chunk_length``, ``timeout`` as for :class:`StreamAdder`.
+        stacked_obs: observations arrive stacked ``[..., k, *frame]``; only the newest frame
+            is stored.
+        **kwargs: the other options of :class:`StreamAdder`.
 
     Raises:
         InvalidArgumentError: for bad ``n``, ``discount`` or ``stack``.
@@ -107,17 +86,14 @@ class NStepTransitionAdder(StreamAdder):
         self._powers = self.discount ** np.arange(n + 1)
         self._weights = self._powers[:n]  # of a return's n rewards
         self._windows = np.arange(self.capacity)[:, None] + np.arange(n)
-        # discount**min(n, k) for a row with k steps left; 0 for the final row (k = 0),
-        # where no step was taken.
+        # discount**min(n, k) for a row with k steps left; 0 for the final row.
         self._tail = self._powers[np.minimum(np.arange(self.capacity + 1), n)]
         self._tail[0] = 0.0
-        # Extents of the last c items of an ended episode: _extents[-1 - c : -1] (read-only;
-        # the item with k steps left spans stack + min(n, k) rows).
+        # Extents of an ended episode's last c items: _extents[-1 - c : -1].
         self._extents = (self.stack + np.minimum(np.arange(self.capacity + 1), n))[::-1].copy()
         self._extents.flags.writeable = False
         self._block = self._out.deferred = self._new_block(self._out.every)
 
-    # ---------------------------------------------------------- construction
     @staticmethod
     def signature(
         obs: Any,
@@ -125,10 +101,8 @@ class NStepTransitionAdder(StreamAdder):
         extras: Mapping[str, Any] | None = None,
         reward: Any = "float32",
     ) -> Signature:
-        """Stored step signature: ``obs`` (one frame when stacking), ``action``,
-        ``reward``, extras and the computed ``n_step_return`` and ``discount``. Each spec
-        may be a gymnasium space (``obs=env.single_observation_space``), see
-        :class:`~rlreplay.core.specs.Signature`."""
+        """Stored step signature: ``obs`` (one frame), ``action``, ``reward``, extras and the
+        computed ``n_step_return`` and ``discount``; specs may be gymnasium spaces."""
         extras = checked_extras(
             extras, ("obs", "action", "reward", *COMPUTED), "NStepTransitionAdder"
         )
@@ -138,9 +112,8 @@ class NStepTransitionAdder(StreamAdder):
 
     @staticmethod
     def layout(signature: Signature | Mapping, n: int, stack: int = 1) -> ItemLayout:
-        """Item layout of the adder's tables: ``obs``, ``action``, ``reward`` (the n-step
-        return), ``discount``, ``next_obs`` and extras; ``obs`` is ``[k, *frame]`` with
-        ``stack=k > 1``."""
+        """Item layout: ``obs``, ``action``, ``reward`` (the n-step return), ``discount``,
+        ``next_obs`` and extras; ``obs`` is ``[k, *frame]`` with ``stack=k > 1``."""
         sig = Signature(signature)
         last = stack - 1
         length = None if stack == 1 else stack
@@ -155,13 +128,8 @@ class NStepTransitionAdder(StreamAdder):
                 windows[p] = Window(p, last)
         return ItemLayout(windows, sig, span=n + stack)
 
-    # ------------------------------------------------------------ computing
     def _new_block(self, every: int) -> NStepBlock | None:
-        # Sequence rules keep per-piece state of their own, and padding rows that fill a
-        # chunk are cut as an episode starts (both rare): those take the per-call path.
-        # So do large rows (images): a block copies each row into the block, its scratch
-        # rows and the stage, which costs more than it saves past about 1 KiB a row. So
-        # does every call without the compiled plan.
+        # Sequence rules, chunk-filling padding, large rows, no compiled plan: per-call path.
         sig = self._inputs.signature
         row_bytes = sum(
             sig[p].dtype.itemsize * int(np.prod(sig[p].shape)) for p in self._inputs.paths
@@ -183,8 +151,7 @@ class NStepTransitionAdder(StreamAdder):
         n, pad, total = self.n, self.pad, int(self._steps[i])
         t0, m = lo - pad, hi - lo  # step of row lo (< 0: padding rows), rows
         lead = min(max(-t0, 0), m)  # padding rows: no item is anchored there
-        # Rewards of steps t0 .. t0 + m + n - 2, zero outside the episode; row k's return
-        # is the window r[k : k + n] weighted by discount powers.
+        # Rewards of steps t0 .. t0 + m + n - 2, zero outside the episode.
         r = np.zeros(m + n - 1)
         first, stop = max(t0, 0), min(t0 + m + n - 1, total)
         if stop > first:
@@ -195,8 +162,6 @@ class NStepTransitionAdder(StreamAdder):
         if lead:
             ret[:lead] = 0.0
         disc = out["discount"]
-        # An ended piece's last row is its final row (discount 0: no step taken there);
-        # an open episode's rows are all steps with n rewards known.
         if ended:  # discount**min(n, steps left); row k leaves m - 1 - k (the last: 0)
             disc[:] = self._tail[m - 1 :: -1]
             if terminated:  # no bootstrapping from a terminal state

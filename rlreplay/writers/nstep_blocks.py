@@ -1,35 +1,9 @@
 """An n-step adder's calls recorded in blocks and cut into pieces a block at a time.
 
-Per call, :class:`~rlreplay.writers.episode_steps.EpisodeSteps` writes each step into
-every environment's episode rows and cuts a piece whenever an episode ends (its rows
-copied, its returns, discounts and items computed): a dozen numpy calls per call and
-about as many per ended episode. With many environments and short episodes (a random
-CartPole policy ends an episode in most calls of 16 environments), that per-episode
-work costs more than the call itself.
-
-:class:`NStepBlock` keeps an adder call to checking its step and copying it into
-preallocated block arrays (``[every, num_envs, ...]`` per field: one contiguous copy per
-field, no per-environment or per-episode work). Every ``hand_over_every`` calls (or
-before anything else reads or changes the adder's episodes: ``reset``, ``end_episode``,
-``flush``, a call where some environments do not step) :meth:`NStepBlock.settle` does in
-one pass what those calls would have done, whatever the number of episodes that ended:
-
-* a small compiled plan (``rlreplay/writers/_blocks.c``) replays the calls' bookkeeping
-  environment by environment, as the per-call path does it but without touching a row:
-  which episodes ended (in ``next_step`` mode the step after an end is ignored and
-  starts the next one), where each step's row goes in per-environment scratch rows (rows
-  still held from before the block first), every piece the per-call path cuts (by call,
-  ended episodes before full chunks, by environment) with its context rows, discounts,
-  reward windows and items, and the episodes' state after the block;
-* the rows move with one copy per field (``copy_rows``), the n-step returns are one
-  matrix product over the reward windows, and the block's pieces go to the chunk batch
-  as one entry.
-
-The writer receives exactly what the per-call path gives it: same rows, same items in
-the same order per table, same counters (a property test compares the two over random
-episode ends, truncations, autoreset modes and calls that settle early). Without the
-compiled plan (no compiler, or ``RLREPLAY_NO_EXTENSION=1``) there are no blocks: every
-call takes the per-call path.
+:class:`NStepBlock` keeps a call to checking its step and copying it into block arrays;
+:meth:`NStepBlock.settle` replays a block's bookkeeping with a compiled plan
+(``rlreplay/writers/_blocks.c``), so per-episode work does not dominate. The writer
+receives exactly what the per-call path gives it. See docs/adders.md.
 """
 
 from __future__ import annotations
@@ -48,15 +22,13 @@ COMPILED = _kernel is not None
 
 
 class NStepBlock:
-    """Records the calls of a batched :class:`~rlreplay.writers.nstep.NStepTransitionAdder`
-    (without sequence tables, with fewer padding rows than ``chunk_length``) and settles
-    them a block at a time (see the module docstring).
+    """Records a batched :class:`~rlreplay.writers.nstep.NStepTransitionAdder`'s calls and
+    settles them a block at a time (no sequence tables, fewer padding rows than a chunk).
 
     Args:
         adder: the adder (its sizes and tables).
         every: calls per block (the adder's ``hand_over_every``).
-        episodes: the adder's episodes; they, their rows, pieces and hand-over are
-            updated on :meth:`settle`.
+        episodes: the adder's episodes, updated on :meth:`settle`.
         next_item: the adder's next item anchor per environment (updated in place).
         powers: the adder's discount powers ``discount ** [0 .. n]``.
         tail: the discount of an ended episode's row by the steps it leaves.
@@ -82,9 +54,7 @@ class NStepBlock:
         self.tail = tail
         self.size = every
         self.calls = 0  # calls recorded since the last settle
-        # Rows those calls wrote (a step per environment, a final and padding rows per
-        # ended episode): once they reach what the hand-over takes in one go
-        # (``every * num_envs``), the block is settled and counted early.
+        # Rows those calls wrote; at ``every * num_envs`` the block settles early.
         self.rows = 0
         self.max_rows = self.out.max_rows
         a = adder
@@ -106,9 +76,7 @@ class NStepBlock:
         self.truncated = np.zeros((k, e), dtype=bool)
         self._no_ends = np.zeros(e, dtype=bool)
         self._no_ends.flags.writeable = False
-        # Scratch rows per environment: the rows it holds stay there from block to block
-        # and each block's rows go after them, until they reach the end (then the held
-        # rows move back to the front: about every cap / every blocks).
+        # Scratch rows per environment: held rows, then each block's rows after them.
         cap = self.episode_rows.capacity
         self.width = 3 * cap + 2 * k * (2 + a.pad) + 2
         self.scratch = {
@@ -118,8 +86,6 @@ class NStepBlock:
         # The compiled plan's outputs (see _run_plan), sized for the worst block.
         self._plan = _kernel.plan
         self._copy_rows = _kernel.copy_rows
-        # The block's rows per field as [every * num_envs, ...] (views): the steps' values
-        # (fields, observations after them) and a new episode's first observation.
         self._rows_of = {
             p: b.reshape(k * e, *b.shape[2:]) for p, b in (*self.fields.items(), *self.obs.items())
         }
@@ -139,12 +105,10 @@ class NStepBlock:
             "held": np.zeros(e * (cap + 1), dtype=np.int64),
         }
         self._cap_range = np.arange(cap)
-        # Where each env's held rows are in its scratch rows (see _load), when they are
-        # there rather than in the episode rows (_in_scratch).
+        # Where each env's held rows start in its scratch rows (when _in_scratch).
         self._origin = np.zeros(e, dtype=np.int64)
         self._in_scratch = False
 
-    # ---------------------------------------------------------------- record
     def record(
         self,
         fields: dict[str, np.ndarray],
@@ -153,13 +117,9 @@ class NStepBlock:
         trunc: np.ndarray,
         info: Any,
     ) -> bool:
-        """Record one checked step of every environment (see :meth:`StreamAdder.add`);
-        ``False`` (nothing recorded) when some environment does not step.
-
-        Raises:
-            InvalidArgumentError: for final observations that do not fit or an env in
-                the other autoreset mode; nothing changes then.
-        """
+        """Record one checked step of every environment; ``False`` (nothing recorded) when some do
+        not step. InvalidArgumentError (nothing changed) for final observations that do not fit
+        or an env in the other autoreset mode."""
         a = self.adder
         episodes = self.episodes
         if episodes.stepping != a.num_envs:
@@ -167,10 +127,7 @@ class NStepBlock:
         final = obs
         ends = 0
         if self.same_step or not (info is None or (type(info) is dict and not info)):
-            # The info dict's final observations: read in same-step mode, refused in
-            # next-step mode for an episode that ended (the env is in the other mode).
-            # Which episodes end is settled with the block (the step after an end is
-            # ignored in next-step mode).
+            # Final observations: read in same-step mode, refused in next-step mode.
             done = term | trunc
             any_done = bool(done.any())
             source = final_obs_source(a.mode, info, any_done)
@@ -201,10 +158,8 @@ class NStepBlock:
             self.settle()
         return True
 
-    # ---------------------------------------------------------------- settle
     def settle(self) -> None:
-        """Do what the recorded calls do to the adder's episodes: stage every piece they
-        cut, in order, and bring the episodes' state and rows up to date."""
+        """Do what the recorded calls do: stage their pieces in order and update the episodes."""
         K = self.calls
         if K == 0:
             return
@@ -213,16 +168,13 @@ class NStepBlock:
         self._run_plan(K)
 
     def sync(self) -> None:
-        """Settle, and give the episode rows their held rows back (what the per-call path
-        reads and writes): before ``reset``, ``end_episode``, ``flush``, a call in which
-        some environments do not step, and reads of the adder's counters."""
+        """Settle, and move the held rows back to the episode rows (for the per-call path)."""
         self.settle()
         if self._in_scratch:
             self._write_back()
 
     def _write_back(self) -> None:
-        """Copy each env's held rows from its scratch rows to its episode rows (from
-        position 0; stored fields zero past them), as the last plan placed them."""
+        """Copy each env's held rows from its scratch rows back to its episode rows."""
         rows, o = self.episode_rows, self._plan_out
         cap, e = rows.capacity, self.adder.num_envs
         at = o["held"][: e * cap]
@@ -234,9 +186,7 @@ class NStepBlock:
         self._in_scratch = False
 
     def _load(self) -> None:
-        """Put each env's held rows first in its scratch rows (position 0 holds episode
-        row ``base``), stored fields zero past them (final and padding rows are never
-        written), and make the scratch rows where the next plans find them."""
+        """Put each env's held rows first in its scratch rows, stored fields zero past them."""
         a = self.adder
         episodes, rows = self.episodes, self.episode_rows
         held = int((a.pad + episodes.steps - rows.base).max()) + 1
@@ -254,16 +204,13 @@ class NStepBlock:
         self._in_scratch = True
 
     def _run_plan(self, K: int) -> None:
-        """:meth:`settle` with the compiled plan (``rlreplay.writers._blocks``): the
-        kernel replays the calls' bookkeeping; numpy moves the rows, one gather or
-        scatter per field."""
+        """:meth:`settle` with the compiled plan; numpy moves the rows."""
         a = self.adder
         episodes, rows, pieces = self.episodes, self.episode_rows, self.pieces
         E, W, pad, n = a.num_envs, self.width, a.pad, a.n
         flat = self._flat
         awaiting = episodes.awaiting_reset
-        # Held rows stay in the scratch rows from block to block; the block's rows go
-        # after them. Where they would not fit, the held rows move back to the front.
+        # Where the block's rows would not fit after the held rows, move those back.
         if self._in_scratch:
             end = self._origin + np.where(awaiting, 0, pad + episodes.steps - rows.base + 1)
             if int(end.max()) + K * (2 + pad) + 2 > W:
@@ -310,7 +257,6 @@ class NStepBlock:
             o["held"],
             self._origin,
         )
-        # Each step's fields into its row, the observation it led to into the next row.
         copy = self._copy_rows
         half = len(o["steps"]) // 2
         src = None if steps == K * E else o["steps"][:steps]  # None: every call's steps
@@ -324,14 +270,12 @@ class NStepBlock:
             src, dst = o["firsts"][:firsts], o["firsts"][half : half + firsts]
             for p in self.obs_paths:
                 copy(flat[p], dst, self._first_of[p], src, 0)
-        # The pieces' rows, their computed columns and their items, staged at once.
         if count:
             out = self.out.reserve(count)
             pos = o["rows"][:count]
             for p, f in flat.items():
                 copy(out[p], None, f, pos, 0)
-            # [rows, n] windows of float64 rewards (zero past an episode's end) times
-            # discount powers: the per-piece cut's product, rounded to float32 alike
+            # float64 reward windows times discount powers, as the per-piece cut does
             window = o["window"][: count * n].reshape(count, n)
             out["n_step_return"][:] = flat["reward"][window].astype(np.float64) @ self.weights
             out["discount"][:] = o["disc"][:count]
@@ -353,11 +297,8 @@ class NStepBlock:
     def _stage_pieces(
         self, info: np.ndarray, rows: int, starts: np.ndarray, extents: np.ndarray
     ) -> None:
-        """Stage pieces planned by the kernel: ``info[k]`` = (rows, switch, items) of
-        piece ``k``, ``starts`` (relative to the last piece's last row) and ``extents``
-        of their items, in order. One entry of the batch for all of them when the
-        writer's history allows, else piece by piece (what :class:`ChunkBatch` does
-        either way)."""
+        """Stage the kernel's pieces (``info[k]`` = rows, switch, items): one batch entry when the
+        history allows, else piece by piece."""
         batch = self.out.batch
         items = info[:, 2]
         tables = self.pieces.tables

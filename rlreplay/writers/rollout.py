@@ -1,9 +1,8 @@
 """On-policy rollouts from a vector env: one stored row per vector step, one item per rollout.
 
-The rollout buffer of A2C/PPO (CleanRL's, SB3's ``RolloutBuffer``, TorchRL's collector
-output) as an adder: every ``num_steps`` vector steps become one item of ``num_steps + 1``
-rows, every field ``[num_envs, ...]``, that a queue table (``Table.queue`` or the runtime's
-``ReplaySpec(on_policy=True)``) hands to the learner exactly once.
+The A2C/PPO rollout buffer as an adder: every ``num_steps`` vector steps become one item
+of ``num_steps + 1`` rows, every field ``[num_envs, ...]``, that a queue table hands to the
+learner exactly once. See docs/adders.md.
 """
 
 from __future__ import annotations
@@ -25,8 +24,7 @@ RESERVED = ("obs", "action", "reward", *FLAGS, POLICY_VERSION)
 
 
 def _per_env(prefix: str, spec: Any, num_envs: int) -> dict[str, FieldSpec]:
-    """The fields of ``spec`` (a spec or a nested dict of them) under ``prefix``, each
-    with a leading ``num_envs`` axis."""
+    """The fields of ``spec`` under ``prefix``, each with a leading ``num_envs`` axis."""
     fields = Signature({prefix: spec}).fields  # names the field of a bad spec
     return {p: FieldSpec((num_envs, *s.shape), s.dtype) for p, s in fields.items()}
 
@@ -34,54 +32,23 @@ def _per_env(prefix: str, spec: Any, num_envs: int) -> dict[str, FieldSpec]:
 class RolloutAdder:
     """Turns vector-env steps into one queue item per rollout of ``num_steps`` steps.
 
-    Stored rows (:meth:`signature`): one per *vector* step, every field but
-    ``policy_version`` holding all ``num_envs`` environments: ``obs`` (the observation
-    the action was taken in), ``action``, ``reward``, ``terminated``, ``truncated``,
-    ``autoreset``, the per-env extras (e.g. the acting policy's ``logp`` and ``value``)
-    and ``policy_version`` (one per row: one policy call acts for every environment).
-
-    Items (:meth:`layout`): a rollout is ``num_steps + 1`` rows, served as
-    ``[B, num_steps + 1, num_envs, ...]`` per field. The last row holds the observation
-    after the rollout's last step (to bootstrap from) and zeros in the other fields
-    (its ``policy_version`` repeats the last step's). Rows are buffered and written with
-    one ``append_batch``, one ``create_items`` and ``end_episode`` when the rollout is
-    complete, so every rollout is exactly one item whatever the episodes do: an actor
-    whose weight sync period is ``num_steps * num_envs`` env steps adds one item per
-    period. The bootstrap observation is stored twice: as the last row of one rollout
-    and the first row of the next.
-
-    Episode ends (gymnasium's default next-step autoreset): the step that ends an
-    episode returns the true final observation, so after a truncation the next row's
-    ``obs`` is the one to bootstrap from; the following step ignores its action and
-    returns the reset observation: its row has ``autoreset`` True and is no transition
-    (no advantage, no loss; the advantage recursion does not run across it), also when
-    it is the first row of the next rollout. Same-step autoreset is refused: its final
-    observations live in ``info``, and a row per vector step has no place for them.
-
-    Calls: ``reset(obs)`` (after ``envs.reset()``), ``add(...)`` per vector step,
-    ``hand_over(timeout)``, ``flush(timeout)``, ``close()``. ``reset`` starts a new
-    rollout: the steps of an unfinished one are dropped (they are no item), as are those
-    :meth:`close` finds.
-
-    Timeouts: when a writer call waits longer than ``timeout`` (the queue is full), the
-    call raises ``ReplayTimeoutError`` with its step recorded; the rollout's remaining
-    writer calls are handed over, in order, by the next ``add``, ``hand_over`` or
-    ``flush``. Go on with the next step (do not repeat it): nothing is lost or written
-    twice.
+    A row (:meth:`signature`) holds all ``num_envs`` envs of one vector step; an item
+    (:meth:`layout`) is ``num_steps + 1`` rows, the last holding the bootstrap observation.
+    A row after an episode end has ``autoreset`` True and is no transition. On a writer
+    timeout the step is kept and the next call hands the rest over: do not repeat the step.
+    See docs/adders.md.
 
     Args:
-        writer: a ``Table``, a list of tables sharing a store, or a writer with the
-            ``TrajectoryWriter`` interface (a remote one in the processes backend); its
-            signature must come from :meth:`signature`.
+        writer: a ``Table``, tables sharing a store, or a ``TrajectoryWriter``-like writer,
+            with a signature from :meth:`signature`.
         num_steps: vector steps per rollout.
         num_envs: environments of the vector env (``None``: the signature's).
         timeout: seconds a writer call may wait for the queue (``None``: forever).
-        autoreset_mode: ``"next_step"`` (gymnasium's default; the only one accepted).
+        autoreset_mode: ``"next_step"`` (the only one accepted).
 
     Raises:
         InvalidArgumentError: for a bad ``num_steps``/``num_envs``, a same-step
-            ``autoreset_mode``, or a signature that :meth:`signature` did not make for
-            ``num_envs`` environments.
+            ``autoreset_mode``, or a signature not made by :meth:`signature`.
 
     Example:
         >>> sig = RolloutAdder.signature(obs=((4,), "float32"), action="int64",
@@ -141,7 +108,6 @@ class RolloutAdder:
         self._closed = False
         self.items_added = 0
 
-    # ---------------------------------------------------------- construction
     @staticmethod
     def signature(
         obs: Any,
@@ -150,25 +116,18 @@ class RolloutAdder:
         extras: Mapping[str, Any] | None = None,
         reward: Any = "float32",
     ) -> Signature:
-        """Stored row signature: ``obs`` (a spec, or a nested dict of specs for dict
-        observations), ``action``, ``reward``, ``terminated``, ``truncated``,
-        ``autoreset`` and ``extras``, each with a leading ``num_envs`` axis, and
-        ``policy_version`` (int64, one per row).
+        """Stored row signature: each field with a leading ``num_envs`` axis, and a scalar int64
+        ``policy_version``.
 
         Args:
-            obs: one environment's observation spec (``(shape, dtype)``, a dtype or a
-                gymnasium space such as ``env.single_observation_space``; a ``Dict``
-                space nests).
-            action: one environment's action spec (``(shape, dtype)``, a dtype or a
-                gymnasium space).
+            obs: one env's observation spec (``(shape, dtype)``, a dtype or a gymnasium space).
+            action: one environment's action spec.
             reward: one environment's reward spec (default ``"float32"``).
             num_envs: environments of the vector env.
-            extras: per-env fields the policy gives with each action, e.g.
-                ``{"logp": "float32", "value": "float32"}``.
+            extras: per-env policy outputs, e.g. ``{"logp": "float32", "value": "float32"}``.
 
         Raises:
-            InvalidArgumentError: for a bad ``num_envs`` or spec, or extras that use the
-                names the adder fills itself.
+            InvalidArgumentError: for a bad ``num_envs`` or spec, or extras with reserved names.
         """
         num_envs = check_count(num_envs, "num_envs")
         extras = checked_extras(extras, RESERVED, "RolloutAdder")
@@ -185,8 +144,7 @@ class RolloutAdder:
 
     @staticmethod
     def layout(signature: Signature | Mapping, num_steps: int) -> ItemLayout:
-        """Item layout: every field as ``[B, num_steps + 1, num_envs, ...]`` (the
-        rollout's rows plus the bootstrap row).
+        """Item layout: every field as ``[B, num_steps + 1, num_envs, ...]``.
 
         Raises:
             InvalidArgumentError: for a bad ``num_steps``.
@@ -236,10 +194,8 @@ class RolloutAdder:
             for p, s in self.signature.fields.items()
         }
 
-    # ---------------------------------------------------------------- calls
     def _check_obs(self, obs: Any, argument: str) -> dict[str, np.ndarray]:
-        """``obs`` (an array, or a dict for dict observations) as checked, copied
-        ``{path: array}``."""
+        """``obs`` checked and copied as ``{path: array}``."""
         row = self._obs_signature.check_row({"obs": obs}, argument, keep_floats=False)
         return {p: np.array(v, dtype=self.signature[p].dtype) for p, v in row.items()}
 
@@ -251,13 +207,11 @@ class RolloutAdder:
             )
 
     def reset(self, obs: Any) -> None:
-        """Start every environment's episode at ``obs`` (after ``envs.reset()``) and a
-        new rollout (the steps of an unfinished one are dropped).
+        """Start every environment's episode at ``obs`` and a new rollout (dropping the unfinished).
 
         Raises:
             ClosedError: after :meth:`close`.
-            SignatureError: if ``obs`` does not fit the signature's ``obs``
-                (``[num_envs, *obs_shape]``); nothing changes then.
+            SignatureError: if ``obs`` does not fit ``[num_envs, *obs_shape]``; nothing changes.
         """
         self._check_open("reset")
         self._obs = self._check_obs(obs, "reset() obs")
@@ -277,23 +231,20 @@ class RolloutAdder:
         """Record one vector step; every ``num_steps`` steps write the rollout's item.
 
         Args:
-            action: the actions ``envs.step`` took (``[num_envs, ...]``).
-            reward: the rewards it returned (``[num_envs]``).
-            next_obs: the observations it returned (``[num_envs, ...]``).
-            terminated: its ``terminated`` flags (``[num_envs]``).
-            truncated: its ``truncated`` flags (``[num_envs]``).
-            info: its ``info`` dict (for the autoreset mode).
-            extras: the signature's extras (``[num_envs, ...]`` each, from the policy)
-                and ``policy_version`` (one version, or one per env, all equal).
+            action: the actions taken (``[num_envs, ...]``).
+            reward: the rewards returned (``[num_envs]``).
+            next_obs: the observations returned (``[num_envs, ...]``).
+            terminated: the ``terminated`` flags (``[num_envs]``).
+            truncated: the ``truncated`` flags (``[num_envs]``).
+            info: the step's ``info`` (to detect the autoreset mode).
+            extras: the signature's extras (``[num_envs, ...]`` each) and one ``policy_version``.
 
         Raises:
             ClosedError: after :meth:`close`.
-            InvalidArgumentError: if :meth:`reset` was not called, ``policy_version`` is
-                missing or not one version, or ``info`` shows a same-step env.
-            SignatureError: if a value is missing or does not fit its column (a shape,
-                a float action for an int column); nothing is recorded then.
-            ReplayTimeoutError: if the writer waited ``timeout`` for the queue; the step
-                is recorded and the next :meth:`add` or :meth:`flush` hands over the rest.
+            InvalidArgumentError: before :meth:`reset`, for a missing or mixed ``policy_version``,
+                or a same-step env.
+            SignatureError: if a value is missing or does not fit its column; nothing is recorded.
+            ReplayTimeoutError: if the queue stayed full for ``timeout``; the step is recorded.
         """
         self._check_open("add")
         if self._obs is None:
@@ -364,12 +315,10 @@ class RolloutAdder:
         self.items_added += 1
 
     def hand_over(self, timeout: float | None = None) -> None:
-        """Hand a finished rollout's remaining writer calls over, waiting only for the
-        room the writer needs to take them (not until they are stored: :meth:`flush`).
+        """Hand a finished rollout's remaining writer calls over, waiting only for room.
 
         Raises:
-            ReplayTimeoutError: if the queue stayed full for ``timeout`` seconds; call
-                again later (nothing is written twice).
+            ReplayTimeoutError: if the queue stayed full for ``timeout`` seconds; call again later.
         """
         if self._closed:
             return
@@ -381,8 +330,7 @@ class RolloutAdder:
         """Hand a finished rollout's remaining writer calls over, then flush the writer.
 
         Raises:
-            ReplayTimeoutError: if the queue stayed full for ``timeout`` seconds; call
-                again later (nothing is written twice).
+            ReplayTimeoutError: if the queue stayed full for ``timeout`` seconds; call again later.
         """
         if self._closed:
             return
@@ -393,16 +341,15 @@ class RolloutAdder:
             self._closed = True
 
     def close(self) -> None:
-        """Flush, then close the writer; an unfinished rollout is dropped (it is no item).
+        """Flush, then close the writer; an unfinished rollout is dropped.
 
         Raises:
-            ReplayTimeoutError: if the flush timed out; the writer closes at the
-                :meth:`flush` that completes.
+            ReplayTimeoutError: if the flush timed out; the writer closes at the next :meth:`flush`.
         """
         self._closing = True
         self.flush(self.timeout)
 
 
 def _has(sig: Signature, name: str) -> bool:
-    """Whether ``sig`` has the field ``name`` or fields under ``name/``."""
+    """Whether ``sig`` has the field ``name`` or fields under it."""
     return name in sig or any(p.startswith(name + "/") for p in sig.paths)

@@ -17,25 +17,17 @@ from rlreplay.writers.stream import StreamAdder
 class SequenceAdder(StreamAdder):
     """Adds windows of ``burn_in + length`` consecutive episode rows every ``period`` rows.
 
-    Rows of an episode of ``T`` steps are ``obs_t, action_t, reward_t, discount_t,
-    extras_t`` for ``t < T`` and a final row with ``obs_T`` (zero action, reward and
-    discount). ``discount_t`` is ``discount`` (default 1) for a step that did not end
-    the episode in a terminal state and 0 for the terminal step and the final row.
-
-    Windows start at rows ``0, period, 2 * period, ...`` of each episode and never cross
-    an episode boundary. With ``pad_end=True`` the windows that would run past the final
-    row are still added, zero-padded to full length, and the ``mask`` output
-    (``[B, burn_in + length]`` bool) marks the real rows; a window must hold at least
-    one step besides the final row. With ``pad_end=False`` those windows are dropped, so
-    episodes shorter than a window produce no item. The first ``burn_in`` rows of a
-    window are meant for recurrent-state warm-up (R2D2) and are returned like the rest.
+    Rows hold ``obs_t, action_t, reward_t, discount_t`` and extras, plus a final row with
+    ``obs_T``; ``discount_t`` is ``discount``, 0 for the terminal step and final row. Windows
+    never cross an episode boundary; the first ``burn_in`` rows are for recurrent warm-up.
 
     Args:
         writer: writer, table or tables (see :class:`StreamAdder`).
         length: rows a learner trains on per item.
         period: rows between window starts (``period < length`` overlaps windows).
         burn_in: extra rows before the ``length`` training rows.
-        pad_end: pad the last windows of an episode (see above) or drop them.
+        pad_end: zero-pad windows running past the final row (``mask`` marks real rows), or
+            drop them.
         discount: value of ``discount_t`` for non-terminal steps.
         **kwargs: as for :class:`StreamAdder`.
 
@@ -82,8 +74,8 @@ class SequenceAdder(StreamAdder):
         extras: Mapping[str, Any] | None = None,
         reward: Any = "float32",
     ) -> Signature:
-        """Stored step signature: ``obs``, ``action``, ``reward``, extras, ``discount``;
-        each spec may be a gymnasium space (see :class:`~rlreplay.core.specs.Signature`)."""
+        """Stored step signature: ``obs``, ``action``, ``reward``, extras, ``discount`` (specs may
+        be gymnasium spaces)."""
         extras = checked_extras(extras, ("obs", "action", "reward", "discount"), "SequenceAdder")
         fields = {"obs": obs, "action": action, "reward": reward, **extras}
         fields["discount"] = "float32"
@@ -120,15 +112,9 @@ class SequenceAdder(StreamAdder):
 class EpisodeAdder(SequenceAdder):
     """Adds each whole episode as one item, zero-padded to ``max_length`` rows with a mask.
 
-    An episode of ``T`` steps has ``T + 1`` rows (the last holds the final observation).
-    Items are ``[B, max_length, ...]`` per column plus ``mask`` (``[B, max_length]``
-    bool); the padded layout keeps batches dense for a learner at the cost of reading
-    ``max_length`` rows per item. An episode longer than ``max_length`` rows is added as
-    consecutive items of ``max_length`` rows (the last one padded): the items of an
-    episode hold each of its rows exactly once, so an episode of ``k * max_length``
-    steps ends with an item holding only its final observation.
-
-    Use :meth:`layout` (``SequenceAdder.layout(sig, max_length)``) for its tables.
+    An episode of ``T`` steps has ``T + 1`` rows; items are ``[B, max_length, ...]`` per
+    column plus ``mask``. A longer episode becomes consecutive items of ``max_length`` rows,
+    each row in exactly one. Use :meth:`layout` for its tables.
 
     Args:
         writer: writer, table or tables (see :class:`StreamAdder`).

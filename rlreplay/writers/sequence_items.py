@@ -10,25 +10,16 @@ from rlreplay.errors import InvalidArgumentError, describe
 class SequenceItems:
     """Windows of ``burn_in + length`` episode rows starting every ``period`` rows.
 
-    Used by :class:`~rlreplay.writers.SequenceAdder` for its own tables, and by any
-    adder's ``sequence_tables`` to add sequence items (e.g. a FIFO queue for an
-    on-policy or recurrent learner) over the same stored steps as its own items.
-
-    Windows start at the episode's first step row (after any frame-stack padding rows)
-    and never cross the episode's final row. ``pad_end=True`` also adds the windows
-    that would run past it, shorter (their extent is stored; padded layouts return zeros
-    and a mask there), as long as they hold a step besides the final row;
-    ``pad_end=False`` drops them. ``keep_final_row=True`` (with ``pad_end``) also adds a
-    window that would hold only the final row, so that windows with ``period == length``
-    cover every row of an episode with at least one step (``EpisodeAdder``: an episode of
-    ``k * length`` steps keeps its final observation in a last item of one row).
+    Used by :class:`~rlreplay.writers.SequenceAdder` and by any adder's ``sequence_tables``.
+    Windows start at the episode's first step row and never cross its final row.
 
     Args:
         length: rows a learner trains on per item.
         period: rows between window starts.
         burn_in: extra rows before the ``length`` rows.
-        pad_end: add shortened windows at episode end (see above).
-        keep_final_row: with ``pad_end``, add a window starting at the final row too.
+        pad_end: also add shortened windows at episode end (holding a step besides the final
+            row); ``False`` drops them.
+        keep_final_row: with ``pad_end``, also a window starting at the final row.
 
     Raises:
         InvalidArgumentError: for bad ``length``, ``period`` or ``burn_in``.

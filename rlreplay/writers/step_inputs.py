@@ -1,12 +1,8 @@
 """What an adder call must receive, checked against the store's signature up front.
 
-An adder buffers steps for a while before it appends them, so a value that does not fit
-its column (a float action for an ``int64`` column, an observation of the wrong shape, a
-missing extra) would otherwise be found only when the rows are appended, after the adder
-had already changed its state. :class:`StepInputs` checks every argument of a call with
-the signature's own rules (:meth:`Signature.check_batch` / :meth:`Signature.check_row`,
-the same checks a table or a writer applies) before the adder changes anything, so a
-rejected call leaves the adder exactly as it was.
+:class:`StepInputs` checks every argument of a call with the signature's own rules
+(:meth:`Signature.check_batch` / :meth:`Signature.check_row`) before the adder changes
+anything, so a rejected call leaves the adder exactly as it was.
 """
 
 from __future__ import annotations
@@ -29,18 +25,15 @@ def _is_obs(path: str) -> bool:
 class StepInputs:
     """The per-call inputs of an adder and their checks, derived from the step signature.
 
-    The stored fields an adder is given (rather than computes) are ``obs`` (one field, or
-    several under ``obs/``), ``action``, ``reward`` and every other non-computed field, the
-    *extras*, which every :meth:`step` must carry. Checked values come back as arrays with
-    a leading axis of ``num_envs`` (added for an adder without a batch axis).
+    Given fields are ``obs`` (or ``obs/...``), ``action``, ``reward`` and the other
+    non-computed fields (*extras*); checked values have a leading ``num_envs`` axis.
 
     Args:
         signature: the store's step signature.
-        computed: fields the adder computes itself (not given by the caller).
+        computed: fields the adder computes itself.
         num_envs: environments per call.
         batched: whether inputs carry the ``num_envs`` axis.
-        stacked_obs: observations arrive as ``[k, *frame]`` stacks; only the newest frame
-            is stored (and checked).
+        stacked_obs: observations arrive as ``[k, *frame]`` stacks (the newest frame is kept).
 
     Raises:
         InvalidArgumentError: if the signature lacks ``obs``, ``action``, ``reward`` or a
@@ -70,14 +63,12 @@ class StepInputs:
         self.paths = tuple(p for p in signature.paths if p not in computed)
         self.obs_paths = tuple(p for p in self.paths if _is_obs(p))
         self.extras = tuple(p for p in self.paths if p not in ("action", "reward", *self.obs_paths))
-        # One signature over add()'s arguments (keyed as the caller names them) and one over
-        # an observation, so one call of the signature's check validates each.
+        # Signatures over add()'s arguments and over an observation: one check each.
         self._step_names = {p: self._arg_path(p) for p in self.paths}
         self._step = Signature(unflatten({a: signature[p] for p, a in self._step_names.items()}))
         self._obs = Signature(unflatten({p: signature[p] for p in self.obs_paths}))
         self._field_args = [(p, a) for p, a in self._step_names.items() if p not in self.obs_paths]
-        # With one observation array and extras named without nesting, add()'s arguments
-        # go to the check as the flat dict it works on (no flattening per call).
+        # One obs array and flat extras: no flattening per call.
         self._flat_extras = (
             self.obs_paths == ("obs",)
             and not stacked_obs
@@ -86,10 +77,7 @@ class StepInputs:
         self._extra_args = {p: self._step_names[p] for p in self.extras}
         self._obs_args = [(p, self._step_names[p]) for p in self.obs_paths]
         self._plain = sorted(self.paths) == ["action", "obs", "reward"] and not stacked_obs
-        # The fast check (a batch axis, one observation array, extras without nesting):
-        # every value an array of its column's shape, of a dtype the signature's check
-        # admitted before on its dtype alone (see _admit); anything else takes the full
-        # check, which names what it refuses.
+        # Fast check for arrays of known shape and admitted dtype (_admit); else the full one.
         self._admitted: dict[str, set[np.dtype]] | None = None
         if batched and self._flat_extras:
             self._admitted = {p: {signature[p].dtype} for p in self.paths}
@@ -107,19 +95,14 @@ class StepInputs:
             return "next_" + path
         return "extras" + SEPARATOR + path
 
-    # ----------------------------------------------------------------- checks
     def step(
         self, action: Any, reward: Any, next_obs: Any, extras: Mapping[str, Any] | None
     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-        """Check one ``add()`` call's step values.
-
-        Returns:
-            ``(fields, obs)``: stored path to ``[num_envs, ...]`` array, for action, reward
-            and extras, and for the observation fields.
+        """Check one ``add()`` call's step values; returns ``(fields, obs)``, path to
+        ``[num_envs, ...]`` arrays for action, reward and extras, and for the observations.
 
         Raises:
-            SignatureError: for a missing or unknown field, a wrong shape or a value that
-                does not fit its column (the signature's rules).
+            SignatureError: for a missing or unknown field, a wrong shape or an unfitting value.
             InvalidArgumentError: for a batch of the wrong number of environments.
         """
         if self._admitted is not None:
@@ -135,8 +118,7 @@ class StepInputs:
     def _step_fast(
         self, action: Any, reward: Any, next_obs: Any, extras: Any
     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None:
-        """:meth:`step` for values the full check is known to admit (arrays of their
-        columns' shapes and of admitted dtypes), ``None`` for any other."""
+        """:meth:`step` for values known to pass the full check, else ``None``."""
         if extras is None:
             extras = {}
         if type(extras) is not dict or len(extras) != len(self.extras):
@@ -157,9 +139,7 @@ class StepInputs:
         return fields, {"obs": next_obs}
 
     def _admit(self, checked: dict[str, np.ndarray]) -> None:
-        """Remember the dtypes of values the full check admitted when the signature's rule
-        decides on the dtypes alone (all but integers narrowed to a smaller integer type,
-        whose values are scanned, and objects)."""
+        """Remember dtypes the full check admitted where it decides on dtype alone."""
         for p, arr in checked.items():
             src, col = arr.dtype, self.signature[p].dtype
             narrowed = src.kind in "iu" and col.kind in "iu" and not np.can_cast(src, col)
@@ -209,25 +189,16 @@ class StepInputs:
         return fields, obs
 
     def observations(self, obs: Any, count: int, argument: str) -> dict[str, np.ndarray]:
-        """Check ``count`` observations (``[count, ...]``, or one without a batch axis for
-        an adder without one). Returns stored path to ``[count, ...]`` arrays.
-
-        Raises:
-            SignatureError: as :meth:`step`.
-        """
+        """Check ``count`` observations (SignatureError as :meth:`step`); path to ``[count, ...]``
+        arrays."""
         data = unflatten(self._obs_entries(obs, "obs", argument))
         return self._check(self._obs, data, argument, count)
 
     def final_observations(
         self, obs: dict[str, np.ndarray], final: Any, ended: np.ndarray
     ) -> dict[str, np.ndarray]:
-        """``obs`` with the rows of ``ended`` environments replaced by their true final
-        observations, ``final[i]`` (``final`` itself without a batch axis).
-
-        Raises:
-            InvalidArgumentError: if ``final`` does not hold a fitting observation for
-                every ended environment.
-        """
+        """``obs`` with ended environments' rows replaced by their final observations
+        (InvalidArgumentError if ``final`` lacks a fitting one)."""
         out = {p: a.copy() for p, a in obs.items()}
         for i in ended.tolist():
             argument = f"info['final_obs'][{i}]" if self.batched else "info['final_obs']"
@@ -245,13 +216,8 @@ class StepInputs:
         return out
 
     def flags(self, value: Any, name: str) -> np.ndarray:
-        """Check ``terminated`` / ``truncated``: bools (or ints that are all 0 or 1), one
-        per environment. Other ints are refused rather than read as "done": they are more
-        likely another array (a step counter) passed by mistake.
-
-        Raises:
-            InvalidArgumentError: for another shape or dtype, or an int other than 0 or 1.
-        """
+        """Check ``terminated`` / ``truncated``: one bool (or 0/1 int) per environment, else
+        InvalidArgumentError (other ints are more likely another array passed by mistake)."""
         if type(value) is bool and not self.batched:
             return self._one_flag[value]
         arr = value if type(value) is np.ndarray else np.asarray(value)
@@ -271,12 +237,7 @@ class StepInputs:
         return arr.reshape(self.num_envs).astype(bool, copy=False)
 
     def env_ids(self, env_ids: Any) -> np.ndarray:
-        """Check ``env_ids`` (``None``: every environment): distinct ints in
-        ``[0, num_envs)``. Returns them as an int64 array.
-
-        Raises:
-            InvalidArgumentError: for anything else.
-        """
+        """Check ``env_ids`` (``None``: all): distinct ints in ``[0, num_envs)``, as int64."""
         if env_ids is None:
             return np.arange(self.num_envs)
         arr = np.asarray(env_ids)
@@ -293,7 +254,6 @@ class StepInputs:
             )
         return ids.astype(np.int64)
 
-    # ---------------------------------------------------------------- helpers
     def _check(
         self, sig: Signature, data: Any, argument: str, count: int | None = None
     ) -> dict[str, np.ndarray]:
@@ -315,9 +275,7 @@ class StepInputs:
 
     @staticmethod
     def _name_short_batch(sig: Signature, data: Any, argument: str, count: int) -> None:
-        """After ``sig`` refused ``data``: raise naming the first field whose leading axis
-        is not ``count`` environments, if there is one (a clearer error than the
-        signature's, which compares fields with each other)."""
+        """Raise naming the first field whose leading axis is not ``count``, if any."""
         if isinstance(data, Mapping) and any(SEPARATOR in k for k in data):
             flat = data  # already flat (see step())
         else:
@@ -336,8 +294,7 @@ class StepInputs:
     def _obs_entries(
         self, value: Any, prefix: str, argument: str, batch: bool | None = None
     ) -> dict[str, Any]:
-        """Flat ``{prefix[/path]: value}`` entries of an observation; with ``stacked_obs``
-        each leaf cut to its newest frame (after checking it is a stack)."""
+        """Flat entries of an observation (with ``stacked_obs``, newest frames)."""
         if not self.stacked_obs:
             return {prefix: value}
         batch = self.batched if batch is None else batch

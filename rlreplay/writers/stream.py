@@ -1,43 +1,9 @@
 """Shared machinery of the adders: one episode stream per environment over one writer.
 
-An adder receives environment steps, one environment or a batch of ``num_envs`` of them
-(gymnasium ``VectorEnv`` shapes), and turns each environment's episodes into *episode
-rows* that it appends through a :class:`~rlreplay.runtime.interfaces.Writer`
-(``append_batch``, ``create_items(table, priorities, starts=, lengths=)``,
-``end_episode``, ``flush``, ``close``, ``__exit__``, and the step ``signature``,
-``history`` and ``tables``). Episode rows
-of one episode are, in order:
-
-* ``stack - 1`` padding rows whose observation repeats the episode's first observation
-  (only with frame stacking, see :class:`NStepTransitionAdder`);
-* one row per step ``t``: ``obs_t``, the action taken, the reward received and extras;
-* one final row holding the last observation (the true final observation, also after a
-  truncation) with zero action, reward and extras.
-
-Rows are held per environment (:class:`~rlreplay.writers.episode_steps.EpisodeRows`, one
-write per field per call, vectorised over environments) and completed in pieces of about
-``chunk_length`` rows: a row is complete once no later call can change it, every stored
-field of it known and the episode gone on past them (an n-step return needs ``n``
-rewards, and ``end_episode(terminated=True)`` right after them would end it without
-bootstrapping). Completed pieces are staged and handed to the writer
-in bulk every ``hand_over_every`` calls (:mod:`rlreplay.writers.hand_over`; joined by
-:class:`~rlreplay.writers.hand_over.ChunkBatch`, kept across writer timeouts by
-:class:`~rlreplay.writers.hand_over.ChunkWriter`). Items never span two episodes.
-
-Pieces of different environments interleave in the store, so a piece that does not
-continue its environment's previous one repeats the last ``span - 1`` rows of its episode
-(``copied_rows``: an overhead of ``(span - 1) / chunk_length`` with several environments;
-see :mod:`rlreplay.writers.episode_steps` and docs/adders.md). What a checked step does to each
-environment's episode is :class:`~rlreplay.writers.episode_steps.EpisodeSteps`' part.
-
-Autoreset modes: see :mod:`rlreplay.writers.autoreset`. The adder's options are checked
-(:class:`~rlreplay.writers.adder_options.AdderOptions`) before any part is built, and
-every call's arguments (:class:`~rlreplay.writers.step_inputs.StepInputs`) before
-anything changes.
-
-An adder may record its calls and settle them a block at a time instead (the n-step
-adder's :class:`~rlreplay.writers.nstep_blocks.NStepBlock`): what reaches the writer is
-the same.
+Each environment's episode becomes *episode rows* (optional frame-stack padding rows, one
+row per step, a final row with the last observation) appended through a
+:class:`~rlreplay.runtime.interfaces.Writer` in pieces (:mod:`rlreplay.writers.hand_over`);
+items never span two episodes. See docs/adders.md.
 """
 
 from __future__ import annotations
@@ -68,31 +34,23 @@ class StreamAdder:
     """Base class of the adders: per-environment episode rows appended through a writer.
 
     Subclasses set ``span`` (longest item in rows), ``lag`` (a step's row is complete
-    ``lag - 1`` steps after it was taken), ``pad`` (padding rows at episode start) and
-    implement :meth:`_computed` and :meth:`_items`.
+    ``lag - 1`` steps later) and ``pad`` (padding rows), and implement :meth:`_computed` and
+    :meth:`_items`.
 
     Args:
-        writer: a writer with the :class:`TrajectoryWriter` interface, a :class:`Table`,
-            or a list of tables (a ``TrajectoryWriter`` is then created over them).
+        writer: a :class:`TrajectoryWriter`-like writer, a :class:`Table`, or tables (a
+            ``TrajectoryWriter`` is created over them).
         tables: tables (or names) to create items in; default every table of the writer.
-        num_envs: environments per call (``None``: one environment, inputs without a
-            batch axis).
+        num_envs: environments per call (``None``: one environment, no batch axis).
         autoreset_mode: ``"next_step"`` or ``"same_step"`` (or gymnasium's enum).
         priority: priority of new items (``None``: each table's default).
-        chunk_length: rows buffered per environment before they are appended (default
-            64, less when the store is small). Larger chunks mean fewer re-appended
-            context rows with several environments, and items that appear later.
-        timeout: seconds each writer call may wait for rate limiters and queues. A call
-            that times out keeps its step: what the writer could not take yet is handed
-            over first by the next call (see :class:`ChunkWriter`); do not repeat it.
-        hand_over_every: adder calls completed rows are staged for before they go to
-            the writer in one go (default 16 with a batch axis, 1 without): items reach
-            their tables at most ``hand_over_every - 1`` calls after their rows are
-            complete, and at every ``flush``, ``end_episode``, ``reset`` and ``close``
-            (see :mod:`rlreplay.writers.hand_over`).
-        sequence_tables: more tables (or names) to fill with sequence items over the same
-            rows, each with its :class:`SequenceItems` rule (e.g. a FIFO queue of
-            sequences next to a prioritized table of n-step transitions).
+        chunk_length: rows buffered per environment before appending (default 64, less for a
+            small store).
+        timeout: seconds each writer call may wait; a timed-out call keeps its step.
+        hand_over_every: adder calls completed rows are staged for (default 16 with a batch
+            axis, 1 without); ``flush``, ``end_episode``, ``reset``, ``close`` hand over all.
+        sequence_tables: more tables (or names) for sequence items over the same rows, each
+            with its :class:`SequenceItems` rule.
 
     Raises:
         InvalidArgumentError: for bad arguments or a writer whose ``history`` is too short.
@@ -145,8 +103,7 @@ class StreamAdder:
             self.batched,
             bool(getattr(self, "stacked_obs", False)),
         )
-        # A writer the adder creates keeps the rows of what it stages, when the store
-        # is large enough (so that the staged pieces go over as one chunk).
+        # A writer the adder creates keeps the staged rows, so they go over as one chunk.
         staged = self.capacity + every * self.num_envs + self.capacity
         writer = adder_writer(writer, self.capacity, staged)
         self.writer = writer
@@ -177,11 +134,7 @@ class StreamAdder:
             [(t, table_span(writer, t)) for t in self.tables],
             [(t, rule, table_span(writer, t)) for t, rule in self._sequences],
         )
-        # What records the calls and settles them a block at a time, or None: every call
-        # goes through EpisodeSteps at once. An object with ``calls``, ``record(fields,
-        # obs, term, trunc, info) -> bool``, ``settle()`` and ``sync()`` (which also brings
-        # the episode rows up to date), set by a subclass as its hand-over's ``deferred``
-        # (see :class:`~rlreplay.writers.nstep_blocks.NStepBlock`).
+        # A subclass's NStepBlock settling calls a block at a time, or None (per call).
         self._block: Any = None
         self._closed = False  # by close(): every later call raises ClosedError
 
@@ -199,7 +152,7 @@ class StreamAdder:
         return self._episodes.steps
 
     def _settle(self) -> None:
-        """Do what the calls recorded in the current block do (see ``_block``)."""
+        """Settle the calls recorded in the current block."""
         if self._block is not None:
             self._block.sync()
 
@@ -211,14 +164,13 @@ class StreamAdder:
 
     @property
     def appended_rows(self) -> int:
-        """Rows handed to the writer (staged included), context rows included."""
+        """Rows handed to the writer (staged and context rows included)."""
         self._settle()
         return self._pieces.appended_rows
 
     @property
     def copied_rows(self) -> int:
-        """Context rows appended again before a piece that continues an episode after
-        another stream's rows (see :mod:`rlreplay.writers.episode_steps`)."""
+        """Context rows appended again before a piece that continues an episode."""
         self._settle()
         return self._pieces.copied_rows
 
@@ -229,34 +181,25 @@ class StreamAdder:
 
     @property
     def pending_chunks(self) -> int:
-        """Chunks of rows and items kept after a writer timeout, handed over first by
-        the next call (0 when the writer has taken everything)."""
+        """Chunks kept after a writer timeout, handed over first by the next call."""
         return len(self._chunks.pending)
 
     @property
     def staged_rows(self) -> int:
-        """Completed rows staged for the writer (handed over within ``hand_over_every``
-        calls, or by :meth:`flush`)."""
+        """Completed rows staged for the writer."""
         self._settle()
         return self._out.staged_rows
 
-    # --------------------------------------------------------------- episodes
     def reset(self, obs: Any, env_ids: Any = None) -> None:
-        """Start new episodes with their first observations (what ``env.reset`` returned).
-
-        An environment whose episode is still open has it ended first as truncated,
-        bootstrapping from its last observation.
+        """Start new episodes at their first observations; an open episode ends first, truncated.
 
         Args:
-            obs: first observations, ``[num_envs, ...]`` (or ``[len(env_ids), ...]``;
-                without the batch axis when ``num_envs=None``).
+            obs: first observations, ``[num_envs, ...]`` (or ``[len(env_ids), ...]``).
             env_ids: which environments reset (default: all).
 
         Raises:
-            InvalidArgumentError: for observations that do not fit the signature or bad
-                ``env_ids``; the adder is then unchanged.
-            ReplayTimeoutError: if the writer timed out; the call's step is kept and
-                what the writer did not take stays pending for the next call.
+            InvalidArgumentError: for unfitting observations or bad ``env_ids`` (nothing changes).
+            ReplayTimeoutError: if the writer timed out; the step is kept (retry: ``hand_over()``).
         """
         self._check_open("reset")
         idx = self._inputs.env_ids(env_ids)
@@ -285,9 +228,7 @@ class StreamAdder:
     ) -> None:
         """Record one environment step (of every environment), as ``env.step`` returned it.
 
-        Every argument is checked against the store's signature (the rules a table
-        applies) before anything changes: a rejected call leaves the adder as it was, and
-        the next calls produce exactly the items they would have produced without it.
+        Every argument is checked first: a rejected call leaves the adder as it was.
 
         Args:
             action: the actions taken, ``[num_envs, ...]``.
@@ -295,19 +236,15 @@ class StreamAdder:
             next_obs: observations returned by the step.
             terminated: episode ended in a terminal state (no bootstrapping).
             truncated: episode cut by a time limit (bootstrap from the final observation).
-            info: the step's info dict; ``"same_step"`` mode reads ``final_obs`` from it,
-                ``"next_step"`` mode refuses it when it carries ``final_obs`` (the env
-                autoresets in the same step).
-            extras: the signature's other per-step fields (e.g. policy logits), each
-                ``[num_envs, ...]``; required when the signature has any.
+            info: the step's info (``final_obs`` is read in ``"same_step"`` mode, refused in
+                ``"next_step"`` mode).
+            extras: the signature's other per-step fields, each ``[num_envs, ...]``.
 
         Raises:
-            SignatureError: for a missing or unknown field, a wrong shape, or a value that
-                does not fit its column (e.g. a float action for an int column).
-            InvalidArgumentError: for bad ``terminated``/``truncated``/``info``, a step
-                before :meth:`reset`, or an env whose autoreset mode is not the adder's.
-            ReplayTimeoutError: if the writer timed out; the call's step is kept and
-                what the writer did not take stays pending for the next call.
+            SignatureError: for a missing or unknown field, a wrong shape or an unfitting value.
+            InvalidArgumentError: for bad flags or ``info``, a step before :meth:`reset`, or an
+                env in the other autoreset mode.
+            ReplayTimeoutError: if the writer timed out; the step is kept (retry: ``hand_over()``).
         """
         self._check_open("add")
         fields, obs = self._inputs.step(action, reward, next_obs, extras)
@@ -321,16 +258,11 @@ class StreamAdder:
         self._chunks.raise_failure()
 
     def end_episode(self, terminated: bool = False, env_ids: Any = None) -> None:
-        """End open episodes now (e.g. a time limit the environment does not report).
-
-        The last observation given becomes the final one; with ``terminated=False`` items
-        bootstrap from it.
+        """End open episodes now (``terminated=False``: items bootstrap from the last observation).
 
         Raises:
-            InvalidArgumentError: for a ``terminated`` that is not a bool or bad
-                ``env_ids``; the adder is then unchanged.
-            ReplayTimeoutError: if the writer timed out; the call's step is kept and
-                what the writer did not take stays pending for the next call.
+            InvalidArgumentError: for a non-bool ``terminated`` or bad ``env_ids``.
+            ReplayTimeoutError: if the writer timed out; the step is kept (retry: ``hand_over()``).
         """
         self._check_open("end_episode")
         if not isinstance(terminated, (bool, np.bool_)):
@@ -349,10 +281,10 @@ class StreamAdder:
         self._chunks.raise_failure()
 
     def hand_over(self, timeout: float | None = None) -> None:
-        """Hand the chunks kept after a writer timeout to the writer again, waiting only
-        for the room it needs to take them (a remote writer: for fewer chunks in flight),
-        not, as :meth:`flush` does, until everything is stored. What an actor retries
-        after :meth:`add` timed out: it acts on as soon as the table takes its step.
+        """Retry handing over the chunks kept after a writer timeout.
+
+        Waits only for the room the writer needs, not until everything is stored as
+        :meth:`flush` does; what an actor calls after :meth:`add` timed out.
 
         Raises:
             InvalidArgumentError: for a ``timeout`` that is not ``None`` or seconds > 0.
@@ -364,15 +296,13 @@ class StreamAdder:
         self._chunks.raise_failure()
 
     def flush(self, timeout: float | None = None) -> None:
-        """Append every complete buffered row and create the items it allows, then flush
-        the writer. Rows not complete yet stay buffered: those whose fields are not known
-        (an n-step return) and the last ones of an open episode, whose discount
-        ``end_episode(terminated=True)`` may still change.
+        """Append every complete buffered row, create the items it allows, then flush the writer.
+
+        Rows not complete yet (an open n-step return, an open episode's last rows) stay buffered.
 
         Raises:
             InvalidArgumentError: for a ``timeout`` that is not ``None`` or seconds > 0.
-            ReplayTimeoutError: if the writer timed out (what it did not take stays
-                pending for the next call).
+            ReplayTimeoutError: if the writer timed out (the rest stays pending).
         """
         self._check_open("flush")
         timeout = check_timeout(timeout)
@@ -388,11 +318,10 @@ class StreamAdder:
     def close(self) -> None:
         """End every open episode as truncated, flush and close the writer.
 
+        An exception leaving a ``with`` block drops what is staged or pending instead.
+
         Raises:
-            ReplayTimeoutError: if the writer timed out; the writer stays open and the
-                rest stays pending, so ``close()`` may be called again. (Leaving a
-                ``with`` block because of an exception hands nothing more over and waits
-                for nothing: what is still staged or pending is dropped.)
+            ReplayTimeoutError: if the writer timed out; it stays open, call ``close()`` again.
         """
         if self._closed:
             return
@@ -408,22 +337,17 @@ class StreamAdder:
         if exc_type is None:
             self.close()
             return
-        # An exception is leaving the block: hand nothing more over (a table that refuses
-        # it would hold the exception back for the whole timeout, or for ever); the writer
-        # drops what it still holds.
+        # Hand nothing more over: a refusing table would hold the exception back.
         self._closed = True
         self.writer.__exit__(exc_type, *exc)
 
-    # ------------------------------------------------------------ subclasses
     def _computed(
         self, i: int, lo: int, hi: int, ended: bool, terminated: bool, out: dict[str, np.ndarray]
     ) -> None:
-        """Write the stored columns the adder computes for episode rows ``[lo, hi)`` into
-        ``out`` (path to ``[hi - lo, ...]`` views of the staging buffer)."""
+        """Write the adder's computed columns for episode rows ``[lo, hi)`` into ``out``."""
 
     def _items(
         self, i: int, appended: int, ended: bool, terminated: bool
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Anchor rows and extents (int64 arrays) of the items now creatable for env ``i``;
-        the subclass records them as created."""
+        """Anchor rows and extents of env ``i``'s items now creatable; records them."""
         raise NotImplementedError

@@ -13,12 +13,11 @@ from rlreplay.errors import ClosedError, InvalidArgumentError, check_count, chec
 
 
 def too_few_steps(table: str, needed: int, has: int) -> InvalidArgumentError:
-    """The error of ``create_item`` without ``start`` when the episode holds fewer steps
-    than the item needs (the local and the remote writer say the same).
+    """The error of ``create_item`` without ``start`` when the episode has too few steps.
 
     Args:
         table: the table's name.
-        needed: steps the item covers (its layout's span, or ``length``).
+        needed: steps the item covers.
         has: steps of this episode the writer retains.
     """
     more = needed - has
@@ -32,33 +31,18 @@ def too_few_steps(table: str, needed: int, has: int) -> InvalidArgumentError:
 class TrajectoryWriter:
     """Appends one stream's steps to the tables' shared store and creates items over them.
 
-    Items never cross an episode boundary: after :meth:`end_episode` only steps appended
-    since can be used. The writer keeps the ids of the last ``history`` steps of the current
-    episode; an item may start at any of them.
-
-    Several writers may append to one store from different threads. A writer's retained
-    steps (the last ``history`` of its episode) are contiguous in the store and protected
-    until released (they fall out of ``history``, :meth:`end_episode`, :meth:`close`): the
-    store's overwrite protocol (:mod:`rlreplay.core.overwrite`) copies them to the head
-    rather than overwrite them, and when another stream's steps were appended in between,
-    the writer's next append first copies its retained steps (at most ``history - 1``)
-    to the head and continues from the copies. Each append reserves its rows in one step
-    under the store's lock, so a writer that waited (for a queue's items to be sampled)
-    never finds another writer's steps inside its own. One writer per store, or writers
-    that append in chunks (:meth:`append_batch`), keep the copies few. A store too small
-    for every writer's ``history`` plus an append raises :class:`InvalidArgumentError`.
-    A writer garbage-collected without :meth:`close` lets its steps go as well.
-
-    The local writer stores each step immediately, so :meth:`flush` has nothing to wait
-    for; it exists so that code written against it also runs against a network writer.
+    The writer retains the last ``history`` steps of its episode; items start at any of them
+    and never cross :meth:`end_episode`. Several writers may append to one store from
+    different threads: retained steps stay protected (:mod:`rlreplay.core.overwrite`).
+    :meth:`flush` has nothing to wait for locally (kept for network writers).
 
     Args:
         tables: the tables items will be created in; they must share one store.
         history: steps an item may reach back (default: the longest item span).
 
     Raises:
-        InvalidArgumentError: if the tables do not share one store, a table is given
-            twice, or ``history`` is bad.
+        InvalidArgumentError: if the tables do not share one store, a table is given twice,
+            or ``history`` is bad.
 
     Example:
         >>> with TrajectoryWriter(table) as writer:                        # doctest: +SKIP
@@ -106,8 +90,7 @@ class TrajectoryWriter:
         self.signature = store.signature
         self.history = history
         with store.mutex:
-            # The retained steps: ids [first, first + count), moved only by the store's
-            # overwrite protocol; released when the writer closes or is dropped.
+            # Retained steps, moved only by the store's overwrite protocol.
             self._retention = store.overwrite.retain(history)
         self._closed = False
         self.copied_steps = 0  # steps re-appended because another stream interleaved
@@ -120,20 +103,18 @@ class TrajectoryWriter:
             return list(range(r.first, r.end))
 
     def append(self, step: Mapping[str, Any], *, timeout: float | None = None) -> int:
-        """Append one step (a dict with one value per signature field); returns its id.
+        """Append one step (one value per signature field); returns its id.
 
         Raises:
             SignatureError: if the step does not match the store's signature.
-            ReplayTimeoutError: if a queue table kept the store from overwriting for
-                ``timeout`` seconds.
+            ReplayTimeoutError: if a queue table kept the store from overwriting for ``timeout``.
         """
         timeout = check_timeout(timeout)
         row = self.store.signature.check_row(step, "step")
         return self._append(row, None, timeout)
 
     def append_batch(self, steps: Mapping[str, Any], *, timeout: float | None = None) -> int:
-        """Append consecutive steps of this stream (each field ``[n, ...]``); returns the
-        first id."""
+        """Append consecutive steps (each field ``[n, ...]``); returns the first id."""
         timeout = check_timeout(timeout)
         arrays, n = self.store.signature.check_batch(steps, "steps")
         if n < 1 or n > self.store.capacity:
@@ -143,9 +124,7 @@ class TrajectoryWriter:
         return self._append(arrays, n, timeout)
 
     def _append(self, arrays: dict, n: int | None, timeout: float | None) -> int:
-        """Append ``n`` steps (``None``: one step without a batch axis) right after this
-        stream's retained steps, in one reservation of the store's rows; returns the
-        first id."""
+        """Append ``n`` steps (``None``: one, unbatched) after the retained; returns first id."""
         if self._closed:
             raise ClosedError("the writer is closed")
         store = self.store
@@ -183,16 +162,14 @@ class TrajectoryWriter:
         Args:
             table: one of the writer's tables, or its name.
             priority: the item's priority (``None``: the table's default).
-            start: the item's first step as a negative index into this episode's steps
-                (``-1`` is the latest); default ``-length``, so the item ends at the
-                latest step.
-            length: steps the item covers, for tables whose layout has per-item extents
-                (``from_end``/``pad`` windows); default ``table.layout.span``.
+            start: the first step as a negative index into this episode (``-1``: the latest);
+                default ``-length``, ending at the latest step.
+            length: steps the item covers (per-item extents); default ``table.layout.span``.
             timeout: seconds to wait for the table's rate limiter.
 
         Raises:
-            InvalidArgumentError: if the table is not the writer's, or the episode has too
-                few steps for the item (it would cross the episode start).
+            InvalidArgumentError: if the table is not the writer's, or the item would cross the
+                episode start.
             RateLimiterTimeoutError: if the limiter blocked the insert for ``timeout``.
         """
         if self._closed:
@@ -246,13 +223,11 @@ class TrajectoryWriter:
         lengths: Any,
         anchors: Any,
     ) -> None:
-        """Wait until ``table``'s rate limiter admits ``n`` items of ``priorities`` and
-        ``lengths`` at ``anchors`` (store lock held); they are checked before any wait.
+        """Wait (store lock held) until ``table``'s limiter admits ``n`` items, checked first.
 
         Raises:
             InvalidArgumentError: for a bad priority or length.
-            DeadlockError: for ``n`` items the limiter could never admit at once, however
-                much is sampled (a wait for them would never end).
+            DeadlockError: for ``n`` items the limiter could never admit at once.
         """
         if table.admission.can_insert(n, 0):
             return
@@ -324,8 +299,7 @@ class TrajectoryWriter:
         )
 
     def end_episode(self) -> None:
-        """End the current episode: later items cannot reach the steps before this call,
-        and the store may overwrite them.
+        """End the current episode: later items cannot reach its steps, which may be overwritten.
 
         Raises:
             ClosedError: after :meth:`close`.
