@@ -14,7 +14,10 @@ class ReplayError(Exception):
 
 
 class InvalidArgumentError(ReplayError, ValueError):
-    """An argument has a wrong name, type, shape, dtype or value; nothing stored was changed."""
+    """An argument has a wrong name, type, shape, dtype or value; nothing stored was changed.
+
+    The message names the argument, the value given and what to do instead.
+    """
 
 
 class SignatureError(InvalidArgumentError):

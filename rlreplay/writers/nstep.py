@@ -24,9 +24,10 @@ class NStepTransitionAdder(StreamAdder):
 
     For the step at ``t`` with ``m = min(n, steps left)``: ``reward = sum_{j<m} discount**j
     * r_{t+j}``; ``discount = discount**m``, or ``0`` if the episode terminated within those
-    steps (truncation bootstraps); ``next_obs = obs_{t+m}``. With ``stack=k``, ``obs`` and
-    ``next_obs`` are ``[k, *frame]`` and each episode starts with ``k - 1`` padding rows
-    repeating its first frame. See docs/adders.md.
+    steps (truncation bootstraps); ``next_obs = obs_{t+m}``. As in Acme and TorchRL, an
+    episode's last ``n - 1`` steps get shorter returns rather than being dropped. With
+    ``stack=k``, ``obs`` and ``next_obs`` are ``[k, *frame]`` and each episode starts with
+    ``k - 1`` padding rows repeating its first frame. See docs/adders.md.
 
     Args:
         writer: writer, table or tables (see :class:`StreamAdder`).

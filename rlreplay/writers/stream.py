@@ -298,7 +298,8 @@ class StreamAdder:
     def flush(self, timeout: float | None = None) -> None:
         """Append every complete buffered row, create the items it allows, then flush the writer.
 
-        Rows not complete yet (an open n-step return, an open episode's last rows) stay buffered.
+        Rows not complete yet (an open n-step return, an open episode's last rows, whose discount
+        ``end_episode(terminated=True)`` may still change) stay buffered.
 
         Raises:
             InvalidArgumentError: for a ``timeout`` that is not ``None`` or seconds > 0.
