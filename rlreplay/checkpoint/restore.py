@@ -151,7 +151,8 @@ def _plan_into(loaded: Loaded, given: list[Table], adapt: bool) -> list[tuple]:
 
 
 def _swap(plans: list[tuple]) -> None:
-    """Load the planned states into the stores and tables, each under its store's lock."""
+    """Load the planned states into the stores and tables, each under its store's lock. Must
+    not fail: every check is in the plan, so a restore changes nothing or everything."""
     for store, state, columns, swaps in plans:
         with store.mutex:
             store.load_state(state, columns=columns)

@@ -176,7 +176,8 @@ class StepwiseSave:
             ) from error
 
     def _staging(self) -> Path:
-        """A temporary directory for files written before the moment, renamed at the moment."""
+        """A temporary directory for files written before the moment, renamed at the moment;
+        named as a save's temporary directory (sequence 0), so prune removes it if we die."""
         self._make_root()
         staging = self.root / _temporary_name(0)
         staging.mkdir()

@@ -43,6 +43,9 @@ COUNTERS = (
 class ItemIndex:
     """A table's items by slot, with the sampler, the remover, the size and counters.
 
+    Its attributes are read by the table and the draws but changed only through its methods,
+    which keep the selectors and the change notes in step.
+
     Args:
         capacity: slots (the store's capacity: one per stored row).
         sampler, remover: the table's selectors (bound here to ``capacity`` slots).
@@ -131,7 +134,9 @@ class ItemIndex:
     def claim(
         self, slots: np.ndarray, prios: np.ndarray | None, start: int | None = None
     ) -> np.ndarray:
-        """Make new items at distinct ``slots`` (``arange(start, start + n)``); return keys."""
+        """Make new items at distinct ``slots`` (``arange(start, start + n)`` when ``start`` is
+        given); return keys. Items held there (rows the caller just rewrote) are evicted as
+        overwrites, or replaced in the selectors when all of them are."""
         n = len(slots)
         fill = self.default_priority
         fill = self.max_priority if fill is None else float(fill)

@@ -4,7 +4,9 @@ A checkpoint copies the per-slot arrays a slice per lock hold, then, at its mome
 again the slots the index's mutations noted meanwhile. Invariant:
 ``index.changes.tracking`` is True exactly while a sliced copy is under way (outside it
 the index holds :data:`UNTRACKED`). The record holds at most ``max(8 * LIST_LIMIT,
-capacity)`` bytes: past ``LIST_LIMIT`` notes it turns into one flag per slot.
+capacity)`` bytes: past ``LIST_LIMIT`` notes it turns into one flag per slot. Rule: every path
+that changes per-slot state or selector entries (ItemIndex, DrawPlan) calls
+``index.changes.note(slots)``, and a selector entry changes only with the slot it belongs to.
 """
 
 from __future__ import annotations

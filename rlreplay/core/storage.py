@@ -46,7 +46,8 @@ class StepStore:
     Args:
         signature: field specs of one step (nested dicts allowed).
         capacity: number of steps kept; older steps are overwritten.
-        lanes: number of lockstep streams (1 for a plain stream).
+        lanes: number of lockstep streams (1 for a plain stream): step ``k`` of lane ``i`` has
+            id ``k * lanes + i`` (an append's row ``j`` goes to lane ``j % lanes``).
         capacity_bytes: instead of ``capacity``: the bytes the columns may take.
         columns: arrays to use instead of new ones, one ``(capacity, *shape)`` per field (e.g.
             a checkpoint's memory-mapped files); not counted against available memory.
@@ -166,6 +167,7 @@ class StepStore:
         self, state: Mapping[str, Any], columns: Mapping[str, np.ndarray] | None = None
     ) -> None:
         """Put back what :meth:`state` returned; ``columns``, if given, replace the arrays.
+        Writers' retained steps are released (items cannot reach steps appended before).
 
         Raises:
             InvalidArgumentError: if ``next_id`` is negative or a column mismatches; nothing
@@ -190,7 +192,7 @@ class StepStore:
             self.waits.wake_all()
 
     def observe(self, observer: StoreObserver) -> None:
-        """Tell ``observer`` of every change to the rows before it is made (lock held)."""
+        """Core-internal: tell ``observer`` of every row change before it is made (lock held)."""
         self.observers = (*self.observers, observer)
 
     def unobserve(self, observer: StoreObserver) -> None:
@@ -210,7 +212,7 @@ class StepStore:
             self.waits.wake_all()  # appends waiting for its items may go on
 
     def wake_waiters(self) -> None:
-        """Wake the waiting calls a change may let go on, and call every waker (``mutex`` held)."""
+        """Core-internal: wake the calls a change may let go on, and every waker (lock held)."""
         waits = self.waits
         if waits.blocked:
             waits.wake()
@@ -297,7 +299,8 @@ class StepStore:
         one_row: bool = False,
         checked: bool = True,
     ) -> int | None:
-        """Write ``n`` steps at the head, ``mutex`` held; returns the first id.
+        """Core-internal: write ``n`` steps at the head, ``mutex`` held; returns the first id.
+        Call only after ``overwrite.make_room(n)`` freed these rows in the same lock hold.
 
         With ``checked=False`` steps that do not fit the columns as they are, or would wrap, are
         not written and ``None`` is returned, for the caller to validate them first.

@@ -235,7 +235,8 @@ class Table:
             return self.admission.can_insert(num_inserts, rows)
 
     def can_sample(self, num_samples: int = 1) -> bool:
-        """Whether sampling ``num_samples`` items would proceed now without blocking or failing.
+        """Whether sampling ``num_samples`` items would proceed now without blocking or failing
+        (False also when every item of a prioritized table has priority 0).
 
         Raises:
             InvalidArgumentError: for ``num_samples`` not an int in ``[1, max_size]``.
@@ -482,7 +483,8 @@ class Table:
         Args:
             batch_size: items to draw, ``1 <= batch_size <= max_size``.
             timeout: seconds to wait for the rate limiter (``None``: no limit).
-            buffers: object whose ``empty(shape, dtype)`` gives the output arrays (default: reused).
+            buffers: object whose ``empty(shape, dtype)`` returns an array no one else uses
+                (default: the table's pool, which never touches a batch or view still held).
 
         Returns:
             :class:`Sample` with ``data`` (``[B, ...]`` per layout field) and ``info``.
@@ -551,14 +553,15 @@ class Table:
             self.store.wake_waiters()
 
     def reset_locked(self) -> None:
-        """:meth:`reset` with ``mutex`` held."""
+        """Core-internal: :meth:`reset` with ``mutex`` held (``StepStore.reset`` calls it)."""
         self.index.reset()
         self.rate_limiter.reset()
 
     def close(self) -> None:
         """Close the table: blocked and later blocking calls raise :class:`ClosedError`.
 
-        Its items are dropped and stop holding rows; closing twice does nothing.
+        Its items are dropped and stop holding rows (appends that waited for them go on);
+        closing twice does nothing.
         """
         with self.mutex:
             if self.closed:

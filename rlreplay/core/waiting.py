@@ -24,7 +24,8 @@ class Waits:
 
     Invariant: a change wakes exactly the blocked calls that may go on (a call stating its
     ``ready`` condition is not woken while it does not hold). Each call waits on its own
-    condition over the store's mutex.
+    condition over the store's mutex. Changes that free every call (close, reset, detach,
+    restore) call ``wake_all``; ``ready`` runs in the changing thread and must never wait.
 
     Args:
         mutex: the store's mutex, held by every caller of this object.

@@ -35,7 +35,8 @@ _ROOT_LOCK = threading.Lock()
 
 @contextmanager
 def _datasets_root(root: str | os.PathLike | None) -> Iterator[None]:
-    """Point Minari at an absolute ``root`` (via ``MINARI_DATASETS_PATH``); one call at a time."""
+    """Point Minari at an absolute ``root`` (via ``MINARI_DATASETS_PATH``); one call at a time.
+    Absolute: Minari joins a relative root twice and then cannot find what it wrote."""
     if root is None:
         yield
         return
@@ -96,7 +97,8 @@ def export_minari(
             :data:`~rlreplay.datasets.episodes.DEFAULT_FIELDS`.
         observation_space: a gymnasium space; default the ``env``'s (in ``metadata``), else
             inferred (:func:`~rlreplay.datasets.episodes.infer_space`).
-        action_space: a gymnasium space, found as ``observation_space`` is.
+        action_space: a gymnasium space, found as ``observation_space`` is; an inferred
+            ``Discrete`` takes the data's largest action: give it when some may never appear.
         first_id: the first step id (insert count) to read.
         end_id: the step id the range read ends before.
         **metadata: passed to ``minari.create_dataset_from_buffers`` (``env``,
@@ -299,8 +301,9 @@ def import_minari(
     """Pre-fill replay from a Minari dataset's episodes.
 
     Into a :class:`Table` of step rows, one item per step; through an adder
-    (``num_envs=None``), as an environment loop would. Everything is checked first; a failed
-    check inserts nothing.
+    (``num_envs=None``), as an environment loop would. Into a table, everything is checked first
+    and a failed import inserts nothing; through an adder only shapes and dtypes are, then each
+    call waits or raises as the adder's (episodes already played stay).
 
     Args:
         dataset: a ``minari.MinariDataset``, a dataset id (under ``root``) or a directory.

@@ -64,7 +64,9 @@ def greet(
 ) -> set[int]:
     """Open this thread's connection to each of ``indices`` not greeted yet, all at once.
 
-    Returns the shards that did not answer within :meth:`Deadline.greeting`.
+    Returns the shards that did not answer within :meth:`Deadline.greeting`. Replies are read as
+    they arrive: a channel learns the server's clock offset when it reads, so a reply left unread
+    would make that shard's later ``expires`` early.
 
     Args:
         shards: one :class:`~rlreplay.Client` per shard.

@@ -54,7 +54,8 @@ class ShardedClient:
             ``retry_down_s`` seconds and use the reachable items.
         retry_down_s: see ``on_shard_down``.
         first_shard: the shard of the first writer and insert, modulo the number of shards;
-            None: drawn at random.
+            None: drawn at random per unpickled copy, so actors spread over the shards; with
+            a ``seed`` every copy draws the same shard, so give actor ``i`` ``first_shard=i``.
         seed: seeds the batch splits and the drawn ``first_shard`` (None: fresh entropy).
         server_public_key: one CURVE key for every shard, or a list with one per shard.
         **client_kwargs: passed to each shard's :class:`~rlreplay.Client`.
@@ -107,7 +108,7 @@ class ShardedClient:
         self._closed = False
         self.keys = ShardKeys(n)
         self._rng = seeded_rng(seed)
-        # Actors' unpickled clients spread their writers over the shards.
+        # Unseeded, actors' unpickled clients spread their writers over the shards.
         first = int(self._rng.integers(n)) if first_shard is None else first_shard % n
         self.inserts = InsertRouter(self.shards, self.keys, self.health, first)
         self._init = {

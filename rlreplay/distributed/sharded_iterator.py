@@ -146,8 +146,9 @@ class ShardedSampleIterator:
         """Forget the batches in flight and send the queued updates.
 
         Args:
-            wait: wait for the shards to apply them; ``False``: return at once (a down shard's
-                updates are dropped with a warning).
+            wait: as :meth:`update_priorities` (a down shard: up to half ``call_timeout``,
+                raising under ``"fail"``); ``False``, and leaving ``with`` on an exception:
+                return at once (a down shard's updates are dropped with a warning).
         """
         self._closed = True
         self._ready.clear()

@@ -52,7 +52,8 @@ class Round:
 
 
 class ShardedSampler:
-    """Draws batches of one table over all shards; threads may share it.
+    """Draws batches of one table over all shards; threads may share it (``_lock`` guards the
+    split's random generator, the shards' states and the held rounds).
 
     Args:
         table: the table's name on every shard.
@@ -277,7 +278,8 @@ class ShardedSampler:
                 return merge(rnd.parts, rnd.shares, self.states, self.keys.to_global, self.rng)
 
     def _reassign_held(self, rnd: Round, deadline: Deadline) -> dict[int, int]:
-        """For each part held back, ask its shard again or draw it over the others."""
+        """For each part held back, ask its shard again or draw it over the others (any live
+        shard, in the round's split or not: re-asking one shard would stall the others)."""
         held, rnd.held = rnd.held, {}
         if not held:
             return {}

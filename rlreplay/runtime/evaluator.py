@@ -95,7 +95,8 @@ class EvaluatorProcess:
         Raises:
             ComponentFailedError: if ``evaluate_params`` raised (traceback in the message) or the
                 process died.
-            ReplayTimeoutError: if no score came within ``timeout_s``; the process is stopped.
+            ReplayTimeoutError: if no score came within ``timeout_s``; the process is stopped
+                and later calls raise ComponentFailedError (make a new EvaluatorProcess).
         """
         if not self._proc.is_alive():
             raise ComponentFailedError("evaluator", self._ended())

@@ -70,7 +70,8 @@ class Writer(Protocol):
         """One item per entry of ``starts`` (negative indexes into this episode's steps)."""
 
     def end_episode(self) -> None:
-        """Later items cannot reach the steps before this call."""
+        """Later items cannot reach the steps before this call. Calling it twice in a row is
+        calling it once (adders call it again when they retry a chunk whose append timed out)."""
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until everything appended is stored."""

@@ -161,7 +161,8 @@ def check_priority(priority: Any) -> None:
 
 
 def sequence_rules(sequence_tables: Mapping[Any, Any] | None) -> list[tuple[Any, SequenceItems]]:
-    """``sequence_tables`` as ``(table, rule)`` pairs, each rule the adder's own copy."""
+    """``sequence_tables`` as ``(table, rule)`` pairs, each rule the adder's own copy (a rule
+    holds per-environment positions, so adders never share one)."""
     rules = [(t, copy.copy(r)) for t, r in (sequence_tables or {}).items()]
     for _, rule in rules:
         if not isinstance(rule, SequenceItems):

@@ -107,14 +107,17 @@ class TrajectoryWriter:
 
         Raises:
             SignatureError: if the step does not match the store's signature.
+            InvalidArgumentError: if the store cannot hold every writer's retained steps plus it.
             ReplayTimeoutError: if a queue table kept the store from overwriting for ``timeout``.
+            ClosedError: if the writer is, or gets, closed.
         """
         timeout = check_timeout(timeout)
         row = self.store.signature.check_row(step, "step")
         return self._append(row, None, timeout)
 
     def append_batch(self, steps: Mapping[str, Any], *, timeout: float | None = None) -> int:
-        """Append consecutive steps (each field ``[n, ...]``); returns the first id."""
+        """Append consecutive steps (each field ``[n, ...]``); returns the first id. Raises as
+        :meth:`append`, and InvalidArgumentError for ``n`` outside ``[1, capacity]``."""
         timeout = check_timeout(timeout)
         arrays, n = self.store.signature.check_batch(steps, "steps")
         if n < 1 or n > self.store.capacity:

@@ -89,7 +89,8 @@ class Selector(Protocol):
         self.insert(slots, priorities)
 
     def move(self, old: int, new: int, priority: float) -> None:
-        """The held item at ``old`` now lives at ``new`` (not held)."""
+        """The held item at ``old`` now lives at ``new`` (not held); order-keeping selectors
+        keep its place in their order (stacks rely on it), others may re-insert it."""
         if old != new:
             self.delete(np.array([old], dtype=np.int64))
             self.insert(np.array([new], dtype=np.int64), np.array([priority]))
@@ -115,11 +116,14 @@ class Selector(Protocol):
         raise NotImplementedError
 
     def state(self, into: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
-        """A snapshot (copies) of the index, for checkpoints; ``into``: arrays to copy into."""
+        """A snapshot (copies) of the index, for checkpoints; ``into``: arrays to copy into.
+        :meth:`load_state` restores it exactly (the same picks for the same random draws)."""
         raise NotImplementedError
 
     def state_parts(self, into: dict[str, np.ndarray] | None) -> tuple[dict, list] | None:
-        """``(state, parts)``, each part ``(array, its copy, slots per entry)``; ``None``: whole."""
+        """``(state, parts)``, each part ``(array, its copy, slots per entry)``; ``None``: whole.
+        Contract: a change to slot ``s`` changes only entry ``s // slots_per_entry`` of its array
+        (checkpoints copy again only the entries of changed slots)."""
         return None
 
     def state_buffers(self) -> dict[str, np.ndarray]:

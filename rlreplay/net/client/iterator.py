@@ -39,6 +39,8 @@ class LearnerCalls(Protocol):
 class SampleIterator:
     """Yields :class:`~rlreplay.Sample` batches of a served table with ``in_flight`` requests
     outstanding; priority updates travel with the next request, applied before it samples.
+    Batches already in flight were sampled before later updates; with ``in_flight=1`` every
+    batch sees all earlier updates.
 
     Args:
         client: the :class:`~rlreplay.Client`.
@@ -133,7 +135,8 @@ class SampleIterator:
 
     def close(self, wait: bool = True) -> None:
         """Send the queued updates and cancel the outstanding requests. Call it from the
-        iterating thread: another thread cannot cancel its requests.
+        iterating thread: from another, the requests are not cancelled and may still draw
+        items (a queue's are then lost) until their lease ends.
 
         Args:
             wait: wait for the server to apply the updates (``False``: return at once; the

@@ -70,7 +70,8 @@ class WriterSession:
 
     def replayed(self, header: dict) -> np.ndarray | None:
         """Keys of chunk ``header`` if already applied (sent again after a lost reply), else
-        None; InvalidArgumentError if its reply is no longer kept."""
+        None; InvalidArgumentError if its reply is no longer kept. Asked before the chunk is
+        parsed: a chunk sent again would fail checks against the stream as it stands now."""
         seq = header.get("seq")
         if seq is None or seq >= self.next_seq:
             return None
@@ -240,7 +241,8 @@ class WriterSession:
                 )
 
     def _write(self, chunk: Chunk, keep: int) -> int:
-        """Write the chunk's steps; returns the store id of ``chunk.first``."""
+        """Write the chunk's steps in one contiguous write after the kept steps (safe as
+        ``Chunk.parse`` ensures ``n <= capacity - history``); returns the id of ``chunk.first``."""
         own = self.retention
         if own is None:  # the first chunk applied: the writer now retains steps
             own = self.retention = self.store.overwrite.retain(self.history)

@@ -179,7 +179,8 @@ class InsertJob(Job):
 class WriteJob(Job):
     """One writer chunk, applied whole or not at all (see :mod:`rlreplay.net.server.ingest`).
 
-    Chunks of one writer run strictly in arrival order.
+    Chunks of one writer run strictly in arrival order; a chunk is parsed only at the head of
+    its writer's queue, as its checks depend on the chunks before it.
     """
 
     def __init__(

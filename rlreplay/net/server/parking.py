@@ -54,7 +54,9 @@ class ParkedCalls:
         self._next_watch = 0.0
 
     def may_go(self, store: Any) -> bool:
-        """Whether a call parked on ``store`` would now be admitted (lock held)."""
+        """Whether a call parked on ``store`` would now be admitted. Called from any thread with
+        the store's lock held: it reads a snapshot of the jobs, which only the dispatcher
+        changes."""
         return any(job.table.store is store and job.may_go() for job in tuple(self._jobs))
 
     def __len__(self) -> int:

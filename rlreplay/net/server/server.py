@@ -151,7 +151,8 @@ class Server:
         self._dispatcher: int | None = None  # the dispatcher thread's ident
 
     def _table_changed(self, store: Any) -> None:
-        """A served store changed: wake the dispatcher if a parked call may go."""
+        """A served store changed: wake the dispatcher if a parked call may go (any thread, the
+        store's lock held)."""
         if (
             self._parked
             and threading.get_ident() != self._dispatcher

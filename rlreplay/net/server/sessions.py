@@ -2,7 +2,8 @@
 
 Sessions retain store steps only once their first chunk is applied, are bounded per client
 (``max_per_client``) and per store (half of it), and expire when silent. Every method runs on
-the dispatcher thread.
+the dispatcher thread. A session whose first chunk was refused is kept (holding no rows), so
+the chunks it sent behind it are refused too, not taken as a forgotten writer's new stream.
 """
 
 from __future__ import annotations
@@ -60,8 +61,10 @@ class WriterSessions:
         return entry.session
 
     def add(self, key: Any, session: WriterSession, client: bytes, now: float) -> None:
-        """Keep the session of a new writer of ``client`` (it retains nothing yet); at the
-        client's limit, an idle session of it is closed (see the module docstring).
+        """Keep the session of a new writer of ``client`` (it retains nothing yet). At the
+        client's limit, an idle session with no applied chunk is closed now; one retaining steps
+        only once the new writer's first chunk applies (:meth:`first_applied`), so a refused
+        chunk closes none.
 
         Raises:
             ResourceLimitError: if ``client`` keeps ``max_per_client`` sessions and each

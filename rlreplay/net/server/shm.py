@@ -186,7 +186,9 @@ class SharedSegments:
         self, client: bytes, header: dict, arrays: dict, epoch: int | None, now: float
     ) -> None:
         """Add to ``arrays`` those ``"shm_in"`` places in the client's segment, as read-only
-        views. Only step data (``data/...``), which the server copies unread, may come so.
+        views. Only step data (``data/...``), which the server copies unread, may come so:
+        arrays it checks (keys, anchors, priorities) come in frames, since the client can change
+        shared memory after a check.
 
         Raises:
             ProtocolError: for a malformed ``shm_in`` or an array it may not carry.

@@ -68,7 +68,8 @@ class Segment:
         self.data = self.view()
 
     def view(self) -> np.ndarray:
-        """A ``uint8`` array over the data area whose base is the mapping itself."""
+        """A ``uint8`` array over the data area whose base is the mapping itself: numpy collapses
+        view chains, so every view has this mapping as ``.base``, which slot release relies on."""
         return np.frombuffer(self._mm, np.uint8, count=self.nbytes, offset=HEADER_BYTES)
 
     @classmethod

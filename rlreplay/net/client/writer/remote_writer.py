@@ -1,7 +1,10 @@
 """The remote writer: the TrajectoryWriter interface over the network, in chunks.
 
 Invariant: every call takes all of its input or none of it, so a call that timed out can be
-repeated. Items are made when their chunk reaches the server, so :meth:`create_item`
+repeated: a call hands over what is due (it may wait or raise) before taking anything, and the
+chunks it fills on the way are only queued, never sent. Errors of a chunk (a limiter's timeout,
+refused items) surface from the later call that waits for its acknowledgement.
+Items are made when their chunk reaches the server, so :meth:`create_item`
 returns ``None``; chunks are stored whole, once (:mod:`rlreplay.net.client.writer.chunks`).
 """
 
