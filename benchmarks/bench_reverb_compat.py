@@ -15,7 +15,10 @@ Measured, each against a server in its own process on 127.0.0.1:
 rlreplay's own API for the same work (``--impl native``): ``Client.insert`` of the
 items' rows, 64 per awaited call (the batches the layer's writer sends),
 ``Client.sample_iterator`` batches, and an awaited ``Client.update_priorities`` per batch
-(as Reverb's ``mutate_priorities`` waits). The learner loop is measured once more as
+(as Reverb's ``mutate_priorities`` waits). The writer is measured once more as rlreplay's
+actors run it: a ``RemoteTrajectoryWriter`` appending the same steps to a transition table
+(each step stored once, an item a window over two steps) and creating one item per step,
+``end_episode`` every 100 steps. The learner loop is measured once more as
 rlreplay's learners run it, each batch's priorities sent with the iterator's next request
 (``SampleIterator.update_priorities``: one round trip a cycle), and compared with
 Reverb's learner loop.
@@ -75,7 +78,7 @@ def signature(reverb, np):
 def serve(impl: str, out, stop) -> None:
     import numpy as np
 
-    reverb = _reverb(impl)
+    reverb = _reverb("rlreplay" if impl == "native" else impl)
     sig = signature(reverb, np)
     tables = [
         reverb.Table(
@@ -96,9 +99,19 @@ def serve(impl: str, out, stop) -> None:
         ),
     ]
     server = reverb.Server(tables=tables)
-    out.put(server.port)
+    own = None
+    if impl == "native":  # rlreplay's own server beside it, for its streaming writer
+        import rlreplay
+
+        step = {"obs": ((OBS,), "float32"), "action": "int64", "reward": "float32"}
+        layout = rlreplay.ItemLayout.transition(step)
+        table = rlreplay.Table("transitions", signature=step, layout=layout, max_size=TABLE_SIZE)
+        own = rlreplay.Server([table], bind="127.0.0.1").start()
+    out.put((server.port, None if own is None else own.address))
     stop.wait(900)
     server.stop()
+    if own is not None:
+        own.stop()
 
 
 def write(reverb, client, table: str, steps: int, np) -> float:
@@ -154,16 +167,36 @@ def native_write(client, table: str, steps: int, np) -> float:
     return steps / (time.perf_counter() - start)
 
 
-def measure(impl: str, port: int, duration: float) -> dict:
+def stream_write(client, steps: int, np) -> float:
+    """The transitions through rlreplay's ``RemoteTrajectoryWriter``; returns steps/s."""
+    rng = np.random.default_rng(0)
+    obs = rng.random((1024, OBS), dtype=np.float32)
+    start, cpu = time.perf_counter(), time.process_time()
+    with client.trajectory_writer("transitions", max_in_flight=4) as writer:
+        for t in range(steps):
+            writer.append({"obs": obs[t % 1024], "action": np.int64(t), "reward": np.float32(1)})
+            if writer.episode_steps >= 2:
+                writer.create_item("transitions", 1.0)
+            if (t + 1) % 100 == 0:
+                writer.end_episode()
+        writer.flush()
+    CPU["stream_writer_client_cpu_us_per_step"] = (time.process_time() - cpu) / steps * 1e6
+    return steps / (time.perf_counter() - start)
+
+
+def measure(impl: str, ports: tuple, duration: float) -> dict:
     import numpy as np
 
-    address = f"localhost:{port}"
+    address = f"localhost:{ports[0]}"
     result: dict = {"impl": impl}
     if impl == "native":
         from rlreplay.net.client.client import Client
 
         client = Client(address)
         result["writer_steps_per_s"] = native_write(client, "uniform", 3000, np)
+        with Client(ports[1]) as own:
+            stream_write(own, 3000, np)  # warm-up
+            result["stream_writer_steps_per_s"] = stream_write(own, 30000, np)
         result.update(CPU)
         native_write(client, "prio", TABLE_SIZE, np)
         for key, table, learn in (
@@ -229,12 +262,12 @@ def run(impl: str, duration: float) -> dict:
     ctx = mp.get_context("spawn")
     out, stop = ctx.Queue(), ctx.Event()
     proc = ctx.Process(
-        target=serve, args=("rlreplay" if impl == "native" else impl, out, stop), daemon=True
+        target=serve, args=(impl, out, stop), daemon=True
     )
     proc.start()
     try:
-        port = reply_from(proc, out, 300)
-        return measure(impl, port, duration)
+        ports = reply_from(proc, out, 300)
+        return measure(impl, ports, duration)
     finally:
         stop.set()
         proc.join(30)
@@ -277,6 +310,13 @@ def main() -> None:
         if key in theirs:
             line += f", Reverb {theirs[key]:,.0f} -> {ours[key] / theirs[key]:.1f}x Reverb"
         print(line)
+    if "writer_steps_per_s" in theirs:
+        own = native["stream_writer_steps_per_s"]
+        print(
+            f"writer as rlreplay's actors run it (RemoteTrajectoryWriter, transition items over "
+            f"stored steps): {own:,.0f} steps/s -> {own / theirs['writer_steps_per_s']:.1f}x "
+            "Reverb's trajectory_writer"
+        )
     if "learner_batches_per_s" in theirs:
         own = native["learner_next_request_batches_per_s"]
         print(
