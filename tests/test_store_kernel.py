@@ -204,3 +204,42 @@ def test_one_row_inserts_between_deletes_and_samples_match_the_general_path():
         a, b = (t.info() for t in tables)
         assert a == b
         np.testing.assert_array_equal(tables[0].index.slot_state, tables[1].index.slot_state)
+
+
+# A remote writer buffers its steps through the same compiled write.
+
+
+def step_buffers():
+    from rlreplay.core.specs import Signature
+    from rlreplay.net.client.writer.steps import StepBuffer
+
+    fast, slow = (StepBuffer(Signature(SIGNATURE), 4) for _ in range(2))
+    slow.compiled_writes = False
+    assert fast.compiled_writes
+    return fast, slow
+
+
+@pytest.mark.parametrize("case", sorted(ROWS))
+def test_a_remote_writer_buffers_a_step_as_its_checked_path_does(case):
+    fast, slow = step_buffers()
+    for buffer in (fast, slow):
+        buffer.add(good_row())
+        buffer.add(ROWS[case])
+    a, b = fast.chunk_arrays([]), slow.chunk_arrays([])
+    assert a.keys() == b.keys()
+    for name in a:
+        assert a[name].dtype == b[name].dtype and len(a[name]) == 2, name
+        np.testing.assert_array_equal(a[name], b[name], name)
+
+
+@pytest.mark.parametrize("case", sorted(BAD_ROWS))
+def test_a_remote_writer_refuses_a_bad_step_as_its_checked_path_does(case):
+    fast, slow = step_buffers()
+    errors = []
+    for buffer in (fast, slow):
+        buffer.add(good_row())
+        with pytest.raises(SignatureError) as info:
+            buffer.add(BAD_ROWS[case])
+        errors.append(str(info.value))
+        assert buffer.n == 1  # nothing of the refused step was taken
+    assert errors[0] == errors[1]

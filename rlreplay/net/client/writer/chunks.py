@@ -177,25 +177,6 @@ def wait_time(timeout: float | None, end: float | None) -> float | None:
     return None if timeout is None else timeout + REPLY_GRACE_S
 
 
-def chunk_arrays(parts: list, fields: list, n: int, items: list) -> dict[str, np.ndarray]:
-    """The arrays of a chunk: ``n`` buffered steps and the buffered items."""
-    arrays = {}
-    for field_parts, (path, shape, dtype) in zip(parts, fields):
-        if shape:
-            data = np.frombuffer(b"".join(field_parts), dtype=dtype).reshape(n, *shape)
-        else:
-            data = np.array(field_parts, dtype=dtype)
-        arrays["data/" + path] = data
-    if items:
-        table = np.array(items, dtype=np.float64)
-        arrays["item_table"] = table[:, 0].astype(np.int32)
-        arrays["item_anchor"] = table[:, 1].astype(np.int64)
-        arrays["item_priority"] = table[:, 2]
-        if (table[:, 3] >= 0).any():  # only layouts with per-item extents use lengths
-            arrays["item_length"] = table[:, 3].astype(np.int64)
-    return arrays
-
-
 def _steps(header: dict) -> str:
     """A chunk's stream steps, for messages."""
     first, n = header["first"], header["n"]

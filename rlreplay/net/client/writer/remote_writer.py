@@ -91,7 +91,7 @@ class RemoteTrajectoryWriter:
             self._dropped_until,
         )
         self._chunks.keys = [] if keep_keys else None
-        self._steps = StepBuffer(self.signature)
+        self._steps = StepBuffer(self.signature, self.chunk_steps)
         self._stream = 0  # stream index of the next step
         self._chunk_first = 0
         self._episode_start = 0

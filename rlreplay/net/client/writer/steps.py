@@ -1,7 +1,9 @@
 """The steps a remote writer has buffered since its last chunk.
 
-Each step is copied in when appended (callers may reuse their arrays); values of exactly
-the stored shape and dtype take a fast path, others are checked and converted first.
+Each step is copied in when appended (callers may reuse their arrays), into the rows of the
+next chunk's arrays: by the store's compiled row write when the values fit as they are (the
+same rule as a local store's write, so a step is stored identically either way), else
+checked and converted first.
 """
 
 from __future__ import annotations
@@ -11,30 +13,38 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.core._compiled import load_kernel
 from rlreplay.core.specs import Signature
 from rlreplay.errors import InvalidArgumentError
-from rlreplay.net.client.writer.chunks import chunk_arrays
+
+_kernel = load_kernel("rlreplay.core._store")
 
 
 class StepBuffer:
-    """Steps buffered for the next chunk of one remote writer.
+    """Steps buffered for the next chunk of one remote writer, at most ``capacity``.
 
     Args:
         signature: the steps' signature (of the writer's tables).
+        capacity: steps a chunk holds.
 
     Attributes:
         n: steps buffered.
     """
 
-    def __init__(self, signature: Signature):
+    def __init__(self, signature: Signature, capacity: int):
         self.signature = signature
+        self.capacity = capacity
         self._fields = [(p, s.shape, s.dtype) for p, s in signature.fields.items()]
-        self._paths = set(signature.paths)
+        self._paths = tuple(signature.paths)
+        # Whether steps that fit go through the compiled row write; False: always checked.
+        self.compiled_writes = _kernel is not None
         self.clear()
 
     def clear(self) -> None:
-        """Forget the buffered steps (they were sealed into a chunk)."""
-        self._parts: list[list] = [[] for _ in self._fields]
+        """Start the next chunk's arrays (the sealed ones now belong to their chunk)."""
+        self._columns = tuple(
+            np.empty((self.capacity, *shape), dtype=dtype) for _, shape, dtype in self._fields
+        )
         self.n = 0
 
     def add(self, step: Mapping[str, Any]) -> None:
@@ -43,29 +53,13 @@ class StepBuffer:
         Raises:
             SignatureError: if the step does not match the signature (nothing is taken).
         """
-        if step.keys() != self._paths:
-            return self._add_checked(step)
-        values = []
-        for path, shape, dtype in self._fields:
-            value = step[path]
-            # Fast path: arrays and numpy scalars of exactly the stored shape and dtype.
-            vtype = getattr(value, "dtype", None)
-            if (vtype is not dtype and vtype != dtype) or value.shape != shape:
-                return self._add_checked(step)
-            values.append(value)
-        for parts, value, (_, shape, _) in zip(self._parts, values, self._fields):
-            if shape:
-                parts.append(value.tobytes())
-            else:  # numpy scalars are immutable; 0-d arrays are not
-                parts.append(value[()] if value.__class__ is np.ndarray else value)
-        self.n += 1
-        return None
-
-    def _add_checked(self, step: Mapping[str, Any]) -> None:
-        flat = self.signature.check_step(step, "step")
-        for parts, (path, shape, dtype) in zip(self._parts, self._fields):
-            value = np.asarray(flat[path], dtype=dtype)
-            parts.append(value.tobytes() if shape else value[()])
+        if not (
+            self.compiled_writes
+            and _kernel.put_row(np.ndarray, self._columns, self._paths, self.n, step)
+        ):
+            flat = self.signature.check_step(step, "step")
+            for col, (path, _, _) in zip(self._columns, self._fields):
+                col[self.n] = flat[path]
         self.n += 1
 
     def check_batch(self, steps: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], int]:
@@ -83,14 +77,19 @@ class StepBuffer:
 
     def add_rows(self, arrays: Mapping[str, np.ndarray], start: int, count: int) -> None:
         """Copy rows ``[start, start + count)`` of arrays from :meth:`check_batch` in."""
-        for parts, (path, shape, _) in zip(self._parts, self._fields):
-            part = arrays[path][start : start + count]
-            if shape:
-                parts.append(part.tobytes())
-            else:
-                parts.extend(part)
-        self.n += count
+        n = self.n
+        for col, (path, _, _) in zip(self._columns, self._fields):
+            col[n : n + count] = arrays[path][start : start + count]
+        self.n = n + count
 
     def chunk_arrays(self, items: list) -> dict[str, np.ndarray]:
-        """The arrays of a chunk of the buffered steps and ``items``."""
-        return chunk_arrays(self._parts, self._fields, self.n, items)
+        """The arrays of a chunk of the buffered steps and ``items``; :meth:`clear` follows."""
+        arrays = {"data/" + p: col[: self.n] for col, (p, _, _) in zip(self._columns, self._fields)}
+        if items:
+            table = np.array(items, dtype=np.float64)
+            arrays["item_table"] = table[:, 0].astype(np.int32)
+            arrays["item_anchor"] = table[:, 1].astype(np.int64)
+            arrays["item_priority"] = table[:, 2]
+            if (table[:, 3] >= 0).any():  # only layouts with per-item extents use lengths
+                arrays["item_length"] = table[:, 3].astype(np.int64)
+        return arrays
