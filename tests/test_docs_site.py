@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_mkdocs_build_strict(tmp_path):
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     done = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet",
+        # Not --quiet: it hides the warnings that --strict turns into a failure.
+        [sys.executable, "-m", "mkdocs", "build", "--strict",
          "--config-file", str(ROOT / "mkdocs.yml"), "--site-dir", str(tmp_path / "site")],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )

@@ -90,10 +90,10 @@ class StepwiseSave:
     """A save whose capture the caller takes one step at a time.
 
     The last step is the checkpoint's moment; :meth:`write` then streams the columns and
-    publishes the checkpoint.
+    publishes the checkpoint. ``tables``, ``path``, ``keep``, ``progress`` and ``extra`` are
+    as :func:`save`'s.
 
     Args:
-        tables, path, keep, progress, extra: as :func:`save`.
         stats: filled with the save's figures (a new :class:`SaveStats` when ``None``).
         slice_bytes: bytes one capture step copies (default ``snapshot.SLICE_BYTES``).
         buffers_in_thread: make the capture's buffers in a helper thread.
