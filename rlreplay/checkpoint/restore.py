@@ -183,8 +183,9 @@ def restore(
     Args:
         path: a checkpoint directory (``ckpt-*``), or the directory saves wrote into (the
             newest complete, valid checkpoint is taken; others are skipped with a warning).
-        tables: tables to load into, their definitions checked against the checkpoint's;
-            ``None`` builds the tables from the checkpoint.
+        tables: tables to load into, their definitions (signature, layout, capacity,
+            max_size, selectors, rate limiter) checked against the checkpoint's; their items
+            and counters are replaced by the checkpoint's. ``None`` builds the tables.
         adapt: accept differences that can be adapted (a capacity or max_size that holds
             what was saved, another rate limiter or selector arguments).
         mmap: serve the step columns from the checkpoint's files, mapped copy-on-write.

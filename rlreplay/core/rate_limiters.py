@@ -176,6 +176,12 @@ def SampleToInsertRatio(
     ``diff`` may wander ``error_buffer`` either side of ``min_size_to_sample *
     samples_per_insert``; the side that gets ahead blocks, so both sides must keep running.
 
+    Args:
+        samples_per_insert: samples wanted per inserted item.
+        min_size_to_sample: items the table holds before any sample.
+        error_buffer: the drift allowed either side, in samples; a sample batch larger than
+            ``2 * error_buffer`` can never go through (DeadlockError when it is asked).
+
     Raises:
         DeadlockError: if ``error_buffer`` is below ``max(1, samples_per_insert) / 2``.
     """

@@ -91,6 +91,9 @@ class Sample:
             normalize: ``"batch"`` divides by the batch's largest weight; ``"table"`` by the
                 largest any item could get, ``(N * P_min) ** -beta``; ``"none"``: raw.
 
+        Returns:
+            float64 weights, one per item (cast them to your loss's dtype).
+
         Raises:
             InvalidArgumentError: for ``beta`` outside ``[0, 1]`` or an unknown ``normalize``.
         """

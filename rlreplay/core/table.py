@@ -53,8 +53,11 @@ class Table:
     ``times_sampled`` count; its data is the :class:`ItemLayout`'s window from the anchor (at
     most one item per anchor). The sampler picks what :meth:`sample` returns, the remover what
     an insert over ``max_size`` evicts. Blocking calls wait at most ``timeout`` seconds in
-    total; someone must consume what the rate limiter holds back. All methods are thread-safe;
-    tables over one store share its lock. See docs/tables.md.
+    total (``None``: without limit, so a single thread can wait forever); someone must consume
+    what the rate limiter holds back, and a call blocked over ``warn_after`` seconds logs one
+    warning. Where actor and learner share one thread, use :meth:`can_insert` /
+    :meth:`can_sample`. All methods are thread-safe; tables over one store share its lock.
+    See docs/tables.md.
 
     Args:
         name: table name (used by servers, checkpoints and error messages).
@@ -257,13 +260,15 @@ class Table:
         Args:
             rows: dict of arrays, each ``[n, *shape]`` (or one row without the batch axis).
             priorities: ``n`` priorities, one for all, or ``None`` for the default.
-            timeout: seconds to wait in all (rate limiter and store); ``None``: no limit.
+            timeout: seconds > 0 to wait in all (rate limiter and store); ``None``: no limit.
 
         Returns:
             int64 keys of the new items.
 
         Raises:
             InvalidArgumentError: if the layout is not rows (use a writer), or on bad input.
+            SignatureError: for rows the signature's casting rule refuses (a float into an
+                int column, a value that overflows); float64 into float32 is rounded.
             RateLimiterTimeoutError: if the limiter blocked the insert for ``timeout``.
             ReplayTimeoutError: if a queue's items kept the store from taking the rows.
             ClosedError: if the table is or gets closed.
@@ -482,7 +487,8 @@ class Table:
 
         Args:
             batch_size: items to draw, ``1 <= batch_size <= max_size``.
-            timeout: seconds to wait for the rate limiter (``None``: no limit).
+            timeout: seconds > 0 to wait for the rate limiter (``None``: no limit; 0 is refused,
+                poll with :meth:`can_sample`).
             buffers: object whose ``empty(shape, dtype)`` returns an array no one else uses
                 (default: the table's pool, which never touches a batch or view still held).
 
@@ -493,7 +499,9 @@ class Table:
             InvalidArgumentError: for a bad ``batch_size`` or ``timeout``.
             DeadlockError: if the rate limiter could never admit ``batch_size`` samples.
             RateLimiterTimeoutError: if the limiter blocked the sample for ``timeout``.
-            ClosedError: if the table was closed while waiting.
+            EmptyTableError: at once, if no held item can be drawn (every priority 0 under
+                ``Prioritized``).
+            ClosedError: if the table is or gets closed.
         """
         n = check_batch_size(batch_size, self.max_size)
         timeout = check_timeout(timeout)

@@ -103,7 +103,8 @@ class NStepTransitionAdder(StreamAdder):
         reward: Any = "float32",
     ) -> Signature:
         """Stored step signature: ``obs`` (one frame), ``action``, ``reward``, extras and the
-        computed ``n_step_return`` and ``discount``; specs may be gymnasium spaces."""
+        computed ``n_step_return`` and ``discount``; specs may be gymnasium spaces, of ONE
+        environment (a vector env's ``single_observation_space``/``single_action_space``)."""
         extras = checked_extras(
             extras, ("obs", "action", "reward", *COMPUTED), "NStepTransitionAdder"
         )

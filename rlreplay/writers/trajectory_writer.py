@@ -167,7 +167,8 @@ class TrajectoryWriter:
             priority: the item's priority (``None``: the table's default).
             start: the first step as a negative index into this episode (``-1``: the latest);
                 default ``-length``, ending at the latest step.
-            length: steps the item covers (per-item extents); default ``table.layout.span``.
+            length: steps the item covers, only for layouts with per-item extents
+                (``from_end``/``pad`` windows; InvalidArgumentError otherwise); default the span.
             timeout: seconds to wait for the table's rate limiter.
 
         Raises:

@@ -51,7 +51,8 @@ class Client:
             seconds, or ``shared_memory=True`` without ``/dev/shm``.
 
     A call that gets no answer raises :class:`~rlreplay.errors.ServerUnavailableError`
-    within its timeout, saying why where known.
+    within its timeout plus ``REPLY_GRACE_S`` (0.5 s), or ``call_timeout`` for calls that
+    never block, saying why where known.
 
     Attributes:
         address: the server's address, as given.

@@ -136,7 +136,8 @@ class SampleIterator:
     def close(self, wait: bool = True) -> None:
         """Send the queued updates and cancel the outstanding requests. Call it from the
         iterating thread: from another, the requests are not cancelled and may still draw
-        items (a queue's are then lost) until their lease ends.
+        items (a queue's are then lost) until their lease ends. Batches already drawn for
+        requests in flight are discarded: on a queue, use ``in_flight=1``.
 
         Args:
             wait: wait for the server to apply the updates (``False``: return at once; the

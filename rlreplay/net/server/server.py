@@ -62,6 +62,10 @@ class Server:
         checkpoint_every_s: seconds between checkpoints (``None``: on request only).
         keep_checkpoints: how many of the newest checkpoints to keep (``None``: all).
 
+    Attributes:
+        address: ``tcp://host:port`` (or the ``ipc://`` path) bound by ``start()``; ``None``
+            before.
+
     Raises:
         InvalidArgumentError: for bad ``tables``, ``bind`` or limits, a non-loopback ``bind``
             without ``curve_secret_key`` or ``insecure=True``, or bad checkpoint options.
@@ -221,7 +225,8 @@ class Server:
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop serving: parked calls get ClosedError replies, sockets close. Idempotent."""
+        """Stop serving: parked calls get ClosedError replies, sockets close. Idempotent;
+        waits up to ``timeout`` seconds for the serving thread to end."""
         if self._thread is None or self._stopping.is_set():
             if self._thread is not None:
                 self._thread.join(timeout)

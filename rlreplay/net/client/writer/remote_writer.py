@@ -124,7 +124,9 @@ class RemoteTrajectoryWriter:
         Raises:
             SignatureError: if the step does not match the signature.
             ClosedError: if the writer is closed.
-            ReplayTimeoutError: if chunks sent first were late; the step was not taken.
+            ReplayTimeoutError: if chunks sent first were late (RateLimiterTimeoutError when a
+                limiter held them); the step was not taken.
+            ServerUnavailableError: if the server stopped answering; the step was not taken.
         """
         self._check_open()
         if timeout is not None:
@@ -297,7 +299,9 @@ class RemoteTrajectoryWriter:
 
         Raises:
             RateLimiterTimeoutError: if the server's limiter kept a chunk blocked.
-            ReplayTimeoutError: if acknowledgements did not arrive within ``timeout``.
+            ReplayTimeoutError: if acknowledgements did not arrive within ``timeout`` plus
+                ``REPLY_GRACE_S`` (0.5 s); also for a chunk blocked by a limiter that an
+                earlier call sent with a longer timeout. Catch it for both.
             ServerUnavailableError: if the server stopped answering.
             InvalidArgumentError: if the server refused a chunk's items (the chunk is dropped).
         """
@@ -333,6 +337,9 @@ class RemoteTrajectoryWriter:
         """Flush (waiting up to ``timeout``) and release the server-side stream state.
 
         The writer is closed even if the flush raises; chunks still held are then lost.
+
+        Raises:
+            as :meth:`flush`.
         """
         if self._closed:
             return
