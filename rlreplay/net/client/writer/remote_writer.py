@@ -336,10 +336,8 @@ class RemoteTrajectoryWriter:
     def close(self, timeout: float | None = None) -> None:
         """Flush (waiting up to ``timeout``) and release the server-side stream state.
 
-        The writer is closed even if the flush raises; chunks still held are then lost.
-
-        Raises:
-            as :meth:`flush`.
+        The writer is closed even if the flush raises (as :meth:`flush` does); chunks still
+        held are then lost.
         """
         if self._closed:
             return
