@@ -225,7 +225,7 @@ def test_a_remote_writer_buffers_a_step_as_its_checked_path_does(case):
     for buffer in (fast, slow):
         buffer.add(good_row())
         buffer.add(ROWS[case])
-    a, b = fast.chunk_arrays([]), slow.chunk_arrays([])
+    a, b = fast.take([]), slow.take([])
     assert a.keys() == b.keys()
     for name in a:
         assert a[name].dtype == b[name].dtype and len(a[name]) == 2, name
@@ -243,3 +243,18 @@ def test_a_remote_writer_refuses_a_bad_step_as_its_checked_path_does(case):
         errors.append(str(info.value))
         assert buffer.n == 1  # nothing of the refused step was taken
     assert errors[0] == errors[1]
+
+
+def test_a_remote_writer_chunk_holds_no_more_memory_than_its_steps():
+    fast, _ = step_buffers()
+    for _ in range(3):
+        fast.add(good_row())
+    partial = fast.take([])
+    assert all(len(a) == 3 and a.base is None for a in partial.values())  # own copies
+    for _ in range(4):
+        fast.add(good_row())
+    full = fast.take([])
+    fast.add(good_row(count=99))  # the next chunk's rows are new arrays
+    assert int(full["data/count"][0]) == 7 and fast.n == 1
+    assert fast.take([])["data/count"].tolist() == [99]
+    assert all(len(a) == 0 for a in fast.take([]).values())

@@ -243,7 +243,7 @@ class Client:
                 ``chunk_length`` outside ``[1, max_sequence_length]`` or
                 ``max_in_flight_items < 1``.
         """
-        if not isinstance(max_sequence_length, int) or max_sequence_length < 1:
+        if not is_int(max_sequence_length) or max_sequence_length < 1:
             raise InvalidArgumentError(
                 f"max_sequence_length ({describe(max_sequence_length)}) must be a positive integer"
             )

@@ -32,7 +32,7 @@ def _count(name: str, value: object) -> int:
             if name == "min_size_to_sample"
             else f"{name}={describe(value)} must be a positive integer"
         )
-    return value
+    return int(value)
 
 
 class RateLimiter:
@@ -161,13 +161,13 @@ class SampleToInsertRatio(RateLimiter):
                 "max(1.0, samples_per_insert) as smaller values could completely block "
                 "samples and/or insert calls"
             )
-        if isinstance(min_size_to_sample, int) and max_diff < spi * min_size_to_sample:
+        if is_int(min_size_to_sample) and max_diff < spi * min_size_to_sample:
             log.warning(
                 "The range covered by error_buffer is below samples_per_insert * "
                 "min_size_to_sample. If the sampler cannot sample concurrently, this will "
                 "result in a deadlock as soon as min_size_to_sample items have been inserted."
             )
-        if isinstance(min_size_to_sample, int) and min_diff > spi * min_size_to_sample:
+        if is_int(min_size_to_sample) and min_diff > spi * min_size_to_sample:
             raise InvalidArgumentError(
                 f"error_buffer={error_buffer!r}: the range covered by error_buffer is above "
                 "samples_per_insert * min_size_to_sample; this would deadlock as soon as "

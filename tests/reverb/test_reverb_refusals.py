@@ -280,3 +280,28 @@ def test_a_dropped_writer_whose_items_a_limiter_holds_back_never_waits_for_them(
         assert 1 <= client.server_info()["limited"].current_size < 20
     finally:
         server.stop()
+
+
+COUNTS = {
+    "MinSize": lambda n: reverb.rate_limiters.MinSize(n),
+    "SampleToInsertRatio": lambda n: reverb.rate_limiters.SampleToInsertRatio(1.0, n, 2.0),
+    "Queue": lambda n: reverb.rate_limiters.Queue(n),
+}
+
+
+@pytest.mark.parametrize("make", COUNTS.values(), ids=COUNTS.keys())
+def test_a_numpy_integer_count_makes_the_same_limiter_a_served_table_describes(make):
+    limiter = make(np.int64(2))
+    assert limiter.info() == make(2).info()
+    srv = reverb.Server(
+        [reverb.Table("t", reverb.selectors.Uniform(), reverb.selectors.Fifo(), 10, limiter)]
+    )
+    try:
+        assert srv.localhost_client().server_info()["t"].max_size == 10
+    finally:
+        srv.stop()
+
+
+def test_a_numpy_integer_min_size_gets_the_deadlock_check_of_an_int():
+    with pytest.raises(reverb.errors.InvalidArgumentError, match="deadlock"):
+        reverb.rate_limiters.SampleToInsertRatio(1.0, np.int64(10), (50.0, 60.0))

@@ -275,6 +275,10 @@ class PendingItems:
             self._top_anchor = tops
             raise
 
+    def next_items(self) -> list[Item]:
+        """The items :meth:`take` takes next."""
+        return self.items[: self.max_items]
+
     def take(self) -> list[Item]:
         """Take the buffered items for one chunk (at most ``max_items``, oldest first)."""
         if len(self.items) <= self.max_items:

@@ -80,7 +80,6 @@ class RemoteTrajectoryWriter:
         self.table_names = names
         self.signature = client.signature(names[0])
         self.history = history
-        self.chunk_steps = chunk_steps
         self._pending = PendingItems(names, self.spans, variable, history, max_items)
         self.max_in_flight = max_in_flight
         self.timeout = check_timeout(timeout)
@@ -91,13 +90,18 @@ class RemoteTrajectoryWriter:
             self._dropped_until,
         )
         self._chunks.keys = [] if keep_keys else None
-        self._steps = StepBuffer(self.signature, self.chunk_steps)
+        self._steps = StepBuffer(self.signature, chunk_steps)
         self._stream = 0  # stream index of the next step
         self._chunk_first = 0
         self._episode_start = 0
         self._episode_starts: list[int] = []
         self._closed = False
         register_open(self)
+
+    @property
+    def chunk_steps(self) -> int:
+        """Steps per chunk (fixed when the writer is made)."""
+        return self._steps.capacity
 
     @property
     def open_here(self) -> bool:
@@ -269,12 +273,12 @@ class RemoteTrajectoryWriter:
         n = self._steps.n
         if n or self._pending.items:
             first = self._chunk_first
-            arrays = self._steps.chunk_arrays(self._pending.take())
+            arrays = self._steps.take(self._pending.next_items())  # raises: nothing changed
+            self._pending.take()
             starts = [s for s in self._episode_starts if first <= s < first + n]
             self._chunks.queue(first, n, starts, arrays)
             self._episode_starts = [s for s in self._episode_starts if s >= first + n]
             self._chunk_first = first + n
-            self._steps.clear()
 
     def _hand_over(self, timeout: float | None, seal: bool) -> None:
         """Queue the buffer (with ``seal``) and send queued chunks, waiting at most

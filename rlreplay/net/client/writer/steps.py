@@ -38,14 +38,11 @@ class StepBuffer:
         self._paths = tuple(signature.paths)
         # Whether steps that fit go through the compiled row write; False: always checked.
         self.compiled_writes = _kernel is not None
-        self.clear()
-
-    def clear(self) -> None:
-        """Start the next chunk's arrays (the sealed ones now belong to their chunk)."""
-        self._columns = tuple(
-            np.empty((self.capacity, *shape), dtype=dtype) for _, shape, dtype in self._fields
-        )
+        self._columns = self._new_columns()
         self.n = 0
+
+    def _new_columns(self) -> tuple[np.ndarray, ...]:
+        return tuple(np.empty((self.capacity, *s), dtype=d) for _, s, d in self._fields)
 
     def add(self, step: Mapping[str, Any]) -> None:
         """Copy one step in.
@@ -82,9 +79,14 @@ class StepBuffer:
             col[n : n + count] = arrays[path][start : start + count]
         self.n = n + count
 
-    def chunk_arrays(self, items: list) -> dict[str, np.ndarray]:
-        """The arrays of a chunk of the buffered steps and ``items``; :meth:`clear` follows."""
-        arrays = {"data/" + p: col[: self.n] for col, (p, _, _) in zip(self._columns, self._fields)}
+    def take(self, items: list) -> dict[str, np.ndarray]:
+        """The arrays of a chunk of the buffered steps and ``items``; the buffer is then empty
+        (when this raises, nothing changed).
+
+        A full buffer hands over its arrays (new ones are made first); a partial one hands
+        over copies of its rows, so a chunk never holds more memory than its steps.
+        """
+        arrays = {}
         if items:
             table = np.array(items, dtype=np.float64)
             arrays["item_table"] = table[:, 0].astype(np.int32)
@@ -92,4 +94,12 @@ class StepBuffer:
             arrays["item_priority"] = table[:, 2]
             if (table[:, 3] >= 0).any():  # only layouts with per-item extents use lengths
                 arrays["item_length"] = table[:, 3].astype(np.int64)
+        n = self.n
+        if n == self.capacity:
+            steps, self._columns = self._columns, self._new_columns()
+        else:
+            steps = tuple(col[:n].copy() for col in self._columns)
+        for col, (path, _, _) in zip(steps, self._fields):
+            arrays["data/" + path] = col
+        self.n = 0
         return arrays
