@@ -76,7 +76,8 @@ class Table:
         on_overwrite: for items on overwritten steps: ``"evict"``, ``"block"`` the store
             (queues), or ``"relocate"`` them to the head with new keys (stacks).
         seed: seed of the random generator; an int seed also fixes the key origin.
-        warn_after: seconds before a blocked call logs one warning (``None``: never).
+        warn_after: seconds before a blocked call logs one warning (``None``: the default,
+            5 s); set ``table.warn_after = None`` to never warn.
 
     Raises:
         InvalidArgumentError: for inconsistent arguments.
