@@ -136,7 +136,7 @@ class RemoteTrajectoryWriter:
         if timeout is not None:
             timeout = check_timeout(timeout)
         steps = self._steps
-        full = steps.n >= self.chunk_steps
+        full = steps.n >= steps.capacity
         if full or self._chunks.unsent:
             # a full chunk goes out at the next step, so items over its last steps go with it
             self._hand_over(timeout, full)
@@ -157,15 +157,15 @@ class RemoteTrajectoryWriter:
         timeout = check_timeout(timeout)
         buffer = self._steps
         arrays, n = buffer.check_batch(steps)
-        full = buffer.n >= self.chunk_steps
+        full = buffer.n >= buffer.capacity
         if full or self._chunks.unsent:
             self._hand_over(timeout, full)
         first = self._stream
         done = 0
         while done < n:
-            if buffer.n >= self.chunk_steps:
+            if buffer.n >= buffer.capacity:
                 self._seal()
-            take = min(n - done, self.chunk_steps - buffer.n)
+            take = min(n - done, buffer.capacity - buffer.n)
             buffer.add_rows(arrays, done, take)
             self._stream += take
             done += take
