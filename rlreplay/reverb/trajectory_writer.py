@@ -286,7 +286,7 @@ class TrajectoryWriter:
                 "a TrajectoryWriter dropped without close() could not send its items: %s", exc
             )
             return
-        dropped = sum(1 if type(e) is tuple else e.n for q in self._held_back.values() for e in q)
+        dropped = self._held_items()
         if dropped:
             logging.getLogger("rlreplay").warning(
                 "a TrajectoryWriter dropped without close() dropped %d item(s) a rate limiter "
@@ -564,6 +564,10 @@ class TrajectoryWriter:
                 raise
             queue.popleft()
 
+    def _held_items(self) -> int:
+        """Items the tables' rate limiters hold back (an entry is one item or a batch)."""
+        return sum(1 if type(e) is tuple else e.n for q in self._held_back.values() for e in q)
+
     def _drain_all(self, timeout: float | None) -> None:
         """Send the held items and wait until the server has every one, at most
         ``timeout`` seconds in all (None: no limit).
@@ -630,9 +634,7 @@ class TrajectoryWriter:
         try:
             self._drain_all(self._client.rlreplay_client.call_timeout)
         except RateLimiterTimeoutError as exc:
-            held = sum(
-                1 if type(e) is tuple else e.n for q in self._held_back.values() for e in q
-            )
+            held = self._held_items()
             logging.getLogger("rlreplay").warning(
                 "closing a TrajectoryWriter dropped %d item(s) a rate limiter held back: %s",
                 held,
